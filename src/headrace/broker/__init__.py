@@ -1,0 +1,1 @@
+"""The broker: data path adapters around the pure cores."""

@@ -1,0 +1,121 @@
+"""Admin HTTP (aiohttp): health, readiness, Prometheus metrics, topic admin."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from headrace.errors import HeadraceError, InvalidTopicSpec, TopicAlreadyExists, UnknownTopic
+
+if TYPE_CHECKING:
+    from headrace.broker.app import Broker
+
+_STATUS = {UnknownTopic: 404, TopicAlreadyExists: 409, InvalidTopicSpec: 422}
+
+
+def _error(exc: HeadraceError) -> web.Response:
+    status = next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 400)
+    return web.json_response({"error": type(exc).__name__, "code": exc.CODE, "message": exc.message}, status=status)
+
+
+class AdminServer:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.app = web.Application()
+        self.app.add_routes(
+            [
+                web.get("/healthz", self.healthz),
+                web.get("/readyz", self.readyz),
+                web.get("/metrics", self.metrics),
+                web.get("/v1/topics", self.list_topics),
+                web.post("/v1/topics", self.create_topic),
+                web.get("/v1/topics/{namespace}/{name}", self.describe_topic),
+                web.delete("/v1/topics/{namespace}/{name}", self.delete_topic),
+                web.get("/v1/status", self.status),
+            ]
+        )
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.broker.settings.admin_host, self.broker.settings.admin_port)
+        await site.start()
+        server = site._server
+        if server is not None and getattr(server, "sockets", None):
+            self.port = server.sockets[0].getsockname()[1]
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        if not self.broker.ready:
+            return web.json_response({"status": "starting"}, status=503)
+        return web.json_response({"status": "ready", "recovery_seconds": self.broker.recovery_seconds})
+
+    async def metrics(self, request: web.Request) -> web.Response:
+        body = generate_latest(self.broker.metrics.registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def list_topics(self, request: web.Request) -> web.Response:
+        return web.json_response(
+            {"topics": [self.broker.registry.topics[n].to_json() for n in sorted(self.broker.registry.topics)]}
+        )
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        try:
+            body: Any = await request.json()
+        except json.JSONDecodeError:
+            return _error(InvalidTopicSpec("request body is not JSON"))
+        if not isinstance(body, dict) or not isinstance(body.get("name"), str):
+            return _error(InvalidTopicSpec("expected {\"name\": str, \"partitions\": int, \"config\": {...}}"))
+        partitions = body.get("partitions", 1)
+        config = body.get("config", {})
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or not isinstance(config, dict):
+            return _error(InvalidTopicSpec("partitions must be an integer and config an object"))
+        try:
+            topic = self.broker.create_topic(body["name"], partitions, config)
+        except HeadraceError as exc:
+            return _error(exc)
+        return web.json_response(self.broker.describe_topic(topic.name), status=201)
+
+    async def describe_topic(self, request: web.Request) -> web.Response:
+        name = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        try:
+            return web.json_response(self.broker.describe_topic(name))
+        except HeadraceError as exc:
+            return _error(exc)
+
+    async def delete_topic(self, request: web.Request) -> web.Response:
+        name = f"{request.match_info['namespace']}/{request.match_info['name']}"
+        try:
+            self.broker.delete_topic(name)
+        except HeadraceError as exc:
+            return _error(exc)
+        return web.json_response({"deleted": name})
+
+    async def status(self, request: web.Request) -> web.Response:
+        b = self.broker
+        return web.json_response(
+            {
+                "broker_id": b.settings.broker_id,
+                "cluster_id": b.settings.cluster_id,
+                "ready": b.ready,
+                "connections": len(b.connections),
+                "topology_generation": b.registry.generation,
+                "adoption_floor": b.adoption_floor(),
+                "cohorts": [
+                    {"topic": t, "cohort": c, "generation": r.gates.generation,
+                     "members": sorted(r.gates.members), "holders": r.gates.holders()}
+                    for (t, c), r in sorted(b.cohorts.items())
+                ],
+            }
+        )

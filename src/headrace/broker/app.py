@@ -1,0 +1,282 @@
+"""The broker process: wires storage, the data port, cohorts and admin HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import ssl
+import time
+from pathlib import Path
+from typing import Any
+
+from headrace.broker.cohorting import CohortRuntime
+from headrace.broker.config import BrokerSettings
+from headrace.broker.metrics import BrokerMetrics
+from headrace.broker.server import Connection, RedirectRequired
+from headrace.broker.syncing import GroupCommitter
+from headrace.broker.topics import Partition, Topic, TopicRegistry, canonical_topic_name
+from headrace.cohorts.gates import validate_cohort_name
+from headrace.errors import StorageError, UnknownTopic
+from headrace.protocol import messages as msg
+
+log = logging.getLogger(__name__)
+
+
+class Broker:
+    def __init__(self, settings: BrokerSettings) -> None:
+        self.settings = settings
+        self.registry = TopicRegistry(settings.data_dir, settings.log)
+        self.metrics = BrokerMetrics(self.registry.all_partitions)
+        self.committer = GroupCommitter(
+            settings.log.fsync,
+            settings.log.flush_interval_ms,
+            settings.log.checkpoint_interval_ms,
+            self.registry.all_partitions,
+        )
+        self.connections: set[Connection] = set()
+        self.cohorts: dict[tuple[str, str], CohortRuntime] = {}
+        self._server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._lock_fd: int | None = None
+        self.ready = False
+        self.started_at = time.monotonic()
+        self.recovery_seconds = 0.0
+        self.port = settings.port
+        self.admin: Any = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_data_dir()
+        started = time.monotonic()
+        self.registry.load()
+        self.recovery_seconds = time.monotonic() - started
+        self.metrics.recovery_seconds.set(self.recovery_seconds)
+        self.committer.start()
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: Connection(self),
+            self.settings.host,
+            self.settings.port,
+            ssl=self._ssl_context(),
+            reuse_address=True,
+            backlog=1024,
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._tasks.append(loop.create_task(self._flush_cursors_forever(), name="cursor-flush"))
+        self._tasks.append(loop.create_task(self._tick_cohorts_forever(), name="cohort-tick"))
+        self._tasks.append(loop.create_task(self._retention_forever(), name="retention"))
+        if self.settings.admin_port >= 0:
+            from headrace.broker.admin import AdminServer
+
+            self.admin = AdminServer(self)
+            await self.admin.start()
+        self.ready = True
+        log.info(
+            "broker %s ready on %s:%s (recovered %d partitions in %.3fs)",
+            self.settings.broker_id, self.settings.host, self.port,
+            len(self.registry.all_partitions()), self.recovery_seconds,
+        )
+
+    async def stop(self) -> None:
+        self.ready = False
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for cohort in list(self.cohorts.values()):
+            await cohort.close()
+        self._flush_cursors_now(sync=True)
+        await self.committer.close()
+        if self.admin is not None:
+            await self.admin.stop()
+        self.registry.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+
+    def _lock_data_dir(self) -> None:
+        path = self.settings.data_dir / ".lock"
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StorageError(f"data directory {self.settings.data_dir} is in use by another broker") from exc
+        self._lock_fd = fd
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        tls = self.settings.tls
+        if tls is None:
+            return None
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file))
+        if tls.client_ca_file is not None:
+            ctx.load_verify_locations(str(tls.client_ca_file))
+            ctx.verify_mode = ssl.CERT_REQUIRED
+        return ctx
+
+    # ------------------------------------------------------------------ connections and topology
+
+    def connection_opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+        self.metrics.connections.set(len(self.connections))
+
+    def connection_closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self.metrics.connections.set(len(self.connections))
+
+    def topology(self) -> tuple[msg.TopologySnapshot, object]:
+        """The snapshot, and its routing content (what decides whether to push)."""
+        host, port = self.settings.advertised
+        me = self.settings.broker_id
+        routing = [
+            msg.TopicRouting(t.name, t.partition_count, t.partitioning_version, [me] * t.partition_count,
+                             [p.leader_epoch for p in t.partitions])
+            for t in sorted(self.registry.topics.values(), key=lambda t: t.name)
+        ]
+        brokers = [msg.BrokerAddress(me, host, port)]
+        snapshot = msg.TopologySnapshot(self.registry.generation, self.settings.cluster_id, brokers, routing)
+        return snapshot, (tuple(brokers), tuple((r.name, r.partitions, r.partitioning_version, tuple(r.owners), tuple(r.epochs)) for r in routing))
+
+    def push_topology(self) -> None:
+        snapshot, routing = self.topology()
+        self.metrics.topology_generation.set(snapshot.generation)
+        for conn in list(self.connections):
+            conn.push_topology(snapshot, routing)
+
+    def adoption_floor(self) -> int | None:
+        """Lowest topology generation acked by connections that ever acked (the adoption label)."""
+        acked = [c.acked_generation for c in self.connections if c.acked_generation is not None]
+        return min(acked) if acked else None
+
+    def partition_for_write(self, topic: str, partition: int, version: int) -> Partition:
+        t = self.registry.get(topic)
+        if version != t.partitioning_version:
+            host, port = self.settings.advertised
+            raise RedirectRequired(
+                msg.Redirect(
+                    t.name, partition, msg.BrokerAddress(self.settings.broker_id, host, port),
+                    t.partitioning_version, self.registry.generation,
+                    f"routed under partitioning version {version}, current is {t.partitioning_version}",
+                )
+            )
+        return t.partition(partition)
+
+    def partition_for_read(self, topic: str, partition: int) -> Partition:
+        return self.registry.get(topic).partition(partition)
+
+    # ------------------------------------------------------------------ topics
+
+    def create_topic(self, name: str, partitions: int, config: dict[str, Any] | None = None) -> Topic:
+        topic = self.registry.create(name, partitions, config)
+        self.push_topology()
+        return topic
+
+    def delete_topic(self, name: str) -> None:
+        topic = self.registry.get(name)
+        for key in [k for k in self.cohorts if k[0] == topic.name]:
+            cohort = self.cohorts.pop(key)
+            asyncio.get_running_loop().create_task(cohort.close())
+        self.registry.delete(topic.name)
+        self.push_topology()
+
+    def describe_topic(self, name: str) -> dict[str, Any]:
+        topic = self.registry.get(name)
+        return {
+            **topic.to_json(),
+            "partition_details": [
+                {
+                    "partition": p.index,
+                    "leader": self.settings.broker_id,
+                    "leader_epoch": p.leader_epoch,
+                    "log_start_offset": p.log.log_start_offset,
+                    "log_end_offset": p.log.next_offset,
+                    "high_watermark": p.high_watermark,
+                    "size_bytes": p.log.size_bytes,
+                    "segments": len(p.log.segments),
+                    "cursors": p.cursors.all(),
+                }
+                for p in topic.partitions
+            ],
+        }
+
+    # ------------------------------------------------------------------ cohorts
+
+    def cohort(self, topic_name: str, name: str) -> CohortRuntime:
+        validate_cohort_name(name)
+        topic = self.registry.get(topic_name)
+        key = (topic.name, name)
+        runtime = self.cohorts.get(key)
+        if runtime is None:
+            runtime = CohortRuntime(
+                topic, name, grace_ms=self.settings.cohort_grace_ms, chunk_bytes=self.settings.delivery_chunk_bytes
+            )
+            runtime.start()
+            self.cohorts[key] = runtime
+        return runtime
+
+    def maybe_drop_cohort(self, runtime: CohortRuntime) -> None:
+        key = (runtime.topic.name, runtime.name)
+        if runtime.empty and self.cohorts.get(key) is runtime:
+            del self.cohorts[key]
+            asyncio.get_running_loop().create_task(runtime.close())
+
+    # ------------------------------------------------------------------ background work
+
+    def _flush_cursors_now(self, *, sync: bool) -> list[tuple[Any, dict[str, int]]]:
+        pending = []
+        for p in self.registry.all_partitions():
+            snap = p.cursors.snapshot_for_flush()
+            if snap is not None:
+                pending.append((p.cursors, snap))
+        if sync:
+            for store, snap in pending:
+                store.write(snap)
+        return pending
+
+    async def _flush_cursors_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval = self.settings.cursor_flush_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            pending = self._flush_cursors_now(sync=False)
+            for store, snap in pending:
+                try:
+                    await loop.run_in_executor(None, store.write, snap)
+                except OSError as exc:
+                    log.error("cursor flush failed: %s", exc)
+
+    async def _tick_cohorts_forever(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            for runtime in list(self.cohorts.values()):
+                runtime.tick()
+                self.maybe_drop_cohort(runtime)
+
+    async def _retention_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.retention_check_interval_ms / 1000)
+            for p in self.registry.all_partitions():
+                try:
+                    deleted = p.log.apply_retention()
+                except StorageError as exc:
+                    log.error("retention on %s failed: %s", p.name, exc)
+                    continue
+                if deleted:
+                    log.info("retention deleted %d segments of %s", len(deleted), p.name)
+
+
+def resolve_topic(broker: Broker, name: str) -> Topic:
+    try:
+        return broker.registry.get(canonical_topic_name(name))
+    except Exception as exc:
+        raise UnknownTopic(str(exc)) from exc

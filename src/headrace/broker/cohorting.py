@@ -1,0 +1,250 @@
+"""Cohort delivery on this broker: the adapter around ``cohorts.gates``.
+
+One ``CohortRuntime`` per (topic, cohort). It owns the gates, the members'
+connections and credits, and one pump task that sends each held partition's
+committed batches to its gate holder. The pump reads raw batches from the log
+and writes them as they are: no per-record work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from headrace.broker.topics import Partition, Topic
+from headrace.cohorts.gates import CohortGates, GateState
+from headrace.errors import InvalidRequest, NotGateHolder, OffsetOutOfRange
+from headrace.protocol.messages import Assignment, Isolation
+from headrace.storage.log import ReadPosition
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class MemberLink(Protocol):
+    """What the runtime needs from a member's connection."""
+
+    @property
+    def writable(self) -> bool: ...
+
+    def push_assignment(self, assignment: Assignment) -> None: ...
+
+    def push_delivery(self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes) -> None: ...
+
+
+@dataclass(slots=True)
+class DeliveryPosition:
+    """Where delivery of one partition stands in the current gate tenure."""
+
+    epoch: int
+    next_offset: int
+    hint: ReadPosition | None = None
+
+
+class CohortRuntime:
+    def __init__(
+        self,
+        topic: Topic,
+        name: str,
+        *,
+        grace_ms: int,
+        chunk_bytes: int,
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.gates = CohortGates(name, list(range(topic.partition_count)), grace_ms=grace_ms)
+        self._links: dict[str, MemberLink] = {}
+        self._credits: dict[str, int] = {}
+        self._start: dict[str, str] = {}
+        self._isolation: dict[str, Isolation] = {}
+        self._positions: dict[int, DeliveryPosition] = {}
+        self._sent_views: dict[str, tuple[dict[int, int], list[int]]] = {}
+        self._chunk = chunk_bytes
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.delivered_records = 0
+        self.delivered_bytes = 0
+        for partition in topic.partitions:
+            partition.add_listener(self._on_hw)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._pump(), name=f"cohort-{self.name}")
+
+    async def close(self) -> None:
+        for partition in self.topic.partitions:
+            partition.remove_listener(self._on_hw)
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+
+    @property
+    def empty(self) -> bool:
+        return not self.gates.members
+
+    # ------------------------------------------------------------------ membership
+
+    def join(self, member_id: str, link: MemberLink, *, start: str, session_timeout_ms: int, isolation: Isolation) -> Assignment:
+        if start not in ("earliest", "latest"):
+            raise InvalidRequest(f"start must be 'earliest' or 'latest', got {start!r}")
+        self.gates.join(member_id, now_ms(), session_timeout_ms)
+        self._links[member_id] = link
+        self._credits[member_id] = 0
+        self._start[member_id] = start
+        self._isolation[member_id] = isolation
+        self._publish(skip=member_id)
+        held, revoking = self.gates.view(member_id)
+        self._sent_views[member_id] = (held, revoking)
+        return Assignment(self.name, self.gates.generation, held, revoking, self.gates.grace_ms)
+
+    def heartbeat(self, member_id: str) -> None:
+        self.gates.heartbeat(member_id, now_ms())
+
+    def leave(self, member_id: str) -> None:
+        self.gates.leave(member_id, now_ms())
+        self._publish()
+
+    def disconnect(self, member_id: str) -> None:
+        self.gates.disconnect(member_id, now_ms())
+        self._forget(member_id)
+        self._publish()
+
+    def release(self, member_id: str, partitions: list[int]) -> None:
+        self.gates.release(member_id, partitions, now_ms())
+        self._publish()
+
+    def tick(self) -> None:
+        for member_id in self.gates.tick(now_ms()):
+            log.info("cohort %s: member %s timed out", self.name, member_id)
+            self._forget(member_id)
+        self._publish()
+
+    def _forget(self, member_id: str) -> None:
+        self._links.pop(member_id, None)
+        self._credits.pop(member_id, None)
+        self._sent_views.pop(member_id, None)
+
+    # ------------------------------------------------------------------ data path events
+
+    def credit(self, member_id: str, amount: int) -> None:
+        if member_id in self._credits:
+            self._credits[member_id] += amount
+            self._wake.set()
+
+    def ack(self, member_id: str, partition: int, epoch: int, offset: int) -> int:
+        """Cumulative ack of every offset <= ``offset``; returns the new cursor (next offset)."""
+        self.gates.check_holder(member_id, partition, epoch)
+        part = self.topic.partition(partition)
+        pos = self._positions.get(partition)
+        delivered_end = pos.next_offset if pos is not None and pos.epoch == epoch else None
+        if delivered_end is None or offset >= delivered_end:
+            raise InvalidRequest(f"ack of offset {offset} on partition {partition} beyond what was delivered")
+        current = part.cursors.get(self.name)
+        if current is None or offset + 1 > current:
+            part.cursors.set(self.name, offset + 1)
+            return offset + 1
+        return current
+
+    def seek(self, member_id: str, partition: int, offset: int) -> int:
+        """Restart delivery of a held partition at ``offset``; returns the new gate epoch."""
+        gate = self.gates.gates.get(partition)
+        if gate is None or gate.holder != member_id or gate.state is not GateState.HELD:
+            raise NotGateHolder(f"member {member_id!r} does not hold partition {partition}")
+        part = self.topic.partition(partition)
+        if not part.log.log_start_offset <= offset <= part.log.next_offset:
+            raise OffsetOutOfRange(
+                f"offset {offset} outside [{part.log.log_start_offset}, {part.log.next_offset}] of {part.name}"
+            )
+        gate.epoch += 1
+        part.cursors.set(self.name, offset)
+        self._positions[partition] = DeliveryPosition(gate.epoch, offset)
+        self._sent_views.pop(member_id, None)
+        self._publish()
+        return gate.epoch
+
+    def _on_hw(self, partition: Partition) -> None:
+        self._wake.set()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # ------------------------------------------------------------------ publishing
+
+    def _publish(self, skip: str | None = None) -> None:
+        """Push changed views to members and set delivery positions for new tenures."""
+        for gate in self.gates.gates.values():
+            if gate.state is GateState.HELD and gate.holder is not None:
+                pos = self._positions.get(gate.partition)
+                if pos is None or pos.epoch != gate.epoch:
+                    self._positions[gate.partition] = DeliveryPosition(
+                        gate.epoch, self._start_offset(gate.partition, gate.holder)
+                    )
+        for member_id, link in list(self._links.items()):
+            if member_id == skip:
+                continue
+            view = self.gates.view(member_id)
+            if self._sent_views.get(member_id) != view:
+                self._sent_views[member_id] = view
+                held, revoking = view
+                link.push_assignment(Assignment(self.name, self.gates.generation, held, revoking, self.gates.grace_ms))
+        self._wake.set()
+
+    def _start_offset(self, partition: int, member_id: str) -> int:
+        part = self.topic.partition(partition)
+        cursor = part.cursors.get(self.name)
+        if cursor is not None and cursor >= part.log.log_start_offset:
+            return min(cursor, part.log.next_offset)
+        start = part.log.log_start_offset if self._start.get(member_id) == "earliest" else part.high_watermark
+        part.cursors.set(self.name, start)
+        return start
+
+    # ------------------------------------------------------------------ the pump
+
+    async def _pump(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._deliver_round():
+                # Let produce requests and acks in between rounds.
+                await asyncio.sleep(0)
+
+    def _deliver_round(self) -> bool:
+        progressed = False
+        for member_id, link in list(self._links.items()):
+            credit = self._credits.get(member_id, 0)
+            if credit <= 0 or not link.writable:
+                continue
+            committed = self._isolation.get(member_id, Isolation.COMMITTED) is Isolation.COMMITTED
+            for gate in self.gates.deliverable(member_id):
+                if credit <= 0 or not link.writable:
+                    break
+                pos = self._positions.get(gate.partition)
+                if pos is None or pos.epoch != gate.epoch:
+                    continue
+                part = self.topic.partitions[gate.partition]
+                bound = part.high_watermark if committed else part.log.next_offset
+                if pos.next_offset >= bound:
+                    continue
+                data, hint = part.log.read(pos.next_offset, min(self._chunk, credit), bound, pos.hint)
+                if not data or hint is None:
+                    continue
+                link.push_delivery(gate.partition, gate.epoch, part.high_watermark, pos.next_offset, data)
+                delivered = hint.offset - pos.next_offset
+                self.delivered_records += delivered
+                self.delivered_bytes += len(data)
+                pos.next_offset = hint.offset
+                pos.hint = hint
+                credit -= len(data)
+                progressed = True
+            self._credits[member_id] = credit
+        return progressed

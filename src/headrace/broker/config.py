@@ -1,0 +1,49 @@
+"""Broker settings: one typed object, read from flags/env once at start-up."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from headrace.storage.bookkeeping import LogConfig
+
+
+@dataclass(frozen=True, slots=True)
+class TlsSettings:
+    cert_file: Path
+    key_file: Path
+    #: when set, clients must present a certificate signed by this CA (mutual TLS)
+    client_ca_file: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerSettings:
+    data_dir: Path
+    #: address the data port binds to; loopback by default so nothing listens unasked
+    host: str = "127.0.0.1"
+    port: int = 9092
+    admin_host: str = "127.0.0.1"
+    #: admin HTTP port (health, metrics, topic admin); 0 picks a free one; -1 disables
+    admin_port: int = 9644
+    #: the host:port clients are told to use (defaults to host:port)
+    advertised_host: str | None = None
+    broker_id: int = 0
+    cluster_id: str = "standalone"
+    log: LogConfig = field(default_factory=LogConfig)
+    #: frames larger than this close the connection (16 MiB fits the largest batch plus headers)
+    max_frame_bytes: int = 16 * 1024 * 1024
+    #: tokens accepted in the handshake; empty = no authentication
+    auth_tokens: frozenset[str] = frozenset()
+    tls: TlsSettings | None = None
+    #: cursor changes reach disk within this many ms; bounds redelivery after a crash
+    cursor_flush_interval_ms: int = 200
+    #: how long a revoked partition's holder may finish in-flight records before the gate moves
+    cohort_grace_ms: int = 10_000
+    #: bytes per delivery frame; large frames amortise per-frame cost during catch-up
+    delivery_chunk_bytes: int = 1024 * 1024
+    #: how often retention runs
+    retention_check_interval_ms: int = 30_000
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        return (self.advertised_host or self.host, self.port)

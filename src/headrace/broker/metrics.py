@@ -1,0 +1,59 @@
+"""Prometheus metrics of one broker (own registry, so tests can run many brokers)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from headrace.broker.topics import Partition
+
+
+class PartitionCollector(Collector):
+    """Per-partition gauges read at scrape time (not updated on the hot path)."""
+
+    def __init__(self, partitions: Callable[[], list[Partition]]) -> None:
+        self._partitions = partitions
+
+    def collect(self) -> Iterable[Metric]:
+        leo = GaugeMetricFamily("headrace_partition_log_end_offset", "Log end offset", labels=["topic", "partition"])
+        hw = GaugeMetricFamily("headrace_partition_high_watermark", "High watermark", labels=["topic", "partition"])
+        start = GaugeMetricFamily("headrace_partition_log_start_offset", "Log start offset", labels=["topic", "partition"])
+        size = GaugeMetricFamily("headrace_partition_size_bytes", "Bytes on local disk", labels=["topic", "partition"])
+        segs = GaugeMetricFamily("headrace_partition_segments", "Segment files", labels=["topic", "partition"])
+        lag = GaugeMetricFamily(
+            "headrace_cohort_lag_records", "Records between a cohort's cursor and the high watermark",
+            labels=["topic", "partition", "cohort"],
+        )
+        for p in self._partitions():
+            labels = [p.topic.name, str(p.index)]
+            leo.add_metric(labels, p.log.next_offset)
+            hw.add_metric(labels, p.high_watermark)
+            start.add_metric(labels, p.log.log_start_offset)
+            size.add_metric(labels, p.log.size_bytes)
+            segs.add_metric(labels, len(p.log.segments))
+            for cohort, cursor in p.cursors.all().items():
+                lag.add_metric([*labels, cohort], max(0, p.high_watermark - cursor))
+        yield from (leo, hw, start, size, segs, lag)
+
+
+class BrokerMetrics:
+    def __init__(self, partitions: Callable[[], list[Partition]]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.produced_records = Counter("headrace_produced_records", "Records appended", registry=r)
+        self.produced_bytes = Counter("headrace_produced_bytes", "Batch bytes appended", registry=r)
+        self.fetched_bytes = Counter("headrace_fetched_bytes", "Bytes returned by fetch", registry=r)
+        self.delivered_bytes = Counter("headrace_delivered_bytes", "Bytes pushed to cohort members", registry=r)
+        self.errors = Counter("headrace_errors", "Errors answered, by type", ["type"], registry=r)
+        self.redirects = Counter("headrace_redirects", "Redirects answered", registry=r)
+        self.connections = Gauge("headrace_connections", "Open client connections", registry=r)
+        self.fsync_seconds = Histogram(
+            "headrace_fsync_round_seconds", "Duration of one group-commit round",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0), registry=r,
+        )
+        self.recovery_seconds = Gauge("headrace_recovery_seconds", "Time spent recovering logs at start", registry=r)
+        self.topology_generation = Gauge("headrace_topology_generation", "Current topology generation", registry=r)
+        r.register(PartitionCollector(partitions))

@@ -1,0 +1,417 @@
+"""The data port: one ``Connection`` (an asyncio Protocol) per client socket.
+
+Frames are decoded incrementally and dispatched by op code. Produce and fetch
+handlers run synchronously on the loop (validate, append or read, respond);
+only durability waits and long polls leave a callback behind. Responses may
+complete out of order; the correlation id pairs them with requests, so a
+client can pipeline as many requests as it likes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import socket
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from headrace.errors import (
+    AlreadyJoined,
+    AuthenticationFailed,
+    FrameTooLarge,
+    HeadraceError,
+    InvalidRequest,
+    MalformedFrame,
+    NotAuthenticated,
+    OffsetOutOfRange,
+    UnknownMember,
+    UnknownOperation,
+    UnsupportedVersion,
+)
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import (
+    FLAG_NO_REPLY,
+    FLAG_PUSH,
+    FLAG_RESPONSE,
+    Frame,
+    FrameDecoder,
+    Op,
+    encode_frame,
+    frame_header,
+)
+from headrace.records import batch as rb
+from headrace.storage.bookkeeping import FsyncPolicy
+
+if TYPE_CHECKING:
+    from headrace.broker.app import Broker
+    from headrace.broker.cohorting import CohortRuntime
+    from headrace.broker.topics import Partition
+
+log = logging.getLogger(__name__)
+
+
+class RedirectRequired(Exception):
+    """Raised by routing checks; the connection answers with a Redirect frame."""
+
+    def __init__(self, redirect: msg.Redirect) -> None:
+        super().__init__(redirect.reason)
+        self.redirect = redirect
+
+
+Handler = Callable[["Connection", Frame], None]
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.transport: asyncio.Transport | None = None
+        self.decoder = FrameDecoder(broker.settings.max_frame_bytes)
+        self.peer = "?"
+        self.client_id = ""
+        self.authenticated = False
+        self.member_id: str | None = None
+        self.cohort: CohortRuntime | None = None
+        self._writable = True
+        self.closed = False
+        #: highest topology generation this connection acked (op 102); None until it acks
+        self.acked_generation: int | None = None
+        #: routing content last sent, so pushes go out only when it changes
+        self.sent_routing: object = None
+        self.wants_topology = False
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        peer = self.transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.transport.set_write_buffer_limits(high=8 * 1024 * 1024, low=2 * 1024 * 1024)
+        self.broker.connection_opened(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.cohort is not None and self.member_id is not None:
+            self.cohort.disconnect(self.member_id)
+            self.broker.maybe_drop_cohort(self.cohort)
+        self.broker.connection_closed(self)
+
+    def pause_writing(self) -> None:
+        self._writable = False
+
+    def resume_writing(self) -> None:
+        self._writable = True
+        if self.cohort is not None:
+            self.cohort.wake()
+
+    @property
+    def writable(self) -> bool:
+        return self._writable and not self.closed
+
+    def data_received(self, data: bytes) -> None:
+        self.decoder.feed(data)
+        while True:
+            try:
+                frame = self.decoder.next_frame()
+            except (FrameTooLarge, MalformedFrame) as exc:
+                # The stream has lost its framing: say why, then hang up.
+                self.broker.metrics.errors.labels(type(exc).__name__).inc()
+                self._send_error(0, exc)
+                self.close()
+                return
+            if frame is None:
+                return
+            self._dispatch(frame)
+
+    # ------------------------------------------------------------------ sending
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def respond(self, frame: Frame, op: Op, body: bytes = b"") -> None:
+        if frame.flags & FLAG_NO_REPLY:
+            return
+        self._write(encode_frame(op, frame.correlation_id, body, FLAG_RESPONSE))
+
+    def _send_error(self, correlation_id: int, exc: HeadraceError) -> None:
+        body = msg.ErrorBody(exc.CODE, exc.message).encode()
+        self._write(encode_frame(Op.ERROR, correlation_id, body, FLAG_RESPONSE))
+
+    def push(self, op: Op, body: bytes) -> None:
+        self._write(encode_frame(op, 0, body, FLAG_PUSH))
+
+    def push_assignment(self, assignment: msg.Assignment) -> None:
+        self.push(Op.ASSIGNMENT, assignment.encode())
+
+    def push_delivery(self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes) -> None:
+        if self.transport is None or self.closed:
+            return
+        head = msg.DELIVERY_HEADER.pack(partition, epoch, hw, first_offset)
+        self.transport.writelines(
+            [frame_header(Op.DELIVERY, 0, len(head) + len(data), FLAG_PUSH), head, data]
+        )
+
+    def push_topology(self, snapshot: msg.TopologySnapshot, routing: object) -> None:
+        if self.wants_topology and routing != self.sent_routing:
+            self.sent_routing = routing
+            self.push(Op.TOPOLOGY_UPDATE, snapshot.encode())
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.closed = True
+            self.transport.close()
+
+    # ------------------------------------------------------------------ dispatch
+
+    def _dispatch(self, frame: Frame) -> None:
+        try:
+            if not self.authenticated and frame.op not in (Op.HANDSHAKE, Op.PING):
+                raise NotAuthenticated("send a handshake first")
+            handler = HANDLERS.get(frame.op)
+            if handler is None:
+                raise UnknownOperation(f"unknown op {frame.op}")
+            handler(self, frame)
+        except RedirectRequired as redirect:
+            self.broker.metrics.redirects.inc()
+            self.respond(frame, Op.REDIRECT, redirect.redirect.encode())
+        except HeadraceError as exc:
+            self.broker.metrics.errors.labels(type(exc).__name__).inc()
+            if not frame.flags & FLAG_NO_REPLY:
+                self._send_error(frame.correlation_id, exc)
+            if isinstance(exc, AuthenticationFailed):
+                self.close()
+        except Exception:
+            log.exception("internal error handling op %s from %s", frame.op, self.peer)
+            self.broker.metrics.errors.labels("internal").inc()
+            self._send_error(frame.correlation_id, HeadraceError("internal broker error"))
+
+    # ------------------------------------------------------------------ handlers
+
+    def on_handshake(self, frame: Frame) -> None:
+        hello = msg.Handshake.decode(frame.body)
+        if hello.protocol_version != msg.PROTOCOL_VERSION:
+            raise UnsupportedVersion(
+                f"protocol version {hello.protocol_version} unsupported; this broker speaks {msg.PROTOCOL_VERSION}"
+            )
+        tokens = self.broker.settings.auth_tokens
+        if tokens:
+            token = (hello.auth_token or "").encode()
+            if not any(hmac.compare_digest(token, t.encode()) for t in tokens):
+                raise AuthenticationFailed("invalid or missing auth token")
+        if len(hello.client_id) > 256:
+            raise InvalidRequest("client_id longer than 256 characters")
+        self.client_id = hello.client_id
+        self.authenticated = True
+        s = self.broker.settings
+        ok = msg.HandshakeOk(msg.PROTOCOL_VERSION, s.broker_id, s.cluster_id, s.max_frame_bytes, s.log.max_batch_bytes)
+        self.respond(frame, Op.HANDSHAKE_OK, ok.encode())
+
+    def on_ping(self, frame: Frame) -> None:
+        self.respond(frame, Op.PONG, frame.body[:64])
+
+    def on_topology(self, frame: Frame) -> None:
+        snapshot, routing = self.broker.topology()
+        self.wants_topology = True
+        self.sent_routing = routing
+        self.respond(frame, Op.TOPOLOGY_OK, snapshot.encode())
+
+    def on_topology_ack(self, frame: Frame) -> None:
+        ack = msg.TopologyUpdateAck.decode(frame.body)
+        if self.acked_generation is None or ack.generation > self.acked_generation:
+            self.acked_generation = ack.generation
+
+    def on_produce(self, frame: Frame) -> None:
+        req = msg.ProduceRequest.decode(frame.body)
+        partition = self.broker.partition_for_write(req.topic, req.partition, req.partitioning_version)
+        header = rb.validate(req.batch, max_batch_bytes=partition.log.config.max_batch_bytes)
+        result = partition.log.append(req.batch, header, partition.leader_epoch)
+        metrics = self.broker.metrics
+        metrics.produced_records.inc(header.record_count)
+        metrics.produced_bytes.inc(header.size)
+        self.broker.committer.appended(partition)
+        end = result.base_offset + header.record_count
+        if req.acks is msg.Acks.NONE or frame.flags & FLAG_NO_REPLY:
+            partition.advance_high_watermark()
+            return
+        if partition.log.config.fsync is FsyncPolicy.ALWAYS:
+            fut = self.broker.committer.wait_durable(partition, end)
+            fut.add_done_callback(lambda f: self._produce_done(frame, partition, result.base_offset, f))
+            return
+        partition.advance_high_watermark()
+        body = msg.ProduceResponse(result.base_offset, partition.leader_epoch, partition.high_watermark).encode()
+        self._write(encode_frame(Op.PRODUCE_OK, frame.correlation_id, body, FLAG_RESPONSE))
+
+    def _produce_done(self, frame: Frame, partition: Partition, base: int, fut: asyncio.Future[None]) -> None:
+        exc = fut.exception()
+        if exc is not None:
+            err = exc if isinstance(exc, HeadraceError) else HeadraceError(str(exc))
+            self._send_error(frame.correlation_id, err)
+            return
+        body = msg.ProduceResponse(base, partition.leader_epoch, partition.high_watermark).encode()
+        self._write(encode_frame(Op.PRODUCE_OK, frame.correlation_id, body, FLAG_RESPONSE))
+
+    def on_fetch(self, frame: Frame) -> None:
+        req = msg.FetchRequest.decode(frame.body)
+        partition = self.broker.partition_for_read(req.topic, req.partition)
+        plog = partition.log
+        if not plog.log_start_offset <= req.offset <= plog.next_offset:
+            raise OffsetOutOfRange(
+                f"offset {req.offset} outside [{plog.log_start_offset}, {plog.next_offset}] of {partition.name}"
+            )
+        if self._answer_fetch(frame, req, partition) or req.max_wait_ms == 0:
+            return
+        self._long_poll(frame, req, partition)
+
+    def _answer_fetch(self, frame: Frame, req: msg.FetchRequest, partition: Partition, *, force: bool = False) -> bool:
+        committed = req.isolation is msg.Isolation.COMMITTED
+        bound = partition.high_watermark if committed else partition.log.next_offset
+        data, _ = partition.log.read(req.offset, max(req.max_bytes, 1), bound)
+        if not data and not force:
+            return False
+        head = msg.FetchResponseHeader(
+            partition.high_watermark, partition.log.log_start_offset, partition.log.next_offset
+        ).encode()
+        self.broker.metrics.fetched_bytes.inc(len(data))
+        if self.transport is not None and not self.closed:
+            self.transport.writelines(
+                [frame_header(Op.FETCH_OK, frame.correlation_id, len(head) + len(data), FLAG_RESPONSE), head, data]
+            )
+        return True
+
+    def _long_poll(self, frame: Frame, req: msg.FetchRequest, partition: Partition) -> None:
+        loop = asyncio.get_running_loop()
+        done = False
+
+        def finish(_: object = None) -> None:
+            nonlocal done
+            if done:
+                return
+            if self._answer_fetch(frame, req, partition, force=timer_fired):
+                done = True
+                partition.remove_listener(finish)
+                handle.cancel()
+
+        timer_fired = False
+
+        def on_timeout() -> None:
+            nonlocal timer_fired
+            timer_fired = True
+            finish()
+
+        partition.add_listener(finish)
+        handle = loop.call_later(min(req.max_wait_ms, 60_000) / 1000, on_timeout)
+
+    # ------------------------------------------------------------------ cohorts
+
+    def _member(self) -> tuple[CohortRuntime, str]:
+        if self.cohort is None or self.member_id is None:
+            raise UnknownMember("this connection has not joined a cohort")
+        return self.cohort, self.member_id
+
+    def on_cohort_join(self, frame: Frame) -> None:
+        join = msg.CohortJoin.decode(frame.body)
+        if self.member_id is not None:
+            raise AlreadyJoined(f"this connection already joined as {self.member_id!r}")
+        try:
+            isolation = msg.Isolation(join.isolation)
+        except ValueError as exc:
+            raise InvalidRequest(f"unknown isolation {join.isolation}") from exc
+        if not 1000 <= join.session_timeout_ms <= 300_000:
+            raise InvalidRequest("session_timeout_ms must be between 1000 and 300000")
+        cohort = self.broker.cohort(join.topic, join.cohort)
+        try:
+            assignment = cohort.join(
+                join.member_id, self, start=join.start, session_timeout_ms=join.session_timeout_ms, isolation=isolation
+            )
+        except HeadraceError:
+            self.broker.maybe_drop_cohort(cohort)
+            raise
+        self.cohort = cohort
+        self.member_id = join.member_id
+        self.respond(frame, Op.COHORT_JOIN_OK, assignment.encode())
+
+    def on_cohort_leave(self, frame: Frame) -> None:
+        cohort, member = self._member()
+        cohort.leave(member)
+        self.respond(frame, Op.COHORT_LEAVE_OK, b"{}")
+
+    def on_cohort_heartbeat(self, frame: Frame) -> None:
+        cohort, member = self._member()
+        cohort.heartbeat(member)
+        self.respond(frame, Op.COHORT_HEARTBEAT_OK, b"{}")
+
+    def on_credit(self, frame: Frame) -> None:
+        cohort, member = self._member()
+        if len(frame.body) != msg.CREDIT.size:
+            raise MalformedFrame("credit body must be 4 bytes")
+        (amount,) = msg.CREDIT.unpack(frame.body)
+        cohort.credit(member, amount)
+
+    def on_ack(self, frame: Frame) -> None:
+        cohort, member = self._member()
+        ack = msg.Ack.decode(frame.body)
+        cursor = cohort.ack(member, ack.partition, ack.gate_epoch, ack.offset)
+        self.respond(frame, Op.ACK_OK, msg.ACK_OK.pack(ack.partition, cursor - 1))
+
+    def on_release(self, frame: Frame) -> None:
+        cohort, member = self._member()
+        release = msg.Release.decode(frame.body)
+        cohort.release(member, release.partitions)
+        self.respond(frame, Op.RELEASE_OK, b"{}")
+
+    def on_seek(self, frame: Frame) -> None:
+        cohort, member = self._member()
+        seek = msg.Seek.decode(frame.body)
+        epoch = cohort.seek(member, seek.partition, seek.offset)
+        self.respond(frame, Op.SEEK_OK, msg.encode_json({"partition": seek.partition, "epoch": epoch}))
+
+    # ------------------------------------------------------------------ topic admin
+
+    def on_create_topic(self, frame: Frame) -> None:
+        req = msg.CreateTopic.decode(frame.body)
+        topic = self.broker.create_topic(req.name, req.partitions, req.config)
+        self.respond(frame, Op.CREATE_TOPIC_OK, msg.encode_json(self.broker.describe_topic(topic.name)))
+
+    def on_delete_topic(self, frame: Frame) -> None:
+        req = msg.TopicName.decode(frame.body)
+        self.broker.delete_topic(req.name)
+        self.respond(frame, Op.DELETE_TOPIC_OK, b"{}")
+
+    def on_describe_topics(self, frame: Frame) -> None:
+        obj = msg.decode_json(frame.body) if frame.body else {}
+        name = obj.get("name")
+        if name is not None:
+            if not isinstance(name, str):
+                raise MalformedFrame("field 'name' must be a string")
+            topics = [self.broker.describe_topic(name)]
+        else:
+            topics = [self.broker.describe_topic(n) for n in sorted(self.broker.registry.topics)]
+        self.respond(frame, Op.DESCRIBE_TOPICS_OK, msg.encode_json({"topics": topics}))
+
+
+HANDLERS: dict[int, Handler] = {
+    Op.HANDSHAKE: Connection.on_handshake,
+    Op.PING: Connection.on_ping,
+    Op.TOPOLOGY: Connection.on_topology,
+    Op.TOPOLOGY_UPDATE_ACK: Connection.on_topology_ack,
+    Op.PRODUCE: Connection.on_produce,
+    Op.FETCH: Connection.on_fetch,
+    Op.COHORT_JOIN: Connection.on_cohort_join,
+    Op.COHORT_LEAVE: Connection.on_cohort_leave,
+    Op.COHORT_HEARTBEAT: Connection.on_cohort_heartbeat,
+    Op.CREDIT: Connection.on_credit,
+    Op.ACK: Connection.on_ack,
+    Op.RELEASE: Connection.on_release,
+    Op.SEEK: Connection.on_seek,
+    Op.CREATE_TOPIC: Connection.on_create_topic,
+    Op.DELETE_TOPIC: Connection.on_delete_topic,
+    Op.DESCRIBE_TOPICS: Connection.on_describe_topics,
+}

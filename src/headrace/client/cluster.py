@@ -1,0 +1,134 @@
+"""Bootstrap, connection pool and routing cache shared by producers and consumers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+from headrace.client.connection import ClientConnection, ConnectOptions
+from headrace.client.routing import RoutingCache
+from headrace.errors import ConnectionClosed, HeadraceError
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import Frame, Op
+
+log = logging.getLogger(__name__)
+
+
+def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else bootstrap
+    out = []
+    for item in items:
+        host, sep, port = item.strip().rpartition(":")
+        if not sep or not port.isdigit() or not host:
+            raise ValueError(f"bootstrap address {item!r} is not HOST:PORT")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("no bootstrap address given")
+    return out
+
+
+class ClusterClient:
+    def __init__(self, bootstrap: str | list[str], options: ConnectOptions | None = None) -> None:
+        self._bootstrap = parse_bootstrap(bootstrap)
+        self.options = options or ConnectOptions()
+        self.routing = RoutingCache()
+        self._pool: dict[tuple[str, int], ClientConnection] = {}
+        self._connecting: dict[tuple[str, int], asyncio.Task[ClientConnection]] = {}
+        self._push_handlers: dict[int, Callable[[ClientConnection, Frame], None]] = {}
+        self._refreshing: asyncio.Task[None] | None = None
+        #: the generation every applied push was acked at, newest last (for tests and metrics)
+        self.acked_generations: list[int] = []
+
+    def on_push(self, op: Op, handler: Callable[[ClientConnection, Frame], None]) -> None:
+        self._push_handlers[op] = handler
+
+    async def start(self) -> None:
+        await self.refresh()
+
+    # ------------------------------------------------------------------ connections
+
+    async def connect(self, host: str, port: int) -> ClientConnection:
+        key = (host, port)
+        conn = self._pool.get(key)
+        if conn is not None and not conn.is_closed:
+            return conn
+        task = self._connecting.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                ClientConnection.open(host, port, self.options, self._handle_push)
+            )
+            self._connecting[key] = task
+        try:
+            conn = await asyncio.shield(task)
+        finally:
+            if task.done():
+                self._connecting.pop(key, None)
+        self._pool[key] = conn
+        return conn
+
+    async def bootstrap_connection(self) -> ClientConnection:
+        """Any reachable broker: pooled ones first, then the bootstrap list."""
+        for conn in self._pool.values():
+            if not conn.is_closed:
+                return conn
+        errors = []
+        candidates = list(self._bootstrap)
+        for b in (self.routing.brokers or {}).values():
+            if (b.host, b.port) not in candidates:
+                candidates.append((b.host, b.port))
+        for host, port in candidates:
+            try:
+                return await self.connect(host, port)
+            except HeadraceError as exc:
+                errors.append(str(exc))
+        raise ConnectionClosed("no broker reachable: " + "; ".join(errors))
+
+    async def connection_for(self, topic: str, partition: int) -> ClientConnection:
+        owner = self.routing.owner(topic, partition)
+        if owner is None:
+            return await self.bootstrap_connection()
+        return await self.connect(owner.host, owner.port)
+
+    # ------------------------------------------------------------------ topology
+
+    async def refresh(self) -> None:
+        """Fetch the topology; concurrent callers share one request."""
+        if self._refreshing is None or self._refreshing.done():
+            self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
+        await asyncio.shield(self._refreshing)
+
+    async def _refresh(self) -> None:
+        conn = await self.bootstrap_connection()
+        frame = await conn.request(Op.TOPOLOGY, b"{}")
+        snapshot = msg.TopologySnapshot.decode(frame.body)
+        if not self.routing.apply(snapshot) and snapshot.generation == self.routing.generation:
+            # Same generation (e.g. a Redirect patched the cache): take the broker's view.
+            self.routing.topics = None
+            self.routing.apply(snapshot)
+
+    def _handle_push(self, conn: ClientConnection, frame: Frame) -> None:
+        if frame.op == Op.TOPOLOGY_UPDATE:
+            try:
+                snapshot = msg.TopologySnapshot.decode(frame.body)
+            except HeadraceError as exc:
+                log.warning("ignoring malformed topology push: %s", exc)
+                return
+            self.routing.apply(snapshot)
+            # Ack the generation the cache reflects now (never one it has not applied).
+            generation = self.routing.generation
+            self.acked_generations.append(generation)
+            conn.send_no_reply(Op.TOPOLOGY_UPDATE_ACK, msg.TopologyUpdateAck(generation).encode())
+            return
+        handler = self._push_handlers.get(frame.op)
+        if handler is not None:
+            handler(conn, frame)
+
+    async def close(self) -> None:
+        for task in self._connecting.values():
+            task.cancel()
+        for conn in list(self._pool.values()):
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.close(), 5)
+        self._pool.clear()

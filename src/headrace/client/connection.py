@@ -1,0 +1,175 @@
+"""One client connection: pipelined requests matched to responses by correlation id."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import socket
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import cast
+
+from headrace.errors import ConnectionClosed, HeadraceError, Redirected, error_for_code
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import FLAG_NO_REPLY, FLAG_PUSH, Frame, FrameDecoder, Op, encode_frame, frame_header
+
+
+class RedirectReceived(Redirected):
+    """The broker answered with a Redirect; ``redirect`` names the current owner."""
+
+    def __init__(self, redirect: msg.Redirect) -> None:
+        super().__init__(redirect.reason or "redirected")
+        self.redirect = redirect
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectOptions:
+    client_id: str = "headrace-python"
+    auth_token: str | None = None
+    ssl: ssl.SSLContext | None = None
+    connect_timeout_s: float = 10.0
+    max_frame_bytes: int = 64 * 1024 * 1024
+
+
+PushHandler = Callable[["ClientConnection", Frame], None]
+
+
+class ClientConnection(asyncio.Protocol):
+    def __init__(self, on_push: PushHandler | None, max_frame_bytes: int) -> None:
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._pending: dict[int, asyncio.Future[Frame]] = {}
+        self._ids = itertools.count(1)
+        self._on_push = on_push
+        self.transport: asyncio.Transport | None = None
+        self.closed = asyncio.Event()
+        self.close_reason: str = ""
+        self.handshake: msg.HandshakeOk | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+
+    @classmethod
+    async def open(
+        cls, host: str, port: int, options: ConnectOptions, on_push: PushHandler | None = None
+    ) -> ClientConnection:
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: cls(on_push, options.max_frame_bytes), host, port, ssl=options.ssl,
+                    server_hostname=host if options.ssl else None,
+                ),
+                options.connect_timeout_s,
+            )
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc}") from exc
+        hello = msg.Handshake(msg.PROTOCOL_VERSION, options.client_id, options.auth_token)
+        frame = await conn.request(Op.HANDSHAKE, hello.encode())
+        conn.handshake = msg.HandshakeOk.decode(frame.body)
+        return conn
+
+    # ------------------------------------------------------------------ protocol callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # uvloop's transports implement the interface without subclassing it
+        self.transport = cast(asyncio.Transport, transport)
+        sock = self.transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+
+    def data_received(self, data: bytes) -> None:
+        self._decoder.feed(data)
+        while True:
+            try:
+                frame = self._decoder.next_frame()
+            except HeadraceError as exc:
+                self._fail_all(exc)
+                if self.transport is not None:
+                    self.transport.close()
+                return
+            if frame is None:
+                return
+            if frame.flags & FLAG_PUSH:
+                if self._on_push is not None:
+                    self._on_push(self, frame)
+                continue
+            fut = self._pending.pop(frame.correlation_id, None)
+            if fut is None:
+                if frame.op == Op.ERROR:
+                    # An error for no request in particular: the broker is hanging up.
+                    body = msg.ErrorBody.decode(frame.body)
+                    self.close_reason = body.message
+                continue
+            if fut.done():
+                continue
+            if frame.op == Op.ERROR:
+                body = msg.ErrorBody.decode(frame.body)
+                fut.set_exception(error_for_code(body.code, body.message))
+            elif frame.op == Op.REDIRECT:
+                fut.set_exception(RedirectReceived(msg.Redirect.decode(frame.body)))
+            else:
+                fut.set_result(frame)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        reason = self.close_reason or (str(exc) if exc else "connection closed by the broker")
+        self._fail_all(ConnectionClosed(reason))
+        self.closed.set()
+        self._writable.set()
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    def _fail_all(self, exc: HeadraceError) -> None:
+        pending, self._pending = self._pending, {}
+        for fut in pending.values():
+            if not fut.done():
+                fut.set_exception(exc)
+                # Mark retrieved: a caller that gave up on this request must not see a warning.
+                fut.exception()
+
+    # ------------------------------------------------------------------ sending
+
+    @property
+    def is_closed(self) -> bool:
+        return self.closed.is_set() or self.transport is None or self.transport.is_closing()
+
+    def request(self, op: Op, body: bytes = b"", *parts: bytes | memoryview) -> asyncio.Future[Frame]:
+        """Send a request; the future resolves with the response frame or raises its error."""
+        fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        if self.is_closed:
+            fut.set_exception(ConnectionClosed(self.close_reason or "connection is closed"))
+            return fut
+        cid = next(self._ids) & 0xFFFFFFFF
+        self._pending[cid] = fut
+        assert self.transport is not None
+        if parts:
+            length = len(body) + sum(len(p) for p in parts)
+            self.transport.writelines([frame_header(op, cid, length), body, *parts])
+        else:
+            self.transport.write(encode_frame(op, cid, body))
+        return fut
+
+    def send_no_reply(self, op: Op, body: bytes, *parts: bytes | memoryview) -> None:
+        """Send a request the broker must not answer (credits, acks=none, topology acks)."""
+        if self.is_closed:
+            return
+        assert self.transport is not None
+        if parts:
+            length = len(body) + sum(len(p) for p in parts)
+            self.transport.writelines([frame_header(op, 0, length, FLAG_NO_REPLY), body, *parts])
+        else:
+            self.transport.write(encode_frame(op, 0, body, FLAG_NO_REPLY))
+
+    async def wait_writable(self) -> None:
+        await self._writable.wait()
+
+    async def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+        await self.closed.wait()

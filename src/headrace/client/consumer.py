@@ -1,0 +1,362 @@
+"""Async cohort consumer: joins, receives pushed batches, acks cumulatively.
+
+The broker pushes each held partition's committed batches, bounded by the
+credit this member grants; handing a batch to the application returns its
+bytes as credit. Acks are cumulative per partition and coalesced (one ACK per
+partition per loop iteration). When the broker revokes a partition, queued
+records of it are dropped (never handed out) and the partition is released
+as soon as everything already handed out is acked: a rebalance without a
+crash delivers nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from headrace.client.cluster import ClusterClient
+from headrace.client.connection import ClientConnection, ConnectOptions
+from headrace.client.routing import canonical
+from headrace.errors import ConnectionClosed, HeadraceError
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import Frame, Op
+from headrace.records import batch as rb
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class ConsumedBatch:
+    """One record batch as delivered; decoding is lazy and skips records below ``first_offset``."""
+
+    topic: str
+    partition: int
+    epoch: int
+    first_offset: int
+    data: bytes
+    header: rb.BatchHeader
+    _decoded: rb.DecodedBatch | None = field(default=None, repr=False)
+
+    @property
+    def last_offset(self) -> int:
+        return self.header.last_offset
+
+    @property
+    def start(self) -> int:
+        return max(self.first_offset, self.header.base_offset)
+
+    @property
+    def record_count(self) -> int:
+        return self.header.next_offset - self.start
+
+    def decoded(self) -> rb.DecodedBatch:
+        if self._decoded is None:
+            self._decoded = rb.decode(self.data)
+        return self._decoded
+
+    def values(self) -> list[bytes]:
+        skip = self.start - self.header.base_offset
+        values = self.decoded().values
+        return values[skip:] if skip else values
+
+    def offsets(self) -> range:
+        return range(self.start, self.header.next_offset)
+
+    def records(self) -> list[rb.Record]:
+        return self.decoded().records(self.start)
+
+
+@dataclass(slots=True)
+class _Session:
+    """This member's membership on one broker (the owner of some partitions)."""
+
+    conn: ClientConnection
+    held: dict[int, int] = field(default_factory=dict)
+    revoking: set[int] = field(default_factory=set)
+    generation: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class Consumer:
+    def __init__(
+        self,
+        bootstrap: str | list[str],
+        topic: str,
+        cohort: str,
+        *,
+        member_id: str | None = None,
+        start: str = "latest",
+        credit_bytes: int = 8 * 1024 * 1024,
+        isolation: msg.Isolation = msg.Isolation.COMMITTED,
+        session_timeout_ms: int = 10_000,
+        heartbeat_interval_ms: int = 2_000,
+        options: ConnectOptions | None = None,
+    ) -> None:
+        self.cluster = ClusterClient(bootstrap, options)
+        self.topic = canonical(topic)
+        self.cohort = cohort
+        self.member_id = member_id or f"member-{uuid.uuid4().hex[:12]}"
+        self.start_from = start
+        self.credit_bytes = credit_bytes
+        self.isolation = isolation
+        self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_s = heartbeat_interval_ms / 1000
+        self._sessions: dict[int, _Session] = {}
+        self._session_of: dict[int, _Session] = {}
+        self._queue: asyncio.Queue[ConsumedBatch | None] = asyncio.Queue()
+        self._handed: dict[int, int] = {}
+        self._acked: dict[int, int] = {}
+        self._pending_acks: dict[int, int] = {}
+        self._ack_scheduled = False
+        self._unreturned: dict[int, int] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._closed = False
+        #: last epoch this member held each partition under (acks of a revoking partition use it)
+        self._epochs: dict[int, int] = {}
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> Consumer:
+        self.cluster.on_push(Op.ASSIGNMENT, self._on_assignment)
+        self.cluster.on_push(Op.DELIVERY, self._on_delivery)
+        await self.cluster.start()
+        routing = self.cluster.routing.topic(self.topic)
+        owners = sorted({o for o in routing.owners})
+        for owner_id in owners:
+            addr = (self.cluster.routing.brokers or {}).get(owner_id)
+            conn = await (self.cluster.connect(addr.host, addr.port) if addr else self.cluster.bootstrap_connection())
+            await self._join(owner_id, conn)
+        self._tasks.append(asyncio.get_running_loop().create_task(self._heartbeat_forever()))
+        return self
+
+    async def __aenter__(self) -> Consumer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _join(self, owner_id: int, conn: ClientConnection) -> None:
+        session = _Session(conn)
+        self._sessions[owner_id] = session
+        join = msg.CohortJoin(
+            self.cohort, self.topic, self.member_id, self.start_from, self.session_timeout_ms, int(self.isolation)
+        )
+        frame = await conn.request(Op.COHORT_JOIN, join.encode())
+        self._apply_assignment(session, msg.Assignment.decode(frame.body))
+        conn.send_no_reply(Op.CREDIT, msg.CREDIT.pack(self.credit_bytes))
+
+    async def close(self, *, grace_s: float = 10.0) -> None:
+        """Leave politely: ack what was handed out, release, then disconnect."""
+        if self._closed:
+            return
+        self._closed = True
+        self._flush_acks()
+        for session in self._sessions.values():
+            with contextlib.suppress(HeadraceError):
+                await session.conn.request(Op.COHORT_LEAVE, b"{}")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + grace_s
+        for session in self._sessions.values():
+            while (session.held or session.revoking) and loop.time() < deadline and not session.conn.is_closed:
+                session.changed.clear()
+                self._release_ready(session)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(session.changed.wait(), max(0.01, deadline - loop.time()))
+        for task in self._tasks:
+            task.cancel()
+        self._queue.put_nowait(None)
+        await self.cluster.close()
+
+    async def _heartbeat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.heartbeat_s)
+            for session in list(self._sessions.values()):
+                if session.conn.is_closed:
+                    continue
+                fut = session.conn.request(Op.COHORT_HEARTBEAT, b"{}")
+                fut.add_done_callback(_log_failure("heartbeat"))
+
+    # ------------------------------------------------------------------ pushes
+
+    def _session_for(self, conn: ClientConnection) -> _Session | None:
+        for session in self._sessions.values():
+            if session.conn is conn:
+                return session
+        return None
+
+    def _on_assignment(self, conn: ClientConnection, frame: Frame) -> None:
+        session = self._session_for(conn)
+        if session is None:
+            return
+        self._apply_assignment(session, msg.Assignment.decode(frame.body))
+
+    def _apply_assignment(self, session: _Session, assignment: msg.Assignment) -> None:
+        for p, epoch in assignment.partitions.items():
+            if session.held.get(p) != epoch:
+                # A new tenure: nothing handed out yet in it.
+                self._handed.pop(p, None)
+                self._acked.pop(p, None)
+            self._session_of[p] = session
+            self._epochs[p] = epoch
+        session.held = dict(assignment.partitions)
+        session.revoking = set(assignment.revoked)
+        session.generation = assignment.generation
+        session.changed.set()
+        self._release_ready(session)
+
+    def _on_delivery(self, conn: ClientConnection, frame: Frame) -> None:
+        delivery = msg.Delivery.decode(frame.body)
+        session = self._session_for(conn)
+        data = bytes(delivery.batches)
+        if session is None or session.held.get(delivery.partition) != delivery.gate_epoch:
+            # A delivery from a tenure we no longer have: give its credit back.
+            conn.send_no_reply(Op.CREDIT, msg.CREDIT.pack(len(data)))
+            return
+        remaining = len(data)
+        for pos, header in rb.scan(data):
+            size = header.size
+            remaining -= size
+            chunk = data[pos : pos + size]
+            self._queue.put_nowait(
+                ConsumedBatch(self.topic, delivery.partition, delivery.gate_epoch, delivery.first_offset, chunk, header)
+            )
+        if remaining:
+            log.warning("delivery for partition %s had %d trailing bytes", delivery.partition, remaining)
+
+    # ------------------------------------------------------------------ consuming
+
+    async def batches(self) -> AsyncIterator[ConsumedBatch]:
+        """Yield delivered batches in per-partition offset order until closed."""
+        while True:
+            item = await self._queue.get()
+            if item is None:
+                self._queue.put_nowait(None)
+                return
+            session = self._session_of.get(item.partition)
+            self._return_credit(session, item.header.size)
+            if session is None or session.held.get(item.partition) != item.epoch:
+                continue  # revoked or re-seated while queued: never handed out
+            handed = self._handed.get(item.partition)
+            if handed is not None and item.header.last_offset <= handed:
+                continue
+            if handed is not None and item.start <= handed:
+                item.first_offset = handed + 1
+            self._handed[item.partition] = item.header.last_offset
+            yield item
+
+    def __aiter__(self) -> AsyncIterator[rb.Record]:
+        return self._records()
+
+    async def _records(self) -> AsyncIterator[rb.Record]:
+        async for batch in self.batches():
+            for record in batch.records():
+                yield record
+
+    async def getmany(self, max_batches: int = 100, timeout_s: float = 1.0) -> list[ConsumedBatch]:
+        """Up to ``max_batches`` batches, waiting at most ``timeout_s`` for the first."""
+        out: list[ConsumedBatch] = []
+        it = self.batches()
+        try:
+            first = await asyncio.wait_for(anext(it), timeout_s)
+        except (TimeoutError, StopAsyncIteration):
+            return out
+        out.append(first)
+        while len(out) < max_batches and not self._queue.empty():
+            head = self._queue._queue[0]  # type: ignore[attr-defined]
+            if head is None:
+                break
+            try:
+                out.append(await anext(it))
+            except StopAsyncIteration:
+                break
+        return out
+
+    def _return_credit(self, session: _Session | None, nbytes: int) -> None:
+        if session is None:
+            return
+        key = id(session)
+        owed = self._unreturned.get(key, 0) + nbytes
+        # Return credit in chunks: one small frame per quarter of the window.
+        if owed >= self.credit_bytes // 4:
+            session.conn.send_no_reply(Op.CREDIT, msg.CREDIT.pack(owed))
+            owed = 0
+        self._unreturned[key] = owed
+
+    # ------------------------------------------------------------------ acking
+
+    def ack(self, partition: int, offset: int) -> None:
+        """Acknowledge every record of ``partition`` up to and including ``offset``."""
+        if offset > self._pending_acks.get(partition, -1):
+            self._pending_acks[partition] = offset
+        if not self._ack_scheduled:
+            self._ack_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush_acks)
+
+    def ack_batch(self, batch: ConsumedBatch) -> None:
+        self.ack(batch.partition, batch.last_offset)
+
+    def ack_record(self, record: rb.Record, partition: int) -> None:
+        self.ack(partition, record.offset)
+
+    def _flush_acks(self) -> None:
+        self._ack_scheduled = False
+        pending, self._pending_acks = self._pending_acks, {}
+        touched: set[int] = set()
+        for partition, offset in pending.items():
+            session = self._session_of.get(partition)
+            if session is None or partition not in session.held and partition not in session.revoking:
+                continue
+            epoch = session.held.get(partition, self._epochs.get(partition))
+            if epoch is None:
+                continue
+            body = msg.Ack(partition, epoch, offset).encode()
+            session.conn.request(Op.ACK, body).add_done_callback(_log_failure(f"ack of partition {partition}"))
+            self._acked[partition] = max(offset, self._acked.get(partition, -1))
+            touched.add(id(session))
+        for session in self._sessions.values():
+            if id(session) in touched:
+                self._release_ready(session)
+
+    def _release_ready(self, session: _Session) -> None:
+        """Release revoked partitions whose handed-out records are all acked."""
+        ready = [
+            p for p in session.revoking
+            if self._acked.get(p, -1) >= self._handed.get(p, -1) and p not in self._pending_acks
+        ]
+        if ready and not session.conn.is_closed:
+            session.revoking -= set(ready)
+            fut = session.conn.request(Op.RELEASE, msg.Release(sorted(ready)).encode())
+            fut.add_done_callback(_log_failure("release"))
+
+    async def seek(self, partition: int, offset: int) -> None:
+        """Restart delivery of a held partition at ``offset``."""
+        session = self._session_of.get(partition)
+        if session is None or partition not in session.held:
+            raise HeadraceError(f"partition {partition} is not held by this member")
+        frame = await session.conn.request(Op.SEEK, msg.Seek(partition, offset).encode())
+        epoch = int(msg.decode_json(frame.body)["epoch"])
+        session.held[partition] = epoch
+        self._handed.pop(partition, None)
+        self._acked.pop(partition, None)
+
+    @property
+    def assignment(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for session in self._sessions.values():
+            out.update(session.held)
+        return out
+
+
+def _log_failure(what: str):  # type: ignore[no-untyped-def]
+    def callback(fut: asyncio.Future[Frame]) -> None:
+        if fut.cancelled():
+            return
+        exc = fut.exception()
+        if exc is not None and not isinstance(exc, ConnectionClosed):
+            log.warning("%s failed: %s", what, exc)
+
+    return callback

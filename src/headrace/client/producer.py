@@ -1,0 +1,440 @@
+"""Async producer: per-partition batching, routing, pipelining, idempotent retries.
+
+Records are collected per partition until ``batch_bytes`` or ``linger_ms``;
+a full batch is encoded once (columnar, C-speed loops) and handed to that
+partition's sender. Each sender keeps up to ``max_in_flight`` requests
+pipelined. Every batch carries the producer id and a per-partition sequence,
+so a retry after a lost response is recognised by the broker and answered
+with the original offsets instead of being appended twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import secrets
+import time
+from collections import deque
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from headrace.client.cluster import ClusterClient
+from headrace.client.connection import ConnectOptions, RedirectReceived
+from headrace.client.routing import canonical, partition_for_key
+from headrace.errors import (
+    BatchTooLarge,
+    ConnectionClosed,
+    HeadraceError,
+    OutOfOrderSequence,
+    RequestTimedOut,
+)
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import Op
+from headrace.records import batch as rb
+
+log = logging.getLogger(__name__)
+
+_SEQ_MOD = 1 << 32
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    topic: str
+    partition: int
+    base_offset: int
+    record_count: int
+
+
+class RecordReceipt:
+    """Awaitable handle of one sent record; resolves to its RecordMetadata."""
+
+    __slots__ = ("_future", "_index")
+
+    def __init__(self, future: asyncio.Future[BatchResult], index: int) -> None:
+        self._future = future
+        self._index = index
+
+    def __await__(self) -> Generator[Any, None, RecordMetadata]:
+        result = yield from self._future.__await__()
+        return RecordMetadata(result.topic, result.partition, result.base_offset + self._index)
+
+    def done(self) -> bool:
+        return self._future.done()
+
+
+@dataclass(slots=True)
+class _Accumulator:
+    """Records waiting to become one batch for one partition."""
+
+    values: list[bytes] = field(default_factory=list)
+    keys: list[bytes | None] | None = None
+    headers: list[Sequence[tuple[str, bytes]]] | None = None
+    timestamps: list[int] | None = None
+    size: int = 0
+    future: asyncio.Future[BatchResult] | None = None
+    linger: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class _Batch:
+    topic: str
+    partition: int
+    data: bytes
+    record_count: int
+    sequence: int
+    future: asyncio.Future[BatchResult]
+    deadline: float
+    attempts: int = 0
+
+
+class _PartitionSender:
+    """Sends one partition's batches in order, pipelined, retrying from the first failure."""
+
+    def __init__(self, producer: Producer, topic: str, partition: int) -> None:
+        self.producer = producer
+        self.topic = topic
+        self.partition = partition
+        self.queue: deque[_Batch] = deque()
+        self.inflight: deque[tuple[_Batch, asyncio.Future[Any]]] = deque()
+        self.wakeup = asyncio.Event()
+        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"send-{topic}-{partition}")
+
+    def submit(self, batch: _Batch) -> None:
+        self.queue.append(batch)
+        self.wakeup.set()
+
+    @property
+    def idle(self) -> bool:
+        return not self.queue and not self.inflight
+
+    async def _run(self) -> None:
+        p = self.producer
+        while True:
+            if self.idle:
+                self.wakeup.clear()
+                await self.wakeup.wait()
+            while self.queue and len(self.inflight) < p.max_in_flight:
+                batch = self.queue.popleft()
+                try:
+                    fut = await self._send(batch)
+                except HeadraceError as exc:
+                    fut = asyncio.get_running_loop().create_future()
+                    fut.set_exception(exc)
+                self.inflight.append((batch, fut))
+            if not self.inflight:
+                continue
+            batch, fut = self.inflight[0]
+            try:
+                frame = await fut
+            except HeadraceError as exc:
+                await self._on_error(batch, exc)
+                continue
+            self.inflight.popleft()
+            if p.acks is msg.Acks.NONE:
+                result = BatchResult(self.topic, self.partition, -1, batch.record_count)
+            else:
+                resp = msg.ProduceResponse.decode(frame.body)
+                result = BatchResult(self.topic, self.partition, resp.base_offset, batch.record_count)
+            p._release(len(batch.data))
+            if not batch.future.done():
+                batch.future.set_result(result)
+
+    async def _send(self, batch: _Batch) -> asyncio.Future[Any]:
+        p = self.producer
+        batch.attempts += 1
+        conn = await p.cluster.connection_for(self.topic, self.partition)
+        version = p.cluster.routing.topic(self.topic).partitioning_version
+        req = msg.ProduceRequest(self.topic, self.partition, version, p.acks, p.request_timeout_ms, b"")
+        if p.acks is msg.Acks.NONE:
+            # No response will come: complete as soon as the bytes are handed to the socket.
+            fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+            conn.send_no_reply(Op.PRODUCE, req.encode_prefix(), batch.data)
+            fut.set_result(None)
+            return fut
+        return conn.request(Op.PRODUCE, req.encode_prefix(), batch.data)
+
+    async def _on_error(self, batch: _Batch, exc: HeadraceError) -> None:
+        p = self.producer
+        retriable = exc.retriable or isinstance(exc, RedirectReceived)
+        # Everything in flight behind the failed batch is resent after it, in order.
+        pending = [b for b, _ in self.inflight]
+        for _, f in self.inflight:
+            if not f.done():
+                f.cancel()
+            else:
+                f.exception() if not f.cancelled() else None
+        self.inflight.clear()
+        if retriable and time.monotonic() < batch.deadline:
+            if isinstance(exc, RedirectReceived):
+                r = exc.redirect
+                p.cluster.routing.note_redirect(r.topic, r.partition, r.owner, r.partitioning_version)
+            if exc.invalid_metadata or isinstance(exc, ConnectionClosed | RedirectReceived):
+                with contextlib.suppress(HeadraceError):
+                    await p.cluster.refresh()
+            if not isinstance(exc, RedirectReceived | OutOfOrderSequence):
+                await asyncio.sleep(min(p.retry_backoff_ms * batch.attempts, 2000) / 1000)
+            self.queue.extendleft(reversed(pending))
+            return
+        if retriable:
+            exc = RequestTimedOut(f"batch for {self.topic}/{self.partition} not acknowledged in time: {exc}")
+        # Non-retriable: the broker appended neither this batch nor (sequence gap) any
+        # after it. Fail this one and renumber the rest from its sequence.
+        log.warning("batch for %s/%s failed: %s", self.topic, self.partition, exc)
+        p._release(len(batch.data))
+        if not batch.future.done():
+            batch.future.set_exception(exc)
+            batch.future.exception()
+        rest = pending[1:] + list(self.queue)
+        self.queue.clear()
+        seq = batch.sequence
+        for b in rest:
+            b.data = rb.restamp_sequence(b.data, seq)
+            b.sequence = seq
+            seq = (seq + b.record_count) % _SEQ_MOD
+        p._sequences[(self.topic, self.partition)] = seq
+        self.queue.extend(rest)
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+class Producer:
+    def __init__(
+        self,
+        bootstrap: str | list[str],
+        *,
+        acks: msg.Acks | str = msg.Acks.LEADER,
+        batch_bytes: int = 512 * 1024,
+        linger_ms: float = 2.0,
+        max_in_flight: int = 8,
+        buffer_bytes: int = 64 * 1024 * 1024,
+        retry_backoff_ms: int = 100,
+        delivery_timeout_ms: int = 30_000,
+        request_timeout_ms: int = 30_000,
+        compression: int = rb.COMPRESSION_NONE,
+        idempotent: bool = True,
+        options: ConnectOptions | None = None,
+    ) -> None:
+        self.cluster = ClusterClient(bootstrap, options)
+        self.acks = msg.Acks[acks.upper()] if isinstance(acks, str) else acks
+        self.batch_bytes = batch_bytes
+        self.linger_s = linger_ms / 1000
+        self.max_in_flight = max_in_flight
+        self.buffer_bytes = buffer_bytes
+        self.retry_backoff_ms = retry_backoff_ms
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        self.request_timeout_ms = request_timeout_ms
+        self.compression = compression
+        self.producer_id = (secrets.randbits(63) | 1) if idempotent else 0
+        self._accumulators: dict[tuple[str, int], _Accumulator] = {}
+        self._senders: dict[tuple[str, int], _PartitionSender] = {}
+        self._sequences: dict[tuple[str, int], int] = {}
+        self._sticky: dict[str, int] = {}
+        self._round_robin = itertools.count()
+        self._buffered = 0
+        self._space = asyncio.Event()
+        self._space.set()
+        self._closed = False
+
+    async def start(self) -> Producer:
+        await self.cluster.start()
+        return self
+
+    async def __aenter__(self) -> Producer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ routing
+
+    async def _partitions(self, topic: str) -> int:
+        try:
+            return self.cluster.routing.topic(topic).partitions
+        except HeadraceError:
+            await self.cluster.refresh()
+            return self.cluster.routing.topic(topic).partitions
+
+    def _choose(self, topic: str, count: int, key: bytes | None, partition: int | None, size: int) -> int:
+        if partition is not None:
+            return partition
+        if key is not None:
+            return partition_for_key(key, count)
+        # Unkeyed: stick to one partition until its batch fills, then move on.
+        sticky = self._sticky.get(topic)
+        if sticky is None or sticky >= count:
+            sticky = next(self._round_robin) % count
+            self._sticky[topic] = sticky
+        acc = self._accumulators.get((topic, sticky))
+        if acc is not None and acc.size + size > self.batch_bytes:
+            sticky = (sticky + 1) % count
+            self._sticky[topic] = sticky
+        return sticky
+
+    # ------------------------------------------------------------------ sending
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] | None = None,
+        timestamp_ms: int | None = None,
+    ) -> RecordReceipt:
+        """Queue one record; await the returned receipt for its offset."""
+        if self._closed:
+            raise ConnectionClosed("producer is closed")
+        topic = canonical(topic)
+        count = await self._partitions(topic)
+        if self._buffered >= self.buffer_bytes:
+            await self._wait_space()
+        p = self._choose(topic, count, key, partition, len(value))
+        acc = self._accumulator(topic, p)
+        index = len(acc.values)
+        if key is not None and acc.keys is None:
+            acc.keys = [None] * index
+        if headers and acc.headers is None:
+            acc.headers = [()] * index
+        if timestamp_ms is not None and acc.timestamps is None:
+            now = time.time_ns() // 1_000_000
+            acc.timestamps = [now] * index
+        acc.values.append(value)
+        if acc.keys is not None:
+            acc.keys.append(key)
+        if acc.headers is not None:
+            acc.headers.append(headers or ())
+        if acc.timestamps is not None:
+            acc.timestamps.append(timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000)
+        acc.size += len(value) + (len(key) if key else 0) + 8
+        assert acc.future is not None
+        receipt = RecordReceipt(acc.future, index)
+        if acc.size >= self.batch_bytes:
+            self._drain(topic, p)
+        return receipt
+
+    async def send_many(
+        self, topic: str, values: Sequence[bytes], *, partition: int | None = None, key: bytes | None = None
+    ) -> list[asyncio.Future[BatchResult]]:
+        """Queue many unkeyed (or same-key) records at once; no per-record Python work.
+
+        Returns one future per batch the records went into.
+        """
+        if self._closed:
+            raise ConnectionClosed("producer is closed")
+        topic = canonical(topic)
+        count = await self._partitions(topic)
+        futures: list[asyncio.Future[BatchResult]] = []
+        pos = 0
+        total = len(values)
+        while pos < total:
+            if self._buffered >= self.buffer_bytes:
+                await self._wait_space()
+            p = self._choose(topic, count, key, partition, 0)
+            acc = self._accumulator(topic, p)
+            if acc.keys is not None or acc.headers is not None or acc.timestamps is not None:
+                self._drain(topic, p)
+                acc = self._accumulator(topic, p)
+            room = max(1, self.batch_bytes - acc.size)
+            # Estimate how many values fit from the first one's size; exactness is not needed.
+            per = len(values[pos]) + 8
+            take = max(1, min(total - pos, room // per))
+            chunk = values[pos : pos + take]
+            if key is not None:
+                acc.keys = acc.keys or [None] * len(acc.values)
+                acc.keys.extend([key] * take)
+            acc.values.extend(chunk)
+            acc.size += take * per
+            assert acc.future is not None
+            if not futures or futures[-1] is not acc.future:
+                futures.append(acc.future)
+            pos += take
+            if acc.size >= self.batch_bytes:
+                self._drain(topic, p)
+                if partition is None and key is None:
+                    self._sticky[topic] = (p + 1) % count
+        return futures
+
+    def _accumulator(self, topic: str, partition: int) -> _Accumulator:
+        k = (topic, partition)
+        acc = self._accumulators.get(k)
+        if acc is None:
+            acc = _Accumulator(future=asyncio.get_running_loop().create_future())
+            self._accumulators[k] = acc
+            acc.linger = asyncio.get_running_loop().call_later(self.linger_s, self._drain, topic, partition)
+        return acc
+
+    def _drain(self, topic: str, partition: int) -> None:
+        acc = self._accumulators.pop((topic, partition), None)
+        if acc is None or not acc.values:
+            return
+        if acc.linger is not None:
+            acc.linger.cancel()
+        k = (topic, partition)
+        seq = self._sequences.get(k, 0)
+        count = len(acc.values)
+        data = rb.encode(
+            acc.values,
+            keys=acc.keys,
+            headers=acc.headers,
+            timestamps=acc.timestamps,
+            compression=self.compression,
+            producer_id=self.producer_id,
+            base_sequence=seq,
+        )
+        assert acc.future is not None
+        if self.cluster.options.max_frame_bytes and len(data) > 16 * 1024 * 1024:
+            acc.future.set_exception(BatchTooLarge(f"batch of {len(data)} bytes is too large"))
+            return
+        self._sequences[k] = (seq + count) % _SEQ_MOD
+        self._buffered += len(data)
+        if self._buffered >= self.buffer_bytes:
+            self._space.clear()
+        sender = self._senders.get(k)
+        if sender is None:
+            sender = self._senders[k] = _PartitionSender(self, topic, partition)
+        sender.submit(_Batch(topic, partition, data, count, seq, acc.future, time.monotonic() + self.delivery_timeout_s))
+
+    def _release(self, nbytes: int) -> None:
+        self._buffered -= nbytes
+        if self._buffered < self.buffer_bytes:
+            self._space.set()
+
+    async def _wait_space(self) -> None:
+        # Nothing drains while everything sits in accumulators: push them out first.
+        for topic, partition in list(self._accumulators):
+            self._drain(topic, partition)
+        await self._space.wait()
+
+    async def flush(self) -> None:
+        """Send everything queued and wait until it is acknowledged (or failed)."""
+        futures = [acc.future for acc in self._accumulators.values() if acc.future is not None]
+        for topic, partition in list(self._accumulators):
+            self._drain(topic, partition)
+        futures += [b.future for s in self._senders.values() for b in s.queue]
+        futures += [b.future for s in self._senders.values() for b, _ in s.inflight]
+        if futures:
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        with contextlib.suppress(HeadraceError):
+            await self.flush()
+        self._closed = True
+        for sender in self._senders.values():
+            await sender.close()
+        await self.cluster.close()

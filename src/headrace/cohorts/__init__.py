@@ -1,0 +1,1 @@
+"""Cohorts (consumer groups): assignment and delivery gates (pure, no I/O)."""

@@ -1,0 +1,1 @@
+"""The wire protocol: frames and message bodies (pure, no sockets)."""

@@ -1,0 +1,1 @@
+"""Partition logs on local disk: segments, sparse indexes, recovery."""

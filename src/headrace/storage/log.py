@@ -1,0 +1,438 @@
+"""A partition's local log: an ordered run of segments plus a recovery point.
+
+``PartitionLog`` is synchronous file I/O driven by the broker's event loop;
+appends and reads are page-cache operations. fdatasync is the slow call, so
+``sync_target()``/``sync()``/``mark_synced()`` split it: the loop captures
+what to sync, a worker thread syncs, the loop records the result. Decisions
+(roll, retention, dedup) come from ``bookkeeping``.
+
+Files in a partition directory::
+
+    00000000000000000000.log     segment, named by its base offset
+    00000000000000000000.index   its sparse offset index
+    recovery-point.json          {"offset", "segment", "position", "producers", ...}
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from headrace.errors import OutOfOrderSequence, StorageError
+from headrace.records import batch as rb
+from headrace.storage import bookkeeping as bk
+from headrace.storage.segment import Segment, fsync_directory
+
+RECOVERY_POINT_FILE = "recovery-point.json"
+
+
+def wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    #: True when the batch was a producer retry that was already in the log
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SyncTarget:
+    """What one fdatasync round covers: captured on the loop, synced on a thread."""
+
+    segments: tuple[Segment, ...]
+    offset: int
+    segment_base: int
+    position: int
+    producers: dict[str, object]
+    #: False when the producer snapshot was skipped: such a target cannot be a recovery point
+    checkpointable: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    next_offset: int
+    scanned_bytes: int
+    truncated_bytes: int
+    used_checkpoint: bool
+    seconds: float
+
+
+@dataclass(slots=True)
+class ReadPosition:
+    """Where a sequential reader stopped: skip the index lookup next time."""
+
+    segment_base: int
+    position: int
+    offset: int
+
+
+class PartitionLog:
+    def __init__(
+        self,
+        directory: Path,
+        config: bk.LogConfig,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._clock = clock
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self.producers = bk.ProducerStateTable()
+        #: everything below this offset is on stable storage
+        self.flushed_offset = 0
+        self.recovery: RecoveryReport | None = None
+        self.last_epoch = -1
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: bk.LogConfig,
+        clock: Callable[[], int] = wall_clock_ms,
+        *,
+        initial_offset: int = 0,
+    ) -> PartitionLog:
+        """Open (creating if needed) and recover the log in ``directory``.
+
+        ``initial_offset`` is where a brand-new log starts (a moved partition
+        continues its offsets); an existing log ignores it.
+        """
+        log = cls(directory, config, clock)
+        directory.mkdir(parents=True, exist_ok=True)
+        log._recover(initial_offset)
+        return log
+
+    def _recover(self, initial_offset: int) -> None:
+        started = time.monotonic()
+        bases = sorted(
+            b for b in (bk.parse_segment_file_name(p.name) for p in self.directory.iterdir()) if b is not None
+        )
+        if not bases:
+            self._new_segment(initial_offset)
+            self.flushed_offset = initial_offset
+            self.recovery = RecoveryReport(initial_offset, 0, 0, False, time.monotonic() - started)
+            return
+        checkpoint = self._read_checkpoint()
+        now = self._clock()
+        for base in bases:
+            self._append_segment(Segment(self.directory, base, self.config, now))
+        # Segments wholly before the checkpoint are trusted; the rest are scanned.
+        start_idx, start_pos, expected = 0, 0, bases[0]
+        used_checkpoint = False
+        if checkpoint is not None and checkpoint["segment"] in self._bases:
+            idx = self._bases.index(checkpoint["segment"])
+            seg = self._segments[idx]
+            if checkpoint["position"] <= seg.size:
+                start_idx, start_pos, expected = idx, checkpoint["position"], checkpoint["offset"]
+                used_checkpoint = True
+                self.producers.restore(checkpoint.get("producers", {}))
+                self.last_epoch = int(checkpoint.get("epoch", -1))
+        for seg in self._segments[:start_idx]:
+            seg.load_index()
+            nxt, max_ts, epoch = seg.tail_after_index()
+            seg.stats.next_offset = nxt
+            seg.stats.max_timestamp = max_ts
+            self.last_epoch = max(self.last_epoch, epoch)
+        scanned = 0
+        truncated = 0
+        cut = False
+        for idx in range(start_idx, len(self._segments)):
+            seg = self._segments[idx]
+            if cut:
+                truncated += seg.size
+                seg.delete()
+                continue
+            pos = start_pos if idx == start_idx else 0
+            if idx == start_idx and pos > 0:
+                seg.load_index()
+            if seg.base_offset != expected and pos == 0:
+                # A gap between segments: nothing after it can be trusted.
+                truncated += seg.size
+                seg.delete()
+                cut = True
+                continue
+            before = seg.size
+            nxt, cut_bytes, headers = seg.recover_from(pos, expected, self.last_epoch)
+            scanned += before - pos
+            truncated += cut_bytes
+            for h in headers:
+                self.producers.record(h.producer_id, h.base_sequence, h.record_count, h.base_offset, now)
+                self.last_epoch = max(self.last_epoch, h.leader_epoch)
+            expected = nxt
+            if cut_bytes:
+                cut = True
+        self._segments = [s for s in self._segments if s.path.exists()]
+        self._bases = [s.base_offset for s in self._segments]
+        if not self._segments:
+            self._new_segment(expected)
+        self.flushed_offset = self.next_offset
+        self.recovery = RecoveryReport(
+            self.next_offset, scanned, truncated, used_checkpoint, time.monotonic() - started
+        )
+        if truncated:
+            for seg in self._segments:
+                seg.sync()
+            self.write_checkpoint(self.sync_target())
+
+    def _read_checkpoint(self) -> dict[str, Any] | None:
+        path = self.directory / RECOVERY_POINT_FILE
+        try:
+            raw = json.loads(path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        if not isinstance(raw, dict) or not all(k in raw for k in ("offset", "segment", "position")):
+            return None
+        return raw
+
+    # ------------------------------------------------------------------ segments
+
+    def _append_segment(self, seg: Segment) -> None:
+        self._segments.append(seg)
+        self._bases.append(seg.base_offset)
+
+    def _new_segment(self, base_offset: int) -> Segment:
+        seg = Segment(self.directory, base_offset, self.config, self._clock())
+        self._append_segment(seg)
+        fsync_directory(self.directory)
+        return seg
+
+    @property
+    def active(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def segments(self) -> list[Segment]:
+        return list(self._segments)
+
+    @property
+    def log_start_offset(self) -> int:
+        return self._segments[0].base_offset
+
+    @property
+    def next_offset(self) -> int:
+        """The log end offset (LEO): the offset the next record will get."""
+        return self._segments[-1].stats.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def roll(self) -> None:
+        old = self.active
+        old.persist_index(sync=self.config.fsync is not bk.FsyncPolicy.NONE)
+        self._new_segment(self.next_offset)
+
+    # ------------------------------------------------------------------ appending
+
+    def append(self, batch: bytes | memoryview, header: rb.BatchHeader, leader_epoch: int) -> AppendResult:
+        """Stamp and append a validated batch. Idempotent for producer retries."""
+        verdict, dup_offset = self.producers.check(header.producer_id, header.base_sequence, header.record_count)
+        if verdict is bk.SequenceVerdict.DUPLICATE:
+            return AppendResult(dup_offset, duplicate=True)
+        if verdict is bk.SequenceVerdict.OUT_OF_ORDER:
+            raise OutOfOrderSequence(
+                f"producer {header.producer_id} sent sequence {header.base_sequence}, out of order"
+            )
+        now = self._clock()
+        if bk.should_roll(self.active.stats, header.size, now, self.config):
+            self.roll()
+        base = self.next_offset
+        prefix = rb.stamped_prefix(batch, base, leader_epoch)
+        self.active.append(prefix, memoryview(batch), header, base)
+        self.producers.record(header.producer_id, header.base_sequence, header.record_count, base, now)
+        self.last_epoch = max(self.last_epoch, leader_epoch)
+        return AppendResult(base)
+
+    def append_stamped(self, data: bytes | memoryview) -> int:
+        """Append batches that already carry their offsets (replication). Returns the new LEO."""
+        now = self._clock()
+        expected = self.next_offset
+        max_ts = -1
+        first = -1
+        for _, header in rb.scan(data):
+            if header.base_offset != expected:
+                raise StorageError(f"replicated batch at {header.base_offset}, log end is {expected}")
+            if first < 0:
+                first = header.base_offset
+            expected = header.next_offset
+            max_ts = max(max_ts, header.max_timestamp)
+            self.producers.record(header.producer_id, header.base_sequence, header.record_count, header.base_offset, now)
+            self.last_epoch = max(self.last_epoch, header.leader_epoch)
+        if first < 0:
+            return self.next_offset
+        if bk.should_roll(self.active.stats, len(data), now, self.config):
+            self.roll()
+        self.active.append_raw(data, first, expected, max_ts)
+        return expected
+
+    # ------------------------------------------------------------------ reading
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        upper_bound: int | None = None,
+        hint: ReadPosition | None = None,
+    ) -> tuple[bytes, ReadPosition | None]:
+        """Whole batches starting with the one that holds ``offset``.
+
+        Stops before ``max_bytes`` (but returns at least one batch, so a reader
+        always progresses) and before any batch at or above ``upper_bound``
+        (the high watermark for committed reads). Returns the bytes and where a
+        sequential reader continues.
+        """
+        bound = self.next_offset if upper_bound is None else min(upper_bound, self.next_offset)
+        if offset >= bound or offset < self.log_start_offset:
+            return b"", hint
+        seg: Segment | None = None
+        position: int | None = None
+        if hint is not None and hint.offset == offset:
+            i = bisect.bisect_left(self._bases, hint.segment_base)
+            if i < len(self._bases) and self._bases[i] == hint.segment_base:
+                seg = self._segments[i]
+                position = hint.position if hint.position < seg.size else None
+        if seg is None or position is None:
+            i = bisect.bisect_right(self._bases, offset) - 1
+            seg = self._segments[i]
+            position = seg.find_batch(offset)
+            if position is None:
+                if i + 1 < len(self._segments):
+                    seg = self._segments[i + 1]
+                    position = seg.find_batch(offset)
+                if position is None:
+                    return b"", hint
+        data = seg.read(position, min(max_bytes, seg.size - position))
+        end = 0
+        last_next = offset
+        if bound >= seg.stats.next_offset:
+            end = rb.complete_prefix_length(data)
+            if end:
+                tail = rb.read_header(data, self._last_batch_start(data, end))
+                last_next = tail.next_offset
+        else:
+            for pos, header in rb.scan(data):
+                if header.base_offset >= bound:
+                    break
+                end = pos + header.size
+                last_next = header.next_offset
+        if end == 0:
+            header = rb.read_header(seg.read(position, rb.HEADER_SIZE))
+            if header.base_offset >= bound:
+                return b"", hint
+            data = seg.read(position, header.size)
+            end = header.size
+            last_next = header.next_offset
+        return data[:end] if end < len(data) else data, ReadPosition(seg.base_offset, position + end, last_next)
+
+    @staticmethod
+    def _last_batch_start(data: bytes, end: int) -> int:
+        pos = 0
+        last = 0
+        while pos < end:
+            last = pos
+            _, length = rb.PREFIX.unpack_from(data, pos)
+            pos += length + rb.LENGTH_OVERHEAD
+        return last
+
+    # ------------------------------------------------------------------ durability
+
+    def sync_target(self, *, for_checkpoint: bool = True) -> SyncTarget:
+        """Capture, on the loop, what the next fdatasync round will make durable.
+
+        The producer-state snapshot is only needed when the round ends in a
+        recovery point; skipping it keeps fsync=always rounds cheap.
+        """
+        dirty = tuple(s for s in self._segments if s.dirty)
+        for s in dirty:
+            s.dirty = False
+        active = self.active
+        producers = self.producers.snapshot() if for_checkpoint else {}
+        return SyncTarget(dirty, self.next_offset, active.base_offset, active.size, producers, for_checkpoint)
+
+    @staticmethod
+    def sync(target: SyncTarget) -> None:
+        """The slow part: runs on a worker thread."""
+        for seg in target.segments:
+            seg.sync()
+
+    def mark_synced(self, target: SyncTarget) -> None:
+        if target.offset > self.flushed_offset:
+            self.flushed_offset = target.offset
+
+    def write_checkpoint(self, target: SyncTarget) -> None:
+        """Record the recovery point of an already-synced target (atomic replace)."""
+        if not target.checkpointable:
+            raise ValueError("this sync target skipped the producer snapshot")
+        for seg in self._segments:
+            seg.persist_index(sync=True)
+        doc = {
+            "offset": target.offset,
+            "segment": target.segment_base,
+            "position": target.position,
+            "epoch": self.last_epoch,
+            "log_start_offset": self.log_start_offset,
+            "producers": target.producers,
+            "written_ms": self._clock(),
+        }
+        path = self.directory / RECOVERY_POINT_FILE
+        tmp = path.with_suffix(".tmp")
+        try:
+            with open(tmp, "w") as fh:
+                json.dump(doc, fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+            fsync_directory(self.directory)
+        except OSError as exc:
+            raise StorageError(f"cannot write recovery point in {self.directory}: {exc}") from exc
+
+    # ------------------------------------------------------------------ maintenance
+
+    def apply_retention(self, upload_floor: int | None = None) -> list[int]:
+        """Delete whole segments that retention allows; returns their base offsets."""
+        doomed = bk.segments_to_delete(
+            [s.stats for s in self._segments], self._clock(), self.config, upload_floor=upload_floor
+        )
+        for base in doomed:
+            seg = self._segments.pop(0)
+            self._bases.pop(0)
+            assert seg.base_offset == base
+            seg.delete()
+        return doomed
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop every record at or after ``offset`` (replica divergence, seal rollback)."""
+        if offset >= self.next_offset:
+            return
+        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+            self._segments.pop().delete()
+            self._bases.pop()
+        seg = self.active
+        if offset <= seg.base_offset:
+            seg.truncate(0, seg.base_offset)
+        else:
+            position = seg.find_batch(offset)
+            if position is None:
+                return
+            header = rb.read_header(seg.read(position, rb.HEADER_SIZE))
+            if header.base_offset != offset:
+                raise StorageError(f"offset {offset} is inside a batch; truncate at a batch boundary")
+            seg.truncate(position, offset)
+        self.producers.forget_from(offset)
+        self.flushed_offset = min(self.flushed_offset, offset)
+        seg.sync()
+
+    def close(self) -> None:
+        for seg in self._segments:
+            seg.close()

@@ -1,0 +1,266 @@
+"""One segment of a partition log: a ``.log`` file of batches and its ``.index``.
+
+Only ``PartitionLog`` touches segments. A segment is append-only except for
+``truncate``, which recovery and replica divergence use to cut a tail.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+from headrace.errors import CorruptBatch, StorageError
+from headrace.records import batch as rb
+from headrace.storage.bookkeeping import (
+    INDEX_ENTRY,
+    LogConfig,
+    SegmentStats,
+    SparseIndex,
+    index_file_name,
+    segment_file_name,
+)
+
+#: bytes read per step when scanning for a batch boundary or recovering
+SCAN_CHUNK = 1024 * 1024
+
+
+def fsync_directory(path: Path) -> None:
+    """Make a created or renamed directory entry durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Segment:
+    __slots__ = ("_fd", "_index_fd", "dirty", "directory", "index", "index_path", "path", "stats")
+
+    def __init__(self, directory: Path, base_offset: int, config: LogConfig, created_ms: int) -> None:
+        self.directory = directory
+        self.path = directory / segment_file_name(base_offset)
+        self.index_path = directory / index_file_name(base_offset)
+        try:
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._index_fd = os.open(self.index_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise StorageError(f"cannot open segment {self.path}: {exc}") from exc
+        size = os.fstat(self._fd).st_size
+        self.stats = SegmentStats(base_offset, base_offset, size, created_ms)
+        self.index = SparseIndex(base_offset, config.index_interval_bytes)
+        self.dirty = False
+
+    @property
+    def base_offset(self) -> int:
+        return self.stats.base_offset
+
+    @property
+    def size(self) -> int:
+        return self.stats.size
+
+    # ------------------------------------------------------------------ writing
+
+    def append(self, prefix: bytes, body: memoryview, header: rb.BatchHeader, base_offset: int) -> int:
+        """Write a stamped batch (``prefix`` + ``body[16:]``) at the end; returns its position."""
+        position = self.stats.size
+        total = header.size
+        try:
+            written = os.writev(self._fd, [prefix, body[16:total]])
+        except OSError as exc:
+            self._undo(position)
+            raise StorageError(f"write to {self.path} failed: {exc}") from exc
+        if written != total:
+            self._undo(position)
+            raise StorageError(f"short write to {self.path}: {written} of {total} bytes")
+        self.index.on_append(base_offset, position, total)
+        self.stats.size = position + total
+        self.stats.next_offset = base_offset + header.record_count
+        if header.max_timestamp > self.stats.max_timestamp:
+            self.stats.max_timestamp = header.max_timestamp
+        self.dirty = True
+        return position
+
+    def append_raw(self, data: bytes | memoryview, first_base: int, next_offset: int, max_ts: int) -> None:
+        """Append already-stamped batches verbatim (replication, unload restore)."""
+        position = self.stats.size
+        try:
+            written = os.write(self._fd, data)
+        except OSError as exc:
+            self._undo(position)
+            raise StorageError(f"write to {self.path} failed: {exc}") from exc
+        if written != len(data):
+            self._undo(position)
+            raise StorageError(f"short write to {self.path}")
+        for pos, header in rb.scan(data):
+            self.index.on_append(header.base_offset, position + pos, header.size)
+        self.stats.size = position + len(data)
+        self.stats.next_offset = next_offset
+        self.stats.max_timestamp = max(self.stats.max_timestamp, max_ts)
+        self.dirty = True
+        del first_base
+
+    def _undo(self, position: int) -> None:
+        try:
+            os.ftruncate(self._fd, position)
+        except OSError:
+            pass
+
+    def sync(self) -> None:
+        """fdatasync the log file. Runs on a worker thread; tolerates a concurrent close."""
+        try:
+            os.fdatasync(self._fd)
+        except OSError as exc:
+            if exc.errno != errno.EBADF:
+                raise StorageError(f"fdatasync of {self.path} failed: {exc}") from exc
+
+    def persist_index(self, sync: bool) -> None:
+        start = self.index.persisted_entries
+        raw, count = self.index.unpersisted()
+        if raw:
+            os.pwrite(self._index_fd, raw, start * INDEX_ENTRY.size)
+            self.index.mark_persisted(count)
+        if sync:
+            os.fdatasync(self._index_fd)
+
+    def truncate(self, position: int, next_offset: int) -> None:
+        """Cut the segment at ``position`` (a batch boundary)."""
+        try:
+            os.ftruncate(self._fd, position)
+            self.index.truncate_after(position)
+            os.ftruncate(self._index_fd, len(self.index) * INDEX_ENTRY.size)
+        except OSError as exc:
+            raise StorageError(f"truncate of {self.path} failed: {exc}") from exc
+        self.stats.size = position
+        self.stats.next_offset = next_offset
+        self.dirty = True
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, position: int, length: int) -> bytes:
+        try:
+            return os.pread(self._fd, length, position)
+        except OSError as exc:
+            raise StorageError(f"read of {self.path} failed: {exc}") from exc
+
+    def find_batch(self, offset: int) -> int | None:
+        """Position of the batch that holds ``offset``, or None if past the end."""
+        if offset >= self.stats.next_offset:
+            return None
+        position = self.index.lookup(offset)
+        while position < self.stats.size:
+            chunk = self.read(position, min(SCAN_CHUNK, self.stats.size - position))
+            advanced = False
+            for pos, header in rb.scan(chunk):
+                if header.next_offset > offset:
+                    return position + pos
+                advanced = True
+                last_end = pos + header.size
+            if not advanced:
+                # one batch bigger than the chunk: read just its header
+                header = rb.read_header(chunk)
+                if header.next_offset > offset:
+                    return position
+                position += header.size
+            else:
+                position += last_end
+        return None
+
+    # ------------------------------------------------------------------ recovery
+
+    def load_index(self) -> None:
+        raw = os.pread(self._index_fd, os.fstat(self._index_fd).st_size, 0)
+        self.index.load(raw, self.stats.size)
+
+    def recover_from(self, position: int, expected_offset: int, min_epoch: int) -> tuple[int, int, list[rb.BatchHeader]]:
+        """Validate every batch from ``position``; cut the file at the first bad one.
+
+        A batch is good when its header is sane, its CRC matches, its base
+        offset continues the sequence and its leader epoch does not go back.
+        Returns (next offset, bytes truncated, headers of the good batches).
+        """
+        size = os.fstat(self._fd).st_size
+        self.stats.size = size
+        good: list[rb.BatchHeader] = []
+        self.index.truncate_after(position)
+        next_offset = expected_offset
+        epoch = min_epoch
+        pos = position
+        while pos < size:
+            chunk = self.read(pos, min(max(SCAN_CHUNK, 64), size - pos))
+            if len(chunk) < rb.HEADER_SIZE:
+                break
+            header = rb.read_header(chunk)
+            if header.size > len(chunk):
+                if pos + header.size > size or header.size < rb.HEADER_SIZE:
+                    break
+                chunk = self.read(pos, header.size)
+            consumed = 0
+            stop = False
+            for rel, hdr in rb.scan(chunk):
+                try:
+                    rb.check_header(hdr)
+                except CorruptBatch:
+                    stop = True
+                    break
+                if hdr.base_offset != next_offset or hdr.leader_epoch < epoch or not rb.crc_ok(chunk, hdr, rel):
+                    stop = True
+                    break
+                self.index.on_append(hdr.base_offset, pos + rel, hdr.size)
+                next_offset = hdr.next_offset
+                epoch = hdr.leader_epoch
+                self.stats.max_timestamp = max(self.stats.max_timestamp, hdr.max_timestamp)
+                good.append(hdr)
+                consumed = rel + hdr.size
+            pos += consumed
+            if stop or consumed == 0:
+                break
+        truncated = size - pos
+        if truncated:
+            self.truncate(pos, next_offset)
+        self.stats.size = pos
+        self.stats.next_offset = next_offset
+        return next_offset, truncated, good
+
+    def tail_after_index(self) -> tuple[int, int, int]:
+        """Scan from the last index entry to the end of a trusted (closed) segment.
+
+        Returns (next offset, max timestamp of scanned batches, last leader epoch).
+        """
+        position = self.index.last_position()
+        next_offset = self.stats.base_offset
+        max_ts = -1
+        epoch = -1
+        while position < self.stats.size:
+            chunk = self.read(position, min(SCAN_CHUNK, self.stats.size - position))
+            consumed = 0
+            for rel, header in rb.scan(chunk):
+                next_offset = header.next_offset
+                max_ts = max(max_ts, header.max_timestamp)
+                epoch = header.leader_epoch
+                consumed = rel + header.size
+            if consumed == 0:
+                header = rb.read_header(chunk)
+                next_offset = header.next_offset
+                max_ts = max(max_ts, header.max_timestamp)
+                epoch = header.leader_epoch
+                consumed = header.size
+            position += consumed
+        return next_offset, max_ts, epoch
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        for fd in (self._fd, self._index_fd):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.path, self.index_path):
+            try:
+                path.unlink()
+            except FileNotFoundError:
+                pass
