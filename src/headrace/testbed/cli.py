@@ -1,10 +1,10 @@
 """``headrace-testbed``: build, start, stop and inspect the local Kubernetes test bed.
 
-    headrace-testbed build          build missing binaries (testbed/build.sh)
-    headrace-testbed up             build if needed, start, wait until ready
-    headrace-testbed status [--json]
-    headrace-testbed env            print `export KUBECONFIG=... PATH=...` for a shell
-    headrace-testbed down [--purge] stop (and with --purge delete all state)
+headrace-testbed build          build missing binaries (testbed/build.sh)
+headrace-testbed up             build if needed, start, wait until ready
+headrace-testbed status [--json]
+headrace-testbed env            print `export KUBECONFIG=... PATH=...` for a shell
+headrace-testbed down [--purge] stop (and with --purge delete all state)
 """
 
 from __future__ import annotations

@@ -170,7 +170,9 @@ def health(settings: Settings) -> dict[str, bool]:
     return {name: check(settings, name) for name in DAEMONS}
 
 
-def _wait(what: str, check: Callable[[], bool], deadline: float, settings: Settings, log: str) -> None:
+def _wait(
+    what: str, check: Callable[[], bool], deadline: float, settings: Settings, log: str
+) -> None:
     while not check():
         if time.monotonic() > deadline:
             tail = _tail(settings.log_dir / f"{log}.log")
@@ -276,6 +278,7 @@ def _argv(settings: Settings, ports: Ports) -> dict[str, list[str]]:
             "headrace.testbed.kubelet",
             f"--state-dir={s}",
             f"--node-name={settings.node_name}",
+            f"--k8s-version={settings.k8s_version}",
         ],
     }
 
@@ -314,10 +317,15 @@ def up(settings: Settings, log: Callable[[str], None] = lambda _: None) -> float
     if any(_daemon(settings, name).running() for name in DAEMONS):
         log("test bed partly up; restarting it")
         down(settings)
-    missing = [n for n in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
-               if not settings.binary(n).exists()]
+    missing = [
+        n
+        for n in ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler")
+        if not settings.binary(n).exists()
+    ]
     if missing:
-        raise TestbedError(f"missing binaries {missing} in {settings.bin_dir}; run testbed/build.sh")
+        raise TestbedError(
+            f"missing binaries {missing} in {settings.bin_dir}; run testbed/build.sh"
+        )
 
     for d in (settings.state_dir, settings.log_dir, settings.run_dir, settings.volumes_dir):
         d.mkdir(parents=True, exist_ok=True)
@@ -330,7 +338,9 @@ def up(settings: Settings, log: Callable[[str], None] = lambda _: None) -> float
 
     def launch(name: str) -> None:
         log_file = settings.log_dir / f"{name}.log"
-        _daemon(settings, name).start(argv[name], log_file=log_file, env=env, cwd=settings.state_dir)
+        _daemon(settings, name).start(
+            argv[name], log_file=log_file, env=env, cwd=settings.state_dir
+        )
 
     def health_of(name: str) -> Callable[[], bool]:
         return lambda: check(settings, name)
@@ -338,14 +348,19 @@ def up(settings: Settings, log: Callable[[str], None] = lambda _: None) -> float
     launch("etcd")
     _wait("etcd", health_of("etcd"), deadline, settings, "etcd")
     launch("kube-apiserver")
-    _wait("kube-apiserver /readyz", health_of("kube-apiserver"), deadline, settings, "kube-apiserver")
+    _wait(
+        "kube-apiserver /readyz", health_of("kube-apiserver"), deadline, settings, "kube-apiserver"
+    )
     for name in ("kube-controller-manager", "kube-scheduler"):
         launch(name)
     runner_env = dict(env)
     runner_env.update(_python_env())
     settings.run_dir.mkdir(parents=True, exist_ok=True)
     _daemon(settings, "runner").start(
-        argv["runner"], log_file=settings.log_dir / "runner.log", env=runner_env, cwd=settings.state_dir
+        argv["runner"],
+        log_file=settings.log_dir / "runner.log",
+        env=runner_env,
+        cwd=settings.state_dir,
     )
     api = admin_client(settings)
     _ensure(api, "/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS)
@@ -398,7 +413,9 @@ def _ensure(api: kubeapi.Client, collection: str, obj: dict[str, Any]) -> None:
             raise
 
 
-def down(settings: Settings, purge: bool = False, log: Callable[[str], None] = lambda _: None) -> None:
+def down(
+    settings: Settings, purge: bool = False, log: Callable[[str], None] = lambda _: None
+) -> None:
     """Stop everything (idempotent); with ``purge`` also delete all state."""
     for name in reversed(DAEMONS):
         if _daemon(settings, name).stop(settings.stop_timeout_s):

@@ -66,7 +66,9 @@ class Client:
         self._ssl = ctx
         self._local = threading.local()
 
-    def _connection(self, fresh: bool = False, timeout: float | None = None) -> http.client.HTTPSConnection:
+    def _connection(
+        self, fresh: bool = False, timeout: float | None = None
+    ) -> http.client.HTTPSConnection:
         conn: http.client.HTTPSConnection | None = getattr(self._local, "conn", None)
         if conn is None or fresh or timeout is not None:
             if conn is not None and timeout is None:

@@ -54,7 +54,9 @@ CLIENTS = (
     ClientIdentity("scheduler", "system:kube-scheduler"),
     ClientIdentity("runner", "testbed-runner", ("system:masters",)),
     ClientIdentity("apiserver-etcd-client", "kube-apiserver-etcd-client"),
-    ClientIdentity("apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)),
+    ClientIdentity(
+        "apiserver-kubelet-client", "kube-apiserver-kubelet-client", ("system:masters",)
+    ),
 )
 
 
