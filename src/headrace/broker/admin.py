@@ -18,7 +18,9 @@ _STATUS = {UnknownTopic: 404, TopicAlreadyExists: 409, InvalidTopicSpec: 422}
 
 def _error(exc: HeadraceError) -> web.Response:
     status = next((s for cls, s in _STATUS.items() if isinstance(exc, cls)), 400)
-    return web.json_response({"error": type(exc).__name__, "code": exc.CODE, "message": exc.message}, status=status)
+    return web.json_response(
+        {"error": type(exc).__name__, "code": exc.CODE, "message": exc.message}, status=status
+    )
 
 
 class AdminServer:
@@ -43,11 +45,14 @@ class AdminServer:
     async def start(self) -> None:
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.broker.settings.admin_host, self.broker.settings.admin_port)
+        site = web.TCPSite(
+            self._runner, self.broker.settings.admin_host, self.broker.settings.admin_port
+        )
         await site.start()
-        server = site._server
-        if server is not None and getattr(server, "sockets", None):
-            self.port = server.sockets[0].getsockname()[1]
+        # aiohttp has no public accessor for the bound port (needed when asked for port 0)
+        sockets = getattr(site._server, "sockets", None)
+        if sockets:
+            self.port = sockets[0].getsockname()[1]
 
     async def stop(self) -> None:
         if self._runner is not None:
@@ -59,7 +64,9 @@ class AdminServer:
     async def readyz(self, request: web.Request) -> web.Response:
         if not self.broker.ready:
             return web.json_response({"status": "starting"}, status=503)
-        return web.json_response({"status": "ready", "recovery_seconds": self.broker.recovery_seconds})
+        return web.json_response(
+            {"status": "ready", "recovery_seconds": self.broker.recovery_seconds}
+        )
 
     async def metrics(self, request: web.Request) -> web.Response:
         body = generate_latest(self.broker.metrics.registry)
@@ -67,7 +74,12 @@ class AdminServer:
 
     async def list_topics(self, request: web.Request) -> web.Response:
         return web.json_response(
-            {"topics": [self.broker.registry.topics[n].to_json() for n in sorted(self.broker.registry.topics)]}
+            {
+                "topics": [
+                    self.broker.registry.topics[n].to_json()
+                    for n in sorted(self.broker.registry.topics)
+                ]
+            }
         )
 
     async def create_topic(self, request: web.Request) -> web.Response:
@@ -76,10 +88,16 @@ class AdminServer:
         except json.JSONDecodeError:
             return _error(InvalidTopicSpec("request body is not JSON"))
         if not isinstance(body, dict) or not isinstance(body.get("name"), str):
-            return _error(InvalidTopicSpec("expected {\"name\": str, \"partitions\": int, \"config\": {...}}"))
+            return _error(
+                InvalidTopicSpec('expected {"name": str, "partitions": int, "config": {...}}')
+            )
         partitions = body.get("partitions", 1)
         config = body.get("config", {})
-        if not isinstance(partitions, int) or isinstance(partitions, bool) or not isinstance(config, dict):
+        if (
+            not isinstance(partitions, int)
+            or isinstance(partitions, bool)
+            or not isinstance(config, dict)
+        ):
             return _error(InvalidTopicSpec("partitions must be an integer and config an object"))
         try:
             topic = self.broker.create_topic(body["name"], partitions, config)
@@ -113,8 +131,13 @@ class AdminServer:
                 "topology_generation": b.registry.generation,
                 "adoption_floor": b.adoption_floor(),
                 "cohorts": [
-                    {"topic": t, "cohort": c, "generation": r.gates.generation,
-                     "members": sorted(r.gates.members), "holders": r.gates.holders()}
+                    {
+                        "topic": t,
+                        "cohort": c,
+                        "generation": r.gates.generation,
+                        "members": sorted(r.gates.members),
+                        "holders": r.gates.holders(),
+                    }
                     for (t, c), r in sorted(b.cohorts.items())
                 ],
             }

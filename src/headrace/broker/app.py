@@ -9,7 +9,6 @@ import logging
 import os
 import ssl
 import time
-from pathlib import Path
 from typing import Any
 
 from headrace.broker.cohorting import CohortRuntime
@@ -78,8 +77,11 @@ class Broker:
         self.ready = True
         log.info(
             "broker %s ready on %s:%s (recovered %d partitions in %.3fs)",
-            self.settings.broker_id, self.settings.host, self.port,
-            len(self.registry.all_partitions()), self.recovery_seconds,
+            self.settings.broker_id,
+            self.settings.host,
+            self.port,
+            len(self.registry.all_partitions()),
+            self.recovery_seconds,
         )
 
     async def stop(self) -> None:
@@ -110,7 +112,9 @@ class Broker:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as exc:
             os.close(fd)
-            raise StorageError(f"data directory {self.settings.data_dir} is in use by another broker") from exc
+            raise StorageError(
+                f"data directory {self.settings.data_dir} is in use by another broker"
+            ) from exc
         self._lock_fd = fd
 
     def _ssl_context(self) -> ssl.SSLContext | None:
@@ -139,13 +143,26 @@ class Broker:
         host, port = self.settings.advertised
         me = self.settings.broker_id
         routing = [
-            msg.TopicRouting(t.name, t.partition_count, t.partitioning_version, [me] * t.partition_count,
-                             [p.leader_epoch for p in t.partitions])
+            msg.TopicRouting(
+                t.name,
+                t.partition_count,
+                t.partitioning_version,
+                [me] * t.partition_count,
+                [p.leader_epoch for p in t.partitions],
+            )
             for t in sorted(self.registry.topics.values(), key=lambda t: t.name)
         ]
         brokers = [msg.BrokerAddress(me, host, port)]
-        snapshot = msg.TopologySnapshot(self.registry.generation, self.settings.cluster_id, brokers, routing)
-        return snapshot, (tuple(brokers), tuple((r.name, r.partitions, r.partitioning_version, tuple(r.owners), tuple(r.epochs)) for r in routing))
+        snapshot = msg.TopologySnapshot(
+            self.registry.generation, self.settings.cluster_id, brokers, routing
+        )
+        return snapshot, (
+            tuple(brokers),
+            tuple(
+                (r.name, r.partitions, r.partitioning_version, tuple(r.owners), tuple(r.epochs))
+                for r in routing
+            ),
+        )
 
     def push_topology(self) -> None:
         snapshot, routing = self.topology()
@@ -164,8 +181,11 @@ class Broker:
             host, port = self.settings.advertised
             raise RedirectRequired(
                 msg.Redirect(
-                    t.name, partition, msg.BrokerAddress(self.settings.broker_id, host, port),
-                    t.partitioning_version, self.registry.generation,
+                    t.name,
+                    partition,
+                    msg.BrokerAddress(self.settings.broker_id, host, port),
+                    t.partitioning_version,
+                    self.registry.generation,
                     f"routed under partitioning version {version}, current is {t.partitioning_version}",
                 )
             )
@@ -176,7 +196,9 @@ class Broker:
 
     # ------------------------------------------------------------------ topics
 
-    def create_topic(self, name: str, partitions: int, config: dict[str, Any] | None = None) -> Topic:
+    def create_topic(
+        self, name: str, partitions: int, config: dict[str, Any] | None = None
+    ) -> Topic:
         topic = self.registry.create(name, partitions, config)
         self.push_topology()
         return topic
@@ -218,7 +240,10 @@ class Broker:
         runtime = self.cohorts.get(key)
         if runtime is None:
             runtime = CohortRuntime(
-                topic, name, grace_ms=self.settings.cohort_grace_ms, chunk_bytes=self.settings.delivery_chunk_bytes
+                topic,
+                name,
+                grace_ms=self.settings.cohort_grace_ms,
+                chunk_bytes=self.settings.delivery_chunk_bytes,
             )
             runtime.start()
             self.cohorts[key] = runtime

@@ -35,7 +35,9 @@ class MemberLink(Protocol):
 
     def push_assignment(self, assignment: Assignment) -> None: ...
 
-    def push_delivery(self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes) -> None: ...
+    def push_delivery(
+        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes
+    ) -> None: ...
 
 
 @dataclass(slots=True)
@@ -76,7 +78,9 @@ class CohortRuntime:
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        self._task = asyncio.get_running_loop().create_task(self._pump(), name=f"cohort-{self.name}")
+        self._task = asyncio.get_running_loop().create_task(
+            self._pump(), name=f"cohort-{self.name}"
+        )
 
     async def close(self) -> None:
         for partition in self.topic.partitions:
@@ -94,7 +98,15 @@ class CohortRuntime:
 
     # ------------------------------------------------------------------ membership
 
-    def join(self, member_id: str, link: MemberLink, *, start: str, session_timeout_ms: int, isolation: Isolation) -> Assignment:
+    def join(
+        self,
+        member_id: str,
+        link: MemberLink,
+        *,
+        start: str,
+        session_timeout_ms: int,
+        isolation: Isolation,
+    ) -> Assignment:
         if start not in ("earliest", "latest"):
             raise InvalidRequest(f"start must be 'earliest' or 'latest', got {start!r}")
         self.gates.join(member_id, now_ms(), session_timeout_ms)
@@ -148,7 +160,9 @@ class CohortRuntime:
         pos = self._positions.get(partition)
         delivered_end = pos.next_offset if pos is not None and pos.epoch == epoch else None
         if delivered_end is None or offset >= delivered_end:
-            raise InvalidRequest(f"ack of offset {offset} on partition {partition} beyond what was delivered")
+            raise InvalidRequest(
+                f"ack of offset {offset} on partition {partition} beyond what was delivered"
+            )
         current = part.cursors.get(self.name)
         if current is None or offset + 1 > current:
             part.cursors.set(self.name, offset + 1)
@@ -196,7 +210,11 @@ class CohortRuntime:
             if self._sent_views.get(member_id) != view:
                 self._sent_views[member_id] = view
                 held, revoking = view
-                link.push_assignment(Assignment(self.name, self.gates.generation, held, revoking, self.gates.grace_ms))
+                link.push_assignment(
+                    Assignment(
+                        self.name, self.gates.generation, held, revoking, self.gates.grace_ms
+                    )
+                )
         self._wake.set()
 
     def _start_offset(self, partition: int, member_id: str) -> int:
@@ -204,7 +222,11 @@ class CohortRuntime:
         cursor = part.cursors.get(self.name)
         if cursor is not None and cursor >= part.log.log_start_offset:
             return min(cursor, part.log.next_offset)
-        start = part.log.log_start_offset if self._start.get(member_id) == "earliest" else part.high_watermark
+        start = (
+            part.log.log_start_offset
+            if self._start.get(member_id) == "earliest"
+            else part.high_watermark
+        )
         part.cursors.set(self.name, start)
         return start
 
@@ -235,10 +257,14 @@ class CohortRuntime:
                 bound = part.high_watermark if committed else part.log.next_offset
                 if pos.next_offset >= bound:
                     continue
-                data, hint = part.log.read(pos.next_offset, min(self._chunk, credit), bound, pos.hint)
+                data, hint = part.log.read(
+                    pos.next_offset, min(self._chunk, credit), bound, pos.hint
+                )
                 if not data or hint is None:
                     continue
-                link.push_delivery(gate.partition, gate.epoch, part.high_watermark, pos.next_offset, data)
+                link.push_delivery(
+                    gate.partition, gate.epoch, part.high_watermark, pos.next_offset, data
+                )
                 delivered = hint.offset - pos.next_offset
                 self.delivered_records += delivered
                 self.delivered_bytes += len(data)

@@ -18,13 +18,24 @@ class PartitionCollector(Collector):
         self._partitions = partitions
 
     def collect(self) -> Iterable[Metric]:
-        leo = GaugeMetricFamily("headrace_partition_log_end_offset", "Log end offset", labels=["topic", "partition"])
-        hw = GaugeMetricFamily("headrace_partition_high_watermark", "High watermark", labels=["topic", "partition"])
-        start = GaugeMetricFamily("headrace_partition_log_start_offset", "Log start offset", labels=["topic", "partition"])
-        size = GaugeMetricFamily("headrace_partition_size_bytes", "Bytes on local disk", labels=["topic", "partition"])
-        segs = GaugeMetricFamily("headrace_partition_segments", "Segment files", labels=["topic", "partition"])
+        leo = GaugeMetricFamily(
+            "headrace_partition_log_end_offset", "Log end offset", labels=["topic", "partition"]
+        )
+        hw = GaugeMetricFamily(
+            "headrace_partition_high_watermark", "High watermark", labels=["topic", "partition"]
+        )
+        start = GaugeMetricFamily(
+            "headrace_partition_log_start_offset", "Log start offset", labels=["topic", "partition"]
+        )
+        size = GaugeMetricFamily(
+            "headrace_partition_size_bytes", "Bytes on local disk", labels=["topic", "partition"]
+        )
+        segs = GaugeMetricFamily(
+            "headrace_partition_segments", "Segment files", labels=["topic", "partition"]
+        )
         lag = GaugeMetricFamily(
-            "headrace_cohort_lag_records", "Records between a cohort's cursor and the high watermark",
+            "headrace_cohort_lag_records",
+            "Records between a cohort's cursor and the high watermark",
             labels=["topic", "partition", "cohort"],
         )
         for p in self._partitions():
@@ -45,15 +56,25 @@ class BrokerMetrics:
         r = self.registry
         self.produced_records = Counter("headrace_produced_records", "Records appended", registry=r)
         self.produced_bytes = Counter("headrace_produced_bytes", "Batch bytes appended", registry=r)
-        self.fetched_bytes = Counter("headrace_fetched_bytes", "Bytes returned by fetch", registry=r)
-        self.delivered_bytes = Counter("headrace_delivered_bytes", "Bytes pushed to cohort members", registry=r)
+        self.fetched_bytes = Counter(
+            "headrace_fetched_bytes", "Bytes returned by fetch", registry=r
+        )
+        self.delivered_bytes = Counter(
+            "headrace_delivered_bytes", "Bytes pushed to cohort members", registry=r
+        )
         self.errors = Counter("headrace_errors", "Errors answered, by type", ["type"], registry=r)
         self.redirects = Counter("headrace_redirects", "Redirects answered", registry=r)
         self.connections = Gauge("headrace_connections", "Open client connections", registry=r)
         self.fsync_seconds = Histogram(
-            "headrace_fsync_round_seconds", "Duration of one group-commit round",
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0), registry=r,
+            "headrace_fsync_round_seconds",
+            "Duration of one group-commit round",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
         )
-        self.recovery_seconds = Gauge("headrace_recovery_seconds", "Time spent recovering logs at start", registry=r)
-        self.topology_generation = Gauge("headrace_topology_generation", "Current topology generation", registry=r)
+        self.recovery_seconds = Gauge(
+            "headrace_recovery_seconds", "Time spent recovering logs at start", registry=r
+        )
+        self.topology_generation = Gauge(
+            "headrace_topology_generation", "Current topology generation", registry=r
+        )
         r.register(PartitionCollector(partitions))

@@ -151,7 +151,9 @@ class Connection(asyncio.Protocol):
     def push_assignment(self, assignment: msg.Assignment) -> None:
         self.push(Op.ASSIGNMENT, assignment.encode())
 
-    def push_delivery(self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes) -> None:
+    def push_delivery(
+        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes
+    ) -> None:
         if self.transport is None or self.closed:
             return
         head = msg.DELIVERY_HEADER.pack(partition, epoch, hw, first_offset)
@@ -211,7 +213,13 @@ class Connection(asyncio.Protocol):
         self.client_id = hello.client_id
         self.authenticated = True
         s = self.broker.settings
-        ok = msg.HandshakeOk(msg.PROTOCOL_VERSION, s.broker_id, s.cluster_id, s.max_frame_bytes, s.log.max_batch_bytes)
+        ok = msg.HandshakeOk(
+            msg.PROTOCOL_VERSION,
+            s.broker_id,
+            s.cluster_id,
+            s.max_frame_bytes,
+            s.log.max_batch_bytes,
+        )
         self.respond(frame, Op.HANDSHAKE_OK, ok.encode())
 
     def on_ping(self, frame: Frame) -> None:
@@ -230,7 +238,9 @@ class Connection(asyncio.Protocol):
 
     def on_produce(self, frame: Frame) -> None:
         req = msg.ProduceRequest.decode(frame.body)
-        partition = self.broker.partition_for_write(req.topic, req.partition, req.partitioning_version)
+        partition = self.broker.partition_for_write(
+            req.topic, req.partition, req.partitioning_version
+        )
         header = rb.validate(req.batch, max_batch_bytes=partition.log.config.max_batch_bytes)
         result = partition.log.append(req.batch, header, partition.leader_epoch)
         metrics = self.broker.metrics
@@ -243,13 +253,19 @@ class Connection(asyncio.Protocol):
             return
         if partition.log.config.fsync is FsyncPolicy.ALWAYS:
             fut = self.broker.committer.wait_durable(partition, end)
-            fut.add_done_callback(lambda f: self._produce_done(frame, partition, result.base_offset, f))
+            fut.add_done_callback(
+                lambda f: self._produce_done(frame, partition, result.base_offset, f)
+            )
             return
         partition.advance_high_watermark()
-        body = msg.ProduceResponse(result.base_offset, partition.leader_epoch, partition.high_watermark).encode()
+        body = msg.ProduceResponse(
+            result.base_offset, partition.leader_epoch, partition.high_watermark
+        ).encode()
         self._write(encode_frame(Op.PRODUCE_OK, frame.correlation_id, body, FLAG_RESPONSE))
 
-    def _produce_done(self, frame: Frame, partition: Partition, base: int, fut: asyncio.Future[None]) -> None:
+    def _produce_done(
+        self, frame: Frame, partition: Partition, base: int, fut: asyncio.Future[None]
+    ) -> None:
         exc = fut.exception()
         if exc is not None:
             err = exc if isinstance(exc, HeadraceError) else HeadraceError(str(exc))
@@ -270,7 +286,9 @@ class Connection(asyncio.Protocol):
             return
         self._long_poll(frame, req, partition)
 
-    def _answer_fetch(self, frame: Frame, req: msg.FetchRequest, partition: Partition, *, force: bool = False) -> bool:
+    def _answer_fetch(
+        self, frame: Frame, req: msg.FetchRequest, partition: Partition, *, force: bool = False
+    ) -> bool:
         committed = req.isolation is msg.Isolation.COMMITTED
         bound = partition.high_watermark if committed else partition.log.next_offset
         data, _ = partition.log.read(req.offset, max(req.max_bytes, 1), bound)
@@ -282,7 +300,13 @@ class Connection(asyncio.Protocol):
         self.broker.metrics.fetched_bytes.inc(len(data))
         if self.transport is not None and not self.closed:
             self.transport.writelines(
-                [frame_header(Op.FETCH_OK, frame.correlation_id, len(head) + len(data), FLAG_RESPONSE), head, data]
+                [
+                    frame_header(
+                        Op.FETCH_OK, frame.correlation_id, len(head) + len(data), FLAG_RESPONSE
+                    ),
+                    head,
+                    data,
+                ]
             )
         return True
 
@@ -329,7 +353,11 @@ class Connection(asyncio.Protocol):
         cohort = self.broker.cohort(join.topic, join.cohort)
         try:
             assignment = cohort.join(
-                join.member_id, self, start=join.start, session_timeout_ms=join.session_timeout_ms, isolation=isolation
+                join.member_id,
+                self,
+                start=join.start,
+                session_timeout_ms=join.session_timeout_ms,
+                isolation=isolation,
             )
         except HeadraceError:
             self.broker.maybe_drop_cohort(cohort)
@@ -371,14 +399,18 @@ class Connection(asyncio.Protocol):
         cohort, member = self._member()
         seek = msg.Seek.decode(frame.body)
         epoch = cohort.seek(member, seek.partition, seek.offset)
-        self.respond(frame, Op.SEEK_OK, msg.encode_json({"partition": seek.partition, "epoch": epoch}))
+        self.respond(
+            frame, Op.SEEK_OK, msg.encode_json({"partition": seek.partition, "epoch": epoch})
+        )
 
     # ------------------------------------------------------------------ topic admin
 
     def on_create_topic(self, frame: Frame) -> None:
         req = msg.CreateTopic.decode(frame.body)
         topic = self.broker.create_topic(req.name, req.partitions, req.config)
-        self.respond(frame, Op.CREATE_TOPIC_OK, msg.encode_json(self.broker.describe_topic(topic.name)))
+        self.respond(
+            frame, Op.CREATE_TOPIC_OK, msg.encode_json(self.broker.describe_topic(topic.name))
+        )
 
     def on_delete_topic(self, frame: Frame) -> None:
         req = msg.TopicName.decode(frame.body)

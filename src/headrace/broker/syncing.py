@@ -64,7 +64,11 @@ class GroupCommitter:
         while True:
             # always: rounds run on demand (a waiter kicks); the timeout only keeps
             # recovery points fresh when idle. interval: rounds run on the timer.
-            period = self._interval if self._policy is FsyncPolicy.INTERVAL else self._checkpoint_interval
+            period = (
+                self._interval
+                if self._policy is FsyncPolicy.INTERVAL
+                else self._checkpoint_interval
+            )
             try:
                 await asyncio.wait_for(self._kick.wait(), timeout=period)
             except TimeoutError:
@@ -81,7 +85,9 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         dirty, self._dirty = self._dirty, set()
         waiters, self._waiters = self._waiters, []
-        checkpoint = checkpoint or time.monotonic() - self._last_checkpoint >= self._checkpoint_interval
+        checkpoint = (
+            checkpoint or time.monotonic() - self._last_checkpoint >= self._checkpoint_interval
+        )
         targets: list[tuple[Partition, SyncTarget]] = [
             (p, p.log.sync_target(for_checkpoint=checkpoint)) for p in dirty
         ]

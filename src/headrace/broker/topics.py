@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from headrace.errors import InvalidTopicSpec, StorageError, TopicAlreadyExists, UnknownPartition, UnknownTopic
+from headrace.errors import (
+    InvalidTopicSpec,
+    StorageError,
+    TopicAlreadyExists,
+    UnknownPartition,
+    UnknownTopic,
+)
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 from headrace.storage.log import PartitionLog
 from headrace.storage.segment import fsync_directory
@@ -58,7 +64,9 @@ def topic_log_config(base: LogConfig, overrides: dict[str, Any]) -> LogConfig:
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
         if key not in TOPIC_CONFIG_KEYS:
-            raise InvalidTopicSpec(f"unknown topic setting {key!r}; known: {sorted(TOPIC_CONFIG_KEYS)}")
+            raise InvalidTopicSpec(
+                f"unknown topic setting {key!r}; known: {sorted(TOPIC_CONFIG_KEYS)}"
+            )
         if not isinstance(value, int) or isinstance(value, bool):
             raise InvalidTopicSpec(f"topic setting {key!r} must be an integer")
         if key in ("segment_bytes", "segment_ms", "max_batch_bytes") and value <= 0:
@@ -241,7 +249,9 @@ class TopicRegistry:
         if key in self.topics:
             raise TopicAlreadyExists(f"topic {key!r} already exists")
         if not 1 <= partitions <= MAX_PARTITIONS:
-            raise InvalidTopicSpec(f"partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}")
+            raise InvalidTopicSpec(
+                f"partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
+            )
         config = dict(config or {})
         topic_log_config(self._log_config, config)  # validate before touching disk
         directory = self._root / key

@@ -28,10 +28,15 @@ from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 F = TypeVar("F", bound=Callable[..., Any])
 
 bootstrap_option = click.option(
-    "--bootstrap", envvar="HEADRACE_BOOTSTRAP", default="127.0.0.1:9092", show_default=True,
+    "--bootstrap",
+    envvar="HEADRACE_BOOTSTRAP",
+    default="127.0.0.1:9092",
+    show_default=True,
     help="HOST:PORT of any broker (comma-separated list allowed).",
 )
-token_option = click.option("--auth-token", envvar="HEADRACE_AUTH_TOKEN", default=None, help="Client auth token.")
+token_option = click.option(
+    "--auth-token", envvar="HEADRACE_AUTH_TOKEN", default=None, help="Client auth token."
+)
 
 
 def one_line_errors(fn: F) -> F:
@@ -62,34 +67,63 @@ def _options(auth_token: str | None) -> Any:
 def main(verbose: int) -> None:
     """headrace: a partitioned, replicated message broker."""
     level = logging.WARNING - 10 * verbose
-    logging.basicConfig(level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 # ---------------------------------------------------------------------------- broker
 
 
 @main.command()
-@click.option("--standalone", is_flag=True, help="Own every partition of every topic (no controller).")
+@click.option(
+    "--standalone", is_flag=True, help="Own every partition of every topic (no controller)."
+)
 @click.option("--data-dir", type=click.Path(path_type=Path), required=True)
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address the data port binds to.")
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address the data port binds to."
+)
 @click.option("--port", type=int, default=9092, show_default=True)
 @click.option("--admin-host", default="127.0.0.1", show_default=True)
-@click.option("--admin-port", type=int, default=9644, show_default=True, help="-1 disables admin HTTP.")
+@click.option(
+    "--admin-port", type=int, default=9644, show_default=True, help="-1 disables admin HTTP."
+)
 @click.option("--advertised-host", default=None, help="Host clients are told to connect to.")
 @click.option("--broker-id", type=int, default=0, show_default=True)
-@click.option("--fsync", type=click.Choice([p.value for p in FsyncPolicy]), default="interval", show_default=True)
+@click.option(
+    "--fsync",
+    type=click.Choice([p.value for p in FsyncPolicy]),
+    default="interval",
+    show_default=True,
+)
 @click.option("--flush-interval-ms", type=int, default=1000, show_default=True)
 @click.option("--segment-bytes", type=int, default=LogConfig().segment_bytes, show_default=True)
-@click.option("--auth-token", "auth_tokens", multiple=True, help="Accepted client token (repeatable).")
+@click.option(
+    "--auth-token", "auth_tokens", multiple=True, help="Accepted client token (repeatable)."
+)
 @click.option("--tls-cert", type=click.Path(path_type=Path), default=None)
 @click.option("--tls-key", type=click.Path(path_type=Path), default=None)
-@click.option("--tls-client-ca", type=click.Path(path_type=Path), default=None, help="Require client certs.")
+@click.option(
+    "--tls-client-ca", type=click.Path(path_type=Path), default=None, help="Require client certs."
+)
 @click.option("--announce", is_flag=True, help="Print how to use the broker once it is ready.")
 @one_line_errors
 def broker(
-    standalone: bool, data_dir: Path, host: str, port: int, admin_host: str, admin_port: int,
-    advertised_host: str | None, broker_id: int, fsync: str, flush_interval_ms: int, segment_bytes: int,
-    auth_tokens: tuple[str, ...], tls_cert: Path | None, tls_key: Path | None, tls_client_ca: Path | None,
+    standalone: bool,
+    data_dir: Path,
+    host: str,
+    port: int,
+    admin_host: str,
+    admin_port: int,
+    advertised_host: str | None,
+    broker_id: int,
+    fsync: str,
+    flush_interval_ms: int,
+    segment_bytes: int,
+    auth_tokens: tuple[str, ...],
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
     announce: bool,
 ) -> None:
     """Run a broker."""
@@ -102,10 +136,20 @@ def broker(
         raise click.UsageError("--tls-cert and --tls-key go together")
     tls = TlsSettings(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
     settings = BrokerSettings(
-        data_dir=data_dir, host=host, port=port, admin_host=admin_host, admin_port=admin_port,
-        advertised_host=advertised_host, broker_id=broker_id,
-        log=LogConfig(fsync=FsyncPolicy(fsync), flush_interval_ms=flush_interval_ms, segment_bytes=segment_bytes),
-        auth_tokens=frozenset(auth_tokens), tls=tls,
+        data_dir=data_dir,
+        host=host,
+        port=port,
+        admin_host=admin_host,
+        admin_port=admin_port,
+        advertised_host=advertised_host,
+        broker_id=broker_id,
+        log=LogConfig(
+            fsync=FsyncPolicy(fsync),
+            flush_interval_ms=flush_interval_ms,
+            segment_bytes=segment_bytes,
+        ),
+        auth_tokens=frozenset(auth_tokens),
+        tls=tls,
     )
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("headrace").setLevel(logging.INFO)
@@ -137,7 +181,7 @@ def broker(
 # ---------------------------------------------------------------------------- topics
 
 
-async def _admin_call(bootstrap: str, token: str | None, op: msg.Op, body: bytes) -> Any:
+async def _admin_call(bootstrap: str, token: str | None, op: int, body: bytes) -> Any:
     from headrace.client.cluster import ClusterClient
     from headrace.protocol.frames import Op
 
@@ -168,11 +212,15 @@ def _parse_config(items: tuple[str, ...]) -> dict[str, int]:
 @topics.command("create")
 @click.argument("name")
 @click.option("--partitions", "-p", type=int, default=1, show_default=True)
-@click.option("--config", "-c", multiple=True, help="KEY=VALUE, e.g. retention_ms=3600000 (repeatable).")
+@click.option(
+    "--config", "-c", multiple=True, help="KEY=VALUE, e.g. retention_ms=3600000 (repeatable)."
+)
 @bootstrap_option
 @token_option
 @one_line_errors
-def topics_create(name: str, partitions: int, config: tuple[str, ...], bootstrap: str, auth_token: str | None) -> None:
+def topics_create(
+    name: str, partitions: int, config: tuple[str, ...], bootstrap: str, auth_token: str | None
+) -> None:
     """Create topic NAME (or NAMESPACE/NAME)."""
     from headrace.protocol.frames import Op
 
@@ -193,7 +241,9 @@ def topics_list(bootstrap: str, auth_token: str | None) -> None:
     click.echo(f"{'TOPIC':40} {'PARTITIONS':>10} {'VERSION':>8} {'RECORDS':>14}")
     for t in result["topics"]:
         records = sum(p["log_end_offset"] - p["log_start_offset"] for p in t["partition_details"])
-        click.echo(f"{t['name']:40} {t['partitions']:>10} {t['partitioning_version']:>8} {records:>14}")
+        click.echo(
+            f"{t['name']:40} {t['partitions']:>10} {t['partitioning_version']:>8} {records:>14}"
+        )
 
 
 @topics.command("describe")
@@ -206,13 +256,19 @@ def topics_describe(name: str, as_json: bool, bootstrap: str, auth_token: str | 
     """Describe one topic: partitions, offsets, cursors."""
     from headrace.protocol.frames import Op
 
-    result = run(_admin_call(bootstrap, auth_token, Op.DESCRIBE_TOPICS, msg.encode_json({"name": name})))
+    result = run(
+        _admin_call(bootstrap, auth_token, Op.DESCRIBE_TOPICS, msg.encode_json({"name": name}))
+    )
     topic = result["topics"][0]
     if as_json:
         click.echo(json.dumps(topic, indent=2))
         return
-    click.echo(f"topic {topic['name']}  partitions={topic['partitions']}  version={topic['partitioning_version']}")
-    click.echo(f"{'PART':>4} {'LEADER':>6} {'START':>12} {'END':>12} {'HW':>12} {'BYTES':>14}  CURSORS")
+    click.echo(
+        f"topic {topic['name']}  partitions={topic['partitions']}  version={topic['partitioning_version']}"
+    )
+    click.echo(
+        f"{'PART':>4} {'LEADER':>6} {'START':>12} {'END':>12} {'HW':>12} {'BYTES':>14}  CURSORS"
+    )
     for p in topic["partition_details"]:
         cursors = ",".join(f"{c}={o}" for c, o in sorted(p["cursors"].items())) or "-"
         click.echo(
@@ -239,13 +295,24 @@ def topics_delete(name: str, bootstrap: str, auth_token: str | None) -> None:
 
 @main.command()
 @click.argument("topic")
-@click.option("--key-sep", default=None, help="Split each line at the first SEP into key and value.")
-@click.option("--acks", type=click.Choice(["none", "leader", "all"]), default="leader", show_default=True)
+@click.option(
+    "--key-sep", default=None, help="Split each line at the first SEP into key and value."
+)
+@click.option(
+    "--acks", type=click.Choice(["none", "leader", "all"]), default="leader", show_default=True
+)
 @click.option("--partition", type=int, default=None, help="Send every record to this partition.")
 @bootstrap_option
 @token_option
 @one_line_errors
-def produce(topic: str, key_sep: str | None, acks: str, partition: int | None, bootstrap: str, auth_token: str | None) -> None:
+def produce(
+    topic: str,
+    key_sep: str | None,
+    acks: str,
+    partition: int | None,
+    bootstrap: str,
+    auth_token: str | None,
+) -> None:
     """Produce one record per line of stdin."""
     from headrace.client.producer import Producer
 
@@ -280,23 +347,40 @@ def produce(topic: str, key_sep: str | None, acks: str, partition: int | None, b
 @click.argument("topic")
 @click.option("--cohort", required=True, help="Cohort (consumer group) to join.")
 @click.option("--count", type=int, default=None, help="Exit after this many records.")
-@click.option("--from-beginning", is_flag=True, help="Start at the earliest offset when the cohort has no cursor.")
+@click.option(
+    "--from-beginning",
+    is_flag=True,
+    help="Start at the earliest offset when the cohort has no cursor.",
+)
 @click.option("--member-id", default=None)
 @click.option("--print-offsets", is_flag=True, help="Prefix each line with partition:offset.")
-@click.option("--idle-timeout", type=float, default=None, help="Exit after this many seconds without records.")
+@click.option(
+    "--idle-timeout", type=float, default=None, help="Exit after this many seconds without records."
+)
 @bootstrap_option
 @token_option
 @one_line_errors
 def consume(
-    topic: str, cohort: str, count: int | None, from_beginning: bool, member_id: str | None,
-    print_offsets: bool, idle_timeout: float | None, bootstrap: str, auth_token: str | None,
+    topic: str,
+    cohort: str,
+    count: int | None,
+    from_beginning: bool,
+    member_id: str | None,
+    print_offsets: bool,
+    idle_timeout: float | None,
+    bootstrap: str,
+    auth_token: str | None,
 ) -> None:
     """Consume records as a cohort member, one per line on stdout."""
     from headrace.client.consumer import Consumer
 
     async def go() -> int:
         consumer = Consumer(
-            bootstrap, topic, cohort, member_id=member_id, start="earliest" if from_beginning else "latest",
+            bootstrap,
+            topic,
+            cohort,
+            member_id=member_id,
+            start="earliest" if from_beginning else "latest",
             options=_options(auth_token),
         )
         await consumer.start()
@@ -311,8 +395,12 @@ def consume(
                     for record in b.records():
                         if count is not None and seen >= count:
                             break
-                        prefix = f"{b.partition}:{record.offset} ".encode() if print_offsets else b""
-                        key = record.key + b"\t" if record.key is not None and print_offsets else b""
+                        prefix = (
+                            f"{b.partition}:{record.offset} ".encode() if print_offsets else b""
+                        )
+                        key = (
+                            record.key + b"\t" if record.key is not None and print_offsets else b""
+                        )
                         out.write(prefix + key + record.value + b"\n")
                         seen += 1
                         consumer.ack(b.partition, record.offset)
@@ -332,11 +420,15 @@ def consume(
 @click.argument("topic")
 @click.option("--records", type=int, default=1_000_000, show_default=True)
 @click.option("--value-bytes", type=int, default=100, show_default=True)
-@click.option("--acks", type=click.Choice(["none", "leader", "all"]), default="leader", show_default=True)
+@click.option(
+    "--acks", type=click.Choice(["none", "leader", "all"]), default="leader", show_default=True
+)
 @bootstrap_option
 @token_option
 @one_line_errors
-def bench(topic: str, records: int, value_bytes: int, acks: str, bootstrap: str, auth_token: str | None) -> None:
+def bench(
+    topic: str, records: int, value_bytes: int, acks: str, bootstrap: str, auth_token: str | None
+) -> None:
     """Quick produce throughput check against a running broker (see bench/ for the full suite)."""
     from headrace.client.producer import Producer
 

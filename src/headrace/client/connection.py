@@ -12,7 +12,15 @@ from typing import cast
 
 from headrace.errors import ConnectionClosed, HeadraceError, Redirected, error_for_code
 from headrace.protocol import messages as msg
-from headrace.protocol.frames import FLAG_NO_REPLY, FLAG_PUSH, Frame, FrameDecoder, Op, encode_frame, frame_header
+from headrace.protocol.frames import (
+    FLAG_NO_REPLY,
+    FLAG_PUSH,
+    Frame,
+    FrameDecoder,
+    Op,
+    encode_frame,
+    frame_header,
+)
 
 
 class RedirectReceived(Redirected):
@@ -56,7 +64,10 @@ class ClientConnection(asyncio.Protocol):
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: cls(on_push, options.max_frame_bytes), host, port, ssl=options.ssl,
+                    lambda: cls(on_push, options.max_frame_bytes),
+                    host,
+                    port,
+                    ssl=options.ssl,
                     server_hostname=host if options.ssl else None,
                 ),
                 options.connect_timeout_s,
@@ -139,7 +150,9 @@ class ClientConnection(asyncio.Protocol):
     def is_closed(self) -> bool:
         return self.closed.is_set() or self.transport is None or self.transport.is_closing()
 
-    def request(self, op: Op, body: bytes = b"", *parts: bytes | memoryview) -> asyncio.Future[Frame]:
+    def request(
+        self, op: Op, body: bytes = b"", *parts: bytes | memoryview
+    ) -> asyncio.Future[Frame]:
         """Send a request; the future resolves with the response frame or raises its error."""
         fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
         if self.is_closed:

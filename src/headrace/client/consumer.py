@@ -128,7 +128,11 @@ class Consumer:
         owners = sorted({o for o in routing.owners})
         for owner_id in owners:
             addr = (self.cluster.routing.brokers or {}).get(owner_id)
-            conn = await (self.cluster.connect(addr.host, addr.port) if addr else self.cluster.bootstrap_connection())
+            conn = await (
+                self.cluster.connect(addr.host, addr.port)
+                if addr
+                else self.cluster.bootstrap_connection()
+            )
             await self._join(owner_id, conn)
         self._tasks.append(asyncio.get_running_loop().create_task(self._heartbeat_forever()))
         return self
@@ -143,7 +147,12 @@ class Consumer:
         session = _Session(conn)
         self._sessions[owner_id] = session
         join = msg.CohortJoin(
-            self.cohort, self.topic, self.member_id, self.start_from, self.session_timeout_ms, int(self.isolation)
+            self.cohort,
+            self.topic,
+            self.member_id,
+            self.start_from,
+            self.session_timeout_ms,
+            int(self.isolation),
         )
         frame = await conn.request(Op.COHORT_JOIN, join.encode())
         self._apply_assignment(session, msg.Assignment.decode(frame.body))
@@ -161,11 +170,17 @@ class Consumer:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace_s
         for session in self._sessions.values():
-            while (session.held or session.revoking) and loop.time() < deadline and not session.conn.is_closed:
+            while (
+                (session.held or session.revoking)
+                and loop.time() < deadline
+                and not session.conn.is_closed
+            ):
                 session.changed.clear()
                 self._release_ready(session)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(session.changed.wait(), max(0.01, deadline - loop.time()))
+                    await asyncio.wait_for(
+                        session.changed.wait(), max(0.01, deadline - loop.time())
+                    )
         for task in self._tasks:
             task.cancel()
         self._queue.put_nowait(None)
@@ -222,10 +237,19 @@ class Consumer:
             remaining -= size
             chunk = data[pos : pos + size]
             self._queue.put_nowait(
-                ConsumedBatch(self.topic, delivery.partition, delivery.gate_epoch, delivery.first_offset, chunk, header)
+                ConsumedBatch(
+                    self.topic,
+                    delivery.partition,
+                    delivery.gate_epoch,
+                    delivery.first_offset,
+                    chunk,
+                    header,
+                )
             )
         if remaining:
-            log.warning("delivery for partition %s had %d trailing bytes", delivery.partition, remaining)
+            log.warning(
+                "delivery for partition %s had %d trailing bytes", delivery.partition, remaining
+            )
 
     # ------------------------------------------------------------------ consuming
 
@@ -308,13 +332,17 @@ class Consumer:
         touched: set[int] = set()
         for partition, offset in pending.items():
             session = self._session_of.get(partition)
-            if session is None or partition not in session.held and partition not in session.revoking:
+            if session is None or (
+                partition not in session.held and partition not in session.revoking
+            ):
                 continue
             epoch = session.held.get(partition, self._epochs.get(partition))
             if epoch is None:
                 continue
             body = msg.Ack(partition, epoch, offset).encode()
-            session.conn.request(Op.ACK, body).add_done_callback(_log_failure(f"ack of partition {partition}"))
+            session.conn.request(Op.ACK, body).add_done_callback(
+                _log_failure(f"ack of partition {partition}")
+            )
             self._acked[partition] = max(offset, self._acked.get(partition, -1))
             touched.add(id(session))
         for session in self._sessions.values():
@@ -324,7 +352,8 @@ class Consumer:
     def _release_ready(self, session: _Session) -> None:
         """Release revoked partitions whose handed-out records are all acked."""
         ready = [
-            p for p in session.revoking
+            p
+            for p in session.revoking
             if self._acked.get(p, -1) >= self._handed.get(p, -1) and p not in self._pending_acks
         ]
         if ready and not session.conn.is_closed:

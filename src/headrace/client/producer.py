@@ -107,7 +107,9 @@ class _PartitionSender:
         self.queue: deque[_Batch] = deque()
         self.inflight: deque[tuple[_Batch, asyncio.Future[Any]]] = deque()
         self.wakeup = asyncio.Event()
-        self.task = asyncio.get_running_loop().create_task(self._run(), name=f"send-{topic}-{partition}")
+        self.task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"send-{topic}-{partition}"
+        )
 
     def submit(self, batch: _Batch) -> None:
         self.queue.append(batch)
@@ -144,7 +146,9 @@ class _PartitionSender:
                 result = BatchResult(self.topic, self.partition, -1, batch.record_count)
             else:
                 resp = msg.ProduceResponse.decode(frame.body)
-                result = BatchResult(self.topic, self.partition, resp.base_offset, batch.record_count)
+                result = BatchResult(
+                    self.topic, self.partition, resp.base_offset, batch.record_count
+                )
             p._release(len(batch.data))
             if not batch.future.done():
                 batch.future.set_result(result)
@@ -154,7 +158,9 @@ class _PartitionSender:
         batch.attempts += 1
         conn = await p.cluster.connection_for(self.topic, self.partition)
         version = p.cluster.routing.topic(self.topic).partitioning_version
-        req = msg.ProduceRequest(self.topic, self.partition, version, p.acks, p.request_timeout_ms, b"")
+        req = msg.ProduceRequest(
+            self.topic, self.partition, version, p.acks, p.request_timeout_ms, b""
+        )
         if p.acks is msg.Acks.NONE:
             # No response will come: complete as soon as the bytes are handed to the socket.
             fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -177,7 +183,9 @@ class _PartitionSender:
         if retriable and time.monotonic() < batch.deadline:
             if isinstance(exc, RedirectReceived):
                 r = exc.redirect
-                p.cluster.routing.note_redirect(r.topic, r.partition, r.owner, r.partitioning_version)
+                p.cluster.routing.note_redirect(
+                    r.topic, r.partition, r.owner, r.partitioning_version
+                )
             if exc.invalid_metadata or isinstance(exc, ConnectionClosed | RedirectReceived):
                 with contextlib.suppress(HeadraceError):
                     await p.cluster.refresh()
@@ -186,7 +194,9 @@ class _PartitionSender:
             self.queue.extendleft(reversed(pending))
             return
         if retriable:
-            exc = RequestTimedOut(f"batch for {self.topic}/{self.partition} not acknowledged in time: {exc}")
+            exc = RequestTimedOut(
+                f"batch for {self.topic}/{self.partition} not acknowledged in time: {exc}"
+            )
         # Non-retriable: the broker appended neither this batch nor (sequence gap) any
         # after it. Fail this one and renumber the rest from its sequence.
         log.warning("batch for %s/%s failed: %s", self.topic, self.partition, exc)
@@ -267,7 +277,9 @@ class Producer:
             await self.cluster.refresh()
             return self.cluster.routing.topic(topic).partitions
 
-    def _choose(self, topic: str, count: int, key: bytes | None, partition: int | None, size: int) -> int:
+    def _choose(
+        self, topic: str, count: int, key: bytes | None, partition: int | None, size: int
+    ) -> int:
         if partition is not None:
             return partition
         if key is not None:
@@ -318,7 +330,9 @@ class Producer:
         if acc.headers is not None:
             acc.headers.append(headers or ())
         if acc.timestamps is not None:
-            acc.timestamps.append(timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000)
+            acc.timestamps.append(
+                timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
+            )
         acc.size += len(value) + (len(key) if key else 0) + 8
         assert acc.future is not None
         receipt = RecordReceipt(acc.future, index)
@@ -327,7 +341,12 @@ class Producer:
         return receipt
 
     async def send_many(
-        self, topic: str, values: Sequence[bytes], *, partition: int | None = None, key: bytes | None = None
+        self,
+        topic: str,
+        values: Sequence[bytes],
+        *,
+        partition: int | None = None,
+        key: bytes | None = None,
     ) -> list[asyncio.Future[BatchResult]]:
         """Queue many unkeyed (or same-key) records at once; no per-record Python work.
 
@@ -374,7 +393,9 @@ class Producer:
         if acc is None:
             acc = _Accumulator(future=asyncio.get_running_loop().create_future())
             self._accumulators[k] = acc
-            acc.linger = asyncio.get_running_loop().call_later(self.linger_s, self._drain, topic, partition)
+            acc.linger = asyncio.get_running_loop().call_later(
+                self.linger_s, self._drain, topic, partition
+            )
         return acc
 
     def _drain(self, topic: str, partition: int) -> None:
@@ -406,7 +427,17 @@ class Producer:
         sender = self._senders.get(k)
         if sender is None:
             sender = self._senders[k] = _PartitionSender(self, topic, partition)
-        sender.submit(_Batch(topic, partition, data, count, seq, acc.future, time.monotonic() + self.delivery_timeout_s))
+        sender.submit(
+            _Batch(
+                topic,
+                partition,
+                data,
+                count,
+                seq,
+                acc.future,
+                time.monotonic() + self.delivery_timeout_s,
+            )
+        )
 
     def _release(self, nbytes: int) -> None:
         self._buffered -= nbytes

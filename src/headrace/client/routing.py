@@ -55,7 +55,9 @@ class RoutingCache:
         owner_id = routing.owners[partition] if partition < len(routing.owners) else -1
         return (self.brokers or {}).get(owner_id)
 
-    def note_redirect(self, topic: str, partition: int, owner: BrokerAddress | None, version: int) -> None:
+    def note_redirect(
+        self, topic: str, partition: int, owner: BrokerAddress | None, version: int
+    ) -> None:
         """Apply what a Redirect taught us without waiting for a full topology."""
         if self.topics is None or canonical(topic) not in self.topics:
             return
@@ -68,5 +70,9 @@ class RoutingCache:
                 owners[partition] = owner.id
         if version != routing.partitioning_version or owners != routing.owners:
             self.topics[routing.name] = TopicRouting(
-                routing.name, routing.partitions, max(version, routing.partitioning_version), owners, routing.epochs
+                routing.name,
+                routing.partitions,
+                max(version, routing.partitioning_version),
+                owners,
+                routing.epochs,
             )

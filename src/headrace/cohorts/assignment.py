@@ -44,4 +44,8 @@ def moved_partitions(
 ) -> set[int]:
     owner_before = {p: m for m, ps in before.items() for p in ps}
     owner_after = {p: m for m, ps in after.items() for p in ps}
-    return {p for p in owner_before.keys() | owner_after.keys() if owner_before.get(p) != owner_after.get(p)}
+    return {
+        p
+        for p in owner_before.keys() | owner_after.keys()
+        if owner_before.get(p) != owner_after.get(p)
+    }

@@ -36,7 +36,13 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from headrace.cohorts.assignment import assign
-from headrace.errors import AlreadyJoined, InvalidMemberId, MemberIdInUse, NotGateHolder, UnknownMember
+from headrace.errors import (
+    AlreadyJoined,
+    InvalidMemberId,
+    MemberIdInUse,
+    NotGateHolder,
+    UnknownMember,
+)
 
 #: letters, digits, '.', '_', '-', ':' and '@'; 1-128 chars; starts with a letter or digit
 MEMBER_ID_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
@@ -147,7 +153,9 @@ class CohortGates:
     def tick(self, now_ms: int) -> list[str]:
         """Expire sessions and grace periods. Returns members dropped for silence."""
         expired = [
-            m.member_id for m in self.members.values() if now_ms - m.last_seen_ms > m.session_timeout_ms
+            m.member_id
+            for m in self.members.values()
+            if now_ms - m.last_seen_ms > m.session_timeout_ms
         ]
         for member_id in expired:
             self.disconnect(member_id, now_ms)
@@ -184,18 +192,28 @@ class CohortGates:
             or gate.epoch != epoch
             or gate.state is GateState.FREE
         ):
-            raise NotGateHolder(f"member {member_id!r} does not hold partition {partition} at epoch {epoch}")
+            raise NotGateHolder(
+                f"member {member_id!r} does not hold partition {partition} at epoch {epoch}"
+            )
         return gate
 
     def deliverable(self, member_id: str) -> list[Gate]:
         """Gates whose records may be sent to ``member_id`` now."""
-        return [g for g in self.gates.values() if g.state is GateState.HELD and g.holder == member_id]
+        return [
+            g for g in self.gates.values() if g.state is GateState.HELD and g.holder == member_id
+        ]
 
     def view(self, member_id: str) -> tuple[dict[int, int], list[int]]:
         """(held partition -> epoch, revoking partitions) for one member's Assignment push."""
-        held = {g.partition: g.epoch for g in self.gates.values() if g.holder == member_id and g.state is GateState.HELD}
+        held = {
+            g.partition: g.epoch
+            for g in self.gates.values()
+            if g.holder == member_id and g.state is GateState.HELD
+        }
         revoking = sorted(
-            g.partition for g in self.gates.values() if g.holder == member_id and g.state is GateState.REVOKING
+            g.partition
+            for g in self.gates.values()
+            if g.holder == member_id and g.state is GateState.REVOKING
         )
         return held, revoking
 

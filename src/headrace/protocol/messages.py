@@ -374,7 +374,9 @@ class TopologySnapshot(JsonBody):
             ]
         except (KeyError, TypeError, ValueError) as exc:
             raise MalformedFrame(f"malformed topology: {exc}") from exc
-        return cls(field_of(obj, "generation", int), field_of(obj, "cluster_id", str), brokers, topics)
+        return cls(
+            field_of(obj, "generation", int), field_of(obj, "cluster_id", str), brokers, topics
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,7 +161,10 @@ def check_header(header: BatchHeader) -> None:
         raise CorruptBatch(f"batch_length {header.batch_length} is shorter than a header")
     if header.max_timestamp < header.first_timestamp:
         raise CorruptBatch("max_timestamp is before first_timestamp")
-    if header.compression == COMPRESSION_NONE and header.section_length != header.size - HEADER_SIZE:
+    if (
+        header.compression == COMPRESSION_NONE
+        and header.section_length != header.size - HEADER_SIZE
+    ):
         raise CorruptBatch("section_length disagrees with batch_length")
 
 
@@ -284,7 +287,9 @@ def encode(
         attributes |= ATTR_TIMESTAMPS
         columns.append(_u32_array([ts - first_ts for ts in timestamps]))
     else:
-        first_ts = max_ts = timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
+        first_ts = max_ts = (
+            timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
+        )
     key_blob = b""
     if keys is not None:
         if len(keys) != count:
@@ -321,7 +326,8 @@ def encode(
 #: the header split at the CRC: what precedes it, and what it covers
 _PRE_CRC = struct.Struct("<QIiBI")
 _ATTRS_ETC = struct.Struct("<HIqqQII")
-assert _PRE_CRC.size == CRC_START and _PRE_CRC.size + _ATTRS_ETC.size == HEADER_SIZE
+assert _PRE_CRC.size == CRC_START
+assert _PRE_CRC.size + _ATTRS_ETC.size == HEADER_SIZE
 
 
 # --------------------------------------------------------------------------- decoding
@@ -386,7 +392,15 @@ class DecodedBatch:
     builds per-record objects for callers that want them.
     """
 
-    __slots__ = ("_header_lengths", "_headers_blob", "header", "key_lengths", "keys", "timestamps", "values")
+    __slots__ = (
+        "_header_lengths",
+        "_headers_blob",
+        "header",
+        "key_lengths",
+        "keys",
+        "timestamps",
+        "values",
+    )
 
     def __init__(self, batch: bytes | bytearray | memoryview) -> None:
         header = read_header(batch)
@@ -442,7 +456,9 @@ class DecodedBatch:
             self._headers_blob = bytes(section[pos:])
             if self._header_lengths is None and self._headers_blob:
                 raise CorruptBatch("record section has trailing bytes")
-            if self._header_lengths is not None and sum(self._header_lengths) != len(self._headers_blob):
+            if self._header_lengths is not None and sum(self._header_lengths) != len(
+                self._headers_blob
+            ):
                 raise CorruptBatch("header lengths disagree with the header blob")
         except (ValueError, IndexError, StopIteration) as exc:
             raise CorruptBatch(f"malformed record section: {exc}") from exc

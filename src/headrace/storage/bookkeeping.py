@@ -81,7 +81,14 @@ class SparseIndex:
     bytes plus one batch).
     """
 
-    __slots__ = ("_bytes_since_last", "_interval", "_persisted", "base_offset", "offsets", "positions")
+    __slots__ = (
+        "_bytes_since_last",
+        "_interval",
+        "_persisted",
+        "base_offset",
+        "offsets",
+        "positions",
+    )
 
     def __init__(self, base_offset: int, interval: int) -> None:
         self.base_offset = base_offset
@@ -177,7 +184,11 @@ def should_roll(active: SegmentStats, incoming_bytes: int, now_ms: int, config: 
 
 
 def segments_to_delete(
-    segments: Sequence[SegmentStats], now_ms: int, config: LogConfig, *, upload_floor: int | None = None
+    segments: Sequence[SegmentStats],
+    now_ms: int,
+    config: LogConfig,
+    *,
+    upload_floor: int | None = None,
 ) -> list[int]:
     """Base offsets of the oldest segments retention may delete.
 
@@ -248,7 +259,9 @@ class ProducerStateTable:
     def __len__(self) -> int:
         return len(self._entries)
 
-    def check(self, producer_id: int, base_sequence: int, count: int) -> tuple[SequenceVerdict, int]:
+    def check(
+        self, producer_id: int, base_sequence: int, count: int
+    ) -> tuple[SequenceVerdict, int]:
         """Verdict for a batch, and for a duplicate the base offset it was stored at."""
         if producer_id == 0:
             return SequenceVerdict.APPEND, -1
@@ -262,7 +275,9 @@ class ProducerStateTable:
             return SequenceVerdict.APPEND, -1
         return SequenceVerdict.OUT_OF_ORDER, -1
 
-    def record(self, producer_id: int, base_sequence: int, count: int, base_offset: int, now_ms: int) -> None:
+    def record(
+        self, producer_id: int, base_sequence: int, count: int, base_offset: int, now_ms: int
+    ) -> None:
         if producer_id == 0:
             return
         entry = self._entries.pop(producer_id, None) or ProducerEntry()

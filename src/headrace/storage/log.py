@@ -116,7 +116,9 @@ class PartitionLog:
     def _recover(self, initial_offset: int) -> None:
         started = time.monotonic()
         bases = sorted(
-            b for b in (bk.parse_segment_file_name(p.name) for p in self.directory.iterdir()) if b is not None
+            b
+            for b in (bk.parse_segment_file_name(p.name) for p in self.directory.iterdir())
+            if b is not None
         )
         if not bases:
             self._new_segment(initial_offset)
@@ -167,7 +169,9 @@ class PartitionLog:
             scanned += before - pos
             truncated += cut_bytes
             for h in headers:
-                self.producers.record(h.producer_id, h.base_sequence, h.record_count, h.base_offset, now)
+                self.producers.record(
+                    h.producer_id, h.base_sequence, h.record_count, h.base_offset, now
+                )
                 self.last_epoch = max(self.last_epoch, h.leader_epoch)
             expected = nxt
             if cut_bytes:
@@ -191,7 +195,9 @@ class PartitionLog:
             raw = json.loads(path.read_text())
         except (FileNotFoundError, ValueError):
             return None
-        if not isinstance(raw, dict) or not all(k in raw for k in ("offset", "segment", "position")):
+        if not isinstance(raw, dict) or not all(
+            k in raw for k in ("offset", "segment", "position")
+        ):
             return None
         return raw
 
@@ -235,9 +241,13 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ appending
 
-    def append(self, batch: bytes | memoryview, header: rb.BatchHeader, leader_epoch: int) -> AppendResult:
+    def append(
+        self, batch: bytes | memoryview, header: rb.BatchHeader, leader_epoch: int
+    ) -> AppendResult:
         """Stamp and append a validated batch. Idempotent for producer retries."""
-        verdict, dup_offset = self.producers.check(header.producer_id, header.base_sequence, header.record_count)
+        verdict, dup_offset = self.producers.check(
+            header.producer_id, header.base_sequence, header.record_count
+        )
         if verdict is bk.SequenceVerdict.DUPLICATE:
             return AppendResult(dup_offset, duplicate=True)
         if verdict is bk.SequenceVerdict.OUT_OF_ORDER:
@@ -250,7 +260,9 @@ class PartitionLog:
         base = self.next_offset
         prefix = rb.stamped_prefix(batch, base, leader_epoch)
         self.active.append(prefix, memoryview(batch), header, base)
-        self.producers.record(header.producer_id, header.base_sequence, header.record_count, base, now)
+        self.producers.record(
+            header.producer_id, header.base_sequence, header.record_count, base, now
+        )
         self.last_epoch = max(self.last_epoch, leader_epoch)
         return AppendResult(base)
 
@@ -262,12 +274,20 @@ class PartitionLog:
         first = -1
         for _, header in rb.scan(data):
             if header.base_offset != expected:
-                raise StorageError(f"replicated batch at {header.base_offset}, log end is {expected}")
+                raise StorageError(
+                    f"replicated batch at {header.base_offset}, log end is {expected}"
+                )
             if first < 0:
                 first = header.base_offset
             expected = header.next_offset
             max_ts = max(max_ts, header.max_timestamp)
-            self.producers.record(header.producer_id, header.base_sequence, header.record_count, header.base_offset, now)
+            self.producers.record(
+                header.producer_id,
+                header.base_sequence,
+                header.record_count,
+                header.base_offset,
+                now,
+            )
             self.last_epoch = max(self.last_epoch, header.leader_epoch)
         if first < 0:
             return self.next_offset
@@ -333,7 +353,9 @@ class PartitionLog:
             data = seg.read(position, header.size)
             end = header.size
             last_next = header.next_offset
-        return data[:end] if end < len(data) else data, ReadPosition(seg.base_offset, position + end, last_next)
+        return data[:end] if end < len(data) else data, ReadPosition(
+            seg.base_offset, position + end, last_next
+        )
 
     @staticmethod
     def _last_batch_start(data: bytes, end: int) -> int:
@@ -358,7 +380,9 @@ class PartitionLog:
             s.dirty = False
         active = self.active
         producers = self.producers.snapshot() if for_checkpoint else {}
-        return SyncTarget(dirty, self.next_offset, active.base_offset, active.size, producers, for_checkpoint)
+        return SyncTarget(
+            dirty, self.next_offset, active.base_offset, active.size, producers, for_checkpoint
+        )
 
     @staticmethod
     def sync(target: SyncTarget) -> None:
@@ -427,7 +451,9 @@ class PartitionLog:
                 return
             header = rb.read_header(seg.read(position, rb.HEADER_SIZE))
             if header.base_offset != offset:
-                raise StorageError(f"offset {offset} is inside a batch; truncate at a batch boundary")
+                raise StorageError(
+                    f"offset {offset} is inside a batch; truncate at a batch boundary"
+                )
             seg.truncate(position, offset)
         self.producers.forget_from(offset)
         self.flushed_offset = min(self.flushed_offset, offset)

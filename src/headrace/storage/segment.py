@@ -35,9 +35,11 @@ def fsync_directory(path: Path) -> None:
 
 
 class Segment:
-    __slots__ = ("_fd", "_index_fd", "dirty", "directory", "index", "index_path", "path", "stats")
+    __slots__ = ("_fd", "_index_fd", "directory", "dirty", "index", "index_path", "path", "stats")
 
-    def __init__(self, directory: Path, base_offset: int, config: LogConfig, created_ms: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, config: LogConfig, created_ms: int
+    ) -> None:
         self.directory = directory
         self.path = directory / segment_file_name(base_offset)
         self.index_path = directory / index_file_name(base_offset)
@@ -61,7 +63,9 @@ class Segment:
 
     # ------------------------------------------------------------------ writing
 
-    def append(self, prefix: bytes, body: memoryview, header: rb.BatchHeader, base_offset: int) -> int:
+    def append(
+        self, prefix: bytes, body: memoryview, header: rb.BatchHeader, base_offset: int
+    ) -> int:
         """Write a stamped batch (``prefix`` + ``body[16:]``) at the end; returns its position."""
         position = self.stats.size
         total = header.size
@@ -81,7 +85,9 @@ class Segment:
         self.dirty = True
         return position
 
-    def append_raw(self, data: bytes | memoryview, first_base: int, next_offset: int, max_ts: int) -> None:
+    def append_raw(
+        self, data: bytes | memoryview, first_base: int, next_offset: int, max_ts: int
+    ) -> None:
         """Append already-stamped batches verbatim (replication, unload restore)."""
         position = self.stats.size
         try:
@@ -172,7 +178,9 @@ class Segment:
         raw = os.pread(self._index_fd, os.fstat(self._index_fd).st_size, 0)
         self.index.load(raw, self.stats.size)
 
-    def recover_from(self, position: int, expected_offset: int, min_epoch: int) -> tuple[int, int, list[rb.BatchHeader]]:
+    def recover_from(
+        self, position: int, expected_offset: int, min_epoch: int
+    ) -> tuple[int, int, list[rb.BatchHeader]]:
         """Validate every batch from ``position``; cut the file at the first bad one.
 
         A batch is good when its header is sane, its CRC matches, its base
@@ -203,7 +211,11 @@ class Segment:
                 except CorruptBatch:
                     stop = True
                     break
-                if hdr.base_offset != next_offset or hdr.leader_epoch < epoch or not rb.crc_ok(chunk, hdr, rel):
+                if (
+                    hdr.base_offset != next_offset
+                    or hdr.leader_epoch < epoch
+                    or not rb.crc_ok(chunk, hdr, rel)
+                ):
                     stop = True
                     break
                 self.index.on_append(hdr.base_offset, pos + rel, hdr.size)
