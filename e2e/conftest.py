@@ -1,0 +1,48 @@
+"""Session fixtures for the end-to-end suite: one cluster per session, one namespace per test.
+
+The test bed build runs in ``pytest_collection_finish`` rather than in a fixture so
+that a cold build (minutes) is not counted against the per-test timeout.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from e2e import support
+
+PROVIDER = os.environ.get("E2E_PROVIDER", "testbed")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    wants_e2e = any("/e2e/" in str(item.path) for item in session.items)
+    if wants_e2e and PROVIDER == "testbed" and not session.config.option.collectonly:
+        support.build_testbed()
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[support.Cluster]:
+    if PROVIDER == "testbed":
+        with support.testbed_cluster() as c:
+            yield c
+    elif PROVIDER == "kind":
+        with support.kind_cluster() as c:
+            yield c
+    else:
+        raise pytest.UsageError(f"E2E_PROVIDER must be testbed or kind, not {PROVIDER!r}")
+
+
+@pytest.fixture
+def namespace(cluster: support.Cluster) -> Iterator[str]:
+    name = support.new_namespace(cluster)
+    yield name
+    if os.environ.get("E2E_KEEP") != "1":
+        cluster.kubectl_run("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture
+def testbed_only(cluster: support.Cluster) -> None:
+    if not cluster.is_testbed:
+        pytest.skip("inspects the test bed's host processes or directories")

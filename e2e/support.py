@@ -1,0 +1,207 @@
+"""Providers and helpers for end-to-end tests against a real Kubernetes API server.
+
+``E2E_PROVIDER`` picks the cluster:
+
+* ``testbed`` (default): the local test bed (``headrace-testbed``), built from Go
+  modules on first use; pods run as host processes, images are ignored.
+* ``kind``: a kind cluster (needs Docker and ``kind``, ``kubectl``, ``helm`` on PATH);
+  pods run in real containers from ``E2E_PYTHON_IMAGE`` (default ``python:3.12-slim``).
+
+Tests talk to either through :class:`Cluster` and must pass on both; checks that only
+the test bed can make (host processes, PV directories) ask ``cluster.is_testbed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+#: Upper bound for anything a test waits on unless it says otherwise.
+WAIT_S = 120.0
+
+
+def wait_for(
+    what: str, fn: Callable[[], T | None], timeout_s: float = WAIT_S, every_s: float = 0.5
+) -> T:
+    """Poll ``fn`` until it returns something truthy; fail the test after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while True:
+        try:
+            last = fn()
+        except Exception as exc:  # keep polling through transient API errors
+            last = exc
+        else:
+            if last:
+                return last
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}: {last!r}")
+        time.sleep(every_s)
+
+
+@dataclass
+class Cluster:
+    """One Kubernetes cluster and the tools to drive it."""
+
+    provider: str
+    kubeconfig: Path
+    kubectl: str
+    helm: str
+    #: argv prefix that runs Python 3 inside a pod, and the image that provides it.
+    python: list[str]
+    image: str
+    bin_dir: Path | None = None
+    state_dir: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def is_testbed(self) -> bool:
+        return self.provider == "testbed"
+
+    def run(
+        self, *argv: str, input: str | None = None, check: bool = True, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, **self.env, "KUBECONFIG": str(self.kubeconfig)}
+        proc = subprocess.run(
+            list(argv), input=input, capture_output=True, text=True, env=env, timeout=timeout
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"{' '.join(argv)} exited {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+            )
+        return proc
+
+    def kubectl_run(self, *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+        return self.run(self.kubectl, *args, **kw)
+
+    def apply(self, docs: list[dict[str, Any]], namespace: str) -> None:
+        text = yaml.safe_dump_all(docs)
+        self.kubectl_run("apply", "-n", namespace, "-f", "-", input=text)
+
+    def get(self, kind: str, name: str, namespace: str) -> dict[str, Any]:
+        out = self.kubectl_run("get", kind, name, "-n", namespace, "-o", "json").stdout
+        return json.loads(out)  # type: ignore[no-any-return]
+
+    def logs(self, pod: str, namespace: str, *extra: str) -> str:
+        return self.kubectl_run("logs", pod, "-n", namespace, *extra).stdout
+
+    def api(self) -> Any:
+        """An official ``kubernetes`` client (an implementation independent of ours)."""
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+
+def python_container(cluster: Cluster, name: str, script: str, *args: str) -> dict[str, Any]:
+    """A container that runs ``script`` with ``args`` under the provider's Python."""
+    return {
+        "name": name,
+        "image": cluster.image,
+        "command": [*cluster.python, "-u", "-c", script],
+        "args": list(args),
+    }
+
+
+# Providers --------------------------------------------------------------------------
+def build_testbed() -> None:
+    """Build the test bed binaries if needed (idempotent; slow only the first time)."""
+    from headrace.testbed.settings import Settings, build
+
+    start = time.monotonic()
+    build(Settings.from_env())
+    took = time.monotonic() - start
+    if took > 5:
+        print(f"\n[e2e] test bed build took {took:.0f} s", file=sys.stderr)
+
+
+@contextmanager
+def testbed_cluster() -> Iterator[Cluster]:
+    from headrace.testbed import controlplane
+    from headrace.testbed.settings import Settings
+
+    settings = Settings.from_env()
+    was_up = controlplane.is_up(settings)
+    took = controlplane.up(settings)
+    print(f"\n[e2e] test bed {'already up' if was_up else f'up in {took:.1f} s'}", file=sys.stderr)
+    try:
+        yield Cluster(
+            provider="testbed",
+            kubeconfig=settings.admin_kubeconfig,
+            kubectl=str(settings.binary("kubectl")),
+            helm=str(settings.binary("helm")),
+            python=[sys.executable],
+            image="ignored.invalid/python:any",
+            bin_dir=settings.bin_dir,
+            state_dir=settings.state_dir,
+            env={"HELM_CACHE_HOME": str(settings.state_dir / "helm" / "cache"),
+                 "HELM_CONFIG_HOME": str(settings.state_dir / "helm" / "config"),
+                 "HELM_DATA_HOME": str(settings.state_dir / "helm" / "data")},
+        )
+    finally:
+        if not was_up and os.environ.get("E2E_KEEP") != "1":
+            controlplane.down(settings)
+
+
+@contextmanager
+def kind_cluster() -> Iterator[Cluster]:
+    """A kind cluster named ``E2E_KIND_CLUSTER`` (default ``headrace-e2e``)."""
+    for tool in ("kind", "docker", "kubectl", "helm"):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"E2E_PROVIDER=kind needs {tool} on PATH")
+    name = os.environ.get("E2E_KIND_CLUSTER", "headrace-e2e")
+    kubeconfig = Path(os.environ.get("E2E_KIND_KUBECONFIG", f"/tmp/{name}.kubeconfig"))
+    existing = subprocess.run(
+        ["kind", "get", "clusters"], capture_output=True, text=True, check=True
+    ).stdout.split()
+    created = name not in existing
+    if created:
+        subprocess.run(
+            ["kind", "create", "cluster", "--name", name, "--wait", "180s",
+             "--kubeconfig", str(kubeconfig)],
+            check=True,
+            timeout=600,
+        )
+    else:
+        kubeconfig.write_text(
+            subprocess.run(["kind", "get", "kubeconfig", "--name", name],
+                           capture_output=True, text=True, check=True).stdout
+        )
+    try:
+        yield Cluster(
+            provider="kind",
+            kubeconfig=kubeconfig,
+            kubectl="kubectl",
+            helm="helm",
+            python=["python3"],
+            image=os.environ.get("E2E_PYTHON_IMAGE", "python:3.12-slim"),
+        )
+    finally:
+        if created and os.environ.get("E2E_KEEP") != "1":
+            subprocess.run(["kind", "delete", "cluster", "--name", name], check=False, timeout=300)
+
+
+def new_namespace(cluster: Cluster, prefix: str = "e2e") -> str:
+    """Create a namespace and wait for its default ServiceAccount (pods need it)."""
+    name = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl_run("create", "namespace", name)
+    wait_for(
+        f"default ServiceAccount in {name}",
+        lambda: cluster.kubectl_run("get", "sa", "default", "-n", name, check=False).returncode
+        == 0,
+        60,
+    )
+    return name
