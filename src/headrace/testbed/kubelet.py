@@ -459,7 +459,9 @@ class PodRun:
                 configmaps=self._fetch("configmaps", cms),
                 secrets=self._fetch("secrets", secrets),
             )
-            proc = podspec.process(self.obj, c.spec, self.world, self.volume_dirs, self.extra_env)
+            proc = podspec.process(
+                self.obj, c.spec, self.world, self.volume_dirs, self.extra_env, os.path.exists
+            )
         except podspec.ConfigError as exc:
             c.view = replace(c.view, state="waiting", reason=exc.reason, message=str(exc))
             c.next_start = time.monotonic() + 2.0

@@ -13,7 +13,11 @@ host with three rules, all decided here without I/O:
 * **Volumes.** Each volume is a directory on the host. A container sees its mounts at
   the host directory, not at ``mountPath``; so every argv word, env value and
   ``workingDir`` that starts with a ``mountPath`` is rewritten to the host directory.
-  Paths a program builds from a mount path at run time are not rewritten.
+  The program itself (``command[0]``) is rewritten only if it does not exist on the
+  host as written, so a host interpreter under a path that happens to share a prefix
+  with a mount (``/work/.venv/bin/python`` vs a ``/work`` mount) still runs, and a
+  script shipped in a ConfigMap volume is still found. Paths a program builds from a
+  mount path at run time are not rewritten.
 
 The I/O side (fetching ConfigMaps, writing files, spawning) is in :mod:`.kubelet`.
 """
@@ -23,7 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -322,8 +326,13 @@ def process(
     world: World,
     volume_dirs: Mapping[str, Path],
     extra_env: Mapping[str, str] | None = None,
+    on_host: Callable[[str], bool] = lambda _path: False,
 ) -> Process:
-    """Resolve a container into a host process description, or raise :class:`ConfigError`."""
+    """Resolve a container into a host process description, or raise :class:`ConfigError`.
+
+    ``on_host`` tells whether a path exists on the host (the caller passes
+    ``os.path.exists``); it decides whether the program path is rewritten.
+    """
     if not container.get("command"):
         raise ConfigError(
             f"container {container.get('name')!r} has no command: the test bed ignores "
@@ -334,8 +343,8 @@ def process(
         env.update(extra_env)
     ms = mounts(container, volume_dirs)
     env = {k: rewrite(v, ms) for k, v in env.items()}
-    argv = [rewrite(expand(str(w), env), ms) for w in container["command"]]
-    argv += [rewrite(expand(str(w), env), ms) for w in container.get("args", [])]
+    words = [expand(str(w), env) for w in [*container["command"], *container.get("args", [])]]
+    argv = [w if i == 0 and on_host(w) else rewrite(w, ms) for i, w in enumerate(words)]
     wd = container.get("workingDir")
     cwd = Path(rewrite(wd, ms)) if wd else None
     return Process(argv, env, cwd, ms)
