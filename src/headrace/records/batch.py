@@ -362,7 +362,7 @@ def _read_i32s(section: memoryview, pos: int, count: int) -> array[int]:
 
 def _slices(blob: memoryview, lengths: Sequence[int]) -> list[bytes]:
     ends = list(accumulate(lengths))
-    starts = [0, *ends[:-1]]
+    starts = [0, *ends][:-1]
     raw = bytes(blob)
     return [raw[s:e] for s, e in zip(starts, ends, strict=True)]
 
