@@ -368,18 +368,21 @@ def _slices(blob: memoryview, lengths: Sequence[int]) -> list[bytes]:
 
 
 def decode_header_block(block: bytes) -> tuple[tuple[str, bytes], ...]:
-    (count,) = _HEADER_COUNT.unpack_from(block, 0)
     pos = 2
     out: list[tuple[str, bytes]] = []
-    for _ in range(count):
-        (name_len,) = _HEADER_NAME_LEN.unpack_from(block, pos)
-        pos += 2
-        name = block[pos : pos + name_len].decode()
-        pos += name_len
-        (value_len,) = _HEADER_VALUE_LEN.unpack_from(block, pos)
-        pos += 4
-        out.append((name, block[pos : pos + value_len]))
-        pos += value_len
+    try:
+        (count,) = _HEADER_COUNT.unpack_from(block, 0)
+        for _ in range(count):
+            (name_len,) = _HEADER_NAME_LEN.unpack_from(block, pos)
+            pos += 2
+            name = block[pos : pos + name_len].decode()
+            pos += name_len
+            (value_len,) = _HEADER_VALUE_LEN.unpack_from(block, pos)
+            pos += 4
+            out.append((name, block[pos : pos + value_len]))
+            pos += value_len
+    except (struct.error, UnicodeDecodeError) as exc:
+        raise CorruptBatch(f"malformed header block: {exc}") from exc
     if pos != len(block):
         raise CorruptBatch("header block has trailing bytes")
     return tuple(out)
