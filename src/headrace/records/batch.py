@@ -411,10 +411,15 @@ class DecodedBatch:
         n = header.record_count
         raw = memoryview(batch)[HEADER_SIZE : header.size]
         if header.compression == COMPRESSION_ZLIB:
+            # Inflate at most one byte past section_length: a small batch that
+            # inflates to gigabytes is refused without being inflated.
+            inflater = zlib.decompressobj()
             try:
-                section = memoryview(zlib.decompress(raw, bufsize=header.section_length))
+                section = memoryview(inflater.decompress(raw, header.section_length + 1))
             except zlib.error as exc:
                 raise CorruptBatch(f"cannot decompress batch: {exc}") from exc
+            if not inflater.eof:
+                raise CorruptBatch("compressed record section is truncated or too long")
         else:
             section = raw
         if len(section) != header.section_length:
