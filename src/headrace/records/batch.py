@@ -284,6 +284,8 @@ def encode(
             raise ValueError("timestamps and values differ in length")
         first_ts = min(timestamps)
         max_ts = max(timestamps)
+        if max_ts - first_ts > 0xFFFF_FFFF:
+            raise ValueError("timestamps in one batch must span less than 2**32 ms (49 days)")
         attributes |= ATTR_TIMESTAMPS
         columns.append(_u32_array([ts - first_ts for ts in timestamps]))
     else:
