@@ -147,9 +147,11 @@ def testbed_cluster() -> Iterator[Cluster]:
             image="ignored.invalid/python:any",
             bin_dir=settings.bin_dir,
             state_dir=settings.state_dir,
-            env={"HELM_CACHE_HOME": str(settings.state_dir / "helm" / "cache"),
-                 "HELM_CONFIG_HOME": str(settings.state_dir / "helm" / "config"),
-                 "HELM_DATA_HOME": str(settings.state_dir / "helm" / "data")},
+            env={
+                "HELM_CACHE_HOME": str(settings.state_dir / "helm" / "cache"),
+                "HELM_CONFIG_HOME": str(settings.state_dir / "helm" / "config"),
+                "HELM_DATA_HOME": str(settings.state_dir / "helm" / "data"),
+            },
         )
     finally:
         if not was_up and os.environ.get("E2E_KEEP") != "1":
@@ -170,15 +172,28 @@ def kind_cluster() -> Iterator[Cluster]:
     created = name not in existing
     if created:
         subprocess.run(
-            ["kind", "create", "cluster", "--name", name, "--wait", "180s",
-             "--kubeconfig", str(kubeconfig)],
+            [
+                "kind",
+                "create",
+                "cluster",
+                "--name",
+                name,
+                "--wait",
+                "180s",
+                "--kubeconfig",
+                str(kubeconfig),
+            ],
             check=True,
             timeout=600,
         )
     else:
         kubeconfig.write_text(
-            subprocess.run(["kind", "get", "kubeconfig", "--name", name],
-                           capture_output=True, text=True, check=True).stdout
+            subprocess.run(
+                ["kind", "get", "kubeconfig", "--name", name],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
         )
     try:
         yield Cluster(
@@ -200,8 +215,9 @@ def new_namespace(cluster: Cluster, prefix: str = "e2e") -> str:
     cluster.kubectl_run("create", "namespace", name)
     wait_for(
         f"default ServiceAccount in {name}",
-        lambda: cluster.kubectl_run("get", "sa", "default", "-n", name, check=False).returncode
-        == 0,
+        lambda: (
+            cluster.kubectl_run("get", "sa", "default", "-n", name, check=False).returncode == 0
+        ),
         60,
     )
     return name

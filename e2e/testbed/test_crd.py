@@ -72,7 +72,12 @@ def widgets(cluster: Cluster) -> Any:
 
 
 def widget(name: str, **spec: Any) -> dict[str, Any]:
-    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget", "metadata": {"name": name}, "spec": spec}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "Widget",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
 
 
 def test_unknown_fields_are_pruned(widgets: Any, namespace: str) -> None:

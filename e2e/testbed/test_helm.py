@@ -54,15 +54,37 @@ def test_helm_install_local_chart(cluster: Cluster, namespace: str, tmp_path: Pa
         (chart / rel).write_text(text)
     python = json.dumps(cluster.python)
     cluster.run(
-        cluster.helm, "install", "demo", str(chart), "--namespace", namespace,
-        "--kubeconfig", str(cluster.kubeconfig),
-        "--set", "greeting=hi-from-helm", "--set-json", f"python={python}",
-        "--set", f"image={cluster.image}", "--wait", "--timeout", "3m",
+        cluster.helm,
+        "install",
+        "demo",
+        str(chart),
+        "--namespace",
+        namespace,
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+        "--set",
+        "greeting=hi-from-helm",
+        "--set-json",
+        f"python={python}",
+        "--set",
+        f"image={cluster.image}",
+        "--wait",
+        "--timeout",
+        "3m",
         timeout=240,
     )
     status = json.loads(
-        cluster.run(cluster.helm, "status", "demo", "-n", namespace, "-o", "json",
-                    "--kubeconfig", str(cluster.kubeconfig)).stdout
+        cluster.run(
+            cluster.helm,
+            "status",
+            "demo",
+            "-n",
+            namespace,
+            "-o",
+            "json",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+        ).stdout
     )
     assert status["info"]["status"] == "deployed"
     cm = cluster.get("configmap", "demo-config", namespace)
@@ -73,5 +95,13 @@ def test_helm_install_local_chart(cluster: Cluster, namespace: str, tmp_path: Pa
         cluster.kubectl_run("get", "pods", "-n", namespace, "-l", "app=demo", "-o", "json").stdout
     )["items"]
     assert "hi-from-helm" in cluster.logs(pods[0]["metadata"]["name"], namespace)
-    cluster.run(cluster.helm, "uninstall", "demo", "-n", namespace, "--wait",
-                "--kubeconfig", str(cluster.kubeconfig))
+    cluster.run(
+        cluster.helm,
+        "uninstall",
+        "demo",
+        "-n",
+        namespace,
+        "--wait",
+        "--kubeconfig",
+        str(cluster.kubeconfig),
+    )

@@ -75,7 +75,11 @@ def test_service_account_needs_a_role(cluster: Cluster, namespace: str) -> None:
         "apiVersion": "rbac.authorization.k8s.io/v1",
         "kind": "RoleBinding",
         "metadata": {"name": "reader-reads-configmaps"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "configmap-reader"},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "Role",
+            "name": "configmap-reader",
+        },
         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
     }
     cluster.apply([role, binding], namespace)

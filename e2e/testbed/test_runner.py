@@ -41,12 +41,32 @@ for k in sys.argv[1:]:
 
 
 def test_env_from_downward_api_configmaps_and_secrets(cluster: Cluster, namespace: str) -> None:
-    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cfg"},
-          "data": {"mode": "fast", "LEVEL": "3"}}
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "creds"},
-              "data": {"password": base64.b64encode(b"s3cret").decode()}}
-    c = python_container(cluster, "main", ENV_DUMP, "POD_NAME", "POD_NS", "POD_IP", "MODE",
-                         "PASSWORD", "CFG_LEVEL", "COMBINED", "CPU_LIMIT", "KUBERNETES_SERVICE_HOST")
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "cfg"},
+        "data": {"mode": "fast", "LEVEL": "3"},
+    }
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "creds"},
+        "data": {"password": base64.b64encode(b"s3cret").decode()},
+    }
+    c = python_container(
+        cluster,
+        "main",
+        ENV_DUMP,
+        "POD_NAME",
+        "POD_NS",
+        "POD_IP",
+        "MODE",
+        "PASSWORD",
+        "CFG_LEVEL",
+        "COMBINED",
+        "CPU_LIMIT",
+        "KUBERNETES_SERVICE_HOST",
+    )
     c["env"] = [
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         {"name": "POD_NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -54,8 +74,10 @@ def test_env_from_downward_api_configmaps_and_secrets(cluster: Cluster, namespac
         {"name": "MODE", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "mode"}}},
         {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "password"}}},
         {"name": "COMBINED", "value": "$(POD_NAME)/$(MODE)"},
-        {"name": "CPU_LIMIT",
-         "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}}},
+        {
+            "name": "CPU_LIMIT",
+            "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu", "divisor": "1m"}},
+        },
     ]
     c["envFrom"] = [{"prefix": "CFG_", "configMapRef": {"name": "cfg"}}]
     c["resources"] = {"limits": {"cpu": "250m"}}
@@ -64,8 +86,14 @@ def test_env_from_downward_api_configmaps_and_secrets(cluster: Cluster, namespac
     ip = status(cluster, "env", namespace)["podIP"]
     lines = set(cluster.logs("env", namespace).splitlines())
     expected = {
-        "POD_NAME=env", f"POD_NS={namespace}", f"POD_IP={ip}", "MODE=fast",
-        "PASSWORD=s3cret", "CFG_LEVEL=3", "COMBINED=env/fast", "CPU_LIMIT=250",
+        "POD_NAME=env",
+        f"POD_NS={namespace}",
+        f"POD_IP={ip}",
+        "MODE=fast",
+        "PASSWORD=s3cret",
+        "CFG_LEVEL=3",
+        "COMBINED=env/fast",
+        "CPU_LIMIT=250",
         "KUBERNETES_SERVICE_HOST=127.0.0.1",
     }
     assert expected <= lines, lines
@@ -79,16 +107,34 @@ for path in sys.argv[1:]:
 
 
 def test_volumes_and_init_containers(cluster: Cluster, namespace: str) -> None:
-    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "files"},
-          "data": {"app.conf": "color=blue"}}
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "keys"},
-              "data": {"key.pem": base64.b64encode(b"PRIVATE").decode()}}
-    init = python_container(cluster, "prepare",
-                            "import sys; open(sys.argv[1], 'w').write('from-init')",
-                            "/work/greeting")
+    cm = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "files"},
+        "data": {"app.conf": "color=blue"},
+    }
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "keys"},
+        "data": {"key.pem": base64.b64encode(b"PRIVATE").decode()},
+    }
+    init = python_container(
+        cluster,
+        "prepare",
+        "import sys; open(sys.argv[1], 'w').write('from-init')",
+        "/work/greeting",
+    )
     init["volumeMounts"] = [{"name": "work", "mountPath": "/work"}]
-    main = python_container(cluster, "main", READ_FILES, "/work/greeting", "/etc/app/app.conf",
-                            "/etc/keys/key.pem", "/etc/podinfo/labels")
+    main = python_container(
+        cluster,
+        "main",
+        READ_FILES,
+        "/work/greeting",
+        "/etc/app/app.conf",
+        "/etc/keys/key.pem",
+        "/etc/podinfo/labels",
+    )
     main["volumeMounts"] = [
         {"name": "work", "mountPath": "/work"},
         {"name": "conf", "mountPath": "/etc/app"},
@@ -99,15 +145,23 @@ def test_volumes_and_init_containers(cluster: Cluster, namespace: str) -> None:
         {"name": "work", "emptyDir": {}},
         {"name": "conf", "configMap": {"name": "files"}},
         {"name": "keys", "secret": {"secretName": "keys"}},
-        {"name": "podinfo", "downwardAPI": {"items": [
-            {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}},
+        {
+            "name": "podinfo",
+            "downwardAPI": {
+                "items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]
+            },
+        },
     ]
     spec = pod("vols", main, initContainers=[init], volumes=volumes, restartPolicy="Never")
     cluster.apply([cm, secret, spec], namespace)
     wait_for("pod to succeed", lambda: phase_is(cluster, "vols", namespace, "Succeeded"))
     lines = set(cluster.logs("vols", namespace).splitlines())
-    assert {"greeting=from-init", "app.conf=color=blue", "key.pem=PRIVATE",
-            'labels=app="vols"'} <= lines, lines
+    assert {
+        "greeting=from-init",
+        "app.conf=color=blue",
+        "key.pem=PRIVATE",
+        'labels=app="vols"',
+    } <= lines, lines
     st = status(cluster, "vols", namespace)
     assert st["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
 
@@ -123,8 +177,9 @@ def test_missing_secret_blocks_start_until_created(cluster: Cluster, namespace: 
 
     assert wait_for("config error", lambda: waiting_reason() == "CreateContainerConfigError")
     assert status(cluster, "waits", namespace)["phase"] == "Pending"
-    cluster.kubectl_run("create", "secret", "generic", "later", "--from-literal=pw=ok",
-                        "-n", namespace)
+    cluster.kubectl_run(
+        "create", "secret", "generic", "later", "--from-literal=pw=ok", "-n", namespace
+    )
     wait_for("pod to succeed", lambda: phase_is(cluster, "waits", namespace, "Succeeded"))
     assert "pw=ok" in cluster.logs("waits", namespace)
 
@@ -145,8 +200,10 @@ def test_on_failure_restarts_then_succeeds_with_previous_logs(
 ) -> None:
     c = python_container(cluster, "main", FLAKY, "/state")
     c["volumeMounts"] = [{"name": "state", "mountPath": "/state"}]
-    cluster.apply([pod("flaky", c, restartPolicy="OnFailure",
-                       volumes=[{"name": "state", "emptyDir": {}}])], namespace)
+    cluster.apply(
+        [pod("flaky", c, restartPolicy="OnFailure", volumes=[{"name": "state", "emptyDir": {}}])],
+        namespace,
+    )
     wait_for("pod to succeed", lambda: phase_is(cluster, "flaky", namespace, "Succeeded"))
     cs = status(cluster, "flaky", namespace)["containerStatuses"][0]
     assert cs["restartCount"] == 1
@@ -179,18 +236,24 @@ def test_probes_readiness_exec_tcp_and_liveness_restart(
     c = python_container(cluster, "main", HEALTH, str(flag))
     c["env"] = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     c["ports"] = [{"name": "http", "containerPort": 8081}]
-    c["livenessProbe"] = {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 1,
-                          "failureThreshold": 2}
-    c["readinessProbe"] = {"exec": {"command": ["test", "-e", str(ready_flag)]},
-                           "periodSeconds": 1}
+    c["livenessProbe"] = {
+        "httpGet": {"path": "/healthz", "port": "http"},
+        "periodSeconds": 1,
+        "failureThreshold": 2,
+    }
+    c["readinessProbe"] = {"exec": {"command": ["test", "-e", str(ready_flag)]}, "periodSeconds": 1}
     c["startupProbe"] = {"tcpSocket": {"port": 8081}, "periodSeconds": 1, "failureThreshold": 30}
     cluster.apply([pod("probed", c, terminationGracePeriodSeconds=2)], namespace)
 
     def ready() -> bool:
-        return bool(status(cluster, "probed", namespace).get("containerStatuses", [{}])[0].get("ready"))
+        return bool(
+            status(cluster, "probed", namespace).get("containerStatuses", [{}])[0].get("ready")
+        )
 
     def started() -> bool:
-        return bool(status(cluster, "probed", namespace).get("containerStatuses", [{}])[0].get("started"))
+        return bool(
+            status(cluster, "probed", namespace).get("containerStatuses", [{}])[0].get("started")
+        )
 
     wait_for("startup probe to pass", started)
     time.sleep(2)
@@ -233,7 +296,9 @@ def test_deletion_sends_sigterm_then_sigkill_after_grace(
     c = python_container(cluster, "main", TERM_HANDLER, str(record), mode)
     cluster.apply([pod("term", c, terminationGracePeriodSeconds=3)], namespace)
     wait_for("running", lambda: "running" in cluster.logs("term", namespace))
-    pid = int(status(cluster, "term", namespace)["containerStatuses"][0]["containerID"].split("//")[1])
+    pid = int(
+        status(cluster, "term", namespace)["containerStatuses"][0]["containerID"].split("//")[1]
+    )
     start = time.monotonic()
     cluster.kubectl_run("delete", "pod", "term", "-n", namespace, "--wait=true", timeout=60)
     took = time.monotonic() - start

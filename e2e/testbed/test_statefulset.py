@@ -115,7 +115,9 @@ def test_statefulset_pods_ready_on_distinct_addresses_and_keep_their_volume(
     assert [p["metadata"]["name"] for p in pods] == ["web-0", "web-1", "web-2"]
     ips = [p["status"]["podIP"] for p in pods]
     assert len(set(ips)) == 3, ips
-    identities = {p["metadata"]["name"]: served(cluster, p["metadata"]["name"], namespace) for p in pods}
+    identities = {
+        p["metadata"]["name"]: served(cluster, p["metadata"]["name"], namespace) for p in pods
+    }
     for p in pods:
         name = p["metadata"]["name"]
         assert identities[name]["ip"] == p["status"]["podIP"]

@@ -70,9 +70,11 @@ def test_down_stops_everything_and_up_is_idempotent(cluster: Cluster, namespace:
     # The pod survives in etcd; the runner starts it again after the "node reboot".
     wait_for(
         "forker running again",
-        lambda: cluster.get("pod", "forker", namespace)["status"]["containerStatuses"][0]
-        .get("state", {})
-        .get("running"),
+        lambda: (
+            cluster.get("pod", "forker", namespace)["status"]["containerStatuses"][0]
+            .get("state", {})
+            .get("running")
+        ),
         60,
     )
 

@@ -217,14 +217,7 @@ class ContainerRun:
         self.futures.clear()
 
     def _record_exit(self, code: int, reason: str, started: str | None, message: str = "") -> None:
-        term = podstatus.Terminated(
-            exit_code=code,
-            reason=reason,
-            started_at=started,
-            finished_at=now_rfc3339(),
-            message=message,
-            signal=code - 128 if code > 128 else None,
-        )
+        term = podstatus.terminated(code, started, now_rfc3339(), reason, message)
         self.view = replace(
             self.view, state="terminated", terminated=term, ready=False, started=False
         )
@@ -241,7 +234,7 @@ class ContainerRun:
         # A container's exit ends everything in it, as its PID namespace would.
         kill_group(pgid, signal.SIGKILL)
         code = rc if rc >= 0 else 128 - rc
-        self._record_exit(code, podstatus.exit_reason(code), self.view.started_at)
+        self._record_exit(code, "", self.view.started_at)
         return True
 
     def signal(self, sig: signal.Signals) -> None:

@@ -95,6 +95,20 @@ def exit_reason(code: int) -> str:
     return "Completed" if code == 0 else "Error"
 
 
+def terminated(
+    code: int, started_at: str | None, finished_at: str, reason: str = "", message: str = ""
+) -> Terminated:
+    """A termination record; exit codes above 128 mean death by signal ``code - 128``."""
+    return Terminated(
+        exit_code=code,
+        reason=reason or exit_reason(code),
+        started_at=started_at,
+        finished_at=finished_at,
+        message=message,
+        signal=code - 128 if code > 128 else None,
+    )
+
+
 def should_restart(policy: RestartPolicy, exit_code: int) -> bool:
     """Whether a regular container that exited with ``exit_code`` is started again."""
     return policy == "Always" or (policy == "OnFailure" and exit_code != 0)
@@ -190,7 +204,9 @@ def conditions(
         cond["lastTransitionTime"] = (
             old.get("lastTransitionTime") if old and old.get("status") == status else now
         )
-        if (not ok and reason) or (ok and reason == "PodCompleted"):
-            cond["reason"] = reason
+        # Always present (None when there is none): a strategic merge patch would keep
+        # a stale reason from an earlier status otherwise.
+        keep = (not ok and reason) or reason == "PodCompleted"
+        cond["reason"] = reason if keep else None
         out.append(cond)
     return out
