@@ -71,7 +71,9 @@ def encode_json(obj: Mapping[str, Any]) -> bytes:
 def decode_json(body: bytes) -> dict[str, Any]:
     try:
         obj = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:
+        # ValueError covers JSONDecodeError, UnicodeDecodeError and integers
+        # past the int-string limit; RecursionError is deeply nested arrays.
         raise MalformedFrame(f"body is not valid JSON: {exc}") from exc
     if not isinstance(obj, dict):
         raise MalformedFrame("body must be a JSON object")
@@ -372,7 +374,7 @@ class TopologySnapshot(JsonBody):
                 )
                 for t in field_of(obj, "topics", list)
             ]
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise MalformedFrame(f"malformed topology: {exc}") from exc
         return cls(
             field_of(obj, "generation", int), field_of(obj, "cluster_id", str), brokers, topics
@@ -475,7 +477,7 @@ class Assignment(JsonBody):
         try:
             parts = {int(p): int(e) for p, e in field_of(obj, "partitions", dict).items()}
             revoked = [int(p) for p in field_of(obj, "revoked", list)]
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise MalformedFrame(f"malformed assignment: {exc}") from exc
         return cls(
             field_of(obj, "cohort", str),
@@ -497,7 +499,7 @@ class Release(JsonBody):
         obj = decode_json(body)
         try:
             return cls([int(p) for p in field_of(obj, "partitions", list)])
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise MalformedFrame(f"malformed release: {exc}") from exc
 
 
