@@ -50,7 +50,7 @@ COHORT_NAME_PATTERN: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def validate_member_id(member_id: str) -> str:
-    if not MEMBER_ID_PATTERN.match(member_id):
+    if not MEMBER_ID_PATTERN.fullmatch(member_id):
         raise InvalidMemberId(
             f"invalid member id {member_id!r}: 1-128 characters of letters, digits, '.', '_', '-', ':', '@',"
             " starting with a letter or digit"
@@ -59,7 +59,7 @@ def validate_member_id(member_id: str) -> str:
 
 
 def validate_cohort_name(name: str) -> str:
-    if not COHORT_NAME_PATTERN.match(name):
+    if not COHORT_NAME_PATTERN.fullmatch(name):
         raise InvalidMemberId(f"invalid cohort name {name!r}")
     return name
 
