@@ -70,7 +70,8 @@ class Segment:
         position = self.stats.size
         total = header.size
         try:
-            written = os.writev(self._fd, [prefix, body[16:total]])
+            # Positional write at the tracked end: never depends on the fd's file offset.
+            written = os.pwritev(self._fd, [prefix, body[16:total]], position)
         except OSError as exc:
             self._undo(position)
             raise StorageError(f"write to {self.path} failed: {exc}") from exc
@@ -91,7 +92,7 @@ class Segment:
         """Append already-stamped batches verbatim (replication, unload restore)."""
         position = self.stats.size
         try:
-            written = os.write(self._fd, data)
+            written = os.pwrite(self._fd, data, position)
         except OSError as exc:
             self._undo(position)
             raise StorageError(f"write to {self.path} failed: {exc}") from exc
@@ -191,6 +192,8 @@ class Segment:
         self.stats.size = size
         good: list[rb.BatchHeader] = []
         self.index.truncate_after(position)
+        # Entries past the scan start are rebuilt below; stale ones must not outlive them on disk.
+        os.ftruncate(self._index_fd, len(self.index) * INDEX_ENTRY.size)
         next_offset = expected_offset
         epoch = min_epoch
         pos = position

@@ -1,0 +1,43 @@
+"""Read a partition back with plain FETCH requests (no cohort), for verification."""
+
+from __future__ import annotations
+
+from headrace.client.cluster import ClusterClient
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import Op
+from headrace.records import batch as rb
+
+
+async def read_partition(
+    bootstrap: str, topic: str, partition: int, *, isolation: msg.Isolation = msg.Isolation.COMMITTED
+) -> list[rb.Record]:
+    cluster = ClusterClient(bootstrap)
+    records: list[rb.Record] = []
+    try:
+        conn = await cluster.bootstrap_connection()
+        offset = 0
+        while True:
+            req = msg.FetchRequest(topic, partition, offset, 4 * 1024 * 1024, 0, isolation)
+            frame = await conn.request(Op.FETCH, req.encode())
+            head, data = msg.FetchResponseHeader.decode(frame.body)
+            if not data:
+                break
+            for pos, header in rb.scan(data):
+                batch = bytes(data[pos : pos + header.size])
+                rb.validate(batch)
+                records.extend(rb.decode(batch).records(offset))
+                offset = header.next_offset
+            if offset >= head.high_watermark and isolation is msg.Isolation.COMMITTED:
+                break
+    finally:
+        await cluster.close()
+    return records
+
+
+async def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, int] | None = None) -> None:
+    cluster = ClusterClient(bootstrap)
+    try:
+        conn = await cluster.bootstrap_connection()
+        await conn.request(Op.CREATE_TOPIC, msg.CreateTopic(name, partitions, config or {}).encode())
+    finally:
+        await cluster.close()
