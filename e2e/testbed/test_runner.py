@@ -288,12 +288,18 @@ while True:
 """
 
 
-@pytest.mark.parametrize(("mode", "min_s"), [("exit", 0.0), ("ignore", 3.0)])
+@pytest.mark.parametrize(
+    ("mode", "min_s", "hook"), [("exit", 0.0, False), ("ignore", 3.0, False), ("exit", 0.0, True)]
+)
 def test_deletion_sends_sigterm_then_sigkill_after_grace(
-    cluster: Cluster, namespace: str, tmp_path: Path, mode: str, min_s: float
+    cluster: Cluster, namespace: str, tmp_path: Path, mode: str, min_s: float, hook: bool
 ) -> None:
     record = tmp_path / "signals"
     c = python_container(cluster, "main", TERM_HANDLER, str(record), mode)
+    if hook:  # the preStop hook runs to completion before SIGTERM
+        c["lifecycle"] = {
+            "preStop": {"exec": {"command": ["sh", "-c", f"sleep 1; echo preStop >> {record}"]}}
+        }
     cluster.apply([pod("term", c, terminationGracePeriodSeconds=3)], namespace)
     wait_for("running", lambda: "running" in cluster.logs("term", namespace))
     pid = int(
@@ -302,7 +308,7 @@ def test_deletion_sends_sigterm_then_sigkill_after_grace(
     start = time.monotonic()
     cluster.kubectl_run("delete", "pod", "term", "-n", namespace, "--wait=true", timeout=60)
     took = time.monotonic() - start
-    assert record.read_text() == "got SIGTERM\n"
+    assert record.read_text() == ("preStop\n" if hook else "") + "got SIGTERM\n"
     assert took >= min_s
     assert took < 3.0 + 10, took
     assert not Path(f"/proc/{pid}").exists(), "process survived its pod"

@@ -50,6 +50,11 @@ from headrace.testbed.processes import kill_group
 Obj = dict[str, Any]
 log = logging.getLogger("headrace.testbed.kubelet")
 
+#: Prefix that makes a container die with the runner (util-linux ``setpriv``, present
+#: on every Debian system). Without it, ``down``'s sweep of recorded process groups is
+#: the only guard against orphans.
+PDEATHSIG = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+
 
 @dataclass(frozen=True)
 class RunnerSettings:
@@ -141,6 +146,11 @@ def run_probe(probe: probes.Probe, pod_ip: str, env: dict[str, str], cwd: Path) 
     return False
 
 
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return True
+
+
 # Containers -------------------------------------------------------------------------
 class ContainerRun:
     """One container of one pod: its process, status view and probes."""
@@ -163,6 +173,8 @@ class ContainerRun:
         self.next_start = 0.0
         self.starts = 0
         self.kill_deadline: float | None = None
+        self.pre_stop: concurrent.futures.Future[bool] | None = None
+        self.term_sent = False
         self.probe_specs: dict[probes.Kind, probes.Probe] = {}
         self.probe_states: dict[probes.Kind, probes.State] = {}
         self.futures: dict[probes.Kind, concurrent.futures.Future[bool]] = {}
@@ -188,7 +200,7 @@ class ContainerRun:
         try:
             with log_file.open("ab") as out:
                 self.proc = subprocess.Popen(
-                    ["setpriv", "--pdeathsig", "KILL", "--", *process.argv],
+                    [*PDEATHSIG, *process.argv],
                     env=process.env,
                     cwd=cwd,
                     stdin=subprocess.DEVNULL,
@@ -241,15 +253,31 @@ class ContainerRun:
         if self.proc is not None:
             kill_group(self.proc.pid, sig)
 
-    def stop(self, grace_s: float, now: float) -> None:
-        """Begin a graceful stop: SIGTERM now, SIGKILL at the deadline (see :meth:`tick_stop`)."""
+    def stop(
+        self,
+        grace_s: float,
+        now: float,
+        pre_stop: concurrent.futures.Future[bool] | None = None,
+    ) -> None:
+        """Begin a graceful stop: the ``preStop`` hook (already submitted, if any), then
+        SIGTERM, then SIGKILL when the grace period, which the hook's time counts
+        against, runs out (see :meth:`tick_stop`)."""
         if self.proc is None or self.kill_deadline is not None:
             return
-        self.signal(signal.SIGTERM)
         self.kill_deadline = now + grace_s
+        self.pre_stop = pre_stop
+        self.term_sent = False
+        self.tick_stop(now)
 
     def tick_stop(self, now: float) -> None:
-        if self.proc is not None and self.kill_deadline is not None and now >= self.kill_deadline:
+        if self.proc is None or self.kill_deadline is None:
+            return
+        if not self.term_sent and (
+            self.pre_stop is None or self.pre_stop.done() or now >= self.kill_deadline
+        ):
+            self.signal(signal.SIGTERM)
+            self.term_sent = True
+        if now >= self.kill_deadline:
             self.signal(signal.SIGKILL)
 
 
@@ -522,7 +550,7 @@ class PodRun:
         if "liveness" in c.probe_specs and startup_done and not c.probe_states["liveness"].result:
             log.info("%s/%s:%s failed liveness probe, restarting", self.ns, self.name, c.name)
             c.probe_states["liveness"] = probes.initial("liveness")
-            c.stop(grace, now)
+            c.stop(grace, now, self._pre_stop(c, grace))
         if "startup" in c.probe_specs and not startup_done:
             st = c.probe_states["startup"]
             if st.failures >= c.probe_specs["startup"].failure_threshold:
@@ -533,6 +561,25 @@ class PodRun:
             c.probe_states["readiness"].result if "readiness" in c.probe_specs else True
         ) and startup_done
         c.view = replace(c.view, ready=bool(ready and c.running), started=bool(startup_done))
+
+    def _pre_stop(self, c: ContainerRun, grace: float) -> concurrent.futures.Future[bool] | None:
+        """Submit the container's ``lifecycle.preStop`` handler, if it has one."""
+        handler = (c.spec.get("lifecycle") or {}).get("preStop")
+        if not handler or c.proc is None or c.process is None:
+            return None
+        if "sleep" in handler:
+            seconds = min(float(handler["sleep"].get("seconds", 0)), grace)
+            return self.r.probe_pool.submit(_sleep, seconds)
+        try:
+            hook = probes.parse("liveness", handler, c.spec)
+        except probes.ProbeSpecError as exc:
+            log.warning("%s/%s:%s preStop: %s", self.ns, self.name, c.name, exc)
+            return None
+        if hook is None:
+            return None
+        hook = replace(hook, timeout_s=grace)
+        env, cwd = c.process.env, c.process.cwd or self.dir
+        return self.r.probe_pool.submit(run_probe, hook, self.ip, env, cwd)
 
     def _grace(self) -> float:
         meta_grace = self.obj["metadata"].get("deletionGracePeriodSeconds")
@@ -556,7 +603,7 @@ class PodRun:
             grace = self._grace()
             log.info("%s/%s deleted: stopping with grace %.0fs", self.ns, self.name, grace)
             for c in self.all_runs():
-                c.stop(grace, now)
+                c.stop(grace, now, self._pre_stop(c, grace))
         if self.terminating:
             if not any(c.running for c in self.all_runs()):
                 self._finish_delete()
