@@ -25,6 +25,7 @@ from headrace.errors import FrameTooLarge, MalformedFrame
 #: length u32, op u16, flags u16, correlation_id u32
 FRAME_HEADER: Final = struct.Struct("<IHHI")
 FRAME_HEADER_SIZE: Final = FRAME_HEADER.size  # 12
+_LENGTH: Final = struct.Struct("<I")
 #: the length field counts op, flags and correlation_id as well as the body
 MIN_LENGTH: Final = FRAME_HEADER_SIZE - 4
 DEFAULT_MAX_FRAME_BYTES: Final = 16 * 1024 * 1024
@@ -133,13 +134,18 @@ class FrameDecoder:
     def next_frame(self) -> Frame | None:
         buf = self._buf
         pos = self._pos
-        if len(buf) - pos < FRAME_HEADER_SIZE:
+        available = len(buf) - pos
+        if available < 4:
             return None
-        length, op, flags, correlation_id = FRAME_HEADER.unpack_from(buf, pos)
+        # Judge the length as soon as it arrives: a bad one must not wait for more bytes.
+        (length,) = _LENGTH.unpack_from(buf, pos)
         if length < MIN_LENGTH:
             raise MalformedFrame(f"frame length {length} is below the minimum {MIN_LENGTH}")
         if length + 4 > self._max:
             raise FrameTooLarge(f"frame of {length + 4} bytes exceeds the limit of {self._max}")
+        if available < FRAME_HEADER_SIZE:
+            return None
+        _, op, flags, correlation_id = FRAME_HEADER.unpack_from(buf, pos)
         end = pos + 4 + length
         if len(buf) < end:
             return None
