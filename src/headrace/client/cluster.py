@@ -82,6 +82,8 @@ class ClusterClient:
             try:
                 return await self.connect(host, port)
             except HeadraceError as exc:
+                if not exc.retriable:
+                    raise  # bad credentials or protocol version: another broker won't differ
                 errors.append(str(exc))
         raise ConnectionClosed("no broker reachable: " + "; ".join(errors))
 

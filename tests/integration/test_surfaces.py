@@ -1,0 +1,188 @@
+"""Admin HTTP, CLI, topology pushes, redirects, auth and TLS against a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import json
+import ssl
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from headrace.client import Consumer, Producer
+from headrace.client.cluster import ClusterClient
+from headrace.client.connection import ConnectOptions
+from headrace.errors import AuthenticationFailed, UnknownTopic
+from tests.integration.brokers import BrokerProcess
+from tests.integration.reading import create_topic, read_partition
+
+
+def http(method: str, url: str, body: dict[str, object] | None = None) -> tuple[int, dict[str, object] | str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            raw = resp.read().decode()
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        raw = exc.read().decode()
+        status = exc.code
+    try:
+        return status, json.loads(raw)
+    except json.JSONDecodeError:
+        return status, raw
+
+
+def test_admin_http_health_metrics_and_topic_admin(broker: BrokerProcess) -> None:
+    assert http("GET", f"{broker.admin_url}/healthz")[0] == 200
+    assert http("GET", f"{broker.admin_url}/readyz")[0] == 200
+    status, created = http("POST", f"{broker.admin_url}/v1/topics", {"name": "ops/orders", "partitions": 3})
+    assert status == 201 and isinstance(created, dict) and created["partitions"] == 3
+    assert http("POST", f"{broker.admin_url}/v1/topics", {"name": "ops/orders", "partitions": 3})[0] == 409
+    assert http("POST", f"{broker.admin_url}/v1/topics", {"name": "Bad Name", "partitions": 3})[0] == 422
+    assert http("POST", f"{broker.admin_url}/v1/topics", {"name": "x", "partitions": 0})[0] == 422
+    status, listing = http("GET", f"{broker.admin_url}/v1/topics")
+    assert status == 200 and isinstance(listing, dict)
+    assert [t["name"] for t in listing["topics"]] == ["ops/orders"]  # type: ignore[union-attr, index]
+    assert http("GET", f"{broker.admin_url}/v1/topics/ops/orders")[0] == 200
+    assert http("GET", f"{broker.admin_url}/v1/topics/ops/missing")[0] == 404
+    status, metrics = http("GET", f"{broker.admin_url}/metrics")
+    assert status == 200 and isinstance(metrics, str)
+    assert 'headrace_partition_log_end_offset{partition="2",topic="ops/orders"} 0.0' in metrics
+    assert http("DELETE", f"{broker.admin_url}/v1/topics/ops/orders")[0] == 200
+    assert http("GET", f"{broker.admin_url}/v1/topics/ops/orders")[0] == 404
+
+
+def cli(broker: BrokerProcess, *args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [sys.executable, "-m", "headrace.cli.main", *args, "--bootstrap", broker.bootstrap],
+        input=stdin, capture_output=True, timeout=60, check=False,
+    )
+
+
+def test_cli_round_trip_and_one_line_errors(broker: BrokerProcess) -> None:
+    assert cli(broker, "topics", "create", "clidemo", "--partitions", "2").returncode == 0
+    out = cli(broker, "produce", "clidemo", "--key-sep", "=", stdin=b"a=1\nb=2\nc=3\n")
+    assert out.returncode == 0, out.stderr
+    listing = cli(broker, "topics", "list")
+    assert b"default/clidemo" in listing.stdout
+    consumed = cli(broker, "consume", "clidemo", "--cohort", "cli", "--from-beginning", "--count", "3", "--print-offsets")
+    assert consumed.returncode == 0, consumed.stderr
+    lines = consumed.stdout.decode().splitlines()
+    assert sorted(line.split("\t")[1] for line in lines) == ["1", "2", "3"]
+    assert sorted(line.split(" ")[1].split("\t")[0] for line in lines) == ["a", "b", "c"]
+
+    missing = cli(broker, "produce", "nosuchtopic", stdin=b"x\n")
+    assert missing.returncode != 0
+    assert missing.stderr.decode().strip().splitlines()[-1].startswith("error: UnknownTopic")
+    down = subprocess.run(
+        [sys.executable, "-m", "headrace.cli.main", "topics", "list", "--bootstrap", "127.0.0.1:1"],
+        capture_output=True, timeout=60, check=False,
+    )
+    assert down.returncode != 0
+    assert len(down.stderr.decode().strip().splitlines()) == 1
+
+
+async def test_topology_push_is_applied_and_acked(broker: BrokerProcess) -> None:
+    await create_topic(broker.bootstrap, "first", 1)
+    watcher = ClusterClient(broker.bootstrap)
+    await watcher.start()
+    before = watcher.routing.generation
+    await create_topic(broker.bootstrap, "second", 4)
+    for _ in range(100):
+        if watcher.routing.generation > before:
+            break
+        await asyncio.sleep(0.02)
+    assert watcher.routing.topic("second").partitions == 4
+    assert watcher.acked_generations and watcher.acked_generations[-1] == watcher.routing.generation
+    await asyncio.sleep(0.1)
+    status = broker.get_json("/v1/status")
+    assert status["adoption_floor"] == watcher.routing.generation
+    await watcher.close()
+
+
+async def test_producer_follows_a_redirect_after_stale_routing(broker: BrokerProcess) -> None:
+    await create_topic(broker.bootstrap, "redir", 1)
+    async with Producer(broker.bootstrap) as producer:
+        # Pretend our cache is stale: the broker must redirect, the producer must recover.
+        routing = producer.cluster.routing.topic("redir")
+        assert producer.cluster.routing.topics is not None
+        producer.cluster.routing.topics["default/redir"] = type(routing)(
+            routing.name, routing.partitions, routing.partitioning_version + 5, routing.owners, routing.epochs
+        )
+        meta = await (await producer.send("redir", b"hello"))
+    assert meta.offset == 0
+    assert [r.value for r in await read_partition(broker.bootstrap, "redir", 0)] == [b"hello"]
+
+
+async def test_unknown_topic_is_a_typed_error_for_clients(broker: BrokerProcess) -> None:
+    async with Producer(broker.bootstrap) as producer:
+        with pytest.raises(UnknownTopic):
+            await producer.send("ghost", b"x")
+    with pytest.raises(UnknownTopic):
+        await Consumer(broker.bootstrap, "ghost", "c").start()
+
+
+async def test_auth_token_is_required_when_configured(broker_factory: object) -> None:
+    broker: BrokerProcess = broker_factory(extra_args=["--auth-token", "s3cret"])  # type: ignore[operator]
+    with pytest.raises(AuthenticationFailed):
+        await ClusterClient(broker.bootstrap, ConnectOptions(auth_token="wrong")).start()
+    with pytest.raises(AuthenticationFailed):
+        await ClusterClient(broker.bootstrap).start()
+    client = ClusterClient(broker.bootstrap, ConnectOptions(auth_token="s3cret"))
+    await client.start()
+    await client.close()
+
+
+def _self_signed(directory: Path) -> tuple[Path, Path]:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    import ipaddress
+
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_path, key_path
+
+
+async def test_tls_listener_serves_tls_clients_only(broker_factory: object, tmp_path: Path) -> None:
+    cert, key = _self_signed(tmp_path)
+    broker: BrokerProcess = broker_factory(extra_args=["--tls-cert", str(cert), "--tls-key", str(key)])  # type: ignore[operator]
+    ctx = ssl.create_default_context(cafile=str(cert))
+    options = ConnectOptions(ssl=ctx)
+    await create_topic_tls(broker.bootstrap, options)
+    async with Producer(broker.bootstrap, options=options) as producer:
+        meta = await (await producer.send("secure", b"over tls"))
+    assert meta.offset == 0
+    with pytest.raises(Exception):  # noqa: B017 - a plaintext client cannot complete the handshake
+        await asyncio.wait_for(ClusterClient(broker.bootstrap).start(), 5)
+
+
+async def create_topic_tls(bootstrap: str, options: ConnectOptions) -> None:
+    from headrace.protocol import messages as msg
+    from headrace.protocol.frames import Op
+
+    client = ClusterClient(bootstrap, options)
+    conn = await client.bootstrap_connection()
+    await conn.request(Op.CREATE_TOPIC, msg.CreateTopic("secure", 1).encode())
+    await client.close()
