@@ -186,3 +186,23 @@ async def create_topic_tls(bootstrap: str, options: ConnectOptions) -> None:
     conn = await client.bootstrap_connection()
     await conn.request(Op.CREATE_TOPIC, msg.CreateTopic("secure", 1).encode())
     await client.close()
+
+
+def test_blocking_facade_round_trip(broker: BrokerProcess) -> None:
+    from headrace.client.blocking import BlockingConsumer, BlockingProducer
+
+    asyncio.run(create_topic(broker.bootstrap, "blocking", 2))
+    with BlockingProducer(broker.bootstrap) as producer:
+        meta = producer.send("blocking", b"one", partition=1)
+        assert (meta.partition, meta.offset) == (1, 0)
+        results = producer.send_many("blocking", [b"a", b"b", b"c"])
+        assert sum(r.record_count for r in results) == 3
+    with BlockingConsumer(broker.bootstrap, "blocking", "sync", start="earliest") as consumer:
+        values: list[bytes] = []
+        for _ in range(50):
+            for batch in consumer.poll(timeout_s=0.2):
+                values.extend(batch.values())
+                consumer.ack(batch.partition, batch.last_offset)
+            if len(values) >= 4:
+                break
+    assert sorted(values) == [b"a", b"b", b"c", b"one"]

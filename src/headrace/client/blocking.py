@@ -1,0 +1,103 @@
+"""A small blocking facade over the async client, for scripts and threads.
+
+Runs one event loop on a background thread; every call submits a coroutine
+to it and waits. Good for tools and tests; for throughput use the async API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Sequence
+from typing import Any, TypeVar
+
+from headrace.client.consumer import ConsumedBatch, Consumer
+from headrace.client.producer import BatchResult, Producer, RecordMetadata
+
+T = TypeVar("T")
+
+
+class _LoopThread:
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="headrace-client", daemon=True)
+        self._thread.start()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        self.loop.close()
+
+
+class BlockingProducer:
+    """``send`` blocks until the record is acknowledged and returns its metadata."""
+
+    def __init__(self, bootstrap: str, **options: Any) -> None:
+        self._runner = _LoopThread()
+
+        async def make() -> Producer:
+            return await Producer(bootstrap, **options).start()
+
+        self._producer = self._runner.call(make())
+
+    def send(self, topic: str, value: bytes, *, key: bytes | None = None, partition: int | None = None,
+             timeout: float | None = 30.0) -> RecordMetadata:
+        async def go() -> RecordMetadata:
+            receipt = await self._producer.send(topic, value, key=key, partition=partition)
+            await self._producer.flush()
+            return await receipt
+
+        return self._runner.call(go(), timeout)
+
+    def send_many(self, topic: str, values: Sequence[bytes], *, timeout: float | None = 60.0) -> list[BatchResult]:
+        async def go() -> list[BatchResult]:
+            futures = await self._producer.send_many(topic, values)
+            await self._producer.flush()
+            return [await f for f in futures]
+
+        return self._runner.call(go(), timeout)
+
+    def close(self) -> None:
+        try:
+            self._runner.call(self._producer.close(), 30)
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> BlockingProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class BlockingConsumer:
+    """``poll`` returns the batches that arrived within ``timeout_s``; ``ack`` acks cumulatively."""
+
+    def __init__(self, bootstrap: str, topic: str, cohort: str, **options: Any) -> None:
+        self._runner = _LoopThread()
+
+        async def make() -> Consumer:
+            return await Consumer(bootstrap, topic, cohort, **options).start()
+
+        self._consumer = self._runner.call(make())
+
+    def poll(self, timeout_s: float = 1.0, max_batches: int = 100) -> list[ConsumedBatch]:
+        return self._runner.call(self._consumer.getmany(max_batches, timeout_s))
+
+    def ack(self, partition: int, offset: int) -> None:
+        self._runner.loop.call_soon_threadsafe(self._consumer.ack, partition, offset)
+
+    def close(self) -> None:
+        try:
+            self._runner.call(self._consumer.close(), 60)
+        finally:
+            self._runner.stop()
+
+    def __enter__(self) -> BlockingConsumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
