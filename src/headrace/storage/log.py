@@ -54,6 +54,8 @@ class SyncTarget:
     producers: dict[str, object]
     #: False when the producer snapshot was skipped: such a target cannot be a recovery point
     checkpointable: bool = True
+    #: the log's last leader epoch at capture; recovery refuses batches below it after ``position``
+    epoch: int = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +383,13 @@ class PartitionLog:
         active = self.active
         producers = self.producers.snapshot() if for_checkpoint else {}
         return SyncTarget(
-            dirty, self.next_offset, active.base_offset, active.size, producers, for_checkpoint
+            dirty,
+            self.next_offset,
+            active.base_offset,
+            active.size,
+            producers,
+            for_checkpoint,
+            self.last_epoch,
         )
 
     @staticmethod
@@ -404,7 +412,9 @@ class PartitionLog:
             "offset": target.offset,
             "segment": target.segment_base,
             "position": target.position,
-            "epoch": self.last_epoch,
+            # the epoch at the target, not now: batches after the target's position
+            # but before a later epoch bump still carry the older epoch
+            "epoch": target.epoch,
             "log_start_offset": self.log_start_offset,
             "producers": target.producers,
             "written_ms": self._clock(),
