@@ -56,6 +56,8 @@ class SyncTarget:
     checkpointable: bool = True
     #: the log's last leader epoch at capture; recovery refuses batches below it after ``position``
     epoch: int = -1
+    #: ``PartitionLog.truncations`` at capture: a target from before a truncation is stale
+    truncations: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +95,8 @@ class PartitionLog:
         self.flushed_offset = 0
         self.recovery: RecoveryReport | None = None
         self.last_epoch = -1
+        #: bumped by every truncate_to; sync targets captured before one are stale
+        self.truncations = 0
 
     # ------------------------------------------------------------------ opening
 
@@ -390,6 +394,7 @@ class PartitionLog:
             producers,
             for_checkpoint,
             self.last_epoch,
+            self.truncations,
         )
 
     @staticmethod
@@ -399,6 +404,8 @@ class PartitionLog:
             seg.sync()
 
     def mark_synced(self, target: SyncTarget) -> None:
+        if target.truncations != self.truncations:
+            return  # captured before a truncation: its offset may be above records not synced
         if target.offset > self.flushed_offset:
             self.flushed_offset = target.offset
 
@@ -406,6 +413,8 @@ class PartitionLog:
         """Record the recovery point of an already-synced target (atomic replace)."""
         if not target.checkpointable:
             raise ValueError("this sync target skipped the producer snapshot")
+        if target.truncations != self.truncations:
+            return  # stale: its position may now lie inside other batches
         for seg in self._segments:
             seg.persist_index(sync=True)
         doc = {
@@ -446,7 +455,11 @@ class PartitionLog:
         return doomed
 
     def truncate_to(self, offset: int) -> None:
-        """Drop every record at or after ``offset`` (replica divergence, seal rollback)."""
+        """Drop every record at or after ``offset`` (replica divergence, seal rollback).
+
+        Ends with a fresh recovery point: the old one names a position that the
+        next appends may fill with different batches.
+        """
         if offset >= self.next_offset:
             return
         while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
@@ -456,18 +469,22 @@ class PartitionLog:
         if offset <= seg.base_offset:
             seg.truncate(0, seg.base_offset)
         else:
+            # None: ``offset`` is this segment's end (the later segments are gone)
             position = seg.find_batch(offset)
-            if position is None:
-                return
-            header = rb.read_header(seg.read(position, rb.HEADER_SIZE))
-            if header.base_offset != offset:
-                raise StorageError(
-                    f"offset {offset} is inside a batch; truncate at a batch boundary"
-                )
-            seg.truncate(position, offset)
+            if position is not None:
+                header = rb.read_header(seg.read(position, rb.HEADER_SIZE))
+                if header.base_offset != offset:
+                    raise StorageError(
+                        f"offset {offset} is inside a batch; truncate at a batch boundary"
+                    )
+                seg.truncate(position, offset)
+        self.truncations += 1
         self.producers.forget_from(offset)
         self.flushed_offset = min(self.flushed_offset, offset)
-        seg.sync()
+        target = self.sync_target()
+        self.sync(target)
+        self.mark_synced(target)
+        self.write_checkpoint(target)
 
     def close(self) -> None:
         for seg in self._segments:
