@@ -44,11 +44,24 @@ class BrokerProcess:
         self.log_path = self.data_dir.parent / f"broker-{self.port}.log"
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         cmd = [
-            sys.executable, "-m", "headrace.cli.main", "broker", "--standalone",
-            "--data-dir", str(self.data_dir), "--port", str(self.port), "--admin-port", str(self.admin_port),
-            "--fsync", self.fsync, *self.extra_args,
+            sys.executable,
+            "-m",
+            "headrace.cli.main",
+            "broker",
+            "--standalone",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--admin-port",
+            str(self.admin_port),
+            "--fsync",
+            self.fsync,
+            *self.extra_args,
         ]
-        self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
         log.close()
         if wait:
             self.wait_ready(timeout)

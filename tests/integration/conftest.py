@@ -12,8 +12,12 @@ from tests.integration.brokers import BrokerProcess
 def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess] | object]:
     started: list[BrokerProcess] = []
 
-    def make(fsync: str = "interval", extra_args: list[str] | None = None, start: bool = True) -> BrokerProcess:
-        b = BrokerProcess(tmp_path / f"data{len(started)}", fsync=fsync, extra_args=extra_args or [])
+    def make(
+        fsync: str = "interval", extra_args: list[str] | None = None, start: bool = True
+    ) -> BrokerProcess:
+        b = BrokerProcess(
+            tmp_path / f"data{len(started)}", fsync=fsync, extra_args=extra_args or []
+        )
         started.append(b)
         if start:
             b.start()

@@ -15,7 +15,9 @@ class RawConnection:
         self.decoder = FrameDecoder(64 * 1024 * 1024)
         self.next_id = 1
         if handshake:
-            frame = self.call(Op.HANDSHAKE, msg.Handshake(msg.PROTOCOL_VERSION, "raw", token).encode())
+            frame = self.call(
+                Op.HANDSHAKE, msg.Handshake(msg.PROTOCOL_VERSION, "raw", token).encode()
+            )
             assert frame.op == Op.HANDSHAKE_OK, frame
 
     def send_raw(self, data: bytes) -> None:

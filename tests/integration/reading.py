@@ -9,7 +9,11 @@ from headrace.records import batch as rb
 
 
 async def read_partition(
-    bootstrap: str, topic: str, partition: int, *, isolation: msg.Isolation = msg.Isolation.COMMITTED
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    *,
+    isolation: msg.Isolation = msg.Isolation.COMMITTED,
 ) -> list[rb.Record]:
     cluster = ClusterClient(bootstrap)
     records: list[rb.Record] = []
@@ -34,10 +38,14 @@ async def read_partition(
     return records
 
 
-async def create_topic(bootstrap: str, name: str, partitions: int, config: dict[str, int] | None = None) -> None:
+async def create_topic(
+    bootstrap: str, name: str, partitions: int, config: dict[str, int] | None = None
+) -> None:
     cluster = ClusterClient(bootstrap)
     try:
         conn = await cluster.bootstrap_connection()
-        await conn.request(Op.CREATE_TOPIC, msg.CreateTopic(name, partitions, config or {}).encode())
+        await conn.request(
+            Op.CREATE_TOPIC, msg.CreateTopic(name, partitions, config or {}).encode()
+        )
     finally:
         await cluster.close()

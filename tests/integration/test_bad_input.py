@@ -40,7 +40,9 @@ async def assert_nothing_lost(broker: BrokerProcess, extra: list[bytes] = ()) ->
     assert all(v in (b"keep-1", b"keep-2", b"after") for v in values), values
 
 
-async def test_wrong_crc_is_rejected_and_the_connection_stays_usable(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_wrong_crc_is_rejected_and_the_connection_stays_usable(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     batch = bytearray(rb.encode([b"x" * 50]))
     batch[-1] ^= 0x01
     err = error_of(seeded.call(Op.PRODUCE, produce_body("bad", bytes(batch))))
@@ -49,7 +51,9 @@ async def test_wrong_crc_is_rejected_and_the_connection_stays_usable(broker: Bro
     await assert_nothing_lost(broker)
 
 
-async def test_batch_whose_length_disagrees_with_the_frame_is_rejected(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_batch_whose_length_disagrees_with_the_frame_is_rejected(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     batch = rb.encode([b"y" * 50])
     err = error_of(seeded.call(Op.PRODUCE, produce_body("bad", batch[:-5])))
     assert err.code == errors.CorruptBatch.CODE
@@ -59,7 +63,9 @@ async def test_batch_whose_length_disagrees_with_the_frame_is_rejected(broker: B
     await assert_nothing_lost(broker)
 
 
-async def test_oversized_batch_gets_batch_too_large(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_oversized_batch_gets_batch_too_large(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     big = rb.encode([b"z" * (1024 * 1024)] * 9)  # 9 MiB > the 8 MiB default max_batch_bytes
     err = error_of(seeded.call(Op.PRODUCE, produce_body("bad", big)))
     assert err.code == errors.BatchTooLarge.CODE
@@ -67,7 +73,9 @@ async def test_oversized_batch_gets_batch_too_large(broker: BrokerProcess, seede
     await assert_nothing_lost(broker)
 
 
-async def test_unknown_op_gets_unknown_operation(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_unknown_op_gets_unknown_operation(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     err = error_of(seeded.call(999, b"whatever"))
     assert err.code == errors.UnknownOperation.CODE
     assert_still_serving(seeded)
@@ -83,7 +91,9 @@ async def test_unknown_topic_and_partition(broker: BrokerProcess, seeded: RawCon
     assert_still_serving(seeded)
 
 
-async def test_malformed_bodies_get_malformed_frame(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_malformed_bodies_get_malformed_frame(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     for op, body in [
         (Op.PRODUCE, b"\x01"),
         (Op.FETCH, b""),
@@ -96,7 +106,9 @@ async def test_malformed_bodies_get_malformed_frame(broker: BrokerProcess, seede
     assert_still_serving(seeded)
 
 
-async def test_invalid_cohort_member_ids_are_rejected(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_invalid_cohort_member_ids_are_rejected(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     for member in ["", "-starts-with-dash", "has space", "x" * 200, "semi;colon"]:
         join = msg.CohortJoin("c", "bad", member)
         err = error_of(seeded.call(Op.COHORT_JOIN, join.encode()))
@@ -112,7 +124,9 @@ async def test_invalid_cohort_member_ids_are_rejected(broker: BrokerProcess, see
     assert err.code == errors.MemberIdInUse.CODE
 
 
-async def test_stale_partitioning_version_is_redirected_not_accepted(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_stale_partitioning_version_is_redirected_not_accepted(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     frame = seeded.call(Op.PRODUCE, produce_body("bad", rb.encode([b"stale"]), version=7))
     assert frame.op == Op.REDIRECT
     redirect = msg.Redirect.decode(frame.body)
@@ -122,7 +136,9 @@ async def test_stale_partitioning_version_is_redirected_not_accepted(broker: Bro
     assert b"stale" not in values
 
 
-async def test_request_before_handshake_is_refused(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_request_before_handshake_is_refused(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     conn = RawConnection(broker.bootstrap, handshake=False)
     err = error_of(conn.call(Op.PRODUCE, produce_body("bad", rb.encode([b"sneaky"]))))
     assert err.code == errors.NotAuthenticated.CODE
@@ -130,7 +146,9 @@ async def test_request_before_handshake_is_refused(broker: BrokerProcess, seeded
     assert err.code == errors.UnsupportedVersion.CODE
 
 
-async def test_frame_below_minimum_length_closes_only_that_connection(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_frame_below_minimum_length_closes_only_that_connection(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     conn = RawConnection(broker.bootstrap)
     conn.send_raw(struct.pack("<I", 3) + b"abc")
     err = error_of(conn.recv())
@@ -140,7 +158,9 @@ async def test_frame_below_minimum_length_closes_only_that_connection(broker: Br
     await assert_nothing_lost(broker)
 
 
-async def test_frame_above_the_limit_is_refused_before_it_is_read(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_frame_above_the_limit_is_refused_before_it_is_read(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     conn = RawConnection(broker.bootstrap)
     # Announce a 1 GiB frame; the broker must not wait for (or buffer) it.
     conn.send_raw(FRAME_HEADER.pack(1 << 30, Op.PRODUCE, 0, 1))
@@ -150,7 +170,9 @@ async def test_frame_above_the_limit_is_refused_before_it_is_read(broker: Broker
     assert_still_serving(seeded)
 
 
-async def test_garbage_stream_does_not_hurt_the_broker(broker: BrokerProcess, seeded: RawConnection) -> None:
+async def test_garbage_stream_does_not_hurt_the_broker(
+    broker: BrokerProcess, seeded: RawConnection
+) -> None:
     import random
 
     rng = random.Random(7)

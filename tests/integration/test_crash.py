@@ -15,7 +15,9 @@ from tests.integration.reading import create_topic, read_partition
 PARTITIONS = 4
 
 
-async def test_kill9_under_load_with_fsync_always_keeps_every_acked_record(broker_factory: object) -> None:
+async def test_kill9_under_load_with_fsync_always_keeps_every_acked_record(
+    broker_factory: object,
+) -> None:
     broker: BrokerProcess = broker_factory(fsync="always")  # type: ignore[operator]
     await create_topic(broker.bootstrap, "crash", PARTITIONS)
     acked: list[tuple[RecordMetadata, bytes]] = []
@@ -40,7 +42,9 @@ async def test_kill9_under_load_with_fsync_always_keeps_every_acked_record(broke
             await asyncio.sleep(0.002)
         await asyncio.gather(*pending)
 
-    producer = await Producer(broker.bootstrap, acks="leader", linger_ms=1, delivery_timeout_ms=60_000).start()
+    producer = await Producer(
+        broker.bootstrap, acks="leader", linger_ms=1, delivery_timeout_ms=60_000
+    ).start()
     loading = asyncio.create_task(load(producer))
     await asyncio.sleep(1.5)
     acked_before_kill = len(acked)
@@ -62,7 +66,9 @@ async def test_kill9_under_load_with_fsync_always_keeps_every_acked_record(broke
         assert offsets == list(range(len(offsets))), f"partition {p}: offsets not contiguous"
     by_position = {(p, o): v for p, rs in stored.items() for o, v in rs}
     for meta, payload in acked:
-        assert by_position.get((meta.partition, meta.offset)) == payload, f"acked {meta} lost or changed"
+        assert by_position.get((meta.partition, meta.offset)) == payload, (
+            f"acked {meta} lost or changed"
+        )
     values = [v for rs in stored.values() for _, v in rs]
     assert len(values) == len(set(values)), "a record was stored twice"
 
@@ -74,11 +80,15 @@ def _last_segment(data_dir: Path, topic: str, partition: int) -> Path:
 async def _produce(bootstrap: str, topic: str, count: int, batch: int) -> None:
     async with Producer(bootstrap, acks="leader", linger_ms=50) as producer:
         for start in range(0, count, batch):
-            await producer.send_many(topic, [f"v{i}".encode() for i in range(start, start + batch)], partition=0)
+            await producer.send_many(
+                topic, [f"v{i}".encode() for i in range(start, start + batch)], partition=0
+            )
             await producer.flush()
 
 
-async def test_truncated_tail_is_cut_at_recovery_and_the_broker_starts(broker_factory: object) -> None:
+async def test_truncated_tail_is_cut_at_recovery_and_the_broker_starts(
+    broker_factory: object,
+) -> None:
     broker: BrokerProcess = broker_factory(fsync="always")  # type: ignore[operator]
     await create_topic(broker.bootstrap, "torn", 1)
     await _produce(broker.bootstrap, "torn", 1000, 100)  # ten batches of 100
@@ -93,10 +103,14 @@ async def test_truncated_tail_is_cut_at_recovery_and_the_broker_starts(broker_fa
     assert [r.value for r in records] == [f"v{i}".encode() for i in range(900)]
     await _produce(broker.bootstrap, "torn", 100, 100)
     records = await read_partition(broker.bootstrap, "torn", 0)
-    assert [r.offset for r in records] == list(range(1000)), "appends after recovery continue the offsets"
+    assert [r.offset for r in records] == list(range(1000)), (
+        "appends after recovery continue the offsets"
+    )
 
 
-async def test_corrupted_last_batch_is_cut_and_earlier_data_is_intact(broker_factory: object) -> None:
+async def test_corrupted_last_batch_is_cut_and_earlier_data_is_intact(
+    broker_factory: object,
+) -> None:
     broker: BrokerProcess = broker_factory(fsync="always")  # type: ignore[operator]
     await create_topic(broker.bootstrap, "flip", 1)
     await _produce(broker.bootstrap, "flip", 500, 100)

@@ -12,7 +12,9 @@ COUNT = 2000
 
 
 async def _first_offsets(bootstrap: str, member: str, want: int) -> list[int]:
-    consumer = await Consumer(bootstrap, "cur", "readers", member_id=member, start="earliest").start()
+    consumer = await Consumer(
+        bootstrap, "cur", "readers", member_id=member, start="earliest"
+    ).start()
     got: list[int] = []
     try:
         while len(got) < want:
@@ -26,7 +28,9 @@ async def _first_offsets(bootstrap: str, member: str, want: int) -> list[int]:
 
 
 async def _consume_and_ack(bootstrap: str, upto: int) -> None:
-    consumer = await Consumer(bootstrap, "cur", "readers", member_id="first", start="earliest").start()
+    consumer = await Consumer(
+        bootstrap, "cur", "readers", member_id="first", start="earliest"
+    ).start()
     try:
         acked = -1
         while acked < upto:

@@ -29,12 +29,21 @@ async def test_million_records_reach_a_cohort_of_three_exactly_once(broker: Brok
 
     async def consume(member: str) -> None:
         nonlocal total
-        consumer = await Consumer(broker.bootstrap, "roundtrip", "rt", member_id=member, start="earliest").start()
+        consumer = await Consumer(
+            broker.bootstrap, "roundtrip", "rt", member_id=member, start="earliest"
+        ).start()
         log = delivered[member]
         try:
             while not done.is_set():
                 for batch in await consumer.getmany(timeout_s=0.2):
-                    log.extend(zip([batch.partition] * batch.record_count, batch.offsets(), batch.values(), strict=True))
+                    log.extend(
+                        zip(
+                            [batch.partition] * batch.record_count,
+                            batch.offsets(),
+                            batch.values(),
+                            strict=True,
+                        )
+                    )
                     total += batch.record_count
                     consumer.ack_batch(batch)
                 if total >= TOTAL:
@@ -67,14 +76,18 @@ async def test_million_records_reach_a_cohort_of_three_exactly_once(broker: Brok
         last: dict[int, int] = {}
         for partition, offset, raw in log:
             # per-partition order within each member's deliveries
-            assert offset > last.get(partition, -1), f"{member} got {partition}:{offset} out of order"
+            assert offset > last.get(partition, -1), (
+                f"{member} got {partition}:{offset} out of order"
+            )
             last[partition] = offset
             # the record is the one produced at that offset
             assert struct.unpack_from("<II", raw) == (partition, offset)
             seen[partition].append(offset)
     assert sum(len(v) for v in seen.values()) == TOTAL, "duplicates or missing records"
     for partition in range(PARTITIONS):
-        assert sorted(seen[partition]) == list(range(PER_PARTITION)), f"partition {partition} incomplete"
+        assert sorted(seen[partition]) == list(range(PER_PARTITION)), (
+            f"partition {partition} incomplete"
+        )
     # the later members really took part (the rebalance happened)
     print({m: len(log) for m, log in delivered.items()})
     assert sum(1 for log in delivered.values() if log) >= 2

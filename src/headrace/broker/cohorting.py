@@ -68,6 +68,8 @@ class CohortRuntime:
         self._positions: dict[int, DeliveryPosition] = {}
         self._sent_views: dict[str, tuple[dict[int, int], list[int]]] = {}
         self._chunk = chunk_bytes
+        #: orders every view sent to members (see Assignment.sequence)
+        self._view_sequence = 0
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self.delivered_records = 0
@@ -117,7 +119,18 @@ class CohortRuntime:
         self._publish(skip=member_id)
         held, revoking = self.gates.view(member_id)
         self._sent_views[member_id] = (held, revoking)
-        return Assignment(self.name, self.gates.generation, held, revoking, self.gates.grace_ms)
+        return self._assignment(held, revoking)
+
+    def _assignment(self, held: dict[int, int], revoking: list[int]) -> Assignment:
+        self._view_sequence += 1
+        return Assignment(
+            self.name,
+            self.gates.generation,
+            held,
+            revoking,
+            self.gates.grace_ms,
+            self._view_sequence,
+        )
 
     def heartbeat(self, member_id: str) -> None:
         self.gates.heartbeat(member_id, now_ms())
@@ -210,11 +223,7 @@ class CohortRuntime:
             if self._sent_views.get(member_id) != view:
                 self._sent_views[member_id] = view
                 held, revoking = view
-                link.push_assignment(
-                    Assignment(
-                        self.name, self.gates.generation, held, revoking, self.gates.grace_ms
-                    )
-                )
+                link.push_assignment(self._assignment(held, revoking))
         self._wake.set()
 
     def _start_offset(self, partition: int, member_id: str) -> int:

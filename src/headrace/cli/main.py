@@ -99,6 +99,20 @@ def main(verbose: int) -> None:
 @click.option("--flush-interval-ms", type=int, default=1000, show_default=True)
 @click.option("--segment-bytes", type=int, default=LogConfig().segment_bytes, show_default=True)
 @click.option(
+    "--cohort-grace-ms",
+    type=int,
+    default=10_000,
+    show_default=True,
+    help="How long a revoked partition's holder may finish in-flight records.",
+)
+@click.option(
+    "--cursor-flush-interval-ms",
+    type=int,
+    default=200,
+    show_default=True,
+    help="Cursor changes reach disk within this window: the redelivery bound after a crash.",
+)
+@click.option(
     "--auth-token", "auth_tokens", multiple=True, help="Accepted client token (repeatable)."
 )
 @click.option("--tls-cert", type=click.Path(path_type=Path), default=None)
@@ -120,6 +134,8 @@ def broker(
     fsync: str,
     flush_interval_ms: int,
     segment_bytes: int,
+    cohort_grace_ms: int,
+    cursor_flush_interval_ms: int,
     auth_tokens: tuple[str, ...],
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -148,6 +164,8 @@ def broker(
             flush_interval_ms=flush_interval_ms,
             segment_bytes=segment_bytes,
         ),
+        cohort_grace_ms=cohort_grace_ms,
+        cursor_flush_interval_ms=cursor_flush_interval_ms,
         auth_tokens=frozenset(auth_tokens),
         tls=tls,
     )

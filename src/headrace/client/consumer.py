@@ -78,6 +78,8 @@ class _Session:
     held: dict[int, int] = field(default_factory=dict)
     revoking: set[int] = field(default_factory=set)
     generation: int = 0
+    #: the newest view applied (Assignment.sequence); older views arriving late are ignored
+    sequence: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -210,6 +212,9 @@ class Consumer:
         self._apply_assignment(session, msg.Assignment.decode(frame.body))
 
     def _apply_assignment(self, session: _Session, assignment: msg.Assignment) -> None:
+        if assignment.sequence <= session.sequence:
+            return
+        session.sequence = assignment.sequence
         for p, epoch in assignment.partitions.items():
             if session.held.get(p) != epoch:
                 # A new tenure: nothing handed out yet in it.

@@ -454,6 +454,10 @@ class Assignment(JsonBody):
 
     ``partitions`` maps partition -> gate epoch for gates the member holds now;
     ``revoked`` lists partitions the member must finish and release.
+    ``sequence`` orders views sent to a member (the join response included):
+    a gate grant can be pushed before the client has handled its join
+    response, and the plan ``generation`` does not change on a grant, so the
+    client applies a view only if its sequence is newer than the last one.
     """
 
     cohort: str
@@ -461,6 +465,7 @@ class Assignment(JsonBody):
     partitions: dict[int, int]
     revoked: list[int]
     grace_ms: int
+    sequence: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -469,6 +474,7 @@ class Assignment(JsonBody):
             "partitions": {str(p): e for p, e in self.partitions.items()},
             "revoked": self.revoked,
             "grace_ms": self.grace_ms,
+            "sequence": self.sequence,
         }
 
     @classmethod
@@ -485,6 +491,7 @@ class Assignment(JsonBody):
             parts,
             revoked,
             field_of(obj, "grace_ms", int),
+            field_of(obj, "sequence", int, 0),
         )
 
 

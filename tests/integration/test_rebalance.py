@@ -1,0 +1,155 @@
+"""Cohort rebalances on one broker: unmoved partitions keep flowing; leavers get a grace period."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from headrace.client import Consumer, Producer
+from tests.integration.brokers import BrokerProcess
+from tests.integration.reading import create_topic
+
+
+async def until(
+    condition: Callable[[], bool], step: Callable[[], Awaitable[object]], timeout: float = 10.0
+) -> None:
+    """Run ``step`` repeatedly until ``condition`` holds; fail after ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await step()
+
+
+class Recorder:
+    """Drains a consumer, recording offsets per partition; acks only the partitions it is told to."""
+
+    def __init__(self, consumer: Consumer, ack: set[int] | None = None) -> None:
+        self.consumer = consumer
+        self.ack = ack  # None: ack everything
+        self.offsets: dict[int, list[int]] = {}
+
+    async def drain(self) -> None:
+        for batch in await self.consumer.getmany(timeout_s=0.1):
+            self.offsets.setdefault(batch.partition, []).extend(batch.offsets())
+            if self.ack is None or batch.partition in self.ack:
+                self.consumer.ack_batch(batch)
+
+    def count(self, partition: int) -> int:
+        return len(self.offsets.get(partition, []))
+
+
+async def produce(bootstrap: str, topic: str, partition: int, n: int, producer: Producer) -> None:
+    await producer.send_many(topic, [b"r"] * n, partition=partition)
+    await producer.flush()
+
+
+async def test_unmoved_partitions_keep_flowing_while_moved_ones_are_revoked(
+    broker_factory: object,
+) -> None:
+    broker: BrokerProcess = broker_factory(extra_args=["--cohort-grace-ms", "30000"])  # type: ignore[operator]
+    await create_topic(broker.bootstrap, "flow", 4)
+    producer = await Producer(broker.bootstrap, linger_ms=1).start()
+    a = Recorder(
+        await Consumer(broker.bootstrap, "flow", "g", member_id="a", start="earliest").start(),
+        ack=set(),
+    )
+    assert set(a.consumer.assignment) == {0, 1, 2, 3}
+    for p in range(4):
+        await produce(broker.bootstrap, "flow", p, 10, producer)
+    await until(lambda: all(a.count(p) == 10 for p in range(4)), a.drain)
+    # a holds everything and acked nothing. b joins: two partitions must move to b, but a
+    # still has unacked records of them, so they stay revoking (not b's) within the grace.
+    b = Recorder(
+        await Consumer(broker.bootstrap, "flow", "g", member_id="b", start="earliest").start()
+    )
+    await until(lambda: len(a.consumer.assignment) == 2, a.drain)
+    kept = set(a.consumer.assignment)
+    moved = {0, 1, 2, 3} - kept
+    a.ack = set(kept)
+    assert b.consumer.assignment == {}, "b must not hold a partition a has not released"
+    for p in kept:  # a's unmoved partitions keep flowing during the rebalance
+        await produce(broker.bootstrap, "flow", p, 5, producer)
+    await until(lambda: all(a.count(p) == 15 for p in kept), a.drain)
+    await b.drain()
+    assert b.consumer.assignment == {} and not b.offsets
+    # a acks the moved partitions: they are released; b starts at the cursor, no duplicates
+    for p in moved:
+        a.consumer.ack(p, 9)
+        await produce(broker.bootstrap, "flow", p, 3, producer)
+    await until(lambda: all(b.count(p) == 3 for p in moved), b.drain)
+    assert set(b.consumer.assignment) == moved
+    for p in moved:
+        assert b.offsets[p] == [10, 11, 12], f"partition {p}: b must start after a's acked cursor"
+    await a.consumer.close(grace_s=1)
+    await b.consumer.close(grace_s=1)
+    await producer.close()
+
+
+async def test_a_leaving_member_finishes_in_flight_records_within_grace(
+    broker_factory: object,
+) -> None:
+    broker: BrokerProcess = broker_factory(extra_args=["--cohort-grace-ms", "5000"])  # type: ignore[operator]
+    await create_topic(broker.bootstrap, "leave", 2)
+    producer = await Producer(broker.bootstrap).start()
+    a = Recorder(
+        await Consumer(broker.bootstrap, "leave", "g", member_id="a", start="earliest").start(),
+        ack=set(),
+    )
+    b = Recorder(
+        await Consumer(broker.bootstrap, "leave", "g", member_id="b", start="earliest").start()
+    )
+    await until(
+        lambda: len(a.consumer.assignment) == 1 and len(b.consumer.assignment) == 1, a.drain
+    )
+    (mine,) = a.consumer.assignment
+    await produce(broker.bootstrap, "leave", mine, 100, producer)
+    await until(lambda: a.count(mine) == 100, a.drain)
+    # a leaves with 100 records handed out and unacked, and acks them within the grace period
+    closing = asyncio.create_task(a.consumer.close(grace_s=10))
+    await asyncio.sleep(0.3)
+    assert mine not in b.consumer.assignment, "the partition must wait for a within the grace"
+    a.consumer.ack(mine, 99)
+    await closing
+    await until(lambda: mine in b.consumer.assignment, b.drain)
+    await produce(broker.bootstrap, "leave", mine, 1, producer)
+    await until(lambda: b.count(mine) >= 1, b.drain)
+    assert b.offsets[mine] == [100], "acked records must not be redelivered"
+    await b.consumer.close(grace_s=0)
+    await producer.close()
+
+
+async def test_grace_expiry_moves_the_partition_and_redelivers_unacked(
+    broker_factory: object,
+) -> None:
+    broker: BrokerProcess = broker_factory(extra_args=["--cohort-grace-ms", "500"])  # type: ignore[operator]
+    await create_topic(broker.bootstrap, "expire", 2)
+    producer = await Producer(broker.bootstrap).start()
+    a = Recorder(
+        await Consumer(broker.bootstrap, "expire", "g", member_id="a", start="earliest").start(),
+        ack=set(),
+    )
+    for p in (0, 1):
+        await produce(broker.bootstrap, "expire", p, 50, producer)
+    await until(lambda: a.count(0) == 50 and a.count(1) == 50, a.drain)
+    a.consumer.ack(0, 19)
+    a.consumer.ack(1, 19)
+    await a.drain()
+    b = Recorder(
+        await Consumer(broker.bootstrap, "expire", "g", member_id="b", start="earliest").start()
+    )
+    # a never acks the rest nor releases: after the grace the moved gate goes to b anyway,
+    # and b is redelivered everything after the last acked offset.
+
+    async def both() -> None:
+        await a.drain()
+        await b.drain()
+
+    await until(
+        lambda: len(b.consumer.assignment) == 1 and sum(b.count(p) for p in (0, 1)) >= 30, both
+    )
+    (moved,) = b.consumer.assignment
+    assert b.offsets[moved] == list(range(20, 50))
+    assert moved not in a.consumer.assignment
+    await a.consumer.close(grace_s=0)
+    await b.consumer.close(grace_s=0)
+    await producer.close()
