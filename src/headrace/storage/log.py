@@ -164,6 +164,11 @@ class PartitionLog:
             pos = start_pos if idx == start_idx else 0
             if idx == start_idx and pos > 0:
                 seg.load_index()
+                # The bytes before the checkpoint are trusted, not rescanned; take
+                # their newest timestamp from the tail after the index, as for the
+                # older segments (age-based retention skips a segment without one).
+                seg.index.truncate_after(pos)
+                _, seg.stats.max_timestamp, _ = seg.tail_after_index(end=pos)
             if seg.base_offset != expected and pos == 0:
                 # A gap between segments: nothing after it can be trusted.
                 truncated += seg.size

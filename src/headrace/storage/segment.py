@@ -237,17 +237,18 @@ class Segment:
         self.stats.next_offset = next_offset
         return next_offset, truncated, good
 
-    def tail_after_index(self) -> tuple[int, int, int]:
-        """Scan from the last index entry to the end of a trusted (closed) segment.
+    def tail_after_index(self, end: int | None = None) -> tuple[int, int, int]:
+        """Scan from the last index entry to ``end`` (default: the end) of trusted bytes.
 
         Returns (next offset, max timestamp of scanned batches, last leader epoch).
         """
         position = self.index.last_position()
+        stop = self.stats.size if end is None else end
         next_offset = self.stats.base_offset
         max_ts = -1
         epoch = -1
-        while position < self.stats.size:
-            chunk = self.read(position, min(SCAN_CHUNK, self.stats.size - position))
+        while position < stop:
+            chunk = self.read(position, min(SCAN_CHUNK, stop - position))
             consumed = 0
             for rel, header in rb.scan(chunk):
                 next_offset = header.next_offset
