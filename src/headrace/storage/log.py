@@ -27,6 +27,7 @@ from typing import Any
 from headrace.errors import OutOfOrderSequence, StorageError
 from headrace.records import batch as rb
 from headrace.storage import bookkeeping as bk
+from headrace.storage.epochs import LeaderEpochCache
 from headrace.storage.segment import Segment, fsync_directory
 
 RECOVERY_POINT_FILE = "recovery-point.json"
@@ -95,6 +96,8 @@ class PartitionLog:
         self.flushed_offset = 0
         self.recovery: RecoveryReport | None = None
         self.last_epoch = -1
+        #: which leader epoch wrote which offsets (replica divergence uses it)
+        self.epochs = LeaderEpochCache(directory) if directory.exists() else None
         #: bumped by every truncate_to; sync targets captured before one are stale
         self.truncations = 0
 
@@ -114,8 +117,8 @@ class PartitionLog:
         ``initial_offset`` is where a brand-new log starts (a moved partition
         continues its offsets); an existing log ignores it.
         """
-        log = cls(directory, config, clock)
         directory.mkdir(parents=True, exist_ok=True)
+        log = cls(directory, config, clock)
         log._recover(initial_offset)
         return log
 
@@ -184,6 +187,7 @@ class PartitionLog:
                     h.producer_id, h.base_sequence, h.record_count, h.base_offset, now
                 )
                 self.last_epoch = max(self.last_epoch, h.leader_epoch)
+                self._note_epoch(h.leader_epoch, h.base_offset)
             expected = nxt
             if cut_bytes:
                 cut = True
@@ -192,6 +196,8 @@ class PartitionLog:
         if not self._segments:
             self._new_segment(expected)
         self.flushed_offset = self.next_offset
+        if self.epochs is not None:
+            self.epochs.truncate_from(self.next_offset)
         self.recovery = RecoveryReport(
             self.next_offset, scanned, truncated, used_checkpoint, time.monotonic() - started
         )
@@ -275,7 +281,12 @@ class PartitionLog:
             header.producer_id, header.base_sequence, header.record_count, base, now
         )
         self.last_epoch = max(self.last_epoch, leader_epoch)
+        self._note_epoch(leader_epoch, base)
         return AppendResult(base)
+
+    def _note_epoch(self, epoch: int, base_offset: int) -> None:
+        if self.epochs is not None and epoch > self.epochs.latest_epoch:
+            self.epochs.assign(epoch, base_offset)
 
     def append_stamped(self, data: bytes | memoryview) -> int:
         """Append batches that already carry their offsets (replication). Returns the new LEO."""
@@ -300,6 +311,7 @@ class PartitionLog:
                 now,
             )
             self.last_epoch = max(self.last_epoch, header.leader_epoch)
+            self._note_epoch(header.leader_epoch, header.base_offset)
         if first < 0:
             return self.next_offset
         if bk.should_roll(self.active.stats, len(data), now, self.config):
@@ -485,6 +497,9 @@ class PartitionLog:
                 seg.truncate(position, offset)
         self.truncations += 1
         self.producers.forget_from(offset)
+        if self.epochs is not None:
+            self.epochs.truncate_from(offset)
+            self.last_epoch = self.epochs.latest_epoch
         self.flushed_offset = min(self.flushed_offset, offset)
         target = self.sync_target()
         self.sync(target)
