@@ -1,0 +1,168 @@
+"""FrameDecoder: reassembly at any byte split, and hostile length fields."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from headrace.errors import FrameTooLarge, HeadraceError, MalformedFrame
+from headrace.protocol import frames as fr
+
+frame_args = st.tuples(
+    st.integers(0, 0xFFFF),
+    st.integers(0, 0xFFFF_FFFF),
+    st.binary(max_size=120),
+    st.integers(0, 0xFFFF),
+)
+
+
+def drain(decoder: fr.FrameDecoder) -> list[fr.Frame]:
+    out = []
+    while (frame := decoder.next_frame()) is not None:
+        out.append(frame)
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(frame_args, min_size=1, max_size=8), st.data())
+def test_frames_split_at_arbitrary_points_reassemble_exactly(
+    specs: list[tuple[int, int, bytes, int]], data: st.DataObject
+) -> None:
+    stream = b"".join(fr.encode_frame(op, cid, body, flags) for op, cid, body, flags in specs)
+    cuts = sorted(
+        data.draw(st.sets(st.integers(1, len(stream) - 1), max_size=12), label="cuts")
+        if len(stream) > 1
+        else set()
+    )
+    decoder = fr.FrameDecoder()
+    got: list[fr.Frame] = []
+    for start, end in zip([0, *cuts], [*cuts, len(stream)], strict=True):
+        decoder.feed(memoryview(stream)[start:end])
+        got.extend(drain(decoder))
+    assert got == [fr.Frame(op, flags, cid, body) for op, cid, body, flags in specs]
+    assert decoder.buffered == 0
+    assert decoder.next_frame() is None
+
+
+def test_byte_at_a_time() -> None:
+    stream = fr.encode_frame(fr.Op.PING, 7) + fr.encode_frame(fr.Op.PRODUCE, 8, b"xyz")
+    decoder = fr.FrameDecoder()
+    got = []
+    for i in range(len(stream)):
+        decoder.feed(stream[i : i + 1])
+        got.extend(drain(decoder))
+        if i < 11:
+            assert got == []
+    assert [(f.op, f.correlation_id, f.body) for f in got] == [
+        (fr.Op.PING, 7, b""),
+        (fr.Op.PRODUCE, 8, b"xyz"),
+    ]
+
+
+def test_buffered_counts_unconsumed_bytes() -> None:
+    decoder = fr.FrameDecoder()
+    one = fr.encode_frame(1, 1, b"ab")
+    decoder.feed(one + one[:5])
+    assert decoder.buffered == len(one) + 5
+    assert decoder.next_frame() is not None
+    assert decoder.buffered == 5
+    assert decoder.next_frame() is None
+
+
+@pytest.mark.parametrize("length", range(fr.MIN_LENGTH))
+def test_length_below_the_header_is_malformed(length: int) -> None:
+    decoder = fr.FrameDecoder()
+    decoder.feed(struct.pack("<IHHI", length, 1, 0, 0) + b"\x00" * 16)
+    with pytest.raises(MalformedFrame):
+        decoder.next_frame()
+
+
+def test_minimum_length_is_an_empty_body() -> None:
+    decoder = fr.FrameDecoder()
+    decoder.feed(struct.pack("<IHHI", fr.MIN_LENGTH, 4, 0, 9))
+    assert decoder.next_frame() == fr.Frame(4, 0, 9, b"")
+
+
+def test_frame_over_the_limit_is_refused_before_its_body_arrives() -> None:
+    decoder = fr.FrameDecoder(max_frame_bytes=100)
+    decoder.feed(fr.frame_header(1, 1, 100 - fr.FRAME_HEADER_SIZE + 1))
+    with pytest.raises(FrameTooLarge):
+        decoder.next_frame()
+
+
+@pytest.mark.parametrize(("length", "error"), [(3, MalformedFrame), (1 << 30, FrameTooLarge)])
+def test_bad_length_is_judged_from_its_four_bytes_alone(
+    length: int, error: type[Exception]
+) -> None:
+    decoder = fr.FrameDecoder(max_frame_bytes=1024)
+    decoder.feed(struct.pack("<I", length))
+    with pytest.raises(error):
+        decoder.next_frame()
+
+
+def test_frame_exactly_at_the_limit_is_accepted() -> None:
+    decoder = fr.FrameDecoder(max_frame_bytes=100)
+    body = b"b" * (100 - fr.FRAME_HEADER_SIZE)
+    decoder.feed(fr.encode_frame(1, 1, body))
+    frame = decoder.next_frame()
+    assert frame is not None
+    assert frame.body == body
+
+
+def test_frame_header_matches_encode_frame() -> None:
+    body = b"payload"
+    assert fr.frame_header(10, 5, len(body), fr.FLAG_RESPONSE) + body == fr.encode_frame(
+        10, 5, body, fr.FLAG_RESPONSE
+    )
+
+
+def test_flags() -> None:
+    frame = fr.Frame(1, fr.FLAG_RESPONSE, 0, b"")
+    assert frame.is_response
+    assert not frame.is_push
+    push = fr.Frame(1, fr.FLAG_PUSH | fr.FLAG_NO_REPLY, 0, b"")
+    assert push.is_push
+    assert not push.is_response
+
+
+def test_request_and_success_ops_pair_up() -> None:
+    names = {op.name: op for op in fr.Op}
+    for op in fr.Op:
+        if f"{op.name}_OK" in names:
+            assert names[f"{op.name}_OK"] == op + 1
+
+
+stream_pieces = st.one_of(
+    st.binary(max_size=64),
+    frame_args.map(lambda a: fr.encode_frame(a[0], a[1], a[2], a[3])),
+    st.integers(0, 300).map(lambda n: struct.pack("<I", n)),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(stream_pieces, max_size=10))
+def test_fuzzed_stream_yields_consistent_frames_or_a_headrace_error(
+    chunks: list[bytes],
+) -> None:
+    decoder = fr.FrameDecoder(max_frame_bytes=256)
+    fed = b""
+    got: list[fr.Frame] = []
+    error: HeadraceError | None = None
+    try:
+        for chunk in chunks:
+            decoder.feed(chunk)
+            fed += chunk
+            while (frame := decoder.next_frame()) is not None:
+                got.append(frame)
+    except HeadraceError as exc:
+        error = exc
+    assert error is None or isinstance(error, MalformedFrame | FrameTooLarge)
+    for frame in got:
+        assert fr.MIN_LENGTH + len(frame.body) + 4 <= 256
+    # the frames handed back are exactly a prefix of the stream, re-encoded
+    consumed = b"".join(fr.encode_frame(f.op, f.correlation_id, f.body, f.flags) for f in got)
+    assert fed.startswith(consumed)
+    assert decoder.buffered == len(fed) - len(consumed)
