@@ -101,6 +101,8 @@ class CohortGates:
     target: dict[str, frozenset[int]] = field(default_factory=dict)
     #: bumped only when the target assignment's content changes
     generation: int = 0
+    #: last epoch of gates whose partition went away, so a returning gate never reuses one
+    retired_epochs: dict[int, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for p in self.partitions:
@@ -176,10 +178,14 @@ class CohortGates:
         """The broker's owned partitions changed (topic grew, leadership moved)."""
         self.partitions = sorted(partitions)
         for p in self.partitions:
-            self.gates.setdefault(p, Gate(p))
+            if p not in self.gates:
+                self.gates[p] = Gate(p, epoch=self.retired_epochs.pop(p, 0))
         for p in [p for p in self.gates if p not in self.partitions]:
-            del self.gates[p]
+            self.retired_epochs[p] = self.gates.pop(p).epoch
         self._rebalance(now_ms)
+        # a leaving member whose last revoking gate just went away is done
+        for member_id in [m for m, v in self.members.items() if v.leaving]:
+            self._drop_if_done(member_id, now_ms)
 
     # ------------------------------------------------------------------ queries
 
