@@ -214,6 +214,31 @@ def test_set_partitions_adds_and_removes_gates() -> None:
     assert c.target == {"a": frozenset({1, 2, 3})}
 
 
+def test_a_partition_that_comes_back_continues_its_epochs() -> None:
+    c = cohort(2)
+    c.join("a", 0, SESSION)
+    c.disconnect("a", 1)
+    c.join("a", 2, SESSION)
+    assert states(c)[1] == (HELD, "a", 2)
+    c.set_partitions([0], 3)
+    c.set_partitions([0, 1], 4)
+    assert states(c)[1] == (HELD, "a", 3)
+    with pytest.raises(NotGateHolder):  # an ack from the tenure before the move
+        c.check_holder("a", 1, 2)
+
+
+def test_leaving_member_goes_when_its_revoking_partition_goes_away() -> None:
+    c = cohort(2)
+    c.join("a", 0, SESSION)
+    c.join("b", 0, SESSION)
+    c.leave("a", 1)
+    revoking = c.view("a")[1]
+    assert revoking
+    c.set_partitions([p for p in c.partitions if p not in revoking], 2)
+    assert "a" not in c.members
+    c.join("a", 3, SESSION)  # the id is free again
+
+
 def test_membership_errors() -> None:
     c = cohort(1)
     c.join("a", 0, SESSION)
@@ -299,6 +324,8 @@ class GateMachine(RuleBasedStateMachine):
         self.prev_generation = 0
         #: partitions whose holder this step is allowed to lose (else it must keep them)
         self.may_lose: set[int] = set()
+        #: highest epoch each partition's gate ever had, even while the gate was gone
+        self.highest_epoch: dict[int, int] = {}
 
     @initialize(partitions=st.integers(1, 7))
     def setup(self, partitions: int) -> None:
@@ -361,6 +388,13 @@ class GateMachine(RuleBasedStateMachine):
         }
         assert set(self.c.tick(self.now)) == silent
 
+    @rule(partitions=st.sets(st.integers(0, 7), min_size=1))
+    def set_partitions(self, partitions: set[int]) -> None:
+        # gates of partitions that stay keep their holder; the others vanish
+        self.may_lose = set(self.c.gates) - partitions
+        self.c.set_partitions(sorted(partitions), self.now)
+        assert sorted(self.c.gates) == sorted(partitions)
+
     @precondition(lambda self: any(not m.leaving for m in self.c.members.values()))
     @rule()
     def everything_settles(self) -> None:
@@ -403,6 +437,7 @@ class GateMachine(RuleBasedStateMachine):
         now = states(self.c)
         for p, (_, holder, epoch) in now.items():
             before_state, before_holder, before_epoch = self.prev.get(p, (FREE, None, 0))
+            before_epoch = max(before_epoch, self.highest_epoch.get(p, 0))
             assert epoch >= before_epoch
             if before_holder is not None and holder != before_holder:
                 assert p in self.may_lose, f"gate {p} taken from {before_holder} to {holder}"
@@ -411,6 +446,8 @@ class GateMachine(RuleBasedStateMachine):
             if holder is not None and holder == before_holder and before_state is not FREE:
                 assert epoch == before_epoch, "same tenure keeps its epoch"
         assert self.c.generation >= self.prev_generation
+        for p, (_, _, epoch) in now.items():
+            self.highest_epoch[p] = max(epoch, self.highest_epoch.get(p, 0))
         self.prev = now
         self.prev_generation = self.c.generation
         self.may_lose = set()
