@@ -445,6 +445,52 @@ def test_checkpoint_in_a_closed_segment(tmp_path: Path) -> None:
     reopened.close()
 
 
+def test_batches_bigger_than_the_scan_chunk(tmp_path: Path) -> None:
+    cfg = config(segment_bytes=8 << 20, index_interval_bytes=4096)
+    log = PartitionLog.open(tmp_path, cfg, FakeClock())
+    sizes = [10, 1_500_000, 10, 2_500_000, 10]
+    for i, size in enumerate(sizes):
+        append(log, value_size=size, tag=i)
+
+    def every_offset_reads_its_batch(log: PartitionLog) -> None:
+        for offset in range(log.log_start_offset, log.next_offset):
+            assert batches_of(log.read(offset, 1)[0])[0].base_offset == offset
+
+    every_offset_reads_its_batch(log)
+    log.close()
+    log = PartitionLog.open(tmp_path, cfg, FakeClock())  # full scan
+    every_offset_reads_its_batch(log)
+    checkpoint(log)
+    append(log, value_size=2_000_000)
+    log.roll()
+    append(log)
+    checkpoint(log)  # the big segment is now trusted: recovery reads its tail only
+    log.close()
+    log = PartitionLog.open(tmp_path, cfg, FakeClock())
+    assert log.recovery is not None
+    assert log.recovery.used_checkpoint
+    assert [(s.base_offset, s.stats.next_offset) for s in log.segments] == [(0, 6), (6, 7)]
+    every_offset_reads_its_batch(log)
+    log.close()
+
+
+def test_torn_tail_after_the_checkpoint(tmp_path: Path) -> None:
+    log, _ = write_log(tmp_path, [1, 1])
+    checkpoint(log)
+    append(log, 2)
+    append(log, 3)
+    end = log.active.size
+    log.close()
+    path = tmp_path / bk.segment_file_name(0)
+    path.write_bytes(path.read_bytes()[: end - 7])
+    reopened = PartitionLog.open(tmp_path, config(), FakeClock())
+    assert reopened.recovery is not None
+    assert reopened.recovery.used_checkpoint
+    assert reopened.next_offset == 4
+    assert reopened.recovery.truncated_bytes > 0
+    reopened.close()
+
+
 @pytest.mark.parametrize(
     "content",
     [
