@@ -37,6 +37,8 @@ class AdminServer:
                 web.get("/v1/topics/{namespace}/{name}", self.describe_topic),
                 web.delete("/v1/topics/{namespace}/{name}", self.delete_topic),
                 web.get("/v1/status", self.status),
+                web.get("/v1/heartbeat", self.heartbeat),
+                web.post("/v1/topology", self.topology),
             ]
         )
         self._runner: web.AppRunner | None = None
@@ -119,6 +121,24 @@ class AdminServer:
         except HeadraceError as exc:
             return _error(exc)
         return web.json_response({"deleted": name})
+
+    async def heartbeat(self, request: web.Request) -> web.Response:
+        return web.json_response(self.broker.heartbeat())
+
+    async def topology(self, request: web.Request) -> web.Response:
+        """The controller pushes the cluster topology here (idempotent, generation-fenced)."""
+        try:
+            doc: Any = await request.json()
+        except json.JSONDecodeError:
+            return _error(InvalidTopicSpec("request body is not JSON"))
+        if not isinstance(doc, dict):
+            return _error(InvalidTopicSpec("the topology must be a JSON object"))
+        try:
+            applied = self.broker.apply_topology(doc)
+        except HeadraceError as exc:
+            return _error(exc)
+        current = self.broker.cluster.generation if self.broker.cluster else None
+        return web.json_response({"applied": applied, "generation": current})
 
     async def status(self, request: web.Request) -> web.Response:
         b = self.broker

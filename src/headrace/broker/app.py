@@ -14,11 +14,12 @@ from typing import Any
 from headrace.broker.cohorting import CohortRuntime
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
+from headrace.broker.replicating import ClusterTopology, Replication
 from headrace.broker.server import Connection, RedirectRequired
 from headrace.broker.syncing import GroupCommitter
-from headrace.broker.topics import Partition, Topic, TopicRegistry, canonical_topic_name
+from headrace.broker.topics import Partition, Role, Topic, TopicRegistry, canonical_topic_name
 from headrace.cohorts.gates import validate_cohort_name
-from headrace.errors import StorageError, UnknownTopic
+from headrace.errors import InvalidRequest, StorageError, UnknownPartition, UnknownTopic
 from headrace.protocol import messages as msg
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,9 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._lock_fd: int | None = None
         self.ready = False
+        #: cluster mode: the last topology the controller pushed (None until the first)
+        self.cluster: ClusterTopology | None = None
+        self.replication = Replication(self)
         self.started_at = time.monotonic()
         self.recovery_seconds = 0.0
         self.port = settings.port
@@ -55,7 +59,12 @@ class Broker:
         self.registry.load()
         self.recovery_seconds = time.monotonic() - started
         self.metrics.recovery_seconds.set(self.recovery_seconds)
+        if not self.settings.cluster_mode:
+            for partition in self.registry.all_partitions():
+                partition.leader_id = self.settings.broker_id
+                partition.replicas = [self.settings.broker_id]
         self.committer.start()
+        self.replication.start()
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self),
@@ -97,6 +106,7 @@ class Broker:
                 await task
         for cohort in list(self.cohorts.values()):
             await cohort.close()
+        await self.replication.close()
         self._flush_cursors_now(sync=True)
         await self.committer.close()
         if self.admin is not None:
@@ -140,29 +150,53 @@ class Broker:
 
     def topology(self) -> tuple[msg.TopologySnapshot, object]:
         """The snapshot, and its routing content (what decides whether to push)."""
-        host, port = self.settings.advertised
-        me = self.settings.broker_id
-        routing = [
-            msg.TopicRouting(
-                t.name,
-                t.partition_count,
-                t.partitioning_version,
-                [me] * t.partition_count,
-                [p.leader_epoch for p in t.partitions],
-            )
-            for t in sorted(self.registry.topics.values(), key=lambda t: t.name)
-        ]
-        brokers = [msg.BrokerAddress(me, host, port)]
-        snapshot = msg.TopologySnapshot(
-            self.registry.generation, self.settings.cluster_id, brokers, routing
-        )
-        return snapshot, (
+        if self.cluster is not None:
+            brokers = [msg.BrokerAddress(b.id, b.host, b.port) for b in self.cluster.brokers]
+            routing = []
+            for t in sorted(self.cluster.topics, key=lambda t: t.name):
+                ordered = sorted(t.assignments, key=lambda a: a.partition)
+                owners = [a.leader if a.leader is not None else -1 for a in ordered]
+                routing.append(
+                    msg.TopicRouting(
+                        t.name,
+                        t.partitions,
+                        t.partitioning_version,
+                        owners,
+                        [a.epoch for a in ordered],
+                    )
+                )
+            generation = self.cluster.generation
+            cluster_id = self.cluster.cluster_id
+        else:
+            host, port = self.settings.advertised
+            me = self.settings.broker_id
+            routing = []
+            for topic in sorted(self.registry.topics.values(), key=lambda t: t.name):
+                epochs = [
+                    topic.partitions[i].leader_epoch if i in topic.partitions else 0
+                    for i in range(topic.partition_count)
+                ]
+                routing.append(
+                    msg.TopicRouting(
+                        topic.name,
+                        topic.partition_count,
+                        topic.partitioning_version,
+                        [me] * topic.partition_count,
+                        epochs,
+                    )
+                )
+            brokers = [msg.BrokerAddress(me, host, port)]
+            generation = self.registry.generation
+            cluster_id = self.settings.cluster_id
+        snapshot = msg.TopologySnapshot(generation, cluster_id, brokers, routing)
+        content = (
             tuple(brokers),
             tuple(
                 (r.name, r.partitions, r.partitioning_version, tuple(r.owners), tuple(r.epochs))
                 for r in routing
             ),
         )
+        return snapshot, content
 
     def push_topology(self) -> None:
         snapshot, routing = self.topology()
@@ -175,30 +209,111 @@ class Broker:
         acked = [c.acked_generation for c in self.connections if c.acked_generation is not None]
         return min(acked) if acked else None
 
+    def _redirect(self, topic: Topic, partition: int, reason: str) -> RedirectRequired:
+        owner: msg.BrokerAddress | None = None
+        if self.cluster is None:
+            host, port = self.settings.advertised
+            owner = msg.BrokerAddress(self.settings.broker_id, host, port)
+        else:
+            placement = next((t for t in self.cluster.topics if t.name == topic.name), None)
+            leader = None
+            if placement is not None:
+                leader = next(
+                    (a.leader for a in placement.assignments if a.partition == partition), None
+                )
+            endpoint = self.cluster.broker(leader) if leader is not None else None
+            if endpoint is not None:
+                owner = msg.BrokerAddress(endpoint.id, endpoint.host, endpoint.port)
+        snapshot, _ = self.topology()
+        redirect = msg.Redirect(
+            topic.name, partition, owner, topic.partitioning_version, snapshot.generation, reason
+        )
+        return RedirectRequired(redirect)
+
+    def _not_leader(self, topic: Topic, partition: int) -> RedirectRequired:
+        me = self.settings.broker_id
+        return self._redirect(
+            topic, partition, f"broker {me} does not lead {topic.name}/{partition}"
+        )
+
     def partition_for_write(self, topic: str, partition: int, version: int) -> Partition:
         t = self.registry.get(topic)
         if version != t.partitioning_version:
-            host, port = self.settings.advertised
-            raise RedirectRequired(
-                msg.Redirect(
-                    t.name,
-                    partition,
-                    msg.BrokerAddress(self.settings.broker_id, host, port),
-                    t.partitioning_version,
-                    self.registry.generation,
-                    f"routed under partitioning version {version}, current is {t.partitioning_version}",
-                )
+            reason = (
+                f"routed under partitioning version {version}, current is {t.partitioning_version}"
             )
-        return t.partition(partition)
+            raise self._redirect(t, partition, reason)
+        return self.partition_for_read(topic, partition)
 
     def partition_for_read(self, topic: str, partition: int) -> Partition:
-        return self.registry.get(topic).partition(partition)
+        t = self.registry.get(topic)
+        if not 0 <= partition < t.partition_count:
+            raise UnknownPartition(f"topic {t.name!r} has no partition {partition}")
+        part = t.partitions.get(partition)
+        if part is None or part.role is not Role.LEADER:
+            raise self._not_leader(t, partition)
+        return part
+
+    # ------------------------------------------------------------------ cluster mode
+
+    def apply_topology(self, doc: dict[str, Any]) -> bool:
+        from headrace.broker.replicating import apply_topology
+
+        if not self.settings.cluster_mode:
+            raise InvalidRequest("this broker is standalone; it takes no pushed topology")
+        return apply_topology(self, ClusterTopology.from_json(doc))
+
+    def lrs_changed(self, partition: Partition) -> None:
+        self.metrics.lrs_changes.inc()
+
+    def refresh_cohorts(self) -> None:
+        for runtime in self.cohorts.values():
+            runtime.refresh_partitions()
+
+    def client_ssl_context(self) -> ssl.SSLContext | None:
+        tls = self.settings.tls
+        if tls is None:
+            return None
+        ctx = ssl.create_default_context(cafile=str(tls.client_ca_file or tls.cert_file))
+        ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file))
+        return ctx
+
+    def heartbeat(self) -> dict[str, Any]:
+        """What the controller polls: roles, epochs, offsets, LRS, cohort members, adoption."""
+        partitions = sorted(self.registry.all_partitions(), key=lambda p: (p.topic.name, p.index))
+        return {
+            "broker_id": self.settings.broker_id,
+            "generation": self.cluster.generation if self.cluster else self.registry.generation,
+            "adoption": self.adoption_floor(),
+            "draining": False,
+            "partitions": [
+                {
+                    "topic": p.topic.name,
+                    "partition": p.index,
+                    "role": p.role.value,
+                    "leader_epoch": p.leader_epoch,
+                    "log_end_offset": p.log.next_offset,
+                    "high_watermark": p.high_watermark,
+                    "live_replicas": p.lrs,
+                }
+                for p in partitions
+            ],
+            "cohorts": [
+                {"topic": t, "cohort": c, "members": sorted(r.gates.members)}
+                for (t, c), r in sorted(self.cohorts.items())
+            ],
+            "connections": len(self.connections),
+        }
 
     # ------------------------------------------------------------------ topics
 
     def create_topic(
         self, name: str, partitions: int, config: dict[str, Any] | None = None
     ) -> Topic:
+        if self.settings.cluster_mode:
+            raise InvalidRequest(
+                "in a cluster, topics are managed by the controller (headrace apply)"
+            )
         topic = self.registry.create(name, partitions, config)
         self.push_topology()
         return topic
@@ -227,7 +342,7 @@ class Broker:
                     "segments": len(p.log.segments),
                     "cursors": p.cursors.all(),
                 }
-                for p in topic.partitions
+                for p in sorted(topic.partitions.values(), key=lambda p: p.index)
             ],
         }
 

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Protocol
 
-from headrace.broker.topics import Partition, Topic
+from headrace.broker.topics import Partition, Role, Topic
 from headrace.cohorts.gates import CohortGates, GateState
 from headrace.errors import InvalidRequest, NotGateHolder, OffsetOutOfRange
 from headrace.protocol.messages import Assignment, Isolation
@@ -60,7 +60,7 @@ class CohortRuntime:
     ) -> None:
         self.topic = topic
         self.name = name
-        self.gates = CohortGates(name, list(range(topic.partition_count)), grace_ms=grace_ms)
+        self.gates = CohortGates(name, self._led_partitions(), grace_ms=grace_ms)
         self._links: dict[str, MemberLink] = {}
         self._credits: dict[str, int] = {}
         self._start: dict[str, str] = {}
@@ -74,8 +74,28 @@ class CohortRuntime:
         self._task: asyncio.Task[None] | None = None
         self.delivered_records = 0
         self.delivered_bytes = 0
-        for partition in topic.partitions:
+        self._listening: set[Partition] = set()
+        self._listen()
+
+    # ------------------------------------------------------------------ partitions led here
+
+    def _led_partitions(self) -> list[int]:
+        """Gates exist only where this broker leads: each owner enforces its own gates."""
+        return sorted(p.index for p in self.topic.partitions.values() if p.role is Role.LEADER)
+
+    def _listen(self) -> None:
+        current = set(self.topic.partitions.values())
+        for partition in current - self._listening:
             partition.add_listener(self._on_hw)
+        for partition in self._listening - current:
+            partition.remove_listener(self._on_hw)
+        self._listening = current
+
+    def refresh_partitions(self) -> None:
+        """Leadership or the topic changed: gates follow the partitions led here now."""
+        self._listen()
+        self.gates.set_partitions(self._led_partitions(), now_ms())
+        self._publish()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -85,8 +105,9 @@ class CohortRuntime:
         )
 
     async def close(self) -> None:
-        for partition in self.topic.partitions:
+        for partition in self._listening:
             partition.remove_listener(self._on_hw)
+        self._listening.clear()
         if self._task is not None:
             self._task.cancel()
             try:
@@ -262,7 +283,9 @@ class CohortRuntime:
                 pos = self._positions.get(gate.partition)
                 if pos is None or pos.epoch != gate.epoch:
                     continue
-                part = self.topic.partitions[gate.partition]
+                part = self.topic.partitions.get(gate.partition)
+                if part is None:
+                    continue
                 bound = part.high_watermark if committed else part.log.next_offset
                 if pos.next_offset >= bound:
                     continue

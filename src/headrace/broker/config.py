@@ -43,6 +43,14 @@ class BrokerSettings:
     delivery_chunk_bytes: int = 1024 * 1024
     #: how often retention runs
     retention_check_interval_ms: int = 30_000
+    #: cluster mode: partitions, roles and epochs come from a controller's pushed topology
+    cluster_mode: bool = False
+    #: a follower not caught up with the leader for this long leaves the live replica set
+    replica_lag_max_ms: int = 10_000
+    #: how long a leader holds an empty replica fetch open (bounds replication latency when idle)
+    replica_fetch_wait_ms: int = 500
+    #: token this broker presents to other brokers' data ports (when they require auth)
+    replication_token: str | None = None
 
     @property
     def advertised(self) -> tuple[str, int]:

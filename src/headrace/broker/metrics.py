@@ -30,6 +30,16 @@ class PartitionCollector(Collector):
         size = GaugeMetricFamily(
             "headrace_partition_size_bytes", "Bytes on local disk", labels=["topic", "partition"]
         )
+        lrs_size = GaugeMetricFamily(
+            "headrace_partition_lrs_size",
+            "Live replica set size (leaders only)",
+            labels=["topic", "partition"],
+        )
+        follower_lag = GaugeMetricFamily(
+            "headrace_follower_lag_records",
+            "Records a follower is behind the leader",
+            labels=["topic", "partition", "follower"],
+        )
         segs = GaugeMetricFamily(
             "headrace_partition_segments", "Segment files", labels=["topic", "partition"]
         )
@@ -45,9 +55,15 @@ class PartitionCollector(Collector):
             start.add_metric(labels, p.log.log_start_offset)
             size.add_metric(labels, p.log.size_bytes)
             segs.add_metric(labels, len(p.log.segments))
+            if p.replica_set is not None:
+                lrs_size.add_metric(labels, len(p.replica_set.lrs))
+                for follower, progress in p.replica_set.followers.items():
+                    follower_lag.add_metric(
+                        [*labels, str(follower)], max(0, p.log.next_offset - progress.leo)
+                    )
             for cohort, cursor in p.cursors.all().items():
                 lag.add_metric([*labels, cohort], max(0, p.high_watermark - cursor))
-        yield from (leo, hw, start, size, segs, lag)
+        yield from (leo, hw, start, size, segs, lag, lrs_size, follower_lag)
 
 
 class BrokerMetrics:
@@ -73,6 +89,14 @@ class BrokerMetrics:
         )
         self.recovery_seconds = Gauge(
             "headrace_recovery_seconds", "Time spent recovering logs at start", registry=r
+        )
+        self.truncations = Counter(
+            "headrace_replica_truncations",
+            "Follower logs cut back to the leader's prefix",
+            registry=r,
+        )
+        self.lrs_changes = Counter(
+            "headrace_lrs_changes", "Live replica set changes led here", registry=r
         )
         self.topology_generation = Gauge(
             "headrace_topology_generation", "Current topology generation", registry=r

@@ -16,6 +16,7 @@ import socket
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
+from headrace.broker import replicating
 from headrace.errors import (
     AlreadyJoined,
     AuthenticationFailed,
@@ -24,12 +25,15 @@ from headrace.errors import (
     InvalidRequest,
     MalformedFrame,
     NotAuthenticated,
+    NotEnoughReplicas,
     OffsetOutOfRange,
+    RequestTimedOut,
     UnknownMember,
     UnknownOperation,
     UnsupportedVersion,
 )
 from headrace.protocol import messages as msg
+from headrace.protocol import replication as rp
 from headrace.protocol.frames import (
     FLAG_NO_REPLY,
     FLAG_PUSH,
@@ -242,26 +246,46 @@ class Connection(asyncio.Protocol):
             req.topic, req.partition, req.partitioning_version
         )
         header = rb.validate(req.batch, max_batch_bytes=partition.log.config.max_batch_bytes)
+        replica_set = partition.replica_set
+        if (
+            req.acks is msg.Acks.ALL
+            and replica_set is not None
+            and len(replica_set.lrs) < partition.min_in_sync
+        ):
+            # Fail fast rather than acknowledge with fewer copies than promised.
+            raise NotEnoughReplicas(
+                f"{partition.name}: live replica set {sorted(replica_set.lrs)} is smaller than"
+                f" minInSync {partition.min_in_sync}"
+            )
         result = partition.log.append(req.batch, header, partition.leader_epoch)
         metrics = self.broker.metrics
         metrics.produced_records.inc(header.record_count)
         metrics.produced_bytes.inc(header.size)
         self.broker.committer.appended(partition)
+        partition.appended()
         end = result.base_offset + header.record_count
         if req.acks is msg.Acks.NONE or frame.flags & FLAG_NO_REPLY:
-            partition.advance_high_watermark()
             return
-        if partition.log.config.fsync is FsyncPolicy.ALWAYS:
+        fut: asyncio.Future[None] | None = None
+        if req.acks is msg.Acks.ALL:
+            # Every LRS member has it once the HW passes it (the HW also waits for fsync=always).
+            fut = partition.wait_for_high_watermark(end)
+        elif partition.log.config.fsync is FsyncPolicy.ALWAYS:
             fut = self.broker.committer.wait_durable(partition, end)
-            fut.add_done_callback(
-                lambda f: self._produce_done(frame, partition, result.base_offset, f)
-            )
+        if fut is None or (fut.done() and fut.exception() is None):
+            body = msg.ProduceResponse(
+                result.base_offset, partition.leader_epoch, partition.high_watermark
+            ).encode()
+            self._write(encode_frame(Op.PRODUCE_OK, frame.correlation_id, body, FLAG_RESPONSE))
             return
-        partition.advance_high_watermark()
-        body = msg.ProduceResponse(
-            result.base_offset, partition.leader_epoch, partition.high_watermark
-        ).encode()
-        self._write(encode_frame(Op.PRODUCE_OK, frame.correlation_id, body, FLAG_RESPONSE))
+        timer = asyncio.get_running_loop().call_later(
+            req.timeout_ms / 1000,
+            _expire,
+            fut,
+            f"{partition.name}: not replicated within {req.timeout_ms} ms",
+        )
+        fut.add_done_callback(lambda f: timer.cancel())
+        fut.add_done_callback(lambda f: self._produce_done(frame, partition, result.base_offset, f))
 
     def _produce_done(
         self, frame: Frame, partition: Partition, base: int, fut: asyncio.Future[None]
@@ -403,6 +427,51 @@ class Connection(asyncio.Protocol):
             frame, Op.SEEK_OK, msg.encode_json({"partition": seek.partition, "epoch": epoch})
         )
 
+    # ------------------------------------------------------------------ replication (broker to broker)
+
+    def on_replica_fetch(self, frame: Frame) -> None:
+        request = rp.ReplicaFetch.decode(frame.body)
+        response = replicating.serve_fetch(self.broker, request)
+        has_data = any(len(p.data) for p in response.partitions)
+        if has_data or request.max_wait_ms <= 0:
+            self._send_replica_fetch(frame, response)
+            return
+        # Nothing new: hold the fetch until a leader appends or the wait expires.
+        partitions = []
+        for pos in request.positions:
+            try:
+                partitions.append(self.broker.registry.get(pos.topic).partition(pos.partition))
+            except HeadraceError:
+                continue
+        loop = asyncio.get_running_loop()
+        state = {"done": False}
+
+        def finish(_: object = None) -> None:
+            if state["done"]:
+                return
+            state["done"] = True
+            handle.cancel()
+            for p in partitions:
+                p.remove_append_listener(finish)
+            self._send_replica_fetch(frame, replicating.serve_fetch(self.broker, request))
+
+        for p in partitions:
+            p.add_append_listener(finish)
+        handle = loop.call_later(min(request.max_wait_ms, 5000) / 1000, finish)
+
+    def _send_replica_fetch(self, frame: Frame, response: rp.ReplicaFetchOk) -> None:
+        if self.transport is None or self.closed:
+            return
+        parts = response.encode_parts()
+        length = sum(len(p) for p in parts)
+        self.transport.writelines(
+            [frame_header(Op.REPLICA_FETCH_OK, frame.correlation_id, length, FLAG_RESPONSE), *parts]
+        )
+
+    def on_offset_for_epoch(self, frame: Frame) -> None:
+        answers = replicating.answer_epochs(self.broker, rp.decode_epoch_queries(frame.body))
+        self.respond(frame, Op.OFFSET_FOR_EPOCH_OK, rp.encode_epoch_answers(answers))
+
     # ------------------------------------------------------------------ topic admin
 
     def on_create_topic(self, frame: Frame) -> None:
@@ -429,6 +498,11 @@ class Connection(asyncio.Protocol):
         self.respond(frame, Op.DESCRIBE_TOPICS_OK, msg.encode_json({"topics": topics}))
 
 
+def _expire(fut: asyncio.Future[None], message: str) -> None:
+    if not fut.done():
+        fut.set_exception(RequestTimedOut(message))
+
+
 HANDLERS: dict[int, Handler] = {
     Op.HANDSHAKE: Connection.on_handshake,
     Op.PING: Connection.on_ping,
@@ -443,6 +517,8 @@ HANDLERS: dict[int, Handler] = {
     Op.ACK: Connection.on_ack,
     Op.RELEASE: Connection.on_release,
     Op.SEEK: Connection.on_seek,
+    Op.REPLICA_FETCH: Connection.on_replica_fetch,
+    Op.OFFSET_FOR_EPOCH: Connection.on_offset_for_epoch,
     Op.CREATE_TOPIC: Connection.on_create_topic,
     Op.DELETE_TOPIC: Connection.on_delete_topic,
     Op.DESCRIBE_TOPICS: Connection.on_describe_topics,

@@ -9,7 +9,9 @@ Layout under the data directory::
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import enum
 import json
 import os
 import re
@@ -27,6 +29,7 @@ from headrace.errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from headrace.replication.leader import LeaderReplicaSet
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 from headrace.storage.log import PartitionLog
 from headrace.storage.segment import fsync_directory
@@ -137,21 +140,52 @@ class CursorStore:
 HwListener = Callable[["Partition"], None]
 
 
+class Role(enum.Enum):
+    LEADER = "leader"
+    FOLLOWER = "follower"
+
+
 class Partition:
-    """One partition hosted here: its log, high watermark, cursors and listeners."""
+    """One partition hosted here: its log, role, high watermark, cursors and listeners.
+
+    As leader (standalone brokers lead everything) the HW comes from the
+    replica set: the smallest LEO over the LRS, or the local durable end when
+    the partition has no other replicas. As follower it is the leader's HW,
+    capped at the local log end.
+    """
 
     def __init__(self, topic: Topic, index: int, log: PartitionLog, cursors: CursorStore) -> None:
         self.topic = topic
         self.index = index
         self.log = log
         self.cursors = cursors
+        self.role = Role.LEADER
+        self.leader_id = -1
         self.leader_epoch = 0
+        self.replicas: list[int] = []
+        self.min_in_sync = 1
+        #: the leader's view of its followers; None when there are none to track
+        self.replica_set: LeaderReplicaSet | None = None
+        #: follower only: the HW the leader last reported
+        self.leader_high_watermark = 0
+        #: follower only: the epoch whose divergence check has completed
+        self.truncated_for_epoch = -1
         self.high_watermark = self._durable_end()
         self._listeners: list[HwListener] = []
+        self._append_listeners: list[HwListener] = []
+        self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
+        #: bumped whenever cursors change, so followers get them when they change
+        self.cursor_version = 0
 
     @property
     def name(self) -> str:
         return f"{self.topic.name}/{self.index}"
+
+    @property
+    def lrs(self) -> list[int]:
+        if self.role is Role.LEADER and self.replica_set is not None:
+            return self.replica_set.sorted_lrs()
+        return [self.leader_id] if self.role is Role.LEADER else []
 
     def _durable_end(self) -> int:
         # Under fsync=always nothing becomes visible before it is on disk.
@@ -168,12 +202,60 @@ class Partition:
         except ValueError:
             pass
 
+    def add_append_listener(self, listener: HwListener) -> None:
+        self._append_listeners.append(listener)
+
+    def remove_append_listener(self, listener: HwListener) -> None:
+        try:
+            self._append_listeners.remove(listener)
+        except ValueError:
+            pass
+
+    def appended(self) -> None:
+        """The log end moved: wake long-polling followers, then recompute the HW."""
+        for listener in list(self._append_listeners):
+            listener(self)
+        self.advance_high_watermark()
+
     def advance_high_watermark(self) -> None:
-        hw = self._durable_end()
+        if self.role is Role.LEADER:
+            end = self._durable_end()
+            if self.replica_set is None:
+                hw = end
+            else:
+                self.replica_set.advance(end)
+                hw = self.replica_set.high_watermark
+        else:
+            hw = min(self.leader_high_watermark, self.log.next_offset)
         if hw > self.high_watermark:
             self.high_watermark = hw
             for listener in list(self._listeners):
                 listener(self)
+            if self._hw_waiters:
+                waiting = []
+                for offset, fut in self._hw_waiters:
+                    if fut.done():
+                        continue
+                    if hw >= offset:
+                        fut.set_result(None)
+                    else:
+                        waiting.append((offset, fut))
+                self._hw_waiters = waiting
+
+    def wait_for_high_watermark(self, offset: int) -> asyncio.Future[None]:
+        """Completes once the HW reaches ``offset`` (acks=all); fails if leadership is lost."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self.high_watermark >= offset:
+            fut.set_result(None)
+        else:
+            self._hw_waiters.append((offset, fut))
+        return fut
+
+    def fail_waiters(self, exc: Exception) -> None:
+        waiters, self._hw_waiters = self._hw_waiters, []
+        for _, fut in waiters:
+            if not fut.done():
+                fut.set_exception(exc)
 
 
 @dataclass(slots=True)
@@ -184,7 +266,8 @@ class Topic:
     partitioning_version: int
     config: dict[str, Any]
     created_ms: int
-    partitions: list[Partition] = field(default_factory=list)
+    #: the partitions hosted on this broker (all of them on a standalone broker)
+    partitions: dict[int, Partition] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -196,9 +279,10 @@ class Topic:
         }
 
     def partition(self, index: int) -> Partition:
-        if not 0 <= index < len(self.partitions):
-            raise UnknownPartition(f"topic {self.name!r} has no partition {index}")
-        return self.partitions[index]
+        part = self.partitions.get(index)
+        if part is None:
+            raise UnknownPartition(f"topic {self.name!r} has no partition {index} on this broker")
+        return part
 
 
 class TopicRegistry:
@@ -223,16 +307,60 @@ class TopicRegistry:
                 dict(raw.get("config", {})),
                 int(raw.get("created_ms", 0)),
             )
-            self._open_partitions(topic)
+            self._open_partitions(topic, only_existing=True)
             self.topics[topic.name] = topic
         self.generation = 1 + len(self.topics)
 
-    def _open_partitions(self, topic: Topic) -> None:
-        config = topic_log_config(self._log_config, topic.config)
+    def _open_partitions(self, topic: Topic, *, only_existing: bool = False) -> None:
         for p in range(topic.partition_count):
-            pdir = topic.directory / str(p)
-            log = PartitionLog.open(pdir, config)
-            topic.partitions.append(Partition(topic, p, log, CursorStore(pdir / CURSOR_FILE)))
+            if only_existing and not (topic.directory / str(p)).is_dir():
+                continue  # a cluster broker hosts only the partitions it replicates
+            self.open_partition(topic, p)
+
+    def open_partition(self, topic: Topic, index: int) -> Partition:
+        existing = topic.partitions.get(index)
+        if existing is not None:
+            return existing
+        config = topic_log_config(self._log_config, topic.config)
+        pdir = topic.directory / str(index)
+        log = PartitionLog.open(pdir, config)
+        partition = Partition(topic, index, log, CursorStore(pdir / CURSOR_FILE))
+        topic.partitions[index] = partition
+        return partition
+
+    def drop_partition(self, topic: Topic, index: int) -> None:
+        """This broker no longer replicates the partition: close and remove its files."""
+        partition = topic.partitions.pop(index, None)
+        if partition is None:
+            return
+        partition.fail_waiters(UnknownPartition(f"{partition.name} moved away from this broker"))
+        partition.log.close()
+        shutil.rmtree(topic.directory / str(index), ignore_errors=True)
+
+    def ensure_topic(
+        self, name: str, partition_count: int, version: int, config: dict[str, Any]
+    ) -> Topic:
+        """Create or update a topic's metadata as the controller dictates (no partitions opened)."""
+        key = canonical_topic_name(name)
+        topic = self.topics.get(key)
+        if topic is None:
+            directory = self._root / key
+            directory.mkdir(parents=True, exist_ok=True)
+            topic = Topic(
+                key, directory, partition_count, version, dict(config), time.time_ns() // 1_000_000
+            )
+            self.topics[key] = topic
+        elif (topic.partition_count, topic.partitioning_version, topic.config) == (
+            partition_count,
+            version,
+            config,
+        ):
+            return topic
+        topic.partition_count = partition_count
+        topic.partitioning_version = version
+        topic.config = dict(config)
+        write_json_atomic(topic.directory / TOPIC_FILE, topic.to_json())
+        return topic
 
     def get(self, name: str) -> Topic:
         try:
@@ -269,7 +397,8 @@ class TopicRegistry:
     def delete(self, name: str) -> Topic:
         topic = self.get(name)
         del self.topics[topic.name]
-        for partition in topic.partitions:
+        for partition in topic.partitions.values():
+            partition.fail_waiters(UnknownTopic(f"topic {topic.name!r} was deleted"))
             partition.log.close()
         # Rename first (atomic), remove after: a crash mid-delete leaves no half topic.
         graveyard = self._root.parent / "deleted"
@@ -281,7 +410,7 @@ class TopicRegistry:
         return topic
 
     def all_partitions(self) -> list[Partition]:
-        return [p for t in self.topics.values() for p in t.partitions]
+        return [p for t in self.topics.values() for p in t.partitions.values()]
 
     def close(self) -> None:
         for partition in self.all_partitions():

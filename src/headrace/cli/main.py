@@ -79,6 +79,14 @@ def main(verbose: int) -> None:
 @click.option(
     "--standalone", is_flag=True, help="Own every partition of every topic (no controller)."
 )
+@click.option(
+    "--cluster",
+    "cluster_mode",
+    is_flag=True,
+    help="Take partitions, roles and epochs from a controller's pushed topology.",
+)
+@click.option("--replica-lag-max-ms", type=int, default=10_000, show_default=True)
+@click.option("--replica-fetch-wait-ms", type=int, default=500, show_default=True)
 @click.option("--data-dir", type=click.Path(path_type=Path), required=True)
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address the data port binds to."
@@ -124,6 +132,9 @@ def main(verbose: int) -> None:
 @one_line_errors
 def broker(
     standalone: bool,
+    cluster_mode: bool,
+    replica_lag_max_ms: int,
+    replica_fetch_wait_ms: int,
     data_dir: Path,
     host: str,
     port: int,
@@ -146,8 +157,8 @@ def broker(
     from headrace.broker.app import Broker
     from headrace.broker.config import BrokerSettings, TlsSettings
 
-    if not standalone:
-        raise click.UsageError("only --standalone is available in this build")
+    if standalone == cluster_mode:
+        raise click.UsageError("choose one of --standalone or --cluster")
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     tls = TlsSettings(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
@@ -164,6 +175,9 @@ def broker(
             flush_interval_ms=flush_interval_ms,
             segment_bytes=segment_bytes,
         ),
+        cluster_mode=cluster_mode,
+        replica_lag_max_ms=replica_lag_max_ms,
+        replica_fetch_wait_ms=replica_fetch_wait_ms,
         cohort_grace_ms=cohort_grace_ms,
         cursor_flush_interval_ms=cursor_flush_interval_ms,
         auth_tokens=frozenset(auth_tokens),

@@ -1,0 +1,457 @@
+"""Replication between brokers: the topology a controller pushes, and the fetchers.
+
+A cluster broker learns its partitions from a ``ClusterTopology`` document
+(POST ``/v1/topology``, generation-fenced). For each partition it replicates
+it is either the leader at an epoch or a follower of one. Followers pull from
+their leader over one connection per broker pair (``ReplicaFetcher``), first
+checking divergence with the leader-epoch cache and truncating to the common
+prefix, then fetching from their log end. The leader side (``serve_fetch``,
+``answer_epochs``) tracks follower progress in ``replication.leader``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from headrace.broker.topics import Partition, Role
+from headrace.client.connection import ClientConnection, ConnectOptions
+from headrace.errors import (
+    HeadraceError,
+    MalformedFrame,
+    NotLeader,
+    StaleEpoch,
+    UnknownPartition,
+    UnknownTopic,
+)
+from headrace.protocol import replication as rp
+from headrace.protocol.frames import Op
+from headrace.replication.leader import LeaderReplicaSet
+
+if TYPE_CHECKING:
+    from headrace.broker.app import Broker
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+# --------------------------------------------------------------------------- the pushed document
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    id: int
+    host: str
+    port: int
+    admin_port: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPlacement:
+    partition: int
+    replicas: list[int]
+    leader: int | None
+    epoch: int
+    lrs: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPlacement:
+    name: str
+    partitions: int
+    partitioning_version: int
+    min_in_sync: int
+    config: dict[str, Any]
+    assignments: list[PartitionPlacement]
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTopology:
+    generation: int
+    cluster_id: str
+    brokers: list[BrokerEndpoint]
+    topics: list[TopicPlacement] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> ClusterTopology:
+        try:
+            return cls(
+                int(obj["generation"]),
+                str(obj.get("cluster_id", "local")),
+                [
+                    BrokerEndpoint(
+                        int(b["id"]), str(b["host"]), int(b["port"]), int(b.get("admin_port", -1))
+                    )
+                    for b in obj["brokers"]
+                ],
+                [
+                    TopicPlacement(
+                        str(t["name"]),
+                        int(t["partitions"]),
+                        int(t["partitioning_version"]),
+                        int(t.get("min_in_sync", 1)),
+                        dict(t.get("config", {})),
+                        [
+                            PartitionPlacement(
+                                int(a["partition"]),
+                                [int(r) for r in a["replicas"]],
+                                None if a.get("leader") is None else int(a["leader"]),
+                                int(a["epoch"]),
+                                [int(r) for r in a.get("lrs", a["replicas"])],
+                            )
+                            for a in t["assignments"]
+                        ],
+                    )
+                    for t in obj.get("topics", [])
+                ],
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedFrame(f"malformed cluster topology: {exc}") from exc
+
+    def broker(self, broker_id: int) -> BrokerEndpoint | None:
+        return next((b for b in self.brokers if b.id == broker_id), None)
+
+
+# --------------------------------------------------------------------------- applying it
+
+
+def apply_topology(broker: Broker, topology: ClusterTopology) -> bool:
+    """Make local partitions match ``topology``. False if it is older than what we have."""
+    current = broker.cluster
+    if current is not None and topology.generation <= current.generation:
+        return False
+    me = broker.settings.broker_id
+    registry = broker.registry
+    wanted: set[tuple[str, int]] = set()
+    for t in topology.topics:
+        topic = registry.ensure_topic(t.name, t.partitions, t.partitioning_version, t.config)
+        for a in t.assignments:
+            if me not in a.replicas:
+                continue
+            wanted.add((topic.name, a.partition))
+            partition = registry.open_partition(topic, a.partition)
+            partition.min_in_sync = t.min_in_sync
+            _apply_role(broker, partition, a)
+    for name, topic in list(registry.topics.items()):
+        for index in list(topic.partitions):
+            if (name, index) not in wanted:
+                registry.drop_partition(topic, index)
+        if not any(t.name == name for t in topology.topics):
+            registry.topics.pop(name, None)
+    broker.cluster = topology
+    broker.replication.reconcile()
+    broker.refresh_cohorts()
+    broker.push_topology()
+    return True
+
+
+def _apply_role(broker: Broker, partition: Partition, a: PartitionPlacement) -> None:
+    me = broker.settings.broker_id
+    new_role = Role.LEADER if a.leader == me else Role.FOLLOWER
+    changed = (
+        new_role is not partition.role
+        or a.epoch != partition.leader_epoch
+        or partition.leader_id != (a.leader if a.leader is not None else -1)
+    )
+    partition.replicas = list(a.replicas)
+    if not changed:
+        return
+    was_leader = partition.role is Role.LEADER and partition.replica_set is not None
+    partition.role = new_role
+    partition.leader_id = a.leader if a.leader is not None else -1
+    partition.leader_epoch = a.epoch
+    if new_role is Role.LEADER:
+        # The new leader may hold records its old followers lack: HW restarts from ours.
+        partition.replica_set = LeaderReplicaSet.become_leader(
+            me,
+            a.replicas,
+            a.lrs,
+            partition.high_watermark,
+            now_ms(),
+            lag_max_ms=broker.settings.replica_lag_max_ms,
+        )
+        partition.advance_high_watermark()
+        log.info(
+            "leading %s at epoch %d (lrs %s)",
+            partition.name,
+            a.epoch,
+            sorted(partition.replica_set.lrs),
+        )
+    else:
+        if was_leader:
+            partition.fail_waiters(
+                NotLeader(f"{partition.name}: leadership moved to broker {a.leader}")
+            )
+        partition.replica_set = None
+        partition.leader_high_watermark = min(partition.high_watermark, partition.log.next_offset)
+        partition.truncated_for_epoch = -1
+        log.info("following %s from broker %s at epoch %d", partition.name, a.leader, a.epoch)
+
+
+# --------------------------------------------------------------------------- leader side
+
+
+def serve_fetch(broker: Broker, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk:
+    """Answer one replica fetch without waiting (the caller long-polls if it is empty)."""
+    out = rp.ReplicaFetchOk()
+    now = now_ms()
+    for pos in request.positions:
+        entry = rp.FetchedPartition(pos.topic, pos.partition)
+        out.partitions.append(entry)
+        try:
+            partition = broker.registry.get(pos.topic).partition(pos.partition)
+        except (UnknownTopic, UnknownPartition) as exc:
+            entry.error, entry.message = exc.CODE, exc.message
+            continue
+        entry.epoch = partition.leader_epoch
+        if partition.role is not Role.LEADER or partition.replica_set is None:
+            entry.error, entry.message = (
+                NotLeader.CODE,
+                f"broker {broker.settings.broker_id} does not lead {partition.name}",
+            )
+            continue
+        if pos.epoch != partition.leader_epoch:
+            entry.error = StaleEpoch.CODE
+            entry.message = f"{partition.name}: follower at epoch {pos.epoch}, leader at {partition.leader_epoch}"
+            continue
+        plog = partition.log
+        if pos.offset > plog.next_offset:
+            entry.error, entry.message = (
+                StaleEpoch.CODE,
+                f"follower offset {pos.offset} beyond leader end {plog.next_offset}",
+            )
+            continue
+        if partition.replica_set.on_fetch(request.follower_id, pos.offset, plog.next_offset, now):
+            broker.lrs_changed(partition)
+        partition.advance_high_watermark()
+        data, _ = (
+            plog.read(pos.offset, pos.max_bytes) if pos.offset < plog.next_offset else (b"", None)
+        )
+        entry.data = data
+        entry.high_watermark = partition.high_watermark
+        entry.log_end_offset = plog.next_offset
+        entry.log_start_offset = plog.log_start_offset
+        sent = broker.replication.cursor_versions_sent.get((request.follower_id, partition.name))
+        if sent != partition.cursor_version:
+            entry.cursors = partition.cursors.all()
+            broker.replication.cursor_versions_sent[(request.follower_id, partition.name)] = (
+                partition.cursor_version
+            )
+    return out
+
+
+def answer_epochs(broker: Broker, queries: list[rp.EpochQuery]) -> list[rp.EpochAnswer]:
+    answers = []
+    for q in queries:
+        try:
+            partition = broker.registry.get(q.topic).partition(q.partition)
+        except (UnknownTopic, UnknownPartition) as exc:
+            answers.append(rp.EpochAnswer(q.topic, q.partition, -1, -1, exc.CODE))
+            continue
+        if partition.role is not Role.LEADER or partition.log.epochs is None:
+            answers.append(rp.EpochAnswer(q.topic, q.partition, -1, -1, NotLeader.CODE))
+            continue
+        epoch, end = partition.log.epochs.end_offset_for(q.epoch, partition.log.next_offset)
+        answers.append(rp.EpochAnswer(q.topic, q.partition, epoch, end))
+    return answers
+
+
+# --------------------------------------------------------------------------- follower side
+
+
+class ReplicaFetcher:
+    """Pulls every partition this broker follows from one leader, over one connection."""
+
+    def __init__(self, broker: Broker, leader: BrokerEndpoint) -> None:
+        self.broker = broker
+        self.leader = leader
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"fetch-from-{leader.id}"
+        )
+        self._conn: ClientConnection | None = None
+        self.errors = 0
+
+    def partitions(self) -> list[Partition]:
+        return [
+            p
+            for p in self.broker.registry.all_partitions()
+            if p.role is Role.FOLLOWER and p.leader_id == self.leader.id
+        ]
+
+    async def _connect(self) -> ClientConnection:
+        if self._conn is None or self._conn.is_closed:
+            options = ConnectOptions(
+                client_id=f"replica-{self.broker.settings.broker_id}",
+                auth_token=self.broker.settings.replication_token,
+                ssl=self.broker.client_ssl_context(),
+                connect_timeout_s=3.0,
+            )
+            self._conn = await ClientConnection.open(self.leader.host, self.leader.port, options)
+        return self._conn
+
+    async def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            partitions = self.partitions()
+            if not partitions:
+                await asyncio.sleep(0.1)
+                continue
+            try:
+                conn = await self._connect()
+                await self._truncate_diverged(conn, partitions)
+                await self._fetch_once(conn, partitions)
+                backoff = 0.05
+            except (HeadraceError, OSError) as exc:
+                self.errors += 1
+                log.debug("fetch from broker %s failed: %s", self.leader.id, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+
+    async def _truncate_diverged(self, conn: ClientConnection, partitions: list[Partition]) -> None:
+        """Cut each newly-following partition back to the prefix it shares with the leader."""
+        pending = [p for p in partitions if p.truncated_for_epoch != p.leader_epoch]
+        rounds = 0
+        while pending and rounds < 16:
+            rounds += 1
+            queries = [
+                rp.EpochQuery(
+                    p.topic.name, p.index, p.log.epochs.latest_epoch if p.log.epochs else -1
+                )
+                for p in pending
+            ]
+            frame = await conn.request(Op.OFFSET_FOR_EPOCH, rp.encode_epoch_queries(queries))
+            answers = {(a.topic, a.partition): a for a in rp.decode_epoch_answers(frame.body)}
+            still = []
+            for p, q in zip(pending, queries, strict=True):
+                a = answers.get((p.topic.name, p.index))
+                if a is None or a.error:
+                    continue  # the leader is not ready yet; try again next round
+                if q.epoch < 0 or (a.end_offset >= p.log.next_offset and a.epoch == q.epoch):
+                    p.truncated_for_epoch = p.leader_epoch
+                    continue
+                cut = min(a.end_offset, p.log.next_offset)
+                if cut < p.log.next_offset:
+                    log.warning(
+                        "truncating %s from %d to %d (diverged from leader %s)",
+                        p.name,
+                        p.log.next_offset,
+                        cut,
+                        self.leader.id,
+                    )
+                    p.log.truncate_to(cut)
+                    self.broker.metrics.truncations.inc()
+                if a.epoch == q.epoch or a.epoch < 0:
+                    p.truncated_for_epoch = p.leader_epoch
+                else:
+                    still.append(p)  # ask again about the epoch we now end with
+            pending = still
+
+    async def _fetch_once(self, conn: ClientConnection, partitions: list[Partition]) -> None:
+        ready = [p for p in partitions if p.truncated_for_epoch == p.leader_epoch]
+        if not ready:
+            await asyncio.sleep(0.05)
+            return
+        request = rp.ReplicaFetch(
+            self.broker.settings.broker_id,
+            self.broker.settings.replica_fetch_wait_ms,
+            [
+                rp.FetchPosition(p.topic.name, p.index, p.leader_epoch, p.log.next_offset)
+                for p in ready
+            ],
+        )
+        frame = await conn.request(Op.REPLICA_FETCH, request.encode())
+        response = rp.ReplicaFetchOk.decode(frame.body)
+        by_key = {(p.topic.name, p.index): p for p in ready}
+        for entry in response.partitions:
+            p = by_key.get((entry.topic, entry.partition))
+            if p is None or p.role is not Role.FOLLOWER:
+                continue
+            if entry.error:
+                if entry.error == StaleEpoch.CODE and entry.epoch < p.leader_epoch:
+                    await asyncio.sleep(0.05)  # the leader has not heard of our epoch yet
+                continue
+            if len(entry.data):
+                p.log.append_stamped(entry.data)
+                self.broker.committer.appended(p)
+            if entry.cursors is not None:
+                for cohort, cursor in entry.cursors.items():
+                    p.cursors.set(cohort, cursor)
+            p.leader_high_watermark = entry.high_watermark
+            p.appended()
+
+    async def close(self) -> None:
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._conn.close(), 2)
+
+
+class Replication:
+    """The fetchers of one broker and the leader's periodic LRS checks."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.fetchers: dict[int, ReplicaFetcher] = {}
+        #: (follower id, partition name) -> the cursor version last sent to that follower
+        self.cursor_versions_sent: dict[tuple[int, str], int] = {}
+        self._tick_task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._tick_task = asyncio.get_running_loop().create_task(
+            self._tick_forever(), name="lrs-tick"
+        )
+
+    def reconcile(self) -> None:
+        topology = self.broker.cluster
+        if topology is None:
+            return
+        leaders = {
+            p.leader_id
+            for p in self.broker.registry.all_partitions()
+            if p.role is Role.FOLLOWER and p.leader_id >= 0
+        }
+        for leader_id in list(self.fetchers):
+            endpoint = topology.broker(leader_id)
+            if leader_id not in leaders or endpoint != self.fetchers[leader_id].leader:
+                fetcher = self.fetchers.pop(leader_id)
+                asyncio.get_running_loop().create_task(fetcher.close())
+        for leader_id in leaders:
+            endpoint = topology.broker(leader_id)
+            if leader_id not in self.fetchers and endpoint is not None:
+                self.fetchers[leader_id] = ReplicaFetcher(self.broker, endpoint)
+
+    async def _tick_forever(self) -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            now = now_ms()
+            for p in self.broker.registry.all_partitions():
+                if p.role is Role.LEADER and p.replica_set is not None:
+                    removed = p.replica_set.tick(p.log.next_offset, now)
+                    if removed:
+                        log.warning(
+                            "%s: followers %s left the live replica set", p.name, sorted(removed)
+                        )
+                        self.broker.lrs_changed(p)
+                        p.advance_high_watermark()
+
+    async def close(self) -> None:
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._tick_task
+        for fetcher in list(self.fetchers.values()):
+            await fetcher.close()
+        self.fetchers.clear()
+
+
+LongPollDone = Callable[[], None]

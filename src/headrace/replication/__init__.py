@@ -1,0 +1,1 @@
+"""Replication bookkeeping (pure): the leader's view of its followers."""

@@ -1,0 +1,116 @@
+"""A partition leader's live replica set (LRS) and high watermark (pure).
+
+Theory of operation
+-------------------
+Followers pull: each fetch names the offset the follower wants next, which is
+its log end offset (LEO). From those the leader keeps, per follower, its LEO
+and the last time it was *caught up* (its LEO reached the leader's LEO as of
+that fetch). The high watermark (HW) is the smallest LEO over the LRS,
+leader included: every LRS member has every record below it, so it is what
+``acks=all`` waits for and what committed reads may see. It never goes back.
+
+    event                                     effect
+    ----------------------------------------  ---------------------------------------------
+    fetch from f at offset o                  f.leo = o; if o >= leader LEO: f.caught_up = now
+    fetch from f not in LRS, o >= HW          f re-enters the LRS (it has everything committed)
+    tick: f in LRS, now - f.caught_up > lag   f leaves the LRS (HW may then advance)
+    tick: f in LRS, leader LEO - f.leo > max  f leaves the LRS (record-count bound, if set)
+    become leader                             LRS = controller's LRS ∩ replicas ∪ {leader};
+                                              every follower starts "caught up now" (grace)
+
+The leader never removes itself. Followers outside ``replicas`` are ignored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class FollowerProgress:
+    leo: int = 0
+    last_fetch_ms: int = 0
+    last_caught_up_ms: int = 0
+
+
+@dataclass(slots=True)
+class LeaderReplicaSet:
+    leader_id: int
+    replicas: list[int]
+    lrs: set[int]
+    high_watermark: int
+    #: a follower not caught up for this long leaves the LRS
+    lag_max_ms: int = 10_000
+    #: a follower this many records behind leaves the LRS; -1 = no record bound
+    lag_max_records: int = -1
+    followers: dict[int, FollowerProgress] = field(default_factory=dict)
+
+    @classmethod
+    def become_leader(
+        cls,
+        leader_id: int,
+        replicas: list[int],
+        lrs: list[int],
+        high_watermark: int,
+        now_ms: int,
+        *,
+        lag_max_ms: int = 10_000,
+        lag_max_records: int = -1,
+    ) -> LeaderReplicaSet:
+        members = {r for r in lrs if r in replicas} | {leader_id}
+        followers = {r: FollowerProgress(0, now_ms, now_ms) for r in replicas if r != leader_id}
+        return cls(
+            leader_id,
+            list(replicas),
+            members,
+            high_watermark,
+            lag_max_ms,
+            lag_max_records,
+            followers,
+        )
+
+    def on_fetch(self, follower: int, fetch_offset: int, leader_leo: int, now_ms: int) -> bool:
+        """Record a follower's fetch. Returns True if the LRS changed."""
+        progress = self.followers.get(follower)
+        if progress is None:
+            return False
+        progress.leo = fetch_offset
+        progress.last_fetch_ms = now_ms
+        if fetch_offset >= leader_leo:
+            progress.last_caught_up_ms = now_ms
+        if (
+            follower not in self.lrs
+            and fetch_offset >= self.high_watermark
+            and self._within_record_bound(fetch_offset, leader_leo)
+        ):
+            self.lrs.add(follower)
+            return True
+        return False
+
+    def tick(self, leader_leo: int, now_ms: int) -> set[int]:
+        """Drop followers that lag too long or too far. Returns the removed ones."""
+        removed = set()
+        for follower in sorted(self.lrs - {self.leader_id}):
+            progress = self.followers[follower]
+            too_slow = now_ms - progress.last_caught_up_ms > self.lag_max_ms
+            too_far = not self._within_record_bound(progress.leo, leader_leo)
+            if too_slow or too_far:
+                self.lrs.discard(follower)
+                removed.add(follower)
+        return removed
+
+    def advance(self, leader_leo: int) -> bool:
+        """Recompute the HW from the LRS; True if it moved (it only moves forward)."""
+        candidate = min(
+            [leader_leo, *(self.followers[f].leo for f in self.lrs if f != self.leader_id)]
+        )
+        if candidate > self.high_watermark:
+            self.high_watermark = candidate
+            return True
+        return False
+
+    def _within_record_bound(self, follower_leo: int, leader_leo: int) -> bool:
+        return self.lag_max_records < 0 or leader_leo - follower_leo <= self.lag_max_records
+
+    def sorted_lrs(self) -> list[int]:
+        return sorted(self.lrs)
