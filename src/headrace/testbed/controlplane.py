@@ -13,7 +13,9 @@ and reused, so kubeconfigs stay valid and etcd's stored member URLs stay true.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import socket
 import ssl
 import sys
@@ -309,7 +311,19 @@ def is_up(settings: Settings) -> bool:
 
 
 def up(settings: Settings, log: Callable[[str], None] = lambda _: None) -> float:
-    """Bring the test bed up (idempotent); returns seconds taken. Binaries must exist."""
+    """Bring the test bed up (idempotent); returns seconds taken. Binaries must exist.
+
+    On failure everything started is stopped again (logs stay in ``<state>/logs``), so
+    a failed ``up`` leaves no processes behind.
+    """
+    try:
+        return _up(settings, log)
+    except BaseException:
+        down(settings)
+        raise
+
+
+def _up(settings: Settings, log: Callable[[str], None]) -> float:
     start = time.monotonic()
     if is_up(settings):
         log("test bed already up")
@@ -334,7 +348,10 @@ def up(settings: Settings, log: Callable[[str], None] = lambda _: None) -> float
     _write_kubeconfigs(settings, ports)
     argv = _argv(settings, ports)
     deadline = start + settings.ready_timeout_s
-    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", **settings.extra_env}
+    # Pods inherit the runner's PATH: "the command must exist on the host" means on the
+    # PATH of whoever ran `up`, plus the test bed's own kubectl and helm.
+    path = os.environ.get("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env = {"PATH": f"{path}:{settings.bin_dir}", **settings.extra_env}
 
     def launch(name: str) -> None:
         log_file = settings.log_dir / f"{name}.log"
@@ -382,8 +399,6 @@ def up(settings: Settings, log: Callable[[str], None] = lambda _: None) -> float
 
 def _python_env() -> dict[str, str]:
     """Environment that lets the runner import this package from the same interpreter."""
-    import os
-
     keep = ("PYTHONPATH", "VIRTUAL_ENV", "HOME", "LANG", "LC_ALL", "TMPDIR")
     return {k: os.environ[k] for k in keep if k in os.environ}
 
@@ -428,8 +443,6 @@ def down(
 
 def _kill_leftover_pods(settings: Settings) -> None:
     """Kill pod process groups the runner recorded but could not stop (it was killed)."""
-    import signal
-
     record = settings.run_dir / "pod-processes"
     try:
         pgids = [int(x) for x in record.read_text().split()]

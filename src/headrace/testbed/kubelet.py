@@ -946,6 +946,8 @@ class Runner:
                 pod.sync(now)
             except (kubeapi.ApiError, OSError) as exc:
                 log.warning("sync of %s/%s failed: %s", pod.ns, pod.name, exc)
+            except Exception:  # one pod's surprise must not stall the others
+                log.exception("sync of %s/%s failed", pod.ns, pod.name)
         for uid in [u for u in self.pods if u not in desired]:
             pod = self.pods[uid]
             pod.cleanup()
