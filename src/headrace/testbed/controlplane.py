@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from headrace.testbed import kubeapi, kubeconfig, pki, processes
+from headrace.testbed import ipam, kubeapi, kubeconfig, pki, processes
 from headrace.testbed.settings import Settings
 
 #: Start order; ``down`` stops in reverse, the runner first so pods get their SIGTERM
@@ -281,6 +281,7 @@ def _argv(settings: Settings, ports: Ports) -> dict[str, list[str]]:
             f"--state-dir={s}",
             f"--node-name={settings.node_name}",
             f"--k8s-version={settings.k8s_version}",
+            f"--pod-block={ipam.block_for(str(settings.state_dir.resolve()))}",
         ],
     }
 

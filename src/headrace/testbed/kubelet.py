@@ -64,6 +64,8 @@ class RunnerSettings:
     node_name: str
     #: Reported as the node's kubelet version (helm charts may check it).
     k8s_version: str = "v0.0.0"
+    #: Second octet of this test bed's pod addresses, 127.<block>.x.y (see :mod:`.ipam`).
+    pod_block: int = 0
     #: Seconds between full passes of the loop (watch events wake it sooner).
     tick_s: float = 0.25
     #: Lease duration and renew interval (kubelet: 40 s and a quarter of it).
@@ -753,7 +755,7 @@ class Runner:
         self.watch_api = kubeapi.from_kubeconfig_files(
             "127.0.0.1", self.api_port, cfg.pki_dir, "runner"
         )
-        self.pool = ipam.Pool()
+        self.pool = ipam.Pool(block=cfg.pod_block)
         self.pods: dict[str, PodRun] = {}
         self.desired: dict[str, Obj] = {}
         self.lock = threading.Lock()
@@ -1033,6 +1035,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--state-dir", type=Path, required=True)
     parser.add_argument("--node-name", default="testbed-node")
     parser.add_argument("--k8s-version", default="v0.0.0")
+    parser.add_argument("--pod-block", type=int, default=0)
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -1041,7 +1044,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     runner = Runner(
         RunnerSettings(
-            state_dir=args.state_dir, node_name=args.node_name, k8s_version=args.k8s_version
+            state_dir=args.state_dir,
+            node_name=args.node_name,
+            k8s_version=args.k8s_version,
+            pod_block=args.pod_block,
         )
     )
 

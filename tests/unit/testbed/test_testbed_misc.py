@@ -29,6 +29,15 @@ def test_ipam_skips_network_and_broadcast_looking_addresses() -> None:
     assert pool.allocate("y") == "127.0.1.1"
 
 
+def test_ipam_blocks_keep_test_beds_apart() -> None:
+    block = ipam.block_for("/some/state")
+    assert 1 <= block <= 254
+    assert block == ipam.block_for("/some/state")
+    pool = ipam.Pool(block=block)
+    assert pool.allocate("a") == f"127.{block}.0.2"
+    assert pool.allocate("b", prefer="127.0.0.9") != "127.0.0.9"  # outside the block
+
+
 def test_tail_bytes() -> None:
     data = b"a\nb\nc\n"
     assert logserving.tail_bytes(data, 2) == b"b\nc\n"
