@@ -1,0 +1,1 @@
+"""Control core (work in progress)."""

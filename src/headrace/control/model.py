@@ -1,0 +1,425 @@
+"""The control core's data: what brokers report and what the controller persists (pure data).
+
+Two kinds of document live here, and they are kept apart on purpose:
+
+* **Reports** (``Heartbeat`` and its parts) are what a broker's heartbeat
+  endpoint returns. They are samples: the controller keeps only the latest one
+  per broker, in memory, and never persists them.
+* **Status** (``ClusterState``, ``TopicStatus``, ``PartitionStatus``,
+  ``CohortPlan``, ``BrokerInfo``) holds the durable decisions: placement,
+  leaders and epochs, LRS membership, cohort plans and the topology
+  generation. The controller persists it, in Kubernetes CR status or in the
+  local state store, with the same JSON shape.
+
+Every class is a frozen dataclass; the core never mutates one, it builds a new
+one, so "did anything change?" is plain equality. ``to_json``/``from_json``
+use camelCase keys (``partitioningVersion``, ``leaderEpoch``,
+``liveReplicas``) as Kubernetes status does. ``from_json`` rejects a document
+of the wrong shape with ``InvalidRequest`` naming the field.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from headrace.errors import InvalidRequest, InvalidTopicSpec
+
+Role = Literal["leader", "follower"]
+ROLES: tuple[Role, ...] = ("leader", "follower")
+
+_T = TypeVar("_T")
+
+
+class PartitionState(enum.StrEnum):
+    """Where a partition is in its leadership life cycle (see ``election``)."""
+
+    ONLINE = "Online"
+    ELECTING = "Electing"
+    OFFLINE = "Offline"
+
+
+# --------------------------------------------------------------------------- JSON helpers
+
+
+def _field(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T:
+    if not isinstance(doc, Mapping):
+        raise InvalidRequest(f"{where}: expected an object")
+    if key not in doc:
+        raise InvalidRequest(f"{where}: missing field {key!r}")
+    value = doc[key]
+    if kind is int and isinstance(value, bool):
+        raise InvalidRequest(f"{where}: field {key!r} must be an integer")
+    if not isinstance(value, kind):
+        raise InvalidRequest(f"{where}: field {key!r} must be {kind.__name__}")
+    return value
+
+
+def _optional(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T | None:
+    if doc.get(key) is None:
+        return None
+    return _field(doc, key, kind, where)
+
+
+def _ints(
+    doc: Mapping[str, Any], key: str, where: str, *, default: bool = False
+) -> tuple[int, ...]:
+    if default and doc.get(key) is None:
+        return ()
+    values = _field(doc, key, list, where)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+        raise InvalidRequest(f"{where}: field {key!r} must be a list of integers")
+    return tuple(values)
+
+
+def _objects(doc: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
+    if doc.get(key) is None:
+        return []
+    values = _field(doc, key, list, where)
+    if not all(isinstance(v, Mapping) for v in values):
+        raise InvalidRequest(f"{where}: field {key!r} must be a list of objects")
+    return values
+
+
+# --------------------------------------------------------------------------- broker reports
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A broker's identity and addresses, as it advertises them."""
+
+    id: int
+    host: str
+    port: int
+    admin_port: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "host": self.host, "port": self.port, "adminPort": self.admin_port}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> BrokerInfo:
+        w = "broker"
+        return cls(
+            _field(doc, "id", int, w),
+            _field(doc, "host", str, w),
+            _field(doc, "port", int, w),
+            _field(doc, "adminPort", int, w),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReport:
+    """One partition replica as its broker sees it."""
+
+    topic: str
+    partition: int
+    role: Role
+    leader_epoch: int
+    log_end_offset: int
+    high_watermark: int
+    #: the leader's live replica set (broker ids, itself included); empty from a follower
+    live_replicas: tuple[int, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "role": self.role,
+            "leaderEpoch": self.leader_epoch,
+            "logEndOffset": self.log_end_offset,
+            "highWatermark": self.high_watermark,
+            "liveReplicas": list(self.live_replicas),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PartitionReport:
+        w = "partition report"
+        role = _field(doc, "role", str, w)
+        if role == "leader":
+            checked: Role = "leader"
+        elif role == "follower":
+            checked = "follower"
+        else:
+            raise InvalidRequest(f"{w}: role must be 'leader' or 'follower', not {role!r}")
+        return cls(
+            _field(doc, "topic", str, w),
+            _field(doc, "partition", int, w),
+            checked,
+            _field(doc, "leaderEpoch", int, w),
+            _field(doc, "logEndOffset", int, w),
+            _field(doc, "highWatermark", int, w),
+            _ints(doc, "liveReplicas", w, default=True),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CohortReport:
+    """The members of one cohort connected to the reporting broker."""
+
+    topic: str
+    cohort: str
+    members: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "cohort": self.cohort, "members": list(self.members)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> CohortReport:
+        w = "cohort report"
+        members = _field(doc, "members", list, w)
+        if not all(isinstance(m, str) for m in members):
+            raise InvalidRequest(f"{w}: members must be strings")
+        return cls(_field(doc, "topic", str, w), _field(doc, "cohort", str, w), tuple(members))
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The latest sample from one broker.
+
+    ``received_ms`` is stamped by the controller with its own clock when the
+    sample arrives (never taken from the broker), so liveness needs no clock
+    agreement between machines. It is not part of the broker's JSON.
+    """
+
+    broker: BrokerInfo
+    received_ms: int
+    #: lowest topology generation acked by the broker's client connections; None if none acked
+    adoption: int | None = None
+    #: the broker is shutting down: move leadership away, place nothing new on it
+    draining: bool = False
+    partitions: tuple[PartitionReport, ...] = ()
+    cohorts: tuple[CohortReport, ...] = ()
+
+    @property
+    def broker_id(self) -> int:
+        return self.broker.id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "broker": self.broker.to_json(),
+            "adoption": self.adoption,
+            "draining": self.draining,
+            "partitions": [p.to_json() for p in self.partitions],
+            "cohorts": [c.to_json() for c in self.cohorts],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], *, received_ms: int) -> Heartbeat:
+        w = "heartbeat"
+        draining = doc.get("draining", False) if isinstance(doc, Mapping) else False
+        if not isinstance(draining, bool):
+            raise InvalidRequest(f"{w}: field 'draining' must be a boolean")
+        return cls(
+            BrokerInfo.from_json(_field(doc, "broker", dict, w)),
+            received_ms,
+            _optional(doc, "adoption", int, w),
+            draining,
+            tuple(PartitionReport.from_json(p) for p in _objects(doc, "partitions", w)),
+            tuple(CohortReport.from_json(c) for c in _objects(doc, "cohorts", w)),
+        )
+
+
+# --------------------------------------------------------------------------- desired state
+
+
+@dataclass(frozen=True, slots=True)
+class TopicSpec:
+    """What the user asked for (the Topic spec); the controller reads it, never writes it."""
+
+    name: str
+    partitions: int
+    replicas: int = 1
+    min_in_sync: int = 1
+
+    def __post_init__(self) -> None:
+        ns, _, short = self.name.partition("/")
+        if not ns or not short or "/" in short:
+            raise InvalidTopicSpec(f"topic name {self.name!r} must be 'namespace/name'")
+        if self.partitions < 1:
+            raise InvalidTopicSpec(f"topic {self.name!r}: partitions must be at least 1")
+        if self.replicas < 1:
+            raise InvalidTopicSpec(f"topic {self.name!r}: replicas must be at least 1")
+        if not 1 <= self.min_in_sync <= self.replicas:
+            raise InvalidTopicSpec(
+                f"topic {self.name!r}: minInSync must be between 1 and replicas ({self.replicas})"
+            )
+
+
+# --------------------------------------------------------------------------- persisted status
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionStatus:
+    """The durable leadership record of one partition (see ``election`` for the transitions).
+
+    ``candidate``, ``deadline_ms`` and ``tried`` describe an election in
+    progress, and are persisted so a restarted controller carries on with it:
+
+    * ELECTING: ``candidate`` is the nominee, told to promote itself at
+      ``leader_epoch``; ``deadline_ms`` is when the next one gets a turn;
+      ``tried`` lists the nominees of this round so far.
+    * OFFLINE: ``deadline_ms`` is when LRS members in ``tried`` that are still
+      live get another chance.
+    * ONLINE: all three are empty.
+    """
+
+    partition: int
+    #: the replica set, preferred leader first; fixed by placement
+    replicas: tuple[int, ...]
+    leader: int | None
+    #: increases on every nomination; the leader (or the candidate) serves at this epoch
+    leader_epoch: int
+    #: the LRS: replicas eligible for election, as last reported by the leader
+    live_replicas: tuple[int, ...]
+    state: PartitionState
+    candidate: int | None = None
+    deadline_ms: int | None = None
+    tried: tuple[int, ...] = ()
+
+    @property
+    def owner(self) -> int | None:
+        """Whom to route to: the leader, or the candidate while one is promoting."""
+        return self.leader if self.leader is not None else self.candidate
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "replicas": list(self.replicas),
+            "leader": self.leader,
+            "leaderEpoch": self.leader_epoch,
+            "liveReplicas": list(self.live_replicas),
+            "state": self.state.value,
+            "candidate": self.candidate,
+            "deadlineMs": self.deadline_ms,
+            "tried": list(self.tried),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PartitionStatus:
+        w = "partition status"
+        state = _field(doc, "state", str, w)
+        try:
+            parsed = PartitionState(state)
+        except ValueError:
+            raise InvalidRequest(f"{w}: unknown state {state!r}") from None
+        return cls(
+            _field(doc, "partition", int, w),
+            _ints(doc, "replicas", w),
+            _optional(doc, "leader", int, w),
+            _field(doc, "leaderEpoch", int, w),
+            _ints(doc, "liveReplicas", w),
+            parsed,
+            _optional(doc, "candidate", int, w),
+            _optional(doc, "deadlineMs", int, w),
+            _ints(doc, "tried", w, default=True),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CohortPlan:
+    """The advisory cross-broker assignment of one cohort of one topic.
+
+    ``generation`` is this cohort's own counter: it starts at 1 and bumps only
+    when ``assignment`` changes, so re-publishing a stable plan is a no-op and
+    brokers can ignore a plan older than the one they hold.
+    """
+
+    cohort: str
+    generation: int
+    #: member id -> the partitions it should hold, sorted; every planned member appears
+    assignment: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cohort": self.cohort,
+            "generation": self.generation,
+            "assignment": {m: list(self.assignment[m]) for m in sorted(self.assignment)},
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> CohortPlan:
+        w = "cohort plan"
+        raw = _field(doc, "assignment", dict, w)
+        assignment: dict[str, tuple[int, ...]] = {}
+        for member in raw:
+            if not isinstance(member, str):
+                raise InvalidRequest(f"{w}: member ids must be strings")
+            assignment[member] = tuple(sorted(_ints(raw, member, w)))
+        return cls(_field(doc, "cohort", str, w), _field(doc, "generation", int, w), assignment)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicStatus:
+    """Durable status of one topic (the Topic CR's status, minus conditions)."""
+
+    name: str
+    #: what publishes are fenced on; 1 at creation, bumped only by a repartition
+    partitioning_version: int
+    partitions: tuple[PartitionStatus, ...]
+    cohort_plans: Mapping[str, CohortPlan] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "partitioningVersion": self.partitioning_version,
+            "partitions": [p.to_json() for p in self.partitions],
+            "cohortPlans": [self.cohort_plans[c].to_json() for c in sorted(self.cohort_plans)],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> TopicStatus:
+        w = "topic status"
+        partitions = tuple(PartitionStatus.from_json(p) for p in _objects(doc, "partitions", w))
+        if [p.partition for p in partitions] != list(range(len(partitions))):
+            raise InvalidRequest(f"{w}: partitions must be listed in order from 0")
+        plans = [CohortPlan.from_json(c) for c in _objects(doc, "cohortPlans", w)]
+        return cls(
+            _field(doc, "name", str, w),
+            _field(doc, "partitioningVersion", int, w),
+            partitions,
+            {p.cohort: p for p in plans},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    """Everything the controller persists, and the topology generation that versions it.
+
+    ``generation`` is bumped by exactly one on every reconcile step whose
+    result differs from its input in any other field; nothing else moves it.
+    """
+
+    generation: int = 0
+    #: every broker ever heard from (known brokers), by id; liveness is not stored
+    brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
+    topics: Mapping[str, TopicStatus] = field(default_factory=dict)
+
+    def same_content(self, other: ClusterState) -> bool:
+        """Equal in everything but the generation."""
+        return self.brokers == other.brokers and self.topics == other.topics
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "brokers": [self.brokers[b].to_json() for b in sorted(self.brokers)],
+            "topics": [self.topics[t].to_json() for t in sorted(self.topics)],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ClusterState:
+        w = "cluster state"
+        brokers = [BrokerInfo.from_json(b) for b in _objects(doc, "brokers", w)]
+        topics = [TopicStatus.from_json(t) for t in _objects(doc, "topics", w)]
+        return cls(
+            _field(doc, "generation", int, w),
+            {b.id: b for b in brokers},
+            {t.name: t for t in topics},
+        )
+
+
+def normalise_lrs(replicas: Sequence[int], reported: Sequence[int], leader: int) -> tuple[int, ...]:
+    """An LRS as persisted: replicas only, the leader always in, in replica order."""
+    keep = set(reported) | {leader}
+    return tuple(r for r in replicas if r in keep)

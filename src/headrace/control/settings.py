@@ -1,0 +1,36 @@
+"""Tunables of the control core (pure data).
+
+Every duration is in milliseconds of the controller's own clock, the clock
+that stamps ``Heartbeat.received_ms`` and is passed to ``reconcile`` as
+``now_ms``. The controller reads these once at start-up (from flags, the
+environment or the BrokerCluster spec) and passes them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from headrace.errors import InvalidRequest
+
+
+@dataclass(frozen=True, slots=True)
+class ControlSettings:
+    #: A broker is live while its last heartbeat is at most this old. Three
+    #: polls at the default 1 s interval, so one lost or slow poll never
+    #: starts an election, and a dead leader is noticed within about 3 s.
+    liveness_ttl_ms: int = 3_000
+    #: How long a nominated candidate has to report itself leader at the new
+    #: epoch before the next candidate gets a turn. Promotion needs one
+    #: topology push and one heartbeat (two polls); 5 s leaves room for a
+    #: slow broker without stalling the partition for long.
+    candidate_wait_ms: int = 5_000
+    #: How long an Offline partition waits before it gives another chance to
+    #: LRS members that failed to promote and have stayed live since. A
+    #: member that restarts is retried at once; this covers one that stays up
+    #: but failed once (a full disk that was cleaned up, say).
+    offline_retry_ms: int = 30_000
+
+    def __post_init__(self) -> None:
+        for name in ("liveness_ttl_ms", "candidate_wait_ms", "offline_retry_ms"):
+            if getattr(self, name) <= 0:
+                raise InvalidRequest(f"control setting {name} must be positive")
