@@ -7,6 +7,7 @@ that a cold build (minutes) is not counted against the per-test timeout.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Iterator
 
 import pytest
@@ -15,15 +16,25 @@ from e2e import support
 
 PROVIDER = os.environ.get("E2E_PROVIDER", "testbed")
 
+#: Why the build failed, if it did: the e2e tests then error, the rest of a
+#: `pytest tests e2e` run goes on.
+_build_error: str | None = None
+
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    global _build_error
     wants_e2e = any("/e2e/" in str(item.path) for item in session.items)
     if wants_e2e and PROVIDER == "testbed" and not session.config.option.collectonly:
-        support.build_testbed()
+        try:
+            support.build_testbed()
+        except (OSError, subprocess.CalledProcessError) as exc:
+            _build_error = f"building the test bed failed ({exc}); see the output above"
 
 
 @pytest.fixture(scope="session")
 def cluster() -> Iterator[support.Cluster]:
+    if _build_error is not None:
+        pytest.fail(_build_error)
     if PROVIDER == "testbed":
         with support.testbed_cluster() as c:
             yield c
