@@ -26,6 +26,9 @@ def free_port() -> int:
 class BrokerProcess:
     data_dir: Path
     fsync: str = "interval"
+    #: "standalone", or "cluster" (then broker_id matters and a topology must be pushed)
+    mode: str = "standalone"
+    broker_id: int = 0
     extra_args: list[str] = field(default_factory=list)
     port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
@@ -48,7 +51,9 @@ class BrokerProcess:
             "-m",
             "headrace.cli.main",
             "broker",
-            "--standalone",
+            f"--{self.mode}",
+            "--broker-id",
+            str(self.broker_id),
             "--data-dir",
             str(self.data_dir),
             "--port",
@@ -82,8 +87,28 @@ class BrokerProcess:
         with urllib.request.urlopen(f"{self.admin_url}{path}", timeout=5) as resp:
             return dict(json.loads(resp.read()))
 
+    def post_json(self, path: str, doc: object) -> dict[str, object]:
+        req = urllib.request.Request(
+            f"{self.admin_url}{path}",
+            data=json.dumps(doc).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return dict(json.loads(resp.read()))
+
+    def pause(self) -> None:
+        """SIGSTOP: the process is alive but silent (a network partition, from outside)."""
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
+
     def kill9(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGCONT)
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(10)
 

@@ -193,10 +193,12 @@ class _PartitionSender:
                 await asyncio.sleep(min(p.retry_backoff_ms * batch.attempts, 2000) / 1000)
             self.queue.extendleft(reversed(pending))
             return
-        if retriable:
+        if retriable and isinstance(exc, ConnectionClosed | RedirectReceived):
+            # Out of time while the broker was unreachable or moving: say so.
             exc = RequestTimedOut(
                 f"batch for {self.topic}/{self.partition} not acknowledged in time: {exc}"
             )
+        # Otherwise the last error itself (e.g. NotEnoughReplicas) tells the caller most.
         # Non-retriable: the broker appended neither this batch nor (sequence gap) any
         # after it. Fail this one and renumber the rest from its sequence.
         log.warning("batch for %s/%s failed: %s", self.topic, self.partition, exc)

@@ -15,7 +15,7 @@ leader included: every LRS member has every record below it, so it is what
     fetch from f not in LRS, o >= HW          f re-enters the LRS (it has everything committed)
     tick: f in LRS, now - f.caught_up > lag   f leaves the LRS (HW may then advance)
     tick: f in LRS, leader LEO - f.leo > max  f leaves the LRS (record-count bound, if set)
-    become leader                             LRS = controller's LRS ∩ replicas ∪ {leader};
+    become leader                             LRS = (controller's LRS within replicas) plus the leader;
                                               every follower starts "caught up now" (grace)
 
 The leader never removes itself. Followers outside ``replicas`` are ignored.
