@@ -1,0 +1,275 @@
+"""Leader election and LRS membership of one partition (pure state machine).
+
+Theory of operation
+-------------------
+The controller keeps, per partition, a durable ``PartitionStatus``: the
+replica set, the leader, the leader epoch, the live replica set (LRS) and the
+election state. Every reconcile step feeds it what the controller sees now:
+which brokers are live, dead or not yet heard from (``liveness``), and the
+latest report of each live replica. The first row of the table whose guard
+holds fires; if none does, nothing changes.
+
+    state     guard (first match wins)                     next              effect
+    --------  -------------------------------------------  ----------------  -------------------------------------
+    ONLINE    leader is dead                               ELECTING/OFFLINE  nominate (new round)
+    ONLINE    leader draining; a non-draining LRS member   ELECTING          hand off: nominate among non-draining
+              is live
+    ONLINE    leader reports an LRS at this epoch that     ONLINE            LRS := leader's report
+              differs from the stored one
+    ELECTING  candidate reports leader at this epoch       ONLINE            leader := candidate; LRS := its report
+    ELECTING  candidate is dead                            ELECTING/OFFLINE  nominate the next untried member
+    ELECTING  deadline passed, candidate live              ELECTING/OFFLINE  nominate the next untried member
+    OFFLINE   an untried LRS member is live                ELECTING          nominate
+    OFFLINE   retry deadline passed; a tried LRS member    ELECTING          forget the tried; nominate
+              is live
+
+**Nominate** picks, among LRS members that are live and not yet tried in this
+round, the one with the smallest lag (log end offset behind the highest one
+reported by the LRS; a member that reports nothing ranks last), non-draining
+before draining, then by broker id. The candidate gets ``leader_epoch + 1``
+and ``candidate_wait_ms`` to promote itself: it sees itself named
+``candidate`` in the topology push, promotes at that epoch, and says so in its
+next heartbeat (role ``leader``, that epoch). While it promotes ``leader`` is
+None. If no member is eligible the partition goes OFFLINE with its epoch and
+LRS unchanged, and waits for an LRS member to come (back) up.
+
+Before the table runs, brokers that are dead are struck off ``tried``: a
+member that failed, died and came back deserves a new chance, which is how "a
+known broker comes back" re-elects an Offline partition.
+
+Invariants (tested with random failure schedules):
+
+* epochs only grow, and every new nominee gets a larger one than any before;
+* only LRS members are ever nominated (no unclean election);
+* a partition only becomes ONLINE under a broker that is live and reported
+  the promotion itself; a leader that is merely *unheard* (the controller has
+  just restarted) is left in place, and absence of news never advances an
+  election;
+* the LRS always contains the leader and only replicas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Final
+
+from headrace.control.liveness import Liveness
+from headrace.control.model import (
+    PartitionReport,
+    PartitionState,
+    PartitionStatus,
+    normalise_lrs,
+)
+from headrace.control.settings import ControlSettings
+
+ONLINE, ELECTING, OFFLINE = PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE
+
+
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """One step's evidence about one partition."""
+
+    liveness: Liveness
+    #: broker id -> that broker's report for this partition; live brokers only
+    reports: Mapping[int, PartitionReport]
+    now_ms: int
+    settings: ControlSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One row of the table."""
+
+    name: str
+    state: PartitionState
+    guard: Callable[[PartitionStatus, Seen], bool]
+    act: Callable[[PartitionStatus, Seen], PartitionStatus]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def lag_order(status: PartitionStatus, seen: Seen) -> list[int]:
+    """Live LRS members not tried yet, best candidate first."""
+    top = max(
+        (r.log_end_offset for b, r in seen.reports.items() if b in status.live_replicas),
+        default=0,
+    )
+
+    def rank(b: int) -> tuple[bool, int, int]:
+        report = seen.reports.get(b)
+        lag = top - report.log_end_offset if report is not None else top + 1
+        return (b in seen.liveness.draining, lag, b)
+
+    pool = [b for b in status.live_replicas if b in seen.liveness.live and b not in status.tried]
+    return sorted(pool, key=rank)
+
+
+def nominate(
+    status: PartitionStatus, seen: Seen, *, allow_draining: bool = True
+) -> PartitionStatus:
+    """ELECTING under the best untried live LRS member, or OFFLINE if there is none."""
+    pool = lag_order(status, seen)
+    if not allow_draining:
+        pool = [b for b in pool if b not in seen.liveness.draining]
+    if not pool:
+        return replace(
+            status,
+            state=OFFLINE,
+            leader=None,
+            candidate=None,
+            deadline_ms=seen.now_ms + seen.settings.offline_retry_ms,
+        )
+    best = pool[0]
+    return replace(
+        status,
+        state=ELECTING,
+        leader=None,
+        candidate=best,
+        leader_epoch=status.leader_epoch + 1,
+        deadline_ms=seen.now_ms + seen.settings.candidate_wait_ms,
+        tried=(*status.tried, best),
+    )
+
+
+def _leader_report(
+    broker: int | None, status: PartitionStatus, seen: Seen
+) -> PartitionReport | None:
+    """``broker``'s report if it says it leads at the current epoch."""
+    if broker is None:
+        return None
+    report = seen.reports.get(broker)
+    if report is None or report.role != "leader" or report.leader_epoch != status.leader_epoch:
+        return None
+    return report
+
+
+# --------------------------------------------------------------------------- guards and actions
+
+
+def _leader_dead(s: PartitionStatus, seen: Seen) -> bool:
+    return s.leader is None or s.leader in seen.liveness.dead
+
+
+def _new_round(s: PartitionStatus, seen: Seen) -> PartitionStatus:
+    return nominate(replace(s, tried=()), seen)
+
+
+def _leader_draining_with_successor(s: PartitionStatus, seen: Seen) -> bool:
+    return s.leader in seen.liveness.draining and any(
+        b not in seen.liveness.draining for b in lag_order(replace(s, tried=()), seen)
+    )
+
+
+def _hand_off(s: PartitionStatus, seen: Seen) -> PartitionStatus:
+    return nominate(replace(s, tried=()), seen, allow_draining=False)
+
+
+def _lrs_reported(s: PartitionStatus, seen: Seen) -> bool:
+    report = _leader_report(s.leader, s, seen)
+    return (
+        report is not None
+        and s.leader is not None
+        and (normalise_lrs(s.replicas, report.live_replicas, s.leader) != s.live_replicas)
+    )
+
+
+def _record_lrs(s: PartitionStatus, seen: Seen) -> PartitionStatus:
+    report = _leader_report(s.leader, s, seen)
+    if report is None or s.leader is None:  # ruled out by the guard
+        return s
+    return replace(s, live_replicas=normalise_lrs(s.replicas, report.live_replicas, s.leader))
+
+
+def _candidate_promoted(s: PartitionStatus, seen: Seen) -> bool:
+    return _leader_report(s.candidate, s, seen) is not None
+
+
+def _promote(s: PartitionStatus, seen: Seen) -> PartitionStatus:
+    report = _leader_report(s.candidate, s, seen)
+    if report is None or s.candidate is None:  # ruled out by the guard
+        return s
+    return replace(
+        s,
+        state=ONLINE,
+        leader=s.candidate,
+        live_replicas=normalise_lrs(s.replicas, report.live_replicas, s.candidate),
+        candidate=None,
+        deadline_ms=None,
+        tried=(),
+    )
+
+
+def _candidate_dead(s: PartitionStatus, seen: Seen) -> bool:
+    return s.candidate is None or s.candidate in seen.liveness.dead
+
+
+def _candidate_timed_out(s: PartitionStatus, seen: Seen) -> bool:
+    return (
+        s.deadline_ms is not None
+        and seen.now_ms >= s.deadline_ms
+        and s.candidate in seen.liveness.live
+    )
+
+
+def _next_candidate(s: PartitionStatus, seen: Seen) -> PartitionStatus:
+    return nominate(s, seen)
+
+
+def _untried_member_live(s: PartitionStatus, seen: Seen) -> bool:
+    return bool(lag_order(s, seen))
+
+
+def _retry_due(s: PartitionStatus, seen: Seen) -> bool:
+    return (
+        s.deadline_ms is not None
+        and seen.now_ms >= s.deadline_ms
+        and bool(lag_order(replace(s, tried=()), seen))
+    )
+
+
+#: The transition table. ``step`` fires the first row whose state and guard match.
+RULES: Final[tuple[Rule, ...]] = (
+    Rule("LeaderLost", ONLINE, _leader_dead, _new_round),
+    Rule("LeaderDraining", ONLINE, _leader_draining_with_successor, _hand_off),
+    Rule("LiveReplicasChanged", ONLINE, _lrs_reported, _record_lrs),
+    Rule("LeaderElected", ELECTING, _candidate_promoted, _promote),
+    Rule("CandidateLost", ELECTING, _candidate_dead, _next_candidate),
+    Rule("CandidateTimedOut", ELECTING, _candidate_timed_out, _next_candidate),
+    Rule("ReplicaBack", OFFLINE, _untried_member_live, nominate),
+    Rule("OfflineRetry", OFFLINE, _retry_due, _new_round),
+)
+
+
+def step(
+    status: PartitionStatus,
+    liveness: Liveness,
+    reports: Mapping[int, PartitionReport],
+    now_ms: int,
+    settings: ControlSettings,
+) -> tuple[PartitionStatus, Rule | None]:
+    """The partition's next status, and the row that fired (None if none did)."""
+    seen = Seen(liveness, reports, now_ms, settings)
+    if status.state is not ONLINE:
+        status = replace(status, tried=tuple(b for b in status.tried if b not in liveness.dead))
+    for rule in RULES:
+        if rule.state is status.state and rule.guard(status, seen):
+            return rule.act(status, seen), rule
+    return status, None
+
+
+def first_status(partition: int, replicas: tuple[int, ...]) -> PartitionStatus:
+    """A new partition: ONLINE under its first replica at epoch 1, every replica in the LRS.
+
+    Placement only uses live brokers and the logs are empty, so there is
+    nothing to elect between and nothing any replica could be missing.
+    """
+    return PartitionStatus(
+        partition=partition,
+        replicas=replicas,
+        leader=replicas[0],
+        leader_epoch=1,
+        live_replicas=replicas,
+        state=ONLINE,
+    )
