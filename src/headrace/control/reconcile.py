@@ -1,0 +1,359 @@
+"""One reconcile step of the control core: (status, specs, heartbeats, clock) -> decision (pure).
+
+Theory of operation
+-------------------
+The controller polls every broker's heartbeat (default every second), keeps
+the latest one per broker, and after each poll calls ``reconcile`` with the
+persisted ``ClusterState``, the desired ``TopicSpec``s and the current time.
+The step:
+
+1. **liveness**: classifies every known broker live, dead or unheard
+   (``liveness``) and computes the adoption floor from live brokers only;
+2. **brokers**: records the advertised address of every live broker, so
+   known brokers survive restarts and can be waited for;
+3. **topics**: deletes topics no spec asks for; places and creates new ones
+   (every partition ONLINE under its first replica at epoch 1, partitioning
+   version 1); runs every partition's election table (``election``), which
+   also records the LRS its leader reports;
+4. **cohort plans**: replans every cohort that live brokers report members
+   for or that has a plan (``cohort_plans``);
+5. **generation**: bumps the topology generation by one if and only if the
+   result differs from the input in anything persisted. Heartbeats carry
+   samples (offsets, watermarks, receive times) the status never stores, so
+   a heartbeat that brings no news bumps nothing.
+
+The step is deterministic and idempotent: the same inputs at the same time
+give the same result, and feeding a result back with the same inputs
+changes nothing. That, and the rules below, make a controller restart (load
+the persisted state, start polling) a non-event.
+
+While **warming up** (some known broker not heard from since the controller
+started observing, for at most one liveness TTL) the step acts only on
+positive evidence: promotions, LRS reports, registrations and deletions.
+It does not depose silent leaders (they are not dead, merely unheard), create
+topics (placement would skip the unheard brokers) or replan cohorts (their
+members may be connected to the unheard brokers).
+
+The partitioning version is a separate, per-topic counter: it is set to 1
+when a topic is created and changed only by ``grow_topic`` (a repartition's
+cutover), never by the generation bump. A spec whose partition count or
+replication factor differs from the topic's is reported as a problem and
+left alone: changing those is a Repartition (or a reassignment), not a
+side effect of reconciling.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from headrace.control import cohort_plans, election, placement
+from headrace.control.liveness import Liveness, adoption_floor, assess
+from headrace.control.model import (
+    BrokerInfo,
+    ClusterState,
+    CohortPlan,
+    Heartbeat,
+    PartitionReport,
+    PartitionState,
+    PartitionStatus,
+    TopicSpec,
+    TopicStatus,
+)
+from headrace.control.settings import ControlSettings
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """Something the step did, for logs and Kubernetes Events."""
+
+    #: CamelCase: an election rule name, or TopicCreated, TopicDeleted, PlanChanged, ...
+    kind: str
+    #: "broker/<id>", "<ns>/<topic>", "<ns>/<topic>/<partition>" or "<ns>/<topic>:<cohort>"
+    subject: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """Why a topic is not (entirely) as asked: its Ready condition's reason and message."""
+
+    topic: str
+    #: CamelCase: WaitingForBrokers, NotEnoughBrokers, PartitionCountChange,
+    #: ReplicasChange, PartitionsOffline, BelowMinInSync, DuplicateSpec
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    #: the state to persist and to push to brokers (only if ``changed``)
+    state: ClusterState
+    #: True iff anything persisted changed; then ``state.generation`` is one higher
+    changed: bool
+    liveness: Liveness
+    #: lowest topology generation acked by clients of live brokers; None if none acked
+    adoption_floor: int | None
+    events: tuple[Event, ...]
+    problems: tuple[Problem, ...]
+
+
+def reconcile(
+    state: ClusterState,
+    specs: Iterable[TopicSpec],
+    heartbeats: Mapping[int, Heartbeat],
+    now_ms: int,
+    settings: ControlSettings,
+    *,
+    observing_since_ms: int,
+) -> Decision:
+    """One step. ``observing_since_ms``: when this controller started polling brokers.
+
+    ``heartbeats`` holds the latest heartbeat per broker id, stale ones
+    included (liveness decides what they are worth).
+    """
+    for broker_id, hb in heartbeats.items():
+        if hb.broker_id != broker_id:
+            raise ValueError(f"heartbeat of broker {hb.broker_id} filed under {broker_id}")
+    known = set(state.brokers) | {
+        b for t in state.topics.values() for p in t.partitions for b in p.replicas
+    }
+    liveness = assess(known, heartbeats, now_ms, settings.liveness_ttl_ms, observing_since_ms)
+    events: list[Event] = []
+    problems: list[Problem] = []
+    live_heartbeats = [heartbeats[b] for b in sorted(liveness.live)]
+
+    brokers = _register(state.brokers, live_heartbeats, events)
+    reports, connections = _index(live_heartbeats)
+
+    wanted: dict[str, TopicSpec] = {}
+    for spec in specs:
+        if spec.name in wanted:
+            problems.append(Problem(spec.name, "DuplicateSpec", "more than one spec names it"))
+        else:
+            wanted.setdefault(spec.name, spec)
+
+    topics: dict[str, TopicStatus] = {}
+    for name in sorted(state.topics):
+        if name not in wanted:
+            events.append(Event("TopicDeleted", name, "no spec asks for it"))
+        else:
+            topics[name] = state.topics[name]
+
+    for name in sorted(wanted):
+        spec = wanted[name]
+        topic = topics.get(name)
+        if topic is None:
+            created = _create(spec, topics, liveness, problems)
+            if created is not None:
+                topics[name] = created
+                events.append(Event("TopicCreated", name, _describe_placement(created)))
+            continue
+        topic = _elect(topic, liveness, reports, now_ms, settings, events)
+        problems.extend(_check(spec, topic))
+        topics[name] = topic
+
+    if not liveness.warming_up:
+        for name in sorted(topics):
+            topics[name] = _replan(topics[name], connections, events)
+
+    result = ClusterState(state.generation, brokers, topics)
+    changed = not result.same_content(state)
+    if changed:
+        result = replace(result, generation=state.generation + 1)
+    return Decision(
+        result,
+        changed,
+        liveness,
+        adoption_floor(heartbeats, liveness.live),
+        tuple(events),
+        tuple(problems),
+    )
+
+
+def grow_topic(
+    topic: TopicStatus,
+    partitions: int,
+    brokers: Iterable[int],
+    *,
+    others: Iterable[Sequence[int]] = (),
+) -> TopicStatus:
+    """Add partitions (a repartition's cutover): existing ones stay, the version bumps.
+
+    For the repartition state machine. ``brokers`` are the eligible brokers
+    (live, not draining); raises ``NotEnoughBrokers`` when too few.
+    """
+    if partitions <= len(topic.partitions):
+        raise ValueError(f"topic {topic.name!r} already has {len(topic.partitions)} partitions")
+    replicas = len(topic.partitions[0].replicas) if topic.partitions else 1
+    lists = placement.place(
+        partitions,
+        replicas,
+        brokers,
+        existing=[p.replicas for p in topic.partitions],
+        others=others,
+    )
+    added = tuple(
+        election.first_status(i, lists[i]) for i in range(len(topic.partitions), partitions)
+    )
+    return replace(
+        topic,
+        partitioning_version=topic.partitioning_version + 1,
+        partitions=(*topic.partitions, *added),
+    )
+
+
+# --------------------------------------------------------------------------- the step's parts
+
+
+def _register(
+    known: Mapping[int, BrokerInfo], live: Sequence[Heartbeat], events: list[Event]
+) -> dict[int, BrokerInfo]:
+    brokers = dict(known)
+    for hb in live:
+        before = brokers.get(hb.broker_id)
+        if before != hb.broker:
+            brokers[hb.broker_id] = hb.broker
+            kind = "BrokerRegistered" if before is None else "BrokerAddressChanged"
+            where = f"{hb.broker.host}:{hb.broker.port} (admin {hb.broker.admin_port})"
+            events.append(Event(kind, f"broker/{hb.broker_id}", where))
+    return dict(sorted(brokers.items()))
+
+
+_Reports = dict[tuple[str, int], dict[int, PartitionReport]]
+_Connections = dict[tuple[str, str], dict[str, frozenset[int]]]
+
+
+def _index(live: Sequence[Heartbeat]) -> tuple[_Reports, _Connections]:
+    reports: _Reports = defaultdict(dict)
+    members: dict[tuple[str, str], dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for hb in live:
+        for report in hb.partitions:
+            reports[(report.topic, report.partition)][hb.broker_id] = report
+        for cohort in hb.cohorts:
+            for member in cohort.members:
+                members[(cohort.topic, cohort.cohort)][member].add(hb.broker_id)
+    connections: _Connections = {
+        key: {m: frozenset(bs) for m, bs in by_member.items()} for key, by_member in members.items()
+    }
+    return reports, connections
+
+
+def _create(
+    spec: TopicSpec,
+    topics: Mapping[str, TopicStatus],
+    liveness: Liveness,
+    problems: list[Problem],
+) -> TopicStatus | None:
+    if liveness.warming_up:
+        problems.append(
+            Problem(spec.name, "WaitingForBrokers", "waiting to hear from every known broker")
+        )
+        return None
+    others = [p.replicas for t in topics.values() for p in t.partitions]
+    try:
+        lists = placement.place(
+            spec.partitions, spec.replicas, liveness.live - liveness.draining, others=others
+        )
+    except placement.NotEnoughBrokers as exc:
+        problems.append(Problem(spec.name, "NotEnoughBrokers", exc.message))
+        return None
+    partitions = tuple(election.first_status(i, r) for i, r in enumerate(lists))
+    return TopicStatus(spec.name, 1, partitions, {})
+
+
+def _elect(
+    topic: TopicStatus,
+    liveness: Liveness,
+    reports: _Reports,
+    now_ms: int,
+    settings: ControlSettings,
+    events: list[Event],
+) -> TopicStatus:
+    partitions: list[PartitionStatus] = []
+    for before in topic.partitions:
+        seen = reports.get((topic.name, before.partition), {})
+        after, rule = election.step(before, liveness, seen, now_ms, settings)
+        if rule is not None:
+            subject = f"{topic.name}/{before.partition}"
+            events.append(Event(rule.name, subject, _describe_election(before, after)))
+        partitions.append(after)
+    return replace(topic, partitions=tuple(partitions))
+
+
+def _replan(topic: TopicStatus, connections: _Connections, events: list[Event]) -> TopicStatus:
+    names = set(topic.cohort_plans) | {c for (t, c) in connections if t == topic.name}
+    owners = [p.owner for p in topic.partitions]
+    plans: dict[str, CohortPlan] = {}
+    for cohort in sorted(names):
+        previous = topic.cohort_plans.get(cohort)
+        new = cohort_plans.plan(cohort, owners, connections.get((topic.name, cohort), {}), previous)
+        if new is None:
+            continue
+        if new is not previous:
+            members = ", ".join(f"{m}={list(ps)}" for m, ps in new.assignment.items()) or "nobody"
+            events.append(
+                Event(
+                    "PlanChanged",
+                    f"{topic.name}:{cohort}",
+                    f"generation {new.generation}: {members}",
+                )
+            )
+        plans[cohort] = new
+    return replace(topic, cohort_plans=plans)
+
+
+def _check(spec: TopicSpec, topic: TopicStatus) -> list[Problem]:
+    problems: list[Problem] = []
+    if spec.partitions != len(topic.partitions):
+        problems.append(
+            Problem(
+                spec.name,
+                "PartitionCountChange",
+                f"spec asks for {spec.partitions} partitions, the topic has"
+                f" {len(topic.partitions)}: changing the count needs a Repartition",
+            )
+        )
+    if topic.partitions and spec.replicas != len(topic.partitions[0].replicas):
+        problems.append(
+            Problem(
+                spec.name,
+                "ReplicasChange",
+                f"spec asks for {spec.replicas} replicas, the topic has"
+                f" {len(topic.partitions[0].replicas)}: changing it is not supported",
+            )
+        )
+    offline = [p.partition for p in topic.partitions if p.state is PartitionState.OFFLINE]
+    if offline:
+        problems.append(
+            Problem(spec.name, "PartitionsOffline", f"no eligible leader for partitions {offline}")
+        )
+    thin = [
+        p.partition
+        for p in topic.partitions
+        if p.state is PartitionState.ONLINE and len(p.live_replicas) < spec.min_in_sync
+    ]
+    if thin:
+        problems.append(
+            Problem(
+                spec.name,
+                "BelowMinInSync",
+                f"fewer than {spec.min_in_sync} live replicas for partitions {thin}",
+            )
+        )
+    return problems
+
+
+def _describe_placement(topic: TopicStatus) -> str:
+    return "placed " + ", ".join(f"{p.partition}:{list(p.replicas)}" for p in topic.partitions)
+
+
+def _describe_election(before: PartitionStatus, after: PartitionStatus) -> str:
+    if after.state is PartitionState.ONLINE and before.state is PartitionState.ONLINE:
+        return f"live replicas {list(before.live_replicas)} -> {list(after.live_replicas)}"
+    if after.state is PartitionState.ONLINE:
+        return f"broker {after.leader} leads at epoch {after.leader_epoch}"
+    if after.state is PartitionState.ELECTING:
+        return f"nominated broker {after.candidate} for epoch {after.leader_epoch}"
+    return f"no eligible replica among live replicas {list(after.live_replicas)}: Offline"
