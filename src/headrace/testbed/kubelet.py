@@ -310,8 +310,10 @@ class PodRun:
         ]
         self.policy: podstatus.RestartPolicy = spec.get("restartPolicy", "Always")
         self.final_phase: str | None = None
-        if status.get("phase") in ("Succeeded", "Failed"):
-            # Finished before we (re)started: never run it again.
+        #: Finished before this runner started: never run again, never re-reported
+        #: (our container views of it are empty and would claim it is Pending).
+        self.adopted_terminal = status.get("phase") in ("Succeeded", "Failed")
+        if self.adopted_terminal:
             self.final_phase = status["phase"]
         self.ready_to_run = False
         self.setup_error: tuple[str, str] | None = None
@@ -323,6 +325,7 @@ class PodRun:
         self.extra_env: dict[str, str] = {}
         self.terminating = False
         self.last_status: Obj | None = None
+        self.retry_report_at = 0.0
         self.conditions: list[Obj] = list(status.get("conditions", []) or [])
         self.deleted = False
 
@@ -611,6 +614,8 @@ class PodRun:
                 self._finish_delete()
             return
         if self.final_phase is not None:
+            if not self.adopted_terminal:
+                self._report(now)  # retries a terminal status the API has not taken yet
             return
 
         self.setup(now)
@@ -687,7 +692,7 @@ class PodRun:
         }
         if init:
             status["initContainerStatuses"] = [v.to_api() for v in init]
-        if status == self.last_status:
+        if status == self.last_status or now < self.retry_report_at:
             return
         try:
             self.r.api.request(
@@ -701,6 +706,7 @@ class PodRun:
             if exc.not_found:
                 return  # deleted; the watch will tell
             log.warning("status update of %s/%s failed: %s", self.ns, self.name, exc)
+            self.retry_report_at = now + 1.0
 
     def _finish_delete(self) -> None:
         if self.deleted:
