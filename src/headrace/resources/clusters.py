@@ -1,0 +1,192 @@
+"""BrokerCluster: a StatefulSet of brokers, the Services in front of it and their settings.
+
+Pure data. Defaults of the broker settings come from the broker's own typed
+settings (:class:`headrace.storage.bookkeeping.LogConfig`,
+:class:`headrace.broker.config.BrokerSettings`) so the two cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Final, Literal
+
+from pydantic import Field, model_validator
+from pydantic_core import PydanticCustomError
+
+from headrace.broker.config import BrokerSettings
+from headrace.resources.meta import (
+    READY_COLUMNS,
+    ClusterMeta,
+    KindNames,
+    Model,
+    PositiveQuantity,
+    PrinterColumn,
+    Quantity,
+    Resource,
+    SecretReference,
+    Status,
+    SubdomainName,
+    list_map,
+    parse_quantity,
+)
+from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
+
+_LOG: Final = LogConfig()
+
+
+def _broker_default(name: str) -> int:
+    """A default of the broker's own settings, so the two stay one number."""
+    default = next(f.default for f in dataclasses.fields(BrokerSettings) if f.name == name)
+    assert isinstance(default, int)
+    return default
+
+
+class Storage(Model):
+    """Each broker's PersistentVolumeClaim (one per pod, kept across restarts)."""
+
+    size: PositiveQuantity = "10Gi"
+    """Requested volume size, a Kubernetes quantity."""
+    storage_class_name: SubdomainName | None = None
+    """StorageClass of the claims; the cluster's default class when unset."""
+
+
+class ObjectStore(Model):
+    """The S3-compatible bucket (MinIO, S3) that partitions are tiered to."""
+
+    endpoint: str = Field(pattern=r"^https?://[^\s/]+(/\S*)?$", max_length=2048)
+    """URL of the S3 API, ``http://`` or ``https://``."""
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    """Bucket name (S3 rules: 3-63 lower-case letters, digits, '.' and '-')."""
+    region: str | None = Field(default=None, min_length=1, max_length=64)
+    """Region to sign requests for; MinIO ignores it."""
+    credentials_secret: SecretReference | None = None
+    """Secret with keys ``accessKey`` and ``secretKey``; unset means anonymous access."""
+
+
+class ResourceRequirements(Model):
+    """CPU and memory for each broker container, as in a pod spec."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict)
+    """Guaranteed amounts, e.g. ``cpu: 500m``, ``memory: 1Gi``."""
+    limits: dict[str, Quantity] = Field(default_factory=dict)
+    """Upper bounds; each at least its request."""
+
+    @model_validator(mode="after")
+    def _requests_within_limits(self) -> ResourceRequirements:
+        for name, request in self.requests.items():
+            limit = self.limits.get(name)
+            if limit is not None and parse_quantity(request) > parse_quantity(limit):
+                raise PydanticCustomError(
+                    "request_above_limit",
+                    "requests.{name} ({request}) exceeds limits.{name} ({limit})",
+                    {"name": name, "request": request, "limit": limit},
+                )
+        return self
+
+
+class BrokerConfig(Model):
+    """Broker settings, passed to every broker of the cluster.
+
+    Topic-level settings (retention, segment size, delivery) override these.
+    """
+
+    fsync_policy: FsyncPolicy = _LOG.fsync
+    """``none`` (the OS decides), ``interval`` (group commit every ``flushIntervalMs``) or
+    ``always`` (acknowledge after an fsync that covers the batch)."""
+    flush_interval_ms: int = Field(default=_LOG.flush_interval_ms, ge=1, le=60_000)
+    """Group-commit period under ``interval``, in milliseconds."""
+    segment_bytes: int = Field(default=_LOG.segment_bytes, ge=1)
+    """Roll to a new segment past this size, in bytes."""
+    segment_ms: int = Field(default=_LOG.segment_ms, ge=1)
+    """Roll a segment this old even if small, in milliseconds."""
+    retention_ms: int = Field(default=_LOG.retention_ms, ge=-1)
+    """Delete segments whose newest record is older than this; -1 keeps them forever."""
+    retention_bytes: int = Field(default=_LOG.retention_bytes, ge=-1)
+    """Delete the oldest segments while a partition is larger than this; -1 is unlimited."""
+    max_batch_bytes: int = Field(default=_LOG.max_batch_bytes, ge=1)
+    """Largest record batch a producer may send, in bytes."""
+    checkpoint_interval_ms: int = Field(default=_LOG.checkpoint_interval_ms, ge=1)
+    """How often each partition writes its recovery point, in milliseconds."""
+    cursor_flush_interval_ms: int = Field(default=_broker_default("cursor_flush_interval_ms"), ge=1)
+    """Cohort cursors reach disk within this many milliseconds (bounds redelivery after a crash)."""
+    cohort_grace_ms: int = Field(default=_broker_default("cohort_grace_ms"), ge=0, le=3_600_000)
+    """How long a cohort member losing a partition may finish in-flight records, in milliseconds."""
+
+
+class Scheduling(Model):
+    """Where broker pods may run. Tolerations and affinity are Kubernetes' own types,
+    kept free-form here and validated by the API server when the StatefulSet is written."""
+
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    """Node labels a broker's node must have."""
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    """Pod tolerations, as in a pod spec."""
+    affinity: dict[str, Any] | None = None
+    """Pod affinity, as in a pod spec; the operator adds a preferred anti-affinity that
+    spreads brokers across nodes when unset."""
+
+
+class BrokerClusterSpec(Model):
+    """The desired cluster."""
+
+    replicas: int = Field(default=3, ge=1, le=256)
+    """How many brokers (pods of the StatefulSet); broker ids are 0..replicas-1."""
+    image: str | None = Field(default=None, min_length=1, max_length=1024)
+    """Broker container image; the operator's own image when unset."""
+    storage: Storage = Field(default_factory=Storage)
+    """Each broker's volume."""
+    object_store: ObjectStore | None = None
+    """Where partitions are tiered; without one, tiered storage and Unload are unavailable."""
+    resources: ResourceRequirements = Field(default_factory=ResourceRequirements)
+    """CPU and memory of each broker container."""
+    broker_config: BrokerConfig = Field(default_factory=BrokerConfig)
+    """Settings of every broker."""
+    scheduling: Scheduling = Field(default_factory=Scheduling)
+    """Node selection for broker pods."""
+
+
+class BrokerStatus(Model):
+    """One broker as the controller last saw it."""
+
+    id: int = Field(ge=0)
+    """Broker id (the StatefulSet ordinal)."""
+    address: str
+    """``host:port`` clients connect to."""
+    live: bool
+    """Whether its last heartbeat is within the liveness TTL."""
+    draining: bool = False
+    """Whether it is handing its partitions away before shutting down."""
+
+
+class BrokerClusterStatus(Status):
+    """What the operator observed and decided."""
+
+    brokers: list[BrokerStatus] = Field(default_factory=list, json_schema_extra=list_map("id"))
+    """Every broker of the cluster."""
+    topology_generation: int | None = Field(default=None, ge=0)
+    """Bumped on every committed metadata change; clients acknowledge it."""
+    adoption_floor: int | None = Field(default=None, ge=0)
+    """The lowest topology generation acknowledged by any live broker's clients."""
+
+
+class BrokerCluster(Resource):
+    """A headrace cluster: a StatefulSet of brokers with their Services and disruption budget."""
+
+    KIND: ClassVar[str] = "BrokerCluster"
+    NAMES: ClassVar[KindNames] = KindNames(
+        plural="brokerclusters",
+        singular="brokercluster",
+        short_names=("hrbc",),
+        columns=(
+            PrinterColumn("Replicas", "integer", ".spec.replicas", "Desired brokers"),
+            PrinterColumn(
+                "Generation", "integer", ".status.topologyGeneration", "Topology generation"
+            ),
+            *READY_COLUMNS,
+        ),
+    )
+
+    kind: Literal["BrokerCluster"] = "BrokerCluster"
+    metadata: ClusterMeta
+    spec: BrokerClusterSpec
+    status: BrokerClusterStatus | None = None

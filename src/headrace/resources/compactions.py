@@ -1,0 +1,291 @@
+"""Compaction (one run) and CompactionSchedule (runs on a cron schedule).
+
+Pure data. A run is a Spark job that merges a topic's small segments (and, for
+``cleanupPolicy: compact`` topics, keeps the last record per key), preserving
+offsets, then optionally verifies every partition (DESIGN.md section 7). The
+operator launches a Compaction as a Kubernetes Job and a CompactionSchedule as
+a CronJob; the schedule fields mean what they mean on a CronJob.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import Annotated, ClassVar, Final, Literal
+
+from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
+
+from headrace.resources.meta import (
+    IMMUTABLE_SPEC,
+    READY_COLUMNS,
+    JobMeta,
+    KindNames,
+    Model,
+    PartitionSet,
+    PrinterColumn,
+    Resource,
+    ResourceName,
+    Status,
+    TopicReference,
+)
+
+# --- cron schedules ---
+
+#: the descriptors a CronJob accepts in place of five fields
+CRON_MACROS: Final = frozenset(
+    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
+)
+#: what the API server checks; the Python check below is stricter (ranges, names, steps)
+CRON_PATTERN: Final = rf"^(@({'|'.join(sorted(m[1:] for m in CRON_MACROS))})|\S+(\s+\S+){{4}})$"
+
+_MONTHS: Final = {
+    name: number
+    for number, name in enumerate(
+        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
+        start=1,
+    )
+}
+_DAYS: Final = {
+    name: number for number, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))
+}
+
+
+class _CronField:
+    __slots__ = ("high", "low", "name", "names", "question_mark")
+
+    def __init__(
+        self, name: str, low: int, high: int, names: dict[str, int], question_mark: bool
+    ) -> None:
+        self.name = name
+        self.low = low
+        self.high = high
+        self.names = names
+        self.question_mark = question_mark
+
+    def value(self, text: str) -> int:
+        number = self.names.get(text.lower())
+        if number is None:
+            if not text.isdigit():
+                raise ValueError(f"{self.name} {text!r} is not a number")
+            number = int(text)
+        if not self.low <= number <= self.high:
+            raise ValueError(f"{self.name} {text!r} is out of range {self.low}-{self.high}")
+        return number
+
+    def check(self, text: str) -> None:
+        for item in text.split(","):
+            span, _, step = item.partition("/")
+            if step and (not step.isdigit() or int(step) == 0):
+                raise ValueError(f"{self.name} step {step!r} is not a positive number")
+            if span == "*" or (span == "?" and self.question_mark):
+                continue
+            low, dash, high = span.partition("-")
+            first = self.value(low)
+            if dash and self.value(high) < first:
+                raise ValueError(f"{self.name} range {span!r} runs backwards")
+
+
+_CRON_FIELDS: Final = (
+    _CronField("minute", 0, 59, {}, False),
+    _CronField("hour", 0, 23, {}, False),
+    _CronField("day of month", 1, 31, {}, True),
+    _CronField("month", 1, 12, _MONTHS, False),
+    _CronField("day of week", 0, 7, _DAYS, True),
+)
+
+
+def check_cron(schedule: str) -> str:
+    """``schedule`` if it is a schedule a CronJob accepts, else a field-level error."""
+    try:
+        if schedule.startswith("@"):
+            if schedule not in CRON_MACROS:
+                raise ValueError(f"unknown macro; use one of {', '.join(sorted(CRON_MACROS))}")
+        elif not re.fullmatch(CRON_PATTERN[1:-1], schedule):
+            raise ValueError(
+                f"expected 5 fields (minute hour day-of-month month day-of-week), "
+                f"got {len(schedule.split())}"
+            )
+        else:
+            for field, text in zip(_CRON_FIELDS, schedule.split(), strict=True):
+                field.check(text)
+    except ValueError as exc:
+        raise PydanticCustomError(
+            "invalid_cron",
+            "'{schedule}' is not a cron schedule: {problem}",
+            {"schedule": schedule, "problem": str(exc)},
+        ) from None
+    return schedule
+
+
+CronSchedule = Annotated[
+    str,
+    AfterValidator(check_cron),
+    WithJsonSchema({"type": "string", "pattern": CRON_PATTERN, "maxLength": 256}),
+]
+
+# --- the run ---
+
+
+class CompactionSettings(Model):
+    """What a compaction run does; shared by Compaction and CompactionSchedule."""
+
+    topic_ref: TopicReference
+    """The topic to compact; it must have tiered storage enabled."""
+    partitions: PartitionSet = Field(default_factory=list)
+    """Partition indexes to compact; empty compacts every partition."""
+    verify: bool = True
+    """Verify every partition after compacting: offsets contiguous, no overlap, CRCs valid,
+    manifest and sealed state in agreement."""
+    target_segment_bytes: int | None = Field(default=None, ge=1)
+    """Merge small segments into segments of about this size; unset takes the topic's
+    segment size."""
+    backoff_limit: int = Field(default=2, ge=0, le=10)
+    """Retries of a failed job before the run counts as failed."""
+    spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=dict, max_length=128
+    )
+    """Extra Spark properties (``spark.executor.memory: 2g``) for the job."""
+
+
+class CompactionPhase(enum.StrEnum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class CompactionResult(Model):
+    """The summary of the job's report."""
+
+    segments_before: int = Field(ge=0)
+    """Segments before compaction."""
+    segments_after: int = Field(ge=0)
+    """Segments after compaction."""
+    bytes_reclaimed: int
+    """Bytes of object storage freed (negative if the new segments are larger)."""
+    verified: bool
+    """Whether verification ran and passed."""
+    mismatches: int = Field(default=0, ge=0)
+    """Problems verification found; the report lists them."""
+    report: str | None = None
+    """Object-store key of the full report."""
+
+
+class CompactionSpec(CompactionSettings):
+    """The requested run."""
+
+    model_config = ConfigDict(json_schema_extra=IMMUTABLE_SPEC)
+
+
+class CompactionStatus(Status):
+    """Progress and result of the run; ``phase`` is also the Ready condition's reason."""
+
+    phase: CompactionPhase | None = None
+    """``Pending``, ``Running``, ``Succeeded`` or ``Failed``."""
+    job_name: ResourceName | None = None
+    """Name of the Kubernetes Job running it."""
+    attempts: int = Field(default=0, ge=0)
+    """Job pods started so far."""
+    start_time: AwareDatetime | None = None
+    """When the job started."""
+    completion_time: AwareDatetime | None = None
+    """When the job finished."""
+    result: CompactionResult | None = None
+    """What the job did, once finished."""
+
+
+class Compaction(Resource):
+    """One compaction (and verification) run over a topic's stored segments."""
+
+    KIND: ClassVar[str] = "Compaction"
+    NAMES: ClassVar[KindNames] = KindNames(
+        plural="compactions",
+        singular="compaction",
+        short_names=("hrcp",),
+        columns=(
+            PrinterColumn("Topic", "string", ".spec.topicRef.name", "Target topic"),
+            PrinterColumn("Job", "string", ".status.jobName", "Kubernetes Job"),
+            PrinterColumn("Verified", "boolean", ".status.result.verified", "Verification passed"),
+            *READY_COLUMNS,
+        ),
+    )
+
+    kind: Literal["Compaction"] = "Compaction"
+    metadata: JobMeta
+    spec: CompactionSpec
+    status: CompactionStatus | None = None
+
+
+# --- the schedule ---
+
+
+class ConcurrencyPolicy(enum.StrEnum):
+    #: runs may overlap
+    ALLOW = "Allow"
+    #: skip a run while the previous one is still going
+    FORBID = "Forbid"
+    #: stop the running one and start the new one
+    REPLACE = "Replace"
+
+
+class CompactionScheduleSpec(CompactionSettings):
+    """What to run and when."""
+
+    schedule: CronSchedule
+    """Cron schedule, five fields (``minute hour day-of-month month day-of-week``) or a macro
+    such as ``@daily``; in the operator's time zone (UTC unless configured)."""
+    suspend: bool = False
+    """Start no new runs while true; running ones continue."""
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.FORBID
+    """What to do when a run is due while the previous one is still going. ``Forbid`` by
+    default (unlike a CronJob): two compactions of one topic would race on its manifests."""
+    starting_deadline_seconds: int | None = Field(default=None, ge=0)
+    """Skip a run that could not start within this many seconds of its time."""
+    successful_jobs_history_limit: int = Field(default=3, ge=0, le=100)
+    """Finished successful runs to keep."""
+    failed_jobs_history_limit: int = Field(default=1, ge=0, le=100)
+    """Finished failed runs to keep."""
+
+
+class JobReference(Model):
+    """A Job started by the schedule."""
+
+    name: ResourceName
+    """Name of the Job."""
+
+
+class CompactionScheduleStatus(Status):
+    """What the schedule last did."""
+
+    last_schedule_time: AwareDatetime | None = None
+    """When a run was last started."""
+    last_successful_time: AwareDatetime | None = None
+    """When a run last succeeded."""
+    active: list[JobReference] = Field(default_factory=list)
+    """Runs going on now."""
+
+
+class CompactionSchedule(Resource):
+    """Compaction runs on a cron schedule."""
+
+    KIND: ClassVar[str] = "CompactionSchedule"
+    NAMES: ClassVar[KindNames] = KindNames(
+        plural="compactionschedules",
+        singular="compactionschedule",
+        short_names=("hrcs",),
+        columns=(
+            PrinterColumn("Topic", "string", ".spec.topicRef.name", "Target topic"),
+            PrinterColumn("Schedule", "string", ".spec.schedule", "Cron schedule"),
+            PrinterColumn("Suspend", "boolean", ".spec.suspend", "Whether runs are suspended"),
+            PrinterColumn(
+                "Last Schedule", "date", ".status.lastScheduleTime", "When a run last started"
+            ),
+            *READY_COLUMNS,
+        ),
+    )
+
+    kind: Literal["CompactionSchedule"] = "CompactionSchedule"
+    metadata: JobMeta
+    spec: CompactionScheduleSpec
+    status: CompactionScheduleStatus | None = None

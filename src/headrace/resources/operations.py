@@ -1,0 +1,223 @@
+"""Repartition and Unload: one-shot operations on a topic, their progress in status.
+
+Pure data. Each is a request (spec, immutable once created) and a record of
+how it went (status), so ``kubectl get repartitions`` is the history of a
+topic's partition changes. The state machines that move the phases live in the
+control core; the phases are listed here because they are the API.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar, Literal
+
+from pydantic import AwareDatetime, ConfigDict, Field
+
+from headrace.resources.meta import (
+    IMMUTABLE_SPEC,
+    MAX_PARTITIONS,
+    READY_COLUMNS,
+    KindNames,
+    Model,
+    ObjectMeta,
+    PartitionSet,
+    PrinterColumn,
+    Resource,
+    Status,
+    TopicReference,
+    list_map,
+)
+
+_TOPIC_COLUMN = PrinterColumn("Topic", "string", ".spec.topicRef.name", "Target topic")
+
+# --- Repartition ---
+
+
+class RepartitionSpec(Model):
+    """The requested change."""
+
+    model_config = ConfigDict(json_schema_extra=IMMUTABLE_SPEC)
+
+    topic_ref: TopicReference
+    """The topic to repartition."""
+    partitions: int = Field(ge=1, le=MAX_PARTITIONS)
+    """The partition count to grow or shrink to."""
+    adoption_timeout_seconds: int = Field(default=30, ge=1, le=3600)
+    """After the backlog drains, finalize at the latest this long after, even if some
+    clients have not yet acknowledged the new routing (version fences keep that safe)."""
+
+
+class RepartitionPhase(enum.StrEnum):
+    #: accepted, waiting for the topic to be free of other transitions
+    PENDING = "Pending"
+    #: the transition marker is written and the partitioning version is being bumped
+    CUTTING_OVER = "CuttingOver"
+    #: moved keys are held until the pre-cutover backlog of their old partitions drains
+    DRAINING = "Draining"
+    #: drained; waiting for clients to adopt the new routing or for the adoption timeout
+    AWAITING_ADOPTION = "AwaitingAdoption"
+    #: done: the marker is cleared and shrunk-away partitions are retired
+    FINALIZED = "Finalized"
+    #: could not be carried out; the Ready condition's message says why
+    FAILED = "Failed"
+
+
+class FinalizedBy(enum.StrEnum):
+    #: every live broker's clients acknowledged the adoption generation
+    ADOPTED = "Adopted"
+    #: the adoption timeout elapsed first
+    ADOPTION_TIMED_OUT = "AdoptionTimedOut"
+
+
+class RepartitionStatus(Status):
+    """Progress of the repartition; ``phase`` is also the Ready condition's reason."""
+
+    phase: RepartitionPhase | None = None
+    """Where the repartition is."""
+    from_partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
+    """Partition count before."""
+    to_partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
+    """Partition count after."""
+    from_version: int | None = Field(default=None, ge=0)
+    """Partitioning version before the cutover."""
+    to_version: int | None = Field(default=None, ge=0)
+    """Partitioning version after the cutover."""
+    adoption_generation: int | None = Field(default=None, ge=0)
+    """Topology generation clients must acknowledge for the new routing to count as adopted."""
+    started_at: AwareDatetime | None = None
+    """When the cutover began."""
+    drained_at: AwareDatetime | None = None
+    """When the pre-cutover backlog finished draining."""
+    finalized_at: AwareDatetime | None = None
+    """When the repartition finished."""
+    finalized_by: FinalizedBy | None = None
+    """Why it finalized: ``Adopted`` or ``AdoptionTimedOut``."""
+
+
+class Repartition(Resource):
+    """A one-shot change of a topic's partition count."""
+
+    KIND: ClassVar[str] = "Repartition"
+    NAMES: ClassVar[KindNames] = KindNames(
+        plural="repartitions",
+        singular="repartition",
+        short_names=("hrrp",),
+        columns=(
+            _TOPIC_COLUMN,
+            PrinterColumn("Partitions", "integer", ".spec.partitions", "Target partitions"),
+            *READY_COLUMNS,
+        ),
+    )
+
+    kind: Literal["Repartition"] = "Repartition"
+    metadata: ObjectMeta
+    spec: RepartitionSpec
+    status: RepartitionStatus | None = None
+
+
+# --- Unload ---
+
+
+class UnloadSpec(Model):
+    """The requested move."""
+
+    model_config = ConfigDict(json_schema_extra=IMMUTABLE_SPEC)
+
+    topic_ref: TopicReference
+    """The topic whose partitions move."""
+    partitions: PartitionSet = Field(default_factory=list)
+    """Partition indexes to move; empty moves every partition."""
+    target_broker: int | None = Field(default=None, ge=0)
+    """Broker id to move them to; unset lets placement choose."""
+
+
+class MovePhase(enum.StrEnum):
+    #: not started
+    PENDING = "Pending"
+    #: the old owner flushes and uploads every remaining segment
+    SEALING = "Sealing"
+    #: the sealed state is recorded and the old owner has dropped its local log
+    SEALED = "Sealed"
+    #: the new owner has started at ``sealedOffset + 1``
+    COMPLETED = "Completed"
+    #: could not be carried out
+    FAILED = "Failed"
+
+
+class VerificationResult(enum.StrEnum):
+    #: the stored segments and the sealed state agree
+    PASSED = "Passed"
+    #: they disagree; ``message`` says how
+    FAILED = "Failed"
+
+
+class MoveVerification(Model):
+    """The check that the moved partition's stored segments end at the sealed offset."""
+
+    result: VerificationResult
+    """``Passed`` or ``Failed``."""
+    checked_at: AwareDatetime | None = None
+    """When it was checked."""
+    message: str = Field(default="", max_length=4096)
+    """What disagreed, when it failed."""
+
+
+class PartitionMove(Model):
+    """One partition's move from one broker to another."""
+
+    partition: int = Field(ge=0)
+    """Partition index."""
+    from_broker: int = Field(ge=0)
+    """Broker id of the old owner."""
+    to_broker: int | None = Field(default=None, ge=0)
+    """Broker id of the new owner, once chosen."""
+    sealed_offset: int | None = Field(default=None, ge=-1)
+    """Last committed offset when the partition was sealed (-1: it was empty); the new owner
+    continues at the next one."""
+    phase: MovePhase = MovePhase.PENDING
+    """Where this move is."""
+    verification: MoveVerification | None = None
+    """Result of verifying the sealed partition, once checked."""
+
+
+class UnloadPhase(enum.StrEnum):
+    PENDING = "Pending"
+    MOVING = "Moving"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+class UnloadStatus(Status):
+    """Progress of the unload; ``phase`` is also the Ready condition's reason."""
+
+    phase: UnloadPhase | None = None
+    """``Pending``, ``Moving``, ``Completed`` or ``Failed``."""
+    moves: list[PartitionMove] = Field(
+        default_factory=list, json_schema_extra=list_map("partition")
+    )
+    """One entry per partition being moved."""
+    started_at: AwareDatetime | None = None
+    """When the first move began."""
+    completed_at: AwareDatetime | None = None
+    """When the last move completed."""
+
+
+class Unload(Resource):
+    """A one-shot move of a topic's partitions to other brokers (e.g. before draining one)."""
+
+    KIND: ClassVar[str] = "Unload"
+    NAMES: ClassVar[KindNames] = KindNames(
+        plural="unloads",
+        singular="unload",
+        short_names=("hrul",),
+        columns=(
+            _TOPIC_COLUMN,
+            PrinterColumn("Target", "integer", ".spec.targetBroker", "Target broker"),
+            *READY_COLUMNS,
+        ),
+    )
+
+    kind: Literal["Unload"] = "Unload"
+    metadata: ObjectMeta
+    spec: UnloadSpec
+    status: UnloadStatus | None = None

@@ -1,0 +1,236 @@
+"""Topic: the desired partitions and settings of one topic, and where they live.
+
+Pure data. The status holds the operator's durable decisions about the topic
+(DESIGN.md section 4): the partitioning version publishes are fenced on, each
+partition's assignment and leader epoch, and the transition marker of a
+repartition in progress.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import ClassVar, Literal
+
+from pydantic import AwareDatetime, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
+
+from headrace.resources.meta import (
+    MAX_PARTITIONS,
+    READY_COLUMNS,
+    ClusterReference,
+    KindNames,
+    Model,
+    ObjectMeta,
+    PrinterColumn,
+    Resource,
+    Status,
+    list_map,
+)
+
+#: the most replicas a partition may have; more buys no durability and costs a fetch each
+MAX_REPLICAS = 7
+
+
+class Retention(Model):
+    """How long records are kept. Unset fields take the cluster's ``brokerConfig``."""
+
+    ms: int | None = Field(default=None, ge=-1)
+    """Delete segments whose newest record is older than this many milliseconds; -1 keeps
+    them forever."""
+    bytes: int | None = Field(default=None, ge=-1)
+    """Delete the oldest segments while a partition is larger than this; -1 is unlimited."""
+
+
+class Segments(Model):
+    """When a partition's active segment is rolled. Unset fields take the cluster's
+    ``brokerConfig``."""
+
+    bytes: int | None = Field(default=None, ge=1)
+    """Roll past this size, in bytes."""
+    ms: int | None = Field(default=None, ge=1)
+    """Roll a segment this old even if small, in milliseconds (lets age retention delete it)."""
+
+
+class CleanupPolicy(enum.StrEnum):
+    #: old segments are deleted by retention
+    DELETE = "delete"
+    #: compaction keeps the last record of each key (see Compaction)
+    COMPACT = "compact"
+
+
+class TieredStorage(Model):
+    """Upload of sealed segments to the cluster's object store."""
+
+    enabled: bool = True
+    """Upload segments; needs an object store on the cluster (local mode has a built-in one).
+    Unload and Compaction work only on tiered topics."""
+    upload_interval_seconds: int = Field(default=30, ge=1, le=86_400)
+    """How often each partition's leader uploads the segments sealed since the last upload."""
+    local_retention_ms: int | None = Field(default=None, ge=-1)
+    """Keep uploaded segments on broker disks this long; unset follows ``retention.ms``."""
+    local_retention_bytes: int | None = Field(default=None, ge=-1)
+    """Keep at most this many bytes of uploaded segments per partition on broker disks;
+    unset follows ``retention.bytes``."""
+
+
+class Delivery(Model):
+    """How records reach cohort (consumer group) members."""
+
+    cohort_grace_ms: int | None = Field(default=None, ge=0, le=3_600_000)
+    """How long a member losing a partition in a rebalance may finish in-flight records
+    before the partition's delivery gate moves, in milliseconds; unset takes the cluster's
+    ``brokerConfig.cohortGraceMs``."""
+
+
+def _default_min_in_sync(data: dict[str, object]) -> int:
+    replicas = data.get("replicas", 3)
+    return min(2, replicas) if isinstance(replicas, int) else 2
+
+
+class TopicSpec(Model):
+    """The desired topic."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    # replicas always has a value (its default); minInSync's is computed
+                    "rule": "!has(self.minInSync) || self.minInSync <= self.replicas",
+                    "message": "minInSync must not exceed replicas",
+                }
+            ]
+        }
+    )
+
+    cluster_ref: ClusterReference
+    """The BrokerCluster that hosts the topic."""
+    partitions: int = Field(ge=1, le=MAX_PARTITIONS)
+    """The desired partition count; a change is carried out as a repartition."""
+    replicas: int = Field(default=3, ge=1, le=MAX_REPLICAS)
+    """Copies of each partition, on distinct brokers."""
+    min_in_sync: int = Field(default_factory=_default_min_in_sync, ge=1, le=MAX_REPLICAS)
+    """Live replicas an ``acks=all`` produce needs; with fewer it fails fast instead of
+    acknowledging. At most ``replicas``; default ``min(2, replicas)``."""
+    retention: Retention = Field(default_factory=Retention)
+    """How long records are kept."""
+    segments: Segments = Field(default_factory=Segments)
+    """When segments roll."""
+    max_batch_bytes: int | None = Field(default=None, ge=1)
+    """Largest record batch a producer may send; unset takes ``brokerConfig.maxBatchBytes``."""
+    cleanup_policy: CleanupPolicy = CleanupPolicy.DELETE
+    """``delete`` (retention removes old segments) or ``compact`` (compaction keeps the
+    last record per key)."""
+    tiered_storage: TieredStorage = Field(default_factory=TieredStorage)
+    """Upload to object storage."""
+    delivery: Delivery = Field(default_factory=Delivery)
+    """Cohort delivery settings."""
+
+    @field_validator("min_in_sync")
+    @classmethod
+    def _within_replicas(cls, value: int, info: ValidationInfo) -> int:
+        replicas = info.data.get("replicas")
+        if isinstance(replicas, int) and value > replicas:
+            raise PydanticCustomError(
+                "min_in_sync_above_replicas",
+                "minInSync ({value}) must not exceed replicas ({replicas})",
+                {"value": value, "replicas": replicas},
+            )
+        return value
+
+
+class PartitionState(enum.StrEnum):
+    #: a leader serves it
+    ONLINE = "Online"
+    #: its leader is gone and a successor is being promoted
+    ELECTING = "Electing"
+    #: no live replica can lead it
+    OFFLINE = "Offline"
+    #: being unloaded to another broker (see Unload)
+    MOVING = "Moving"
+    #: shrunk away by a repartition, draining its backlog before it is retired
+    RETIRING = "Retiring"
+
+
+class PartitionAssignment(Model):
+    """Where one partition lives: the controller's durable decision."""
+
+    partition: int = Field(ge=0)
+    """Partition index."""
+    leader: int | None = Field(default=None, ge=0)
+    """Broker id of the leader; unset while there is none."""
+    replicas: list[int] = Field(default_factory=list)
+    """Broker ids holding a copy, the preferred leader first."""
+    live_replicas: list[int] = Field(default_factory=list)
+    """The live replica set (LRS): replicas caught up with the leader. The high watermark
+    advances over these."""
+    leader_epoch: int = Field(default=0, ge=0)
+    """Bumped on every leader change; requests with an older epoch are rejected."""
+    state: PartitionState = PartitionState.ONLINE
+    """Whether the partition is served."""
+
+
+class TransitionKind(enum.StrEnum):
+    GROW = "Grow"
+    SHRINK = "Shrink"
+
+
+class TransitionMarker(Model):
+    """A repartition in progress, from its cutover until it is finalized."""
+
+    kind: TransitionKind
+    """``Grow`` or ``Shrink``."""
+    from_version: int = Field(ge=0)
+    """Partitioning version before the cutover."""
+    to_version: int = Field(ge=0)
+    """Partitioning version after the cutover."""
+    from_partitions: int = Field(ge=1, le=MAX_PARTITIONS)
+    """Partition count before the cutover."""
+    to_partitions: int = Field(ge=1, le=MAX_PARTITIONS)
+    """Partition count after the cutover."""
+    adoption_generation: int | None = Field(default=None, ge=0)
+    """The topology generation that reflects the new partitioning, stamped right after the
+    version bump commits; the transition is adopted once every live broker's clients have
+    acknowledged it. A marker without one is ungated (waits for the timeout)."""
+    started_at: AwareDatetime
+    """When the marker was written."""
+    drained_at: AwareDatetime | None = None
+    """When the pre-cutover backlog of the old partitions finished draining."""
+    repartition: str | None = None
+    """Name of the Repartition that started the transition, if one did."""
+
+
+class TopicStatus(Status):
+    """What the operator decided for the topic."""
+
+    partitioning_version: int | None = Field(default=None, ge=0)
+    """The version keyed publishes are routed and fenced under; bumped at a repartition's
+    cutover."""
+    partitions: list[PartitionAssignment] = Field(
+        default_factory=list, json_schema_extra=list_map("partition")
+    )
+    """Assignment of every partition."""
+    transition: TransitionMarker | None = None
+    """The repartition in progress, if any."""
+
+
+class Topic(Resource):
+    """A partitioned, replicated topic on a BrokerCluster."""
+
+    KIND: ClassVar[str] = "Topic"
+    NAMES: ClassVar[KindNames] = KindNames(
+        plural="topics",
+        singular="topic",
+        short_names=("hrt",),
+        columns=(
+            PrinterColumn("Partitions", "integer", ".spec.partitions", "Desired partitions"),
+            PrinterColumn(
+                "Version", "integer", ".status.partitioningVersion", "Partitioning version"
+            ),
+            *READY_COLUMNS,
+        ),
+    )
+
+    kind: Literal["Topic"] = "Topic"
+    metadata: ObjectMeta
+    spec: TopicSpec
+    status: TopicStatus | None = None
