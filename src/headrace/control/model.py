@@ -44,9 +44,14 @@ class PartitionState(enum.StrEnum):
 # --------------------------------------------------------------------------- JSON helpers
 
 
-def _field(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T:
+def _object(doc: object, where: str) -> Mapping[str, Any]:
     if not isinstance(doc, Mapping):
         raise InvalidRequest(f"{where}: expected an object")
+    return doc
+
+
+def _field(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T:
+    doc = _object(doc, where)
     if key not in doc:
         raise InvalidRequest(f"{where}: missing field {key!r}")
     value = doc[key]
@@ -58,7 +63,7 @@ def _field(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T:
 
 
 def _optional(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T | None:
-    if doc.get(key) is None:
+    if _object(doc, where).get(key) is None:
         return None
     return _field(doc, key, kind, where)
 
@@ -66,7 +71,7 @@ def _optional(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _
 def _ints(
     doc: Mapping[str, Any], key: str, where: str, *, default: bool = False
 ) -> tuple[int, ...]:
-    if default and doc.get(key) is None:
+    if default and _object(doc, where).get(key) is None:
         return ()
     values = _field(doc, key, list, where)
     if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
@@ -75,7 +80,7 @@ def _ints(
 
 
 def _objects(doc: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
-    if doc.get(key) is None:
+    if _object(doc, where).get(key) is None:
         return []
     values = _field(doc, key, list, where)
     if not all(isinstance(v, Mapping) for v in values):
@@ -208,7 +213,7 @@ class Heartbeat:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], *, received_ms: int) -> Heartbeat:
         w = "heartbeat"
-        draining = doc.get("draining", False) if isinstance(doc, Mapping) else False
+        draining = _object(doc, w).get("draining", False)
         if not isinstance(draining, bool):
             raise InvalidRequest(f"{w}: field 'draining' must be a boolean")
         return cls(

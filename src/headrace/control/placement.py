@@ -6,10 +6,11 @@ passes over the new partitions:
 
 1. **Replica sets.** Each new partition takes, one at a time, the eligible
    broker that holds the fewest of this topic's replicas; ties go to the one
-   that leads fewest of the topic's partitions, then shares fewest partitions
-   with the brokers already chosen (so a leader's followers vary and its loss
-   spreads the new leaders over many brokers), then holds and leads fewest
-   cluster-wide (so topics do not all start on broker 0), then the lowest id.
+   that shares fewest partitions with the brokers already chosen (so a
+   leader's followers vary and its loss spreads the new leaders over many
+   brokers), then leads fewest of the topic's partitions, then holds and
+   leads fewest cluster-wide (so topics do not all start on broker 0), then
+   the lowest id.
    Always taking the least-loaded brokers keeps every broker's share of the
    topic's replicas within one of every other's.
 2. **Leaders.** The leader of each new partition is its member leading the
@@ -88,8 +89,8 @@ def place(
                     (b for b in eligible if b not in chosen),
                     key=lambda b: (
                         topic_holds[b],
-                        topic_leads[b],
                         sum(shared[_pair(b, c)] for c in chosen),
+                        topic_leads[b],
                         cluster_holds[b] + topic_holds[b],
                         cluster_leads[b] + topic_leads[b],
                         b,

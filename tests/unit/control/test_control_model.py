@@ -1,0 +1,269 @@
+"""Control model documents: JSON shapes, round trips, and rejection of bad documents."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from headrace.control.model import (
+    BrokerInfo,
+    ClusterState,
+    CohortPlan,
+    CohortReport,
+    Heartbeat,
+    PartitionReport,
+    PartitionState,
+    PartitionStatus,
+    TopicSpec,
+    TopicStatus,
+    normalise_lrs,
+)
+from headrace.errors import InvalidRequest, InvalidTopicSpec
+
+SETTINGS = settings(max_examples=100, deadline=None)
+
+
+def partition_status(p: int = 0) -> PartitionStatus:
+    return PartitionStatus(
+        partition=p,
+        replicas=(2, 0, 1),
+        leader=None,
+        leader_epoch=4,
+        live_replicas=(2, 0),
+        state=PartitionState.ELECTING,
+        candidate=0,
+        deadline_ms=1_005_000,
+        tried=(2, 0),
+    )
+
+
+def cluster() -> ClusterState:
+    topic = TopicStatus(
+        "default/orders",
+        2,
+        (partition_status(0),),
+        {"billing": CohortPlan("billing", 3, {"m-b": (), "m-a": (0,)})},
+    )
+    return ClusterState(7, {1: BrokerInfo(1, "h1", 9092, 9644)}, {topic.name: topic})
+
+
+def test_cluster_state_document_shape() -> None:
+    assert cluster().to_json() == {
+        "generation": 7,
+        "brokers": [{"id": 1, "host": "h1", "port": 9092, "adminPort": 9644}],
+        "topics": [
+            {
+                "name": "default/orders",
+                "partitioningVersion": 2,
+                "partitions": [
+                    {
+                        "partition": 0,
+                        "replicas": [2, 0, 1],
+                        "leader": None,
+                        "leaderEpoch": 4,
+                        "liveReplicas": [2, 0],
+                        "state": "Electing",
+                        "candidate": 0,
+                        "deadlineMs": 1_005_000,
+                        "tried": [2, 0],
+                    }
+                ],
+                "cohortPlans": [
+                    {"cohort": "billing", "generation": 3, "assignment": {"m-a": [0], "m-b": []}}
+                ],
+            }
+        ],
+    }
+
+
+def test_cluster_state_survives_json() -> None:
+    state = cluster()
+    assert ClusterState.from_json(json.loads(json.dumps(state.to_json()))) == state
+
+
+def test_heartbeat_document_shape_and_round_trip() -> None:
+    hb = Heartbeat(
+        BrokerInfo(3, "h3", 9092, 9644),
+        received_ms=55,
+        adoption=9,
+        draining=True,
+        partitions=(PartitionReport("default/t", 1, "leader", 2, 10, 8, (3, 1)),),
+        cohorts=(CohortReport("default/t", "c", ("m1", "m2")),),
+    )
+    doc = hb.to_json()
+    assert doc == {
+        "broker": {"id": 3, "host": "h3", "port": 9092, "adminPort": 9644},
+        "adoption": 9,
+        "draining": True,
+        "partitions": [
+            {
+                "topic": "default/t",
+                "partition": 1,
+                "role": "leader",
+                "leaderEpoch": 2,
+                "logEndOffset": 10,
+                "highWatermark": 8,
+                "liveReplicas": [3, 1],
+            }
+        ],
+        "cohorts": [{"topic": "default/t", "cohort": "c", "members": ["m1", "m2"]}],
+    }
+    assert "receivedMs" not in doc, "the controller stamps the receive time, not the broker"
+    assert Heartbeat.from_json(json.loads(json.dumps(doc)), received_ms=55) == hb
+
+
+def test_heartbeat_optional_fields_default() -> None:
+    doc = {"broker": {"id": 0, "host": "h", "port": 1, "adminPort": 2}}
+    hb = Heartbeat.from_json(doc, received_ms=7)
+    assert (hb.adoption, hb.draining, hb.partitions, hb.cohorts) == (None, False, (), ())
+    assert hb.broker_id == 0
+    follower = {
+        "topic": "t/t",
+        "partition": 0,
+        "role": "follower",
+        "leaderEpoch": 1,
+        "logEndOffset": 0,
+        "highWatermark": 0,
+    }
+    assert PartitionReport.from_json(follower).live_replicas == ()
+
+
+def _broken(doc: dict[str, Any], path: list[str | int], value: object) -> dict[str, Any]:
+    doc = json.loads(json.dumps(doc))
+    target: Any = doc
+    for step in path[:-1]:
+        target = target[step]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        (["generation"], KeyError, "missing field 'generation'"),
+        (["generation"], "7", "must be int"),
+        (["generation"], True, "must be an integer"),
+        (["brokers"], {"id": 1}, "must be list"),
+        (["brokers", 0, "adminPort"], KeyError, "missing field 'adminPort'"),
+        (["topics", 0, "partitions", 0, "state"], "Sleeping", "unknown state"),
+        (["topics", 0, "partitions", 0, "replicas"], [1, "2"], "list of integers"),
+        (["topics", 0, "partitions", 0, "partition"], 1, "in order from 0"),
+        (["topics", 0, "cohortPlans", 0, "assignment"], {"m": ["0"]}, "list of integers"),
+        (["topics", 0, "partitions"], [3], "list of objects"),
+    ],
+)
+def test_bad_cluster_documents_are_rejected(
+    path: list[str | int], value: object, words: str
+) -> None:
+    with pytest.raises(InvalidRequest, match=words):
+        ClusterState.from_json(_broken(cluster().to_json(), path, value))
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        (["broker"], KeyError, "missing field 'broker'"),
+        (["draining"], "yes", "boolean"),
+        (["adoption"], 1.5, "must be int"),
+        (["partitions", 0, "role"], "boss", "role must be"),
+        (["cohorts", 0, "members"], [1], "strings"),
+    ],
+)
+def test_bad_heartbeats_are_rejected(path: list[str | int], value: object, words: str) -> None:
+    doc = Heartbeat(
+        BrokerInfo(3, "h3", 9092, 9644),
+        0,
+        partitions=(PartitionReport("default/t", 1, "leader", 2, 10, 8),),
+        cohorts=(CohortReport("default/t", "c", ("m1",)),),
+    ).to_json()
+    with pytest.raises(InvalidRequest, match=words):
+        Heartbeat.from_json(_broken(doc, path, value), received_ms=0)
+
+
+def test_a_document_that_is_not_an_object_is_rejected() -> None:
+    with pytest.raises(InvalidRequest, match="expected an object"):
+        ClusterState.from_json([])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        ({"name": "orders"}, "namespace/name"),
+        ({"name": "a/b/c"}, "namespace/name"),
+        ({"name": "/b"}, "namespace/name"),
+        ({"partitions": 0}, "partitions"),
+        ({"replicas": 0}, "replicas"),
+        ({"min_in_sync": 0}, "minInSync"),
+        ({"replicas": 2, "min_in_sync": 3}, "minInSync"),
+    ],
+)
+def test_topic_spec_validation(kwargs: dict[str, Any], words: str) -> None:
+    args: dict[str, Any] = {"name": "default/t", "partitions": 1} | kwargs
+    with pytest.raises(InvalidTopicSpec, match=words):
+        TopicSpec(**args)
+
+
+def test_normalise_lrs_keeps_replica_order_and_the_leader() -> None:
+    assert normalise_lrs((2, 0, 1), (1, 2, 9), leader=2) == (2, 1), "non-replica 9 dropped"
+    assert normalise_lrs((2, 0, 1), (), leader=0) == (0,), "never below the leader"
+
+
+def test_owner_is_leader_else_candidate() -> None:
+    assert partition_status().owner == 0
+    online = PartitionStatus(0, (1,), 1, 1, (1,), PartitionState.ONLINE)
+    assert online.owner == 1
+    offline = PartitionStatus(0, (1,), None, 1, (1,), PartitionState.OFFLINE)
+    assert offline.owner is None
+
+
+ids = st.integers(0, 6)
+partition_statuses = st.builds(
+    PartitionStatus,
+    partition=st.just(0),
+    replicas=st.lists(ids, min_size=1, max_size=3, unique=True).map(tuple),
+    leader=st.none() | ids,
+    leader_epoch=st.integers(0, 10**12),
+    live_replicas=st.lists(ids, max_size=3, unique=True).map(tuple),
+    state=st.sampled_from(PartitionState),
+    candidate=st.none() | ids,
+    deadline_ms=st.none() | st.integers(0, 2**53),
+    tried=st.lists(ids, max_size=3, unique=True).map(tuple),
+)
+plans = st.builds(
+    CohortPlan,
+    cohort=st.text("abc", min_size=1, max_size=3),
+    generation=st.integers(1, 100),
+    assignment=st.dictionaries(
+        st.text("xyz", min_size=1, max_size=3),
+        st.lists(st.integers(0, 9), unique=True).map(lambda ps: tuple(sorted(ps))),
+    ),
+)
+
+
+@SETTINGS
+@given(
+    st.lists(partition_statuses, max_size=4),
+    st.lists(plans, max_size=3, unique_by=lambda p: p.cohort),
+    st.integers(0, 10**9),
+    st.dictionaries(ids, st.builds(BrokerInfo, ids, st.text(max_size=5), ids, ids)),
+)
+def test_any_cluster_state_round_trips(
+    parts: list[PartitionStatus],
+    cohort_plans: list[CohortPlan],
+    generation: int,
+    brokers: dict[int, BrokerInfo],
+) -> None:
+    from dataclasses import replace
+
+    numbered = tuple(replace(p, partition=i) for i, p in enumerate(parts))
+    topic = TopicStatus("ns/t", 3, numbered, {p.cohort: p for p in cohort_plans})
+    brokers = {b: replace(i, id=b) for b, i in brokers.items()}
+    state = ClusterState(generation, brokers, {"ns/t": topic})
+    assert ClusterState.from_json(json.loads(json.dumps(state.to_json()))) == state
