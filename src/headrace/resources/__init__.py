@@ -25,6 +25,7 @@ from headrace.resources.loading import (
     in_apply_order,
     load_keys,
     load_manifests,
+    load_source_keys,
     load_sources,
 )
 from headrace.resources.meta import (
@@ -83,5 +84,6 @@ __all__ = [
     "in_apply_order",
     "load_keys",
     "load_manifests",
+    "load_source_keys",
     "load_sources",
 ]

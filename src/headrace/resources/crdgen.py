@@ -172,7 +172,7 @@ def _convert(node: Mapping[str, Any], defs: Mapping[str, Any], path: str) -> dic
         out["description"] = _prose(out["description"])
     if "x-kubernetes-validations" in out:
         out["x-kubernetes-validations"] = [
-            {"rule": rule["rule"], "message": rule["message"]}
+            {key: rule[key] for key in ("rule", "message", "fieldPath") if key in rule}
             for rule in out["x-kubernetes-validations"]
         ]
     extra = out.pop("additionalProperties", None)

@@ -83,21 +83,35 @@ def load_keys(text: str, *, source: str | None = None) -> list[ResourceKey]:
     Only ``apiVersion``, ``kind`` and ``metadata`` are checked: deleting with a
     manifest whose spec no longer validates must still work.
     """
+    return load_source_keys([(source, text)])
+
+
+def load_source_keys(sources: Iterable[tuple[str | None, str]]) -> list[ResourceKey]:
+    """:func:`load_keys` over several texts at once, all or nothing across them."""
     problems: list[str] = []
     keys: list[ResourceKey] = []
-    for document in _documents(text, source, problems):
-        cls = _kind(document, problems)
-        if cls is None:
-            continue
-        meta_type: type[ObjectMeta] = cls.model_fields["metadata"].annotation  # type: ignore[assignment]
-        try:
-            meta = meta_type.model_validate_json(
-                json_text(document.body.get("metadata")), strict=True, by_alias=True, by_name=False
-            )
-        except ValidationError as exc:
-            problems.extend(_field_problems(document.label, exc, prefix=("metadata",)))
-            continue
-        keys.append(ResourceKey(cls.KIND, meta.namespace, meta.name))
+    for source, text in sources:
+        for document in _documents(text, source, problems):
+            cls = _kind(document, problems)
+            if cls is None:
+                continue
+            meta_type: type[ObjectMeta] = cls.model_fields["metadata"].annotation  # type: ignore[assignment]
+            try:
+                meta = meta_type.model_validate_json(
+                    json_text(document.body.get("metadata")),
+                    strict=True,
+                    by_alias=True,
+                    by_name=False,
+                )
+            except ValidationError as exc:
+                problems.extend(_field_problems(document.label, exc, prefix=("metadata",)))
+                continue
+            except (TypeError, ValueError) as exc:  # a value JSON cannot carry
+                problems.append(f"{document.label}: {exc}")
+                continue
+            key = ResourceKey(cls.KIND, meta.namespace, meta.name)
+            if key not in keys:
+                keys.append(key)
     if problems:
         raise ManifestError(problems)
     return keys

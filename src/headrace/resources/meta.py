@@ -445,4 +445,7 @@ def json_text(document: object) -> str:
     Validating the JSON text (not the Python objects) in strict mode gives the API
     server's rules: enum values and timestamps are strings, ``"3"`` is not an integer.
     """
-    return json.dumps(document, default=_json_scalar, allow_nan=False)
+    try:
+        return json.dumps(document, default=_json_scalar, allow_nan=False)
+    except ValueError:
+        raise ValueError("NaN and infinite numbers are not allowed in a manifest") from None

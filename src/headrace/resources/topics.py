@@ -97,6 +97,7 @@ class TopicSpec(Model):
                     # replicas always has a value (its default); minInSync's is computed
                     "rule": "!has(self.minInSync) || self.minInSync <= self.replicas",
                     "message": "minInSync must not exceed replicas",
+                    "fieldPath": ".minInSync",
                 }
             ]
         }
