@@ -92,6 +92,12 @@ class Daemon:
         if pid is None:
             self.pid_file.unlink(missing_ok=True)
             return False
+        try:
+            return self._stop(pid, timeout_s)
+        finally:
+            _reap(pid)
+
+    def _stop(self, pid: int, timeout_s: float) -> bool:
         kill_group(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline and self.pid() is not None:
@@ -106,6 +112,13 @@ class Daemon:
             kill_group(pid, signal.SIGKILL)
         self.pid_file.unlink(missing_ok=True)
         return True
+
+
+def _reap(pid: int) -> None:
+    """Collect the exit status if the daemon is our own child (started by this process),
+    so a long-lived caller such as a test session does not accumulate zombies."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
 
 
 def kill_group(pgid: int, sig: signal.Signals) -> None:
