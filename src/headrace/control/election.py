@@ -6,8 +6,9 @@ The controller keeps, per partition, a durable ``PartitionStatus``: the
 replica set, the leader, the leader epoch, the live replica set (LRS) and the
 election state. Every reconcile step feeds it what the controller sees now:
 which brokers are live, dead or not yet heard from (``liveness``), and the
-latest report of each live replica. The first row of the table whose guard
-holds fires; if none does, nothing changes.
+latest report of each live replica. The first row of the table whose state
+and guard match fires; then the first row matching the new status, and so on
+until none does, so a second step on the same evidence changes nothing.
 
     state     guard (first match wins)                     next              effect
     --------  -------------------------------------------  ----------------  -------------------------------------
@@ -242,21 +243,37 @@ RULES: Final[tuple[Rule, ...]] = (
 )
 
 
+#: more rows than any chain can fire in one step (each nomination needs fresh evidence)
+MAX_ROWS_PER_STEP: Final = 8
+
+
 def step(
     status: PartitionStatus,
     liveness: Liveness,
     reports: Mapping[int, PartitionReport],
     now_ms: int,
     settings: ControlSettings,
-) -> tuple[PartitionStatus, Rule | None]:
-    """The partition's next status, and the row that fired (None if none did)."""
+) -> tuple[PartitionStatus, tuple[Rule, ...]]:
+    """The partition's next status, and the rows that fired, in order.
+
+    Rows fire until none matches, so one step reaches the status the
+    evidence supports (a promotion confirmed in the same heartbeat as a
+    nomination, say) and a second step on the same evidence changes nothing.
+    """
     seen = Seen(liveness, reports, now_ms, settings)
-    if status.state is not ONLINE:
-        status = replace(status, tried=tuple(b for b in status.tried if b not in liveness.dead))
-    for rule in RULES:
-        if rule.state is status.state and rule.guard(status, seen):
-            return rule.act(status, seen), rule
-    return status, None
+    fired: list[Rule] = []
+    while len(fired) < MAX_ROWS_PER_STEP:
+        if status.state is not ONLINE:
+            status = replace(status, tried=tuple(b for b in status.tried if b not in liveness.dead))
+        rule = next(
+            (r for r in RULES if r.state is status.state and r.guard(status, seen)),
+            None,
+        )
+        if rule is None:
+            break
+        status = rule.act(status, seen)
+        fired.append(rule)
+    return status, tuple(fired)
 
 
 def first_status(partition: int, replicas: tuple[int, ...]) -> PartitionStatus:

@@ -274,10 +274,12 @@ def _elect(
     partitions: list[PartitionStatus] = []
     for before in topic.partitions:
         seen = reports.get((topic.name, before.partition), {})
-        after, rule = election.step(before, liveness, seen, now_ms, settings)
-        if rule is not None:
+        after, rules = election.step(before, liveness, seen, now_ms, settings)
+        if rules:
             subject = f"{topic.name}/{before.partition}"
-            events.append(Event(rule.name, subject, _describe_election(before, after)))
+            chain = "".join(f"{r.name}, then " for r in rules[:-1])
+            message = chain + _describe_election(before, after)
+            events.append(Event(rules[-1].name, subject, message))
         partitions.append(after)
     return replace(topic, partitions=tuple(partitions))
 

@@ -119,7 +119,9 @@ def test_nothing_new_to_place_needs_no_brokers() -> None:
     assert place(1, 2, [], existing=existing) == existing
 
 
-@pytest.mark.parametrize(("partitions", "replicas"), [(0, 1), (1, 0)])
-def test_nonsense_is_a_value_error(partitions: int, replicas: int) -> None:
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    ("partitions", "replicas", "words"), [(0, 1, "never removes"), (1, 0, "at least 1")]
+)
+def test_nonsense_is_a_value_error(partitions: int, replicas: int, words: str) -> None:
+    with pytest.raises(ValueError, match=words):
         place(partitions, replicas, [0], existing=[(0,)])
