@@ -221,11 +221,8 @@ class Compaction(Resource):
 
 
 class ConcurrencyPolicy(enum.StrEnum):
-    #: runs may overlap
     ALLOW = "Allow"
-    #: skip a run while the previous one is still going
     FORBID = "Forbid"
-    #: stop the running one and start the new one
     REPLACE = "Replace"
 
 
@@ -234,12 +231,13 @@ class CompactionScheduleSpec(CompactionSettings):
 
     schedule: CronSchedule
     """Cron schedule, five fields (``minute hour day-of-month month day-of-week``) or a macro
-    such as ``@daily``; in the operator's time zone (UTC unless configured)."""
+    such as ``@daily``; times are UTC."""
     suspend: bool = False
     """Start no new runs while true; running ones continue."""
     concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.FORBID
-    """What to do when a run is due while the previous one is still going. ``Forbid`` by
-    default (unlike a CronJob): two compactions of one topic would race on its manifests."""
+    """What to do when a run is due while the previous one is still going: ``Allow`` (run
+    both), ``Forbid`` (skip the new one) or ``Replace`` (stop the old one). ``Forbid`` by
+    default, unlike a CronJob: two compactions of one topic would race on its manifests."""
     starting_deadline_seconds: int | None = Field(default=None, ge=0)
     """Skip a run that could not start within this many seconds of its time."""
     successful_jobs_history_limit: int = Field(default=3, ge=0, le=100)

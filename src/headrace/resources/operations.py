@@ -48,24 +48,18 @@ class RepartitionSpec(Model):
 
 
 class RepartitionPhase(enum.StrEnum):
-    #: accepted, waiting for the topic to be free of other transitions
+    """See ``RepartitionStatus.phase``."""
+
     PENDING = "Pending"
-    #: the transition marker is written and the partitioning version is being bumped
     CUTTING_OVER = "CuttingOver"
-    #: moved keys are held until the pre-cutover backlog of their old partitions drains
     DRAINING = "Draining"
-    #: drained; waiting for clients to adopt the new routing or for the adoption timeout
     AWAITING_ADOPTION = "AwaitingAdoption"
-    #: done: the marker is cleared and shrunk-away partitions are retired
     FINALIZED = "Finalized"
-    #: could not be carried out; the Ready condition's message says why
     FAILED = "Failed"
 
 
 class FinalizedBy(enum.StrEnum):
-    #: every live broker's clients acknowledged the adoption generation
     ADOPTED = "Adopted"
-    #: the adoption timeout elapsed first
     ADOPTION_TIMED_OUT = "AdoptionTimedOut"
 
 
@@ -73,7 +67,13 @@ class RepartitionStatus(Status):
     """Progress of the repartition; ``phase`` is also the Ready condition's reason."""
 
     phase: RepartitionPhase | None = None
-    """Where the repartition is."""
+    """Where the repartition is: ``Pending`` (accepted, waiting for the topic to be free of
+    other transitions), ``CuttingOver`` (the transition marker is written and the
+    partitioning version is being bumped), ``Draining`` (moved keys are held until the
+    pre-cutover backlog of their old partitions drains), ``AwaitingAdoption`` (drained;
+    waiting for clients to adopt the new routing or for the adoption timeout),
+    ``Finalized`` (the marker is cleared and shrunk-away partitions are retired) or
+    ``Failed`` (the Ready condition's message says why)."""
     from_partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
     """Partition count before."""
     to_partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
@@ -91,7 +91,8 @@ class RepartitionStatus(Status):
     finalized_at: AwareDatetime | None = None
     """When the repartition finished."""
     finalized_by: FinalizedBy | None = None
-    """Why it finalized: ``Adopted`` or ``AdoptionTimedOut``."""
+    """Why it finalized: ``Adopted`` (every live broker's clients acknowledged the adoption
+    generation) or ``AdoptionTimedOut`` (the adoption timeout elapsed first)."""
 
 
 class Repartition(Resource):
@@ -132,22 +133,17 @@ class UnloadSpec(Model):
 
 
 class MovePhase(enum.StrEnum):
-    #: not started
+    """See ``PartitionMove.phase``."""
+
     PENDING = "Pending"
-    #: the old owner flushes and uploads every remaining segment
     SEALING = "Sealing"
-    #: the sealed state is recorded and the old owner has dropped its local log
     SEALED = "Sealed"
-    #: the new owner has started at ``sealedOffset + 1``
     COMPLETED = "Completed"
-    #: could not be carried out
     FAILED = "Failed"
 
 
 class VerificationResult(enum.StrEnum):
-    #: the stored segments and the sealed state agree
     PASSED = "Passed"
-    #: they disagree; ``message`` says how
     FAILED = "Failed"
 
 
@@ -155,7 +151,8 @@ class MoveVerification(Model):
     """The check that the moved partition's stored segments end at the sealed offset."""
 
     result: VerificationResult
-    """``Passed`` or ``Failed``."""
+    """``Passed`` (the stored segments and the sealed state agree) or ``Failed`` (they
+    disagree; ``message`` says how)."""
     checked_at: AwareDatetime | None = None
     """When it was checked."""
     message: str = Field(default="", max_length=4096)
@@ -175,7 +172,10 @@ class PartitionMove(Model):
     """Last committed offset when the partition was sealed (-1: it was empty); the new owner
     continues at the next one."""
     phase: MovePhase = MovePhase.PENDING
-    """Where this move is."""
+    """Where this move is: ``Pending`` (not started), ``Sealing`` (the old owner flushes and
+    uploads every remaining segment), ``Sealed`` (the sealed state is recorded and the old
+    owner has dropped its local log), ``Completed`` (the new owner has started at
+    ``sealedOffset + 1``) or ``Failed``."""
     verification: MoveVerification | None = None
     """Result of verifying the sealed partition, once checked."""
 

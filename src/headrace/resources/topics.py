@@ -27,7 +27,7 @@ from headrace.resources.meta import (
     list_map,
 )
 
-#: the most replicas a partition may have; more buys no durability and costs a fetch each
+#: the most replicas a partition may have; each one costs its leader a follower fetch
 MAX_REPLICAS = 7
 
 
@@ -52,9 +52,7 @@ class Segments(Model):
 
 
 class CleanupPolicy(enum.StrEnum):
-    #: old segments are deleted by retention
     DELETE = "delete"
-    #: compaction keeps the last record of each key (see Compaction)
     COMPACT = "compact"
 
 
@@ -140,15 +138,12 @@ class TopicSpec(Model):
 
 
 class PartitionState(enum.StrEnum):
-    #: a leader serves it
+    """See ``PartitionAssignment.state``."""
+
     ONLINE = "Online"
-    #: its leader is gone and a successor is being promoted
     ELECTING = "Electing"
-    #: no live replica can lead it
     OFFLINE = "Offline"
-    #: being unloaded to another broker (see Unload)
     MOVING = "Moving"
-    #: shrunk away by a repartition, draining its backlog before it is retired
     RETIRING = "Retiring"
 
 
@@ -167,7 +162,10 @@ class PartitionAssignment(Model):
     leader_epoch: int = Field(default=0, ge=0)
     """Bumped on every leader change; requests with an older epoch are rejected."""
     state: PartitionState = PartitionState.ONLINE
-    """Whether the partition is served."""
+    """``Online`` (a leader serves it), ``Electing`` (its leader is gone and a successor is
+    being promoted), ``Offline`` (no live replica can lead it), ``Moving`` (being unloaded
+    to another broker) or ``Retiring`` (shrunk away by a repartition, draining its backlog
+    before it is retired)."""
 
 
 class TransitionKind(enum.StrEnum):

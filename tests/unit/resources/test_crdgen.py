@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import yaml
-from resource_samples import CRDS
+from resource_samples import CRDS, ROOT
 
-from headrace.resources import KINDS
+from headrace.resources import KINDS, docgen
 from headrace.resources.crdgen import (
     custom_resource_definition,
     file_name,
@@ -38,6 +38,16 @@ def test_committed_crds_are_what_the_models_generate(tmp_path: Path) -> None:
         assert committed[name] == text, (
             f"crds/{name} is stale: run `python -m headrace.resources.crdgen crds/`"
         )
+
+
+def test_the_reference_doc_is_what_the_models_generate(tmp_path: Path) -> None:
+    committed = (ROOT / "docs" / "crd-reference.md").read_text()
+    assert committed == docgen.reference(ROOT), (
+        "docs/crd-reference.md is stale: run `python -m headrace.resources.docgen docs/crd-reference.md`"
+    )
+    for kind in KINDS:
+        assert f"\n## {kind}\n" in committed
+        assert f"kind: {kind}\n" in committed  # its example is shown
 
 
 def test_write_removes_stale_generated_files_only(tmp_path: Path) -> None:
