@@ -1,19 +1,18 @@
 """BrokerCluster: a StatefulSet of brokers, the Services in front of it and their settings.
 
-Pure data. Defaults of the broker settings come from the broker's own typed
-settings (:class:`headrace.storage.bookkeeping.LogConfig`,
-:class:`headrace.broker.config.BrokerSettings`) so the two cannot drift.
+Pure data. Defaults of the broker settings are the broker's own: the log's come
+from :class:`headrace.storage.bookkeeping.LogConfig` (a pure core), the two
+from :class:`headrace.broker.config.BrokerSettings` are restated here and a unit
+test keeps them equal.
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, ClassVar, Final, Literal
 
 from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
-from headrace.broker.config import BrokerSettings
 from headrace.resources.meta import (
     READY_COLUMNS,
     ClusterMeta,
@@ -33,12 +32,10 @@ from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
 _LOG: Final = LogConfig()
 
-
-def _broker_default(name: str) -> int:
-    """A default of the broker's own settings, so the two stay one number."""
-    default = next(f.default for f in dataclasses.fields(BrokerSettings) if f.name == name)
-    assert isinstance(default, int)
-    return default
+#: the broker's own defaults (``BrokerSettings``); not imported, so that this pure data
+#: package does not depend on the data path. A unit test keeps them equal.
+DEFAULT_CURSOR_FLUSH_INTERVAL_MS: Final = 200
+DEFAULT_COHORT_GRACE_MS: Final = 10_000
 
 
 class Storage(Model):
@@ -107,9 +104,9 @@ class BrokerConfig(Model):
     """Largest record batch a producer may send, in bytes."""
     checkpoint_interval_ms: int = Field(default=_LOG.checkpoint_interval_ms, ge=1)
     """How often each partition writes its recovery point, in milliseconds."""
-    cursor_flush_interval_ms: int = Field(default=_broker_default("cursor_flush_interval_ms"), ge=1)
+    cursor_flush_interval_ms: int = Field(default=DEFAULT_CURSOR_FLUSH_INTERVAL_MS, ge=1)
     """Cohort cursors reach disk within this many milliseconds (bounds redelivery after a crash)."""
-    cohort_grace_ms: int = Field(default=_broker_default("cohort_grace_ms"), ge=0, le=3_600_000)
+    cohort_grace_ms: int = Field(default=DEFAULT_COHORT_GRACE_MS, ge=0, le=3_600_000)
     """How long a cohort member losing a partition may finish in-flight records, in milliseconds."""
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
 from decimal import Decimal
@@ -403,8 +404,6 @@ class Resource(Model):
 
     KIND: ClassVar[str]
     NAMES: ClassVar[KindNames]
-    #: CEL rules on the whole object, beyond what the field schemas say
-    RULES: ClassVar[tuple[dict[str, str], ...]] = ()
 
     api_version: Literal["headrace.dev/v1alpha1"] = API_VERSION
     kind: str
@@ -419,11 +418,12 @@ class Resource(Model):
         return self.model_dump(mode="json", exclude_none=True)
 
     @classmethod
-    def from_manifest(cls, document: dict[str, Any]) -> Self:
+    def from_manifest(cls, document: Mapping[str, Any]) -> Self:
         """Validate a decoded manifest the way the API server would.
 
         Scalars are strict (``partitions: "3"`` is an error, as it is for the API
-        server), and only the camelCase names are accepted. Raises pydantic's
+        server), and only the camelCase names are accepted. ``document`` may be any
+        mapping (a kopf ``Body`` too). Raises pydantic's
         ``ValidationError``; :func:`headrace.resources.load_manifests` turns it into
         a :class:`ManifestError`.
         """
@@ -436,6 +436,8 @@ def _json_scalar(value: object) -> object:
     # YAML turns unquoted timestamps into date/datetime; the API server sees strings
     if isinstance(value, date):
         return value.isoformat()
+    if isinstance(value, Mapping):  # read-only views such as kopf's Body and Spec
+        return dict(value)
     raise TypeError(f"{type(value).__name__} values are not allowed in a manifest")
 
 

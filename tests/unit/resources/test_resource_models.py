@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ import yaml
 from pydantic import ValidationError
 from resource_samples import COMPLETE, EXAMPLES, manifest
 
+from headrace.broker.config import BrokerSettings
 from headrace.resources import (
     KINDS,
     BrokerCluster,
@@ -153,7 +156,9 @@ def test_broker_config_defaults_are_the_brokers_own() -> None:
     assert config.fsync_policy is FsyncPolicy.INTERVAL == log.fsync
     assert config.flush_interval_ms == log.flush_interval_ms
     assert config.segment_bytes == log.segment_bytes
-    assert config.cohort_grace_ms == 10_000
+    broker = BrokerSettings(data_dir=Path("unused"))
+    assert config.cohort_grace_ms == broker.cohort_grace_ms
+    assert config.cursor_flush_interval_ms == broker.cursor_flush_interval_ms
     assert cluster.spec.replicas == 3
     assert cluster.spec.storage.size == "10Gi"
     assert cluster.spec.object_store is None
@@ -231,6 +236,27 @@ def test_objects_read_back_from_the_api_server_parse() -> None:
     assert topic.metadata.uid == "d6f4"
     assert str(topic.key) == "Topic/team-a/orders"
     assert yaml.safe_dump(topic.to_manifest())  # plain data all the way down
+
+
+def test_any_mapping_parses() -> None:
+    class View(Mapping[str, Any]):
+        """A read-only view, like kopf's Body."""
+
+        def __init__(self, data: dict[str, Any]) -> None:
+            self._data = data
+
+        def __getitem__(self, key: str) -> Any:
+            value = self._data[key]
+            return View(value) if isinstance(value, dict) else value
+
+        def __iter__(self) -> Iterator[str]:
+            return iter(self._data)
+
+        def __len__(self) -> int:
+            return len(self._data)
+
+    document = manifest("Topic")
+    assert Topic.from_manifest(View(document)) == Topic.from_manifest(document)
 
 
 # --------------------------------------------------------------------------- scalars
