@@ -220,7 +220,9 @@ async def test_tls_listener_serves_tls_clients_only(broker_factory: object, tmp_
     async with Producer(broker.bootstrap, options=options) as producer:
         meta = await (await producer.send("secure", b"over tls"))
     assert meta.offset == 0
-    with pytest.raises((HeadraceError, TimeoutError)):  # a plaintext client cannot complete the handshake
+    with pytest.raises(
+        (HeadraceError, TimeoutError)
+    ):  # a plaintext client cannot complete the handshake
         await asyncio.wait_for(ClusterClient(broker.bootstrap).start(), 5)
 
 

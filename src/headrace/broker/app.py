@@ -63,8 +63,10 @@ class Broker:
             for partition in self.registry.all_partitions():
                 partition.leader_id = self.settings.broker_id
                 partition.replicas = [self.settings.broker_id]
+        self.committer.on_round = self.metrics.fsync_seconds.observe
         self.committer.start()
         self.replication.start()
+        self.metrics.topology_generation.set(self.registry.generation)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
             lambda: Connection(self),
@@ -168,7 +170,7 @@ class Broker:
             generation = self.cluster.generation
             cluster_id = self.cluster.cluster_id
         else:
-            host, port = self.settings.advertised
+            host, port = self.advertised
             me = self.settings.broker_id
             routing = []
             for topic in sorted(self.registry.topics.values(), key=lambda t: t.name):
@@ -198,6 +200,11 @@ class Broker:
         )
         return snapshot, content
 
+    @property
+    def advertised(self) -> tuple[str, int]:
+        """Where clients should connect: the bound port, even when asked for port 0."""
+        return (self.settings.advertised_host or self.settings.host, self.port)
+
     def push_topology(self) -> None:
         snapshot, routing = self.topology()
         self.metrics.topology_generation.set(snapshot.generation)
@@ -212,7 +219,7 @@ class Broker:
     def _redirect(self, topic: Topic, partition: int, reason: str) -> RedirectRequired:
         owner: msg.BrokerAddress | None = None
         if self.cluster is None:
-            host, port = self.settings.advertised
+            host, port = self.advertised
             owner = msg.BrokerAddress(self.settings.broker_id, host, port)
         else:
             placement = next((t for t in self.cluster.topics if t.name == topic.name), None)
@@ -319,6 +326,10 @@ class Broker:
         return topic
 
     def delete_topic(self, name: str) -> None:
+        if self.settings.cluster_mode:
+            raise InvalidRequest(
+                "in a cluster, topics are managed by the controller (headrace delete)"
+            )
         topic = self.registry.get(name)
         for key in [k for k in self.cohorts if k[0] == topic.name]:
             cohort = self.cohorts.pop(key)
@@ -360,6 +371,7 @@ class Broker:
                 grace_ms=self.settings.cohort_grace_ms,
                 chunk_bytes=self.settings.delivery_chunk_bytes,
             )
+            runtime.on_delivered = self.metrics.delivered_bytes.inc
             runtime.start()
             self.cohorts[key] = runtime
         return runtime

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -68,6 +69,8 @@ class CohortRuntime:
         self._positions: dict[int, DeliveryPosition] = {}
         self._sent_views: dict[str, tuple[dict[int, int], list[int]]] = {}
         self._chunk = chunk_bytes
+        #: called with the bytes of each delivery (metrics)
+        self.on_delivered: Callable[[int], None] | None = None
         #: orders every view sent to members (see Assignment.sequence)
         self._view_sequence = 0
         self._wake = asyncio.Event()
@@ -287,6 +290,17 @@ class CohortRuntime:
                 if part is None:
                     continue
                 bound = part.high_watermark if committed else part.log.next_offset
+                if pos.next_offset < part.log.log_start_offset:
+                    # Retention deleted what this cohort had not read: skip to what exists.
+                    log.warning(
+                        "cohort %s skips %s from %d to log start %d (retention)",
+                        self.name,
+                        part.name,
+                        pos.next_offset,
+                        part.log.log_start_offset,
+                    )
+                    pos.next_offset = part.log.log_start_offset
+                    pos.hint = None
                 if pos.next_offset >= bound:
                     continue
                 data, hint = part.log.read(
@@ -300,6 +314,8 @@ class CohortRuntime:
                 delivered = hint.offset - pos.next_offset
                 self.delivered_records += delivered
                 self.delivered_bytes += len(data)
+                if self.on_delivered is not None:
+                    self.on_delivered(len(data))
                 pos.next_offset = hint.offset
                 pos.hint = hint
                 credit -= len(data)

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from headrace.broker.topics import Partition, Role
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.errors import (
+    CorruptBatch,
     HeadraceError,
     MalformedFrame,
     NotLeader,
@@ -31,6 +32,7 @@ from headrace.errors import (
 )
 from headrace.protocol import replication as rp
 from headrace.protocol.frames import Op
+from headrace.records import batch as rb
 from headrace.replication.leader import LeaderReplicaSet
 
 if TYPE_CHECKING:
@@ -240,10 +242,10 @@ def serve_fetch(broker: Broker, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk:
         entry.log_end_offset = plog.next_offset
         entry.log_start_offset = plog.log_start_offset
         sent = broker.replication.cursor_versions_sent.get((request.follower_id, partition.name))
-        if sent != partition.cursor_version:
+        if sent != partition.cursors.version:
             entry.cursors = partition.cursors.all()
             broker.replication.cursor_versions_sent[(request.follower_id, partition.name)] = (
-                partition.cursor_version
+                partition.cursors.version
             )
     return out
 
@@ -379,6 +381,12 @@ class ReplicaFetcher:
                     await asyncio.sleep(0.05)  # the leader has not heard of our epoch yet
                 continue
             if len(entry.data):
+                for pos, header in rb.scan(entry.data):
+                    if not rb.crc_ok(entry.data, header, pos):
+                        raise CorruptBatch(
+                            f"{p.name}: batch at offset {header.base_offset} from broker"
+                            f" {self.leader.id} failed its CRC; not appended"
+                        )
                 p.log.append_stamped(entry.data)
                 self.broker.committer.appended(p)
             if entry.cursors is not None:

@@ -268,7 +268,10 @@ class Connection(asyncio.Protocol):
             return
         fut: asyncio.Future[None] | None = None
         if req.acks is msg.Acks.ALL:
-            # Every LRS member has it once the HW passes it (the HW also waits for fsync=always).
+            # Every LRS member has it once the HW passes it (the HW also waits for fsync=always,
+            # so ask for that sync round now rather than at the next timer tick).
+            if partition.log.config.fsync is FsyncPolicy.ALWAYS:
+                self.broker.committer.wait_durable(partition, end)
             fut = partition.wait_for_high_watermark(end)
         elif partition.log.config.fsync is FsyncPolicy.ALWAYS:
             fut = self.broker.committer.wait_durable(partition, end)
@@ -306,7 +309,7 @@ class Connection(asyncio.Protocol):
             raise OffsetOutOfRange(
                 f"offset {req.offset} outside [{plog.log_start_offset}, {plog.next_offset}] of {partition.name}"
             )
-        if self._answer_fetch(frame, req, partition) or req.max_wait_ms == 0:
+        if self._answer_fetch(frame, req, partition, force=req.max_wait_ms == 0):
             return
         self._long_poll(frame, req, partition)
 

@@ -43,6 +43,8 @@ class GroupCommitter:
         self._last_checkpoint = time.monotonic()
         self.rounds = 0
         self.last_sync_seconds = 0.0
+        #: called with each round's duration in seconds (metrics)
+        self.on_round: Callable[[float], None] | None = None
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
@@ -96,6 +98,8 @@ class GroupCommitter:
             await loop.run_in_executor(self._executor, _sync_all, [t for _, t in targets])
         self.last_sync_seconds = time.monotonic() - started
         self.rounds += 1
+        if targets and self.on_round is not None:
+            self.on_round(self.last_sync_seconds)
         for partition, target in targets:
             partition.log.mark_synced(target)
             partition.advance_high_watermark()

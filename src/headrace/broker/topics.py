@@ -102,6 +102,8 @@ class CursorStore:
         self._path = path
         self._cursors: dict[str, int] = {}
         self._dirty = False
+        #: bumped on every change; replication sends cursors to followers when it moved
+        self.version = 0
         try:
             raw = json.loads(path.read_text())
             if isinstance(raw, dict):
@@ -118,6 +120,7 @@ class CursorStore:
         if self._cursors.get(cohort) != next_offset:
             self._cursors[cohort] = next_offset
             self._dirty = True
+            self.version += 1
 
     def all(self) -> dict[str, int]:
         return dict(self._cursors)
@@ -133,8 +136,12 @@ class CursorStore:
         return dict(self._cursors)
 
     def write(self, snapshot: dict[str, int]) -> None:
-        """Runs on a worker thread."""
-        write_json_atomic(self._path, snapshot)
+        """Runs on a worker thread. A failed write leaves the store dirty for the next beat."""
+        try:
+            write_json_atomic(self._path, snapshot)
+        except OSError:
+            self._dirty = True
+            raise
 
 
 HwListener = Callable[["Partition"], None]
@@ -174,8 +181,6 @@ class Partition:
         self._listeners: list[HwListener] = []
         self._append_listeners: list[HwListener] = []
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
-        #: bumped whenever cursors change, so followers get them when they change
-        self.cursor_version = 0
 
     @property
     def name(self) -> str:
@@ -293,7 +298,9 @@ class TopicRegistry:
         self._root.mkdir(parents=True, exist_ok=True)
         self._log_config = log_config
         self.topics: dict[str, Topic] = {}
-        #: bumped on every create/delete: the standalone topology generation
+        #: bumped on every create/delete: the standalone topology generation (persisted, so
+        #: it never goes back across restarts and clients keep accepting pushes)
+        self._generation_file = data_dir / "topology-generation"
         self.generation = 1
 
     def load(self) -> None:
@@ -309,7 +316,11 @@ class TopicRegistry:
             )
             self._open_partitions(topic, only_existing=True)
             self.topics[topic.name] = topic
-        self.generation = 1 + len(self.topics)
+        try:
+            self.generation = max(1, int(self._generation_file.read_text()))
+        except (FileNotFoundError, ValueError):
+            self.generation = 1 + len(self.topics)
+        self.bump_generation()
 
     def _open_partitions(self, topic: Topic, *, only_existing: bool = False) -> None:
         for p in range(topic.partition_count):
@@ -391,7 +402,7 @@ class TopicRegistry:
         write_json_atomic(directory / TOPIC_FILE, topic.to_json())
         fsync_directory(directory.parent)
         self.topics[key] = topic
-        self.generation += 1
+        self.bump_generation()
         return topic
 
     def delete(self, name: str) -> Topic:
@@ -406,8 +417,12 @@ class TopicRegistry:
         target = graveyard / f"{topic.name.replace('/', '.')}.{time.time_ns()}"
         os.replace(topic.directory, target)
         shutil.rmtree(target, ignore_errors=True)
-        self.generation += 1
+        self.bump_generation()
         return topic
+
+    def bump_generation(self) -> None:
+        self.generation += 1
+        write_json_atomic(self._generation_file, self.generation)
 
     def all_partitions(self) -> list[Partition]:
         return [p for t in self.topics.values() for p in t.partitions.values()]

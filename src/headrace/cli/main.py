@@ -87,6 +87,12 @@ def main(verbose: int) -> None:
 )
 @click.option("--replica-lag-max-ms", type=int, default=10_000, show_default=True)
 @click.option("--replica-fetch-wait-ms", type=int, default=500, show_default=True)
+@click.option(
+    "--replication-token",
+    envvar="HEADRACE_REPLICATION_TOKEN",
+    default=None,
+    help="Token this broker presents to other brokers (when they require auth).",
+)
 @click.option("--data-dir", type=click.Path(path_type=Path), required=True)
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address the data port binds to."
@@ -135,6 +141,7 @@ def broker(
     cluster_mode: bool,
     replica_lag_max_ms: int,
     replica_fetch_wait_ms: int,
+    replication_token: str | None,
     data_dir: Path,
     host: str,
     port: int,
@@ -178,6 +185,7 @@ def broker(
         cluster_mode=cluster_mode,
         replica_lag_max_ms=replica_lag_max_ms,
         replica_fetch_wait_ms=replica_fetch_wait_ms,
+        replication_token=replication_token,
         cohort_grace_ms=cohort_grace_ms,
         cursor_flush_interval_ms=cursor_flush_interval_ms,
         auth_tokens=frozenset(auth_tokens),

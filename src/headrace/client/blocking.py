@@ -20,7 +20,9 @@ T = TypeVar("T")
 class _LoopThread:
     def __init__(self) -> None:
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="headrace-client", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="headrace-client", daemon=True
+        )
         self._thread.start()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -43,8 +45,15 @@ class BlockingProducer:
 
         self._producer = self._runner.call(make())
 
-    def send(self, topic: str, value: bytes, *, key: bytes | None = None, partition: int | None = None,
-             timeout: float | None = 30.0) -> RecordMetadata:
+    def send(
+        self,
+        topic: str,
+        value: bytes,
+        *,
+        key: bytes | None = None,
+        partition: int | None = None,
+        timeout: float | None = 30.0,
+    ) -> RecordMetadata:
         async def go() -> RecordMetadata:
             receipt = await self._producer.send(topic, value, key=key, partition=partition)
             await self._producer.flush()
@@ -52,7 +61,9 @@ class BlockingProducer:
 
         return self._runner.call(go(), timeout)
 
-    def send_many(self, topic: str, values: Sequence[bytes], *, timeout: float | None = 60.0) -> list[BatchResult]:
+    def send_many(
+        self, topic: str, values: Sequence[bytes], *, timeout: float | None = 60.0
+    ) -> list[BatchResult]:
         async def go() -> list[BatchResult]:
             futures = await self._producer.send_many(topic, values)
             await self._producer.flush()

@@ -37,6 +37,8 @@ class ClusterClient:
         self._pool: dict[tuple[str, int], ClientConnection] = {}
         self._connecting: dict[tuple[str, int], asyncio.Task[ClientConnection]] = {}
         self._push_handlers: dict[int, Callable[[ClientConnection, Frame], None]] = {}
+        #: called after the routing cache changed (push or refresh)
+        self.topology_listeners: list[Callable[[], None]] = []
         self._refreshing: asyncio.Task[None] | None = None
         #: the generation every applied push was acked at, newest last (for tests and metrics)
         self.acked_generations: list[int] = []
@@ -109,6 +111,11 @@ class ClusterClient:
             # Same generation (e.g. a Redirect patched the cache): take the broker's view.
             self.routing.topics = None
             self.routing.apply(snapshot)
+        self._notify()
+
+    def _notify(self) -> None:
+        for listener in list(self.topology_listeners):
+            listener()
 
     def _handle_push(self, conn: ClientConnection, frame: Frame) -> None:
         if frame.op == Op.TOPOLOGY_UPDATE:
@@ -117,7 +124,8 @@ class ClusterClient:
             except HeadraceError as exc:
                 log.warning("ignoring malformed topology push: %s", exc)
                 return
-            self.routing.apply(snapshot)
+            if self.routing.apply(snapshot):
+                self._notify()
             # Ack the generation the cache reflects now (never one it has not applied).
             generation = self.routing.generation
             self.acked_generations.append(generation)

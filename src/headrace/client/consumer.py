@@ -117,6 +117,7 @@ class Consumer:
         self._unreturned: dict[int, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        self._topology_changed = asyncio.Event()
         #: last epoch this member held each partition under (acks of a revoking partition use it)
         self._epochs: dict[int, int] = {}
 
@@ -126,17 +127,12 @@ class Consumer:
         self.cluster.on_push(Op.ASSIGNMENT, self._on_assignment)
         self.cluster.on_push(Op.DELIVERY, self._on_delivery)
         await self.cluster.start()
-        routing = self.cluster.routing.topic(self.topic)
-        owners = sorted({o for o in routing.owners})
-        for owner_id in owners:
-            addr = (self.cluster.routing.brokers or {}).get(owner_id)
-            conn = await (
-                self.cluster.connect(addr.host, addr.port)
-                if addr
-                else self.cluster.bootstrap_connection()
-            )
-            await self._join(owner_id, conn)
-        self._tasks.append(asyncio.get_running_loop().create_task(self._heartbeat_forever()))
+        self.cluster.routing.topic(self.topic)  # UnknownTopic now, not in the background
+        await self._sync_sessions()
+        loop = asyncio.get_running_loop()
+        self._tasks.append(loop.create_task(self._heartbeat_forever()))
+        self._tasks.append(loop.create_task(self._follow_topology()))
+        self.cluster.topology_listeners.append(self._topology_changed.set)
         return self
 
     async def __aenter__(self) -> Consumer:
@@ -144,6 +140,60 @@ class Consumer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    async def _sync_sessions(self) -> None:
+        """Be a member on every broker that leads a partition of the topic, and only there."""
+        routing = self.cluster.routing.topic(self.topic)
+        owners = {o for o in routing.owners if o >= 0}
+        for owner_id in list(self._sessions):
+            session = self._sessions[owner_id]
+            if owner_id not in owners or session.conn.is_closed:
+                self._drop_session(owner_id)
+        for owner_id in sorted(owners - set(self._sessions)):
+            addr = (self.cluster.routing.brokers or {}).get(owner_id)
+            if addr is None:
+                continue
+            conn = await self.cluster.connect(addr.host, addr.port)
+            await self._join(owner_id, conn)
+
+    def _drop_session(self, owner_id: int) -> None:
+        session = self._sessions.pop(owner_id)
+        for p in list(session.held) + list(session.revoking):
+            if self._session_of.get(p) is session:
+                del self._session_of[p]
+        session.held.clear()
+        session.revoking.clear()
+        if not session.conn.is_closed:
+            # Leaving the broker's cohort: it no longer leads anything of ours.
+            session.conn.request(Op.COHORT_LEAVE, b"{}").add_done_callback(_log_failure("leave"))
+
+    async def _follow_topology(self) -> None:
+        """Rejoin where leadership moved; reconnect after a broker dies (failover)."""
+        backoff = 0.1
+        while True:
+            closed = [s for s in self._sessions.values() if s.conn.is_closed]
+            if not closed:
+                self._topology_changed.clear()
+                waiters = [asyncio.ensure_future(self._topology_changed.wait())]
+                waiters += [
+                    asyncio.ensure_future(s.conn.closed.wait()) for s in self._sessions.values()
+                ]
+                try:
+                    await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waiters:
+                        w.cancel()
+            if self._closed:
+                return
+            try:
+                if any(s.conn.is_closed for s in self._sessions.values()):
+                    await self.cluster.refresh()
+                await self._sync_sessions()
+                backoff = 0.1
+            except HeadraceError as exc:
+                log.info("rejoining cohort %s after a topology change failed: %s", self.cohort, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
 
     async def _join(self, owner_id: int, conn: ClientConnection) -> None:
         session = _Session(conn)

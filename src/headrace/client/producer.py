@@ -137,7 +137,19 @@ class _PartitionSender:
                 continue
             batch, fut = self.inflight[0]
             try:
-                frame = await fut
+                # A response that never comes (a half-dead connection) must not stall the
+                # partition: time out and resend; the broker answers a resent batch it already
+                # has with its original offset.
+                frame = await asyncio.wait_for(asyncio.shield(fut), p.request_timeout_ms / 1000)
+            except TimeoutError:
+                log.warning(
+                    "%s/%s: no produce response in %d ms; resending",
+                    self.topic,
+                    self.partition,
+                    p.request_timeout_ms,
+                )
+                await self._on_error(batch, RequestTimedOut("no produce response in time"))
+                continue
             except HeadraceError as exc:
                 await self._on_error(batch, exc)
                 continue
@@ -180,6 +192,20 @@ class _PartitionSender:
             else:
                 f.exception() if not f.cancelled() else None
         self.inflight.clear()
+        if isinstance(exc, OutOfOrderSequence) and batch.attempts >= 3:
+            # Resending in order did not close the gap: the broker lost batches it had
+            # acknowledged (a crash under fsync=interval). Continue as a new producer
+            # identity, which the broker has no sequence history for.
+            p.producer_id = secrets.randbits(63) | 1
+            log.warning(
+                "%s/%s: sequence gap persists; continuing as producer %d",
+                self.topic,
+                self.partition,
+                p.producer_id,
+            )
+            for b in pending:
+                b.data = rb.restamp_producer(b.data, p.producer_id, b.sequence)
+                b.attempts = 0
         if retriable and time.monotonic() < batch.deadline:
             if isinstance(exc, RedirectReceived):
                 r = exc.redirect

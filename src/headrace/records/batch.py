@@ -188,6 +188,19 @@ def restamp_sequence(batch: bytes, sequence: int) -> bytes:
     return bytes(buf)
 
 
+PRODUCER_FIELD: Final = struct.Struct("<Q")
+PRODUCER_FIELD_OFFSET: Final = 43
+
+
+def restamp_producer(batch: bytes, producer_id: int, sequence: int) -> bytes:
+    """A copy of ``batch`` under a new producer identity and sequence (re-CRC'd)."""
+    buf = bytearray(batch)
+    PRODUCER_FIELD.pack_into(buf, PRODUCER_FIELD_OFFSET, producer_id)
+    SEQUENCE_FIELD.pack_into(buf, SEQUENCE_FIELD_OFFSET, sequence)
+    CRC_FIELD.pack_into(buf, CRC_FIELD_OFFSET, zlib.crc32(memoryview(buf)[CRC_START:]))
+    return bytes(buf)
+
+
 def stamped_prefix(batch: bytes | memoryview, base_offset: int, leader_epoch: int) -> bytes:
     """The first 16 bytes of ``batch`` with the leader's fields stamped.
 
