@@ -47,6 +47,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Final
 
 from headrace.control import cohort_plans, election, placement
 from headrace.control.liveness import Liveness, adoption_floor, assess
@@ -62,6 +63,8 @@ from headrace.control.model import (
     TopicStatus,
 )
 from headrace.control.settings import ControlSettings
+
+DEFAULT_SETTINGS: Final = ControlSettings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +107,7 @@ def reconcile(
     specs: Iterable[TopicSpec],
     heartbeats: Mapping[int, Heartbeat],
     now_ms: int,
-    settings: ControlSettings,
+    settings: ControlSettings = DEFAULT_SETTINGS,
     *,
     observing_since_ms: int,
 ) -> Decision:
@@ -294,14 +297,9 @@ def _replan(topic: TopicStatus, connections: _Connections, events: list[Event]) 
         if new is None:
             continue
         if new is not previous:
-            members = ", ".join(f"{m}={list(ps)}" for m, ps in new.assignment.items()) or "nobody"
-            events.append(
-                Event(
-                    "PlanChanged",
-                    f"{topic.name}:{cohort}",
-                    f"generation {new.generation}: {members}",
-                )
-            )
+            held = ", ".join(f"{m} {len(ps)}" for m, ps in new.assignment.items()) or "no members"
+            message = f"generation {new.generation}: {held}"
+            events.append(Event("PlanChanged", f"{topic.name}:{cohort}", message))
         plans[cohort] = new
     return replace(topic, cohort_plans=plans)
 

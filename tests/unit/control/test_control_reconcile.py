@@ -21,6 +21,7 @@ from headrace.control.model import (
     BrokerInfo,
     ClusterState,
     PartitionState,
+    PartitionStatus,
     TopicSpec,
 )
 from headrace.control.settings import ControlSettings
@@ -68,7 +69,7 @@ class Controller:
         self.fleet.forget()
         self.since = self.clock.now_ms
 
-    def partition(self, p: int, topic: str = T) -> rc.PartitionStatus:
+    def partition(self, p: int, topic: str = T) -> PartitionStatus:
         return self.state.topics[topic].partitions[p]
 
     def kinds(self, since: int = 0) -> list[str]:
