@@ -135,7 +135,7 @@ def reconcile(
         if spec.name in wanted:
             problems.append(Problem(spec.name, "DuplicateSpec", "more than one spec names it"))
         else:
-            wanted.setdefault(spec.name, spec)
+            wanted[spec.name] = spec
 
     topics: dict[str, TopicStatus] = {}
     for name in sorted(state.topics):
