@@ -47,13 +47,13 @@ async def test_acks_all_replicates_to_every_replica_and_logs_are_identical(
     for p, n in ((0, 3000), (1, 2000)):
         cluster.wait(
             lambda p=p, n=n: all(
-                cluster.partition_report(b, TOPIC, p)["log_end_offset"] == n for b in range(3)
+                cluster.partition_report(b, TOPIC, p)["logEndOffset"] == n for b in range(3)
             ),
             what=f"partition {p} replicated",
         )
     leader0 = cluster.partition_report(0, TOPIC, 0)
-    assert leader0["role"] == "leader" and leader0["high_watermark"] == 3000
-    assert leader0["live_replicas"] == [0, 1, 2]
+    assert leader0["role"] == "leader" and leader0["highWatermark"] == 3000
+    assert leader0["liveReplicas"] == [0, 1, 2]
     assert cluster.partition_report(1, TOPIC, 0)["role"] == "follower"
     cluster.stop()
     for p, n in ((0, 3000), (1, 2000)):
@@ -69,7 +69,7 @@ async def test_diverged_follower_is_truncated_to_the_new_leaders_log(cluster: Cl
     await produce(cluster.bootstrap, 0, values("shared", 500))
     cluster.wait(
         lambda: all(
-            cluster.partition_report(b, TOPIC, 0)["log_end_offset"] == 500 for b in range(3)
+            cluster.partition_report(b, TOPIC, 0)["logEndOffset"] == 500 for b in range(3)
         )
     )
     # Cut the leader off from its followers (SIGSTOP would not do: responses already in
@@ -77,7 +77,7 @@ async def test_diverged_follower_is_truncated_to_the_new_leaders_log(cluster: Cl
     b1.kill9()
     b2.kill9()
     await produce(b0.bootstrap, 0, values("orphan", 200), acks="leader")
-    assert cluster.partition_report(0, TOPIC, 0)["log_end_offset"] == 700
+    assert cluster.partition_report(0, TOPIC, 0)["logEndOffset"] == 700
     b0.kill9()
     b1.start()
     b2.start()
@@ -85,12 +85,12 @@ async def test_diverged_follower_is_truncated_to_the_new_leaders_log(cluster: Cl
     cluster.set_topic(TOPIC, [([0, 1, 2], 1, 2, [1, 2])], min_in_sync=1)
     cluster.push()
     await produce(cluster.bootstrap, 0, values("new", 300))
-    cluster.wait(lambda: cluster.partition_report(2, TOPIC, 0)["log_end_offset"] == 800)
+    cluster.wait(lambda: cluster.partition_report(2, TOPIC, 0)["logEndOffset"] == 800)
     # The old leader returns as a follower: its 200 orphans must go.
     b0.start()
     cluster.push()
     cluster.wait(
-        lambda: cluster.partition_report(0, TOPIC, 0)["log_end_offset"] == 800,
+        lambda: cluster.partition_report(0, TOPIC, 0)["logEndOffset"] == 800,
         what="old leader caught up",
     )
     cluster.stop()
@@ -110,12 +110,12 @@ async def test_lagging_follower_leaves_the_lrs_and_returns_and_min_in_sync_fails
     b2.pause()
     await produce(b0.bootstrap, 0, values("b", 100))  # still acks: LRS {0,1} after the lag bound
     cluster.wait(
-        lambda: cluster.partition_report(0, TOPIC, 0)["live_replicas"] == [0, 1],
+        lambda: cluster.partition_report(0, TOPIC, 0)["liveReplicas"] == [0, 1],
         what="broker 2 dropped",
     )
     b1.pause()
     cluster.wait(
-        lambda: cluster.partition_report(0, TOPIC, 0)["live_replicas"] == [0],
+        lambda: cluster.partition_report(0, TOPIC, 0)["liveReplicas"] == [0],
         what="broker 1 dropped",
     )
     with pytest.raises(NotEnoughReplicas):
@@ -124,13 +124,13 @@ async def test_lagging_follower_leaves_the_lrs_and_returns_and_min_in_sync_fails
     b1.resume()
     b2.resume()
     cluster.wait(
-        lambda: cluster.partition_report(0, TOPIC, 0)["live_replicas"] == [0, 1, 2],
+        lambda: cluster.partition_report(0, TOPIC, 0)["liveReplicas"] == [0, 1, 2],
         what="both back",
     )
     await produce(b0.bootstrap, 0, values("c", 10))
     cluster.wait(
         lambda: all(
-            cluster.partition_report(b, TOPIC, 0)["log_end_offset"] == 210 for b in range(3)
+            cluster.partition_report(b, TOPIC, 0)["logEndOffset"] == 210 for b in range(3)
         )
     )
     await asyncio.sleep(0)

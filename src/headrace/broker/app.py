@@ -286,22 +286,31 @@ class Broker:
         return ctx
 
     def heartbeat(self) -> dict[str, Any]:
-        """What the controller polls: roles, epochs, offsets, LRS, cohort members, adoption."""
+        """What the controller polls (camelCase, the shape ``control.model.Heartbeat`` reads)."""
+        host, port = self.advertised
+        admin_port = self.admin.port if self.admin is not None else -1
         partitions = sorted(self.registry.all_partitions(), key=lambda p: (p.topic.name, p.index))
         return {
-            "broker_id": self.settings.broker_id,
-            "generation": self.cluster.generation if self.cluster else self.registry.generation,
+            "broker": {
+                "id": self.settings.broker_id,
+                "host": host,
+                "port": port,
+                "adminPort": admin_port,
+            },
+            # The cluster generation this broker has applied; 0 before the first push (the
+            # standalone registry counter is a different counter and must not stand in for it).
+            "generation": self.cluster.generation if self.cluster else 0,
             "adoption": self.adoption_floor(),
-            "draining": False,
+            "draining": not self.ready,
             "partitions": [
                 {
                     "topic": p.topic.name,
                     "partition": p.index,
                     "role": p.role.value,
-                    "leader_epoch": p.leader_epoch,
-                    "log_end_offset": p.log.next_offset,
-                    "high_watermark": p.high_watermark,
-                    "live_replicas": p.lrs,
+                    "leaderEpoch": p.leader_epoch,
+                    "logEndOffset": p.log.next_offset,
+                    "highWatermark": p.high_watermark,
+                    "liveReplicas": p.lrs,
                 }
                 for p in partitions
             ],

@@ -497,5 +497,17 @@ def bench(
     )
 
 
+def _register_local_mode() -> None:
+    from headrace.cli import local as local_mode
+
+    main.add_command(local_mode.controller)
+    main.add_command(local_mode.local)
+    main.add_command(local_mode.apply)
+    main.add_command(local_mode.delete)
+
+
+_register_local_mode()
+
+
 if __name__ == "__main__":
     main()

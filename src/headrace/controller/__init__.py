@@ -1,0 +1,1 @@
+"""The controller process (local mode): drives the pure control core over HTTP."""

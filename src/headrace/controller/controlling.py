@@ -1,0 +1,249 @@
+"""The controller loop: poll heartbeats, reconcile, persist, push.
+
+Every ``poll_interval_ms`` it fetches ``/v1/heartbeat`` from every broker it
+knows, runs one pure ``reconcile`` step, persists the state if (and only if)
+the step changed it, and pushes the topology to every live broker whose last
+heartbeat shows an older generation. Pushes are idempotent and the brokers
+fence them by generation, so repeating one is harmless.
+
+A restarted controller loads the persisted state, waits out the warm-up the
+core prescribes, and changes nothing unless the cluster did: no generation
+bump, no leader change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from headrace.control.model import Heartbeat, TopicSpec
+from headrace.control.reconcile import Decision, reconcile
+from headrace.control.settings import ControlSettings
+from headrace.controller.store import StateStore, spec_of
+from headrace.errors import HeadraceError
+
+log = logging.getLogger(__name__)
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    id: int
+    host: str
+    admin_port: int
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    state_dir: Path
+    brokers: tuple[BrokerEndpoint, ...]
+    cluster_id: str = "local"
+    #: how often every broker's heartbeat is polled (the issue's default: 1 s)
+    poll_interval_ms: int = 1000
+    #: a poll that takes longer than this counts as a missed heartbeat
+    poll_timeout_ms: int = 800
+    control: ControlSettings = field(default_factory=ControlSettings)
+    admin_host: str = "127.0.0.1"
+    admin_port: int = 9700
+
+
+class Controller:
+    def __init__(self, settings: ControllerSettings) -> None:
+        self.settings = settings
+        self.store = StateStore(settings.state_dir)
+        self.state, self.resources = self.store.load()
+        self.heartbeats: dict[int, Heartbeat] = {}
+        #: the topology generation each broker last reported
+        self.broker_generations: dict[int, int] = {}
+        self.started_ms = wall_ms()
+        self.last_decision: Decision | None = None
+        self.steps = 0
+        self.generation_bumps = 0
+        self.pushes = 0
+        self._session: aiohttp.ClientSession | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._kick = asyncio.Event()
+
+    @property
+    def specs(self) -> list[TopicSpec]:
+        return [spec_of(r) for r in self.resources.values()]
+
+    async def start(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=self.settings.poll_timeout_ms / 1000)
+        self._session = aiohttp.ClientSession(timeout=timeout)
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="controller")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        if self._session is not None:
+            await self._session.close()
+
+    def kick(self) -> None:
+        """Run a step now (after an apply) instead of at the next poll."""
+        self._kick.set()
+
+    # ------------------------------------------------------------------ desired state
+
+    def apply(self, resources: list[dict[str, Any]]) -> list[str]:
+        names = []
+        for resource in resources:
+            spec = spec_of(resource)  # validates the name and counts
+            self.resources[spec.name] = resource
+            names.append(spec.name)
+        self.store.save(self.state, self.resources)
+        self.kick()
+        return names
+
+    def delete(self, names: list[str]) -> list[str]:
+        gone = [n for n in names if self.resources.pop(n, None) is not None]
+        self.store.save(self.state, self.resources)
+        self.kick()
+        return gone
+
+    # ------------------------------------------------------------------ the loop
+
+    async def _run(self) -> None:
+        interval = self.settings.poll_interval_ms / 1000
+        while True:
+            try:
+                await self.step()
+            except Exception:
+                log.exception("controller step failed")
+            self._kick.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), interval)
+
+    async def step(self) -> Decision:
+        await asyncio.gather(*(self._poll(b) for b in self.settings.brokers))
+        now = wall_ms()
+        decision = reconcile(
+            self.state,
+            self.specs,
+            self.heartbeats,
+            now,
+            self.settings.control,
+            observing_since_ms=self.started_ms,
+        )
+        self.steps += 1
+        self.last_decision = decision
+        for event in decision.events:
+            log.info("%s %s: %s", event.kind, event.subject, event.message)
+        if decision.changed:
+            self.generation_bumps += 1
+            self.state = decision.state
+            self.store.save(self.state, self.resources)
+        await self._push(decision)
+        return decision
+
+    async def _poll(self, broker: BrokerEndpoint) -> None:
+        assert self._session is not None
+        try:
+            async with self._session.get(f"{broker.admin_url}/v1/heartbeat") as resp:
+                doc = await resp.json()
+            heartbeat = Heartbeat.from_json(doc, received_ms=wall_ms())
+        except (aiohttp.ClientError, TimeoutError, ValueError, HeadraceError) as exc:
+            log.debug("no heartbeat from broker %s: %s", broker.id, exc)
+            return
+        if heartbeat.broker_id != broker.id:
+            log.error(
+                "broker at %s says it is %s, expected %s",
+                broker.admin_url,
+                heartbeat.broker_id,
+                broker.id,
+            )
+            return
+        self.heartbeats[broker.id] = heartbeat
+        self.broker_generations[broker.id] = int(doc.get("generation", 0))
+
+    def topology_document(self) -> dict[str, Any]:
+        """The document brokers apply (see ``broker.replicating.ClusterTopology``)."""
+        specs = {s.name: s for s in self.specs}
+        state = self.state
+        return {
+            "generation": state.generation,
+            "cluster_id": self.settings.cluster_id,
+            "brokers": [
+                {"id": b.id, "host": b.host, "port": b.port, "admin_port": b.admin_port}
+                for _, b in sorted(state.brokers.items())
+            ],
+            "topics": [
+                {
+                    "name": name,
+                    "partitions": len(topic.partitions),
+                    "partitioning_version": topic.partitioning_version,
+                    "min_in_sync": specs[name].min_in_sync if name in specs else 1,
+                    "config": {},
+                    "assignments": [
+                        {
+                            "partition": p.partition,
+                            "replicas": list(p.replicas),
+                            # a candidate is told it leads, so it can promote itself
+                            "leader": p.owner,
+                            "epoch": p.leader_epoch,
+                            "lrs": list(p.live_replicas),
+                        }
+                        for p in topic.partitions
+                    ],
+                }
+                for name, topic in sorted(state.topics.items())
+            ],
+        }
+
+    async def _push(self, decision: Decision) -> None:
+        assert self._session is not None
+        if self.state.generation == 0:
+            return
+        doc = self.topology_document()
+        behind = [
+            b
+            for b in self.settings.brokers
+            if b.id in decision.liveness.live
+            and self.broker_generations.get(b.id, 0) < self.state.generation
+        ]
+        for broker in behind:
+            try:
+                async with self._session.post(f"{broker.admin_url}/v1/topology", json=doc) as resp:
+                    body = await resp.json()
+                if resp.status == 200:
+                    self.pushes += 1
+                    self.broker_generations[broker.id] = int(body.get("generation") or 0)
+                else:
+                    log.warning(
+                        "broker %s refused topology %d: %s", broker.id, self.state.generation, body
+                    )
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                log.info("push to broker %s failed: %s", broker.id, exc)
+
+    def state_document(self) -> dict[str, Any]:
+        decision = self.last_decision
+        return {
+            "cluster": self.state.to_json(),
+            "live": sorted(decision.liveness.live) if decision else [],
+            "adoptionFloor": decision.adoption_floor if decision else None,
+            "problems": [
+                {"topic": p.topic, "reason": p.reason, "message": p.message}
+                for p in decision.problems
+            ]
+            if decision
+            else [],
+            "steps": self.steps,
+            "generationBumps": self.generation_bumps,
+            "pushes": self.pushes,
+        }
