@@ -5,8 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 BIN := $(VENV)/bin
 DATA_DIR ?= var/standalone
+LOCAL_DIR ?= var/local
 
-.PHONY: setup run test lint typecheck unit integration bench clean
+.PHONY: setup run run-standalone test lint typecheck unit integration bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,7 +17,20 @@ $(VENV)/.installed: pyproject.toml
 
 setup: $(VENV)/.installed
 
+# A 3-broker local cluster (controller + brokers on 127.0.0.2-4) with a demo topic;
+# Ctrl-C stops it. `make run-standalone` runs a single standalone broker instead.
 run: setup
+	-$(BIN)/headrace local down --dir $(LOCAL_DIR) 2>/dev/null
+	$(BIN)/headrace local up --dir $(LOCAL_DIR) --brokers 3 > $(LOCAL_DIR).bootstrap
+	$(BIN)/headrace apply -f examples/local/demo-topic.yaml --dir $(LOCAL_DIR)
+	@B=$$(cat $(LOCAL_DIR).bootstrap); printf '%s\n' \
+	  "" "headrace local cluster is up (status page: http://127.0.0.1:9700/)" "Try, in another shell:" \
+	  "  seq 1 10 | .venv/bin/headrace produce demo --acks all --bootstrap $$B" \
+	  "  .venv/bin/headrace consume demo --cohort readers --from-beginning --count 10 --bootstrap $$B" \
+	  "  .venv/bin/headrace local status --dir $(LOCAL_DIR)" "" "Ctrl-C here stops the cluster."
+	@trap '$(BIN)/headrace local down --dir $(LOCAL_DIR)' INT TERM; while true; do sleep 3600; done
+
+run-standalone: setup
 	$(BIN)/headrace broker --standalone --data-dir $(DATA_DIR) --port 9092 --admin-port 9644 --announce
 
 lint: setup
