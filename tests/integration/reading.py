@@ -18,7 +18,8 @@ async def read_partition(
     cluster = ClusterClient(bootstrap)
     records: list[rb.Record] = []
     try:
-        conn = await cluster.bootstrap_connection()
+        await cluster.start()
+        conn = await cluster.connection_for(topic, partition)  # the leader serves reads
         offset = 0
         while True:
             req = msg.FetchRequest(topic, partition, offset, 4 * 1024 * 1024, 0, isolation)

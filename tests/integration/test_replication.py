@@ -68,9 +68,7 @@ async def test_diverged_follower_is_truncated_to_the_new_leaders_log(cluster: Cl
     cluster.push()
     await produce(cluster.bootstrap, 0, values("shared", 500))
     cluster.wait(
-        lambda: all(
-            cluster.partition_report(b, TOPIC, 0)["logEndOffset"] == 500 for b in range(3)
-        )
+        lambda: all(cluster.partition_report(b, TOPIC, 0)["logEndOffset"] == 500 for b in range(3))
     )
     # Cut the leader off from its followers (SIGSTOP would not do: responses already in
     # flight would still arrive), then let it append records nobody else gets.
@@ -129,8 +127,6 @@ async def test_lagging_follower_leaves_the_lrs_and_returns_and_min_in_sync_fails
     )
     await produce(b0.bootstrap, 0, values("c", 10))
     cluster.wait(
-        lambda: all(
-            cluster.partition_report(b, TOPIC, 0)["logEndOffset"] == 210 for b in range(3)
-        )
+        lambda: all(cluster.partition_report(b, TOPIC, 0)["logEndOffset"] == 210 for b in range(3))
     )
     await asyncio.sleep(0)

@@ -273,9 +273,16 @@ class Broker:
     def lrs_changed(self, partition: Partition) -> None:
         self.metrics.lrs_changes.inc()
 
+    def cohort_plan(self, topic: str, cohort: str) -> dict[str, list[int]] | None:
+        if self.cluster is None:
+            return None
+        placement = next((t for t in self.cluster.topics if t.name == topic), None)
+        return None if placement is None else placement.cohort_plans.get(cohort)
+
     def refresh_cohorts(self) -> None:
-        for runtime in self.cohorts.values():
+        for (topic, cohort), runtime in self.cohorts.items():
             runtime.refresh_partitions()
+            runtime.set_plan(self.cohort_plan(topic, cohort))
 
     def client_ssl_context(self) -> ssl.SSLContext | None:
         tls = self.settings.tls
@@ -381,6 +388,9 @@ class Broker:
                 chunk_bytes=self.settings.delivery_chunk_bytes,
             )
             runtime.on_delivered = self.metrics.delivered_bytes.inc
+            plan = self.cohort_plan(topic.name, name)
+            if plan is not None:
+                runtime.gates.plan = {m: frozenset(ps) for m, ps in plan.items()}
             runtime.start()
             self.cohorts[key] = runtime
         return runtime

@@ -94,6 +94,11 @@ class CohortRuntime:
             partition.remove_listener(self._on_hw)
         self._listening = current
 
+    def set_plan(self, plan: dict[str, list[int]] | None) -> None:
+        """The controller's advisory plan for this cohort (None: assign locally)."""
+        self.gates.set_plan(plan, now_ms())
+        self._publish()
+
     def refresh_partitions(self) -> None:
         """Leadership or the topic changed: gates follow the partitions led here now."""
         self._listen()

@@ -73,6 +73,8 @@ class TopicPlacement:
     min_in_sync: int
     config: dict[str, Any]
     assignments: list[PartitionPlacement]
+    #: cohort -> member -> partitions: the controller's advisory plans
+    cohort_plans: dict[str, dict[str, list[int]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,10 @@ class ClusterTopology:
                             )
                             for a in t["assignments"]
                         ],
+                        {
+                            str(c): {str(m): [int(p) for p in ps] for m, ps in dict(plan).items()}
+                            for c, plan in dict(t.get("cohort_plans", {})).items()
+                        },
                     )
                     for t in obj.get("topics", [])
                 ],

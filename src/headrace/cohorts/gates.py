@@ -18,6 +18,12 @@ members at once:
     REVOKING  target names M again           HELD(M)    resume, same epoch
     HELD/REV  M disconnects or times out     FREE       unacked records go to the next holder
 
+Where the target comes from: on a cluster broker, the controller's cohort
+plan (``set_plan``), which spans every broker's partitions; it is advisory
+and may lag a heartbeat, which is safe because gates still move only through
+the table above. Without a plan (standalone, or before the first plan) the
+broker assigns its own partitions among the members connected to it.
+
 A member that *leaves* politely stays in the member list as ``leaving`` until
 its gates are released (or their grace expires), so its in-flight records can
 be acked; a member that disconnects is gone at once. The ``epoch`` of a gate
@@ -32,6 +38,7 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -99,6 +106,8 @@ class CohortGates:
     members: dict[str, Member] = field(default_factory=dict)
     gates: dict[int, Gate] = field(default_factory=dict)
     target: dict[str, frozenset[int]] = field(default_factory=dict)
+    #: the controller's plan (member -> partitions), or None to assign locally
+    plan: dict[str, frozenset[int]] | None = None
     #: bumped only when the target assignment's content changes
     generation: int = 0
     #: last epoch of gates whose partition went away, so a returning gate never reuses one
@@ -232,8 +241,26 @@ class CohortGates:
         ordered = sorted(self.members.values(), key=lambda m: (m.joined_ms, m.member_id))
         return [m.member_id for m in ordered if not m.leaving]
 
+    def set_plan(self, plan: Mapping[str, Collection[int]] | None, now_ms: int) -> None:
+        """Follow a controller's cohort plan (advisory), or the local assignment if None.
+
+        With a plan, a gate goes to its planned member only if that member is
+        connected here; a partition planned for someone absent pauses until the
+        next plan rather than going to anyone else (never two holders across
+        brokers). A member missing from the plan gets nothing until it appears.
+        """
+        self.plan = None if plan is None else {m: frozenset(ps) for m, ps in plan.items()}
+        self._rebalance(now_ms)
+
     def _rebalance(self, now_ms: int) -> None:
-        new_target = assign(self.partitions, self._active_members(), self.target)
+        if self.plan is not None:
+            active = set(self._active_members())
+            local = set(self.partitions)
+            new_target = {
+                m: ps & local for m, ps in self.plan.items() if m in active and ps & local
+            }
+        else:
+            new_target = assign(self.partitions, self._active_members(), self.target)
         if new_target != self.target:
             self.generation += 1
             self.target = new_target

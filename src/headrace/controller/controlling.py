@@ -201,6 +201,10 @@ class Controller:
                         }
                         for p in topic.partitions
                     ],
+                    "cohort_plans": {
+                        cohort: {m: list(ps) for m, ps in plan.assignment.items()}
+                        for cohort, plan in topic.cohort_plans.items()
+                    },
                 }
                 for name, topic in sorted(state.topics.items())
             ],

@@ -1,0 +1,235 @@
+"""A real local cluster: controller + 3 brokers; failover, controller restart, cohorts, manifests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from headrace.client import Consumer, Producer
+from headrace.client.producer import RecordMetadata
+from headrace.errors import HeadraceError
+from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.reading import read_partition
+
+PARTITIONS = 8
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path / "local")
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def online(c: LocalCluster, topic: str, partitions: int) -> bool:
+    parts = c.partitions(topic)
+    return len(parts) == partitions and all(p["state"] == "Online" for p in parts)
+
+
+async def read_all(c: LocalCluster, topic: str, partition: int) -> list[tuple[int, bytes]]:
+    for _ in range(50):
+        with contextlib.suppress(HeadraceError):
+            return [
+                (r.offset, r.value) for r in await read_partition(c.bootstrap, topic, partition)
+            ]
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"partition {partition} unreadable")
+
+
+def test_invalid_manifests_get_field_errors_and_nothing_is_applied(cluster: LocalCluster) -> None:
+    bad = (
+        topic_manifest("good-one", 4)
+        + "---\n"
+        + """apiVersion: headrace.dev/v1alpha1
+kind: Topic
+metadata:
+  name: bad-one
+spec:
+  clusterRef: {name: local}
+  partitions: 0
+  replicas: 3
+  minInSync: 5
+  colour: blue
+"""
+    )
+    result = cluster.apply(bad)
+    assert result.returncode != 0
+    err = result.stderr.decode()
+    assert "spec.partitions" in err and "colour" in err and "minInSync" in err, err
+    time.sleep(1.5)
+    assert cluster.partitions("default/good-one") == [], (
+        "nothing may be applied from an invalid set"
+    )
+
+
+async def test_kill9_of_a_leader_under_acks_all_load_loses_nothing(cluster: LocalCluster) -> None:
+    assert cluster.apply(topic_manifest("failover", PARTITIONS)).returncode == 0
+    cluster.wait(lambda: online(cluster, "default/failover", PARTITIONS), what="topic online")
+    acked: list[tuple[RecordMetadata, bytes]] = []
+    stop = asyncio.Event()
+    consumed: dict[str, list[tuple[int, int, bytes]]] = defaultdict(list)
+
+    async def load() -> None:
+        async with Producer(
+            cluster.bootstrap, acks="all", linger_ms=2, delivery_timeout_ms=60_000
+        ) as producer:
+            i = 0
+            pending: set[asyncio.Task[None]] = set()
+
+            async def settle(receipt: object, value: bytes) -> None:
+                with contextlib.suppress(HeadraceError):
+                    acked.append((await receipt, value))  # type: ignore[misc]
+
+            while not stop.is_set():
+                for _ in range(100):
+                    value = f"v{i:08d}".encode()
+                    i += 1
+                    task = asyncio.create_task(
+                        settle(await producer.send("failover", value, key=value), value)
+                    )
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                await asyncio.sleep(0.005)
+            await asyncio.gather(*pending)
+
+    seen: set[bytes] = set()
+    loaded = asyncio.Event()
+
+    def drained() -> bool:
+        return loaded.is_set() and all(v in seen for _, v in acked)
+
+    async def consume(member: str) -> None:
+        async with Consumer(
+            cluster.bootstrap, "failover", "readers", member_id=member, start="earliest"
+        ) as c:
+            while not drained() and time.monotonic() < drain_deadline:
+                for batch in await c.getmany(timeout_s=0.3):
+                    values = batch.values()
+                    consumed[member].extend(
+                        zip([batch.partition] * batch.record_count, batch.offsets(), values)
+                    )
+                    seen.update(values)
+                    c.ack_batch(batch)
+
+    drain_deadline = time.monotonic() + 120
+    loading = asyncio.create_task(load())
+    members = [asyncio.create_task(consume(m)) for m in ("m1", "m2")]
+    await asyncio.sleep(2)
+    victim = cluster.partitions("default/failover")[0]["leader"]
+    before = len(acked)
+    killed_at = time.monotonic()
+    cluster.kill_broker(victim)
+    cluster.wait(
+        lambda: all(
+            p["leader"] not in (victim, None) for p in cluster.partitions("default/failover")
+        ),
+        what="new leaders elected",
+    )
+    elected_after = time.monotonic() - killed_at
+    await asyncio.sleep(2)
+    stop.set()
+    await loading
+    loaded.set()
+    drain_deadline = time.monotonic() + 30
+    await asyncio.gather(*members)
+    print(
+        f"\nkill -9 of broker {victim}: new leaders after {elected_after:.2f}s; acked {before} before, {len(acked)} total"
+    )
+
+    assert len(acked) > before, "no acks=all produce succeeded after the failover"
+    stored: dict[tuple[int, int], bytes] = {}
+    for p in range(PARTITIONS):
+        records = await read_all(cluster, "default/failover", p)
+        assert [o for o, _ in records] == list(range(len(records))), (
+            f"partition {p} offsets not contiguous"
+        )
+        stored.update({(p, o): v for o, v in records})
+    values = list(stored.values())
+    assert len(values) == len(set(values)), "a record is stored twice"
+    for meta, value in acked:
+        assert stored.get((meta.partition, meta.offset)) == value, f"acked record {meta} lost"
+    got = {v for log in consumed.values() for _, _, v in log}
+    missing = {v for _, v in acked} - got
+    where: dict[int, int] = defaultdict(int)
+    for meta, value in acked:
+        if value in missing:
+            where[meta.partition] += 1
+    assert not missing, (
+        f"{len(missing)} acknowledged records never reached the cohort: by partition {dict(where)}"
+    )
+
+
+async def test_controller_restart_mid_load_bumps_nothing_and_moves_no_leader(
+    cluster: LocalCluster,
+) -> None:
+    assert cluster.apply(topic_manifest("steady", 4)).returncode == 0
+    cluster.wait(lambda: online(cluster, "default/steady", 4), what="topic online")
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        await producer.send_many("steady", [b"before"] * 1000)
+        await producer.flush()
+        time.sleep(2.5)  # let LRS reports settle into the state
+        before = cluster.state()["cluster"]
+        cluster.kill_controller()
+        cluster.restart_controller()
+        cluster.wait(lambda: cluster.state()["steps"] >= 8, what="restarted controller polling")
+        futures = await producer.send_many("steady", [b"during"] * 1000)
+        await producer.flush()
+        for f in futures:
+            await f
+        after = cluster.state()
+    assert after["generationBumps"] == 0, "a restarted controller must not bump the generation"
+    assert after["cluster"]["generation"] == before["generation"]
+    leaders = lambda doc: [
+        (p["leader"], p["leaderEpoch"]) for t in doc["topics"] for p in t["partitions"]
+    ]  # noqa: E731
+    assert leaders(after["cluster"]) == leaders(before)
+
+
+async def test_cohort_across_brokers_never_double_delivers(cluster: LocalCluster) -> None:
+    assert cluster.apply(topic_manifest("shared", 6)).returncode == 0
+    cluster.wait(lambda: online(cluster, "default/shared", 6), what="topic online")
+    total = 30_000
+    deliveries: list[tuple[str, int, int]] = []
+
+    async def member(name: str, lifetime: float) -> None:
+        async with Consumer(
+            cluster.bootstrap, "shared", "team", member_id=name, start="earliest"
+        ) as c:
+            deadline = time.monotonic() + lifetime
+            while time.monotonic() < deadline and len(deliveries) < total:
+                for batch in await c.getmany(timeout_s=0.2):
+                    deliveries.extend((name, batch.partition, o) for o in batch.offsets())
+                    c.ack_batch(batch)
+
+    async def produce() -> None:
+        async with Producer(cluster.bootstrap, acks="all", linger_ms=5) as producer:
+            for i in range(0, total, 1000):
+                await producer.send_many("shared", [f"r{j}".encode() for j in range(i, i + 1000)])
+                await asyncio.sleep(0.1)
+            await producer.flush()
+
+    tasks = [asyncio.create_task(produce()), asyncio.create_task(member("a", 60))]
+    await asyncio.sleep(1)
+    tasks.append(asyncio.create_task(member("b", 3)))  # joins, then leaves while records flow
+    await asyncio.sleep(1)
+    tasks.append(asyncio.create_task(member("c", 60)))
+    deadline = time.monotonic() + 60
+    while len(deliveries) < total and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+    await asyncio.gather(*tasks)
+    by_partition: dict[int, list[int]] = defaultdict(list)
+    for _, p, o in deliveries:
+        by_partition[p].append(o)
+    duplicates = {p: len(v) - len(set(v)) for p, v in by_partition.items() if len(v) != len(set(v))}
+    assert not duplicates, f"records delivered twice without a crash: {duplicates}"
+    assert sum(len(v) for v in by_partition.values()) == total
+    assert len({m for m, _, _ in deliveries}) >= 2, "the cohort's work was not shared"
