@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -115,7 +116,12 @@ async def test_kill9_of_a_leader_under_acks_all_load_loses_nothing(cluster: Loca
                 for batch in await c.getmany(timeout_s=0.3):
                     values = batch.values()
                     consumed[member].extend(
-                        zip([batch.partition] * batch.record_count, batch.offsets(), values)
+                        zip(
+                            [batch.partition] * batch.record_count,
+                            batch.offsets(),
+                            values,
+                            strict=True,
+                        )
                     )
                     seen.update(values)
                     c.ack_batch(batch)
@@ -176,7 +182,7 @@ async def test_controller_restart_mid_load_bumps_nothing_and_moves_no_leader(
     async with Producer(cluster.bootstrap, acks="all") as producer:
         await producer.send_many("steady", [b"before"] * 1000)
         await producer.flush()
-        time.sleep(2.5)  # let LRS reports settle into the state
+        await asyncio.sleep(2.5)  # let LRS reports settle into the state
         before = cluster.state()["cluster"]
         cluster.kill_controller()
         cluster.restart_controller()
@@ -188,9 +194,10 @@ async def test_controller_restart_mid_load_bumps_nothing_and_moves_no_leader(
         after = cluster.state()
     assert after["generationBumps"] == 0, "a restarted controller must not bump the generation"
     assert after["cluster"]["generation"] == before["generation"]
-    leaders = lambda doc: [
-        (p["leader"], p["leaderEpoch"]) for t in doc["topics"] for p in t["partitions"]
-    ]  # noqa: E731
+
+    def leaders(doc: dict[str, Any]) -> list[tuple[int, int]]:
+        return [(p["leader"], p["leaderEpoch"]) for t in doc["topics"] for p in t["partitions"]]
+
     assert leaders(after["cluster"]) == leaders(before)
 
 
