@@ -87,6 +87,36 @@ class LocalCluster:
         pid = next(b["pid"] for b in self.record["brokers"] if b["id"] == broker_id)
         os.killpg(pid, signal.SIGKILL)
 
+    def restart_broker(self, broker_id: int) -> None:
+        """Start broker ``broker_id`` again with its data directory and addresses (after a kill)."""
+        record = self.record
+        b = next(b for b in record["brokers"] if b["id"] == broker_id)
+        args = [
+            "broker",
+            "--cluster",
+            "--broker-id",
+            str(b["id"]),
+            "--host",
+            b["host"],
+            "--port",
+            str(b["port"]),
+            "--admin-host",
+            b["host"],
+            "--admin-port",
+            str(b["admin_port"]),
+            "--data-dir",
+            str(self.dir / f"broker-{b['id']}"),
+        ]
+        with open(self.dir / "logs" / f"broker-{b['id']}.log", "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "headrace.cli.main", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        b["pid"] = proc.pid
+        (self.dir / "local.json").write_text(json.dumps(record))
+
     def kill_controller(self) -> None:
         os.killpg(self.record["controller_pid"], signal.SIGKILL)
 

@@ -240,3 +240,35 @@ async def test_cohort_across_brokers_never_double_delivers(cluster: LocalCluster
     assert not duplicates, f"records delivered twice without a crash: {duplicates}"
     assert sum(len(v) for v in by_partition.values()) == total
     assert len({m for m, _, _ in deliveries}) >= 2, "the cohort's work was not shared"
+
+
+async def test_partition_without_eligible_replica_goes_offline_and_recovers(
+    cluster: LocalCluster,
+) -> None:
+    assert cluster.apply(topic_manifest("fragile", 3, replicas=2, min_in_sync=1)).returncode == 0
+    cluster.wait(lambda: online(cluster, "default/fragile", 3), what="topic online")
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        await producer.send_many("fragile", [b"kept"] * 300, partition=0)
+        await producer.flush()
+    replicas = cluster.partitions("default/fragile")[0]["replicas"]
+    await asyncio.sleep(1.5)  # the LRS report of both replicas reaches the controller
+    for broker in replicas:
+        cluster.kill_broker(broker)
+    cluster.wait(
+        lambda: cluster.partitions("default/fragile")[0]["state"] == "Offline",
+        what="partition 0 reported Offline",
+        timeout=30,
+    )
+    assert cluster.partitions("default/fragile")[0]["leader"] is None
+    cluster.restart_broker(replicas[1])
+    cluster.wait(
+        lambda: cluster.partitions("default/fragile")[0]["state"] == "Online",
+        what="partition 0 back Online",
+        timeout=30,
+    )
+    p0 = cluster.partitions("default/fragile")[0]
+    assert p0["leader"] == replicas[1]
+    records = await read_all(cluster, "default/fragile", 0)
+    assert [v for _, v in records] == [b"kept"] * 300, (
+        "the returning replica serves what was committed"
+    )

@@ -95,6 +95,11 @@ class BrokerMetrics:
             "Follower logs cut back to the leader's prefix",
             registry=r,
         )
+        self.leadership_changes = Counter(
+            "headrace_leadership_changes",
+            "Partitions this broker started or stopped leading",
+            registry=r,
+        )
         self.lrs_changes = Counter(
             "headrace_lrs_changes", "Live replica set changes led here", registry=r
         )

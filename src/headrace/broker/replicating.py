@@ -173,6 +173,8 @@ def _apply_role(broker: Broker, partition: Partition, a: PartitionPlacement) -> 
     if not changed:
         return
     was_leader = partition.role is Role.LEADER and partition.replica_set is not None
+    if (partition.role is Role.LEADER) != (new_role is Role.LEADER) or new_role is Role.LEADER:
+        broker.metrics.leadership_changes.inc()
     partition.role = new_role
     partition.leader_id = a.leader if a.leader is not None else -1
     partition.leader_epoch = a.epoch
