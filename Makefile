@@ -34,8 +34,8 @@ run-standalone: setup
 	$(BIN)/headrace broker --standalone --data-dir $(DATA_DIR) --port 9092 --admin-port 9644 --announce
 
 lint: setup
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 
 typecheck: setup
