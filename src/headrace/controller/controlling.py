@@ -158,6 +158,13 @@ class Controller:
             async with self._session.get(f"{broker.admin_url}/v1/heartbeat") as resp:
                 doc = await resp.json()
             heartbeat = Heartbeat.from_json(doc, received_ms=wall_ms())
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, ConnectionRefusedError) and broker.id in self.heartbeats:
+                # Nothing listens on the admin port: the process is gone. That is proof, not
+                # silence, so do not wait out the liveness TTL (a timeout still does).
+                log.warning("broker %s refused the heartbeat poll: treating it as down", broker.id)
+                del self.heartbeats[broker.id]
+            return
         except (aiohttp.ClientError, TimeoutError, ValueError, HeadraceError) as exc:
             log.debug("no heartbeat from broker %s: %s", broker.id, exc)
             return
