@@ -87,6 +87,16 @@ class LocalCluster:
         pid = next(b["pid"] for b in self.record["brokers"] if b["id"] == broker_id)
         os.killpg(pid, signal.SIGKILL)
 
+    def _spawn(self, args: list[str], log_name: str) -> int:
+        with open(self.dir / "logs" / log_name, "ab") as log:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "headrace.cli.main", *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        return proc.pid
+
     def restart_broker(self, broker_id: int) -> None:
         """Start broker ``broker_id`` again with its data directory and addresses (after a kill)."""
         record = self.record

@@ -12,10 +12,10 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import socket
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING
 
+from headrace import transports
 from headrace.broker import replicating
 from headrace.errors import (
     AlreadyJoined,
@@ -87,14 +87,7 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement the interface without subclassing it
-        self.transport = cast(asyncio.Transport, transport)
-        sock = self.transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
+        self.transport = transports.adopt(transport)
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.transport.set_write_buffer_limits(high=8 * 1024 * 1024, low=2 * 1024 * 1024)

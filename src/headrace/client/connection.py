@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
 
+from headrace import transports
 from headrace.errors import ConnectionClosed, HeadraceError, Redirected, error_for_code
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import (
@@ -82,14 +81,7 @@ class ClientConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ protocol callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # uvloop's transports implement the interface without subclassing it
-        self.transport = cast(asyncio.Transport, transport)
-        sock = self.transport.get_extra_info("socket")
-        if sock is not None:
-            try:
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            except OSError:
-                pass
+        self.transport = transports.adopt(transport)
 
     def data_received(self, data: bytes) -> None:
         self._decoder.feed(data)

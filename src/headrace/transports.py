@@ -1,0 +1,23 @@
+"""The one piece of socket set-up both ends of a connection share (an adapter, not pure)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import cast
+
+
+def adopt(transport: asyncio.BaseTransport) -> asyncio.Transport:
+    """Type a new transport and turn off Nagle: frames are small and latency matters.
+
+    uvloop's transports implement the asyncio.Transport interface without
+    subclassing it, so this casts rather than checks.
+    """
+    tcp = cast(asyncio.Transport, transport)
+    sock = tcp.get_extra_info("socket")
+    if sock is not None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # not a TCP socket (a Unix socket in tests): nothing to tune
+    return tcp
