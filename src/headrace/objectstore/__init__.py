@@ -1,0 +1,12 @@
+"""Object storage for tiered segments: one interface, two adapters.
+
+``interface`` is the contract (``ObjectStore``, ``ObjectInfo``, the typed
+errors, key rules) and is pure. ``retrying`` wraps any store with exponential
+backoff and jitter; its clock, sleep and randomness are passed in. The adapters
+do the I/O: ``directory`` (files under a root; the embedded default of local
+mode) and ``minio_store`` (S3 API through the ``minio`` client, the only module
+that imports it). ``minio_server`` starts and stops a real MinIO server process
+for tests and local use.
+
+See docs/object-store.md.
+"""

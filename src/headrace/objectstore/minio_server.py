@@ -1,0 +1,170 @@
+"""Start and stop a real MinIO server process (adapter; tests and local mode).
+
+The binary comes from ``tools/minio/build.sh`` (built from MinIO's Go module).
+``MinioServer`` runs ``minio server <data dir>`` on free loopback ports with
+freshly generated root credentials, waits for ``/minio/health/live``, and
+stops it with SIGTERM, then SIGKILL. ``stop`` followed by ``start`` brings it
+back on the same ports and data, which is how tests simulate an outage.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from headrace.objectstore.minio_store import MinioSettings
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (another process may take it before we do)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+class MinioServerError(RuntimeError):
+    """The server process would not start or become ready."""
+
+
+class MinioServer:
+    def __init__(
+        self,
+        binary: Path,
+        data_dir: Path,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        console_port: int = 0,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        """Ports 0 mean "pick free ones"; they are kept across restarts."""
+        self.binary = Path(binary)
+        self.data_dir = Path(data_dir)
+        self.host = host
+        self.port = port or free_port(host)
+        self.console_port = console_port or free_port(host)
+        self.access_key = access_key or "headrace-" + secrets.token_hex(4)
+        self.secret_key = secret_key or secrets.token_urlsafe(24)
+        self.log_path = log_path or self.data_dir.with_name(self.data_dir.name + ".log")
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` of the S3 API."""
+        return f"{self.host}:{self.port}"
+
+    def settings(self, bucket: str, **overrides: object) -> MinioSettings:
+        """Client settings for a bucket on this server (created on first use)."""
+        kwargs: dict[str, object] = {"create_bucket": True, **overrides}
+        return MinioSettings(
+            endpoint=self.endpoint,
+            bucket=bucket,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            **kwargs,  # type: ignore[arg-type]
+        )
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def start(self, timeout: float = 30.0) -> None:
+        if self.running:
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "MINIO_ROOT_USER": self.access_key,
+            "MINIO_ROOT_PASSWORD": self.secret_key,
+            # No update checks or phoning home from a test server.
+            "MINIO_UPDATE": "off",
+            "MINIO_CALLHOME_ENABLE": "off",
+        }
+        self._log = self.log_path.open("ab")
+        argv = [
+            str(self.binary),
+            "server",
+            str(self.data_dir),
+            "--address",
+            self.endpoint,
+            "--console-address",
+            f"{self.host}:{self.console_port}",
+            "--quiet",
+        ]
+        try:
+            self._proc = subprocess.Popen(
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT
+            )
+        except OSError as exc:
+            self._close_log()
+            raise MinioServerError(f"cannot run {self.binary}: {exc}") from exc
+        try:
+            self.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        url = f"http://{self.endpoint}/minio/health/live"
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._proc is None or self._proc.poll() is not None:
+                raise MinioServerError(f"minio exited during start-up; see {self.log_path}")
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            if time.monotonic() > deadline:
+                raise MinioServerError(f"minio not live after {timeout} s; see {self.log_path}")
+            time.sleep(0.05)
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after ``grace`` seconds."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        self._close_log()
+
+    def kill(self) -> None:
+        """SIGKILL at once: a crash rather than a shutdown."""
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+        self._close_log()
+
+    def _close_log(self) -> None:
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self) -> MinioServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()

@@ -1,0 +1,221 @@
+"""``MinioStore``: the object store over the S3 API of MinIO (or S3) (adapter).
+
+The only module in headrace that imports ``minio``; its exceptions (and
+urllib3's, underneath) are translated here into the ``interface`` error tree.
+The client is built with urllib3 retries off and short timeouts: retrying is
+``retrying.RetryingStore``'s job, with backoff the caller controls, and a dead
+server should surface as ``ObjectStoreUnavailable`` in about a connect timeout.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from io import BytesIO
+from typing import BinaryIO, TypeVar
+
+import minio
+import minio.error
+import urllib3
+
+from headrace.objectstore import interface
+from headrace.objectstore.interface import (
+    ObjectInfo,
+    ObjectNotFound,
+    ObjectStore,
+    ObjectStoreAccessDenied,
+    ObjectStoreError,
+    ObjectStoreRejected,
+    ObjectStoreUnavailable,
+)
+
+T = TypeVar("T")
+
+_NOT_FOUND = {"NoSuchKey", "NoSuchObject"}
+_DENIED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
+_BUSY = {
+    "SlowDown",
+    "ServiceUnavailable",
+    "InternalError",
+    "RequestTimeout",
+    "XMinioServerNotInitialized",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MinioSettings:
+    """Where the bucket is and how to talk to it."""
+
+    #: ``host:port`` of the S3 endpoint, no scheme.
+    endpoint: str
+    bucket: str
+    access_key: str
+    secret_key: str
+    #: HTTPS instead of HTTP.
+    secure: bool = False
+    region: str | None = None
+    #: Create the bucket on first use if it is missing (local mode and tests;
+    #: production buckets are made by whoever grants the credentials).
+    create_bucket: bool = False
+    #: Multipart part size in bytes for streamed puts: S3's minimum is 5 MiB;
+    #: 16 MiB keeps a 1 GiB segment at 64 parts.
+    part_size: int = 16 << 20
+    #: Parts uploaded at once by one streamed put.
+    parallel_uploads: int = 3
+    #: Seconds to wait for a TCP connection: a stopped local server refuses at
+    #: once, an unreachable remote one should fail well before a retry budget.
+    connect_timeout: float = 5.0
+    #: Seconds to wait for each read from the socket.
+    read_timeout: float = 60.0
+    #: Pooled connections per host; the broker uploads from a few threads.
+    max_connections: int = 10
+
+
+class MinioStore(ObjectStore):
+    def __init__(self, settings: MinioSettings, client: minio.Minio | None = None) -> None:
+        self.settings = settings
+        self._http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=settings.connect_timeout, read=settings.read_timeout),
+            retries=False,
+            maxsize=settings.max_connections,
+        )
+        self.client = client or minio.Minio(
+            settings.endpoint,
+            access_key=settings.access_key,
+            secret_key=settings.secret_key,
+            secure=settings.secure,
+            region=settings.region,
+            http_client=self._http,
+        )
+        self.bucket = settings.bucket
+        self._bucket_ready = not settings.create_bucket
+        self._lock = threading.Lock()
+
+    def _call(self, key: str, fn: Callable[[], T]) -> T:
+        """Run one client call with the bucket in place and errors translated."""
+        try:
+            if not self._bucket_ready:
+                self.ensure_bucket()
+            return fn()
+        except ObjectStoreError:
+            raise
+        except Exception as exc:
+            raise translate(exc, key) from exc
+
+    def ensure_bucket(self) -> None:
+        """Create the bucket if it does not exist; safe to race with another creator."""
+        with self._lock:
+            if self._bucket_ready:
+                return
+            try:
+                if not self.client.bucket_exists(self.bucket):
+                    try:
+                        self.client.make_bucket(self.bucket, location=self.settings.region)
+                    except minio.error.S3Error as exc:
+                        if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                            raise
+            except Exception as exc:
+                raise translate(exc, self.bucket) from exc
+            self._bucket_ready = True
+
+    # --- writing ---
+
+    def put(self, key: str, data: bytes) -> None:
+        interface.validate_key(key)
+        self._call(key, lambda: self.client.put_object(self.bucket, key, BytesIO(data), len(data)))
+
+    def put_stream(self, key: str, stream: BinaryIO, size: int | None = None) -> None:
+        interface.validate_key(key)
+        s = self.settings
+        self._call(
+            key,
+            lambda: self.client.put_object(
+                self.bucket,
+                key,
+                stream,
+                -1 if size is None else size,
+                part_size=s.part_size,
+                num_parallel_uploads=s.parallel_uploads,
+            ),
+        )
+
+    def delete(self, key: str) -> None:
+        interface.validate_key(key)
+        self._call(key, lambda: self.client.remove_object(self.bucket, key))
+
+    # --- reading ---
+
+    def get(self, key: str) -> bytes:
+        interface.validate_key(key)
+        return self._call(key, lambda: self._read(key, 0, 0))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        interface.validate_key(key)
+        interface.check_range(start, length)
+        if length == 0:  # the client reads 0 as "to the end"
+            self.stat(key)
+            return b""
+
+        def read() -> bytes:
+            try:
+                return self._read(key, start, length)
+            except minio.error.S3Error as exc:
+                if exc.code == "InvalidRange":  # start at or past the end
+                    return b""
+                raise
+
+        return self._call(key, read)
+
+    def _read(self, key: str, offset: int, length: int) -> bytes:
+        response = self.client.get_object(self.bucket, key, offset=offset, length=length)
+        try:
+            return response.read()
+        finally:
+            response.close()
+            response.release_conn()
+
+    def stat(self, key: str) -> ObjectInfo:
+        interface.validate_key(key)
+        obj = self._call(key, lambda: self.client.stat_object(self.bucket, key))
+        return ObjectInfo(key, obj.size or 0)
+
+    def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
+        interface.validate_prefix(prefix)
+        it = self._call(
+            prefix,
+            lambda: iter(
+                self.client.list_objects(self.bucket, prefix=prefix or None, recursive=True)
+            ),
+        )
+        while True:
+            obj = self._call(prefix, lambda: next(it, None))
+            if obj is None:
+                return
+            if obj.object_name is None or obj.is_dir:
+                continue
+            yield ObjectInfo(obj.object_name, obj.size or 0)
+
+    def close(self) -> None:
+        self._http.clear()
+
+
+def translate(exc: BaseException, key: str) -> ObjectStoreError:
+    """The headrace error for an exception from the minio client or urllib3."""
+    if isinstance(exc, minio.error.S3Error):
+        status = exc.response.status if exc.response is not None else 0
+        message = f"{key!r}: {exc.code}: {exc.message}"
+        if exc.code in _NOT_FOUND:
+            return ObjectNotFound(key)
+        if exc.code in _DENIED:
+            return ObjectStoreAccessDenied(message)
+        if exc.code in _BUSY or status >= 500 or status == 429:
+            return ObjectStoreUnavailable(message)
+        return ObjectStoreRejected(message)
+    if isinstance(exc, minio.error.ServerError):
+        return ObjectStoreUnavailable(f"{key!r}: {exc}")
+    if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
+        return ObjectStoreUnavailable(f"{key!r}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, ValueError):
+        return ObjectStoreRejected(f"{key!r}: {exc}")
+    return ObjectStoreError(f"{key!r}: {type(exc).__name__}: {exc}")
