@@ -127,6 +127,10 @@ class LocalCluster:
         b["pid"] = proc.pid
         (self.dir / "local.json").write_text(json.dumps(record))
 
+    def signal_broker(self, broker_id: int, sig: signal.Signals) -> None:
+        pid = next(b["pid"] for b in self.record["brokers"] if b["id"] == broker_id)
+        os.killpg(pid, sig)
+
     def kill_controller(self) -> None:
         os.killpg(self.record["controller_pid"], signal.SIGKILL)
 

@@ -76,6 +76,7 @@ async def test_kill9_of_a_leader_under_acks_all_load_loses_nothing(cluster: Loca
     assert cluster.apply(topic_manifest("failover", PARTITIONS)).returncode == 0
     cluster.wait(lambda: online(cluster, "default/failover", PARTITIONS), what="topic online")
     acked: list[tuple[RecordMetadata, bytes]] = []
+    acked_at: list[float] = []
     stop = asyncio.Event()
     consumed: dict[str, list[tuple[int, int, bytes]]] = defaultdict(list)
 
@@ -89,6 +90,7 @@ async def test_kill9_of_a_leader_under_acks_all_load_loses_nothing(cluster: Loca
             async def settle(receipt: object, value: bytes) -> None:
                 with contextlib.suppress(HeadraceError):
                     acked.append((await receipt, value))  # type: ignore[misc]
+                    acked_at.append(time.monotonic())
 
             while not stop.is_set():
                 for _ in range(100):
@@ -131,6 +133,9 @@ async def test_kill9_of_a_leader_under_acks_all_load_loses_nothing(cluster: Loca
     members = [asyncio.create_task(consume(m)) for m in ("m1", "m2")]
     await asyncio.sleep(2)
     victim = cluster.partitions("default/failover")[0]["leader"]
+    victim_partitions = {
+        p["partition"] for p in cluster.partitions("default/failover") if p["leader"] == victim
+    }
     before = len(acked)
     killed_at = time.monotonic()
     cluster.kill_broker(victim)
@@ -147,8 +152,18 @@ async def test_kill9_of_a_leader_under_acks_all_load_loses_nothing(cluster: Loca
     loaded.set()
     drain_deadline = time.monotonic() + 30
     await asyncio.gather(*members)
+    first_after = min(
+        (
+            t
+            for (meta, _), t in zip(acked, acked_at, strict=True)
+            if meta.partition in victim_partitions and t > killed_at
+        ),
+        default=float("nan"),
+    )
     print(
-        f"\nkill -9 of broker {victim}: new leaders after {elected_after:.2f}s; acked {before} before, {len(acked)} total"
+        f"\nkill -9 of broker {victim}: new leaders after {elected_after:.2f}s; first acks=all produce on"
+        f" its partitions {first_after - killed_at:.2f}s after the kill;"
+        f" acked {before} before, {len(acked)} total"
     )
 
     assert len(acked) > before, "no acks=all produce succeeded after the failover"
@@ -271,4 +286,40 @@ async def test_partition_without_eligible_replica_goes_offline_and_recovers(
     records = await read_all(cluster, "default/fragile", 0)
     assert [v for _, v in records] == [b"kept"] * 300, (
         "the returning replica serves what was committed"
+    )
+
+
+async def test_election_picks_the_least_lagging_live_replica(cluster: LocalCluster) -> None:
+    import signal
+
+    assert cluster.apply(topic_manifest("lag", 1, replicas=3, min_in_sync=1)).returncode == 0
+    cluster.wait(lambda: online(cluster, "default/lag", 1), what="topic online")
+    p0 = cluster.partitions("default/lag")[0]
+    leader = p0["leader"]
+    behind, ahead = [r for r in p0["replicas"] if r != leader]
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        await producer.send_many("lag", [b"both"] * 200, partition=0)
+        await producer.flush()
+    await asyncio.sleep(1.5)
+    # `behind` stops fetching (paused, still within the liveness TTL and the LRS lag bound)
+    cluster.signal_broker(behind, signal.SIGSTOP)
+    try:
+        async with Producer(cluster.bootstrap, acks="leader") as producer:
+            await producer.send_many("lag", [b"ahead-only"] * 500, partition=0)
+            await producer.flush()
+        await asyncio.sleep(1.2)  # `ahead` replicates and the controller hears its log end
+        cluster.kill_broker(leader)
+        cluster.wait(
+            lambda: cluster.partitions("default/lag")[0]["leader"] not in (leader, None),
+            what="a new leader",
+            timeout=20,
+        )
+        assert cluster.partitions("default/lag")[0]["leader"] == ahead, (
+            "the least-lagging replica must win"
+        )
+    finally:
+        cluster.signal_broker(behind, signal.SIGCONT)
+    records = await read_all(cluster, "default/lag", 0)
+    assert len(records) == 700, (
+        "nothing acknowledged by the old leader and replicated to `ahead` is lost"
     )

@@ -183,6 +183,8 @@ class Controller:
         """The document brokers apply (see ``broker.replicating.ClusterTopology``)."""
         specs = {s.name: s for s in self.specs}
         state = self.state
+        decision = self.last_decision
+        live = decision.liveness.live if decision is not None else frozenset(state.brokers)
         return {
             "generation": state.generation,
             "cluster_id": self.settings.cluster_id,
@@ -204,7 +206,10 @@ class Controller:
                             # a candidate is told it leads, so it can promote itself
                             "leader": p.owner,
                             "epoch": p.leader_epoch,
-                            "lrs": list(p.live_replicas),
+                            # A new leader seeds its LRS from this: never with dead brokers,
+                            # whose missing fetches would hold the HW (and acks=all) back
+                            # until they time out of the set.
+                            "lrs": [r for r in p.live_replicas if r in live],
                         }
                         for p in topic.partitions
                     ],
