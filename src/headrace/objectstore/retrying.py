@@ -152,33 +152,28 @@ class RetryingStore(ObjectStore):
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         interface.validate_prefix(prefix)
         last: str | None = None
-        pending: list[Iterator[ObjectInfo]] = []
+        listing: list[Iterator[ObjectInfo]] = []  # the open listing, if any
 
-        def first() -> ObjectInfo | None:
-            # Start (or restart) the listing and pull its first item after `last`,
-            # so that both opening and resuming are retried.
-            it = self.inner.list(prefix)
-            for info in it:
-                if last is None or info.key > last:
-                    pending[:] = [it]
-                    return info
-            return None
+        def step() -> ObjectInfo | None:
+            # Each item is one retried call. A failure drops the listing; the
+            # retry opens a new one and skips what was already yielded.
+            if not listing:
+                listing.append(self.inner.list(prefix))
+            try:
+                for info in listing[0]:
+                    if last is None or info.key > last:
+                        return info
+                return None
+            except ObjectStoreError:
+                listing.clear()
+                raise
 
         while True:
-            info = self.retrier.call("list", first)
-            if info is None:
+            found = self.retrier.call("list", step)
+            if found is None:
                 return
-            yield info
-            last = info.key
-            try:
-                for info in pending[0]:
-                    yield info
-                    last = info.key
-                return
-            except ObjectStoreError as exc:
-                if not exc.retriable:
-                    raise
-                log.warning("object store list failed after %r (%s); resuming", last, exc)
+            yield found
+            last = found.key
 
     def close(self) -> None:
         self.inner.close()

@@ -1,0 +1,39 @@
+"""Translation of minio/urllib3 exceptions into the object store's error tree."""
+
+from __future__ import annotations
+
+import pytest
+import urllib3
+from minio.error import S3Error, ServerError
+
+from headrace.objectstore import interface, minio_store
+
+
+def s3_error(code: str, status: int) -> S3Error:
+    response = urllib3.HTTPResponse(body=b"", status=status)
+    return S3Error(response, code, "message", "/b/k", "req", "host")
+
+
+@pytest.mark.parametrize(
+    ("exc", "expected"),
+    [
+        (s3_error("NoSuchKey", 404), interface.ObjectNotFound),
+        (s3_error("AccessDenied", 403), interface.ObjectStoreAccessDenied),
+        (s3_error("SignatureDoesNotMatch", 403), interface.ObjectStoreAccessDenied),
+        (s3_error("SlowDown", 503), interface.ObjectStoreUnavailable),
+        (s3_error("XMinioStorageFull", 507), interface.ObjectStoreUnavailable),
+        (s3_error("NoSuchBucket", 404), interface.ObjectStoreRejected),
+        (s3_error("EntityTooLarge", 400), interface.ObjectStoreRejected),
+        (ServerError("bad gateway", 502), interface.ObjectStoreUnavailable),
+        (urllib3.exceptions.NewConnectionError(None, "refused"), interface.ObjectStoreUnavailable),  # type: ignore[arg-type]
+        (urllib3.exceptions.ProtocolError("reset"), interface.ObjectStoreUnavailable),
+        (ConnectionResetError(), interface.ObjectStoreUnavailable),
+        (ValueError("invalid bucket name x"), interface.ObjectStoreRejected),
+        (RuntimeError("?"), interface.ObjectStoreError),
+    ],
+    ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else v.__name__,
+)
+def test_translation(exc: BaseException, expected: type[interface.ObjectStoreError]) -> None:
+    err = minio_store.translate(exc, "k")
+    assert type(err) is expected
+    assert err.retriable == expected.retriable
