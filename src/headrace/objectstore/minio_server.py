@@ -2,13 +2,14 @@
 
 The binary comes from ``tools/minio/build.sh`` (built from MinIO's Go module).
 ``MinioServer`` runs ``minio server <data dir>`` on free loopback ports with
-freshly generated root credentials, waits for ``/minio/health/live``, and
-stops it with SIGTERM, then SIGKILL. ``stop`` followed by ``start`` brings it
+freshly generated root credentials, waits for ``/minio/health/live`` and a
+first successful request, and stops it with SIGTERM, then SIGKILL. ``stop`` followed by ``start`` brings it
 back on the same ports and data, which is how tests simulate an outage.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import signal
@@ -19,9 +20,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import IO, Any
 
-from headrace.objectstore.minio_store import MinioSettings
+from headrace.objectstore.interface import ObjectStoreUnavailable
+from headrace.objectstore.minio_store import MinioSettings, MinioStore
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -65,16 +67,17 @@ class MinioServer:
         """``host:port`` of the S3 API."""
         return f"{self.host}:{self.port}"
 
-    def settings(self, bucket: str, **overrides: object) -> MinioSettings:
-        """Client settings for a bucket on this server (created on first use)."""
-        kwargs: dict[str, object] = {"create_bucket": True, **overrides}
-        return MinioSettings(
+    def settings(self, bucket: str, **overrides: Any) -> MinioSettings:
+        """Client settings for a bucket on this server (created on first use);
+        ``overrides`` replace any ``MinioSettings`` field."""
+        base = MinioSettings(
             endpoint=self.endpoint,
             bucket=bucket,
             access_key=self.access_key,
             secret_key=self.secret_key,
-            **kwargs,  # type: ignore[arg-type]
+            create_bucket=True,
         )
+        return dataclasses.replace(base, **overrides)
 
     @property
     def running(self) -> bool:
@@ -117,20 +120,45 @@ class MinioServer:
             raise
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        url = f"http://{self.endpoint}/minio/health/live"
+        """Wait until the process is live and its object layer serves requests.
+
+        ``/minio/health/live`` (and even ``ready``) answer as soon as the HTTP
+        listener is up; a request in the moment after that can still meet
+        "server not initialized". So after ``live`` an authenticated request
+        must succeed too.
+        """
         deadline = time.monotonic() + timeout
-        while True:
-            if self._proc is None or self._proc.poll() is not None:
-                raise MinioServerError(f"minio exited during start-up; see {self.log_path}")
-            try:
-                with urllib.request.urlopen(url, timeout=1.0) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            if time.monotonic() > deadline:
-                raise MinioServerError(f"minio not live after {timeout} s; see {self.log_path}")
-            time.sleep(0.05)
+        url = f"http://{self.endpoint}/minio/health/live"
+        client = MinioStore(
+            self.settings("readiness-probe", create_bucket=False, connect_timeout=1.0)
+        )
+        try:
+            while not (self._probe(url) and self._ping(client)):
+                if self._proc is None or self._proc.poll() is not None:
+                    raise MinioServerError(f"minio exited during start-up; see {self.log_path}")
+                if time.monotonic() > deadline:
+                    raise MinioServerError(
+                        f"minio not ready after {timeout} s; see {self.log_path}"
+                    )
+                time.sleep(0.05)
+        finally:
+            client.close()
+
+    @staticmethod
+    def _probe(url: str) -> bool:
+        try:
+            with urllib.request.urlopen(url, timeout=1.0) as r:
+                return bool(r.status == 200)
+        except (urllib.error.URLError, OSError):
+            return False
+
+    @staticmethod
+    def _ping(client: MinioStore) -> bool:
+        try:
+            client.ping()
+        except ObjectStoreUnavailable:
+            return False
+        return True
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds."""

@@ -92,10 +92,10 @@ class MinioStore(ObjectStore):
         self._bucket_ready = not settings.create_bucket
         self._lock = threading.Lock()
 
-    def _call(self, key: str, fn: Callable[[], T]) -> T:
+    def _call(self, key: str, fn: Callable[[], T], *, setup: bool = True) -> T:
         """Run one client call with the bucket in place and errors translated."""
         try:
-            if not self._bucket_ready:
+            if setup and not self._bucket_ready:
                 self.ensure_bucket()
             return fn()
         except ObjectStoreError:
@@ -118,6 +118,10 @@ class MinioStore(ObjectStore):
             except Exception as exc:
                 raise translate(exc, self.bucket) from exc
             self._bucket_ready = True
+
+    def ping(self) -> None:
+        """One cheap authenticated request; raises what a real call would."""
+        self._call(self.bucket, lambda: self.client.bucket_exists(self.bucket), setup=False)
 
     # --- writing ---
 
