@@ -54,8 +54,9 @@ class MinioServer:
         self.binary = Path(binary)
         self.data_dir = Path(data_dir)
         self.host = host
+        self._pick_ports = not (port or console_port)
         self.port = port or free_port(host)
-        self.console_port = console_port or free_port(host)
+        self.console_port = console_port or self._other_free_port()
         self.access_key = access_key or "headrace-" + secrets.token_hex(4)
         self.secret_key = secret_key or secrets.token_urlsafe(24)
         self.log_path = log_path or self.data_dir.with_name(self.data_dir.name + ".log")
@@ -83,9 +84,35 @@ class MinioServer:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    def _other_free_port(self) -> int:
+        while (p := free_port(self.host)) == self.port:
+            pass
+        return p
+
     def start(self, timeout: float = 30.0) -> None:
+        """Start the server and wait until it serves requests.
+
+        Free ports picked by us can be taken by another process before the
+        server binds them; on the first start that means new ports and another
+        try. On a restart the ports stay (clients know them), so it is an error.
+        """
         if self.running:
             return
+        for _ in range(3):
+            log_from = self.log_path.stat().st_size if self.log_path.exists() else 0
+            try:
+                self._start(timeout)
+                self._pick_ports = False
+                return
+            except MinioServerError:
+                taken = b"already in use" in self.log_path.read_bytes()[log_from:].lower()
+                if not (taken and self._pick_ports):
+                    raise
+                self.port = free_port(self.host)
+                self.console_port = self._other_free_port()
+        raise MinioServerError(f"no free ports for minio; see {self.log_path}")
+
+    def _start(self, timeout: float) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,

@@ -9,6 +9,7 @@ existing binary instead. No S3 mock: without a server these tests error.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import subprocess
@@ -47,8 +48,11 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     wants = any(Path(str(item.path)).is_relative_to(HERE) for item in session.items)
     if not wants or session.config.option.collectonly:
         return
+    capture = session.config.pluginmanager.getplugin("capturemanager")
     try:
-        _binary = build_minio()
+        # Let the build's progress through: a cold build is silent for minutes otherwise.
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            _binary = build_minio()
     except (OSError, subprocess.CalledProcessError) as exc:
         _build_error = f"building minio failed ({exc}); see the output above"
 

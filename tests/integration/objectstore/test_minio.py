@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import threading
 import time
 from pathlib import Path
@@ -177,3 +178,28 @@ def test_server_helper_stop_and_kill(tmp_path: Path) -> None:
         assert server.running and server.port == port
     assert not server.running
     assert (tmp_path / "data.log").exists()
+
+
+def test_a_taken_port_is_replaced_on_first_start_only(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.integration.objectstore.conftest import minio_binary
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        # The first "free" port handed out is the busy one: a lost race.
+        real = minio_server.free_port
+        handed = iter([taken])
+        monkeypatch.setattr(
+            minio_server, "free_port", lambda host: next(handed, None) or real(host)
+        )
+        server = minio_server.MinioServer(minio_binary(), tmp_path / "auto")
+        assert server.port == taken
+        with server:
+            assert server.running and server.port != taken
+        fixed = minio_server.MinioServer(minio_binary(), tmp_path / "fixed", port=taken)
+        with pytest.raises(minio_server.MinioServerError, match="exited"):
+            fixed.start()
+        assert not fixed.running
