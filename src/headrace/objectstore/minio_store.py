@@ -220,6 +220,8 @@ def translate(exc: BaseException, key: str) -> ObjectStoreError:
         return ObjectStoreUnavailable(f"{key!r}: {exc}")
     if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
         return ObjectStoreUnavailable(f"{key!r}: {type(exc).__name__}: {exc}")
+    if isinstance(exc, OSError) and "not enough data" in str(exc):
+        return ObjectStoreRejected(f"{key!r}: the stream ended early: {exc}")  # caller's input
     if isinstance(exc, ValueError):
         return ObjectStoreRejected(f"{key!r}: {exc}")
     return ObjectStoreError(f"{key!r}: {type(exc).__name__}: {exc}")

@@ -13,7 +13,7 @@ import pytest
 
 from headrace.objectstore import directory, interface, minio_server, minio_store, retrying
 from headrace.objectstore.interface import ObjectStore, ObjectStoreUnavailable
-from tests.integration.objectstore.conftest import new_bucket
+from tests.integration.objectstore.servers import minio_binary, new_bucket
 
 MIB = 1 << 20
 
@@ -166,7 +166,6 @@ def test_a_missing_bucket_is_rejected_unless_created(minio: minio_server.MinioSe
 
 
 def test_server_helper_stop_and_kill(tmp_path: Path) -> None:
-    from tests.integration.objectstore.conftest import minio_binary
 
     server = minio_server.MinioServer(minio_binary(), tmp_path / "data")
     with server:
@@ -183,7 +182,6 @@ def test_server_helper_stop_and_kill(tmp_path: Path) -> None:
 def test_a_taken_port_is_replaced_on_first_start_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.integration.objectstore.conftest import minio_binary
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

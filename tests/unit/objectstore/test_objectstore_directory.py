@@ -168,7 +168,7 @@ def test_put_stream_and_file(store: directory.DirectoryStore, tmp_path: Path) ->
 
 def test_short_stream_leaves_nothing(store: directory.DirectoryStore) -> None:
     store.put("s/k", b"old")
-    with pytest.raises(interface.ObjectStoreError, match="short"):
+    with pytest.raises(interface.ObjectStoreRejected, match="short"):
         store.put_stream("s/k", io.BytesIO(b"abc"), 10)
     assert store.get("s/k") == b"old"
     assert sorted(p.name for p in (store.root / "s").iterdir()) == ["k"]

@@ -28,6 +28,10 @@ def s3_error(code: str, status: int) -> S3Error:
         (urllib3.exceptions.NewConnectionError(None, "refused"), interface.ObjectStoreUnavailable),  # type: ignore[arg-type]
         (urllib3.exceptions.ProtocolError("reset"), interface.ObjectStoreUnavailable),
         (ConnectionResetError(), interface.ObjectStoreUnavailable),
+        (
+            OSError("stream having not enough data;expected: 10, got: 3 bytes"),
+            interface.ObjectStoreRejected,
+        ),
         (ValueError("invalid bucket name x"), interface.ObjectStoreRejected),
         (RuntimeError("?"), interface.ObjectStoreError),
     ],
