@@ -67,7 +67,9 @@ class DirectoryStore(ObjectStore):
                 if left is not None:
                     left -= len(chunk)
             if left:
-                raise interface.ObjectStoreRejected(f"stream for {key!r} ended {left} bytes short of {size}")
+                raise interface.ObjectStoreRejected(
+                    f"stream for {key!r} ended {left} bytes short of {size}"
+                )
 
         self._write(key, copy)
 
