@@ -1,0 +1,1 @@
+"""headrace benchmark suite: ``make bench`` / ``python -m bench.run`` (see docs/benchmarks.md)."""

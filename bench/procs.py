@@ -1,0 +1,485 @@
+"""Processes the bench starts: brokers, redis-servers, client workers, and CPU meters.
+
+Every process is started in its own session (process group) and recorded in
+``_LIVE``; ``kill_all()`` (called from ``run.py``'s ``finally``) kills every
+group still alive, so an exception or Ctrl-C never leaves a broker or a
+redis-server behind. Everything binds to 127.0.0.1 on ports the OS picks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_BIN = Path(sys.executable).parent
+HEADRACE = VENV_BIN / "headrace"
+LOOPBACK = "127.0.0.1"
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+_LIVE: list[subprocess.Popen[bytes]] = []
+_TEMP_DIRS: list[Path] = []
+#: when set (``bench.run --ref``), brokers and workers import headrace from here
+HEADRACE_SRC: Path | None = None
+
+
+def child_env() -> dict[str, str]:
+    """The environment for every child: PYTHONPATH first names the headrace under test."""
+    env = dict(os.environ)
+    if HEADRACE_SRC is not None:
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(HEADRACE_SRC), env.get("PYTHONPATH", "")) if p
+        )
+    return env
+
+
+# ---------------------------------------------------------------------------- housekeeping
+
+
+def free_port() -> int:
+    """A port the OS considers free right now (tiny race, acceptable on loopback)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def temp_dir(prefix: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix=f"headrace-bench-{prefix}-"))
+    _TEMP_DIRS.append(path)
+    return path
+
+
+def remove_dir(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    with contextlib.suppress(ValueError):
+        _TEMP_DIRS.remove(path)
+
+
+def spawn(argv: list[str], log_path: Path | None = None, **kwargs: Any) -> subprocess.Popen[bytes]:
+    out: Any = subprocess.DEVNULL
+    if log_path is not None:
+        out = open(log_path, "ab")  # noqa: SIM115 -- owned by the child; closed below
+    try:
+        proc = subprocess.Popen(
+            argv,
+            stdout=kwargs.pop("stdout", out),
+            stderr=kwargs.pop("stderr", out if log_path is not None else subprocess.DEVNULL),
+            start_new_session=True,
+            cwd=REPO,
+            env=kwargs.pop("env", None) or child_env(),
+            **kwargs,
+        )
+    finally:
+        if log_path is not None:
+            out.close()
+    _LIVE.append(proc)
+    return proc
+
+
+def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, sig)
+
+
+def reap(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    """Kill the group and wait for the leader."""
+    kill_group(proc)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout)
+    with contextlib.suppress(ValueError):
+        _LIVE.remove(proc)
+
+
+def kill_all() -> None:
+    for proc in list(_LIVE):
+        reap(proc, 5.0)
+    for path in list(_TEMP_DIRS):
+        remove_dir(path)
+
+
+# ---------------------------------------------------------------------------- CPU accounting
+
+
+_PF_KTHREAD = 0x00200000
+
+
+def _cpu_times() -> tuple[int, int, int]:
+    """Machine-wide jiffies: (task time user+nice+system, irq+softirq, steal)."""
+    with open("/proc/stat") as fh:
+        fields = fh.readline().split()[1:]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[:8])
+    return user + nice + system, irq + softirq, steal
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    # fields after "pid (comm) ": state is [0], flags [6], utime [11] ... cstime [14]
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def _kernel_thread_jiffies() -> dict[str, int]:
+    """CPU of every kernel thread (writeback, kworkers, ksoftirqd), by pid."""
+    out: dict[str, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(name)
+        if fields is not None and int(fields[6]) & _PF_KTHREAD:
+            out[name] = int(fields[11]) + int(fields[12])
+    return out
+
+
+def process_cpu_s(pid: int) -> float:
+    """user+system CPU seconds of ``pid`` (all threads) and its waited-for children."""
+    fields = _stat_fields(pid)
+    if fields is None:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / _CLK_TCK
+
+
+@dataclass(slots=True)
+class CpuMeter:
+    """Where the CPU went over a window: our processes, the kernel, everything else.
+
+    ``foreign_cores`` is machine-wide task time minus our processes minus
+    kernel threads: other engineers' builds and tests. It is the number to
+    look at before trusting a result on this shared 2-core box.
+    ``kernel_cores`` (interrupts, softirq -- loopback TCP -- and kernel threads
+    such as page-cache writeback) is work our processes cause but are not
+    charged for. ``steal_cores`` is time the hypervisor gave to other VMs.
+    """
+
+    pids: dict[str, int]
+    started: float = 0.0
+    times0: tuple[int, int, int] = (0, 0, 0)
+    kthreads0: dict[str, int] = field(default_factory=dict)
+    cpu0: dict[str, float] = field(default_factory=dict)
+
+    def start(self) -> None:
+        self.cpu0 = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
+        self.kthreads0 = _kernel_thread_jiffies()
+        self.times0 = _cpu_times()
+        self.started = time.perf_counter()
+
+    def stop(self) -> dict[str, float]:
+        elapsed = max(time.perf_counter() - self.started, 1e-9)
+        tasks1, irq1, steal1 = _cpu_times()
+        kthreads1 = _kernel_thread_jiffies()
+        tasks = (tasks1 - self.times0[0]) / _CLK_TCK
+        irq = (irq1 - self.times0[1]) / _CLK_TCK
+        steal = (steal1 - self.times0[2]) / _CLK_TCK
+        kthreads = (
+            sum(j - self.kthreads0[pid] for pid, j in kthreads1.items() if pid in self.kthreads0)
+            / _CLK_TCK
+        )
+        out: dict[str, float] = {}
+        ours = 0.0
+        for name, pid in self.pids.items():
+            used = process_cpu_s(pid) - self.cpu0.get(name, 0.0)
+            ours += used
+            out[f"{name}_cores"] = round(used / elapsed, 3)
+        out["kernel_cores"] = round((irq + kthreads) / elapsed, 3)
+        out["foreign_cores"] = round(max(0.0, tasks - ours - kthreads) / elapsed, 3)
+        out["steal_cores"] = round(steal / elapsed, 3)
+        out["machine_cores"] = round((tasks + irq) / elapsed, 3)
+        return out
+
+
+def machine_busy_cores(sample_s: float = 1.0) -> float:
+    """Cores busy with other processes right now (kernel threads not counted)."""
+    meter = CpuMeter({})
+    meter.start()
+    time.sleep(sample_s)
+    return meter.stop()["foreign_cores"]
+
+
+def page_touch_cost(directory: Path, megabytes: int = 512) -> dict[str, float]:
+    """Write throughput per CPU-second into memory the guest has not touched lately vs reused.
+
+    On this VM (Firecracker, virtio-balloon free page reporting) memory freed
+    for a few seconds goes back to the host, and the first touch of each page
+    afterwards costs a host page fault: page-cache writes into such memory cost
+    several times more CPU than writes into just-freed pages. Both systems pay
+    it; measured once per run so the numbers can be read with it in mind.
+    """
+    chunk = os.urandom(1 << 20)
+    out: dict[str, float] = {}
+    path = directory / "page-touch.dat"
+    for label in ("cold", "warm"):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            cpu0 = time.thread_time()
+            for i in range(megabytes):
+                os.pwrite(fd, chunk, i << 20)
+            cpu = max(time.thread_time() - cpu0, 1e-6)
+        finally:
+            os.close(fd)
+            path.unlink()
+        out[f"{label}_mb_per_cpu_s"] = round(megabytes * 1.048576 / cpu, 1)
+    return out
+
+
+# ---------------------------------------------------------------------------- HTTP
+
+
+def http_json(
+    url: str, body: dict[str, Any] | None = None, method: str | None = None, timeout: float = 5.0
+) -> tuple[int, Any]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        raw = exc.read()
+        try:
+            return exc.code, json.loads(raw) if raw else None
+        except ValueError:
+            return exc.code, raw[:500].decode(errors="replace")
+
+
+# ---------------------------------------------------------------------------- headrace broker
+
+
+class BrokerProcess:
+    """A standalone headrace broker on loopback, one data dir, restartable."""
+
+    def __init__(self, data_dir: Path, fsync: str, *, flush_interval_ms: int = 1000) -> None:
+        self.data_dir = data_dir
+        self.fsync = fsync
+        self.flush_interval_ms = flush_interval_ms
+        self.port = free_port()
+        self.admin_port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = data_dir.parent / f"{data_dir.name}.broker.log"
+        self.spawned_at = 0.0
+
+    @property
+    def bootstrap(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    @property
+    def admin(self) -> str:
+        return f"http://{LOOPBACK}:{self.admin_port}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def spawn(self) -> None:
+        argv = [
+            str(HEADRACE),
+            "broker",
+            "--standalone",
+            "--data-dir",
+            str(self.data_dir),
+            "--port",
+            str(self.port),
+            "--admin-port",
+            str(self.admin_port),
+            "--fsync",
+            self.fsync,
+            "--flush-interval-ms",
+            str(self.flush_interval_ms),
+        ]
+        self.spawned_at = time.perf_counter()
+        self.proc = spawn(argv, self.log_path)
+
+    def wait_ready(self, timeout: float = 120.0, poll_s: float = 0.005) -> dict[str, Any]:
+        """Poll /readyz until 200; returns its JSON plus ``ready_s`` since spawn."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"broker exited with {self.proc.returncode}; see {self.log_path}"
+                )
+            try:
+                status, doc = http_json(f"{self.admin}/readyz", timeout=1.0)
+            except (OSError, ValueError):
+                status, doc = 0, None
+            if status == 200 and isinstance(doc, dict):
+                doc["ready_s"] = time.perf_counter() - self.spawned_at
+                return doc
+            time.sleep(poll_s)
+        raise TimeoutError(f"broker not ready within {timeout}s; see {self.log_path}")
+
+    def start(self) -> dict[str, Any]:
+        self.spawn()
+        return self.wait_ready()
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no broker log)"
+
+    def create_topic(self, name: str, partitions: int) -> None:
+        status, doc = http_json(
+            f"{self.admin}/v1/topics", {"name": name, "partitions": partitions}, "POST"
+        )
+        if status != 201:
+            raise RuntimeError(f"create topic {name}: HTTP {status} {doc}")
+
+    def delete_topic(self, name: str) -> None:
+        ns, _, short = name.rpartition("/")
+        status, doc = http_json(f"{self.admin}/v1/topics/{ns or 'default'}/{short}", None, "DELETE")
+        if status != 200:
+            raise RuntimeError(f"delete topic {name}: HTTP {status} {doc}")
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            reap(self.proc)
+            self.proc = None
+
+    def terminate(self, timeout: float = 120.0) -> float:
+        """SIGTERM (clean shutdown: final sync and recovery point); seconds until exit."""
+        assert self.proc is not None
+        started = time.perf_counter()
+        kill_group(self.proc, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        finally:
+            elapsed = time.perf_counter() - started
+            self.kill()
+        return elapsed
+
+
+# ---------------------------------------------------------------------------- redis
+
+
+def redis_version() -> str:
+    try:
+        out = subprocess.run(
+            ["redis-server", "--version"], capture_output=True, text=True, timeout=10
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return "not installed"
+    return out.strip()
+
+
+class RedisProcess:
+    """A redis-server with AOF on, in its own temp dir, on a free loopback port."""
+
+    def __init__(self, data_dir: Path, appendfsync: str) -> None:
+        self.data_dir = data_dir
+        self.appendfsync = appendfsync
+        self.port = free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def config(self) -> str:
+        return "\n".join(
+            [
+                f"port {self.port}",
+                f"bind {LOOPBACK}",
+                "protected-mode yes",
+                "daemonize no",
+                f"dir {self.data_dir}",
+                f"logfile {self.data_dir / 'redis.log'}",
+                "appendonly yes",
+                f"appendfsync {self.appendfsync}",
+                # AOF is the durability mechanism under test: no RDB snapshots, and no
+                # background AOF rewrite forking a child onto the second core mid-run.
+                'save ""',
+                "auto-aof-rewrite-percentage 0",
+                "",
+            ]
+        )
+
+    def start(self, timeout: float = 30.0) -> None:
+        import redis
+
+        conf = self.data_dir / "redis.conf"
+        conf.write_text(self.config())
+        self.proc = spawn(["redis-server", str(conf)])
+        deadline = time.monotonic() + timeout
+        client = redis.Redis(host=LOOPBACK, port=self.port)
+        try:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"redis-server exited; see {self.data_dir / 'redis.log'}")
+                try:
+                    if client.ping():
+                        return
+                except redis.exceptions.ConnectionError:
+                    time.sleep(0.02)
+            raise TimeoutError("redis-server did not answer PING")
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            reap(self.proc)
+            self.proc = None
+
+
+# ---------------------------------------------------------------------------- client workers
+
+
+def run_worker(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """Run one client workload in a fresh interpreter (``bench.worker``); returns its JSON."""
+    proc = spawn(
+        [sys.executable, "-m", "bench.worker", json.dumps(spec)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(f"worker {spec.get('kind')} exceeded {timeout}s") from exc
+    finally:
+        reap(proc)
+    if proc.returncode != 0:
+        tail = err.decode(errors="replace").strip().splitlines()[-15:]
+        raise RuntimeError(
+            f"worker {spec.get('kind')} failed ({proc.returncode}):\n" + "\n".join(tail)
+        )
+    lines = out.decode().strip().splitlines()
+    if not lines:
+        raise RuntimeError(f"worker {spec.get('kind')} printed nothing")
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def run_tool(argv: list[str], timeout: float) -> tuple[str, float]:
+    """Run a command-line tool (redis-benchmark) to completion; (stdout, its CPU seconds)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(f"{argv[0]} exceeded {timeout}s") from exc
+    finally:
+        reap(proc)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{argv[0]} exited with {proc.returncode}")
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return out.decode(errors="replace"), cpu
