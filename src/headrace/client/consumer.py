@@ -315,17 +315,27 @@ class Consumer:
             if item is None:
                 self._queue.put_nowait(None)
                 return
-            session = self._session_of.get(item.partition)
-            self._return_credit(session, item.header.size)
-            if session is None or session.held.get(item.partition) != item.epoch:
-                continue  # revoked or re-seated while queued: never handed out
-            handed = self._handed.get(item.partition)
-            if handed is not None and item.header.last_offset <= handed:
-                continue
-            if handed is not None and item.start <= handed:
-                item.first_offset = handed + 1
-            self._handed[item.partition] = item.header.last_offset
-            yield item
+            admitted = self._admit(item)
+            if admitted is not None:
+                yield admitted
+
+    def _admit(self, item: ConsumedBatch) -> ConsumedBatch | None:
+        """Hand a dequeued batch to the application, or drop it if it may not be.
+
+        Dropped: batches of a tenure this member no longer has (revoked or
+        re-seated while queued) and records it has already handed out.
+        """
+        session = self._session_of.get(item.partition)
+        self._return_credit(session, item.header.size)
+        if session is None or session.held.get(item.partition) != item.epoch:
+            return None
+        handed = self._handed.get(item.partition)
+        if handed is not None and item.header.last_offset <= handed:
+            return None
+        if handed is not None and item.start <= handed:
+            item.first_offset = handed + 1
+        self._handed[item.partition] = item.header.last_offset
+        return item
 
     def __aiter__(self) -> AsyncIterator[rb.Record]:
         return self._records()
@@ -336,22 +346,46 @@ class Consumer:
                 yield record
 
     async def getmany(self, max_batches: int = 100, timeout_s: float = 1.0) -> list[ConsumedBatch]:
-        """Up to ``max_batches`` batches, waiting at most ``timeout_s`` for the first."""
+        """Up to ``max_batches`` batches, waiting at most ``timeout_s`` for the first.
+
+        Only the first wait blocks; the rest is taken from what is already
+        queued. (A blocking wait after batches were taken could hold them back
+        forever if the queued items turned out to be revoked, and a held-back
+        batch is never acked.)
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
         out: list[ConsumedBatch] = []
-        it = self.batches()
-        try:
-            first = await asyncio.wait_for(anext(it), timeout_s)
-        except (TimeoutError, StopAsyncIteration):
-            return out
-        out.append(first)
-        while len(out) < max_batches and not self._queue.empty():
-            head = self._queue._queue[0]  # type: ignore[attr-defined]
-            if head is None:
-                break
+        while not out:
+            if self._queue.empty():
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return out
+                getter = asyncio.ensure_future(self._queue.get())
+                finished, _ = await asyncio.wait({getter}, timeout=remaining)
+                if not finished:
+                    getter.cancel()  # a cancelled Queue.get leaves its item queued
+                    return out
+                item = getter.result()
+            else:
+                item = self._queue.get_nowait()
+            if item is None:
+                self._queue.put_nowait(None)
+                return out
+            admitted = self._admit(item)
+            if admitted is not None:
+                out.append(admitted)
+        while len(out) < max_batches:
             try:
-                out.append(await anext(it))
-            except StopAsyncIteration:
+                item = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
                 break
+            if item is None:
+                self._queue.put_nowait(None)
+                break
+            admitted = self._admit(item)
+            if admitted is not None:
+                out.append(admitted)
         return out
 
     def _return_credit(self, session: _Session | None, nbytes: int) -> None:
