@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -214,6 +215,12 @@ async def test_controller_restart_mid_load_bumps_nothing_and_moves_no_leader(
         return [(p["leader"], p["leaderEpoch"]) for t in doc["topics"] for p in t["partitions"]]
 
     assert leaders(after["cluster"]) == leaders(before)
+    # The persisted Topic document has the custom resource's shape, Ready condition included.
+    doc = json.loads((cluster.dir / "controller" / "topics" / "default.steady.json").read_text())
+    assert doc["kind"] == "Topic" and doc["spec"]["partitions"] == 4
+    ready = doc["status"]["conditions"][0]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Online")
+    assert [p["leaderEpoch"] for p in doc["status"]["partitions"]] == [1, 1, 1, 1]
 
 
 async def test_cohort_across_brokers_never_double_delivers(cluster: LocalCluster) -> None:

@@ -36,6 +36,10 @@ def wall_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _rfc3339() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerEndpoint:
     id: int
@@ -77,6 +81,8 @@ class Controller:
         self._session: aiohttp.ClientSession | None = None
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
+        #: the problems behind the Ready conditions last written (rewrite only on change)
+        self._saved_problems: dict[str, tuple[str, str]] | None = None
 
     @property
     def specs(self) -> list[TopicSpec]:
@@ -145,10 +151,13 @@ class Controller:
         self.last_decision = decision
         for event in decision.events:
             log.info("%s %s: %s", event.kind, event.subject, event.message)
-        if decision.changed:
-            self.generation_bumps += 1
-            self.state = decision.state
-            self.store.save(self.state, self.resources)
+        problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
+        if decision.changed or problems != self._saved_problems:
+            if decision.changed:
+                self.generation_bumps += 1
+                self.state = decision.state
+            self.store.save(self.state, self.resources, problems, _rfc3339())
+            self._saved_problems = problems
         await self._push(decision)
         return decision
 

@@ -53,10 +53,55 @@ def spec_of(resource: dict[str, Any]) -> TopicSpec:
     )
 
 
+def _ready_condition(
+    status: TopicStatus | None,
+    problem: tuple[str, str] | None,
+    previous: dict[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """The Ready condition in metav1.Condition shape (what GitOps tools read)."""
+    if status is None:
+        value, reason, message = (
+            "False",
+            problem[0] if problem else "Pending",
+            (problem[1] if problem else "waiting for placement"),
+        )
+    elif problem is not None:
+        value, reason, message = "False", problem[0], problem[1]
+    elif any(str(p.state) != "Online" for p in status.partitions):
+        value, reason, message = (
+            "False",
+            "PartitionsNotOnline",
+            "some partitions are electing or offline",
+        )
+    else:
+        value, reason, message = "True", "Online", f"{len(status.partitions)} partitions online"
+    changed = previous is None or previous.get("status") != value
+    return {
+        "type": "Ready",
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now
+        if changed or previous is None
+        else previous.get("lastTransitionTime", now),
+    }
+
+
 class StateStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         root.mkdir(parents=True, exist_ok=True)
+
+    def _previous_ready(self, name: str) -> dict[str, Any] | None:
+        path = _topic_file(self.root, name)
+        try:
+            conditions = json.loads(path.read_text()).get("status", {}).get("conditions", [])
+        except (FileNotFoundError, ValueError, AttributeError):
+            return None
+        return next(
+            (c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), None
+        )
 
     def load(self) -> tuple[ClusterState, dict[str, dict[str, Any]]]:
         """(cluster state, applied Topic resources by 'namespace/name')."""
@@ -78,13 +123,30 @@ class StateStore:
         state = ClusterState(int(cluster.get("generation", 0)), brokers, statuses)
         return state, resources
 
-    def save(self, state: ClusterState, resources: dict[str, dict[str, Any]]) -> None:
+    def save(
+        self,
+        state: ClusterState,
+        resources: dict[str, dict[str, Any]],
+        problems: dict[str, tuple[str, str]] | None = None,
+        now: str = "",
+    ) -> None:
+        """Write every Topic document and the cluster document.
+
+        ``problems``: topic -> (reason, message) of the first problem the core
+        reported, which makes the topic's Ready condition False.
+        """
         wanted = {_topic_file(self.root, name) for name in resources}
+        problems = problems or {}
         for name, resource in resources.items():
             doc = dict(resource)
             status = state.topics.get(name)
-            if status is not None:
-                doc["status"] = {**status.to_json(), "observedGeneration": state.generation}
+            previous = self._previous_ready(name)
+            ready = _ready_condition(status, problems.get(name), previous, now)
+            doc["status"] = {
+                **(status.to_json() if status is not None else {}),
+                "observedGeneration": state.generation,
+                "conditions": [ready],
+            }
             _write_atomic(_topic_file(self.root, name), doc)
         for path in (self.root / "topics").glob("*.json"):
             if path not in wanted:
