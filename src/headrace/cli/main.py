@@ -66,6 +66,9 @@ def _options(auth_token: str | None) -> Any:
 @click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
 def main(verbose: int) -> None:
     """headrace: a partitioned, replicated message broker."""
+    from headrace.tuning import tune_allocator
+
+    tune_allocator()
     level = logging.WARNING - 10 * verbose
     logging.basicConfig(
         level=max(level, logging.DEBUG), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
