@@ -17,9 +17,9 @@ from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.replicating import ClusterTopology, Replication
 from headrace.broker.server import Connection, RedirectRequired
 from headrace.broker.syncing import GroupCommitter
-from headrace.broker.topics import Partition, Role, Topic, TopicRegistry, canonical_topic_name
+from headrace.broker.topics import Partition, Role, Topic, TopicRegistry
 from headrace.cohorts.gates import validate_cohort_name
-from headrace.errors import InvalidRequest, StorageError, UnknownPartition, UnknownTopic
+from headrace.errors import InvalidRequest, StorageError, UnknownPartition
 from headrace.protocol import messages as msg
 
 log = logging.getLogger(__name__)
@@ -444,10 +444,3 @@ class Broker:
                     continue
                 if deleted:
                     log.info("retention deleted %d segments of %s", len(deleted), p.name)
-
-
-def resolve_topic(broker: Broker, name: str) -> Topic:
-    try:
-        return broker.registry.get(canonical_topic_name(name))
-    except Exception as exc:
-        raise UnknownTopic(str(exc)) from exc

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -468,6 +467,3 @@ class Replication:
         for fetcher in list(self.fetchers.values()):
             await fetcher.close()
         self.fetchers.clear()
-
-
-LongPollDone = Callable[[], None]
