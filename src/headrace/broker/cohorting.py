@@ -168,7 +168,10 @@ class CohortRuntime:
         self.gates.leave(member_id, now_ms())
         self._publish()
 
-    def disconnect(self, member_id: str) -> None:
+    def disconnect(self, member_id: str, link: MemberLink | None = None) -> None:
+        """``link``'s connection closed. Ignored if a newer connection now holds the identity."""
+        if link is not None and self._links.get(member_id) is not link:
+            return
         self.gates.disconnect(member_id, now_ms())
         self._forget(member_id)
         self._publish()
@@ -274,9 +277,15 @@ class CohortRuntime:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            while self._deliver_round():
-                # Let produce requests and acks in between rounds.
-                await asyncio.sleep(0)
+            try:
+                while self._deliver_round():
+                    # Let produce requests and acks in between rounds.
+                    await asyncio.sleep(0)
+            except Exception:
+                # Delivery must not stop silently: log, pause, and try again.
+                log.exception("cohort %s delivery round failed; retrying", self.name)
+                await asyncio.sleep(0.5)
+                self._wake.set()
 
     def _deliver_round(self) -> bool:
         progressed = False

@@ -179,6 +179,7 @@ def _apply_role(broker: Broker, partition: Partition, a: PartitionPlacement) -> 
     partition.leader_epoch = a.epoch
     if new_role is Role.LEADER:
         # The new leader may hold records its old followers lack: HW restarts from ours.
+        partition.high_watermark = min(partition.high_watermark, partition.log.next_offset)
         partition.replica_set = LeaderReplicaSet.become_leader(
             me,
             a.replicas,
@@ -323,6 +324,11 @@ class ReplicaFetcher:
                 log.debug("fetch from broker %s failed: %s", self.leader.id, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
+            except Exception:
+                # Never let replication from this leader stop silently.
+                self.errors += 1
+                log.exception("replica fetcher for broker %s failed; retrying", self.leader.id)
+                await asyncio.sleep(1.0)
 
     async def _truncate_diverged(self, conn: ClientConnection, partitions: list[Partition]) -> None:
         """Cut each newly-following partition back to the prefix it shares with the leader."""
@@ -330,6 +336,7 @@ class ReplicaFetcher:
         rounds = 0
         while pending and rounds < 16:
             rounds += 1
+            asked = {id(p): (p.leader_epoch, p.leader_id) for p in pending}
             queries = [
                 rp.EpochQuery(
                     p.topic.name, p.index, p.log.epochs.latest_epoch if p.log.epochs else -1
@@ -343,6 +350,8 @@ class ReplicaFetcher:
                 a = answers.get((p.topic.name, p.index))
                 if a is None or a.error:
                     continue  # the leader is not ready yet; try again next round
+                if not self._unchanged(p, *asked[id(p)]):
+                    continue  # leadership moved while we asked: the answer is about the old leader
                 if q.epoch < 0 or (a.end_offset >= p.log.next_offset and a.epoch == q.epoch):
                     p.truncated_for_epoch = p.leader_epoch
                     continue
@@ -356,9 +365,12 @@ class ReplicaFetcher:
                         self.leader.id,
                     )
                     p.log.truncate_to(cut)
+                    # Never leave a high watermark above what the log now holds.
+                    p.high_watermark = min(p.high_watermark, cut)
+                    p.leader_high_watermark = min(p.leader_high_watermark, cut)
                     self.broker.metrics.truncations.inc()
                 if a.epoch == q.epoch or a.epoch < 0:
-                    p.truncated_for_epoch = p.leader_epoch
+                    p.truncated_for_epoch = asked[id(p)][0]
                 else:
                     still.append(p)  # ask again about the epoch we now end with
             pending = still
@@ -376,13 +388,17 @@ class ReplicaFetcher:
                 for p in ready
             ],
         )
+        asked = {id(p): (p.leader_epoch, p.leader_id, p.log.next_offset) for p in ready}
         frame = await conn.request(Op.REPLICA_FETCH, request.encode())
         response = rp.ReplicaFetchOk.decode(frame.body)
         by_key = {(p.topic.name, p.index): p for p in ready}
         for entry in response.partitions:
             p = by_key.get((entry.topic, entry.partition))
-            if p is None or p.role is not Role.FOLLOWER:
+            if p is None:
                 continue
+            epoch, leader, end = asked[id(p)]
+            if not self._unchanged(p, epoch, leader) or p.log.next_offset != end:
+                continue  # moved, dropped or already advanced while the fetch was out
             if entry.error:
                 if entry.error == StaleEpoch.CODE and entry.epoch < p.leader_epoch:
                     await asyncio.sleep(0.05)  # the leader has not heard of our epoch yet
@@ -401,6 +417,16 @@ class ReplicaFetcher:
                     p.cursors.set(cohort, cursor)
             p.leader_high_watermark = entry.high_watermark
             p.appended()
+
+    def _unchanged(self, p: Partition, epoch: int, leader: int) -> bool:
+        """Still a follower of the same leader at the same epoch, and still hosted here."""
+        return (
+            p.role is Role.FOLLOWER
+            and p.leader_epoch == epoch
+            and p.leader_id == leader
+            and p.topic.partitions.get(p.index) is p
+            and self.broker.registry.topics.get(p.topic.name) is p.topic
+        )
 
     async def close(self) -> None:
         self._task.cancel()

@@ -96,7 +96,7 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         if self.cohort is not None and self.member_id is not None:
-            self.cohort.disconnect(self.member_id)
+            self.cohort.disconnect(self.member_id, self)
             self.broker.maybe_drop_cohort(self.cohort)
         self.broker.connection_closed(self)
 
@@ -281,12 +281,34 @@ class Connection(asyncio.Protocol):
             f"{partition.name}: not replicated within {req.timeout_ms} ms",
         )
         fut.add_done_callback(lambda f: timer.cancel())
-        fut.add_done_callback(lambda f: self._produce_done(frame, partition, result.base_offset, f))
+        all_replicas = req.acks is msg.Acks.ALL
+        fut.add_done_callback(
+            lambda f: self._produce_done(frame, partition, result.base_offset, f, all_replicas)
+        )
 
     def _produce_done(
-        self, frame: Frame, partition: Partition, base: int, fut: asyncio.Future[None]
+        self,
+        frame: Frame,
+        partition: Partition,
+        base: int,
+        fut: asyncio.Future[None],
+        all_replicas: bool = False,
     ) -> None:
         exc = fut.exception()
+        replica_set = partition.replica_set
+        if (
+            exc is None
+            and all_replicas
+            and replica_set is not None
+            and len(replica_set.lrs) < partition.min_in_sync
+        ):
+            # The HW passed this batch only because the LRS shrank below minInSync while we
+            # waited: it has fewer copies than promised. Retriable; the idempotent retry is
+            # answered once the LRS has recovered.
+            exc = NotEnoughReplicas(
+                f"{partition.name}: live replica set shrank to {sorted(replica_set.lrs)} before"
+                f" the batch reached minInSync {partition.min_in_sync}"
+            )
         if exc is not None:
             err = exc if isinstance(exc, HeadraceError) else HeadraceError(str(exc))
             self._send_error(frame.correlation_id, err)
@@ -428,7 +450,8 @@ class Connection(asyncio.Protocol):
     def on_replica_fetch(self, frame: Frame) -> None:
         request = rp.ReplicaFetch.decode(frame.body)
         response = replicating.serve_fetch(self.broker, request)
-        has_data = any(len(p.data) for p in response.partitions)
+        # Cursors count as news too: parking this poll would drop them (they are marked sent).
+        has_data = any(len(p.data) or p.cursors is not None for p in response.partitions)
         if has_data or request.max_wait_ms <= 0:
             self._send_replica_fetch(frame, response)
             return

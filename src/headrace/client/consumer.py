@@ -39,6 +39,9 @@ class ConsumedBatch:
     first_offset: int
     data: bytes
     header: rb.BatchHeader
+    #: which broker session delivered it: gate epochs are per broker, so an epoch alone
+    #: cannot tell a batch from an old owner apart from the new owner's
+    session_id: int = 0
     _decoded: rb.DecodedBatch | None = field(default=None, repr=False)
 
     @property
@@ -206,7 +209,14 @@ class Consumer:
             self.session_timeout_ms,
             int(self.isolation),
         )
-        frame = await conn.request(Op.COHORT_JOIN, join.encode())
+        try:
+            frame = await conn.request(Op.COHORT_JOIN, join.encode())
+        except HeadraceError:
+            # Registered early so pushes racing the response land; a failed join must
+            # not look like a membership (the next topology change retries it).
+            if self._sessions.get(owner_id) is session:
+                del self._sessions[owner_id]
+            raise
         self._apply_assignment(session, msg.Assignment.decode(frame.body))
         conn.send_no_reply(Op.CREDIT, msg.CREDIT.pack(self.credit_bytes))
 
@@ -299,6 +309,7 @@ class Consumer:
                     delivery.first_offset,
                     chunk,
                     header,
+                    id(session),
                 )
             )
         if remaining:
@@ -327,7 +338,11 @@ class Consumer:
         """
         session = self._session_of.get(item.partition)
         self._return_credit(session, item.header.size)
-        if session is None or session.held.get(item.partition) != item.epoch:
+        if (
+            session is None
+            or id(session) != item.session_id
+            or session.held.get(item.partition) != item.epoch
+        ):
             return None
         handed = self._handed.get(item.partition)
         if handed is not None and item.header.last_offset <= handed:

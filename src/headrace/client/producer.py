@@ -120,6 +120,15 @@ class _PartitionSender:
         return not self.queue and not self.inflight
 
     async def _run(self) -> None:
+        while True:
+            try:
+                await self._run_loop()
+            except Exception:
+                # A bug must not leave receipts hanging silently: log, pause, carry on.
+                log.exception("sender for %s/%s failed; resuming", self.topic, self.partition)
+                await asyncio.sleep(0.5)
+
+    async def _run_loop(self) -> None:
         p = self.producer
         while True:
             if self.idle:
@@ -225,8 +234,6 @@ class _PartitionSender:
                 f"batch for {self.topic}/{self.partition} not acknowledged in time: {exc}"
             )
         # Otherwise the last error itself (e.g. NotEnoughReplicas) tells the caller most.
-        # Non-retriable: the broker appended neither this batch nor (sequence gap) any
-        # after it. Fail this one and renumber the rest from its sequence.
         log.warning("batch for %s/%s failed: %s", self.topic, self.partition, exc)
         p._release(len(batch.data))
         if not batch.future.done():
@@ -234,12 +241,18 @@ class _PartitionSender:
             batch.future.exception()
         rest = pending[1:] + list(self.queue)
         self.queue.clear()
-        seq = batch.sequence
-        for b in rest:
-            b.data = rb.restamp_sequence(b.data, seq)
-            b.sequence = seq
-            seq = (seq + b.record_count) % _SEQ_MOD
-        p._sequences[(self.topic, self.partition)] = seq
+        if not retriable:
+            # The broker refused this batch before appending it (validation), so it
+            # appended nothing after it either (sequence gap): renumber the rest.
+            seq = batch.sequence
+            for b in rest:
+                b.data = rb.restamp_sequence(b.data, seq)
+                b.sequence = seq
+                seq = (seq + b.record_count) % _SEQ_MOD
+            p._sequences[(self.topic, self.partition)] = seq
+        # Retriable but out of time: the outcome is unknown (it may be in the log), so
+        # the rest keep their numbers. If it was appended they follow it; if not, the
+        # broker reports the gap and they move to a fresh producer identity.
         self.queue.extend(rest)
 
     async def close(self) -> None:
@@ -259,7 +272,7 @@ class Producer:
         max_in_flight: int = 8,
         buffer_bytes: int = 64 * 1024 * 1024,
         retry_backoff_ms: int = 100,
-        delivery_timeout_ms: int = 30_000,
+        delivery_timeout_ms: int = 120_000,
         request_timeout_ms: int = 30_000,
         compression: int = rb.COMPRESSION_NONE,
         idempotent: bool = True,

@@ -153,11 +153,13 @@ class Controller:
             log.info("%s %s: %s", event.kind, event.subject, event.message)
         problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
         if decision.changed or problems != self._saved_problems:
+            # Persist first: a decision that is not on disk must never be pushed (a restart
+            # from the older documents could hand the same epoch to another leader).
+            self.store.save(decision.state, self.resources, problems, _rfc3339())
+            self._saved_problems = problems
             if decision.changed:
                 self.generation_bumps += 1
                 self.state = decision.state
-            self.store.save(self.state, self.resources, problems, _rfc3339())
-            self._saved_problems = problems
         await self._push(decision)
         return decision
 
