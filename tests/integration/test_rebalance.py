@@ -153,3 +153,31 @@ async def test_grace_expiry_moves_the_partition_and_redelivers_unacked(
     await a.consumer.close(grace_s=0)
     await b.consumer.close(grace_s=0)
     await producer.close()
+
+
+async def test_an_expired_member_rejoins_and_keeps_consuming(broker: BrokerProcess) -> None:
+    await create_topic(broker.bootstrap, "expiry", 2)
+    producer = await Producer(broker.bootstrap).start()
+    # Heartbeats every 3 s against a 1 s session: the broker expires the member between beats.
+    consumer = await Consumer(
+        broker.bootstrap,
+        "expiry",
+        "g",
+        member_id="sleepy",
+        start="earliest",
+        session_timeout_ms=1000,
+        heartbeat_interval_ms=3000,
+    ).start()
+    r = Recorder(consumer)
+    await produce(broker.bootstrap, "expiry", 0, 10, producer)
+    await until(lambda: r.count(0) == 10, r.drain)
+    await until(
+        lambda: not broker.get_json("/v1/status")["cohorts"], r.drain, timeout=10
+    )  # expired
+    await produce(broker.bootstrap, "expiry", 0, 5, producer)
+    await until(lambda: r.count(0) == 15, r.drain, timeout=20)
+    assert r.offsets[0] == list(range(15)), (
+        "after rejoining it continues at its cursor, no gap, no repeat"
+    )
+    await consumer.close(grace_s=1)
+    await producer.close()

@@ -40,6 +40,9 @@ class MemberLink(Protocol):
         self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes
     ) -> None: ...
 
+    def membership_ended(self) -> None:
+        """The member left the cohort (leave completed, or its session expired)."""
+
 
 @dataclass(slots=True)
 class DeliveryPosition:
@@ -183,7 +186,6 @@ class CohortRuntime:
     def tick(self) -> None:
         for member_id in self.gates.tick(now_ms()):
             log.info("cohort %s: member %s timed out", self.name, member_id)
-            self._forget(member_id)
         self._publish()
 
     def _forget(self, member_id: str) -> None:
@@ -241,6 +243,12 @@ class CohortRuntime:
 
     def _publish(self, skip: str | None = None) -> None:
         """Push changed views to members and set delivery positions for new tenures."""
+        for member_id in [m for m in self._links if m not in self.gates.members]:
+            # Gone from the gates (leave finished, session expired): free the connection's
+            # identity so the same connection may join again.
+            link = self._links[member_id]
+            self._forget(member_id)
+            link.membership_ended()
         for gate in self.gates.gates.values():
             if gate.state is GateState.HELD and gate.holder is not None:
                 pos = self._positions.get(gate.partition)

@@ -145,6 +145,10 @@ class Connection(asyncio.Protocol):
     def push(self, op: Op, body: bytes) -> None:
         self._write(encode_frame(op, 0, body, FLAG_PUSH))
 
+    def membership_ended(self) -> None:
+        self.cohort = None
+        self.member_id = None
+
     def push_assignment(self, assignment: msg.Assignment) -> None:
         self.push(Op.ASSIGNMENT, assignment.encode())
 

@@ -15,13 +15,13 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.client.routing import canonical
-from headrace.errors import ConnectionClosed, HeadraceError
+from headrace.errors import ConnectionClosed, HeadraceError, UnknownMember
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 from headrace.records import batch as rb
@@ -159,14 +159,14 @@ class Consumer:
             conn = await self.cluster.connect(addr.host, addr.port)
             await self._join(owner_id, conn)
 
-    def _drop_session(self, owner_id: int) -> None:
+    def _drop_session(self, owner_id: int, *, leave: bool = True) -> None:
         session = self._sessions.pop(owner_id)
         for p in list(session.held) + list(session.revoking):
             if self._session_of.get(p) is session:
                 del self._session_of[p]
         session.held.clear()
         session.revoking.clear()
-        if not session.conn.is_closed:
+        if leave and not session.conn.is_closed:
             # Leaving the broker's cohort: it no longer leads anything of ours.
             session.conn.request(Op.COHORT_LEAVE, b"{}").add_done_callback(_log_failure("leave"))
 
@@ -255,7 +255,24 @@ class Consumer:
                 if session.conn.is_closed:
                     continue
                 fut = session.conn.request(Op.COHORT_HEARTBEAT, b"{}")
-                fut.add_done_callback(_log_failure("heartbeat"))
+                fut.add_done_callback(self._heartbeat_answered(session))
+
+    def _heartbeat_answered(self, session: _Session) -> Callable[[asyncio.Future[Frame]], None]:
+        def done(fut: asyncio.Future[Frame]) -> None:
+            if fut.cancelled():
+                return
+            exc = fut.exception()
+            if isinstance(exc, UnknownMember) and not self._closed:
+                # Our session expired on that broker (a long pause): forget it and join again.
+                log.warning("cohort %s: membership on a broker expired; rejoining", self.cohort)
+                for owner_id, s in list(self._sessions.items()):
+                    if s is session:
+                        self._drop_session(owner_id, leave=False)
+                self._topology_changed.set()
+            elif exc is not None and not isinstance(exc, ConnectionClosed):
+                log.warning("heartbeat failed: %s", exc)
+
+        return done
 
     # ------------------------------------------------------------------ pushes
 
