@@ -21,6 +21,7 @@ setup: $(VENV)/.installed
 # Ctrl-C stops it. `make run-standalone` runs a single standalone broker instead.
 run: setup
 	-$(BIN)/headrace local down --dir $(LOCAL_DIR) 2>/dev/null
+	mkdir -p $(LOCAL_DIR)
 	$(BIN)/headrace local up --dir $(LOCAL_DIR) --brokers 3 > $(LOCAL_DIR).bootstrap
 	$(BIN)/headrace apply -f examples/local/demo-topic.yaml --dir $(LOCAL_DIR)
 	@B=$$(cat $(LOCAL_DIR).bootstrap); printf '%s\n' \
