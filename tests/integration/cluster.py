@@ -45,6 +45,7 @@ class Cluster:
         name: str,
         assignments: list[tuple[list[int], int | None, int, list[int]]],
         min_in_sync: int = 1,
+        config: dict[str, int] | None = None,
     ) -> None:
         """assignments: per partition (replicas, leader, epoch, lrs)."""
         self.topics[name] = {
@@ -52,7 +53,7 @@ class Cluster:
             "partitions": len(assignments),
             "partitioning_version": 1,
             "min_in_sync": min_in_sync,
-            "config": {},
+            "config": config or {},
             "assignments": [
                 {"partition": i, "replicas": r, "leader": leader, "epoch": e, "lrs": lrs}
                 for i, (r, leader, e, lrs) in enumerate(assignments)

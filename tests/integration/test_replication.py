@@ -130,3 +130,50 @@ async def test_lagging_follower_leaves_the_lrs_and_returns_and_min_in_sync_fails
         lambda: all(cluster.partition_report(b, TOPIC, 0)["logEndOffset"] == 210 for b in range(3))
     )
     await asyncio.sleep(0)
+
+
+async def test_follower_behind_the_leaders_log_start_restarts_there_and_catches_up(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    c = Cluster(
+        tmp_path / "wiped",
+        3,
+        [
+            "--replica-lag-max-ms",
+            "1500",
+            "--replica-fetch-wait-ms",
+            "200",
+            "--retention-check-interval-ms",
+            "200",
+        ],
+    )
+    c.start()
+    try:
+        b0, _, b2 = c.brokers
+        small = {"segment_bytes": 16_384, "retention_bytes": 65_536, "retention_ms": -1}
+        c.set_topic(TOPIC, [([0, 1, 2], 0, 1, [0, 1, 2])], min_in_sync=1, config=small)
+        c.push()
+        b2.kill9()  # away while the leader writes and retention deletes its oldest segments
+        padded = [v + b"." * 200 for v in values("r", 3000)]  # ~600 KB: several segments
+        for i in range(0, 3000, 300):
+            await produce(c.bootstrap, 0, padded[i : i + 300], acks="leader")
+        described = lambda: b0.get_json(f"/v1/topics/{TOPIC}")["partition_details"][0]  # noqa: E731
+        c.wait(lambda: described()["log_start_offset"] > 0, what="retention on the leader")
+        shutil.rmtree(b2.data_dir)  # and its disk is wiped
+        b2.start()
+        c.push()
+        start = described()["log_start_offset"]
+        c.wait(
+            lambda: c.partition_report(2, TOPIC, 0)["logEndOffset"] == 3000,
+            what="the wiped follower caught up from the leader's log start",
+        )
+        c.wait(lambda: 2 in c.partition_report(0, TOPIC, 0)["liveReplicas"], what="back in the LRS")
+        c.stop()
+        records = read_log_from_disk(b2, TOPIC, 0)
+        assert records[0][0] >= start and [o for o, _, _ in records] == list(
+            range(records[0][0], 3000)
+        )
+    finally:
+        c.stop()

@@ -25,6 +25,7 @@ from headrace.errors import (
     HeadraceError,
     MalformedFrame,
     NotLeader,
+    OffsetOutOfRange,
     StaleEpoch,
     UnknownPartition,
     UnknownTopic,
@@ -233,6 +234,13 @@ def serve_fetch(broker: Broker, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk:
             entry.message = f"{partition.name}: follower at epoch {pos.epoch}, leader at {partition.leader_epoch}"
             continue
         plog = partition.log
+        if pos.offset < plog.log_start_offset:
+            # The follower needs records retention already deleted: it must restart its
+            # log at our log start (answered with where that is).
+            entry.error = OffsetOutOfRange.CODE
+            entry.message = f"offset {pos.offset} is below log start {plog.log_start_offset}"
+            entry.log_start_offset = plog.log_start_offset
+            continue
         if pos.offset > plog.next_offset:
             entry.error, entry.message = (
                 StaleEpoch.CODE,
@@ -399,6 +407,17 @@ class ReplicaFetcher:
             epoch, leader, end = asked[id(p)]
             if not self._unchanged(p, epoch, leader) or p.log.next_offset != end:
                 continue  # moved, dropped or already advanced while the fetch was out
+            if entry.error == OffsetOutOfRange.CODE and entry.log_start_offset > p.log.next_offset:
+                log.warning(
+                    "%s: log end %d is below leader %s's log start %d; restarting the log there",
+                    p.name,
+                    p.log.next_offset,
+                    self.leader.id,
+                    entry.log_start_offset,
+                )
+                p.log.reset_to(entry.log_start_offset)
+                self.broker.metrics.truncations.inc()
+                continue
             if entry.error:
                 if entry.error == StaleEpoch.CODE and entry.epoch < p.leader_epoch:
                     await asyncio.sleep(0.05)  # the leader has not heard of our epoch yet

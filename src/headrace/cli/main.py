@@ -123,6 +123,13 @@ def main(verbose: int) -> None:
     help="How long a revoked partition's holder may finish in-flight records.",
 )
 @click.option(
+    "--retention-check-interval-ms",
+    type=int,
+    default=30_000,
+    show_default=True,
+    help="How often retention deletes segments beyond the topic's time and size bounds.",
+)
+@click.option(
     "--cursor-flush-interval-ms",
     type=int,
     default=200,
@@ -157,6 +164,7 @@ def broker(
     segment_bytes: int,
     cohort_grace_ms: int,
     cursor_flush_interval_ms: int,
+    retention_check_interval_ms: int,
     auth_tokens: tuple[str, ...],
     tls_cert: Path | None,
     tls_key: Path | None,
@@ -191,6 +199,7 @@ def broker(
         replication_token=replication_token,
         cohort_grace_ms=cohort_grace_ms,
         cursor_flush_interval_ms=cursor_flush_interval_ms,
+        retention_check_interval_ms=retention_check_interval_ms,
         auth_tokens=frozenset(auth_tokens),
         tls=tls,
     )

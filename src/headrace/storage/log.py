@@ -471,6 +471,26 @@ class PartitionLog:
             seg.delete()
         return doomed
 
+    def reset_to(self, offset: int) -> None:
+        """Drop the whole local log and continue empty at ``offset``.
+
+        For a follower whose log end is below its leader's log start (it was away
+        longer than retention, or its disk was wiped): nothing it holds can be
+        reconciled, and the records it lacks no longer exist anywhere.
+        """
+        for seg in self._segments:
+            seg.delete()
+        self._segments = []
+        self._bases = []
+        self._new_segment(offset)
+        self.producers = bk.ProducerStateTable()
+        if self.epochs is not None:
+            self.epochs.truncate_from(-1)
+        self.last_epoch = -1
+        self.flushed_offset = offset
+        self.truncations += 1
+        self.write_checkpoint(self.sync_target())
+
     def truncate_to(self, offset: int) -> None:
         """Drop every record at or after ``offset`` (replica divergence, seal rollback).
 
