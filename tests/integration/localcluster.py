@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from headrace.cli.local import spawn_headrace
 from tests.integration.brokers import free_port
 
 
@@ -87,16 +88,6 @@ class LocalCluster:
         pid = next(b["pid"] for b in self.record["brokers"] if b["id"] == broker_id)
         os.killpg(pid, signal.SIGKILL)
 
-    def _spawn(self, args: list[str], log_name: str) -> int:
-        with open(self.dir / "logs" / log_name, "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "headrace.cli.main", *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        return proc.pid
-
     def restart_broker(self, broker_id: int) -> None:
         """Start broker ``broker_id`` again with its data directory and addresses (after a kill)."""
         record = self.record
@@ -117,14 +108,7 @@ class LocalCluster:
             "--data-dir",
             str(self.dir / f"broker-{b['id']}"),
         ]
-        with open(self.dir / "logs" / f"broker-{b['id']}.log", "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "headrace.cli.main", *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        b["pid"] = proc.pid
+        b["pid"] = spawn_headrace(args, self.dir / "logs" / f"broker-{b['id']}.log")
         (self.dir / "local.json").write_text(json.dumps(record))
 
     def signal_broker(self, broker_id: int, sig: signal.Signals) -> None:
@@ -149,14 +133,7 @@ class LocalCluster:
                 for a in ("--broker", f"{b['id']}={b['host']}:{b['admin_port']}")
             ],
         ]
-        with open(self.dir / "logs" / "controller.log", "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "headrace.cli.main", *args],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        record["controller_pid"] = proc.pid
+        record["controller_pid"] = spawn_headrace(args, self.dir / "logs" / "controller.log")
         (self.dir / "local.json").write_text(json.dumps(record))
 
     def wait(self, predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import fcntl
 import logging
 import os
@@ -11,6 +10,7 @@ import ssl
 import time
 from typing import Any
 
+from headrace.aio import cancel_and_wait
 from headrace.broker.cohorting import CohortRuntime
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
@@ -101,11 +101,7 @@ class Broker:
             self._server.close()
         for conn in list(self.connections):
             conn.close()
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._tasks)
         for cohort in list(self.cohorts.values()):
             await cohort.close()
         await self.replication.close()

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from headrace.aio import cancel_and_wait
 from headrace.broker.topics import Partition, Role, Topic
 from headrace.cohorts.gates import CohortGates, GateState
 from headrace.errors import InvalidRequest, NotGateHolder, OffsetOutOfRange
@@ -119,12 +120,7 @@ class CohortRuntime:
         for partition in self._listening:
             partition.remove_listener(self._on_hw)
         self._listening.clear()
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
 
     @property
     def empty(self) -> bool:

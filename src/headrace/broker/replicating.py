@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from headrace.aio import cancel_and_wait
 from headrace.broker.topics import Partition, Role
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.errors import (
@@ -448,9 +449,7 @@ class ReplicaFetcher:
         )
 
     async def close(self) -> None:
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await cancel_and_wait(self._task)
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._conn.close(), 2)
@@ -505,10 +504,7 @@ class Replication:
                         p.advance_high_watermark()
 
     async def close(self) -> None:
-        if self._tick_task is not None:
-            self._tick_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._tick_task
+        await cancel_and_wait(self._tick_task)
         for fetcher in list(self.fetchers.values()):
             await fetcher.close()
         self.fetchers.clear()

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from headrace.aio import cancel_and_wait
 from headrace.broker.topics import Partition
 from headrace.errors import StorageError
 from headrace.storage.bookkeeping import FsyncPolicy
@@ -135,12 +136,7 @@ class GroupCommitter:
 
     async def close(self) -> None:
         """Final sync and checkpoint (clean shutdown makes restart instant)."""
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
+        await cancel_and_wait(self._task)
         for partition in self._partitions():
             self._dirty.add(partition)
         await self.sync_round(checkpoint=True)

@@ -130,7 +130,8 @@ def local() -> None:
     """A local cluster of processes: one controller, N brokers on 127.0.0.x."""
 
 
-def _spawn(args: list[str], log_path: Path) -> int:
+def spawn_headrace(args: list[str], log_path: Path) -> int:
+    """Start `headrace ARGS...` detached (own session), appending its output to ``log_path``."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -204,7 +205,7 @@ def local_up(
     brokers = []
     for i in range(count):
         host = f"127.0.0.{2 + i}"
-        pid = _spawn(
+        pid = spawn_headrace(
             [
                 "broker",
                 "--cluster",
@@ -226,7 +227,7 @@ def local_up(
             directory / "logs" / f"broker-{i}.log",
         )
         brokers.append({"id": i, "host": host, "port": port, "admin_port": admin_port, "pid": pid})
-    controller_pid = _spawn(
+    controller_pid = spawn_headrace(
         [
             "controller",
             "--state-dir",

@@ -21,6 +21,7 @@ from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from headrace.aio import cancel_and_wait
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ConnectOptions, RedirectReceived
 from headrace.client.routing import canonical, partition_for_key
@@ -256,9 +257,7 @@ class _PartitionSender:
         self.queue.extend(rest)
 
     async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
+        await cancel_and_wait(self.task)
 
 
 class Producer:

@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from headrace.aio import cancel_and_wait
 from headrace.control.model import Heartbeat, TopicSpec
 from headrace.control.reconcile import Decision, reconcile
 from headrace.control.settings import ControlSettings
@@ -94,10 +95,7 @@ class Controller:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="controller")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         if self._session is not None:
             await self._session.close()
 
