@@ -175,6 +175,21 @@ class BrokerShuttingDown(HeadraceError):
     retriable = True
 
 
+class CorruptSegmentObject(HeadraceError):
+    """A segment object in the object store failed its CRC or is truncated; the message names the object key."""
+
+    CODE = 34
+
+
+class PartitionMoving(HeadraceError):
+    """The partition is being sealed for a move or reopened after one: retry once the
+    topology names its new owner."""
+
+    CODE = 36
+    retriable = True
+    invalid_metadata = True
+
+
 # --- cohorts ---
 
 
