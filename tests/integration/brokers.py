@@ -30,6 +30,8 @@ class BrokerProcess:
     mode: str = "standalone"
     broker_id: int = 0
     extra_args: list[str] = field(default_factory=list)
+    #: extra environment (object-store credentials, say)
+    env: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
     admin_port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
@@ -65,7 +67,11 @@ class BrokerProcess:
             *self.extra_args,
         ]
         self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **self.env} if self.env else None,
         )
         log.close()
         if wait:

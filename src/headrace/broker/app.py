@@ -17,9 +17,11 @@ from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.replicating import ClusterTopology, Replication
 from headrace.broker.server import Connection, RedirectRequired
 from headrace.broker.syncing import GroupCommitter
+from headrace.broker.tiering import Tiering
 from headrace.broker.topics import Partition, Role, Topic, TopicRegistry
 from headrace.cohorts.gates import validate_cohort_name
-from headrace.errors import InvalidRequest, StorageError, UnknownPartition
+from headrace.errors import InvalidRequest, PartitionMoving, StorageError, UnknownPartition
+from headrace.objectstore.interface import ObjectStore
 from headrace.protocol import messages as msg
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ class Broker:
         #: cluster mode: the last topology the controller pushed (None until the first)
         self.cluster: ClusterTopology | None = None
         self.replication = Replication(self)
+        self.tiering = Tiering(self, _open_object_store(settings.object_store_url))
+        self.registry.object_store_configured = self.tiering.enabled
         self.started_at = time.monotonic()
         self.recovery_seconds = 0.0
         self.port = settings.port
@@ -66,6 +70,10 @@ class Broker:
         self.committer.on_round = self.metrics.fsync_seconds.observe
         self.committer.start()
         self.replication.start()
+        if not self.settings.cluster_mode:
+            for partition in self.registry.all_partitions():
+                self.tiering.attach(partition)
+        self.tiering.start()
         self.metrics.topology_generation.set(self.registry.generation)
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
@@ -105,6 +113,7 @@ class Broker:
         for cohort in list(self.cohorts.values()):
             await cohort.close()
         await self.replication.close()
+        await self.tiering.close()
         self._flush_cursors_now(sync=True)
         await self.committer.close()
         if self.admin is not None:
@@ -246,10 +255,18 @@ class Broker:
                 f"routed under partitioning version {version}, current is {t.partitioning_version}"
             )
             raise self._redirect(t, partition, reason)
-        return self.partition_for_read(topic, partition)
+        part = self._led(t, partition)
+        if part.moving:
+            raise PartitionMoving(f"{part.name} is being moved; retry at its new owner")
+        return part
 
     def partition_for_read(self, topic: str, partition: int) -> Partition:
-        t = self.registry.get(topic)
+        part = self._led(self.registry.get(topic), partition)
+        if part.tiering is not None and part.tiering.reopening is not None:
+            raise PartitionMoving(f"{part.name} is reopening after a move; retry shortly")
+        return part
+
+    def _led(self, t: Topic, partition: int) -> Partition:
         if not 0 <= partition < t.partition_count:
             raise UnknownPartition(f"topic {t.name!r} has no partition {partition}")
         part = t.partitions.get(partition)
@@ -265,6 +282,21 @@ class Broker:
         if not self.settings.cluster_mode:
             raise InvalidRequest("this broker is standalone; it takes no pushed topology")
         return apply_topology(self, ClusterTopology.from_json(doc))
+
+    def partition_reopened(self, partition: Partition) -> None:
+        """A move's reopen finished: take the role the current topology gives."""
+        from headrace.broker.replicating import apply_assignment, assignment_of
+
+        if self.cluster is not None:
+            a = assignment_of(self.cluster, partition.topic.name, partition.index)
+            if a is not None and a.moves == partition.moves:
+                apply_assignment(self, partition, a, force=True)
+        self.replication.reconcile()
+        self.refresh_cohorts()
+        self.push_topology()
+
+    def cohorts_of(self, topic: str) -> list[CohortRuntime]:
+        return [r for (t, _), r in self.cohorts.items() if t == topic]
 
     def lrs_changed(self, partition: Partition) -> None:
         self.metrics.lrs_changes.inc()
@@ -314,6 +346,7 @@ class Broker:
                     "logEndOffset": p.log.next_offset,
                     "highWatermark": p.high_watermark,
                     "liveReplicas": p.lrs,
+                    **self.tiering.report(p),
                 }
                 for p in partitions
             ],
@@ -364,6 +397,7 @@ class Broker:
                     "size_bytes": p.log.size_bytes,
                     "segments": len(p.log.segments),
                     "cursors": p.cursors.all(),
+                    **self.tiering.describe(p),
                 }
                 for p in sorted(topic.partitions.values(), key=lambda p: p.index)
             ],
@@ -382,6 +416,7 @@ class Broker:
                 name,
                 grace_ms=self.settings.cohort_grace_ms,
                 chunk_bytes=self.settings.delivery_chunk_bytes,
+                tiering=self.tiering,
             )
             runtime.on_delivered = self.metrics.delivered_bytes.inc
             plan = self.cohort_plan(topic.name, name)
@@ -433,10 +468,24 @@ class Broker:
         while True:
             await asyncio.sleep(self.settings.retention_check_interval_ms / 1000)
             for p in self.registry.all_partitions():
+                if p.moving:
+                    continue
                 try:
-                    deleted = p.log.apply_retention()
+                    # Tiered: only what the object store already holds may go.
+                    floor = await self.tiering.refresh_floor(p)
+                    if p.moving or p.topic.partitions.get(p.index) is not p:
+                        continue
+                    deleted = p.log.apply_retention(upload_floor=floor)
                 except StorageError as exc:
                     log.error("retention on %s failed: %s", p.name, exc)
                     continue
                 if deleted:
                     log.info("retention deleted %d segments of %s", len(deleted), p.name)
+
+
+def _open_object_store(url: str | None) -> ObjectStore | None:
+    if url is None:
+        return None
+    from headrace.objectstore.urls import open_store
+
+    return open_store(url)

@@ -13,14 +13,18 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from headrace.aio import cancel_and_wait
 from headrace.broker.topics import Partition, Role, Topic
 from headrace.cohorts.gates import CohortGates, GateState
 from headrace.errors import InvalidRequest, NotGateHolder, OffsetOutOfRange
 from headrace.protocol.messages import Assignment, Isolation
+from headrace.records import batch as rb
 from headrace.storage.log import ReadPosition
+
+if TYPE_CHECKING:
+    from headrace.broker.tiering import Tiering
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +56,8 @@ class DeliveryPosition:
     epoch: int
     next_offset: int
     hint: ReadPosition | None = None
+    #: a read from the object store in progress (offsets below the local log start)
+    stored_read: asyncio.Task[bytes] | None = None
 
 
 class CohortRuntime:
@@ -62,8 +68,11 @@ class CohortRuntime:
         *,
         grace_ms: int,
         chunk_bytes: int,
+        tiering: Tiering | None = None,
     ) -> None:
         self.topic = topic
+        #: reads below a partition's local log start go to the object store through it
+        self.tiering = tiering
         self.name = name
         self.gates = CohortGates(name, self._led_partitions(), grace_ms=grace_ms)
         self._links: dict[str, MemberLink] = {}
@@ -218,9 +227,10 @@ class CohortRuntime:
         if gate is None or gate.holder != member_id or gate.state is not GateState.HELD:
             raise NotGateHolder(f"member {member_id!r} does not hold partition {partition}")
         part = self.topic.partition(partition)
-        if not part.log.log_start_offset <= offset <= part.log.next_offset:
+        earliest = self._earliest(part)
+        if not earliest <= offset <= part.log.next_offset:
             raise OffsetOutOfRange(
-                f"offset {offset} outside [{part.log.log_start_offset}, {part.log.next_offset}] of {part.name}"
+                f"offset {offset} outside [{earliest}, {part.log.next_offset}] of {part.name}"
             )
         gate.epoch += 1
         part.cursors.set(self.name, offset)
@@ -228,6 +238,19 @@ class CohortRuntime:
         self._sent_views.pop(member_id, None)
         self._publish()
         return gate.epoch
+
+    def _earliest(self, part: Partition) -> int:
+        """The lowest offset deliverable: the object store's, when it holds older records."""
+        return part.log.log_start_offset if self.tiering is None else self.tiering.earliest(part)
+
+    def in_flight(self, partition: int) -> bool:
+        """Records of ``partition`` were delivered and not yet acked."""
+        pos = self._positions.get(partition)
+        part = self.topic.partitions.get(partition)
+        if pos is None or part is None:
+            return False
+        cursor = part.cursors.get(self.name)
+        return cursor is not None and pos.next_offset > cursor
 
     def _on_hw(self, partition: Partition) -> None:
         self._wake.set()
@@ -265,13 +288,10 @@ class CohortRuntime:
     def _start_offset(self, partition: int, member_id: str) -> int:
         part = self.topic.partition(partition)
         cursor = part.cursors.get(self.name)
-        if cursor is not None and cursor >= part.log.log_start_offset:
+        earliest = self._earliest(part)
+        if cursor is not None and cursor >= earliest:
             return min(cursor, part.log.next_offset)
-        start = (
-            part.log.log_start_offset
-            if self._start.get(member_id) == "earliest"
-            else part.high_watermark
-        )
+        start = earliest if self._start.get(member_id) == "earliest" else part.high_watermark
         part.cursors.set(self.name, start)
         return start
 
@@ -305,9 +325,14 @@ class CohortRuntime:
                 if pos is None or pos.epoch != gate.epoch:
                     continue
                 part = self.topic.partitions.get(gate.partition)
-                if part is None:
-                    continue
+                if part is None or part.moving:
+                    continue  # a sealing partition delivers nothing more (acks still count)
                 bound = part.high_watermark if committed else part.log.next_offset
+                if pos.next_offset < part.log.log_start_offset and part.tiering is not None:
+                    sent = self._deliver_stored(member_id, link, gate.epoch, part, pos, credit)
+                    credit -= sent
+                    progressed = progressed or sent > 0
+                    continue
                 if pos.next_offset < part.log.log_start_offset:
                     # Retention deleted what this cohort had not read: skip to what exists.
                     log.warning(
@@ -340,3 +365,52 @@ class CohortRuntime:
                 progressed = True
             self._credits[member_id] = credit
         return progressed
+
+    def _deliver_stored(
+        self,
+        member_id: str,
+        link: MemberLink,
+        epoch: int,
+        part: Partition,
+        pos: DeliveryPosition,
+        credit: int,
+    ) -> int:
+        """Deliver from the object store what the local log no longer holds; returns the
+        bytes sent. The read runs in a thread; the round after it completes sends it."""
+        task = pos.stored_read
+        if task is None:
+            assert self.tiering is not None
+            pos.stored_read = asyncio.get_running_loop().create_task(
+                self.tiering.read(part, pos.next_offset, min(self._chunk, credit))
+            )
+            pos.stored_read.add_done_callback(lambda _: self._wake.set())
+            return 0
+        if not task.done():
+            return 0
+        pos.stored_read = None
+        error = task.exception() if not task.cancelled() else None
+        if task.cancelled() or error is not None:
+            log.error(
+                "cohort %s cannot read %s at %d from the object store: %s",
+                self.name,
+                part.name,
+                pos.next_offset,
+                error,
+            )
+            # Retry later (the store may be back); corrupt objects are logged each time.
+            asyncio.get_running_loop().call_later(1.0, self._wake.set)
+            return 0
+        data = task.result()
+        if not data:
+            return 0
+        next_offset = pos.next_offset
+        for _, header in rb.scan(data):
+            next_offset = header.next_offset
+        link.push_delivery(part.index, epoch, part.high_watermark, pos.next_offset, data)
+        self.delivered_records += next_offset - pos.next_offset
+        self.delivered_bytes += len(data)
+        if self.on_delivered is not None:
+            self.on_delivered(len(data))
+        pos.next_offset = next_offset
+        pos.hint = None
+        return len(data)

@@ -51,6 +51,16 @@ class BrokerSettings:
     replica_fetch_wait_ms: int = 500
     #: token this broker presents to other brokers' data ports (when they require auth)
     replication_token: str | None = None
+    #: where tiered topics upload segments (``file:///dir`` or ``s3://host:port/bucket``);
+    #: None turns tiered storage off on this broker
+    object_store_url: str | None = None
+    #: largest segment object one upload writes (an object never spans local segments)
+    tier_object_max_bytes: int = 64 * 1024 * 1024
+    #: upload the active segment's tail early once this much is pending, before the interval
+    tier_upload_threshold_bytes: int = 16 * 1024 * 1024
+    #: a sealing partition waits this long for cohort members to ack in-flight records
+    #: before it snapshots the cursors (acks after it may be redelivered by the new owner)
+    seal_ack_wait_ms: int = 1000
 
     @property
     def advertised(self) -> tuple[str, int]:

@@ -64,6 +64,12 @@ class PartitionPlacement:
     leader: int | None
     epoch: int
     lrs: list[int]
+    #: an Unload is in progress: the leader seals the partition
+    seal: bool = False
+    #: the partition's incarnation: how many unloads moved it
+    moves: int = 0
+    #: where incarnation ``moves`` starts; None after a move: derive it from the object store
+    start_offset: int | None = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +117,11 @@ class ClusterTopology:
                                 None if a.get("leader") is None else int(a["leader"]),
                                 int(a["epoch"]),
                                 [int(r) for r in a.get("lrs", a["replicas"])],
+                                bool(a.get("seal", False)),
+                                int(a.get("moves", 0)),
+                                None
+                                if a.get("startOffset", 0) is None
+                                else int(a.get("startOffset", 0)),
                             )
                             for a in t["assignments"]
                         ],
@@ -139,6 +150,7 @@ def apply_topology(broker: Broker, topology: ClusterTopology) -> bool:
         return False
     me = broker.settings.broker_id
     registry = broker.registry
+    broker.cluster = topology  # before attaching: tier prefixes name the cluster
     wanted: set[tuple[str, int]] = set()
     for t in topology.topics:
         topic = registry.ensure_topic(t.name, t.partitions, t.partitioning_version, t.config)
@@ -148,25 +160,54 @@ def apply_topology(broker: Broker, topology: ClusterTopology) -> bool:
             wanted.add((topic.name, a.partition))
             partition = registry.open_partition(topic, a.partition)
             partition.min_in_sync = t.min_in_sync
-            _apply_role(broker, partition, a)
+            broker.tiering.attach(partition)
+            if a.moves > partition.moves:
+                # A move: this copy belongs to an older incarnation. Start empty where the
+                # new one starts; the role is applied once that is done.
+                broker.tiering.reopen(partition, a.moves, a.start_offset)
+                continue
+            apply_assignment(broker, partition, a)
     for name, topic in list(registry.topics.items()):
         for index in list(topic.partitions):
             if (name, index) not in wanted:
+                broker.tiering.detach(topic.partitions[index])
                 registry.drop_partition(topic, index)
         if not any(t.name == name for t in topology.topics):
             registry.topics.pop(name, None)
-    broker.cluster = topology
     broker.replication.reconcile()
     broker.refresh_cohorts()
     broker.push_topology()
     return True
 
 
-def _apply_role(broker: Broker, partition: Partition, a: PartitionPlacement) -> None:
+def apply_assignment(
+    broker: Broker, partition: Partition, a: PartitionPlacement, *, force: bool = False
+) -> None:
+    """Take the role ``a`` gives this broker, then seal if asked (as leader)."""
+    _apply_role(broker, partition, a, force=force)
+    if a.seal and partition.role is Role.LEADER:
+        broker.tiering.seal(partition)
+    else:
+        broker.tiering.unseal(partition)
+
+
+def assignment_of(
+    topology: ClusterTopology, topic: str, partition: int
+) -> PartitionPlacement | None:
+    placement = next((t for t in topology.topics if t.name == topic), None)
+    if placement is None:
+        return None
+    return next((a for a in placement.assignments if a.partition == partition), None)
+
+
+def _apply_role(
+    broker: Broker, partition: Partition, a: PartitionPlacement, *, force: bool = False
+) -> None:
     me = broker.settings.broker_id
     new_role = Role.LEADER if a.leader == me else Role.FOLLOWER
     changed = (
-        new_role is not partition.role
+        force
+        or new_role is not partition.role
         or a.epoch != partition.leader_epoch
         or partition.leader_id != (a.leader if a.leader is not None else -1)
     )
@@ -224,7 +265,7 @@ def serve_fetch(broker: Broker, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk:
             entry.error, entry.message = exc.CODE, exc.message
             continue
         entry.epoch = partition.leader_epoch
-        if partition.role is not Role.LEADER or partition.replica_set is None:
+        if partition.role is not Role.LEADER or partition.replica_set is None or partition.moving:
             entry.error, entry.message = (
                 NotLeader.CODE,
                 f"broker {broker.settings.broker_id} does not lead {partition.name}",
@@ -302,7 +343,7 @@ class ReplicaFetcher:
         return [
             p
             for p in self.broker.registry.all_partitions()
-            if p.role is Role.FOLLOWER and p.leader_id == self.leader.id
+            if p.role is Role.FOLLOWER and p.leader_id == self.leader.id and not p.moving
         ]
 
     async def _connect(self) -> ClientConnection:

@@ -83,6 +83,8 @@ class Connection(asyncio.Protocol):
         #: routing content last sent, so pushes go out only when it changes
         self.sent_routing: object = None
         self.wants_topology = False
+        #: tiered reads in progress (object-store calls run off the loop)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -95,6 +97,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        for task in self._tasks:
+            task.cancel()
         if self.cohort is not None and self.member_id is not None:
             self.cohort.disconnect(self.member_id, self)
             self.broker.maybe_drop_cohort(self.cohort)
@@ -324,6 +328,12 @@ class Connection(asyncio.Protocol):
         req = msg.FetchRequest.decode(frame.body)
         partition = self.broker.partition_for_read(req.topic, req.partition)
         plog = partition.log
+        if partition.tiering is not None and req.offset < plog.log_start_offset:
+            # Older than the local log: the object store has it (or says what it has).
+            task = asyncio.get_running_loop().create_task(self._tiered_fetch(frame, req, partition))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
         if not plog.log_start_offset <= req.offset <= plog.next_offset:
             raise OffsetOutOfRange(
                 f"offset {req.offset} outside [{plog.log_start_offset}, {plog.next_offset}] of {partition.name}"
@@ -331,6 +341,21 @@ class Connection(asyncio.Protocol):
         if self._answer_fetch(frame, req, partition, force=req.max_wait_ms == 0):
             return
         self._long_poll(frame, req, partition)
+
+    async def _tiered_fetch(
+        self, frame: Frame, req: msg.FetchRequest, partition: Partition
+    ) -> None:
+        try:
+            data = await self.broker.tiering.read(partition, req.offset, max(req.max_bytes, 1))
+        except HeadraceError as exc:
+            self.broker.metrics.errors.labels(type(exc).__name__).inc()
+            self._send_error(frame.correlation_id, exc)
+            return
+        except Exception:
+            log.exception("tiered read of %s at %d failed", partition.name, req.offset)
+            self._send_error(frame.correlation_id, HeadraceError("internal broker error"))
+            return
+        self._send_fetched(frame, partition, data)
 
     def _answer_fetch(
         self, frame: Frame, req: msg.FetchRequest, partition: Partition, *, force: bool = False
@@ -340,8 +365,14 @@ class Connection(asyncio.Protocol):
         data, _ = partition.log.read(req.offset, max(req.max_bytes, 1), bound)
         if not data and not force:
             return False
+        self._send_fetched(frame, partition, data)
+        return True
+
+    def _send_fetched(self, frame: Frame, partition: Partition, data: bytes) -> None:
         head = msg.FetchResponseHeader(
-            partition.high_watermark, partition.log.log_start_offset, partition.log.next_offset
+            partition.high_watermark,
+            self.broker.tiering.earliest(partition),
+            partition.log.next_offset,
         ).encode()
         self.broker.metrics.fetched_bytes.inc(len(data))
         if self.transport is not None and not self.closed:
@@ -354,7 +385,6 @@ class Connection(asyncio.Protocol):
                     data,
                 ]
             )
-        return True
 
     def _long_poll(self, frame: Frame, req: msg.FetchRequest, partition: Partition) -> None:
         loop = asyncio.get_running_loop()

@@ -40,6 +40,8 @@ MAX_PARTITIONS: Final = 4096
 TOPIC_FILE: Final = "topic.json"
 CURSOR_FILE: Final = "cursors.json"
 
+PLACEMENT_FILE: Final = "placement.json"
+
 #: per-topic settings a user may override, with their LogConfig field and type
 TOPIC_CONFIG_KEYS: Final[dict[str, str]] = {
     "retention_ms": "retention_ms",
@@ -48,6 +50,33 @@ TOPIC_CONFIG_KEYS: Final[dict[str, str]] = {
     "segment_ms": "segment_ms",
     "max_batch_bytes": "max_batch_bytes",
 }
+#: per-topic tiered-storage settings (the Topic spec's ``tieredStorage``); not LogConfig fields
+TIER_CONFIG_KEYS: Final[dict[str, type]] = {
+    "tiered": bool,
+    "upload_interval_ms": int,
+    "local_retention_ms": int,
+    "local_retention_bytes": int,
+}
+DEFAULT_UPLOAD_INTERVAL_MS: Final = 30_000
+
+
+@dataclass(frozen=True, slots=True)
+class TierConfig:
+    """A topic's tiered-storage settings, as far as this broker applies them."""
+
+    enabled: bool = True
+    upload_interval_ms: int = DEFAULT_UPLOAD_INTERVAL_MS
+    local_retention_ms: int | None = None
+    local_retention_bytes: int | None = None
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> TierConfig:
+        return cls(
+            bool(config.get("tiered", True)),
+            int(config.get("upload_interval_ms", DEFAULT_UPLOAD_INTERVAL_MS)),
+            config.get("local_retention_ms"),
+            config.get("local_retention_bytes"),
+        )
 
 
 def canonical_topic_name(name: str) -> str:
@@ -63,18 +92,32 @@ def canonical_topic_name(name: str) -> str:
     return "/".join(parts)
 
 
-def topic_log_config(base: LogConfig, overrides: dict[str, Any]) -> LogConfig:
+def topic_log_config(
+    base: LogConfig, overrides: dict[str, Any], *, tiered: bool = False
+) -> LogConfig:
+    """The log settings of a topic's partitions. ``tiered``: segments go to an object
+    store, so the local copy follows the local retention settings where they are set."""
     changes: dict[str, Any] = {}
     for key, value in overrides.items():
+        if key in TIER_CONFIG_KEYS:
+            kind = TIER_CONFIG_KEYS[key]
+            if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise InvalidTopicSpec(f"topic setting {key!r} must be {kind.__name__}")
+            continue
         if key not in TOPIC_CONFIG_KEYS:
-            raise InvalidTopicSpec(
-                f"unknown topic setting {key!r}; known: {sorted(TOPIC_CONFIG_KEYS)}"
-            )
+            known = sorted([*TOPIC_CONFIG_KEYS, *TIER_CONFIG_KEYS])
+            raise InvalidTopicSpec(f"unknown topic setting {key!r}; known: {known}")
         if not isinstance(value, int) or isinstance(value, bool):
             raise InvalidTopicSpec(f"topic setting {key!r} must be an integer")
         if key in ("segment_bytes", "segment_ms", "max_batch_bytes") and value <= 0:
             raise InvalidTopicSpec(f"topic setting {key!r} must be positive")
         changes[TOPIC_CONFIG_KEYS[key]] = value
+    if tiered:
+        tier = TierConfig.of(overrides)
+        if tier.local_retention_ms is not None:
+            changes["retention_ms"] = tier.local_retention_ms
+        if tier.local_retention_bytes is not None:
+            changes["retention_bytes"] = tier.local_retention_bytes
     return dataclasses.replace(base, **changes)
 
 
@@ -88,6 +131,21 @@ def write_json_atomic(path: Path, doc: object, *, sync: bool = True) -> None:
     os.replace(tmp, path)
     if sync:
         fsync_directory(path.parent)
+
+
+def read_placement(directory: Path) -> tuple[int, int]:
+    """(moves, start offset) of the incarnation a partition directory holds; (0, 0) if none."""
+    try:
+        raw = json.loads((directory / PLACEMENT_FILE).read_text())
+        return int(raw["moves"]), int(raw["start_offset"])
+    except FileNotFoundError:
+        return 0, 0
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StorageError(f"placement file in {directory} is unreadable: {exc}") from exc
+
+
+def write_placement(directory: Path, moves: int, start_offset: int) -> None:
+    write_json_atomic(directory / PLACEMENT_FILE, {"moves": moves, "start_offset": start_offset})
 
 
 class CursorStore:
@@ -177,6 +235,12 @@ class Partition:
         self.leader_high_watermark = 0
         #: follower only: the epoch whose divergence check has completed
         self.truncated_for_epoch = -1
+        #: the incarnation this copy belongs to: how many unloads moved the partition
+        #: before it (see ``PLACEMENT_FILE``), and the offset that incarnation started at
+        self.moves = 0
+        self.start_offset = 0
+        #: the tiered-storage state (``broker.tiering.PartitionTiering``); None when untiered
+        self.tiering: Any = None
         self.high_watermark = self._durable_end()
         self._listeners: list[HwListener] = []
         self._append_listeners: list[HwListener] = []
@@ -191,6 +255,11 @@ class Partition:
         if self.role is Role.LEADER and self.replica_set is not None:
             return self.replica_set.sorted_lrs()
         return [self.leader_id] if self.role is Role.LEADER else []
+
+    @property
+    def moving(self) -> bool:
+        """Sealed or sealing for a move, or reopening after one: no appends, no gates."""
+        return self.tiering is not None and self.tiering.blocks_appends
 
     def _durable_end(self) -> int:
         # Under fsync=always nothing becomes visible before it is on disk.
@@ -232,6 +301,10 @@ class Partition:
                 hw = self.replica_set.high_watermark
         else:
             hw = min(self.leader_high_watermark, self.log.next_offset)
+        self.raise_high_watermark(hw)
+
+    def raise_high_watermark(self, hw: int) -> None:
+        """Move the HW up to ``hw`` (never down), waking listeners and acks=all waiters."""
         if hw > self.high_watermark:
             self.high_watermark = hw
             for listener in list(self._listeners):
@@ -302,6 +375,8 @@ class TopicRegistry:
         #: it never goes back across restarts and clients keep accepting pushes)
         self._generation_file = data_dir / "topology-generation"
         self.generation = 1
+        #: set by the broker when it has an object store (tiered topics upload to it)
+        self.object_store_configured = False
 
     def load(self) -> None:
         for topic_file in sorted(self._root.glob(f"*/*/{TOPIC_FILE}")):
@@ -332,12 +407,17 @@ class TopicRegistry:
         existing = topic.partitions.get(index)
         if existing is not None:
             return existing
-        config = topic_log_config(self._log_config, topic.config)
+        config = topic_log_config(self._log_config, topic.config, tiered=self.tiered(topic))
         pdir = topic.directory / str(index)
         log = PartitionLog.open(pdir, config)
         partition = Partition(topic, index, log, CursorStore(pdir / CURSOR_FILE))
+        partition.moves, partition.start_offset = read_placement(pdir)
         topic.partitions[index] = partition
         return partition
+
+    def tiered(self, topic: Topic) -> bool:
+        """Whether the topic's segments go to an object store on this broker."""
+        return self.object_store_configured and TierConfig.of(topic.config).enabled
 
     def drop_partition(self, topic: Topic, index: int) -> None:
         """This broker no longer replicates the partition: close and remove its files."""

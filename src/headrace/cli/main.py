@@ -144,6 +144,18 @@ def main(verbose: int) -> None:
 @click.option(
     "--tls-client-ca", type=click.Path(path_type=Path), default=None, help="Require client certs."
 )
+@click.option(
+    "--object-store",
+    "object_store_url",
+    default=None,
+    help="Where tiered topics upload segments: file:///DIR or s3://HOST:PORT/BUCKET"
+    " (credentials from HEADRACE_OBJECT_STORE_ACCESS_KEY/_SECRET_KEY). Unset: no tiering.",
+)
+@click.option(
+    "--cluster-id",
+    default=None,
+    help="Names this cluster in object-store keys (standalone; a controller sets it in a cluster).",
+)
 @click.option("--announce", is_flag=True, help="Print how to use the broker once it is ready.")
 @one_line_errors
 def broker(
@@ -169,6 +181,8 @@ def broker(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
+    object_store_url: str | None,
+    cluster_id: str | None,
     announce: bool,
 ) -> None:
     """Run a broker."""
@@ -202,6 +216,8 @@ def broker(
         retention_check_interval_ms=retention_check_interval_ms,
         auth_tokens=frozenset(auth_tokens),
         tls=tls,
+        object_store_url=object_store_url,
+        **({"cluster_id": cluster_id} if cluster_id else {}),
     )
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("headrace").setLevel(logging.INFO)

@@ -1,0 +1,614 @@
+"""Tiered storage on a broker: the uploader, tiered reads, and sealing and reopening for moves.
+
+Every tiered partition this broker leads uploads its committed records to the
+object store (``headrace.tiered``): rolled segments at once, the active
+segment's tail every ``upload_interval_ms`` or once ``tier_upload_threshold_bytes``
+are pending. The manifest's checkpoint (the last offset stored contiguously) is
+the *upload floor*: local retention deletes only segments wholly below it, on
+the leader and on followers alike, so every offset is always on some disk or
+in the object store. A new leader reads the checkpoint from the manifest and
+continues after it: nothing is uploaded twice, nothing is skipped.
+
+A read below the local log start (a cohort cursor or fetch into history, or
+any read after a move) is served from the object store, then chains to the
+local log: the objects and the local log share offsets, so the seam has no gap
+and no duplicate.
+
+**Sealing** (an Unload, Danube's model): the leader keeps accepting writes
+while it uploads everything committed, then fences appends, lets cohort
+members ack what is in flight, uploads the rest of its log, and writes the
+sealed state ``{last_committed_offset, broker, epoch, moves, cursors,
+producers}`` to the object store. The heartbeat reports it; the controller
+reassigns the partition, and every replica of the new assignment
+**reopens** it empty at ``last_committed_offset + 1`` with the producer
+dedup state and the cursors from the sealed state. Appends that were waiting
+for replication when the partition was fenced are acknowledged once the sealed
+state is written: they are in the object store.
+
+Object-store calls block; they run in worker threads. Each step re-checks on
+the loop that the partition still has the role and incarnation it started
+with, so a leadership change mid-upload discards the result instead of
+applying it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from headrace.aio import cancel_and_wait
+from headrace.broker.topics import Partition, Role, TierConfig, write_placement
+from headrace.errors import HeadraceError, OffsetOutOfRange, StorageError
+from headrace.objectstore.interface import ObjectNotFound, ObjectStore, ObjectStoreError
+from headrace.records import batch as rb
+from headrace.tiered.layout import partition_prefix
+from headrace.tiered.manifest import Manifest, SealedState
+from headrace.tiered.tier import PartitionTier
+
+if TYPE_CHECKING:
+    from headrace.broker.app import Broker
+
+log = logging.getLogger(__name__)
+
+#: a copy of the cursors next to the manifest, refreshed by the uploader: what an RF=1
+#: partition's new owner restores when its old owner died without a sealed state
+CURSORS_NAME = "cursors.json"
+#: while sealing, keep uploading with appends open until less than this is pending
+SEAL_FENCE_BYTES = 4 * 1024 * 1024
+TICK_S = 0.1
+
+
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class SealStage(enum.Enum):
+    #: uploading everything committed while appends still flow
+    DRAINING = "draining"
+    #: appends refused; waiting for in-flight acks, uploading the rest, writing the state
+    FENCED = "fenced"
+    #: the sealed state is written; waiting for the controller to reassign
+    SEALED = "sealed"
+
+
+@dataclass(frozen=True, slots=True)
+class SealReport:
+    """What the heartbeat says about a sealed partition (``sealed`` in its report)."""
+
+    last_committed_offset: int
+    epoch: int
+    moves: int
+    verified: bool
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lastCommittedOffset": self.last_committed_offset,
+            "epoch": self.epoch,
+            "moves": self.moves,
+            "verified": self.verified,
+            "message": self.message,
+        }
+
+
+@dataclass(slots=True)
+class PartitionTiering:
+    """One partition's tiered-storage state on this broker."""
+
+    tier: PartitionTier
+    config: TierConfig
+    #: the manifest's checkpoint as this broker last saw it (-1: nothing stored yet)
+    uploaded_through: int = -1
+    #: the lowest offset the object store holds (None: unknown or nothing stored)
+    stored_start: int | None = None
+    #: whether ``uploaded_through`` was read from the manifest for the current leadership
+    checkpoint_epoch: int = -1
+    last_upload_ms: int = 0
+    #: active segment (base, size) at the last upload: the size threshold counts from it
+    last_upload_mark: tuple[int, int] = (-1, 0)
+    upload_task: asyncio.Task[None] | None = None
+    cursors_uploaded_version: int = -1
+    seal_stage: SealStage | None = None
+    seal_task: asyncio.Task[None] | None = None
+    sealed: SealReport | None = None
+    #: a move's reopen is in progress: (moves, start offset or None) it reopens to
+    reopening: tuple[int, int | None] | None = None
+    reopen_task: asyncio.Task[None] | None = None
+    errors: int = 0
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+    @property
+    def blocks_appends(self) -> bool:
+        return self.reopening is not None or self.seal_stage in (SealStage.FENCED, SealStage.SEALED)
+
+    @property
+    def upload_floor(self) -> int:
+        """Local retention may delete segments wholly below this offset."""
+        return self.uploaded_through + 1
+
+
+class Tiering:
+    """The tiered-storage side of one broker."""
+
+    def __init__(self, broker: Broker, store: ObjectStore | None) -> None:
+        self.broker = broker
+        self.store = store
+        self._task: asyncio.Task[None] | None = None
+        self.uploaded_bytes = 0
+        self.uploaded_objects = 0
+        self.tiered_read_bytes = 0
+        #: readahead for every partition's tier (one pool, not threads per partition)
+        self._prefetch_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tier-prefetch")
+
+    @property
+    def enabled(self) -> bool:
+        return self.store is not None
+
+    @property
+    def cluster_id(self) -> str:
+        cluster = self.broker.cluster
+        return cluster.cluster_id if cluster is not None else self.broker.settings.cluster_id
+
+    # ------------------------------------------------------------------ attaching
+
+    def attach(self, partition: Partition) -> PartitionTiering | None:
+        """Give a tiered partition its tier state (idempotent); None if it is not tiered."""
+        if partition.tiering is not None:
+            return partition.tiering  # type: ignore[no-any-return]
+        if self.store is None or not self.broker.registry.tiered(partition.topic):
+            return None
+        prefix = partition_prefix(self.cluster_id, partition.topic.name, partition.index)
+        tier = PartitionTier(self.store, prefix, executor=self._prefetch_pool)
+        state = PartitionTiering(tier, TierConfig.of(partition.topic.config))
+        partition.tiering = state
+        return state
+
+    def detach(self, partition: Partition) -> None:
+        state: PartitionTiering | None = partition.tiering
+        if state is None:
+            return
+        for task in (state.upload_task, state.seal_task, state.reopen_task, *state.tasks):
+            if task is not None and not task.done():
+                task.cancel()
+        partition.tiering = None
+
+    def start(self) -> None:
+        if self.store is not None:
+            self._task = asyncio.get_running_loop().create_task(self._run(), name="tiering")
+
+    async def close(self) -> None:
+        await cancel_and_wait(self._task)
+        for p in self.broker.registry.all_partitions():
+            state: PartitionTiering | None = p.tiering
+            if state is not None:
+                pending = [
+                    t
+                    for t in (state.upload_task, state.seal_task, state.reopen_task, *state.tasks)
+                    if t is not None
+                ]
+                await cancel_and_wait(*pending)
+        self._prefetch_pool.shutdown(wait=False, cancel_futures=True)
+        if self.store is not None:
+            self.store.close()
+
+    # ------------------------------------------------------------------ the uploader
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            try:
+                self._tick()
+            except Exception:
+                log.exception("tiering tick failed")
+
+    def _tick(self) -> None:
+        now = monotonic_ms()
+        for p in self.broker.registry.all_partitions():
+            state = self.attach(p)
+            if state is None or p.role is not Role.LEADER or state.reopening is not None:
+                continue
+            if state.seal_stage is not None:
+                continue  # the seal task uploads for itself
+            if state.upload_task is not None and not state.upload_task.done():
+                continue
+            if state.checkpoint_epoch != p.leader_epoch or self._upload_due(p, state, now):
+                state.upload_task = self._spawn(
+                    state, self._upload_round(p, state, p.high_watermark)
+                )
+
+    def _spawn(self, state: PartitionTiering, coro: Any) -> asyncio.Task[None]:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        state.tasks.add(task)
+        task.add_done_callback(state.tasks.discard)
+        return task
+
+    def _upload_due(self, p: Partition, state: PartitionTiering, now: int) -> bool:
+        if p.cursors.version != state.cursors_uploaded_version and (
+            now - state.last_upload_ms >= min(state.config.upload_interval_ms, 5_000)
+        ):
+            return True
+        next_offset = state.uploaded_through + 1
+        if next_offset >= p.high_watermark:
+            return False
+        active = p.log.active
+        if active.base_offset > next_offset:
+            return True  # rolled segments are waiting: upload them now
+        base, size = state.last_upload_mark
+        pending = active.size - (size if base == active.base_offset else 0)
+        if pending >= self.broker.settings.tier_upload_threshold_bytes:
+            return True
+        return now - state.last_upload_ms >= state.config.upload_interval_ms
+
+    async def _load_checkpoint(self, p: Partition, state: PartitionTiering) -> None:
+        epoch = p.leader_epoch
+        manifest = await asyncio.to_thread(state.tier.manifest, refresh=True)
+        if p.leader_epoch == epoch and p.tiering is state:
+            self._note_manifest(state, manifest)
+            state.checkpoint_epoch = epoch
+
+    @staticmethod
+    def _note_manifest(state: PartitionTiering, manifest: Manifest) -> None:
+        state.uploaded_through = max(state.uploaded_through, manifest.checkpoint)
+        state.stored_start = manifest.start_offset
+
+    async def _upload_round(self, p: Partition, state: PartitionTiering, end: int) -> None:
+        """Upload committed records below ``end`` (and the cursors if they moved)."""
+        try:
+            if state.checkpoint_epoch != p.leader_epoch:
+                await self._load_checkpoint(p, state)
+            await self._upload_until(p, state, end)
+            await self._upload_cursors(p, state)
+            state.last_upload_ms = monotonic_ms()
+            state.errors = 0
+        except asyncio.CancelledError:
+            raise
+        except (HeadraceError, OSError) as exc:
+            state.errors += 1
+            state.last_upload_ms = monotonic_ms()  # retry at the next interval, not every tick
+            log.warning("upload of %s failed (%d in a row): %s", p.name, state.errors, exc)
+
+    async def _upload_until(self, p: Partition, state: PartitionTiering, end: int) -> int:
+        """Upload [checkpoint + 1, end) in objects of whole batches; returns the bytes sent."""
+        sent = 0
+        epoch = p.leader_epoch
+        max_bytes = self.broker.settings.tier_object_max_bytes
+        while state.uploaded_through + 1 < min(end, p.log.next_offset):
+            start = state.uploaded_through + 1
+            if start < p.log.log_start_offset:
+                raise StorageError(
+                    f"{p.name}: offsets {start}..{p.log.log_start_offset - 1} are neither"
+                    " stored nor on this broker's disk"
+                )
+            truncations = p.log.truncations
+            active = p.log.active
+            mark = (active.base_offset, active.size)
+            data, _ = await asyncio.to_thread(p.log.read, start, max_bytes, end)
+            if not self._still(p, epoch, state) or p.log.truncations != truncations:
+                return sent  # leadership or the log changed under the read: drop it
+            if not data:
+                break
+            first = rb.read_header(data)
+            if not first.base_offset <= start < first.next_offset:
+                raise StorageError(f"{p.name}: read at {start} returned offset {first.base_offset}")
+            obj = await asyncio.to_thread(state.tier.upload, data, epoch)
+            if not self._still(p, epoch, state):
+                return sent
+            state.uploaded_through = max(state.uploaded_through, obj.last)
+            if state.stored_start is None:
+                state.stored_start = obj.base
+            state.last_upload_mark = mark
+            sent += len(data)
+            self.uploaded_bytes += len(data)
+            self.uploaded_objects += 1
+        return sent
+
+    async def _upload_cursors(self, p: Partition, state: PartitionTiering) -> None:
+        version = p.cursors.version
+        if version == state.cursors_uploaded_version or self.store is None:
+            return
+        body = json.dumps({"cursors": p.cursors.all(), "epoch": p.leader_epoch}).encode()
+        key = state.tier.prefix + CURSORS_NAME
+        await asyncio.to_thread(self.store.put, key, body)
+        state.cursors_uploaded_version = version
+
+    def _still(self, p: Partition, epoch: int, state: PartitionTiering) -> bool:
+        return (
+            p.role is Role.LEADER
+            and p.leader_epoch == epoch
+            and p.tiering is state
+            and p.topic.partitions.get(p.index) is p
+        )
+
+    # ------------------------------------------------------------------ retention floor
+
+    async def refresh_floor(self, p: Partition) -> int | None:
+        """The upload floor for retention (followers read it from the manifest); None:
+        the partition is not tiered here, so retention has no floor."""
+        state: PartitionTiering | None = self.attach(p)
+        if state is None:
+            return None
+        if p.role is not Role.LEADER:
+            try:
+                manifest = await asyncio.to_thread(state.tier.manifest, refresh=True)
+            except ObjectStoreError as exc:
+                log.info("no manifest for %s (keeping its segments): %s", p.name, exc)
+                return 0
+            self._note_manifest(state, manifest)
+        return state.upload_floor
+
+    # ------------------------------------------------------------------ reads
+
+    def stored_start(self, p: Partition) -> int | None:
+        state: PartitionTiering | None = p.tiering
+        return None if state is None else state.stored_start
+
+    def earliest(self, p: Partition) -> int:
+        """The lowest offset a reader can get: from the object store if it holds older ones."""
+        stored = self.stored_start(p)
+        local = p.log.log_start_offset
+        return local if stored is None else min(stored, local)
+
+    async def read(self, p: Partition, offset: int, max_bytes: int) -> bytes:
+        """Whole batches from ``offset`` (below the local log start) out of the object store."""
+        state: PartitionTiering | None = p.tiering
+        if state is None:
+            raise OffsetOutOfRange(
+                f"offset {offset} is below log start {p.log.log_start_offset} of {p.name}"
+            )
+        data = await asyncio.to_thread(state.tier.read, offset, max_bytes)
+        self.tiered_read_bytes += len(data)
+        return data
+
+    # ------------------------------------------------------------------ sealing
+
+    def seal(self, p: Partition) -> None:
+        """The controller asked this leader to seal ``p`` (idempotent)."""
+        state = self.attach(p)
+        if state is None:
+            log.error("%s: asked to seal, but it is not tiered on this broker", p.name)
+            return
+        if state.seal_stage is None:
+            state.seal_stage = SealStage.DRAINING
+            state.seal_task = self._spawn(state, self._seal(p, state))
+
+    def unseal(self, p: Partition) -> None:
+        """The seal request was withdrawn before a reassignment: accept appends again."""
+        state: PartitionTiering | None = p.tiering
+        if state is None or state.seal_stage is None:
+            return
+        if state.seal_task is not None:
+            state.seal_task.cancel()
+        state.seal_stage = None
+        state.sealed = None
+        for runtime in self.broker.cohorts_of(p.topic.name):
+            runtime.wake()
+
+    async def _seal(self, p: Partition, state: PartitionTiering) -> None:
+        epoch, moves = p.leader_epoch, p.moves
+        backoff = 0.1
+        while True:
+            try:
+                await self._seal_once(p, state, epoch, moves)
+                return
+            except asyncio.CancelledError:
+                raise
+            except (HeadraceError, OSError) as exc:
+                if not self._still(p, epoch, state):
+                    return
+                log.warning("sealing %s failed, retrying: %s", p.name, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+
+    async def _seal_once(
+        self, p: Partition, state: PartitionTiering, epoch: int, moves: int
+    ) -> None:
+        started = time.monotonic()
+        if state.checkpoint_epoch != epoch:
+            await self._load_checkpoint(p, state)
+        if state.upload_task is not None and not state.upload_task.done():
+            await asyncio.wait([state.upload_task])
+        if state.seal_stage is SealStage.DRAINING:
+            # Appends still flow: upload the bulk now so the fenced part stays short.
+            while self._still(p, epoch, state):
+                if await self._upload_until(p, state, p.high_watermark) < SEAL_FENCE_BYTES:
+                    break
+            if not self._still(p, epoch, state):
+                return
+            # Fenced: produce is refused and the cohort pump stops delivering the partition;
+            # its gates stay, so acks of what was delivered still count.
+            state.seal_stage = SealStage.FENCED
+            fenced = time.monotonic()
+            await self._wait_for_acks(p)
+        else:
+            fenced = time.monotonic()
+        # Everything this leader holds, committed or not, goes to the object store: the
+        # records above the HW were accepted under acks=leader or are waiting for acks=all.
+        end = p.log.next_offset
+        await self._upload_until(p, state, end)
+        if not self._still(p, epoch, state):
+            return
+        manifest = await asyncio.to_thread(state.tier.manifest, refresh=True)
+        self._note_manifest(state, manifest)
+        last = max(end - 1, manifest.checkpoint)
+        verified, message = _verify(manifest, last, end)
+        sealed = SealedState(
+            last_committed_offset=last,
+            broker=self.broker.settings.broker_id,
+            epoch=epoch,
+            time_ms=wall_ms(),
+            moves=moves + 1,  # the incarnation it hands over to
+            cursors=p.cursors.all(),
+            producers=p.log.producers.snapshot(),
+            verified=verified,
+            message=message,
+        )
+        await asyncio.to_thread(state.tier.write_sealed, sealed)
+        if not self._still(p, epoch, state):
+            return
+        state.seal_stage = SealStage.SEALED
+        state.sealed = SealReport(last, epoch, moves, verified, message)
+        # Waiting acks=all produces are answered: their records are in the object store.
+        p.raise_high_watermark(end)
+        log.info(
+            "sealed %s at %d (epoch %d, moves %d): %.0f ms in all, %.0f ms fenced%s",
+            p.name,
+            last,
+            epoch,
+            moves,
+            (time.monotonic() - started) * 1000,
+            (time.monotonic() - fenced) * 1000,
+            "" if verified else f"; verification failed: {message}",
+        )
+
+    async def _wait_for_acks(self, p: Partition) -> None:
+        """Give cohort members a moment to ack what was delivered, so the cursors the
+        sealed state carries are current (bounded: acks after it may be redelivered)."""
+        deadline = time.monotonic() + self.broker.settings.seal_ack_wait_ms / 1000
+        while time.monotonic() < deadline:
+            if not any(r.in_flight(p.index) for r in self.broker.cohorts_of(p.topic.name)):
+                return
+            await asyncio.sleep(0.01)
+
+    # ------------------------------------------------------------------ reopening
+
+    def reopen(self, p: Partition, moves: int, start_offset: int | None) -> None:
+        """Start incarnation ``moves`` of ``p`` empty at ``start_offset`` (None: derive it
+        from the object store). Appends and reads wait until it is done."""
+        state = self.attach(p)
+        if state is None:
+            log.error("%s: asked to reopen after a move, but it is not tiered here", p.name)
+            return
+        if state.reopening == (moves, start_offset):
+            return
+        if state.reopen_task is not None:
+            state.reopen_task.cancel()
+        if state.seal_task is not None:
+            state.seal_task.cancel()
+        state.reopening = (moves, start_offset)
+        state.reopen_task = self._spawn(state, self._reopen(p, state, moves, start_offset))
+
+    async def _reopen(
+        self, p: Partition, state: PartitionTiering, moves: int, start_offset: int | None
+    ) -> None:
+        backoff = 0.1
+        while True:
+            try:
+                sealed, manifest, cursors = await asyncio.to_thread(
+                    self._read_move_state, state, moves
+                )
+                break
+            except asyncio.CancelledError:
+                raise
+            except (HeadraceError, OSError) as exc:
+                log.warning("reopening %s: object store not ready: %s", p.name, exc)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+        if state.reopening != (moves, start_offset) or p.tiering is not state:
+            return
+        if start_offset is None:
+            # The recovery path: the old owner died without a sealed state for this move.
+            start = sealed.last_committed_offset + 1 if sealed else manifest.checkpoint + 1
+        else:
+            start = start_offset
+            if sealed is not None and sealed.last_committed_offset + 1 != start:
+                log.error(
+                    "%s: sealed state ends at %d but the move starts at %d",
+                    p.name,
+                    sealed.last_committed_offset,
+                    start,
+                )
+        p.log.reset_to(start)
+        if sealed is not None:
+            p.log.producers.restore(sealed.producers)
+            restored = sealed.cursors
+        else:
+            restored = cursors
+        for cohort, cursor in restored.items():
+            p.cursors.set(cohort, cursor)
+        p.log.write_checkpoint(p.log.sync_target())
+        write_placement(p.log.directory, moves, start)
+        p.moves, p.start_offset = moves, start
+        p.high_watermark = start
+        p.leader_high_watermark = start
+        state.uploaded_through = start - 1
+        state.stored_start = manifest.start_offset
+        state.checkpoint_epoch = -1
+        state.seal_stage = None
+        state.sealed = None
+        state.reopening = None
+        log.info(
+            "reopened %s at %d (moves %d, %s)",
+            p.name,
+            start,
+            moves,
+            "from the sealed state" if sealed else "from the manifest: no sealed state",
+        )
+        self.broker.partition_reopened(p)
+
+    def _read_move_state(
+        self, state: PartitionTiering, moves: int
+    ) -> tuple[SealedState | None, Manifest, dict[str, int]]:
+        """Blocking: the sealed state handing over to incarnation ``moves`` (if written),
+        the manifest, and the uploader's copy of the cursors."""
+        sealed = state.tier.read_sealed()
+        if sealed is not None and sealed.moves != moves:
+            sealed = None  # left over from an earlier move
+        manifest = state.tier.manifest(refresh=True)
+        cursors: dict[str, int] = {}
+        if sealed is None and self.store is not None:
+            try:
+                raw = json.loads(self.store.get(state.tier.prefix + CURSORS_NAME))
+                cursors = {str(k): int(v) for k, v in dict(raw["cursors"]).items()}
+            except ObjectNotFound:
+                pass
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("ignoring unreadable cursor copy: %s", exc)
+        return sealed, manifest, cursors
+
+    # ------------------------------------------------------------------ reports
+
+    def describe(self, p: Partition) -> dict[str, Any]:
+        """Tier fields of a topic description (``/v1/topics/...``)."""
+        state: PartitionTiering | None = p.tiering
+        if state is None:
+            return {"tiered": False}
+        return {
+            "tiered": True,
+            "stored_start_offset": state.stored_start,
+            "uploaded_through": state.uploaded_through,
+            "moves": p.moves,
+            "move_start_offset": p.start_offset,
+            "seal": state.seal_stage.value if state.seal_stage else None,
+        }
+
+    def report(self, p: Partition) -> dict[str, Any]:
+        """Heartbeat fields for one partition."""
+        state: PartitionTiering | None = p.tiering
+        sealed = state.sealed if state is not None else None
+        return {
+            "moves": p.moves,
+            "startOffset": p.start_offset,
+            "sealed": sealed.to_json() if sealed is not None else None,
+        }
+
+
+def _verify(manifest: Manifest, last: int, end: int) -> tuple[bool, str]:
+    """The sealed partition's stored segments must run without a gap to ``last``."""
+    gaps = manifest.gaps()
+    if gaps:
+        return False, f"the manifest has gaps {gaps}"
+    if manifest.checkpoint != last:
+        return False, f"stored segments end at {manifest.checkpoint}, sealed at {last}"
+    if end > 0 and manifest.start_offset is None:
+        return False, "no segment is stored"
+    return True, ""

@@ -1,0 +1,175 @@
+"""Tiered storage through a real broker process and a real MinIO server.
+
+The broker uploads to MinIO as it would in production (``--object-store
+s3://...``); the test reads the manifest straight from the bucket to check
+what the broker claims.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from headrace.client import Producer
+from headrace.client.cluster import ClusterClient
+from headrace.client.connection import ClientConnection
+from headrace.errors import CorruptSegmentObject
+from headrace.objectstore.minio_server import MinioServer
+from headrace.objectstore.minio_store import MinioStore
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import Op
+from headrace.records import batch as rb
+from headrace.tiered.layout import partition_prefix
+from headrace.tiered.manifest import Manifest
+from headrace.tiered.tier import PartitionTier
+from tests.integration.brokers import BrokerProcess
+from tests.integration.objectstore import servers
+from tests.integration.reading import create_topic, read_partition
+
+BUCKET = "tiering"
+TOPIC = "default/tiered"
+
+
+@pytest.fixture
+def minio(tmp_path: Path) -> Iterator[MinioServer]:
+    server = MinioServer(servers.minio_binary(), tmp_path / "minio")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def broker(tmp_path: Path, minio: MinioServer) -> Iterator[BrokerProcess]:
+    b = BrokerProcess(
+        tmp_path / "data",
+        extra_args=[
+            "--object-store",
+            f"s3://{minio.endpoint}/{BUCKET}?create_bucket=1",
+            "--cluster-id",
+            "t",
+            "--segment-bytes",
+            str(64 * 1024),
+            "--retention-check-interval-ms",
+            "200",
+        ],
+        env={
+            "HEADRACE_OBJECT_STORE_ACCESS_KEY": minio.access_key,
+            "HEADRACE_OBJECT_STORE_SECRET_KEY": minio.secret_key,
+        },
+    )
+    b.start()
+    yield b
+    b.stop()
+
+
+def tier_of(minio: MinioServer) -> PartitionTier:
+    return PartitionTier(MinioStore(minio.settings(BUCKET)), partition_prefix("t", TOPIC, 0))
+
+
+def manifest(minio: MinioServer) -> Manifest:
+    return tier_of(minio).manifest(refresh=True)
+
+
+def describe(b: BrokerProcess) -> dict[str, int]:
+    doc = b.get_json(f"/v1/topics/{TOPIC}")
+    return dict(doc["partition_details"][0])  # type: ignore[index]
+
+
+def wait_for(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{what} not reached within {timeout}s")
+
+
+async def produce(b: BrokerProcess, first: int, count: int) -> None:
+    async with Producer(b.bootstrap, acks="leader", linger_ms=1) as producer:
+        for i in range(first, first + count, 100):
+            await producer.send_many(
+                TOPIC,
+                [f"r{n:07d}".encode() * 10 for n in range(i, min(i + 100, first + count))],
+                partition=0,
+            )
+        await producer.flush()
+
+
+async def test_minio_outage_keeps_local_segments_until_uploaded_and_leaves_no_gap(
+    broker: BrokerProcess, minio: MinioServer
+) -> None:
+    await create_topic(
+        broker.bootstrap, TOPIC, 1, {"retention_bytes": 128 * 1024, "upload_interval_ms": 300}
+    )
+    await produce(broker, 0, 3000)
+    wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "first records uploaded")
+    wait_for(lambda: describe(broker)["log_start_offset"] > 0, 20, "retention after upload")
+
+    minio.stop()
+    stored_before = 2999
+    await produce(broker, 3000, 6000)  # many segments roll while nothing can be uploaded
+    await asyncio.sleep(2.0)  # ten retention rounds
+    part = describe(broker)
+    assert part["log_end_offset"] == 9000
+    assert part["log_start_offset"] <= stored_before + 1, (
+        f"retention deleted {part['log_start_offset']} > {stored_before + 1}: records that are"
+        " in no object were removed from disk"
+    )
+    # Everything is still readable while the store is down: it is all on local disk.
+    local = await read_partition(broker.bootstrap, TOPIC, 0)
+    assert local[-1].offset == 8999
+
+    minio.start()
+    wait_for(lambda: manifest(minio).checkpoint == 8999, 60, "uploads resumed after the outage")
+    final = manifest(minio)
+    assert final.gaps() == () and final.start_offset == 0, final
+    wait_for(
+        lambda: describe(broker)["log_start_offset"] > stored_before + 1,
+        20,
+        "retention resumed once the segments are stored",
+    )
+    # Read from 0: the early offsets come from MinIO, the rest from the broker's disk.
+    records = await read_partition(broker.bootstrap, TOPIC, 0)
+    assert [r.offset for r in records] == list(range(9000))
+    assert [r.value for r in records] == [f"r{n:07d}".encode() * 10 for n in range(9000)]
+
+
+async def test_corrupt_segment_object_is_reported_with_its_key_and_not_delivered(
+    broker: BrokerProcess, minio: MinioServer
+) -> None:
+    await create_topic(
+        broker.bootstrap, TOPIC, 1, {"retention_bytes": 64 * 1024, "upload_interval_ms": 300}
+    )
+    await produce(broker, 0, 4000)
+    wait_for(lambda: manifest(minio).checkpoint == 3999, 20, "records uploaded")
+    wait_for(lambda: describe(broker)["log_start_offset"] > 0, 20, "local copy of offset 0 gone")
+    first = manifest(minio).segments[0]
+    store = MinioStore(minio.settings(BUCKET))
+    data = bytearray(store.get(first.key))
+    data[len(data) // 2] ^= 0x40
+    store.put(first.key, bytes(data))
+
+    cluster = ClusterClient(broker.bootstrap)
+    try:
+        conn = await cluster.bootstrap_connection()
+        with pytest.raises(CorruptSegmentObject) as raised:
+            await read_until_error(conn)
+        assert first.key in str(raised.value), raised.value
+    finally:
+        await cluster.close()
+
+
+async def read_until_error(conn: ClientConnection) -> None:
+    """Fetch from offset 0 on; every batch that arrives must be intact."""
+    offset = 0
+    for _ in range(1000):
+        req = msg.FetchRequest(TOPIC, 0, offset, 64 * 1024, 0, msg.Isolation.COMMITTED)
+        frame = await conn.request(Op.FETCH, req.encode())
+        _, body = msg.FetchResponseHeader.decode(frame.body)
+        for pos, header in rb.scan(body):
+            assert rb.crc_ok(body, header, pos), "a corrupt batch was delivered"
+            offset = header.next_offset
