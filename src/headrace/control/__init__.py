@@ -1,4 +1,4 @@
-"""The control core: placement, elections, LRS membership, cohort plans (pure).
+"""The control core: placement, elections, LRS membership, cohort plans, unloads (pure).
 
 No asyncio, sockets, files, clocks or Kubernetes client in here: every
 function takes the persisted status, the desired specs, the latest broker
@@ -17,6 +17,7 @@ Modules
 ``placement``     ``place``: replica lists spread over distinct brokers
 ``election``      the per-partition election and LRS table (``step``)
 ``cohort_plans``  sticky, coverage-first, balanced cross-broker cohort plans
+``unloads``       the Unload state machine: seal, reassign, complete (``step``)
 ``reconcile``     ``reconcile``: one whole step, and ``grow_topic``
 ``topology``      ``snapshot``: the client-facing ``TopologySnapshot``
 
@@ -31,10 +32,14 @@ The controller loop
         for each broker endpoint that answered:
             latest[hb.broker_id] = Heartbeat.from_json(doc, received_ms=now_ms())
         decision = reconcile(state, specs, latest, now_ms(), settings,
-                             observing_since_ms=since)
+                             observing_since_ms=since,
+                             unload_requests=unloads, unload_progress=progress)
         if decision.changed:                          # generation is one higher
-            persist(decision.state.to_json()); push it to every broker
-        state = decision.state
+            persist(decision.state.to_json())
+        if decision.unloads_changed:                  # after the state: see unloads
+            persist each decision.unloads[name].to_json()
+        if decision.changed: push it to every broker
+        state, progress = decision.state, decision.unloads
         publish decision.problems as Ready conditions, decision.events as Events,
         decision.liveness / decision.adoption_floor as observed (non-durable) status
 
@@ -48,6 +53,12 @@ What brokers must do with the pushed state
   A new leader should start its LRS from the pushed ``liveReplicas``.
 * A broker that is neither ``leader`` nor ``candidate`` of a partition does
   not accept produce for it; epochs fence the rest.
+* A leader of a partition with ``seal`` set seals it (stops appends, uploads
+  everything, writes the sealed state to the object store) and reports
+  ``sealed`` at its epoch and incarnation (``moves``). Every replica of a
+  partition whose ``moves`` grew drops its local copy and opens it empty at
+  ``startOffset`` (null: after the last offset in the object store); its
+  leader reports ``moves`` and ``startOffset`` (see ``unloads``).
 * Cohort plans are advisory: a broker ignores a plan with a lower
   ``generation`` than the one it holds and falls back to local assignment
   when a planned member is not connected to it.

@@ -31,6 +31,7 @@ Role = Literal["leader", "follower"]
 ROLES: tuple[Role, ...] = ("leader", "follower")
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=enum.StrEnum)
 
 
 class PartitionState(enum.StrEnum):
@@ -115,6 +116,46 @@ class BrokerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class SealReport:
+    """A leader's word that it has sealed its partition (see ``unloads``).
+
+    Appends are stopped, every record through ``last_committed_offset`` is in
+    the object store and the sealed state is written there. ``epoch`` and
+    ``moves`` say which leadership and which incarnation sealed, so a report
+    from an earlier one is recognised as stale.
+    """
+
+    #: -1 for an empty partition
+    last_committed_offset: int
+    epoch: int
+    moves: int
+    #: the stored segments and the sealed state agree
+    verified: bool
+    #: what disagreed, when not verified
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lastCommittedOffset": self.last_committed_offset,
+            "epoch": self.epoch,
+            "moves": self.moves,
+            "verified": self.verified,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> SealReport:
+        w = "seal report"
+        return cls(
+            _field(doc, "lastCommittedOffset", int, w),
+            _field(doc, "epoch", int, w),
+            _field(doc, "moves", int, w),
+            _field(doc, "verified", bool, w),
+            _optional(doc, "message", str, w) or "",
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class PartitionReport:
     """One partition replica as its broker sees it."""
 
@@ -126,6 +167,12 @@ class PartitionReport:
     high_watermark: int
     #: the leader's live replica set (broker ids, itself included); empty from a follower
     live_replicas: tuple[int, ...] = ()
+    #: the incarnation of the partition this copy belongs to (``PartitionStatus.moves``)
+    moves: int = 0
+    #: where this copy of incarnation ``moves`` started (0 for incarnation 0)
+    start_offset: int = 0
+    #: present once this broker, leading at ``sealed.epoch``, has sealed the partition
+    sealed: SealReport | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -136,6 +183,9 @@ class PartitionReport:
             "logEndOffset": self.log_end_offset,
             "highWatermark": self.high_watermark,
             "liveReplicas": list(self.live_replicas),
+            "moves": self.moves,
+            "startOffset": self.start_offset,
+            "sealed": None if self.sealed is None else self.sealed.to_json(),
         }
 
     @classmethod
@@ -148,6 +198,7 @@ class PartitionReport:
             checked = "follower"
         else:
             raise InvalidRequest(f"{w}: role must be 'leader' or 'follower', not {role!r}")
+        sealed = _optional(doc, "sealed", dict, w)
         return cls(
             _field(doc, "topic", str, w),
             _field(doc, "partition", int, w),
@@ -156,6 +207,9 @@ class PartitionReport:
             _field(doc, "logEndOffset", int, w),
             _field(doc, "highWatermark", int, w),
             _ints(doc, "liveReplicas", w, default=True),
+            _optional(doc, "moves", int, w) or 0,
+            _optional(doc, "startOffset", int, w) or 0,
+            None if sealed is None else SealReport.from_json(sealed),
         )
 
 
@@ -237,6 +291,8 @@ class TopicSpec:
     partitions: int
     replicas: int = 1
     min_in_sync: int = 1
+    #: segments go to the object store (``tieredStorage.enabled``); an Unload needs it
+    tiered: bool = True
 
     def __post_init__(self) -> None:
         ns, _, short = self.name.partition("/")
@@ -268,6 +324,13 @@ class PartitionStatus:
     * OFFLINE: ``deadline_ms`` is when LRS members in ``tried`` that are still
       live get another chance.
     * ONLINE: all three are empty.
+
+    ``seal``, ``moves`` and ``start_offset`` belong to unloads (see
+    ``unloads``): ``seal`` tells the leader to seal the partition; ``moves``
+    counts the reassignments an unload made (the partition's incarnation);
+    ``start_offset`` is the first offset of incarnation ``moves``, None when
+    the new owner must derive it from the object store (``moves`` > 0) or
+    the partition never moved (``moves`` == 0, it starts at 0).
     """
 
     partition: int
@@ -282,6 +345,12 @@ class PartitionStatus:
     candidate: int | None = None
     deadline_ms: int | None = None
     tried: tuple[int, ...] = ()
+    #: the transition marker of an unload: the leader must seal the partition
+    seal: bool = False
+    #: the incarnation: +1 on every reassignment by an unload
+    moves: int = 0
+    #: first offset of incarnation ``moves``; None: derive it from the object store
+    start_offset: int | None = None
 
     @property
     def owner(self) -> int | None:
@@ -299,6 +368,9 @@ class PartitionStatus:
             "candidate": self.candidate,
             "deadlineMs": self.deadline_ms,
             "tried": list(self.tried),
+            "seal": self.seal,
+            "moves": self.moves,
+            "startOffset": self.start_offset,
         }
 
     @classmethod
@@ -319,6 +391,9 @@ class PartitionStatus:
             _optional(doc, "candidate", int, w),
             _optional(doc, "deadlineMs", int, w),
             _ints(doc, "tried", w, default=True),
+            _optional(doc, "seal", bool, w) or False,
+            _optional(doc, "moves", int, w) or 0,
+            _optional(doc, "startOffset", int, w),
         )
 
 
@@ -421,6 +496,182 @@ class ClusterState:
             _field(doc, "generation", int, w),
             {b.id: b for b in brokers},
             {t.name: t for t in topics},
+        )
+
+
+# --------------------------------------------------------------------------- unloads
+
+
+class MovePhase(enum.StrEnum):
+    """Where one partition's move is (see ``unloads``)."""
+
+    PENDING = "Pending"
+    SEALING = "Sealing"
+    SEALED = "Sealed"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+class UnloadPhase(enum.StrEnum):
+    """Where an unload is as a whole (see ``unloads``)."""
+
+    PENDING = "Pending"
+    MOVING = "Moving"
+    COMPLETED = "Completed"
+    FAILED = "Failed"
+
+
+class RecoverySource(enum.StrEnum):
+    """Who finished a seal its owner could not: another replica, or nobody (the object store)."""
+
+    REPLICAS = "Replicas"
+    OBJECT_STORE = "ObjectStore"
+
+
+def _enum(doc: Mapping[str, Any], key: str, kind: type[_E], where: str) -> _E:
+    value = _field(doc, key, str, where)
+    try:
+        return kind(value)
+    except ValueError:
+        raise InvalidRequest(f"{where}: unknown {key} {value!r}") from None
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadRequest:
+    """An Unload's spec, as the core needs it (the controller reads it, never writes it)."""
+
+    #: "<namespace>/<name>" of the Unload
+    name: str
+    #: "<namespace>/<name>" of the topic
+    topic: str
+    #: partition indexes to move; empty moves every partition
+    partitions: tuple[int, ...] = ()
+    #: broker to move them to; None lets placement choose
+    target: int | None = None
+    #: deleted while moving: moves not started yet fail, started ones finish
+    cancelled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class MoveProgress:
+    """One partition's move: persisted with its Unload, not in the cluster state.
+
+    ``moves`` is the incarnation the move reassigns the partition to (its
+    ``moves`` when sealing started, plus one). ``deadline_ms`` is set while no
+    live replica can seal the partition: when it passes, the partition is
+    reopened from the object store. ``verified``, ``verification_message`` and
+    ``checked_ms`` come from the sealing leader's report.
+    """
+
+    partition: int
+    phase: MovePhase = MovePhase.PENDING
+    from_broker: int | None = None
+    to_broker: int | None = None
+    #: last committed offset when sealed (-1: empty); the new incarnation starts after it
+    sealed_offset: int | None = None
+    moves: int | None = None
+    verified: bool | None = None
+    verification_message: str = ""
+    checked_ms: int | None = None
+    recovery_source: RecoverySource | None = None
+    recovery_message: str = ""
+    deadline_ms: int | None = None
+    #: why the move waits or failed
+    message: str = ""
+
+    @property
+    def in_flight(self) -> bool:
+        """Started and not finished: the move owns the partition's seal marker."""
+        return self.phase in (MovePhase.SEALING, MovePhase.SEALED)
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (MovePhase.COMPLETED, MovePhase.FAILED)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "phase": self.phase.value,
+            "fromBroker": self.from_broker,
+            "toBroker": self.to_broker,
+            "sealedOffset": self.sealed_offset,
+            "moves": self.moves,
+            "verified": self.verified,
+            "verificationMessage": self.verification_message,
+            "checkedMs": self.checked_ms,
+            "recoverySource": None if self.recovery_source is None else self.recovery_source.value,
+            "recoveryMessage": self.recovery_message,
+            "deadlineMs": self.deadline_ms,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> MoveProgress:
+        w = "partition move"
+        source = _optional(doc, "recoverySource", str, w)
+        try:
+            recovery = None if source is None else RecoverySource(source)
+        except ValueError:
+            raise InvalidRequest(f"{w}: unknown recoverySource {source!r}") from None
+        return cls(
+            _field(doc, "partition", int, w),
+            _enum(doc, "phase", MovePhase, w),
+            _optional(doc, "fromBroker", int, w),
+            _optional(doc, "toBroker", int, w),
+            _optional(doc, "sealedOffset", int, w),
+            _optional(doc, "moves", int, w),
+            _optional(doc, "verified", bool, w),
+            _optional(doc, "verificationMessage", str, w) or "",
+            _optional(doc, "checkedMs", int, w),
+            recovery,
+            _optional(doc, "recoveryMessage", str, w) or "",
+            _optional(doc, "deadlineMs", int, w),
+            _optional(doc, "message", str, w) or "",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class UnloadProgress:
+    """How an Unload is going: its status, persisted by the controller beside the spec.
+
+    ``moves`` is empty until the request is validated, then has one entry per
+    partition, in partition order.
+    """
+
+    name: str
+    phase: UnloadPhase = UnloadPhase.PENDING
+    moves: tuple[MoveProgress, ...] = ()
+    #: when the first move started sealing
+    started_ms: int | None = None
+    #: when the last move finished
+    completed_ms: int | None = None
+    #: why it waits or failed, or what it did
+    message: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (UnloadPhase.COMPLETED, UnloadPhase.FAILED)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "phase": self.phase.value,
+            "moves": [m.to_json() for m in self.moves],
+            "startedMs": self.started_ms,
+            "completedMs": self.completed_ms,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> UnloadProgress:
+        w = "unload progress"
+        return cls(
+            _field(doc, "name", str, w),
+            _enum(doc, "phase", UnloadPhase, w),
+            tuple(MoveProgress.from_json(m) for m in _objects(doc, "moves", w)),
+            _optional(doc, "startedMs", int, w),
+            _optional(doc, "completedMs", int, w),
+            _optional(doc, "message", str, w) or "",
         )
 
 

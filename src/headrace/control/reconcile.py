@@ -15,12 +15,18 @@ The step:
    (every partition ONLINE under its first replica at epoch 1, partitioning
    version 1); runs every partition's election table (``election``), which
    also records the LRS its leader reports;
-4. **cohort plans**: replans every cohort that live brokers report members
-   for or that has a plan (``cohort_plans``);
-5. **generation**: bumps the topology generation by one if and only if the
+4. **unloads**: advances every requested Unload (``unloads``): sets seal
+   markers, reassigns sealed partitions to their new replica sets, and
+   returns the unloads' progress, which the controller persists with the
+   Unloads (not in the cluster state, so progress alone bumps nothing);
+5. **cohort plans**: replans every cohort that live brokers report members
+   for or that has a plan (``cohort_plans``), after the unloads so plans
+   follow moved owners;
+6. **generation**: bumps the topology generation by one if and only if the
    result differs from the input in anything persisted. Heartbeats carry
    samples (offsets, watermarks, receive times) the status never stores, so
-   a heartbeat that brings no news bumps nothing.
+   a heartbeat that brings no news bumps nothing. Seal markers and
+   reassignments are topic status, so they do bump it.
 
 The step is deterministic and idempotent: the same inputs at the same time
 give the same result, and feeding a result back with the same inputs
@@ -46,10 +52,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
-from headrace.control import cohort_plans, election, placement
+from headrace.control import cohort_plans, election, placement, unloads
 from headrace.control.liveness import Liveness, adoption_floor, assess
 from headrace.control.model import (
     BrokerInfo,
@@ -61,6 +67,8 @@ from headrace.control.model import (
     PartitionStatus,
     TopicSpec,
     TopicStatus,
+    UnloadProgress,
+    UnloadRequest,
 )
 from headrace.control.settings import ControlSettings
 
@@ -71,9 +79,11 @@ DEFAULT_SETTINGS: Final = ControlSettings()
 class Event:
     """Something the step did, for logs and Kubernetes Events."""
 
-    #: CamelCase: an election rule name, or TopicCreated, TopicDeleted, PlanChanged, ...
+    #: CamelCase: an election or unload rule name, or TopicCreated, TopicDeleted,
+    #: PlanChanged, PartitionReassigned, UnloadStarted, UnloadCompleted, UnloadFailed, ...
     kind: str
-    #: "broker/<id>", "<ns>/<topic>", "<ns>/<topic>/<partition>" or "<ns>/<topic>:<cohort>"
+    #: "broker/<id>", "<ns>/<topic>", "<ns>/<topic>/<partition>", "<ns>/<topic>:<cohort>"
+    #: or "unload/<ns>/<name>"
     subject: str
     message: str
 
@@ -84,7 +94,8 @@ class Problem:
 
     topic: str
     #: CamelCase: WaitingForBrokers, NotEnoughBrokers, PartitionCountChange,
-    #: ReplicasChange, PartitionsOffline, BelowMinInSync, DuplicateSpec
+    #: ReplicasChange, PartitionsOffline, BelowMinInSync, DuplicateSpec,
+    #: PartitionsMoving, UnclaimedSeal
     reason: str
     message: str
 
@@ -100,6 +111,10 @@ class Decision:
     adoption_floor: int | None
     events: tuple[Event, ...]
     problems: tuple[Problem, ...]
+    #: the progress of every requested unload, by name (persisted apart from ``state``)
+    unloads: Mapping[str, UnloadProgress] = field(default_factory=dict)
+    #: True iff ``unloads`` differs from the progress passed in (no generation bump by itself)
+    unloads_changed: bool = False
 
 
 def reconcile(
@@ -110,11 +125,15 @@ def reconcile(
     settings: ControlSettings = DEFAULT_SETTINGS,
     *,
     observing_since_ms: int,
+    unload_requests: Sequence[UnloadRequest] = (),
+    unload_progress: Mapping[str, UnloadProgress] | None = None,
 ) -> Decision:
     """One step. ``observing_since_ms``: when this controller started polling brokers.
 
     ``heartbeats`` holds the latest heartbeat per broker id, stale ones
-    included (liveness decides what they are worth).
+    included (liveness decides what they are worth). ``unload_requests`` are
+    the Unloads, oldest first; ``unload_progress`` their persisted progress
+    by name (see ``unloads``).
     """
     for broker_id, hb in heartbeats.items():
         if hb.broker_id != broker_id:
@@ -157,6 +176,21 @@ def reconcile(
         problems.extend(_check(spec, topic))
         topics[name] = topic
 
+    before_unloads = dict(unload_progress or {})
+    progress, unload_events = unloads.step(
+        topics,
+        wanted,
+        unload_requests,
+        before_unloads,
+        liveness,
+        reports,
+        frozenset(known | set(brokers)),
+        now_ms,
+        settings,
+    )
+    events.extend(Event(kind, subject, message) for kind, subject, message in unload_events)
+    problems.extend(_check_seals(topics, progress, unload_requests))
+
     if not liveness.warming_up:
         for name in sorted(topics):
             topics[name] = _replan(topics[name], connections, events)
@@ -172,6 +206,8 @@ def reconcile(
         adoption_floor(heartbeats, liveness.live),
         tuple(events),
         tuple(problems),
+        progress,
+        any(before_unloads.get(name) != p for name, p in progress.items()),
     )
 
 
@@ -342,6 +378,39 @@ def _check(spec: TopicSpec, topic: TopicStatus) -> list[Problem]:
                 f"fewer than {spec.min_in_sync} live replicas for partitions {thin}",
             )
         )
+    return problems
+
+
+def _check_seals(
+    topics: Mapping[str, TopicStatus],
+    progress: Mapping[str, UnloadProgress],
+    requests: Sequence[UnloadRequest],
+) -> list[Problem]:
+    """Sealed partitions are unavailable: say so, and shout if no unload will finish them."""
+    claimed = {
+        (r.topic, m.partition)
+        for r in requests
+        if r.name in progress
+        for m in progress[r.name].moves
+        if m.in_flight
+    }
+    problems: list[Problem] = []
+    for name in sorted(topics):
+        sealed = [p.partition for p in topics[name].partitions if p.seal]
+        unclaimed = [p for p in sealed if (name, p) not in claimed]
+        if unclaimed:
+            problems.append(
+                Problem(
+                    name,
+                    "UnclaimedSeal",
+                    f"partitions {unclaimed} are sealed but no Unload is moving them: they stay"
+                    " unavailable until an Unload of them is applied",
+                )
+            )
+        elif sealed:
+            problems.append(
+                Problem(name, "PartitionsMoving", f"partitions {sealed} are being unloaded")
+            )
     return problems
 
 

@@ -29,8 +29,22 @@ class ControlSettings:
     #: member that restarts is retried at once; this covers one that stays up
     #: but failed once (a full disk that was cleaned up, say).
     offline_retry_ms: int = 30_000
+    #: How long an unload waits, once no live replica can seal a partition
+    #: (its owner, and for RF > 1 every in-sync replica, are dead), before it
+    #: gives up on them and reopens the partition from the object store,
+    #: losing what the owner had acknowledged but not uploaded. The clock
+    #: starts when liveness declares them dead (one TTL after their last
+    #: heartbeat), so a broker that merely restarts (a few seconds) comes back
+    #: and seals with no loss, while a lost machine costs about 8 s of
+    #: unavailability in all.
+    unload_recovery_timeout_ms: int = 5_000
 
     def __post_init__(self) -> None:
-        for name in ("liveness_ttl_ms", "candidate_wait_ms", "offline_retry_ms"):
+        for name in (
+            "liveness_ttl_ms",
+            "candidate_wait_ms",
+            "offline_retry_ms",
+            "unload_recovery_timeout_ms",
+        ):
             if getattr(self, name) <= 0:
                 raise InvalidRequest(f"control setting {name} must be positive")

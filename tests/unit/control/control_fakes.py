@@ -11,6 +11,8 @@ from headrace.control.model import (
     Heartbeat,
     PartitionReport,
     PartitionState,
+    PartitionStatus,
+    SealReport,
 )
 
 
@@ -38,8 +40,14 @@ class FakeBroker:
     draining: bool = False
     #: promotes itself when nominated candidate
     promotes: bool = True
+    #: seals a partition it leads when the seal marker is set
+    seals: bool = True
     adoption: int | None = None
     log_end: dict[tuple[str, int], int] = field(default_factory=dict)
+    #: (topic, partition) -> (incarnation, its start offset) of the copy held
+    incarnation: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    #: (topic, partition) -> the seal this broker made
+    sealed: dict[tuple[str, int], SealReport] = field(default_factory=dict)
     #: (topic, cohort) -> connected member ids
     members: dict[tuple[str, str], set[str]] = field(default_factory=dict)
 
@@ -51,12 +59,20 @@ class Fleet:
     followers that are up catch up with the leader. A nominated candidate that
     ``promotes`` reports itself leader at the new epoch on its next poll. The
     controller keeps the last heartbeat of a broker that went down (stale).
+
+    Unloads: a leader of a partition with ``seal`` set that ``seals`` uploads
+    everything (``uploaded``: the next offset not in the object store), stops
+    appending and reports the seal. A replica that sees a higher incarnation
+    (``moves``) drops its copy and opens it at ``startOffset``, or where the
+    object store ends when there is none.
     """
 
     def __init__(self, brokers: int, clock: FakeClock) -> None:
         self.clock = clock
         self.brokers = {b: FakeBroker(b) for b in range(brokers)}
         self.latest: dict[int, Heartbeat] = {}
+        #: (topic, partition) -> next offset not yet in the object store
+        self.uploaded: dict[tuple[str, int], int] = {}
 
     def poll(self, state: ClusterState) -> dict[int, Heartbeat]:
         for b in sorted(self.brokers):
@@ -69,6 +85,17 @@ class Fleet:
         """A restarted controller remembers no heartbeats."""
         self.latest = {}
 
+    def _open(self, broker: FakeBroker, key: tuple[str, int], p: PartitionStatus) -> int:
+        """The start of incarnation ``p.moves`` of this copy, dropping an older one first."""
+        held = broker.incarnation.get(key, (0, 0))
+        if held[0] < p.moves:
+            start = p.start_offset if p.start_offset is not None else self.uploaded.get(key, 0)
+            broker.incarnation[key] = (p.moves, start)
+            broker.log_end[key] = start
+            broker.sealed.pop(key, None)
+            held = (p.moves, start)
+        return held[1]
+
     def _heartbeat(self, broker: FakeBroker, state: ClusterState) -> Heartbeat:
         reports = []
         for topic in state.topics.values():
@@ -76,13 +103,23 @@ class Fleet:
                 if broker.id not in p.replicas:
                     continue
                 key = (topic.name, p.partition)
+                start = self._open(broker, key, p)
                 leads = (p.state is PartitionState.ONLINE and p.leader == broker.id) or (
                     p.state is PartitionState.ELECTING
                     and p.candidate == broker.id
                     and broker.promotes
                 )
                 if leads:
-                    broker.log_end[key] = broker.log_end.get(key, 0) + 1
+                    seal = broker.sealed.get(key)
+                    if seal is not None and (seal.epoch, seal.moves) != (p.leader_epoch, p.moves):
+                        seal = None
+                    if seal is None and p.seal and broker.seals:
+                        end = broker.log_end.get(key, start)
+                        self.uploaded[key] = max(self.uploaded.get(key, 0), end)
+                        seal = SealReport(end - 1, p.leader_epoch, p.moves, True)
+                        broker.sealed[key] = seal
+                    if seal is None:
+                        broker.log_end[key] = broker.log_end.get(key, start) + 1
                     live = tuple(r for r in p.replicas if self.brokers[r].up)
                     reports.append(
                         PartitionReport(
@@ -90,23 +127,31 @@ class Fleet:
                             p.partition,
                             "leader",
                             p.leader_epoch,
-                            broker.log_end[key],
-                            broker.log_end[key],
+                            broker.log_end.get(key, start),
+                            broker.log_end.get(key, start),
                             live,
+                            p.moves,
+                            start,
+                            seal,
                         )
                     )
                 else:
                     leader = p.owner
                     if leader is not None and self.brokers[leader].up:
-                        broker.log_end[key] = self.brokers[leader].log_end.get(key, 0)
+                        theirs = self.brokers[leader].log_end.get(key)
+                        if theirs is not None and theirs >= start:
+                            broker.log_end[key] = theirs
                     reports.append(
                         PartitionReport(
                             topic.name,
                             p.partition,
                             "follower",
                             p.leader_epoch,
-                            broker.log_end.get(key, 0),
+                            broker.log_end.get(key, start),
                             0,
+                            (),
+                            p.moves,
+                            start,
                         )
                     )
         cohorts = tuple(

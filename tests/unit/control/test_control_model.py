@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -15,11 +16,17 @@ from headrace.control.model import (
     CohortPlan,
     CohortReport,
     Heartbeat,
+    MovePhase,
+    MoveProgress,
     PartitionReport,
     PartitionState,
     PartitionStatus,
+    RecoverySource,
+    SealReport,
     TopicSpec,
     TopicStatus,
+    UnloadPhase,
+    UnloadProgress,
     normalise_lrs,
 )
 from headrace.errors import InvalidRequest, InvalidTopicSpec
@@ -70,6 +77,9 @@ def test_cluster_state_document_shape() -> None:
                         "candidate": 0,
                         "deadlineMs": 1_005_000,
                         "tried": [2, 0],
+                        "seal": False,
+                        "moves": 0,
+                        "startOffset": None,
                     }
                 ],
                 "cohortPlans": [
@@ -108,6 +118,9 @@ def test_heartbeat_document_shape_and_round_trip() -> None:
                 "logEndOffset": 10,
                 "highWatermark": 8,
                 "liveReplicas": [3, 1],
+                "moves": 0,
+                "startOffset": 0,
+                "sealed": None,
             }
         ],
         "cohorts": [{"topic": "default/t", "cohort": "c", "members": ["m1", "m2"]}],
@@ -129,7 +142,146 @@ def test_heartbeat_optional_fields_default() -> None:
         "logEndOffset": 0,
         "highWatermark": 0,
     }
-    assert PartitionReport.from_json(follower).live_replicas == ()
+    report = PartitionReport.from_json(follower)
+    assert (report.live_replicas, report.moves, report.start_offset, report.sealed) == (
+        (),
+        0,
+        0,
+        None,
+    ), "a broker that knows nothing of unloads still parses"
+
+
+def test_sealed_report_shape_and_round_trip() -> None:
+    sealed = SealReport(41, epoch=3, moves=1, verified=False, message="manifest ends at 40")
+    report = PartitionReport("default/t", 0, "leader", 3, 42, 42, (1,), 1, 10, sealed)
+    doc = report.to_json()
+    assert doc["moves"] == 1
+    assert doc["startOffset"] == 10
+    assert doc["sealed"] == {
+        "lastCommittedOffset": 41,
+        "epoch": 3,
+        "moves": 1,
+        "verified": False,
+        "message": "manifest ends at 40",
+    }
+    assert PartitionReport.from_json(json.loads(json.dumps(doc))) == report
+    del doc["sealed"]["message"]
+    assert PartitionReport.from_json(doc).sealed == SealReport(41, 3, 1, False, "")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("lastCommittedOffset", "41", "must be int"),
+        ("epoch", KeyError, "missing field 'epoch'"),
+        ("verified", 1, "must be bool"),
+    ],
+)
+def test_bad_seal_reports_are_rejected(key: str, value: object, words: str) -> None:
+    doc = PartitionReport(
+        "default/t", 0, "leader", 3, 42, 42, sealed=SealReport(41, 3, 0, True)
+    ).to_json()
+    with pytest.raises(InvalidRequest, match=words):
+        PartitionReport.from_json(_broken(doc, ["sealed", key], value))
+
+
+def test_partition_status_unload_fields_default_for_old_documents() -> None:
+    doc = partition_status().to_json()
+    for key in ("seal", "moves", "startOffset"):
+        del doc[key]
+    parsed = PartitionStatus.from_json(doc)
+    assert (parsed.seal, parsed.moves, parsed.start_offset) == (False, 0, None)
+    moved = replace(partition_status(), seal=True, moves=2, start_offset=100)
+    assert moved.to_json() == doc | {"seal": True, "moves": 2, "startOffset": 100}
+    assert PartitionStatus.from_json(moved.to_json()) == moved
+
+
+def test_unload_progress_shape_and_round_trip() -> None:
+    progress = UnloadProgress(
+        "default/move-it",
+        UnloadPhase.MOVING,
+        (
+            MoveProgress(
+                0,
+                MovePhase.SEALED,
+                from_broker=0,
+                to_broker=2,
+                sealed_offset=99,
+                moves=1,
+                verified=True,
+                checked_ms=7,
+            ),
+            MoveProgress(
+                1,
+                MovePhase.SEALING,
+                from_broker=1,
+                moves=3,
+                recovery_source=RecoverySource.OBJECT_STORE,
+                recovery_message="lost",
+                deadline_ms=5,
+                message="waiting",
+            ),
+        ),
+        started_ms=3,
+    )
+    doc = progress.to_json()
+    assert doc == {
+        "name": "default/move-it",
+        "phase": "Moving",
+        "moves": [
+            {
+                "partition": 0,
+                "phase": "Sealed",
+                "fromBroker": 0,
+                "toBroker": 2,
+                "sealedOffset": 99,
+                "moves": 1,
+                "verified": True,
+                "verificationMessage": "",
+                "checkedMs": 7,
+                "recoverySource": None,
+                "recoveryMessage": "",
+                "deadlineMs": None,
+                "message": "",
+            },
+            {
+                "partition": 1,
+                "phase": "Sealing",
+                "fromBroker": 1,
+                "toBroker": None,
+                "sealedOffset": None,
+                "moves": 3,
+                "verified": None,
+                "verificationMessage": "",
+                "checkedMs": None,
+                "recoverySource": "ObjectStore",
+                "recoveryMessage": "lost",
+                "deadlineMs": 5,
+                "message": "waiting",
+            },
+        ],
+        "startedMs": 3,
+        "completedMs": None,
+        "message": "",
+    }
+    assert UnloadProgress.from_json(json.loads(json.dumps(doc))) == progress
+    assert UnloadProgress.from_json({"name": "a/b", "phase": "Pending"}) == UnloadProgress("a/b")
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        (["phase"], "Dancing", "unknown phase"),
+        (["moves", 0, "phase"], "Flying", "unknown phase"),
+        (["moves", 0, "recoverySource"], "Tape", "unknown recoverySource"),
+        (["moves", 0, "partition"], KeyError, "missing field 'partition'"),
+        (["moves", 0, "verified"], "yes", "must be bool"),
+    ],
+)
+def test_bad_unload_progress_is_rejected(path: list[str | int], value: object, words: str) -> None:
+    doc = UnloadProgress("a/b", moves=(MoveProgress(0),)).to_json()
+    with pytest.raises(InvalidRequest, match=words):
+        UnloadProgress.from_json(_broken(doc, path, value))
 
 
 def _broken(doc: dict[str, Any], path: list[str | int], value: object) -> dict[str, Any]:
@@ -235,6 +387,9 @@ partition_statuses = st.builds(
     candidate=st.none() | ids,
     deadline_ms=st.none() | st.integers(0, 2**53),
     tried=st.lists(ids, max_size=3, unique=True).map(tuple),
+    seal=st.booleans(),
+    moves=st.integers(0, 100),
+    start_offset=st.none() | st.integers(0, 2**63),
 )
 plans = st.builds(
     CohortPlan,
@@ -260,8 +415,6 @@ def test_any_cluster_state_round_trips(
     generation: int,
     brokers: dict[int, BrokerInfo],
 ) -> None:
-    from dataclasses import replace
-
     numbered = tuple(replace(p, partition=i) for i, p in enumerate(parts))
     topic = TopicStatus("ns/t", 3, numbered, {p.cohort: p for p in cohort_plans})
     brokers = {b: replace(i, id=b) for b, i in brokers.items()}
