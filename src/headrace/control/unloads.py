@@ -71,7 +71,10 @@ topic must exist and be tiered, the partitions in range, the target known.
 Placement without a target spreads as topic creation does (``placement``,
 counting the topic's other partitions and the other topics), avoiding the
 old owner when enough live, non-draining brokers remain, and never leaves it
-leading when another member could. With a target: the target leads, and the
+leading when another member could. With fewer eligible brokers than
+replicas (some are down) it takes them all and fills up with the old
+replicas, which follow when they come back: a sealed partition is
+unavailable, so it must not wait for a full set. With a target: the target leads, and the
 other replicas stay (the old owner makes room if the target was not a
 replica). The replication factor never changes.
 """
@@ -206,6 +209,8 @@ def _placement(
             rest = [b for b in p.replicas if b != m.from_broker][: rf - 1]
         return (target, *rest), ""
     eligible = seen.liveness.live - seen.liveness.draining
+    if not eligible:
+        return None, "waiting for a live broker that is not draining to place it on"
     without_owner = eligible - {m.from_broker}
     pool = without_owner if len(without_owner) >= rf else eligible
     topic = seen.topics[seen.request.topic]
@@ -213,13 +218,20 @@ def _placement(
     others = [
         q.replicas for t in seen.topics.values() if t.name != topic.name for q in t.partitions
     ]
-    try:
-        lists = placement.place(len(siblings) + 1, rf, pool, existing=siblings, others=others)
-    except placement.NotEnoughBrokers as exc:
-        return None, f"waiting for brokers to place it: {exc.message}"
-    chosen = list(lists[-1])
-    if chosen[0] == m.from_broker and len(chosen) > 1:
-        chosen.append(chosen.pop(0))  # an unload moves leadership away when it can
+    # Too few eligible brokers (some are down): all of them, then old replicas to fill up
+    # (they follow when they come back). A sealed partition must not wait for a full set.
+    take = min(rf, len(pool))
+    chosen = list(
+        placement.place(len(siblings) + 1, take, pool, existing=siblings, others=others)[-1]
+    )
+    chosen += [b for b in p.replicas if b not in chosen and b != m.from_broker]
+    if m.from_broker in p.replicas and m.from_broker not in chosen:
+        chosen.append(m.from_broker)
+    chosen = chosen[:rf]
+    successor = next((b for b in chosen[1:] if b in eligible), None)
+    if chosen[0] == m.from_broker and successor is not None:
+        chosen.remove(successor)  # an unload moves leadership away when it can
+        chosen.insert(0, successor)
     return tuple(chosen), ""
 
 
@@ -282,7 +294,7 @@ def _cancel(
     m: MoveProgress, p: PartitionStatus, seen: Seen
 ) -> tuple[MoveProgress, PartitionStatus, list[Note]]:
     why = "cancelled: the Unload was deleted before this move started"
-    return replace(m, phase=FAILED, message=why), p, [("MoveFailed", why)]
+    return replace(m, phase=FAILED, message=why), p, [("MoveCancelled", why)]
 
 
 def _target_leads(m: MoveProgress, p: PartitionStatus, seen: Seen) -> bool:
@@ -300,7 +312,7 @@ def _nothing_to_move(
 ) -> tuple[MoveProgress, PartitionStatus, list[Note]]:
     why = f"broker {p.leader} already leads it: nothing to move"
     done = replace(m, phase=COMPLETED, from_broker=p.leader, to_broker=p.leader, message=why)
-    return done, p, [("MoveCompleted", why)]
+    return done, p, [("NothingToMove", why)]
 
 
 def _may_start(m: MoveProgress, p: PartitionStatus, seen: Seen) -> bool:
@@ -343,7 +355,7 @@ def _rebuild(
             sealed_offset=p.start_offset - 1,
             deadline_ms=None,
         )
-    return moved, p, [("PartitionReassigned", "found reassigned: " + _describe(p))]
+    return moved, p, [("ReassignmentFound", "already reassigned: " + _describe(p))]
 
 
 def _seal_missing(m: MoveProgress, p: PartitionStatus, seen: Seen) -> bool:
@@ -353,7 +365,11 @@ def _seal_missing(m: MoveProgress, p: PartitionStatus, seen: Seen) -> bool:
 def _restore_seal(
     m: MoveProgress, p: PartitionStatus, seen: Seen
 ) -> tuple[MoveProgress, PartitionStatus, list[Note]]:
-    return m, replace(p, seal=True), [("SealRequested", "seal marker restored")]
+    return (
+        m,
+        replace(p, seal=True),
+        [("SealRestored", "the seal marker was not persisted: set again")],
+    )
 
 
 def _sealed_and_placeable(m: MoveProgress, p: PartitionStatus, seen: Seen) -> bool:
@@ -481,7 +497,7 @@ def _back_to_sealing(
         recovery_source=None,
         recovery_message="",
     )
-    return again, p, [("SealRequested", "the reassignment was not persisted: sealing again")]
+    return again, p, [("ReassignmentLost", "the reassignment was not persisted: sealing again")]
 
 
 def _new_leader_serves(m: MoveProgress, p: PartitionStatus, seen: Seen) -> bool:
@@ -646,34 +662,66 @@ def step(
 
     Returns the new progress by unload name (requests only: progress of a
     request no longer made is dropped) and events as (kind, subject, message).
+    Passes over the requests repeat until nothing changes, so a move that
+    finishes frees its partition for an earlier request's move in the same
+    step, whatever the order (and the step stays idempotent).
     """
+    names = [r.name for r in requests]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ValueError(f"unloads {twice} requested twice")
     events: list[tuple[str, str, str]] = []
-    claims: dict[tuple[str, int], str] = {}
+    current = {r.name: progress.get(r.name) or UnloadProgress(r.name) for r in requests}
+    for _ in range(len(requests) + 1):
+        before = (dict(current), dict(topics))
+        _pass(requests, current, topics, specs, liveness, reports, known, now_ms, settings, events)
+        if (current, topics) == before:
+            break
     for request in requests:
-        before = progress.get(request.name)
-        for m in before.moves if before is not None else ():
-            if m.in_flight:
-                claims.setdefault((request.topic, m.partition), request.name)
-
-    result: dict[str, UnloadProgress] = {}
-    for request in requests:
-        if request.name in result:
-            raise ValueError(f"unload {request.name} requested twice")
-        before = progress.get(request.name) or UnloadProgress(request.name)
-        after = _step_unload(
-            request, before, topics, specs, claims, liveness, reports, known, now_ms, settings
-        )
+        old = progress.get(request.name) or UnloadProgress(request.name)
+        new = current[request.name]
         subject = f"unload/{request.name}"
-        for kind, where, message in after[1]:
-            events.append((kind, where, message))
-        new = after[0]
-        if before.started_ms is None and new.started_ms is not None:
+        if old.started_ms is None and new.started_ms is not None:
             events.append(("UnloadStarted", subject, f"moving partitions of {request.topic}"))
-        if not before.finished and new.finished:
+        if not old.finished and new.finished:
             kind = "UnloadCompleted" if new.phase is UnloadPhase.COMPLETED else "UnloadFailed"
             events.append((kind, subject, new.message))
-        result[request.name] = new
-    return result, events
+    return current, events
+
+
+def _pass(
+    requests: Sequence[UnloadRequest],
+    current: dict[str, UnloadProgress],
+    topics: dict[str, TopicStatus],
+    specs: Mapping[str, TopicSpec],
+    liveness: Liveness,
+    reports: Mapping[tuple[str, int], Mapping[int, PartitionReport]],
+    known: frozenset[int],
+    now_ms: int,
+    settings: ControlSettings,
+    events: list[tuple[str, str, str]],
+) -> None:
+    """One pass over the requests, in order; updates ``current`` and ``topics``."""
+    claims: dict[tuple[str, int], str] = {}
+    for request in requests:
+        for m in current[request.name].moves:
+            if m.in_flight:
+                claims.setdefault((request.topic, m.partition), request.name)
+    for request in requests:
+        new, said = _step_unload(
+            request,
+            current[request.name],
+            topics,
+            specs,
+            claims,
+            liveness,
+            reports,
+            known,
+            now_ms,
+            settings,
+        )
+        current[request.name] = new
+        events.extend(said)
 
 
 def _step_unload(
