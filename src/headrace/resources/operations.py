@@ -159,25 +159,56 @@ class MoveVerification(Model):
     """What disagreed, when it failed."""
 
 
+class RecoverySource(enum.StrEnum):
+    """See ``MoveRecovery.source``."""
+
+    REPLICAS = "Replicas"
+    OBJECT_STORE = "ObjectStore"
+
+
+class MoveRecovery(Model):
+    """How a move finished when the old owner could not seal the partition itself."""
+
+    source: RecoverySource
+    """``Replicas`` (the old owner stopped leading mid-seal and another in-sync replica took
+    over and sealed: nothing acknowledged with ``acks=all`` is lost) or ``ObjectStore`` (no
+    live replica could seal it within the recovery timeout: the new owner starts after the
+    last offset durable in the object store, and records acknowledged but not yet uploaded
+    are lost, at most one upload interval of them for a topic with one replica)."""
+    message: str = Field(default="", max_length=4096)
+    """What happened, and what may have been lost."""
+
+
 class PartitionMove(Model):
     """One partition's move from one broker to another."""
 
     partition: int = Field(ge=0)
     """Partition index."""
-    from_broker: int = Field(ge=0)
-    """Broker id of the old owner."""
+    from_broker: int | None = Field(default=None, ge=0)
+    """Broker id of the old owner, once the move has started."""
     to_broker: int | None = Field(default=None, ge=0)
     """Broker id of the new owner, once chosen."""
     sealed_offset: int | None = Field(default=None, ge=-1)
     """Last committed offset when the partition was sealed (-1: it was empty); the new owner
     continues at the next one."""
     phase: MovePhase = MovePhase.PENDING
-    """Where this move is: ``Pending`` (not started), ``Sealing`` (the old owner flushes and
-    uploads every remaining segment), ``Sealed`` (the sealed state is recorded and the old
-    owner has dropped its local log), ``Completed`` (the new owner has started at
+    """Where this move is: ``Pending`` (not started), ``Sealing`` (the old owner stops
+    appends, uploads every remaining record and writes the sealed state), ``Sealed`` (the
+    sealed state is recorded and the partition reassigned; every new replica drops its old
+    local copy and opens it at ``sealedOffset + 1``), ``Completed`` (the new owner leads at
     ``sealedOffset + 1``) or ``Failed``."""
     verification: MoveVerification | None = None
     """Result of verifying the sealed partition, once checked."""
+    recovery: MoveRecovery | None = None
+    """Set when the old owner could not finish the seal itself."""
+    moves: int | None = Field(default=None, ge=1)
+    """The partition's incarnation after this move (``moves`` in the Topic status: how many
+    moves it has had), once the move has started."""
+    recovery_deadline: AwareDatetime | None = None
+    """While no live replica can seal the partition: when the controller stops waiting for
+    one and reopens it from the object store."""
+    message: str | None = Field(default=None, max_length=4096)
+    """What the move is waiting for, or why it failed."""
 
 
 class UnloadPhase(enum.StrEnum):
