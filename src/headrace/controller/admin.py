@@ -11,9 +11,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from headrace.controller.controlling import Controller
+from headrace.controller.controlling import Controller, UnloadConflict
+from headrace.controller.store import spec_of
 from headrace.errors import HeadraceError
-from headrace.resources import Topic, load_manifests
+from headrace.resources import Resource, Topic, Unload, load_manifests
 
 
 class _ControllerCollector(Collector):
@@ -48,7 +49,19 @@ class _ControllerCollector(Collector):
         for name, topic in c.state.topics.items():
             for p in topic.partitions:
                 epochs.add_metric([name, str(p.partition)], p.leader_epoch)
-        return [gen, bumps, live, offline, epochs]
+        sealed = GaugeMetricFamily(
+            "headrace_controller_sealed_partitions", "Partitions sealed for a move (unavailable)"
+        )
+        sealed.add_metric(
+            [], sum(1 for t in c.state.topics.values() for p in t.partitions if p.seal)
+        )
+        unloads = GaugeMetricFamily(
+            "headrace_controller_unloads", "Unloads by phase", labels=["phase"]
+        )
+        phases = [c.progress[n].phase.value if n in c.progress else "Pending" for n in c.unloads]
+        for phase in ("Pending", "Moving", "Completed", "Failed"):
+            unloads.add_metric([phase], phases.count(phase))
+        return [gen, bumps, live, offline, epochs, sealed, unloads]
 
 
 class ControllerAdmin:
@@ -108,29 +121,48 @@ class ControllerAdmin:
             return web.json_response(
                 {"error": type(exc).__name__, "message": exc.message}, status=422
             )
-        unsupported = [r for r in resources if not isinstance(r, Topic)]
+        unsupported = [r for r in resources if not isinstance(r, Topic | Unload)]
         if unsupported:
             kinds = sorted({type(r).__name__ for r in unsupported})
             return web.json_response(
                 {
                     "error": "Unsupported",
-                    "message": f"local mode applies Topic resources only, not {kinds}",
+                    "message": f"local mode applies Topic and Unload resources only, not {kinds}",
                 },
                 status=422,
             )
-        docs = [_manifest(r) for r in resources if isinstance(r, Topic)]
+        topics = [_manifest(r) for r in resources if isinstance(r, Topic)]
+        unloads = [_manifest(r) for r in resources if isinstance(r, Unload)]
         try:
-            names = self.controller.apply(docs)
+            for doc in topics:
+                spec_of(doc)  # all or nothing: every spec is checked before any is applied
+            self.controller.check_unloads(unloads)
+            names = self.controller.apply(topics) if topics else []
+            results = self.controller.apply_unloads(unloads) if unloads else []
+        except UnloadConflict as exc:
+            return web.json_response({"error": "Conflict", "message": exc.message}, status=409)
         except HeadraceError as exc:
             return web.json_response(
                 {"error": type(exc).__name__, "message": exc.message}, status=422
             )
-        return web.json_response({"applied": names})
+        applied = [{"kind": "Topic", "name": n, "result": "applied"} for n in names]
+        applied += [{"kind": "Unload", "name": n, "result": r} for n, r in results]
+        return web.json_response({"applied": applied})
 
     async def delete(self, request: web.Request) -> web.Response:
+        """Body: ``{"topics": [...], "unloads": [...]}`` ('namespace/name' each)."""
         body: Any = await request.json()
-        names = [str(n) for n in body.get("topics", [])] if isinstance(body, dict) else []
-        return web.json_response({"deleted": self.controller.delete(names)})
+        if not isinstance(body, dict):
+            body = {}
+        topics = [str(n) for n in body.get("topics", [])]
+        unloads = [str(n) for n in body.get("unloads", [])]
+        deleted, deferred = self.controller.delete_unloads(unloads) if unloads else ([], [])
+        return web.json_response(
+            {
+                "deleted": self.controller.delete(topics) if topics else [],
+                "unloads": {"deleted": deleted, "deferred": deferred},
+            }
+        )
 
     async def page(self, request: web.Request) -> web.Response:
         """A small status page: topics, partitions, leaders, LRS, epochs, states."""
@@ -141,23 +173,64 @@ class ControllerAdmin:
                 rows.append(
                     f"<tr><td>{html.escape(name)}</td><td>{p.partition}</td><td>{p.owner}</td>"
                     f"<td>{list(p.replicas)}</td><td>{list(p.live_replicas)}</td><td>{p.leader_epoch}</td>"
-                    f"<td>{html.escape(str(p.state))}</td></tr>"
+                    f"<td>{html.escape(str(p.state))}</td><td>{p.moves}</td>"
+                    f"<td>{'yes' if p.seal else ''}</td></tr>"
                 )
         body = (
             "<!doctype html><title>headrace</title><h1>headrace local cluster</h1>"
             f"<p>generation {self.controller.state.generation}; live brokers {doc['live']};"
             f" adoption floor {doc['adoptionFloor']}</p>"
             "<table border=1 cellpadding=4><tr><th>topic</th><th>partition</th><th>leader</th>"
-            "<th>replicas</th><th>LRS</th><th>epoch</th><th>state</th></tr>"
+            "<th>replicas</th><th>LRS</th><th>epoch</th><th>state</th><th>moves</th>"
+            "<th>sealed</th></tr>"
             + "".join(rows)
-            + "</table><pre>"
+            + "</table>"
+            + _unloads_table(doc["unloads"])
+            + "<pre>"
             + html.escape(json.dumps(doc["problems"], indent=2))
             + "</pre>"
         )
         return web.Response(text=body, content_type="text/html")
 
 
-def _manifest(resource: Topic) -> dict[str, Any]:
+def _unloads_table(unloads: list[dict[str, Any]]) -> str:
+    """Unloads and their per-partition moves: phase, from -> to, sealed offset, recovery."""
+    if not unloads:
+        return ""
+    rows = []
+    for u in unloads:
+        meta, spec, status = u["metadata"], u["spec"], u.get("status") or {}
+        ready: dict[str, Any] = next(
+            (c for c in status.get("conditions", []) if c.get("type") == "Ready"), {}
+        )
+        name = f"{meta.get('namespace', 'default')}/{meta['name']}"
+        deleting = " (deleting)" if meta.get("deletionTimestamp") else ""
+        rows.append(
+            f"<tr><td>{html.escape(name)}{deleting}</td>"
+            f"<td>{html.escape(spec['topicRef']['name'])}</td>"
+            f"<td>{html.escape(str(status.get('phase', 'Pending')))}</td><td></td><td></td>"
+            f"<td></td><td></td><td>{html.escape(str(ready.get('message', '')))}</td></tr>"
+        )
+        for m in status.get("moves", []):
+            recovery = m.get("recovery") or {}
+            verification = m.get("verification") or {}
+            rows.append(
+                f"<tr><td></td><td>partition {m['partition']}</td>"
+                f"<td>{html.escape(str(m.get('phase')))}</td>"
+                f"<td>{m.get('fromBroker', '')} &rarr; {m.get('toBroker', '')}</td>"
+                f"<td>{m.get('sealedOffset', '')}</td>"
+                f"<td>{html.escape(str(verification.get('result', '')))}</td>"
+                f"<td>{html.escape(str(recovery.get('source', '')))}</td>"
+                f"<td>{html.escape(str(recovery.get('message') or m.get('message', '')))}</td></tr>"
+            )
+    return (
+        "<h2>unloads</h2><table border=1 cellpadding=4><tr><th>unload</th><th>topic /"
+        " partition</th><th>phase</th><th>from &rarr; to</th><th>sealed offset</th>"
+        "<th>verified</th><th>recovery</th><th>message</th></tr>" + "".join(rows) + "</table>"
+    )
+
+
+def _manifest(resource: Resource) -> dict[str, Any]:
     doc = resource.to_manifest()
     doc.pop("status", None)
     return dict(doc)

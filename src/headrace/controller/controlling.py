@@ -9,12 +9,26 @@ fence them by generation, so repeating one is harmless.
 A restarted controller loads the persisted state, waits out the warm-up the
 core prescribes, and changes nothing unless the cluster did: no generation
 bump, no leader change.
+
+Unloads: the applied Unload documents and their progress live beside the
+topics (``store``). Each step passes them to the core, oldest first, and
+persists the progress it returns when it changed: after the cluster state
+and before the push, so a broker never acts on a decision that is not on
+disk, and the core recognises the one crash window left (state written,
+progress not). While an unload is unfinished or a partition is sealed the
+loop polls every ``transition_poll_interval_ms`` instead of every
+``poll_interval_ms``, so that a move's unavailability is the brokers' work,
+not the poll interval. An Unload is one-shot: applying the same spec again
+is a no-op, a different one is refused; deleting one whose moves are in
+flight marks it (``deletionTimestamp``) and removes it once they finish,
+cancelling the moves that have not started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -24,11 +38,18 @@ from typing import Any
 import aiohttp
 
 from headrace.aio import cancel_and_wait
-from headrace.control.model import Heartbeat, TopicSpec
+from headrace.control.model import Heartbeat, TopicSpec, UnloadRequest
 from headrace.control.reconcile import Decision, reconcile
 from headrace.control.settings import ControlSettings
-from headrace.controller.store import StateStore, spec_of
-from headrace.errors import HeadraceError
+from headrace.controller.store import (
+    StateStore,
+    full_name,
+    rfc3339,
+    spec_of,
+    topic_config,
+    unload_request,
+)
+from headrace.errors import HeadraceError, InvalidRequest
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +60,10 @@ def wall_ms() -> int:
 
 def _rfc3339() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class UnloadConflict(InvalidRequest):
+    """An Unload of that name exists with another spec, or is being deleted (spec is immutable)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +84,10 @@ class ControllerSettings:
     cluster_id: str = "local"
     #: how often every broker's heartbeat is polled (the issue's default: 1 s)
     poll_interval_ms: int = 1000
+    #: how often while an unload is unfinished or a partition is sealed: a sealed partition
+    #: is unavailable until the controller sees the seal and reassigns it, so 100 ms keeps
+    #: the poll a small part of a move's unavailability (brokers answer a poll in ~1 ms)
+    transition_poll_interval_ms: int = 100
     #: a poll that takes longer than this counts as a missed heartbeat
     poll_timeout_ms: int = 800
     control: ControlSettings = field(default_factory=ControlSettings)
@@ -71,6 +100,8 @@ class Controller:
         self.settings = settings
         self.store = StateStore(settings.state_dir)
         self.state, self.resources = self.store.load()
+        #: applied Unload documents (no status) and their progress, by 'namespace/name'
+        self.unloads, self.progress = self.store.load_unloads()
         self.heartbeats: dict[int, Heartbeat] = {}
         #: the topology generation each broker last reported
         self.broker_generations: dict[int, int] = {}
@@ -88,6 +119,21 @@ class Controller:
     @property
     def specs(self) -> list[TopicSpec]:
         return [spec_of(r) for r in self.resources.values()]
+
+    def unload_requests(self) -> list[UnloadRequest]:
+        """The Unloads, oldest first (a partition's moves are served in this order)."""
+
+        def age(name: str) -> tuple[str, str]:
+            return (str(self.unloads[name]["metadata"].get("creationTimestamp", "")), name)
+
+        return [unload_request(self.unloads[n]) for n in sorted(self.unloads, key=age)]
+
+    @property
+    def transitioning(self) -> bool:
+        """An unload is unfinished or a partition sealed: poll fast."""
+        return any(
+            name not in self.progress or not self.progress[name].finished for name in self.unloads
+        ) or any(p.seal for t in self.state.topics.values() for p in t.partitions)
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.settings.poll_timeout_ms / 1000)
@@ -121,18 +167,100 @@ class Controller:
         self.kick()
         return gone
 
+    def check_unloads(self, resources: list[dict[str, Any]]) -> None:
+        """Raise ``UnloadConflict`` if any of them may not be applied (nothing is applied)."""
+        problems = []
+        for resource in resources:
+            name = full_name(resource)
+            existing = self.unloads.get(name)
+            if existing is None:
+                continue
+            if existing["metadata"].get("deletionTimestamp") is not None:
+                problems.append(
+                    f"unload {name} is being deleted (its moves are finishing); apply it again"
+                    " once it is gone"
+                )
+            elif _normal_spec(existing["spec"]) != _normal_spec(resource["spec"]):
+                problems.append(
+                    f"unload {name} exists with another spec: an Unload's spec is immutable;"
+                    " delete it and apply a new one (or use another name)"
+                )
+        if problems:
+            raise UnloadConflict("; ".join(problems))
+
+    def apply_unloads(self, resources: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        """(name, "created" | "unchanged") per Unload; one-shot, so re-applying is a no-op."""
+        self.check_unloads(resources)
+        now = rfc3339(wall_ms())
+        results = []
+        for resource in resources:
+            name = full_name(resource)
+            if name in self.unloads:
+                results.append((name, "unchanged"))
+                continue
+            doc = json.loads(json.dumps(resource))
+            doc.pop("status", None)
+            meta = doc["metadata"]
+            meta.setdefault("namespace", "default")
+            meta["creationTimestamp"] = now
+            meta["generation"] = 1
+            self.unloads[name] = doc
+            results.append((name, "created"))
+        self.store.save_unloads(self.unloads, self.progress, _rfc3339())
+        self.kick()
+        return results
+
+    def delete_unloads(self, names: list[str]) -> tuple[list[str], list[str]]:
+        """(deleted, deferred): an Unload with moves in flight stays until they finish."""
+        deleted, deferred = [], []
+        for name in names:
+            doc = self.unloads.get(name)
+            if doc is None:
+                continue
+            if self._moving(name):
+                doc["metadata"].setdefault("deletionTimestamp", rfc3339(wall_ms()))
+                deferred.append(name)
+            else:
+                del self.unloads[name]
+                self.progress.pop(name, None)
+                deleted.append(name)
+        self.store.save_unloads(self.unloads, self.progress, _rfc3339())
+        self.kick()
+        return deleted, deferred
+
+    def _moving(self, name: str) -> bool:
+        progress = self.progress.get(name)
+        return progress is not None and any(m.in_flight for m in progress.moves)
+
+    def _finalize_deletions(self) -> bool:
+        """Remove deleted Unloads whose moves are no longer in flight; True if any was."""
+        done = [
+            n
+            for n, doc in self.unloads.items()
+            if doc["metadata"].get("deletionTimestamp") is not None and not self._moving(n)
+        ]
+        for name in done:
+            del self.unloads[name]
+            self.progress.pop(name, None)
+            log.info("unload %s deleted: its moves have finished", name)
+        return bool(done)
+
     # ------------------------------------------------------------------ the loop
 
     async def _run(self) -> None:
-        interval = self.settings.poll_interval_ms / 1000
         while True:
             try:
                 await self.step()
             except Exception:
                 log.exception("controller step failed")
             self._kick.clear()
+            interval = (
+                self.settings.transition_poll_interval_ms
+                if self.transitioning
+                else self.settings.poll_interval_ms
+            )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), interval)
+                await asyncio.wait_for(self._kick.wait(), interval / 1000)
 
     async def step(self) -> Decision:
         await asyncio.gather(*(self._poll(b) for b in self.settings.brokers))
@@ -144,6 +272,8 @@ class Controller:
             now,
             self.settings.control,
             observing_since_ms=self.started_ms,
+            unload_requests=self.unload_requests(),
+            unload_progress=self.progress,
         )
         self.steps += 1
         self.last_decision = decision
@@ -158,6 +288,14 @@ class Controller:
             if decision.changed:
                 self.generation_bumps += 1
                 self.state = decision.state
+        if decision.unloads_changed or set(decision.unloads) != set(self.progress):
+            # After the state (the core recognises a reassignment whose progress was lost,
+            # not the other way round), before the push.
+            self.progress = dict(decision.unloads)
+            self._finalize_deletions()
+            self.store.save_unloads(self.unloads, self.progress, _rfc3339())
+        elif self._finalize_deletions():
+            self.store.save_unloads(self.unloads, self.progress, _rfc3339())
         await self._push(decision)
         return decision
 
@@ -207,7 +345,7 @@ class Controller:
                     "partitions": len(topic.partitions),
                     "partitioning_version": topic.partitioning_version,
                     "min_in_sync": specs[name].min_in_sync if name in specs else 1,
-                    "config": {},
+                    "config": topic_config(self.resources[name]) if name in self.resources else {},
                     "assignments": [
                         {
                             "partition": p.partition,
@@ -219,6 +357,12 @@ class Controller:
                             # whose missing fetches would hold the HW (and acks=all) back
                             # until they time out of the set.
                             "lrs": [r for r in p.live_replicas if r in live],
+                            # unloads: the leader seals; a higher ``moves`` makes every
+                            # replica drop its copy and open it empty at ``startOffset``
+                            # (null: after the last offset in the object store)
+                            "seal": p.seal,
+                            "moves": p.moves,
+                            "startOffset": p.start_offset,
                         }
                         for p in topic.partitions
                     ],
@@ -268,7 +412,13 @@ class Controller:
             ]
             if decision
             else [],
+            "unloads": self.store.unload_documents(),
             "steps": self.steps,
             "generationBumps": self.generation_bumps,
             "pushes": self.pushes,
         }
+
+
+def _normal_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """An Unload spec compared by meaning: the partition list is a set."""
+    return {**spec, "partitions": sorted(spec.get("partitions") or [])}
