@@ -440,15 +440,109 @@ class RedisProcess:
             self.proc = None
 
 
+# ---------------------------------------------------------------------------- MinIO
+
+
+def minio_binary() -> Path:
+    """The MinIO server binary, built from its Go module by ``tools/minio/build.sh``
+    if missing (minutes the first time on a machine; idempotent after that)."""
+    override = os.environ.get("HEADRACE_MINIO_BIN")
+    if override:
+        return Path(override)
+    out = subprocess.run(
+        ["bash", str(REPO / "tools" / "minio" / "build.sh")],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        timeout=3600,
+    ).stdout
+    return Path(out.strip().splitlines()[-1])
+
+
+class MinioProcess:
+    """A MinIO server on a free loopback port with a fresh data dir and random
+    root credentials: the object store of the tiered scenario."""
+
+    def __init__(self, data_dir: Path, binary: Path) -> None:
+        self.data_dir = data_dir
+        self.binary = binary
+        self.port = free_port()
+        self.console_port = free_port()
+        self.access_key = "bench-" + os.urandom(4).hex()
+        self.secret_key = os.urandom(18).hex()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def endpoint(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def credentials_env(self) -> dict[str, str]:
+        """What ``headrace.objectstore.urls.open_store`` reads its credentials from."""
+        return {
+            "HEADRACE_OBJECT_STORE_ACCESS_KEY": self.access_key,
+            "HEADRACE_OBJECT_STORE_SECRET_KEY": self.secret_key,
+        }
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **child_env(),
+            "MINIO_ROOT_USER": self.access_key,
+            "MINIO_ROOT_PASSWORD": self.secret_key,
+            "MINIO_UPDATE": "off",
+            "MINIO_CALLHOME_ENABLE": "off",
+        }
+        argv = [
+            str(self.binary),
+            "server",
+            str(self.data_dir / "data"),
+            "--address",
+            self.endpoint,
+            "--console-address",
+            f"{LOOPBACK}:{self.console_port}",
+            "--quiet",
+        ]
+        self.proc = spawn(argv, self.data_dir / "minio.log", env=env)
+        deadline = time.monotonic() + timeout
+        url = f"http://{self.endpoint}/minio/health/ready"
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"minio exited; see {self.data_dir / 'minio.log'}")
+            try:
+                with urllib.request.urlopen(url, timeout=1.0) as resp:
+                    if resp.status == 200:
+                        return  # the client's retries cover "server not initialized" after this
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.05)
+        raise TimeoutError("minio did not become ready")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            reap(self.proc)
+            self.proc = None
+
+
 # ---------------------------------------------------------------------------- client workers
 
 
-def run_worker(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run one client workload in a fresh interpreter (``bench.worker``); returns its JSON."""
+def run_worker(
+    spec: dict[str, Any], timeout: float, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run one client workload in a fresh interpreter (``bench.worker``); returns its JSON.
+
+    ``env`` adds variables to the worker's environment (secrets: not on its command line).
+    """
     proc = spawn(
         [sys.executable, "-m", "bench.worker", json.dumps(spec)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        env={**child_env(), **(env or {})},
     )
     try:
         out, err = proc.communicate(timeout=timeout)

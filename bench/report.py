@@ -155,6 +155,33 @@ def targets(doc: dict[str, Any]) -> list[dict[str, Any]]:
                 "met": None,
             }
         )
+    tiered = _rows(doc, "tiered")
+    up1 = _find(tiered, client="tier_upload", partitions=1)
+    up_many = max(
+        (r for r in tiered if r.get("client") == "tier_upload" and r["partitions"] > 1),
+        key=lambda r: r["partitions"],
+        default=None,
+    )
+    measured = None
+    if up1 is not None:
+        measured = f"{up1['mb_per_s']:,.0f} MB/s (1 partition)"
+        if up_many is not None:
+            measured += f"; {up_many['mb_per_s']:,.0f} MB/s ({up_many['partitions']} partitions)"
+    out.append(
+        {
+            "target": "tiered upload to MinIO, 16 MiB objects, 1 partition ≥ 200 MB/s",
+            "measured": measured,
+            "met": None if up1 is None else up1["mb_per_s"] >= 200,
+        }
+    )
+    read = _find(tiered, client="tier_read")
+    out.append(
+        {
+            "target": "tiered sequential read from MinIO (readahead) ≥ 200 MB/s",
+            "measured": None if read is None else f"{read['mb_per_s']:,.0f} MB/s",
+            "met": None if read is None else read["mb_per_s"] >= 200,
+        }
+    )
     return out
 
 
@@ -366,6 +393,39 @@ def markdown(doc: dict[str, Any]) -> str:
         " imports; the 0 GB row is that floor). recovery ms: `recovery_seconds` from `/readyz`"
         " (the log recovery alone)._"
     )
+    add("")
+
+    # tiered
+    tiered = _rows(doc, "tiered")
+    add("### 5. Tiered storage: PartitionTier against a local MinIO")
+    add("")
+    add(_scenario_note(doc, "tiered"))
+    add("")
+    add("| what | partitions | data | MB/s | client cores | MinIO cores | other processes, cores |")
+    add("|---|---|---|---|---|---|---|")
+    labels = {
+        "tier_upload": "upload (`PartitionTier.upload`)",
+        "tier_read": "sequential read, readahead on",
+        "tier_read_no_prefetch": "sequential read, no readahead",
+    }
+    for row in tiered:
+        cpu = row.get("cpu", {})
+        data = f"{row['bytes'] / 1e6:,.0f} MB"
+        if "objects" in row:
+            data += f" in {row['objects']} objects of {row['object_bytes'] / 2**20:,.0f} MiB"
+        else:
+            data += f", {row.get('read_bytes', 0) / 2**20:,.0f} MiB per read"
+        others = [a["mb_per_s"] for a in row.get("other_attempts", []) if "mb_per_s" in a]
+        rate = f"{row['mb_per_s']:,.0f}"
+        if others:
+            rate += (
+                f" [{min([row['mb_per_s'], *others]):,.0f}-{max([row['mb_per_s'], *others]):,.0f}]"
+            )
+        add(
+            f"| {labels.get(row['client'], row['client'])} | {row['partitions']} | {data} | {rate}"
+            f" | {cpu.get('client_cores', 0):.2f} | {cpu.get('server_cores', 0):.2f}"
+            f" | {cpu.get('foreign_cores', 0):.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -389,7 +449,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 2, figsize=(14, 10))
+    fig, axes = plt.subplots(3, 2, figsize=(14, 15))
     colors = {
         "headrace": "#1f77b4",
         "headrace 8p": "#6baed6",
@@ -528,6 +588,23 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     ax.set_ylabel("spawn to /readyz 200 (s)")
     ax.set_title("Restart to ready vs log size; dashed: 5 s target")
     ax.legend(fontsize=8)
+
+    # tiered storage
+    ax = axes[2][0]
+    tiered = _rows(doc, "tiered")
+    names = [
+        f"upload\n{r['partitions']} partition{'s' if r['partitions'] > 1 else ''}"
+        if r["client"] == "tier_upload"
+        else ("read\nreadahead" if r["client"] == "tier_read" else "read\nno readahead")
+        for r in tiered
+    ]
+    bars = ax.bar(names, [r["mb_per_s"] for r in tiered], color=colors["headrace"])
+    ax.bar_label(bars, labels=[f"{r['mb_per_s']:,.0f}" for r in tiered], fontsize=8)
+    ax.axhline(200.0, color="gray", linestyle="--", linewidth=1, label="target 200 MB/s")
+    ax.set_ylabel("MB/s")
+    ax.set_title("Tiered storage: PartitionTier against a local MinIO (16 MiB objects)")
+    ax.legend(fontsize=8)
+    axes[2][1].axis("off")
 
     when = doc.get("run_utc", "")
     fig.suptitle(f"headrace vs Redis Streams — {doc.get('machine', {}).get('cpus')} cores, {when}")

@@ -50,6 +50,8 @@ def _headline(row: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"attempt": row["attempt"], "foreign_cores": _row_foreign(row)}
     if "records_per_s" in row:
         out["records_per_s"] = row["records_per_s"]
+    if "mb_per_s" in row:
+        out["mb_per_s"] = row["mb_per_s"]
     if "latency_ms" in row:
         out["latency_ms"] = row["latency_ms"]
     return out

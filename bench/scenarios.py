@@ -64,6 +64,19 @@ class Settings:
     #: handed back to the hypervisor: every measurement then starts from the same state
     #: (see ``procs.page_touch_cost`` and docs/benchmarks.md)
     page_settle_s: float = 5.0
+    #: tiered storage: MiB uploaded through PartitionTier.upload per configuration, in
+    #: objects of ``tiered_object_mb`` (the broker's default segment size is 16 MiB)
+    tiered_mb: int = 512
+    tiered_object_mb: int = 16
+    #: partitions uploading at once (one uploader thread each)
+    tiered_upload_partitions: tuple[int, ...] = (1, 4)
+    #: records per batch and value size: 256 x 1 KiB, a ~260 KiB batch
+    tiered_batch_records: int = 256
+    tiered_value_bytes: int = 1024
+    #: bytes per PartitionTier.read call: the broker's fetch size
+    tiered_read_bytes: int = 1 << 20
+    #: readahead chunks of the measured reader (PartitionTier's default); 0 is also measured
+    tiered_prefetch: int = 2
     log: Callable[[str], None] = field(default=print)
 
     @classmethod
@@ -76,6 +89,7 @@ class Settings:
             latency_warmup_s=1.0,
             latency_measure_s=3.0,
             recovery_sizes_gb=(0.0, 0.2, 0.5),
+            tiered_mb=128,
             **kwargs,
         )
 
@@ -671,9 +685,102 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
     return rows
 
 
+# ---------------------------------------------------------------------------- 5. tiered
+
+
+def tiered(settings: Settings) -> list[dict[str, Any]]:
+    """Upload and sequential-read throughput of ``PartitionTier`` against a local MinIO.
+
+    No Redis equivalent: headrace only. MinIO is the server process (its CPU is
+    ``server_cores``), a worker the client. The store is opened the way a broker
+    opens it (``open_store`` with an ``s3://`` URL: retries on, credentials from
+    the environment).
+    """
+    rows: list[dict[str, Any]] = []
+    log = settings.log
+    if not settings.wants("headrace"):
+        return rows
+    home = procs.temp_dir("tiered")
+    server = procs.MinioProcess(home / "minio", procs.minio_binary())
+    try:
+        server.start()
+        url = f"s3://{server.endpoint}/bench-tiered?create_bucket=1"
+        env = server.credentials_env()
+        common = {
+            "server_pid": server.pid,
+            "url": url,
+            "value_bytes": settings.tiered_value_bytes,
+        }
+        for parts in settings.tiered_upload_partitions:
+            _settle_memory(settings)
+            load1 = _row_load()
+            result = procs.run_worker(
+                {
+                    **common,
+                    "kind": "tier_upload",
+                    "topic": f"bench/upload-{parts}",
+                    "partitions": parts,
+                    "total_mb": settings.tiered_mb,
+                    "object_mb": settings.tiered_object_mb,
+                    "batch_records": settings.tiered_batch_records,
+                    "warmup_objects": 4,
+                },
+                timeout=900,
+                env=env,
+            )
+            row = {
+                "system": "headrace",
+                "client": "tier_upload",
+                "partitions": parts,
+                "value_bytes": settings.tiered_value_bytes,
+                "load1": load1,
+                **result,
+            }
+            rows.append(row)
+            log(
+                f"  tiered upload p={parts}: {row['bytes'] / 1e6:,.0f} MB in {row['objects']}"
+                f" objects, {row['mb_per_s']:7.1f} MB/s  cpu {row['cpu']}"
+            )
+        for prefetch in (settings.tiered_prefetch, 0):
+            _settle_memory(settings)
+            load1 = _row_load()
+            result = procs.run_worker(
+                {
+                    **common,
+                    "kind": "tier_read",
+                    "topic": f"bench/upload-{settings.tiered_upload_partitions[0]}",
+                    "read_bytes": settings.tiered_read_bytes,
+                    "prefetch": prefetch,
+                    "warmup_mb": 32,
+                },
+                timeout=900,
+                env=env,
+            )
+            row = {
+                "system": "headrace",
+                "client": "tier_read" if prefetch else "tier_read_no_prefetch",
+                "partitions": 1,
+                "value_bytes": settings.tiered_value_bytes,
+                "prefetch_chunks": prefetch,
+                "read_bytes": settings.tiered_read_bytes,
+                "load1": load1,
+                **result,
+            }
+            rows.append(row)
+            log(
+                f"  tiered read prefetch={prefetch}: {row['bytes'] / 1e6:,.0f} MB"
+                f" {row['mb_per_s']:7.1f} MB/s  cpu {row['cpu']}"
+            )
+    finally:
+        server.stop()
+        procs.remove_dir(home)
+    return rows
+
+
 SCENARIOS: dict[str, Callable[[Settings], list[dict[str, Any]]]] = {
     "produce": produce,
     "consume": consume,
     "latency": latency,
     "recovery": recovery,
+    "tiered": tiered,
 }

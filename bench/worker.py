@@ -301,6 +301,156 @@ async def hr_latency(spec: dict[str, Any]) -> dict[str, Any]:
     return {**loop_.result(), "cpu": cpu}
 
 
+# ---------------------------------------------------------------------------- tiered storage
+
+
+def _tier_objects(
+    count: int, object_bytes: int, value_bytes: int, batch_records: int
+) -> list[bytes]:
+    """``count`` segment objects of about ``object_bytes`` each, contiguous from offset 0.
+
+    Whole stamped batches as the broker stores them; one batch of random values
+    restamped at each offset (stamping is outside the CRC), so building 512 MiB
+    takes a second, not a minute.
+    """
+    from headrace.records import batch as rb
+
+    template = rb.encode(
+        [os.urandom(value_bytes) for _ in range(batch_records)], timestamp_ms=1_700_000_000_000
+    )
+    per_object = max(1, object_bytes // len(template))
+    out: list[bytes] = []
+    offset = 0
+    for _ in range(count):
+        parts = []
+        for _ in range(per_object):
+            raw = bytearray(template)
+            rb.stamp(raw, offset, 1)
+            parts.append(raw)
+            offset += batch_records
+        out.append(b"".join(parts))
+    return out
+
+
+def tier_upload(spec: dict[str, Any]) -> dict[str, Any]:
+    """``PartitionTier.upload`` of ``total_mb`` in ``object_mb`` objects to ``partitions``
+    partitions, one uploader thread each (each uploads its objects in offset order, as
+    the broker's uploader does), after uploading ``warmup_objects`` elsewhere."""
+    import threading
+
+    from headrace import tuning
+    from headrace.objectstore import urls
+    from headrace.tiered import layout
+    from headrace.tiered.tier import PartitionTier
+
+    tuning.tune_allocator()  # the uploader runs in the broker, which sets this at start-up
+    store = urls.open_store(spec["url"])
+    parts: int = spec["partitions"]
+    object_bytes = int(spec["object_mb"]) << 20
+    per_partition = max(1, (int(spec["total_mb"]) << 20) // object_bytes // parts)
+    objects = [
+        _tier_objects(per_partition, object_bytes, spec["value_bytes"], spec["batch_records"])
+        for _ in range(parts)
+    ]
+    warm = PartitionTier(store, layout.partition_prefix("bench", spec["topic"] + "-warmup", 0))
+    for data in objects[0][: int(spec["warmup_objects"])]:
+        warm.upload(data, epoch=1)
+    tiers = [
+        PartitionTier(store, layout.partition_prefix("bench", spec["topic"], p))
+        for p in range(parts)
+    ]
+    errors: list[BaseException] = []
+
+    def uploader(p: int) -> None:
+        try:
+            for data in objects[p]:
+                tiers[p].upload(data, epoch=1)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=uploader, args=(p,)) for p in range(parts)]
+    meter = _meter(spec)
+    meter.start()
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - started
+    cpu = meter.stop()
+    if errors:
+        raise errors[0]
+    nbytes = sum(len(d) for per in objects for d in per)
+    records = 0
+    for tier, per in zip(tiers, objects, strict=True):
+        manifest = tier.manifest(refresh=True)
+        if len(manifest.segments) != len(per) or manifest.gaps():
+            raise RuntimeError(f"{tier.prefix}: manifest does not list every upload")
+        records += manifest.checkpoint + 1
+    return {
+        "records": records,
+        "records_per_s": round(records / elapsed, 1),
+        "bytes": nbytes,
+        "objects": sum(len(per) for per in objects),
+        "object_bytes": len(objects[0][0]),
+        "batch_bytes": nbytes // max(1, records // int(spec["batch_records"])),
+        "elapsed_s": round(elapsed, 4),
+        "mb_per_s": round(nbytes / elapsed / 1e6, 2),
+        "cpu": cpu,
+    }
+
+
+def tier_read(spec: dict[str, Any]) -> dict[str, Any]:
+    """A sequential catch-up reader: ``PartitionTier.read(offset, read_bytes)`` from the
+    first offset of a partition's tier to its last, with ``prefetch`` chunks of
+    readahead (0: none). A fresh tier (cold caches) after a warm-up read of the first
+    ``warmup_mb`` through another tier."""
+    from headrace.objectstore import urls
+    from headrace.records import batch as rb
+    from headrace.tiered import layout
+    from headrace.tiered.tier import PartitionTier
+
+    store = urls.open_store(spec["url"])
+    prefix = layout.partition_prefix("bench", spec["topic"], 0)
+    read_bytes = int(spec["read_bytes"])
+    prefetch = int(spec["prefetch"])
+
+    def read_all(tier: PartitionTier, limit: int | None) -> tuple[int, int]:
+        manifest = tier.manifest(refresh=True)
+        offset = manifest.start_offset or 0
+        nbytes = 0
+        while offset <= manifest.checkpoint and (limit is None or nbytes < limit):
+            data = tier.read(offset, read_bytes)
+            nbytes += len(data)
+            for _, header in rb.scan(data):
+                offset = header.next_offset
+        return nbytes, offset - (manifest.start_offset or 0)
+
+    warm = PartitionTier(store, prefix)
+    read_all(warm, int(spec["warmup_mb"]) << 20)
+    warm.close()
+    tier = PartitionTier(store, prefix, prefetch_chunks=prefetch, cache_chunks=max(4, prefetch + 2))
+    stored = sum(s.size for s in tier.manifest(refresh=True).segments)
+    meter = _meter(spec)
+    meter.start()
+    started = time.perf_counter()
+    nbytes, records = read_all(tier, None)
+    elapsed = time.perf_counter() - started
+    cpu = meter.stop()
+    tier.close()
+    if nbytes != stored:
+        raise RuntimeError(f"read {nbytes} bytes, the tier holds {stored}")
+    return {
+        "records": records,
+        "records_per_s": round(records / elapsed, 1),
+        "bytes": nbytes,
+        "readahead_bytes": tier.readahead_bytes,
+        "elapsed_s": round(elapsed, 4),
+        "mb_per_s": round(nbytes / elapsed / 1e6, 2),
+        "cpu": cpu,
+    }
+
+
 # ---------------------------------------------------------------------------- redis
 
 
@@ -507,6 +657,8 @@ ASYNC_KINDS: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = 
 SYNC_KINDS: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "redis_py_produce": redis_py_produce,
     "redis_consume": redis_consume,
+    "tier_upload": tier_upload,
+    "tier_read": tier_read,
 }
 
 
