@@ -130,7 +130,8 @@ class PartitionTier:
         self._manifest_lock = threading.Lock()  # guards the cached manifest
         self._commit_lock = threading.Lock()  # one manifest read-modify-write at a time
         self._cache_lock = threading.Lock()  # guards the chunk and index caches
-        self._chunks: OrderedDict[tuple[str, int], _Chunk] = OrderedDict()
+        #: (object key, object size, chunk number) -> chunk; the size tells a replaced object apart
+        self._chunks: OrderedDict[tuple[str, int, int], _Chunk] = OrderedDict()
         self._indexes: OrderedDict[str, index.SparseIndex] = OrderedDict()
         self._own_executor = executor is None
         self._executor = executor
@@ -344,7 +345,7 @@ class PartitionTier:
 
     def _claim(self, seg: SegmentObject, number: int) -> tuple[_Chunk, bool]:
         """The cache entry for a chunk, and whether the caller must fetch it."""
-        ck = (seg.key, number)
+        ck = (seg.key, seg.size, number)
         with self._cache_lock:
             entry = self._chunks.get(ck)
             if entry is not None:
@@ -369,8 +370,9 @@ class PartitionTier:
         except BaseException as exc:
             # A failed fetch is not cached: the next reader tries again.
             with self._cache_lock:
-                if self._chunks.get((seg.key, number)) is entry:
-                    del self._chunks[(seg.key, number)]
+                ck = (seg.key, seg.size, number)
+                if self._chunks.get(ck) is entry:
+                    del self._chunks[ck]
             with contextlib.suppress(InvalidStateError):  # cancelled by close()
                 entry.future.set_exception(exc)
             return

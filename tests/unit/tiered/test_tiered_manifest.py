@@ -368,3 +368,18 @@ def test_covering_checkpoint_and_gaps_match_a_brute_force_reference(
         assert [o for a, b in m.gaps() for o in range(a, b + 1)] == missing
     else:
         assert m.checkpoint == -1 and m.gaps() == ()
+
+
+def test_tiered_error_codes_are_their_own() -> None:
+    from headrace import errors
+    from headrace.objectstore import interface
+    from headrace.tiered.tier import ManifestConflict
+
+    tiered = [InvalidManifest, FencedUploader, ManifestConflict]
+    codes = [cls.CODE for cls in tiered]
+    assert all("CODE" in vars(cls) for cls in tiered)
+    assert len(set(codes)) == len(codes) and all(80 <= c <= 89 for c in codes)
+    assert not set(codes) & set(errors.all_error_classes())
+    assert not set(codes) & {cls.CODE for cls in interface.ERROR_CLASSES}
+    assert errors.CorruptSegmentObject.CODE == 34
+    assert errors.error_for_code(34, "x").__class__ is errors.CorruptSegmentObject
