@@ -550,9 +550,12 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
     for topic in cluster.get("topics", []):
         click.echo(f"topic {topic['name']}  version {topic['partitioningVersion']}")
         for p in topic["partitions"]:
+            moved = f"  moves {p['moves']} from {p.get('startOffset')}" if p.get("moves") else ""
             click.echo(
                 f"  {p['partition']:>3}  leader {p.get('leader')}  epoch {p['leaderEpoch']}"
                 f"  replicas {p['replicas']}  lrs {p['liveReplicas']}  {p['state']}"
+                + moved
+                + ("  SEALED" if p.get("seal") else "")
             )
     for problem in doc.get("problems", []):
         click.echo(f"problem {problem['topic']}: {problem['reason']}: {problem['message']}")
