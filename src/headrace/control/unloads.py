@@ -54,7 +54,8 @@ changes nothing::
     SEALED   the leader reports leading at the new epoch and      COMPLETED  object store path: sealed :=
              incarnation                                                     startOffset - 1
 
-A move of a deleted topic fails in any phase. Between transitions the move's
+A move of a deleted topic, or of a partition that no longer exists, fails in
+any phase. Between transitions the move's
 ``message`` says what it waits for.
 
 Moves of one partition never overlap: a move starts only when no other
@@ -552,9 +553,8 @@ def _waiting(m: MoveProgress, p: PartitionStatus, seen: Seen) -> str:
     if m.phase is PENDING:
         return _pending_wait(m, p, seen) or ""
     if m.phase is SEALED:
-        return (
-            f"waiting for broker {p.leader} to lead incarnation {p.moves} at epoch {p.leader_epoch}"
-        )
+        who = f"broker {p.owner}" if p.owner is not None else "a live replica"
+        return f"waiting for {who} to lead incarnation {p.moves} at epoch {p.leader_epoch}"
     if m.deadline_ms is not None:
         return (
             f"no live replica can seal it; reopening from the object store at {m.deadline_ms} ms"
@@ -762,8 +762,13 @@ def _step_unload(
         stepped: list[MoveProgress] = []
         for m in moves:
             key = (request.topic, m.partition)
-            if m.finished or m.partition >= len(partitions):
+            if m.finished:
                 stepped.append(m)
+                continue
+            if m.partition >= len(partitions):  # shrunk away meanwhile
+                stepped.append(replace(m, phase=FAILED, message="the partition no longer exists"))
+                if claims.get(key) == request.name:
+                    del claims[key]
                 continue
             holder = claims.get(key)
             seen = Seen(

@@ -645,6 +645,19 @@ def test_a_topic_deleted_mid_move_fails_its_moves() -> None:
     assert "UnloadFailed" in [e.kind for e in d.events]
 
 
+def test_a_move_of_a_partition_that_no_longer_exists_fails() -> None:
+    c = settled()
+    c.fleet.brokers[c.partition(2).leader].seals = False  # type: ignore[index]
+    c.unload("shrunk", (2,))
+    c.step()
+    topic = c.state.topics[T]
+    c.state = replace(c.state, topics={T: replace(topic, partitions=topic.partitions[:2])})
+    c.specs = [TopicSpec(T, 2)]
+    c.step()
+    assert c.move("shrunk", 2).phase is FAILED
+    assert c.of("shrunk").phase is UnloadPhase.FAILED
+
+
 def test_cancelling_fails_the_moves_not_started_and_lets_started_ones_finish() -> None:
     c = settled()
     owner = c.partition().leader
