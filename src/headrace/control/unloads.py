@@ -55,8 +55,7 @@ changes nothing::
              incarnation                                                     startOffset - 1
 
 A move of a deleted topic, or of a partition that no longer exists, fails in
-any phase. Between transitions the move's
-``message`` says what it waits for.
+any phase. Between transitions the move's ``message`` says what it waits for.
 
 Moves of one partition never overlap: a move starts only when no other
 unload's move is in flight on that partition; requests are served in the
@@ -553,8 +552,8 @@ def _waiting(m: MoveProgress, p: PartitionStatus, seen: Seen) -> str:
     if m.phase is PENDING:
         return _pending_wait(m, p, seen) or ""
     if m.phase is SEALED:
-        who = f"broker {p.owner}" if p.owner is not None else "a live replica"
-        return f"waiting for {who} to lead incarnation {p.moves} at epoch {p.leader_epoch}"
+        leader = f"broker {p.owner}" if p.owner is not None else "a live replica"
+        return f"waiting for {leader} to lead incarnation {p.moves} at epoch {p.leader_epoch}"
     if m.deadline_ms is not None:
         return (
             f"no live replica can seal it; reopening from the object store at {m.deadline_ms} ms"
