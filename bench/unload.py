@@ -119,9 +119,11 @@ async def steady_load(bootstrap: str, stop: asyncio.Event) -> list[tuple[float, 
 
 
 async def measure(directory: Path, gib: float, value_bytes: int) -> dict[str, Any]:
-    bootstrap = cli(
-        "local", "up", "--dir", str(directory), "--brokers", "2", "--object-store", "minio"
-    ).strip().splitlines()[-1]
+    bootstrap = (
+        cli("local", "up", "--dir", str(directory), "--brokers", "2", "--object-store", "minio")
+        .strip()
+        .splitlines()[-1]
+    )
     controller = json.loads((directory / "local.json").read_text())["controller_url"]
     try:
         manifest = f"""apiVersion: headrace.dev/v1alpha1
@@ -185,7 +187,8 @@ spec:
             "unload_wall_s": round(completed - applied, 3),
             "unavailability_s": round(max(gaps, default=float("nan")), 3),
             "steady_acks": len(acks),
-            "steady_offsets_contiguous": offsets == list(range(offsets[0], offsets[0] + len(offsets)))
+            "steady_offsets_contiguous": offsets
+            == list(range(offsets[0], offsets[0] + len(offsets)))
             if offsets
             else False,
         }

@@ -221,6 +221,8 @@ class Tiering:
                 continue  # the seal task uploads for itself
             if state.upload_task is not None and not state.upload_task.done():
                 continue
+            if state.errors and now - state.last_upload_ms < min(500 << state.errors, 10_000):
+                continue  # the store failed: back off instead of retrying every tick
             if state.checkpoint_epoch != p.leader_epoch or self._upload_due(p, state, now):
                 state.upload_task = self._spawn(
                     state, self._upload_round(p, state, p.high_watermark)
@@ -332,19 +334,27 @@ class Tiering:
     # ------------------------------------------------------------------ retention floor
 
     async def refresh_floor(self, p: Partition) -> int | None:
-        """The upload floor for retention (followers read it from the manifest); None:
-        the partition is not tiered here, so retention has no floor."""
+        """The upload floor for retention, checked against the stored manifest; None: the
+        partition is not tiered here, so retention has no floor.
+
+        Only a manifest written at this replica's leader epoch or later counts: a deposed
+        leader's late manifest write could have dropped entries that a newer one listed,
+        and deleting local segments on the strength of such a manifest could leave offsets
+        on no disk and in no listed object.
+        """
         state: PartitionTiering | None = self.attach(p)
         if state is None:
             return None
-        if p.role is not Role.LEADER:
-            try:
-                manifest = await asyncio.to_thread(state.tier.manifest, refresh=True)
-            except ObjectStoreError as exc:
-                log.info("no manifest for %s (keeping its segments): %s", p.name, exc)
-                return 0
-            self._note_manifest(state, manifest)
-        return state.upload_floor
+        epoch = p.leader_epoch
+        try:
+            manifest = await asyncio.to_thread(state.tier.manifest, refresh=True)
+        except ObjectStoreError as exc:
+            log.info("no manifest for %s (keeping its segments): %s", p.name, exc)
+            return 0
+        self._note_manifest(state, manifest)
+        if manifest.epoch < epoch:
+            return 0  # not yet confirmed by this epoch's leader: keep everything
+        return min(state.upload_floor, manifest.checkpoint + 1)
 
     # ------------------------------------------------------------------ reads
 
