@@ -12,14 +12,15 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from headrace.cli.local import spawn_headrace
+from headrace.cli.local import broker_args, object_store_args, spawn_headrace
 from tests.integration.brokers import free_port
 
 
 class LocalCluster:
-    def __init__(self, directory: Path, brokers: int = 3) -> None:
+    def __init__(self, directory: Path, brokers: int = 3, object_store: str = "dir") -> None:
         self.dir = directory
         self.count = brokers
+        self.object_store = object_store
         self.port = free_port()
         self.admin_port = free_port()
         self.controller_port = free_port()
@@ -52,6 +53,8 @@ class LocalCluster:
             str(self.admin_port),
             "--controller-port",
             str(self.controller_port),
+            "--object-store",
+            self.object_store,
         )
 
     def down(self) -> None:
@@ -92,23 +95,12 @@ class LocalCluster:
         """Start broker ``broker_id`` again with its data directory and addresses (after a kill)."""
         record = self.record
         b = next(b for b in record["brokers"] if b["id"] == broker_id)
-        args = [
-            "broker",
-            "--cluster",
-            "--broker-id",
-            str(b["id"]),
-            "--host",
-            b["host"],
-            "--port",
-            str(b["port"]),
-            "--admin-host",
-            b["host"],
-            "--admin-port",
-            str(b["admin_port"]),
-            "--data-dir",
-            str(self.dir / f"broker-{b['id']}"),
-        ]
-        b["pid"] = spawn_headrace(args, self.dir / "logs" / f"broker-{b['id']}.log")
+        store_args, env = object_store_args(record, self.dir)
+        b["pid"] = spawn_headrace(
+            [*broker_args(b, self.dir), *store_args],
+            self.dir / "logs" / f"broker-{b['id']}.log",
+            env,
+        )
         (self.dir / "local.json").write_text(json.dumps(record))
 
     def signal_broker(self, broker_id: int, sig: signal.Signals) -> None:

@@ -54,7 +54,7 @@ kind: Unload
 metadata:
   name: {name}
 spec:
-  topicRef: {{name: {topic}}}
+  topicRef: {{name: {topic.split("/")[-1]}}}
   partitions: {partitions}{target_line}
 """
 

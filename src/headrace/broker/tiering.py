@@ -212,6 +212,10 @@ class Tiering:
                 log.exception("tiering tick failed")
 
     def _tick(self) -> None:
+        if self.broker.settings.cluster_mode and self.broker.cluster is None:
+            # Roles are unknown until the controller's first push: a copy of an older
+            # incarnation must not upload its leftovers as if it still led.
+            return
         now = monotonic_ms()
         for p in self.broker.registry.all_partitions():
             state = self.attach(p)

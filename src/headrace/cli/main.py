@@ -217,7 +217,7 @@ def broker(
         auth_tokens=frozenset(auth_tokens),
         tls=tls,
         object_store_url=object_store_url,
-        **({"cluster_id": cluster_id} if cluster_id else {}),
+        cluster_id=cluster_id or "standalone",
     )
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("headrace").setLevel(logging.INFO)
