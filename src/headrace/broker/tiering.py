@@ -474,11 +474,12 @@ class Tiering:
         # Waiting acks=all produces are answered: their records are in the object store.
         p.raise_high_watermark(end)
         log.info(
-            "sealed %s at %d (epoch %d, moves %d): %.0f ms in all, %.0f ms fenced%s",
+            "sealed %s at %d (epoch %d, moves %d, cursors %s): %.0f ms in all, %.0f ms fenced%s",
             p.name,
             last,
             epoch,
             moves,
+            sealed.cursors,
             (time.monotonic() - started) * 1000,
             (time.monotonic() - fenced) * 1000,
             "" if verified else f"; verification failed: {message}",
@@ -561,10 +562,11 @@ class Tiering:
         state.sealed = None
         state.reopening = None
         log.info(
-            "reopened %s at %d (moves %d, %s)",
+            "reopened %s at %d (moves %d, cursors %s, %s)",
             p.name,
             start,
             moves,
+            restored,
             "from the sealed state" if sealed else "from the manifest: no sealed state",
         )
         self.broker.partition_reopened(p)

@@ -302,6 +302,16 @@ class Consumer:
         session.held = dict(assignment.partitions)
         session.revoking = set(assignment.revoked)
         session.generation = assignment.generation
+        for p in [p for p, s in self._session_of.items() if s is session]:
+            if p not in session.held and p not in session.revoking:
+                # Gone from this broker (moved, or leadership changed): if another broker's
+                # view came first and holds it, acks and deliveries belong there now.
+                other = next((o for o in self._sessions.values() if p in o.held), None)
+                if other is None:
+                    del self._session_of[p]
+                else:
+                    self._session_of[p] = other
+                    self._epochs[p] = other.held[p]
         session.changed.set()
         self._release_ready(session)
 
@@ -353,14 +363,15 @@ class Consumer:
         Dropped: batches of a tenure this member no longer has (revoked or
         re-seated while queued) and records it has already handed out.
         """
-        session = self._session_of.get(item.partition)
+        # The session that delivered it, not whichever one last claimed the partition: while
+        # a partition moves, the old and the new owner's views may arrive in either order.
+        session = next((s for s in self._sessions.values() if id(s) == item.session_id), None)
         self._return_credit(session, item.header.size)
-        if (
-            session is None
-            or id(session) != item.session_id
-            or session.held.get(item.partition) != item.epoch
-        ):
+        if session is None or session.held.get(item.partition) != item.epoch:
             return None
+        if self._session_of.get(item.partition) is not session:
+            self._session_of[item.partition] = session  # acks go where the records came from
+            self._epochs[item.partition] = item.epoch
         handed = self._handed.get(item.partition)
         if handed is not None and item.header.last_offset <= handed:
             return None
