@@ -126,11 +126,11 @@ async def measure(directory: Path, gib: float, value_bytes: int) -> dict[str, An
     )
     controller = json.loads((directory / "local.json").read_text())["controller_url"]
     try:
-        manifest = f"""apiVersion: headrace.dev/v1alpha1
+        manifest = """apiVersion: headrace.dev/v1alpha1
 kind: Topic
-metadata: {{name: moving}}
+metadata: {name: moving}
 spec:
-  clusterRef: {{name: local}}
+  clusterRef: {name: local}
   partitions: 1
   replicas: 1
   minInSync: 1

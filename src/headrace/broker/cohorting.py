@@ -96,8 +96,16 @@ class CohortRuntime:
     # ------------------------------------------------------------------ partitions led here
 
     def _led_partitions(self) -> list[int]:
-        """Gates exist only where this broker leads: each owner enforces its own gates."""
-        return sorted(p.index for p in self.topic.partitions.values() if p.role is Role.LEADER)
+        """Gates exist only where this broker leads: each owner enforces its own gates.
+
+        Not while a move reopens the partition here: its cursors are not restored yet, so
+        a gate opened now would start members from the wrong offset.
+        """
+        return sorted(
+            p.index
+            for p in self.topic.partitions.values()
+            if p.role is Role.LEADER and (p.tiering is None or p.tiering.reopening is None)
+        )
 
     def _listen(self) -> None:
         current = set(self.topic.partitions.values())
