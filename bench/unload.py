@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import subprocess
 import sys
@@ -174,7 +175,7 @@ spec:
         offsets = sorted(o for _, o in acks)
         times = sorted(t for t, _ in acks)
         window = [t for t in times if applied - 1 <= t <= completed + 2]
-        gaps = [b - a for a, b in zip(window, window[1:], strict=False)]
+        gaps = [b - a for a, b in itertools.pairwise(window)]
         return {
             "scenario": "unload",
             "partition_bytes": records * value_bytes,
