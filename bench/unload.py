@@ -160,8 +160,12 @@ spec:
 """
         (directory / "unload.yaml").write_text(unload)
         applied = time.monotonic()
-        cli("apply", "-f", str(directory / "unload.yaml"), "--controller", controller)
-        wait(
+        # Off the event loop: the steady producer shares it and must not be held up.
+        await asyncio.to_thread(
+            cli, "apply", "-f", str(directory / "unload.yaml"), "--controller", controller
+        )
+        await asyncio.to_thread(
+            wait,
             lambda: unload_status(controller, "bench-move").get("phase") in ("Completed", "Failed"),
             120,
             "unload finished",
