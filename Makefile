@@ -54,6 +54,7 @@ test: lint typecheck
 bench: setup
 	bash bench/setup-peers.sh
 	$(PY) -m bench.run
+	$(PY) -m bench.unload
 
 clean:
 	rm -rf $(VENV) var build dist
