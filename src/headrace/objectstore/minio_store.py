@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from io import BytesIO
 from typing import BinaryIO, TypeVar
 
@@ -51,7 +51,8 @@ class MinioSettings:
     endpoint: str
     bucket: str
     access_key: str
-    secret_key: str
+    #: kept out of repr: settings end up in logs and tracebacks
+    secret_key: str = field(repr=False)
     #: HTTPS instead of HTTP.
     secure: bool = False
     region: str | None = None

@@ -114,3 +114,11 @@ def test_credentials_in_the_url_are_refused_and_never_echoed() -> None:
 def test_missing_credentials_are_named(env: dict[str, str], missing: str) -> None:
     with pytest.raises(urls.InvalidStoreUrl, match=missing):
         urls.open_store("s3://host:9000/bucket", env=env)
+
+
+def test_minio_settings_repr_hides_the_secret_key() -> None:
+    from headrace.objectstore.minio_store import MinioSettings
+
+    settings = MinioSettings("127.0.0.1:9000", "bucket", "access", "very-secret-value")
+    assert "very-secret-value" not in repr(settings)
+    assert "access" in repr(settings)
