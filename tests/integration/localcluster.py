@@ -140,7 +140,19 @@ class LocalCluster:
         raise AssertionError(f"{what} not reached within {timeout}s")
 
 
-def topic_manifest(name: str, partitions: int, replicas: int = 3, min_in_sync: int = 2) -> str:
+def topic_manifest(
+    name: str,
+    partitions: int,
+    replicas: int = 3,
+    min_in_sync: int = 2,
+    *,
+    upload_interval_s: int | None = None,
+) -> str:
+    tiered = (
+        f"  tieredStorage:\n    uploadIntervalSeconds: {upload_interval_s}\n"
+        if upload_interval_s is not None
+        else ""
+    )
     return f"""apiVersion: headrace.dev/v1alpha1
 kind: Topic
 metadata:
@@ -150,4 +162,4 @@ spec:
   partitions: {partitions}
   replicas: {replicas}
   minInSync: {min_in_sync}
-"""
+{tiered}"""

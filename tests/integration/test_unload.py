@@ -27,24 +27,13 @@ from headrace.objectstore.minio_store import MinioSettings, MinioStore
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
-from tests.integration.localcluster import LocalCluster
+from tests.integration.localcluster import LocalCluster, topic_manifest
 from tests.integration.objectstore import servers
 from tests.integration.reading import read_partition
 
 
 def tiered_topic(name: str, partitions: int, replicas: int, upload_s: int = 1) -> str:
-    return f"""apiVersion: headrace.dev/v1alpha1
-kind: Topic
-metadata:
-  name: {name}
-spec:
-  clusterRef: {{name: local}}
-  partitions: {partitions}
-  replicas: {replicas}
-  minInSync: {min(2, replicas)}
-  tieredStorage:
-    uploadIntervalSeconds: {upload_s}
-"""
+    return topic_manifest(name, partitions, replicas, min(2, replicas), upload_interval_s=upload_s)
 
 
 def unload_manifest(name: str, topic: str, partitions: list[int], target: int | None) -> str:

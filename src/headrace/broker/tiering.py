@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 from headrace.aio import cancel_and_wait
 from headrace.broker.topics import Partition, Role, TierConfig, write_placement
+from headrace.control.model import SealReport
 from headrace.errors import HeadraceError, OffsetOutOfRange, StorageError
 from headrace.objectstore.interface import ObjectNotFound, ObjectStore, ObjectStoreError
 from headrace.records import batch as rb
@@ -79,26 +80,6 @@ class SealStage(enum.Enum):
     FENCED = "fenced"
     #: the sealed state is written; waiting for the controller to reassign
     SEALED = "sealed"
-
-
-@dataclass(frozen=True, slots=True)
-class SealReport:
-    """What the heartbeat says about a sealed partition (``sealed`` in its report)."""
-
-    last_committed_offset: int
-    epoch: int
-    moves: int
-    verified: bool
-    message: str
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "lastCommittedOffset": self.last_committed_offset,
-            "epoch": self.epoch,
-            "moves": self.moves,
-            "verified": self.verified,
-            "message": self.message,
-        }
 
 
 @dataclass(slots=True)
