@@ -43,6 +43,11 @@ class PartitionCollector(Collector):
         segs = GaugeMetricFamily(
             "headrace_partition_segments", "Segment files", labels=["topic", "partition"]
         )
+        stored = GaugeMetricFamily(
+            "headrace_partition_uploaded_through",
+            "Last offset stored contiguously in the object store (tiered partitions)",
+            labels=["topic", "partition"],
+        )
         lag = GaugeMetricFamily(
             "headrace_cohort_lag_records",
             "Records between a cohort's cursor and the high watermark",
@@ -55,6 +60,8 @@ class PartitionCollector(Collector):
             start.add_metric(labels, p.log.log_start_offset)
             size.add_metric(labels, p.log.size_bytes)
             segs.add_metric(labels, len(p.log.segments))
+            if p.tiering is not None:
+                stored.add_metric(labels, p.tiering.uploaded_through)
             if p.replica_set is not None:
                 lrs_size.add_metric(labels, len(p.replica_set.lrs))
                 for follower, progress in p.replica_set.followers.items():
@@ -63,7 +70,7 @@ class PartitionCollector(Collector):
                     )
             for cohort, cursor in p.cursors.all().items():
                 lag.add_metric([*labels, cohort], max(0, p.high_watermark - cursor))
-        yield from (leo, hw, start, size, segs, lag, lrs_size, follower_lag)
+        yield from (leo, hw, start, size, segs, lag, lrs_size, follower_lag, stored)
 
 
 class BrokerMetrics:
@@ -105,5 +112,23 @@ class BrokerMetrics:
         )
         self.topology_generation = Gauge(
             "headrace_topology_generation", "Current topology generation", registry=r
+        )
+        self.tier_uploaded_bytes = Counter(
+            "headrace_tier_uploaded_bytes",
+            "Bytes of segments uploaded to the object store",
+            registry=r,
+        )
+        self.tier_uploaded_objects = Counter(
+            "headrace_tier_uploaded_objects", "Segment objects uploaded", registry=r
+        )
+        self.tier_upload_errors = Counter(
+            "headrace_tier_upload_errors", "Upload rounds that failed (retried)", registry=r
+        )
+        self.tier_read_bytes = Counter(
+            "headrace_tier_read_bytes", "Bytes read from the object store for readers", registry=r
+        )
+        self.seals = Counter("headrace_seals", "Partitions sealed here for a move", registry=r)
+        self.reopens = Counter(
+            "headrace_reopens", "Partitions reopened here after a move", registry=r
         )
         r.register(PartitionCollector(partitions))

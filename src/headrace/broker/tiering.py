@@ -125,9 +125,7 @@ class Tiering:
         self.broker = broker
         self.store = store
         self._task: asyncio.Task[None] | None = None
-        self.uploaded_bytes = 0
-        self.uploaded_objects = 0
-        self.tiered_read_bytes = 0
+        self.metrics = broker.metrics
         #: readahead for every partition's tier (one pool, not threads per partition)
         self._prefetch_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tier-prefetch")
 
@@ -261,7 +259,8 @@ class Tiering:
             raise
         except (HeadraceError, OSError) as exc:
             state.errors += 1
-            state.last_upload_ms = monotonic_ms()  # retry at the next interval, not every tick
+            self.metrics.tier_upload_errors.inc()
+            state.last_upload_ms = monotonic_ms()  # back off, not retry every tick
             log.warning("upload of %s failed (%d in a row): %s", p.name, state.errors, exc)
 
     async def _upload_until(self, p: Partition, state: PartitionTiering, end: int) -> int:
@@ -295,8 +294,8 @@ class Tiering:
                 state.stored_start = obj.base
             state.last_upload_mark = mark
             sent += len(data)
-            self.uploaded_bytes += len(data)
-            self.uploaded_objects += 1
+            self.metrics.tier_uploaded_bytes.inc(len(data))
+            self.metrics.tier_uploaded_objects.inc()
         return sent
 
     async def _upload_cursors(self, p: Partition, state: PartitionTiering) -> None:
@@ -361,7 +360,7 @@ class Tiering:
                 f"offset {offset} is below log start {p.log.log_start_offset} of {p.name}"
             )
         data = await asyncio.to_thread(state.tier.read, offset, max_bytes)
-        self.tiered_read_bytes += len(data)
+        self.metrics.tier_read_bytes.inc(len(data))
         return data
 
     # ------------------------------------------------------------------ sealing
@@ -452,6 +451,7 @@ class Tiering:
             return
         state.seal_stage = SealStage.SEALED
         state.sealed = SealReport(last, epoch, moves, verified, message)
+        self.metrics.seals.inc()
         # Waiting acks=all produces are answered: their records are in the object store.
         p.raise_high_watermark(end)
         log.info(
@@ -542,6 +542,7 @@ class Tiering:
         state.seal_stage = None
         state.sealed = None
         state.reopening = None
+        self.metrics.reopens.inc()
         log.info(
             "reopened %s at %d (moves %d, cursors %s, %s)",
             p.name,
