@@ -397,6 +397,23 @@ class CohortRuntime:
             return 0
         pos.stored_read = None
         error = task.exception() if not task.cancelled() else None
+        if isinstance(error, OffsetOutOfRange):
+            # Neither the object store nor the disk holds these offsets any more: skip to
+            # what exists, as for local retention.
+            earliest = self._earliest(part)
+            skip_to = earliest if earliest > pos.next_offset else part.log.log_start_offset
+            log.warning(
+                "cohort %s skips %s from %d to %d: %s",
+                self.name,
+                part.name,
+                pos.next_offset,
+                skip_to,
+                error,
+            )
+            pos.next_offset = skip_to
+            pos.hint = None
+            self._wake.set()
+            return 0
         if task.cancelled() or error is not None:
             log.error(
                 "cohort %s cannot read %s at %d from the object store: %s",
