@@ -479,6 +479,10 @@ class Broker:
                 except StorageError as exc:
                     log.error("retention on %s failed: %s", p.name, exc)
                     continue
+                except Exception:
+                    # One partition's failure must not end retention for all of them.
+                    log.exception("retention on %s failed", p.name)
+                    continue
                 if deleted:
                     log.info("retention deleted %d segments of %s", len(deleted), p.name)
 

@@ -22,6 +22,7 @@ from headrace.errors import InvalidRequest, NotGateHolder, OffsetOutOfRange
 from headrace.protocol.messages import Assignment, Isolation
 from headrace.records import batch as rb
 from headrace.storage.log import ReadPosition
+from headrace.tiered.manifest import Manifest
 
 if TYPE_CHECKING:
     from headrace.broker.tiering import Tiering
@@ -134,6 +135,9 @@ class CohortRuntime:
         )
 
     async def close(self) -> None:
+        for pos in self._positions.values():
+            if pos.stored_read is not None:
+                pos.stored_read.cancel()
         for partition in self._listening:
             partition.remove_listener(self._on_hw)
         self._listening.clear()
@@ -255,10 +259,27 @@ class CohortRuntime:
         """Records of ``partition`` were delivered and not yet acked."""
         pos = self._positions.get(partition)
         part = self.topic.partitions.get(partition)
-        if pos is None or part is None:
+        gate = self.gates.gates.get(partition)
+        if pos is None or part is None or gate is None or gate.state is GateState.FREE:
+            return False  # nobody holds it: nobody will ack
+        if gate.epoch != pos.epoch:
             return False
         cursor = part.cursors.get(self.name)
         return cursor is not None and pos.next_offset > cursor
+
+    def _stored_read_done(self, task: asyncio.Task[bytes]) -> None:
+        if not task.cancelled():
+            task.exception()  # retrieved here; the pump reports it if the read still matters
+        self._wake.set()
+
+    def _next_held_offset(self, part: Partition, offset: int) -> int:
+        """The first offset above ``offset`` that the object store or the disk holds."""
+        local = part.log.log_start_offset
+        if part.tiering is None:
+            return local
+        manifest: Manifest = part.tiering.tier.manifest()  # cached: no I/O
+        later = [s.base for s in manifest.segments if s.base > offset]
+        return min([*later, local])
 
     def _on_hw(self, partition: Partition) -> None:
         self._wake.set()
@@ -391,7 +412,7 @@ class CohortRuntime:
             pos.stored_read = asyncio.get_running_loop().create_task(
                 self.tiering.read(part, pos.next_offset, min(self._chunk, credit))
             )
-            pos.stored_read.add_done_callback(lambda _: self._wake.set())
+            pos.stored_read.add_done_callback(self._stored_read_done)
             return 0
         if not task.done():
             return 0
@@ -400,8 +421,7 @@ class CohortRuntime:
         if isinstance(error, OffsetOutOfRange):
             # Neither the object store nor the disk holds these offsets any more: skip to
             # what exists, as for local retention.
-            earliest = self._earliest(part)
-            skip_to = earliest if earliest > pos.next_offset else part.log.log_start_offset
+            skip_to = self._next_held_offset(part, pos.next_offset)
             log.warning(
                 "cohort %s skips %s from %d to %d: %s",
                 self.name,

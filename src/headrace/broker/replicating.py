@@ -161,10 +161,12 @@ def apply_topology(broker: Broker, topology: ClusterTopology) -> bool:
             partition = registry.open_partition(topic, a.partition)
             partition.min_in_sync = t.min_in_sync
             broker.tiering.attach(partition)
-            if a.moves > partition.moves:
-                # A move: this copy belongs to an older incarnation. Start empty where the
-                # new one starts; the role is applied once that is done.
-                broker.tiering.reopen(partition, a.moves, a.start_offset)
+            # A move: this copy belongs to an older incarnation (or started elsewhere than
+            # the one the leader reported). Start empty where the new one starts; the role
+            # is applied once that is done.
+            if _needs_reopen(partition, a) and broker.tiering.reopen(
+                partition, a.moves, a.start_offset, a.epoch
+            ):
                 continue
             apply_assignment(broker, partition, a)
     for name, topic in list(registry.topics.items()):
@@ -180,13 +182,25 @@ def apply_topology(broker: Broker, topology: ClusterTopology) -> bool:
     return True
 
 
+def _needs_reopen(partition: Partition, a: PartitionPlacement) -> bool:
+    if a.moves > partition.moves:
+        return True
+    # Same incarnation, but on the recovery path each replica derived its start from the
+    # object store on its own: the leader's (reported, then pushed) start is the one.
+    return (
+        a.moves == partition.moves > 0
+        and a.start_offset is not None
+        and a.start_offset != partition.start_offset
+    )
+
+
 def apply_assignment(
     broker: Broker, partition: Partition, a: PartitionPlacement, *, force: bool = False
 ) -> None:
     """Take the role ``a`` gives this broker, then seal if asked (as leader)."""
-    _apply_role(broker, partition, a, force=force)
+    changed = _apply_role(broker, partition, a, force=force)
     if a.seal and partition.role is Role.LEADER:
-        broker.tiering.seal(partition)
+        broker.tiering.seal(partition, took_over=changed)
     else:
         broker.tiering.unseal(partition)
 
@@ -202,7 +216,8 @@ def assignment_of(
 
 def _apply_role(
     broker: Broker, partition: Partition, a: PartitionPlacement, *, force: bool = False
-) -> None:
+) -> bool:
+    """Returns whether the role, epoch or leader changed."""
     me = broker.settings.broker_id
     new_role = Role.LEADER if a.leader == me else Role.FOLLOWER
     changed = (
@@ -213,7 +228,7 @@ def _apply_role(
     )
     partition.replicas = list(a.replicas)
     if not changed:
-        return
+        return False
     was_leader = partition.role is Role.LEADER and partition.replica_set is not None
     if (partition.role is Role.LEADER) != (new_role is Role.LEADER) or new_role is Role.LEADER:
         broker.metrics.leadership_changes.inc()
@@ -247,6 +262,7 @@ def _apply_role(
         partition.leader_high_watermark = min(partition.high_watermark, partition.log.next_offset)
         partition.truncated_for_epoch = -1
         log.info("following %s from broker %s at epoch %d", partition.name, a.leader, a.epoch)
+    return True
 
 
 # --------------------------------------------------------------------------- leader side
@@ -265,7 +281,8 @@ def serve_fetch(broker: Broker, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk:
             entry.error, entry.message = exc.CODE, exc.message
             continue
         entry.epoch = partition.leader_epoch
-        if partition.role is not Role.LEADER or partition.replica_set is None or partition.moving:
+        reopening = partition.tiering is not None and partition.tiering.reopening is not None
+        if partition.role is not Role.LEADER or partition.replica_set is None or reopening:
             entry.error, entry.message = (
                 NotLeader.CODE,
                 f"broker {broker.settings.broker_id} does not lead {partition.name}",

@@ -46,7 +46,7 @@ from headrace.aio import cancel_and_wait
 from headrace.broker.topics import Partition, Role, TierConfig, write_placement
 from headrace.control.model import SealReport
 from headrace.errors import HeadraceError, OffsetOutOfRange, StorageError
-from headrace.objectstore.interface import ObjectNotFound, ObjectStore, ObjectStoreError
+from headrace.objectstore.interface import ObjectNotFound, ObjectStore
 from headrace.records import batch as rb
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest, SealedState
@@ -100,6 +100,8 @@ class PartitionTiering:
     upload_task: asyncio.Task[None] | None = None
     cursors_uploaded_version: int = -1
     seal_stage: SealStage | None = None
+    #: the leader epoch the seal in progress (or done) belongs to
+    seal_epoch: int = -1
     seal_task: asyncio.Task[None] | None = None
     sealed: SealReport | None = None
     #: a move's reopen is in progress: (moves, start offset or None) it reopens to
@@ -215,6 +217,7 @@ class Tiering:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         state.tasks.add(task)
         task.add_done_callback(state.tasks.discard)
+        task.add_done_callback(_log_death)
         return task
 
     def _upload_due(self, p: Partition, state: PartitionTiering, now: int) -> bool:
@@ -235,16 +238,56 @@ class Tiering:
         return now - state.last_upload_ms >= state.config.upload_interval_ms
 
     async def _load_checkpoint(self, p: Partition, state: PartitionTiering) -> None:
+        """A new leadership starts from the stored checkpoint as it is, not from what this
+        broker uploaded in an earlier term: an entry lost from the manifest is uploaded again."""
         epoch = p.leader_epoch
         manifest = await asyncio.to_thread(state.tier.manifest, refresh=True)
         if p.leader_epoch == epoch and p.tiering is state:
-            self._note_manifest(state, manifest)
+            state.uploaded_through = self._checkpoint(p, state, manifest)
+            state.stored_start = manifest.start_offset
             state.checkpoint_epoch = epoch
+            if state.uploaded_through >= p.log.next_offset:
+                await self._restore_tail(p, state, epoch)
+
+    async def _restore_tail(self, p: Partition, state: PartitionTiering, epoch: int) -> None:
+        """The store holds records past this leader's log end (a crash lost a tail that was
+        uploaded but not yet synced, or an earlier leader stored what this one never got):
+        copy them back before appending anything, so their offsets are not reused."""
+        target = state.uploaded_through + 1
+        log.warning(
+            "%s: log ends at %d but the object store holds up to %d; restoring from it",
+            p.name,
+            p.log.next_offset,
+            target - 1,
+        )
+        while p.log.next_offset < target and self._still(p, epoch, state):
+            end = p.log.next_offset
+            data = await asyncio.to_thread(state.tier.read, end, 8 * 1024 * 1024)
+            if not self._still(p, epoch, state) or p.log.next_offset != end:
+                return
+            # The object's first batch may start below ``end`` (its batch boundaries are
+            # the old leader's); keep whole batches from ``end`` on only.
+            keep = [pos for pos, h in rb.scan(data) if h.base_offset >= end]
+            if not keep:
+                raise StorageError(f"{p.name}: no batch boundary at {end} in the object store")
+            p.log.append_stamped(data[keep[0] :])
+            self.broker.committer.appended(p)
+            p.appended()
+
+    def _note_manifest(self, p: Partition, state: PartitionTiering, manifest: Manifest) -> None:
+        state.uploaded_through = max(state.uploaded_through, self._checkpoint(p, state, manifest))
+        state.stored_start = manifest.start_offset
 
     @staticmethod
-    def _note_manifest(state: PartitionTiering, manifest: Manifest) -> None:
-        state.uploaded_through = max(state.uploaded_through, manifest.checkpoint)
-        state.stored_start = manifest.start_offset
+    def _checkpoint(p: Partition, state: PartitionTiering, manifest: Manifest) -> int:
+        """The stored checkpoint, counting above this incarnation's start only objects its
+        own leaders wrote: an old owner cut off from the controller may still upload."""
+        if p.moves == 0 or p.first_epoch < 0:
+            return manifest.checkpoint
+        kept = tuple(
+            s for s in manifest.segments if s.last < p.start_offset or s.epoch >= p.first_epoch
+        )
+        return Manifest(kept, manifest.epoch, manifest.version).checkpoint
 
     async def _upload_round(self, p: Partition, state: PartitionTiering, end: int) -> None:
         """Upload committed records below ``end`` (and the cursors if they moved)."""
@@ -257,11 +300,18 @@ class Tiering:
             state.errors = 0
         except asyncio.CancelledError:
             raise
-        except (HeadraceError, OSError) as exc:
+        except Exception as exc:
             state.errors += 1
             self.metrics.tier_upload_errors.inc()
             state.last_upload_ms = monotonic_ms()  # back off, not retry every tick
-            log.warning("upload of %s failed (%d in a row): %s", p.name, state.errors, exc)
+            expected = isinstance(exc, HeadraceError | OSError)
+            log.warning(
+                "upload of %s failed (%d in a row): %s",
+                p.name,
+                state.errors,
+                exc,
+                exc_info=not expected,
+            )
 
     async def _upload_until(self, p: Partition, state: PartitionTiering, end: int) -> int:
         """Upload [checkpoint + 1, end) in objects of whole batches; returns the bytes sent."""
@@ -271,16 +321,25 @@ class Tiering:
         while state.uploaded_through + 1 < min(end, p.log.next_offset):
             start = state.uploaded_through + 1
             if start < p.log.log_start_offset:
-                raise StorageError(
-                    f"{p.name}: offsets {start}..{p.log.log_start_offset - 1} are neither"
-                    " stored nor on this broker's disk"
+                if state.stored_start is not None:
+                    raise StorageError(
+                        f"{p.name}: offsets {start}..{p.log.log_start_offset - 1} are neither"
+                        " stored nor on this broker's disk"
+                    )
+                # Nothing stored yet (tiering turned on for an existing log): the stored
+                # history starts where the local one does.
+                log.warning(
+                    "%s: first upload starts at the log start %d", p.name, p.log.log_start_offset
                 )
+                state.uploaded_through = p.log.log_start_offset - 1
+                continue
             truncations = p.log.truncations
             active = p.log.active
             mark = (active.base_offset, active.size)
             data, _ = await asyncio.to_thread(p.log.read, start, max_bytes, end)
             if not self._still(p, epoch, state) or p.log.truncations != truncations:
                 return sent  # leadership or the log changed under the read: drop it
+            data = _below(data, end)  # the thread may have seen a batch appended meanwhile
             if not data:
                 break
             first = rb.read_header(data)
@@ -302,6 +361,8 @@ class Tiering:
         version = p.cursors.version
         if version == state.cursors_uploaded_version or self.store is None:
             return
+        if not self._still(p, p.leader_epoch, state) or state.checkpoint_epoch != p.leader_epoch:
+            return  # a deposed leader must not overwrite the new one's copy
         body = json.dumps({"cursors": p.cursors.all(), "epoch": p.leader_epoch}).encode()
         key = state.tier.prefix + CURSORS_NAME
         await asyncio.to_thread(self.store.put, key, body)
@@ -332,10 +393,10 @@ class Tiering:
         epoch = p.leader_epoch
         try:
             manifest = await asyncio.to_thread(state.tier.manifest, refresh=True)
-        except ObjectStoreError as exc:
-            log.info("no manifest for %s (keeping its segments): %s", p.name, exc)
+        except HeadraceError as exc:  # unreachable store, or a manifest that does not parse
+            log.warning("no usable manifest for %s (keeping its segments): %s", p.name, exc)
             return 0
-        self._note_manifest(state, manifest)
+        self._note_manifest(p, state, manifest)
         if manifest.epoch < epoch:
             return 0  # not yet confirmed by this epoch's leader: keep everything
         return min(state.upload_floor, manifest.checkpoint + 1)
@@ -365,15 +426,25 @@ class Tiering:
 
     # ------------------------------------------------------------------ sealing
 
-    def seal(self, p: Partition) -> None:
-        """The controller asked this leader to seal ``p`` (idempotent)."""
+    def seal(self, p: Partition, *, took_over: bool = False) -> None:
+        """The controller asked this leader to seal ``p`` (idempotent for one epoch).
+
+        ``took_over``: this broker became leader with the seal already asked for; the old
+        leader may have stored records this one lacks, so it accepts no appends at all.
+        """
         state = self.attach(p)
         if state is None:
             log.error("%s: asked to seal, but it is not tiered on this broker", p.name)
             return
-        if state.seal_stage is None:
-            state.seal_stage = SealStage.DRAINING
-            state.seal_task = self._spawn(state, self._seal(p, state))
+        running = state.seal_task is not None and not state.seal_task.done()
+        if state.seal_epoch == p.leader_epoch and (running or state.seal_stage is SealStage.SEALED):
+            return
+        if state.seal_task is not None:
+            state.seal_task.cancel()
+        state.seal_epoch = p.leader_epoch
+        state.sealed = None
+        state.seal_stage = SealStage.FENCED if took_over else SealStage.DRAINING
+        state.seal_task = self._spawn(state, self._seal(p, state))
 
     def unseal(self, p: Partition) -> None:
         """The seal request was withdrawn before a reassignment: accept appends again."""
@@ -383,6 +454,7 @@ class Tiering:
         if state.seal_task is not None:
             state.seal_task.cancel()
         state.seal_stage = None
+        state.seal_epoch = -1
         state.sealed = None
         for runtime in self.broker.cohorts_of(p.topic.name):
             runtime.wake()
@@ -390,18 +462,24 @@ class Tiering:
     async def _seal(self, p: Partition, state: PartitionTiering) -> None:
         epoch, moves = p.leader_epoch, p.moves
         backoff = 0.1
-        while True:
+        while self._still(p, epoch, state):
             try:
                 await self._seal_once(p, state, epoch, moves)
                 return
             except asyncio.CancelledError:
                 raise
-            except (HeadraceError, OSError) as exc:
+            except Exception as exc:
                 if not self._still(p, epoch, state):
-                    return
-                log.warning("sealing %s failed, retrying: %s", p.name, exc)
+                    break
+                expected = isinstance(exc, HeadraceError | OSError)
+                log.warning("sealing %s failed, retrying: %s", p.name, exc, exc_info=not expected)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+        # Leadership moved on: this seal is void (a new leader, or this broker at a new
+        # epoch, seals again if the controller still asks).
+        if state.seal_epoch == epoch and state.seal_stage is not SealStage.SEALED:
+            state.seal_stage = None
+            state.seal_epoch = -1
 
     async def _seal_once(
         self, p: Partition, state: PartitionTiering, epoch: int, moves: int
@@ -432,9 +510,14 @@ class Tiering:
         if not self._still(p, epoch, state):
             return
         manifest = await asyncio.to_thread(state.tier.manifest, refresh=True)
-        self._note_manifest(state, manifest)
         last = max(end - 1, manifest.checkpoint)
         verified, message = _verify(manifest, last, end)
+        if not verified:
+            # Never hand over while the store lacks records this log holds (a manifest
+            # entry lost to a race, say): upload from the stored checkpoint again and retry.
+            state.uploaded_through = min(state.uploaded_through, manifest.checkpoint)
+            raise StorageError(f"{p.name}: sealed state not written: {message}")
+        self._note_manifest(p, state, manifest)
         sealed = SealedState(
             last_committed_offset=last,
             broker=self.broker.settings.broker_id,
@@ -477,43 +560,77 @@ class Tiering:
 
     # ------------------------------------------------------------------ reopening
 
-    def reopen(self, p: Partition, moves: int, start_offset: int | None) -> None:
+    def reopen(self, p: Partition, moves: int, start_offset: int | None, epoch: int) -> bool:
         """Start incarnation ``moves`` of ``p`` empty at ``start_offset`` (None: derive it
-        from the object store). Appends and reads wait until it is done."""
+        from the object store), whose first leader epoch is ``epoch``. Appends and reads
+        wait until it is done. False: done already (no object store on this broker), so
+        the caller applies the assignment now."""
         state = self.attach(p)
         if state is None:
-            log.error("%s: asked to reopen after a move, but it is not tiered here", p.name)
-            return
-        if state.reopening == (moves, start_offset):
-            return
+            # No object store here: nothing to restore from. Start the incarnation empty
+            # so the broker still takes its role (its cursors and dedup state are lost).
+            start = p.log.next_offset if start_offset is None else start_offset
+            log.error(
+                "%s: moved, but this broker has no object store; reopening bare at %d",
+                p.name,
+                start,
+            )
+            p.log.reset_to(start)
+            write_placement(p.log.directory, moves, start, epoch)
+            p.moves, p.start_offset, p.first_epoch = moves, start, epoch
+            p.high_watermark = p.leader_high_watermark = start
+            return False
+        running = state.reopen_task is not None and not state.reopen_task.done()
+        if state.reopening == (moves, start_offset) and running:
+            return True
         if state.reopen_task is not None:
             state.reopen_task.cancel()
         if state.seal_task is not None:
             state.seal_task.cancel()
         state.reopening = (moves, start_offset)
-        state.reopen_task = self._spawn(state, self._reopen(p, state, moves, start_offset))
+        state.reopen_task = self._spawn(state, self._reopen(p, state, moves, start_offset, epoch))
+        return True
 
     async def _reopen(
-        self, p: Partition, state: PartitionTiering, moves: int, start_offset: int | None
+        self,
+        p: Partition,
+        state: PartitionTiering,
+        moves: int,
+        start_offset: int | None,
+        epoch: int,
     ) -> None:
         backoff = 0.1
-        while True:
+        while state.reopening == (moves, start_offset) and p.tiering is state:
             try:
-                sealed, manifest, cursors = await asyncio.to_thread(
-                    self._read_move_state, state, moves
-                )
-                break
+                await self._reopen_once(p, state, moves, start_offset, epoch)
+                return
             except asyncio.CancelledError:
                 raise
-            except (HeadraceError, OSError) as exc:
-                log.warning("reopening %s: object store not ready: %s", p.name, exc)
+            except Exception as exc:
+                expected = isinstance(exc, HeadraceError | OSError)
+                log.warning("reopening %s failed, retrying: %s", p.name, exc, exc_info=not expected)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+
+    async def _reopen_once(
+        self,
+        p: Partition,
+        state: PartitionTiering,
+        moves: int,
+        start_offset: int | None,
+        epoch: int,
+    ) -> None:
+        sealed, manifest, cursors = await asyncio.to_thread(self._read_move_state, state, moves)
         if state.reopening != (moves, start_offset) or p.tiering is not state:
             return
         if start_offset is None:
-            # The recovery path: the old owner died without a sealed state for this move.
-            start = sealed.last_committed_offset + 1 if sealed else manifest.checkpoint + 1
+            # The recovery path: the old owner died without a sealed state for this move
+            # (or wrote one for a seal that was then withdrawn): start after what is stored.
+            start = manifest.checkpoint + 1
+            if sealed is not None and sealed.last_committed_offset + 1 >= start:
+                start = sealed.last_committed_offset + 1
+            else:
+                sealed = None
         else:
             start = start_offset
             if sealed is not None and sealed.last_committed_offset + 1 != start:
@@ -530,16 +647,21 @@ class Tiering:
         else:
             restored = cursors
         for cohort, cursor in restored.items():
-            p.cursors.set(cohort, cursor)
+            # A cursor copied after acks of records not stored points past the start.
+            p.cursors.set(cohort, min(cursor, start))
         p.log.write_checkpoint(p.log.sync_target())
-        write_placement(p.log.directory, moves, start)
-        p.moves, p.start_offset = moves, start
+        snapshot = p.cursors.snapshot_for_flush()
+        if snapshot is not None:
+            p.cursors.write(snapshot)  # on disk before the placement says the move is done
+        write_placement(p.log.directory, moves, start, epoch)
+        p.moves, p.start_offset, p.first_epoch = moves, start, epoch
         p.high_watermark = start
         p.leader_high_watermark = start
         state.uploaded_through = start - 1
         state.stored_start = manifest.start_offset
         state.checkpoint_epoch = -1
         state.seal_stage = None
+        state.seal_epoch = -1
         state.sealed = None
         state.reopening = None
         self.metrics.reopens.inc()
@@ -610,3 +732,18 @@ def _verify(manifest: Manifest, last: int, end: int) -> tuple[bool, str]:
     if end > 0 and manifest.start_offset is None:
         return False, "no segment is stored"
     return True, ""
+
+
+def _below(data: bytes, end: int) -> bytes:
+    """The whole batches of ``data`` that start below ``end``."""
+    cut = 0
+    for pos, header in rb.scan(data):
+        if header.base_offset >= end:
+            break
+        cut = pos + header.size
+    return data if cut == len(data) else data[:cut]
+
+
+def _log_death(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.error("tiering task %s died", task.get_name(), exc_info=task.exception())

@@ -133,19 +133,23 @@ def write_json_atomic(path: Path, doc: object, *, sync: bool = True) -> None:
         fsync_directory(path.parent)
 
 
-def read_placement(directory: Path) -> tuple[int, int]:
-    """(moves, start offset) of the incarnation a partition directory holds; (0, 0) if none."""
+def read_placement(directory: Path) -> tuple[int, int, int]:
+    """(moves, start offset, first leader epoch) of the incarnation a partition directory
+    holds; (0, 0, -1) if it was never moved."""
     try:
         raw = json.loads((directory / PLACEMENT_FILE).read_text())
-        return int(raw["moves"]), int(raw["start_offset"])
+        return int(raw["moves"]), int(raw["start_offset"]), int(raw.get("first_epoch", -1))
     except FileNotFoundError:
-        return 0, 0
+        return 0, 0, -1
     except (ValueError, KeyError, TypeError) as exc:
         raise StorageError(f"placement file in {directory} is unreadable: {exc}") from exc
 
 
-def write_placement(directory: Path, moves: int, start_offset: int) -> None:
-    write_json_atomic(directory / PLACEMENT_FILE, {"moves": moves, "start_offset": start_offset})
+def write_placement(directory: Path, moves: int, start_offset: int, first_epoch: int) -> None:
+    write_json_atomic(
+        directory / PLACEMENT_FILE,
+        {"moves": moves, "start_offset": start_offset, "first_epoch": first_epoch},
+    )
 
 
 class CursorStore:
@@ -239,6 +243,8 @@ class Partition:
         #: before it (see ``PLACEMENT_FILE``), and the offset that incarnation started at
         self.moves = 0
         self.start_offset = 0
+        #: the incarnation's first leader epoch (-1: never moved)
+        self.first_epoch = -1
         #: the tiered-storage state (``broker.tiering.PartitionTiering``); None when untiered
         self.tiering: Any = None
         self.high_watermark = self._durable_end()
@@ -258,8 +264,17 @@ class Partition:
 
     @property
     def moving(self) -> bool:
-        """Sealed or sealing for a move, or reopening after one: no appends, no gates."""
-        return self.tiering is not None and self.tiering.blocks_appends
+        """Sealed or sealing for a move, or reopening after one: no appends, no gates.
+
+        Also a leader whose log ends at or below what the object store already holds:
+        an earlier leader stored records this one lacks, and appending would give their
+        offsets to other records.
+        """
+        tiering = self.tiering
+        if tiering is None:
+            return False
+        behind_store = self.role is Role.LEADER and tiering.uploaded_through >= self.log.next_offset
+        return bool(tiering.blocks_appends or behind_store)
 
     def _durable_end(self) -> int:
         # Under fsync=always nothing becomes visible before it is on disk.
@@ -411,7 +426,7 @@ class TopicRegistry:
         pdir = topic.directory / str(index)
         log = PartitionLog.open(pdir, config)
         partition = Partition(topic, index, log, CursorStore(pdir / CURSOR_FILE))
-        partition.moves, partition.start_offset = read_placement(pdir)
+        partition.moves, partition.start_offset, partition.first_epoch = read_placement(pdir)
         topic.partitions[index] = partition
         return partition
 

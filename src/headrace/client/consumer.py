@@ -369,15 +369,15 @@ class Consumer:
         self._return_credit(session, item.header.size)
         if session is None or session.held.get(item.partition) != item.epoch:
             return None
-        if self._session_of.get(item.partition) is not session:
-            self._session_of[item.partition] = session  # acks go where the records came from
-            self._epochs[item.partition] = item.epoch
         handed = self._handed.get(item.partition)
         if handed is not None and item.header.last_offset <= handed:
             return None
         if handed is not None and item.start <= handed:
             item.first_offset = handed + 1
         self._handed[item.partition] = item.header.last_offset
+        if self._session_of.get(item.partition) is not session:
+            self._session_of[item.partition] = session  # acks go where the records came from
+            self._epochs[item.partition] = item.epoch
         return item
 
     def __aiter__(self) -> AsyncIterator[rb.Record]:
