@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -170,3 +171,22 @@ async def read_until_error(conn: ClientConnection) -> None:
         for pos, header in rb.scan(body):
             assert rb.crc_ok(body, header, pos), "a corrupt batch was delivered"
             offset = header.next_offset
+
+
+async def test_deleting_a_tiered_topic_removes_its_objects(
+    broker: BrokerProcess, minio: MinioServer
+) -> None:
+    await create_topic(broker.bootstrap, TOPIC, 1, {"upload_interval_ms": 300})
+    await produce(broker, 0, 500)
+    wait_for(lambda: manifest(minio).checkpoint == 499, 20, "records uploaded")
+    store = MinioStore(minio.settings(BUCKET))
+    prefix = partition_prefix("t", TOPIC, 0)
+    assert any(True for _ in store.list(prefix))
+    assert await asyncio.to_thread(delete_topic, broker) == 200
+    wait_for(lambda: not any(True for _ in store.list(prefix)), 20, "objects deleted")
+
+
+def delete_topic(b: BrokerProcess) -> int:
+    req = urllib.request.Request(f"{b.admin_url}/v1/topics/{TOPIC}", method="DELETE")
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        return int(resp.status)

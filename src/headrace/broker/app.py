@@ -379,6 +379,9 @@ class Broker:
         for key in [k for k in self.cohorts if k[0] == topic.name]:
             cohort = self.cohorts.pop(key)
             asyncio.get_running_loop().create_task(cohort.close())
+        for partition in topic.partitions.values():
+            self.tiering.forget(partition)
+            self.tiering.detach(partition)
         self.registry.delete(topic.name)
         self.push_topology()
 

@@ -170,9 +170,13 @@ def apply_topology(broker: Broker, topology: ClusterTopology) -> bool:
                 continue
             apply_assignment(broker, partition, a)
     for name, topic in list(registry.topics.items()):
+        deleted = not any(t.name == name for t in topology.topics)
         for index in list(topic.partitions):
             if (name, index) not in wanted:
-                broker.tiering.detach(topic.partitions[index])
+                partition = topic.partitions[index]
+                if deleted and partition.role is Role.LEADER:
+                    broker.tiering.forget(partition)  # the topic is gone: its objects too
+                broker.tiering.detach(partition)
                 registry.drop_partition(topic, index)
         if not any(t.name == name for t in topology.topics):
             registry.topics.pop(name, None)

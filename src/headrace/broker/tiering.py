@@ -48,7 +48,7 @@ from headrace.control.model import SealReport
 from headrace.errors import HeadraceError, OffsetOutOfRange, StorageError
 from headrace.objectstore.interface import ObjectNotFound, ObjectStore
 from headrace.records import batch as rb
-from headrace.tiered.layout import partition_prefix
+from headrace.tiered.layout import MANIFEST_NAME, partition_prefix
 from headrace.tiered.manifest import Manifest, SealedState
 from headrace.tiered.tier import PartitionTier
 
@@ -128,6 +128,8 @@ class Tiering:
         self.store = store
         self._task: asyncio.Task[None] | None = None
         self.metrics = broker.metrics
+        #: deletions of deleted topics' objects in progress
+        self._forgetting: set[asyncio.Task[None]] = set()
         #: readahead for every partition's tier (one pool, not threads per partition)
         self._prefetch_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tier-prefetch")
 
@@ -154,6 +156,30 @@ class Tiering:
         partition.tiering = state
         return state
 
+    def forget(self, partition: Partition) -> None:
+        """The partition's topic was deleted: remove its objects, in the background.
+
+        The manifest goes first, so a reader sees no history rather than part of one.
+        Re-creating a topic of the same name before this finishes can lose the new
+        topic's first uploads (documented; the Kubernetes operator will key prefixes
+        by the resource's uid).
+        """
+        state: PartitionTiering | None = partition.tiering
+        if state is None or self.store is None:
+            return
+        store, prefix = self.store, state.tier.prefix
+
+        def remove() -> None:
+            keys = [o.key for o in store.list(prefix)]
+            keys.sort(key=lambda k: not k.endswith(MANIFEST_NAME))
+            for key in keys:
+                store.delete(key)
+
+        task = asyncio.get_running_loop().create_task(asyncio.to_thread(remove))
+        self._forgetting.add(task)
+        task.add_done_callback(self._forgetting.discard)
+        task.add_done_callback(_log_death)
+
     def detach(self, partition: Partition) -> None:
         state: PartitionTiering | None = partition.tiering
         if state is None:
@@ -168,7 +194,7 @@ class Tiering:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="tiering")
 
     async def close(self) -> None:
-        await cancel_and_wait(self._task)
+        await cancel_and_wait(self._task, *self._forgetting)
         for p in self.broker.registry.all_partitions():
             state: PartitionTiering | None = p.tiering
             if state is not None:
