@@ -190,3 +190,24 @@ def delete_topic(b: BrokerProcess) -> int:
     req = urllib.request.Request(f"{b.admin_url}/v1/topics/{TOPIC}", method="DELETE")
     with urllib.request.urlopen(req, timeout=5) as resp:
         return int(resp.status)
+
+
+async def test_a_tail_lost_locally_but_stored_is_restored_before_new_appends(
+    broker: BrokerProcess, minio: MinioServer
+) -> None:
+    """A power loss can take an uploaded but unsynced tail from the local log: the
+    broker copies it back from the store instead of giving its offsets to new records."""
+    await create_topic(broker.bootstrap, TOPIC, 1, {"upload_interval_ms": 300})
+    await produce(broker, 0, 3000)
+    wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "records uploaded")
+    broker.stop()
+    segments = sorted((broker.data_dir / "topics" / TOPIC / "0").glob("*.log"))
+    last = segments[-1]
+    with open(last, "r+b") as fh:  # what an unsynced page cache loses: the file's tail
+        fh.truncate(last.stat().st_size // 2)
+    broker.start()
+    wait_for(lambda: describe(broker)["log_end_offset"] == 3000, 20, "tail restored")
+    await produce(broker, 3000, 100)
+    records = await read_partition(broker.bootstrap, TOPIC, 0)
+    assert [r.offset for r in records] == list(range(3100))
+    assert [r.value for r in records] == [f"r{n:07d}".encode() * 10 for n in range(3100)]
