@@ -38,6 +38,7 @@ import enum
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -487,23 +488,18 @@ class Tiering:
 
     async def _seal(self, p: Partition, state: PartitionTiering) -> None:
         epoch, moves = p.leader_epoch, p.moves
-        backoff = 0.1
-        while self._still(p, epoch, state):
-            try:
-                await self._seal_once(p, state, epoch, moves)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                if not self._still(p, epoch, state):
-                    break
-                expected = isinstance(exc, HeadraceError | OSError)
-                log.warning("sealing %s failed, retrying: %s", p.name, exc, exc_info=not expected)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
-        # Leadership moved on: this seal is void (a new leader, or this broker at a new
-        # epoch, seals again if the controller still asks).
-        if state.seal_epoch == epoch and state.seal_stage is not SealStage.SEALED:
+        await _retry(
+            f"sealing {p.name}",
+            lambda: self._seal_once(p, state, epoch, moves),
+            lambda: self._still(p, epoch, state),
+        )
+        # Leadership moved on before the seal was written: it is void (a new leader, or
+        # this broker at a new epoch, seals again if the controller still asks).
+        if (
+            state.seal_epoch == epoch
+            and state.seal_stage is not SealStage.SEALED
+            and not self._still(p, epoch, state)
+        ):
             state.seal_stage = None
             state.seal_epoch = -1
 
@@ -625,18 +621,11 @@ class Tiering:
         start_offset: int | None,
         epoch: int,
     ) -> None:
-        backoff = 0.1
-        while state.reopening == (moves, start_offset) and p.tiering is state:
-            try:
-                await self._reopen_once(p, state, moves, start_offset, epoch)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                expected = isinstance(exc, HeadraceError | OSError)
-                log.warning("reopening %s failed, retrying: %s", p.name, exc, exc_info=not expected)
-                await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+        await _retry(
+            f"reopening {p.name}",
+            lambda: self._reopen_once(p, state, moves, start_offset, epoch),
+            lambda: state.reopening == (moves, start_offset) and p.tiering is state,
+        )
 
     async def _reopen_once(
         self,
@@ -773,3 +762,26 @@ def _below(data: bytes, end: int) -> bytes:
 def _log_death(task: asyncio.Task[None]) -> None:
     if not task.cancelled() and task.exception() is not None:
         log.error("tiering task %s died", task.get_name(), exc_info=task.exception())
+
+
+async def _retry(
+    what: str, attempt: Callable[[], Awaitable[None]], wanted: Callable[[], bool]
+) -> bool:
+    """Run ``attempt`` until it succeeds (True) or is no longer ``wanted`` (False). Any
+    error is logged and retried with backoff: a seal or reopen that gave up would leave
+    its partition refusing appends for good."""
+    backoff = 0.1
+    while wanted():
+        try:
+            await attempt()
+            return True
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not wanted():
+                break
+            expected = isinstance(exc, HeadraceError | OSError)
+            log.warning("%s failed, retrying: %s", what, exc, exc_info=not expected)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+    return False
