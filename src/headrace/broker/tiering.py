@@ -185,9 +185,8 @@ class Tiering:
         state: PartitionTiering | None = partition.tiering
         if state is None:
             return
-        for task in (state.upload_task, state.seal_task, state.reopen_task, *state.tasks):
-            if task is not None and not task.done():
-                task.cancel()
+        for task in state.tasks:  # every upload, seal and reopen task (see ``_spawn``)
+            task.cancel()
         partition.tiering = None
 
     def start(self) -> None:
@@ -199,12 +198,7 @@ class Tiering:
         for p in self.broker.registry.all_partitions():
             state: PartitionTiering | None = p.tiering
             if state is not None:
-                pending = [
-                    t
-                    for t in (state.upload_task, state.seal_task, state.reopen_task, *state.tasks)
-                    if t is not None
-                ]
-                await cancel_and_wait(*pending)
+                await cancel_and_wait(*state.tasks)
         self._prefetch_pool.shutdown(wait=False, cancel_futures=True)
         if self.store is not None:
             self.store.close()
