@@ -33,7 +33,9 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 _LIVE: list[subprocess.Popen[bytes]] = []
 _TEMP_DIRS: list[Path] = []
-#: when set (``bench.run --ref``), brokers and workers import headrace from here
+#: the folders that hold the ``headrace`` namespace package (the two planes)
+CODE_ROOTS = ("broker", "operator")
+#: when set (``bench.run --ref``), brokers and workers import headrace from its code roots
 HEADRACE_SRC: Path | None = None
 
 
@@ -41,9 +43,8 @@ def child_env() -> dict[str, str]:
     """The environment for every child: PYTHONPATH first names the headrace under test."""
     env = dict(os.environ)
     if HEADRACE_SRC is not None:
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(HEADRACE_SRC), env.get("PYTHONPATH", "")) if p
-        )
+        roots = [str(HEADRACE_SRC / root) for root in CODE_ROOTS]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (*roots, env.get("PYTHONPATH", "")) if p)
     return env
 
 

@@ -114,14 +114,14 @@ def _git(*argv: str) -> str:
 
 
 def checkout_ref(ref: str) -> tuple[Path, str]:
-    """Export ``src/`` at ``ref`` into a temp dir (no worktree, .git untouched); (src, sha).
+    """Export the code roots at ``ref`` into a temp dir (no worktree, .git untouched); (dir, sha).
 
-    The caller removes ``src.parent`` when done.
+    The caller removes the dir when done.
     """
     sha = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
     root = Path(tempfile.mkdtemp(prefix="headrace-bench-src-"))
     archive = subprocess.run(
-        ["git", "archive", "--format=tar", sha, "src"],
+        ["git", "archive", "--format=tar", sha, *procs.CODE_ROOTS],
         cwd=procs.REPO,
         capture_output=True,
         timeout=120,
@@ -132,7 +132,7 @@ def checkout_ref(ref: str) -> tuple[Path, str]:
         fh.seek(0)
         with tarfile.open(fileobj=fh) as tar:
             tar.extractall(root, filter="data")
-    return root / "src", sha
+    return root, sha
 
 
 def machine_info(ref_sha: str | None) -> dict[str, Any]:
@@ -154,8 +154,8 @@ def machine_info(ref_sha: str | None) -> dict[str, Any]:
             commit = f"{ref_sha[:10]} (exported with git archive)"
         else:
             commit = _git("rev-parse", "--short=10", "HEAD")
-            if _git("status", "--porcelain", "--", "src"):
-                commit += " + uncommitted changes in src/ (working tree)"
+            if _git("status", "--porcelain", "--", *procs.CODE_ROOTS):
+                commit += " + uncommitted changes in broker/ or operator/ (working tree)"
     except (OSError, subprocess.SubprocessError):
         pass
     try:
@@ -214,8 +214,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--ref",
         default=None,
-        help="benchmark headrace's src/ at this git ref (exported to a temp dir) instead of"
-        " the working tree, e.g. --ref HEAD while others edit src/",
+        help="benchmark headrace's broker/ and operator/ at this git ref (exported to a temp"
+        " dir) instead of the working tree, e.g. --ref HEAD while others edit them",
     )
     parser.add_argument("--out", type=Path, default=procs.REPO / "bench" / "results")
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
@@ -353,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         procs.kill_all()
         if procs.HEADRACE_SRC is not None:
-            shutil.rmtree(procs.HEADRACE_SRC.parent, ignore_errors=True)
+            shutil.rmtree(procs.HEADRACE_SRC, ignore_errors=True)
 
     if not doc["scenarios"]:
         return 1

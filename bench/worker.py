@@ -668,7 +668,7 @@ def main() -> None:
     if kind in SYNC_KINDS:
         result = SYNC_KINDS[kind](spec)
     else:
-        from headrace.cli.running import run  # uvloop when installed, as the CLI uses
+        from headrace.aio import run  # uvloop when installed, as the CLI uses
 
         result = run(ASYNC_KINDS[kind](spec))  # type: ignore[arg-type]
     print(json.dumps(result))

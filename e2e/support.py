@@ -2,7 +2,7 @@
 
 ``E2E_PROVIDER`` picks the cluster:
 
-* ``testbed`` (default): the local test bed (``headrace-testbed``), built from Go
+* ``testbed`` (default): the local test bed (``python -m e2e.testbed``), built from Go
   modules on first use; pods run as host processes, images are ignored.
 * ``kind``: a kind cluster (needs Docker and ``kind``, ``kubectl``, ``helm`` on PATH);
   pods run in real containers from ``E2E_PYTHON_IMAGE`` (default ``python:3.12-slim``).
@@ -119,7 +119,7 @@ def python_container(cluster: Cluster, name: str, script: str, *args: str) -> di
 # Providers --------------------------------------------------------------------------
 def build_testbed() -> None:
     """Build the test bed binaries if needed (idempotent; slow only the first time)."""
-    from headrace.testbed.settings import Settings, build
+    from e2e.testbed.settings import Settings, build
 
     start = time.monotonic()
     build(Settings.from_env())
@@ -130,8 +130,8 @@ def build_testbed() -> None:
 
 @contextmanager
 def testbed_cluster() -> Iterator[Cluster]:
-    from headrace.testbed import controlplane
-    from headrace.testbed.settings import Settings
+    from e2e.testbed import controlplane
+    from e2e.testbed.settings import Settings
 
     settings = Settings.from_env()
     was_up = controlplane.is_up(settings)

@@ -6,7 +6,7 @@ import json
 import ssl
 from pathlib import Path
 
-from headrace.testbed import ipam, kubeconfig, logserving, pki, provisioning, settings
+from e2e.testbed import ipam, kubeconfig, logserving, pki, provisioning, settings
 
 
 def test_ipam_allocates_distinct_stable_addresses_and_prefers_previous() -> None:

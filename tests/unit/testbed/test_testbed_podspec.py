@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from headrace.testbed import podspec
+from e2e.testbed import podspec
 
 POD: dict[str, Any] = {
     "metadata": {

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.testbed import podstatus
-from headrace.testbed.podstatus import ContainerView, Terminated
+from e2e.testbed import podstatus
+from e2e.testbed.podstatus import ContainerView, Terminated
 
 
 def running(name: str = "c") -> ContainerView:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.testbed import probes
+from e2e.testbed import probes
 
 CONTAINER = {"ports": [{"name": "http", "containerPort": 8080}]}
 

@@ -1,0 +1,186 @@
+"""The broker process's entry point: ``python -m headrace.broker`` (also ``headrace broker``).
+
+It reads its settings from the command line (and a few environment variables
+for secrets) once, builds a :class:`~headrace.broker.config.BrokerSettings`,
+and runs the broker until SIGTERM or SIGINT.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+import click
+
+from headrace.aio import run
+from headrace.broker.app import Broker
+from headrace.broker.config import BrokerSettings, TlsSettings
+from headrace.commands import one_line_errors
+from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
+
+
+@click.command()
+@click.option(
+    "--standalone", is_flag=True, help="Own every partition of every topic (no controller)."
+)
+@click.option(
+    "--cluster",
+    "cluster_mode",
+    is_flag=True,
+    help="Take partitions, roles and epochs from a controller's pushed topology.",
+)
+@click.option("--replica-lag-max-ms", type=int, default=10_000, show_default=True)
+@click.option("--replica-fetch-wait-ms", type=int, default=500, show_default=True)
+@click.option(
+    "--replication-token",
+    envvar="HEADRACE_REPLICATION_TOKEN",
+    default=None,
+    help="Token this broker presents to other brokers (when they require auth).",
+)
+@click.option("--data-dir", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address the data port binds to."
+)
+@click.option("--port", type=int, default=9092, show_default=True)
+@click.option("--admin-host", default="127.0.0.1", show_default=True)
+@click.option(
+    "--admin-port", type=int, default=9644, show_default=True, help="-1 disables admin HTTP."
+)
+@click.option("--advertised-host", default=None, help="Host clients are told to connect to.")
+@click.option("--broker-id", type=int, default=0, show_default=True)
+@click.option(
+    "--fsync",
+    type=click.Choice([p.value for p in FsyncPolicy]),
+    default="interval",
+    show_default=True,
+)
+@click.option("--flush-interval-ms", type=int, default=1000, show_default=True)
+@click.option("--segment-bytes", type=int, default=LogConfig().segment_bytes, show_default=True)
+@click.option(
+    "--cohort-grace-ms",
+    type=int,
+    default=10_000,
+    show_default=True,
+    help="How long a revoked partition's holder may finish in-flight records.",
+)
+@click.option(
+    "--retention-check-interval-ms",
+    type=int,
+    default=30_000,
+    show_default=True,
+    help="How often retention deletes segments beyond the topic's time and size bounds.",
+)
+@click.option(
+    "--cursor-flush-interval-ms",
+    type=int,
+    default=200,
+    show_default=True,
+    help="Cursor changes reach disk within this window: the redelivery bound after a crash.",
+)
+@click.option(
+    "--auth-token", "auth_tokens", multiple=True, help="Accepted client token (repeatable)."
+)
+@click.option("--tls-cert", type=click.Path(path_type=Path), default=None)
+@click.option("--tls-key", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--tls-client-ca", type=click.Path(path_type=Path), default=None, help="Require client certs."
+)
+@click.option(
+    "--object-store",
+    "object_store_url",
+    default=None,
+    help="Where tiered topics upload segments: file:///DIR or s3://HOST:PORT/BUCKET"
+    " (credentials from HEADRACE_OBJECT_STORE_ACCESS_KEY/_SECRET_KEY). Unset: no tiering.",
+)
+@click.option(
+    "--cluster-id",
+    default=None,
+    help="Names this cluster in object-store keys (standalone; a controller sets it in a cluster).",
+)
+@click.option("--announce", is_flag=True, help="Print how to use the broker once it is ready.")
+@one_line_errors
+def broker(
+    standalone: bool,
+    cluster_mode: bool,
+    replica_lag_max_ms: int,
+    replica_fetch_wait_ms: int,
+    replication_token: str | None,
+    data_dir: Path,
+    host: str,
+    port: int,
+    admin_host: str,
+    admin_port: int,
+    advertised_host: str | None,
+    broker_id: int,
+    fsync: str,
+    flush_interval_ms: int,
+    segment_bytes: int,
+    cohort_grace_ms: int,
+    cursor_flush_interval_ms: int,
+    retention_check_interval_ms: int,
+    auth_tokens: tuple[str, ...],
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+    object_store_url: str | None,
+    cluster_id: str | None,
+    announce: bool,
+) -> None:
+    """Run a broker."""
+    if standalone == cluster_mode:
+        raise click.UsageError("choose one of --standalone or --cluster")
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    tls = TlsSettings(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
+    settings = BrokerSettings(
+        data_dir=data_dir,
+        host=host,
+        port=port,
+        admin_host=admin_host,
+        admin_port=admin_port,
+        advertised_host=advertised_host,
+        broker_id=broker_id,
+        log=LogConfig(
+            fsync=FsyncPolicy(fsync),
+            flush_interval_ms=flush_interval_ms,
+            segment_bytes=segment_bytes,
+        ),
+        cluster_mode=cluster_mode,
+        replica_lag_max_ms=replica_lag_max_ms,
+        replica_fetch_wait_ms=replica_fetch_wait_ms,
+        replication_token=replication_token,
+        cohort_grace_ms=cohort_grace_ms,
+        cursor_flush_interval_ms=cursor_flush_interval_ms,
+        retention_check_interval_ms=retention_check_interval_ms,
+        auth_tokens=frozenset(auth_tokens),
+        tls=tls,
+        object_store_url=object_store_url,
+        cluster_id=cluster_id or "standalone",
+    )
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("headrace").setLevel(logging.INFO)
+
+    async def serve() -> None:
+        b = Broker(settings)
+        await b.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        if announce:
+            admin = f"http://{admin_host}:{b.admin.port}" if b.admin else "(disabled)"
+            click.echo(
+                f"\nheadrace standalone broker ready\n"
+                f"  data port   {host}:{b.port}\n  admin HTTP  {admin}  (/healthz /readyz /metrics /v1/topics)\n"
+                f"  data dir    {data_dir}\n\nTry, in another shell:\n"
+                f"  .venv/bin/headrace topics create demo --partitions 4\n"
+                f"  seq 1 10 | .venv/bin/headrace produce demo\n"
+                f"  .venv/bin/headrace consume demo --cohort readers --from-beginning --count 10\n",
+                err=True,
+            )
+        await stop.wait()
+        await b.stop()
+
+    run(serve())

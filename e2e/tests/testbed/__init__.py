@@ -1,0 +1,1 @@
+"""The test bed must-show list: real controllers, real API semantics, host processes."""

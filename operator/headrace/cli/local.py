@@ -1,0 +1,683 @@
+"""Local mode: ``headrace controller``, ``local up|status|down``, ``apply|delete -f``.
+
+``local up`` starts one controller and N cluster-mode brokers as processes,
+broker i on its own loopback address 127.0.0.(2+i) with the same ports, as
+pods would have. Their pids, addresses and log files are recorded in
+``<dir>/local.json`` so ``status`` and ``down`` find them.
+
+Every broker tiers to one object store shared by the cluster:
+``--object-store dir`` (the default) is a directory, ``<dir>/objects``;
+``--object-store minio`` starts a real MinIO server (the binary
+``tools/minio/build.sh`` builds, or ``$HEADRACE_MINIO_BIN``) on a free
+loopback port with data in ``<dir>/minio`` and fresh root credentials, and
+gives them to the brokers in their environment, never on a command line
+(``ps`` shows command lines to every user). Its pid, port and credentials are
+recorded in ``local.json`` (mode 0600), so ``down`` stops it and tests can
+read the bucket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+from headrace.aio import run
+from headrace.control.settings import ControlSettings
+
+DEFAULT_DIR = Path("var/local")
+STATE_FILE = "local.json"
+#: the cluster id brokers and controller share; it prefixes every object-store key
+CLUSTER_ID = "local"
+MINIO_BUCKET = "headrace"
+ACCESS_KEY_ENV = "HEADRACE_OBJECT_STORE_ACCESS_KEY"
+SECRET_KEY_ENV = "HEADRACE_OBJECT_STORE_SECRET_KEY"
+#: operator/headrace/cli/local.py -> the repository (an editable install) holds tools/
+_BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "minio" / "build.sh"
+
+
+def _http(
+    method: str, url: str, body: bytes | None = None, content_type: str = "application/json"
+) -> Any:
+    req = urllib.request.Request(
+        url, data=body, method=method, headers={"Content-Type": content_type}
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        try:
+            message = json.loads(detail).get("message", detail)
+        except (ValueError, AttributeError):
+            message = detail
+        raise click.ClickException(f"{exc.code} from {url}: {message}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+
+
+def _controller_url(explicit: str | None, directory: Path) -> str:
+    if explicit:
+        return explicit.rstrip("/")
+    env = os.environ.get("HEADRACE_CONTROLLER")
+    if env:
+        return env.rstrip("/")
+    state = directory / STATE_FILE
+    if state.exists():
+        return str(json.loads(state.read_text())["controller_url"])
+    return "http://127.0.0.1:9700"
+
+
+# ---------------------------------------------------------------------------- controller
+
+
+@click.command()
+@click.option("--state-dir", type=click.Path(path_type=Path), required=True)
+@click.option(
+    "--broker", "brokers", multiple=True, required=True, help="ID=HOST:ADMIN_PORT (repeatable)."
+)
+@click.option("--admin-host", default="127.0.0.1", show_default=True)
+@click.option("--admin-port", type=int, default=9700, show_default=True)
+@click.option("--poll-interval-ms", type=int, default=1000, show_default=True)
+@click.option(
+    "--transition-poll-interval-ms",
+    type=int,
+    default=100,
+    show_default=True,
+    help="Poll interval while an unload is unfinished or a partition is sealed.",
+)
+@click.option(
+    "--unload-recovery-timeout-ms",
+    type=int,
+    default=ControlSettings().unload_recovery_timeout_ms,
+    show_default=True,
+    help="How long a move waits for a live replica to seal before reopening the partition"
+    " from the object store (losing what was acknowledged but not uploaded).",
+)
+@click.option("--cluster-id", default=CLUSTER_ID, show_default=True)
+def controller(
+    state_dir: Path,
+    brokers: tuple[str, ...],
+    admin_host: str,
+    admin_port: int,
+    poll_interval_ms: int,
+    transition_poll_interval_ms: int,
+    unload_recovery_timeout_ms: int,
+    cluster_id: str,
+) -> None:
+    """Run the local-mode controller."""
+    import logging
+
+    from headrace.controller.admin import ControllerAdmin
+    from headrace.controller.controlling import BrokerEndpoint, Controller, ControllerSettings
+    from headrace.errors import InvalidRequest
+
+    endpoints = []
+    for item in brokers:
+        ident, sep, address = item.partition("=")
+        host, sep2, port = address.rpartition(":")
+        if not (sep and sep2 and ident.isdigit() and port.isdigit()):
+            raise click.BadParameter(
+                f"{item!r}: expected ID=HOST:ADMIN_PORT", param_hint="--broker"
+            )
+        endpoints.append(BrokerEndpoint(int(ident), host, int(port)))
+    for flag, value in (
+        ("--poll-interval-ms", poll_interval_ms),
+        ("--transition-poll-interval-ms", transition_poll_interval_ms),
+    ):
+        if value <= 0:
+            raise click.BadParameter("must be positive", param_hint=flag)
+    try:
+        control = ControlSettings(unload_recovery_timeout_ms=unload_recovery_timeout_ms)
+    except InvalidRequest as exc:
+        raise click.BadParameter(exc.message, param_hint="--unload-recovery-timeout-ms") from exc
+    settings = ControllerSettings(
+        state_dir=state_dir,
+        brokers=tuple(endpoints),
+        cluster_id=cluster_id,
+        poll_interval_ms=poll_interval_ms,
+        transition_poll_interval_ms=transition_poll_interval_ms,
+        control=control,
+        admin_host=admin_host,
+        admin_port=admin_port,
+    )
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("headrace").setLevel(logging.INFO)
+
+    async def serve() -> None:
+        c = Controller(settings)
+        admin = ControllerAdmin(c)
+        await admin.start()
+        await c.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        await c.stop()
+        await admin.stop()
+
+    run(serve())
+
+
+# ---------------------------------------------------------------------------- local up / status / down
+
+
+@click.group()
+def local() -> None:
+    """A local cluster of processes: one controller, N brokers on 127.0.0.x."""
+
+
+def spawn_headrace(args: list[str], log_path: Path, env: Mapping[str, str] | None = None) -> int:
+    """Start `headrace ARGS...` detached (own session), appending its output to ``log_path``.
+
+    ``env``: variables added to this process's environment (secrets go here, never in ARGS).
+    """
+    return _spawn([sys.executable, "-m", "headrace.cli.main", *args], log_path, env)
+
+
+def _spawn(argv: list[str], log_path: Path, env: Mapping[str, str] | None = None) -> int:
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, **env} if env else None,
+        )
+    return proc.pid
+
+
+# ---------------------------------------------------------------------------- object store
+
+
+def minio_binary() -> Path:
+    """``$HEADRACE_MINIO_BIN``, or the binary ``tools/minio/build.sh`` builds (minutes, once)."""
+    override = os.environ.get("HEADRACE_MINIO_BIN")
+    if override:
+        return Path(override)
+    if not _BUILD_SCRIPT.exists():
+        raise click.ClickException(
+            "no MinIO binary: set HEADRACE_MINIO_BIN (tools/minio/build.sh builds one from a"
+            " source checkout)"
+        )
+    click.echo(
+        "locating the MinIO binary (tools/minio/build.sh; a first build takes minutes)", err=True
+    )
+    try:
+        out = subprocess.run(
+            ["bash", str(_BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True
+        )
+    except (OSError, subprocess.CalledProcessError) as exc:
+        raise click.ClickException(f"building MinIO failed: {exc}") from exc
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def start_minio(directory: Path, timeout: float = 60.0) -> dict[str, Any]:
+    """Start MinIO detached, wait until it serves, create the bucket; its record for local.json."""
+    from headrace.objectstore.interface import ObjectStoreError
+    from headrace.objectstore.minio_server import free_port
+    from headrace.objectstore.minio_store import MinioSettings, MinioStore
+
+    binary = minio_binary()
+    host = "127.0.0.1"
+    port = free_port(host)
+    console = free_port(host)
+    while console == port:
+        console = free_port(host)
+    access_key = "headrace-" + secrets.token_hex(4)
+    secret_key = secrets.token_urlsafe(24)
+    data = directory / "minio"
+    data.mkdir(parents=True, exist_ok=True)
+    log_path = directory / "logs" / "minio.log"
+    pid = _spawn(
+        [
+            str(binary),
+            "server",
+            str(data),
+            "--address",
+            f"{host}:{port}",
+            "--console-address",
+            f"{host}:{console}",
+            "--quiet",
+        ],
+        log_path,
+        {
+            "MINIO_ROOT_USER": access_key,
+            "MINIO_ROOT_PASSWORD": secret_key,
+            "MINIO_UPDATE": "off",
+            "MINIO_CALLHOME_ENABLE": "off",
+        },
+    )
+    record = {
+        "pid": pid,
+        "host": host,
+        "port": port,
+        "bucket": MINIO_BUCKET,
+        "access_key": access_key,
+        "secret_key": secret_key,
+        "data_dir": str(data),
+        "log": str(log_path),
+    }
+    store = MinioStore(
+        MinioSettings(
+            endpoint=f"{host}:{port}",
+            bucket=MINIO_BUCKET,
+            access_key=access_key,
+            secret_key=secret_key,
+            create_bucket=True,
+            connect_timeout=1.0,
+        )
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                store.ensure_bucket()
+                return record
+            except ObjectStoreError as exc:
+                if not _alive(pid):
+                    raise click.ClickException(
+                        f"MinIO exited during start-up; see {log_path}"
+                    ) from exc
+                if time.monotonic() > deadline:
+                    _stop([pid])
+                    raise click.ClickException(
+                        f"MinIO not ready after {timeout:.0f}s ({exc}); see {log_path}"
+                    ) from exc
+                time.sleep(0.1)
+    finally:
+        store.close()
+
+
+def object_store_args(
+    record: Mapping[str, Any], directory: Path
+) -> tuple[list[str], dict[str, str]]:
+    """(broker arguments, broker environment) for the cluster's object store."""
+    minio = record.get("minio")
+    if minio is None:
+        objects = (directory / "objects").resolve()
+        objects.mkdir(parents=True, exist_ok=True)
+        return ["--object-store", f"file://{objects}", "--cluster-id", CLUSTER_ID], {}
+    url = f"s3://{minio['host']}:{minio['port']}/{minio['bucket']}?create_bucket=1"
+    env = {ACCESS_KEY_ENV: minio["access_key"], SECRET_KEY_ENV: minio["secret_key"]}
+    return ["--object-store", url, "--cluster-id", CLUSTER_ID], env
+
+
+def broker_args(b: Mapping[str, Any], directory: Path, fsync: str | None = None) -> list[str]:
+    """The command line of broker ``b`` of a local cluster (without the object store)."""
+    args = [
+        "broker",
+        "--cluster",
+        "--broker-id",
+        str(b["id"]),
+        "--host",
+        b["host"],
+        "--port",
+        str(b["port"]),
+        "--admin-host",
+        b["host"],
+        "--admin-port",
+        str(b["admin_port"]),
+        "--data-dir",
+        str(directory / f"broker-{b['id']}"),
+    ]
+    if fsync is not None:
+        args += ["--fsync", fsync]
+    return args
+
+
+def _write_state(state_file: Path, record: Mapping[str, Any]) -> None:
+    """local.json, readable by its owner only (it may hold object-store credentials)."""
+    state_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = state_file.with_name(state_file.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        json.dump(record, fh, indent=2)
+    os.replace(tmp, state_file)
+
+
+def _wait_http(url: str, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    raise click.ClickException(f"{what} did not become ready in {timeout:.0f}s ({url})")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+@local.command("up")
+@click.option("--brokers", "count", type=int, default=3, show_default=True)
+@click.option(
+    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+)
+@click.option(
+    "--port", type=int, default=9092, show_default=True, help="Data port of every broker."
+)
+@click.option(
+    "--admin-port", type=int, default=9644, show_default=True, help="Admin port of every broker."
+)
+@click.option("--controller-port", type=int, default=9700, show_default=True)
+@click.option(
+    "--fsync",
+    type=click.Choice(["none", "interval", "always"]),
+    default="interval",
+    show_default=True,
+)
+@click.option(
+    "--object-store",
+    "object_store",
+    type=click.Choice(["dir", "minio"]),
+    default="dir",
+    show_default=True,
+    help="Where tiered topics upload: a shared directory (DIR/objects) or a MinIO server"
+    " started for the cluster (data in DIR/minio).",
+)
+@click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C brings the cluster down.")
+def local_up(
+    count: int,
+    directory: Path,
+    port: int,
+    admin_port: int,
+    controller_port: int,
+    fsync: str,
+    object_store: str,
+    foreground: bool,
+) -> None:
+    """Start the controller and COUNT brokers (and MinIO with --object-store minio)."""
+    if not 1 <= count <= 9:
+        raise click.BadParameter("between 1 and 9 brokers", param_hint="--brokers")
+    state_file = directory / STATE_FILE
+    if state_file.exists():
+        existing = json.loads(state_file.read_text())
+        if any(_alive(pid) for pid in _pids(existing)):
+            raise click.ClickException(
+                f"a local cluster is already running from {directory}; `headrace local down` first"
+            )
+    record: dict[str, Any] = {"object_store": object_store, "brokers": []}
+    if object_store == "minio":
+        record["minio"] = start_minio(directory)
+        _write_state(state_file, record)  # so `local down` finds MinIO if a later step fails
+    store_args, store_env = object_store_args(record, directory)
+    brokers = []
+    for i in range(count):
+        host = f"127.0.0.{2 + i}"
+        b: dict[str, Any] = {"id": i, "host": host, "port": port, "admin_port": admin_port}
+        b["pid"] = spawn_headrace(
+            [*broker_args(b, directory, fsync), *store_args],
+            directory / "logs" / f"broker-{i}.log",
+            store_env,
+        )
+        brokers.append(b)
+    controller_pid = spawn_headrace(
+        [
+            "controller",
+            "--state-dir",
+            str(directory / "controller"),
+            "--admin-port",
+            str(controller_port),
+            "--cluster-id",
+            CLUSTER_ID,
+            *[
+                arg
+                for b in brokers
+                for arg in ("--broker", f"{b['id']}={b['host']}:{b['admin_port']}")
+            ],
+        ],
+        directory / "logs" / "controller.log",
+    )
+    controller_url = f"http://127.0.0.1:{controller_port}"
+    record.update(
+        {"controller_url": controller_url, "controller_pid": controller_pid, "brokers": brokers}
+    )
+    _write_state(state_file, record)
+    for b in brokers:
+        _wait_http(f"http://{b['host']}:{b['admin_port']}/readyz", 30, f"broker {b['id']}")
+    _wait_http(f"{controller_url}/healthz", 30, "controller")
+    bootstrap = ",".join(f"{b['host']}:{b['port']}" for b in brokers)
+    store = (
+        f"MinIO at {record['minio']['host']}:{record['minio']['port']}, bucket {MINIO_BUCKET}"
+        if "minio" in record
+        else str(directory / "objects")
+    )
+    click.echo(
+        f"local cluster up: {count} brokers, controller {controller_url} (status page: {controller_url}/)\n"
+        f"  bootstrap   {bootstrap}\n  objects     {store}\n  logs        {directory / 'logs'}\n",
+        err=True,
+    )
+    click.echo(bootstrap)
+    if foreground:
+        click.echo("Ctrl-C to stop the cluster.", err=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            _down(directory)
+
+
+def _down(directory: Path) -> None:
+    state_file = directory / STATE_FILE
+    if not state_file.exists():
+        click.echo(f"no local cluster recorded in {directory}", err=True)
+        return
+    doc = json.loads(state_file.read_text())
+    _stop([pid for pid in _pids(doc) if pid != doc.get("minio", {}).get("pid")])
+    if "minio" in doc:  # last: brokers may be uploading on their way out
+        _stop([doc["minio"]["pid"]])
+    state_file.unlink()
+    click.echo("local cluster stopped", err=True)
+
+
+def _pids(doc: Mapping[str, Any]) -> list[int]:
+    """Every process a local.json records (controller, brokers, MinIO)."""
+    pids = [int(b["pid"]) for b in doc.get("brokers", [])]
+    if doc.get("controller_pid") is not None:
+        pids.append(int(doc["controller_pid"]))
+    if "minio" in doc:
+        pids.append(int(doc["minio"]["pid"]))
+    return pids
+
+
+def _stop(pids: list[int], grace: float = 20.0) -> None:
+    """SIGTERM each process group, then SIGKILL what is left after ``grace`` seconds."""
+    for pid in pids:
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except OSError:
+            pass
+    deadline = time.monotonic() + grace
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in pids:
+        if _alive(pid):
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+@local.command("down")
+@click.option(
+    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+)
+def local_down(directory: Path) -> None:
+    """Stop the local cluster (SIGTERM, then SIGKILL after 20 s)."""
+    _down(directory)
+
+
+@local.command("status")
+@click.option(
+    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+)
+@click.option("--controller", "controller_url", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def local_status(directory: Path, controller_url: str | None, as_json: bool) -> None:
+    """Brokers, topics, leaders, epochs and live replica sets as the controller sees them."""
+    doc = _http("GET", f"{_controller_url(controller_url, directory)}/v1/state")
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    cluster = doc["cluster"]
+    click.echo(
+        f"generation {cluster['generation']}  live brokers {doc['live']}  adoption floor {doc['adoptionFloor']}"
+    )
+    for topic in cluster.get("topics", []):
+        click.echo(f"topic {topic['name']}  version {topic['partitioningVersion']}")
+        for p in topic["partitions"]:
+            moved = f"  moves {p['moves']} from {p.get('startOffset')}" if p.get("moves") else ""
+            click.echo(
+                f"  {p['partition']:>3}  leader {p.get('leader')}  epoch {p['leaderEpoch']}"
+                f"  replicas {p['replicas']}  lrs {p['liveReplicas']}  {p['state']}"
+                + moved
+                + ("  SEALED" if p.get("seal") else "")
+            )
+    for problem in doc.get("problems", []):
+        click.echo(f"problem {problem['topic']}: {problem['reason']}: {problem['message']}")
+    for line in unload_lines(doc.get("unloads", [])):
+        click.echo(line)
+
+
+def unload_lines(unloads: list[dict[str, Any]]) -> list[str]:
+    """``local status`` lines of the Unloads: phase, then each move's phase, from -> to,
+    sealed offset and recovery."""
+    lines = []
+    for u in unloads:
+        meta, spec, status = u["metadata"], u["spec"], u.get("status") or {}
+        ready = next(
+            (c for c in status.get("conditions", []) if c.get("type") == "Ready"), {"message": ""}
+        )
+        target = spec.get("targetBroker")
+        head = (
+            f"unload {meta.get('namespace', 'default')}/{meta['name']}  topic"
+            f" {spec['topicRef']['name']}  {status.get('phase', 'Pending')}"
+            + (f"  target {target}" if target is not None else "")
+            + ("  (deleting)" if meta.get("deletionTimestamp") else "")
+        )
+        lines.append(head + (f"  {ready['message']}" if ready.get("message") else ""))
+        for m in status.get("moves", []):
+            arrow = f"{_or_dash(m.get('fromBroker'))} -> {_or_dash(m.get('toBroker'))}"
+            line = (
+                f"  {m['partition']:>3}  {m.get('phase', 'Pending'):<9}  {arrow}"
+                f"  sealed {_or_dash(m.get('sealedOffset'))}"
+            )
+            verification = m.get("verification")
+            if verification:
+                line += f"  verified {verification['result']}"
+            recovery = m.get("recovery")
+            if recovery:
+                line += f"  recovery {recovery['source']}: {recovery.get('message', '')}"
+            elif m.get("message"):
+                line += f"  ({m['message']})"
+            lines.append(line)
+    return lines
+
+
+def _or_dash(value: object) -> str:
+    return "-" if value is None else str(value)
+
+
+# ---------------------------------------------------------------------------- apply / delete
+
+
+@click.command()
+@click.option(
+    "-f", "--filename", "paths", multiple=True, required=True, help="File, directory or - (stdin)."
+)
+@click.option(
+    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+)
+@click.option(
+    "--controller", "controller_url", default=None, help="Controller URL (default from local up)."
+)
+def apply(paths: tuple[str, ...], directory: Path, controller_url: str | None) -> None:
+    """Apply Topic and Unload manifests (the same YAML that goes to kubectl apply)."""
+    from headrace.cli.manifests import manifests_to_apply, read_manifests
+    from headrace.resources import ManifestError
+
+    try:
+        manifests_to_apply(paths, stdin=sys.stdin)  # field-level errors before anything is sent
+    except ManifestError as exc:
+        for line in exc.problems:
+            click.echo(f"error: {line}", err=True)
+        raise SystemExit(1) from exc
+    text = (
+        "\n---\n".join(t for _, t in read_manifests(paths, stdin=sys.stdin))
+        if "-" not in paths
+        else None
+    )
+    if text is None:
+        raise click.ClickException("apply -f - is read once; pass a file")
+    result = _http(
+        "POST",
+        f"{_controller_url(controller_url, directory)}/v1/apply",
+        text.encode(),
+        "application/yaml",
+    )
+    for item in result["applied"]:
+        click.echo(f"{item['kind'].lower()} {item['name']} {item['result']}")
+
+
+@click.command()
+@click.option("-f", "--filename", "paths", multiple=True, required=True)
+@click.option(
+    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+)
+@click.option("--controller", "controller_url", default=None)
+def delete(paths: tuple[str, ...], directory: Path, controller_url: str | None) -> None:
+    """Delete the Topics and Unloads the manifests name.
+
+    An Unload whose moves are in flight is deleted once they finish; its moves
+    that have not started are cancelled."""
+    from headrace.cli.manifests import manifests_to_delete
+    from headrace.resources import ManifestError
+
+    try:
+        keys = manifests_to_delete(paths, stdin=sys.stdin)
+    except ManifestError as exc:
+        for line in exc.problems:
+            click.echo(f"error: {line}", err=True)
+        raise SystemExit(1) from exc
+    for key in keys:
+        if key.kind not in ("Topic", "Unload"):
+            click.echo(f"skipping {key}: local mode has Topics and Unloads only", err=True)
+    body = {
+        "topics": [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Topic"],
+        "unloads": [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Unload"],
+    }
+    result = _http(
+        "POST",
+        f"{_controller_url(controller_url, directory)}/v1/delete",
+        json.dumps(body).encode(),
+    )
+    for name in result["unloads"]["deleted"]:
+        click.echo(f"unload {name} deleted")
+    for name in result["unloads"]["deferred"]:
+        click.echo(f"unload {name} will be deleted when its moves in flight finish")
+    for name in result["deleted"]:
+        click.echo(f"topic {name} deleted")

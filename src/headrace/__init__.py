@@ -1,3 +1,0 @@
-"""headrace: a partitioned, replicated, Kubernetes-native message broker."""
-
-__version__ = "0.1.0"
