@@ -43,6 +43,7 @@ from headrace.control.reconcile import Decision, reconcile
 from headrace.control.settings import ControlSettings
 from headrace.controller.store import (
     StateStore,
+    admitted,
     full_name,
     rfc3339,
     spec_of,
@@ -153,17 +154,18 @@ class Controller:
 
     def apply(self, resources: list[dict[str, Any]]) -> list[str]:
         names = []
+        now = rfc3339(wall_ms())
         for resource in resources:
             spec = spec_of(resource)  # validates the name and counts
-            self.resources[spec.name] = resource
+            self.resources[spec.name] = admitted(resource, self.resources.get(spec.name), now)
             names.append(spec.name)
-        self.store.save(self.state, self.resources)
+        self.store.save(self.state, self.resources, now=_rfc3339(), observed=False)
         self.kick()
         return names
 
     def delete(self, names: list[str]) -> list[str]:
         gone = [n for n in names if self.resources.pop(n, None) is not None]
-        self.store.save(self.state, self.resources)
+        self.store.save(self.state, self.resources, now=_rfc3339(), observed=False)
         self.kick()
         return gone
 
@@ -280,10 +282,14 @@ class Controller:
         for event in decision.events:
             log.info("%s %s: %s", event.kind, event.subject, event.message)
         problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
-        if decision.changed or problems != self._saved_problems:
+        if (
+            decision.changed
+            or problems != self._saved_problems
+            or self.store.unobserved(self.resources)
+        ):
             # Persist first: a decision that is not on disk must never be pushed (a restart
             # from the older documents could hand the same epoch to another leader).
-            self.store.save(decision.state, self.resources, problems, _rfc3339())
+            self.store.save(decision.state, self.resources, problems, now=_rfc3339())
             self._saved_problems = problems
             if decision.changed:
                 self.generation_bumps += 1

@@ -4,7 +4,8 @@ Local mode keeps in a directory what Kubernetes keeps in custom resources:
 
     <dir>/topics/<namespace>.<name>.json   a Topic resource: apiVersion, kind,
                                            metadata, spec (as applied) and status
-                                           (the control core's TopicStatus document)
+                                           (the control core's TopicStatus document,
+                                           in the TopicStatus shape of the CRD)
     <dir>/cluster.json                     the cluster status: generation, brokers
     <dir>/unloads/<namespace>.<name>.json  an Unload resource: apiVersion, kind, metadata,
                                            spec (as applied) and status (the control core's
@@ -18,6 +19,12 @@ document. An Unload document is the CR Kubernetes would hold: it validates as
 millisecond, so the core's millisecond deadlines survive a round trip), and
 an Unload deleted while moving carries ``metadata.deletionTimestamp`` until
 its moves finish, as a finalizer would keep it.
+
+A Topic document is likewise the CR Kubernetes would hold, whole: every field
+of its status is declared in the Topic CRD (structural pruning would drop any
+other), nulls are left out, and ``metadata.generation`` is kept as the API
+server keeps it (1 at creation, bumped on every spec change), so that
+``status.observedGeneration`` says which spec the controller has acted on.
 """
 
 from __future__ import annotations
@@ -28,6 +35,8 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
+
+import pydantic
 
 from headrace.control.model import (
     BrokerInfo,
@@ -41,7 +50,8 @@ from headrace.control.model import (
     UnloadProgress,
     UnloadRequest,
 )
-from headrace.errors import InvalidRequest
+from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.resources import topics as topic_models
 
 API_VERSION: Final = "headrace.dev/v1alpha1"
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -94,17 +104,68 @@ def full_name(resource: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', 'default')}/{meta['name']}"
 
 
-def spec_of(resource: dict[str, Any]) -> TopicSpec:
-    spec = resource["spec"]
-    replicas = int(spec.get("replicas", 1))
-    tiered = spec.get("tieredStorage") or {}
+def spec_of(resource: Mapping[str, Any]) -> TopicSpec:
+    """The core's view of a Topic document; what the spec leaves unset takes the model's default."""
+    try:
+        spec = topic_models.TopicSpec.model_validate(resource["spec"])
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidTopicSpec(f"topic {full_name(resource)}: {problems}") from None
     return TopicSpec(
         full_name(resource),
-        int(spec["partitions"]),
-        replicas,
-        int(spec.get("minInSync", min(2, replicas))),
-        bool(tiered.get("enabled", True)),
+        spec.partitions,
+        spec.replicas,
+        spec.min_in_sync,
+        spec.tiered_storage.enabled,
     )
+
+
+def admitted(
+    resource: Mapping[str, Any], previous: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """``resource`` as the API server would store it over ``previous`` (None: a new object).
+
+    ``metadata.generation`` is 1 at creation and bumped by one when the spec changes;
+    ``creationTimestamp`` is set at creation and kept. Whatever the caller put in either
+    is ignored, as the API server ignores it.
+    """
+    doc: dict[str, Any] = json.loads(json.dumps(resource))
+    doc.pop("status", None)
+    meta = doc.setdefault("metadata", {})
+    meta.setdefault("namespace", "default")
+    if previous is None:
+        meta["generation"] = 1
+        meta["creationTimestamp"] = now
+        return doc
+    generation = generation_of(previous)
+    meta["generation"] = generation if doc.get("spec") == previous.get("spec") else generation + 1
+    meta["creationTimestamp"] = previous.get("metadata", {}).get("creationTimestamp", now)
+    return doc
+
+
+def generation_of(resource: Mapping[str, Any]) -> int:
+    """``metadata.generation`` (1 for a document written before the store kept it)."""
+    return int(resource.get("metadata", {}).get("generation") or 1)
+
+
+def topic_status(status: TopicStatus) -> dict[str, Any]:
+    """The Topic CR's status fields for the core's ``TopicStatus`` (the inverse of ``status_of``).
+
+    The core's JSON without its ``name`` (the object's own name says it) and without
+    nulls: the API server drops a null it is not told to keep, and an absent field
+    reads back as None.
+    """
+    doc = status.to_json()
+    del doc["name"]
+    doc["partitions"] = [_without_none(p) for p in doc["partitions"]]
+    return doc
+
+
+def status_of(name: str, status: Mapping[str, Any]) -> TopicStatus:
+    """The core's ``TopicStatus`` of the Topic ``name`` from the status of its document."""
+    return TopicStatus.from_json({**status, "name": name})
 
 
 def topic_config(resource: Mapping[str, Any]) -> dict[str, Any]:
@@ -268,6 +329,7 @@ def _ready_condition(
     problem: tuple[str, str] | None,
     previous: dict[str, Any] | None,
     now: str,
+    observed_generation: int | None,
 ) -> dict[str, Any]:
     """The Ready condition in metav1.Condition shape (what GitOps tools read)."""
     if status is None:
@@ -287,15 +349,18 @@ def _ready_condition(
     else:
         value, reason, message = "True", "Online", f"{len(status.partitions)} partitions online"
     changed = previous is None or previous.get("status") != value
-    return {
-        "type": "Ready",
-        "status": value,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now
-        if changed or previous is None
-        else previous.get("lastTransitionTime", now),
-    }
+    return _without_none(
+        {
+            "type": "Ready",
+            "status": value,
+            "observedGeneration": observed_generation,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now
+            if changed or previous is None
+            else previous.get("lastTransitionTime", now),
+        }
+    )
 
 
 class StateStore:
@@ -304,6 +369,8 @@ class StateStore:
         root.mkdir(parents=True, exist_ok=True)
         #: the Unload documents as last written, by name (rewrite only what changed)
         self._unload_docs: dict[str, dict[str, Any]] = {}
+        #: each Topic document's status.observedGeneration as last written, by name
+        self._observed: dict[str, int | None] = {}
 
     def load_unloads(self) -> tuple[dict[str, dict[str, Any]], dict[str, UnloadProgress]]:
         """(applied Unload resources without status, their progress), by 'namespace/name'."""
@@ -351,15 +418,17 @@ class StateStore:
         """The Unload documents as last written (for ``/v1/state``)."""
         return [self._unload_docs[n] for n in sorted(self._unload_docs)]
 
-    def _previous_ready(self, name: str) -> dict[str, Any] | None:
+    def _previous_status(self, name: str) -> dict[str, Any]:
         path = _topic_file(self.root, name)
         try:
-            conditions = json.loads(path.read_text()).get("status", {}).get("conditions", [])
+            status = json.loads(path.read_text()).get("status", {})
         except (FileNotFoundError, ValueError, AttributeError):
-            return None
-        return next(
-            (c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), None
-        )
+            return {}
+        return status if isinstance(status, dict) else {}
+
+    def unobserved(self, resources: Mapping[str, Mapping[str, Any]]) -> list[str]:
+        """The Topics whose status does not yet say it observed their ``metadata.generation``."""
+        return [n for n, r in resources.items() if self._observed.get(n) != generation_of(r)]
 
     def load(self) -> tuple[ClusterState, dict[str, dict[str, Any]]]:
         """(cluster state, applied Topic resources by 'namespace/name')."""
@@ -370,8 +439,10 @@ class StateStore:
             name = spec_of(doc).name
             status = doc.get("status")
             if status:
-                statuses[name] = TopicStatus.from_json(status)
+                statuses[name] = status_of(name, status)
+            self._observed[name] = (status or {}).get("observedGeneration")
             doc.pop("status", None)
+            doc["metadata"]["generation"] = generation_of(doc)
             resources[name] = doc
         cluster: dict[str, Any] = {}
         cluster_file = self.root / "cluster.json"
@@ -386,29 +457,50 @@ class StateStore:
         state: ClusterState,
         resources: dict[str, dict[str, Any]],
         problems: dict[str, tuple[str, str]] | None = None,
-        now: str = "",
+        *,
+        now: str,
+        observed: bool = True,
     ) -> None:
         """Write every Topic document and the cluster document.
 
         ``problems``: topic -> (reason, message) of the first problem the core
-        reported, which makes the topic's Ready condition False.
+        reported, which makes the topic's Ready condition False. ``observed``:
+        the core has just reconciled ``resources`` as given, so each status
+        observed its topic's ``metadata.generation``; otherwise (a spec was
+        just applied) the observed generation and Ready condition stay as they were.
         """
         wanted = {_topic_file(self.root, name) for name in resources}
         problems = problems or {}
         for name, resource in resources.items():
             doc = dict(resource)
             status = state.topics.get(name)
-            previous = self._previous_ready(name)
-            ready = _ready_condition(status, problems.get(name), previous, now)
-            doc["status"] = {
-                **(status.to_json() if status is not None else {}),
-                "observedGeneration": state.generation,
-                "conditions": [ready],
-            }
+            previous = self._previous_status(name)
+            ready = next(
+                (
+                    c
+                    for c in previous.get("conditions", [])
+                    if isinstance(c, dict) and c.get("type") == "Ready"
+                ),
+                None,
+            )
+            generation: int | None = previous.get("observedGeneration")
+            if observed:
+                generation = generation_of(resource)
+            if observed or ready is None:
+                ready = _ready_condition(status, problems.get(name), ready, now, generation)
+            doc["status"] = _without_none(
+                {
+                    **(topic_status(status) if status is not None else {}),
+                    "observedGeneration": generation,
+                    "conditions": [ready],
+                }
+            )
             _write_atomic(_topic_file(self.root, name), doc)
+            self._observed[name] = generation
         for path in (self.root / "topics").glob("*.json"):
             if path not in wanted:
                 path.unlink()
+        self._observed = {n: g for n, g in self._observed.items() if n in resources}
         _write_atomic(
             self.root / "cluster.json",
             {

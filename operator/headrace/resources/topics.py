@@ -2,14 +2,16 @@
 
 Pure data. The status holds the operator's durable decisions about the topic
 (DESIGN.md section 4): the partitioning version publishes are fenced on, each
-partition's assignment and leader epoch, and the transition marker of a
-repartition in progress.
+partition's assignment and leader epoch, the transition markers of a
+repartition or an unload in progress, elections in flight and cohort plans.
+Every field the control core persists is declared here, so the API server's
+structural pruning keeps all of it (``docs/decisions.md``).
 """
 
 from __future__ import annotations
 
 import enum
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -166,6 +168,41 @@ class PartitionAssignment(Model):
     being promoted), ``Offline`` (no live replica can lead it), ``Moving`` (being unloaded
     to another broker) or ``Retiring`` (shrunk away by a repartition, draining its backlog
     before it is retired)."""
+    candidate: int | None = Field(default=None, ge=0)
+    """While ``Electing``: the broker nominated to lead at ``leaderEpoch``. It promotes itself
+    and says so in its heartbeat; until then clients are routed to it."""
+    deadline_ms: int | None = Field(default=None, ge=0)
+    """While ``Electing``: when the next nominee gets a turn; while ``Offline``: when the
+    replicas in ``tried`` that stayed live get another chance. Milliseconds since the Unix
+    epoch on the controller's clock (the core's own unit, so a restarted controller carries
+    on with the election exactly)."""
+    tried: list[int] = Field(default_factory=list)
+    """The nominees of the current election round, in the order they were nominated."""
+    seal: bool = False
+    """An unload's transition marker: the leader must seal the partition (stop appends,
+    upload every record, write the sealed state to the object store) before it moves."""
+    moves: int = Field(default=0, ge=0)
+    """The partition's incarnation: bumped each time an unload reassigns it. A replica
+    holding an older incarnation drops its copy."""
+    start_offset: int | None = Field(default=None, ge=0)
+    """The first offset of incarnation ``moves``. Unset before the first move (it starts at
+    0) and after a move recovered from the object store (the new owner starts after the last
+    offset stored there)."""
+
+
+class CohortPlan(Model):
+    """The advisory assignment of one cohort's partitions to its members.
+
+    Delivery gates are authoritative; a broker ignores a plan older than the one it holds.
+    """
+
+    cohort: str
+    """Cohort (consumer group) name."""
+    generation: int = Field(ge=1)
+    """The cohort's own counter: 1 for its first plan, bumped only when ``assignment``
+    changes, so a controller restart causes no rebalance."""
+    assignment: dict[str, list[Annotated[int, Field(ge=0)]]] = Field(default_factory=dict)
+    """Member id to the partitions it should hold, sorted; every planned member appears."""
 
 
 class TransitionKind(enum.StrEnum):
@@ -210,6 +247,10 @@ class TopicStatus(Status):
     """Assignment of every partition."""
     transition: TransitionMarker | None = None
     """The repartition in progress, if any."""
+    cohort_plans: list[CohortPlan] = Field(
+        default_factory=list, json_schema_extra=list_map("cohort")
+    )
+    """The advisory plan of every cohort with connected members."""
 
 
 class Topic(Resource):

@@ -95,6 +95,12 @@ COMPLETE: dict[str, dict[str, Any]] = {
                     "liveReplicas": [1, 2],
                     "leaderEpoch": 4,
                     "state": "Retiring",
+                    "candidate": 2,
+                    "deadlineMs": 1767322800000,
+                    "tried": [2],
+                    "seal": True,
+                    "moves": 1,
+                    "startOffset": 4096,
                 }
             ],
             "transition": {
@@ -108,6 +114,9 @@ COMPLETE: dict[str, dict[str, Any]] = {
                 "drainedAt": T,
                 "repartition": "orders-to-12",
             },
+            "cohortPlans": [
+                {"cohort": "readers", "generation": 3, "assignment": {"m-1": [0], "m-2": []}}
+            ],
         },
     },
     "Repartition": {

@@ -88,7 +88,16 @@ def test_a_complete_manifest_round_trips_through_json(kind: str) -> None:
 @pytest.mark.parametrize("kind", KIND_NAMES)
 def test_the_wire_form_is_camel_case(kind: str) -> None:
     wire = KINDS[kind].from_manifest(manifest(kind)).to_manifest()
-    free_form = ("labels", "sparkConf", "requests", "limits", "nodeSelector", "affinity")
+    # maps keyed by data, not field names (member ids, label keys, ...)
+    free_form = (
+        "labels",
+        "sparkConf",
+        "requests",
+        "limits",
+        "nodeSelector",
+        "affinity",
+        "assignment",
+    )
     for key in keys(wire, free_form):
         assert re.fullmatch(r"[a-z][a-zA-Z0-9]*", key), key
     assert "min_in_sync" not in json.dumps(wire)

@@ -1,0 +1,426 @@
+"""Every document the controller persists is one the API server would accept and keep whole.
+
+The real controller (``Controller.step``, the control core, the file store) is
+driven through scenarios that leave elections in flight, seal markers, moves,
+recoveries from the object store, cohort plans, problems and deleted Unloads
+in its state directory. After every call the directory is read back, and
+each Topic and Unload document is checked against the OpenAPI v3 schema of
+the committed CRD (``crds/``), twice:
+
+* validation (``jsonschema``, Draft 4: the dialect OpenAPI v3.0 schemas use,
+  with the ``date-time``/``int32``/``int64`` formats the API server checks);
+* structural pruning: a field the schema does not declare (outside
+  ``x-kubernetes-preserve-unknown-fields``), or a null where the schema is not
+  ``nullable``, is dropped by the API server before the object is stored.
+  Validation alone would not notice, since the dropped field is simply gone.
+
+CEL rules (``x-kubernetes-validations``) are not evaluated here; the specs
+were validated by the models when applied.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+from controller_fakes import TOPIC, unload
+
+from headrace.control.reconcile import Decision
+from headrace.control.settings import ControlSettings
+from headrace.controller import controlling
+from headrace.controller.controlling import BrokerEndpoint, Controller, ControllerSettings
+from headrace.controller.store import spec_of
+from headrace.errors import InvalidTopicSpec
+from headrace.resources import topics as topic_models
+from tests.unit.control.control_fakes import FakeClock, Fleet
+
+CRDS = Path(__file__).resolve().parents[3] / "crds"
+SETTINGS = ControlSettings(
+    liveness_ttl_ms=3_000,
+    candidate_wait_ms=5_000,
+    offline_retry_ms=30_000,
+    unload_recovery_timeout_ms=5_000,
+)
+ORDERS = "default/orders"
+#: ObjectMeta fields the local store may write (the API server owns metadata's schema)
+OBJECT_META = frozenset(
+    {
+        "name",
+        "namespace",
+        "labels",
+        "annotations",
+        "generation",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "finalizers",
+    }
+)
+
+
+# --------------------------------------------------------------------------- the checks
+
+
+def crd_schema(plural: str) -> dict[str, Any]:
+    crd = yaml.safe_load((CRDS / f"{plural}.headrace.dev.yaml").read_text())
+    schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+FORMATS = jsonschema.FormatChecker(formats=())
+
+
+@FORMATS.checks("date-time", raises=ValueError)
+def _date_time(value: object) -> bool:
+    if not isinstance(value, str):
+        return True
+    when = dt.datetime.fromisoformat(value)
+    return "T" in value and when.tzinfo is not None
+
+
+@FORMATS.checks("int64")
+def _int64(value: object) -> bool:
+    return not isinstance(value, int) or -(2**63) <= value < 2**63
+
+
+@FORMATS.checks("int32")
+def _int32(value: object) -> bool:
+    return not isinstance(value, int) or -(2**31) <= value < 2**31
+
+
+def pruned(value: Any, schema: Mapping[str, Any], path: str) -> Iterator[str]:
+    """Where the API server's structural pruning would drop something from ``value``."""
+    if value is None:
+        if not schema.get("nullable"):
+            yield f"{path}: null"
+        return
+    if isinstance(value, Mapping):
+        declared = schema.get("properties", {})
+        extra = schema.get("additionalProperties")
+        keep = schema.get("x-kubernetes-preserve-unknown-fields") is True
+        for key, child in value.items():
+            where = f"{path}.{key}" if path else key
+            if key in declared:
+                yield from pruned(child, declared[key], where)
+            elif isinstance(extra, Mapping):
+                yield from pruned(child, extra, where)
+            elif not keep:
+                yield f"{where}: not in the schema"
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            yield from pruned(child, schema.get("items", {}), f"{path}[{i}]")
+
+
+def _where(path: Iterable[str | int]) -> str:
+    text = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+    return text.lstrip(".") or "<root>"
+
+
+def problems(doc: Mapping[str, Any], schema: Mapping[str, Any]) -> list[str]:
+    """Why the API server would reject ``doc`` or store less than it."""
+    validator = jsonschema.Draft4Validator(schema, format_checker=FORMATS)
+    found = [f"{_where(e.absolute_path)}: {e.message}" for e in validator.iter_errors(doc)]
+    body = {k: v for k, v in doc.items() if k != "metadata"}
+    found += pruned(body, schema, "")
+    found += [f"metadata.{k}: not ObjectMeta" for k in set(doc.get("metadata", {})) - OBJECT_META]
+    return found
+
+
+def test_the_checks_catch_what_the_api_server_would_drop_or_refuse() -> None:
+    schema = crd_schema("topics")
+    doc = json.loads(json.dumps(TOPIC))
+    assert problems(doc, schema) == []
+    doc["status"] = {"partitioningVersion": 1, "bogus": 1, "partitions": [{"partition": 0}]}
+    doc["status"]["partitions"][0]["leader"] = None
+    doc["metadata"]["bogus"] = 1
+    doc["spec"]["partitions"] = "2"
+    assert sorted(problems(doc, schema)) == [
+        "metadata.bogus: not ObjectMeta",
+        "spec.partitions: '2' is not of type 'integer'",
+        "status.bogus: not in the schema",
+        "status.partitions[0].leader: None is not of type 'integer'",
+        "status.partitions[0].leader: null",
+    ]
+    doc = {"status": {"conditions": [{"lastTransitionTime": "yesterday"}]}}
+    assert any("is not a 'date-time'" in p for p in problems(doc, schema))
+
+
+# --------------------------------------------------------------------------- the controller
+
+
+class FleetController(Controller):
+    """The real controller, its brokers a fake fleet (``control_fakes``) on a fake clock."""
+
+    def __init__(self, settings: ControllerSettings, fleet: Fleet) -> None:
+        super().__init__(settings)
+        self.fleet = fleet
+
+    async def _poll(self, broker: BrokerEndpoint) -> None:
+        if broker.id == self.settings.brokers[0].id:  # the fleet answers for all at once
+            self.heartbeats.update(self.fleet.poll(self.state))
+
+    async def _push(self, decision: Decision) -> None:
+        pass
+
+
+class Harness:
+    """A controller with its fleet and clock, and every document version it wrote."""
+
+    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch, brokers: int = 3) -> None:
+        self.clock = FakeClock()
+        monkeypatch.setattr(controlling, "wall_ms", lambda: self.clock.now_ms)
+        self.fleet = Fleet(brokers, self.clock)
+        self.root = root / "state"
+        endpoints = tuple(BrokerEndpoint(b, f"10.0.0.{b}", 9644) for b in range(brokers))
+        self.controller = FleetController(
+            ControllerSettings(self.root, endpoints, control=SETTINGS), self.fleet
+        )
+        #: (file name, document) of every version written, in order, without repeats
+        self.written: list[tuple[str, dict[str, Any]]] = []
+        self.snapshot()
+
+    def snapshot(self) -> None:
+        for path in sorted(self.root.rglob("*.json")):
+            doc = json.loads(path.read_text())
+            name = str(path.relative_to(self.root))
+            if (name, doc) not in self.written:
+                self.written.append((name, doc))
+
+    async def step(self, n: int = 1, advance_ms: int = 1_000) -> None:
+        for _ in range(n):
+            self.clock.advance(advance_ms)
+            await self.controller.step()
+            self.snapshot()
+
+    def apply(self, *resources: dict[str, Any]) -> None:
+        self.controller.apply([json.loads(json.dumps(r)) for r in resources])
+        self.snapshot()
+
+    def apply_unloads(self, *resources: dict[str, Any]) -> None:
+        self.controller.apply_unloads([json.loads(json.dumps(r)) for r in resources])
+        self.snapshot()
+
+    def statuses(self, folder: str) -> list[dict[str, Any]]:
+        return [d.get("status", {}) for n, d in self.written if n.startswith(folder + "/")]
+
+    def partitions(self) -> list[dict[str, Any]]:
+        return [p for s in self.statuses("topics") for p in s.get("partitions", [])]
+
+    def check(self) -> None:
+        """Every document written is one the API server would accept and keep whole."""
+        schemas = {"topics": crd_schema("topics"), "unloads": crd_schema("unloads")}
+        found = []
+        for name, doc in self.written:
+            folder = name.split("/")[0]
+            if folder in schemas:
+                found += [f"{name}: {p}" for p in problems(doc, schemas[folder])]
+            else:
+                # Not a custom resource (yet): the topology generation and the known brokers.
+                # Where they live on Kubernetes is for crash-safe persistence to decide.
+                assert name == "cluster.json" and set(doc) <= {"generation", "brokers"}, name
+        assert found == [], "\n".join(found)
+
+
+def topic(replicas: int = 3, **spec: Any) -> dict[str, Any]:
+    doc = json.loads(json.dumps(TOPIC))
+    doc["spec"].update({"replicas": replicas, "minInSync": min(2, replicas), **spec})
+    return dict(doc)
+
+
+@pytest.fixture
+def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
+    return Harness(tmp_path, monkeypatch)
+
+
+# --------------------------------------------------------------------------- scenarios
+
+
+async def test_elections_in_flight_and_offline_partitions_persist_whole(
+    harness: Harness,
+) -> None:
+    h = harness
+    h.apply(topic(replicas=3, partitions=2))
+    await h.step(3)
+    leader = h.controller.state.topics[ORDERS].partitions[0].leader
+    assert leader is not None
+    for b in h.fleet.brokers.values():
+        b.promotes = False  # every nominee fails to promote: the election stays in flight
+    h.fleet.brokers[leader].up = False
+    await h.step(4)  # the TTL passes: a candidate is nominated
+    await h.step(12)  # candidates time out one by one: Offline
+    electing = [p for p in h.partitions() if p["state"] == "Electing"]
+    assert electing and all("candidate" in p and "deadlineMs" in p for p in electing)
+    assert any(p["tried"] for p in electing)
+    offline = [p for p in h.partitions() if p["state"] == "Offline"]
+    assert offline and any("deadlineMs" in p for p in offline)
+    h.check()
+
+
+async def test_seals_moves_and_recoveries_persist_whole(harness: Harness) -> None:
+    h = harness
+    h.apply(topic(replicas=1, partitions=2))
+    await h.step(3)
+    owner = h.controller.state.topics[ORDERS].partitions[0].leader
+    assert owner is not None
+    h.fleet.brokers[owner].seals = False  # the seal marker stays set for a while
+    h.apply_unloads(unload("move", [0], target=(owner + 1) % 3))
+    await h.step(2)
+    assert any(p.get("seal") for p in h.partitions())
+    h.fleet.brokers[owner].seals = True
+    await h.step(4)
+    moved = [p for p in h.partitions() if p.get("moves") == 1 and p["partition"] == 0]
+    assert moved and "startOffset" in moved[-1]
+    # partition 1's owner dies mid-seal (RF=1): reopened from the object store
+    owner1 = h.controller.state.topics[ORDERS].partitions[1].leader
+    assert owner1 is not None
+    h.fleet.brokers[owner1].seals = False
+    h.apply_unloads(unload("rescue", [1], target=None))
+    await h.step(1)
+    h.fleet.brokers[owner1].up = False
+    await h.step(12)
+    (rescue,) = [d for n, d in h.written if n.endswith("default.rescue.json")][-1:]
+    assert rescue["status"]["moves"][0]["recovery"]["source"] == "ObjectStore"
+    assert any(
+        p["partition"] == 1 and p.get("moves") == 1 and "startOffset" not in p
+        for p in h.partitions()
+    )
+    h.check()
+
+
+async def test_deleted_unloads_and_problems_persist_whole(harness: Harness) -> None:
+    h = harness
+    h.apply(topic(replicas=1, partitions=2, tieredStorage={"enabled": False}))
+    await h.step(3)
+    h.apply_unloads(unload("untiered", [0]))
+    await h.step(2)
+    assert any(s.get("phase") == "Failed" for s in h.statuses("unloads"))
+    h.apply(topic(replicas=1, partitions=2))
+    await h.step(1)
+    owner = h.controller.state.topics[ORDERS].partitions[0].leader
+    assert owner is not None
+    h.fleet.brokers[owner].seals = False
+    h.apply_unloads(unload("cancelled", [0, 1], target=(owner + 1) % 3))
+    await h.step(2)
+    h.controller.delete_unloads(["default/cancelled"])
+    h.snapshot()
+    await h.step(2)
+    assert any(
+        "deletionTimestamp" in d["metadata"] for n, d in h.written if n.startswith("unloads/")
+    )
+    not_ready = [
+        c for s in h.statuses("topics") for c in s.get("conditions", []) if c["status"] == "False"
+    ]
+    assert not_ready
+    h.fleet.brokers[owner].seals = True
+    await h.step(4)
+    h.check()
+
+
+async def test_cohort_plans_persist_whole(harness: Harness) -> None:
+    h = harness
+    h.apply(topic(replicas=2, partitions=4))
+    await h.step(3)
+    h.fleet.brokers[0].members[(ORDERS, "readers")] = {"m-1", "m-2"}
+    h.fleet.brokers[1].members[(ORDERS, "readers")] = {"m-3"}
+    h.fleet.brokers[2].members[(ORDERS, "audit")] = {"a-1"}
+    await h.step(2)
+    h.fleet.brokers[1].members.clear()
+    await h.step(2)
+    plans = [s["cohortPlans"] for s in h.statuses("topics") if s.get("cohortPlans")]
+    assert plans and {p["cohort"] for p in plans[-1]} == {"readers", "audit"}
+    assert any(p["generation"] > 1 for p in plans[-1])
+    h.check()
+
+
+async def test_a_restarted_controller_reads_back_what_it_persisted(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = harness
+    h.apply(topic(replicas=3, partitions=2))
+    await h.step(3)
+    h.fleet.brokers[0].members[(ORDERS, "readers")] = {"m-1"}
+    for b in h.fleet.brokers.values():
+        b.promotes = False
+    leader = h.controller.state.topics[ORDERS].partitions[0].leader
+    assert leader is not None
+    h.fleet.brokers[leader].up = False
+    await h.step(5)
+    assert h.controller.state.topics[ORDERS].partitions[0].candidate is not None
+    h.check()
+    state, _ = FleetController(h.controller.settings, h.fleet).store.load()
+    assert state.topics == h.controller.state.topics
+
+
+# --------------------------------------------------------------------------- observedGeneration
+
+
+def topic_doc(h: Harness) -> dict[str, Any]:
+    return dict(json.loads((h.root / "topics" / "default.orders.json").read_text()))
+
+
+async def test_observed_generation_is_the_objects_metadata_generation(harness: Harness) -> None:
+    h = harness
+    applied = topic(replicas=3, partitions=2)
+    applied["metadata"]["generation"] = 7  # the API server ignores what a client says
+    h.apply(applied)
+    doc = topic_doc(h)
+    assert doc["metadata"]["generation"] == 1 and "creationTimestamp" in doc["metadata"]
+    assert "observedGeneration" not in doc["status"]  # applied, not yet reconciled
+    await h.step(3)
+    h.fleet.brokers[0].members[(ORDERS, "readers")] = {"m-1"}  # a plan: one more bump
+    await h.step(2)
+    doc = topic_doc(h)
+    assert h.controller.state.generation > 1  # the topology generation is another counter
+    assert doc["status"]["observedGeneration"] == 1
+    assert doc["status"]["conditions"][0]["observedGeneration"] == 1
+    created = doc["metadata"]["creationTimestamp"]
+
+    h.apply(topic(replicas=3, partitions=2))  # the same spec: no new generation
+    assert topic_doc(h)["metadata"]["generation"] == 1
+
+    h.apply(topic(replicas=3, partitions=2, retention={"ms": 60_000}))
+    doc = topic_doc(h)
+    assert doc["metadata"] == {**doc["metadata"], "generation": 2, "creationTimestamp": created}
+    assert doc["status"]["observedGeneration"] == 1  # not reconciled yet
+    ready = doc["status"]["conditions"][0]
+    topology = h.controller.state.generation
+    await h.step()  # nothing in the cluster state changes, but the new spec is observed
+    assert h.controller.state.generation == topology
+    doc = topic_doc(h)
+    assert doc["status"]["observedGeneration"] == 2
+    assert doc["status"]["conditions"][0] == {**ready, "observedGeneration": 2}
+
+    again = FleetController(h.controller.settings, h.fleet)  # a restart keeps both
+    assert again.resources[ORDERS]["metadata"]["generation"] == 2
+    assert again.store.unobserved(again.resources) == []
+    h.check()
+
+
+# --------------------------------------------------------------------------- spec defaults
+
+
+def test_spec_defaults_are_the_models() -> None:
+    bare = {
+        "metadata": {"name": "t", "namespace": "default"},
+        "spec": {"clusterRef": {"name": "local"}, "partitions": 2},
+    }
+    model = topic_models.TopicSpec.model_validate(bare["spec"])
+    spec = spec_of(bare)
+    assert (spec.replicas, spec.min_in_sync, spec.tiered) == (
+        model.replicas,
+        model.min_in_sync,
+        model.tiered_storage.enabled,
+    )
+    one = {**bare, "spec": {**bare["spec"], "replicas": 1}}
+    assert (
+        spec_of(one).min_in_sync == topic_models.TopicSpec.model_validate(one["spec"]).min_in_sync
+    )
+    with pytest.raises(InvalidTopicSpec, match="minInSync"):
+        spec_of({**bare, "spec": {**bare["spec"], "replicas": 1, "minInSync": 2}})
