@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any, Final
 
 from headrace.control.model import (
-    BrokerInfo,
     ClusterState,
     MovePhase,
     MoveProgress,
@@ -42,6 +41,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.errors import InvalidRequest
+from headrace.protocol.coordination import BrokerInfo
 
 API_VERSION: Final = "headrace.dev/v1alpha1"
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
