@@ -6,6 +6,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from headrace.protocol.coordination import (
+    BrokerInfo,
+    ClusterTopology,
+    PartitionPlacement,
+    TopicPlacement,
+)
 from headrace.records import batch as rb
 from headrace.storage.bookkeeping import LogConfig
 from headrace.storage.log import PartitionLog
@@ -26,7 +32,7 @@ class Cluster:
         for b in self.brokers:
             b.data_dir.parent.mkdir(parents=True, exist_ok=True)
         self.generation = 0
-        self.topics: dict[str, dict[str, Any]] = {}
+        self.topics: dict[str, TopicPlacement] = {}
 
     def start(self) -> None:
         for b in self.brokers:
@@ -48,29 +54,26 @@ class Cluster:
         config: dict[str, int] | None = None,
     ) -> None:
         """assignments: per partition (replicas, leader, epoch, lrs)."""
-        self.topics[name] = {
-            "name": name,
-            "partitions": len(assignments),
-            "partitioning_version": 1,
-            "min_in_sync": min_in_sync,
-            "config": config or {},
-            "assignments": [
-                {"partition": i, "replicas": r, "leader": leader, "epoch": e, "lrs": lrs}
+        self.topics[name] = TopicPlacement(
+            name,
+            len(assignments),
+            1,
+            min_in_sync,
+            config or {},
+            [
+                PartitionPlacement(i, r, leader, e, lrs)
                 for i, (r, leader, e, lrs) in enumerate(assignments)
             ],
-        }
+        )
 
     def push(self, only: list[int] | None = None) -> None:
         self.generation += 1
-        doc = {
-            "generation": self.generation,
-            "cluster_id": "test",
-            "brokers": [
-                {"id": b.broker_id, "host": "127.0.0.1", "port": b.port, "admin_port": b.admin_port}
-                for b in self.brokers
-            ],
-            "topics": list(self.topics.values()),
-        }
+        doc = ClusterTopology(
+            self.generation,
+            "test",
+            [BrokerInfo(b.broker_id, "127.0.0.1", b.port, b.admin_port) for b in self.brokers],
+            list(self.topics.values()),
+        ).to_json()
         for b in self.brokers:
             if b.alive and (only is None or b.broker_id in only):
                 b.post_json("/v1/topology", doc)

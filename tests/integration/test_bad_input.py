@@ -24,13 +24,15 @@ def seeded(broker: BrokerProcess) -> RawConnection:
     conn = RawConnection(broker.bootstrap)
     frame = conn.call(Op.CREATE_TOPIC, msg.CreateTopic("bad", 1).encode())
     assert frame.op == Op.CREATE_TOPIC_OK
-    frame = conn.call(Op.PRODUCE, produce_body("bad", rb.encode([b"keep-1", b"keep-2"])))
+    frame = conn.call(
+        Op.PRODUCE, produce_body("bad", rb.encode([b"keep-1", b"keep-2"], timestamp_ms=0))
+    )
     assert frame.op == Op.PRODUCE_OK
     return conn
 
 
 def assert_still_serving(conn: RawConnection) -> None:
-    frame = conn.call(Op.PRODUCE, produce_body("bad", rb.encode([b"after"])))
+    frame = conn.call(Op.PRODUCE, produce_body("bad", rb.encode([b"after"], timestamp_ms=0)))
     assert frame.op == Op.PRODUCE_OK, error_of(frame)
 
 
@@ -43,7 +45,7 @@ async def assert_nothing_lost(broker: BrokerProcess, extra: list[bytes] = ()) ->
 async def test_wrong_crc_is_rejected_and_the_connection_stays_usable(
     broker: BrokerProcess, seeded: RawConnection
 ) -> None:
-    batch = bytearray(rb.encode([b"x" * 50]))
+    batch = bytearray(rb.encode([b"x" * 50], timestamp_ms=0))
     batch[-1] ^= 0x01
     err = error_of(seeded.call(Op.PRODUCE, produce_body("bad", bytes(batch))))
     assert err.code == errors.CorruptBatch.CODE and "CRC" in err.message
@@ -54,7 +56,7 @@ async def test_wrong_crc_is_rejected_and_the_connection_stays_usable(
 async def test_batch_whose_length_disagrees_with_the_frame_is_rejected(
     broker: BrokerProcess, seeded: RawConnection
 ) -> None:
-    batch = rb.encode([b"y" * 50])
+    batch = rb.encode([b"y" * 50], timestamp_ms=0)
     err = error_of(seeded.call(Op.PRODUCE, produce_body("bad", batch[:-5])))
     assert err.code == errors.CorruptBatch.CODE
     err = error_of(seeded.call(Op.PRODUCE, produce_body("bad", b"\x00" * 10)))
@@ -66,7 +68,9 @@ async def test_batch_whose_length_disagrees_with_the_frame_is_rejected(
 async def test_oversized_batch_gets_batch_too_large(
     broker: BrokerProcess, seeded: RawConnection
 ) -> None:
-    big = rb.encode([b"z" * (1024 * 1024)] * 9)  # 9 MiB > the 8 MiB default max_batch_bytes
+    big = rb.encode(
+        [b"z" * (1024 * 1024)] * 9, timestamp_ms=0
+    )  # 9 MiB > the 8 MiB default max_batch_bytes
     err = error_of(seeded.call(Op.PRODUCE, produce_body("bad", big)))
     assert err.code == errors.BatchTooLarge.CODE
     assert_still_serving(seeded)
@@ -82,9 +86,11 @@ async def test_unknown_op_gets_unknown_operation(
 
 
 async def test_unknown_topic_and_partition(broker: BrokerProcess, seeded: RawConnection) -> None:
-    err = error_of(seeded.call(Op.PRODUCE, produce_body("nope", rb.encode([b"a"]))))
+    err = error_of(seeded.call(Op.PRODUCE, produce_body("nope", rb.encode([b"a"], timestamp_ms=0))))
     assert err.code == errors.UnknownTopic.CODE
-    err = error_of(seeded.call(Op.PRODUCE, produce_body("bad", rb.encode([b"a"]), partition=7)))
+    err = error_of(
+        seeded.call(Op.PRODUCE, produce_body("bad", rb.encode([b"a"], timestamp_ms=0), partition=7))
+    )
     assert err.code == errors.UnknownPartition.CODE
     err = error_of(seeded.call(Op.FETCH, msg.FetchRequest("nope", 0, 0, 1024).encode()))
     assert err.code == errors.UnknownTopic.CODE
@@ -127,7 +133,9 @@ async def test_invalid_cohort_member_ids_are_rejected(
 async def test_stale_partitioning_version_is_redirected_not_accepted(
     broker: BrokerProcess, seeded: RawConnection
 ) -> None:
-    frame = seeded.call(Op.PRODUCE, produce_body("bad", rb.encode([b"stale"]), version=7))
+    frame = seeded.call(
+        Op.PRODUCE, produce_body("bad", rb.encode([b"stale"], timestamp_ms=0), version=7)
+    )
     assert frame.op == Op.REDIRECT
     redirect = msg.Redirect.decode(frame.body)
     assert redirect.partitioning_version == 1 and redirect.owner is not None
@@ -140,7 +148,9 @@ async def test_request_before_handshake_is_refused(
     broker: BrokerProcess, seeded: RawConnection
 ) -> None:
     conn = RawConnection(broker.bootstrap, handshake=False)
-    err = error_of(conn.call(Op.PRODUCE, produce_body("bad", rb.encode([b"sneaky"]))))
+    err = error_of(
+        conn.call(Op.PRODUCE, produce_body("bad", rb.encode([b"sneaky"], timestamp_ms=0)))
+    )
     assert err.code == errors.NotAuthenticated.CODE
     err = error_of(conn.call(Op.HANDSHAKE, msg.Handshake(99, "future").encode()))
     assert err.code == errors.UnsupportedVersion.CODE
@@ -182,7 +192,7 @@ async def test_garbage_stream_does_not_hurt_the_broker(
         conn.close()
     # pipelined valid frames still work after the storm
     for i in range(50):
-        seeded.send(Op.PRODUCE, produce_body("bad", rb.encode([b"after"])))
+        seeded.send(Op.PRODUCE, produce_body("bad", rb.encode([b"after"], timestamp_ms=0)))
     frames = [seeded.recv() for _ in range(50)]
     assert all(f.op == Op.PRODUCE_OK for f in frames)
     assert broker.alive

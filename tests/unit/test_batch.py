@@ -142,12 +142,15 @@ def test_header_properties() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"values": []}, "at least one record"),
-        ({"values": [b"a"], "keys": [b"k", b"k"]}, "keys"),
-        ({"values": [b"a"], "headers": [[], []]}, "headers"),
+        ({"values": [], "timestamp_ms": 0}, "at least one record"),
+        ({"values": [b"a"], "keys": [b"k", b"k"], "timestamp_ms": 0}, "keys"),
+        ({"values": [b"a"], "headers": [[], []], "timestamp_ms": 0}, "headers"),
         ({"values": [b"a"], "timestamps": [1, 2]}, "timestamps"),
-        ({"values": [b"a"], "compression": 5}, "compression"),
+        ({"values": [b"a"], "compression": 5, "timestamp_ms": 0}, "compression"),
         ({"values": [b"a", b"b"], "timestamps": [0, 2**32]}, "span"),
+        # the codec is pure: the caller says when, never the clock
+        ({"values": [b"a"]}, "timestamps or timestamp_ms"),
+        ({"values": [b"a"], "timestamps": [1], "timestamp_ms": 1}, "timestamps or timestamp_ms"),
     ],
 )
 def test_encode_rejects_bad_arguments(kwargs: dict[str, Any], message: str) -> None:

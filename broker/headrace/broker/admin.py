@@ -9,6 +9,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from headrace.errors import HeadraceError, InvalidTopicSpec, TopicAlreadyExists, UnknownTopic
+from headrace.protocol.coordination import TopologyReply
 
 if TYPE_CHECKING:
     from headrace.broker.app import Broker
@@ -123,7 +124,7 @@ class AdminServer:
         return web.json_response({"deleted": name})
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        return web.json_response(self.broker.heartbeat())
+        return web.json_response(self.broker.heartbeat().to_json())
 
     async def topology(self, request: web.Request) -> web.Response:
         """The controller pushes the cluster topology here (idempotent, generation-fenced)."""
@@ -138,7 +139,7 @@ class AdminServer:
         except HeadraceError as exc:
             return _error(exc)
         current = self.broker.cluster.generation if self.broker.cluster else None
-        return web.json_response({"applied": applied, "generation": current})
+        return web.json_response(TopologyReply(applied, current).to_json())
 
     async def status(self, request: web.Request) -> web.Response:
         b = self.broker

@@ -14,7 +14,7 @@ from headrace.aio import cancel_and_wait
 from headrace.broker.cohorting import CohortRuntime
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
-from headrace.broker.replicating import ClusterTopology, Replication
+from headrace.broker.replicating import Replication
 from headrace.broker.server import Connection, RedirectRequired
 from headrace.broker.syncing import GroupCommitter
 from headrace.broker.tiering import Tiering
@@ -23,6 +23,13 @@ from headrace.cohorts.gates import validate_cohort_name
 from headrace.errors import InvalidRequest, PartitionMoving, StorageError, UnknownPartition
 from headrace.objectstore.interface import ObjectStore
 from headrace.protocol import messages as msg
+from headrace.protocol.coordination import (
+    BrokerInfo,
+    ClusterTopology,
+    CohortReport,
+    Heartbeat,
+    PartitionReport,
+)
 
 log = logging.getLogger(__name__)
 
@@ -320,42 +327,39 @@ class Broker:
         ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file))
         return ctx
 
-    def heartbeat(self) -> dict[str, Any]:
-        """What the controller polls (camelCase, the shape ``control.model.Heartbeat`` reads)."""
+    def heartbeat(self) -> Heartbeat:
+        """What the controller polls (``GET /v1/heartbeat``)."""
         host, port = self.advertised
         admin_port = self.admin.port if self.admin is not None else -1
         partitions = sorted(self.registry.all_partitions(), key=lambda p: (p.topic.name, p.index))
-        return {
-            "broker": {
-                "id": self.settings.broker_id,
-                "host": host,
-                "port": port,
-                "adminPort": admin_port,
-            },
+        return Heartbeat(
+            BrokerInfo(self.settings.broker_id, host, port, admin_port),
+            adoption=self.adoption_floor(),
+            draining=not self.ready,
+            partitions=tuple(
+                PartitionReport(
+                    p.topic.name,
+                    p.index,
+                    "leader" if p.role is Role.LEADER else "follower",
+                    p.leader_epoch,
+                    p.log.next_offset,
+                    p.high_watermark,
+                    tuple(p.lrs),
+                    p.moves,
+                    p.start_offset,
+                    self.tiering.seal_report(p),
+                )
+                for p in partitions
+            ),
+            cohorts=tuple(
+                CohortReport(t, c, tuple(sorted(r.gates.members)))
+                for (t, c), r in sorted(self.cohorts.items())
+            ),
             # The cluster generation this broker has applied; 0 before the first push (the
             # standalone registry counter is a different counter and must not stand in for it).
-            "generation": self.cluster.generation if self.cluster else 0,
-            "adoption": self.adoption_floor(),
-            "draining": not self.ready,
-            "partitions": [
-                {
-                    "topic": p.topic.name,
-                    "partition": p.index,
-                    "role": p.role.value,
-                    "leaderEpoch": p.leader_epoch,
-                    "logEndOffset": p.log.next_offset,
-                    "highWatermark": p.high_watermark,
-                    "liveReplicas": p.lrs,
-                    **self.tiering.report(p),
-                }
-                for p in partitions
-            ],
-            "cohorts": [
-                {"topic": t, "cohort": c, "members": sorted(r.gates.members)}
-                for (t, c), r in sorted(self.cohorts.items())
-            ],
-            "connections": len(self.connections),
-        }
+            generation=self.cluster.generation if self.cluster else 0,
+            connections=len(self.connections),
+        )
 
     # ------------------------------------------------------------------ topics
 

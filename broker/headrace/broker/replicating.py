@@ -15,8 +15,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from headrace.aio import cancel_and_wait
 from headrace.broker.topics import Partition, Role
@@ -24,7 +23,6 @@ from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.errors import (
     CorruptBatch,
     HeadraceError,
-    MalformedFrame,
     NotLeader,
     OffsetOutOfRange,
     StaleEpoch,
@@ -32,6 +30,7 @@ from headrace.errors import (
     UnknownTopic,
 )
 from headrace.protocol import replication as rp
+from headrace.protocol.coordination import BrokerInfo, ClusterTopology, PartitionPlacement
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.replication.leader import LeaderReplicaSet
@@ -44,100 +43,6 @@ log = logging.getLogger(__name__)
 
 def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-# --------------------------------------------------------------------------- the pushed document
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerEndpoint:
-    id: int
-    host: str
-    port: int
-    admin_port: int = -1
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionPlacement:
-    partition: int
-    replicas: list[int]
-    leader: int | None
-    epoch: int
-    lrs: list[int]
-    #: an Unload is in progress: the leader seals the partition
-    seal: bool = False
-    #: the partition's incarnation: how many unloads moved it
-    moves: int = 0
-    #: where incarnation ``moves`` starts; None after a move: derive it from the object store
-    start_offset: int | None = 0
-
-
-@dataclass(frozen=True, slots=True)
-class TopicPlacement:
-    name: str
-    partitions: int
-    partitioning_version: int
-    min_in_sync: int
-    config: dict[str, Any]
-    assignments: list[PartitionPlacement]
-    #: cohort -> member -> partitions: the controller's advisory plans
-    cohort_plans: dict[str, dict[str, list[int]]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterTopology:
-    generation: int
-    cluster_id: str
-    brokers: list[BrokerEndpoint]
-    topics: list[TopicPlacement] = field(default_factory=list)
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> ClusterTopology:
-        try:
-            return cls(
-                int(obj["generation"]),
-                str(obj.get("cluster_id", "local")),
-                [
-                    BrokerEndpoint(
-                        int(b["id"]), str(b["host"]), int(b["port"]), int(b.get("admin_port", -1))
-                    )
-                    for b in obj["brokers"]
-                ],
-                [
-                    TopicPlacement(
-                        str(t["name"]),
-                        int(t["partitions"]),
-                        int(t["partitioning_version"]),
-                        int(t.get("min_in_sync", 1)),
-                        dict(t.get("config", {})),
-                        [
-                            PartitionPlacement(
-                                int(a["partition"]),
-                                [int(r) for r in a["replicas"]],
-                                None if a.get("leader") is None else int(a["leader"]),
-                                int(a["epoch"]),
-                                [int(r) for r in a.get("lrs", a["replicas"])],
-                                bool(a.get("seal", False)),
-                                int(a.get("moves", 0)),
-                                None
-                                if a.get("startOffset", 0) is None
-                                else int(a.get("startOffset", 0)),
-                            )
-                            for a in t["assignments"]
-                        ],
-                        {
-                            str(c): {str(m): [int(p) for p in ps] for m, ps in dict(plan).items()}
-                            for c, plan in dict(t.get("cohort_plans", {})).items()
-                        },
-                    )
-                    for t in obj.get("topics", [])
-                ],
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedFrame(f"malformed cluster topology: {exc}") from exc
-
-    def broker(self, broker_id: int) -> BrokerEndpoint | None:
-        return next((b for b in self.brokers if b.id == broker_id), None)
 
 
 # --------------------------------------------------------------------------- applying it
@@ -351,7 +256,7 @@ def answer_epochs(broker: Broker, queries: list[rp.EpochQuery]) -> list[rp.Epoch
 class ReplicaFetcher:
     """Pulls every partition this broker follows from one leader, over one connection."""
 
-    def __init__(self, broker: Broker, leader: BrokerEndpoint) -> None:
+    def __init__(self, broker: Broker, leader: BrokerInfo) -> None:
         self.broker = broker
         self.leader = leader
         self._task = asyncio.get_running_loop().create_task(

@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any
 
 from headrace.aio import cancel_and_wait
 from headrace.broker.topics import Partition, Role, TierConfig, write_placement
-from headrace.control.model import SealReport
 from headrace.errors import HeadraceError, OffsetOutOfRange, StorageError
 from headrace.objectstore.interface import ObjectNotFound, ObjectStore
+from headrace.protocol.coordination import SealReport
 from headrace.records import batch as rb
 from headrace.tiered.layout import MANIFEST_NAME, partition_prefix
 from headrace.tiered.manifest import Manifest, SealedState
@@ -720,15 +720,10 @@ class Tiering:
             "seal": state.seal_stage.value if state.seal_stage else None,
         }
 
-    def report(self, p: Partition) -> dict[str, Any]:
-        """Heartbeat fields for one partition."""
+    def seal_report(self, p: Partition) -> SealReport | None:
+        """The heartbeat's ``sealed`` for one partition: set once this leader has sealed it."""
         state: PartitionTiering | None = p.tiering
-        sealed = state.sealed if state is not None else None
-        return {
-            "moves": p.moves,
-            "startOffset": p.start_offset,
-            "sealed": sealed.to_json() if sealed is not None else None,
-        }
+        return state.sealed if state is not None else None
 
 
 def _verify(manifest: Manifest, last: int, end: int) -> tuple[bool, str]:

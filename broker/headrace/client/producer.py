@@ -17,7 +17,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +39,11 @@ from headrace.records import batch as rb
 log = logging.getLogger(__name__)
 
 _SEQ_MOD = 1 << 32
+
+
+def wall_ms() -> int:
+    """The producer's default clock: milliseconds since the epoch (record timestamps)."""
+    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,8 +281,11 @@ class Producer:
         compression: int = rb.COMPRESSION_NONE,
         idempotent: bool = True,
         options: ConnectOptions | None = None,
+        clock: Callable[[], int] = wall_ms,
     ) -> None:
         self.cluster = ClusterClient(bootstrap, options)
+        #: record timestamps: milliseconds since the epoch (tests pass a fake clock)
+        self._clock = clock
         self.acks = msg.Acks[acks.upper()] if isinstance(acks, str) else acks
         self.batch_bytes = batch_bytes
         self.linger_s = linger_ms / 1000
@@ -362,7 +370,7 @@ class Producer:
         if headers and acc.headers is None:
             acc.headers = [()] * index
         if timestamp_ms is not None and acc.timestamps is None:
-            now = time.time_ns() // 1_000_000
+            now = self._clock()
             acc.timestamps = [now] * index
         acc.values.append(value)
         if acc.keys is not None:
@@ -370,9 +378,7 @@ class Producer:
         if acc.headers is not None:
             acc.headers.append(headers or ())
         if acc.timestamps is not None:
-            acc.timestamps.append(
-                timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-            )
+            acc.timestamps.append(timestamp_ms if timestamp_ms is not None else self._clock())
         acc.size += len(value) + (len(key) if key else 0) + 8
         assert acc.future is not None
         receipt = RecordReceipt(acc.future, index)
@@ -452,6 +458,8 @@ class Producer:
             keys=acc.keys,
             headers=acc.headers,
             timestamps=acc.timestamps,
+            # without per-record timestamps, every record carries the time the batch is sealed
+            timestamp_ms=None if acc.timestamps is not None else self._clock(),
             compression=self.compression,
             producer_id=self.producer_id,
             base_sequence=seq,

@@ -1,8 +1,10 @@
 """The object store contract: what every adapter promises, and its errors.
 
-Pure: no I/O here. The adapters (``directory``, ``minio_store``) implement
-``ObjectStore``; callers that want retries wrap one in
-``retrying.RetryingStore``.
+No I/O of its own (only ``put_file`` reads the local file it is given). The
+adapters (``directory``, ``minio_store``) implement ``ObjectStore``; callers
+that want retries wrap one in ``retrying.RetryingStore``. The errors
+(``errors``) and the key rule (``keys``) are pure modules of their own,
+re-exported here.
 
 Contract, for every implementation:
 
@@ -34,106 +36,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from headrace.errors import HeadraceError
-
-#: S3's limit on a key's length, in UTF-8 bytes.
-MAX_KEY_BYTES = 1024
-
-
-# --- errors (codes 70-79; not wire errors, so not in headrace.errors' registry) ---
-
-
-class ObjectStoreError(HeadraceError):
-    """The object store failed; unless a subclass says otherwise, try again later."""
-
-    CODE = 70
-    retriable = True
-
-
-class ObjectNotFound(ObjectStoreError):
-    """No object has this key (or, for a bucket store, the bucket has none)."""
-
-    CODE = 71
-    retriable = False
-
-
-class ObjectStoreUnavailable(ObjectStoreError):
-    """The store could not be reached or is overloaded: refused, reset, timed out, 5xx."""
-
-    CODE = 72
-    retriable = True
-
-
-class InvalidObjectKey(ObjectStoreError):
-    """The key breaks the key rules (``validate_key``) or clashes with the store's layout."""
-
-    CODE = 73
-    retriable = False
-
-
-class ObjectStoreAccessDenied(ObjectStoreError):
-    """Credentials were refused; retrying with the same ones will not help."""
-
-    CODE = 74
-    retriable = False
-
-
-class ObjectStoreRejected(ObjectStoreError):
-    """The store refused the request for another reason (missing bucket, bad argument)."""
-
-    CODE = 75
-    retriable = False
-
-
-ERROR_CLASSES: tuple[type[ObjectStoreError], ...] = (
-    ObjectStoreError,
-    ObjectNotFound,
-    ObjectStoreUnavailable,
+# The errors and the key rule are pure modules of their own (a pure core such as the
+# tier layout needs them without a store); adapters take the whole contract from here.
+from headrace.objectstore.errors import (
+    ERROR_CLASSES,
     InvalidObjectKey,
+    ObjectNotFound,
     ObjectStoreAccessDenied,
+    ObjectStoreError,
     ObjectStoreRejected,
+    ObjectStoreUnavailable,
 )
+from headrace.objectstore.keys import MAX_KEY_BYTES, validate_key, validate_prefix
 
-
-# --- keys ---
-
-
-def validate_key(key: str) -> str:
-    """Return ``key`` if it is a valid object key, else raise ``InvalidObjectKey``.
-
-    The rule is stricter than S3's so that every key is also a safe relative
-    path for ``DirectoryStore``: non-empty segments separated by single ``/``;
-    no leading or trailing ``/``; no segment that starts with ``.`` (which
-    rules out ``.`` and ``..`` and leaves hidden names to the adapters' own
-    temporary files); no backslash, NUL or other control characters; at most
-    ``MAX_KEY_BYTES`` bytes of UTF-8.
-    """
-    if not key:
-        raise InvalidObjectKey("object key is empty")
-    if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
-        raise InvalidObjectKey(f"object key is longer than {MAX_KEY_BYTES} bytes")
-    if any(ord(c) < 0x20 or c == "\x7f" or c == "\\" for c in key):
-        raise InvalidObjectKey(f"object key {key!r} has a control character or backslash")
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in key):
-        raise InvalidObjectKey(f"object key {key!r} is not valid UTF-8")
-    for segment in key.split("/"):
-        if not segment:
-            raise InvalidObjectKey(
-                f"object key {key!r} has an empty segment (or a leading, trailing or double /)"
-            )
-        if segment.startswith("."):
-            raise InvalidObjectKey(f"object key {key!r} has a segment starting with '.'")
-    return key
-
-
-def validate_prefix(prefix: str) -> str:
-    """A listing prefix: empty, or the beginning of some valid key."""
-    if not prefix:
-        return prefix
-    # A prefix may end inside a segment or right after a '/'; check it as the
-    # key it would be with a neutral character appended.
-    validate_key(prefix + "x" if prefix.endswith("/") else prefix)
-    return prefix
+__all__ = [
+    "ERROR_CLASSES",
+    "MAX_KEY_BYTES",
+    "InvalidObjectKey",
+    "ObjectInfo",
+    "ObjectNotFound",
+    "ObjectStore",
+    "ObjectStoreAccessDenied",
+    "ObjectStoreError",
+    "ObjectStoreRejected",
+    "ObjectStoreUnavailable",
+    "check_range",
+    "validate_key",
+    "validate_prefix",
+]
 
 
 # --- the interface ---

@@ -1,1 +1,3 @@
-"""The wire protocol: frames and message bodies (pure, no sockets)."""
+"""The wire protocol (pure, no sockets): the data port's frames and message bodies
+(``frames``, ``messages``, ``replication``), and the JSON documents a broker and
+its controller exchange over admin HTTP (``coordination``)."""

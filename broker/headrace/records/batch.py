@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import struct
 import sys
-import time
 import zlib
 from array import array
 from collections.abc import Iterator, Sequence
@@ -283,13 +282,16 @@ def encode(
 ) -> bytes:
     """Encode records into one batch with base_offset 0 and leader_epoch -1.
 
-    ``values`` must be bytes-like. Per-record timestamps are optional; without
-    them every record carries ``timestamp_ms`` (default: now). The loops here
-    are ``map``/``join`` over the inputs, which run in C.
+    ``values`` must be bytes-like. Pass exactly one of ``timestamps`` (one per
+    record) and ``timestamp_ms`` (every record's): the codec never reads the
+    clock, so the same inputs always give the same bytes. The loops here are
+    ``map``/``join`` over the inputs, which run in C.
     """
     count = len(values)
     if count == 0:
         raise ValueError("a batch needs at least one record")
+    if (timestamps is None) == (timestamp_ms is None):
+        raise ValueError("pass either timestamps or timestamp_ms (the codec reads no clock)")
     attributes = compression & COMPRESSION_MASK
     columns: list[bytes] = []
     if timestamps is not None:
@@ -302,9 +304,8 @@ def encode(
         attributes |= ATTR_TIMESTAMPS
         columns.append(_u32_array([ts - first_ts for ts in timestamps]))
     else:
-        first_ts = max_ts = (
-            timestamp_ms if timestamp_ms is not None else time.time_ns() // 1_000_000
-        )
+        assert timestamp_ms is not None
+        first_ts = max_ts = timestamp_ms
     key_blob = b""
     if keys is not None:
         if len(keys) != count:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from typing import Final, NamedTuple
 
-from headrace.objectstore.interface import validate_key
+from headrace.objectstore.keys import validate_key
 
 MANIFEST_NAME: Final = "manifest.json"
 SEALED_NAME: Final = "sealed.json"

@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from headrace.errors import HeadraceError, InvalidRequest
-from headrace.objectstore.interface import InvalidObjectKey, validate_key
+from headrace.objectstore.errors import InvalidObjectKey
+from headrace.objectstore.keys import validate_key
 from headrace.records.batch import HEADER_SIZE
 
 #: the document format written; a reader refuses any other

@@ -8,10 +8,12 @@ the next status. The controller process (local mode) and the kopf operator
 
 Modules
 -------
-``model``         the documents: ``Heartbeat`` (what a broker reports) and
-                  ``ClusterState``/``TopicStatus``/``PartitionStatus``/
-                  ``CohortPlan``/``BrokerInfo`` (what the controller
-                  persists), with camelCase ``to_json``/``from_json``
+``model``         the persisted documents: ``ClusterState``/``TopicStatus``/
+                  ``PartitionStatus``/``CohortPlan`` (and ``BrokerInfo``),
+                  with camelCase ``to_json``/``from_json``. What a broker
+                  reports (``Heartbeat``) and the topology pushed to it
+                  (``ClusterTopology``) are wire documents in
+                  ``headrace.protocol.coordination``
 ``settings``      ``ControlSettings``: liveness TTL, candidate wait, offline retry
 ``liveness``      live / dead / unheard brokers, and the adoption floor
 ``placement``     ``place``: replica lists spread over distinct brokers

@@ -56,13 +56,9 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from headrace.control.liveness import Liveness
-from headrace.control.model import (
-    PartitionReport,
-    PartitionState,
-    PartitionStatus,
-    normalise_lrs,
-)
+from headrace.control.model import PartitionState, PartitionStatus, normalise_lrs
 from headrace.control.settings import ControlSettings
+from headrace.protocol.coordination import PartitionReport
 
 ONLINE, ELECTING, OFFLINE = PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from headrace.control.model import Heartbeat
+from headrace.protocol.coordination import Heartbeat
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,15 +1,16 @@
-"""The control core's data: what brokers report and what the controller persists (pure data).
+"""The control core's data: what the controller persists and what it is asked (pure data).
 
-Two kinds of document live here, and they are kept apart on purpose:
-
-* **Reports** (``Heartbeat`` and its parts) are what a broker's heartbeat
-  endpoint returns. They are samples: the controller keeps only the latest one
-  per broker, in memory, and never persists them.
 * **Status** (``ClusterState``, ``TopicStatus``, ``PartitionStatus``,
-  ``CohortPlan``, ``BrokerInfo``) holds the durable decisions: placement,
-  leaders and epochs, LRS membership, cohort plans and the topology
-  generation. The controller persists it, in Kubernetes CR status or in the
-  local state store, with the same JSON shape.
+  ``CohortPlan``, and ``BrokerInfo`` from the protocol) holds the durable
+  decisions: placement, leaders and epochs, LRS membership, cohort plans and
+  the topology generation. The controller persists it, in Kubernetes CR status
+  or in the local state store, with the same JSON shape.
+* **Requests** (``TopicSpec``, ``UnloadRequest``) and unload progress.
+
+What brokers report (``Heartbeat`` and its parts) is not here: it is a wire
+document both planes share, in ``headrace.protocol.coordination``. Reports are
+samples: the controller keeps only the latest one per broker, in memory, and
+never persists them.
 
 Every class is a frozen dataclass; the core never mutates one, it builds a new
 one, so "did anything change?" is plain equality. ``to_json``/``from_json``
@@ -23,14 +24,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.protocol.coordination import BrokerInfo
+from headrace.protocol.jsonfields import ints as _ints
+from headrace.protocol.jsonfields import objects as _objects
+from headrace.protocol.jsonfields import optional as _optional
+from headrace.protocol.jsonfields import required as _field
 
-Role = Literal["leader", "follower"]
-ROLES: tuple[Role, ...] = ("leader", "follower")
-
-_T = TypeVar("_T")
 _E = TypeVar("_E", bound=enum.StrEnum)
 
 
@@ -40,244 +42,6 @@ class PartitionState(enum.StrEnum):
     ONLINE = "Online"
     ELECTING = "Electing"
     OFFLINE = "Offline"
-
-
-# --------------------------------------------------------------------------- JSON helpers
-
-
-def _object(doc: object, where: str) -> Mapping[str, Any]:
-    if not isinstance(doc, Mapping):
-        raise InvalidRequest(f"{where}: expected an object")
-    return doc
-
-
-def _field(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T:
-    doc = _object(doc, where)
-    if key not in doc:
-        raise InvalidRequest(f"{where}: missing field {key!r}")
-    value = doc[key]
-    if kind is int and isinstance(value, bool):
-        raise InvalidRequest(f"{where}: field {key!r} must be an integer")
-    if not isinstance(value, kind):
-        raise InvalidRequest(f"{where}: field {key!r} must be {kind.__name__}")
-    return value
-
-
-def _optional(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T | None:
-    if _object(doc, where).get(key) is None:
-        return None
-    return _field(doc, key, kind, where)
-
-
-def _ints(
-    doc: Mapping[str, Any], key: str, where: str, *, default: bool = False
-) -> tuple[int, ...]:
-    if default and _object(doc, where).get(key) is None:
-        return ()
-    values = _field(doc, key, list, where)
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
-        raise InvalidRequest(f"{where}: field {key!r} must be a list of integers")
-    return tuple(values)
-
-
-def _objects(doc: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
-    if _object(doc, where).get(key) is None:
-        return []
-    values = _field(doc, key, list, where)
-    if not all(isinstance(v, Mapping) for v in values):
-        raise InvalidRequest(f"{where}: field {key!r} must be a list of objects")
-    return values
-
-
-# --------------------------------------------------------------------------- broker reports
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    """A broker's identity and addresses, as it advertises them."""
-
-    id: int
-    host: str
-    port: int
-    admin_port: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "host": self.host, "port": self.port, "adminPort": self.admin_port}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> BrokerInfo:
-        w = "broker"
-        return cls(
-            _field(doc, "id", int, w),
-            _field(doc, "host", str, w),
-            _field(doc, "port", int, w),
-            _field(doc, "adminPort", int, w),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class SealReport:
-    """A leader's word that it has sealed its partition (see ``unloads``).
-
-    Appends are stopped, every record through ``last_committed_offset`` is in
-    the object store and the sealed state is written there. ``epoch`` and
-    ``moves`` say which leadership and which incarnation sealed, so a report
-    from an earlier one is recognised as stale.
-    """
-
-    #: -1 for an empty partition
-    last_committed_offset: int
-    epoch: int
-    moves: int
-    #: the stored segments and the sealed state agree
-    verified: bool
-    #: what disagreed, when not verified
-    message: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "lastCommittedOffset": self.last_committed_offset,
-            "epoch": self.epoch,
-            "moves": self.moves,
-            "verified": self.verified,
-            "message": self.message,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> SealReport:
-        w = "seal report"
-        return cls(
-            _field(doc, "lastCommittedOffset", int, w),
-            _field(doc, "epoch", int, w),
-            _field(doc, "moves", int, w),
-            _field(doc, "verified", bool, w),
-            _optional(doc, "message", str, w) or "",
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class PartitionReport:
-    """One partition replica as its broker sees it."""
-
-    topic: str
-    partition: int
-    role: Role
-    leader_epoch: int
-    log_end_offset: int
-    high_watermark: int
-    #: the leader's live replica set (broker ids, itself included); empty from a follower
-    live_replicas: tuple[int, ...] = ()
-    #: the incarnation of the partition this copy belongs to (``PartitionStatus.moves``)
-    moves: int = 0
-    #: where this copy of incarnation ``moves`` started (0 for incarnation 0)
-    start_offset: int = 0
-    #: present once this broker, leading at ``sealed.epoch``, has sealed the partition
-    sealed: SealReport | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "topic": self.topic,
-            "partition": self.partition,
-            "role": self.role,
-            "leaderEpoch": self.leader_epoch,
-            "logEndOffset": self.log_end_offset,
-            "highWatermark": self.high_watermark,
-            "liveReplicas": list(self.live_replicas),
-            "moves": self.moves,
-            "startOffset": self.start_offset,
-            "sealed": None if self.sealed is None else self.sealed.to_json(),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> PartitionReport:
-        w = "partition report"
-        role = _field(doc, "role", str, w)
-        if role == "leader":
-            checked: Role = "leader"
-        elif role == "follower":
-            checked = "follower"
-        else:
-            raise InvalidRequest(f"{w}: role must be 'leader' or 'follower', not {role!r}")
-        sealed = _optional(doc, "sealed", dict, w)
-        return cls(
-            _field(doc, "topic", str, w),
-            _field(doc, "partition", int, w),
-            checked,
-            _field(doc, "leaderEpoch", int, w),
-            _field(doc, "logEndOffset", int, w),
-            _field(doc, "highWatermark", int, w),
-            _ints(doc, "liveReplicas", w, default=True),
-            _optional(doc, "moves", int, w) or 0,
-            _optional(doc, "startOffset", int, w) or 0,
-            None if sealed is None else SealReport.from_json(sealed),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class CohortReport:
-    """The members of one cohort connected to the reporting broker."""
-
-    topic: str
-    cohort: str
-    members: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "cohort": self.cohort, "members": list(self.members)}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> CohortReport:
-        w = "cohort report"
-        members = _field(doc, "members", list, w)
-        if not all(isinstance(m, str) for m in members):
-            raise InvalidRequest(f"{w}: members must be strings")
-        return cls(_field(doc, "topic", str, w), _field(doc, "cohort", str, w), tuple(members))
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """The latest sample from one broker.
-
-    ``received_ms`` is stamped by the controller with its own clock when the
-    sample arrives (never taken from the broker), so liveness needs no clock
-    agreement between machines. It is not part of the broker's JSON.
-    """
-
-    broker: BrokerInfo
-    received_ms: int
-    #: lowest topology generation acked by the broker's client connections; None if none acked
-    adoption: int | None = None
-    #: the broker is shutting down: move leadership away, place nothing new on it
-    draining: bool = False
-    partitions: tuple[PartitionReport, ...] = ()
-    cohorts: tuple[CohortReport, ...] = ()
-
-    @property
-    def broker_id(self) -> int:
-        return self.broker.id
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "broker": self.broker.to_json(),
-            "adoption": self.adoption,
-            "draining": self.draining,
-            "partitions": [p.to_json() for p in self.partitions],
-            "cohorts": [c.to_json() for c in self.cohorts],
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any], *, received_ms: int) -> Heartbeat:
-        w = "heartbeat"
-        draining = _object(doc, w).get("draining", False)
-        if not isinstance(draining, bool):
-            raise InvalidRequest(f"{w}: field 'draining' must be a boolean")
-        return cls(
-            BrokerInfo.from_json(_field(doc, "broker", dict, w)),
-            received_ms,
-            _optional(doc, "adoption", int, w),
-            draining,
-            tuple(PartitionReport.from_json(p) for p in _objects(doc, "partitions", w)),
-            tuple(CohortReport.from_json(c) for c in _objects(doc, "cohorts", w)),
-        )
 
 
 # --------------------------------------------------------------------------- desired state

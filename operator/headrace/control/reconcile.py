@@ -58,11 +58,8 @@ from typing import Final
 from headrace.control import cohort_plans, election, placement, unloads
 from headrace.control.liveness import Liveness, adoption_floor, assess
 from headrace.control.model import (
-    BrokerInfo,
     ClusterState,
     CohortPlan,
-    Heartbeat,
-    PartitionReport,
     PartitionState,
     PartitionStatus,
     TopicSpec,
@@ -71,6 +68,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.control.settings import ControlSettings
+from headrace.protocol.coordination import BrokerInfo, Heartbeat, PartitionReport
 
 DEFAULT_SETTINGS: Final = ControlSettings()
 

@@ -90,11 +90,9 @@ from headrace.control.liveness import Liveness
 from headrace.control.model import (
     MovePhase,
     MoveProgress,
-    PartitionReport,
     PartitionState,
     PartitionStatus,
     RecoverySource,
-    SealReport,
     TopicSpec,
     TopicStatus,
     UnloadPhase,
@@ -102,6 +100,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.control.settings import ControlSettings
+from headrace.protocol.coordination import PartitionReport, SealReport
 
 PENDING, SEALING, SEALED = MovePhase.PENDING, MovePhase.SEALING, MovePhase.SEALED
 COMPLETED, FAILED = MovePhase.COMPLETED, MovePhase.FAILED

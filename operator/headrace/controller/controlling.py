@@ -38,7 +38,7 @@ from typing import Any
 import aiohttp
 
 from headrace.aio import cancel_and_wait
-from headrace.control.model import Heartbeat, TopicSpec, UnloadRequest
+from headrace.control.model import TopicSpec, UnloadRequest
 from headrace.control.reconcile import Decision, reconcile
 from headrace.control.settings import ControlSettings
 from headrace.controller.store import (
@@ -51,6 +51,13 @@ from headrace.controller.store import (
     unload_request,
 )
 from headrace.errors import HeadraceError, InvalidRequest
+from headrace.protocol.coordination import (
+    ClusterTopology,
+    Heartbeat,
+    PartitionPlacement,
+    TopicPlacement,
+    TopologyReply,
+)
 
 log = logging.getLogger(__name__)
 
@@ -330,56 +337,53 @@ class Controller:
             )
             return
         self.heartbeats[broker.id] = heartbeat
-        self.broker_generations[broker.id] = int(doc.get("generation", 0))
+        self.broker_generations[broker.id] = heartbeat.generation
 
     def topology_document(self) -> dict[str, Any]:
-        """The document brokers apply (see ``broker.replicating.ClusterTopology``)."""
+        """The document brokers apply: ``ClusterTopology`` (``protocol.coordination``)."""
         specs = {s.name: s for s in self.specs}
         state = self.state
         decision = self.last_decision
         live = decision.liveness.live if decision is not None else frozenset(state.brokers)
-        return {
-            "generation": state.generation,
-            "cluster_id": self.settings.cluster_id,
-            "brokers": [
-                {"id": b.id, "host": b.host, "port": b.port, "admin_port": b.admin_port}
-                for _, b in sorted(state.brokers.items())
-            ],
-            "topics": [
-                {
-                    "name": name,
-                    "partitions": len(topic.partitions),
-                    "partitioning_version": topic.partitioning_version,
-                    "min_in_sync": specs[name].min_in_sync if name in specs else 1,
-                    "config": topic_config(self.resources[name]) if name in self.resources else {},
-                    "assignments": [
-                        {
-                            "partition": p.partition,
-                            "replicas": list(p.replicas),
+        return ClusterTopology(
+            state.generation,
+            self.settings.cluster_id,
+            [b for _, b in sorted(state.brokers.items())],
+            [
+                TopicPlacement(
+                    name,
+                    len(topic.partitions),
+                    topic.partitioning_version,
+                    specs[name].min_in_sync if name in specs else 1,
+                    topic_config(self.resources[name]) if name in self.resources else {},
+                    [
+                        PartitionPlacement(
+                            p.partition,
+                            list(p.replicas),
                             # a candidate is told it leads, so it can promote itself
-                            "leader": p.owner,
-                            "epoch": p.leader_epoch,
+                            p.owner,
+                            p.leader_epoch,
                             # A new leader seeds its LRS from this: never with dead brokers,
                             # whose missing fetches would hold the HW (and acks=all) back
                             # until they time out of the set.
-                            "lrs": [r for r in p.live_replicas if r in live],
+                            [r for r in p.live_replicas if r in live],
                             # unloads: the leader seals; a higher ``moves`` makes every
-                            # replica drop its copy and open it empty at ``startOffset``
-                            # (null: after the last offset in the object store)
-                            "seal": p.seal,
-                            "moves": p.moves,
-                            "startOffset": p.start_offset,
-                        }
+                            # replica drop its copy and open it empty at ``start_offset``
+                            # (None: after the last offset in the object store)
+                            p.seal,
+                            p.moves,
+                            p.start_offset,
+                        )
                         for p in topic.partitions
                     ],
-                    "cohort_plans": {
+                    {
                         cohort: {m: list(ps) for m, ps in plan.assignment.items()}
                         for cohort, plan in topic.cohort_plans.items()
                     },
-                }
+                )
                 for name, topic in sorted(state.topics.items())
             ],
-        }
+        ).to_json()
 
     async def _push(self, decision: Decision) -> None:
         assert self._session is not None
@@ -398,12 +402,13 @@ class Controller:
                     body = await resp.json()
                 if resp.status == 200:
                     self.pushes += 1
-                    self.broker_generations[broker.id] = int(body.get("generation") or 0)
+                    reply = TopologyReply.from_json(body)
+                    self.broker_generations[broker.id] = reply.generation or 0
                 else:
                     log.warning(
                         "broker %s refused topology %d: %s", broker.id, self.state.generation, body
                     )
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            except (aiohttp.ClientError, TimeoutError, ValueError, HeadraceError) as exc:
                 log.info("push to broker %s failed: %s", broker.id, exc)
 
     def state_document(self) -> dict[str, Any]:

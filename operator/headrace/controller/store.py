@@ -39,7 +39,6 @@ from typing import Any, Final
 import pydantic
 
 from headrace.control.model import (
-    BrokerInfo,
     ClusterState,
     MovePhase,
     MoveProgress,
@@ -51,6 +50,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.protocol.coordination import BrokerInfo
 from headrace.resources import topics as topic_models
 
 API_VERSION: Final = "headrace.dev/v1alpha1"

@@ -1,4 +1,7 @@
-"""Generate ``crds/`` from the models: ``python -m headrace.resources.crdgen crds/``.
+"""The CRDs of ``crds/``, rendered from the models (pure: ``generated`` returns the text).
+
+``python -m headrace.cli.generate`` writes them (and the reference); this
+module reads and writes no files.
 
 Pydantic's JSON schema says the right things in a form Kubernetes does not
 take. A CRD schema must be *structural*: every node has a ``type`` (or is an
@@ -24,9 +27,7 @@ CRDs and compares them with the committed files.
 from __future__ import annotations
 
 import re
-import sys
-from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import yaml
@@ -36,7 +37,7 @@ from headrace.resources.meta import GROUP, RESOURCE_NAME, SUBDOMAIN, VERSION, Ob
 
 HEADER: Final = (
     "# Generated from the models in operator/headrace/resources by\n"
-    "#   python -m headrace.resources.crdgen crds/\n"
+    "#   python -m headrace.cli.generate crds/ docs/crd-reference.md\n"
     "# Do not edit; change the models and regenerate.\n"
 )
 
@@ -213,21 +214,6 @@ def generated() -> dict[str, str]:
     return {file_name(cls): render(custom_resource_definition(cls)) for cls in KINDS.values()}
 
 
-def write(directory: Path) -> list[Path]:
-    """Write every kind's CRD into ``directory`` and remove stale generated ones."""
-    directory.mkdir(parents=True, exist_ok=True)
-    files = generated()
-    for stale in directory.glob(f"*.{GROUP}.yaml"):
-        if stale.name not in files:
-            stale.unlink()
-    written = []
-    for name, text in files.items():
-        path = directory / name
-        path.write_text(text)
-        written.append(path)
-    return written
-
-
 # --- structural check ---
 
 #: JSONSchemaProps fields a CRD schema may use (apiextensions.k8s.io/v1), minus the
@@ -368,17 +354,3 @@ def _list_type(node: Mapping[str, Any], path: str) -> Iterator[str]:
                 yield f"{path}: map key {key!r} is not a property of the items"
             elif key not in items.get("required", []) and "default" not in field:
                 yield f"{path}: map key {key!r} must be required or defaulted"
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m headrace.resources.crdgen DIRECTORY", file=sys.stderr)
-        return 2
-    for path in write(Path(args[0])):
-        print(path)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

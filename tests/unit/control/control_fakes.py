@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from headrace.control.model import (
+from headrace.control.model import ClusterState, PartitionState, PartitionStatus
+from headrace.protocol.coordination import (
     BrokerInfo,
-    ClusterState,
     CohortReport,
     Heartbeat,
     PartitionReport,
-    PartitionState,
-    PartitionStatus,
     SealReport,
 )
 

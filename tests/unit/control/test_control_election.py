@@ -10,8 +10,9 @@ from hypothesis import strategies as st
 
 from headrace.control import election
 from headrace.control.liveness import Liveness
-from headrace.control.model import PartitionReport, PartitionState, PartitionStatus
+from headrace.control.model import PartitionState, PartitionStatus
 from headrace.control.settings import ControlSettings
+from headrace.protocol.coordination import PartitionReport
 
 ONLINE, ELECTING, OFFLINE = PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE
 SETTINGS = ControlSettings(liveness_ttl_ms=3_000, candidate_wait_ms=5_000, offline_retry_ms=30_000)

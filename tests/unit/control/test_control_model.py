@@ -11,18 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headrace.control.model import (
-    BrokerInfo,
     ClusterState,
     CohortPlan,
-    CohortReport,
-    Heartbeat,
     MovePhase,
     MoveProgress,
-    PartitionReport,
     PartitionState,
     PartitionStatus,
     RecoverySource,
-    SealReport,
     TopicSpec,
     TopicStatus,
     UnloadPhase,
@@ -30,6 +25,13 @@ from headrace.control.model import (
     normalise_lrs,
 )
 from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.protocol.coordination import (
+    BrokerInfo,
+    CohortReport,
+    Heartbeat,
+    PartitionReport,
+    SealReport,
+)
 
 SETTINGS = settings(max_examples=100, deadline=None)
 
@@ -107,6 +109,7 @@ def test_heartbeat_document_shape_and_round_trip() -> None:
     doc = hb.to_json()
     assert doc == {
         "broker": {"id": 3, "host": "h3", "port": 9092, "adminPort": 9644},
+        "generation": 0,
         "adoption": 9,
         "draining": True,
         "partitions": [
@@ -124,6 +127,7 @@ def test_heartbeat_document_shape_and_round_trip() -> None:
             }
         ],
         "cohorts": [{"topic": "default/t", "cohort": "c", "members": ["m1", "m2"]}],
+        "connections": 0,
     }
     assert "receivedMs" not in doc, "the controller stamps the receive time, not the broker"
     assert Heartbeat.from_json(json.loads(json.dumps(doc)), received_ms=55) == hb

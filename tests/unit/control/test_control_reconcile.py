@@ -17,15 +17,10 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from headrace.control import reconcile as rc
-from headrace.control.model import (
-    BrokerInfo,
-    ClusterState,
-    PartitionState,
-    PartitionStatus,
-    TopicSpec,
-)
+from headrace.control.model import ClusterState, PartitionState, PartitionStatus, TopicSpec
 from headrace.control.settings import ControlSettings
 from headrace.control.topology import NO_OWNER, snapshot
+from headrace.protocol.coordination import BrokerInfo
 
 ONLINE, ELECTING, OFFLINE = PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE
 SETTINGS = ControlSettings(liveness_ttl_ms=3_000, candidate_wait_ms=5_000, offline_retry_ms=30_000)

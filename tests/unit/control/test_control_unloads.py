@@ -22,19 +22,18 @@ from headrace.control import reconcile as rc
 from headrace.control import unloads
 from headrace.control.model import (
     ClusterState,
-    Heartbeat,
     MovePhase,
     MoveProgress,
     PartitionState,
     PartitionStatus,
     RecoverySource,
-    SealReport,
     TopicSpec,
     UnloadPhase,
     UnloadProgress,
     UnloadRequest,
 )
 from headrace.control.settings import ControlSettings
+from headrace.protocol.coordination import Heartbeat, SealReport
 
 SETTINGS = ControlSettings(
     liveness_ttl_ms=3_000,

@@ -5,13 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from headrace.control.model import (
-    BrokerInfo,
-    Heartbeat,
-    PartitionReport,
-    PartitionState,
-    SealReport,
-)
+from headrace.control.model import PartitionState
 from headrace.control.reconcile import Decision
 from headrace.controller.controlling import (
     BrokerEndpoint,
@@ -19,6 +13,7 @@ from headrace.controller.controlling import (
     ControllerSettings,
     wall_ms,
 )
+from headrace.protocol.coordination import BrokerInfo, Heartbeat, PartitionReport, SealReport
 
 TOPIC = {
     "apiVersion": "headrace.dev/v1alpha1",

@@ -188,7 +188,7 @@ async def test_the_topology_document_carries_the_topic_config(tmp_path: Path) ->
     c.apply([topic])
     await settle(c)
     (t,) = c.pushed[-1]["topics"]
-    assert t["config"] == {"upload_interval_ms": 5000}
+    assert t["config"] == {"uploadIntervalMs": 5000}
     assert {"seal", "moves", "startOffset"} <= set(t["assignments"][0])
 
 

@@ -10,14 +10,13 @@ import pytest
 import yaml
 from resource_samples import CRDS, ROOT
 
+from headrace.cli.generate import main, read_examples, write_crds
 from headrace.resources import KINDS, docgen
 from headrace.resources.crdgen import (
     custom_resource_definition,
     file_name,
     generated,
-    main,
     structural_problems,
-    write,
 )
 
 KIND_NAMES = sorted(KINDS)
@@ -29,21 +28,25 @@ def schema_of(kind: str) -> dict[str, Any]:
     return schema
 
 
-def test_committed_crds_are_what_the_models_generate(tmp_path: Path) -> None:
-    assert main([str(tmp_path)]) == 0
-    fresh = {p.name: p.read_text() for p in sorted(tmp_path.iterdir())}
+def test_committed_crds_are_what_the_models_generate(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)  # examples/ for the reference
+    assert main([str(tmp_path / "crds"), str(tmp_path / "reference.md")]) == 0
+    assert (tmp_path / "reference.md").read_text() == (
+        ROOT / "docs" / "crd-reference.md"
+    ).read_text()
+    fresh = {p.name: p.read_text() for p in sorted((tmp_path / "crds").iterdir())}
     committed = {p.name: p.read_text() for p in sorted(CRDS.glob("*.yaml"))}
     assert sorted(committed) == sorted(fresh), "crds/ has missing or extra files"
     for name, text in fresh.items():
-        assert committed[name] == text, (
-            f"crds/{name} is stale: run `python -m headrace.resources.crdgen crds/`"
-        )
+        assert committed[name] == text, f"crds/{name} is stale: run `make generate`"
 
 
 def test_the_reference_doc_is_what_the_models_generate(tmp_path: Path) -> None:
     committed = (ROOT / "docs" / "crd-reference.md").read_text()
-    assert committed == docgen.reference(ROOT), (
-        "docs/crd-reference.md is stale: run `python -m headrace.resources.docgen docs/crd-reference.md`"
+    assert committed == docgen.reference(read_examples(ROOT)), (
+        "docs/crd-reference.md is stale: run `make generate`"
     )
     for kind in KINDS:
         assert f"\n## {kind}\n" in committed
@@ -53,7 +56,7 @@ def test_the_reference_doc_is_what_the_models_generate(tmp_path: Path) -> None:
 def test_write_removes_stale_generated_files_only(tmp_path: Path) -> None:
     (tmp_path / "gone.headrace.dev.yaml").write_text("old")
     (tmp_path / "kustomization.yaml").write_text("keep")
-    write(tmp_path)
+    write_crds(tmp_path)
     assert not (tmp_path / "gone.headrace.dev.yaml").exists()
     assert (tmp_path / "kustomization.yaml").read_text() == "keep"
     assert len(list(tmp_path.glob("*.headrace.dev.yaml"))) == len(KINDS)

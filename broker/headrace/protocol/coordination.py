@@ -1,0 +1,410 @@
+"""The documents a broker and its controller exchange over admin HTTP (pure).
+
+Both planes import them from here, so the data plane never imports the
+control plane and the two sides cannot drift apart:
+
+* ``Heartbeat`` (with ``BrokerInfo``, ``PartitionReport``, ``SealReport`` and
+  ``CohortReport``): what a broker's ``GET /v1/heartbeat`` returns and the
+  controller polls. The broker fills it in; the controller parses it.
+* ``ClusterTopology`` (with ``TopicPlacement`` and ``PartitionPlacement``):
+  what the controller pushes with ``POST /v1/topology``. The controller fills
+  it in; the broker parses it and applies it, fenced by ``generation``.
+  ``TopologyReply`` is the broker's answer.
+
+One key style on the wire: camelCase (``leaderEpoch``, ``partitioningVersion``,
+``adminPort``), as the controller's persisted status has. A topic's ``config``
+holds broker setting names (``retention_ms`` in Python, in ``topic.json`` and
+in the broker's own admin API); the topology carries them in camelCase too
+(``retentionMs``) and ``from_json`` gives the broker's names back.
+
+``from_json`` refuses a document of the wrong shape with ``InvalidRequest``
+naming the field. Fields a broker or controller from before a field existed
+would leave out have the defaults noted on them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from headrace.errors import InvalidRequest
+from headrace.protocol.jsonfields import ints, mapping, objects, optional, required
+
+Role = Literal["leader", "follower"]
+
+
+# --------------------------------------------------------------------------- broker → controller
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A broker's identity and addresses, as it advertises them."""
+
+    id: int
+    host: str
+    #: the data port clients and followers connect to
+    port: int
+    #: the admin HTTP port the controller polls and pushes to
+    admin_port: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "host": self.host, "port": self.port, "adminPort": self.admin_port}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> BrokerInfo:
+        w = "broker"
+        return cls(
+            required(doc, "id", int, w),
+            required(doc, "host", str, w),
+            required(doc, "port", int, w),
+            required(doc, "adminPort", int, w),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SealReport:
+    """A leader's word that it has sealed its partition (see ``control.unloads``).
+
+    Appends are stopped, every record through ``last_committed_offset`` is in
+    the object store and the sealed state is written there. ``epoch`` and
+    ``moves`` say which leadership and which incarnation sealed, so a report
+    from an earlier one is recognised as stale.
+    """
+
+    #: -1 for an empty partition
+    last_committed_offset: int
+    epoch: int
+    moves: int
+    #: the stored segments and the sealed state agree
+    verified: bool
+    #: what disagreed, when not verified
+    message: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lastCommittedOffset": self.last_committed_offset,
+            "epoch": self.epoch,
+            "moves": self.moves,
+            "verified": self.verified,
+            "message": self.message,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> SealReport:
+        w = "seal report"
+        return cls(
+            required(doc, "lastCommittedOffset", int, w),
+            required(doc, "epoch", int, w),
+            required(doc, "moves", int, w),
+            required(doc, "verified", bool, w),
+            optional(doc, "message", str, w) or "",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReport:
+    """One partition replica as its broker sees it."""
+
+    topic: str
+    partition: int
+    role: Role
+    leader_epoch: int
+    log_end_offset: int
+    high_watermark: int
+    #: the leader's live replica set (broker ids, itself included); empty from a follower
+    live_replicas: tuple[int, ...] = ()
+    #: the incarnation of the partition this copy belongs to (``PartitionStatus.moves``)
+    moves: int = 0
+    #: where this copy of incarnation ``moves`` started (0 for incarnation 0)
+    start_offset: int = 0
+    #: present once this broker, leading at ``sealed.epoch``, has sealed the partition
+    sealed: SealReport | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "partition": self.partition,
+            "role": self.role,
+            "leaderEpoch": self.leader_epoch,
+            "logEndOffset": self.log_end_offset,
+            "highWatermark": self.high_watermark,
+            "liveReplicas": list(self.live_replicas),
+            "moves": self.moves,
+            "startOffset": self.start_offset,
+            "sealed": None if self.sealed is None else self.sealed.to_json(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PartitionReport:
+        w = "partition report"
+        role = required(doc, "role", str, w)
+        if role == "leader":
+            checked: Role = "leader"
+        elif role == "follower":
+            checked = "follower"
+        else:
+            raise InvalidRequest(f"{w}: role must be 'leader' or 'follower', not {role!r}")
+        sealed = optional(doc, "sealed", dict, w)
+        return cls(
+            required(doc, "topic", str, w),
+            required(doc, "partition", int, w),
+            checked,
+            required(doc, "leaderEpoch", int, w),
+            required(doc, "logEndOffset", int, w),
+            required(doc, "highWatermark", int, w),
+            ints(doc, "liveReplicas", w, default=True),
+            optional(doc, "moves", int, w) or 0,
+            optional(doc, "startOffset", int, w) or 0,
+            None if sealed is None else SealReport.from_json(sealed),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CohortReport:
+    """The members of one cohort connected to the reporting broker."""
+
+    topic: str
+    cohort: str
+    members: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"topic": self.topic, "cohort": self.cohort, "members": list(self.members)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> CohortReport:
+        w = "cohort report"
+        members = required(doc, "members", list, w)
+        if not all(isinstance(m, str) for m in members):
+            raise InvalidRequest(f"{w}: members must be strings")
+        return cls(required(doc, "topic", str, w), required(doc, "cohort", str, w), tuple(members))
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The latest sample from one broker (``GET /v1/heartbeat``).
+
+    ``received_ms`` is stamped by the controller with its own clock when the
+    sample arrives (never taken from the broker), so liveness needs no clock
+    agreement between machines. It is not part of the JSON: ``from_json``
+    takes it as an argument, and a broker building its own sample leaves it 0.
+    """
+
+    broker: BrokerInfo
+    received_ms: int = 0
+    #: lowest topology generation acked by the broker's client connections; None if none acked
+    adoption: int | None = None
+    #: the broker is shutting down: move leadership away, place nothing new on it
+    draining: bool = False
+    partitions: tuple[PartitionReport, ...] = ()
+    cohorts: tuple[CohortReport, ...] = ()
+    #: the cluster topology generation the broker has applied; 0 before the first push
+    generation: int = 0
+    #: open client connections (informational)
+    connections: int = 0
+
+    @property
+    def broker_id(self) -> int:
+        return self.broker.id
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "broker": self.broker.to_json(),
+            "generation": self.generation,
+            "adoption": self.adoption,
+            "draining": self.draining,
+            "partitions": [p.to_json() for p in self.partitions],
+            "cohorts": [c.to_json() for c in self.cohorts],
+            "connections": self.connections,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], *, received_ms: int) -> Heartbeat:
+        w = "heartbeat"
+        draining = mapping(doc, w).get("draining", False)
+        if not isinstance(draining, bool):
+            raise InvalidRequest(f"{w}: field 'draining' must be a boolean")
+        return cls(
+            BrokerInfo.from_json(required(doc, "broker", dict, w)),
+            received_ms,
+            optional(doc, "adoption", int, w),
+            draining,
+            tuple(PartitionReport.from_json(p) for p in objects(doc, "partitions", w)),
+            tuple(CohortReport.from_json(c) for c in objects(doc, "cohorts", w)),
+            optional(doc, "generation", int, w) or 0,
+            optional(doc, "connections", int, w) or 0,
+        )
+
+
+# --------------------------------------------------------------------------- controller → broker
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionPlacement:
+    """One partition's replicas and leadership, as the controller decided them."""
+
+    partition: int
+    replicas: list[int]
+    #: who leads (or the candidate told to promote itself); None while Offline
+    leader: int | None
+    #: the leader epoch to serve at
+    epoch: int
+    #: the live replica set a new leader starts from (default: ``replicas``)
+    lrs: list[int]
+    #: an Unload is in progress: the leader seals the partition
+    seal: bool = False
+    #: the partition's incarnation: how many unloads moved it
+    moves: int = 0
+    #: where incarnation ``moves`` starts; None after a move: derive it from the object store
+    start_offset: int | None = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "partition": self.partition,
+            "replicas": list(self.replicas),
+            "leader": self.leader,
+            "epoch": self.epoch,
+            "lrs": list(self.lrs),
+            "seal": self.seal,
+            "moves": self.moves,
+            "startOffset": self.start_offset,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PartitionPlacement:
+        w = "partition placement"
+        replicas = list(ints(doc, "replicas", w))
+        lrs = list(ints(doc, "lrs", w)) if mapping(doc, w).get("lrs") is not None else replicas
+        # absent: incarnation 0 starts at 0; null: derive the start from the object store
+        start = optional(doc, "startOffset", int, w) if "startOffset" in doc else 0
+        return cls(
+            required(doc, "partition", int, w),
+            replicas,
+            optional(doc, "leader", int, w),
+            required(doc, "epoch", int, w),
+            lrs,
+            optional(doc, "seal", bool, w) or False,
+            optional(doc, "moves", int, w) or 0,
+            start,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopicPlacement:
+    """One topic of the pushed topology."""
+
+    name: str
+    partitions: int
+    partitioning_version: int
+    #: default 1
+    min_in_sync: int
+    #: broker setting name (``retention_ms``, ``upload_interval_ms``, ...) -> value; unset
+    #: settings are left out so the broker's own default applies
+    config: dict[str, Any]
+    assignments: list[PartitionPlacement]
+    #: cohort -> member -> partitions: the controller's advisory plans
+    cohort_plans: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "partitions": self.partitions,
+            "partitioningVersion": self.partitioning_version,
+            "minInSync": self.min_in_sync,
+            "config": {camel_case(k): v for k, v in self.config.items()},
+            "assignments": [a.to_json() for a in self.assignments],
+            "cohortPlans": {
+                c: {m: list(ps) for m, ps in plan.items()} for c, plan in self.cohort_plans.items()
+            },
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> TopicPlacement:
+        w = "topic placement"
+        config = optional(doc, "config", dict, w) or {}
+        plans: dict[str, dict[str, list[int]]] = {}
+        for cohort, plan in (optional(doc, "cohortPlans", dict, w) or {}).items():
+            where = f"{w}: cohort plan {cohort!r}"
+            plans[str(cohort)] = {str(m): list(ints(mapping(plan, where), m, where)) for m in plan}
+        return cls(
+            required(doc, "name", str, w),
+            required(doc, "partitions", int, w),
+            required(doc, "partitioningVersion", int, w),
+            optional(doc, "minInSync", int, w) or 1,
+            {snake_case(str(k)): v for k, v in config.items()},
+            [PartitionPlacement.from_json(a) for a in required_objects(doc, "assignments", w)],
+            plans,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTopology:
+    """The whole topology a controller pushes; brokers ignore one not newer than theirs."""
+
+    generation: int
+    #: default "local"
+    cluster_id: str
+    brokers: list[BrokerInfo]
+    topics: list[TopicPlacement] = field(default_factory=list)
+
+    def broker(self, broker_id: int) -> BrokerInfo | None:
+        return next((b for b in self.brokers if b.id == broker_id), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "clusterId": self.cluster_id,
+            "brokers": [b.to_json() for b in self.brokers],
+            "topics": [t.to_json() for t in self.topics],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ClusterTopology:
+        w = "cluster topology"
+        return cls(
+            required(doc, "generation", int, w),
+            optional(doc, "clusterId", str, w) or "local",
+            [BrokerInfo.from_json(b) for b in required_objects(doc, "brokers", w)],
+            [TopicPlacement.from_json(t) for t in objects(doc, "topics", w)],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TopologyReply:
+    """A broker's answer to a push: whether it applied it, and the generation it now holds."""
+
+    applied: bool
+    #: None: a cluster broker that has no topology yet
+    generation: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"applied": self.applied, "generation": self.generation}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> TopologyReply:
+        w = "topology reply"
+        return cls(required(doc, "applied", bool, w), optional(doc, "generation", int, w))
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def required_objects(doc: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, Any]]:
+    """A list of objects that must be present (it may be empty)."""
+    required(doc, key, list, where)
+    return objects(doc, key, where)
+
+
+_WORD_START = re.compile(r"_([a-z0-9])")
+_UPPER = re.compile(r"([A-Z])")
+
+
+def camel_case(name: str) -> str:
+    """``upload_interval_ms`` -> ``uploadIntervalMs``."""
+    return _WORD_START.sub(lambda m: m.group(1).upper(), name)
+
+
+def snake_case(name: str) -> str:
+    """``uploadIntervalMs`` -> ``upload_interval_ms``."""
+    return _UPPER.sub(lambda m: "_" + m.group(1).lower(), name)

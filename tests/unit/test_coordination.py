@@ -1,0 +1,157 @@
+"""The pushed topology document: camelCase on the wire, typed both ways, bad shapes refused.
+
+(The heartbeat's documents are tested with the control core's model, which reads them.)
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+
+from headrace.errors import InvalidRequest
+from headrace.protocol.coordination import (
+    BrokerInfo,
+    ClusterTopology,
+    Heartbeat,
+    PartitionPlacement,
+    TopicPlacement,
+    TopologyReply,
+)
+
+_SNAKE = re.compile(r"[a-z0-9]_[a-z]")
+
+
+def topology() -> ClusterTopology:
+    return ClusterTopology(
+        7,
+        "prod",
+        [BrokerInfo(0, "h0", 9092, 9644), BrokerInfo(1, "h1", 9092, 9645)],
+        [
+            TopicPlacement(
+                "default/orders",
+                2,
+                3,
+                2,
+                {"retention_ms": 1000, "upload_interval_ms": 5000, "tiered": True},
+                [
+                    PartitionPlacement(0, [0, 1], 0, 4, [0, 1]),
+                    PartitionPlacement(
+                        1, [1, 0], None, 2, [1], seal=True, moves=1, start_offset=None
+                    ),
+                ],
+                {"billing": {"m1": [0], "m2": [1]}},
+            )
+        ],
+    )
+
+
+def _keys(doc: Any, skip: frozenset[str] = frozenset({"cohortPlans"})) -> set[str]:
+    """Every key of the document's own fields (cohort plans are keyed by names, not fields)."""
+    if isinstance(doc, list):
+        return set().union(*(_keys(d, skip) for d in doc)) if doc else set()
+    if not isinstance(doc, dict):
+        return set()
+    out = set(doc)
+    for key, value in doc.items():
+        if key not in skip:
+            out |= _keys(value, skip)
+    return out
+
+
+def test_topology_document_shape_and_round_trip() -> None:
+    doc = topology().to_json()
+    assert doc["clusterId"] == "prod"
+    assert doc["brokers"][0] == {"id": 0, "host": "h0", "port": 9092, "adminPort": 9644}
+    (t,) = doc["topics"]
+    assert (t["partitioningVersion"], t["minInSync"]) == (3, 2)
+    assert t["config"] == {"retentionMs": 1000, "uploadIntervalMs": 5000, "tiered": True}
+    assert t["assignments"][1] == {
+        "partition": 1,
+        "replicas": [1, 0],
+        "leader": None,
+        "epoch": 2,
+        "lrs": [1],
+        "seal": True,
+        "moves": 1,
+        "startOffset": None,
+    }
+    assert t["cohortPlans"] == {"billing": {"m1": [0], "m2": [1]}}
+    assert not [k for k in _keys(doc) if _SNAKE.search(k)], "one key style: camelCase"
+    parsed = ClusterTopology.from_json(json.loads(json.dumps(doc)))
+    assert parsed == topology()
+    assert parsed.topics[0].config["upload_interval_ms"] == 5000, "the broker's setting names"
+    assert parsed.broker(1) == BrokerInfo(1, "h1", 9092, 9645) and parsed.broker(5) is None
+
+
+def test_heartbeat_keys_are_camel_case() -> None:
+    doc = Heartbeat(BrokerInfo(0, "h", 1, 2), generation=3, connections=4).to_json()
+    assert not [k for k in _keys(doc) if _SNAKE.search(k)]
+    assert Heartbeat.from_json(doc, received_ms=9) == Heartbeat(
+        BrokerInfo(0, "h", 1, 2), 9, generation=3, connections=4
+    )
+
+
+def test_topology_optional_fields_default() -> None:
+    doc = {
+        "generation": 1,
+        "brokers": [],
+        "topics": [
+            {
+                "name": "a/b",
+                "partitions": 1,
+                "partitioningVersion": 1,
+                "assignments": [{"partition": 0, "replicas": [0, 1], "leader": 0, "epoch": 1}],
+            }
+        ],
+    }
+    parsed = ClusterTopology.from_json(doc)
+    assert parsed.cluster_id == "local"
+    (t,) = parsed.topics
+    assert (t.min_in_sync, t.config, t.cohort_plans) == (1, {}, {})
+    (a,) = t.assignments
+    assert (a.lrs, a.seal, a.moves, a.start_offset) == ([0, 1], False, 0, 0)
+    assert ClusterTopology.from_json({"generation": 0, "brokers": []}).topics == []
+
+
+def _broken(doc: dict[str, Any], path: list[str | int], value: object) -> dict[str, Any]:
+    doc = json.loads(json.dumps(doc))
+    target: Any = doc
+    for step in path[:-1]:
+        target = target[step]
+    if value is KeyError:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return doc
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "words"),
+    [
+        (["generation"], KeyError, "missing field 'generation'"),
+        (["generation"], "7", "must be int"),
+        (["brokers"], KeyError, "missing field 'brokers'"),
+        (["brokers", 0, "adminPort"], KeyError, "missing field 'adminPort'"),
+        (["topics"], [1], "list of objects"),
+        (["topics", 0, "partitioningVersion"], KeyError, "partitioningVersion"),
+        (["topics", 0, "config"], [], "must be dict"),
+        (["topics", 0, "assignments", 0, "replicas"], [0, "1"], "list of integers"),
+        (["topics", 0, "assignments", 0, "seal"], "yes", "must be bool"),
+        (["topics", 0, "assignments", 0, "startOffset"], 1.5, "must be int"),
+        (["topics", 0, "cohortPlans", "billing"], ["m1"], "expected an object"),
+        (["topics", 0, "cohortPlans", "billing", "m1"], [True], "list of integers"),
+    ],
+)
+def test_bad_topologies_are_rejected(path: list[str | int], value: object, words: str) -> None:
+    with pytest.raises(InvalidRequest, match=words):
+        ClusterTopology.from_json(_broken(topology().to_json(), path, value))
+
+
+def test_topology_reply_round_trip() -> None:
+    for reply in (TopologyReply(True, 7), TopologyReply(False, None)):
+        assert TopologyReply.from_json(json.loads(json.dumps(reply.to_json()))) == reply
+    with pytest.raises(InvalidRequest, match="applied"):
+        TopologyReply.from_json({"generation": 1})
