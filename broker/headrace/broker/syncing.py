@@ -96,7 +96,7 @@ class GroupCommitter:
         ]
         started = time.monotonic()
         if targets:
-            await loop.run_in_executor(self._executor, _sync_all, [t for _, t in targets])
+            await loop.run_in_executor(self._executor, _sync_all, [(p.log, t) for p, t in targets])
         self.last_sync_seconds = time.monotonic() - started
         self.rounds += 1
         if targets and self.on_round is not None:
@@ -143,6 +143,6 @@ class GroupCommitter:
         self._executor.shutdown(wait=True)
 
 
-def _sync_all(targets: list[SyncTarget]) -> None:
-    for target in targets:
-        PartitionLog.sync(target)
+def _sync_all(targets: list[tuple[PartitionLog, SyncTarget]]) -> None:
+    for partition_log, target in targets:
+        partition_log.sync(target)
