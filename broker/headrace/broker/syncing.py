@@ -5,6 +5,13 @@ it captures what is dirty, runs fdatasync on a worker thread while the loop
 keeps accepting appends for the *next* round, then advances flushed offsets
 and wakes whoever waits for durability. Recovery points are written after a
 sync, so they only ever name data that is on disk.
+
+A failed round does not end group commit: it is the only thing that makes
+appends durable, and if its task died every acks=all producer would wait
+forever without an error while the high watermark stood still. A round whose
+fdatasync fails tells its own waiters (a retriable ``StorageError``) and
+leaves its data dirty for the next round; a recovery point that cannot be
+written is logged and skipped, since the records it covers are on disk.
 """
 
 from __future__ import annotations
@@ -80,30 +87,33 @@ class GroupCommitter:
             try:
                 await self.sync_round()
             except StorageError as exc:
+                # The round's waiters have been told; the next round syncs its data again.
                 log.error("group commit failed: %s", exc)
-                self._fail_waiters(exc)
+                await asyncio.sleep(0.1)
+            except Exception:
+                # A bug, not the disk (I/O errors arrive as StorageError). Keep going,
+                # loudly: ending this task would hang every producer silently.
+                log.exception("group commit round failed unexpectedly")
                 await asyncio.sleep(0.1)
 
     async def sync_round(self, *, checkpoint: bool = False) -> None:
-        loop = asyncio.get_running_loop()
         dirty, self._dirty = self._dirty, set()
         waiters, self._waiters = self._waiters, []
         checkpoint = (
             checkpoint or time.monotonic() - self._last_checkpoint >= self._checkpoint_interval
         )
-        targets: list[tuple[Partition, SyncTarget]] = [
-            (p, p.log.sync_target(for_checkpoint=checkpoint)) for p in dirty
-        ]
-        started = time.monotonic()
-        if targets:
-            await loop.run_in_executor(self._executor, _sync_all, [t for _, t in targets])
-        self.last_sync_seconds = time.monotonic() - started
-        self.rounds += 1
-        if targets and self.on_round is not None:
-            self.on_round(self.last_sync_seconds)
-        for partition, target in targets:
-            partition.log.mark_synced(target)
-            partition.advance_high_watermark()
+        try:
+            targets = await self._sync(dirty, checkpoint)
+        except BaseException as exc:
+            if isinstance(exc, Exception):
+                # Producers hear of it and retry; their batches dedup.
+                error = _storage_error(exc)
+                for _, _, fut in waiters:
+                    if not fut.done():
+                        fut.set_exception(error)
+            else:
+                self._waiters[:0] = waiters  # cancelled: close()'s final round serves them
+            raise
         for partition, offset, fut in waiters:
             if fut.done():
                 continue
@@ -116,6 +126,36 @@ class GroupCommitter:
             self._last_checkpoint = time.monotonic()
             await self._checkpoint_all(targets)
 
+    async def _sync(
+        self, dirty: set[Partition], checkpoint: bool
+    ) -> list[tuple[Partition, SyncTarget]]:
+        """Capture on the loop, fdatasync on the thread, record on the loop."""
+        loop = asyncio.get_running_loop()
+        targets: list[tuple[Partition, SyncTarget]] = []
+        started = time.monotonic()
+        try:
+            for p in dirty:
+                targets.append((p, p.log.sync_target(for_checkpoint=checkpoint)))
+            if targets:
+                await loop.run_in_executor(
+                    self._executor, _sync_all, [(p.log, t) for p, t in targets]
+                )
+        except BaseException:
+            # Nothing of this round is known durable: the next round syncs it again.
+            for _, target in targets:
+                for seg in target.segments:
+                    seg.dirty = True
+            self._dirty |= dirty
+            raise
+        self.last_sync_seconds = time.monotonic() - started
+        self.rounds += 1
+        if targets and self.on_round is not None:
+            self.on_round(self.last_sync_seconds)
+        for partition, target in targets:
+            partition.log.mark_synced(target)
+            partition.advance_high_watermark()
+        return targets
+
     async def _checkpoint_all(self, synced: list[tuple[Partition, SyncTarget]]) -> None:
         loop = asyncio.get_running_loop()
         fresh = {p: t for p, t in synced}
@@ -126,13 +166,14 @@ class GroupCommitter:
                 if partition.log.flushed_offset < partition.log.next_offset:
                     continue
                 target = partition.log.sync_target()
-            await loop.run_in_executor(self._executor, partition.log.write_checkpoint, target)
-
-    def _fail_waiters(self, exc: StorageError) -> None:
-        waiters, self._waiters = self._waiters, []
-        for _, _, fut in waiters:
-            if not fut.done():
-                fut.set_exception(exc)
+            try:
+                await loop.run_in_executor(self._executor, partition.log.write_checkpoint, target)
+            except StorageError as exc:
+                # Only restarts get slower (they scan from the previous recovery point).
+                log.error("recovery point of %s not written: %s", partition.name, exc)
+            except Exception:
+                # A bug in one partition's recovery point must not stop the others'.
+                log.exception("recovery point of %s not written", partition.name)
 
     async def close(self) -> None:
         """Final sync and checkpoint (clean shutdown makes restart instant)."""
@@ -143,6 +184,14 @@ class GroupCommitter:
         self._executor.shutdown(wait=True)
 
 
-def _sync_all(targets: list[SyncTarget]) -> None:
-    for target in targets:
-        PartitionLog.sync(target)
+def _sync_all(targets: list[tuple[PartitionLog, SyncTarget]]) -> None:
+    for partition_log, target in targets:
+        partition_log.sync(target)
+
+
+def _storage_error(exc: Exception) -> StorageError:
+    if isinstance(exc, StorageError):
+        return exc
+    error = StorageError(f"group commit failed: {exc!r}")
+    error.__cause__ = exc
+    return error

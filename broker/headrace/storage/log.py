@@ -6,11 +6,22 @@ appends and reads are page-cache operations. fdatasync is the slow call, so
 what to sync, a worker thread syncs, the loop records the result. Decisions
 (roll, retention, dedup) come from ``bookkeeping``.
 
+Threads. Everything runs on the loop except ``sync`` and ``write_checkpoint``,
+which group commit runs on its fsync thread. Those two *borrow* segments under
+``_lock``: the loop may retire a segment meanwhile (retention, truncation,
+reset, close) but its descriptors stay open until the last borrower gives it
+back, so no thread ever writes through a descriptor that was closed and handed
+to another file. The lock is held for list changes and page-cache writes,
+never across an fsync, and the append path never takes it. (The uploader also
+calls ``read`` from a thread; it borrows nothing, and tiering drops what it
+read if the log was truncated meanwhile.)
+
 Files in a partition directory::
 
     00000000000000000000.log     segment, named by its base offset
     00000000000000000000.index   its sparse offset index
     recovery-point.json          {"offset", "segment", "position", "producers", ...}
+    recovery-point.json.*.tmp    a recovery point being written (removed on open)
 """
 
 from __future__ import annotations
@@ -18,8 +29,10 @@ from __future__ import annotations
 import bisect
 import json
 import os
+import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -100,6 +113,11 @@ class PartitionLog:
         self.epochs = LeaderEpochCache(directory) if directory.exists() else None
         #: bumped by every truncate_to; sync targets captured before one are stale
         self.truncations = 0
+        #: guards what the fsync thread shares with the loop: the segment list, which
+        #: segments are lent out or retired, index files, ``truncations`` and the
+        #: recovery-point file (see the module docstring)
+        self._lock = threading.Lock()
+        self._closed = False
 
     # ------------------------------------------------------------------ opening
 
@@ -124,6 +142,8 @@ class PartitionLog:
 
     def _recover(self, initial_offset: int) -> None:
         started = time.monotonic()
+        for leftover in self.directory.glob(f"{RECOVERY_POINT_FILE}.*.tmp"):
+            leftover.unlink(missing_ok=True)  # a recovery point that was never committed
         bases = sorted(
             b
             for b in (bk.parse_segment_file_name(p.name) for p in self.directory.iterdir())
@@ -221,8 +241,40 @@ class PartitionLog:
     # ------------------------------------------------------------------ segments
 
     def _append_segment(self, seg: Segment) -> None:
-        self._segments.append(seg)
-        self._bases.append(seg.base_offset)
+        with self._lock:
+            self._segments.append(seg)
+            self._bases.append(seg.base_offset)
+
+    def _retire(self, seg: Segment, *, unlink: bool) -> None:
+        """With ``_lock`` held: the log is done with ``seg`` (already off the list, or closing).
+
+        Its files go at once, so a new segment at the same base offset gets a new
+        file; its descriptors close now, or when the last borrower gives it back.
+        """
+        if unlink:
+            seg.unlink()
+        if seg.retired:
+            return
+        seg.retired = True
+        if seg.borrowers == 0:
+            seg.close()
+
+    def _borrow(self, segments: Iterable[Segment]) -> tuple[Segment, ...]:
+        """With ``_lock`` held: lend the segments still in use to a thread off the loop."""
+        lent = tuple(s for s in segments if not s.retired)
+        for seg in lent:
+            seg.borrowers += 1
+        return lent
+
+    def _give_back_locked(self, segments: Iterable[Segment]) -> None:
+        for seg in segments:
+            seg.borrowers -= 1
+            if seg.retired and seg.borrowers == 0:
+                seg.close()
+
+    def _give_back(self, segments: Iterable[Segment]) -> None:
+        with self._lock:
+            self._give_back_locked(segments)
 
     def _new_segment(self, base_offset: int) -> Segment:
         seg = Segment(self.directory, base_offset, self.config, self._clock())
@@ -253,7 +305,10 @@ class PartitionLog:
 
     def roll(self) -> None:
         old = self.active
-        old.persist_index(sync=self.config.fsync is not bk.FsyncPolicy.NONE)
+        with self._lock:  # a checkpoint may be writing the same index file
+            old.write_index()
+        if self.config.fsync is not bk.FsyncPolicy.NONE:
+            old.sync_index()
         self._new_segment(self.next_offset)
 
     # ------------------------------------------------------------------ appending
@@ -414,11 +469,19 @@ class PartitionLog:
             self.truncations,
         )
 
-    @staticmethod
-    def sync(target: SyncTarget) -> None:
-        """The slow part: runs on a worker thread."""
-        for seg in target.segments:
-            seg.sync()
+    def sync(self, target: SyncTarget) -> None:
+        """The slow part: runs on a worker thread.
+
+        A segment retired since the capture is skipped: it was deleted, or the
+        log was closed, and nothing will read it from this log again.
+        """
+        with self._lock:
+            segments = self._borrow(target.segments)
+        try:
+            for seg in segments:
+                seg.sync()
+        finally:
+            self._give_back(segments)
 
     def mark_synced(self, target: SyncTarget) -> None:
         if target.truncations != self.truncations:
@@ -427,13 +490,42 @@ class PartitionLog:
             self.flushed_offset = target.offset
 
     def write_checkpoint(self, target: SyncTarget) -> None:
-        """Record the recovery point of an already-synced target (atomic replace)."""
+        """Record the recovery point of an already-synced target (atomic replace).
+
+        Runs on the fsync thread or on the loop. Three steps: under the lock,
+        borrow the segments, write their index entries and create a temporary
+        file; without it, write and fsync the document and fdatasync the
+        indexes; under the lock again, replace the recovery point unless a
+        truncation or a close came in between (the target may now name a
+        position inside other batches, or a directory being removed).
+        """
         if not target.checkpointable:
             raise ValueError("this sync target skipped the producer snapshot")
-        if target.truncations != self.truncations:
-            return  # stale: its position may now lie inside other batches
-        for seg in self._segments:
-            seg.persist_index(sync=True)
+        path = self.directory / RECOVERY_POINT_FILE
+        with self._lock:
+            if self._closed or target.truncations != self.truncations:
+                return  # stale: its position may now lie inside other batches
+            segments = self._borrow(self._segments)
+            log_start_offset = segments[0].base_offset
+            try:
+                # Page-cache writes under the lock: truncate_to cuts index files under
+                # it too, so no entry it drops is written back after the cut.
+                for seg in segments:
+                    seg.write_index()
+                # Created here so that no file appears in the directory once close()
+                # has returned (the partition's directory is removed next).
+                fd, tmp_name = tempfile.mkstemp(
+                    prefix=f"{RECOVERY_POINT_FILE}.", suffix=".tmp", dir=self.directory
+                )
+            except BaseException as exc:
+                self._give_back_locked(segments)
+                if isinstance(exc, OSError):
+                    raise StorageError(
+                        f"cannot write recovery point in {self.directory}: {exc}"
+                    ) from exc
+                raise
+        tmp = Path(tmp_name)
+        committed = False
         doc = {
             "offset": target.offset,
             "segment": target.segment_base,
@@ -441,21 +533,32 @@ class PartitionLog:
             # the epoch at the target, not now: batches after the target's position
             # but before a later epoch bump still carry the older epoch
             "epoch": target.epoch,
-            "log_start_offset": self.log_start_offset,
+            "log_start_offset": log_start_offset,
             "producers": target.producers,
             "written_ms": self._clock(),
         }
-        path = self.directory / RECOVERY_POINT_FILE
-        tmp = path.with_suffix(".tmp")
         try:
-            with open(tmp, "w") as fh:
+            with open(fd, "w") as fh:
+                os.fchmod(fd, 0o644)  # as open() would have made it; mkstemp makes 0600
                 json.dump(doc, fh)
                 fh.flush()
                 os.fsync(fh.fileno())
-            os.replace(tmp, path)
+            for seg in segments:
+                seg.sync_index()
+            with self._lock:
+                if self._closed or target.truncations != self.truncations:
+                    return
+                os.replace(tmp, path)
+                committed = True
             fsync_directory(self.directory)
         except OSError as exc:
+            if committed and self._closed and isinstance(exc, FileNotFoundError):
+                return  # closed and removed after the replace: nothing left to make durable
             raise StorageError(f"cannot write recovery point in {self.directory}: {exc}") from exc
+        finally:
+            if not committed:
+                tmp.unlink(missing_ok=True)
+            self._give_back(segments)
 
     # ------------------------------------------------------------------ maintenance
 
@@ -464,11 +567,12 @@ class PartitionLog:
         doomed = bk.segments_to_delete(
             [s.stats for s in self._segments], self._clock(), self.config, upload_floor=upload_floor
         )
-        for base in doomed:
-            seg = self._segments.pop(0)
-            self._bases.pop(0)
-            assert seg.base_offset == base
-            seg.delete()
+        with self._lock:
+            for base in doomed:
+                seg = self._segments.pop(0)
+                self._bases.pop(0)
+                assert seg.base_offset == base
+                self._retire(seg, unlink=True)
         return doomed
 
     def reset_to(self, offset: int) -> None:
@@ -478,17 +582,18 @@ class PartitionLog:
         longer than retention, or its disk was wiped): nothing it holds can be
         reconciled, and the records it lacks no longer exist anywhere.
         """
-        for seg in self._segments:
-            seg.delete()
-        self._segments = []
-        self._bases = []
+        with self._lock:
+            for seg in self._segments:
+                self._retire(seg, unlink=True)
+            self._segments = []
+            self._bases = []
+            self.truncations += 1
         self._new_segment(offset)
         self.producers = bk.ProducerStateTable()
         if self.epochs is not None:
             self.epochs.truncate_from(-1)
         self.last_epoch = -1
         self.flushed_offset = offset
-        self.truncations += 1
         self.write_checkpoint(self.sync_target())
 
     def truncate_to(self, offset: int) -> None:
@@ -499,23 +604,24 @@ class PartitionLog:
         """
         if offset >= self.next_offset:
             return
-        while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
-            self._segments.pop().delete()
-            self._bases.pop()
-        seg = self.active
-        if offset <= seg.base_offset:
-            seg.truncate(0, seg.base_offset)
-        else:
-            # None: ``offset`` is this segment's end (the later segments are gone)
-            position = seg.find_batch(offset)
-            if position is not None:
-                header = rb.read_header(seg.read(position, rb.HEADER_SIZE))
-                if header.base_offset != offset:
-                    raise StorageError(
-                        f"offset {offset} is inside a batch; truncate at a batch boundary"
-                    )
-                seg.truncate(position, offset)
-        self.truncations += 1
+        with self._lock:
+            while len(self._segments) > 1 and self._segments[-1].base_offset >= offset:
+                self._retire(self._segments.pop(), unlink=True)
+                self._bases.pop()
+            seg = self.active
+            if offset <= seg.base_offset:
+                seg.truncate(0, seg.base_offset)
+            else:
+                # None: ``offset`` is this segment's end (the later segments are gone)
+                position = seg.find_batch(offset)
+                if position is not None:
+                    header = rb.read_header(seg.read(position, rb.HEADER_SIZE))
+                    if header.base_offset != offset:
+                        raise StorageError(
+                            f"offset {offset} is inside a batch; truncate at a batch boundary"
+                        )
+                    seg.truncate(position, offset)
+            self.truncations += 1
         self.producers.forget_from(offset)
         if self.epochs is not None:
             self.epochs.truncate_from(offset)
@@ -527,5 +633,12 @@ class PartitionLog:
         self.write_checkpoint(target)
 
     def close(self) -> None:
-        for seg in self._segments:
-            seg.close()
+        """Close every segment; one lent to the fsync thread closes when it comes back.
+
+        Never waits for that thread. Once this returns no thread creates a file
+        in the directory, so the caller may remove it.
+        """
+        with self._lock:
+            self._closed = True
+            for seg in self._segments:
+                self._retire(seg, unlink=False)

@@ -1,12 +1,14 @@
 """One segment of a partition log: a ``.log`` file of batches and its ``.index``.
 
 Only ``PartitionLog`` touches segments. A segment is append-only except for
-``truncate``, which recovery and replica divergence use to cut a tail.
+``truncate``, which recovery and replica divergence use to cut a tail. Off the
+event loop a segment's descriptors are used only while the log has lent it
+out (``borrowers``); the log closes a retired segment when the last borrower
+gives it back.
 """
 
 from __future__ import annotations
 
-import errno
 import os
 from pathlib import Path
 
@@ -35,7 +37,18 @@ def fsync_directory(path: Path) -> None:
 
 
 class Segment:
-    __slots__ = ("_fd", "_index_fd", "directory", "dirty", "index", "index_path", "path", "stats")
+    __slots__ = (
+        "_fd",
+        "_index_fd",
+        "borrowers",
+        "directory",
+        "dirty",
+        "index",
+        "index_path",
+        "path",
+        "retired",
+        "stats",
+    )
 
     def __init__(
         self, directory: Path, base_offset: int, config: LogConfig, created_ms: int
@@ -52,6 +65,10 @@ class Segment:
         self.stats = SegmentStats(base_offset, base_offset, size, created_ms)
         self.index = SparseIndex(base_offset, config.index_interval_bytes)
         self.dirty = False
+        #: threads using the descriptors off the loop (see ``PartitionLog``'s lock)
+        self.borrowers = 0
+        #: the log dropped this segment; the last borrower closes the descriptors
+        self.retired = False
 
     @property
     def base_offset(self) -> int:
@@ -72,7 +89,7 @@ class Segment:
         try:
             # Positional write at the tracked end: never depends on the fd's file offset.
             written = os.pwritev(self._fd, [prefix, body[16:total]], position)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: closed (fd -1)
             self._undo(position)
             raise StorageError(f"write to {self.path} failed: {exc}") from exc
         if written != total:
@@ -93,7 +110,7 @@ class Segment:
         position = self.stats.size
         try:
             written = os.pwrite(self._fd, data, position)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: closed (fd -1)
             self._undo(position)
             raise StorageError(f"write to {self.path} failed: {exc}") from exc
         if written != len(data):
@@ -114,21 +131,29 @@ class Segment:
             pass
 
     def sync(self) -> None:
-        """fdatasync the log file. Runs on a worker thread; tolerates a concurrent close."""
+        """fdatasync the log file. Off the loop only while borrowed from the log."""
         try:
             os.fdatasync(self._fd)
         except OSError as exc:
-            if exc.errno != errno.EBADF:
-                raise StorageError(f"fdatasync of {self.path} failed: {exc}") from exc
+            raise StorageError(f"fdatasync of {self.path} failed: {exc}") from exc
 
-    def persist_index(self, sync: bool) -> None:
+    def write_index(self) -> None:
+        """Write the index entries not yet in the ``.index`` file (page cache only)."""
         start = self.index.persisted_entries
         raw, count = self.index.unpersisted()
-        if raw:
+        if not raw:
+            return
+        try:
             os.pwrite(self._index_fd, raw, start * INDEX_ENTRY.size)
-            self.index.mark_persisted(count)
-        if sync:
+        except OSError as exc:
+            raise StorageError(f"write to {self.index_path} failed: {exc}") from exc
+        self.index.mark_persisted(count)
+
+    def sync_index(self) -> None:
+        try:
             os.fdatasync(self._index_fd)
+        except OSError as exc:
+            raise StorageError(f"fdatasync of {self.index_path} failed: {exc}") from exc
 
     def truncate(self, position: int, next_offset: int) -> None:
         """Cut the segment at ``position`` (a batch boundary)."""
@@ -147,7 +172,7 @@ class Segment:
     def read(self, position: int, length: int) -> bytes:
         try:
             return os.pread(self._fd, length, position)
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: closed (fd -1)
             raise StorageError(f"read of {self.path} failed: {exc}") from exc
 
     def find_batch(self, offset: int) -> int | None:
@@ -267,16 +292,24 @@ class Segment:
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        for fd in (self._fd, self._index_fd):
+        """Close both files. Idempotent: a second close must not hit a reused descriptor."""
+        fds, self._fd, self._index_fd = (self._fd, self._index_fd), -1, -1
+        for fd in fds:
+            if fd < 0:
+                continue
             try:
                 os.close(fd)
             except OSError:
                 pass
 
-    def delete(self) -> None:
-        self.close()
+    def unlink(self) -> None:
+        """Remove both files; open descriptors stay usable until closed."""
         for path in (self.path, self.index_path):
             try:
                 path.unlink()
             except FileNotFoundError:
                 pass
+
+    def delete(self) -> None:
+        self.close()
+        self.unlink()
