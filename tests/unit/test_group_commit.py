@@ -183,6 +183,43 @@ async def test_a_failed_sync_fails_the_rounds_waiters(
         partition.log.close()
 
 
+async def test_a_failed_data_sync_is_never_followed_by_an_ack(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """fsyncgate: after EIO the kernel may have dropped the pages and marked them clean,
+    so the next fdatasync succeeds without writing them. The log must not count that as
+    durable, and a producer's retry must not be acked off it as a duplicate."""
+    cfg = bk.LogConfig(fsync=bk.FsyncPolicy.INTERVAL)
+    partition = FakePartition(PartitionLog.open(tmp_path, cfg))
+    data_fd = partition.log.active._fd
+    real = os.fdatasync
+    failures = [OSError(errno.EIO, "Input/output error")]  # fails once, then "succeeds"
+
+    def fdatasync(fd: int) -> None:
+        if fd == data_fd and failures:
+            raise failures.pop()
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    committer = committer_for(partition)  # not started: the test runs the rounds itself
+    try:
+        batch = rb.encode([b"v"], timestamp_ms=1, producer_id=7, base_sequence=0)
+        header = rb.validate(batch)
+        partition.log.append(batch, header, leader_epoch=0)
+        fut = await durable(committer, partition)
+        with pytest.raises(StorageError):
+            await committer.sync_round()
+        assert isinstance(fut.exception(), StorageError)
+        await committer.sync_round()  # fdatasync would succeed now; it proves nothing
+        assert partition.log.flushed_offset == 0
+        with pytest.raises(StorageError, match="failed fdatasync"):
+            partition.log.append(batch, header, leader_epoch=0)  # the producer's retry
+    finally:
+        monkeypatch.setattr(os, "fdatasync", real)
+        await committer.close()
+        partition.log.close()
+
+
 class OnceBrokenCaptureLog(PartitionLog):
     """A log whose first sync-target capture fails with an error that is not the disk's."""
 

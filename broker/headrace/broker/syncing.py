@@ -145,7 +145,9 @@ class GroupCommitter:
             for _, target in targets:
                 for seg in target.segments:
                     seg.dirty = True
-            self._dirty |= dirty
+            # A log whose fdatasync failed is not synced again: a later success would
+            # prove nothing (see PartitionLog.sync_failure); it takes no more writes.
+            self._dirty |= {p for p in dirty if p.log.sync_failure is None}
             raise
         self.last_sync_seconds = time.monotonic() - started
         self.rounds += 1

@@ -118,6 +118,12 @@ class PartitionLog:
         #: recovery-point file (see the module docstring)
         self._lock = threading.Lock()
         self._closed = False
+        #: set when an fdatasync of this log's data failed. The kernel may have dropped
+        #: the dirty pages and marked them clean, so a later fdatasync that succeeds
+        #: proves nothing (PostgreSQL's "fsyncgate"). From then on the log takes no
+        #: appends and never counts data as durable again; a broker restart recovers
+        #: from what is really on disk and catches up from the replicas.
+        self.sync_failure: StorageError | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -317,6 +323,7 @@ class PartitionLog:
         self, batch: bytes | memoryview, header: rb.BatchHeader, leader_epoch: int
     ) -> AppendResult:
         """Stamp and append a validated batch. Idempotent for producer retries."""
+        self._check_writable()  # before dedup: a retry must not be acked off a failed log
         verdict, dup_offset = self.producers.check(
             header.producer_id, header.base_sequence, header.record_count
         )
@@ -339,12 +346,20 @@ class PartitionLog:
         self._note_epoch(leader_epoch, base)
         return AppendResult(base)
 
+    def _check_writable(self) -> None:
+        if self.sync_failure is not None:
+            raise StorageError(
+                f"{self.directory}: no writes after a failed fdatasync ({self.sync_failure.message});"
+                " restart the broker to recover from disk"
+            )
+
     def _note_epoch(self, epoch: int, base_offset: int) -> None:
         if self.epochs is not None and epoch > self.epochs.latest_epoch:
             self.epochs.assign(epoch, base_offset)
 
     def append_stamped(self, data: bytes | memoryview) -> int:
         """Append batches that already carry their offsets (replication). Returns the new LEO."""
+        self._check_writable()
         now = self._clock()
         expected = self.next_offset
         max_ts = -1
@@ -480,10 +495,15 @@ class PartitionLog:
         try:
             for seg in segments:
                 seg.sync()
+        except StorageError as exc:
+            self.sync_failure = exc  # sticky: see the attribute
+            raise
         finally:
             self._give_back(segments)
 
     def mark_synced(self, target: SyncTarget) -> None:
+        if self.sync_failure is not None:
+            return  # nothing of this log is known durable beyond what already was
         if target.truncations != self.truncations:
             return  # captured before a truncation: its offset may be above records not synced
         if target.offset > self.flushed_offset:
