@@ -22,13 +22,13 @@ Modules
 ``topology``      ``snapshot``: the client-facing ``TopologySnapshot``
 ``documents``     resources to and from the core's types: ``spec_of``,
                   ``topic_config``, ``unload_request``, status and condition
-                  builders, and ``restore``
+                  builders, and ``restore`` (crash-safe persistence)
 ``looping``       ``ControlLoop``, the loop both controllers run, and its
                   ports: ``StatusStore``, ``BrokerFleet``, ``Clock``
 
 The controller loop
 -------------------
-``looping.ControlLoop`` runs it::
+``looping.ControlLoop`` runs it (persisting as ``documents`` describes)::
 
     state = ClusterState.from_json(stored) if stored else ClusterState()
     since = now_ms()                                  # when this process started polling

@@ -6,12 +6,30 @@ This module maps between those documents and the control core's types, with
 no I/O: a resource's spec to a ``TopicSpec`` or an ``UnloadRequest``, the
 core's status to status documents and Ready conditions, and the persisted
 documents back to a ``ClusterState`` (``restore``).
+
+Crash safety
+------------
+The controller's state is spread over one status document per Topic and one
+cluster document, and no store writes them atomically together (Kubernetes
+patches one object at a time). So every Topic status carries the topology
+generation it was written for (``topologyGeneration``), the Topic statuses
+are written first and the cluster document last, as the commit record: its
+``generation`` and ``topics`` (the names it covers). ``restore`` finds a
+write that stopped part-way (a status stamped above the cluster document, or
+a committed topic whose status is gone, or one the record does not cover)
+and says so (``Restored.torn``): the state it returns may then hold content
+that no generation was ever pushed with, so the loop must commit it under a
+generation above every one persisted (``Restored.highest`` + 1) before it
+pushes anything. Brokers fence topology by generation and ignore a push
+that does not raise it, so reusing a generation would leave them on the old
+content for good.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from headrace.control.model import (
@@ -272,20 +290,26 @@ def topic_status(
     previous_ready: dict[str, Any] | None,
     now: str,
 ) -> dict[str, Any]:
-    """A Topic's status document: the core's ``TopicStatus`` and its Ready condition."""
+    """A Topic's status document: the core's ``TopicStatus``, its Ready condition, and the stamp.
+
+    ``topologyGeneration`` is the generation the document was written for
+    (see the module's crash-safety notes).
+    """
     status = state.topics.get(name)
     return {
         **(status.to_json() if status is not None else {}),
         "observedGeneration": state.generation,
+        "topologyGeneration": state.generation,
         "conditions": [ready_condition(status, problem, previous_ready, now)],
     }
 
 
 def cluster_status(state: ClusterState) -> dict[str, Any]:
-    """The cluster document: the generation and the known brokers."""
+    """The cluster document, written last: the commit record of ``state.generation``."""
     return {
         "generation": state.generation,
         "brokers": [b.to_json() for _, b in sorted(state.brokers.items())],
+        "topics": sorted(state.topics),
     }
 
 
@@ -295,18 +319,42 @@ def previous_ready(status: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), None)
 
 
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """The persisted state, and whether a write stopped part-way through it."""
+
+    state: ClusterState
+    #: some document is newer than the cluster document, or a committed one is missing
+    torn: bool
+    #: the highest generation any persisted document names
+    highest: int
+
+
 def restore(
     cluster: Mapping[str, Any] | None, statuses: Mapping[str, Mapping[str, Any]]
-) -> ClusterState:
+) -> Restored:
     """The state from the cluster document and the Topic statuses (by 'namespace/name').
 
-    A status with no partitions (a topic not placed yet) holds no state.
+    A status with no partitions (a topic not placed yet) holds no state. See
+    the module's notes for what ``torn`` means and why.
     """
     cluster = cluster or {}
+    generation = int(cluster.get("generation", 0))
     brokers = {int(b["id"]): BrokerInfo.from_json(b) for b in cluster.get("brokers", [])}
     topics = {
         name: TopicStatus.from_json(status)
         for name, status in statuses.items()
         if status.get("partitions") is not None
     }
-    return ClusterState(int(cluster.get("generation", 0)), brokers, topics)
+    torn, highest = False, generation
+    for name, status in statuses.items():
+        stamp = status.get("topologyGeneration")
+        if isinstance(stamp, int) and not isinstance(stamp, bool):
+            highest = max(highest, stamp)
+            torn = torn or stamp > generation
+        elif name in topics:
+            torn = True  # it holds state, but not which generation it was written for
+    committed = cluster.get("topics")
+    # No commit record (none written yet, or a store older than it): trust only an empty state.
+    torn = torn or (bool(topics) if committed is None else set(committed) != set(topics))
+    return Restored(ClusterState(generation, brokers, topics), torn, highest)

@@ -21,8 +21,12 @@ Persistence order
 -----------------
 Persist first, push after: a decision that is not persisted must never be
 pushed (a restart from the older documents could hand the same epoch to
-another leader). Within a commit the Topic statuses go first and the
-cluster document last.
+another leader). Within a commit the Topic statuses go first, each stamped
+with the generation it is written for, and the cluster document last (the
+commit record); see ``documents`` for how a restart finds a commit that
+stopped part-way, and why it then commits again above every persisted
+generation before it pushes. A commit that fails in this process is treated
+the same way: the next one goes above the generation it tried.
 
 Unloads: the progress is persisted after the cluster state and before the
 push, so a broker never acts on a decision that is not persisted, and the
@@ -33,8 +37,8 @@ are in flight carries ``metadata.deletionTimestamp`` and is released
 (``StatusStore.release_unload``, a finalizer's removal) once they finish.
 
 A restarted controller loads the persisted state, waits out the warm-up the
-core prescribes, and changes nothing unless the cluster did: no generation
-bump, no leader change.
+core prescribes, and changes nothing unless the cluster did (or its last
+commit was torn): no generation bump, no leader change.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from headrace.control import documents
@@ -158,8 +162,21 @@ class ControlLoop:
             self.topics[name] = resource
             if status:
                 self._topic_status[name] = status
-        self.state: ClusterState = documents.restore(stored.cluster, self._topic_status)
+        restored = documents.restore(stored.cluster, self._topic_status)
+        self.state: ClusterState = restored.state
         self._cluster_status = dict(stored.cluster) if stored.cluster is not None else None
+        #: the generation the next commit must reach: set when the persisted state may hold
+        #: content that no generation was pushed with (a torn commit), or a commit failed
+        self._floor: int | None = None
+        if restored.torn:
+            self._floor = restored.highest + 1
+            log.warning(
+                "the last commit stopped part-way (cluster document at generation %d, documents"
+                " up to %d): committing again at %d before pushing",
+                self.state.generation,
+                restored.highest,
+                self._floor,
+            )
         #: applied Unload resources (no status) and their progress, by 'namespace/name'
         self.unloads: dict[str, dict[str, Any]] = {}
         self.progress: dict[str, UnloadProgress] = {}
@@ -245,6 +262,10 @@ class ControlLoop:
         self.steps += 1
         for event in decision.events:
             log.info("%s %s: %s", event.kind, event.subject, event.message)
+        if self._floor is not None and decision.state.generation < self._floor:
+            decision = replace(
+                decision, state=replace(decision.state, generation=self._floor), changed=True
+            )
         self.last_decision = decision
         problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
         if decision.changed or problems != self._saved_problems:
@@ -265,21 +286,30 @@ class ControlLoop:
     async def _commit(
         self, state: ClusterState, problems: Mapping[str, tuple[str, str]], now_ms: int
     ) -> None:
-        """Topic statuses first, the cluster document last."""
-        now = documents.condition_time(now_ms)
-        for name in sorted(self.topics):
-            previous = self._topic_status.get(name)
-            ready = documents.previous_ready(previous)
-            status = documents.topic_status(state, name, problems.get(name), ready, now)
-            if status != previous:
-                await self.store.write_topic_status(name, status)
-                self._topic_status[name] = status
-        for name in set(self._topic_status) - set(self.topics):
-            del self._topic_status[name]  # its resource is gone, and the status with it
-        cluster = documents.cluster_status(state)
-        if cluster != self._cluster_status:
-            await self.store.write_cluster_status(cluster)
-            self._cluster_status = cluster
+        """Topic statuses first (stamped), the cluster document last; see ``documents``."""
+        try:
+            now = documents.condition_time(now_ms)
+            for name in sorted(self.topics):
+                previous = self._topic_status.get(name)
+                ready = documents.previous_ready(previous)
+                status = documents.topic_status(state, name, problems.get(name), ready, now)
+                # An unchanged status keeps its older stamp: a stamp at or below the
+                # cluster document's generation is consistent with it.
+                if previous is None or _unstamped(status) != _unstamped(previous):
+                    await self.store.write_topic_status(name, status)
+                    self._topic_status[name] = status
+            for name in set(self._topic_status) - set(self.topics):
+                del self._topic_status[name]  # its resource is gone, and the status with it
+            cluster = documents.cluster_status(state)
+            if cluster != self._cluster_status:
+                await self.store.write_cluster_status(cluster)
+                self._cluster_status = cluster
+        except BaseException:
+            # Documents may now be stamped with this generation: never commit other content
+            # under it (or below it).
+            self._floor = max(self._floor or 0, state.generation + 1)
+            raise
+        self._floor = None
 
     async def save_unloads(self, now_ms: int) -> None:
         """Write the status of every Unload whose progress changed."""
@@ -402,3 +432,7 @@ class ControlLoop:
             "generationBumps": self.generation_bumps,
             "pushes": self.pushes,
         }
+
+
+def _unstamped(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != "topologyGeneration"}

@@ -5,7 +5,8 @@ Local mode keeps in a directory what Kubernetes keeps in custom resources:
     <dir>/topics/<namespace>.<name>.json   a Topic resource: apiVersion, kind,
                                            metadata, spec (as applied) and status
                                            (``documents.topic_status``)
-    <dir>/cluster.json                     the cluster document: generation, brokers
+    <dir>/cluster.json                     the cluster document, the commit record:
+                                           generation, brokers, topics
                                            (``documents.cluster_status``)
     <dir>/unloads/<namespace>.<name>.json  an Unload resource: apiVersion, kind, metadata,
                                            spec (as applied) and status (the control core's
@@ -15,7 +16,9 @@ The directory plays both parts Kubernetes splits: the API server's (``put_*``
 and ``remove_*``: what ``apply`` and ``delete`` change, spec and metadata) and
 the status subresource's (``write_*``: what the control loop decides). Each
 write replaces one file atomically (temp file, fsync, rename), so a
-controller killed mid-write leaves the previous document. An Unload document is the CR Kubernetes
+controller killed mid-write leaves the previous document; the loop orders
+the writes so that a kill between two of them is recovered (see
+``headrace.control.documents``). An Unload document is the CR Kubernetes
 would hold: it validates as ``headrace.resources.operations.Unload``, and an
 Unload deleted while moving carries ``metadata.deletionTimestamp`` until its
 moves finish, as a finalizer would keep it.

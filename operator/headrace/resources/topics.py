@@ -210,6 +210,10 @@ class TopicStatus(Status):
     """Assignment of every partition."""
     transition: TransitionMarker | None = None
     """The repartition in progress, if any."""
+    topology_generation: int | None = Field(default=None, ge=0)
+    """The topology generation this status was written for. The controller writes every
+    Topic's status before the BrokerCluster's, so a status stamped above the cluster's
+    ``topologyGeneration`` is from a commit that stopped part-way."""
 
 
 class Topic(Resource):

@@ -1,4 +1,4 @@
-"""Fakes for the controller's tests: a scripted broker fleet (no HTTP).
+"""Fakes for the controller's tests: a scripted broker fleet (no HTTP) and a store that crashes.
 
 Both implement the control loop's ports (``headrace.control.looping``).
 """
@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from headrace.control.looping import Clock, Report, StatusStore
+from headrace.control.looping import Clock, Report, StatusStore, Stored
 from headrace.control.model import BrokerInfo, Heartbeat, PartitionReport, SealReport
 from headrace.controller.controlling import (
     BrokerEndpoint,
@@ -115,6 +115,57 @@ class ScriptedFleet:
                 self.pushed.append(doc)
             self.held[broker_id] = doc
         return self.generation(broker_id)
+
+
+class ManualClock:
+    """A ``Clock`` that moves only when told to."""
+
+    def __init__(self, now_ms: int = 1_767_225_600_000) -> None:
+        self.now = now_ms
+
+    def now_ms(self) -> int:
+        return self.now
+
+    def advance(self, ms: int) -> None:
+        self.now += ms
+
+
+class Crash(Exception):
+    """The process died here."""
+
+
+class CrashingStore:
+    """A ``StatusStore`` that dies after ``writes`` more successful writes."""
+
+    def __init__(self, store: StatusStore, writes: int) -> None:
+        self.store = store
+        self.writes = writes
+        self.log: list[str] = []
+
+    def load(self) -> Stored:
+        return self.store.load()
+
+    def _tick(self, what: str) -> None:
+        if self.writes == 0:
+            raise Crash(f"crashed before writing {what} (after {self.log})")
+        self.writes -= 1
+        self.log.append(what)
+
+    async def write_topic_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._tick(f"topic {name}")
+        await self.store.write_topic_status(name, status)
+
+    async def write_cluster_status(self, status: Mapping[str, Any]) -> None:
+        self._tick("cluster")
+        await self.store.write_cluster_status(status)
+
+    async def write_unload_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._tick(f"unload {name}")
+        await self.store.write_unload_status(name, status)
+
+    async def release_unload(self, name: str) -> None:
+        self._tick(f"release {name}")
+        await self.store.release_unload(name)
 
 
 class ScriptedController(Controller):
