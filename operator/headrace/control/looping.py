@@ -115,7 +115,9 @@ class StatusStore(Protocol):
     Writing the status of a resource that is gone does nothing.
     """
 
-    def load(self) -> Stored: ...
+    def load(self) -> Stored:
+        """Every document, once, when the loop starts (the operator: from its watch cache)."""
+        ...
 
     async def write_topic_status(self, name: str, status: Mapping[str, Any]) -> None: ...
 
