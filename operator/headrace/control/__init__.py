@@ -22,10 +22,15 @@ Modules
 ``unloads``       the Unload state machine: seal, reassign, complete (``step``)
 ``reconcile``     ``reconcile``: one whole step, and ``grow_topic``
 ``topology``      ``snapshot``: the client-facing ``TopologySnapshot``
+``documents``     resources to and from the core's types: ``spec_of``,
+                  ``topic_config``, ``unload_request``, status and condition
+                  builders, and ``restore`` (crash-safe persistence)
+``looping``       ``ControlLoop``, the loop both controllers run, and its
+                  ports: ``StatusStore``, ``BrokerFleet``, ``Clock``
 
 The controller loop
 -------------------
-::
+``looping.ControlLoop`` runs it (persisting as ``documents`` describes)::
 
     state = ClusterState.from_json(stored) if stored else ClusterState()
     since = now_ms()                                  # when this process started polling

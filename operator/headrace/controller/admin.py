@@ -11,8 +11,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from headrace.control.documents import spec_of
 from headrace.controller.controlling import Controller, UnloadConflict
-from headrace.controller.store import spec_of
 from headrace.errors import HeadraceError
 from headrace.resources import Resource, Topic, Unload, load_manifests
 

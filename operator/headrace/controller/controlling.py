@@ -1,27 +1,18 @@
-"""The controller loop: poll heartbeats, reconcile, persist, push.
+"""The local-mode controller: the shared control loop over files and HTTP.
 
-Every ``poll_interval_ms`` it fetches ``/v1/heartbeat`` from every broker it
-knows, runs one pure ``reconcile`` step, persists the state if (and only if)
-the step changed it, and pushes the topology to every live broker whose last
-heartbeat shows an older generation. Pushes are idempotent and the brokers
-fence them by generation, so repeating one is harmless.
+``ControlLoop`` (``headrace.control.looping``) does the work: poll, reconcile,
+persist, push. This process gives it its ports (``FileStore``: the state
+directory; ``HttpFleet``: the brokers' admin ports; the system clock), runs
+a step every ``poll_interval_ms`` (every ``transition_poll_interval_ms``
+while an unload is unfinished or a partition is sealed, so that a move's
+unavailability is the brokers' work, not the poll interval) or at once after
+an apply, and plays the API server's part for the documents: ``apply`` and
+``delete`` write spec and metadata, as kubectl would.
 
-A restarted controller loads the persisted state, waits out the warm-up the
-core prescribes, and changes nothing unless the cluster did: no generation
-bump, no leader change.
-
-Unloads: the applied Unload documents and their progress live beside the
-topics (``store``). Each step passes them to the core, oldest first, and
-persists the progress it returns when it changed: after the cluster state
-and before the push, so a broker never acts on a decision that is not on
-disk, and the core recognises the one crash window left (state written,
-progress not). While an unload is unfinished or a partition is sealed the
-loop polls every ``transition_poll_interval_ms`` instead of every
-``poll_interval_ms``, so that a move's unavailability is the brokers' work,
-not the poll interval. An Unload is one-shot: applying the same spec again
-is a no-op, a different one is refused; deleting one whose moves are in
-flight marks it (``deletionTimestamp``) and removes it once they finish,
-cancelling the moves that have not started.
+An Unload is one-shot: applying the same spec again is a no-op, a different
+one is refused; deleting one whose moves are in flight marks it
+(``deletionTimestamp``) and the loop removes it once they finish, cancelling
+the moves that have not started.
 """
 
 from __future__ import annotations
@@ -35,54 +26,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import aiohttp
-
 from headrace.aio import cancel_and_wait
-from headrace.control.model import TopicSpec, UnloadRequest
-from headrace.control.reconcile import Decision, reconcile
+from headrace.control.documents import full_name, rfc3339, spec_of
+from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, StatusStore
+from headrace.control.model import ClusterState, UnloadProgress
+from headrace.control.reconcile import Decision
 from headrace.control.settings import ControlSettings
-from headrace.controller.store import (
-    StateStore,
-    admitted,
-    full_name,
-    rfc3339,
-    spec_of,
-    topic_config,
-    unload_request,
-)
-from headrace.errors import HeadraceError, InvalidRequest
-from headrace.protocol.coordination import (
-    ClusterTopology,
-    Heartbeat,
-    PartitionPlacement,
-    TopicPlacement,
-    TopologyReply,
-)
+from headrace.controller.fleet import BrokerEndpoint, HttpFleet
+from headrace.controller.store import FileStore, admitted
+from headrace.errors import InvalidRequest
+
+__all__ = ["BrokerEndpoint", "Controller", "ControllerSettings", "SystemClock", "UnloadConflict"]
 
 log = logging.getLogger(__name__)
 
 
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+class SystemClock:
+    """The ``Clock`` port: the machine's wall clock."""
 
-
-def _rfc3339() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
 
 
 class UnloadConflict(InvalidRequest):
     """An Unload of that name exists with another spec, or is being deleted (spec is immutable)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerEndpoint:
-    id: int
-    host: str
-    admin_port: int
-
-    @property
-    def admin_url(self) -> str:
-        return f"http://{self.host}:{self.admin_port}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,75 +71,129 @@ class ControllerSettings:
 
 
 class Controller:
-    def __init__(self, settings: ControllerSettings) -> None:
+    def __init__(
+        self,
+        settings: ControllerSettings,
+        *,
+        fleet: BrokerFleet | None = None,
+        clock: Clock | None = None,
+        status_store: StatusStore | None = None,
+    ) -> None:
+        """``fleet``, ``clock``, ``status_store``: the loop's ports (default: HTTP, the
+        system clock, the state directory)."""
         self.settings = settings
-        self.store = StateStore(settings.state_dir)
-        self.state, self.resources = self.store.load()
-        #: applied Unload documents (no status) and their progress, by 'namespace/name'
-        self.unloads, self.progress = self.store.load_unloads()
-        self.heartbeats: dict[int, Heartbeat] = {}
-        #: the topology generation each broker last reported
-        self.broker_generations: dict[int, int] = {}
-        self.started_ms = wall_ms()
-        self.last_decision: Decision | None = None
-        self.steps = 0
-        self.generation_bumps = 0
-        self.pushes = 0
-        self._session: aiohttp.ClientSession | None = None
+        self.clock = clock or SystemClock()
+        self.files = FileStore(settings.state_dir)
+        self.http: HttpFleet | None = None
+        if fleet is None:
+            self.http = HttpFleet(settings.brokers, self.clock, settings.poll_timeout_ms)
+            fleet = self.http
+        self.loop = ControlLoop(
+            status_store or self.files,
+            fleet,
+            self.clock,
+            LoopSettings(settings.cluster_id, settings.control),
+        )
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
-        #: the problems behind the Ready conditions last written (rewrite only on change)
-        self._saved_problems: dict[str, tuple[str, str]] | None = None
+
+    # the loop's state, for the admin surface
 
     @property
-    def specs(self) -> list[TopicSpec]:
-        return [spec_of(r) for r in self.resources.values()]
+    def state(self) -> ClusterState:
+        return self.loop.state
 
-    def unload_requests(self) -> list[UnloadRequest]:
-        """The Unloads, oldest first (a partition's moves are served in this order)."""
+    @property
+    def resources(self) -> dict[str, dict[str, Any]]:
+        """The applied Topic resources (no status), by 'namespace/name'."""
+        return self.loop.topics
 
-        def age(name: str) -> tuple[str, str]:
-            return (str(self.unloads[name]["metadata"].get("creationTimestamp", "")), name)
+    @property
+    def unloads(self) -> dict[str, dict[str, Any]]:
+        """The applied Unload resources (no status), by 'namespace/name'."""
+        return self.loop.unloads
 
-        return [unload_request(self.unloads[n]) for n in sorted(self.unloads, key=age)]
+    @property
+    def progress(self) -> dict[str, UnloadProgress]:
+        return self.loop.progress
+
+    @property
+    def last_decision(self) -> Decision | None:
+        return self.loop.last_decision
+
+    @property
+    def steps(self) -> int:
+        return self.loop.steps
+
+    @property
+    def generation_bumps(self) -> int:
+        return self.loop.generation_bumps
+
+    @property
+    def pushes(self) -> int:
+        return self.loop.pushes
 
     @property
     def transitioning(self) -> bool:
-        """An unload is unfinished or a partition sealed: poll fast."""
-        return any(
-            name not in self.progress or not self.progress[name].finished for name in self.unloads
-        ) or any(p.seal for t in self.state.topics.values() for p in t.partitions)
+        return self.loop.transitioning
+
+    def topology_document(self) -> dict[str, Any]:
+        return self.loop.topology_document()
+
+    def state_document(self) -> dict[str, Any]:
+        return self.loop.state_document()
+
+    async def step(self) -> Decision:
+        return await self.loop.step()
 
     async def start(self) -> None:
-        timeout = aiohttp.ClientTimeout(total=self.settings.poll_timeout_ms / 1000)
-        self._session = aiohttp.ClientSession(timeout=timeout)
+        if self.http is not None:
+            await self.http.start()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="controller")
 
     async def stop(self) -> None:
         await cancel_and_wait(self._task)
-        if self._session is not None:
-            await self._session.close()
+        if self.http is not None:
+            await self.http.close()
 
     def kick(self) -> None:
         """Run a step now (after an apply) instead of at the next poll."""
         self._kick.set()
 
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.loop.step()
+            except Exception:
+                log.exception("controller step failed")
+            self._kick.clear()
+            interval = (
+                self.settings.transition_poll_interval_ms
+                if self.loop.transitioning
+                else self.settings.poll_interval_ms
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), interval / 1000)
+
     # ------------------------------------------------------------------ desired state
 
     def apply(self, resources: list[dict[str, Any]]) -> list[str]:
-        names = []
-        now = rfc3339(wall_ms())
-        for resource in resources:
-            spec = spec_of(resource)  # validates the name and counts
-            self.resources[spec.name] = admitted(resource, self.resources.get(spec.name), now)
-            names.append(spec.name)
-        self.store.save(self.state, self.resources, now=_rfc3339(), observed=False)
+        """Create or replace Topics, as the API server would: ``metadata.generation`` is bumped
+        on a spec change, and the status (with its observed generation and Ready condition)
+        is left as it was until a step has reconciled the new spec."""
+        specs = [spec_of(r) for r in resources]  # validates the names and counts, all first
+        now = rfc3339(self.clock.now_ms())
+        for resource, spec in zip(resources, specs, strict=True):
+            doc = admitted(resource, self.loop.topics.get(spec.name), now)
+            self.files.put("topics", doc)
+            self.loop.topics[spec.name] = doc
         self.kick()
-        return names
+        return [s.name for s in specs]
 
     def delete(self, names: list[str]) -> list[str]:
-        gone = [n for n in names if self.resources.pop(n, None) is not None]
-        self.store.save(self.state, self.resources, now=_rfc3339(), observed=False)
+        gone = [n for n in names if self.loop.topics.pop(n, None) is not None]
+        for name in gone:
+            self.files.remove("topics", name)
         self.kick()
         return gone
 
@@ -200,7 +221,7 @@ class Controller:
     def apply_unloads(self, resources: list[dict[str, Any]]) -> list[tuple[str, str]]:
         """(name, "created" | "unchanged") per Unload; one-shot, so re-applying is a no-op."""
         self.check_unloads(resources)
-        now = rfc3339(wall_ms())
+        now = rfc3339(self.clock.now_ms())
         results = []
         for resource in resources:
             name = full_name(resource)
@@ -213,9 +234,9 @@ class Controller:
             meta.setdefault("namespace", "default")
             meta["creationTimestamp"] = now
             meta["generation"] = 1
+            self.files.put("unloads", doc)
             self.unloads[name] = doc
             results.append((name, "created"))
-        self.store.save_unloads(self.unloads, self.progress, _rfc3339())
         self.kick()
         return results
 
@@ -226,208 +247,16 @@ class Controller:
             doc = self.unloads.get(name)
             if doc is None:
                 continue
-            if self._moving(name):
-                doc["metadata"].setdefault("deletionTimestamp", rfc3339(wall_ms()))
+            if self.loop.moving(name):
+                doc["metadata"].setdefault("deletionTimestamp", rfc3339(self.clock.now_ms()))
+                self.files.put("unloads", doc)
                 deferred.append(name)
             else:
-                del self.unloads[name]
-                self.progress.pop(name, None)
+                self.files.remove("unloads", name)
+                self.loop.forget_unload(name)
                 deleted.append(name)
-        self.store.save_unloads(self.unloads, self.progress, _rfc3339())
         self.kick()
         return deleted, deferred
-
-    def _moving(self, name: str) -> bool:
-        progress = self.progress.get(name)
-        return progress is not None and any(m.in_flight for m in progress.moves)
-
-    def _finalize_deletions(self) -> bool:
-        """Remove deleted Unloads whose moves are no longer in flight; True if any was."""
-        done = [
-            n
-            for n, doc in self.unloads.items()
-            if doc["metadata"].get("deletionTimestamp") is not None and not self._moving(n)
-        ]
-        for name in done:
-            del self.unloads[name]
-            self.progress.pop(name, None)
-            log.info("unload %s deleted: its moves have finished", name)
-        return bool(done)
-
-    # ------------------------------------------------------------------ the loop
-
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.step()
-            except Exception:
-                log.exception("controller step failed")
-            self._kick.clear()
-            interval = (
-                self.settings.transition_poll_interval_ms
-                if self.transitioning
-                else self.settings.poll_interval_ms
-            )
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), interval / 1000)
-
-    async def step(self) -> Decision:
-        await asyncio.gather(*(self._poll(b) for b in self.settings.brokers))
-        now = wall_ms()
-        decision = reconcile(
-            self.state,
-            self.specs,
-            self.heartbeats,
-            now,
-            self.settings.control,
-            observing_since_ms=self.started_ms,
-            unload_requests=self.unload_requests(),
-            unload_progress=self.progress,
-        )
-        self.steps += 1
-        self.last_decision = decision
-        for event in decision.events:
-            log.info("%s %s: %s", event.kind, event.subject, event.message)
-        problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
-        if (
-            decision.changed
-            or problems != self._saved_problems
-            or self.store.unobserved(self.resources)
-        ):
-            # Persist first: a decision that is not on disk must never be pushed (a restart
-            # from the older documents could hand the same epoch to another leader).
-            self.store.save(decision.state, self.resources, problems, now=_rfc3339())
-            self._saved_problems = problems
-            if decision.changed:
-                self.generation_bumps += 1
-                self.state = decision.state
-        if decision.unloads_changed or set(decision.unloads) != set(self.progress):
-            # After the state (the core recognises a reassignment whose progress was lost,
-            # not the other way round), before the push.
-            self.progress = dict(decision.unloads)
-            self._finalize_deletions()
-            self.store.save_unloads(self.unloads, self.progress, _rfc3339())
-        elif self._finalize_deletions():
-            self.store.save_unloads(self.unloads, self.progress, _rfc3339())
-        await self._push(decision)
-        return decision
-
-    async def _poll(self, broker: BrokerEndpoint) -> None:
-        assert self._session is not None
-        try:
-            async with self._session.get(f"{broker.admin_url}/v1/heartbeat") as resp:
-                doc = await resp.json()
-            heartbeat = Heartbeat.from_json(doc, received_ms=wall_ms())
-        except aiohttp.ClientConnectorError as exc:
-            if isinstance(exc.os_error, ConnectionRefusedError) and broker.id in self.heartbeats:
-                # Nothing listens on the admin port: the process is gone. That is proof, not
-                # silence, so do not wait out the liveness TTL (a timeout still does).
-                log.warning("broker %s refused the heartbeat poll: treating it as down", broker.id)
-                del self.heartbeats[broker.id]
-            return
-        except (aiohttp.ClientError, TimeoutError, ValueError, HeadraceError) as exc:
-            log.debug("no heartbeat from broker %s: %s", broker.id, exc)
-            return
-        if heartbeat.broker_id != broker.id:
-            log.error(
-                "broker at %s says it is %s, expected %s",
-                broker.admin_url,
-                heartbeat.broker_id,
-                broker.id,
-            )
-            return
-        self.heartbeats[broker.id] = heartbeat
-        self.broker_generations[broker.id] = heartbeat.generation
-
-    def topology_document(self) -> dict[str, Any]:
-        """The document brokers apply: ``ClusterTopology`` (``protocol.coordination``)."""
-        specs = {s.name: s for s in self.specs}
-        state = self.state
-        decision = self.last_decision
-        live = decision.liveness.live if decision is not None else frozenset(state.brokers)
-        return ClusterTopology(
-            state.generation,
-            self.settings.cluster_id,
-            [b for _, b in sorted(state.brokers.items())],
-            [
-                TopicPlacement(
-                    name,
-                    len(topic.partitions),
-                    topic.partitioning_version,
-                    specs[name].min_in_sync if name in specs else 1,
-                    topic_config(self.resources[name]) if name in self.resources else {},
-                    [
-                        PartitionPlacement(
-                            p.partition,
-                            list(p.replicas),
-                            # a candidate is told it leads, so it can promote itself
-                            p.owner,
-                            p.leader_epoch,
-                            # A new leader seeds its LRS from this: never with dead brokers,
-                            # whose missing fetches would hold the HW (and acks=all) back
-                            # until they time out of the set.
-                            [r for r in p.live_replicas if r in live],
-                            # unloads: the leader seals; a higher ``moves`` makes every
-                            # replica drop its copy and open it empty at ``start_offset``
-                            # (None: after the last offset in the object store)
-                            p.seal,
-                            p.moves,
-                            p.start_offset,
-                        )
-                        for p in topic.partitions
-                    ],
-                    {
-                        cohort: {m: list(ps) for m, ps in plan.assignment.items()}
-                        for cohort, plan in topic.cohort_plans.items()
-                    },
-                )
-                for name, topic in sorted(state.topics.items())
-            ],
-        ).to_json()
-
-    async def _push(self, decision: Decision) -> None:
-        assert self._session is not None
-        if self.state.generation == 0:
-            return
-        doc = self.topology_document()
-        behind = [
-            b
-            for b in self.settings.brokers
-            if b.id in decision.liveness.live
-            and self.broker_generations.get(b.id, 0) < self.state.generation
-        ]
-        for broker in behind:
-            try:
-                async with self._session.post(f"{broker.admin_url}/v1/topology", json=doc) as resp:
-                    body = await resp.json()
-                if resp.status == 200:
-                    self.pushes += 1
-                    reply = TopologyReply.from_json(body)
-                    self.broker_generations[broker.id] = reply.generation or 0
-                else:
-                    log.warning(
-                        "broker %s refused topology %d: %s", broker.id, self.state.generation, body
-                    )
-            except (aiohttp.ClientError, TimeoutError, ValueError, HeadraceError) as exc:
-                log.info("push to broker %s failed: %s", broker.id, exc)
-
-    def state_document(self) -> dict[str, Any]:
-        decision = self.last_decision
-        return {
-            "cluster": self.state.to_json(),
-            "live": sorted(decision.liveness.live) if decision else [],
-            "adoptionFloor": decision.adoption_floor if decision else None,
-            "problems": [
-                {"topic": p.topic, "reason": p.reason, "message": p.message}
-                for p in decision.problems
-            ]
-            if decision
-            else [],
-            "unloads": self.store.unload_documents(),
-            "steps": self.steps,
-            "generationBumps": self.generation_bumps,
-            "pushes": self.pushes,
-        }
 
 
 def _normal_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -164,6 +164,9 @@ class BrokerClusterStatus(Status):
     """Bumped on every committed metadata change; clients acknowledge it."""
     adoption_floor: int | None = Field(default=None, ge=0)
     """The lowest topology generation acknowledged by any live broker's clients."""
+    topics: list[str] | None = None
+    """The Topics (``namespace/name``) whose status ``topologyGeneration`` covers, written
+    after their statuses: the commit record a restarted controller checks them against."""
 
 
 class BrokerCluster(Resource):

@@ -251,6 +251,10 @@ class TopicStatus(Status):
         default_factory=list, json_schema_extra=list_map("cohort")
     )
     """The advisory plan of every cohort with connected members."""
+    topology_generation: int | None = Field(default=None, ge=0)
+    """The topology generation this status was written for. The controller writes every
+    Topic's status before the BrokerCluster's, so a status stamped above the cluster's
+    ``topologyGeneration`` is from a commit that stopped part-way."""
 
 
 class Topic(Resource):

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from controller_fakes import TOPIC, make, settle, unload
 
-from headrace.controller import store
+from headrace.control import documents as store
 from headrace.controller.controlling import UnloadConflict
 from headrace.resources import Unload
 from headrace.resources.operations import Unload as UnloadModel

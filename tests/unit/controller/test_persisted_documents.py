@@ -1,7 +1,8 @@
 """Every document the controller persists is one the API server would accept and keep whole.
 
-The real controller (``Controller.step``, the control core, the file store) is
-driven through scenarios that leave elections in flight, seal markers, moves,
+The real controller (``Controller.step``: the control loop, the control core
+and the file store; its brokers the scripted fleet of ``controller_fakes``, on
+a manual clock) is driven through scenarios that leave elections in flight, seal markers, moves,
 recoveries from the object store, cohort plans, problems and deleted Unloads
 in its state directory. After every call the directory is read back, and
 each Topic and Unload document is checked against the OpenAPI v3 schema of
@@ -29,16 +30,13 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from controller_fakes import TOPIC, unload
+from controller_fakes import TOPIC, ManualClock, ScriptedController, ScriptedFleet, unload
 
-from headrace.control.reconcile import Decision
+from headrace.control.documents import spec_of
 from headrace.control.settings import ControlSettings
-from headrace.controller import controlling
-from headrace.controller.controlling import BrokerEndpoint, Controller, ControllerSettings
-from headrace.controller.store import spec_of
+from headrace.controller.controlling import BrokerEndpoint, ControllerSettings
 from headrace.errors import InvalidTopicSpec
 from headrace.resources import topics as topic_models
-from tests.unit.control.control_fakes import FakeClock, Fleet
 
 CRDS = Path(__file__).resolve().parents[3] / "crds"
 SETTINGS = ControlSettings(
@@ -155,31 +153,15 @@ def test_the_checks_catch_what_the_api_server_would_drop_or_refuse() -> None:
 # --------------------------------------------------------------------------- the controller
 
 
-class FleetController(Controller):
-    """The real controller, its brokers a fake fleet (``control_fakes``) on a fake clock."""
-
-    def __init__(self, settings: ControllerSettings, fleet: Fleet) -> None:
-        super().__init__(settings)
-        self.fleet = fleet
-
-    async def _poll(self, broker: BrokerEndpoint) -> None:
-        if broker.id == self.settings.brokers[0].id:  # the fleet answers for all at once
-            self.heartbeats.update(self.fleet.poll(self.state))
-
-    async def _push(self, decision: Decision) -> None:
-        pass
-
-
 class Harness:
     """A controller with its fleet and clock, and every document version it wrote."""
 
-    def __init__(self, root: Path, monkeypatch: pytest.MonkeyPatch, brokers: int = 3) -> None:
-        self.clock = FakeClock()
-        monkeypatch.setattr(controlling, "wall_ms", lambda: self.clock.now_ms)
-        self.fleet = Fleet(brokers, self.clock)
+    def __init__(self, root: Path, brokers: int = 3) -> None:
+        self.clock = ManualClock()
         self.root = root / "state"
         endpoints = tuple(BrokerEndpoint(b, f"10.0.0.{b}", 9644) for b in range(brokers))
-        self.controller = FleetController(
+        self.fleet = ScriptedFleet(endpoints, self.clock)
+        self.controller = ScriptedController(
             ControllerSettings(self.root, endpoints, control=SETTINGS), self.fleet
         )
         #: (file name, document) of every version written, in order, without repeats
@@ -222,9 +204,10 @@ class Harness:
             if folder in schemas:
                 found += [f"{name}: {p}" for p in problems(doc, schemas[folder])]
             else:
-                # Not a custom resource (yet): the topology generation and the known brokers.
-                # Where they live on Kubernetes is for crash-safe persistence to decide.
-                assert name == "cluster.json" and set(doc) <= {"generation", "brokers"}, name
+                # Not a custom resource (yet): the commit record (topology generation, known
+                # brokers, the topics it covers), the BrokerCluster status on Kubernetes.
+                assert name == "cluster.json", name
+                assert set(doc) <= {"generation", "brokers", "topics"}, name
         assert found == [], "\n".join(found)
 
 
@@ -235,8 +218,8 @@ def topic(replicas: int = 3, **spec: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
-    return Harness(tmp_path, monkeypatch)
+def harness(tmp_path: Path) -> Harness:
+    return Harness(tmp_path)
 
 
 # --------------------------------------------------------------------------- scenarios
@@ -250,9 +233,8 @@ async def test_elections_in_flight_and_offline_partitions_persist_whole(
     await h.step(3)
     leader = h.controller.state.topics[ORDERS].partitions[0].leader
     assert leader is not None
-    for b in h.fleet.brokers.values():
-        b.promotes = False  # every nominee fails to promote: the election stays in flight
-    h.fleet.brokers[leader].up = False
+    h.fleet.refuses.update(h.fleet.endpoints)  # no nominee promotes: the election stays
+    h.fleet.down.add(leader)
     await h.step(4)  # the TTL passes: a candidate is nominated
     await h.step(12)  # candidates time out one by one: Offline
     electing = [p for p in h.partitions() if p["state"] == "Electing"]
@@ -269,21 +251,21 @@ async def test_seals_moves_and_recoveries_persist_whole(harness: Harness) -> Non
     await h.step(3)
     owner = h.controller.state.topics[ORDERS].partitions[0].leader
     assert owner is not None
-    h.fleet.brokers[owner].seals = False  # the seal marker stays set for a while
+    h.fleet.stuck.add(owner)  # the seal marker stays set for a while
     h.apply_unloads(unload("move", [0], target=(owner + 1) % 3))
     await h.step(2)
     assert any(p.get("seal") for p in h.partitions())
-    h.fleet.brokers[owner].seals = True
+    h.fleet.stuck.discard(owner)
     await h.step(4)
     moved = [p for p in h.partitions() if p.get("moves") == 1 and p["partition"] == 0]
     assert moved and "startOffset" in moved[-1]
     # partition 1's owner dies mid-seal (RF=1): reopened from the object store
     owner1 = h.controller.state.topics[ORDERS].partitions[1].leader
     assert owner1 is not None
-    h.fleet.brokers[owner1].seals = False
+    h.fleet.stuck.add(owner1)
     h.apply_unloads(unload("rescue", [1], target=None))
     await h.step(1)
-    h.fleet.brokers[owner1].up = False
+    h.fleet.down.add(owner1)
     await h.step(12)
     (rescue,) = [d for n, d in h.written if n.endswith("default.rescue.json")][-1:]
     assert rescue["status"]["moves"][0]["recovery"]["source"] == "ObjectStore"
@@ -305,7 +287,7 @@ async def test_deleted_unloads_and_problems_persist_whole(harness: Harness) -> N
     await h.step(1)
     owner = h.controller.state.topics[ORDERS].partitions[0].leader
     assert owner is not None
-    h.fleet.brokers[owner].seals = False
+    h.fleet.stuck.add(owner)
     h.apply_unloads(unload("cancelled", [0, 1], target=(owner + 1) % 3))
     await h.step(2)
     h.controller.delete_unloads(["default/cancelled"])
@@ -318,7 +300,7 @@ async def test_deleted_unloads_and_problems_persist_whole(harness: Harness) -> N
         c for s in h.statuses("topics") for c in s.get("conditions", []) if c["status"] == "False"
     ]
     assert not_ready
-    h.fleet.brokers[owner].seals = True
+    h.fleet.stuck.discard(owner)
     await h.step(4)
     h.check()
 
@@ -327,11 +309,11 @@ async def test_cohort_plans_persist_whole(harness: Harness) -> None:
     h = harness
     h.apply(topic(replicas=2, partitions=4))
     await h.step(3)
-    h.fleet.brokers[0].members[(ORDERS, "readers")] = {"m-1", "m-2"}
-    h.fleet.brokers[1].members[(ORDERS, "readers")] = {"m-3"}
-    h.fleet.brokers[2].members[(ORDERS, "audit")] = {"a-1"}
+    h.fleet.members[0] = {(ORDERS, "readers"): {"m-1", "m-2"}}
+    h.fleet.members[1] = {(ORDERS, "readers"): {"m-3"}}
+    h.fleet.members[2] = {(ORDERS, "audit"): {"a-1"}}
     await h.step(2)
-    h.fleet.brokers[1].members.clear()
+    h.fleet.members[1].clear()
     await h.step(2)
     plans = [s["cohortPlans"] for s in h.statuses("topics") if s.get("cohortPlans")]
     assert plans and {p["cohort"] for p in plans[-1]} == {"readers", "audit"}
@@ -339,23 +321,20 @@ async def test_cohort_plans_persist_whole(harness: Harness) -> None:
     h.check()
 
 
-async def test_a_restarted_controller_reads_back_what_it_persisted(
-    harness: Harness, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_a_restarted_controller_reads_back_what_it_persisted(harness: Harness) -> None:
     h = harness
     h.apply(topic(replicas=3, partitions=2))
     await h.step(3)
-    h.fleet.brokers[0].members[(ORDERS, "readers")] = {"m-1"}
-    for b in h.fleet.brokers.values():
-        b.promotes = False
+    h.fleet.members[0] = {(ORDERS, "readers"): {"m-1"}}
+    h.fleet.refuses.update(h.fleet.endpoints)
     leader = h.controller.state.topics[ORDERS].partitions[0].leader
     assert leader is not None
-    h.fleet.brokers[leader].up = False
+    h.fleet.down.add(leader)
     await h.step(5)
     assert h.controller.state.topics[ORDERS].partitions[0].candidate is not None
     h.check()
-    state, _ = FleetController(h.controller.settings, h.fleet).store.load()
-    assert state.topics == h.controller.state.topics
+    again = ScriptedController(h.controller.settings, h.fleet)
+    assert again.state.topics == h.controller.state.topics
 
 
 # --------------------------------------------------------------------------- observedGeneration
@@ -372,9 +351,10 @@ async def test_observed_generation_is_the_objects_metadata_generation(harness: H
     h.apply(applied)
     doc = topic_doc(h)
     assert doc["metadata"]["generation"] == 1 and "creationTimestamp" in doc["metadata"]
-    assert "observedGeneration" not in doc["status"]  # applied, not yet reconciled
+    # applied, not yet reconciled (a new object has no status until the controller writes one)
+    assert "observedGeneration" not in doc.get("status", {})
     await h.step(3)
-    h.fleet.brokers[0].members[(ORDERS, "readers")] = {"m-1"}  # a plan: one more bump
+    h.fleet.members[0] = {(ORDERS, "readers"): {"m-1"}}  # a plan: one more bump
     await h.step(2)
     doc = topic_doc(h)
     assert h.controller.state.generation > 1  # the topology generation is another counter
@@ -397,9 +377,9 @@ async def test_observed_generation_is_the_objects_metadata_generation(harness: H
     assert doc["status"]["observedGeneration"] == 2
     assert doc["status"]["conditions"][0] == {**ready, "observedGeneration": 2}
 
-    again = FleetController(h.controller.settings, h.fleet)  # a restart keeps both
+    again = ScriptedController(h.controller.settings, h.fleet)  # a restart keeps both
     assert again.resources[ORDERS]["metadata"]["generation"] == 2
-    assert again.store.unobserved(again.resources) == []
+    assert again.loop.unobserved() == []
     h.check()
 
 

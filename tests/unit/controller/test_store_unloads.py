@@ -1,4 +1,4 @@
-"""Unload documents of the local state store: the CR shape, times, and exact round trips."""
+"""Unload documents: the CR shape, times, exact round trips, and the local state store."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headrace.control import documents as store
+from headrace.control.looping import ControlLoop
 from headrace.control.model import (
     MovePhase,
     MoveProgress,
@@ -15,7 +17,7 @@ from headrace.control.model import (
     UnloadPhase,
     UnloadProgress,
 )
-from headrace.controller import store
+from headrace.controller.store import FileStore
 from headrace.errors import InvalidRequest
 from headrace.resources import Unload
 
@@ -151,18 +153,38 @@ def test_the_request_of_a_document() -> None:
     assert store.unload_request(doc).cancelled
 
 
-def test_saved_documents_are_loaded_back(tmp_path: Any) -> None:
-    s = store.StateStore(tmp_path)
+class _NoFleet:
+    async def poll(self) -> dict[int, Any]:
+        return {}
+
+    async def push(self, broker_id: int, topology: Any) -> int | None:
+        return None
+
+
+class _Clock:
+    def now_ms(self) -> int:
+        return 0
+
+
+def loop_over(path: Any) -> ControlLoop:
+    return ControlLoop(FileStore(path), _NoFleet(), _Clock())
+
+
+async def test_saved_documents_are_loaded_back(tmp_path: Any) -> None:
     doc = document(RICH)
     resource = {k: v for k, v in doc.items() if k != "status"}
-    s.save_unloads({"default/move": resource}, {"default/move": RICH}, NOW)
+    FileStore(tmp_path).put("unloads", resource)
+    s = loop_over(tmp_path)
+    s.progress["default/move"] = RICH
+    await s.save_unloads(store.epoch_ms(NOW))
     written = (tmp_path / "unloads" / "default.move.json").stat().st_mtime_ns
-    s.save_unloads({"default/move": resource}, {"default/move": RICH}, "2031-01-01T00:00:00Z")
+    await s.save_unloads(store.epoch_ms("2031-01-01T00:00:00Z"))
     assert (tmp_path / "unloads" / "default.move.json").stat().st_mtime_ns == written, (
         "an unchanged document is not rewritten"
     )
-    resources, progress = store.StateStore(tmp_path).load_unloads()
+    again = loop_over(tmp_path)
+    resources, progress = again.unloads, again.progress
     assert resources == {"default/move": resource}
     assert progress == {"default/move": RICH}
-    s.save_unloads({}, {}, NOW)
+    await s.store.release_unload("default/move")
     assert not (tmp_path / "unloads" / "default.move.json").exists()

@@ -1,0 +1,404 @@
+"""The controller's documents: Kubernetes-shaped resources to and from the core's types (pure).
+
+Both controllers persist the same documents: the local controller as files
+(``headrace.controller.store``), the kopf operator as custom resource status.
+This module maps between those documents and the control core's types, with
+no I/O: a resource's spec to a ``TopicSpec`` or an ``UnloadRequest``, the
+core's status to status documents and Ready conditions, and the persisted
+documents back to a ``ClusterState`` (``restore``).
+
+A Topic's status document is the CR status Kubernetes would keep whole:
+every field is declared in the Topic CRD (structural pruning drops any
+other), it has no ``name`` (the object's own name says it, and a copy could
+only disagree) and no nulls (the API server drops a null it is not told to
+keep; an absent field reads back as None). ``observedGeneration``, in the
+status and in its Ready condition, is the Topic's ``metadata.generation``
+that a reconcile step ran with, never the topology generation. Specs are
+read through the resource models (``headrace.resources``), so what a spec
+leaves unset takes the CRD's default.
+
+Crash safety
+------------
+The controller's state is spread over one status document per Topic and one
+cluster document, and no store writes them atomically together (Kubernetes
+patches one object at a time). So every Topic status carries the topology
+generation it was written for (``topologyGeneration``), the Topic statuses
+are written first and the cluster document last, as the commit record: its
+``generation`` and ``topics`` (the names it covers). ``restore`` finds a
+write that stopped part-way (a status stamped above the cluster document, or
+a committed topic whose status is gone, or one the record does not cover)
+and says so (``Restored.torn``): the state it returns may then hold content
+that no generation was ever pushed with, so the loop must commit it under a
+generation above every one persisted (``Restored.highest`` + 1) before it
+pushes anything. Brokers fence topology by generation and ignore a push
+that does not raise it, so reusing a generation would leave them on the old
+content for good.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import pydantic
+
+from headrace.control.model import (
+    ClusterState,
+    MovePhase,
+    MoveProgress,
+    RecoverySource,
+    TopicSpec,
+    TopicStatus,
+    UnloadPhase,
+    UnloadProgress,
+    UnloadRequest,
+)
+from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.protocol.coordination import BrokerInfo
+from headrace.resources import topics as topic_models
+
+API_VERSION: Final = "headrace.dev/v1alpha1"
+_EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_MS: Final = dt.timedelta(milliseconds=1)
+
+
+def rfc3339(ms: int) -> str:
+    """Milliseconds since the epoch as RFC 3339 UTC, to the millisecond."""
+    text = (_EPOCH + ms * _MS).isoformat(timespec="milliseconds")
+    return text.replace("+00:00", "Z")
+
+
+def epoch_ms(text: str) -> int:
+    """The inverse of ``rfc3339`` (any RFC 3339 time with an offset)."""
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise InvalidRequest(f"{text!r} is not an RFC 3339 time") from exc
+    if when.tzinfo is None:
+        raise InvalidRequest(f"{text!r} has no UTC offset")
+    return (when - _EPOCH) // _MS
+
+
+def full_name(resource: Mapping[str, Any]) -> str:
+    """'<namespace>/<name>' of a resource document."""
+    meta = resource["metadata"]
+    return f"{meta.get('namespace', 'default')}/{meta['name']}"
+
+
+def spec_of(resource: Mapping[str, Any]) -> TopicSpec:
+    """The core's view of a Topic document; what the spec leaves unset takes the model's default."""
+    try:
+        spec = topic_models.TopicSpec.model_validate(resource["spec"])
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidTopicSpec(f"topic {full_name(resource)}: {problems}") from None
+    return TopicSpec(
+        full_name(resource),
+        spec.partitions,
+        spec.replicas,
+        spec.min_in_sync,
+        spec.tiered_storage.enabled,
+    )
+
+
+def generation_of(resource: Mapping[str, Any]) -> int:
+    """``metadata.generation`` (1 for a document written before the store kept it)."""
+    return int(resource.get("metadata", {}).get("generation") or 1)
+
+
+def topic_config(resource: Mapping[str, Any]) -> dict[str, Any]:
+    """The topology document's per-topic ``config``: the Topic spec's settings that are set.
+
+    Keys are the broker's (``retention_ms``, ``segment_bytes``, ``tiered``, ...); a
+    setting left unset is left out, so the broker's own default applies.
+    """
+    spec = resource.get("spec", {})
+    retention = spec.get("retention") or {}
+    segments = spec.get("segments") or {}
+    tiered = spec.get("tieredStorage") or {}
+    interval = tiered.get("uploadIntervalSeconds")
+    values: dict[str, Any] = {
+        "retention_ms": retention.get("ms"),
+        "retention_bytes": retention.get("bytes"),
+        "segment_bytes": segments.get("bytes"),
+        "segment_ms": segments.get("ms"),
+        "max_batch_bytes": spec.get("maxBatchBytes"),
+        "tiered": tiered.get("enabled"),
+        "upload_interval_ms": None if interval is None else int(interval) * 1000,
+        "local_retention_ms": tiered.get("localRetentionMs"),
+        "local_retention_bytes": tiered.get("localRetentionBytes"),
+    }
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def unload_request(resource: Mapping[str, Any]) -> UnloadRequest:
+    """The core's view of an Unload document (``deletionTimestamp`` cancels what has not begun)."""
+    meta = resource["metadata"]
+    spec = resource["spec"]
+    namespace = meta.get("namespace", "default")
+    target = spec.get("targetBroker")
+    return UnloadRequest(
+        full_name(resource),
+        f"{namespace}/{spec['topicRef']['name']}",
+        tuple(int(p) for p in spec.get("partitions") or ()),
+        None if target is None else int(target),
+        cancelled=meta.get("deletionTimestamp") is not None,
+    )
+
+
+def _optional_time(ms: int | None) -> str | None:
+    return None if ms is None else rfc3339(ms)
+
+
+def _move_status(move: MoveProgress) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "partition": move.partition,
+        "fromBroker": move.from_broker,
+        "toBroker": move.to_broker,
+        "sealedOffset": move.sealed_offset,
+        "phase": move.phase.value,
+        "moves": move.moves,
+        "recoveryDeadline": _optional_time(move.deadline_ms),
+        "message": move.message or None,
+    }
+    if move.verified is not None:
+        doc["verification"] = {
+            "result": "Passed" if move.verified else "Failed",
+            "checkedAt": _optional_time(move.checked_ms),
+            "message": move.verification_message,
+        }
+    if move.recovery_source is not None:
+        doc["recovery"] = {
+            "source": move.recovery_source.value,
+            "message": move.recovery_message,
+        }
+    return _without_none(doc)
+
+
+def _without_none(doc: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: _without_none(v) if isinstance(v, dict) else v for k, v in doc.items() if v is not None
+    }
+
+
+def _move_of(doc: Mapping[str, Any]) -> MoveProgress:
+    verification = doc.get("verification") or {}
+    recovery = doc.get("recovery") or {}
+    checked = verification.get("checkedAt")
+    deadline = doc.get("recoveryDeadline")
+    return MoveProgress(
+        partition=int(doc["partition"]),
+        phase=MovePhase(doc.get("phase", "Pending")),
+        from_broker=doc.get("fromBroker"),
+        to_broker=doc.get("toBroker"),
+        sealed_offset=doc.get("sealedOffset"),
+        moves=doc.get("moves"),
+        verified=None if not verification else verification["result"] == "Passed",
+        verification_message=str(verification.get("message", "")),
+        checked_ms=None if checked is None else epoch_ms(checked),
+        recovery_source=None if not recovery else RecoverySource(recovery["source"]),
+        recovery_message=str(recovery.get("message", "")),
+        deadline_ms=None if deadline is None else epoch_ms(deadline),
+        message=str(doc.get("message") or ""),
+    )
+
+
+def unload_status(
+    progress: UnloadProgress,
+    observed_generation: int,
+    previous_ready: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """The Unload's status document (UnloadStatus shape) for the core's progress.
+
+    Its Ready condition is True once Completed; its reason is the phase and its
+    message the progress message (which is how the message survives a restart).
+    """
+    value = "True" if progress.phase is UnloadPhase.COMPLETED else "False"
+    changed = previous_ready is None or previous_ready.get("status") != value
+    ready = {
+        "type": "Ready",
+        "status": value,
+        "observedGeneration": observed_generation,
+        "reason": progress.phase.value,
+        "message": progress.message,
+        "lastTransitionTime": now
+        if changed or previous_ready is None
+        else previous_ready.get("lastTransitionTime", now),
+    }
+    status = {
+        "observedGeneration": observed_generation,
+        "conditions": [ready],
+        "phase": progress.phase.value,
+        "moves": [_move_status(m) for m in progress.moves],
+        "startedAt": _optional_time(progress.started_ms),
+        "completedAt": _optional_time(progress.completed_ms),
+    }
+    return {k: v for k, v in status.items() if v is not None}
+
+
+def progress_of(name: str, status: Mapping[str, Any]) -> UnloadProgress:
+    """The core's progress from an Unload's status document (the inverse of ``unload_status``)."""
+    ready = next(
+        (
+            c
+            for c in status.get("conditions", [])
+            if isinstance(c, dict) and c.get("type") == "Ready"
+        ),
+        {},
+    )
+    started = status.get("startedAt")
+    completed = status.get("completedAt")
+    try:
+        return UnloadProgress(
+            name,
+            UnloadPhase(status.get("phase", "Pending")),
+            tuple(_move_of(m) for m in status.get("moves", [])),
+            None if started is None else epoch_ms(started),
+            None if completed is None else epoch_ms(completed),
+            str(ready.get("message", "")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRequest(f"unload {name}: unreadable status: {exc}") from exc
+
+
+def ready_condition(
+    status: TopicStatus | None,
+    problem: tuple[str, str] | None,
+    previous: dict[str, Any] | None,
+    now: str,
+    observed_generation: int | None = None,
+) -> dict[str, Any]:
+    """The Ready condition in metav1.Condition shape (what GitOps tools read)."""
+    if status is None:
+        value, reason, message = (
+            "False",
+            problem[0] if problem else "Pending",
+            (problem[1] if problem else "waiting for placement"),
+        )
+    elif problem is not None:
+        value, reason, message = "False", problem[0], problem[1]
+    elif any(str(p.state) != "Online" for p in status.partitions):
+        value, reason, message = (
+            "False",
+            "PartitionsNotOnline",
+            "some partitions are electing or offline",
+        )
+    else:
+        value, reason, message = "True", "Online", f"{len(status.partitions)} partitions online"
+    changed = previous is None or previous.get("status") != value
+    return _without_none(
+        {
+            "type": "Ready",
+            "status": value,
+            "observedGeneration": observed_generation,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now
+            if changed or previous is None
+            else previous.get("lastTransitionTime", now),
+        }
+    )
+
+
+def condition_time(ms: int) -> str:
+    """A condition's ``lastTransitionTime``: RFC 3339 UTC to the second."""
+    return rfc3339(ms - ms % 1000).replace(".000Z", "Z")
+
+
+def topic_status(
+    state: ClusterState,
+    name: str,
+    problem: tuple[str, str] | None,
+    previous_ready: dict[str, Any] | None,
+    now: str,
+    observed_generation: int,
+) -> dict[str, Any]:
+    """A Topic's status document: the core's ``TopicStatus``, its Ready condition, and the stamp.
+
+    ``observed_generation`` is the Topic's ``metadata.generation`` the reconcile
+    step ran with. ``topologyGeneration`` is the topology generation the
+    document was written for (see the module's crash-safety notes). The
+    inverse is ``status_of``.
+    """
+    status = state.topics.get(name)
+    ready = ready_condition(status, problem, previous_ready, now, observed_generation)
+    return {
+        **(_core_status(status) if status is not None else {}),
+        "observedGeneration": observed_generation,
+        "topologyGeneration": state.generation,
+        "conditions": [ready],
+    }
+
+
+def _core_status(status: TopicStatus) -> dict[str, Any]:
+    """The core's ``TopicStatus`` JSON without its ``name`` and without nulls."""
+    doc = status.to_json()
+    del doc["name"]
+    doc["partitions"] = [_without_none(p) for p in doc["partitions"]]
+    return _without_none(doc)
+
+
+def status_of(name: str, status: Mapping[str, Any]) -> TopicStatus:
+    """The core's ``TopicStatus`` of the Topic ``name`` from the status of its document."""
+    return TopicStatus.from_json({**status, "name": name})
+
+
+def cluster_status(state: ClusterState) -> dict[str, Any]:
+    """The cluster document, written last: the commit record of ``state.generation``."""
+    return {
+        "generation": state.generation,
+        "brokers": [b.to_json() for _, b in sorted(state.brokers.items())],
+        "topics": sorted(state.topics),
+    }
+
+
+def previous_ready(status: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The Ready condition of a status document, if it has one."""
+    conditions = (status or {}).get("conditions") or []
+    return next((c for c in conditions if isinstance(c, dict) and c.get("type") == "Ready"), None)
+
+
+@dataclass(frozen=True, slots=True)
+class Restored:
+    """The persisted state, and whether a write stopped part-way through it."""
+
+    state: ClusterState
+    #: some document is newer than the cluster document, or a committed one is missing
+    torn: bool
+    #: the highest generation any persisted document names
+    highest: int
+
+
+def restore(
+    cluster: Mapping[str, Any] | None, statuses: Mapping[str, Mapping[str, Any]]
+) -> Restored:
+    """The state from the cluster document and the Topic statuses (by 'namespace/name').
+
+    A status with no partitions (a topic not placed yet) holds no state. See
+    the module's notes for what ``torn`` means and why.
+    """
+    cluster = cluster or {}
+    generation = int(cluster.get("generation", 0))
+    brokers = {int(b["id"]): BrokerInfo.from_json(b) for b in cluster.get("brokers", [])}
+    topics = {
+        name: status_of(name, status)
+        for name, status in statuses.items()
+        if status.get("partitions") is not None
+    }
+    torn, highest = False, generation
+    for name, status in statuses.items():
+        stamp = status.get("topologyGeneration")
+        if isinstance(stamp, int) and not isinstance(stamp, bool):
+            highest = max(highest, stamp)
+            torn = torn or stamp > generation
+        elif name in topics:
+            torn = True  # it holds state, but not which generation it was written for
+    committed = cluster.get("topics")
+    # No commit record (none written yet, or a store older than it): trust only an empty state.
+    torn = torn or (bool(topics) if committed is None else set(committed) != set(topics))
+    return Restored(ClusterState(generation, brokers, topics), torn, highest)

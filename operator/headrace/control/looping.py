@@ -1,0 +1,469 @@
+"""The control loop both controllers share: poll, reconcile, persist, push (orchestration).
+
+``ControlLoop.step`` is one round of the controller: ask every broker for its
+heartbeat, run one pure ``reconcile`` step, persist what changed, push the
+topology to every live broker whose last heartbeat shows an older generation.
+Pushes are idempotent and brokers fence them by generation, so repeating one
+is harmless. Running the steps (every poll interval, or at once after an
+apply) is the caller's business.
+
+The loop does no I/O of its own: it reaches the world through three ports,
+which the local controller (``headrace.controller``) implements with files
+and HTTP, the kopf operator with custom resource status, and tests with
+fakes:
+
+``StatusStore``  the durable documents: loaded once, then one status
+                 document written at a time (a file, or a status patch)
+``BrokerFleet``  heartbeats in, topology pushes out
+``Clock``        wall-clock milliseconds
+
+Persistence order
+-----------------
+Persist first, push after: a decision that is not persisted must never be
+pushed (a restart from the older documents could hand the same epoch to
+another leader). Within a commit the Topic statuses go first, each stamped
+with the generation it is written for, and the cluster document last (the
+commit record); see ``documents`` for how a restart finds a commit that
+stopped part-way, and why it then commits again above every persisted
+generation before it pushes. A commit that fails in this process is treated
+the same way: the next one goes above the generation it tried.
+
+A Topic's status says which spec it reflects: ``observedGeneration`` (in
+the status and in its Ready condition) is the ``metadata.generation`` the
+reconcile step ran with, so a step that ran with a spec whose generation no
+status has observed yet persists even when nothing else changed.
+
+Unloads: the progress is persisted after the cluster state and before the
+push, so a broker never acts on a decision that is not persisted, and the
+core recognises the one crash window left (state written, progress not).
+While an unload is unfinished or a partition is sealed, ``transitioning`` is
+True and the caller should poll faster. An Unload deleted while its moves
+are in flight carries ``metadata.deletionTimestamp`` and is released
+(``StatusStore.release_unload``, a finalizer's removal) once they finish.
+
+A restarted controller loads the persisted state, waits out the warm-up the
+core prescribes, and changes nothing unless the cluster did (or its last
+commit was torn): no generation bump, no leader change.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from headrace.control import documents
+from headrace.control.model import (
+    ClusterState,
+    TopicSpec,
+    UnloadProgress,
+    UnloadRequest,
+)
+from headrace.control.reconcile import Decision, reconcile
+from headrace.control.settings import ControlSettings
+from headrace.protocol.coordination import (
+    ClusterTopology,
+    Heartbeat,
+    PartitionPlacement,
+    TopicPlacement,
+)
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- ports
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int:
+        """Wall-clock milliseconds since the epoch (heartbeat receipt, deadlines, times)."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """What one broker answered a heartbeat poll with."""
+
+    heartbeat: Heartbeat
+    #: the topology generation the broker holds
+    generation: int
+
+
+class BrokerFleet(Protocol):
+    async def poll(self) -> Mapping[int, Report | None]:
+        """Ask every broker for its heartbeat, concurrently, by broker id.
+
+        A broker that answered maps to its report (``received_ms`` stamped with
+        the controller's clock); one known to be gone (nothing listens on its
+        admin port: proof, not silence) maps to None; a silent one is left out.
+        """
+        ...
+
+    async def push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
+        """Send the topology document to one broker: the generation it now holds, or None."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Stored:
+    """The persisted documents, as ``StatusStore.load`` finds them."""
+
+    #: the cluster document (``documents.cluster_status``), None if never written
+    cluster: Mapping[str, Any] | None = None
+    #: Topic resources (metadata, spec and status, if any) by 'namespace/name'
+    topics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Unload resources (metadata, spec and status, if any) by 'namespace/name'
+    unloads: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+class StatusStore(Protocol):
+    """The controller's durable documents; every write replaces one document, atomically.
+
+    No write is atomic with another: the loop orders them (see the module).
+    Writing the status of a resource that is gone does nothing.
+    """
+
+    def load(self) -> Stored:
+        """Every document, once, when the loop starts (the operator: from its watch cache)."""
+        ...
+
+    async def write_topic_status(self, name: str, status: Mapping[str, Any]) -> None: ...
+
+    async def write_cluster_status(self, status: Mapping[str, Any]) -> None: ...
+
+    async def write_unload_status(self, name: str, status: Mapping[str, Any]) -> None: ...
+
+    async def release_unload(self, name: str) -> None:
+        """A deleted Unload's moves have finished: let it go (remove its finalizer)."""
+        ...
+
+
+# --------------------------------------------------------------------------- the loop
+
+
+@dataclass(frozen=True, slots=True)
+class LoopSettings:
+    cluster_id: str = "local"
+    control: ControlSettings = field(default_factory=ControlSettings)
+
+
+class ControlLoop:
+    """The controller's state and its step; see the module."""
+
+    def __init__(
+        self,
+        store: StatusStore,
+        fleet: BrokerFleet,
+        clock: Clock,
+        settings: LoopSettings | None = None,
+    ) -> None:
+        self.store = store
+        self.fleet = fleet
+        self.clock = clock
+        self.settings = settings or LoopSettings()
+        stored = store.load()
+        #: the applied Topic resources (no status), by 'namespace/name'
+        self.topics: dict[str, dict[str, Any]] = {}
+        #: the Topic statuses as last written (to rewrite only what changed)
+        self._topic_status: dict[str, dict[str, Any]] = {}
+        for name, doc in stored.topics.items():
+            resource = copy.deepcopy(dict(doc))
+            status = resource.pop("status", None)
+            resource.setdefault("metadata", {})["generation"] = documents.generation_of(resource)
+            self.topics[name] = resource
+            if status:
+                self._topic_status[name] = status
+        restored = documents.restore(stored.cluster, self._topic_status)
+        self.state: ClusterState = restored.state
+        self._cluster_status = dict(stored.cluster) if stored.cluster is not None else None
+        #: the generation the next commit must reach: set when the persisted state may hold
+        #: content that no generation was pushed with (a torn commit), or a commit failed
+        self._floor: int | None = None
+        if restored.torn:
+            self._floor = restored.highest + 1
+            log.warning(
+                "the last commit stopped part-way (cluster document at generation %d, documents"
+                " up to %d): committing again at %d before pushing",
+                self.state.generation,
+                restored.highest,
+                self._floor,
+            )
+        #: applied Unload resources (no status) and their progress, by 'namespace/name'
+        self.unloads: dict[str, dict[str, Any]] = {}
+        self.progress: dict[str, UnloadProgress] = {}
+        self._unload_status: dict[str, dict[str, Any]] = {}
+        for name, doc in stored.unloads.items():
+            resource = copy.deepcopy(dict(doc))
+            status = resource.pop("status", None)
+            self.unloads[name] = resource
+            if status:
+                self._unload_status[name] = status
+                self.progress[name] = documents.progress_of(name, status)
+        self.heartbeats: dict[int, Heartbeat] = {}
+        #: the topology generation each broker last reported
+        self.broker_generations: dict[int, int] = {}
+        self.observing_since_ms = clock.now_ms()
+        self.last_decision: Decision | None = None
+        self.steps = 0
+        self.generation_bumps = 0
+        self.pushes = 0
+        #: the problems behind the Ready conditions last written (rewrite only on change)
+        self._saved_problems: dict[str, tuple[str, str]] | None = None
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def specs(self) -> list[TopicSpec]:
+        return [documents.spec_of(r) for r in self.topics.values()]
+
+    def unload_requests(self) -> list[UnloadRequest]:
+        """The Unloads, oldest first (a partition's moves are served in this order)."""
+
+        def age(name: str) -> tuple[str, str]:
+            return (str(self.unloads[name]["metadata"].get("creationTimestamp", "")), name)
+
+        return [documents.unload_request(self.unloads[n]) for n in sorted(self.unloads, key=age)]
+
+    @property
+    def transitioning(self) -> bool:
+        """An unload is unfinished or a partition sealed: poll fast."""
+        return any(
+            name not in self.progress or not self.progress[name].finished for name in self.unloads
+        ) or any(p.seal for t in self.state.topics.values() for p in t.partitions)
+
+    def unobserved(self) -> list[str]:
+        """The Topics whose status does not yet say it observed their ``metadata.generation``."""
+        return [
+            name
+            for name, resource in sorted(self.topics.items())
+            if self._topic_status.get(name, {}).get("observedGeneration")
+            != documents.generation_of(resource)
+        ]
+
+    def moving(self, name: str) -> bool:
+        """Whether the Unload has moves in flight (deleting it must wait for them)."""
+        progress = self.progress.get(name)
+        return progress is not None and any(m.in_flight for m in progress.moves)
+
+    def unload_documents(self) -> list[dict[str, Any]]:
+        """The Unload documents, with their status as last written."""
+        docs = []
+        for name in sorted(self.unloads):
+            doc = dict(self.unloads[name])
+            if name in self._unload_status:
+                doc["status"] = self._unload_status[name]
+            docs.append(doc)
+        return docs
+
+    # ------------------------------------------------------------------ the step
+
+    async def step(self) -> Decision:
+        for broker_id, report in (await self.fleet.poll()).items():
+            if report is None:
+                if broker_id in self.heartbeats:
+                    log.warning(
+                        "broker %s refused the heartbeat poll: treating it as down", broker_id
+                    )
+                    del self.heartbeats[broker_id]
+                continue
+            self.heartbeats[broker_id] = report.heartbeat
+            self.broker_generations[broker_id] = report.generation
+        now = self.clock.now_ms()
+        # The specs this step reconciles, by the generation each was applied at: what the
+        # statuses written for it have observed (an apply may land while a write awaits).
+        observed = {n: documents.generation_of(r) for n, r in self.topics.items()}
+        decision = reconcile(
+            self.state,
+            self.specs,
+            self.heartbeats,
+            now,
+            self.settings.control,
+            observing_since_ms=self.observing_since_ms,
+            unload_requests=self.unload_requests(),
+            unload_progress=self.progress,
+        )
+        self.steps += 1
+        for event in decision.events:
+            log.info("%s %s: %s", event.kind, event.subject, event.message)
+        if self._floor is not None and decision.state.generation < self._floor:
+            decision = replace(
+                decision, state=replace(decision.state, generation=self._floor), changed=True
+            )
+        self.last_decision = decision
+        problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
+        if decision.changed or problems != self._saved_problems or self.unobserved():
+            await self._commit(decision.state, problems, observed, now)
+            self._saved_problems = problems
+            if decision.changed:
+                self.generation_bumps += 1
+                self.state = decision.state
+        if decision.unloads_changed or set(decision.unloads) != set(self.progress):
+            # After the state (the core recognises a reassignment whose progress was lost,
+            # not the other way round), before the push.
+            self.progress = dict(decision.unloads)
+            await self.save_unloads(now)
+        await self._release_finished_deletions()
+        await self._push(decision)
+        return decision
+
+    async def _commit(
+        self,
+        state: ClusterState,
+        problems: Mapping[str, tuple[str, str]],
+        observed: Mapping[str, int],
+        now_ms: int,
+    ) -> None:
+        """Topic statuses first (stamped), the cluster document last; see ``documents``.
+
+        ``observed``: the ``metadata.generation`` of each Topic the step reconciled.
+        """
+        try:
+            now = documents.condition_time(now_ms)
+            for name in sorted(self.topics):
+                if name not in observed:
+                    continue  # applied after the step reconciled: the next step writes it
+                previous = self._topic_status.get(name)
+                ready = documents.previous_ready(previous)
+                status = documents.topic_status(
+                    state, name, problems.get(name), ready, now, observed[name]
+                )
+                # An unchanged status keeps its older stamp: a stamp at or below the
+                # cluster document's generation is consistent with it.
+                if previous is None or _unstamped(status) != _unstamped(previous):
+                    await self.store.write_topic_status(name, status)
+                    self._topic_status[name] = status
+            for name in set(self._topic_status) - set(self.topics):
+                del self._topic_status[name]  # its resource is gone, and the status with it
+            cluster = documents.cluster_status(state)
+            if cluster != self._cluster_status:
+                await self.store.write_cluster_status(cluster)
+                self._cluster_status = cluster
+        except BaseException:
+            # Documents may now be stamped with this generation: never commit other content
+            # under it (or below it).
+            self._floor = max(self._floor or 0, state.generation + 1)
+            raise
+        self._floor = None
+
+    async def save_unloads(self, now_ms: int) -> None:
+        """Write the status of every Unload whose progress changed."""
+        now = documents.condition_time(now_ms)
+        for name in sorted(self.unloads):
+            progress = self.progress.get(name)
+            if progress is None:
+                continue
+            previous = self._unload_status.get(name)
+            observed = documents.generation_of(self.unloads[name])
+            ready = documents.previous_ready(previous)
+            status = documents.unload_status(progress, observed, ready, now)
+            if status != previous:
+                await self.store.write_unload_status(name, status)
+                self._unload_status[name] = status
+
+    async def _release_finished_deletions(self) -> None:
+        """Let deleted Unloads go once their moves are no longer in flight."""
+        done = [
+            n
+            for n, doc in self.unloads.items()
+            if doc["metadata"].get("deletionTimestamp") is not None and not self.moving(n)
+        ]
+        for name in done:
+            await self.store.release_unload(name)
+            self.forget_unload(name)
+            log.info("unload %s deleted: its moves have finished", name)
+
+    def forget_unload(self, name: str) -> None:
+        """The Unload is gone (released, or deleted with no moves in flight)."""
+        self.unloads.pop(name, None)
+        self.progress.pop(name, None)
+        self._unload_status.pop(name, None)
+
+    async def _push(self, decision: Decision) -> None:
+        generation = self.state.generation
+        if generation == 0:
+            return
+        behind = [
+            b
+            for b in sorted(decision.liveness.live)
+            if self.broker_generations.get(b, 0) < generation
+        ]
+        if not behind:
+            return
+        doc = self.topology_document()
+        for broker_id in behind:
+            held = await self.fleet.push(broker_id, doc)
+            if held is not None:
+                self.pushes += 1
+                self.broker_generations[broker_id] = held
+
+    # ------------------------------------------------------------------ documents
+
+    def topology_document(self) -> dict[str, Any]:
+        """The document brokers apply: ``ClusterTopology`` (``protocol.coordination``)."""
+        specs = {s.name: s for s in self.specs}
+        state = self.state
+        decision = self.last_decision
+        live = decision.liveness.live if decision is not None else frozenset(state.brokers)
+        return ClusterTopology(
+            state.generation,
+            self.settings.cluster_id,
+            [b for _, b in sorted(state.brokers.items())],
+            [
+                TopicPlacement(
+                    name,
+                    len(topic.partitions),
+                    topic.partitioning_version,
+                    specs[name].min_in_sync if name in specs else 1,
+                    documents.topic_config(self.topics[name]) if name in self.topics else {},
+                    [
+                        PartitionPlacement(
+                            p.partition,
+                            list(p.replicas),
+                            # a candidate is told it leads, so it can promote itself
+                            p.owner,
+                            p.leader_epoch,
+                            # A new leader seeds its LRS from this: never with dead brokers,
+                            # whose missing fetches would hold the HW (and acks=all) back
+                            # until they time out of the set.
+                            [r for r in p.live_replicas if r in live],
+                            # unloads: the leader seals; a higher ``moves`` makes every
+                            # replica drop its copy and open it empty at ``start_offset``
+                            # (None: after the last offset in the object store)
+                            p.seal,
+                            p.moves,
+                            p.start_offset,
+                        )
+                        for p in topic.partitions
+                    ],
+                    {
+                        cohort: {m: list(ps) for m, ps in plan.assignment.items()}
+                        for cohort, plan in topic.cohort_plans.items()
+                    },
+                )
+                for name, topic in sorted(state.topics.items())
+            ],
+        ).to_json()
+
+    def state_document(self) -> dict[str, Any]:
+        decision = self.last_decision
+        return {
+            "cluster": self.state.to_json(),
+            "live": sorted(decision.liveness.live) if decision else [],
+            "adoptionFloor": decision.adoption_floor if decision else None,
+            "problems": [
+                {"topic": p.topic, "reason": p.reason, "message": p.message}
+                for p in decision.problems
+            ]
+            if decision
+            else [],
+            "unloads": self.unload_documents(),
+            "steps": self.steps,
+            "generationBumps": self.generation_bumps,
+            "pushes": self.pushes,
+        }
+
+
+def _unstamped(status: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in status.items() if k != "topologyGeneration"}

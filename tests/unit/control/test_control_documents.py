@@ -1,0 +1,84 @@
+"""``documents.restore``: when the persisted documents are one whole commit, and when not."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from headrace.control import documents
+from headrace.control.model import (
+    BrokerInfo,
+    ClusterState,
+    PartitionState,
+    PartitionStatus,
+    TopicStatus,
+)
+
+NOW = "2026-01-02T03:04:05Z"
+
+
+def state(generation: int, *names: str) -> ClusterState:
+    topics = {
+        n: TopicStatus(
+            n, 1, (PartitionStatus(0, (0,), 0, generation, (0,), PartitionState.ONLINE),)
+        )
+        for n in names
+    }
+    return ClusterState(generation, {0: BrokerInfo(0, "h", 9092, 9644)}, topics)
+
+
+def statuses(s: ClusterState, *names: str) -> dict[str, dict[str, Any]]:
+    return {n: documents.topic_status(s, n, None, None, NOW, 1) for n in names}
+
+
+def test_a_whole_commit_restores_exactly() -> None:
+    s = state(7, "ns/a", "ns/b")
+    restored = documents.restore(documents.cluster_status(s), statuses(s, "ns/a", "ns/b"))
+    assert restored == documents.Restored(s, torn=False, highest=7)
+
+
+def test_statuses_older_than_the_commit_are_part_of_it() -> None:
+    old, new = state(5, "ns/a", "ns/b"), state(7, "ns/a", "ns/b")
+    docs = {**statuses(old, "ns/a"), **statuses(new, "ns/b")}
+    assert not documents.restore(documents.cluster_status(new), docs).torn
+
+
+def test_a_status_newer_than_the_commit_is_torn() -> None:
+    old, new = state(7, "ns/a", "ns/b"), state(8, "ns/a", "ns/b")
+    docs = {**statuses(new, "ns/a"), **statuses(old, "ns/b")}
+    restored = documents.restore(documents.cluster_status(old), docs)
+    assert restored.torn and restored.highest == 8
+    assert restored.state.generation == 7
+
+
+@pytest.mark.parametrize(
+    ("committed", "present"),
+    [(("ns/a", "ns/b"), ("ns/a",)), (("ns/a",), ("ns/a", "ns/b"))],
+    ids=["a committed topic is gone", "a topic is not committed"],
+)
+def test_a_topic_set_other_than_the_committed_one_is_torn(
+    committed: tuple[str, ...], present: tuple[str, ...]
+) -> None:
+    s = state(7, *present)
+    cluster = {**documents.cluster_status(s), "topics": list(committed)}
+    assert documents.restore(cluster, statuses(s, *present)).torn
+
+
+def test_unplaced_topics_hold_no_state() -> None:
+    s = state(3)
+    pending = statuses(s, "ns/new")
+    assert "partitions" not in pending["ns/new"]
+    restored = documents.restore(documents.cluster_status(s), pending)
+    assert not restored.torn and restored.state.topics == {}
+
+
+def test_documents_without_a_commit_record_or_a_stamp_are_not_trusted() -> None:
+    s = state(4, "ns/a")
+    docs = statuses(s, "ns/a")
+    assert documents.restore(None, docs).torn
+    legacy = {k: v for k, v in documents.cluster_status(s).items() if k != "topics"}
+    assert documents.restore(legacy, docs).torn
+    unstamped = {"ns/a": {k: v for k, v in docs["ns/a"].items() if k != "topologyGeneration"}}
+    assert documents.restore(documents.cluster_status(s), unstamped).torn
+    assert not documents.restore(None, {}).torn
