@@ -17,18 +17,18 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headrace import files
 from headrace.errors import OutOfOrderSequence, StorageError
 from headrace.records import batch as rb
 from headrace.storage import bookkeeping as bk
 from headrace.storage.epochs import LeaderEpochCache
-from headrace.storage.segment import Segment, fsync_directory
+from headrace.storage.segment import Segment
 
 RECOVERY_POINT_FILE = "recovery-point.json"
 
@@ -227,7 +227,7 @@ class PartitionLog:
     def _new_segment(self, base_offset: int) -> Segment:
         seg = Segment(self.directory, base_offset, self.config, self._clock())
         self._append_segment(seg)
-        fsync_directory(self.directory)
+        files.fsync_directory(self.directory)
         return seg
 
     @property
@@ -446,14 +446,8 @@ class PartitionLog:
             "written_ms": self._clock(),
         }
         path = self.directory / RECOVERY_POINT_FILE
-        tmp = path.with_suffix(".tmp")
         try:
-            with open(tmp, "w") as fh:
-                json.dump(doc, fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-            fsync_directory(self.directory)
+            files.write_json_atomic(path, doc, tmp=path.with_suffix(".tmp"))
         except OSError as exc:
             raise StorageError(f"cannot write recovery point in {self.directory}: {exc}") from exc
 

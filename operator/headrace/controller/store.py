@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
+from headrace import files
 from headrace.control.model import (
     BrokerInfo,
     ClusterState,
@@ -67,17 +67,7 @@ def epoch_ms(text: str) -> int:
 
 def _write_atomic(path: Path, doc: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    files.write_json_atomic(path, doc, indent=2, sort_keys=True)
 
 
 def _topic_file(root: Path, name: str) -> Path:
