@@ -60,9 +60,14 @@ def test_mode_applies_to_the_new_file(tmp_path: Path) -> None:
 def test_a_failed_write_keeps_the_old_content_and_no_temporary(tmp_path: Path) -> None:
     target = tmp_path / "f"
     target.write_bytes(b"old")
-    with pytest.raises(RuntimeError), files.atomic_writer(target) as fh:
-        fh.write(b"new")
-        raise RuntimeError("crash mid-write")
+
+    def crash_mid_write() -> None:
+        with files.atomic_writer(target) as fh:
+            fh.write(b"new")
+            raise RuntimeError("crash mid-write")
+
+    with pytest.raises(RuntimeError):
+        crash_mid_write()
     assert target.read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["f"]
 
