@@ -23,6 +23,7 @@ from headrace.cohorts.gates import validate_cohort_name
 from headrace.errors import InvalidRequest, PartitionMoving, StorageError, UnknownPartition
 from headrace.objectstore.interface import ObjectStore
 from headrace.protocol import messages as msg
+from headrace.protocol.endpoints import BrokerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +159,7 @@ class Broker:
     def topology(self) -> tuple[msg.TopologySnapshot, object]:
         """The snapshot, and its routing content (what decides whether to push)."""
         if self.cluster is not None:
-            brokers = [msg.BrokerAddress(b.id, b.host, b.port) for b in self.cluster.brokers]
+            brokers = [BrokerEndpoint(b.id, b.host, b.port) for b in self.cluster.brokers]
             routing = []
             for t in sorted(self.cluster.topics, key=lambda t: t.name):
                 ordered = sorted(t.assignments, key=lambda a: a.partition)
@@ -192,7 +193,7 @@ class Broker:
                         epochs,
                     )
                 )
-            brokers = [msg.BrokerAddress(me, host, port)]
+            brokers = [BrokerEndpoint(me, host, port)]
             generation = self.registry.generation
             cluster_id = self.settings.cluster_id
         snapshot = msg.TopologySnapshot(generation, cluster_id, brokers, routing)
@@ -222,10 +223,10 @@ class Broker:
         return min(acked) if acked else None
 
     def _redirect(self, topic: Topic, partition: int, reason: str) -> RedirectRequired:
-        owner: msg.BrokerAddress | None = None
+        owner: BrokerEndpoint | None = None
         if self.cluster is None:
             host, port = self.advertised
-            owner = msg.BrokerAddress(self.settings.broker_id, host, port)
+            owner = BrokerEndpoint(self.settings.broker_id, host, port)
         else:
             placement = next((t for t in self.cluster.topics if t.name == topic.name), None)
             leader = None
@@ -235,7 +236,7 @@ class Broker:
                 )
             endpoint = self.cluster.broker(leader) if leader is not None else None
             if endpoint is not None:
-                owner = msg.BrokerAddress(endpoint.id, endpoint.host, endpoint.port)
+                owner = BrokerEndpoint(endpoint.id, endpoint.host, endpoint.port)
         snapshot, _ = self.topology()
         redirect = msg.Redirect(
             topic.name, partition, owner, topic.partitioning_version, snapshot.generation, reason

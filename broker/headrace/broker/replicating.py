@@ -32,6 +32,7 @@ from headrace.errors import (
     UnknownTopic,
 )
 from headrace.protocol import replication as rp
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.replication.leader import LeaderReplicaSet
@@ -47,14 +48,6 @@ def now_ms() -> int:
 
 
 # --------------------------------------------------------------------------- the pushed document
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerEndpoint:
-    id: int
-    host: str
-    port: int
-    admin_port: int = -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -122,8 +122,9 @@ def controller(
     import logging
 
     from headrace.controller.admin import ControllerAdmin
-    from headrace.controller.controlling import BrokerEndpoint, Controller, ControllerSettings
+    from headrace.controller.controlling import Controller, ControllerSettings
     from headrace.errors import InvalidRequest
+    from headrace.protocol.endpoints import BrokerEndpoint
 
     endpoints = []
     for item in brokers:
@@ -133,7 +134,7 @@ def controller(
             raise click.BadParameter(
                 f"{item!r}: expected ID=HOST:ADMIN_PORT", param_hint="--broker"
             )
-        endpoints.append(BrokerEndpoint(int(ident), host, int(port)))
+        endpoints.append(BrokerEndpoint(int(ident), host, admin_port=int(port)))
     for flag, value in (
         ("--poll-interval-ms", poll_interval_ms),
         ("--transition-poll-interval-ms", transition_poll_interval_ms),

@@ -10,7 +10,7 @@ Modules
 -------
 ``model``         the documents: ``Heartbeat`` (what a broker reports) and
                   ``ClusterState``/``TopicStatus``/``PartitionStatus``/
-                  ``CohortPlan``/``BrokerInfo`` (what the controller
+                  ``CohortPlan``/``BrokerEndpoint`` (what the controller
                   persists), with camelCase ``to_json``/``from_json``
 ``settings``      ``ControlSettings``: liveness TTL, candidate wait, offline retry
 ``liveness``      live / dead / unheard brokers, and the adoption floor

@@ -6,7 +6,7 @@ Two kinds of document live here, and they are kept apart on purpose:
   endpoint returns. They are samples: the controller keeps only the latest one
   per broker, in memory, and never persists them.
 * **Status** (``ClusterState``, ``TopicStatus``, ``PartitionStatus``,
-  ``CohortPlan``, ``BrokerInfo``) holds the durable decisions: placement,
+  ``CohortPlan``, ``BrokerEndpoint``) holds the durable decisions: placement,
   leaders and epochs, LRS membership, cohort plans and the topology
   generation. The controller persists it, in Kubernetes CR status or in the
   local state store, with the same JSON shape.
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.protocol.endpoints import BrokerEndpoint
 
 Role = Literal["leader", "follower"]
 ROLES: tuple[Role, ...] = ("leader", "follower")
@@ -90,29 +91,6 @@ def _objects(doc: Mapping[str, Any], key: str, where: str) -> list[Mapping[str, 
 
 
 # --------------------------------------------------------------------------- broker reports
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    """A broker's identity and addresses, as it advertises them."""
-
-    id: int
-    host: str
-    port: int
-    admin_port: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "host": self.host, "port": self.port, "adminPort": self.admin_port}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> BrokerInfo:
-        w = "broker"
-        return cls(
-            _field(doc, "id", int, w),
-            _field(doc, "host", str, w),
-            _field(doc, "port", int, w),
-            _field(doc, "adminPort", int, w),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +220,7 @@ class Heartbeat:
     agreement between machines. It is not part of the broker's JSON.
     """
 
-    broker: BrokerInfo
+    broker: BrokerEndpoint
     received_ms: int
     #: lowest topology generation acked by the broker's client connections; None if none acked
     adoption: int | None = None
@@ -271,7 +249,7 @@ class Heartbeat:
         if not isinstance(draining, bool):
             raise InvalidRequest(f"{w}: field 'draining' must be a boolean")
         return cls(
-            BrokerInfo.from_json(_field(doc, "broker", dict, w)),
+            BrokerEndpoint.from_json(_field(doc, "broker", dict, w)),
             received_ms,
             _optional(doc, "adoption", int, w),
             draining,
@@ -473,7 +451,7 @@ class ClusterState:
 
     generation: int = 0
     #: every broker ever heard from (known brokers), by id; liveness is not stored
-    brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
+    brokers: Mapping[int, BrokerEndpoint] = field(default_factory=dict)
     topics: Mapping[str, TopicStatus] = field(default_factory=dict)
 
     def same_content(self, other: ClusterState) -> bool:
@@ -490,7 +468,7 @@ class ClusterState:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ClusterState:
         w = "cluster state"
-        brokers = [BrokerInfo.from_json(b) for b in _objects(doc, "brokers", w)]
+        brokers = [BrokerEndpoint.from_json(b) for b in _objects(doc, "brokers", w)]
         topics = [TopicStatus.from_json(t) for t in _objects(doc, "topics", w)]
         return cls(
             _field(doc, "generation", int, w),

@@ -58,7 +58,6 @@ from typing import Final
 from headrace.control import cohort_plans, election, placement, unloads
 from headrace.control.liveness import Liveness, adoption_floor, assess
 from headrace.control.model import (
-    BrokerInfo,
     ClusterState,
     CohortPlan,
     Heartbeat,
@@ -71,6 +70,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.control.settings import ControlSettings
+from headrace.protocol.endpoints import BrokerEndpoint
 
 DEFAULT_SETTINGS: Final = ControlSettings()
 
@@ -247,8 +247,8 @@ def grow_topic(
 
 
 def _register(
-    known: Mapping[int, BrokerInfo], live: Sequence[Heartbeat], events: list[Event]
-) -> dict[int, BrokerInfo]:
+    known: Mapping[int, BrokerEndpoint], live: Sequence[Heartbeat], events: list[Event]
+) -> dict[int, BrokerEndpoint]:
     brokers = dict(known)
     for hb in live:
         before = brokers.get(hb.broker_id)

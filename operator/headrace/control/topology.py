@@ -10,13 +10,13 @@ its leader, or the candidate while one is promoting (the candidate answers
 from __future__ import annotations
 
 from headrace.control.model import ClusterState
-from headrace.protocol.messages import BrokerAddress, TopicRouting, TopologySnapshot
+from headrace.protocol.messages import TopicRouting, TopologySnapshot
 
 NO_OWNER = -1
 
 
 def snapshot(state: ClusterState, cluster_id: str) -> TopologySnapshot:
-    brokers = [BrokerAddress(b.id, b.host, b.port) for _, b in sorted(state.brokers.items())]
+    brokers = [b for _, b in sorted(state.brokers.items())]
     topics = [
         TopicRouting(
             t.name,

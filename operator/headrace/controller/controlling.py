@@ -50,6 +50,7 @@ from headrace.controller.store import (
     unload_request,
 )
 from headrace.errors import HeadraceError, InvalidRequest
+from headrace.protocol.endpoints import BrokerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -64,17 +65,6 @@ def _rfc3339() -> str:
 
 class UnloadConflict(InvalidRequest):
     """An Unload of that name exists with another spec, or is being deleted (spec is immutable)."""
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerEndpoint:
-    id: int
-    host: str
-    admin_port: int
-
-    @property
-    def admin_url(self) -> str:
-        return f"http://{self.host}:{self.admin_port}"
 
 
 @dataclass(frozen=True, slots=True)

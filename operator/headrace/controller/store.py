@@ -30,7 +30,6 @@ from typing import Any, Final
 
 from headrace import files
 from headrace.control.model import (
-    BrokerInfo,
     ClusterState,
     MovePhase,
     MoveProgress,
@@ -42,6 +41,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.errors import InvalidRequest
+from headrace.protocol.endpoints import BrokerEndpoint
 
 API_VERSION: Final = "headrace.dev/v1alpha1"
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
@@ -367,7 +367,7 @@ class StateStore:
         cluster_file = self.root / "cluster.json"
         if cluster_file.exists():
             cluster = json.loads(cluster_file.read_text())
-        brokers = {int(b["id"]): BrokerInfo.from_json(b) for b in cluster.get("brokers", [])}
+        brokers = {int(b["id"]): BrokerEndpoint.from_json(b) for b in cluster.get("brokers", [])}
         state = ClusterState(int(cluster.get("generation", 0)), brokers, statuses)
         return state, resources
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from headrace.control.model import (
-    BrokerInfo,
     ClusterState,
     CohortReport,
     Heartbeat,
@@ -14,10 +13,11 @@ from headrace.control.model import (
     PartitionStatus,
     SealReport,
 )
+from headrace.protocol.endpoints import BrokerEndpoint
 
 
-def info(broker: int) -> BrokerInfo:
-    return BrokerInfo(broker, f"10.0.0.{broker}", 9092, 9644)
+def info(broker: int) -> BrokerEndpoint:
+    return BrokerEndpoint(broker, f"10.0.0.{broker}", 9092, 9644)
 
 
 def beat(broker: int, received_ms: int, **kwargs: object) -> Heartbeat:

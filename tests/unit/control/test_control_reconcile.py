@@ -18,7 +18,6 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from headrace.control import reconcile as rc
 from headrace.control.model import (
-    BrokerInfo,
     ClusterState,
     PartitionState,
     PartitionStatus,
@@ -26,6 +25,7 @@ from headrace.control.model import (
 )
 from headrace.control.settings import ControlSettings
 from headrace.control.topology import NO_OWNER, snapshot
+from headrace.protocol.endpoints import BrokerEndpoint
 
 ONLINE, ELECTING, OFFLINE = PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE
 SETTINGS = ControlSettings(liveness_ttl_ms=3_000, candidate_wait_ms=5_000, offline_retry_ms=30_000)
@@ -357,7 +357,7 @@ def test_a_duplicate_spec_is_a_problem_and_the_first_wins() -> None:
 
 def test_a_new_address_is_a_committed_change() -> None:
     c = settled()
-    moved = BrokerInfo(1, "10.9.9.9", 9092, 9644)
+    moved = BrokerEndpoint(1, "10.9.9.9", 9092, 9644)
     heartbeats = c.fleet.poll(c.state)
     heartbeats[1] = replace(heartbeats[1], broker=moved)
     d = rc.reconcile(

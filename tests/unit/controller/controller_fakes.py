@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 from headrace.control.model import (
-    BrokerInfo,
     Heartbeat,
     PartitionReport,
     PartitionState,
@@ -14,11 +13,11 @@ from headrace.control.model import (
 )
 from headrace.control.reconcile import Decision
 from headrace.controller.controlling import (
-    BrokerEndpoint,
     Controller,
     ControllerSettings,
     wall_ms,
 )
+from headrace.protocol.endpoints import BrokerEndpoint
 
 TOPIC = {
     "apiVersion": "headrace.dev/v1alpha1",
@@ -80,7 +79,7 @@ class ScriptedController(Controller):
                         sealed,
                     )
                 )
-        info = BrokerInfo(broker.id, broker.host, 9092, broker.admin_port)
+        info = BrokerEndpoint(broker.id, broker.host, 9092, broker.admin_port)
         self.heartbeats[broker.id] = Heartbeat(info, wall_ms(), partitions=tuple(reports))
         self.broker_generations[broker.id] = self.state.generation
 
@@ -89,7 +88,9 @@ class ScriptedController(Controller):
 
 
 def make(tmp_path: Path, brokers: int = 3) -> ScriptedController:
-    endpoints = tuple(BrokerEndpoint(b, f"127.0.0.{2 + b}", 9644) for b in range(brokers))
+    endpoints = tuple(
+        BrokerEndpoint(b, f"127.0.0.{2 + b}", admin_port=9644) for b in range(brokers)
+    )
     return ScriptedController(ControllerSettings(tmp_path / "state", endpoints))
 
 
