@@ -38,6 +38,7 @@ from typing import Any
 import aiohttp
 
 from headrace.aio import cancel_and_wait
+from headrace.control import topology
 from headrace.control.model import Heartbeat, TopicSpec, UnloadRequest
 from headrace.control.reconcile import Decision, reconcile
 from headrace.control.settings import ControlSettings
@@ -322,12 +323,15 @@ class Controller:
         state = self.state
         decision = self.last_decision
         live = decision.liveness.live if decision is not None else frozenset(state.brokers)
+        # generation, cluster id and brokers from the one snapshot builder (the one clients
+        # route by), so brokers and clients are told the same
+        snapshot = topology.snapshot(state, self.settings.cluster_id)
         return {
-            "generation": state.generation,
-            "cluster_id": self.settings.cluster_id,
+            "generation": snapshot.generation,
+            "cluster_id": snapshot.cluster_id,
             "brokers": [
                 {"id": b.id, "host": b.host, "port": b.port, "admin_port": b.admin_port}
-                for _, b in sorted(state.brokers.items())
+                for b in snapshot.brokers
             ],
             "topics": [
                 {
