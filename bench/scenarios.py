@@ -30,6 +30,8 @@ from typing import Any
 from bench import procs
 
 DURABILITY = {"interval": "everysec", "always": "always"}
+#: how long a broker may take to become ready (recovering a 5 GB log) or to shut down
+READY_TIMEOUT_S = 120.0
 
 
 @dataclass(slots=True)
@@ -119,7 +121,7 @@ def _settle_memory(settings: Settings) -> None:
 
 
 def _headrace_records(broker: procs.BrokerProcess, topic: str) -> int:
-    status, doc = procs.http_json(f"{broker.admin}/v1/topics/default/{topic}")
+    status, doc = procs.http_json(f"{broker.admin_url}/v1/topics/default/{topic}")
     if status != 200:
         raise RuntimeError(f"describe {topic}: HTTP {status} {doc}")
     return sum(p["log_end_offset"] - p["log_start_offset"] for p in doc["partition_details"])
@@ -200,7 +202,7 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
     for fsync in settings.produce_fsync:
         if settings.wants("headrace"):
             home = procs.temp_dir(f"produce-{fsync}")
-            broker = procs.BrokerProcess(home / "data", fsync)
+            broker = procs.BrokerProcess(home / "data", fsync, ready_timeout_s=READY_TIMEOUT_S)
             try:
                 broker.start()
                 configs: list[tuple[str, int, int]] = [
@@ -255,7 +257,7 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
                 settings.log(f"--- broker log tail:\n{broker.log_tail()}")
                 raise
             finally:
-                broker.kill()
+                broker.kill9()
                 procs.remove_dir(home)
         if settings.wants("redis"):
             appendfsync = DURABILITY[fsync]
@@ -337,7 +339,7 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
     limit_s = 600.0
     if settings.wants("headrace"):
         home = procs.temp_dir("consume")
-        broker = procs.BrokerProcess(home / "data", "interval")
+        broker = procs.BrokerProcess(home / "data", "interval", ready_timeout_s=READY_TIMEOUT_S)
         try:
             broker.start()
             for parts in settings.consume_partitions:
@@ -389,7 +391,7 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
             settings.log(f"--- broker log tail:\n{broker.log_tail()}")
             raise
         finally:
-            broker.kill()
+            broker.kill9()
             procs.remove_dir(home)
     if settings.wants("redis"):
         home = procs.temp_dir("redis-consume")
@@ -469,7 +471,7 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
 
     if settings.wants("headrace"):
         home = procs.temp_dir("latency")
-        broker = procs.BrokerProcess(home / "data", "interval")
+        broker = procs.BrokerProcess(home / "data", "interval", ready_timeout_s=READY_TIMEOUT_S)
         try:
             broker.start()
             for rate in settings.latency_rates:
@@ -502,7 +504,7 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
             settings.log(f"--- broker log tail:\n{broker.log_tail()}")
             raise
         finally:
-            broker.kill()
+            broker.kill9()
             procs.remove_dir(home)
     if settings.wants("redis"):
         home = procs.temp_dir("redis-latency")
@@ -593,6 +595,14 @@ def _evict_page_cache(root: Path) -> None:
             os.close(fd)
 
 
+def _terminate(broker: procs.BrokerProcess) -> float:
+    """A clean shutdown's seconds; one that does not finish fails the scenario."""
+    took = broker.stop(timeout=READY_TIMEOUT_S)
+    if took is None:
+        raise TimeoutError(f"broker did not shut down within {READY_TIMEOUT_S}s")
+    return took
+
+
 def _restart(broker: procs.BrokerProcess) -> dict[str, Any]:
     ready = broker.start()
     return {
@@ -611,7 +621,7 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
     topic = "recovery"
     for size_gb in settings.recovery_sizes_gb:
         home = procs.temp_dir("recovery")
-        broker = procs.BrokerProcess(home / "data", "interval")
+        broker = procs.BrokerProcess(home / "data", "interval", ready_timeout_s=READY_TIMEOUT_S)
         try:
             load1 = _row_load()
             broker.start()
@@ -640,14 +650,14 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
                 row["write_mb_per_s"] = round(pre["mb_per_s"], 1)
                 # (a) crash right after the last write: the recovery point is up to
                 # checkpoint_interval old, so the tail written since must be scanned.
-                broker.kill()
+                broker.kill9()
                 row["log_bytes"] = sum(size for _, size in _segments(pdir))
                 row["segments"] = len(_segments(pdir))
                 tail = _tail_after_recovery_point(pdir)
                 row["kill_stale"] = {**_restart(broker), "tail_bytes": tail}
             # (b) crash with a recent recovery point, our files evicted from the page cache
             waited = _wait_recovery_point(pdir, records, timeout=30.0)
-            broker.kill()
+            broker.kill9()
             row["log_bytes"] = sum(size for _, size in _segments(pdir))
             tail = _tail_after_recovery_point(pdir)
             _evict_page_cache(broker.data_dir)
@@ -657,19 +667,19 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
                 "waited_for_recovery_point_s": round(waited, 2),
             }
             # (c) the same crash again, page cache warm
-            broker.kill()
+            broker.kill9()
             row["kill_recent_warm"] = {
                 **_restart(broker),
                 "tail_bytes": _tail_after_recovery_point(pdir),
             }
             # (d) clean shutdown (SIGTERM: final sync + recovery point), then restart
-            shutdown_s = broker.terminate()
+            shutdown_s = _terminate(broker)
             row["clean"] = {
                 **_restart(broker),
                 "shutdown_s": round(shutdown_s, 4),
                 "tail_bytes": _tail_after_recovery_point(pdir),
             }
-            broker.terminate()
+            _terminate(broker)
             rows.append(row)
             log(
                 f"  recovery {size_gb:4} GB ({row['log_bytes'] / 1e9:.2f} GB on disk):"
@@ -680,7 +690,7 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
             settings.log(f"--- broker log tail:\n{broker.log_tail()}")
             raise
         finally:
-            broker.kill()
+            broker.kill9()
             procs.remove_dir(home)
     return rows
 

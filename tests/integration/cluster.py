@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.procs import BrokerProcess
 from headrace.records import batch as rb
 from headrace.storage.bookkeeping import LogConfig
 from headrace.storage.log import PartitionLog
-from tests.integration.brokers import BrokerProcess
 
 
 class Cluster:

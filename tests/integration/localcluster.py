@@ -12,8 +12,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench.procs import free_port
 from headrace.cli.local import broker_args, object_store_args, spawn_headrace
-from tests.integration.brokers import free_port
 
 
 class LocalCluster:

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
+from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ConnectOptions
 from headrace.errors import AuthenticationFailed, HeadraceError, UnknownTopic
-from tests.integration.brokers import BrokerProcess
 from tests.integration.reading import create_topic, read_partition
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.procs import BrokerProcess
 from headrace.client import Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection
@@ -27,7 +28,6 @@ from headrace.records import batch as rb
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
-from tests.integration.brokers import BrokerProcess
 from tests.integration.objectstore import servers
 from tests.integration.reading import create_topic, read_partition
 
