@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,19 +15,23 @@ from headrace import files
 
 
 def _record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every ``os.fsync`` (of a file or of a directory) and ``os.replace``, in order."""
     events: list[str] = []
-    real_fsync, real_replace = os.fsync, os.replace
+    real = {"fsync": os.fsync, "replace": os.replace}
 
-    def fsync(fd: int) -> None:
-        events.append("fsync-dir" if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync-file")
-        real_fsync(fd)
+    def spy(name: str) -> Callable[..., None]:
+        def call(*args: Any) -> None:
+            if name == "fsync":
+                is_dir = os.path.isdir(f"/proc/self/fd/{args[0]}")
+                events.append("fsync-dir" if is_dir else "fsync-file")
+            else:
+                events.append("rename")
+            real[name](*args)
 
-    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
-        events.append("rename")
-        real_replace(src, dst)
+        return call
 
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace)
+    for name in real:
+        monkeypatch.setattr(os, name, spy(name))
     return events
 
 

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.errors import InvalidRequest
+from headrace.protocol import fields
 
 #: a port the holder of the endpoint was not told
 UNKNOWN_PORT = -1
@@ -44,16 +44,9 @@ class BrokerEndpoint:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], where: str = "broker") -> BrokerEndpoint:
         """Every field is required; raises ``InvalidRequest`` naming ``where``."""
-        if not isinstance(doc, Mapping):
-            raise InvalidRequest(f"{where}: expected an object")
-        values: list[Any] = []
-        for key, kind in (("id", int), ("host", str), ("port", int), ("adminPort", int)):
-            if key not in doc:
-                raise InvalidRequest(f"{where}: missing field {key!r}")
-            value = doc[key]
-            if kind is int and isinstance(value, bool):
-                raise InvalidRequest(f"{where}: field {key!r} must be an integer")
-            if not isinstance(value, kind):
-                raise InvalidRequest(f"{where}: field {key!r} must be {kind.__name__}")
-            values.append(value)
-        return cls(*values)
+        return cls(
+            fields.expect_field(doc, "id", int, where),
+            fields.expect_field(doc, "host", str, where),
+            fields.expect_field(doc, "port", int, where),
+            fields.expect_field(doc, "adminPort", int, where),
+        )

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.protocol import fields
 from headrace.protocol.endpoints import BrokerEndpoint
 
 Role = Literal["leader", "follower"]
@@ -46,22 +47,8 @@ class PartitionState(enum.StrEnum):
 # --------------------------------------------------------------------------- JSON helpers
 
 
-def _object(doc: object, where: str) -> Mapping[str, Any]:
-    if not isinstance(doc, Mapping):
-        raise InvalidRequest(f"{where}: expected an object")
-    return doc
-
-
-def _field(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T:
-    doc = _object(doc, where)
-    if key not in doc:
-        raise InvalidRequest(f"{where}: missing field {key!r}")
-    value = doc[key]
-    if kind is int and isinstance(value, bool):
-        raise InvalidRequest(f"{where}: field {key!r} must be an integer")
-    if not isinstance(value, kind):
-        raise InvalidRequest(f"{where}: field {key!r} must be {kind.__name__}")
-    return value
+_object = fields.expect_object
+_field = fields.expect_field
 
 
 def _optional(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T | None:
