@@ -22,7 +22,7 @@ import io
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -193,6 +193,37 @@ def _redis_bench_row(
     }
 
 
+@contextlib.contextmanager
+def _headrace_broker(
+    settings: Settings, prefix: str, fsync: str = "interval"
+) -> Iterator[procs.BrokerProcess]:
+    """A broker (not started yet) in a temp dir; afterwards it is killed and the dir
+    removed, and on a failure its log tail is logged."""
+    home = procs.temp_dir(prefix)
+    broker = procs.BrokerProcess(home / "data", fsync, ready_timeout_s=READY_TIMEOUT_S)
+    try:
+        yield broker
+    except BaseException:
+        settings.log(f"--- broker log tail:\n{broker.log_tail()}")
+        raise
+    finally:
+        broker.kill9()
+        procs.remove_dir(home)
+
+
+@contextlib.contextmanager
+def _redis_server(prefix: str, appendfsync: str) -> Iterator[procs.RedisProcess]:
+    """A started redis-server in a temp dir; stopped and removed afterwards."""
+    home = procs.temp_dir(prefix)
+    server = procs.RedisProcess(home, appendfsync)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        procs.remove_dir(home)
+
+
 # ---------------------------------------------------------------------------- 1. produce
 
 
@@ -201,9 +232,7 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
     log = settings.log
     for fsync in settings.produce_fsync:
         if settings.wants("headrace"):
-            home = procs.temp_dir(f"produce-{fsync}")
-            broker = procs.BrokerProcess(home / "data", fsync, ready_timeout_s=READY_TIMEOUT_S)
-            try:
+            with _headrace_broker(settings, f"produce-{fsync}", fsync) as broker:
                 broker.start()
                 configs: list[tuple[str, int, int]] = [
                     ("send_many", parts, size)
@@ -253,18 +282,9 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
                         f" {row['records_per_s']:>12,.0f} rec/s {row['mb_per_s']:8.1f} MB/s"
                         f"  cpu {row['cpu']}"
                     )
-            except BaseException:
-                settings.log(f"--- broker log tail:\n{broker.log_tail()}")
-                raise
-            finally:
-                broker.kill9()
-                procs.remove_dir(home)
         if settings.wants("redis"):
             appendfsync = DURABILITY[fsync]
-            home = procs.temp_dir(f"redis-produce-{appendfsync}")
-            server = procs.RedisProcess(home, appendfsync)
-            try:
-                server.start()
+            with _redis_server(f"redis-produce-{appendfsync}", appendfsync) as server:
                 for size in settings.produce_value_bytes:
                     _settle_memory(settings)
                     load1 = _row_load()
@@ -322,9 +342,6 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
                         f"  redis    redis-py        appendfsync={appendfsync:8} {size:5} B:"
                         f" {result['records_per_s']:>12,.0f} rec/s  cpu {result['cpu']}"
                     )
-            finally:
-                server.stop()
-                procs.remove_dir(home)
     return rows
 
 
@@ -338,9 +355,7 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
     size = 100
     limit_s = 600.0
     if settings.wants("headrace"):
-        home = procs.temp_dir("consume")
-        broker = procs.BrokerProcess(home / "data", "interval", ready_timeout_s=READY_TIMEOUT_S)
-        try:
+        with _headrace_broker(settings, "consume") as broker:
             broker.start()
             for parts in settings.consume_partitions:
                 topic = f"catchup-{parts}"
@@ -387,17 +402,8 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
                     f" {row['records_per_s']:>12,.0f} rec/s (preload {pre['records_per_s']:,.0f}/s)"
                     f"  cpu {row['cpu']}"
                 )
-        except BaseException:
-            settings.log(f"--- broker log tail:\n{broker.log_tail()}")
-            raise
-        finally:
-            broker.kill9()
-            procs.remove_dir(home)
     if settings.wants("redis"):
-        home = procs.temp_dir("redis-consume")
-        server = procs.RedisProcess(home, "everysec")
-        try:
-            server.start()
+        with _redis_server("redis-consume", "everysec") as server:
             stream = "catchup"
             started = time.perf_counter()
             _redis_benchmark(
@@ -441,9 +447,6 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
                 f"  redis    catch-up: {row['records']:,} records"
                 f" {row['records_per_s']:>12,.0f} rec/s  cpu {row['cpu']}"
             )
-        finally:
-            server.stop()
-            procs.remove_dir(home)
     return rows
 
 
@@ -470,9 +473,7 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
         )
 
     if settings.wants("headrace"):
-        home = procs.temp_dir("latency")
-        broker = procs.BrokerProcess(home / "data", "interval", ready_timeout_s=READY_TIMEOUT_S)
-        try:
+        with _headrace_broker(settings, "latency") as broker:
             broker.start()
             for rate in settings.latency_rates:
                 topic = f"latency-{rate}"
@@ -500,17 +501,8 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
                 }
                 rows.append(row)
                 note("headrace", row)
-        except BaseException:
-            settings.log(f"--- broker log tail:\n{broker.log_tail()}")
-            raise
-        finally:
-            broker.kill9()
-            procs.remove_dir(home)
     if settings.wants("redis"):
-        home = procs.temp_dir("redis-latency")
-        server = procs.RedisProcess(home, "everysec")
-        try:
-            server.start()
+        with _redis_server("redis-latency", "everysec") as server:
             for rate in settings.latency_rates:
                 load1 = _row_load()
                 result = procs.run_worker(
@@ -527,9 +519,6 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
                 row = {"system": "redis", "durability": "interval", "load1": load1, **result}
                 rows.append(row)
                 note("redis", row)
-        finally:
-            server.stop()
-            procs.remove_dir(home)
     return rows
 
 
@@ -620,9 +609,7 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
     value_bytes = 1024
     topic = "recovery"
     for size_gb in settings.recovery_sizes_gb:
-        home = procs.temp_dir("recovery")
-        broker = procs.BrokerProcess(home / "data", "interval", ready_timeout_s=READY_TIMEOUT_S)
-        try:
+        with _headrace_broker(settings, "recovery") as broker:
             load1 = _row_load()
             broker.start()
             broker.create_topic(topic, 1)
@@ -686,12 +673,6 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
                 f" stale {row.get('kill_stale')} | recent cold {row['kill_recent_cold']}"
                 f" | recent warm {row['kill_recent_warm']} | clean {row['clean']}"
             )
-        except BaseException:
-            settings.log(f"--- broker log tail:\n{broker.log_tail()}")
-            raise
-        finally:
-            broker.kill9()
-            procs.remove_dir(home)
     return rows
 
 
