@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs
+from headrace.objectstore import minio_server
 
 DURABILITY = {"interval": "everysec", "always": "always"}
 #: how long a broker may take to become ready (recovering a 5 GB log) or to shut down
@@ -692,11 +693,18 @@ def tiered(settings: Settings) -> list[dict[str, Any]]:
     if not settings.wants("headrace"):
         return rows
     home = procs.temp_dir("tiered")
-    server = procs.MinioProcess(home / "minio", procs.minio_binary())
+    server = minio_server.MinioServer(
+        procs.minio_binary(), home / "minio" / "data", log_path=home / "minio" / "minio.log"
+    )
     try:
-        server.start()
+        server.start(timeout=60.0)
+        assert server.pid is not None
         url = f"s3://{server.endpoint}/bench-tiered?create_bucket=1"
-        env = server.credentials_env()
+        # what ``headrace.objectstore.urls.open_store`` reads the credentials from
+        env = {
+            "HEADRACE_OBJECT_STORE_ACCESS_KEY": server.access_key,
+            "HEADRACE_OBJECT_STORE_SECRET_KEY": server.secret_key,
+        }
         common = {
             "server_pid": server.pid,
             "url": url,
