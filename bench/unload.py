@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench import procs
 from headrace.client import Producer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,15 +66,7 @@ def unload_status(controller: str, name: str) -> dict[str, Any]:
 
 
 def wait(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} not reached in {timeout}s")
+    procs.wait_until(predicate, timeout, what, retry_on=(OSError,))
 
 
 def broker_admin(directory: Path, broker_id: int) -> str:

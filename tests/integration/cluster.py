@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
+from bench import procs
 from bench.procs import BrokerProcess
 from headrace.records import batch as rb
 from headrace.storage.bookkeeping import LogConfig
@@ -85,16 +85,7 @@ class Cluster:
         raise KeyError((broker, topic, partition))
 
     def wait(self, predicate: Any, timeout: float = 20.0, what: str = "condition") -> None:
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                if predicate():
-                    return
-            except (KeyError, OSError) as exc:
-                last = exc
-            time.sleep(0.05)
-        raise AssertionError(f"{what} not reached in {timeout}s (last error: {last})")
+        procs.wait_until(predicate, timeout, what, retry_on=(KeyError, OSError))
 
 
 def read_log_from_disk(

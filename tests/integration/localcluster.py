@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench import procs
 from bench.procs import free_port
 from headrace.cli.local import broker_args, object_store_args, spawn_headrace
 
@@ -129,15 +130,7 @@ class LocalCluster:
         (self.dir / "local.json").write_text(json.dumps(record))
 
     def wait(self, predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if predicate():
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"{what} not reached within {timeout}s")
+        procs.wait_until(predicate, timeout, what, retry_on=(OSError,), poll_s=0.1)
 
 
 def topic_manifest(
