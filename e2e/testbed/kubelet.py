@@ -46,6 +46,7 @@ from typing import Any
 
 from e2e.testbed import ipam, kubeapi, logserving, podspec, podstatus, probes, provisioning
 from e2e.testbed.processes import kill_group
+from e2e.testbed.settings import StateLayout
 
 Obj = dict[str, Any]
 log = logging.getLogger("e2e.testbed.kubelet")
@@ -57,7 +58,7 @@ PDEATHSIG = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") 
 
 
 @dataclass(frozen=True)
-class RunnerSettings:
+class RunnerSettings(StateLayout):
     """Timings of the runner; the kubelet's defaults where they matter to controllers."""
 
     state_dir: Path
@@ -83,18 +84,6 @@ class RunnerSettings:
     default_grace_s: float = 30.0
     #: Seconds given to each pod's processes on runner shutdown before SIGKILL.
     shutdown_grace_s: float = 5.0
-
-    @property
-    def run_dir(self) -> Path:
-        return self.state_dir / "run"
-
-    @property
-    def pods_dir(self) -> Path:
-        return self.state_dir / "pods"
-
-    @property
-    def pki_dir(self) -> Path:
-        return self.state_dir / "pki"
 
 
 def now_rfc3339() -> str:
