@@ -47,6 +47,7 @@ from typing import Any
 from e2e.testbed import ipam, kubeapi, logserving, podspec, podstatus, probes, provisioning
 from e2e.testbed.processes import kill_group
 from e2e.testbed.settings import StateLayout
+from headrace.files import write_atomic
 
 Obj = dict[str, Any]
 log = logging.getLogger("e2e.testbed.kubelet")
@@ -361,10 +362,7 @@ class PodRun:
             if not path.resolve().is_relative_to(target.resolve()):
                 raise podspec.VolumeError(f"volume item path {rel!r} escapes the volume")
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(data)
-            tmp.chmod(0o600 if secret else 0o644)
-            tmp.replace(path)
+            write_atomic(path, data, sync=False, mode=0o600 if secret else 0o644)
 
     def _materialize(self, only_tokens: bool = False) -> None:
         assert self.world is not None
@@ -457,10 +455,7 @@ class PodRun:
         ca = (self.r.cfg.pki_dir / "ca.crt").read_text()
         text = podspec.service_account_kubeconfig(self.r.api_server, ca, self.token, self.ns)
         path = self.dir / "serviceaccount.kubeconfig"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.chmod(0o600)
-        tmp.replace(path)
+        write_atomic(path, text.encode(), sync=False, mode=0o600)
         self.extra_env = {"KUBECONFIG": str(path)}
 
     # Running ----------------------------------------------------------------------
@@ -971,9 +966,7 @@ class Runner:
         )
         if pgids != self.recorded_pgids:
             path = self.cfg.run_dir / "pod-processes"
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(" ".join(map(str, pgids)) + "\n")
-            tmp.replace(path)
+            write_atomic(path, (" ".join(map(str, pgids)) + "\n").encode(), sync=False)
             self.recorded_pgids = pgids
 
     def run(self) -> None:

@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from headrace.files import DEFAULT_MODE, write_atomic
+
 #: Validity of every certificate. Long enough that a test bed left up never expires.
 VALIDITY = datetime.timedelta(days=3650)
 
@@ -166,11 +168,7 @@ def new_ca() -> CA:
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(data)
-    if private:
-        tmp.chmod(0o600)
-    tmp.replace(path)
+    write_atomic(path, data, sync=False, mode=0o600 if private else DEFAULT_MODE)
 
 
 def ensure(pki_dir: Path) -> None:
