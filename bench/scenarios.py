@@ -212,6 +212,22 @@ def _headrace_broker(
         procs.remove_dir(home)
 
 
+def _headrace_worker(
+    kind: str, broker: procs.BrokerProcess, topic: str, *, timeout: float, **spec: Any
+) -> dict[str, Any]:
+    """Run a headrace client workload (``bench.worker``) against ``topic`` on ``broker``."""
+    return procs.run_worker(
+        {
+            "kind": kind,
+            "server_pid": broker.pid,
+            "bootstrap": broker.bootstrap,
+            "topic": topic,
+            **spec,
+        },
+        timeout=timeout,
+    )
+
+
 @contextlib.contextmanager
 def _redis_server(prefix: str, appendfsync: str) -> Iterator[procs.RedisProcess]:
     """A started redis-server in a temp dir; stopped and removed afterwards."""
@@ -247,19 +263,16 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
                     broker.create_topic(topic, parts)
                     _settle_memory(settings)
                     load1 = _row_load()
-                    result = procs.run_worker(
-                        {
-                            "kind": "hr_produce",
-                            "server_pid": broker.pid,
-                            "bootstrap": broker.bootstrap,
-                            "topic": topic,
-                            "value_bytes": size,
-                            "api": api,
-                            "acks": "leader",
-                            "warmup_s": settings.produce_warmup_s,
-                            "duration_s": settings.produce_s,
-                        },
+                    result = _headrace_worker(
+                        "hr_produce",
+                        broker,
+                        topic,
                         timeout=120 + 4 * settings.produce_s,
+                        value_bytes=size,
+                        api=api,
+                        acks="leader",
+                        warmup_s=settings.produce_warmup_s,
+                        duration_s=settings.produce_s,
                     )
                     stored = _headrace_records(broker, topic)
                     if stored != result["total_sent"]:
@@ -361,32 +374,26 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
             for parts in settings.consume_partitions:
                 topic = f"catchup-{parts}"
                 broker.create_topic(topic, parts)
-                pre = procs.run_worker(
-                    {
-                        "kind": "hr_preload",
-                        "server_pid": broker.pid,
-                        "bootstrap": broker.bootstrap,
-                        "topic": topic,
-                        "records": total,
-                        "value_bytes": size,
-                    },
+                pre = _headrace_worker(
+                    "hr_preload",
+                    broker,
+                    topic,
                     timeout=limit_s,
+                    records=total,
+                    value_bytes=size,
                 )
                 stored = _headrace_records(broker, topic)
                 if stored != total:
                     raise RuntimeError(f"{topic}: preloaded {total}, log holds {stored}")
                 load1 = _row_load()
-                result = procs.run_worker(
-                    {
-                        "kind": "hr_consume",
-                        "server_pid": broker.pid,
-                        "bootstrap": broker.bootstrap,
-                        "topic": topic,
-                        "records": total,
-                        "value_bytes": size,
-                        "max_s": limit_s,
-                    },
+                result = _headrace_worker(
+                    "hr_consume",
+                    broker,
+                    topic,
                     timeout=limit_s + 60,
+                    records=total,
+                    value_bytes=size,
+                    max_s=limit_s,
                 )
                 broker.delete_topic(topic)
                 row = {
@@ -480,17 +487,14 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
                 topic = f"latency-{rate}"
                 broker.create_topic(topic, 1)
                 load1 = _row_load()
-                result = procs.run_worker(
-                    {
-                        "kind": "hr_latency",
-                        "server_pid": broker.pid,
-                        "bootstrap": broker.bootstrap,
-                        "topic": topic,
-                        "rate": rate,
-                        "linger_ms": settings.latency_linger_ms,
-                        **common,
-                    },
+                result = _headrace_worker(
+                    "hr_latency",
+                    broker,
+                    topic,
                     timeout=timeout,
+                    rate=rate,
+                    linger_ms=settings.latency_linger_ms,
+                    **common,
                 )
                 broker.delete_topic(topic)
                 row = {
@@ -624,16 +628,13 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
                 "load1": load1,
             }
             if records:
-                pre = procs.run_worker(
-                    {
-                        "kind": "hr_preload",
-                        "server_pid": broker.pid,
-                        "bootstrap": broker.bootstrap,
-                        "topic": topic,
-                        "records": records,
-                        "value_bytes": value_bytes,
-                    },
+                pre = _headrace_worker(
+                    "hr_preload",
+                    broker,
+                    topic,
                     timeout=1200,
+                    records=records,
+                    value_bytes=value_bytes,
                 )
                 row["write_mb_per_s"] = round(pre["mb_per_s"], 1)
                 # (a) crash right after the last write: the recovery point is up to
