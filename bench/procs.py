@@ -36,6 +36,8 @@ _TEMP_DIRS: list[Path] = []
 CODE_ROOTS = ("broker", "operator")
 #: when set (``bench.run --ref``), brokers and workers import headrace from its code roots
 HEADRACE_SRC: Path | None = None
+#: the ``headrace`` command line, from the headrace on the children's path
+HEADRACE_CLI = (sys.executable, "-m", "headrace.cli.main")
 
 
 def child_env() -> dict[str, str]:
@@ -68,6 +70,21 @@ def remove_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
     with contextlib.suppress(ValueError):
         _TEMP_DIRS.remove(path)
+
+
+def run_headrace(
+    *args: str, stdin: bytes = b"", timeout: float = 120.0
+) -> subprocess.CompletedProcess[bytes]:
+    """Run the ``headrace`` CLI of the headrace under test to completion (output captured;
+    the caller checks the return code)."""
+    return subprocess.run(
+        [*HEADRACE_CLI, *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+        env=child_env(),
+    )
 
 
 def spawn(argv: list[str], log_path: Path | None = None, **kwargs: Any) -> subprocess.Popen[bytes]:
@@ -333,9 +350,7 @@ class BrokerProcess:
 
     def spawn(self) -> None:
         argv = [
-            sys.executable,
-            "-m",
-            "headrace.cli.main",
+            *HEADRACE_CLI,
             "broker",
             f"--{self.mode}",
             "--broker-id",

@@ -17,8 +17,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
@@ -34,16 +32,10 @@ TOPIC = "default/moving"
 
 
 def cli(*args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "headrace.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = procs.run_headrace(*args, timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"headrace {' '.join(args)}: {proc.stderr}")
-    return proc.stdout
+        raise RuntimeError(f"headrace {' '.join(args)}: {proc.stderr.decode()}")
+    return proc.stdout.decode()
 
 
 def state(controller: str) -> dict[str, Any]:

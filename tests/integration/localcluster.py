@@ -6,7 +6,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -29,13 +28,7 @@ class LocalCluster:
     def cli(
         self, *args: str, stdin: bytes = b"", check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "headrace.cli.main", *args],
-            input=stdin,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        proc = procs.run_headrace(*args, stdin=stdin)
         if check and proc.returncode != 0:
             raise AssertionError(f"headrace {' '.join(args)} failed: {proc.stderr.decode()}")
         return proc

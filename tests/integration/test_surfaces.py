@@ -6,13 +6,13 @@ import asyncio
 import json
 import ssl
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from bench import procs
 from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.client.cluster import ClusterClient
@@ -72,13 +72,7 @@ def test_admin_http_health_metrics_and_topic_admin(broker: BrokerProcess) -> Non
 def cli(
     broker: BrokerProcess, *args: str, stdin: bytes = b""
 ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "headrace.cli.main", *args, "--bootstrap", broker.bootstrap],
-        input=stdin,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    return procs.run_headrace(*args, "--bootstrap", broker.bootstrap, stdin=stdin, timeout=60)
 
 
 def test_cli_round_trip_and_one_line_errors(broker: BrokerProcess) -> None:
@@ -106,12 +100,7 @@ def test_cli_round_trip_and_one_line_errors(broker: BrokerProcess) -> None:
     missing = cli(broker, "produce", "nosuchtopic", stdin=b"x\n")
     assert missing.returncode != 0
     assert missing.stderr.decode().strip().splitlines()[-1].startswith("error: UnknownTopic")
-    down = subprocess.run(
-        [sys.executable, "-m", "headrace.cli.main", "topics", "list", "--bootstrap", "127.0.0.1:1"],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    down = procs.run_headrace("topics", "list", "--bootstrap", "127.0.0.1:1", timeout=60)
     assert down.returncode != 0
     assert len(down.stderr.decode().strip().splitlines()) == 1
 
