@@ -21,13 +21,12 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-VENV_BIN = Path(sys.executable).parent
-HEADRACE = VENV_BIN / "headrace"
 LOOPBACK = "127.0.0.1"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -37,6 +36,8 @@ _TEMP_DIRS: list[Path] = []
 CODE_ROOTS = ("broker", "operator")
 #: when set (``bench.run --ref``), brokers and workers import headrace from its code roots
 HEADRACE_SRC: Path | None = None
+#: the ``headrace`` command line, from the headrace on the children's path
+HEADRACE_CLI = (sys.executable, "-m", "headrace.cli.main")
 
 
 def child_env() -> dict[str, str]:
@@ -71,6 +72,21 @@ def remove_dir(path: Path) -> None:
         _TEMP_DIRS.remove(path)
 
 
+def run_headrace(
+    *args: str, stdin: bytes = b"", timeout: float = 120.0
+) -> subprocess.CompletedProcess[bytes]:
+    """Run the ``headrace`` CLI of the headrace under test to completion (output captured;
+    the caller checks the return code)."""
+    return subprocess.run(
+        [*HEADRACE_CLI, *args],
+        input=stdin,
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+        env=child_env(),
+    )
+
+
 def spawn(argv: list[str], log_path: Path | None = None, **kwargs: Any) -> subprocess.Popen[bytes]:
     out: Any = subprocess.DEVNULL
     if log_path is not None:
@@ -102,6 +118,11 @@ def reap(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
     kill_group(proc)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout)
+    forget(proc)
+
+
+def forget(proc: subprocess.Popen[bytes]) -> None:
+    """``proc`` has exited and was waited for: ``kill_all`` must not signal its old pid."""
     with contextlib.suppress(ValueError):
         _LIVE.remove(proc)
 
@@ -111,6 +132,28 @@ def kill_all() -> None:
         reap(proc, 5.0)
     for path in list(_TEMP_DIRS):
         remove_dir(path)
+
+
+def wait_until(
+    predicate: Callable[[], object],
+    timeout: float,
+    what: str,
+    *,
+    retry_on: tuple[type[Exception], ...] = (),
+    poll_s: float = 0.05,
+) -> None:
+    """Poll ``predicate`` until it is true; ``retry_on`` errors count as "not yet" (a
+    server still starting). After ``timeout`` seconds: ``TimeoutError`` naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            if predicate():
+                return
+        except retry_on as exc:
+            last = exc
+        time.sleep(poll_s)
+    raise TimeoutError(f"{what} not reached within {timeout}s (last error: {last})")
 
 
 # ---------------------------------------------------------------------------- CPU accounting
@@ -263,25 +306,37 @@ def http_json(
 # ---------------------------------------------------------------------------- headrace broker
 
 
+@dataclass
 class BrokerProcess:
-    """A standalone headrace broker on loopback, one data dir, restartable."""
+    """A headrace broker on loopback with one data dir, restartable: the bench's and the
+    integration tests'. ``mode`` is ``standalone``, or ``cluster`` (then ``broker_id``
+    matters and someone must push a topology)."""
 
-    def __init__(self, data_dir: Path, fsync: str, *, flush_interval_ms: int = 1000) -> None:
-        self.data_dir = data_dir
-        self.fsync = fsync
-        self.flush_interval_ms = flush_interval_ms
-        self.port = free_port()
-        self.admin_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = data_dir.parent / f"{data_dir.name}.broker.log"
-        self.spawned_at = 0.0
+    data_dir: Path
+    fsync: str = "interval"
+    mode: str = "standalone"
+    broker_id: int = 0
+    extra_args: list[str] = field(default_factory=list)
+    #: extra environment (object-store credentials, say): not on the command line
+    env: dict[str, str] = field(default_factory=dict)
+    port: int = field(default_factory=free_port)
+    admin_port: int = field(default_factory=free_port)
+    #: how long ``start`` waits for /readyz (the bench's large recoveries take longer)
+    ready_timeout_s: float = 30.0
+    proc: subprocess.Popen[bytes] | None = None
+    #: ``time.perf_counter()`` at the last spawn: ``wait_ready`` reports ``ready_s`` from it
+    spawned_at: float = 0.0
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir.parent / f"{self.data_dir.name}.broker.log"
 
     @property
     def bootstrap(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
     @property
-    def admin(self) -> str:
+    def admin_url(self) -> str:
         return f"http://{LOOPBACK}:{self.admin_port}"
 
     @property
@@ -289,11 +344,17 @@ class BrokerProcess:
         assert self.proc is not None
         return self.proc.pid
 
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
     def spawn(self) -> None:
         argv = [
-            str(HEADRACE),
+            *HEADRACE_CLI,
             "broker",
-            "--standalone",
+            f"--{self.mode}",
+            "--broker-id",
+            str(self.broker_id),
             "--data-dir",
             str(self.data_dir),
             "--port",
@@ -302,70 +363,117 @@ class BrokerProcess:
             str(self.admin_port),
             "--fsync",
             self.fsync,
-            "--flush-interval-ms",
-            str(self.flush_interval_ms),
+            *self.extra_args,
         ]
         self.spawned_at = time.perf_counter()
-        self.proc = spawn(argv, self.log_path)
+        self.proc = spawn(argv, self.log_path, env={**child_env(), **self.env})
 
-    def wait_ready(self, timeout: float = 120.0, poll_s: float = 0.005) -> dict[str, Any]:
+    def wait_ready(self, timeout: float | None = None, poll_s: float = 0.005) -> dict[str, Any]:
         """Poll /readyz until 200; returns its JSON plus ``ready_s`` since spawn."""
         assert self.proc is not None
+        timeout = self.ready_timeout_s if timeout is None else timeout
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(
-                    f"broker exited with {self.proc.returncode}; see {self.log_path}"
+                    f"broker exited with {self.proc.returncode}; {self.log_path}:\n"
+                    + self.log_tail()
                 )
             try:
-                status, doc = http_json(f"{self.admin}/readyz", timeout=1.0)
+                status, doc = http_json(f"{self.admin_url}/readyz", timeout=1.0)
             except (OSError, ValueError):
                 status, doc = 0, None
             if status == 200 and isinstance(doc, dict):
                 doc["ready_s"] = time.perf_counter() - self.spawned_at
                 return doc
             time.sleep(poll_s)
-        raise TimeoutError(f"broker not ready within {timeout}s; see {self.log_path}")
+        raise TimeoutError(
+            f"broker not ready within {timeout}s; {self.log_path}:\n{self.log_tail()}"
+        )
 
-    def start(self) -> dict[str, Any]:
+    def start(self, *, wait: bool = True) -> dict[str, Any]:
+        """Spawn, and (``wait``) wait until ready: then the /readyz document, else ``{}``."""
         self.spawn()
-        return self.wait_ready()
+        return self.wait_ready() if wait else {}
 
-    def log_tail(self, lines: int = 30) -> str:
+    def log_tail(self, lines: int = 40) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         except OSError:
             return "(no broker log)"
 
+    def get_json(self, path: str) -> dict[str, object]:
+        with urllib.request.urlopen(f"{self.admin_url}{path}", timeout=5) as resp:
+            return dict(json.loads(resp.read()))
+
+    def post_json(self, path: str, doc: object) -> dict[str, object]:
+        req = urllib.request.Request(
+            f"{self.admin_url}{path}",
+            data=json.dumps(doc).encode(),
+            method="POST",
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return dict(json.loads(resp.read()))
+
     def create_topic(self, name: str, partitions: int) -> None:
         status, doc = http_json(
-            f"{self.admin}/v1/topics", {"name": name, "partitions": partitions}, "POST"
+            f"{self.admin_url}/v1/topics", {"name": name, "partitions": partitions}, "POST"
         )
         if status != 201:
             raise RuntimeError(f"create topic {name}: HTTP {status} {doc}")
 
     def delete_topic(self, name: str) -> None:
         ns, _, short = name.rpartition("/")
-        status, doc = http_json(f"{self.admin}/v1/topics/{ns or 'default'}/{short}", None, "DELETE")
+        status, doc = http_json(
+            f"{self.admin_url}/v1/topics/{ns or 'default'}/{short}", None, "DELETE"
+        )
         if status != 200:
             raise RuntimeError(f"delete topic {name}: HTTP {status} {doc}")
 
-    def kill(self) -> None:
-        if self.proc is not None:
-            reap(self.proc)
-            self.proc = None
+    def pause(self) -> None:
+        """SIGSTOP: the process is alive but silent (a network partition, from outside)."""
+        if self.alive:
+            assert self.proc is not None
+            kill_group(self.proc, signal.SIGSTOP)
 
-    def terminate(self, timeout: float = 120.0) -> float:
-        """SIGTERM (clean shutdown: final sync and recovery point); seconds until exit."""
+    def resume(self) -> None:
+        if self.alive:
+            assert self.proc is not None
+            kill_group(self.proc, signal.SIGCONT)
+
+    def kill9(self) -> None:
+        """SIGKILL (a crash; a paused broker too). Safe to call again, or on a stopped one."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            kill_group(self.proc, signal.SIGCONT)
+            reap(self.proc)
+        else:
+            forget(self.proc)
+
+    def stop(self, timeout: float = 20.0) -> float | None:
+        """SIGTERM (clean shutdown: final sync and recovery point); the seconds until it
+        exited, or None if it had not after ``timeout`` and was killed."""
+        if not self.alive:
+            return 0.0
         assert self.proc is not None
         started = time.perf_counter()
         kill_group(self.proc, signal.SIGTERM)
         try:
             self.proc.wait(timeout)
-        finally:
-            elapsed = time.perf_counter() - started
-            self.kill()
-        return elapsed
+        except subprocess.TimeoutExpired:
+            self.kill9()
+            return None
+        forget(self.proc)
+        return time.perf_counter() - started
+
+    def restart(self, *, crash: bool) -> None:
+        if crash:
+            self.kill9()
+        else:
+            self.stop()
+        self.start()
 
 
 # ---------------------------------------------------------------------------- redis
@@ -458,75 +566,6 @@ def minio_binary() -> Path:
         timeout=3600,
     ).stdout
     return Path(out.strip().splitlines()[-1])
-
-
-class MinioProcess:
-    """A MinIO server on a free loopback port with a fresh data dir and random
-    root credentials: the object store of the tiered scenario."""
-
-    def __init__(self, data_dir: Path, binary: Path) -> None:
-        self.data_dir = data_dir
-        self.binary = binary
-        self.port = free_port()
-        self.console_port = free_port()
-        self.access_key = "bench-" + os.urandom(4).hex()
-        self.secret_key = os.urandom(18).hex()
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    @property
-    def endpoint(self) -> str:
-        return f"{LOOPBACK}:{self.port}"
-
-    def credentials_env(self) -> dict[str, str]:
-        """What ``headrace.objectstore.urls.open_store`` reads its credentials from."""
-        return {
-            "HEADRACE_OBJECT_STORE_ACCESS_KEY": self.access_key,
-            "HEADRACE_OBJECT_STORE_SECRET_KEY": self.secret_key,
-        }
-
-    def start(self, timeout: float = 60.0) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        env = {
-            **child_env(),
-            "MINIO_ROOT_USER": self.access_key,
-            "MINIO_ROOT_PASSWORD": self.secret_key,
-            "MINIO_UPDATE": "off",
-            "MINIO_CALLHOME_ENABLE": "off",
-        }
-        argv = [
-            str(self.binary),
-            "server",
-            str(self.data_dir / "data"),
-            "--address",
-            self.endpoint,
-            "--console-address",
-            f"{LOOPBACK}:{self.console_port}",
-            "--quiet",
-        ]
-        self.proc = spawn(argv, self.data_dir / "minio.log", env=env)
-        deadline = time.monotonic() + timeout
-        url = f"http://{self.endpoint}/minio/health/ready"
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"minio exited; see {self.data_dir / 'minio.log'}")
-            try:
-                with urllib.request.urlopen(url, timeout=1.0) as resp:
-                    if resp.status == 200:
-                        return  # the client's retries cover "server not initialized" after this
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.05)
-        raise TimeoutError("minio did not become ready")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            reap(self.proc)
-            self.proc = None
 
 
 # ---------------------------------------------------------------------------- client workers

@@ -234,6 +234,14 @@ def markdown(doc: dict[str, Any]) -> str:
         )
     add("")
 
+    def section(title: str, scenario: str) -> list[dict[str, Any]]:
+        """A scenario's heading and note; its rows."""
+        add(f"### {title}")
+        add("")
+        add(_scenario_note(doc, scenario))
+        add("")
+        return _rows(doc, scenario)
+
     # targets
     add("### Targets")
     add("")
@@ -245,11 +253,7 @@ def markdown(doc: dict[str, Any]) -> str:
     add("")
 
     # produce
-    produce = _rows(doc, "produce")
-    add("### 1. Produce throughput (acks=leader)")
-    add("")
-    add(_scenario_note(doc, "produce"))
-    add("")
+    produce = section("1. Produce throughput (acks=leader)", "produce")
     add(
         "| value | durability | headrace 1 partition | headrace 8 partitions "
         "| Redis XADD, redis-benchmark | Redis XADD, redis-py | headrace 1p / redis-benchmark |"
@@ -311,11 +315,7 @@ def markdown(doc: dict[str, Any]) -> str:
     add("")
 
     # consume
-    consume = _rows(doc, "consume")
-    add("### 2. Catch-up consume (100 B records, from the earliest offset)")
-    add("")
-    add(_scenario_note(doc, "consume"))
-    add("")
+    consume = section("2. Catch-up consume (100 B records, from the earliest offset)", "consume")
     add("| system | partitions / streams | records | records/s | MB/s | vs Redis |")
     add("|---|---|---|---|---|---|")
     redis_c = _find(consume, system="redis")
@@ -333,13 +333,10 @@ def markdown(doc: dict[str, Any]) -> str:
     add("")
 
     # latency
-    lat = _rows(doc, "latency")
-    add(
-        "### 3. Produce-to-delivery latency (open loop, 100 B, fsync interval / appendfsync everysec)"
+    lat = section(
+        "3. Produce-to-delivery latency (open loop, 100 B, fsync interval / appendfsync everysec)",
+        "latency",
     )
-    add("")
-    add(_scenario_note(doc, "latency"))
-    add("")
     add(
         "| rate | system | p50 ms | p99 ms | p99.9 ms | max ms | missing | sender lag max ms"
         " | other processes, cores | p99 headrace / Redis |"
@@ -364,11 +361,7 @@ def markdown(doc: dict[str, Any]) -> str:
     add("")
 
     # recovery
-    rec = _rows(doc, "recovery")
-    add("### 4. Restart time vs log size (1 partition, 1 KiB records)")
-    add("")
-    add(_scenario_note(doc, "recovery"))
-    add("")
+    rec = section("4. Restart time vs log size (1 partition, 1 KiB records)", "recovery")
     add(
         "| log size | SIGKILL right after writing: tail to scan → ready s (recovery ms)"
         " | SIGKILL, recent recovery point, cold cache: ready s (recovery ms)"
@@ -396,11 +389,7 @@ def markdown(doc: dict[str, Any]) -> str:
     add("")
 
     # tiered
-    tiered = _rows(doc, "tiered")
-    add("### 5. Tiered storage: PartitionTier against a local MinIO")
-    add("")
-    add(_scenario_note(doc, "tiered"))
-    add("")
+    tiered = section("5. Tiered storage: PartitionTier against a local MinIO", "tiered")
     add("| what | partitions | data | MB/s | client cores | MinIO cores | other processes, cores |")
     add("|---|---|---|---|---|---|---|")
     labels = {

@@ -26,6 +26,7 @@ from types import FrameType
 from typing import Any
 
 from bench import procs, report, scenarios
+from headrace import files
 
 DOCS = procs.REPO / "docs" / "benchmarks.md"
 #: a scenario whose rows saw more foreign CPU than this on average is repeated once
@@ -370,9 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             previous = {}
     latest = _merge(previous, doc, systems)
-    tmp = latest_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(latest, indent=2) + "\n")
-    tmp.replace(latest_path)
+    files.write_atomic(latest_path, (json.dumps(latest, indent=2) + "\n").encode(), sync=False)
     publish(latest, out, not args.no_docs, log)
     return 1 if failed else 0
 

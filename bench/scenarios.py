@@ -22,14 +22,17 @@ import io
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from bench import procs
+from headrace.objectstore import minio_server
 
 DURABILITY = {"interval": "everysec", "always": "always"}
+#: how long a broker may take to become ready (recovering a 5 GB log) or to shut down
+READY_TIMEOUT_S = 120.0
 
 
 @dataclass(slots=True)
@@ -119,7 +122,7 @@ def _settle_memory(settings: Settings) -> None:
 
 
 def _headrace_records(broker: procs.BrokerProcess, topic: str) -> int:
-    status, doc = procs.http_json(f"{broker.admin}/v1/topics/default/{topic}")
+    status, doc = procs.http_json(f"{broker.admin_url}/v1/topics/default/{topic}")
     if status != 200:
         raise RuntimeError(f"describe {topic}: HTTP {status} {doc}")
     return sum(p["log_end_offset"] - p["log_start_offset"] for p in doc["partition_details"])
@@ -191,6 +194,53 @@ def _redis_bench_row(
     }
 
 
+@contextlib.contextmanager
+def _headrace_broker(
+    settings: Settings, prefix: str, fsync: str = "interval"
+) -> Iterator[procs.BrokerProcess]:
+    """A broker (not started yet) in a temp dir; afterwards it is killed and the dir
+    removed, and on a failure its log tail is logged."""
+    home = procs.temp_dir(prefix)
+    broker = procs.BrokerProcess(home / "data", fsync, ready_timeout_s=READY_TIMEOUT_S)
+    try:
+        yield broker
+    except BaseException:
+        settings.log(f"--- broker log tail:\n{broker.log_tail()}")
+        raise
+    finally:
+        broker.kill9()
+        procs.remove_dir(home)
+
+
+def _headrace_worker(
+    kind: str, broker: procs.BrokerProcess, topic: str, *, timeout: float, **spec: Any
+) -> dict[str, Any]:
+    """Run a headrace client workload (``bench.worker``) against ``topic`` on ``broker``."""
+    return procs.run_worker(
+        {
+            "kind": kind,
+            "server_pid": broker.pid,
+            "bootstrap": broker.bootstrap,
+            "topic": topic,
+            **spec,
+        },
+        timeout=timeout,
+    )
+
+
+@contextlib.contextmanager
+def _redis_server(prefix: str, appendfsync: str) -> Iterator[procs.RedisProcess]:
+    """A started redis-server in a temp dir; stopped and removed afterwards."""
+    home = procs.temp_dir(prefix)
+    server = procs.RedisProcess(home, appendfsync)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.stop()
+        procs.remove_dir(home)
+
+
 # ---------------------------------------------------------------------------- 1. produce
 
 
@@ -199,9 +249,7 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
     log = settings.log
     for fsync in settings.produce_fsync:
         if settings.wants("headrace"):
-            home = procs.temp_dir(f"produce-{fsync}")
-            broker = procs.BrokerProcess(home / "data", fsync)
-            try:
+            with _headrace_broker(settings, f"produce-{fsync}", fsync) as broker:
                 broker.start()
                 configs: list[tuple[str, int, int]] = [
                     ("send_many", parts, size)
@@ -215,19 +263,16 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
                     broker.create_topic(topic, parts)
                     _settle_memory(settings)
                     load1 = _row_load()
-                    result = procs.run_worker(
-                        {
-                            "kind": "hr_produce",
-                            "server_pid": broker.pid,
-                            "bootstrap": broker.bootstrap,
-                            "topic": topic,
-                            "value_bytes": size,
-                            "api": api,
-                            "acks": "leader",
-                            "warmup_s": settings.produce_warmup_s,
-                            "duration_s": settings.produce_s,
-                        },
+                    result = _headrace_worker(
+                        "hr_produce",
+                        broker,
+                        topic,
                         timeout=120 + 4 * settings.produce_s,
+                        value_bytes=size,
+                        api=api,
+                        acks="leader",
+                        warmup_s=settings.produce_warmup_s,
+                        duration_s=settings.produce_s,
                     )
                     stored = _headrace_records(broker, topic)
                     if stored != result["total_sent"]:
@@ -251,18 +296,9 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
                         f" {row['records_per_s']:>12,.0f} rec/s {row['mb_per_s']:8.1f} MB/s"
                         f"  cpu {row['cpu']}"
                     )
-            except BaseException:
-                settings.log(f"--- broker log tail:\n{broker.log_tail()}")
-                raise
-            finally:
-                broker.kill()
-                procs.remove_dir(home)
         if settings.wants("redis"):
             appendfsync = DURABILITY[fsync]
-            home = procs.temp_dir(f"redis-produce-{appendfsync}")
-            server = procs.RedisProcess(home, appendfsync)
-            try:
-                server.start()
+            with _redis_server(f"redis-produce-{appendfsync}", appendfsync) as server:
                 for size in settings.produce_value_bytes:
                     _settle_memory(settings)
                     load1 = _row_load()
@@ -320,9 +356,6 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
                         f"  redis    redis-py        appendfsync={appendfsync:8} {size:5} B:"
                         f" {result['records_per_s']:>12,.0f} rec/s  cpu {result['cpu']}"
                     )
-            finally:
-                server.stop()
-                procs.remove_dir(home)
     return rows
 
 
@@ -336,39 +369,31 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
     size = 100
     limit_s = 600.0
     if settings.wants("headrace"):
-        home = procs.temp_dir("consume")
-        broker = procs.BrokerProcess(home / "data", "interval")
-        try:
+        with _headrace_broker(settings, "consume") as broker:
             broker.start()
             for parts in settings.consume_partitions:
                 topic = f"catchup-{parts}"
                 broker.create_topic(topic, parts)
-                pre = procs.run_worker(
-                    {
-                        "kind": "hr_preload",
-                        "server_pid": broker.pid,
-                        "bootstrap": broker.bootstrap,
-                        "topic": topic,
-                        "records": total,
-                        "value_bytes": size,
-                    },
+                pre = _headrace_worker(
+                    "hr_preload",
+                    broker,
+                    topic,
                     timeout=limit_s,
+                    records=total,
+                    value_bytes=size,
                 )
                 stored = _headrace_records(broker, topic)
                 if stored != total:
                     raise RuntimeError(f"{topic}: preloaded {total}, log holds {stored}")
                 load1 = _row_load()
-                result = procs.run_worker(
-                    {
-                        "kind": "hr_consume",
-                        "server_pid": broker.pid,
-                        "bootstrap": broker.bootstrap,
-                        "topic": topic,
-                        "records": total,
-                        "value_bytes": size,
-                        "max_s": limit_s,
-                    },
+                result = _headrace_worker(
+                    "hr_consume",
+                    broker,
+                    topic,
                     timeout=limit_s + 60,
+                    records=total,
+                    value_bytes=size,
+                    max_s=limit_s,
                 )
                 broker.delete_topic(topic)
                 row = {
@@ -385,17 +410,8 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
                     f" {row['records_per_s']:>12,.0f} rec/s (preload {pre['records_per_s']:,.0f}/s)"
                     f"  cpu {row['cpu']}"
                 )
-        except BaseException:
-            settings.log(f"--- broker log tail:\n{broker.log_tail()}")
-            raise
-        finally:
-            broker.kill()
-            procs.remove_dir(home)
     if settings.wants("redis"):
-        home = procs.temp_dir("redis-consume")
-        server = procs.RedisProcess(home, "everysec")
-        try:
-            server.start()
+        with _redis_server("redis-consume", "everysec") as server:
             stream = "catchup"
             started = time.perf_counter()
             _redis_benchmark(
@@ -439,9 +455,6 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
                 f"  redis    catch-up: {row['records']:,} records"
                 f" {row['records_per_s']:>12,.0f} rec/s  cpu {row['cpu']}"
             )
-        finally:
-            server.stop()
-            procs.remove_dir(home)
     return rows
 
 
@@ -468,25 +481,20 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
         )
 
     if settings.wants("headrace"):
-        home = procs.temp_dir("latency")
-        broker = procs.BrokerProcess(home / "data", "interval")
-        try:
+        with _headrace_broker(settings, "latency") as broker:
             broker.start()
             for rate in settings.latency_rates:
                 topic = f"latency-{rate}"
                 broker.create_topic(topic, 1)
                 load1 = _row_load()
-                result = procs.run_worker(
-                    {
-                        "kind": "hr_latency",
-                        "server_pid": broker.pid,
-                        "bootstrap": broker.bootstrap,
-                        "topic": topic,
-                        "rate": rate,
-                        "linger_ms": settings.latency_linger_ms,
-                        **common,
-                    },
+                result = _headrace_worker(
+                    "hr_latency",
+                    broker,
+                    topic,
                     timeout=timeout,
+                    rate=rate,
+                    linger_ms=settings.latency_linger_ms,
+                    **common,
                 )
                 broker.delete_topic(topic)
                 row = {
@@ -498,17 +506,8 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
                 }
                 rows.append(row)
                 note("headrace", row)
-        except BaseException:
-            settings.log(f"--- broker log tail:\n{broker.log_tail()}")
-            raise
-        finally:
-            broker.kill()
-            procs.remove_dir(home)
     if settings.wants("redis"):
-        home = procs.temp_dir("redis-latency")
-        server = procs.RedisProcess(home, "everysec")
-        try:
-            server.start()
+        with _redis_server("redis-latency", "everysec") as server:
             for rate in settings.latency_rates:
                 load1 = _row_load()
                 result = procs.run_worker(
@@ -525,9 +524,6 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
                 row = {"system": "redis", "durability": "interval", "load1": load1, **result}
                 rows.append(row)
                 note("redis", row)
-        finally:
-            server.stop()
-            procs.remove_dir(home)
     return rows
 
 
@@ -593,6 +589,14 @@ def _evict_page_cache(root: Path) -> None:
             os.close(fd)
 
 
+def _terminate(broker: procs.BrokerProcess) -> float:
+    """A clean shutdown's seconds; one that does not finish fails the scenario."""
+    took = broker.stop(timeout=READY_TIMEOUT_S)
+    if took is None:
+        raise TimeoutError(f"broker did not shut down within {READY_TIMEOUT_S}s")
+    return took
+
+
 def _restart(broker: procs.BrokerProcess) -> dict[str, Any]:
     ready = broker.start()
     return {
@@ -610,9 +614,7 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
     value_bytes = 1024
     topic = "recovery"
     for size_gb in settings.recovery_sizes_gb:
-        home = procs.temp_dir("recovery")
-        broker = procs.BrokerProcess(home / "data", "interval")
-        try:
+        with _headrace_broker(settings, "recovery") as broker:
             load1 = _row_load()
             broker.start()
             broker.create_topic(topic, 1)
@@ -626,28 +628,25 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
                 "load1": load1,
             }
             if records:
-                pre = procs.run_worker(
-                    {
-                        "kind": "hr_preload",
-                        "server_pid": broker.pid,
-                        "bootstrap": broker.bootstrap,
-                        "topic": topic,
-                        "records": records,
-                        "value_bytes": value_bytes,
-                    },
+                pre = _headrace_worker(
+                    "hr_preload",
+                    broker,
+                    topic,
                     timeout=1200,
+                    records=records,
+                    value_bytes=value_bytes,
                 )
                 row["write_mb_per_s"] = round(pre["mb_per_s"], 1)
                 # (a) crash right after the last write: the recovery point is up to
                 # checkpoint_interval old, so the tail written since must be scanned.
-                broker.kill()
+                broker.kill9()
                 row["log_bytes"] = sum(size for _, size in _segments(pdir))
                 row["segments"] = len(_segments(pdir))
                 tail = _tail_after_recovery_point(pdir)
                 row["kill_stale"] = {**_restart(broker), "tail_bytes": tail}
             # (b) crash with a recent recovery point, our files evicted from the page cache
             waited = _wait_recovery_point(pdir, records, timeout=30.0)
-            broker.kill()
+            broker.kill9()
             row["log_bytes"] = sum(size for _, size in _segments(pdir))
             tail = _tail_after_recovery_point(pdir)
             _evict_page_cache(broker.data_dir)
@@ -657,31 +656,25 @@ def recovery(settings: Settings) -> list[dict[str, Any]]:
                 "waited_for_recovery_point_s": round(waited, 2),
             }
             # (c) the same crash again, page cache warm
-            broker.kill()
+            broker.kill9()
             row["kill_recent_warm"] = {
                 **_restart(broker),
                 "tail_bytes": _tail_after_recovery_point(pdir),
             }
             # (d) clean shutdown (SIGTERM: final sync + recovery point), then restart
-            shutdown_s = broker.terminate()
+            shutdown_s = _terminate(broker)
             row["clean"] = {
                 **_restart(broker),
                 "shutdown_s": round(shutdown_s, 4),
                 "tail_bytes": _tail_after_recovery_point(pdir),
             }
-            broker.terminate()
+            _terminate(broker)
             rows.append(row)
             log(
                 f"  recovery {size_gb:4} GB ({row['log_bytes'] / 1e9:.2f} GB on disk):"
                 f" stale {row.get('kill_stale')} | recent cold {row['kill_recent_cold']}"
                 f" | recent warm {row['kill_recent_warm']} | clean {row['clean']}"
             )
-        except BaseException:
-            settings.log(f"--- broker log tail:\n{broker.log_tail()}")
-            raise
-        finally:
-            broker.kill()
-            procs.remove_dir(home)
     return rows
 
 
@@ -701,11 +694,18 @@ def tiered(settings: Settings) -> list[dict[str, Any]]:
     if not settings.wants("headrace"):
         return rows
     home = procs.temp_dir("tiered")
-    server = procs.MinioProcess(home / "minio", procs.minio_binary())
+    server = minio_server.MinioServer(
+        procs.minio_binary(), home / "minio" / "data", log_path=home / "minio" / "minio.log"
+    )
     try:
-        server.start()
+        server.start(timeout=60.0)
+        assert server.pid is not None
         url = f"s3://{server.endpoint}/bench-tiered?create_bucket=1"
-        env = server.credentials_env()
+        # what ``headrace.objectstore.urls.open_store`` reads the credentials from
+        env = {
+            "HEADRACE_OBJECT_STORE_ACCESS_KEY": server.access_key,
+            "HEADRACE_OBJECT_STORE_SECRET_KEY": server.secret_key,
+        }
         common = {
             "server_pid": server.pid,
             "url": url,

@@ -17,14 +17,13 @@ import argparse
 import asyncio
 import itertools
 import json
-import subprocess
-import sys
 import tempfile
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench import procs
 from headrace.client import Producer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,16 +32,10 @@ TOPIC = "default/moving"
 
 
 def cli(*args: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "headrace.cli.main", *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    proc = procs.run_headrace(*args, timeout=600)
     if proc.returncode != 0:
-        raise RuntimeError(f"headrace {' '.join(args)}: {proc.stderr}")
-    return proc.stdout
+        raise RuntimeError(f"headrace {' '.join(args)}: {proc.stderr.decode()}")
+    return proc.stdout.decode()
 
 
 def state(controller: str) -> dict[str, Any]:
@@ -65,15 +58,7 @@ def unload_status(controller: str, name: str) -> dict[str, Any]:
 
 
 def wait(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except OSError:
-            pass
-        time.sleep(0.05)
-    raise TimeoutError(f"{what} not reached in {timeout}s")
+    procs.wait_until(predicate, timeout, what, retry_on=(OSError,))
 
 
 def broker_admin(directory: Path, broker_id: int) -> str:

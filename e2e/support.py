@@ -24,9 +24,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
+
+if TYPE_CHECKING:
+    from e2e.testbed.settings import Settings
 
 T = TypeVar("T")
 
@@ -128,6 +131,25 @@ def build_testbed() -> None:
         print(f"\n[e2e] test bed build took {took:.0f} s", file=sys.stderr)
 
 
+def testbed_client(settings: Settings) -> Cluster:
+    """The :class:`Cluster` that drives the test bed ``settings`` describe (up already)."""
+    return Cluster(
+        provider="testbed",
+        kubeconfig=settings.admin_kubeconfig,
+        kubectl=str(settings.binary("kubectl")),
+        helm=str(settings.binary("helm")),
+        python=[sys.executable],
+        image="ignored.invalid/python:any",
+        bin_dir=settings.bin_dir,
+        state_dir=settings.state_dir,
+        env={
+            "HELM_CACHE_HOME": str(settings.state_dir / "helm" / "cache"),
+            "HELM_CONFIG_HOME": str(settings.state_dir / "helm" / "config"),
+            "HELM_DATA_HOME": str(settings.state_dir / "helm" / "data"),
+        },
+    )
+
+
 @contextmanager
 def testbed_cluster() -> Iterator[Cluster]:
     from e2e.testbed import controlplane
@@ -138,21 +160,7 @@ def testbed_cluster() -> Iterator[Cluster]:
     took = controlplane.up(settings)
     print(f"\n[e2e] test bed {'already up' if was_up else f'up in {took:.1f} s'}", file=sys.stderr)
     try:
-        yield Cluster(
-            provider="testbed",
-            kubeconfig=settings.admin_kubeconfig,
-            kubectl=str(settings.binary("kubectl")),
-            helm=str(settings.binary("helm")),
-            python=[sys.executable],
-            image="ignored.invalid/python:any",
-            bin_dir=settings.bin_dir,
-            state_dir=settings.state_dir,
-            env={
-                "HELM_CACHE_HOME": str(settings.state_dir / "helm" / "cache"),
-                "HELM_CONFIG_HOME": str(settings.state_dir / "helm" / "config"),
-                "HELM_DATA_HOME": str(settings.state_dir / "helm" / "data"),
-            },
-        )
+        yield testbed_client(settings)
     finally:
         if not was_up and os.environ.get("E2E_KEEP") != "1":
             controlplane.down(settings)

@@ -29,6 +29,7 @@ from typing import Any
 
 from e2e.testbed import ipam, kubeapi, kubeconfig, pki, processes
 from e2e.testbed.settings import REPO_ROOT, Settings
+from headrace.files import write_atomic
 
 #: Start order; ``down`` stops in reverse, the runner first so pods get their SIGTERM
 #: while the API server can still record their end.
@@ -300,10 +301,7 @@ def _write_kubeconfigs(settings: Settings, ports: Ports) -> None:
             user=name,
         )
         target = settings.admin_kubeconfig if name == "admin" else kc_dir / f"{name}.kubeconfig"
-        tmp = target.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.chmod(0o600)
-        tmp.replace(target)
+        write_atomic(target, text.encode(), sync=False, mode=0o600)
 
 
 # Lifecycle ------------------------------------------------------------------------

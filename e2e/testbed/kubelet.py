@@ -46,6 +46,8 @@ from typing import Any
 
 from e2e.testbed import ipam, kubeapi, logserving, podspec, podstatus, probes, provisioning
 from e2e.testbed.processes import kill_group
+from e2e.testbed.settings import StateLayout
+from headrace.files import write_atomic
 
 Obj = dict[str, Any]
 log = logging.getLogger("e2e.testbed.kubelet")
@@ -57,7 +59,7 @@ PDEATHSIG = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") 
 
 
 @dataclass(frozen=True)
-class RunnerSettings:
+class RunnerSettings(StateLayout):
     """Timings of the runner; the kubelet's defaults where they matter to controllers."""
 
     state_dir: Path
@@ -83,18 +85,6 @@ class RunnerSettings:
     default_grace_s: float = 30.0
     #: Seconds given to each pod's processes on runner shutdown before SIGKILL.
     shutdown_grace_s: float = 5.0
-
-    @property
-    def run_dir(self) -> Path:
-        return self.state_dir / "run"
-
-    @property
-    def pods_dir(self) -> Path:
-        return self.state_dir / "pods"
-
-    @property
-    def pki_dir(self) -> Path:
-        return self.state_dir / "pki"
 
 
 def now_rfc3339() -> str:
@@ -372,10 +362,7 @@ class PodRun:
             if not path.resolve().is_relative_to(target.resolve()):
                 raise podspec.VolumeError(f"volume item path {rel!r} escapes the volume")
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_bytes(data)
-            tmp.chmod(0o600 if secret else 0o644)
-            tmp.replace(path)
+            write_atomic(path, data, sync=False, mode=0o600 if secret else 0o644)
 
     def _materialize(self, only_tokens: bool = False) -> None:
         assert self.world is not None
@@ -468,10 +455,7 @@ class PodRun:
         ca = (self.r.cfg.pki_dir / "ca.crt").read_text()
         text = podspec.service_account_kubeconfig(self.r.api_server, ca, self.token, self.ns)
         path = self.dir / "serviceaccount.kubeconfig"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(text)
-        tmp.chmod(0o600)
-        tmp.replace(path)
+        write_atomic(path, text.encode(), sync=False, mode=0o600)
         self.extra_env = {"KUBECONFIG": str(path)}
 
     # Running ----------------------------------------------------------------------
@@ -982,9 +966,7 @@ class Runner:
         )
         if pgids != self.recorded_pgids:
             path = self.cfg.run_dir / "pod-processes"
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(" ".join(map(str, pgids)) + "\n")
-            tmp.replace(path)
+            write_atomic(path, (" ".join(map(str, pgids)) + "\n").encode(), sync=False)
             self.recorded_pgids = pgids
 
     def run(self) -> None:

@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from headrace.files import DEFAULT_MODE, write_atomic
+
 #: Validity of every certificate. Long enough that a test bed left up never expires.
 VALIDITY = datetime.timedelta(days=3650)
 
@@ -80,6 +82,21 @@ def _name(cn: str, orgs: tuple[str, ...] = ()) -> x509.Name:
     return x509.Name(attrs)
 
 
+def _key_usage(*, signs_certificates: bool) -> x509.KeyUsage:
+    """Signatures only (EC keys encipher nothing); a CA's sign certificates and CRLs too."""
+    return x509.KeyUsage(
+        digital_signature=True,
+        key_encipherment=False,
+        content_commitment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=signs_certificates,
+        crl_sign=signs_certificates,
+        encipher_only=False,
+        decipher_only=False,
+    )
+
+
 @dataclass(frozen=True)
 class CA:
     """The test bed's certificate authority, loaded or created in :func:`ensure`."""
@@ -114,20 +131,7 @@ class CA:
             .not_valid_before(now - datetime.timedelta(minutes=5))
             .not_valid_after(now + VALIDITY)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(
-                x509.KeyUsage(
-                    digital_signature=True,
-                    key_encipherment=False,
-                    content_commitment=False,
-                    data_encipherment=False,
-                    key_agreement=False,
-                    key_cert_sign=False,
-                    crl_sign=False,
-                    encipher_only=False,
-                    decipher_only=False,
-                ),
-                critical=True,
-            )
+            .add_extension(_key_usage(signs_certificates=False), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(
                 x509.AuthorityKeyIdentifier.from_issuer_public_key(self.key.public_key()),
@@ -142,7 +146,8 @@ class CA:
         return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
-def _new_ca() -> CA:
+def new_ca() -> CA:
+    """A fresh CA (the test bed keeps one on disk; tests may want their own)."""
     key = _key()
     now = datetime.datetime.now(datetime.UTC)
     name = _name("headrace-testbed-ca")
@@ -155,20 +160,7 @@ def _new_ca() -> CA:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + VALIDITY)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                key_encipherment=False,
-                content_commitment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(signs_certificates=True), critical=True)
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
         .sign(key, hashes.SHA256())
     )
@@ -176,11 +168,7 @@ def _new_ca() -> CA:
 
 
 def _write(path: Path, data: bytes, private: bool = False) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_bytes(data)
-    if private:
-        tmp.chmod(0o600)
-    tmp.replace(path)
+    write_atomic(path, data, sync=False, mode=0o600 if private else DEFAULT_MODE)
 
 
 def ensure(pki_dir: Path) -> None:
@@ -199,7 +187,7 @@ def ensure(pki_dir: Path) -> None:
         assert isinstance(key, ec.EllipticCurvePrivateKey)
         ca = CA(cert, key)
     else:
-        ca = _new_ca()
+        ca = new_ca()
         _write(ca_key, _pem_key(ca.key), private=True)
         _write(ca_crt, ca.cert.public_bytes(serialization.Encoding.PEM))
 

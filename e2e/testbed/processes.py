@@ -18,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from headrace.files import write_atomic
+
 
 def _start_time(pid: int) -> str | None:
     """The kernel's start time of ``pid`` (field 22 of /proc/<pid>/stat), or None."""
@@ -78,9 +80,7 @@ class Daemon:
                 close_fds=True,
             )
         started = _start_time(proc.pid) or "0"
-        tmp = self.pid_file.with_suffix(".tmp")
-        tmp.write_text(f"{proc.pid} {started}\n")
-        tmp.replace(self.pid_file)
+        write_atomic(self.pid_file, f"{proc.pid} {started}\n".encode(), sync=False)
         return proc.pid
 
     def stop(self, timeout_s: float) -> bool:

@@ -32,8 +32,28 @@ def read_versions(path: Path = SOURCE_DIR / "versions.env") -> dict[str, str]:
     return versions
 
 
+class StateLayout:
+    """Where things live in a test bed's state directory: one definition each, so the
+    CLI, the runner and the tests agree."""
+
+    state_dir: Path
+
+    @property
+    def pki_dir(self) -> Path:
+        return self.state_dir / "pki"
+
+    @property
+    def run_dir(self) -> Path:
+        """Pid files and the runtime description (ports) of the running test bed."""
+        return self.state_dir / "run"
+
+    @property
+    def pods_dir(self) -> Path:
+        return self.state_dir / "pods"
+
+
 @dataclass(frozen=True)
-class Settings:
+class Settings(StateLayout):
     """Where the test bed keeps its files and how patient it is.
 
     Build one with :meth:`from_env` at start-up and pass it down; nothing deeper reads
@@ -73,28 +93,15 @@ class Settings:
         state = Path(env.get("HEADRACE_TESTBED_STATE") or cache / "testbed" / "state")
         return cls(cache_dir=cache, bin_dir=bin_dir, state_dir=state, k8s_version=k8s)
 
-    # Derived paths; one definition each so the CLI, runner and tests agree.
+    # Derived paths (and those of StateLayout).
     @property
     def admin_kubeconfig(self) -> Path:
         """The admin (``system:masters``) kubeconfig, the one file tests point at."""
         return self.state_dir / "admin.kubeconfig"
 
     @property
-    def pki_dir(self) -> Path:
-        return self.state_dir / "pki"
-
-    @property
     def log_dir(self) -> Path:
         return self.state_dir / "logs"
-
-    @property
-    def run_dir(self) -> Path:
-        """Pid files and the runtime description (ports) of the running test bed."""
-        return self.state_dir / "run"
-
-    @property
-    def pods_dir(self) -> Path:
-        return self.state_dir / "pods"
 
     @property
     def volumes_dir(self) -> Path:

@@ -2,20 +2,20 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
+from bench import procs
+from bench.procs import BrokerProcess
 from headrace.protocol.coordination import (
-    BrokerInfo,
     ClusterTopology,
     PartitionPlacement,
     TopicPlacement,
 )
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.records import batch as rb
 from headrace.storage.bookkeeping import LogConfig
 from headrace.storage.log import PartitionLog
-from tests.integration.brokers import BrokerProcess
 
 
 class Cluster:
@@ -71,7 +71,7 @@ class Cluster:
         doc = ClusterTopology(
             self.generation,
             "test",
-            [BrokerInfo(b.broker_id, "127.0.0.1", b.port, b.admin_port) for b in self.brokers],
+            [BrokerEndpoint(b.broker_id, "127.0.0.1", b.port, b.admin_port) for b in self.brokers],
             list(self.topics.values()),
         ).to_json()
         for b in self.brokers:
@@ -88,16 +88,7 @@ class Cluster:
         raise KeyError((broker, topic, partition))
 
     def wait(self, predicate: Any, timeout: float = 20.0, what: str = "condition") -> None:
-        deadline = time.monotonic() + timeout
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                if predicate():
-                    return
-            except (KeyError, OSError) as exc:
-                last = exc
-            time.sleep(0.05)
-        raise AssertionError(f"{what} not reached in {timeout}s (last error: {last})")
+        procs.wait_until(predicate, timeout, what, retry_on=(KeyError, OSError))
 
 
 def read_log_from_disk(

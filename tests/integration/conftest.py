@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.brokers import BrokerProcess
+from bench.procs import BrokerProcess
 
 
 @pytest.fixture

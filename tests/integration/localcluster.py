@@ -6,14 +6,14 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+from bench import procs
+from bench.procs import free_port
 from headrace.cli.local import broker_args, object_store_args, spawn_headrace
-from tests.integration.brokers import free_port
 
 
 class LocalCluster:
@@ -28,13 +28,7 @@ class LocalCluster:
     def cli(
         self, *args: str, stdin: bytes = b"", check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "headrace.cli.main", *args],
-            input=stdin,
-            capture_output=True,
-            timeout=120,
-            check=False,
-        )
+        proc = procs.run_headrace(*args, stdin=stdin)
         if check and proc.returncode != 0:
             raise AssertionError(f"headrace {' '.join(args)} failed: {proc.stderr.decode()}")
         return proc
@@ -129,15 +123,7 @@ class LocalCluster:
         (self.dir / "local.json").write_text(json.dumps(record))
 
     def wait(self, predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if predicate():
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise AssertionError(f"{what} not reached within {timeout}s")
+        procs.wait_until(predicate, timeout, what, retry_on=(OSError,), poll_s=0.1)
 
 
 def topic_manifest(

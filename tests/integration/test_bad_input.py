@@ -6,11 +6,11 @@ import struct
 
 import pytest
 
+from bench.procs import BrokerProcess
 from headrace import errors
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import FRAME_HEADER, Op
 from headrace.records import batch as rb
-from tests.integration.brokers import BrokerProcess
 from tests.integration.raw import RawConnection, error_of
 from tests.integration.reading import read_partition
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.brokers import BrokerProcess
 from tests.integration.reading import create_topic
 
 COUNT = 2000

@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.brokers import BrokerProcess
 from tests.integration.reading import create_topic
 
 

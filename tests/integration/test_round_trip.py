@@ -7,8 +7,8 @@ import struct
 import time
 from collections import defaultdict
 
+from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.brokers import BrokerProcess
 from tests.integration.reading import create_topic
 
 PARTITIONS = 8

@@ -3,22 +3,21 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import json
 import ssl
 import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from bench import procs
+from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ConnectOptions
 from headrace.errors import AuthenticationFailed, HeadraceError, UnknownTopic
-from tests.integration.brokers import BrokerProcess
 from tests.integration.reading import create_topic, read_partition
 
 
@@ -73,13 +72,7 @@ def test_admin_http_health_metrics_and_topic_admin(broker: BrokerProcess) -> Non
 def cli(
     broker: BrokerProcess, *args: str, stdin: bytes = b""
 ) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        [sys.executable, "-m", "headrace.cli.main", *args, "--bootstrap", broker.bootstrap],
-        input=stdin,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    return procs.run_headrace(*args, "--bootstrap", broker.bootstrap, stdin=stdin, timeout=60)
 
 
 def test_cli_round_trip_and_one_line_errors(broker: BrokerProcess) -> None:
@@ -107,12 +100,7 @@ def test_cli_round_trip_and_one_line_errors(broker: BrokerProcess) -> None:
     missing = cli(broker, "produce", "nosuchtopic", stdin=b"x\n")
     assert missing.returncode != 0
     assert missing.stderr.decode().strip().splitlines()[-1].startswith("error: UnknownTopic")
-    down = subprocess.run(
-        [sys.executable, "-m", "headrace.cli.main", "topics", "list", "--bootstrap", "127.0.0.1:1"],
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
+    down = procs.run_headrace("topics", "list", "--bootstrap", "127.0.0.1:1", timeout=60)
     assert down.returncode != 0
     assert len(down.stderr.decode().strip().splitlines()) == 1
 
@@ -172,49 +160,27 @@ async def test_auth_token_is_required_when_configured(broker_factory: object) ->
     await client.close()
 
 
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
+def _serving_pair(directory: Path) -> tuple[Path, Path, Path]:
+    """(CA certificate, serving certificate for 127.0.0.1, its key): the test bed's PKI."""
+    from cryptography.hazmat.primitives import serialization
 
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    import ipaddress
+    from e2e.testbed import pki
 
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
+    ca = pki.new_ca()
+    cert, key = ca.issue("127.0.0.1", server=True, ips=("127.0.0.1",))
+    ca_path, cert_path, key_path = (directory / n for n in ("ca.pem", "cert.pem", "key.pem"))
+    ca_path.write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
+    cert_path.write_bytes(cert)
+    key_path.write_bytes(key)
+    return ca_path, cert_path, key_path
 
 
 async def test_tls_listener_serves_tls_clients_only(broker_factory: object, tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    ca, cert, key = _serving_pair(tmp_path)
     broker: BrokerProcess = broker_factory(
         extra_args=["--tls-cert", str(cert), "--tls-key", str(key)]
     )  # type: ignore[operator]
-    ctx = ssl.create_default_context(cafile=str(cert))
+    ctx = ssl.create_default_context(cafile=str(ca))
     options = ConnectOptions(ssl=ctx)
     await create_topic_tls(broker.bootstrap, options)
     async with Producer(broker.bootstrap, options=options) as producer:

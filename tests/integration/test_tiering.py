@@ -8,13 +8,14 @@ what the broker claims.
 from __future__ import annotations
 
 import asyncio
-import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from bench import procs
+from bench.procs import BrokerProcess
 from headrace.client import Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection
@@ -27,7 +28,6 @@ from headrace.records import batch as rb
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
-from tests.integration.brokers import BrokerProcess
 from tests.integration.objectstore import servers
 from tests.integration.reading import create_topic, read_partition
 
@@ -80,13 +80,8 @@ def describe(b: BrokerProcess) -> dict[str, int]:
     return dict(doc["partition_details"][0])  # type: ignore[index]
 
 
-def wait_for(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"{what} not reached within {timeout}s")
+def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    procs.wait_until(predicate, timeout, what, poll_s=0.1)
 
 
 async def produce(b: BrokerProcess, first: int, count: int) -> None:

@@ -13,13 +13,13 @@ import pytest
 
 from headrace.errors import InvalidRequest
 from headrace.protocol.coordination import (
-    BrokerInfo,
     ClusterTopology,
     Heartbeat,
     PartitionPlacement,
     TopicPlacement,
     TopologyReply,
 )
+from headrace.protocol.endpoints import BrokerEndpoint
 
 _SNAKE = re.compile(r"[a-z0-9]_[a-z]")
 
@@ -28,7 +28,7 @@ def topology() -> ClusterTopology:
     return ClusterTopology(
         7,
         "prod",
-        [BrokerInfo(0, "h0", 9092, 9644), BrokerInfo(1, "h1", 9092, 9645)],
+        [BrokerEndpoint(0, "h0", 9092, 9644), BrokerEndpoint(1, "h1", 9092, 9645)],
         [
             TopicPlacement(
                 "default/orders",
@@ -83,14 +83,14 @@ def test_topology_document_shape_and_round_trip() -> None:
     parsed = ClusterTopology.from_json(json.loads(json.dumps(doc)))
     assert parsed == topology()
     assert parsed.topics[0].config["upload_interval_ms"] == 5000, "the broker's setting names"
-    assert parsed.broker(1) == BrokerInfo(1, "h1", 9092, 9645) and parsed.broker(5) is None
+    assert parsed.broker(1) == BrokerEndpoint(1, "h1", 9092, 9645) and parsed.broker(5) is None
 
 
 def test_heartbeat_keys_are_camel_case() -> None:
-    doc = Heartbeat(BrokerInfo(0, "h", 1, 2), generation=3, connections=4).to_json()
+    doc = Heartbeat(BrokerEndpoint(0, "h", 1, 2), generation=3, connections=4).to_json()
     assert not [k for k in _keys(doc) if _SNAKE.search(k)]
     assert Heartbeat.from_json(doc, received_ms=9) == Heartbeat(
-        BrokerInfo(0, "h", 1, 2), 9, generation=3, connections=4
+        BrokerEndpoint(0, "h", 1, 2), 9, generation=3, connections=4
     )
 
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from headrace.errors import InvalidRequest, MalformedFrame
 from headrace.protocol import messages as m
+from headrace.protocol.endpoints import BrokerEndpoint
 
 SETTINGS = settings(max_examples=60, deadline=None)
 
@@ -30,7 +31,7 @@ json_values = st.recursive(
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
     max_leaves=8,
 )
-brokers = st.builds(m.BrokerAddress, any_int, text, any_int)
+brokers = st.builds(BrokerEndpoint, any_int, text, any_int)
 routings = st.builds(
     m.TopicRouting,
     text,

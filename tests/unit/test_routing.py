@@ -10,11 +10,12 @@ from hypothesis import strategies as st
 
 from headrace.client import routing
 from headrace.errors import UnknownPartition, UnknownTopic
-from headrace.protocol.messages import BrokerAddress, TopicRouting, TopologySnapshot
+from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.messages import TopicRouting, TopologySnapshot
 
-B1 = BrokerAddress(1, "10.0.0.1", 9092)
-B2 = BrokerAddress(2, "10.0.0.2", 9092)
-B3 = BrokerAddress(3, "10.0.0.3", 9092)
+B1 = BrokerEndpoint(1, "10.0.0.1", 9092)
+B2 = BrokerEndpoint(2, "10.0.0.2", 9092)
+B3 = BrokerEndpoint(3, "10.0.0.3", 9092)
 
 
 def snapshot(

@@ -24,12 +24,12 @@ from headrace.errors import InvalidRequest, PartitionMoving, StorageError, Unkno
 from headrace.objectstore.interface import ObjectStore
 from headrace.protocol import messages as msg
 from headrace.protocol.coordination import (
-    BrokerInfo,
     ClusterTopology,
     CohortReport,
     Heartbeat,
     PartitionReport,
 )
+from headrace.protocol.endpoints import BrokerEndpoint
 
 log = logging.getLogger(__name__)
 
@@ -165,22 +165,7 @@ class Broker:
     def topology(self) -> tuple[msg.TopologySnapshot, object]:
         """The snapshot, and its routing content (what decides whether to push)."""
         if self.cluster is not None:
-            brokers = [msg.BrokerAddress(b.id, b.host, b.port) for b in self.cluster.brokers]
-            routing = []
-            for t in sorted(self.cluster.topics, key=lambda t: t.name):
-                ordered = sorted(t.assignments, key=lambda a: a.partition)
-                owners = [a.leader if a.leader is not None else -1 for a in ordered]
-                routing.append(
-                    msg.TopicRouting(
-                        t.name,
-                        t.partitions,
-                        t.partitioning_version,
-                        owners,
-                        [a.epoch for a in ordered],
-                    )
-                )
-            generation = self.cluster.generation
-            cluster_id = self.cluster.cluster_id
+            snapshot = self.cluster.client_snapshot()
         else:
             host, port = self.advertised
             me = self.settings.broker_id
@@ -199,15 +184,17 @@ class Broker:
                         epochs,
                     )
                 )
-            brokers = [msg.BrokerAddress(me, host, port)]
-            generation = self.registry.generation
-            cluster_id = self.settings.cluster_id
-        snapshot = msg.TopologySnapshot(generation, cluster_id, brokers, routing)
+            snapshot = msg.TopologySnapshot(
+                self.registry.generation,
+                self.settings.cluster_id,
+                [BrokerEndpoint(me, host, port)],
+                routing,
+            )
         content = (
-            tuple(brokers),
+            tuple(snapshot.brokers),
             tuple(
                 (r.name, r.partitions, r.partitioning_version, tuple(r.owners), tuple(r.epochs))
-                for r in routing
+                for r in snapshot.topics
             ),
         )
         return snapshot, content
@@ -229,10 +216,10 @@ class Broker:
         return min(acked) if acked else None
 
     def _redirect(self, topic: Topic, partition: int, reason: str) -> RedirectRequired:
-        owner: msg.BrokerAddress | None = None
+        owner: BrokerEndpoint | None = None
         if self.cluster is None:
             host, port = self.advertised
-            owner = msg.BrokerAddress(self.settings.broker_id, host, port)
+            owner = BrokerEndpoint(self.settings.broker_id, host, port)
         else:
             placement = next((t for t in self.cluster.topics if t.name == topic.name), None)
             leader = None
@@ -242,7 +229,7 @@ class Broker:
                 )
             endpoint = self.cluster.broker(leader) if leader is not None else None
             if endpoint is not None:
-                owner = msg.BrokerAddress(endpoint.id, endpoint.host, endpoint.port)
+                owner = BrokerEndpoint(endpoint.id, endpoint.host, endpoint.port)
         snapshot, _ = self.topology()
         redirect = msg.Redirect(
             topic.name, partition, owner, topic.partitioning_version, snapshot.generation, reason
@@ -333,7 +320,7 @@ class Broker:
         admin_port = self.admin.port if self.admin is not None else -1
         partitions = sorted(self.registry.all_partitions(), key=lambda p: (p.topic.name, p.index))
         return Heartbeat(
-            BrokerInfo(self.settings.broker_id, host, port, admin_port),
+            BrokerEndpoint(self.settings.broker_id, host, port, admin_port),
             adoption=self.adoption_floor(),
             draining=not self.ready,
             partitions=tuple(

@@ -30,7 +30,8 @@ from headrace.errors import (
     UnknownTopic,
 )
 from headrace.protocol import replication as rp
-from headrace.protocol.coordination import BrokerInfo, ClusterTopology, PartitionPlacement
+from headrace.protocol.coordination import ClusterTopology, PartitionPlacement
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.replication.leader import LeaderReplicaSet
@@ -256,7 +257,7 @@ def answer_epochs(broker: Broker, queries: list[rp.EpochQuery]) -> list[rp.Epoch
 class ReplicaFetcher:
     """Pulls every partition this broker follows from one leader, over one connection."""
 
-    def __init__(self, broker: Broker, leader: BrokerInfo) -> None:
+    def __init__(self, broker: Broker, leader: BrokerEndpoint) -> None:
         self.broker = broker
         self.leader = leader
         self._task = asyncio.get_running_loop().create_task(

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from headrace import files
 from headrace.errors import (
     InvalidTopicSpec,
     StorageError,
@@ -32,7 +33,6 @@ from headrace.errors import (
 from headrace.replication.leader import LeaderReplicaSet
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 from headrace.storage.log import PartitionLog
-from headrace.storage.segment import fsync_directory
 
 NAME_PART: Final = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 DEFAULT_NAMESPACE: Final = "default"
@@ -121,18 +121,6 @@ def topic_log_config(
     return dataclasses.replace(base, **changes)
 
 
-def write_json_atomic(path: Path, doc: object, *, sync: bool = True) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, sort_keys=True)
-        if sync:
-            fh.flush()
-            os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    if sync:
-        fsync_directory(path.parent)
-
-
 def read_placement(directory: Path) -> tuple[int, int, int]:
     """(moves, start offset, first leader epoch) of the incarnation a partition directory
     holds; (0, 0, -1) if it was never moved."""
@@ -146,9 +134,10 @@ def read_placement(directory: Path) -> tuple[int, int, int]:
 
 
 def write_placement(directory: Path, moves: int, start_offset: int, first_epoch: int) -> None:
-    write_json_atomic(
+    files.write_json_atomic(
         directory / PLACEMENT_FILE,
         {"moves": moves, "start_offset": start_offset, "first_epoch": first_epoch},
+        sort_keys=True,
     )
 
 
@@ -200,7 +189,7 @@ class CursorStore:
     def write(self, snapshot: dict[str, int]) -> None:
         """Runs on a worker thread. A failed write leaves the store dirty for the next beat."""
         try:
-            write_json_atomic(self._path, snapshot)
+            files.write_json_atomic(self._path, snapshot, sort_keys=True)
         except OSError:
             self._dirty = True
             raise
@@ -465,7 +454,7 @@ class TopicRegistry:
         topic.partition_count = partition_count
         topic.partitioning_version = version
         topic.config = dict(config)
-        write_json_atomic(topic.directory / TOPIC_FILE, topic.to_json())
+        files.write_json_atomic(topic.directory / TOPIC_FILE, topic.to_json(), sort_keys=True)
         return topic
 
     def get(self, name: str) -> Topic:
@@ -494,8 +483,8 @@ class TopicRegistry:
         directory.mkdir(parents=True)
         topic = Topic(key, directory, partitions, 1, config, time.time_ns() // 1_000_000)
         self._open_partitions(topic)
-        write_json_atomic(directory / TOPIC_FILE, topic.to_json())
-        fsync_directory(directory.parent)
+        files.write_json_atomic(directory / TOPIC_FILE, topic.to_json(), sort_keys=True)
+        files.fsync_directory(directory.parent)
         self.topics[key] = topic
         self.bump_generation()
         return topic
@@ -517,7 +506,7 @@ class TopicRegistry:
 
     def bump_generation(self) -> None:
         self.generation += 1
-        write_json_atomic(self._generation_file, self.generation)
+        files.write_json_atomic(self._generation_file, self.generation)
 
     def all_partitions(self) -> list[Partition]:
         return [p for t in self.topics.values() for p in t.partitions.values()]

@@ -11,7 +11,8 @@ import zlib
 from dataclasses import dataclass
 
 from headrace.errors import UnknownPartition, UnknownTopic
-from headrace.protocol.messages import BrokerAddress, TopicRouting, TopologySnapshot
+from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.messages import TopicRouting, TopologySnapshot
 
 
 def partition_for_key(key: bytes, partitions: int) -> int:
@@ -30,7 +31,7 @@ def canonical(name: str) -> str:
 class RoutingCache:
     generation: int = 0
     cluster_id: str = ""
-    brokers: dict[int, BrokerAddress] | None = None
+    brokers: dict[int, BrokerEndpoint] | None = None
     topics: dict[str, TopicRouting] | None = None
 
     def apply(self, snapshot: TopologySnapshot) -> bool:
@@ -48,7 +49,7 @@ class RoutingCache:
             raise UnknownTopic(f"unknown topic {canonical(name)!r}")
         return self.topics[canonical(name)]
 
-    def owner(self, name: str, partition: int) -> BrokerAddress | None:
+    def owner(self, name: str, partition: int) -> BrokerEndpoint | None:
         routing = self.topic(name)
         if not 0 <= partition < routing.partitions:
             raise UnknownPartition(f"topic {routing.name!r} has no partition {partition}")
@@ -56,7 +57,7 @@ class RoutingCache:
         return (self.brokers or {}).get(owner_id)
 
     def note_redirect(
-        self, topic: str, partition: int, owner: BrokerAddress | None, version: int
+        self, topic: str, partition: int, owner: BrokerEndpoint | None, version: int
     ) -> None:
         """Apply what a Redirect taught us without waiting for a full topology."""
         if self.topics is None or canonical(topic) not in self.topics:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from headrace.files import atomic_writer, fsync_directory
 from headrace.objectstore import interface
 from headrace.objectstore.interface import (
     InvalidObjectKey,
@@ -87,19 +88,10 @@ class DirectoryStore(ObjectStore):
             )
         tmp = path.with_name(f".{path.name}.{secrets.token_hex(6)}{_TMP_SUFFIX}")
         try:
-            with tmp.open("xb") as f:
+            with atomic_writer(path, sync=self.fsync, tmp=tmp, exclusive=True) as f:
                 fill(f)
-                f.flush()
-                if self.fsync:
-                    os.fsync(f.fileno())
-            os.replace(tmp, path)
-            if self.fsync:
-                _fsync_dir(path.parent)
-        except BaseException as exc:
-            tmp.unlink(missing_ok=True)
-            if isinstance(exc, OSError):
-                raise _translate(exc, key) from exc
-            raise
+        except OSError as exc:
+            raise _translate(exc, key) from exc
 
     def delete(self, key: str) -> None:
         path = self._path(key)
@@ -112,7 +104,7 @@ class DirectoryStore(ObjectStore):
         except OSError as exc:
             raise _translate(exc, key) from exc
         if self.fsync:
-            _fsync_dir(path.parent)
+            fsync_directory(path.parent)
 
     def remove_partial_writes(self, older_than: float = 3600.0) -> int:
         """Remove temporary files left by crashed writers, if older than
@@ -194,14 +186,6 @@ class DirectoryStore(ObjectStore):
                 except FileNotFoundError:
                     continue  # deleted since the scan
                 yield ObjectInfo(key, size)
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _translate(exc: OSError, key: str) -> ObjectStoreError:

@@ -81,6 +81,11 @@ class MinioServer:
         return dataclasses.replace(base, **overrides)
 
     @property
+    def pid(self) -> int | None:
+        """The server process while it runs (the bench charges its CPU to MinIO)."""
+        return self._proc.pid if self._proc is not None else None
+
+    @property
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 

@@ -3,13 +3,15 @@
 Both planes import them from here, so the data plane never imports the
 control plane and the two sides cannot drift apart:
 
-* ``Heartbeat`` (with ``BrokerInfo``, ``PartitionReport``, ``SealReport`` and
-  ``CohortReport``): what a broker's ``GET /v1/heartbeat`` returns and the
-  controller polls. The broker fills it in; the controller parses it.
+* ``Heartbeat`` (with ``PartitionReport``, ``SealReport`` and ``CohortReport``;
+  the broker's addresses are a ``protocol.endpoints.BrokerEndpoint``): what a
+  broker's ``GET /v1/heartbeat`` returns and the controller polls. The broker
+  fills it in; the controller parses it.
 * ``ClusterTopology`` (with ``TopicPlacement`` and ``PartitionPlacement``):
   what the controller pushes with ``POST /v1/topology``. The controller fills
   it in; the broker parses it and applies it, fenced by ``generation``.
-  ``TopologyReply`` is the broker's answer.
+  ``TopologyReply`` is the broker's answer. ``ClusterTopology.client_snapshot``
+  is the routing view a broker gives its clients (``TopologySnapshot``).
 
 One key style on the wire: camelCase (``leaderEpoch``, ``partitioningVersion``,
 ``adminPort``), as the controller's persisted status has. A topic's ``config``
@@ -30,37 +32,17 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from headrace.errors import InvalidRequest
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.jsonfields import ints, mapping, objects, optional, required
+from headrace.protocol.messages import TopicRouting, TopologySnapshot
 
 Role = Literal["leader", "follower"]
 
+#: a partition's owner in the client snapshot while it is Offline
+NO_OWNER = -1
+
 
 # --------------------------------------------------------------------------- broker → controller
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerInfo:
-    """A broker's identity and addresses, as it advertises them."""
-
-    id: int
-    host: str
-    #: the data port clients and followers connect to
-    port: int
-    #: the admin HTTP port the controller polls and pushes to
-    admin_port: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "host": self.host, "port": self.port, "adminPort": self.admin_port}
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> BrokerInfo:
-        w = "broker"
-        return cls(
-            required(doc, "id", int, w),
-            required(doc, "host", str, w),
-            required(doc, "port", int, w),
-            required(doc, "adminPort", int, w),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,7 +173,7 @@ class Heartbeat:
     takes it as an argument, and a broker building its own sample leaves it 0.
     """
 
-    broker: BrokerInfo
+    broker: BrokerEndpoint
     received_ms: int = 0
     #: lowest topology generation acked by the broker's client connections; None if none acked
     adoption: int | None = None
@@ -226,7 +208,7 @@ class Heartbeat:
         if not isinstance(draining, bool):
             raise InvalidRequest(f"{w}: field 'draining' must be a boolean")
         return cls(
-            BrokerInfo.from_json(required(doc, "broker", dict, w)),
+            BrokerEndpoint.from_json(required(doc, "broker", dict, w)),
             received_ms,
             optional(doc, "adoption", int, w),
             draining,
@@ -345,11 +327,30 @@ class ClusterTopology:
     generation: int
     #: default "local"
     cluster_id: str
-    brokers: list[BrokerInfo]
+    brokers: list[BrokerEndpoint]
     topics: list[TopicPlacement] = field(default_factory=list)
 
-    def broker(self, broker_id: int) -> BrokerInfo | None:
+    def broker(self, broker_id: int) -> BrokerEndpoint | None:
         return next((b for b in self.brokers if b.id == broker_id), None)
+
+    def client_snapshot(self) -> TopologySnapshot:
+        """What clients route by: each partition's owner is the leader the push names
+        (the candidate while one promotes), ``NO_OWNER`` when Offline; the client wire
+        carries no admin port."""
+        routing = []
+        for t in sorted(self.topics, key=lambda t: t.name):
+            ordered = sorted(t.assignments, key=lambda a: a.partition)
+            routing.append(
+                TopicRouting(
+                    t.name,
+                    t.partitions,
+                    t.partitioning_version,
+                    [NO_OWNER if a.leader is None else a.leader for a in ordered],
+                    [a.epoch for a in ordered],
+                )
+            )
+        brokers = [BrokerEndpoint(b.id, b.host, b.port) for b in self.brokers]
+        return TopologySnapshot(self.generation, self.cluster_id, brokers, routing)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -365,7 +366,7 @@ class ClusterTopology:
         return cls(
             required(doc, "generation", int, w),
             optional(doc, "clusterId", str, w) or "local",
-            [BrokerInfo.from_json(b) for b in required_objects(doc, "brokers", w)],
+            [BrokerEndpoint.from_json(b) for b in required_objects(doc, "brokers", w)],
             [TopicPlacement.from_json(t) for t in objects(doc, "topics", w)],
         )
 

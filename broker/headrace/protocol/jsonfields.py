@@ -1,9 +1,10 @@
 """Typed field access for JSON documents (pure).
 
-The broker↔controller documents (``coordination``) and the controller's
-persisted status (``control.model``) parse JSON the same way: a missing or
-mistyped field raises ``InvalidRequest`` naming the document and the field, so
-a bad document is refused at the edge instead of failing deep in the caller.
+The broker↔controller documents (``coordination``, ``endpoints``) and the
+controller's persisted status (``control.model``) parse JSON the same way: a
+missing or mistyped field raises ``InvalidRequest`` naming the document and the
+field, so a bad document is refused at the edge instead of failing deep in the
+caller.
 ``bool`` is never accepted where an ``int`` is expected (JSON ``true`` is not 1).
 """
 
@@ -25,6 +26,7 @@ def mapping(doc: object, where: str) -> Mapping[str, Any]:
 
 
 def required(doc: Mapping[str, Any], key: str, kind: type[_T], where: str) -> _T:
+    """``doc[key]``, which must be there and be a ``kind`` (a bool is no int)."""
     doc = mapping(doc, where)
     if key not in doc:
         raise InvalidRequest(f"{where}: missing field {key!r}")

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final, TypeVar
 
 from headrace.errors import InvalidRequest, MalformedFrame
+from headrace.protocol.endpoints import BrokerEndpoint
 
 PROTOCOL_VERSION: Final = 1
 MAX_TOPIC_NAME_BYTES: Final = 255
@@ -321,11 +322,9 @@ class HandshakeOk(JsonBody):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerAddress(JsonBody):
-    id: int
-    host: str
-    port: int
+def _address_json(broker: BrokerEndpoint) -> dict[str, Any]:
+    """A broker as clients see it: the client wire carries no admin port."""
+    return {"id": broker.id, "host": broker.host, "port": broker.port}
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,14 +344,14 @@ class TopologySnapshot(JsonBody):
 
     generation: int
     cluster_id: str
-    brokers: list[BrokerAddress]
+    brokers: list[BrokerEndpoint]
     topics: list[TopicRouting]
 
     def to_json(self) -> dict[str, Any]:
         return {
             "generation": self.generation,
             "cluster_id": self.cluster_id,
-            "brokers": [asdict(b) for b in self.brokers],
+            "brokers": [_address_json(b) for b in self.brokers],
             "topics": [asdict(t) for t in self.topics],
         }
 
@@ -361,7 +360,7 @@ class TopologySnapshot(JsonBody):
         obj = decode_json(body)
         try:
             brokers = [
-                BrokerAddress(int(b["id"]), str(b["host"]), int(b["port"]))
+                BrokerEndpoint(int(b["id"]), str(b["host"]), int(b["port"]))
                 for b in field_of(obj, "brokers", list)
             ]
             topics = [
@@ -387,7 +386,7 @@ class Redirect(JsonBody):
 
     topic: str
     partition: int
-    owner: BrokerAddress | None
+    owner: BrokerEndpoint | None
     partitioning_version: int
     generation: int
     reason: str
@@ -396,7 +395,7 @@ class Redirect(JsonBody):
         return {
             "topic": self.topic,
             "partition": self.partition,
-            "owner": asdict(self.owner) if self.owner else None,
+            "owner": _address_json(self.owner) if self.owner else None,
             "partitioning_version": self.partitioning_version,
             "generation": self.generation,
             "reason": self.reason,
@@ -410,7 +409,7 @@ class Redirect(JsonBody):
         if owner_obj is not None:
             if not isinstance(owner_obj, dict):
                 raise MalformedFrame("field 'owner' must be an object")
-            owner = BrokerAddress(
+            owner = BrokerEndpoint(
                 field_of(owner_obj, "id", int),
                 field_of(owner_obj, "host", str),
                 field_of(owner_obj, "port", int),

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import bisect
 import json
-import os
 from pathlib import Path
 
-from headrace.storage.segment import fsync_directory
+from headrace import files
 
 EPOCH_FILE = "leader-epochs.json"
 
@@ -64,10 +63,4 @@ class LeaderEpochCache:
             self._persist()
 
     def _persist(self) -> None:
-        tmp = self._path.with_name(self._path.name + ".tmp")
-        with open(tmp, "w") as fh:
-            json.dump(self.entries, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path)
-        fsync_directory(self._path.parent)
+        files.write_json_atomic(self._path, self.entries)

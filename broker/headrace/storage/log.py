@@ -37,11 +37,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from headrace import files
 from headrace.errors import OutOfOrderSequence, StorageError
 from headrace.records import batch as rb
 from headrace.storage import bookkeeping as bk
 from headrace.storage.epochs import LeaderEpochCache
-from headrace.storage.segment import Segment, fsync_directory
+from headrace.storage.segment import Segment
 
 RECOVERY_POINT_FILE = "recovery-point.json"
 
@@ -285,7 +286,7 @@ class PartitionLog:
     def _new_segment(self, base_offset: int) -> Segment:
         seg = Segment(self.directory, base_offset, self.config, self._clock())
         self._append_segment(seg)
-        fsync_directory(self.directory)
+        files.fsync_directory(self.directory)
         return seg
 
     @property
@@ -518,6 +519,11 @@ class PartitionLog:
         indexes; under the lock again, replace the recovery point unless a
         truncation or a close came in between (the target may now name a
         position inside other batches, or a directory being removed).
+
+        Not ``headrace.files.atomic_writer``: that creates, writes and renames in
+        one step, while here the temporary file must be created under the lock
+        and the rename is conditional and under it again. Only the directory
+        fsync is shared.
         """
         if not target.checkpointable:
             raise ValueError("this sync target skipped the producer snapshot")
@@ -570,7 +576,7 @@ class PartitionLog:
                     return
                 os.replace(tmp, path)
                 committed = True
-            fsync_directory(self.directory)
+            files.fsync_directory(self.directory)
         except OSError as exc:
             if committed and self._closed and isinstance(exc, FileNotFoundError):
                 return  # closed and removed after the replace: nothing left to make durable

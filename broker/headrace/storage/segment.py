@@ -27,15 +27,6 @@ from headrace.storage.bookkeeping import (
 SCAN_CHUNK = 1024 * 1024
 
 
-def fsync_directory(path: Path) -> None:
-    """Make a created or renamed directory entry durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 class Segment:
     __slots__ = (
         "_fd",

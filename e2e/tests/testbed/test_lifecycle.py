@@ -10,13 +10,12 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from e2e.support import Cluster, new_namespace, python_container, wait_for
+from e2e.support import Cluster, new_namespace, python_container, testbed_client, wait_for
 from e2e.testbed.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("testbed_only")
@@ -47,14 +46,7 @@ def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Cl
     settings = dataclasses.replace(base, state_dir=tmp_path_factory.mktemp("own-testbed"))
     took = controlplane.up(settings)
     assert 0 < took < 60, f"start to ready took {took:.1f} s"
-    cluster = Cluster(
-        provider="testbed",
-        kubeconfig=settings.admin_kubeconfig,
-        kubectl=str(settings.binary("kubectl")),
-        helm=str(settings.binary("helm")),
-        python=[sys.executable],
-        image="ignored.invalid/python:any",
-    )
+    cluster = testbed_client(settings)
     try:
         yield settings, cluster
     finally:

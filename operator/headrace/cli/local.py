@@ -34,6 +34,7 @@ from typing import Any
 
 import click
 
+from headrace import files
 from headrace.aio import run
 from headrace.control.settings import ControlSettings
 
@@ -121,8 +122,9 @@ def controller(
     import logging
 
     from headrace.controller.admin import ControllerAdmin
-    from headrace.controller.controlling import BrokerEndpoint, Controller, ControllerSettings
+    from headrace.controller.controlling import Controller, ControllerSettings
     from headrace.errors import InvalidRequest
+    from headrace.protocol.endpoints import BrokerEndpoint
 
     endpoints = []
     for item in brokers:
@@ -132,7 +134,7 @@ def controller(
             raise click.BadParameter(
                 f"{item!r}: expected ID=HOST:ADMIN_PORT", param_hint="--broker"
             )
-        endpoints.append(BrokerEndpoint(int(ident), host, int(port)))
+        endpoints.append(BrokerEndpoint(int(ident), host, admin_port=int(port)))
     for flag, value in (
         ("--poll-interval-ms", poll_interval_ms),
         ("--transition-poll-interval-ms", transition_poll_interval_ms),
@@ -344,11 +346,7 @@ def broker_args(b: Mapping[str, Any], directory: Path, fsync: str | None = None)
 def _write_state(state_file: Path, record: Mapping[str, Any]) -> None:
     """local.json, readable by its owner only (it may hold object-store credentials)."""
     state_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = state_file.with_name(state_file.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(record, fh, indent=2)
-    os.replace(tmp, state_file)
+    files.write_json_atomic(state_file, record, sync=False, mode=0o600, indent=2)
 
 
 def _wait_http(url: str, timeout: float, what: str) -> None:

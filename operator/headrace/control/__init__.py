@@ -9,7 +9,7 @@ the next status. The controller process (local mode) and the kopf operator
 Modules
 -------
 ``model``         the persisted documents: ``ClusterState``/``TopicStatus``/
-                  ``PartitionStatus``/``CohortPlan`` (and ``BrokerInfo``),
+                  ``PartitionStatus``/``CohortPlan`` (and ``BrokerEndpoint``),
                   with camelCase ``to_json``/``from_json``. What a broker
                   reports (``Heartbeat``) and the topology pushed to it
                   (``ClusterTopology``) are wire documents in
@@ -21,7 +21,8 @@ Modules
 ``cohort_plans``  sticky, coverage-first, balanced cross-broker cohort plans
 ``unloads``       the Unload state machine: seal, reassign, complete (``step``)
 ``reconcile``     ``reconcile``: one whole step, and ``grow_topic``
-``topology``      ``snapshot``: the client-facing ``TopologySnapshot``
+``topology``      ``cluster_topology``: the ``ClusterTopology`` pushed to brokers;
+                  ``snapshot``: its client-facing ``TopologySnapshot``
 ``documents``     resources to and from the core's types: ``spec_of``,
                   ``topic_config``, ``unload_request``, status and condition
                   builders, and ``restore`` (crash-safe persistence)

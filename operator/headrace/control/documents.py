@@ -56,7 +56,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.errors import InvalidRequest, InvalidTopicSpec
-from headrace.protocol.coordination import BrokerInfo
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources import topics as topic_models
 
 API_VERSION: Final = "headrace.dev/v1alpha1"
@@ -384,7 +384,7 @@ def restore(
     """
     cluster = cluster or {}
     generation = int(cluster.get("generation", 0))
-    brokers = {int(b["id"]): BrokerInfo.from_json(b) for b in cluster.get("brokers", [])}
+    brokers = {int(b["id"]): BrokerEndpoint.from_json(b) for b in cluster.get("brokers", [])}
     topics = {
         name: status_of(name, status)
         for name, status in statuses.items()

@@ -54,7 +54,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from headrace.control import documents
+from headrace.control import documents, topology
 from headrace.control.model import (
     ClusterState,
     TopicSpec,
@@ -63,12 +63,7 @@ from headrace.control.model import (
 )
 from headrace.control.reconcile import Decision, reconcile
 from headrace.control.settings import ControlSettings
-from headrace.protocol.coordination import (
-    ClusterTopology,
-    Heartbeat,
-    PartitionPlacement,
-    TopicPlacement,
-)
+from headrace.protocol.coordination import Heartbeat
 
 log = logging.getLogger(__name__)
 
@@ -401,49 +396,19 @@ class ControlLoop:
     # ------------------------------------------------------------------ documents
 
     def topology_document(self) -> dict[str, Any]:
-        """The document brokers apply: ``ClusterTopology`` (``protocol.coordination``)."""
-        specs = {s.name: s for s in self.specs}
-        state = self.state
+        """The document brokers apply: ``ClusterTopology`` (``protocol.coordination``),
+        built by ``control.topology.cluster_topology``."""
         decision = self.last_decision
-        live = decision.liveness.live if decision is not None else frozenset(state.brokers)
-        return ClusterTopology(
-            state.generation,
+        return topology.cluster_topology(
+            self.state,
             self.settings.cluster_id,
-            [b for _, b in sorted(state.brokers.items())],
-            [
-                TopicPlacement(
-                    name,
-                    len(topic.partitions),
-                    topic.partitioning_version,
-                    specs[name].min_in_sync if name in specs else 1,
-                    documents.topic_config(self.topics[name]) if name in self.topics else {},
-                    [
-                        PartitionPlacement(
-                            p.partition,
-                            list(p.replicas),
-                            # a candidate is told it leads, so it can promote itself
-                            p.owner,
-                            p.leader_epoch,
-                            # A new leader seeds its LRS from this: never with dead brokers,
-                            # whose missing fetches would hold the HW (and acks=all) back
-                            # until they time out of the set.
-                            [r for r in p.live_replicas if r in live],
-                            # unloads: the leader seals; a higher ``moves`` makes every
-                            # replica drop its copy and open it empty at ``start_offset``
-                            # (None: after the last offset in the object store)
-                            p.seal,
-                            p.moves,
-                            p.start_offset,
-                        )
-                        for p in topic.partitions
-                    ],
-                    {
-                        cohort: {m: list(ps) for m, ps in plan.assignment.items()}
-                        for cohort, plan in topic.cohort_plans.items()
-                    },
-                )
-                for name, topic in sorted(state.topics.items())
-            ],
+            live=decision.liveness.live if decision is not None else None,
+            min_in_sync={spec.name: spec.min_in_sync for spec in self.specs},
+            configs={
+                name: documents.topic_config(self.topics[name])
+                for name in self.state.topics
+                if name in self.topics
+            },
         ).to_json()
 
     def state_document(self) -> dict[str, Any]:

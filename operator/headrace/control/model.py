@@ -1,7 +1,7 @@
 """The control core's data: what the controller persists and what it is asked (pure data).
 
 * **Status** (``ClusterState``, ``TopicStatus``, ``PartitionStatus``,
-  ``CohortPlan``, and ``BrokerInfo`` from the protocol) holds the durable
+  ``CohortPlan``, and ``BrokerEndpoint`` from the protocol) holds the durable
   decisions: placement, leaders and epochs, LRS membership, cohort plans and
   the topology generation. The controller persists it, in Kubernetes CR status
   or in the local state store, with the same JSON shape.
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from headrace.errors import InvalidRequest, InvalidTopicSpec
-from headrace.protocol.coordination import BrokerInfo
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.jsonfields import ints as _ints
 from headrace.protocol.jsonfields import objects as _objects
 from headrace.protocol.jsonfields import optional as _optional
@@ -237,7 +237,7 @@ class ClusterState:
 
     generation: int = 0
     #: every broker ever heard from (known brokers), by id; liveness is not stored
-    brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
+    brokers: Mapping[int, BrokerEndpoint] = field(default_factory=dict)
     topics: Mapping[str, TopicStatus] = field(default_factory=dict)
 
     def same_content(self, other: ClusterState) -> bool:
@@ -254,7 +254,7 @@ class ClusterState:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ClusterState:
         w = "cluster state"
-        brokers = [BrokerInfo.from_json(b) for b in _objects(doc, "brokers", w)]
+        brokers = [BrokerEndpoint.from_json(b) for b in _objects(doc, "brokers", w)]
         topics = [TopicStatus.from_json(t) for t in _objects(doc, "topics", w)]
         return cls(
             _field(doc, "generation", int, w),

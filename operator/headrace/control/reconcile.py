@@ -68,7 +68,8 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.control.settings import ControlSettings
-from headrace.protocol.coordination import BrokerInfo, Heartbeat, PartitionReport
+from headrace.protocol.coordination import Heartbeat, PartitionReport
+from headrace.protocol.endpoints import BrokerEndpoint
 
 DEFAULT_SETTINGS: Final = ControlSettings()
 
@@ -245,8 +246,8 @@ def grow_topic(
 
 
 def _register(
-    known: Mapping[int, BrokerInfo], live: Sequence[Heartbeat], events: list[Event]
-) -> dict[int, BrokerInfo]:
+    known: Mapping[int, BrokerEndpoint], live: Sequence[Heartbeat], events: list[Event]
+) -> dict[int, BrokerEndpoint]:
     brokers = dict(known)
     for hb in live:
         before = brokers.get(hb.broker_id)

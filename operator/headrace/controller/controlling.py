@@ -32,11 +32,12 @@ from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettin
 from headrace.control.model import ClusterState, UnloadProgress
 from headrace.control.reconcile import Decision
 from headrace.control.settings import ControlSettings
-from headrace.controller.fleet import BrokerEndpoint, HttpFleet
+from headrace.controller.fleet import HttpFleet
 from headrace.controller.store import FileStore, admitted
 from headrace.errors import InvalidRequest
+from headrace.protocol.endpoints import BrokerEndpoint
 
-__all__ = ["BrokerEndpoint", "Controller", "ControllerSettings", "SystemClock", "UnloadConflict"]
+__all__ = ["Controller", "ControllerSettings", "SystemClock", "UnloadConflict"]
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import aiohttp
@@ -18,19 +17,9 @@ import aiohttp
 from headrace.control.looping import Clock, Report
 from headrace.errors import HeadraceError
 from headrace.protocol.coordination import Heartbeat, TopologyReply
+from headrace.protocol.endpoints import BrokerEndpoint
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class BrokerEndpoint:
-    id: int
-    host: str
-    admin_port: int
-
-    @property
-    def admin_url(self) -> str:
-        return f"http://{self.host}:{self.admin_port}"
 
 
 class HttpFleet:

@@ -15,7 +15,7 @@ Local mode keeps in a directory what Kubernetes keeps in custom resources:
 The directory plays both parts Kubernetes splits: the API server's (``put_*``
 and ``remove_*``: what ``apply`` and ``delete`` change, spec and metadata) and
 the status subresource's (``write_*``: what the control loop decides). Each
-write replaces one file atomically (temp file, fsync, rename), so a
+write replaces one file atomically (``headrace.files``: temp file, fsync, rename), so a
 controller killed mid-write leaves the previous document; the loop orders
 the writes so that a kill between two of them is recovered (see
 ``headrace.control.documents``). An Unload document is the CR Kubernetes
@@ -31,28 +31,18 @@ the controller has acted on.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from headrace import files
 from headrace.control.documents import full_name, generation_of
 from headrace.control.looping import Stored
 
 
 def _write_atomic(path: Path, doc: object) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as fh:
-        json.dump(doc, fh, indent=2, sort_keys=True)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-    fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    files.write_json_atomic(path, doc, indent=2, sort_keys=True)
 
 
 def admitted(

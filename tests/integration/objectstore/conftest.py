@@ -7,7 +7,6 @@ without a server these tests fail.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,13 +19,7 @@ HERE = Path(__file__).resolve().parent
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    wants = any(Path(str(item.path)).is_relative_to(HERE) for item in session.items)
-    if not wants or session.config.option.collectonly:
-        return
-    capture = session.config.pluginmanager.getplugin("capturemanager")
-    # Let the build's progress through: a cold build is silent for minutes otherwise.
-    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        servers.build()
+    servers.build_before_tests_in(HERE, session)
 
 
 @pytest.fixture(scope="session")

@@ -2,12 +2,12 @@
 
 ``tools/minio/build.sh`` builds it from its Go module (idempotent; minutes only
 the first time on a machine). ``HEADRACE_MINIO_BIN`` points at an existing
-binary instead.
+binary instead. The bench and these tests share the locator, ``bench.procs.minio_binary``.
 """
 
 from __future__ import annotations
 
-import os
+import contextlib
 import secrets
 import subprocess
 import sys
@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[3]
-BUILD_SCRIPT = REPO / "tools" / "minio" / "build.sh"
+from bench import procs
 
 _binary: Path | None = None
 _build_error: str | None = None
@@ -34,15 +33,12 @@ def build() -> None:
 
 
 def _build() -> Path:
-    override = os.environ.get("HEADRACE_MINIO_BIN")
-    if override:
-        return Path(override)
     start = time.monotonic()
-    out = subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, stdout=subprocess.PIPE, text=True)
+    binary = procs.minio_binary()
     took = time.monotonic() - start
     if took > 5:
         print(f"\n[objectstore] minio build took {took:.0f} s", file=sys.stderr)
-    return Path(out.stdout.strip().splitlines()[-1])
+    return binary
 
 
 def minio_binary() -> Path:
@@ -53,6 +49,18 @@ def minio_binary() -> Path:
     if _binary is None:
         _binary = _build()
     return _binary
+
+
+def build_before_tests_in(here: Path, session: pytest.Session) -> None:
+    """The body of a ``pytest_collection_finish`` hook: build the binary if the session
+    runs tests under ``here``, with the build's progress shown (a cold build is silent
+    for minutes otherwise), before any per-test timeout starts counting."""
+    wants = any(Path(str(item.path)).is_relative_to(here) for item in session.items)
+    if not wants or session.config.option.collectonly:
+        return
+    capture = session.config.pluginmanager.getplugin("capturemanager")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        build()
 
 
 def new_bucket() -> str:

@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 
 from headrace.control.model import ClusterState, PartitionState, PartitionStatus
 from headrace.protocol.coordination import (
-    BrokerInfo,
     CohortReport,
     Heartbeat,
     PartitionReport,
     SealReport,
 )
+from headrace.protocol.endpoints import BrokerEndpoint
 
 
-def info(broker: int) -> BrokerInfo:
-    return BrokerInfo(broker, f"10.0.0.{broker}", 9092, 9644)
+def info(broker: int) -> BrokerEndpoint:
+    return BrokerEndpoint(broker, f"10.0.0.{broker}", 9092, 9644)
 
 
 def beat(broker: int, received_ms: int, **kwargs: object) -> Heartbeat:

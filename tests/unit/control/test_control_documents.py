@@ -8,12 +8,12 @@ import pytest
 
 from headrace.control import documents
 from headrace.control.model import (
-    BrokerInfo,
     ClusterState,
     PartitionState,
     PartitionStatus,
     TopicStatus,
 )
+from headrace.protocol.endpoints import BrokerEndpoint
 
 NOW = "2026-01-02T03:04:05Z"
 
@@ -25,7 +25,7 @@ def state(generation: int, *names: str) -> ClusterState:
         )
         for n in names
     }
-    return ClusterState(generation, {0: BrokerInfo(0, "h", 9092, 9644)}, topics)
+    return ClusterState(generation, {0: BrokerEndpoint(0, "h", 9092, 9644)}, topics)
 
 
 def statuses(s: ClusterState, *names: str) -> dict[str, dict[str, Any]]:

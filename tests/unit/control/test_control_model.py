@@ -26,12 +26,12 @@ from headrace.control.model import (
 )
 from headrace.errors import InvalidRequest, InvalidTopicSpec
 from headrace.protocol.coordination import (
-    BrokerInfo,
     CohortReport,
     Heartbeat,
     PartitionReport,
     SealReport,
 )
+from headrace.protocol.endpoints import BrokerEndpoint
 
 SETTINGS = settings(max_examples=100, deadline=None)
 
@@ -57,7 +57,7 @@ def cluster() -> ClusterState:
         (partition_status(0),),
         {"billing": CohortPlan("billing", 3, {"m-b": (), "m-a": (0,)})},
     )
-    return ClusterState(7, {1: BrokerInfo(1, "h1", 9092, 9644)}, {topic.name: topic})
+    return ClusterState(7, {1: BrokerEndpoint(1, "h1", 9092, 9644)}, {topic.name: topic})
 
 
 def test_cluster_state_document_shape() -> None:
@@ -99,7 +99,7 @@ def test_cluster_state_survives_json() -> None:
 
 def test_heartbeat_document_shape_and_round_trip() -> None:
     hb = Heartbeat(
-        BrokerInfo(3, "h3", 9092, 9644),
+        BrokerEndpoint(3, "h3", 9092, 9644),
         received_ms=55,
         adoption=9,
         draining=True,
@@ -334,7 +334,7 @@ def test_bad_cluster_documents_are_rejected(
 )
 def test_bad_heartbeats_are_rejected(path: list[str | int], value: object, words: str) -> None:
     doc = Heartbeat(
-        BrokerInfo(3, "h3", 9092, 9644),
+        BrokerEndpoint(3, "h3", 9092, 9644),
         0,
         partitions=(PartitionReport("default/t", 1, "leader", 2, 10, 8),),
         cohorts=(CohortReport("default/t", "c", ("m1",)),),
@@ -411,13 +411,13 @@ plans = st.builds(
     st.lists(partition_statuses, max_size=4),
     st.lists(plans, max_size=3, unique_by=lambda p: p.cohort),
     st.integers(0, 10**9),
-    st.dictionaries(ids, st.builds(BrokerInfo, ids, st.text(max_size=5), ids, ids)),
+    st.dictionaries(ids, st.builds(BrokerEndpoint, ids, st.text(max_size=5), ids, ids)),
 )
 def test_any_cluster_state_round_trips(
     parts: list[PartitionStatus],
     cohort_plans: list[CohortPlan],
     generation: int,
-    brokers: dict[int, BrokerInfo],
+    brokers: dict[int, BrokerEndpoint],
 ) -> None:
     numbered = tuple(replace(p, partition=i) for i, p in enumerate(parts))
     topic = TopicStatus("ns/t", 3, numbered, {p.cohort: p for p in cohort_plans})

@@ -19,8 +19,9 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from headrace.control import reconcile as rc
 from headrace.control.model import ClusterState, PartitionState, PartitionStatus, TopicSpec
 from headrace.control.settings import ControlSettings
-from headrace.control.topology import NO_OWNER, snapshot
-from headrace.protocol.coordination import BrokerInfo
+from headrace.control.topology import NO_OWNER, cluster_topology, snapshot
+from headrace.protocol.coordination import ClusterTopology
+from headrace.protocol.endpoints import BrokerEndpoint
 
 ONLINE, ELECTING, OFFLINE = PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE
 SETTINGS = ControlSettings(liveness_ttl_ms=3_000, candidate_wait_ms=5_000, offline_retry_ms=30_000)
@@ -352,7 +353,7 @@ def test_a_duplicate_spec_is_a_problem_and_the_first_wins() -> None:
 
 def test_a_new_address_is_a_committed_change() -> None:
     c = settled()
-    moved = BrokerInfo(1, "10.9.9.9", 9092, 9644)
+    moved = BrokerEndpoint(1, "10.9.9.9", 9092, 9644)
     heartbeats = c.fleet.poll(c.state)
     heartbeats[1] = replace(heartbeats[1], broker=moved)
     d = rc.reconcile(
@@ -431,6 +432,28 @@ def test_topology_snapshot_routes_to_leaders_or_candidates() -> None:
     ]
     assert route.owners[0] == c.partition(0).candidate
     assert route.epochs == [p.leader_epoch for p in c.state.topics[T].partitions]
+
+
+def test_the_pushed_topology_is_the_client_snapshot_and_names_no_dead_replica() -> None:
+    c = settled()
+    for b in c.fleet.brokers.values():
+        b.promotes = False
+    dead = c.partition(0).leader
+    assert dead is not None
+    c.fleet.brokers[dead].up = False
+    d = c.run(4)[-1]
+    pushed = cluster_topology(
+        c.state, "cluster-a", live=d.liveness.live, min_in_sync={T: 2}, configs={T: {"tiered": 0}}
+    )
+    assert ClusterTopology.from_json(pushed.to_json()) == pushed
+    assert pushed.client_snapshot() == snapshot(c.state, "cluster-a")
+    (topic,) = pushed.topics
+    assert (topic.min_in_sync, topic.config) == (2, {"tiered": 0})
+    assert [a.leader for a in topic.assignments] == [p.owner for p in c.state.topics[T].partitions]
+    # the state still lists the dead leader in partition 0's LRS; the push must not
+    assert dead in c.partition(0).live_replicas
+    assert all(dead not in a.lrs for a in topic.assignments)
+    assert any(dead in a.replicas for a in topic.assignments)
 
 
 # --------------------------------------------------------------------------- random schedules

@@ -11,18 +11,17 @@ from typing import Any
 
 from headrace.control.looping import Clock, Report, StatusStore, Stored
 from headrace.controller.controlling import (
-    BrokerEndpoint,
     Controller,
     ControllerSettings,
     SystemClock,
 )
 from headrace.protocol.coordination import (
-    BrokerInfo,
     CohortReport,
     Heartbeat,
     PartitionReport,
     SealReport,
 )
+from headrace.protocol.endpoints import BrokerEndpoint
 
 TOPIC = {
     "apiVersion": "headrace.dev/v1alpha1",
@@ -120,7 +119,7 @@ class ScriptedFleet:
                         sealed,
                     )
                 )
-        info = BrokerInfo(broker_id, endpoint.host, 9092, endpoint.admin_port)
+        info = BrokerEndpoint(broker_id, endpoint.host, 9092, endpoint.admin_port)
         cohorts = tuple(
             CohortReport(t, c, tuple(sorted(ms)))
             for (t, c), ms in sorted(self.members.get(broker_id, {}).items())
@@ -231,7 +230,9 @@ def make(
     status_store: StatusStore | None = None,
     clock: Clock | None = None,
 ) -> ScriptedController:
-    endpoints = tuple(BrokerEndpoint(b, f"127.0.0.{2 + b}", 9644) for b in range(brokers))
+    endpoints = tuple(
+        BrokerEndpoint(b, f"127.0.0.{2 + b}", admin_port=9644) for b in range(brokers)
+    )
     settings = ControllerSettings(tmp_path / "state", endpoints)
     return ScriptedController(settings, fleet, status_store, clock)
 

@@ -34,8 +34,9 @@ from controller_fakes import TOPIC, ManualClock, ScriptedController, ScriptedFle
 
 from headrace.control.documents import spec_of
 from headrace.control.settings import ControlSettings
-from headrace.controller.controlling import BrokerEndpoint, ControllerSettings
+from headrace.controller.controlling import ControllerSettings
 from headrace.errors import InvalidTopicSpec
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources import topics as topic_models
 
 CRDS = Path(__file__).resolve().parents[3] / "crds"
@@ -159,7 +160,7 @@ class Harness:
     def __init__(self, root: Path, brokers: int = 3) -> None:
         self.clock = ManualClock()
         self.root = root / "state"
-        endpoints = tuple(BrokerEndpoint(b, f"10.0.0.{b}", 9644) for b in range(brokers))
+        endpoints = tuple(BrokerEndpoint(b, f"10.0.0.{b}", admin_port=9644) for b in range(brokers))
         self.fleet = ScriptedFleet(endpoints, self.clock)
         self.controller = ScriptedController(
             ControllerSettings(self.root, endpoints, control=SETTINGS), self.fleet

@@ -1,0 +1,52 @@
+"""Where a broker listens (pure): the one endpoint type of both planes.
+
+A broker advertises its id, host, client port and admin port in every
+heartbeat; the controller keeps them in its cluster state and pushes them to
+the brokers, which route replication and redirects by them; clients learn
+the id, host and client port from the topology snapshot. Each holder knows
+what it was told: the controller's ``--broker ID=HOST:ADMIN_PORT`` list names
+no client port, a client's snapshot no admin port. A port nobody told the
+holder is ``-1``.
+
+Each document that carries endpoints encodes them itself (the client wire
+carries ``id``/``host``/``port``); ``to_json``/``from_json`` are the camelCase
+form the controller persists and brokers heartbeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from headrace.protocol.jsonfields import required
+
+#: a port the holder of the endpoint was not told
+UNKNOWN_PORT = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerEndpoint:
+    id: int
+    host: str
+    #: the client (and replication) port
+    port: int = UNKNOWN_PORT
+    #: the admin HTTP port: heartbeats, topology pushes, metrics
+    admin_port: int = UNKNOWN_PORT
+
+    @property
+    def admin_url(self) -> str:
+        return f"http://{self.host}:{self.admin_port}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "host": self.host, "port": self.port, "adminPort": self.admin_port}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], where: str = "broker") -> BrokerEndpoint:
+        """Every field is required; raises ``InvalidRequest`` naming ``where``."""
+        return cls(
+            required(doc, "id", int, where),
+            required(doc, "host", str, where),
+            required(doc, "port", int, where),
+            required(doc, "adminPort", int, where),
+        )
