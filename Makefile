@@ -18,18 +18,23 @@ $(VENV)/.installed: pyproject.toml
 setup: $(VENV)/.installed
 
 # A 3-broker local cluster (controller + brokers on 127.0.0.2-4) with a demo topic;
-# Ctrl-C stops it. `make run-standalone` runs a single standalone broker instead.
+# one Ctrl-C stops it and exits. `make run-standalone` runs a single standalone broker.
+# LOCAL_ARGS passes options to `headrace local up` (e.g. --port, --controller-port).
+LOCAL_ARGS ?=
 run: setup
 	-$(BIN)/headrace local down --dir $(LOCAL_DIR) 2>/dev/null
 	mkdir -p $(LOCAL_DIR)
-	$(BIN)/headrace local up --dir $(LOCAL_DIR) --brokers 3 > $(LOCAL_DIR).bootstrap
+	$(BIN)/headrace local up --dir $(LOCAL_DIR) --brokers 3 $(LOCAL_ARGS) > $(LOCAL_DIR).bootstrap
 	$(BIN)/headrace apply -f examples/local/demo-topic.yaml --dir $(LOCAL_DIR)
-	@B=$$(cat $(LOCAL_DIR).bootstrap); printf '%s\n' \
-	  "" "headrace local cluster is up (status page: http://127.0.0.1:9700/)" "Try, in another shell:" \
+	@B=$$(cat $(LOCAL_DIR).bootstrap); C=$$($(PY) -c 'import json,sys; print(json.load(open(sys.argv[1]))["controller_url"])' $(LOCAL_DIR)/local.json); \
+	  printf '%s\n' "" "headrace local cluster is up (status page: $$C/)" "Try, in another shell:" \
 	  "  seq 1 10 | .venv/bin/headrace produce demo --acks all --bootstrap $$B" \
 	  "  .venv/bin/headrace consume demo --cohort readers --from-beginning --count 10 --bootstrap $$B" \
 	  "  .venv/bin/headrace local status --dir $(LOCAL_DIR)" "" "Ctrl-C here stops the cluster."
-	@trap '$(BIN)/headrace local down --dir $(LOCAL_DIR)' INT TERM; while true; do sleep 3600; done
+	@# `sleep & wait`: a trap runs as soon as the signal arrives (not when a foreground
+	@# sleep ends), and it exits, so one Ctrl-C (or a TERM) stops the cluster and make.
+	@trap '$(BIN)/headrace local down --dir $(LOCAL_DIR); kill $$! 2>/dev/null; exit 0' INT TERM; \
+	  while true; do sleep 3600 & wait $$!; done
 
 run-standalone: setup
 	$(BIN)/headrace broker --standalone --data-dir $(DATA_DIR) --port 9092 --admin-port 9644 --announce

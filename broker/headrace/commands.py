@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from collections.abc import Callable
 from functools import wraps
@@ -21,6 +23,12 @@ def one_line_errors(fn: F) -> F:
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            # The reader went away (`... | head`): stop quietly, as Unix tools do. Point
+            # stdout at /dev/null so the interpreter's final flush cannot complain.
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            sys.exit(128 + signal.SIGPIPE)
         except HeadraceError as exc:
             click.echo(f"error: {type(exc).__name__}: {exc.message}", err=True)
             sys.exit(1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import ssl
 import subprocess
 import urllib.error
@@ -103,6 +104,44 @@ def test_cli_round_trip_and_one_line_errors(broker: BrokerProcess) -> None:
     down = procs.run_headrace("topics", "list", "--bootstrap", "127.0.0.1:1", timeout=60)
     assert down.returncode != 0
     assert len(down.stderr.decode().strip().splitlines()) == 1
+
+
+def test_cli_pointed_at_an_http_port_says_so(broker: BrokerProcess) -> None:
+    admin = broker.admin_url.removeprefix("http://")
+    out = procs.run_headrace("topics", "list", "--bootstrap", admin, timeout=60)
+    assert out.returncode != 0
+    lines = out.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "this is an HTTP port" in lines[0], lines
+
+
+def test_cli_output_into_a_closed_pipe_ends_quietly(broker: BrokerProcess) -> None:
+    """`headrace consume ... | head -1`: no "Broken pipe" error when head stops reading."""
+    records = b"".join(b"record-%06d-%s\n" % (i, b"x" * 64) for i in range(20_000))
+    assert cli(broker, "topics", "create", "piped", "--partitions", "1").returncode == 0
+    assert cli(broker, "produce", "piped", stdin=records).returncode == 0
+    consume = [
+        *procs.HEADRACE_CLI,
+        *("consume", "piped", "--cohort", "pipe", "--from-beginning", "--count", "20000"),
+        *("--bootstrap", broker.bootstrap),
+    ]
+    # 1.4 MB of output into `head -1`, which exits after one line: the pipe closes under
+    # the consumer mid-write, every time (the pipe buffer is 64 KiB).
+    reader = subprocess.Popen(["head", "-1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    writer = subprocess.run(
+        consume,
+        stdout=reader.stdin,
+        stderr=subprocess.PIPE,
+        timeout=120,
+        check=False,
+        env=procs.child_env(),
+    )
+    assert reader.stdin is not None and reader.stdout is not None
+    reader.stdin.close()  # our copy of the pipe's write end
+    first = reader.stdout.read()
+    reader.wait(timeout=30)
+    assert first.startswith(b"record-000000"), first
+    assert writer.stderr == b"", writer.stderr.decode()
+    assert writer.returncode == 128 + signal.SIGPIPE
 
 
 async def test_topology_push_is_applied_and_acked(broker: BrokerProcess) -> None:

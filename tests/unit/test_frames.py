@@ -103,6 +103,14 @@ def test_bad_length_is_judged_from_its_four_bytes_alone(
         decoder.next_frame()
 
 
+def test_an_http_answer_is_named_as_such() -> None:
+    """A client pointed at an admin port reads "HTTP/1.1 ..." where a length should be."""
+    decoder = fr.FrameDecoder()
+    decoder.feed(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+    with pytest.raises(MalformedFrame, match="this is an HTTP port"):
+        decoder.next_frame()
+
+
 def test_frame_exactly_at_the_limit_is_accepted() -> None:
     decoder = fr.FrameDecoder(max_frame_bytes=100)
     body = b"b" * (100 - fr.FRAME_HEADER_SIZE)

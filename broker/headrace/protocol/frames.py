@@ -143,9 +143,16 @@ class FrameDecoder:
             return None
         # Judge the length as soon as it arrives: a bad one must not wait for more bytes.
         (length,) = _LENGTH.unpack_from(buf, pos)
-        if length < MIN_LENGTH:
-            raise MalformedFrame(f"frame length {length} is below the minimum {MIN_LENGTH}")
-        if length + 4 > self._max:
+        if length < MIN_LENGTH or length + 4 > self._max:
+            # Only a bad length pays for telling an HTTP server apart (a common mistake:
+            # pointing a client at an admin or metrics port).
+            if buf[pos : pos + 4] == b"HTTP":
+                raise MalformedFrame(
+                    "the server answered in HTTP: this is an HTTP port (a broker's admin or a"
+                    " controller's), not a headrace data port (a broker's --port, 9092 by default)"
+                )
+            if length < MIN_LENGTH:
+                raise MalformedFrame(f"frame length {length} is below the minimum {MIN_LENGTH}")
             raise FrameTooLarge(f"frame of {length + 4} bytes exceeds the limit of {self._max}")
         if available < FRAME_HEADER_SIZE:
             return None

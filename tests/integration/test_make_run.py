@@ -1,0 +1,78 @@
+"""``make run`` as a person uses it: a local cluster comes up, and one Ctrl-C ends it all.
+
+The terminal sends SIGINT to its whole foreground process group (make, the recipe's
+shell and its ``sleep``), so the test does the same with ``killpg``. The cluster runs
+on free ports so that it never meets another local cluster on this machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+from bench.procs import REPO, free_port, wait_until
+
+READY_LINE = "Ctrl-C here stops the cluster."
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_one_ctrl_c_stops_make_run_and_its_cluster(tmp_path: Path) -> None:
+    local_dir = tmp_path / "local"
+    ports = f"--port {free_port()} --admin-port {free_port()} --controller-port {free_port()}"
+    make = subprocess.Popen(
+        ["make", "--no-print-directory", "run", f"LOCAL_DIR={local_dir}", f"LOCAL_ARGS={ports}"],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # make leads its own group, as in a terminal
+    )
+    seen: list[str] = []
+    ready = threading.Event()
+
+    def read_output() -> None:
+        assert make.stdout is not None
+        for line in make.stdout:
+            seen.append(line)
+            if READY_LINE in line:
+                ready.set()
+
+    reader = threading.Thread(target=read_output, daemon=True)
+    reader.start()
+    pids: list[int] = []
+    try:
+        wait_until(lambda: ready.is_set() or make.poll() is not None, 180, "make run is up")
+        assert ready.is_set(), "make run ended before it was up:\n" + "".join(seen)
+        record = json.loads((local_dir / "local.json").read_text())
+        pids = [record["controller_pid"], *(b["pid"] for b in record["brokers"])]
+        assert all(alive(p) for p in pids)
+
+        os.killpg(make.pid, signal.SIGINT)  # one Ctrl-C
+
+        try:
+            make.wait(timeout=60)  # make itself dies of the SIGINT, as it does in a terminal
+        except subprocess.TimeoutExpired:
+            raise AssertionError("make did not exit after one Ctrl-C:\n" + "".join(seen)) from None
+        wait_until(lambda: not any(alive(p) for p in pids), 30, "the cluster's processes exit")
+        assert not (local_dir / "local.json").exists(), "local down did not run"
+    finally:
+        if make.poll() is None:
+            os.killpg(make.pid, signal.SIGKILL)
+            make.wait()
+        subprocess.run(
+            [str(REPO / ".venv" / "bin" / "headrace"), "local", "down", "--dir", str(local_dir)],
+            capture_output=True,
+            check=False,
+        )
+        reader.join(timeout=10)
