@@ -366,7 +366,7 @@ class Broker:
         admin_port = self.admin.port if self.admin is not None else -1
         partitions = sorted(self.registry.all_partitions(), key=lambda p: (p.topic.name, p.index))
         return Heartbeat(
-            BrokerEndpoint(self.settings.broker_id, host, port, admin_port),
+            BrokerEndpoint(self.settings.broker_id, host, port, admin_port=admin_port),
             adoption=self.adoption_floor(),
             draining=not self.ready,
             partitions=tuple(
