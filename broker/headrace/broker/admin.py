@@ -12,7 +12,7 @@ from headrace.errors import HeadraceError, InvalidTopicSpec, TopicAlreadyExists,
 from headrace.protocol.coordination import TopologyReply
 
 if TYPE_CHECKING:
-    from headrace.broker.app import Broker
+    from headrace.broker.ports import AdminHost
 
 _STATUS = {UnknownTopic: 404, TopicAlreadyExists: 409, InvalidTopicSpec: 422}
 
@@ -25,7 +25,7 @@ def _error(exc: HeadraceError) -> web.Response:
 
 
 class AdminServer:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: AdminHost) -> None:
         self.broker = broker
         self.app = web.Application()
         self.app.add_routes(
@@ -138,7 +138,7 @@ class AdminServer:
             applied = self.broker.apply_topology(doc)
         except HeadraceError as exc:
             return _error(exc)
-        current = self.broker.cluster.generation if self.broker.cluster else None
+        current = self.broker.cluster_generation
         return web.json_response(TopologyReply(applied, current).to_json())
 
     async def status(self, request: web.Request) -> web.Response:

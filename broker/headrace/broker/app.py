@@ -1,4 +1,10 @@
-"""The broker process: wires storage, the data port, cohorts and admin HTTP."""
+"""The broker process: wires storage, the data port, cohorts and admin HTTP.
+
+``Broker`` is the composition root. Its parts see it only through the ports in
+``ports`` (a connection as ``ConnectionHost``, replication as ``ReplicationHost``,
+...), report partition lifecycle events to ``_on_event``, and a pushed topology
+is applied by planning (``replication.assigning``) and executing (``placing``).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +14,20 @@ import logging
 import os
 import ssl
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from headrace.aio import cancel_and_wait
 from headrace.broker.cohorting import CohortRuntime
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
+from headrace.broker.placing import Placer, hosted
+from headrace.broker.ports import (
+    ClientLink,
+    Cohort,
+    LiveReplicasChanged,
+    PartitionEvent,
+    PartitionReopened,
+)
 from headrace.broker.replicating import Replication
 from headrace.broker.server import Connection, RedirectRequired
 from headrace.broker.syncing import GroupCommitter
@@ -30,6 +44,10 @@ from headrace.protocol.coordination import (
     PartitionReport,
 )
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.replication import assigning
+
+if TYPE_CHECKING:
+    from headrace.broker.admin import AdminServer
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +63,7 @@ class Broker:
             settings.log.checkpoint_interval_ms,
             self.registry.all_partitions,
         )
-        self.connections: set[Connection] = set()
+        self.connections: set[ClientLink] = set()
         self.cohorts: dict[tuple[str, str], CohortRuntime] = {}
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -53,13 +71,14 @@ class Broker:
         self.ready = False
         #: cluster mode: the last topology the controller pushed (None until the first)
         self.cluster: ClusterTopology | None = None
-        self.replication = Replication(self)
-        self.tiering = Tiering(self, _open_object_store(settings.object_store_url))
+        self.replication = Replication(self, self._on_event)
+        self.tiering = Tiering(self, _open_object_store(settings.object_store_url), self._on_event)
         self.registry.object_store_configured = self.tiering.enabled
+        self.placer = Placer(settings, self.registry, self.tiering, self.metrics)
         self.started_at = time.monotonic()
         self.recovery_seconds = 0.0
         self.port = settings.port
-        self.admin: Any = None
+        self.admin: AdminServer | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -154,11 +173,11 @@ class Broker:
 
     # ------------------------------------------------------------------ connections and topology
 
-    def connection_opened(self, conn: Connection) -> None:
+    def connection_opened(self, conn: ClientLink) -> None:
         self.connections.add(conn)
         self.metrics.connections.set(len(self.connections))
 
-    def connection_closed(self, conn: Connection) -> None:
+    def connection_closed(self, conn: ClientLink) -> None:
         self.connections.discard(conn)
         self.metrics.connections.set(len(self.connections))
 
@@ -271,29 +290,56 @@ class Broker:
     # ------------------------------------------------------------------ cluster mode
 
     def apply_topology(self, doc: dict[str, Any]) -> bool:
-        from headrace.broker.replicating import apply_topology
-
+        """Make local partitions match a pushed topology. False if it is older than ours."""
         if not self.settings.cluster_mode:
             raise InvalidRequest("this broker is standalone; it takes no pushed topology")
-        return apply_topology(self, ClusterTopology.from_json(doc))
+        topology = ClusterTopology.from_json(doc)
+        current = self.cluster
+        if current is not None and topology.generation <= current.generation:
+            return False
+        me = self.settings.broker_id
+        self.cluster = topology  # before attaching: tier prefixes name the cluster
+        # Open first: a copy's incarnation is on its disk, and the plan depends on it.
+        self.placer.execute(assigning.hosting(topology, me))
+        self.placer.execute(assigning.plan(self.placer.hosted(), topology, me))
+        self._placement_changed()
+        return True
 
-    def partition_reopened(self, partition: Partition) -> None:
-        """A move's reopen finished: take the role the current topology gives."""
-        from headrace.broker.replicating import apply_assignment, assignment_of
+    def _on_event(self, event: PartitionEvent) -> None:
+        """Partition lifecycle events from replication and tiering."""
+        match event:
+            case LiveReplicasChanged():
+                self.metrics.lrs_changes.inc()
+            case PartitionReopened(partition):
+                # A move's reopen finished: take the role the current topology gives.
+                me = self.settings.broker_id
+                self.placer.execute(assigning.plan_reopened(hosted(partition), self.cluster, me))
+                self._placement_changed()
 
-        if self.cluster is not None:
-            a = assignment_of(self.cluster, partition.topic.name, partition.index)
-            if a is not None and a.moves == partition.moves:
-                apply_assignment(self, partition, a, force=True)
+    def _placement_changed(self) -> None:
         self.replication.reconcile()
         self.refresh_cohorts()
         self.push_topology()
 
+    @property
+    def cluster_id(self) -> str:
+        """The cluster the pushed topology names (the configured one before any push)."""
+        return self.cluster.cluster_id if self.cluster is not None else self.settings.cluster_id
+
+    @property
+    def cluster_generation(self) -> int | None:
+        return self.cluster.generation if self.cluster is not None else None
+
+    @property
+    def awaiting_topology(self) -> bool:
+        """A cluster broker before the controller's first push: roles are unknown."""
+        return self.settings.cluster_mode and self.cluster is None
+
+    def endpoint(self, broker_id: int) -> BrokerEndpoint | None:
+        return self.cluster.broker(broker_id) if self.cluster is not None else None
+
     def cohorts_of(self, topic: str) -> list[CohortRuntime]:
         return [r for (t, _), r in self.cohorts.items() if t == topic]
-
-    def lrs_changed(self, partition: Partition) -> None:
-        self.metrics.lrs_changes.inc()
 
     def cohort_plan(self, topic: str, cohort: str) -> dict[str, list[int]] | None:
         if self.cluster is None:
@@ -320,7 +366,7 @@ class Broker:
         admin_port = self.admin.port if self.admin is not None else -1
         partitions = sorted(self.registry.all_partitions(), key=lambda p: (p.topic.name, p.index))
         return Heartbeat(
-            BrokerEndpoint(self.settings.broker_id, host, port, admin_port),
+            BrokerEndpoint(self.settings.broker_id, host, port, admin_port=admin_port),
             adoption=self.adoption_floor(),
             draining=not self.ready,
             partitions=tuple(
@@ -420,9 +466,10 @@ class Broker:
             self.cohorts[key] = runtime
         return runtime
 
-    def maybe_drop_cohort(self, runtime: CohortRuntime) -> None:
-        key = (runtime.topic.name, runtime.name)
-        if runtime.empty and self.cohorts.get(key) is runtime:
+    def maybe_drop_cohort(self, cohort: Cohort) -> None:
+        key = (cohort.topic.name, cohort.name)
+        runtime = self.cohorts.get(key)
+        if runtime is cohort and runtime.empty:
             del self.cohorts[key]
             asyncio.get_running_loop().create_task(runtime.close())
 

@@ -13,9 +13,9 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
 from headrace.aio import cancel_and_wait
+from headrace.broker.ports import MemberLink, TieredReads
 from headrace.broker.topics import Partition, Role, Topic
 from headrace.cohorts.gates import CohortGates, GateState
 from headrace.errors import InvalidRequest, NotGateHolder, OffsetOutOfRange
@@ -24,30 +24,11 @@ from headrace.records import batch as rb
 from headrace.storage.log import ReadPosition
 from headrace.tiered.manifest import Manifest
 
-if TYPE_CHECKING:
-    from headrace.broker.tiering import Tiering
-
 log = logging.getLogger(__name__)
 
 
 def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-class MemberLink(Protocol):
-    """What the runtime needs from a member's connection."""
-
-    @property
-    def writable(self) -> bool: ...
-
-    def push_assignment(self, assignment: Assignment) -> None: ...
-
-    def push_delivery(
-        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes
-    ) -> None: ...
-
-    def membership_ended(self) -> None:
-        """The member left the cohort (leave completed, or its session expired)."""
 
 
 @dataclass(slots=True)
@@ -69,7 +50,7 @@ class CohortRuntime:
         *,
         grace_ms: int,
         chunk_bytes: int,
-        tiering: Tiering | None = None,
+        tiering: TieredReads | None = None,
     ) -> None:
         self.topic = topic
         #: reads below a partition's local log start go to the object store through it

@@ -1,7 +1,8 @@
 """Replication between brokers: the topology a controller pushes, and the fetchers.
 
 A cluster broker learns its partitions from a ``ClusterTopology`` document
-(POST ``/v1/topology``, generation-fenced). For each partition it replicates
+(``protocol.coordination``; POST ``/v1/topology``, generation-fenced); ``replication.assigning`` plans what
+changes and ``placing`` carries it out. For each partition it replicates
 it is either the leader at an epoch or a follower of one. Followers pull from
 their leader over one connection per broker pair (``ReplicaFetcher``), first
 checking divergence with the leader-epoch cache and truncating to the common
@@ -15,9 +16,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from typing import TYPE_CHECKING
 
 from headrace.aio import cancel_and_wait
+from headrace.broker.ports import LiveReplicasChanged, Publish, ReplicationHost
 from headrace.broker.topics import Partition, Role
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.errors import (
@@ -30,14 +31,9 @@ from headrace.errors import (
     UnknownTopic,
 )
 from headrace.protocol import replication as rp
-from headrace.protocol.coordination import ClusterTopology, PartitionPlacement
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
-from headrace.replication.leader import LeaderReplicaSet
-
-if TYPE_CHECKING:
-    from headrace.broker.app import Broker
 
 log = logging.getLogger(__name__)
 
@@ -46,218 +42,13 @@ def now_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-# --------------------------------------------------------------------------- applying it
-
-
-def apply_topology(broker: Broker, topology: ClusterTopology) -> bool:
-    """Make local partitions match ``topology``. False if it is older than what we have."""
-    current = broker.cluster
-    if current is not None and topology.generation <= current.generation:
-        return False
-    me = broker.settings.broker_id
-    registry = broker.registry
-    broker.cluster = topology  # before attaching: tier prefixes name the cluster
-    wanted: set[tuple[str, int]] = set()
-    for t in topology.topics:
-        topic = registry.ensure_topic(t.name, t.partitions, t.partitioning_version, t.config)
-        for a in t.assignments:
-            if me not in a.replicas:
-                continue
-            wanted.add((topic.name, a.partition))
-            partition = registry.open_partition(topic, a.partition)
-            partition.min_in_sync = t.min_in_sync
-            broker.tiering.attach(partition)
-            # A move: this copy belongs to an older incarnation (or started elsewhere than
-            # the one the leader reported). Start empty where the new one starts; the role
-            # is applied once that is done.
-            if _needs_reopen(partition, a) and broker.tiering.reopen(
-                partition, a.moves, a.start_offset, a.epoch
-            ):
-                continue
-            apply_assignment(broker, partition, a)
-    for name, topic in list(registry.topics.items()):
-        deleted = not any(t.name == name for t in topology.topics)
-        for index in list(topic.partitions):
-            if (name, index) not in wanted:
-                partition = topic.partitions[index]
-                if deleted and partition.role is Role.LEADER:
-                    broker.tiering.forget(partition)  # the topic is gone: its objects too
-                broker.tiering.detach(partition)
-                registry.drop_partition(topic, index)
-        if not any(t.name == name for t in topology.topics):
-            registry.topics.pop(name, None)
-    broker.replication.reconcile()
-    broker.refresh_cohorts()
-    broker.push_topology()
-    return True
-
-
-def _needs_reopen(partition: Partition, a: PartitionPlacement) -> bool:
-    if a.moves > partition.moves:
-        return True
-    # Same incarnation, but on the recovery path each replica derived its start from the
-    # object store on its own: the leader's (reported, then pushed) start is the one.
-    return (
-        a.moves == partition.moves > 0
-        and a.start_offset is not None
-        and a.start_offset != partition.start_offset
-    )
-
-
-def apply_assignment(
-    broker: Broker, partition: Partition, a: PartitionPlacement, *, force: bool = False
-) -> None:
-    """Take the role ``a`` gives this broker, then seal if asked (as leader)."""
-    changed = _apply_role(broker, partition, a, force=force)
-    if a.seal and partition.role is Role.LEADER:
-        broker.tiering.seal(partition, took_over=changed)
-    else:
-        broker.tiering.unseal(partition)
-
-
-def assignment_of(
-    topology: ClusterTopology, topic: str, partition: int
-) -> PartitionPlacement | None:
-    placement = next((t for t in topology.topics if t.name == topic), None)
-    if placement is None:
-        return None
-    return next((a for a in placement.assignments if a.partition == partition), None)
-
-
-def _apply_role(
-    broker: Broker, partition: Partition, a: PartitionPlacement, *, force: bool = False
-) -> bool:
-    """Returns whether the role, epoch or leader changed."""
-    me = broker.settings.broker_id
-    new_role = Role.LEADER if a.leader == me else Role.FOLLOWER
-    changed = (
-        force
-        or new_role is not partition.role
-        or a.epoch != partition.leader_epoch
-        or partition.leader_id != (a.leader if a.leader is not None else -1)
-    )
-    partition.replicas = list(a.replicas)
-    if not changed:
-        return False
-    was_leader = partition.role is Role.LEADER and partition.replica_set is not None
-    if (partition.role is Role.LEADER) != (new_role is Role.LEADER) or new_role is Role.LEADER:
-        broker.metrics.leadership_changes.inc()
-    partition.role = new_role
-    partition.leader_id = a.leader if a.leader is not None else -1
-    partition.leader_epoch = a.epoch
-    if new_role is Role.LEADER:
-        # The new leader may hold records its old followers lack: HW restarts from ours.
-        partition.high_watermark = min(partition.high_watermark, partition.log.next_offset)
-        partition.replica_set = LeaderReplicaSet.become_leader(
-            me,
-            a.replicas,
-            a.lrs,
-            partition.high_watermark,
-            now_ms(),
-            lag_max_ms=broker.settings.replica_lag_max_ms,
-        )
-        partition.advance_high_watermark()
-        log.info(
-            "leading %s at epoch %d (lrs %s)",
-            partition.name,
-            a.epoch,
-            sorted(partition.replica_set.lrs),
-        )
-    else:
-        if was_leader:
-            partition.fail_waiters(
-                NotLeader(f"{partition.name}: leadership moved to broker {a.leader}")
-            )
-        partition.replica_set = None
-        partition.leader_high_watermark = min(partition.high_watermark, partition.log.next_offset)
-        partition.truncated_for_epoch = -1
-        log.info("following %s from broker %s at epoch %d", partition.name, a.leader, a.epoch)
-    return True
-
-
-# --------------------------------------------------------------------------- leader side
-
-
-def serve_fetch(broker: Broker, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk:
-    """Answer one replica fetch without waiting (the caller long-polls if it is empty)."""
-    out = rp.ReplicaFetchOk()
-    now = now_ms()
-    for pos in request.positions:
-        entry = rp.FetchedPartition(pos.topic, pos.partition)
-        out.partitions.append(entry)
-        try:
-            partition = broker.registry.get(pos.topic).partition(pos.partition)
-        except (UnknownTopic, UnknownPartition) as exc:
-            entry.error, entry.message = exc.CODE, exc.message
-            continue
-        entry.epoch = partition.leader_epoch
-        reopening = partition.tiering is not None and partition.tiering.reopening is not None
-        if partition.role is not Role.LEADER or partition.replica_set is None or reopening:
-            entry.error, entry.message = (
-                NotLeader.CODE,
-                f"broker {broker.settings.broker_id} does not lead {partition.name}",
-            )
-            continue
-        if pos.epoch != partition.leader_epoch:
-            entry.error = StaleEpoch.CODE
-            entry.message = f"{partition.name}: follower at epoch {pos.epoch}, leader at {partition.leader_epoch}"
-            continue
-        plog = partition.log
-        if pos.offset < plog.log_start_offset:
-            # The follower needs records retention already deleted: it must restart its
-            # log at our log start (answered with where that is).
-            entry.error = OffsetOutOfRange.CODE
-            entry.message = f"offset {pos.offset} is below log start {plog.log_start_offset}"
-            entry.log_start_offset = plog.log_start_offset
-            continue
-        if pos.offset > plog.next_offset:
-            entry.error, entry.message = (
-                StaleEpoch.CODE,
-                f"follower offset {pos.offset} beyond leader end {plog.next_offset}",
-            )
-            continue
-        if partition.replica_set.on_fetch(request.follower_id, pos.offset, plog.next_offset, now):
-            broker.lrs_changed(partition)
-        partition.advance_high_watermark()
-        data, _ = (
-            plog.read(pos.offset, pos.max_bytes) if pos.offset < plog.next_offset else (b"", None)
-        )
-        entry.data = data
-        entry.high_watermark = partition.high_watermark
-        entry.log_end_offset = plog.next_offset
-        entry.log_start_offset = plog.log_start_offset
-        sent = broker.replication.cursor_versions_sent.get((request.follower_id, partition.name))
-        if sent != partition.cursors.version:
-            entry.cursors = partition.cursors.all()
-            broker.replication.cursor_versions_sent[(request.follower_id, partition.name)] = (
-                partition.cursors.version
-            )
-    return out
-
-
-def answer_epochs(broker: Broker, queries: list[rp.EpochQuery]) -> list[rp.EpochAnswer]:
-    answers = []
-    for q in queries:
-        try:
-            partition = broker.registry.get(q.topic).partition(q.partition)
-        except (UnknownTopic, UnknownPartition) as exc:
-            answers.append(rp.EpochAnswer(q.topic, q.partition, -1, -1, exc.CODE))
-            continue
-        if partition.role is not Role.LEADER or partition.log.epochs is None:
-            answers.append(rp.EpochAnswer(q.topic, q.partition, -1, -1, NotLeader.CODE))
-            continue
-        epoch, end = partition.log.epochs.end_offset_for(q.epoch, partition.log.next_offset)
-        answers.append(rp.EpochAnswer(q.topic, q.partition, epoch, end))
-    return answers
-
-
 # --------------------------------------------------------------------------- follower side
 
 
 class ReplicaFetcher:
     """Pulls every partition this broker follows from one leader, over one connection."""
 
-    def __init__(self, broker: Broker, leader: BrokerEndpoint) -> None:
+    def __init__(self, broker: ReplicationHost, leader: BrokerEndpoint) -> None:
         self.broker = broker
         self.leader = leader
         self._task = asyncio.get_running_loop().create_task(
@@ -424,10 +215,13 @@ class ReplicaFetcher:
 
 
 class Replication:
-    """The fetchers of one broker and the leader's periodic LRS checks."""
+    """The fetchers of one broker, the leader side of replica fetches, and the leader's
+    periodic LRS checks."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ReplicationHost, publish: Publish) -> None:
         self.broker = broker
+        #: where live replica set changes are reported
+        self.publish = publish
         self.fetchers: dict[int, ReplicaFetcher] = {}
         #: (follower id, partition name) -> the cursor version last sent to that follower
         self.cursor_versions_sent: dict[tuple[int, str], int] = {}
@@ -438,22 +232,99 @@ class Replication:
             self._tick_forever(), name="lrs-tick"
         )
 
+    # ------------------------------------------------------------------ leader side
+
+    def serve_fetch(self, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk:
+        """Answer one replica fetch without waiting (the caller long-polls if it is empty)."""
+        out = rp.ReplicaFetchOk()
+        now = now_ms()
+        for pos in request.positions:
+            entry = rp.FetchedPartition(pos.topic, pos.partition)
+            out.partitions.append(entry)
+            try:
+                partition = self.broker.registry.get(pos.topic).partition(pos.partition)
+            except (UnknownTopic, UnknownPartition) as exc:
+                entry.error, entry.message = exc.CODE, exc.message
+                continue
+            entry.epoch = partition.leader_epoch
+            reopening = partition.tiering is not None and partition.tiering.reopening is not None
+            if partition.role is not Role.LEADER or partition.replica_set is None or reopening:
+                entry.error, entry.message = (
+                    NotLeader.CODE,
+                    f"broker {self.broker.settings.broker_id} does not lead {partition.name}",
+                )
+                continue
+            if pos.epoch != partition.leader_epoch:
+                entry.error = StaleEpoch.CODE
+                entry.message = f"{partition.name}: follower at epoch {pos.epoch}, leader at {partition.leader_epoch}"
+                continue
+            plog = partition.log
+            if pos.offset < plog.log_start_offset:
+                # The follower needs records retention already deleted: it must restart its
+                # log at our log start (answered with where that is).
+                entry.error = OffsetOutOfRange.CODE
+                entry.message = f"offset {pos.offset} is below log start {plog.log_start_offset}"
+                entry.log_start_offset = plog.log_start_offset
+                continue
+            if pos.offset > plog.next_offset:
+                entry.error, entry.message = (
+                    StaleEpoch.CODE,
+                    f"follower offset {pos.offset} beyond leader end {plog.next_offset}",
+                )
+                continue
+            if partition.replica_set.on_fetch(
+                request.follower_id, pos.offset, plog.next_offset, now
+            ):
+                self.publish(LiveReplicasChanged(partition))
+            partition.advance_high_watermark()
+            data, _ = (
+                plog.read(pos.offset, pos.max_bytes)
+                if pos.offset < plog.next_offset
+                else (b"", None)
+            )
+            entry.data = data
+            entry.high_watermark = partition.high_watermark
+            entry.log_end_offset = plog.next_offset
+            entry.log_start_offset = plog.log_start_offset
+            sent = self.cursor_versions_sent.get((request.follower_id, partition.name))
+            if sent != partition.cursors.version:
+                entry.cursors = partition.cursors.all()
+                self.cursor_versions_sent[(request.follower_id, partition.name)] = (
+                    partition.cursors.version
+                )
+        return out
+
+    def answer_epochs(self, queries: list[rp.EpochQuery]) -> list[rp.EpochAnswer]:
+        answers = []
+        for q in queries:
+            try:
+                partition = self.broker.registry.get(q.topic).partition(q.partition)
+            except (UnknownTopic, UnknownPartition) as exc:
+                answers.append(rp.EpochAnswer(q.topic, q.partition, -1, -1, exc.CODE))
+                continue
+            if partition.role is not Role.LEADER or partition.log.epochs is None:
+                answers.append(rp.EpochAnswer(q.topic, q.partition, -1, -1, NotLeader.CODE))
+                continue
+            epoch, end = partition.log.epochs.end_offset_for(q.epoch, partition.log.next_offset)
+            answers.append(rp.EpochAnswer(q.topic, q.partition, epoch, end))
+        return answers
+
+    # ------------------------------------------------------------------ follower side
+
     def reconcile(self) -> None:
-        topology = self.broker.cluster
-        if topology is None:
-            return
+        """Run one fetcher per broker this one follows partitions from."""
         leaders = {
             p.leader_id
             for p in self.broker.registry.all_partitions()
             if p.role is Role.FOLLOWER and p.leader_id >= 0
         }
         for leader_id in list(self.fetchers):
-            endpoint = topology.broker(leader_id)
+            endpoint = self.broker.endpoint(leader_id)
             if leader_id not in leaders or endpoint != self.fetchers[leader_id].leader:
                 fetcher = self.fetchers.pop(leader_id)
                 asyncio.get_running_loop().create_task(fetcher.close())
         for leader_id in leaders:
-            endpoint = topology.broker(leader_id)
+            endpoint = self.broker.endpoint(leader_id)
             if leader_id not in self.fetchers and endpoint is not None:
                 self.fetchers[leader_id] = ReplicaFetcher(self.broker, endpoint)
 
@@ -468,7 +339,7 @@ class Replication:
                         log.warning(
                             "%s: followers %s left the live replica set", p.name, sorted(removed)
                         )
-                        self.broker.lrs_changed(p)
+                        self.publish(LiveReplicasChanged(p))
                         p.advance_high_watermark()
 
     async def close(self) -> None:

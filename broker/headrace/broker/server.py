@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from headrace import transports
-from headrace.broker import replicating
+from headrace.broker.ports import Cohort, ConnectionHost
 from headrace.errors import (
     AlreadyJoined,
     AuthenticationFailed,
@@ -48,8 +48,6 @@ from headrace.records import batch as rb
 from headrace.storage.bookkeeping import FsyncPolicy
 
 if TYPE_CHECKING:
-    from headrace.broker.app import Broker
-    from headrace.broker.cohorting import CohortRuntime
     from headrace.broker.topics import Partition
 
 log = logging.getLogger(__name__)
@@ -67,7 +65,8 @@ Handler = Callable[["Connection", Frame], None]
 
 
 class Connection(asyncio.Protocol):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: ConnectionHost) -> None:
+        #: the broker, seen through the port a connection needs (``ports.ConnectionHost``)
         self.broker = broker
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(broker.settings.max_frame_bytes)
@@ -75,7 +74,7 @@ class Connection(asyncio.Protocol):
         self.client_id = ""
         self.authenticated = False
         self.member_id: str | None = None
-        self.cohort: CohortRuntime | None = None
+        self.cohort: Cohort | None = None
         self._writable = True
         self.closed = False
         #: highest topology generation this connection acked (op 102); None until it acks
@@ -411,7 +410,7 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ cohorts
 
-    def _member(self) -> tuple[CohortRuntime, str]:
+    def _member(self) -> tuple[Cohort, str]:
         if self.cohort is None or self.member_id is None:
             raise UnknownMember("this connection has not joined a cohort")
         return self.cohort, self.member_id
@@ -483,7 +482,7 @@ class Connection(asyncio.Protocol):
 
     def on_replica_fetch(self, frame: Frame) -> None:
         request = rp.ReplicaFetch.decode(frame.body)
-        response = replicating.serve_fetch(self.broker, request)
+        response = self.broker.replication.serve_fetch(request)
         # Cursors count as news too: parking this poll would drop them (they are marked sent).
         has_data = any(len(p.data) or p.cursors is not None for p in response.partitions)
         if has_data or request.max_wait_ms <= 0:
@@ -506,7 +505,7 @@ class Connection(asyncio.Protocol):
             handle.cancel()
             for p in partitions:
                 p.remove_append_listener(finish)
-            self._send_replica_fetch(frame, replicating.serve_fetch(self.broker, request))
+            self._send_replica_fetch(frame, self.broker.replication.serve_fetch(request))
 
         for p in partitions:
             p.add_append_listener(finish)
@@ -522,7 +521,7 @@ class Connection(asyncio.Protocol):
         )
 
     def on_offset_for_epoch(self, frame: Frame) -> None:
-        answers = replicating.answer_epochs(self.broker, rp.decode_epoch_queries(frame.body))
+        answers = self.broker.replication.answer_epochs(rp.decode_epoch_queries(frame.body))
         self.respond(frame, Op.OFFSET_FOR_EPOCH_OK, rp.encode_epoch_answers(answers))
 
     # ------------------------------------------------------------------ topic admin

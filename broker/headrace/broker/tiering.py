@@ -41,9 +41,10 @@ import time
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
 from headrace.aio import cancel_and_wait
+from headrace.broker.ports import PartitionReopened, Publish, TieringHost
 from headrace.broker.topics import Partition, Role, TierConfig, write_placement
 from headrace.errors import HeadraceError, OffsetOutOfRange, StorageError
 from headrace.objectstore.interface import ObjectNotFound, ObjectStore
@@ -52,9 +53,6 @@ from headrace.records import batch as rb
 from headrace.tiered.layout import MANIFEST_NAME, partition_prefix
 from headrace.tiered.manifest import Manifest, SealedState
 from headrace.tiered.tier import PartitionTier
-
-if TYPE_CHECKING:
-    from headrace.broker.app import Broker
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +122,11 @@ class PartitionTiering:
 class Tiering:
     """The tiered-storage side of one broker."""
 
-    def __init__(self, broker: Broker, store: ObjectStore | None) -> None:
+    def __init__(self, broker: TieringHost, store: ObjectStore | None, publish: Publish) -> None:
         self.broker = broker
         self.store = store
+        #: where finished reopens are reported (the broker then applies the partition's role)
+        self.publish = publish
         self._task: asyncio.Task[None] | None = None
         self.metrics = broker.metrics
         #: deletions of deleted topics' objects in progress
@@ -140,15 +140,14 @@ class Tiering:
 
     @property
     def cluster_id(self) -> str:
-        cluster = self.broker.cluster
-        return cluster.cluster_id if cluster is not None else self.broker.settings.cluster_id
+        return self.broker.cluster_id
 
     # ------------------------------------------------------------------ attaching
 
     def attach(self, partition: Partition) -> PartitionTiering | None:
         """Give a tiered partition its tier state (idempotent); None if it is not tiered."""
         if partition.tiering is not None:
-            return partition.tiering  # type: ignore[no-any-return]
+            return _state(partition)
         if self.store is None or not self.broker.registry.tiered(partition.topic):
             return None
         prefix = partition_prefix(self.cluster_id, partition.topic.name, partition.index)
@@ -165,7 +164,7 @@ class Tiering:
         topic's first uploads (documented; the Kubernetes operator will key prefixes
         by the resource's uid).
         """
-        state: PartitionTiering | None = partition.tiering
+        state = _state(partition)
         if state is None or self.store is None:
             return
         store, prefix = self.store, state.tier.prefix
@@ -182,7 +181,7 @@ class Tiering:
         task.add_done_callback(_log_death)
 
     def detach(self, partition: Partition) -> None:
-        state: PartitionTiering | None = partition.tiering
+        state = _state(partition)
         if state is None:
             return
         for task in state.tasks:  # every upload, seal and reopen task (see ``_spawn``)
@@ -196,7 +195,7 @@ class Tiering:
     async def close(self) -> None:
         await cancel_and_wait(self._task, *self._forgetting)
         for p in self.broker.registry.all_partitions():
-            state: PartitionTiering | None = p.tiering
+            state = _state(p)
             if state is not None:
                 await cancel_and_wait(*state.tasks)
         self._prefetch_pool.shutdown(wait=False, cancel_futures=True)
@@ -214,7 +213,7 @@ class Tiering:
                 log.exception("tiering tick failed")
 
     def _tick(self) -> None:
-        if self.broker.settings.cluster_mode and self.broker.cluster is None:
+        if self.broker.awaiting_topology:
             # Roles are unknown until the controller's first push: a copy of an older
             # incarnation must not upload its leftovers as if it still led.
             return
@@ -425,7 +424,7 @@ class Tiering:
     # ------------------------------------------------------------------ reads
 
     def stored_start(self, p: Partition) -> int | None:
-        state: PartitionTiering | None = p.tiering
+        state = p.tiering  # on every fetch: no helper call
         return None if state is None else state.stored_start
 
     def earliest(self, p: Partition) -> int:
@@ -436,7 +435,7 @@ class Tiering:
 
     async def read(self, p: Partition, offset: int, max_bytes: int) -> bytes:
         """Whole batches from ``offset`` (below the local log start) out of the object store."""
-        state: PartitionTiering | None = p.tiering
+        state = _state(p)
         if state is None:
             raise OffsetOutOfRange(
                 f"offset {offset} is below log start {p.log.log_start_offset} of {p.name}"
@@ -469,7 +468,7 @@ class Tiering:
 
     def unseal(self, p: Partition) -> None:
         """The seal request was withdrawn before a reassignment: accept appends again."""
-        state: PartitionTiering | None = p.tiering
+        state = _state(p)
         if state is None or state.seal_stage is None:
             return
         if state.seal_task is not None:
@@ -682,7 +681,7 @@ class Tiering:
             restored,
             "from the sealed state" if sealed else "from the manifest: no sealed state",
         )
-        self.broker.partition_reopened(p)
+        self.publish(PartitionReopened(p))
 
     def _read_move_state(
         self, state: PartitionTiering, moves: int
@@ -708,7 +707,7 @@ class Tiering:
 
     def describe(self, p: Partition) -> dict[str, Any]:
         """Tier fields of a topic description (``/v1/topics/...``)."""
-        state: PartitionTiering | None = p.tiering
+        state = _state(p)
         if state is None:
             return {"tiered": False}
         return {
@@ -722,8 +721,13 @@ class Tiering:
 
     def seal_report(self, p: Partition) -> SealReport | None:
         """The heartbeat's ``sealed`` for one partition: set once this leader has sealed it."""
-        state: PartitionTiering | None = p.tiering
+        state = _state(p)
         return state.sealed if state is not None else None
+
+
+def _state(p: Partition) -> PartitionTiering | None:
+    """The partition's tier state: ``Tiering.attach`` is the only writer of ``p.tiering``."""
+    return cast(PartitionTiering | None, p.tiering)
 
 
 def _verify(manifest: Manifest, last: int, end: int) -> tuple[bool, str]:

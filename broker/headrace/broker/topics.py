@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from headrace import files
 from headrace.errors import (
@@ -33,6 +33,9 @@ from headrace.errors import (
 from headrace.replication.leader import LeaderReplicaSet
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 from headrace.storage.log import PartitionLog
+
+if TYPE_CHECKING:
+    from headrace.tiered.tier import PartitionTier
 
 NAME_PART: Final = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 DEFAULT_NAMESPACE: Final = "default"
@@ -198,6 +201,30 @@ class CursorStore:
 HwListener = Callable[["Partition"], None]
 
 
+class TierState(Protocol):
+    """A partition's tiered-storage state as the rest of the broker may read it.
+
+    ``tiering.Tiering`` alone creates and changes it (``tiering.PartitionTiering``).
+    """
+
+    @property
+    def tier(self) -> PartitionTier: ...
+
+    @property
+    def uploaded_through(self) -> int: ...
+
+    @property
+    def stored_start(self) -> int | None:
+        """The lowest offset the object store holds (None: unknown or nothing stored)."""
+
+    @property
+    def reopening(self) -> tuple[int, int | None] | None:
+        """A move's reopen in progress: (moves, start offset or None) it reopens to."""
+
+    @property
+    def blocks_appends(self) -> bool: ...
+
+
 class Role(enum.Enum):
     LEADER = "leader"
     FOLLOWER = "follower"
@@ -235,7 +262,7 @@ class Partition:
         #: the incarnation's first leader epoch (-1: never moved)
         self.first_epoch = -1
         #: the tiered-storage state (``broker.tiering.PartitionTiering``); None when untiered
-        self.tiering: Any = None
+        self.tiering: TierState | None = None
         self.high_watermark = self._durable_end()
         self._listeners: list[HwListener] = []
         self._append_listeners: list[HwListener] = []

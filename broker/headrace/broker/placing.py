@@ -1,0 +1,145 @@
+"""The one executor of the assignment planner's actions (``replication.assigning``).
+
+The planner decides; this module changes partitions, the registry and the tier
+state accordingly, on the event loop. Every action is idempotent for the state
+the planner saw, and a ``Reopen`` that runs in the background defers the rest
+of its partition's actions: ``PartitionReopened`` plans them again when it is done.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+from headrace.broker.config import BrokerSettings
+from headrace.broker.metrics import BrokerMetrics
+from headrace.broker.tiering import Tiering
+from headrace.broker.topics import Partition, Role, TopicRegistry
+from headrace.errors import NotLeader
+from headrace.replication import assigning as plan
+from headrace.replication.leader import LeaderReplicaSet
+
+log = logging.getLogger(__name__)
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+def hosted(partition: Partition) -> plan.Hosted:
+    """What the planner needs to know of ``partition``."""
+    return plan.Hosted(
+        partition.topic.name,
+        partition.index,
+        partition.role is Role.LEADER,
+        partition.leader_id,
+        partition.leader_epoch,
+        partition.moves,
+        partition.start_offset,
+    )
+
+
+class Placer:
+    """Carries out planned actions on this broker's partitions."""
+
+    def __init__(
+        self,
+        settings: BrokerSettings,
+        registry: TopicRegistry,
+        tiering: Tiering,
+        metrics: BrokerMetrics,
+    ) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.tiering = tiering
+        self.metrics = metrics
+
+    def hosted(self) -> dict[str, list[plan.Hosted]]:
+        """Every topic in the registry -> its partitions hosted here, in registry order."""
+        return {
+            name: [hosted(p) for p in topic.partitions.values()]
+            for name, topic in self.registry.topics.items()
+        }
+
+    def execute(self, actions: Iterable[plan.Action]) -> None:
+        deferred: set[tuple[str, int]] = set()
+        for action in actions:
+            match action:
+                case plan.OpenTopic(name, partitions, version, config):
+                    self.registry.ensure_topic(name, partitions, version, dict(config))
+                case plan.Open(topic, index, min_in_sync):
+                    partition = self.registry.open_partition(self.registry.get(topic), index)
+                    partition.min_in_sync = min_in_sync
+                    self.tiering.attach(partition)
+                case plan.DropTopic(name):
+                    self.registry.topics.pop(name, None)
+                case _ if (action.topic, action.index) in deferred:
+                    continue
+                case plan.Reopen(topic, index, moves, start_offset, epoch):
+                    # A move: this copy belongs to an older incarnation. Start empty where
+                    # the new one starts; the role is applied once that is done.
+                    partition = self._partition(topic, index)
+                    if self.tiering.reopen(partition, moves, start_offset, epoch):
+                        deferred.add((topic, index))
+                case plan.Keep(topic, index, replicas):
+                    self._partition(topic, index).replicas = list(replicas)
+                case plan.Lead():
+                    self._lead(self._partition(action.topic, action.index), action)
+                case plan.Follow():
+                    self._follow(self._partition(action.topic, action.index), action)
+                case plan.Seal(topic, index, took_over):
+                    self.tiering.seal(self._partition(topic, index), took_over=took_over)
+                case plan.Unseal(topic, index):
+                    self.tiering.unseal(self._partition(topic, index))
+                case plan.Drop(topic, index, forget):
+                    t = self.registry.topics[topic]
+                    partition = t.partitions[index]
+                    if forget:
+                        self.tiering.forget(partition)  # the topic is gone: its objects too
+                    self.tiering.detach(partition)
+                    self.registry.drop_partition(t, index)
+
+    def _partition(self, topic: str, index: int) -> Partition:
+        return self.registry.topics[topic].partitions[index]
+
+    def _lead(self, partition: Partition, a: plan.Lead) -> None:
+        partition.replicas = list(a.replicas)
+        self.metrics.leadership_changes.inc()
+        partition.role = Role.LEADER
+        partition.leader_id = self.settings.broker_id
+        partition.leader_epoch = a.epoch
+        # The new leader may hold records its old followers lack: HW restarts from ours.
+        partition.high_watermark = min(partition.high_watermark, partition.log.next_offset)
+        partition.replica_set = LeaderReplicaSet.become_leader(
+            self.settings.broker_id,
+            list(a.replicas),
+            list(a.lrs),
+            partition.high_watermark,
+            now_ms(),
+            lag_max_ms=self.settings.replica_lag_max_ms,
+        )
+        partition.advance_high_watermark()
+        log.info(
+            "leading %s at epoch %d (lrs %s)",
+            partition.name,
+            a.epoch,
+            sorted(partition.replica_set.lrs),
+        )
+
+    def _follow(self, partition: Partition, a: plan.Follow) -> None:
+        partition.replicas = list(a.replicas)
+        was_leader = partition.role is Role.LEADER and partition.replica_set is not None
+        if partition.role is Role.LEADER:
+            self.metrics.leadership_changes.inc()
+        partition.role = Role.FOLLOWER
+        partition.leader_id = a.leader if a.leader is not None else -1
+        partition.leader_epoch = a.epoch
+        if was_leader:
+            partition.fail_waiters(
+                NotLeader(f"{partition.name}: leadership moved to broker {a.leader}")
+            )
+        partition.replica_set = None
+        partition.leader_high_watermark = min(partition.high_watermark, partition.log.next_offset)
+        partition.truncated_for_epoch = -1
+        log.info("following %s from broker %s at epoch %d", partition.name, a.leader, a.epoch)

@@ -1,0 +1,302 @@
+"""The ports between the broker's parts: what each one needs of the others.
+
+``app.Broker`` composes the parts; none of them reaches back through it. A
+client ``Connection`` sees its broker as a ``ConnectionHost``, ``Replication``
+as a ``ReplicationHost``, ``Tiering`` as a ``TieringHost``, the admin server as
+an ``AdminHost``, and a cohort runtime reads the object store through
+``TieredReads``. The broker implements these structurally; a unit test passes
+a fake instead of a whole broker.
+
+Collaborators report what happened to a partition as *lifecycle events*
+(``PartitionEvent``), published to a sink they are given; they do not know who
+listens. The broker subscribes and re-plans (``replication.assigning``).
+
+This module imports none of the implementations (server, replicating,
+tiering, cohorting, admin, app), which is what keeps the broker's modules free
+of import cycles (the "No import cycles between the broker's modules"
+contract in pyproject.toml).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import Callable, Mapping, Sequence, Sized
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from headrace.broker.config import BrokerSettings
+from headrace.broker.metrics import BrokerMetrics
+from headrace.broker.topics import Partition, Topic, TopicRegistry
+from headrace.cohorts.gates import CohortGates
+from headrace.protocol import messages as msg
+from headrace.protocol import replication as rp
+from headrace.protocol.coordination import Heartbeat
+from headrace.protocol.endpoints import BrokerEndpoint
+
+# --------------------------------------------------------------------------- lifecycle events
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionReopened:
+    """A move's reopen finished (``Tiering``): the partition may take its role now."""
+
+    partition: Partition
+
+
+@dataclass(frozen=True, slots=True)
+class LiveReplicasChanged:
+    """A leader's live replica set grew or shrank (``Replication``)."""
+
+    partition: Partition
+
+
+PartitionEvent = PartitionReopened | LiveReplicasChanged
+#: where collaborators publish partition lifecycle events
+Publish = Callable[[PartitionEvent], None]
+
+
+# --------------------------------------------------------------------------- shared parts
+
+
+class Durability(Protocol):
+    """The group committer as the parts that append see it (``syncing.GroupCommitter``)."""
+
+    def appended(self, partition: Partition) -> None: ...
+
+    def wait_durable(self, partition: Partition, offset: int) -> asyncio.Future[None]: ...
+
+
+class TieredReads(Protocol):
+    """Reads below a partition's local log start, from the object store (``Tiering``)."""
+
+    def earliest(self, p: Partition) -> int:
+        """The lowest offset a reader can get, stored or local."""
+
+    async def read(self, p: Partition, offset: int, max_bytes: int) -> bytes: ...
+
+
+class LeaderSide(Protocol):
+    """Replication's leader side, which a follower's connection calls (``Replication``)."""
+
+    def serve_fetch(self, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk: ...
+
+    def answer_epochs(self, queries: list[rp.EpochQuery]) -> list[rp.EpochAnswer]: ...
+
+
+# --------------------------------------------------------------------------- cohorts
+
+
+class MemberLink(Protocol):
+    """What a cohort runtime needs from a member's connection."""
+
+    @property
+    def writable(self) -> bool: ...
+
+    def push_assignment(self, assignment: msg.Assignment) -> None: ...
+
+    def push_delivery(
+        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes
+    ) -> None: ...
+
+    def membership_ended(self) -> None:
+        """The member left the cohort (leave completed, or its session expired)."""
+
+
+class Cohort(Protocol):
+    """One cohort as a member's connection drives it (``cohorting.CohortRuntime``)."""
+
+    @property
+    def topic(self) -> Topic: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def join(
+        self,
+        member_id: str,
+        link: MemberLink,
+        *,
+        start: str,
+        session_timeout_ms: int,
+        isolation: msg.Isolation,
+    ) -> msg.Assignment: ...
+
+    def leave(self, member_id: str) -> None: ...
+
+    def heartbeat(self, member_id: str) -> None: ...
+
+    def disconnect(self, member_id: str, link: MemberLink | None = None) -> None: ...
+
+    def release(self, member_id: str, partitions: list[int]) -> None: ...
+
+    def credit(self, member_id: str, amount: int) -> None: ...
+
+    def ack(self, member_id: str, partition: int, epoch: int, offset: int) -> int: ...
+
+    def seek(self, member_id: str, partition: int, offset: int) -> int: ...
+
+    def wake(self) -> None: ...
+
+
+class CohortDelivery(Protocol):
+    """What sealing needs of a cohort: whether deliveries await acks, and a nudge."""
+
+    def in_flight(self, partition: int) -> bool: ...
+
+    def wake(self) -> None: ...
+
+
+class CohortStatus(Protocol):
+    """A cohort as the admin status page shows it."""
+
+    @property
+    def gates(self) -> CohortGates: ...
+
+
+# --------------------------------------------------------------------------- hosts
+
+
+class ClientLink(Protocol):
+    """A client connection as its broker sees it (``server.Connection``)."""
+
+    @property
+    def acked_generation(self) -> int | None: ...
+
+    def push_topology(self, snapshot: msg.TopologySnapshot, routing: object) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ConnectionHost(Protocol):
+    """What a client connection needs of its broker (``app.Broker``)."""
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+
+    @property
+    def registry(self) -> TopicRegistry: ...
+
+    @property
+    def committer(self) -> Durability: ...
+
+    @property
+    def replication(self) -> LeaderSide: ...
+
+    @property
+    def tiering(self) -> TieredReads: ...
+
+    def connection_opened(self, conn: ClientLink) -> None: ...
+
+    def connection_closed(self, conn: ClientLink) -> None: ...
+
+    def topology(self) -> tuple[msg.TopologySnapshot, object]: ...
+
+    def partition_for_write(self, topic: str, partition: int, version: int) -> Partition: ...
+
+    def partition_for_read(self, topic: str, partition: int) -> Partition: ...
+
+    def cohort(self, topic_name: str, name: str) -> Cohort: ...
+
+    def maybe_drop_cohort(self, cohort: Cohort) -> None: ...
+
+    def create_topic(
+        self, name: str, partitions: int, config: dict[str, Any] | None = None
+    ) -> Topic: ...
+
+    def delete_topic(self, name: str) -> None: ...
+
+    def describe_topic(self, name: str) -> dict[str, Any]: ...
+
+
+class ReplicationHost(Protocol):
+    """What replication needs of its broker (``app.Broker``)."""
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+
+    @property
+    def registry(self) -> TopicRegistry: ...
+
+    @property
+    def committer(self) -> Durability: ...
+
+    def endpoint(self, broker_id: int) -> BrokerEndpoint | None:
+        """Where broker ``broker_id`` is in the pushed topology (None: unknown, or no push yet)."""
+
+    def client_ssl_context(self) -> ssl.SSLContext | None: ...
+
+
+class TieringHost(Protocol):
+    """What tiered storage needs of its broker (``app.Broker``)."""
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+
+    @property
+    def registry(self) -> TopicRegistry: ...
+
+    @property
+    def committer(self) -> Durability: ...
+
+    @property
+    def cluster_id(self) -> str:
+        """The cluster the pushed topology names (the configured one before any push)."""
+
+    @property
+    def awaiting_topology(self) -> bool:
+        """A cluster broker before the controller's first push: roles are unknown."""
+
+    def cohorts_of(self, topic: str) -> Sequence[CohortDelivery]: ...
+
+
+class AdminHost(Protocol):
+    """What the admin HTTP server needs of its broker (``app.Broker``)."""
+
+    @property
+    def settings(self) -> BrokerSettings: ...
+
+    @property
+    def metrics(self) -> BrokerMetrics: ...
+
+    @property
+    def registry(self) -> TopicRegistry: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def recovery_seconds(self) -> float: ...
+
+    @property
+    def connections(self) -> Sized: ...
+
+    @property
+    def cohorts(self) -> Mapping[tuple[str, str], CohortStatus]: ...
+
+    @property
+    def cluster_generation(self) -> int | None:
+        """The generation of the topology applied last (None before the first push)."""
+
+    def adoption_floor(self) -> int | None: ...
+
+    def heartbeat(self) -> Heartbeat: ...
+
+    def apply_topology(self, doc: dict[str, Any]) -> bool: ...
+
+    def create_topic(
+        self, name: str, partitions: int, config: dict[str, Any] | None = None
+    ) -> Topic: ...
+
+    def delete_topic(self, name: str) -> None: ...
+
+    def describe_topic(self, name: str) -> dict[str, Any]: ...

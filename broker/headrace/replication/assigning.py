@@ -1,0 +1,293 @@
+"""Which partitions a cluster broker hosts, and in which role (pure).
+
+Theory of operation
+-------------------
+A cluster broker learns its partitions from the topology the controller pushes
+(``protocol.coordination.ClusterTopology``). The planner compares that document
+with the partitions hosted here and returns *actions*; one executor in the
+broker (``broker.placing``) carries them out. Nothing here reads a clock, a
+disk or a socket, so every decision is tested on plain values
+(``tests/unit/test_assigning.py``).
+
+Applying a push takes two plans, because a copy's incarnation (how many moves
+it has seen) is on its disk and known only once it is open:
+
+``hosting(topology, me)``: every topic the topology names, then every partition it
+gives this broker (both idempotent)::
+
+    OpenTopic   create or update the topic's metadata
+    Open        open the partition's log (if not yet open), set minInSync, attach its tier
+
+``plan(hosted, topology, me)``: then, per partition the topology gives this broker::
+
+    pushed incarnation newer than the copy's     Reopen   (empty where the new one starts)
+      (or same one, started elsewhere)           the actions below wait for the reopen:
+                                                 ``plan_reopened`` plans them when it is done
+    I lead; role, epoch or leader changed        Lead
+    another broker leads (or none); changed      Follow
+    nothing changed                              Keep     (the replica list is refreshed)
+    a seal is asked and I lead                   Seal     (took_over: the role changed now)
+    otherwise                                    Unseal   (no-op unless a seal was withdrawn)
+
+and per partition hosted here that the topology does not give this broker::
+
+    Drop        close it and remove its files; ``forget``: its topic is gone and
+                this broker led it, so its objects in the store go too
+    DropTopic   the topology no longer names a topic hosted here
+
+Topic names are the registry's canonical ``namespace/name``; the controller
+pushes them in that form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+# --------------------------------------------------------------------------- inputs
+
+
+class PlacementDoc(Protocol):
+    """One partition of the pushed topology (``protocol.coordination.PartitionPlacement``)."""
+
+    @property
+    def partition(self) -> int: ...
+
+    @property
+    def replicas(self) -> Sequence[int]: ...
+
+    @property
+    def leader(self) -> int | None: ...
+
+    @property
+    def epoch(self) -> int: ...
+
+    @property
+    def lrs(self) -> Sequence[int]: ...
+
+    @property
+    def seal(self) -> bool: ...
+
+    @property
+    def moves(self) -> int: ...
+
+    @property
+    def start_offset(self) -> int | None: ...
+
+
+class TopicDoc(Protocol):
+    """One topic of the pushed topology (``protocol.coordination.TopicPlacement``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def partitions(self) -> int: ...
+
+    @property
+    def partitioning_version(self) -> int: ...
+
+    @property
+    def min_in_sync(self) -> int: ...
+
+    @property
+    def config(self) -> Mapping[str, Any]: ...
+
+    @property
+    def assignments(self) -> Sequence[PlacementDoc]: ...
+
+
+class TopologyDoc(Protocol):
+    """The pushed topology (``protocol.coordination.ClusterTopology``)."""
+
+    @property
+    def topics(self) -> Sequence[TopicDoc]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hosted:
+    """What the planner knows of one partition hosted here."""
+
+    topic: str
+    index: int
+    leader: bool
+    leader_id: int
+    leader_epoch: int
+    #: the incarnation the copy belongs to, and where it started
+    moves: int
+    start_offset: int
+
+
+# --------------------------------------------------------------------------- actions
+
+
+@dataclass(frozen=True, slots=True)
+class OpenTopic:
+    name: str
+    partitions: int
+    partitioning_version: int
+    config: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Open:
+    topic: str
+    index: int
+    min_in_sync: int
+
+
+@dataclass(frozen=True, slots=True)
+class Reopen:
+    topic: str
+    index: int
+    moves: int
+    #: None: derive it from the object store (the old owner left no sealed state)
+    start_offset: int | None
+    #: the new incarnation's first leader epoch
+    epoch: int
+
+
+@dataclass(frozen=True, slots=True)
+class Lead:
+    topic: str
+    index: int
+    epoch: int
+    replicas: tuple[int, ...]
+    lrs: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Follow:
+    topic: str
+    index: int
+    #: None: no leader right now
+    leader: int | None
+    epoch: int
+    replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Keep:
+    topic: str
+    index: int
+    replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Seal:
+    topic: str
+    index: int
+    #: this broker took the lead with the seal already asked: it accepts no appends at all
+    took_over: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Unseal:
+    topic: str
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Drop:
+    topic: str
+    index: int
+    #: also delete the partition's objects (its topic was deleted, and this broker led it)
+    forget: bool
+
+
+@dataclass(frozen=True, slots=True)
+class DropTopic:
+    name: str
+
+
+Action = OpenTopic | Open | Reopen | Lead | Follow | Keep | Seal | Unseal | Drop | DropTopic
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def hosting(topology: TopologyDoc, me: int) -> list[OpenTopic | Open]:
+    """Open every topic the topology names and every partition it gives broker ``me``."""
+    actions: list[OpenTopic | Open] = []
+    for t in topology.topics:
+        actions.append(OpenTopic(t.name, t.partitions, t.partitioning_version, t.config))
+        actions.extend(
+            Open(t.name, a.partition, t.min_in_sync) for a in t.assignments if me in a.replicas
+        )
+    return actions
+
+
+def plan(hosted: Mapping[str, Sequence[Hosted]], topology: TopologyDoc, me: int) -> list[Action]:
+    """Roles, seals and reopens for the partitions ``topology`` gives broker ``me``; drops
+    for the rest. ``hosted``: topic -> its partitions hosted here, after ``hosting`` ran."""
+    actions: list[Action] = []
+    wanted: set[tuple[str, int]] = set()
+    for t in topology.topics:
+        here = {h.index: h for h in hosted.get(t.name, ())}
+        for a in t.assignments:
+            h = here.get(a.partition)
+            if me not in a.replicas or h is None:
+                continue
+            wanted.add((t.name, a.partition))
+            if needs_reopen(h, a):
+                actions.append(Reopen(h.topic, h.index, a.moves, a.start_offset, a.epoch))
+            actions.extend(place(h, a, me))
+    named = {t.name for t in topology.topics}
+    for name, partitions in hosted.items():
+        deleted = name not in named
+        for h in partitions:
+            if (name, h.index) not in wanted:
+                actions.append(Drop(name, h.index, forget=deleted and h.leader))
+        if deleted:
+            actions.append(DropTopic(name))
+    return actions
+
+
+def plan_reopened(hosted: Hosted, topology: TopologyDoc | None, me: int) -> list[Action]:
+    """A move's reopen finished: take the role the current topology gives, if it still
+    gives this incarnation (forced: the reopen reset the partition's state)."""
+    a = None if topology is None else assignment_of(topology, hosted.topic, hosted.index)
+    if a is None or a.moves != hosted.moves:
+        return []
+    return place(hosted, a, me, force=True)
+
+
+def place(h: Hosted, a: PlacementDoc, me: int, *, force: bool = False) -> list[Action]:
+    """The role ``a`` gives broker ``me`` for ``h``, then whether it seals."""
+    leads = a.leader == me
+    changed = (
+        force
+        or leads != h.leader
+        or a.epoch != h.leader_epoch
+        or h.leader_id != (a.leader if a.leader is not None else -1)
+    )
+    role: Action
+    if not changed:
+        role = Keep(h.topic, h.index, tuple(a.replicas))
+    elif leads:
+        role = Lead(h.topic, h.index, a.epoch, tuple(a.replicas), tuple(a.lrs))
+    else:
+        role = Follow(h.topic, h.index, a.leader, a.epoch, tuple(a.replicas))
+    if a.seal and leads:
+        return [role, Seal(h.topic, h.index, took_over=changed)]
+    return [role, Unseal(h.topic, h.index)]
+
+
+def needs_reopen(h: Hosted, a: PlacementDoc) -> bool:
+    """The copy belongs to an older incarnation (a move), or to the same one started
+    elsewhere than the leader reported."""
+    if a.moves > h.moves:
+        return True
+    # Same incarnation, but on the recovery path each replica derived its start from the
+    # object store on its own: the leader's (reported, then pushed) start is the one.
+    return (
+        a.moves == h.moves > 0 and a.start_offset is not None and a.start_offset != h.start_offset
+    )
+
+
+def assignment_of(topology: TopologyDoc, topic: str, partition: int) -> PlacementDoc | None:
+    placement = next((t for t in topology.topics if t.name == topic), None)
+    if placement is None:
+        return None
+    return next((a for a in placement.assignments if a.partition == partition), None)
