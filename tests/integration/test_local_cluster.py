@@ -330,3 +330,18 @@ async def test_election_picks_the_least_lagging_live_replica(cluster: LocalClust
     assert len(records) == 700, (
         "nothing acknowledged by the old leader and replicated to `ahead` is lost"
     )
+
+
+def test_topics_describe_names_each_partitions_leader_whichever_broker_answers(
+    cluster: LocalCluster,
+) -> None:
+    assert cluster.apply(topic_manifest("described", 3)).returncode == 0
+    cluster.wait(lambda: online(cluster, "default/described", 3), what="topic online")
+    leaders = {p["partition"]: p["leader"] for p in cluster.partitions("default/described")}
+    assert len(set(leaders.values())) > 1, leaders  # so every broker follows some partition
+    for b in cluster.record["brokers"]:
+        out = cluster.cli(
+            "topics", "describe", "described", "--json", "--bootstrap", f"{b['host']}:{b['port']}"
+        )
+        shown = {p["partition"]: p["leader"] for p in json.loads(out.stdout)["partition_details"]}
+        assert shown == leaders, f"broker {b['id']} answered {shown}, the leaders are {leaders}"

@@ -131,6 +131,21 @@ async def test_minio_outage_keeps_local_segments_until_uploaded_and_leaves_no_ga
     assert [r.value for r in records] == [f"r{n:07d}".encode() * 10 for n in range(9000)]
 
 
+async def test_topics_list_counts_the_records_in_the_object_store_too(
+    broker: BrokerProcess, minio: MinioServer
+) -> None:
+    await create_topic(
+        broker.bootstrap, TOPIC, 1, {"retention_bytes": 128 * 1024, "upload_interval_ms": 300}
+    )
+    await produce(broker, 0, 3000)
+    wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "records uploaded")
+    wait_for(lambda: describe(broker)["log_start_offset"] > 0, 20, "retention after upload")
+    listing = procs.run_headrace("topics", "list", "--bootstrap", broker.bootstrap, timeout=60)
+    assert listing.returncode == 0, listing.stderr
+    row = next(line for line in listing.stdout.decode().splitlines() if TOPIC in line)
+    assert row.split()[-1] == "3000", row  # every record is still readable, from one tier
+
+
 async def test_corrupt_segment_object_is_reported_with_its_key_and_not_delivered(
     broker: BrokerProcess, minio: MinioServer
 ) -> None:

@@ -429,7 +429,9 @@ class Broker:
             "partition_details": [
                 {
                     "partition": p.index,
-                    "leader": self.settings.broker_id,
+                    # The partition's leader, not this broker: in a cluster a follower answers too.
+                    "leader": p.leader_id if self.settings.cluster_mode else self.settings.broker_id,
+                    "role": p.role.value,
                     "leader_epoch": p.leader_epoch,
                     "log_start_offset": p.log.log_start_offset,
                     "log_end_offset": p.log.next_offset,

@@ -124,10 +124,17 @@ def topics_list(bootstrap: str, auth_token: str | None) -> None:
     result = run(_admin_call(bootstrap, auth_token, Op.DESCRIBE_TOPICS, b"{}"))
     click.echo(f"{'TOPIC':40} {'PARTITIONS':>10} {'VERSION':>8} {'RECORDS':>14}")
     for t in result["topics"]:
-        records = sum(p["log_end_offset"] - p["log_start_offset"] for p in t["partition_details"])
+        records = sum(p["log_end_offset"] - readable_start(p) for p in t["partition_details"])
         click.echo(
             f"{t['name']:40} {t['partitions']:>10} {t['partitioning_version']:>8} {records:>14}"
         )
+
+
+def readable_start(partition: dict[str, Any]) -> int:
+    """The first offset a reader can get: the object store's, for records that left the disk."""
+    start = int(partition["log_start_offset"])
+    stored = partition.get("stored_start_offset")
+    return min(start, int(stored)) if stored is not None else start
 
 
 @topics.command("describe")
