@@ -424,13 +424,14 @@ class Broker:
 
     def describe_topic(self, name: str) -> dict[str, Any]:
         topic = self.registry.get(name)
+        cluster = self.settings.cluster_mode
         return {
             **topic.to_json(),
             "partition_details": [
                 {
                     "partition": p.index,
                     # The partition's leader, not this broker: in a cluster a follower answers too.
-                    "leader": p.leader_id if self.settings.cluster_mode else self.settings.broker_id,
+                    "leader": p.leader_id if cluster else self.settings.broker_id,
                     "role": p.role.value,
                     "leader_epoch": p.leader_epoch,
                     "log_start_offset": p.log.log_start_offset,
