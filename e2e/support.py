@@ -131,7 +131,7 @@ def build_testbed() -> None:
         print(f"\n[e2e] test bed build took {took:.0f} s", file=sys.stderr)
 
 
-def testbed_client(settings: Settings) -> Cluster:
+def client_of_testbed(settings: Settings) -> Cluster:
     """The :class:`Cluster` that drives the test bed ``settings`` describe (up already)."""
     return Cluster(
         provider="testbed",
@@ -160,7 +160,7 @@ def testbed_cluster() -> Iterator[Cluster]:
     took = controlplane.up(settings)
     print(f"\n[e2e] test bed {'already up' if was_up else f'up in {took:.1f} s'}", file=sys.stderr)
     try:
-        yield testbed_client(settings)
+        yield client_of_testbed(settings)
     finally:
         if not was_up and os.environ.get("E2E_KEEP") != "1":
             controlplane.down(settings)

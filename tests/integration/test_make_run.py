@@ -37,6 +37,10 @@ def test_one_ctrl_c_stops_make_run_and_its_cluster(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,  # make leads its own group, as in a terminal
+        # A terminal's shell starts make with SIGINT at its default. A test runner started
+        # in the background (`cmd &` in a script) ignores SIGINT, and a shell cannot trap a
+        # signal ignored on entry, so restore the default as a terminal would have it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     seen: list[str] = []
     ready = threading.Event()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e.support import Cluster, new_namespace, python_container, testbed_client, wait_for
+from e2e.support import Cluster, client_of_testbed, new_namespace, python_container, wait_for
 from e2e.testbed.settings import Settings
 
 pytestmark = pytest.mark.usefixtures("testbed_only")
@@ -46,7 +46,7 @@ def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Cl
     settings = dataclasses.replace(base, state_dir=tmp_path_factory.mktemp("own-testbed"))
     took = controlplane.up(settings)
     assert 0 < took < 60, f"start to ready took {took:.1f} s"
-    cluster = testbed_client(settings)
+    cluster = client_of_testbed(settings)
     try:
         yield settings, cluster
     finally:
