@@ -30,8 +30,10 @@ def alive(pid: int) -> bool:
 def test_one_ctrl_c_stops_make_run_and_its_cluster(tmp_path: Path) -> None:
     local_dir = tmp_path / "local"
     ports = f"--port {free_port()} --admin-port {free_port()} --controller-port {free_port()}"
+    # -o: the suite runs from this venv; never reinstall it mid-run (pyproject may be newer)
+    argv = ["make", "--no-print-directory", "-o", ".venv/.installed", "run"]
     make = subprocess.Popen(
-        ["make", "--no-print-directory", "run", f"LOCAL_DIR={local_dir}", f"LOCAL_ARGS={ports}"],
+        [*argv, f"LOCAL_DIR={local_dir}", f"LOCAL_ARGS={ports}"],
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
