@@ -130,6 +130,21 @@ def test_unpersisted_captures_only_the_new_tail() -> None:
     assert list(loaded.positions) == list(index.positions)
 
 
+@pytest.mark.parametrize("half", ["offsets", "positions"])
+def test_unpersisted_skips_an_entry_appended_halfway(half: str) -> None:
+    """The loop appends an entry's two halves without the lock while the fsync thread
+    reads them (``write_checkpoint``): a thread switch between the two appends leaves
+    one array an entry longer. Only whole entries are persisted; the half one later."""
+    index, _ = build_index(0, [1] * 10, [100] * 10, 200)
+    whole = len(index)
+    getattr(index, half).append(5000)  # the other half not yet appended
+    raw, count = index.unpersisted()
+    assert count == whole
+    assert len(raw) == whole * bk.INDEX_ENTRY.size
+    index.mark_persisted(count)
+    assert index.persisted_entries == whole
+
+
 def test_truncate_lowers_the_persisted_mark() -> None:
     index, _ = build_index(0, [1] * 10, [100] * 10, 200)
     _, count = index.unpersisted()

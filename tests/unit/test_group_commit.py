@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from headrace.broker.ports import LogSyncFailed, PartitionEvent, Publish
 from headrace.broker.syncing import GroupCommitter
 from headrace.errors import StorageError
 from headrace.records import batch as rb
@@ -42,9 +43,17 @@ def append(log: PartitionLog, count: int = 1) -> None:
         log.append(raw, rb.validate(raw), 0)
 
 
-def committer_for(partition: FakePartition) -> GroupCommitter:
+def committer_for(
+    partition: FakePartition, publish: Publish = lambda event: None
+) -> GroupCommitter:
     # Rounds only when kicked (the interval is an hour); every round writes recovery points.
-    return GroupCommitter(bk.FsyncPolicy.INTERVAL, HOUR_MS, 0, lambda: [partition])  # type: ignore[list-item]
+    return GroupCommitter(
+        bk.FsyncPolicy.INTERVAL,
+        HOUR_MS,
+        0,
+        lambda: [partition],  # type: ignore[list-item]
+        publish=publish,
+    )
 
 
 async def durable(committer: GroupCommitter, partition: FakePartition) -> asyncio.Future[None]:
@@ -214,6 +223,47 @@ async def test_a_failed_data_sync_is_never_followed_by_an_ack(
         assert partition.log.flushed_offset == 0
         with pytest.raises(StorageError, match="failed fdatasync"):
             partition.log.append(batch, header, leader_epoch=0)  # the producer's retry
+    finally:
+        monkeypatch.setattr(os, "fdatasync", real)
+        await committer.close()
+        partition.log.close()
+
+
+async def test_a_failed_data_sync_is_published_once_and_the_log_never_synced_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The broker halts on the published ``LogSyncFailed``; until the process is gone the
+    committer leaves the failed log alone (no fdatasync, even in close's final round) and
+    fails a new waiter at once instead of requeueing it forever."""
+    cfg = bk.LogConfig(fsync=bk.FsyncPolicy.INTERVAL)
+    partition = FakePartition(PartitionLog.open(tmp_path, cfg))
+    data_fd = partition.log.active._fd
+    real = os.fdatasync
+    data_syncs = []
+
+    def fdatasync(fd: int) -> None:
+        if fd == data_fd:
+            data_syncs.append(fd)
+            raise OSError(errno.EIO, "Input/output error")
+        real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    events: list[PartitionEvent] = []
+    committer = committer_for(partition, events.append)
+    try:
+        append(partition.log)
+        await durable(committer, partition)
+        with pytest.raises(StorageError):
+            await committer.sync_round()
+        assert len(events) == 1
+        event = events[0]
+        assert isinstance(event, LogSyncFailed)
+        assert event.partition is partition and "Input/output error" in event.error.message
+        fut = await durable(committer, partition)  # a waiter that came in meanwhile
+        await committer.sync_round()
+        assert isinstance(fut.exception(), StorageError)
+        await committer.close()
+        assert len(data_syncs) == 1 and len(events) == 1
     finally:
         monkeypatch.setattr(os, "fdatasync", real)
         await committer.close()

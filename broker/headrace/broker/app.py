@@ -25,6 +25,7 @@ from headrace.broker.ports import (
     ClientLink,
     Cohort,
     LiveReplicasChanged,
+    LogSyncFailed,
     PartitionEvent,
     PartitionReopened,
 )
@@ -62,6 +63,7 @@ class Broker:
             settings.log.flush_interval_ms,
             settings.log.checkpoint_interval_ms,
             self.registry.all_partitions,
+            publish=self._on_event,
         )
         self.connections: set[ClientLink] = set()
         self.cohorts: dict[tuple[str, str], CohortRuntime] = {}
@@ -69,6 +71,10 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._lock_fd: int | None = None
         self.ready = False
+        #: the first log whose data fdatasync failed: the broker must halt (see ``halting``)
+        self.fatal: LogSyncFailed | None = None
+        #: set once ``fatal`` is: the entry point stops the process and exits non-zero
+        self.halting = asyncio.Event()
         #: cluster mode: the last topology the controller pushed (None until the first)
         self.cluster: ClusterTopology | None = None
         self.replication = Replication(self, self._on_event)
@@ -315,6 +321,32 @@ class Broker:
                 me = self.settings.broker_id
                 self.placer.execute(assigning.plan_reopened(hosted(partition), self.cluster, me))
                 self._placement_changed()
+            case LogSyncFailed():
+                self._halt(event)
+
+    def _halt(self, failure: LogSyncFailed) -> None:
+        """A log's data fdatasync failed: stop serving, and have the process exit.
+
+        The log refuses writes and never counts data durable again, so leading
+        its partition would only hand producers retriable errors until their
+        timeouts. As Kafka does when its only log directory fails, the broker
+        stops instead: the controller sees it gone and elects an in-sync replica,
+        and a restart recovers the partition from what is on disk.
+        """
+        self.metrics.log_sync_failures.inc()
+        self.ready = False  # /readyz and the heartbeat (draining) say so while we stop
+        if self.fatal is not None:
+            log.critical("fdatasync of %s failed too: %s", failure.partition.name, failure.error)
+            return
+        self.fatal = failure
+        log.critical(
+            "fdatasync of %s failed: %s; its log takes no more writes, so broker %s halts"
+            " (a restart recovers the partition from disk)",
+            failure.partition.name,
+            failure.error.message,
+            self.settings.broker_id,
+        )
+        self.halting.set()
 
     def _placement_changed(self) -> None:
         self.replication.reconcile()

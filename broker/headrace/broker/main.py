@@ -2,14 +2,19 @@
 
 It reads its settings from the command line (and a few environment variables
 for secrets) once, builds a :class:`~headrace.broker.config.BrokerSettings`,
-and runs the broker until SIGTERM or SIGINT.
+and runs the broker until SIGTERM or SIGINT, or until the broker halts because
+a log's data fdatasync failed: then it stops what it can within
+``HALT_STOP_SECONDS`` and exits with ``EXIT_LOG_SYNC_FAILED``, so that the
+controller sees the broker gone and a restart recovers from disk.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import sys
 from pathlib import Path
 
 import click
@@ -19,6 +24,51 @@ from headrace.broker.app import Broker
 from headrace.broker.config import BrokerSettings, TlsSettings
 from headrace.commands import one_line_errors
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
+
+log = logging.getLogger(__name__)
+
+#: the exit status after a failed data fdatasync (sysexits' EX_IOERR: an I/O error on a file)
+EXIT_LOG_SYNC_FAILED = 74
+#: how long a halting broker may spend on its best-effort stop before it exits anyway
+#: (long enough to close connections and sync the healthy logs; a dying disk can hang)
+HALT_STOP_SECONDS = 10.0
+
+
+async def serve_until_stopped(b: Broker, stop: asyncio.Event) -> int:
+    """Run a started broker until ``stop`` is set or it halts; stop it. Returns the exit status."""
+    waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(b.halting.wait())]
+    try:
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+    if b.fatal is None:
+        await b.stop()
+    else:
+        # Best effort and bounded: the failed log is not synced again (GroupCommitter).
+        try:
+            await asyncio.wait_for(b.stop(), HALT_STOP_SECONDS)
+        except TimeoutError:
+            log.error("the halting broker did not stop within %.0fs", HALT_STOP_SECONDS)
+        except Exception:
+            log.exception("the halting broker did not stop cleanly")
+    if b.fatal is None:
+        return 0
+    click.echo(
+        f"error: broker halted: fdatasync of {b.fatal.partition.name} failed"
+        f" ({b.fatal.error.message}); exiting with status {EXIT_LOG_SYNC_FAILED}."
+        " Restart it to recover from disk.",
+        err=True,
+    )
+    return EXIT_LOG_SYNC_FAILED
+
+
+def _halt(status: int) -> None:
+    """Exit now: a thread stuck in fdatasync on a failing disk must not hold the exit."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 @click.command()
@@ -180,7 +230,8 @@ def broker(
                 f"  .venv/bin/headrace consume demo --cohort readers --from-beginning --count 10\n",
                 err=True,
             )
-        await stop.wait()
-        await b.stop()
+        status = await serve_until_stopped(b, stop)
+        if status:
+            _halt(status)
 
     run(serve())

@@ -94,6 +94,11 @@ class BrokerMetrics:
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
             registry=r,
         )
+        self.log_sync_failures = Counter(
+            "headrace_log_sync_failures",
+            "Partition logs whose data fdatasync failed (sticky: the broker halts)",
+            registry=r,
+        )
         self.recovery_seconds = Gauge(
             "headrace_recovery_seconds", "Time spent recovering logs at start", registry=r
         )

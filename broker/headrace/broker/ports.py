@@ -29,6 +29,7 @@ from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.topics import Partition, Topic, TopicRegistry
 from headrace.cohorts.gates import CohortGates
+from headrace.errors import StorageError
 from headrace.protocol import messages as msg
 from headrace.protocol import replication as rp
 from headrace.protocol.coordination import Heartbeat
@@ -51,7 +52,20 @@ class LiveReplicasChanged:
     partition: Partition
 
 
-PartitionEvent = PartitionReopened | LiveReplicasChanged
+@dataclass(frozen=True, slots=True)
+class LogSyncFailed:
+    """An fdatasync of the partition's data failed (``GroupCommitter``), once per log.
+
+    The failure is sticky (``PartitionLog.sync_failure``): the log takes no more
+    writes and counts nothing durable again, so the broker must not go on serving
+    the partition. It halts, and the controller elects an in-sync replica.
+    """
+
+    partition: Partition
+    error: StorageError
+
+
+PartitionEvent = PartitionReopened | LiveReplicasChanged | LogSyncFailed
 #: where collaborators publish partition lifecycle events
 Publish = Callable[[PartitionEvent], None]
 

@@ -8,10 +8,14 @@ sync, so they only ever name data that is on disk.
 
 A failed round does not end group commit: it is the only thing that makes
 appends durable, and if its task died every acks=all producer would wait
-forever without an error while the high watermark stood still. A round whose
-fdatasync fails tells its own waiters (a retriable ``StorageError``) and
-leaves its data dirty for the next round; a recovery point that cannot be
-written is logged and skipped, since the records it covers are on disk.
+forever without an error while the high watermark stood still. A round that
+fails tells its own waiters (a retriable ``StorageError``). A failed fdatasync
+of a partition's data is sticky for its log (``PartitionLog.sync_failure``):
+that log is never synced again, its waiters fail at once, and the committer
+publishes ``LogSyncFailed`` once so that the broker halts (the partition's
+data can no longer be trusted). Any other failure leaves the round's data dirty
+for the next round. A recovery point that cannot be written is logged and
+skipped, since the records it covers are on disk.
 """
 
 from __future__ import annotations
@@ -19,10 +23,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 from headrace.aio import cancel_and_wait
+from headrace.broker.ports import LogSyncFailed, Publish
 from headrace.broker.topics import Partition
 from headrace.errors import StorageError
 from headrace.storage.bookkeeping import FsyncPolicy
@@ -38,11 +43,17 @@ class GroupCommitter:
         flush_interval_ms: int,
         checkpoint_interval_ms: int,
         partitions: Callable[[], list[Partition]],
+        *,
+        publish: Publish,
     ) -> None:
         self._policy = policy
         self._interval = flush_interval_ms / 1000
         self._checkpoint_interval = checkpoint_interval_ms / 1000
         self._partitions = partitions
+        #: where a log's sticky fdatasync failure is reported (``LogSyncFailed``)
+        self._publish = publish
+        #: partitions whose failure has been published (each once)
+        self._failed: set[Partition] = set()
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fsync")
         self._dirty: set[Partition] = set()
         self._waiters: list[tuple[Partition, int, asyncio.Future[None]]] = []
@@ -63,6 +74,9 @@ class GroupCommitter:
     def wait_durable(self, partition: Partition, offset: int) -> asyncio.Future[None]:
         """A future that completes once everything below ``offset`` is on disk."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if partition.log.sync_failure is not None and partition.log.flushed_offset < offset:
+            fut.set_exception(_never_durable(partition))  # it will never get there
+            return fut
         if partition.log.flushed_offset >= offset:
             fut.set_result(None)
             return fut
@@ -87,7 +101,8 @@ class GroupCommitter:
             try:
                 await self.sync_round()
             except StorageError as exc:
-                # The round's waiters have been told; the next round syncs its data again.
+                # The round's waiters have been told; the next round syncs its data again,
+                # except a failed log's (reported to the broker, which halts).
                 log.error("group commit failed: %s", exc)
                 await asyncio.sleep(0.1)
             except Exception:
@@ -119,6 +134,8 @@ class GroupCommitter:
                 continue
             if partition.log.flushed_offset >= offset:
                 fut.set_result(None)
+            elif partition.log.sync_failure is not None:
+                fut.set_exception(_never_durable(partition))  # do not requeue it forever
             else:
                 self._waiters.append((partition, offset, fut))
                 self._kick.set()
@@ -133,6 +150,9 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         targets: list[tuple[Partition, SyncTarget]] = []
         started = time.monotonic()
+        # A log whose fdatasync failed is never synced again: a later success would
+        # prove nothing (see PartitionLog.sync_failure), and it takes no more writes.
+        dirty = {p for p in dirty if p.log.sync_failure is None}
         try:
             for p in dirty:
                 targets.append((p, p.log.sync_target(for_checkpoint=checkpoint)))
@@ -145,9 +165,8 @@ class GroupCommitter:
             for _, target in targets:
                 for seg in target.segments:
                     seg.dirty = True
-            # A log whose fdatasync failed is not synced again: a later success would
-            # prove nothing (see PartitionLog.sync_failure); it takes no more writes.
             self._dirty |= {p for p in dirty if p.log.sync_failure is None}
+            self._report_failures(dirty)
             raise
         self.last_sync_seconds = time.monotonic() - started
         self.rounds += 1
@@ -158,10 +177,20 @@ class GroupCommitter:
             partition.advance_high_watermark()
         return targets
 
+    def _report_failures(self, partitions: Iterable[Partition]) -> None:
+        """Publish each newly failed log once: the broker halts on it."""
+        for p in partitions:
+            error = p.log.sync_failure
+            if error is not None and p not in self._failed:
+                self._failed.add(p)
+                self._publish(LogSyncFailed(p, error))
+
     async def _checkpoint_all(self, synced: list[tuple[Partition, SyncTarget]]) -> None:
         loop = asyncio.get_running_loop()
         fresh = {p: t for p, t in synced}
         for partition in self._partitions():
+            if partition.log.sync_failure is not None:
+                continue  # its recovery point stays where its last good sync left it
             target = fresh.get(partition)
             if target is None:
                 # Nothing dirty: the current end is already durable.
@@ -178,8 +207,13 @@ class GroupCommitter:
                 log.exception("recovery point of %s not written", partition.name)
 
     async def close(self) -> None:
-        """Final sync and checkpoint (clean shutdown makes restart instant)."""
+        """Final sync and checkpoint (clean shutdown makes restart instant).
+
+        A failed log is left alone: no new fdatasync, no recovery point.
+        """
         await cancel_and_wait(self._task)
+        # A round cancelled mid-fdatasync may have failed without reporting it.
+        self._report_failures(self._partitions())
         for partition in self._partitions():
             self._dirty.add(partition)
         await self.sync_round(checkpoint=True)
@@ -189,6 +223,12 @@ class GroupCommitter:
 def _sync_all(targets: list[tuple[PartitionLog, SyncTarget]]) -> None:
     for partition_log, target in targets:
         partition_log.sync(target)
+
+
+def _never_durable(partition: Partition) -> StorageError:
+    failure = partition.log.sync_failure
+    reason = failure.message if failure is not None else "?"
+    return StorageError(f"{partition.name} will not become durable here: {reason}")
 
 
 def _storage_error(exc: Exception) -> StorageError:

@@ -104,8 +104,10 @@ class SparseIndex:
     def on_append(self, batch_base_offset: int, position: int, size: int) -> None:
         """Note a batch written at ``position``; index it if enough bytes have passed."""
         if self._bytes_since_last >= self._interval or (not self.offsets and position > 0):
-            self.offsets.append(batch_base_offset - self.base_offset)
+            # Positions first: the fsync thread reads up to len(offsets) without the lock
+            # (``unpersisted``), so an entry must be whole by the time offsets names it.
             self.positions.append(position)
+            self.offsets.append(batch_base_offset - self.base_offset)
             self._bytes_since_last = 0
         self._bytes_since_last += size
 
@@ -130,8 +132,10 @@ class SparseIndex:
 
         The count is captured with the bytes: entries appended meanwhile (the
         loop keeps appending while a worker thread persists) stay unpersisted.
+        Runs on the fsync thread while ``on_append`` runs on the loop without a
+        lock, so an entry may be half-appended: only whole pairs count.
         """
-        end = len(self.offsets)
+        end = min(len(self.offsets), len(self.positions))
         out = bytearray()
         for i in range(self._persisted, end):
             out += INDEX_ENTRY.pack(self.offsets[i], self.positions[i])

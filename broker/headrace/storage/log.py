@@ -489,8 +489,14 @@ class PartitionLog:
         """The slow part: runs on a worker thread.
 
         A segment retired since the capture is skipped: it was deleted, or the
-        log was closed, and nothing will read it from this log again.
+        log was closed, and nothing will read it from this log again. After a
+        failed fdatasync nothing is synced again (see ``sync_failure``).
         """
+        if self.sync_failure is not None:
+            raise StorageError(
+                f"{self.directory}: not synced again after a failed fdatasync"
+                f" ({self.sync_failure.message})"
+            )
         with self._lock:
             segments = self._borrow(target.segments)
         try:

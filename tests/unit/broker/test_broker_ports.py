@@ -30,6 +30,8 @@ from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
 ME = 0
 TOPIC = "default/orders"
+#: bounds a regression's hang; never part of the synchronisation
+HANG_GUARD_SECONDS = 30
 
 
 class FakeCommitter:
@@ -221,16 +223,19 @@ async def test_a_move_with_an_object_store_reopens_then_reports_it(
     host: FakeHost, tmp_path: Path
 ) -> None:
     events: list[PartitionEvent] = []
+    published = asyncio.Event()
+
+    def publish(event: PartitionEvent) -> None:
+        events.append(event)
+        published.set()
+
     host.registry.object_store_configured = True
-    tiering = Tiering(host, DirectoryStore(tmp_path / "store", fsync=False), events.append)
+    tiering = Tiering(host, DirectoryStore(tmp_path / "store", fsync=False), publish)
     placer = Placer(host.settings, host.registry, tiering, host.metrics)
     apply(placer, topology(leader=ME, moves=1, startOffset=10))
     p = host.registry.get(TOPIC).partition(0)
     assert p.moving and p.role is Role.LEADER and p.leader_epoch == 0  # the role waits
-    for _ in range(200):
-        if events:
-            break
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(published.wait(), HANG_GUARD_SECONDS)
     assert events == [PartitionReopened(p)]
     assert (p.moves, p.start_offset, p.log.next_offset, p.moving) == (1, 10, 10, False)
     await tiering.close()
