@@ -2,9 +2,9 @@
 
 Theory of operation
 -------------------
-``testbed/build.sh`` builds etcd, kube-apiserver, kube-controller-manager,
+``e2e/testbed/build.sh`` builds etcd, kube-apiserver, kube-controller-manager,
 kube-scheduler, kubectl and helm from their upstream Go modules (versions in
-``testbed/versions.env``). ``python -m e2e.testbed up`` then:
+``e2e/testbed/versions.env``). ``python -m e2e.testbed up`` then:
 
 1. generates a CA, serving and client certificates and the service-account key pair
    (:mod:`e2e.testbed.pki`), and kubeconfigs for every client

@@ -1,4 +1,4 @@
-"""``headrace-testbed``: build, start, stop and inspect the local Kubernetes test bed.
+"""``python -m e2e.testbed``: build, start, stop and inspect the local Kubernetes test bed.
 
 python -m e2e.testbed build          build missing binaries (e2e/testbed/build.sh)
 python -m e2e.testbed up             build if needed, start, wait until ready

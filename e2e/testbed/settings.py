@@ -64,7 +64,7 @@ class Settings(StateLayout):
     #: (``HEADRACE_CACHE``). Outside the repository so ``git clean`` keeps the build.
     cache_dir: Path
     #: Directory holding etcd, kube-* and helm binaries (``TESTBED_BIN``); default
-    #: ``<cache>/testbed/<k8s-version>/bin``, the same default as ``testbed/build.sh``.
+    #: ``<cache>/testbed/<k8s-version>/bin``, the same default as ``e2e/testbed/build.sh``.
     bin_dir: Path
     #: State of the running test bed (``HEADRACE_TESTBED_STATE``); default
     #: ``<cache>/testbed/state``. The admin kubeconfig is ``<state>/admin.kubeconfig``.
@@ -113,7 +113,7 @@ class Settings(StateLayout):
 
 
 def build(settings: Settings) -> Path:
-    """Run ``testbed/build.sh`` (idempotent; a no-op when everything is built)."""
+    """Run ``e2e/testbed/build.sh`` (idempotent; a no-op when everything is built)."""
     env = {**os.environ, "TESTBED_BIN": str(settings.bin_dir)}
     env.setdefault("HEADRACE_CACHE", str(settings.cache_dir))
     subprocess.run(["bash", str(SOURCE_DIR / "build.sh")], check=True, env=env, stdout=2)

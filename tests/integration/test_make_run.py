@@ -15,16 +15,9 @@ import threading
 from pathlib import Path
 
 from bench.procs import REPO, free_port, wait_until
+from headrace.cli.local import alive
 
 READY_LINE = "Ctrl-C here stops the cluster."
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_one_ctrl_c_stops_make_run_and_its_cluster(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from headrace.protocol.coordination import (
     TopologyReply,
 )
 from headrace.protocol.endpoints import BrokerEndpoint
+from tests.unit.json_edits import broken
 
 _SNAKE = re.compile(r"[a-z0-9]_[a-z]")
 
@@ -116,18 +117,6 @@ def test_topology_optional_fields_default() -> None:
     assert ClusterTopology.from_json({"generation": 0, "brokers": []}).topics == []
 
 
-def _broken(doc: dict[str, Any], path: list[str | int], value: object) -> dict[str, Any]:
-    doc = json.loads(json.dumps(doc))
-    target: Any = doc
-    for step in path[:-1]:
-        target = target[step]
-    if value is KeyError:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return doc
-
-
 @pytest.mark.parametrize(
     ("path", "value", "words"),
     [
@@ -147,7 +136,7 @@ def _broken(doc: dict[str, Any], path: list[str | int], value: object) -> dict[s
 )
 def test_bad_topologies_are_rejected(path: list[str | int], value: object, words: str) -> None:
     with pytest.raises(InvalidRequest, match=words):
-        ClusterTopology.from_json(_broken(topology().to_json(), path, value))
+        ClusterTopology.from_json(broken(topology().to_json(), path, value))
 
 
 def test_topology_reply_round_trip() -> None:

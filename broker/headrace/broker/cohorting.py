@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from headrace import clock
 from headrace.aio import cancel_and_wait
 from headrace.broker.ports import MemberLink, TieredReads
 from headrace.broker.topics import Partition, Role, Topic
@@ -25,10 +25,6 @@ from headrace.storage.log import ReadPosition
 from headrace.tiered.manifest import Manifest
 
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(slots=True)
@@ -99,13 +95,13 @@ class CohortRuntime:
 
     def set_plan(self, plan: dict[str, list[int]] | None) -> None:
         """The controller's advisory plan for this cohort (None: assign locally)."""
-        self.gates.set_plan(plan, now_ms())
+        self.gates.set_plan(plan, clock.monotonic_ms())
         self._publish()
 
     def refresh_partitions(self) -> None:
         """Leadership or the topic changed: gates follow the partitions led here now."""
         self._listen()
-        self.gates.set_partitions(self._led_partitions(), now_ms())
+        self.gates.set_partitions(self._led_partitions(), clock.monotonic_ms())
         self._publish()
 
     # ------------------------------------------------------------------ lifecycle
@@ -141,7 +137,7 @@ class CohortRuntime:
     ) -> Assignment:
         if start not in ("earliest", "latest"):
             raise InvalidRequest(f"start must be 'earliest' or 'latest', got {start!r}")
-        self.gates.join(member_id, now_ms(), session_timeout_ms)
+        self.gates.join(member_id, clock.monotonic_ms(), session_timeout_ms)
         self._links[member_id] = link
         self._credits[member_id] = 0
         self._start[member_id] = start
@@ -163,26 +159,26 @@ class CohortRuntime:
         )
 
     def heartbeat(self, member_id: str) -> None:
-        self.gates.heartbeat(member_id, now_ms())
+        self.gates.heartbeat(member_id, clock.monotonic_ms())
 
     def leave(self, member_id: str) -> None:
-        self.gates.leave(member_id, now_ms())
+        self.gates.leave(member_id, clock.monotonic_ms())
         self._publish()
 
     def disconnect(self, member_id: str, link: MemberLink | None = None) -> None:
         """``link``'s connection closed. Ignored if a newer connection now holds the identity."""
         if link is not None and self._links.get(member_id) is not link:
             return
-        self.gates.disconnect(member_id, now_ms())
+        self.gates.disconnect(member_id, clock.monotonic_ms())
         self._forget(member_id)
         self._publish()
 
     def release(self, member_id: str, partitions: list[int]) -> None:
-        self.gates.release(member_id, partitions, now_ms())
+        self.gates.release(member_id, partitions, clock.monotonic_ms())
         self._publish()
 
     def tick(self) -> None:
-        for member_id in self.gates.tick(now_ms()):
+        for member_id in self.gates.tick(clock.monotonic_ms()):
             log.info("cohort %s: member %s timed out", self.name, member_id)
         self._publish()
 

@@ -9,9 +9,9 @@ of its partition's actions: ``PartitionReopened`` plans them again when it is do
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable
 
+from headrace import clock
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.tiering import Tiering
@@ -21,10 +21,6 @@ from headrace.replication import assigning as plan
 from headrace.replication.leader import LeaderReplicaSet
 
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 def hosted(partition: Partition) -> plan.Hosted:
@@ -116,7 +112,7 @@ class Placer:
             list(a.replicas),
             list(a.lrs),
             partition.high_watermark,
-            now_ms(),
+            clock.monotonic_ms(),
             lag_max_ms=self.settings.replica_lag_max_ms,
         )
         partition.advance_high_watermark()

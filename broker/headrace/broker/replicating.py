@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 
+from headrace import clock
 from headrace.aio import cancel_and_wait
 from headrace.broker.ports import LiveReplicasChanged, Publish, ReplicationHost
 from headrace.broker.topics import Partition, Role
@@ -36,10 +36,6 @@ from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 
 log = logging.getLogger(__name__)
-
-
-def now_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
 
 
 # --------------------------------------------------------------------------- follower side
@@ -237,7 +233,7 @@ class Replication:
     def serve_fetch(self, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk:
         """Answer one replica fetch without waiting (the caller long-polls if it is empty)."""
         out = rp.ReplicaFetchOk()
-        now = now_ms()
+        now = clock.monotonic_ms()
         for pos in request.positions:
             entry = rp.FetchedPartition(pos.topic, pos.partition)
             out.partitions.append(entry)
@@ -331,7 +327,7 @@ class Replication:
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(0.25)
-            now = now_ms()
+            now = clock.monotonic_ms()
             for p in self.broker.registry.all_partitions():
                 if p.role is Role.LEADER and p.replica_set is not None:
                     removed = p.replica_set.tick(p.log.next_offset, now)

@@ -43,11 +43,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from headrace import clock
 from headrace.aio import cancel_and_wait
 from headrace.broker.ports import PartitionReopened, Publish, TieringHost
 from headrace.broker.topics import Partition, Role, TierConfig, write_placement
 from headrace.errors import HeadraceError, OffsetOutOfRange, StorageError
-from headrace.objectstore.interface import ObjectNotFound, ObjectStore
+from headrace.objectstore.errors import ObjectNotFound
+from headrace.objectstore.interface import ObjectStore
 from headrace.protocol.coordination import SealReport
 from headrace.records import batch as rb
 from headrace.tiered.layout import MANIFEST_NAME, partition_prefix
@@ -62,14 +64,6 @@ CURSORS_NAME = "cursors.json"
 #: while sealing, keep uploading with appends open until less than this is pending
 SEAL_FENCE_BYTES = 4 * 1024 * 1024
 TICK_S = 0.1
-
-
-def monotonic_ms() -> int:
-    return time.monotonic_ns() // 1_000_000
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 class SealStage(enum.Enum):
@@ -217,7 +211,7 @@ class Tiering:
             # Roles are unknown until the controller's first push: a copy of an older
             # incarnation must not upload its leftovers as if it still led.
             return
-        now = monotonic_ms()
+        now = clock.monotonic_ms()
         for p in self.broker.registry.all_partitions():
             state = self.attach(p)
             if state is None or p.role is not Role.LEADER or state.reopening is not None:
@@ -316,14 +310,14 @@ class Tiering:
                 await self._load_checkpoint(p, state)
             await self._upload_until(p, state, end)
             await self._upload_cursors(p, state)
-            state.last_upload_ms = monotonic_ms()
+            state.last_upload_ms = clock.monotonic_ms()
             state.errors = 0
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             state.errors += 1
             self.metrics.tier_upload_errors.inc()
-            state.last_upload_ms = monotonic_ms()  # back off, not retry every tick
+            state.last_upload_ms = clock.monotonic_ms()  # back off, not retry every tick
             expected = isinstance(exc, HeadraceError | OSError)
             log.warning(
                 "upload of %s failed (%d in a row): %s",
@@ -537,7 +531,7 @@ class Tiering:
             last_committed_offset=last,
             broker=self.broker.settings.broker_id,
             epoch=epoch,
-            time_ms=wall_ms(),
+            time_ms=clock.wall_ms(),
             moves=moves + 1,  # the incarnation it hands over to
             cursors=p.cursors.all(),
             producers=p.log.producers.snapshot(),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from headrace import files
+from headrace import clock, files
 from headrace.errors import (
     InvalidTopicSpec,
     StorageError,
@@ -468,9 +468,7 @@ class TopicRegistry:
         if topic is None:
             directory = self._root / key
             directory.mkdir(parents=True, exist_ok=True)
-            topic = Topic(
-                key, directory, partition_count, version, dict(config), time.time_ns() // 1_000_000
-            )
+            topic = Topic(key, directory, partition_count, version, dict(config), clock.wall_ms())
             self.topics[key] = topic
         elif (topic.partition_count, topic.partitioning_version, topic.config) == (
             partition_count,
@@ -508,7 +506,7 @@ class TopicRegistry:
         if directory.exists():
             shutil.rmtree(directory)
         directory.mkdir(parents=True)
-        topic = Topic(key, directory, partitions, 1, config, time.time_ns() // 1_000_000)
+        topic = Topic(key, directory, partitions, 1, config, clock.wall_ms())
         self._open_partitions(topic)
         files.write_json_atomic(directory / TOPIC_FILE, topic.to_json(), sort_keys=True)
         files.fsync_directory(directory.parent)

@@ -25,6 +25,7 @@ from headrace.aio import cancel_and_wait
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ConnectOptions, RedirectReceived
 from headrace.client.routing import canonical, partition_for_key
+from headrace.clock import wall_ms
 from headrace.errors import (
     BatchTooLarge,
     ConnectionClosed,
@@ -39,11 +40,6 @@ from headrace.records import batch as rb
 log = logging.getLogger(__name__)
 
 _SEQ_MOD = 1 << 32
-
-
-def wall_ms() -> int:
-    """The producer's default clock: milliseconds since the epoch (record timestamps)."""
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True, slots=True)

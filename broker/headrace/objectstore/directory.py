@@ -25,14 +25,15 @@ from pathlib import Path
 from typing import BinaryIO
 
 from headrace.files import atomic_writer, fsync_directory
-from headrace.objectstore import interface
-from headrace.objectstore.interface import (
+from headrace.objectstore import interface, keys
+from headrace.objectstore.errors import (
     InvalidObjectKey,
-    ObjectInfo,
     ObjectNotFound,
-    ObjectStore,
     ObjectStoreError,
+    ObjectStoreRejected,
+    ObjectStoreUnavailable,
 )
+from headrace.objectstore.interface import ObjectInfo, ObjectStore
 
 #: Bytes copied per read/write when streaming.
 CHUNK = 1 << 20
@@ -50,7 +51,7 @@ class DirectoryStore(ObjectStore):
             raise _translate(exc, str(root)) from exc
 
     def _path(self, key: str) -> Path:
-        return self.root.joinpath(*interface.validate_key(key).split("/"))
+        return self.root.joinpath(*keys.validate_key(key).split("/"))
 
     # --- writing ---
 
@@ -68,9 +69,7 @@ class DirectoryStore(ObjectStore):
                 if left is not None:
                     left -= len(chunk)
             if left:
-                raise interface.ObjectStoreRejected(
-                    f"stream for {key!r} ended {left} bytes short of {size}"
-                )
+                raise ObjectStoreRejected(f"stream for {key!r} ended {left} bytes short of {size}")
 
         self._write(key, copy)
 
@@ -153,7 +152,7 @@ class DirectoryStore(ObjectStore):
         return ObjectInfo(key, st.st_size)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        interface.validate_prefix(prefix)
+        keys.validate_prefix(prefix)
         # Start at the deepest directory the prefix names whole; filter the rest.
         base = prefix.rpartition("/")[0]
         start = self.root.joinpath(*base.split("/")) if base else self.root
@@ -192,5 +191,5 @@ def _translate(exc: OSError, key: str) -> ObjectStoreError:
     if isinstance(exc, FileNotFoundError | IsADirectoryError | NotADirectoryError):
         return ObjectNotFound(key)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO):
-        return interface.ObjectStoreUnavailable(f"{key!r}: {exc}")
+        return ObjectStoreUnavailable(f"{key!r}: {exc}")
     return ObjectStoreError(f"{key!r}: {exc}")

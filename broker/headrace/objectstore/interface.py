@@ -1,10 +1,11 @@
-"""The object store contract: what every adapter promises, and its errors.
+"""The object store contract: what every adapter promises.
 
 No I/O of its own (only ``put_file`` reads the local file it is given). The
 adapters (``directory``, ``minio_store``) implement ``ObjectStore``; callers
 that want retries wrap one in ``retrying.RetryingStore``. The errors
-(``errors``) and the key rule (``keys``) are pure modules of their own,
-re-exported here.
+(``objectstore.errors``) and the key rule (``objectstore.keys``) are pure
+modules of their own (a pure core such as the tier layout needs them without a
+store); import them from there.
 
 Contract, for every implementation:
 
@@ -36,35 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-# The errors and the key rule are pure modules of their own (a pure core such as the
-# tier layout needs them without a store); adapters take the whole contract from here.
-from headrace.objectstore.errors import (
-    ERROR_CLASSES,
-    InvalidObjectKey,
-    ObjectNotFound,
-    ObjectStoreAccessDenied,
-    ObjectStoreError,
-    ObjectStoreRejected,
-    ObjectStoreUnavailable,
-)
-from headrace.objectstore.keys import MAX_KEY_BYTES, validate_key, validate_prefix
-
-__all__ = [
-    "ERROR_CLASSES",
-    "MAX_KEY_BYTES",
-    "InvalidObjectKey",
-    "ObjectInfo",
-    "ObjectNotFound",
-    "ObjectStore",
-    "ObjectStoreAccessDenied",
-    "ObjectStoreError",
-    "ObjectStoreRejected",
-    "ObjectStoreUnavailable",
-    "check_range",
-    "validate_key",
-    "validate_prefix",
-]
-
+from headrace.objectstore.errors import ObjectNotFound
 
 # --- the interface ---
 

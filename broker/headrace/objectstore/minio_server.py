@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
-from headrace.objectstore.interface import ObjectStoreUnavailable
+from headrace.objectstore.errors import ObjectStoreUnavailable
 from headrace.objectstore.minio_store import MinioSettings, MinioStore
 
 

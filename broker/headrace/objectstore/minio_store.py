@@ -19,16 +19,15 @@ import minio
 import minio.error
 import urllib3
 
-from headrace.objectstore import interface
-from headrace.objectstore.interface import (
-    ObjectInfo,
+from headrace.objectstore import interface, keys
+from headrace.objectstore.errors import (
     ObjectNotFound,
-    ObjectStore,
     ObjectStoreAccessDenied,
     ObjectStoreError,
     ObjectStoreRejected,
     ObjectStoreUnavailable,
 )
+from headrace.objectstore.interface import ObjectInfo, ObjectStore
 
 T = TypeVar("T")
 
@@ -127,11 +126,11 @@ class MinioStore(ObjectStore):
     # --- writing ---
 
     def put(self, key: str, data: bytes) -> None:
-        interface.validate_key(key)
+        keys.validate_key(key)
         self._call(key, lambda: self.client.put_object(self.bucket, key, BytesIO(data), len(data)))
 
     def put_stream(self, key: str, stream: BinaryIO, size: int | None = None) -> None:
-        interface.validate_key(key)
+        keys.validate_key(key)
         s = self.settings
         self._call(
             key,
@@ -146,17 +145,17 @@ class MinioStore(ObjectStore):
         )
 
     def delete(self, key: str) -> None:
-        interface.validate_key(key)
+        keys.validate_key(key)
         self._call(key, lambda: self.client.remove_object(self.bucket, key))
 
     # --- reading ---
 
     def get(self, key: str) -> bytes:
-        interface.validate_key(key)
+        keys.validate_key(key)
         return self._call(key, lambda: self._read(key, 0, 0))
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        interface.validate_key(key)
+        keys.validate_key(key)
         interface.check_range(start, length)
         if length == 0:  # the client reads 0 as "to the end"
             self.stat(key)
@@ -181,12 +180,12 @@ class MinioStore(ObjectStore):
             response.release_conn()
 
     def stat(self, key: str) -> ObjectInfo:
-        interface.validate_key(key)
+        keys.validate_key(key)
         obj = self._call(key, lambda: self.client.stat_object(self.bucket, key))
         return ObjectInfo(key, obj.size or 0)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        interface.validate_prefix(prefix)
+        keys.validate_prefix(prefix)
         it = self._call(
             prefix,
             lambda: iter(

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from headrace.objectstore import interface
-from headrace.objectstore.interface import ObjectInfo, ObjectStore, ObjectStoreError
+from headrace.objectstore import keys
+from headrace.objectstore.errors import ObjectStoreError
+from headrace.objectstore.interface import ObjectInfo, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -150,7 +151,7 @@ class RetryingStore(ObjectStore):
         self.retrier.call("delete", lambda: self.inner.delete(key))
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
-        interface.validate_prefix(prefix)
+        keys.validate_prefix(prefix)
         last: str | None = None
         listing: list[Iterator[ObjectInfo]] = []  # the open listing, if any
 

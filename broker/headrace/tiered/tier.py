@@ -33,7 +33,8 @@ from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolEx
 from dataclasses import dataclass
 
 from headrace.errors import CorruptBatch, CorruptSegmentObject, HeadraceError, OffsetOutOfRange
-from headrace.objectstore.interface import ObjectNotFound, ObjectStore, ObjectStoreError
+from headrace.objectstore.errors import ObjectNotFound, ObjectStoreError
+from headrace.objectstore.interface import ObjectStore
 from headrace.records import batch as rb
 from headrace.tiered import index, layout
 from headrace.tiered.manifest import (

@@ -231,7 +231,7 @@ def minio_binary() -> Path:
 
 def start_minio(directory: Path, timeout: float = 60.0) -> dict[str, Any]:
     """Start MinIO detached, wait until it serves, create the bucket; its record for local.json."""
-    from headrace.objectstore.interface import ObjectStoreError
+    from headrace.objectstore.errors import ObjectStoreError
     from headrace.objectstore.minio_server import free_port
     from headrace.objectstore.minio_store import MinioSettings, MinioStore
 
@@ -292,7 +292,7 @@ def start_minio(directory: Path, timeout: float = 60.0) -> dict[str, Any]:
                 store.ensure_bucket()
                 return record
             except ObjectStoreError as exc:
-                if not _alive(pid):
+                if not alive(pid):
                     raise click.ClickException(
                         f"MinIO exited during start-up; see {log_path}"
                     ) from exc
@@ -362,7 +362,8 @@ def _wait_http(url: str, timeout: float, what: str) -> None:
     raise click.ClickException(f"{what} did not become ready in {timeout:.0f}s ({url})")
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is ours to signal (not a reused id of another user's)."""
     try:
         os.kill(pid, 0)
     except OSError:
@@ -414,7 +415,7 @@ def local_up(
     state_file = directory / STATE_FILE
     if state_file.exists():
         existing = json.loads(state_file.read_text())
-        if any(_alive(pid) for pid in _pids(existing)):
+        if any(alive(pid) for pid in _pids(existing)):
             raise click.ClickException(
                 f"a local cluster is already running from {directory}; `headrace local down` first"
             )
@@ -510,10 +511,10 @@ def _stop(pids: list[int], grace: float = 20.0) -> None:
         except OSError:
             pass
     deadline = time.monotonic() + grace
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in pids:
-        if _alive(pid):
+        if alive(pid):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except OSError:

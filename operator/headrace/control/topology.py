@@ -19,15 +19,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from headrace.control.model import ClusterState
-from headrace.protocol.coordination import (
-    NO_OWNER,
-    ClusterTopology,
-    PartitionPlacement,
-    TopicPlacement,
-)
+from headrace.protocol.coordination import ClusterTopology, PartitionPlacement, TopicPlacement
 from headrace.protocol.messages import TopologySnapshot
-
-__all__ = ["NO_OWNER", "cluster_topology", "snapshot"]
 
 
 def cluster_topology(

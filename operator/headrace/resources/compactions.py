@@ -2,9 +2,9 @@
 
 Pure data. A run is a Spark job that merges a topic's small segments (and, for
 ``cleanupPolicy: compact`` topics, keeps the last record per key), preserving
-offsets, then optionally verifies every partition (DESIGN.md section 7). The
-operator launches a Compaction as a Kubernetes Job and a CompactionSchedule as
-a CronJob; the schedule fields mean what they mean on a CronJob.
+offsets, then optionally verifies every partition. The operator launches a
+Compaction as a Kubernetes Job and a CompactionSchedule as a CronJob; the
+schedule fields mean what they mean on a CronJob.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Topic: the desired partitions and settings of one topic, and where they live.
 
 Pure data. The status holds the operator's durable decisions about the topic
-(DESIGN.md section 4): the partitioning version publishes are fenced on, each
-partition's assignment and leader epoch, the transition markers of a
-repartition or an unload in progress, elections in flight and cohort plans.
+(``docs/architecture.md`` section 3, invariants 8 and 9): the partitioning
+version publishes are fenced on, each partition's assignment and leader epoch,
+the transition markers of a repartition or an unload in progress, elections in
+flight and cohort plans.
 Every field the control core persists is declared here, so the API server's
 structural pruning keeps all of it (``docs/decisions.md``).
 """

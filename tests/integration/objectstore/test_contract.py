@@ -10,13 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from headrace.objectstore.interface import (
-    InvalidObjectKey,
-    ObjectInfo,
-    ObjectNotFound,
-    ObjectStore,
-    ObjectStoreError,
-)
+from headrace.objectstore.errors import InvalidObjectKey, ObjectNotFound, ObjectStoreError
+from headrace.objectstore.interface import ObjectInfo, ObjectStore
 
 SEG = "c1/ns/orders/3/00000000000000000000-00000000000000000099.seg"
 

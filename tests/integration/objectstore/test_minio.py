@@ -11,8 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from headrace.objectstore import directory, interface, minio_server, minio_store, retrying
-from headrace.objectstore.interface import ObjectStore, ObjectStoreUnavailable
+from headrace.objectstore import directory, minio_server, minio_store, retrying
+from headrace.objectstore.errors import (
+    ObjectStoreAccessDenied,
+    ObjectStoreRejected,
+    ObjectStoreUnavailable,
+)
+from headrace.objectstore.interface import ObjectStore
 from tests.integration.objectstore.servers import minio_binary, new_bucket
 
 MIB = 1 << 20
@@ -146,7 +151,7 @@ def test_retrying_store_rides_out_a_restart(private_minio: minio_server.MinioSer
 
 def test_wrong_credentials_are_access_denied(minio: minio_server.MinioServer) -> None:
     store = minio_store.MinioStore(minio.settings(new_bucket(), secret_key="not-the-secret"))
-    with pytest.raises(interface.ObjectStoreAccessDenied) as info:
+    with pytest.raises(ObjectStoreAccessDenied) as info:
         store.put("k", b"v")
     assert not info.value.retriable
 
@@ -154,7 +159,7 @@ def test_wrong_credentials_are_access_denied(minio: minio_server.MinioServer) ->
 def test_a_missing_bucket_is_rejected_unless_created(minio: minio_server.MinioServer) -> None:
     bucket = new_bucket()
     plain = minio_store.MinioStore(minio.settings(bucket, create_bucket=False))
-    with pytest.raises(interface.ObjectStoreRejected, match="NoSuchBucket"):
+    with pytest.raises(ObjectStoreRejected, match="NoSuchBucket"):
         plain.put("k", b"v")
     # two stores creating the same bucket do not trip over each other
     a = minio_store.MinioStore(minio.settings(bucket))

@@ -9,7 +9,7 @@ import pytest
 
 from headrace.errors import CorruptSegmentObject
 from headrace.objectstore import minio_server, minio_store, retrying
-from headrace.objectstore.interface import ObjectStoreUnavailable
+from headrace.objectstore.errors import ObjectStoreUnavailable
 from headrace.tiered import layout
 from headrace.tiered.tier import PartitionTier
 from tests.integration.objectstore.servers import new_bucket

@@ -32,6 +32,7 @@ from headrace.protocol.coordination import (
     SealReport,
 )
 from headrace.protocol.endpoints import BrokerEndpoint
+from tests.unit.json_edits import broken
 
 SETTINGS = settings(max_examples=100, deadline=None)
 
@@ -186,7 +187,7 @@ def test_bad_seal_reports_are_rejected(key: str, value: object, words: str) -> N
         "default/t", 0, "leader", 3, 42, 42, sealed=SealReport(41, 3, 0, True)
     ).to_json()
     with pytest.raises(InvalidRequest, match=words):
-        PartitionReport.from_json(_broken(doc, ["sealed", key], value))
+        PartitionReport.from_json(broken(doc, ["sealed", key], value))
 
 
 def test_partition_status_unload_fields_default_for_old_documents() -> None:
@@ -285,19 +286,7 @@ def test_unload_progress_shape_and_round_trip() -> None:
 def test_bad_unload_progress_is_rejected(path: list[str | int], value: object, words: str) -> None:
     doc = UnloadProgress("a/b", moves=(MoveProgress(0),)).to_json()
     with pytest.raises(InvalidRequest, match=words):
-        UnloadProgress.from_json(_broken(doc, path, value))
-
-
-def _broken(doc: dict[str, Any], path: list[str | int], value: object) -> dict[str, Any]:
-    doc = json.loads(json.dumps(doc))
-    target: Any = doc
-    for step in path[:-1]:
-        target = target[step]
-    if value is KeyError:
-        del target[path[-1]]
-    else:
-        target[path[-1]] = value
-    return doc
+        UnloadProgress.from_json(broken(doc, path, value))
 
 
 @pytest.mark.parametrize(
@@ -319,7 +308,7 @@ def test_bad_cluster_documents_are_rejected(
     path: list[str | int], value: object, words: str
 ) -> None:
     with pytest.raises(InvalidRequest, match=words):
-        ClusterState.from_json(_broken(cluster().to_json(), path, value))
+        ClusterState.from_json(broken(cluster().to_json(), path, value))
 
 
 @pytest.mark.parametrize(
@@ -340,7 +329,7 @@ def test_bad_heartbeats_are_rejected(path: list[str | int], value: object, words
         cohorts=(CohortReport("default/t", "c", ("m1",)),),
     ).to_json()
     with pytest.raises(InvalidRequest, match=words):
-        Heartbeat.from_json(_broken(doc, path, value), received_ms=0)
+        Heartbeat.from_json(broken(doc, path, value), received_ms=0)
 
 
 def test_a_document_that_is_not_an_object_is_rejected() -> None:

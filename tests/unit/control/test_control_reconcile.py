@@ -19,8 +19,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from headrace.control import reconcile as rc
 from headrace.control.model import ClusterState, PartitionState, PartitionStatus, TopicSpec
 from headrace.control.settings import ControlSettings
-from headrace.control.topology import NO_OWNER, cluster_topology, snapshot
-from headrace.protocol.coordination import ClusterTopology
+from headrace.control.topology import cluster_topology, snapshot
+from headrace.protocol.coordination import NO_OWNER, ClusterTopology
 from headrace.protocol.endpoints import BrokerEndpoint
 
 ONLINE, ELECTING, OFFLINE = PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE

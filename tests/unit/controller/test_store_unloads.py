@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.control import documents as store
+from headrace.control import documents
 from headrace.control.looping import ControlLoop
 from headrace.control.model import (
     MovePhase,
@@ -30,7 +30,7 @@ def document(progress: UnloadProgress) -> dict[str, Any]:
         "kind": "Unload",
         "metadata": {"name": "move", "namespace": "default", "generation": 1},
         "spec": {"topicRef": {"name": "orders"}, "partitions": [0, 1], "targetBroker": 2},
-        "status": store.unload_status(progress, 1, None, NOW),
+        "status": documents.unload_status(progress, 1, None, NOW),
     }
 
 
@@ -107,41 +107,41 @@ def test_the_status_has_the_unload_status_shape_and_validates() -> None:
 
 def test_status_and_progress_round_trip_exactly() -> None:
     doc = document(RICH)
-    assert store.progress_of("default/move", doc["status"]) == RICH
+    assert documents.progress_of("default/move", doc["status"]) == RICH
 
 
 def test_ready_keeps_its_transition_time_while_its_status_holds() -> None:
-    first = store.unload_status(RICH, 1, None, NOW)["conditions"][0]
-    later = store.unload_status(RICH, 1, first, "2030-01-01T00:00:00Z")["conditions"][0]
+    first = documents.unload_status(RICH, 1, None, NOW)["conditions"][0]
+    later = documents.unload_status(RICH, 1, first, "2030-01-01T00:00:00Z")["conditions"][0]
     assert later["lastTransitionTime"] == NOW
     done = UnloadProgress("default/move", UnloadPhase.COMPLETED, completed_ms=5)
-    flipped = store.unload_status(done, 1, first, "2030-01-01T00:00:00Z")["conditions"][0]
+    flipped = documents.unload_status(done, 1, first, "2030-01-01T00:00:00Z")["conditions"][0]
     assert (flipped["status"], flipped["lastTransitionTime"]) == ("True", "2030-01-01T00:00:00Z")
 
 
 @settings(max_examples=200, deadline=None)
 @given(st.integers(0, 253_402_300_799_999))  # through 9999-12-31
 def test_millisecond_times_round_trip(ms: int) -> None:
-    text = store.rfc3339(ms)
+    text = documents.rfc3339(ms)
     assert text.endswith("Z")
-    assert store.epoch_ms(text) == ms
+    assert documents.epoch_ms(text) == ms
 
 
 def test_times_without_an_offset_are_refused() -> None:
     with pytest.raises(InvalidRequest, match="no UTC offset"):
-        store.epoch_ms("2026-01-02T03:04:05")
+        documents.epoch_ms("2026-01-02T03:04:05")
     with pytest.raises(InvalidRequest, match="not an RFC 3339 time"):
-        store.epoch_ms("yesterday")
+        documents.epoch_ms("yesterday")
 
 
 def test_an_unreadable_status_is_a_clear_error() -> None:
     with pytest.raises(InvalidRequest, match="unload default/x: unreadable status"):
-        store.progress_of("default/x", {"phase": "Dancing"})
+        documents.progress_of("default/x", {"phase": "Dancing"})
 
 
 def test_the_request_of_a_document() -> None:
     doc = document(RICH)
-    request = store.unload_request(doc)
+    request = documents.unload_request(doc)
     assert (request.name, request.topic, request.partitions, request.target) == (
         "default/move",
         "default/orders",
@@ -150,7 +150,7 @@ def test_the_request_of_a_document() -> None:
     )
     assert not request.cancelled
     doc["metadata"]["deletionTimestamp"] = NOW
-    assert store.unload_request(doc).cancelled
+    assert documents.unload_request(doc).cancelled
 
 
 class _NoFleet:
@@ -176,9 +176,9 @@ async def test_saved_documents_are_loaded_back(tmp_path: Any) -> None:
     FileStore(tmp_path).put("unloads", resource)
     s = loop_over(tmp_path)
     s.progress["default/move"] = RICH
-    await s.save_unloads(store.epoch_ms(NOW))
+    await s.save_unloads(documents.epoch_ms(NOW))
     written = (tmp_path / "unloads" / "default.move.json").stat().st_mtime_ns
-    await s.save_unloads(store.epoch_ms("2031-01-01T00:00:00Z"))
+    await s.save_unloads(documents.epoch_ms("2031-01-01T00:00:00Z"))
     assert (tmp_path / "unloads" / "default.move.json").stat().st_mtime_ns == written, (
         "an unchanged document is not rewritten"
     )

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from headrace.objectstore import directory, interface
-from headrace.objectstore.interface import InvalidObjectKey, ObjectInfo, ObjectNotFound
+from headrace.objectstore import directory, keys
+from headrace.objectstore.errors import InvalidObjectKey, ObjectNotFound, ObjectStoreRejected
+from headrace.objectstore.interface import ObjectInfo
 
 
 @pytest.fixture
@@ -136,10 +137,10 @@ def test_valid_keys() -> None:
         "ü/日本",
         "a b/c=d+e",
     ]:
-        assert interface.validate_key(key) == key
+        assert keys.validate_key(key) == key
     with pytest.raises(InvalidObjectKey):
-        interface.validate_prefix("a//")
-    assert interface.validate_prefix("a/") == "a/"
+        keys.validate_prefix("a//")
+    assert keys.validate_prefix("a/") == "a/"
 
 
 def test_file_and_directory_cannot_share_a_key(store: directory.DirectoryStore) -> None:
@@ -168,7 +169,7 @@ def test_put_stream_and_file(store: directory.DirectoryStore, tmp_path: Path) ->
 
 def test_short_stream_leaves_nothing(store: directory.DirectoryStore) -> None:
     store.put("s/k", b"old")
-    with pytest.raises(interface.ObjectStoreRejected, match="short"):
+    with pytest.raises(ObjectStoreRejected, match="short"):
         store.put_stream("s/k", io.BytesIO(b"abc"), 10)
     assert store.get("s/k") == b"old"
     assert sorted(p.name for p in (store.root / "s").iterdir()) == ["k"]

@@ -7,24 +7,25 @@ from pathlib import Path
 
 from headrace import errors
 from headrace.objectstore import interface
+from headrace.objectstore.errors import ERROR_CLASSES
 
 PACKAGE = Path(interface.__file__).parent
 
 
 def test_error_codes_are_unique_in_70_to_79_and_clash_with_no_wire_code() -> None:
-    codes = [cls.CODE for cls in interface.ERROR_CLASSES]
+    codes = [cls.CODE for cls in ERROR_CLASSES]
     assert len(set(codes)) == len(codes)
     assert all(70 <= c <= 79 for c in codes)
-    assert all("CODE" in vars(cls) for cls in interface.ERROR_CLASSES)
+    assert all("CODE" in vars(cls) for cls in ERROR_CLASSES)
     wire = errors.all_error_classes()
     assert not set(codes) & set(wire)
     assert len(wire) == len({cls.CODE for cls in wire.values()})
 
 
 def test_every_store_error_is_a_headrace_error_and_only_not_found_like_ones_are_final() -> None:
-    for cls in interface.ERROR_CLASSES:
+    for cls in ERROR_CLASSES:
         assert issubclass(cls, errors.HeadraceError)
-    retriable = {cls.__name__ for cls in interface.ERROR_CLASSES if cls.retriable}
+    retriable = {cls.__name__ for cls in ERROR_CLASSES if cls.retriable}
     assert retriable == {"ObjectStoreError", "ObjectStoreUnavailable"}
 
 

@@ -6,7 +6,7 @@ import pytest
 import urllib3
 from minio.error import S3Error, ServerError
 
-from headrace.objectstore import interface, minio_store
+from headrace.objectstore import errors, minio_store
 
 
 def s3_error(code: str, status: int) -> S3Error:
@@ -17,27 +17,27 @@ def s3_error(code: str, status: int) -> S3Error:
 @pytest.mark.parametrize(
     ("exc", "expected"),
     [
-        (s3_error("NoSuchKey", 404), interface.ObjectNotFound),
-        (s3_error("AccessDenied", 403), interface.ObjectStoreAccessDenied),
-        (s3_error("SignatureDoesNotMatch", 403), interface.ObjectStoreAccessDenied),
-        (s3_error("SlowDown", 503), interface.ObjectStoreUnavailable),
-        (s3_error("XMinioStorageFull", 507), interface.ObjectStoreUnavailable),
-        (s3_error("NoSuchBucket", 404), interface.ObjectStoreRejected),
-        (s3_error("EntityTooLarge", 400), interface.ObjectStoreRejected),
-        (ServerError("bad gateway", 502), interface.ObjectStoreUnavailable),
-        (urllib3.exceptions.NewConnectionError(None, "refused"), interface.ObjectStoreUnavailable),  # type: ignore[arg-type]
-        (urllib3.exceptions.ProtocolError("reset"), interface.ObjectStoreUnavailable),
-        (ConnectionResetError(), interface.ObjectStoreUnavailable),
+        (s3_error("NoSuchKey", 404), errors.ObjectNotFound),
+        (s3_error("AccessDenied", 403), errors.ObjectStoreAccessDenied),
+        (s3_error("SignatureDoesNotMatch", 403), errors.ObjectStoreAccessDenied),
+        (s3_error("SlowDown", 503), errors.ObjectStoreUnavailable),
+        (s3_error("XMinioStorageFull", 507), errors.ObjectStoreUnavailable),
+        (s3_error("NoSuchBucket", 404), errors.ObjectStoreRejected),
+        (s3_error("EntityTooLarge", 400), errors.ObjectStoreRejected),
+        (ServerError("bad gateway", 502), errors.ObjectStoreUnavailable),
+        (urllib3.exceptions.NewConnectionError(None, "refused"), errors.ObjectStoreUnavailable),  # type: ignore[arg-type]
+        (urllib3.exceptions.ProtocolError("reset"), errors.ObjectStoreUnavailable),
+        (ConnectionResetError(), errors.ObjectStoreUnavailable),
         (
             OSError("stream having not enough data;expected: 10, got: 3 bytes"),
-            interface.ObjectStoreRejected,
+            errors.ObjectStoreRejected,
         ),
-        (ValueError("invalid bucket name x"), interface.ObjectStoreRejected),
-        (RuntimeError("?"), interface.ObjectStoreError),
+        (ValueError("invalid bucket name x"), errors.ObjectStoreRejected),
+        (RuntimeError("?"), errors.ObjectStoreError),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, BaseException) else v.__name__,
 )
-def test_translation(exc: BaseException, expected: type[interface.ObjectStoreError]) -> None:
+def test_translation(exc: BaseException, expected: type[errors.ObjectStoreError]) -> None:
     err = minio_store.translate(exc, "k")
     assert type(err) is expected
     assert err.retriable == expected.retriable

@@ -8,13 +8,9 @@ from typing import BinaryIO
 
 import pytest
 
-from headrace.objectstore import interface, retrying
-from headrace.objectstore.interface import (
-    ObjectInfo,
-    ObjectNotFound,
-    ObjectStore,
-    ObjectStoreUnavailable,
-)
+from headrace.objectstore import errors, retrying
+from headrace.objectstore.errors import ObjectNotFound, ObjectStoreUnavailable
+from headrace.objectstore.interface import ObjectInfo, ObjectStore
 
 
 class FakeTime:
@@ -81,9 +77,9 @@ def test_jittered_delays_use_the_random_source() -> None:
     "error",
     [
         ObjectNotFound("k"),
-        interface.InvalidObjectKey("k"),
-        interface.ObjectStoreAccessDenied("k"),
-        interface.ObjectStoreRejected("k"),
+        errors.InvalidObjectKey("k"),
+        errors.ObjectStoreAccessDenied("k"),
+        errors.ObjectStoreRejected("k"),
     ],
 )
 def test_errors_that_are_not_retriable_surface_at_once(error: Exception) -> None:

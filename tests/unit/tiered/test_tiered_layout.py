@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from headrace.objectstore.interface import InvalidObjectKey
+from headrace.objectstore.errors import InvalidObjectKey
 from headrace.tiered import layout
 
 offsets = st.integers(0, 2**64 - 1)

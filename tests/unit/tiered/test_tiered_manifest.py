@@ -372,7 +372,7 @@ def test_covering_checkpoint_and_gaps_match_a_brute_force_reference(
 
 def test_tiered_error_codes_are_their_own() -> None:
     from headrace import errors
-    from headrace.objectstore import interface
+    from headrace.objectstore.errors import ERROR_CLASSES
     from headrace.tiered.tier import ManifestConflict
 
     tiered = [InvalidManifest, FencedUploader, ManifestConflict]
@@ -380,6 +380,6 @@ def test_tiered_error_codes_are_their_own() -> None:
     assert all("CODE" in vars(cls) for cls in tiered)
     assert len(set(codes)) == len(codes) and all(80 <= c <= 89 for c in codes)
     assert not set(codes) & set(errors.all_error_classes())
-    assert not set(codes) & {cls.CODE for cls in interface.ERROR_CLASSES}
+    assert not set(codes) & {cls.CODE for cls in ERROR_CLASSES}
     assert errors.CorruptSegmentObject.CODE == 34
     assert errors.error_for_code(34, "x").__class__ is errors.CorruptSegmentObject
