@@ -31,25 +31,40 @@ Modules
 
 The controller loop
 -------------------
-``looping.ControlLoop`` runs it (persisting as ``documents`` describes)::
+``looping.ControlLoop`` runs it (the ports are ``store``, ``fleet`` and
+``clock``; persistence as ``documents`` describes)::
 
-    state = ClusterState.from_json(stored) if stored else ClusterState()
-    since = now_ms()                                  # when this process started polling
+    stored = store.load()                             # Topic and Unload resources, cluster doc
+    restored = documents.restore(stored.cluster, {name: topic's status})
+    state = restored.state
+    floor = restored.highest + 1 if restored.torn else None   # commit above it before a push
+    since = clock.now_ms()                            # when this process started polling
     latest: dict[int, Heartbeat] = {}
-    every poll interval (1 s):
-        for each broker endpoint that answered:
-            latest[hb.broker_id] = Heartbeat.from_json(doc, received_ms=now_ms())
-        decision = reconcile(state, specs, latest, now_ms(), settings,
+    every poll interval (1 s; 100 ms while an unload or a seal is in flight):
+        for broker_id, report in fleet.poll():        # None: gone (drop its heartbeat)
+            latest[broker_id] = report.heartbeat      # received_ms from the clock
+        specs = [spec_of(topic) for each Topic]       # one that fails: that Topic's InvalidSpec
+        decision = reconcile(state, specs, latest, clock.now_ms(), settings,
                              observing_since_ms=since,
                              unload_requests=unloads, unload_progress=progress)
-        if decision.changed:                          # generation is one higher
-            persist(decision.state.to_json())
+        if floor and decision.state.generation < floor:
+            raise decision.state.generation to floor  # never reuse a stamped generation
+        if decision.changed or the problems changed or a Topic's generation is unobserved:
+            for each Topic whose status changed:      # stamped topologyGeneration
+                store.write_topic_status(name, documents.topic_status(...))
+            store.write_cluster_status(documents.cluster_status(decision.state,
+                                                                decision.liveness))  # last
+            floor = None                              # a failed write sets it to generation + 1
+            state = decision.state
+        else if liveness changed:
+            store.write_cluster_status(documents.with_liveness(record, decision.liveness))
         if decision.unloads_changed:                  # after the state: see unloads
-            persist each decision.unloads[name].to_json()
-        if decision.changed: push it to every broker
-        state, progress = decision.state, decision.unloads
-        publish decision.problems as Ready conditions, decision.events as Events,
-        decision.liveness / decision.adoption_floor as observed (non-durable) status
+            progress = decision.unloads
+            store.write_unload_status(name, documents.unload_status(...)) for each changed
+        release deleted Unloads whose moves have finished
+        for each live broker whose heartbeat shows a generation below state.generation:
+            fleet.push(broker_id, topology.cluster_topology(state, ...).to_json())
+        log decision.events; decision.problems become the Topics' Ready conditions
 
 What brokers must do with the pushed state
 ------------------------------------------

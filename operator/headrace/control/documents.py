@@ -24,7 +24,11 @@ cluster document, and no store writes them atomically together (Kubernetes
 patches one object at a time). So every Topic status carries the topology
 generation it was written for (``topologyGeneration``), the Topic statuses
 are written first and the cluster document last, as the commit record: its
-``generation`` and ``topics`` (the names it covers). ``restore`` finds a
+``topologyGeneration`` and ``topics`` (the names it covers). The cluster
+document is the BrokerCluster status, whole (``cluster_status``): the same
+document the local controller keeps as ``cluster.json`` and the operator as
+the BrokerCluster's status; its brokers' ``live``/``draining`` are
+observations, refreshed between commits without touching the record. ``restore`` finds a
 write that stopped part-way (a status stamped above the cluster document, or
 a committed topic whose status is gone, or one the record does not cover)
 and says so (``Restored.torn``): the state it returns may then hold content
@@ -44,6 +48,7 @@ from typing import Any, Final
 
 import pydantic
 
+from headrace.control.liveness import Liveness
 from headrace.control.model import (
     ClusterState,
     MovePhase,
@@ -56,7 +61,8 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.errors import InvalidRequest, InvalidTopicSpec
-from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.endpoints import UNKNOWN_PORT, BrokerEndpoint
+from headrace.resources import clusters as cluster_models
 from headrace.resources import topics as topic_models
 
 API_VERSION: Final = "headrace.dev/v1alpha1"
@@ -90,7 +96,7 @@ def full_name(resource: Mapping[str, Any]) -> str:
 def spec_of(resource: Mapping[str, Any]) -> TopicSpec:
     """The core's view of a Topic document; what the spec leaves unset takes the model's default."""
     try:
-        spec = topic_models.TopicSpec.model_validate(resource["spec"])
+        spec = topic_models.TopicSpec.model_validate(resource.get("spec"))
     except pydantic.ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()
@@ -103,6 +109,19 @@ def spec_of(resource: Mapping[str, Any]) -> TopicSpec:
         spec.min_in_sync,
         spec.tiered_storage.enabled,
     )
+
+
+def holding_spec(name: str, status: TopicStatus) -> TopicSpec:
+    """A spec that keeps the placed topic ``name`` as it is, for a Topic whose spec does not
+    parse (and did not earlier in this process): its status's partition and replica counts,
+    the model's default ``minInSync`` for them, and tiering off (the status does not say
+    whether the topic is tiered, and an Unload of an untiered one would lose its records).
+    """
+    replicas = len(status.partitions[0].replicas) if status.partitions else 1
+    defaults = topic_models.TopicSpec.model_validate(
+        {"clusterRef": {"name": "unread"}, "partitions": 1, "replicas": replicas}
+    )
+    return TopicSpec(name, len(status.partitions), replicas, defaults.min_in_sync, tiered=False)
 
 
 def generation_of(resource: Mapping[str, Any]) -> int:
@@ -348,13 +367,81 @@ def status_of(name: str, status: Mapping[str, Any]) -> TopicStatus:
     return TopicStatus.from_json({**status, "name": name})
 
 
-def cluster_status(state: ClusterState) -> dict[str, Any]:
-    """The cluster document, written last: the commit record of ``state.generation``."""
-    return {
-        "generation": state.generation,
-        "brokers": [b.to_json() for _, b in sorted(state.brokers.items())],
-        "topics": sorted(state.topics),
-    }
+def cluster_status(state: ClusterState, liveness: Liveness | None = None) -> dict[str, Any]:
+    """The cluster document, written last: the commit record of ``state.generation``.
+
+    It is the BrokerCluster status (``headrace.resources.clusters.BrokerClusterStatus``),
+    built through that model so that it is one the CRD accepts: ``topologyGeneration``,
+    the committed ``topics``, and per broker what it advertised (``host``, ``port``,
+    ``adminPort``; a port nobody told the controller is left out) with ``address`` for
+    people and ``live``/``draining`` from ``liveness`` (none live when not given). No
+    ``conditions``: those belong to whoever reconciles the BrokerCluster's workload.
+    """
+    live = frozenset() if liveness is None else liveness.live
+    draining = frozenset() if liveness is None else liveness.draining
+    status = cluster_models.BrokerClusterStatus(
+        topology_generation=state.generation,
+        topics=sorted(state.topics),
+        brokers=[
+            cluster_models.BrokerStatus(
+                id=b.id,
+                address=_address(b),
+                live=b.id in live,
+                draining=b.id in draining,
+                host=b.host,
+                port=_known(b.port),
+                admin_port=_known(b.admin_port),
+            )
+            for _, b in sorted(state.brokers.items())
+        ],
+    )
+    # The conditions are not the control loop's to write (a status patch would replace them).
+    return status.model_dump(mode="json", exclude_none=True, exclude={"conditions"})
+
+
+def with_liveness(cluster: Mapping[str, Any], liveness: Liveness) -> dict[str, Any]:
+    """The cluster document with every broker's ``live``/``draining`` as ``liveness`` says.
+
+    Only those two fields change: the commit record's generation, topics and brokers stay
+    what the last commit wrote (see the crash-safety notes).
+    """
+    brokers = [
+        {**b, "live": b["id"] in liveness.live, "draining": b["id"] in liveness.draining}
+        for b in cluster.get("brokers", [])
+    ]
+    return {**cluster, "brokers": brokers}
+
+
+def _known(port: int) -> int | None:
+    return None if port == UNKNOWN_PORT else port
+
+
+def _address(broker: BrokerEndpoint) -> str:
+    if broker.port == UNKNOWN_PORT:
+        return broker.host
+    host = f"[{broker.host}]" if ":" in broker.host else broker.host
+    return f"{host}:{broker.port}"
+
+
+def _endpoint(broker: cluster_models.BrokerStatus) -> BrokerEndpoint:
+    if broker.host is None:
+        raise InvalidRequest(f"cluster document: broker {broker.id} has no host")
+    return BrokerEndpoint(
+        broker.id,
+        broker.host,
+        UNKNOWN_PORT if broker.port is None else broker.port,
+        UNKNOWN_PORT if broker.admin_port is None else broker.admin_port,
+    )
+
+
+def _cluster_of(doc: Mapping[str, Any]) -> cluster_models.BrokerClusterStatus:
+    try:
+        return cluster_models.BrokerClusterStatus.model_validate(doc)
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(map(str, e['loc'])) or 'status'}: {e['msg']}" for e in exc.errors()
+        )
+        raise InvalidRequest(f"cluster document: {problems}") from None
 
 
 def previous_ready(status: Mapping[str, Any] | None) -> dict[str, Any] | None:
@@ -379,12 +466,14 @@ def restore(
 ) -> Restored:
     """The state from the cluster document and the Topic statuses (by 'namespace/name').
 
-    A status with no partitions (a topic not placed yet) holds no state. See
+    The cluster document is read through ``BrokerClusterStatus`` (its ``live`` and
+    ``draining`` are observations, not state); one it does not validate as raises
+    ``InvalidRequest``. A status with no partitions (a topic not placed yet) holds no state. See
     the module's notes for what ``torn`` means and why.
     """
-    cluster = cluster or {}
-    generation = int(cluster.get("generation", 0))
-    brokers = {int(b["id"]): BrokerEndpoint.from_json(b) for b in cluster.get("brokers", [])}
+    record = _cluster_of(cluster or {})
+    generation = record.topology_generation or 0
+    brokers = {b.id: _endpoint(b) for b in record.brokers}
     topics = {
         name: status_of(name, status)
         for name, status in statuses.items()
@@ -398,7 +487,7 @@ def restore(
             torn = torn or stamp > generation
         elif name in topics:
             torn = True  # it holds state, but not which generation it was written for
-    committed = cluster.get("topics")
+    committed = record.topics
     # No commit record (none written yet, or a store older than it): trust only an empty state.
     torn = torn or (bool(topics) if committed is None else set(committed) != set(topics))
     return Restored(ClusterState(generation, brokers, topics), torn, highest)

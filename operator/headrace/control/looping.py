@@ -31,7 +31,9 @@ the same way: the next one goes above the generation it tried.
 A Topic's status says which spec it reflects: ``observedGeneration`` (in
 the status and in its Ready condition) is the ``metadata.generation`` the
 reconcile step ran with, so a step that ran with a spec whose generation no
-status has observed yet persists even when nothing else changed.
+status has observed yet persists even when nothing else changed. A Topic
+whose stored spec does not parse is reported on that Topic (``InvalidSpec``)
+and never stops the step for the others (``desired``).
 
 Unloads: the progress is persisted after the cluster state and before the
 push, so a broker never acts on a decision that is not persisted, and the
@@ -55,14 +57,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from headrace.control import documents, topology
+from headrace.control.liveness import Liveness
 from headrace.control.model import (
     ClusterState,
     TopicSpec,
     UnloadProgress,
     UnloadRequest,
 )
-from headrace.control.reconcile import Decision, reconcile
+from headrace.control.reconcile import Decision, Problem, reconcile
 from headrace.control.settings import ControlSettings
+from headrace.errors import InvalidTopicSpec
 from headrace.protocol.coordination import Heartbeat
 
 log = logging.getLogger(__name__)
@@ -204,6 +208,8 @@ class ControlLoop:
         self.steps = 0
         self.generation_bumps = 0
         self.pushes = 0
+        #: the last spec of each Topic that parsed (one that stops parsing keeps it)
+        self._parsed: dict[str, TopicSpec] = {}
         #: the problems behind the Ready conditions last written (rewrite only on change)
         self._saved_problems: dict[str, tuple[str, str]] | None = None
 
@@ -211,7 +217,36 @@ class ControlLoop:
 
     @property
     def specs(self) -> list[TopicSpec]:
-        return [documents.spec_of(r) for r in self.topics.values()]
+        """The specs the step reconciles (see ``desired``)."""
+        return self.desired()[0]
+
+    def desired(self) -> tuple[list[TopicSpec], dict[str, tuple[str, str]]]:
+        """The specs to reconcile, and the Topics whose spec does not parse (reason, message).
+
+        A Topic whose stored spec does not parse (written by hand, or by an older
+        version of the models) is that Topic's problem alone (``InvalidSpec``): the
+        other topics reconcile as usual. It is not deleted for it: a placed topic keeps
+        reconciling under the last spec of it that parsed in this process, or else
+        under ``documents.holding_spec``; one not placed yet is not created.
+        """
+        specs: list[TopicSpec] = []
+        invalid: dict[str, tuple[str, str]] = {}
+        for name, resource in self.topics.items():
+            try:
+                spec = documents.spec_of(resource)
+            except InvalidTopicSpec as exc:
+                invalid[name] = ("InvalidSpec", exc.message)
+                held = self._parsed.get(name)
+                if held is None and name in self.state.topics:
+                    held = documents.holding_spec(name, self.state.topics[name])
+                if held is not None:
+                    specs.append(held)
+                continue
+            self._parsed[name] = spec
+            specs.append(spec)
+        for name in set(self._parsed) - set(self.topics):
+            del self._parsed[name]
+        return specs, invalid
 
     def unload_requests(self) -> list[UnloadRequest]:
         """The Unloads, oldest first (a partition's moves are served in this order)."""
@@ -269,9 +304,10 @@ class ControlLoop:
         # The specs this step reconciles, by the generation each was applied at: what the
         # statuses written for it have observed (an apply may land while a write awaits).
         observed = {n: documents.generation_of(r) for n, r in self.topics.items()}
+        specs, invalid = self.desired()
         decision = reconcile(
             self.state,
-            self.specs,
+            specs,
             self.heartbeats,
             now,
             self.settings.control,
@@ -286,14 +322,23 @@ class ControlLoop:
             decision = replace(
                 decision, state=replace(decision.state, generation=self._floor), changed=True
             )
+        if invalid:  # first, so that it is the reason a Topic's Ready condition gives
+            unreadable = tuple(Problem(n, *invalid[n]) for n in sorted(invalid))
+            decision = replace(decision, problems=(*unreadable, *decision.problems))
         self.last_decision = decision
         problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
         if decision.changed or problems != self._saved_problems or self.unobserved():
-            await self._commit(decision.state, problems, observed, now)
+            await self._commit(decision.state, decision.liveness, problems, observed, now)
             self._saved_problems = problems
             if decision.changed:
                 self.generation_bumps += 1
                 self.state = decision.state
+        elif self._cluster_status is not None:
+            # No commit: the record stays as written, its brokers' liveness follows the step.
+            cluster = documents.with_liveness(self._cluster_status, decision.liveness)
+            if cluster != self._cluster_status:
+                await self.store.write_cluster_status(cluster)
+                self._cluster_status = cluster
         if decision.unloads_changed or set(decision.unloads) != set(self.progress):
             # After the state (the core recognises a reassignment whose progress was lost,
             # not the other way round), before the push.
@@ -306,6 +351,7 @@ class ControlLoop:
     async def _commit(
         self,
         state: ClusterState,
+        liveness: Liveness,
         problems: Mapping[str, tuple[str, str]],
         observed: Mapping[str, int],
         now_ms: int,
@@ -331,7 +377,7 @@ class ControlLoop:
                     self._topic_status[name] = status
             for name in set(self._topic_status) - set(self.topics):
                 del self._topic_status[name]  # its resource is gone, and the status with it
-            cluster = documents.cluster_status(state)
+            cluster = documents.cluster_status(state, liveness)
             if cluster != self._cluster_status:
                 await self.store.write_cluster_status(cluster)
                 self._cluster_status = cluster

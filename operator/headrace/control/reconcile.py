@@ -94,7 +94,8 @@ class Problem:
     topic: str
     #: CamelCase: WaitingForBrokers, NotEnoughBrokers, PartitionCountChange,
     #: ReplicasChange, PartitionsOffline, BelowMinInSync, DuplicateSpec,
-    #: PartitionsMoving, UnclaimedSeal
+    #: PartitionsMoving, UnclaimedSeal; and InvalidSpec, which the control loop adds for a
+    #: Topic whose stored spec does not parse
     reason: str
     message: str
 

@@ -6,8 +6,8 @@ Local mode keeps in a directory what Kubernetes keeps in custom resources:
                                            metadata, spec (as applied) and status
                                            (``documents.topic_status``)
     <dir>/cluster.json                     the cluster document, the commit record:
-                                           generation, brokers, topics
-                                           (``documents.cluster_status``)
+                                           a BrokerCluster status (topologyGeneration,
+                                           topics, brokers; ``documents.cluster_status``)
     <dir>/unloads/<namespace>.<name>.json  an Unload resource: apiVersion, kind, metadata,
                                            spec (as applied) and status (the control core's
                                            UnloadProgress, in the UnloadStatus shape)

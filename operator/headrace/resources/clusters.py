@@ -148,18 +148,25 @@ class BrokerStatus(Model):
     id: int = Field(ge=0)
     """Broker id (the StatefulSet ordinal)."""
     address: str
-    """``host:port`` clients connect to."""
+    """``host:port`` clients connect to (the host alone while the port is not known)."""
     live: bool
     """Whether its last heartbeat is within the liveness TTL."""
     draining: bool = False
     """Whether it is handing its partitions away before shutting down."""
+    host: str | None = Field(default=None, min_length=1, max_length=253)
+    """The host it advertises (the controller's record of it, with the ports below)."""
+    port: int | None = Field(default=None, ge=0, le=65535)
+    """Its client (and replication) port; unset while the controller was not told it."""
+    admin_port: int | None = Field(default=None, ge=0, le=65535)
+    """Its admin HTTP port (heartbeats, topology pushes); unset while not told."""
 
 
 class BrokerClusterStatus(Status):
     """What the operator observed and decided."""
 
     brokers: list[BrokerStatus] = Field(default_factory=list, json_schema_extra=list_map("id"))
-    """Every broker of the cluster."""
+    """Every broker the controller has heard from, with what it advertised; ``live`` and
+    ``draining`` as of the controller's latest step."""
     topology_generation: int | None = Field(default=None, ge=0)
     """Bumped on every committed metadata change; clients acknowledge it."""
     adoption_floor: int | None = Field(default=None, ge=0)

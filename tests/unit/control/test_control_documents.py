@@ -1,4 +1,5 @@
-"""``documents.restore``: when the persisted documents are one whole commit, and when not."""
+"""``documents.restore``: when the persisted documents are one whole commit, and when not;
+and the cluster document, the commit record, as a BrokerCluster status."""
 
 from __future__ import annotations
 
@@ -7,13 +8,16 @@ from typing import Any
 import pytest
 
 from headrace.control import documents
+from headrace.control.liveness import Liveness
 from headrace.control.model import (
     ClusterState,
     PartitionState,
     PartitionStatus,
     TopicStatus,
 )
+from headrace.errors import InvalidRequest
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.resources.clusters import BrokerClusterStatus
 
 NOW = "2026-01-02T03:04:05Z"
 
@@ -82,3 +86,65 @@ def test_documents_without_a_commit_record_or_a_stamp_are_not_trusted() -> None:
     unstamped = {"ns/a": {k: v for k, v in docs["ns/a"].items() if k != "topologyGeneration"}}
     assert documents.restore(documents.cluster_status(s), unstamped).torn
     assert not documents.restore(None, {}).torn
+
+
+# --------------------------------------------------------------------------- the cluster document
+
+
+def liveness(live: set[int], draining: frozenset[int] = frozenset()) -> Liveness:
+    return Liveness(frozenset(live), frozenset(), frozenset(), draining)
+
+
+def test_the_cluster_document_is_a_broker_cluster_status() -> None:
+    brokers = {
+        0: BrokerEndpoint(0, "h", 9092, 9644),
+        1: BrokerEndpoint(1, "::1", 9093, 9645),
+        2: BrokerEndpoint(2, "10.0.0.2", admin_port=9644),  # no client port told
+    }
+    s = ClusterState(7, brokers, state(7, "ns/a").topics)
+    doc = documents.cluster_status(s, liveness({0, 1}, frozenset({1})))
+    assert doc == {
+        "topologyGeneration": 7,
+        "topics": ["ns/a"],
+        "brokers": [
+            {"id": 0, "address": "h:9092", "live": True, "draining": False}
+            | {"host": "h", "port": 9092, "adminPort": 9644},
+            {"id": 1, "address": "[::1]:9093", "live": True, "draining": True}
+            | {"host": "::1", "port": 9093, "adminPort": 9645},
+            {"id": 2, "address": "10.0.0.2", "live": False, "draining": False}
+            | {"host": "10.0.0.2", "adminPort": 9644},
+        ],
+    }
+    assert (
+        BrokerClusterStatus.model_validate(doc).model_dump(
+            mode="json", exclude_none=True, exclude={"conditions"}
+        )
+        == doc
+    )
+    restored = documents.restore(doc, statuses(s, "ns/a"))
+    assert restored == documents.Restored(s, torn=False, highest=7)
+
+
+def test_liveness_is_refreshed_without_touching_the_record() -> None:
+    s = state(7, "ns/a")
+    doc = documents.cluster_status(s, liveness({0}))
+    refreshed = documents.with_liveness(doc, liveness(set()))
+    assert refreshed["brokers"][0]["live"] is False
+    assert {**refreshed, "brokers": doc["brokers"]} == doc
+    assert documents.restore(refreshed, statuses(s, "ns/a")) == documents.restore(
+        doc, statuses(s, "ns/a")
+    )
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        {"generation": 3, "brokers": [], "topics": []},  # the shape before the BrokerCluster's
+        {"topologyGeneration": 3, "brokers": [{"id": 0, "address": "h:1", "live": True}]},
+        {"topologyGeneration": 3, "brokers": [{"id": 0, "host": "h", "port": -1}]},
+    ],
+    ids=["not a status", "no host", "not the schema's"],
+)
+def test_a_cluster_document_the_schema_refuses_is_not_read(doc: dict[str, Any]) -> None:
+    with pytest.raises(InvalidRequest, match="cluster document"):
+        documents.restore(doc, {})

@@ -44,7 +44,7 @@ def topic(name: str) -> dict[str, Any]:
 
 def stamps(root: Path) -> list[int]:
     """Every generation a persisted document names."""
-    found = [int(json.loads((root / "cluster.json").read_text())["generation"])]
+    found = [int(json.loads((root / "cluster.json").read_text())["topologyGeneration"])]
     for path in (root / "topics").glob("*.json"):
         status = json.loads(path.read_text()).get("status") or {}
         found.extend(v for k, v in status.items() if k == "topologyGeneration")

@@ -5,8 +5,9 @@ and the file store; its brokers the scripted fleet of ``controller_fakes``, on
 a manual clock) is driven through scenarios that leave elections in flight, seal markers, moves,
 recoveries from the object store, cohort plans, problems and deleted Unloads
 in its state directory. After every call the directory is read back, and
-each Topic and Unload document is checked against the OpenAPI v3 schema of
-the committed CRD (``crds/``), twice:
+each Topic and Unload document, and the cluster document (``cluster.json``,
+against the BrokerCluster CRD's status schema), is checked against the
+OpenAPI v3 schema of the committed CRD (``crds/``), twice:
 
 * validation (``jsonschema``, Draft 4: the dialect OpenAPI v3.0 schemas use,
   with the ``date-time``/``int32``/``int64`` formats the API server checks);
@@ -70,6 +71,12 @@ OBJECT_META = frozenset(
 def crd_schema(plural: str) -> dict[str, Any]:
     crd = yaml.safe_load((CRDS / f"{plural}.headrace.dev.yaml").read_text())
     schema: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def status_schema(plural: str) -> dict[str, Any]:
+    """The CRD's schema of ``.status``: what a status document (the subresource) must be."""
+    schema: dict[str, Any] = crd_schema(plural)["properties"]["status"]
     return schema
 
 
@@ -199,16 +206,17 @@ class Harness:
     def check(self) -> None:
         """Every document written is one the API server would accept and keep whole."""
         schemas = {"topics": crd_schema("topics"), "unloads": crd_schema("unloads")}
+        cluster = status_schema("brokerclusters")
         found = []
         for name, doc in self.written:
             folder = name.split("/")[0]
             if folder in schemas:
                 found += [f"{name}: {p}" for p in problems(doc, schemas[folder])]
             else:
-                # Not a custom resource (yet): the commit record (topology generation, known
-                # brokers, the topics it covers), the BrokerCluster status on Kubernetes.
+                # The commit record is the BrokerCluster's status, whole.
                 assert name == "cluster.json", name
-                assert set(doc) <= {"generation", "brokers", "topics"}, name
+                found += [f"{name}: {p}" for p in problems(doc, cluster)]
+        assert any(n == "cluster.json" for n, _ in self.written), "no commit record written"
         assert found == [], "\n".join(found)
 
 
@@ -336,6 +344,31 @@ async def test_a_restarted_controller_reads_back_what_it_persisted(harness: Harn
     h.check()
     again = ScriptedController(h.controller.settings, h.fleet)
     assert again.state.topics == h.controller.state.topics
+
+
+async def test_the_cluster_document_says_which_brokers_are_live(harness: Harness) -> None:
+    h = harness
+    h.apply(topic(replicas=1, partitions=1))
+    await h.step(3)
+    (p,) = h.controller.state.topics[ORDERS].partitions
+    idle = next(b for b in range(3) if b not in p.replicas)
+    generation = h.controller.state.generation
+
+    def cluster() -> dict[str, Any]:
+        return dict(json.loads((h.root / "cluster.json").read_text()))
+
+    assert [b["live"] for b in cluster()["brokers"]] == [True, True, True]
+    topic_files = {f: f.stat().st_mtime_ns for f in (h.root / "topics").glob("*.json")}
+    h.fleet.down.add(idle)  # it holds nothing: nothing else changes
+    await h.step(5)
+    assert h.controller.state.generation == generation
+    assert [b["id"] for b in cluster()["brokers"] if not b["live"]] == [idle]
+    assert cluster()["topologyGeneration"] == generation
+    assert {f: f.stat().st_mtime_ns for f in topic_files} == topic_files
+    h.fleet.down.discard(idle)
+    await h.step()
+    assert all(b["live"] for b in cluster()["brokers"])
+    h.check()
 
 
 # --------------------------------------------------------------------------- observedGeneration

@@ -1,0 +1,93 @@
+"""A stored Topic whose spec does not parse is that Topic's problem, not the loop's.
+
+The store can hold a Topic the models refuse: a file edited by hand, or one
+written before a model grew stricter (the API server validates against the
+CRD it has, which may be older than the operator). The loop must report it
+on that Topic (Ready False, ``InvalidSpec``), keep reconciling every other
+topic, and never delete a placed topic because its spec became unreadable.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from controller_fakes import TOPIC, make, settle
+
+from headrace.controller.store import FileStore
+
+ORDERS = "default/orders"
+BAD = "default/bad"
+
+
+def topic(name: str, **spec: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = json.loads(json.dumps(TOPIC))
+    doc["metadata"]["name"] = name
+    doc["spec"].update(spec)
+    return doc
+
+
+def status(tmp_path: Path, name: str) -> dict[str, Any]:
+    path = tmp_path / "state" / "topics" / f"default.{name}.json"
+    found: dict[str, Any] = json.loads(path.read_text()).get("status", {})
+    return found
+
+
+def stored_as_is(tmp_path: Path, resource: dict[str, Any]) -> None:
+    """Put a Topic in the store without the checks ``apply`` makes (as a hand edit would)."""
+    doc = json.loads(json.dumps(resource))
+    doc["metadata"].setdefault("generation", 1)
+    FileStore(tmp_path / "state").put("topics", doc)
+
+
+async def test_an_invalid_topic_does_not_stall_the_others(tmp_path: Path) -> None:
+    stored_as_is(tmp_path, topic("bad", replicas=1, minInSync=2))
+    c = make(tmp_path)
+    c.apply([TOPIC])
+    await settle(c)
+    assert ORDERS in c.state.topics and BAD not in c.state.topics
+    pushed = c.fleet.held[0]
+    assert [t["name"] for t in pushed["topics"]] == [ORDERS]
+    assert pushed["generation"] == c.state.generation > 0
+    assert status(tmp_path, "orders")["conditions"][0]["status"] == "True"
+    bad = status(tmp_path, "bad")
+    (ready,) = bad["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+    assert "minInSync" in ready["message"]
+    assert bad["observedGeneration"] == 1 and "partitions" not in bad
+    assert c.last_decision is not None
+    assert [p.reason for p in c.last_decision.problems if p.topic == BAD] == ["InvalidSpec"]
+    assert json.loads((tmp_path / "state" / "cluster.json").read_text())["topics"] == [ORDERS]
+
+
+async def test_a_placed_topic_whose_spec_stops_parsing_keeps_its_partitions(
+    tmp_path: Path,
+) -> None:
+    c = make(tmp_path)
+    c.apply([topic("orders", replicas=3, minInSync=3, partitions=2)])
+    await settle(c)
+    before = c.state
+    held = c.topology_document()
+    # in this process: the spec it last parsed still holds (minInSync too)
+    c.loop.topics[ORDERS]["spec"]["partitions"] = "two"
+    await c.step()
+    assert c.state == before and c.fleet.held[0] == held
+    assert c.topology_document()["topics"][0]["minInSync"] == 3
+    (ready,) = status(tmp_path, "orders")["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+
+    # after a restart over the unreadable document: held as its status says, not deleted
+    stored_as_is(tmp_path, topic("orders", replicas=3, partitions="two"))
+    again = make(tmp_path, fleet=c.fleet, clock=c.clock)
+    await settle(again)
+    assert again.state.topics == before.topics
+    assert again.generation_bumps == 0 and again.fleet.held[0] == held
+    (ready,) = status(tmp_path, "orders")["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "InvalidSpec")
+
+    # fixed: reconciled under its spec again
+    again.apply([topic("orders", replicas=3, minInSync=3, partitions=2)])
+    await settle(again)
+    assert status(tmp_path, "orders")["conditions"][0]["status"] == "True"
+    assert again.state.topics == before.topics
