@@ -19,7 +19,7 @@ setup: $(VENV)/.installed
 
 # A 3-broker local cluster (controller + brokers on 127.0.0.2-4) with a demo topic;
 # one Ctrl-C stops it and exits. `make run-standalone` runs a single standalone broker.
-# LOCAL_ARGS passes options to `headrace local up` (e.g. --port, --controller-port).
+# LOCAL_ARGS passes options to `headrace local up` (e.g. --port-base 19092, --object-store minio).
 LOCAL_ARGS ?=
 run: setup
 	-$(BIN)/headrace local down --dir $(LOCAL_DIR) 2>/dev/null

@@ -113,6 +113,7 @@ class LocalCluster:
             str(self.dir / "controller"),
             "--admin-port",
             str(self.controller_port),
+            *(["--instance", record["instance"]] if "instance" in record else []),
             *[
                 a
                 for b in record["brokers"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -62,7 +63,11 @@ class AdminServer:
             await self._runner.cleanup()
 
     async def healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok"})
+        """``pid``: lets ``headrace local up`` tell its own process from another one that
+        holds the address (issue 15)."""
+        return web.json_response(
+            {"status": "ok", "pid": os.getpid(), "clusterId": self.broker.settings.cluster_id}
+        )
 
     async def readyz(self, request: web.Request) -> web.Response:
         if not self.broker.ready:

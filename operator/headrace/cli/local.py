@@ -14,6 +14,17 @@ gives them to the brokers in their environment, never on a command line
 (``ps`` shows command lines to every user). Its pid, port and credentials are
 recorded in ``local.json`` (mode 0600), so ``down`` stops it and tests can
 read the bucket.
+
+Which processes answer (issue 15). Ports are shared by every local cluster on
+the machine, so a process that answers on an address may be another cluster's.
+Each ``local up`` draws an instance token (``local-<hex>``), records it in
+``local.json`` and gives it to its controller; ``/healthz`` of the controller
+reports its pid and instance, a broker's its pid. ``local up`` waits until the
+pid it started answers on each address, fails fast when one of its processes
+exits, and then stops what it started and removes its ``local.json``.
+``apply``, ``delete`` and ``local status`` refuse a controller whose instance is
+not the one recorded in ``--dir``. The cluster id ("local", the object-store key
+prefix and the Topic ``clusterRef`` name) stays the same for every local cluster.
 """
 
 from __future__ import annotations
@@ -33,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from headrace import files
 from headrace.aio import run
@@ -40,8 +52,11 @@ from headrace.control.settings import ControlSettings
 
 DEFAULT_DIR = Path("var/local")
 STATE_FILE = "local.json"
-#: the cluster id brokers and controller share; it prefixes every object-store key
+#: the cluster id brokers and controller share; it prefixes every object-store key and is
+#: the Topic manifests' ``clusterRef`` name, so it is the same for every local cluster
 CLUSTER_ID = "local"
+#: ports when neither --port-base nor the port options are given
+DEFAULT_PORT, DEFAULT_ADMIN_PORT, DEFAULT_CONTROLLER_PORT = 9092, 9644, 9700
 MINIO_BUCKET = "headrace"
 ACCESS_KEY_ENV = "HEADRACE_OBJECT_STORE_ACCESS_KEY"
 SECRET_KEY_ENV = "HEADRACE_OBJECT_STORE_SECRET_KEY"
@@ -70,15 +85,49 @@ def _http(
 
 
 def _controller_url(explicit: str | None, directory: Path) -> str:
-    if explicit:
-        return explicit.rstrip("/")
-    env = os.environ.get("HEADRACE_CONTROLLER")
-    if env:
-        return env.rstrip("/")
+    """The controller to talk to: ``--controller``, ``$HEADRACE_CONTROLLER``, the one
+    recorded in ``<dir>/local.json``, or 127.0.0.1:9700.
+
+    When the URL comes from ``local.json``, or ``--dir`` was given, the controller must
+    answer ``/healthz`` with the instance ``local.json`` records: another cluster's
+    controller may hold the address."""
     state = directory / STATE_FILE
-    if state.exists():
-        return str(json.loads(state.read_text())["controller_url"])
-    return "http://127.0.0.1:9700"
+    record = json.loads(state.read_text()) if state.exists() else None
+    url = explicit or os.environ.get("HEADRACE_CONTROLLER")
+    from_record = not url and record is not None
+    if not url:
+        url = str(record["controller_url"]) if record is not None else "http://127.0.0.1:9700"
+    url = url.rstrip("/")
+    if record is not None and record.get("instance") and (from_record or _dir_given()):
+        _check_instance(url, str(record["instance"]), state)
+    return url
+
+
+_CHECKED_DIR_HELP = (
+    "The local cluster's directory: its local.json names the controller, and a controller"
+    " that does not answer with the instance recorded there is refused."
+)
+
+
+def _dir_given() -> bool:
+    ctx = click.get_current_context(silent=True)
+    if ctx is None:
+        return False
+    return ctx.get_parameter_source("directory") in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
+
+
+def _check_instance(url: str, expected: str, state: Path) -> None:
+    doc = _http("GET", f"{url}/healthz")
+    got = doc.get("instance") if isinstance(doc, dict) else None
+    if got != expected:
+        pid = doc.get("pid") if isinstance(doc, dict) else None
+        raise click.ClickException(
+            f"the controller at {url} (instance {got}, pid {pid}) is not the one {state}"
+            f" records (instance {expected}); refusing to talk to another cluster"
+        )
 
 
 # ---------------------------------------------------------------------------- controller
@@ -108,6 +157,12 @@ def _controller_url(explicit: str | None, directory: Path) -> str:
     " from the object store (losing what was acknowledged but not uploaded).",
 )
 @click.option("--cluster-id", default=CLUSTER_ID, show_default=True)
+@click.option(
+    "--instance",
+    default=None,
+    help="A token /healthz reports so `headrace local` can tell this controller from another"
+    " cluster's (local up passes a fresh local-<hex>).",
+)
 def controller(
     state_dir: Path,
     brokers: tuple[str, ...],
@@ -117,6 +172,7 @@ def controller(
     transition_poll_interval_ms: int,
     unload_recovery_timeout_ms: int,
     cluster_id: str,
+    instance: str | None,
 ) -> None:
     """Run the local-mode controller."""
     import logging
@@ -154,6 +210,7 @@ def controller(
         control=control,
         admin_host=admin_host,
         admin_port=admin_port,
+        instance=instance,
     )
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("headrace").setLevel(logging.INFO)
@@ -191,6 +248,7 @@ def spawn_headrace(args: list[str], log_path: Path, env: Mapping[str, str] | Non
 
 
 def _spawn(argv: list[str], log_path: Path, env: Mapping[str, str] | None = None) -> int:
+    """Start ``argv`` detached; its pid. ``_exited`` reaps it (it is our child)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
@@ -349,19 +407,6 @@ def _write_state(state_file: Path, record: Mapping[str, Any]) -> None:
     files.write_json_atomic(state_file, record, sync=False, mode=0o600, indent=2)
 
 
-def _wait_http(url: str, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=1) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError):
-            pass
-        time.sleep(0.1)
-    raise click.ClickException(f"{what} did not become ready in {timeout:.0f}s ({url})")
-
-
 def alive(pid: int) -> bool:
     """Whether process ``pid`` exists and is ours to signal (not a reused id of another user's)."""
     try:
@@ -371,18 +416,96 @@ def alive(pid: int) -> bool:
     return True
 
 
+def _exited(pid: int) -> bool:
+    """Whether ``pid`` has ended; reaps it if it is our child (a zombie is still ``alive``)."""
+    try:
+        done, _ = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return not alive(pid)
+    return done != 0
+
+
+def _last_line(log_path: Path) -> str:
+    try:
+        lines = [line.strip() for line in log_path.read_text(errors="replace").splitlines()]
+    except OSError:
+        return "no log"
+    return next((line for line in reversed(lines) if line), "empty log")
+
+
+def _healthz(url: str) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as resp:
+            doc = json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/readyz", timeout=1) as resp:
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _wait_own(pid: int, url: str, what: str, log_path: Path, timeout: float) -> None:
+    """Wait until process ``pid`` itself answers ``/healthz`` and ``/readyz`` at ``url``.
+
+    Fails at once when ``pid`` exits (naming the log's last line, e.g. ``address already
+    in use``), or after ``timeout`` seconds, naming another process that answers there."""
+    deadline = time.monotonic() + timeout
+    other = None
+    while True:
+        if _exited(pid):
+            raise click.ClickException(
+                f"{what} at {url} exited during start-up: {_last_line(log_path)}"
+            )
+        doc = _healthz(url)
+        if doc is not None and doc.get("pid") == pid:
+            if _ready(url):
+                return
+        elif doc is not None:
+            other = doc.get("pid")
+        if time.monotonic() > deadline:
+            answering = f"; pid {other} answers there, not the process started" if other else ""
+            raise click.ClickException(
+                f"{what} at {url} (pid {pid}) not ready in {timeout:.0f}s{answering}; see {log_path}"
+            )
+        time.sleep(0.1)
+
+
 @local.command("up")
 @click.option("--brokers", "count", type=int, default=3, show_default=True)
 @click.option(
     "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
 )
 @click.option(
-    "--port", type=int, default=9092, show_default=True, help="Data port of every broker."
+    "--port-base",
+    type=int,
+    default=None,
+    help="Ports from N: brokers' data port N, their admin port N+1, the controller N+2"
+    " (so clusters with other --dir and --port-base run side by side).",
 )
 @click.option(
-    "--admin-port", type=int, default=9644, show_default=True, help="Admin port of every broker."
+    "--port",
+    type=int,
+    default=None,
+    help=f"Data port of every broker [default: {DEFAULT_PORT}, or the port base].",
 )
-@click.option("--controller-port", type=int, default=9700, show_default=True)
+@click.option(
+    "--admin-port",
+    type=int,
+    default=None,
+    help=f"Admin port of every broker [default: {DEFAULT_ADMIN_PORT}, or port base + 1].",
+)
+@click.option(
+    "--controller-port",
+    type=int,
+    default=None,
+    help=f"Controller port on 127.0.0.1 [default: {DEFAULT_CONTROLLER_PORT}, or port base + 2].",
+)
 @click.option(
     "--fsync",
     type=click.Choice(["none", "interval", "always"]),
@@ -402,16 +525,29 @@ def alive(pid: int) -> bool:
 def local_up(
     count: int,
     directory: Path,
-    port: int,
-    admin_port: int,
-    controller_port: int,
+    port_base: int | None,
+    port: int | None,
+    admin_port: int | None,
+    controller_port: int | None,
     fsync: str,
     object_store: str,
     foreground: bool,
 ) -> None:
-    """Start the controller and COUNT brokers (and MinIO with --object-store minio)."""
+    """Start the controller and COUNT brokers (and MinIO with --object-store minio).
+
+    Waits until each process it started answers on its address; if one exits (say, its
+    address is in use by another cluster) or another process answers there, it fails
+    with one line, stops what it started and removes DIR/local.json."""
     if not 1 <= count <= 9:
         raise click.BadParameter("between 1 and 9 brokers", param_hint="--brokers")
+    if port_base is not None and not 1 <= port_base <= 65533:
+        raise click.BadParameter("between 1 and 65533", param_hint="--port-base")
+    if port is None:
+        port = DEFAULT_PORT if port_base is None else port_base
+    if admin_port is None:
+        admin_port = DEFAULT_ADMIN_PORT if port_base is None else port_base + 1
+    if controller_port is None:
+        controller_port = DEFAULT_CONTROLLER_PORT if port_base is None else port_base + 2
     state_file = directory / STATE_FILE
     if state_file.exists():
         existing = json.loads(state_file.read_text())
@@ -419,12 +555,36 @@ def local_up(
             raise click.ClickException(
                 f"a local cluster is already running from {directory}; `headrace local down` first"
             )
-    record: dict[str, Any] = {"object_store": object_store, "brokers": []}
+    instance = "local-" + secrets.token_hex(8)
+    record: dict[str, Any] = {"object_store": object_store, "instance": instance, "brokers": []}
     if object_store == "minio":
         record["minio"] = start_minio(directory)
         _write_state(state_file, record)  # so `local down` finds MinIO if a later step fails
+    try:
+        _start(record, directory, count, port, admin_port, controller_port, fsync)
+    except BaseException:
+        _stop([pid for pid in _pids(record) if pid != record.get("minio", {}).get("pid")])
+        if "minio" in record:
+            _stop([record["minio"]["pid"]])
+        state_file.unlink(missing_ok=True)
+        raise
+    _report(record, directory, count, record["controller_url"], foreground)
+
+
+def _start(
+    record: dict[str, Any],
+    directory: Path,
+    count: int,
+    port: int,
+    admin_port: int,
+    controller_port: int,
+    fsync: str,
+) -> None:
+    """Spawn the brokers and the controller into ``record`` (and local.json) and wait until
+    each answers as itself; the caller stops them if this raises."""
+    state_file = directory / STATE_FILE
     store_args, store_env = object_store_args(record, directory)
-    brokers = []
+    brokers: list[dict[str, Any]] = []
     for i in range(count):
         host = f"127.0.0.{2 + i}"
         b: dict[str, Any] = {"id": i, "host": host, "port": port, "admin_port": admin_port}
@@ -434,6 +594,8 @@ def local_up(
             store_env,
         )
         brokers.append(b)
+        record["brokers"] = brokers  # so a failure below stops what was started
+    controller_log = directory / "logs" / "controller.log"
     controller_pid = spawn_headrace(
         [
             "controller",
@@ -443,22 +605,34 @@ def local_up(
             str(controller_port),
             "--cluster-id",
             CLUSTER_ID,
+            "--instance",
+            record["instance"],
             *[
                 arg
                 for b in brokers
                 for arg in ("--broker", f"{b['id']}={b['host']}:{b['admin_port']}")
             ],
         ],
-        directory / "logs" / "controller.log",
+        controller_log,
     )
     controller_url = f"http://127.0.0.1:{controller_port}"
-    record.update(
-        {"controller_url": controller_url, "controller_pid": controller_pid, "brokers": brokers}
-    )
+    record.update({"controller_url": controller_url, "controller_pid": controller_pid})
     _write_state(state_file, record)
     for b in brokers:
-        _wait_http(f"http://{b['host']}:{b['admin_port']}/readyz", 30, f"broker {b['id']}")
-    _wait_http(f"{controller_url}/healthz", 30, "controller")
+        _wait_own(
+            b["pid"],
+            f"http://{b['host']}:{b['admin_port']}",
+            f"broker {b['id']}",
+            directory / "logs" / f"broker-{b['id']}.log",
+            30,
+        )
+    _wait_own(controller_pid, controller_url, "controller", controller_log, 30)
+
+
+def _report(
+    record: Mapping[str, Any], directory: Path, count: int, controller_url: str, foreground: bool
+) -> None:
+    brokers = record["brokers"]
     bootstrap = ",".join(f"{b['host']}:{b['port']}" for b in brokers)
     store = (
         f"MinIO at {record['minio']['host']}:{record['minio']['port']}, bucket {MINIO_BUCKET}"
@@ -511,10 +685,10 @@ def _stop(pids: list[int], grace: float = 20.0) -> None:
         except OSError:
             pass
     deadline = time.monotonic() + grace
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+    while not all(_exited(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.1)
     for pid in pids:
-        if alive(pid):
+        if not _exited(pid):
             try:
                 os.killpg(pid, signal.SIGKILL)
             except OSError:
@@ -532,7 +706,12 @@ def local_down(directory: Path) -> None:
 
 @local.command("status")
 @click.option(
-    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_DIR,
+    show_default=True,
+    help=_CHECKED_DIR_HELP,
 )
 @click.option("--controller", "controller_url", default=None)
 @click.option("--json", "as_json", is_flag=True)
@@ -609,7 +788,12 @@ def _or_dash(value: object) -> str:
     "-f", "--filename", "paths", multiple=True, required=True, help="File, directory or - (stdin)."
 )
 @click.option(
-    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_DIR,
+    show_default=True,
+    help=_CHECKED_DIR_HELP,
 )
 @click.option(
     "--controller", "controller_url", default=None, help="Controller URL (default from local up)."
@@ -645,7 +829,12 @@ def apply(paths: tuple[str, ...], directory: Path, controller_url: str | None) -
 @click.command()
 @click.option("-f", "--filename", "paths", multiple=True, required=True)
 @click.option(
-    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_DIR,
+    show_default=True,
+    help=_CHECKED_DIR_HELP,
 )
 @click.option("--controller", "controller_url", default=None)
 def delete(paths: tuple[str, ...], directory: Path, controller_url: str | None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import json
+import os
 from typing import Any
 
 from aiohttp import web
@@ -99,7 +100,18 @@ class ControllerAdmin:
             await self._runner.cleanup()
 
     async def healthz(self, request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "steps": self.controller.steps})
+        """``pid`` and ``instance`` tell ``headrace local up`` and the CLI which controller
+        answers on this address (issue 15)."""
+        s = self.controller.settings
+        return web.json_response(
+            {
+                "status": "ok",
+                "steps": self.controller.steps,
+                "pid": os.getpid(),
+                "clusterId": s.cluster_id,
+                "instance": s.instance,
+            }
+        )
 
     async def metrics(self, request: web.Request) -> web.Response:
         return web.Response(

@@ -69,6 +69,9 @@ class ControllerSettings:
     control: ControlSettings = field(default_factory=ControlSettings)
     admin_host: str = "127.0.0.1"
     admin_port: int = 9700
+    #: a token naming this one ``local up`` (``local-<hex>``), reported by ``/healthz`` so
+    #: the CLI refuses a controller of another cluster; None outside local mode
+    instance: str | None = None
 
 
 class Controller:
