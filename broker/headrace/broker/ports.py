@@ -182,8 +182,8 @@ class ClientLink(Protocol):
     def close(self) -> None: ...
 
 
-class ConnectionHost(Protocol):
-    """What a client connection needs of its broker (``app.Broker``)."""
+class BrokerCore(Protocol):
+    """What every collaborator sees of its broker: settings, metrics and the topics."""
 
     @property
     def settings(self) -> BrokerSettings: ...
@@ -193,6 +193,10 @@ class ConnectionHost(Protocol):
 
     @property
     def registry(self) -> TopicRegistry: ...
+
+
+class ConnectionHost(BrokerCore, Protocol):
+    """What a client connection needs of its broker (``app.Broker``)."""
 
     @property
     def committer(self) -> Durability: ...
@@ -226,17 +230,8 @@ class ConnectionHost(Protocol):
     def describe_topic(self, name: str) -> dict[str, Any]: ...
 
 
-class ReplicationHost(Protocol):
+class ReplicationHost(BrokerCore, Protocol):
     """What replication needs of its broker (``app.Broker``)."""
-
-    @property
-    def settings(self) -> BrokerSettings: ...
-
-    @property
-    def metrics(self) -> BrokerMetrics: ...
-
-    @property
-    def registry(self) -> TopicRegistry: ...
 
     @property
     def committer(self) -> Durability: ...
@@ -247,17 +242,8 @@ class ReplicationHost(Protocol):
     def client_ssl_context(self) -> ssl.SSLContext | None: ...
 
 
-class TieringHost(Protocol):
+class TieringHost(BrokerCore, Protocol):
     """What tiered storage needs of its broker (``app.Broker``)."""
-
-    @property
-    def settings(self) -> BrokerSettings: ...
-
-    @property
-    def metrics(self) -> BrokerMetrics: ...
-
-    @property
-    def registry(self) -> TopicRegistry: ...
 
     @property
     def committer(self) -> Durability: ...
@@ -273,17 +259,8 @@ class TieringHost(Protocol):
     def cohorts_of(self, topic: str) -> Sequence[CohortDelivery]: ...
 
 
-class AdminHost(Protocol):
+class AdminHost(BrokerCore, Protocol):
     """What the admin HTTP server needs of its broker (``app.Broker``)."""
-
-    @property
-    def settings(self) -> BrokerSettings: ...
-
-    @property
-    def metrics(self) -> BrokerMetrics: ...
-
-    @property
-    def registry(self) -> TopicRegistry: ...
 
     @property
     def ready(self) -> bool: ...

@@ -109,6 +109,17 @@ _CHECKED_DIR_HELP = (
 )
 
 
+#: ``--dir`` of the commands that talk to the recorded controller (status, apply, delete)
+checked_dir_option = click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_DIR,
+    show_default=True,
+    help=_CHECKED_DIR_HELP,
+)
+
+
 def _dir_given() -> bool:
     ctx = click.get_current_context(silent=True)
     if ctx is None:
@@ -705,14 +716,7 @@ def local_down(directory: Path) -> None:
 
 
 @local.command("status")
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_DIR,
-    show_default=True,
-    help=_CHECKED_DIR_HELP,
-)
+@checked_dir_option
 @click.option("--controller", "controller_url", default=None)
 @click.option("--json", "as_json", is_flag=True)
 def local_status(directory: Path, controller_url: str | None, as_json: bool) -> None:
@@ -787,14 +791,7 @@ def _or_dash(value: object) -> str:
 @click.option(
     "-f", "--filename", "paths", multiple=True, required=True, help="File, directory or - (stdin)."
 )
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_DIR,
-    show_default=True,
-    help=_CHECKED_DIR_HELP,
-)
+@checked_dir_option
 @click.option(
     "--controller", "controller_url", default=None, help="Controller URL (default from local up)."
 )
@@ -828,14 +825,7 @@ def apply(paths: tuple[str, ...], directory: Path, controller_url: str | None) -
 
 @click.command()
 @click.option("-f", "--filename", "paths", multiple=True, required=True)
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_DIR,
-    show_default=True,
-    help=_CHECKED_DIR_HELP,
-)
+@checked_dir_option
 @click.option("--controller", "controller_url", default=None)
 def delete(paths: tuple[str, ...], directory: Path, controller_url: str | None) -> None:
     """Delete the Topics and Unloads the manifests name.
