@@ -134,7 +134,7 @@ def cluster_health(as_json: bool, controller_url: str | None, client: ClientTarg
     """Brokers up and down, offline and under-replicated partitions, problems.
 
     Exits 0 when healthy, 1 when not or when the cluster cannot be reached."""
-    if controller_known(controller_url, client.directory):
+    if controller_known(controller_url, client):
         url = options.controller_url(controller_url, client.directory)
         report = health_report(options.controller_http("GET", f"{url}/v1/state"), url)
     else:

@@ -15,6 +15,9 @@ environment variables, and hands the command one ``ClientTarget``:
 
 ``controller_option`` adds ``--controller`` (``$HEADRACE_CONTROLLER``) for commands that
 talk to the local-mode controller; ``controller_known`` decides whether they do.
+An explicit ``--bootstrap`` (or ``$HEADRACE_BOOTSTRAP``) without ``--dir`` means those
+brokers and no recorded local cluster, so a standalone broker is reachable from a
+checkout whose ``var/local`` holds a local cluster.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+from click.core import ParameterSource
 
 from headrace.cli import local as local_mode
 
@@ -72,6 +76,10 @@ class ClientTarget:
     tls: TlsFiles | None
     #: the local cluster directory (``--dir``); its ``local.json`` may name the controller
     directory: Path
+    #: ``--bootstrap`` or ``$HEADRACE_BOOTSTRAP`` named the brokers (not ``local.json``)
+    bootstrap_given: bool = False
+    #: ``--dir`` was on the command line
+    dir_given: bool = False
 
     def connect_options(self) -> ConnectOptions:
         from headrace.client.connection import ConnectOptions
@@ -109,8 +117,18 @@ def resolve_target(
     files = None
     if tls or tls_ca or tls_cert:
         files = TlsFiles(tls_ca, tls_cert, tls_key)
+    ctx = click.get_current_context(silent=True)
+    dir_given = ctx is not None and ctx.get_parameter_source("directory") in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
     return ClientTarget(
-        bootstrap or default_bootstrap(directory), auth_token or None, files, directory
+        bootstrap or default_bootstrap(directory),
+        auth_token or None,
+        files,
+        directory,
+        bootstrap_given=bool(bootstrap),
+        dir_given=dir_given,
     )
 
 
@@ -189,14 +207,16 @@ controller_option = click.option(
 )
 
 
-def controller_known(explicit: str | None, directory: Path) -> bool:
-    """Whether a controller manages the cluster: ``--controller``, ``$HEADRACE_CONTROLLER``
-    or a local cluster recorded in ``directory``."""
-    return bool(
-        explicit
-        or os.environ.get("HEADRACE_CONTROLLER")
-        or (directory / local_mode.STATE_FILE).exists()
-    )
+def controller_known(explicit: str | None, client: ClientTarget) -> bool:
+    """Whether to go through a controller: ``--controller`` or ``$HEADRACE_CONTROLLER``
+    names one, or a local cluster is recorded in ``--dir`` and the command did not name
+    other brokers (an explicit ``--bootstrap`` without ``--dir`` means those brokers,
+    say a standalone one, even when ``var/local`` holds a local cluster)."""
+    if explicit or os.environ.get("HEADRACE_CONTROLLER"):
+        return True
+    if not (client.directory / local_mode.STATE_FILE).exists():
+        return False
+    return client.dir_given or not client.bootstrap_given
 
 
 def controller_url(explicit: str | None, directory: Path) -> str:

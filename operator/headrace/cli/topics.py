@@ -36,6 +36,7 @@ from headrace.cli.options import (
     controller_option,
 )
 from headrace.commands import one_line_errors
+from headrace.errors import InvalidRequest
 from headrace.protocol import messages as msg
 from headrace.resources.meta import API_VERSION
 
@@ -251,6 +252,19 @@ async def admin_call(client: ClientTarget, op: int, body: bytes) -> Any:
         await cluster.close()
 
 
+async def _broker_admin(client: ClientTarget, op: int, body: bytes) -> Any:
+    """``admin_call`` for create and delete: a cluster-mode broker's refusal says how to
+    reach the controller instead."""
+    try:
+        return await admin_call(client, op, body)
+    except InvalidRequest as exc:
+        if "controller" not in exc.message:
+            raise
+        raise click.ClickException(
+            f"{exc.message}; name it with --controller URL, $HEADRACE_CONTROLLER or --dir DIR"
+        ) from exc
+
+
 # ---------------------------------------------------------------------------- commands
 
 standalone_option = click.option(
@@ -301,13 +315,13 @@ def topics_create(
     has a leader (a spec the cluster cannot honour fails here with the controller's
     reason)."""
     settings = parse_config(config)
-    if standalone or not controller_known(controller_url, client.directory):
+    if standalone or not controller_known(controller_url, client):
         if replicas is not None or min_in_sync is not None:
             raise click.UsageError("--replicas and --min-in-sync need a controller (cluster mode)")
         from headrace.protocol.frames import Op
 
         body = msg.CreateTopic(name, partitions, dict(settings)).encode()
-        result = run(admin_call(client, Op.CREATE_TOPIC, body))
+        result = run(_broker_admin(client, Op.CREATE_TOPIC, body))
         click.echo(f"created {result['name']} with {result['partitions']} partitions")
         return
     url = options.controller_url(controller_url, client.directory)
@@ -361,7 +375,7 @@ def topics_alter(
 
     Edits the Topic document the controller holds and applies it back. Needs a controller:
     a standalone broker's topic settings are fixed at creation."""
-    if not controller_known(controller_url, client.directory):
+    if not controller_known(controller_url, client):
         raise click.ClickException(
             "topics alter needs a controller (--controller, $HEADRACE_CONTROLLER or a local"
             " cluster in --dir); a standalone broker's topic settings are fixed at creation"
@@ -450,10 +464,10 @@ def topics_delete(
     name: str, standalone: bool, controller_url: str | None, client: ClientTarget
 ) -> None:
     """Delete a topic and its data."""
-    if standalone or not controller_known(controller_url, client.directory):
+    if standalone or not controller_known(controller_url, client):
         from headrace.protocol.frames import Op
 
-        run(admin_call(client, Op.DELETE_TOPIC, msg.TopicName(name).encode()))
+        run(_broker_admin(client, Op.DELETE_TOPIC, msg.TopicName(name).encode()))
         click.echo(f"deleted {name}")
         return
     url = options.controller_url(controller_url, client.directory)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
@@ -112,9 +113,16 @@ def test_a_controller_is_known_from_the_flag_the_environment_or_the_local_cluste
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.delenv("HEADRACE_CONTROLLER", raising=False)
-    assert not options.controller_known(None, tmp_path)
-    assert options.controller_known("http://c:1", tmp_path)
+
+    def target(directory: Path, *, bootstrap_given: bool = False, dir_given: bool = False) -> Any:
+        return ClientTarget("h:1", None, None, directory, bootstrap_given, dir_given)
+
+    assert not options.controller_known(None, target(tmp_path))
+    assert options.controller_known("http://c:1", target(tmp_path))
     _record(tmp_path, ["127.0.0.2"])
-    assert options.controller_known(None, tmp_path)
+    assert options.controller_known(None, target(tmp_path))
+    # An explicit --bootstrap names other brokers (a standalone one), unless --dir is given too.
+    assert not options.controller_known(None, target(tmp_path, bootstrap_given=True))
+    assert options.controller_known(None, target(tmp_path, bootstrap_given=True, dir_given=True))
     monkeypatch.setenv("HEADRACE_CONTROLLER", "http://c:1")
-    assert options.controller_known(None, tmp_path / "elsewhere")
+    assert options.controller_known(None, target(tmp_path / "elsewhere", bootstrap_given=True))
