@@ -214,3 +214,38 @@ def test_a_standalone_broker_gets_topics_and_timestamp_seeks_without_a_controlle
     health = cli("cluster", "health", "--json")
     assert health.returncode == 0, health.stdout.decode() + health.stderr.decode()
     assert json.loads(health.stdout)["underReplicatedPartitions"] is None
+
+
+def test_every_client_command_speaks_tls_with_a_token(broker_factory: Any, tmp_path: Path) -> None:
+    from tests.integration.test_surfaces import _serving_pair
+
+    ca, cert, key = _serving_pair(tmp_path)
+    broker: BrokerProcess = broker_factory(
+        extra_args=["--tls-cert", str(cert), "--tls-key", str(key), "--auth-token", "s3cret"]
+    )
+    secure = [
+        "--bootstrap", broker.bootstrap, "--dir", str(tmp_path / "none"),
+        "--tls-ca", str(ca), "--auth-token", "s3cret",
+    ]  # fmt: skip
+
+    def cli(*args: str, stdin: bytes = b"") -> str:
+        proc = procs.run_headrace(*args, *secure, stdin=stdin)
+        assert proc.returncode == 0, f"{args}: {proc.stderr.decode()}"
+        return proc.stdout.decode()
+
+    cli("topics", "create", "secure", "-p", "1")
+    assert "default/secure" in cli("topics", "list")
+    cli("produce", "secure", stdin=b"one\ntwo\n")
+    out = cli("consume", "secure", "--cohort", "c", "--from-beginning", "--count", "2",
+              "--idle-timeout", "10")  # fmt: skip
+    assert out.split() == ["one", "two"]
+    assert json.loads(cli("cohorts", "describe", "c", "--json"))[0]["partitions"][0]["cursor"] == 2
+    cli("cohorts", "seek", "c", "--to", "earliest")
+    cli("cluster", "health")
+    cli("bench", "secure", "--records", "100", "--value-bytes", "10")
+    # Without the CA the broker's certificate is not trusted; without TLS no handshake.
+    untrusted = procs.run_headrace(
+        "topics", "list", "--bootstrap", broker.bootstrap, "--tls", "--auth-token", "s3cret",
+        timeout=60,
+    )  # fmt: skip
+    assert untrusted.returncode == 1 and b"certificate" in untrusted.stderr.lower()
