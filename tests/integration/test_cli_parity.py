@@ -87,6 +87,11 @@ def test_topics_create_alter_delete_write_the_documents_apply_writes(cluster: Lo
     assert grow.returncode == 1 and b"needs a repartition" in grow.stderr
     assert applied_topics(cluster)["default/orders"]["spec"]["partitions"] == 3
 
+    too_many = run(cluster, "topics", "create", "wide", "--replicas", "5")
+    assert too_many.returncode == 1
+    assert b"not created" in too_many.stderr and b"5 replicas need 5" in too_many.stderr
+    assert "default/wide" not in applied_topics(cluster)
+
     assert "deleted default/orders" in ok(cluster, "topics", "delete", "orders")
     assert "default/orders" not in applied_topics(cluster)
     gone = run(cluster, "topics", "delete", "orders")

@@ -54,6 +54,9 @@ SPEC_FIELDS: dict[str, tuple[tuple[str, ...], int]] = {
 }
 #: how long ``create`` waits for the controller to give every partition a leader
 PLACEMENT_TIMEOUT_S = 15.0
+#: how long the controller must keep reporting a problem with a new topic before ``create``
+#: believes it (seconds)
+PROBLEM_GRACE_S = 2.0
 
 _CONFIG_HELP = "KEY=VALUE, repeatable: " + ", ".join(SPEC_FIELDS) + " (tiered takes true/false)."
 
@@ -201,10 +204,14 @@ def _apply(url: str, doc: dict[str, Any]) -> None:
     local_mode._http("POST", f"{url}/v1/apply", json.dumps(doc).encode(), "application/yaml")
 
 
-def _wait_placed(url: str, full_name: str, timeout_s: float = PLACEMENT_TIMEOUT_S) -> None:
-    """Until every partition of ``full_name`` has a leader; the controller's problems with
-    the topic, if it does not get there."""
+def _wait_placed(url: str, full_name: str, timeout_s: float = PLACEMENT_TIMEOUT_S) -> list[str]:
+    """Wait until every partition of ``full_name`` has a leader: [] when it does, else the
+    controller's problems with the topic once they have lasted ``PROBLEM_GRACE_S`` (a spec
+    the cluster cannot honour will not be placed by waiting; a controller that has just
+    started may report one for a moment). After ``timeout_s`` it gives up, leaving the
+    topic applied (the cluster may yet place it)."""
     deadline = time.monotonic() + timeout_s
+    problem_since: float | None = None
     while True:
         state = controller_http("GET", f"{url}/v1/state")
         topic = next(
@@ -215,12 +222,20 @@ def _wait_placed(url: str, full_name: str, timeout_s: float = PLACEMENT_TIMEOUT_
             and topic["partitions"]
             and all(p.get("leader") is not None for p in topic["partitions"])
         ):
-            return
-        if time.monotonic() > deadline:
-            problems = [p["message"] for p in state.get("problems", []) if p["topic"] == full_name]
-            reason = "; ".join(problems) if problems else "no leader for every partition yet"
+            return []
+        problems = [p["message"] for p in state.get("problems", []) if p["topic"] == full_name]
+        now = time.monotonic()
+        if not problems:
+            problem_since = None
+        elif problem_since is None:
+            problem_since = now
+        elif now - problem_since >= PROBLEM_GRACE_S:
+            return problems
+        if now > deadline:
             raise click.ClickException(
-                f"topic {full_name} applied but not placed in {timeout_s:.0f}s: {reason}"
+                f"topic {full_name} applied but not placed in {timeout_s:.0f}s"
+                + (f": {'; '.join(problems)}" if problems else "")
+                + "; see `headrace local status`"
             )
         time.sleep(0.2)
 
@@ -312,8 +327,8 @@ def topics_create(
     """Create topic NAME (or NAMESPACE/NAME).
 
     Through the controller, it applies a Topic document and waits until every partition
-    has a leader (a spec the cluster cannot honour fails here with the controller's
-    reason)."""
+    has a leader; if the controller reports a problem instead (say, more replicas than
+    brokers), it deletes the document again and fails with the controller's reason."""
     settings = parse_config(config)
     if standalone or not controller_known(controller_url, client):
         if replicas is not None or min_in_sync is not None:
@@ -335,8 +350,12 @@ def topics_create(
         replicas = _default_replicas(client.directory)
     doc = topic_manifest(name, partitions, replicas, min_in_sync, settings, cluster_ref)
     _apply(url, doc)
-    if not no_wait:
-        _wait_placed(url, full_name)
+    problems = [] if no_wait else _wait_placed(url, full_name)
+    if problems:
+        # The document is ours (the topic did not exist): take it back rather than leave
+        # a topic the cluster cannot honour.
+        controller_http("POST", f"{url}/v1/delete", {"topics": [full_name]})
+        raise click.ClickException(f"topic {full_name} not created: {'; '.join(problems)}")
     shown = doc["spec"].get("replicas", 3)
     click.echo(f"created {full_name} with {partitions} partitions, {shown} replicas")
 
