@@ -65,6 +65,7 @@ bench: setup
 	bash bench/setup-peers.sh
 	$(PY) -m bench.run
 	$(PY) -m bench.unload
+	$(PY) -m bench.compression
 
 clean:
 	rm -rf $(VENV) var build dist
