@@ -125,15 +125,20 @@ def codec_only(values: list[bytes], codec: str, batch_records: int) -> dict[str,
     codec_id = codecs.codec_id(codec)
     chunks = [values[i : i + batch_records] for i in range(0, len(values), batch_records)]
     total = sum(map(len, values)) / 1e6
-    started = time.perf_counter()
-    batches = [rb.encode(c, timestamp_ms=0, compression=codec_id) for c in chunks]
-    encoded = time.perf_counter()
-    for b in batches:
-        rb.decode(b).values  # noqa: B018 -- the decode is the measurement
-    decoded = time.perf_counter()
+    encode_s = decode_s = float("inf")
+    # best of three: on a shared machine the fastest pass is the least disturbed one
+    for _ in range(3):
+        started = time.perf_counter()
+        batches = [rb.encode(c, timestamp_ms=0, compression=codec_id) for c in chunks]
+        encoded = time.perf_counter()
+        for b in batches:
+            rb.decode(b).values  # noqa: B018 -- the decode (inflate and slice) is the measurement
+        decoded = time.perf_counter()
+        encode_s = min(encode_s, encoded - started)
+        decode_s = min(decode_s, decoded - encoded)
     return {
-        "encode_mb_s": round(total / (encoded - started), 1),
-        "decode_mb_s": round(total / (decoded - encoded), 1),
+        "encode_mb_s": round(total / encode_s, 1),
+        "decode_mb_s": round(total / decode_s, 1),
     }
 
 
