@@ -180,10 +180,38 @@ async def through_broker(
     return {"produce_s": produce_s, "consume_s": consume_s, "stored_bytes": stored}
 
 
+#: as in bench.run: wait for other processes to leave the cores this idle before a codec
+BUSY_FOREIGN_CORES = 0.3
+
+
+def settle(limit_s: float | None, log: Any) -> dict[str, Any] | None:
+    """Wait (up to ``limit_s``) for a quiet machine; the load then (None: not sampled)."""
+    if limit_s is None:
+        return None
+    from bench import scenarios
+
+    deadline = time.monotonic() + limit_s
+    while True:
+        load = scenarios.load_snapshot()
+        if load["busy_cores_before"] <= BUSY_FOREIGN_CORES or time.monotonic() >= deadline:
+            return load
+        log(f"   machine busy ({load['busy_cores_before']} cores): waiting for it to settle")
+        time.sleep(5.0)
+
+
 def measure(
-    records: int, seed: int, work_dir: Path, log: Any = print, codecs: tuple[str, ...] = CODECS
+    records: int,
+    seed: int,
+    work_dir: Path,
+    log: Any = print,
+    codecs: tuple[str, ...] = CODECS,
+    settle_s: float | None = None,
 ) -> dict[str, Any]:
-    """One broker, one topic per codec; the result document."""
+    """One broker, one topic per codec; the result document.
+
+    ``settle_s``: before each codec, wait up to this long for other processes to go
+    idle and record the load in the row (None: neither).
+    """
     from headrace.aio import run
 
     values = json_events(records, seed)
@@ -196,6 +224,7 @@ def measure(
         for codec in codecs:
             topic = f"compression-{codec}"
             broker.create_topic(topic, 1)
+            load = settle(settle_s, log)
             timing = run(through_broker(broker.bootstrap, topic, values, codec))
             row = {
                 "codec": codec,
@@ -209,6 +238,8 @@ def measure(
                 "consume_mb_s": round(value_bytes / 1e6 / timing["consume_s"], 1),
                 **codec_only(values, codec, batch_records=1_000),
             }
+            if load is not None:
+                row["busy_cores_before"] = load["busy_cores_before"]
             log(
                 f"  {codec:5} ratio {row['ratio']:5.2f}  produce {row['produce_records_per_s']:>9,}/s"
                 f"  consume {row['consume_records_per_s']:>9,}/s"
@@ -232,14 +263,18 @@ def measure(
 
 
 def markdown(doc: dict[str, Any]) -> str:
+    sampled = all("busy_cores_before" in r for r in doc["rows"])
     lines = [
         f"_{doc['records']:,} JSON events of {doc['mean_value_bytes']:.0f} B on average"
         f" (seed {doc['seed']}), one partition, acks=leader; run {doc['run_utc']},"
-        f" load average {doc['machine']['load'][0]}._",
+        f" load average {doc['machine']['load'][0]} at the end"
+        + ("; *busy* is other processes' busy cores just before each codec" if sampled else "")
+        + "._",
         "",
         "| codec | ratio | stored MB | produce records/s | produce MB/s | consume records/s"
-        " | consume MB/s | codec encode MB/s | codec decode MB/s |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|",
+        " | consume MB/s | codec encode MB/s | codec decode MB/s |"
+        + (" busy |" if sampled else ""),
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|" + ("--:|" if sampled else ""),
     ]
     for r in doc["rows"]:
         lines.append(
@@ -247,6 +282,7 @@ def markdown(doc: dict[str, Any]) -> str:
             f" | {r['produce_records_per_s']:,} | {r['produce_mb_s']}"
             f" | {r['consume_records_per_s']:,} | {r['consume_mb_s']}"
             f" | {r['encode_mb_s']} | {r['decode_mb_s']} |"
+            + (f" {r['busy_cores_before']} |" if sampled else "")
         )
     return "\n".join(lines)
 
@@ -289,9 +325,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=15)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    parser.add_argument(
+        "--settle-s",
+        type=float,
+        default=120.0,
+        help="before each codec, wait up to this long for other processes to go idle",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="headrace-compression-") as tmp:
-        doc = measure(args.records, args.seed, Path(tmp))
+        doc = measure(args.records, args.seed, Path(tmp), settle_s=args.settle_s)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "compression.json").write_text(json.dumps(doc, indent=2) + "\n")
     plot(doc, args.out / "compression.png")
