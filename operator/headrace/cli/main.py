@@ -20,6 +20,7 @@ from headrace.aio import run
 from headrace.broker import main as broker_main
 from headrace.commands import one_line_errors
 from headrace.protocol import messages as msg
+from headrace.records import codecs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,7 +36,7 @@ token_option = click.option(
 )
 compression_option = click.option(
     "--compression",
-    type=click.Choice(["none", "zlib", "lz4", "zstd"]),
+    type=click.Choice(list(codecs.IDS)),
     default="none",
     show_default=True,
     help="Batch codec (lz4 and zstd need the compression extra).",
