@@ -169,3 +169,35 @@ def test_bench_shows_progress_on_a_terminal_and_none_in_a_pipe(broker: BrokerPro
     assert piped.returncode == 0, piped.stderr
     assert piped.stderr == b""
     assert b"records/s" in piped.stdout
+
+
+def test_produce_typed_at_a_terminal_draws_no_bar_over_the_typing(broker: BrokerProcess) -> None:
+    """stdin and stderr on one terminal: a person typing lines. A bar redrawn ten times a
+    second would erase the line being typed, so there is none."""
+    assert cli(broker, "topics", "create", "typed", "--partitions", "1").returncode == 0
+    master, slave = pty.openpty()
+    env = procs.child_env() | {"TERM": "xterm-256color"}
+    argv = [*procs.HEADRACE_CLI, "produce", "typed", "--bootstrap", broker.bootstrap]
+    child = subprocess.Popen(argv, stdin=slave, stdout=subprocess.PIPE, stderr=slave, env=env)
+    os.close(slave)
+    captured: list[bytes] = []
+    reader = threading.Thread(target=lambda: _drain(master, captured), daemon=True)
+    reader.start()
+    os.write(master, b"one\ntwo\n\x04")  # two lines, then Ctrl-D (end of input)
+    assert child.wait(timeout=60) == 0
+    reader.join(timeout=30)
+    os.close(master)
+    shown = b"".join(captured)
+    assert b"produced 2 records to typed" in shown
+    assert not ANSI_OR_BAR.search(shown), shown
+
+
+def _drain(master: int, into: list[bytes]) -> None:
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            return
+        if not data:
+            return
+        into.append(data)

@@ -219,7 +219,13 @@ def produce(
     from headrace.client.producer import Producer
 
     stdin = sys.stdin.buffer
-    progress = Progress(f"produce {topic}", total=producing.remaining_bytes(stdin), unit="bytes")
+    progress = Progress(
+        f"produce {topic}",
+        total=producing.remaining_bytes(stdin),
+        unit="bytes",
+        # lines typed at the terminal: a redrawn bar would erase what is being typed
+        quiet=producing.is_terminal(stdin),
+    )
 
     async def go() -> int:
         producer = await Producer(

@@ -20,6 +20,13 @@ from headrace.client.producer import Producer
 READ_CHUNK_BYTES = 1 << 20
 
 
+def is_terminal(stream: BinaryIO) -> bool:
+    try:
+        return stream.isatty()
+    except (ValueError, AttributeError):
+        return False
+
+
 def remaining_bytes(stream: BinaryIO) -> int | None:
     """Bytes left in ``stream`` when it is a regular file (the bar's total), else None."""
     try:

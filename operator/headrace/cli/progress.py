@@ -42,9 +42,11 @@ class Progress:
         total: float | None,
         unit: Unit,
         stream: TextIO | None = None,
+        quiet: bool = False,
     ) -> None:
         self.stream = stream if stream is not None else sys.stderr
-        self.enabled = wanted(self.stream)
+        #: ``quiet``: the caller knows better (say, a person is typing on the same terminal)
+        self.enabled = not quiet and wanted(self.stream)
         self.description = description
         self.total = total
         self.unit: Unit = unit
