@@ -81,6 +81,14 @@ def test_a_terminal_gets_a_bar_with_counts(
     assert "2.0/2.0 MB" in text
 
 
+def test_quiet_keeps_a_terminal_clean(terminal: tuple[io.TextIOWrapper, int]) -> None:
+    stream, master = terminal
+    with Progress("produce t", total=None, unit="bytes", stream=stream, quiet=True) as progress:
+        progress.advance(10, records=1)
+    assert not progress.enabled
+    assert read_available(master) == b""
+
+
 # --------------------------------------------------------------------------- produce's reader
 
 
