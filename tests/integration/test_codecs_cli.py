@@ -13,6 +13,7 @@ import os
 import pty
 import re
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -201,3 +202,37 @@ def _drain(master: int, into: list[bytes]) -> None:
         if not data:
             return
         into.append(data)
+
+
+def test_a_broker_without_the_codec_libraries_stores_and_serves_lz4_and_zstd(
+    tmp_path: Path,
+) -> None:
+    """The broker never decompresses: with lz4 and zstandard unimportable in its process it
+    still accepts, stores and serves batches in both codecs."""
+    shim = tmp_path / "no-codecs"
+    for package in ("lz4", "zstandard"):
+        (shim / package).mkdir(parents=True)
+        (shim / package / "__init__.py").write_text(
+            f"raise ImportError('{package} is hidden from this broker by the test')\n"
+        )
+    pythonpath = os.pathsep.join(p for p in (str(shim), procs.child_env().get("PYTHONPATH")) if p)
+    broker = BrokerProcess(tmp_path / "data", env={"PYTHONPATH": pythonpath})
+    broker.start()
+    try:
+        hidden = subprocess.run(
+            [sys.executable, "-c", "import lz4"],
+            env={**procs.child_env(), "PYTHONPATH": pythonpath},
+            capture_output=True,
+            check=False,
+        )
+        assert b"hidden from this broker" in hidden.stderr  # the shim works
+        for codec in ("lz4", "zstd"):
+            topic = f"blind-{codec}"
+            broker.create_topic(topic, 1)
+            produced = cli(broker, "produce", topic, "--compression", codec, stdin=json_lines(500))
+            assert produced.returncode == 0, produced.stderr
+            batches = asyncio.run(stored_batches(broker.bootstrap, topic))
+            assert {rb.read_header(b).compression for b in batches} == {codecs.codec_id(codec)}
+            assert [v for b in batches for v in rb.decode(b).values] == json_lines(500).splitlines()
+    finally:
+        broker.kill9()
