@@ -162,7 +162,7 @@ def _inflate_lz4(raw: bytes | memoryview, section_length: int) -> bytes:
     frame = _lz4_frame()
     inflater = frame.LZ4FrameDecompressor()
     try:
-        section = inflater.decompress(bytes(raw), max_length=section_length + 1)
+        section = inflater.decompress(raw, max_length=section_length + 1)
     except RuntimeError as exc:  # lz4 reports every decoding failure as RuntimeError
         raise DecompressionFailed(f"cannot decompress lz4 batch: {exc}") from exc
     if not inflater.eof or inflater.unused_data:
@@ -172,9 +172,8 @@ def _inflate_lz4(raw: bytes | memoryview, section_length: int) -> bytes:
 
 def _inflate_zstd(raw: bytes | memoryview, section_length: int) -> bytes:
     zstandard = _zstandard()
-    data = bytes(raw)
     try:
-        declared = zstandard.frame_content_size(data)
+        declared = zstandard.frame_content_size(raw)
     except zstandard.ZstdError as exc:
         raise DecompressionFailed(f"cannot decompress zstd batch: {exc}") from exc
     # libzstd allocates and enforces the size a frame declares: checking it against
@@ -186,7 +185,7 @@ def _inflate_zstd(raw: bytes | memoryview, section_length: int) -> bytes:
         )
     inflater = _zstd_context("decompress").decompressobj()
     try:
-        section = inflater.decompress(data)
+        section = inflater.decompress(raw)
     except zstandard.ZstdError as exc:
         raise DecompressionFailed(f"cannot decompress zstd batch: {exc}") from exc
     if not inflater.eof or inflater.unused_data:
