@@ -187,9 +187,28 @@ def test_missing_libraries_give_codec_unavailable_naming_the_extra(
     monkeypatch.setitem(sys.modules, "lz4", None)
     monkeypatch.setitem(sys.modules, "lz4.frame", None)
     monkeypatch.setitem(sys.modules, "zstandard", None)
-    monkeypatch.setattr(codecs, "_zstd_contexts", {})
+    monkeypatch.setattr(codecs, "_zstd_spares", {"compress": [], "decompress": []})
     for codec in (rb.COMPRESSION_LZ4, rb.COMPRESSION_ZSTD):
         with pytest.raises(CodecUnavailable, match=r"headrace\[compression\]"):
             rb.encode([b"v"], timestamp_ms=0, compression=codec)
     # zlib and uncompressed batches still work
     assert rb.decode(rb.encode([b"v"], timestamp_ms=0, compression=rb.COMPRESSION_ZLIB)).values
+
+
+def test_zstd_contexts_are_never_shared_between_threads() -> None:
+    # two blocking clients run two event-loop threads in one process; zstandard's
+    # contexts must not serve both at once
+    from concurrent.futures import ThreadPoolExecutor
+
+    def round_trips(worker: int) -> bool:
+        values = [b"worker %d event %d " % (worker, i) * 20 for i in range(200)]
+        for _ in range(30):
+            raw = rb.encode(values, timestamp_ms=0, compression=rb.COMPRESSION_ZSTD)
+            if rb.decode(raw).values != values:
+                return False
+        return True
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert all(pool.map(round_trips, range(8)))
+    # the spare contexts went back to the pool, at most one per thread that held one
+    assert 1 <= len(codecs._zstd_spares["compress"]) <= 4
