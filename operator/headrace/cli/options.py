@@ -170,7 +170,16 @@ _CLIENT_OPTIONS = (
         default=None,
         help="PEM key of --tls-cert.",
     ),
-    local_mode.checked_dir_option,
+    click.option(
+        "--dir",
+        "directory",
+        type=click.Path(path_type=Path),
+        default=local_mode.DEFAULT_DIR,
+        show_default=True,
+        help="A local cluster's directory: its local.json names the brokers (the default"
+        " bootstrap) and the controller; a controller that does not answer with the instance"
+        " recorded there is refused.",
+    ),
 )
 
 
