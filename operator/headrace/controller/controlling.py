@@ -34,6 +34,7 @@ from headrace.control.reconcile import Decision
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.controller.store import FileStore, admitted
+from headrace.dashboard.rates import RateHistory
 from headrace.errors import InvalidRequest
 from headrace.protocol.endpoints import BrokerEndpoint
 
@@ -98,6 +99,8 @@ class Controller:
             self.clock,
             LoopSettings(settings.cluster_id, settings.control),
         )
+        #: the dashboard's rates and lag of the last minutes, sampled after every step
+        self.rates = RateHistory(interval_ms=settings.poll_interval_ms)
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
 
@@ -148,7 +151,9 @@ class Controller:
         return self.loop.state_document()
 
     async def step(self) -> Decision:
-        return await self.loop.step()
+        decision = await self.loop.step()
+        self.rates.observe(self.clock.now_ms(), self.loop.heartbeats.values())
+        return decision
 
     async def start(self) -> None:
         if self.http is not None:
@@ -167,7 +172,7 @@ class Controller:
     async def _run(self) -> None:
         while True:
             try:
-                await self.loop.step()
+                await self.step()
             except Exception:
                 log.exception("controller step failed")
             self._kick.clear()
