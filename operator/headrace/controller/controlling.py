@@ -36,6 +36,7 @@ from headrace.controller.fleet import HttpFleet
 from headrace.controller.store import FileStore, admitted
 from headrace.dashboard.rates import RateHistory
 from headrace.errors import InvalidRequest
+from headrace.protocol.coordination import Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
 
 __all__ = ["Controller", "ControllerSettings", "SystemClock", "UnloadConflict"]
@@ -101,6 +102,9 @@ class Controller:
         )
         #: the dashboard's rates and lag of the last minutes, sampled after every step
         self.rates = RateHistory(interval_ms=settings.poll_interval_ms)
+        #: every broker's last heartbeat, kept after the loop forgets a dead broker's, so the
+        #: dashboard can say when it was last heard from and what it last reported
+        self.last_heard: dict[int, Heartbeat] = {}
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
 
@@ -152,6 +156,7 @@ class Controller:
 
     async def step(self) -> Decision:
         decision = await self.loop.step()
+        self.last_heard.update(self.loop.heartbeats)
         self.rates.observe(self.clock.now_ms(), self.loop.heartbeats.values())
         return decision
 

@@ -56,7 +56,8 @@ class DashboardRoutes:
         return dashboard_view(
             Observed(
                 state=c.state_document(),
-                heartbeats=c.loop.heartbeats,
+                # a dead broker's last word, marked stale by the view
+                heartbeats={**c.last_heard, **c.loop.heartbeats},
                 liveness=decision.liveness if decision is not None else None,
                 now_ms=now,
                 cluster_id=c.settings.cluster_id,

@@ -11,8 +11,9 @@ Inputs, all of which both controllers have after a control-loop step:
 
 * the state document (``ControlLoop.state_document()``, also ``GET /v1/state``):
   the cluster state, the problems, the Unloads with their status;
-* the latest heartbeat of each broker (``ControlLoop.heartbeats``): offsets,
-  cursors, cohort members;
+* the latest heartbeat of each broker (``ControlLoop.heartbeats``, plus the last
+  one of a broker the loop has stopped hearing from): offsets, cursors, cohort
+  members; offsets from a broker that is not live are shown as stale;
 * the step's ``Liveness`` (live, dead, not yet heard from, draining);
 * the charts from ``rates.RateHistory.charts``.
 
