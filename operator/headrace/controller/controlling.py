@@ -34,9 +34,9 @@ from headrace.control.reconcile import Decision
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.controller.store import FileStore, admitted
+from headrace.dashboard.observing import Observer
 from headrace.dashboard.rates import RateHistory
 from headrace.errors import InvalidRequest
-from headrace.protocol.coordination import Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
 
 __all__ = ["Controller", "ControllerSettings", "SystemClock", "UnloadConflict"]
@@ -100,11 +100,10 @@ class Controller:
             self.clock,
             LoopSettings(settings.cluster_id, settings.control),
         )
-        #: the dashboard's rates and lag of the last minutes, sampled after every step
-        self.rates = RateHistory(interval_ms=settings.poll_interval_ms)
-        #: every broker's last heartbeat, kept after the loop forgets a dead broker's, so the
-        #: dashboard can say when it was last heard from and what it last reported
-        self.last_heard: dict[int, Heartbeat] = {}
+        #: the dashboard's memory (rates of the last minutes, last heartbeats), fed every step
+        self.dashboard = Observer(
+            settings.cluster_id, RateHistory(interval_ms=settings.poll_interval_ms)
+        )
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
 
@@ -156,8 +155,7 @@ class Controller:
 
     async def step(self) -> Decision:
         decision = await self.loop.step()
-        self.last_heard.update(self.loop.heartbeats)
-        self.rates.observe(self.clock.now_ms(), self.loop.heartbeats.values())
+        self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
         return decision
 
     async def start(self) -> None:

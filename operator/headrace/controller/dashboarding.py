@@ -1,7 +1,8 @@
 """The dashboard's HTTP route (aiohttp): the page, its view model as JSON, and a live stream.
 
-A thin adapter: ``headrace.dashboard.views`` decides what the page shows and
-``headrace.dashboard.assets`` holds the page. Routes, mounted at the admin root:
+A thin adapter: the controller's ``dashboard.observing.Observer`` (fed after
+every step) gives the view model, ``headrace.dashboard.views`` decides what the
+page shows and ``headrace.dashboard.assets`` holds the page. Routes, mounted at the admin root:
 
 ``GET /``                        the page (``index.html``)
 ``GET /dashboard/{asset}``       its CSS and JavaScript
@@ -24,7 +25,6 @@ from aiohttp import web
 
 from headrace.controller.controlling import Controller
 from headrace.dashboard import assets
-from headrace.dashboard.views import Observed, dashboard_view
 from headrace.errors import InvalidRequest
 
 
@@ -53,16 +53,11 @@ class DashboardRoutes:
         c = self.controller
         now = c.clock.now_ms()
         decision = c.last_decision
-        return dashboard_view(
-            Observed(
-                state=c.state_document(),
-                # a dead broker's last word, marked stale by the view
-                heartbeats={**c.last_heard, **c.loop.heartbeats},
-                liveness=decision.liveness if decision is not None else None,
-                now_ms=now,
-                cluster_id=c.settings.cluster_id,
-                charts=c.rates.charts(now),
-            )
+        return c.dashboard.view(
+            c.state_document(),
+            c.loop.heartbeats,
+            decision.liveness if decision is not None else None,
+            now,
         )
 
     async def page(self, request: web.Request) -> web.Response:

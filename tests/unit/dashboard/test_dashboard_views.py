@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from headrace.control.liveness import Liveness
+from headrace.dashboard.observing import Observer
+from headrace.dashboard.rates import RateHistory
 from headrace.dashboard.views import Observed, dashboard_view
 from headrace.protocol.coordination import CohortReport, Heartbeat, PartitionReport
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -179,3 +181,18 @@ def test_an_empty_controller_shows_an_empty_healthy_view() -> None:
     v = dashboard_view(Observed({}, {}, None, 0))
     assert v["brokers"] == [] and v["partitions"] == [] and v["problems"] == []
     assert v["summary"]["healthy"] is True
+
+
+def test_the_observer_keeps_a_dead_brokers_last_heartbeat_for_the_view() -> None:
+    now = 1_000_000
+    observer = Observer("local", RateHistory(interval_ms=1_000))
+    observer.observe(now - 9_000, heartbeats(now))
+    # the loop has dropped broker 2 (its admin port refused the poll)
+    alive = {b: hb for b, hb in heartbeats(now).items() if b != 2}
+    observer.observe(now, alive)
+    liveness = Liveness(frozenset({0, 1}), frozenset({2}), frozenset(), frozenset())
+    v = observer.view(state_document(), alive, liveness, now)
+    broker_2 = next(b for b in v["brokers"] if b["id"] == 2)
+    assert (broker_2["health"], broker_2["lastHeartbeatAgoMs"]) == ("down", 9_000)
+    assert v["partitions"][2]["highWatermark"] == 30 and v["partitions"][2]["offsetsStale"]
+    assert [s["name"] for s in v["charts"]["produce"]["series"]] == [T]
