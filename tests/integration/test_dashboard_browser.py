@@ -3,8 +3,9 @@
 Playwright drives Debian's chromium (browser downloads do not work here), so the
 assertions are on what a person sees: the page fills itself in, a chart gains
 points after producing, and after a kill -9 the broker shows as down within the
-liveness TTL and its partition turns Offline and red. A screenshot is kept in
-``test-artifacts/`` (git-ignored); its path is printed.
+liveness TTL, its partition turns Offline and red, and a replicated one amber
+(under-replicated). Screenshots are kept in ``test-artifacts/`` (git-ignored);
+the path is printed.
 
 Without chromium or playwright this test fails and says how to install them:
 `.ci/run` installs both, so a skip would only hide a broken CI machine.
@@ -36,6 +37,7 @@ CHROMIUM_ARGS = [
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 TOPIC = "dash"
 PARTITIONS = 3
+MIRRORED = "mirrored"
 #: how long the page may take to show a dead broker as down: the controller's liveness TTL
 LIVENESS_TTL_MS = ControlSettings().liveness_ttl_ms
 
@@ -66,6 +68,12 @@ def _red(rgb: str) -> bool:
     return r > g + 20 and r > b + 20
 
 
+def _amber(rgb: str) -> bool:
+    """A CSS ``rgb(r, g, b)`` colour of yellow-orange: red and green well above blue."""
+    r, g, b = (int(x) for x in re.findall(r"\d+", rgb)[:3])
+    return r > b + 40 and g > b + 40
+
+
 def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
     cluster: LocalCluster,
 ) -> None:
@@ -73,9 +81,14 @@ def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
     assert (
         cluster.apply(topic_manifest(TOPIC, PARTITIONS, replicas=1, min_in_sync=1)).returncode == 0
     )
+    # Three replicas each: when a broker dies these stay online, with one replica fewer.
+    assert cluster.apply(topic_manifest(MIRRORED, 1, replicas=3, min_in_sync=1)).returncode == 0
     cluster.wait(
-        lambda: [p["state"] for p in cluster.partitions(f"default/{TOPIC}")] == ["Online"] * 3,
-        what="the topic online",
+        lambda: (
+            [p["state"] for p in cluster.partitions(f"default/{TOPIC}")] == ["Online"] * 3
+            and [p["state"] for p in cluster.partitions(f"default/{MIRRORED}")] == ["Online"]
+        ),
+        what="the topics online",
     )
     from playwright.sync_api import expect
 
@@ -87,7 +100,7 @@ def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
             brokers = page.locator("#brokers tbody tr")
             expect(brokers).to_have_count(3, timeout=20_000)
             expect(page.locator("#brokers td.health")).to_have_text(["up"] * 3, timeout=20_000)
-            expect(page.locator("#partitions tbody tr")).to_have_count(PARTITIONS)
+            expect(page.locator("#partitions tbody tr")).to_have_count(PARTITIONS + 1)
             expect(page.locator("#problems li")).to_have_text(["No problems."])
             expect(page.locator("#connection")).to_have_text(re.compile("^live"))
 
@@ -109,7 +122,9 @@ def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
                 "Number(document.getElementById('chart-produce').dataset.nonzero) > 0",
                 timeout=20_000,
             )
-            expect(page.locator("#chart-produce polyline")).to_have_count(1)
+            expect(
+                page.locator('#chart-produce polyline[data-series="default/dash"]')
+            ).to_have_count(1)
             consume = ("consume", TOPIC, "--cohort", "readers", "--from-beginning")
             cluster.cli(*consume, "--count", "60", "--bootstrap", cluster.bootstrap)
             cohort = page.locator("#cohorts h3")
@@ -141,6 +156,14 @@ def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
                 re.compile(f"^Broker {victim} .* is down")
             )
             expect(page.locator("#health-pill")).to_have_text(re.compile("problem"))
+            # the replicated partition stays online without the victim: amber, not red
+            mirrored = page.locator(f'#partitions tr[data-partition="default/{MIRRORED}/0"]')
+            expect(mirrored).to_have_class(re.compile(r"\bunder-replicated\b"), timeout=30_000)
+            expect(mirrored.locator("td.state")).to_have_text("Online · under-replicated")
+            amber = mirrored.locator("td").first.evaluate(
+                "el => getComputedStyle(el).backgroundColor"
+            )
+            assert _amber(amber), f"an under-replicated row is amber, not {amber}"
 
             shot = ARTIFACTS / "dashboard-broker-down.png"
             page.screenshot(path=str(shot), full_page=True)
