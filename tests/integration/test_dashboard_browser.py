@@ -96,6 +96,9 @@ def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            errors: list[str] = []
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
             page.goto(cluster.controller_url + "/")
             brokers = page.locator("#brokers tbody tr")
             expect(brokers).to_have_count(3, timeout=20_000)
@@ -168,5 +171,6 @@ def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
             shot = ARTIFACTS / "dashboard-broker-down.png"
             page.screenshot(path=str(shot), full_page=True)
             print(f"dashboard screenshot: {shot}")
+            assert errors == [], "the page logged errors"
         finally:
             browser.close()
