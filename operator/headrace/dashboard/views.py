@@ -61,7 +61,7 @@ def dashboard_view(observed: Observed) -> dict[str, Any]:
     topics = list(cluster.get("topics") or [])
     leaders = leader_reports(observed.heartbeats.values())
     brokers = _brokers(observed, topics)
-    partitions = _partitions(observed, topics, leaders)
+    partitions = _partitions(observed, topics)
     cohorts = _cohorts(observed, topics, leaders)
     unloads = [_unload(u) for u in observed.state.get("unloads") or []]
     problems = _problems(observed, brokers, partitions)
@@ -145,33 +145,35 @@ def _brokers(observed: Observed, topics: list[Mapping[str, Any]]) -> list[dict[s
     return rows
 
 
-def _best_report(
-    key: tuple[str, int],
-    replicas: list[int],
-    leaders: Mapping[tuple[str, int], PartitionReport],
+def _reports(
     heartbeats: Mapping[int, Heartbeat],
+) -> dict[tuple[str, int], list[tuple[int, PartitionReport]]]:
+    """Every report of each partition, with the broker that sent it (one pass, not one per row)."""
+    reports: dict[tuple[str, int], list[tuple[int, PartitionReport]]] = {}
+    for broker, hb in heartbeats.items():
+        for r in hb.partitions:
+            reports.setdefault((r.topic, r.partition), []).append((broker, r))
+    return reports
+
+
+def _best_report(
+    reports: list[tuple[int, PartitionReport]],
 ) -> tuple[PartitionReport | None, int | None]:
-    """The leader's report, else (offline) the most advanced one of a replica: the last known."""
-    if key in leaders:
-        owner = next((b for b, hb in heartbeats.items() if leaders[key] in hb.partitions), None)
-        return leaders[key], owner
-    best: tuple[PartitionReport | None, int | None] = (None, None)
-    for broker in replicas:
-        hb = heartbeats.get(broker)
-        for r in hb.partitions if hb else ():
-            if (r.topic, r.partition) == key and (
-                best[0] is None or r.high_watermark > best[0].high_watermark
-            ):
-                best = (r, broker)
-    return best
+    """The leader's report (the highest epoch, if two claim it), else the most advanced
+    one of a replica (an offline partition): the last known; and who sent it."""
+    leading = [(r.leader_epoch, b, r) for b, r in reports if r.role == "leader"]
+    if leading:
+        _, broker, report = max(leading, key=lambda entry: (entry[0], -entry[1]))
+        return report, broker
+    if not reports:
+        return None, None
+    broker, report = max(reports, key=lambda entry: (entry[1].high_watermark, -entry[0]))
+    return report, broker
 
 
-def _partitions(
-    observed: Observed,
-    topics: list[Mapping[str, Any]],
-    leaders: Mapping[tuple[str, int], PartitionReport],
-) -> list[dict[str, Any]]:
+def _partitions(observed: Observed, topics: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
     live = observed.liveness.live if observed.liveness else frozenset()
+    reports = _reports(observed.heartbeats)
     rows = []
     for topic in topics:
         name = topic["name"]
@@ -180,9 +182,7 @@ def _partitions(
             lrs = list(p.get("liveReplicas") or [])
             leader, candidate = p.get("leader"), p.get("candidate")
             offline = p.get("state") == "Offline" or (leader is None and candidate is None)
-            report, source = _best_report(
-                (name, p["partition"]), replicas, leaders, observed.heartbeats
-            )
+            report, source = _best_report(reports.get((name, p["partition"]), []))
             rows.append(
                 {
                     "topic": name,
