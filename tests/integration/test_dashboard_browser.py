@@ -42,14 +42,16 @@ MIRRORED = "mirrored"
 LIVENESS_TTL_MS = ControlSettings().liveness_ttl_ms
 
 
-def _sync_playwright() -> Any:
+@pytest.fixture
+def playwright() -> Any:
+    """Playwright's sync API, checked before a cluster is started for nothing."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
         pytest.fail("playwright is not installed: pip install -e '.[dev]' (the dev extra has it)")
     if not CHROMIUM.exists():
         pytest.fail(f"no chromium at {CHROMIUM}: apt-get install -y chromium (.ci/run does)")
-    return sync_playwright()
+    return sync_playwright
 
 
 @pytest.fixture
@@ -75,7 +77,7 @@ def _amber(rgb: str) -> bool:
 
 
 def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
-    cluster: LocalCluster,
+    playwright: Any, cluster: LocalCluster
 ) -> None:
     # One replica per partition: the killed broker's partition has nobody to fail over to.
     assert (
@@ -92,7 +94,7 @@ def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
     )
     from playwright.sync_api import expect
 
-    with _sync_playwright() as pw:
+    with playwright() as pw:
         browser = pw.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1300, "height": 1000})
