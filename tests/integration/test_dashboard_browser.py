@@ -38,8 +38,10 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 TOPIC = "dash"
 PARTITIONS = 3
 MIRRORED = "mirrored"
-#: how long the page may take to show a dead broker as down: the controller's liveness TTL
-LIVENESS_TTL_MS = ControlSettings().liveness_ttl_ms
+#: The page shows a dead broker as down once the controller's liveness TTL has run out
+#: (plus a page poll). The wait's deadline is generous so that a loaded CI machine does
+#: not turn a correct page into a failure; the time is a figure for the bench, not a test.
+DOWN_DEADLINE_MS = ControlSettings().liveness_ttl_ms + 15_000
 
 
 @pytest.fixture
@@ -148,7 +150,7 @@ def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
             victim = cluster.partitions(f"default/{TOPIC}")[0]["leader"]
             cluster.kill_broker(victim)
             health = page.locator(f'#brokers tr[data-broker="{victim}"] td.health')
-            expect(health).to_have_text("down", timeout=LIVENESS_TTL_MS)
+            expect(health).to_have_text("down", timeout=DOWN_DEADLINE_MS)
 
             row = page.locator(f'#partitions tr[data-partition="default/{TOPIC}/0"]')
             expect(row).to_have_class(re.compile(r"\boffline\b"), timeout=20_000)
