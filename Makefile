@@ -27,7 +27,7 @@ run: setup
 	$(BIN)/headrace local up --dir $(LOCAL_DIR) --brokers 3 $(LOCAL_ARGS) > $(LOCAL_DIR).bootstrap
 	$(BIN)/headrace apply -f examples/local/demo-topic.yaml --dir $(LOCAL_DIR)
 	@B=$$(cat $(LOCAL_DIR).bootstrap); C=$$($(PY) -c 'import json,sys; print(json.load(open(sys.argv[1]))["controller_url"])' $(LOCAL_DIR)/local.json); \
-	  printf '%s\n' "" "headrace local cluster is up (status page: $$C/)" "Try, in another shell:" \
+	  printf '%s\n' "" "headrace local cluster is up (dashboard: $$C/)" "Try, in another shell:" \
 	  "  export HEADRACE_BOOTSTRAP=$$B HEADRACE_CONTROLLER=$$C" \
 	  "  seq 1 10 | .venv/bin/headrace produce demo --acks all" \
 	  "  .venv/bin/headrace consume demo --cohort readers --from-beginning --count 10" \
