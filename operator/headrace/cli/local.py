@@ -567,7 +567,12 @@ def local_up(
                 f"a local cluster is already running from {directory}; `headrace local down` first"
             )
     instance = "local-" + secrets.token_hex(8)
-    record: dict[str, Any] = {"object_store": object_store, "instance": instance, "brokers": []}
+    record: dict[str, Any] = {
+        "object_store": object_store,
+        "instance": instance,
+        "fsync": fsync,
+        "brokers": [],
+    }
     if object_store == "minio":
         record["minio"] = start_minio(directory)
         _write_state(state_file, record)  # so `local down` finds MinIO if a later step fails
@@ -675,12 +680,17 @@ def _down(directory: Path) -> None:
     if "minio" in doc:  # last: brokers may be uploading on their way out
         _stop([doc["minio"]["pid"]])
     state_file.unlink()
-    click.echo("local cluster stopped", err=True)
+    stopped = [str(b["id"]) for b in doc.get("brokers", []) if b.get("pid") is None]
+    note = f" (broker {', '.join(stopped)} was already stopped)" if stopped else ""
+    click.echo(f"local cluster stopped{note}", err=True)
 
 
 def _pids(doc: Mapping[str, Any]) -> list[int]:
-    """Every process a local.json records (controller, brokers, MinIO)."""
-    pids = [int(b["pid"]) for b in doc.get("brokers", [])]
+    """Every process a local.json records (controller, running brokers, MinIO).
+
+    A broker that ``local stop`` stopped has no pid: its old one may belong to
+    another process by now."""
+    pids = [int(b["pid"]) for b in doc.get("brokers", []) if b.get("pid") is not None]
     if doc.get("controller_pid") is not None:
         pids.append(int(doc["controller_pid"]))
     if "minio" in doc:
@@ -715,6 +725,117 @@ def local_down(directory: Path) -> None:
     _down(directory)
 
 
+# ---------------------------------------------------------------------------- one broker
+
+
+broker_dir_option = click.option(
+    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+)
+kill_option = click.option(
+    "--kill",
+    is_flag=True,
+    help="SIGKILL at once, as a crash would (default: SIGTERM, so the broker drains and hands"
+    " its leaderships over, then SIGKILL after 20 s).",
+)
+
+
+def _broker_record(directory: Path, broker_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(local.json, the entry of broker ``broker_id`` in it); one-line errors otherwise."""
+    state_file = directory / STATE_FILE
+    if not state_file.exists():
+        raise click.ClickException(f"no local cluster recorded in {directory}")
+    record = json.loads(state_file.read_text())
+    for b in record.get("brokers", []):
+        if b["id"] == broker_id:
+            return record, b
+    ids = ", ".join(str(b["id"]) for b in record.get("brokers", []))
+    raise click.ClickException(f"no broker {broker_id} in the local cluster in {directory} ({ids})")
+
+
+def _stop_broker(directory: Path, broker_id: int, kill: bool) -> None:
+    record, b = _broker_record(directory, broker_id)
+    pid = b.get("pid")
+    if pid is None:
+        click.echo(f"broker {broker_id} is already stopped", err=True)
+        return
+    if alive(int(pid)):
+        if kill:
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+        _stop([int(pid)])
+        how = "killed" if kill else "stopped"
+        click.echo(f"broker {broker_id} {how} (pid {pid})", err=True)
+    else:
+        click.echo(f"broker {broker_id} had already exited (pid {pid})", err=True)
+    b["pid"] = None
+    _write_state(directory / STATE_FILE, record)
+
+
+def _start_broker(directory: Path, broker_id: int, timeout: float = 30.0) -> None:
+    record, b = _broker_record(directory, broker_id)
+    pid = b.get("pid")
+    if pid is not None and alive(int(pid)):
+        raise click.ClickException(
+            f"broker {broker_id} is running (pid {pid}); `headrace local restart {broker_id}`"
+            " to restart it"
+        )
+    store_args, store_env = object_store_args(record, directory)
+    log_path = directory / "logs" / f"broker-{broker_id}.log"
+    b["pid"] = spawn_headrace(
+        [*broker_args(b, directory, record.get("fsync")), *store_args], log_path, store_env
+    )
+    _write_state(directory / STATE_FILE, record)  # so `local down` finds it from now on
+    try:
+        _wait_own(
+            b["pid"],
+            f"http://{b['host']}:{b['admin_port']}",
+            f"broker {broker_id}",
+            log_path,
+            timeout,
+        )
+    except click.ClickException:
+        _stop([b["pid"]])
+        b["pid"] = None
+        _write_state(directory / STATE_FILE, record)
+        raise
+    click.echo(f"broker {broker_id} started (pid {b['pid']})", err=True)
+
+
+@local.command("stop")
+@click.argument("broker_id", metavar="BROKER", type=int)
+@broker_dir_option
+@kill_option
+def local_stop(broker_id: int, directory: Path, kill: bool) -> None:
+    """Stop one broker of the local cluster; `local start` brings it back with its data.
+
+    `local status` then shows it as stopped, and `local down` knows it is."""
+    _stop_broker(directory, broker_id, kill)
+
+
+@local.command("start")
+@click.argument("broker_id", metavar="BROKER", type=int)
+@broker_dir_option
+def local_start(broker_id: int, directory: Path) -> None:
+    """Start a stopped (or crashed) broker again, with its data directory and addresses.
+
+    Waits until it answers as itself; the controller then lets it catch up, and once it is
+    back in sync leadership returns to it after the quiet period (preferred-leader
+    rebalance)."""
+    _start_broker(directory, broker_id)
+
+
+@local.command("restart")
+@click.argument("broker_id", metavar="BROKER", type=int)
+@broker_dir_option
+@kill_option
+def local_restart(broker_id: int, directory: Path, kill: bool) -> None:
+    """Stop one broker (if it runs) and start it again."""
+    _stop_broker(directory, broker_id, kill)
+    _start_broker(directory, broker_id)
+
+
 @local.command("status")
 @checked_dir_option
 @click.option("--controller", "controller_url", default=None)
@@ -729,6 +850,8 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
     click.echo(
         f"generation {cluster['generation']}  live brokers {doc['live']}  adoption floor {doc['adoptionFloor']}"
     )
+    for line in broker_lines(directory, doc.get("live", [])):
+        click.echo(line)
     for topic in cluster.get("topics", []):
         click.echo(f"topic {topic['name']}  version {topic['partitioningVersion']}")
         for p in topic["partitions"]:
@@ -743,6 +866,28 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
         click.echo(f"problem {problem['topic']}: {problem['reason']}: {problem['message']}")
     for line in unload_lines(doc.get("unloads", [])):
         click.echo(line)
+
+
+def broker_lines(directory: Path, live: list[int]) -> list[str]:
+    """``local status`` lines of the brokers ``local.json`` records: process and liveness.
+
+    ``stopped`` is a broker ``local stop`` stopped; ``exited`` one whose process is gone
+    without it (killed, crashed): ``local start`` brings either back."""
+    state = directory / STATE_FILE
+    if not state.exists():
+        return []
+    lines = []
+    for b in json.loads(state.read_text()).get("brokers", []):
+        pid = b.get("pid")
+        if pid is None:
+            process = "stopped"
+        elif alive(int(pid)):
+            process = f"running (pid {pid})"
+        else:
+            process = f"exited (pid {pid})"
+        seen = "live" if b["id"] in live else "not live"
+        lines.append(f"broker {b['id']}  {b['host']}:{b['port']}  {process}  {seen}")
+    return lines
 
 
 def unload_lines(unloads: list[dict[str, Any]]) -> list[str]:
