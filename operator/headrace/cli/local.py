@@ -76,12 +76,23 @@ def _http(
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
         try:
-            message = json.loads(detail).get("message", detail)
-        except (ValueError, AttributeError):
-            message = detail
-        raise click.ClickException(f"{exc.code} from {url}: {message}") from exc
+            doc = json.loads(detail)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+            raise ControllerRefusal(doc["message"], doc) from exc  # the controller's own words
+        first = next((line.strip() for line in detail.splitlines() if line.strip()), exc.reason)
+        raise click.ClickException(f"HTTP {exc.code} from {url}: {first}") from exc
     except (urllib.error.URLError, OSError) as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+
+
+class ControllerRefusal(click.ClickException):
+    """The controller answered with an error document: its one-line message (and the rest)."""
+
+    def __init__(self, message: str, doc: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.doc = doc
 
 
 def _controller_url(explicit: str | None, directory: Path) -> str:
@@ -932,51 +943,112 @@ def _or_dash(value: object) -> str:
 # ---------------------------------------------------------------------------- apply / delete
 
 
+#: ``delete -f`` exit status when something it names did not exist (all that did is deleted)
+EXIT_NOT_FOUND = 3
+
+#: what ``headrace local`` runs; ``apply -f`` skips other kinds with a note
+LOCAL_KINDS = ("Topic", "Unload")
+
+
 @click.command()
 @click.option(
-    "-f", "--filename", "paths", multiple=True, required=True, help="File, directory or - (stdin)."
+    "-f",
+    "--filename",
+    "paths",
+    multiple=True,
+    required=True,
+    help="File, directory (its *.yaml, *.yml and *.json files, sorted, not recursive) or -"
+    " (stdin). Repeatable.",
 )
 @checked_dir_option
 @click.option(
     "--controller", "controller_url", default=None, help="Controller URL (default from local up)."
 )
-def apply(paths: tuple[str, ...], directory: Path, controller_url: str | None) -> None:
-    """Apply Topic and Unload manifests (the same YAML that goes to kubectl apply)."""
-    from headrace.cli.manifests import manifests_to_apply, read_manifests
+@click.option(
+    "--allow-problems",
+    is_flag=True,
+    help="Apply a spec the cluster cannot honour (replicas above the broker count, another"
+    " clusterRef, a partition-count change, cleanupPolicy compact) with a warning, instead of"
+    " refusing it.",
+)
+def apply(
+    paths: tuple[str, ...], directory: Path, controller_url: str | None, allow_problems: bool
+) -> None:
+    """Apply Topic and Unload manifests (the same YAML that goes to kubectl apply).
+
+    All or nothing: every manifest is validated, and checked against the cluster (its
+    name, its broker count, the topics it has), before any is applied. A problem is
+    printed as one line and the exit status is 1, unless --allow-problems makes it a
+    warning. Kinds local mode does not run (BrokerCluster, Repartition, Compaction, ...)
+    are skipped with a note."""
+    from headrace.cli.manifests import manifests_to_apply
     from headrace.resources import ManifestError
 
     try:
-        manifests_to_apply(paths, stdin=sys.stdin)  # field-level errors before anything is sent
+        # field-level errors before anything is sent; stdin is read here, once
+        resources = manifests_to_apply(paths, stdin=sys.stdin)
     except ManifestError as exc:
         for line in exc.problems:
             click.echo(f"error: {line}", err=True)
         raise SystemExit(1) from exc
-    text = (
-        "\n---\n".join(t for _, t in read_manifests(paths, stdin=sys.stdin))
-        if "-" not in paths
-        else None
-    )
-    if text is None:
-        raise click.ClickException("apply -f - is read once; pass a file")
-    result = _http(
-        "POST",
-        f"{_controller_url(controller_url, directory)}/v1/apply",
-        text.encode(),
-        "application/yaml",
-    )
+    kept = []
+    for resource in resources:
+        if resource.kind in LOCAL_KINDS:
+            kept.append(resource)
+        else:
+            click.echo(
+                f"skipping {resource.kind} {resource.key.namespace}/{resource.key.name}:"
+                f" local mode runs {' and '.join(k + 's' for k in LOCAL_KINDS)} only",
+                err=True,
+            )
+    if not kept:
+        click.echo("nothing to apply", err=True)
+        return
+    text = "\n---\n".join(json.dumps(_sendable(r)) for r in kept)
+    query = "?allowProblems=true" if allow_problems else ""
+    try:
+        result = _http(
+            "POST",
+            f"{_controller_url(controller_url, directory)}/v1/apply{query}",
+            text.encode(),
+            "application/yaml",
+        )
+    except ControllerRefusal as exc:
+        for line in exc.doc.get("problems") or [exc.message]:
+            click.echo(f"error: {line}", err=True)
+        if exc.doc.get("problems"):
+            click.echo("nothing applied (--allow-problems applies it anyway)", err=True)
+        raise SystemExit(1) from exc
+    for line in result.get("warnings", []):
+        click.echo(f"warning: {line}", err=True)
     for item in result["applied"]:
         click.echo(f"{item['kind'].lower()} {item['name']} {item['result']}")
+
+
+def _sendable(resource: Any) -> dict[str, Any]:
+    doc = dict(resource.to_manifest())
+    doc.pop("status", None)
+    return doc
 
 
 @click.command()
 @click.option("-f", "--filename", "paths", multiple=True, required=True)
 @checked_dir_option
 @click.option("--controller", "controller_url", default=None)
-def delete(paths: tuple[str, ...], directory: Path, controller_url: str | None) -> None:
+@click.option(
+    "--ignore-not-found",
+    is_flag=True,
+    help=f"Exit 0 when something named does not exist (default: exit {EXIT_NOT_FOUND}).",
+)
+def delete(
+    paths: tuple[str, ...], directory: Path, controller_url: str | None, ignore_not_found: bool
+) -> None:
     """Delete the Topics and Unloads the manifests name.
 
     An Unload whose moves are in flight is deleted once they finish; its moves
-    that have not started are cancelled."""
+    that have not started are cancelled. What does not exist is named on stderr
+    and, after everything that does exist is deleted, the exit status is 3
+    (0 with --ignore-not-found)."""
     from headrace.cli.manifests import manifests_to_delete
     from headrace.resources import ManifestError
 
@@ -987,16 +1059,18 @@ def delete(paths: tuple[str, ...], directory: Path, controller_url: str | None) 
             click.echo(f"error: {line}", err=True)
         raise SystemExit(1) from exc
     for key in keys:
-        if key.kind not in ("Topic", "Unload"):
-            click.echo(f"skipping {key}: local mode has Topics and Unloads only", err=True)
-    body = {
-        "topics": [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Topic"],
-        "unloads": [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Unload"],
-    }
+        if key.kind not in LOCAL_KINDS:
+            click.echo(
+                f"skipping {key.kind} {key.namespace}/{key.name}: local mode runs Topics and"
+                " Unloads only",
+                err=True,
+            )
+    topics = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Topic"]
+    unloads = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Unload"]
     result = _http(
         "POST",
         f"{_controller_url(controller_url, directory)}/v1/delete",
-        json.dumps(body).encode(),
+        json.dumps({"topics": topics, "unloads": unloads}).encode(),
     )
     for name in result["unloads"]["deleted"]:
         click.echo(f"unload {name} deleted")
@@ -1004,3 +1078,10 @@ def delete(paths: tuple[str, ...], directory: Path, controller_url: str | None) 
         click.echo(f"unload {name} will be deleted when its moves in flight finish")
     for name in result["deleted"]:
         click.echo(f"topic {name} deleted")
+    missing = [f"topic {n}" for n in topics if n not in result["deleted"]]
+    found = set(result["unloads"]["deleted"]) | set(result["unloads"]["deferred"])
+    missing += [f"unload {n}" for n in unloads if n not in found]
+    for what in missing:
+        click.echo(f"{what} not found", err=True)
+    if missing and not ignore_not_found:
+        raise SystemExit(EXIT_NOT_FOUND)
