@@ -33,10 +33,12 @@ class LocalCluster:
             raise AssertionError(f"headrace {' '.join(args)} failed: {proc.stderr.decode()}")
         return proc
 
-    def up(self) -> None:
+    def up(self, *extra: str) -> None:
+        """``headrace local up`` with this cluster's ports, and ``extra`` options."""
         self.cli(
             "local",
             "up",
+            *extra,
             "--dir",
             str(self.dir),
             "--brokers",

@@ -178,6 +178,21 @@ def _check_instance(url: str, expected: str, state: Path) -> None:
     help="How long a move waits for a live replica to seal before reopening the partition"
     " from the object store (losing what was acknowledged but not uploaded).",
 )
+@click.option(
+    "--preferred-leader-quiet-ms",
+    type=click.IntRange(min=1),
+    default=ControlSettings().preferred_leader_quiet_ms,
+    show_default=True,
+    help="How long a returning preferred replica must stay in sync before leadership moves"
+    " back to it.",
+)
+@click.option(
+    "--preferred-leader-rebalance/--no-preferred-leader-rebalance",
+    default=ControlSettings().preferred_leader_rebalance,
+    show_default=True,
+    help="Give leadership back to each partition's preferred (first) replica once it is back"
+    " in sync.",
+)
 @click.option("--cluster-id", default=CLUSTER_ID, show_default=True)
 @click.option(
     "--instance",
@@ -193,6 +208,8 @@ def controller(
     poll_interval_ms: int,
     transition_poll_interval_ms: int,
     unload_recovery_timeout_ms: int,
+    preferred_leader_quiet_ms: int,
+    preferred_leader_rebalance: bool,
     cluster_id: str,
     instance: str | None,
 ) -> None:
@@ -220,7 +237,11 @@ def controller(
         if value <= 0:
             raise click.BadParameter("must be positive", param_hint=flag)
     try:
-        control = ControlSettings(unload_recovery_timeout_ms=unload_recovery_timeout_ms)
+        control = ControlSettings(
+            unload_recovery_timeout_ms=unload_recovery_timeout_ms,
+            preferred_leader_rebalance=preferred_leader_rebalance,
+            preferred_leader_quiet_ms=preferred_leader_quiet_ms,
+        )
     except InvalidRequest as exc:
         raise click.BadParameter(exc.message, param_hint="--unload-recovery-timeout-ms") from exc
     settings = ControllerSettings(
@@ -543,6 +564,13 @@ def _wait_own(pid: int, url: str, what: str, log_path: Path, timeout: float) -> 
     help="Where tiered topics upload: a shared directory (DIR/objects) or a MinIO server"
     " started for the cluster (data in DIR/minio).",
 )
+@click.option(
+    "--preferred-leader-quiet-ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The controller's quiet period before leadership returns to a preferred replica"
+    f" [default: {ControlSettings().preferred_leader_quiet_ms}].",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C brings the cluster down.")
 def local_up(
     count: int,
@@ -553,6 +581,7 @@ def local_up(
     controller_port: int | None,
     fsync: str,
     object_store: str,
+    preferred_leader_quiet_ms: int | None,
     foreground: bool,
 ) -> None:
     """Start the controller and COUNT brokers (and MinIO with --object-store minio).
@@ -584,6 +613,8 @@ def local_up(
         "fsync": fsync,
         "brokers": [],
     }
+    if preferred_leader_quiet_ms is not None:
+        record["controller_args"] = ["--preferred-leader-quiet-ms", str(preferred_leader_quiet_ms)]
     if object_store == "minio":
         record["minio"] = start_minio(directory)
         _write_state(state_file, record)  # so `local down` finds MinIO if a later step fails
@@ -634,6 +665,7 @@ def _start(
             CLUSTER_ID,
             "--instance",
             record["instance"],
+            *record.get("controller_args", []),
             *[
                 arg
                 for b in brokers
