@@ -7,7 +7,6 @@ The tests run in file order; the last one brings the cluster down itself.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 

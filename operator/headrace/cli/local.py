@@ -1033,6 +1033,7 @@ def apply(
                 f" local mode runs {' and '.join(k + 's' for k in LOCAL_KINDS)} only",
                 err=True,
             )
+    url = _controller_url(controller_url, directory)  # refuses another cluster's controller
     if not kept:
         click.echo("nothing to apply", err=True)
         return
@@ -1041,7 +1042,7 @@ def apply(
     try:
         result = _http(
             "POST",
-            f"{_controller_url(controller_url, directory)}/v1/apply{query}",
+            f"{url}/v1/apply{query}",
             text.encode(),
             "application/yaml",
         )
