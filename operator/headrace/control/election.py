@@ -44,8 +44,9 @@ LRS unchanged, and waits for an LRS member to come (back) up.
 how leadership goes back to where placement put it after a failover. The
 preferred replica is the first of the replica set; it is *eligible* when it
 is not the leader, is live and not draining, is in the LRS, reports itself a
-follower at the current epoch (it has caught up with this leader), and the
-controller is not warming up. Once eligible, an ONLINE partition carries a
+follower at the current epoch (it has caught up with this leader), the
+partition is not being sealed by an unload, and the controller is not warming
+up. Once eligible, an ONLINE partition carries a
 ``deadline_ms`` (the only time ONLINE has one): the end of the quiet period
 (``preferred_leader_quiet_ms``). If the replica stays eligible until then it
 is nominated through the same path as any election (epoch + 1, LRS member
@@ -208,6 +209,7 @@ def _preferred_eligible(s: PartitionStatus, seen: Seen) -> bool:
     return (
         s.leader is not None
         and s.leader != preferred
+        and not s.seal  # an unload is moving it: the seal must finish under this leader
         and not seen.liveness.warming_up
         and preferred in seen.liveness.live
         and preferred not in seen.liveness.draining

@@ -205,6 +205,14 @@ ROWS = [
         None,
     ),
     Row(
+        "partition sealing for an unload: no quiet period",
+        replace(part(ONLINE, 1), seal=True),
+        seen(live=(0, 1, 2)),
+        {0: follower(0), 1: leader(1, 3, (0, 1, 2))},
+        replace(part(ONLINE, 1), seal=True),
+        None,
+    ),
+    Row(
         "controller warming up: no quiet period",
         part(ONLINE, 1),
         seen(live=(0, 1, 2), unheard=(3,)),
