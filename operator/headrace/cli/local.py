@@ -1,4 +1,5 @@
-"""Local mode: ``headrace controller``, ``local up|status|down``, ``apply|delete -f``.
+"""Local mode: ``headrace controller``, ``local up|status|stop|start|restart|down``,
+``apply|delete -f``.
 
 ``local up`` starts one controller and N cluster-mode brokers as processes,
 broker i on its own loopback address 127.0.0.(2+i) with the same ports, as
@@ -25,6 +26,17 @@ exits, and then stops what it started and removes its ``local.json``.
 ``apply``, ``delete`` and ``local status`` refuse a controller whose instance is
 not the one recorded in ``--dir``. The cluster id ("local", the object-store key
 prefix and the Topic ``clusterRef`` name) stays the same for every local cluster.
+
+One broker at a time. ``local stop|start|restart BROKER`` stop and start broker
+processes of a running cluster with their data directories and addresses; a
+stopped broker is recorded in ``local.json`` with no pid, so ``local down``
+never signals a pid that may have been reused, and ``local status`` shows it.
+
+Apply tells the truth. ``apply`` skips kinds local mode does not run, with a
+note, and the controller refuses (HTTP 422 with one line per problem) a Topic
+the cluster cannot honour (``headrace.control.admission``) unless
+``--allow-problems`` turns the lines into warnings. ``delete`` names what did
+not exist and then exits ``EXIT_NOT_FOUND``.
 """
 
 from __future__ import annotations
