@@ -44,14 +44,14 @@ LRS unchanged, and waits for an LRS member to come (back) up.
 how leadership goes back to where placement put it after a failover. The
 preferred replica is the first of the replica set; it is *eligible* when it
 is not the leader, is live and not draining, is in the LRS, reports itself a
-follower at the current epoch (it has caught up with this leader), the
-partition is not being sealed by an unload, and the controller is not warming
-up. Once eligible, an ONLINE partition carries a
+follower at the current epoch (it has caught up with this leader), and the
+controller is not warming up. Once eligible, an ONLINE partition carries a
 ``deadline_ms`` (the only time ONLINE has one): the end of the quiet period
 (``preferred_leader_quiet_ms``). If the replica stays eligible until then it
 is nominated through the same path as any election (epoch + 1, LRS member
 only, promotion confirmed by its own report); if it stops being eligible the
 deadline is cleared and the next return starts a new quiet period. A
+partition an unload is sealing is not handed back until the seal is gone. A
 preferred replica that fails to promote in time is followed by the next
 candidate as usual (usually the leader it replaced, at a higher epoch).
 
@@ -209,7 +209,6 @@ def _preferred_eligible(s: PartitionStatus, seen: Seen) -> bool:
     return (
         s.leader is not None
         and s.leader != preferred
-        and not s.seal  # an unload is moving it: the seal must finish under this leader
         and not seen.liveness.warming_up
         and preferred in seen.liveness.live
         and preferred not in seen.liveness.draining
@@ -221,8 +220,14 @@ def _preferred_eligible(s: PartitionStatus, seen: Seen) -> bool:
 
 
 def _rebalance_due(s: PartitionStatus, seen: Seen) -> bool:
+    # A partition an unload is sealing waits: the seal must finish under this leader. The
+    # seal does not touch the quiet period (the unload step runs after this table and
+    # may set it in the same step; a second step must change nothing).
     return (
-        s.deadline_ms is not None and seen.now_ms >= s.deadline_ms and _preferred_eligible(s, seen)
+        s.deadline_ms is not None
+        and seen.now_ms >= s.deadline_ms
+        and not s.seal
+        and _preferred_eligible(s, seen)
     )
 
 

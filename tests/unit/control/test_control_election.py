@@ -205,11 +205,11 @@ ROWS = [
         None,
     ),
     Row(
-        "partition sealing for an unload: no quiet period",
-        replace(part(ONLINE, 1), seal=True),
+        "quiet period over, but an unload is sealing the partition: wait for it",
+        replace(part(ONLINE, 1, deadline=NOW), seal=True),
         seen(live=(0, 1, 2)),
         {0: follower(0), 1: leader(1, 3, (0, 1, 2))},
-        replace(part(ONLINE, 1), seal=True),
+        replace(part(ONLINE, 1, deadline=NOW), seal=True),
         None,
     ),
     Row(
