@@ -140,3 +140,11 @@ def test_an_http_error_is_one_line_without_a_python_list(served: Served, tmp_pat
     assert result.exit_code == 1
     (line,) = result.stderr.splitlines()
     assert line.startswith("Error: HTTP 404 from http://127.0.0.1:") and "[" not in line
+
+
+def test_apply_reads_standard_input_once(served: Served) -> None:
+    result = CliRunner().invoke(
+        local.apply, ["-f", "-", "--controller", served.url], input=topic_yaml("piped")
+    )
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "topic default/piped applied\n"
