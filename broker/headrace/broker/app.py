@@ -413,6 +413,9 @@ class Broker:
                     p.moves,
                     p.start_offset,
                     self.tiering.seal_report(p),
+                    p.log.log_start_offset,
+                    self.tiering.stored_through(p),
+                    p.cursors.all(),
                 )
                 for p in partitions
             ),

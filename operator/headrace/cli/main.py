@@ -7,7 +7,6 @@ on stderr and exit non-zero.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import sys
@@ -21,6 +20,7 @@ from headrace.aio import run
 from headrace.broker import main as broker_main
 from headrace.commands import one_line_errors
 from headrace.protocol import messages as msg
+from headrace.records import codecs
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,6 +33,13 @@ bootstrap_option = click.option(
 )
 token_option = click.option(
     "--auth-token", envvar="HEADRACE_AUTH_TOKEN", default=None, help="Client auth token."
+)
+compression_option = click.option(
+    "--compression",
+    type=click.Choice(list(codecs.IDS)),
+    default="none",
+    show_default=True,
+    help="Batch codec (lz4 and zstd need the compression extra).",
 )
 
 
@@ -193,6 +200,7 @@ def topics_delete(name: str, bootstrap: str, auth_token: str | None) -> None:
     "--acks", type=click.Choice(["none", "leader", "all"]), default="leader", show_default=True
 )
 @click.option("--partition", type=int, default=None, help="Send every record to this partition.")
+@compression_option
 @bootstrap_option
 @token_option
 @one_line_errors
@@ -201,34 +209,40 @@ def produce(
     key_sep: str | None,
     acks: str,
     partition: int | None,
+    compression: str,
     bootstrap: str,
     auth_token: str | None,
 ) -> None:
-    """Produce one record per line of stdin."""
+    """Produce one record per line of stdin (a progress bar on a terminal's stderr)."""
+    from headrace.cli import producing
+    from headrace.cli.progress import Progress
     from headrace.client.producer import Producer
 
+    stdin = sys.stdin.buffer
+    progress = Progress(
+        f"produce {topic}",
+        total=producing.remaining_bytes(stdin),
+        unit="bytes",
+        # lines typed at the terminal: a redrawn bar would erase what is being typed
+        quiet=producing.is_terminal(stdin),
+    )
+
     async def go() -> int:
-        producer = await Producer(bootstrap, acks=acks, options=_options(auth_token)).start()
-        receipts = []
+        producer = await Producer(
+            bootstrap, acks=acks, compression=compression, options=_options(auth_token)
+        ).start()
         try:
-            loop = asyncio.get_running_loop()
-            while True:
-                line = await loop.run_in_executor(None, sys.stdin.buffer.readline)
-                if not line:
-                    break
-                line = line.rstrip(b"\r\n")
-                key = None
-                if key_sep is not None:
-                    k, sep, v = line.partition(key_sep.encode())
-                    if sep:
-                        key, line = k, v
-                receipts.append(await producer.send(topic, line, key=key, partition=partition))
-            await producer.flush()
-            for r in receipts:
-                await r
+            with progress:
+                return await producing.produce_lines(
+                    producer,
+                    topic,
+                    stdin,
+                    key_sep=None if key_sep is None else key_sep.encode(),
+                    partition=partition,
+                    progress=progress,
+                )
         finally:
             await producer.close()
-        return len(receipts)
 
     count = run(go())
     click.echo(f"produced {count} records to {topic}", err=True)
@@ -314,29 +328,44 @@ def consume(
 @click.option(
     "--acks", type=click.Choice(["none", "leader", "all"]), default="leader", show_default=True
 )
+@compression_option
 @bootstrap_option
 @token_option
 @one_line_errors
 def bench(
-    topic: str, records: int, value_bytes: int, acks: str, bootstrap: str, auth_token: str | None
+    topic: str,
+    records: int,
+    value_bytes: int,
+    acks: str,
+    compression: str,
+    bootstrap: str,
+    auth_token: str | None,
 ) -> None:
-    """Quick produce throughput check against a running broker (see bench/ for the full suite)."""
+    """Quick produce throughput check against a running broker (see bench/ for the full suite).
+
+    Shows a progress bar when stderr is a terminal.
+    """
+    from headrace.cli.progress import Progress
     from headrace.client.producer import Producer
 
     async def go() -> float:
-        producer = await Producer(bootstrap, acks=acks, options=_options(auth_token)).start()
+        producer = await Producer(
+            bootstrap, acks=acks, compression=compression, options=_options(auth_token)
+        ).start()
         value = b"x" * value_bytes
         chunk = [value] * 10_000
         started = time.perf_counter()
         futures = []
         sent = 0
-        while sent < records:
-            n = min(len(chunk), records - sent)
-            futures += await producer.send_many(topic, chunk[:n])
-            sent += n
-        await producer.flush()
-        for f in futures:
-            await f
+        with Progress(f"bench {topic}", total=records, unit="records") as progress:
+            while sent < records:
+                n = min(len(chunk), records - sent)
+                futures += await producer.send_many(topic, chunk[:n])
+                sent += n
+                progress.advance(n)
+            await producer.flush()
+            for f in futures:
+                await f
         elapsed = time.perf_counter() - started
         await producer.close()
         return elapsed

@@ -1,9 +1,7 @@
-"""The controller's HTTP surface: health, metrics, state, apply/delete, a status page."""
+"""The controller's HTTP surface: health, metrics, state, apply/delete, the dashboard."""
 
 from __future__ import annotations
 
-import html
-import json
 import os
 from typing import Any
 
@@ -15,6 +13,7 @@ from prometheus_client.registry import Collector
 from headrace.control import admission
 from headrace.control.documents import full_name, spec_of
 from headrace.controller.controlling import Controller, UnloadConflict
+from headrace.controller.dashboarding import DashboardRoutes
 from headrace.errors import HeadraceError
 from headrace.resources import Resource, Topic, Unload, load_manifests
 
@@ -74,7 +73,6 @@ class ControllerAdmin:
         self.app = web.Application()
         self.app.add_routes(
             [
-                web.get("/", self.page),
                 web.get("/healthz", self.healthz),
                 web.get("/readyz", self.healthz),
                 web.get("/metrics", self.metrics),
@@ -84,6 +82,7 @@ class ControllerAdmin:
                 web.post("/v1/delete", self.delete),
             ]
         )
+        DashboardRoutes(controller).install(self.app)
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -200,71 +199,6 @@ class ControllerAdmin:
                 "unloads": {"deleted": deleted, "deferred": deferred},
             }
         )
-
-    async def page(self, request: web.Request) -> web.Response:
-        """A small status page: topics, partitions, leaders, LRS, epochs, states."""
-        doc = self.controller.state_document()
-        rows = []
-        for name, topic in sorted(self.controller.state.topics.items()):
-            for p in topic.partitions:
-                rows.append(
-                    f"<tr><td>{html.escape(name)}</td><td>{p.partition}</td><td>{p.owner}</td>"
-                    f"<td>{list(p.replicas)}</td><td>{list(p.live_replicas)}</td><td>{p.leader_epoch}</td>"
-                    f"<td>{html.escape(str(p.state))}</td><td>{p.moves}</td>"
-                    f"<td>{'yes' if p.seal else ''}</td></tr>"
-                )
-        body = (
-            "<!doctype html><title>headrace</title><h1>headrace local cluster</h1>"
-            f"<p>generation {self.controller.state.generation}; live brokers {doc['live']};"
-            f" adoption floor {doc['adoptionFloor']}</p>"
-            "<table border=1 cellpadding=4><tr><th>topic</th><th>partition</th><th>leader</th>"
-            "<th>replicas</th><th>LRS</th><th>epoch</th><th>state</th><th>moves</th>"
-            "<th>sealed</th></tr>"
-            + "".join(rows)
-            + "</table>"
-            + _unloads_table(doc["unloads"])
-            + "<pre>"
-            + html.escape(json.dumps(doc["problems"], indent=2))
-            + "</pre>"
-        )
-        return web.Response(text=body, content_type="text/html")
-
-
-def _unloads_table(unloads: list[dict[str, Any]]) -> str:
-    """Unloads and their per-partition moves: phase, from -> to, sealed offset, recovery."""
-    if not unloads:
-        return ""
-    rows = []
-    for u in unloads:
-        meta, spec, status = u["metadata"], u["spec"], u.get("status") or {}
-        ready: dict[str, Any] = next(
-            (c for c in status.get("conditions", []) if c.get("type") == "Ready"), {}
-        )
-        name = f"{meta.get('namespace', 'default')}/{meta['name']}"
-        deleting = " (deleting)" if meta.get("deletionTimestamp") else ""
-        rows.append(
-            f"<tr><td>{html.escape(name)}{deleting}</td>"
-            f"<td>{html.escape(spec['topicRef']['name'])}</td>"
-            f"<td>{html.escape(str(status.get('phase', 'Pending')))}</td><td></td><td></td>"
-            f"<td></td><td></td><td>{html.escape(str(ready.get('message', '')))}</td></tr>"
-        )
-        for m in status.get("moves", []):
-            recovery = m.get("recovery") or {}
-            verification = m.get("verification") or {}
-            rows.append(
-                f"<tr><td></td><td>partition {m['partition']}</td>"
-                f"<td>{html.escape(str(m.get('phase')))}</td>"
-                f"<td>{m.get('fromBroker', '')} &rarr; {m.get('toBroker', '')}</td>"
-                f"<td>{m.get('sealedOffset', '')}</td>"
-                f"<td>{html.escape(str(verification.get('result', '')))}</td>"
-                f"<td>{html.escape(str(recovery.get('source', '')))}</td>"
-                f"<td>{html.escape(str(recovery.get('message') or m.get('message', '')))}</td></tr>"
-            )
-    return (
-        "<h2>unloads</h2><table border=1 cellpadding=4><tr><th>unload</th><th>topic /"
-        " partition</th><th>phase</th><th>from &rarr; to</th><th>sealed offset</th>"
-        "<th>verified</th><th>recovery</th><th>message</th></tr>" + "".join(rows) + "</table>"
-    )
 
 
 class Refused(HeadraceError):
