@@ -899,6 +899,7 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
     """Brokers, topics, leaders, epochs and live replica sets as the controller sees them."""
     doc = _http("GET", f"{_controller_url(controller_url, directory)}/v1/state")
     if as_json:
+        doc["localBrokers"] = local_brokers(directory, doc.get("live", []))
         click.echo(json.dumps(doc, indent=2))
         return
     cluster = doc["cluster"]
@@ -923,25 +924,37 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
         click.echo(line)
 
 
-def broker_lines(directory: Path, live: list[int]) -> list[str]:
-    """``local status`` lines of the brokers ``local.json`` records: process and liveness.
+def local_brokers(directory: Path, live: list[int]) -> list[dict[str, Any]]:
+    """The brokers ``local.json`` records: id, address, process and liveness.
 
-    ``stopped`` is a broker ``local stop`` stopped; ``exited`` one whose process is gone
-    without it (killed, crashed): ``local start`` brings either back."""
+    ``process`` is ``running``, ``stopped`` (by ``local stop``) or ``exited`` (gone
+    without it: killed, crashed); ``local start`` brings back either of the last two."""
     state = directory / STATE_FILE
     if not state.exists():
         return []
-    lines = []
+    brokers = []
     for b in json.loads(state.read_text()).get("brokers", []):
         pid = b.get("pid")
-        if pid is None:
-            process = "stopped"
-        elif alive(int(pid)):
-            process = f"running (pid {pid})"
-        else:
-            process = f"exited (pid {pid})"
-        seen = "live" if b["id"] in live else "not live"
-        lines.append(f"broker {b['id']}  {b['host']}:{b['port']}  {process}  {seen}")
+        process = "stopped" if pid is None else "running" if alive(int(pid)) else "exited"
+        brokers.append(
+            {
+                "id": b["id"],
+                "address": f"{b['host']}:{b['port']}",
+                "process": process,
+                "pid": pid,
+                "live": b["id"] in live,
+            }
+        )
+    return brokers
+
+
+def broker_lines(directory: Path, live: list[int]) -> list[str]:
+    """``local status`` lines of the brokers (``local_brokers``)."""
+    lines = []
+    for b in local_brokers(directory, live):
+        process = b["process"] if b["pid"] is None else f"{b['process']} (pid {b['pid']})"
+        seen = "live" if b["live"] else "not live"
+        lines.append(f"broker {b['id']}  {b['address']}  {process}  {seen}")
     return lines
 
 

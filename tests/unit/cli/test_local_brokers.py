@@ -73,3 +73,17 @@ def test_unknown_broker_running_broker_and_no_cluster_are_one_line_errors(tmp_pa
     assert running.exit_code == 1
     assert f"broker 0 is running (pid {os.getpid()})" in running.stderr
     assert len(running.stderr.strip().splitlines()) == 1
+
+
+def test_status_json_records_each_broker_process(tmp_path: Path) -> None:
+    record(tmp_path, [os.getpid(), None])
+    assert local.local_brokers(tmp_path, live=[0]) == [
+        {
+            "id": 0,
+            "address": "127.0.0.2:9092",
+            "process": "running",
+            "pid": os.getpid(),
+            "live": True,
+        },
+        {"id": 1, "address": "127.0.0.3:9092", "process": "stopped", "pid": None, "live": False},
+    ]
