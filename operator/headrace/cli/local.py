@@ -463,12 +463,18 @@ def _write_state(state_file: Path, record: Mapping[str, Any]) -> None:
 
 
 def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is ours to signal (not a reused id of another user's)."""
+    """Whether process ``pid`` exists and is ours to signal (not a reused id of another user's).
+
+    A zombie (exited, not yet reaped by a parent that is not us) is not alive."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: the signal test is all there is
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _exited(pid: int) -> bool:
