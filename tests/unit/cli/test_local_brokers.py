@@ -11,6 +11,7 @@ from typing import Any
 
 from click.testing import CliRunner
 
+from bench.procs import wait_until
 from headrace.cli import local
 
 
@@ -87,3 +88,15 @@ def test_status_json_records_each_broker_process(tmp_path: Path) -> None:
         },
         {"id": 1, "address": "127.0.0.3:9092", "process": "stopped", "pid": None, "live": False},
     ]
+
+
+def test_a_zombie_is_not_alive() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:
+        stat = Path(f"/proc/{proc.pid}/stat")
+        wait_until(
+            lambda: stat.read_text().rpartition(")")[2].split()[0] == "Z", 10, "child exited"
+        )
+        assert not local.alive(proc.pid)
+    finally:
+        proc.wait()
