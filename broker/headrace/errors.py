@@ -242,6 +242,12 @@ class AlreadyJoined(HeadraceError):
     CODE = 44
 
 
+class CohortActive(HeadraceError):
+    """The cohort has live members on this broker, so its cursors may not be reset."""
+
+    CODE = 45
+
+
 # --- client side only (never on the wire) ---
 
 

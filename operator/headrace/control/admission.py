@@ -72,7 +72,7 @@ def topic_problems(
     if spec.replicas > brokers:
         problem(
             "NotEnoughBrokers",
-            f"replicas {spec.replicas} needs {spec.replicas} brokers, the cluster has {brokers}",
+            f"{spec.replicas} replicas need {spec.replicas} brokers, the cluster has {brokers}",
         )
     if existing is not None and existing.partitions:
         have = len(existing.partitions)

@@ -78,6 +78,7 @@ class ControllerAdmin:
                 web.get("/metrics", self.metrics),
                 web.get("/v1/state", self.state),
                 web.get("/v1/topology", self.topology),
+                web.get("/v1/topics", self.topics),
                 web.post("/v1/apply", self.apply),
                 web.post("/v1/delete", self.delete),
             ]
@@ -123,6 +124,13 @@ class ControllerAdmin:
 
     async def topology(self, request: web.Request) -> web.Response:
         return web.json_response(self.controller.topology_document())
+
+    async def topics(self, request: web.Request) -> web.Response:
+        """The Topic documents as applied: ``headrace topics alter``
+        edits one and applies it back, as ``kubectl edit`` would."""
+        resources = self.controller.resources
+        docs = [resources[n] for n in sorted(resources)]
+        return web.json_response({"topics": docs})
 
     async def apply(self, request: web.Request) -> web.Response:
         """Body: manifests as YAML or JSON text, validated by the resource models."""

@@ -63,5 +63,5 @@ def test_the_lines_name_what_was_asked_and_what_the_cluster_has() -> None:
     ]
     assert lines == [
         "topic default/orders: clusterRef 'main' is not this cluster: it is named 'local'",
-        "topic default/orders: replicas 5 needs 5 brokers, the cluster has 3",
+        "topic default/orders: 5 replicas need 5 brokers, the cluster has 3",
     ]

@@ -41,7 +41,7 @@ async def test_one_refused_topic_refuses_the_whole_apply(
     assert resp.status == 422
     doc = await resp.json()
     assert doc["error"] == "Refused"
-    assert doc["problems"] == ["topic default/wide: replicas 4 needs 4 brokers, the cluster has 3"]
+    assert doc["problems"] == ["topic default/wide: 4 replicas need 4 brokers, the cluster has 3"]
     assert "\n" not in doc["message"]
     assert c.loop.topics == {}, "nothing may be applied from a refused set"
 
