@@ -116,6 +116,7 @@ class LocalCluster:
             "--admin-port",
             str(self.controller_port),
             *(["--instance", record["instance"]] if "instance" in record else []),
+            *record.get("controller_args", []),
             *[
                 a
                 for b in record["brokers"]
