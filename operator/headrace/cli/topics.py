@@ -327,8 +327,10 @@ def topics_create(
     """Create topic NAME (or NAMESPACE/NAME).
 
     Through the controller, it applies a Topic document and waits until every partition
-    has a leader; if the controller reports a problem instead (say, more replicas than
-    brokers), it deletes the document again and fails with the controller's reason."""
+    has a leader. A spec the cluster cannot honour (say, more replicas than brokers) is
+    refused by the controller and nothing is applied; if it reports a problem while
+    placing instead, the document is deleted again. Either way it fails with the
+    controller's reason."""
     settings = parse_config(config)
     if standalone or not controller_known(controller_url, client):
         if replicas is not None or min_in_sync is not None:
@@ -349,7 +351,13 @@ def topics_create(
     if replicas is None:
         replicas = _default_replicas(client.directory)
     doc = topic_manifest(name, partitions, replicas, min_in_sync, settings, cluster_ref)
-    _apply(url, doc)
+    try:
+        _apply(url, doc)
+    except local_mode.ControllerRefusal as exc:  # admission: nothing was applied
+        refused = exc.doc.get("problems") or [exc.message]
+        prefix = f"topic {full_name}: "
+        reasons = "; ".join(line.removeprefix(prefix) for line in refused)
+        raise click.ClickException(f"topic {full_name} not created: {reasons}") from exc
     problems = [] if no_wait else _wait_placed(url, full_name)
     if problems:
         # The document is ours (the topic did not exist): take it back rather than leave

@@ -10,7 +10,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from headrace.control.documents import spec_of
+from headrace.control import admission
+from headrace.control.documents import full_name, spec_of
 from headrace.controller.controlling import Controller, UnloadConflict
 from headrace.controller.dashboarding import DashboardRoutes
 from headrace.errors import HeadraceError
@@ -142,7 +143,7 @@ class ControllerAdmin:
             )
         unsupported = [r for r in resources if not isinstance(r, Topic | Unload)]
         if unsupported:
-            kinds = sorted({type(r).__name__ for r in unsupported})
+            kinds = ", ".join(sorted({type(r).__name__ for r in unsupported}))
             return web.json_response(
                 {
                     "error": "Unsupported",
@@ -156,17 +157,41 @@ class ControllerAdmin:
             for doc in topics:
                 spec_of(doc)  # all or nothing: every spec is checked before any is applied
             self.controller.check_unloads(unloads)
+            warnings = self._admit(topics, allow=_flag(request, "allowProblems"))
             names = self.controller.apply(topics) if topics else []
             results = self.controller.apply_unloads(unloads) if unloads else []
         except UnloadConflict as exc:
             return web.json_response({"error": "Conflict", "message": exc.message}, status=409)
+        except Refused as exc:
+            return web.json_response(
+                {"error": "Refused", "message": exc.message, "problems": exc.lines}, status=422
+            )
         except HeadraceError as exc:
             return web.json_response(
                 {"error": type(exc).__name__, "message": exc.message}, status=422
             )
         applied = [{"kind": "Topic", "name": n, "result": "applied"} for n in names]
         applied += [{"kind": "Unload", "name": n, "result": r} for n, r in results]
-        return web.json_response({"applied": applied})
+        return web.json_response({"applied": applied, "warnings": warnings})
+
+    def _admit(self, topics: list[dict[str, Any]], *, allow: bool) -> list[str]:
+        """The lines of what the cluster cannot honour in ``topics`` (``control.admission``).
+
+        Raises ``Refused`` if there are any and ``allow`` is off; else they are warnings."""
+        c = self.controller
+        lines = [
+            problem.line()
+            for doc in topics
+            for problem in admission.topic_problems(
+                doc,
+                cluster_name=c.settings.cluster_id,
+                brokers=len(c.settings.brokers),
+                existing=c.state.topics.get(full_name(doc)),
+            )
+        ]
+        if lines and not allow:
+            raise Refused(lines)
+        return lines
 
     async def delete(self, request: web.Request) -> web.Response:
         """Body: ``{"topics": [...], "unloads": [...]}`` ('namespace/name' each)."""
@@ -182,6 +207,19 @@ class ControllerAdmin:
                 "unloads": {"deleted": deleted, "deferred": deferred},
             }
         )
+
+
+class Refused(HeadraceError):
+    """Apply refused: the cluster cannot honour what a manifest asks (nothing was applied)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        super().__init__(lines[0] + more)
+        self.lines = lines
+
+
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("1", "true", "yes")
 
 
 def _manifest(resource: Resource) -> dict[str, Any]:

@@ -65,8 +65,10 @@ The headrace operator that will reconcile them (run the BrokerCluster's Stateful
 Topics, carry out Unloads, Repartitions and Compactions) is not built yet
 (`docs/operations.md` §10). Today the same manifests run in **local mode**:
 `headrace apply -f` sends them to the controller that `headrace local up` starts
-(`docs/operations.md` §2a), which acts on Topic and Unload and refuses the other kinds
-with a one-line message.
+(`docs/operations.md` §2a), which acts on Topic and Unload (`apply` skips the other
+kinds with a one-line note) and refuses, one line per problem, a Topic the cluster cannot
+honour: another `clusterRef` (local mode's cluster is named `local`), more replicas than
+brokers, a partition-count change, or `cleanupPolicy: compact`.
 
 **One source of truth.** The pydantic models in `headrace.resources` define each kind.
 `crds/` is generated from them (`make generate`), and
