@@ -33,10 +33,9 @@ from headrace.cli.local import alive
 
 ARTIFACTS = REPO / "test-artifacts"
 VENV = REPO / ".venv"
-PROMPT = "first-hour$ "
-#: A prompt the shell prints and a person would never type, so output cannot be mistaken
-#: for it.
-PS1 = r"first-hour\$ "
+#: A prompt no command prints, so output cannot be mistaken for it (no ``\$``: as root
+#: bash would show ``#``).
+PROMPT = "first-hour> "
 TOPIC = "events"
 COHORT = "readers"
 RECORDS = 600
@@ -54,7 +53,7 @@ class Terminal:
             "PATH": f"{VENV / 'bin'}:/usr/local/bin:/usr/bin:/bin",
             "HOME": str(cwd),
             "TERM": "dumb",
-            "PS1": PS1,
+            "PS1": PROMPT,
             "LANG": "C.UTF-8",
         }
         self.shell = pexpect.spawn(
@@ -70,7 +69,7 @@ class Terminal:
             # background may have it ignored, which the shell would inherit.
             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
-        self.shell.expect_exact(PROMPT)
+        self.shell.expect_exact(PROMPT, timeout=30)
         self.shell.setecho(False)
         self._type("stty -echo; bind 'set enable-bracketed-paste off' 2>/dev/null; true")
 
@@ -79,16 +78,19 @@ class Terminal:
         self.shell.expect_exact(PROMPT)
         return str(self.shell.before).replace("\r\n", "\n")
 
-    def run(self, command: str, timeout: float = 180) -> tuple[str, int]:
+    def run(self, command: str, timeout: float = 180, record: bool = True) -> tuple[str, int]:
+        """``record=False`` for the polls of a wait, so the transcript shows the command
+        once, when it has what was waited for."""
         self.shell.sendline(command)
         self.shell.expect_exact(PROMPT, timeout=timeout)
         output = str(self.shell.before).replace("\r\n", "\n").strip("\n")
         code = int(self._type("echo $?").strip().splitlines()[-1])
-        self.transcript.append(f"[{self.name}] $ {command}\n{output}\n[exit {code}]\n")
+        if record:
+            self.transcript.append(f"[{self.name}] $ {command}\n{output}\n[exit {code}]\n")
         return output, code
 
-    def ok(self, command: str, timeout: float = 180) -> str:
-        output, code = self.run(command, timeout)
+    def ok(self, command: str, timeout: float = 180, record: bool = True) -> str:
+        output, code = self.run(command, timeout, record)
         assert code == 0, f"{command!r} exited {code}:\n{output}"
         return output
 
@@ -112,7 +114,7 @@ def transcript() -> Iterator[list[str]]:
 
 
 def _state(tab: Terminal) -> dict[str, Any]:
-    return dict(json.loads(tab.ok("headrace local status --json")))
+    return dict(json.loads(tab.ok("headrace local status --json", record=False)))
 
 
 def _partitions(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -145,7 +147,9 @@ def test_the_first_hour(tmp_path: Path, transcript: list[str]) -> None:
         tab1.shell.expect_exact("Ctrl-C here stops the cluster.", timeout=240)
         banner = str(tab1.shell.before).replace("\r\n", "\n")
         transcript.append(banner + "Ctrl-C here stops the cluster.\n")
-        export = re.search(r"^\s*(export HEADRACE_BOOTSTRAP=\S+ HEADRACE_CONTROLLER=\S+)", banner, re.M)
+        export = re.search(
+            r"^\s*(export HEADRACE_BOOTSTRAP=\S+ HEADRACE_CONTROLLER=\S+)", banner, re.M
+        )
         assert export, f"make run printed no export line:\n{banner}"
 
         tab2 = Terminal("tab 2", clone, transcript)
@@ -158,7 +162,11 @@ def test_the_first_hour(tmp_path: Path, transcript: list[str]) -> None:
         described = tab2.ok(f"headrace topics describe {TOPIC}")
         assert described.count("\n") >= 3, described
 
-        produced = tab2.ok(f"seq 1 {RECORDS} | headrace produce {TOPIC} --acks all")
+        # keyed (user-0 .. user-19), so the records spread over the partitions by key
+        keyed = 'awk \'{print "user-" $1 % 20 ":" $1}\''
+        produced = tab2.ok(
+            f"seq 1 {RECORDS} | {keyed} | headrace produce {TOPIC} --acks all --key-sep :"
+        )
         assert str(RECORDS) in produced, produced
 
         # two members of one cohort, side by side; each stops once the topic is quiet
@@ -176,9 +184,11 @@ def test_the_first_hour(tmp_path: Path, transcript: list[str]) -> None:
         assert set(values) == {str(i) for i in range(1, RECORDS + 1)}, "a record was missed"
         tab2.ok("wc -l a.out b.out")
 
-        tab2.ok(f"seq 1 {MORE} | headrace produce {TOPIC} --acks all")
+        tab2.ok(f"seq 1 {MORE} | {keyed} | headrace produce {TOPIC} --acks all --key-sep :")
+
         def total_lag() -> int:
-            views = json.loads(tab2.ok(f"headrace cohorts describe {COHORT} --json"))
+            described = tab2.ok(f"headrace cohorts describe {COHORT} --json", record=False)
+            views = json.loads(described)
             return sum(p["lag"] or 0 for view in views for p in view["partitions"])
 
         wait_until(lambda: total_lag() == MORE, 30, f"the cohort lags by the {MORE} new records")
@@ -191,16 +201,19 @@ def test_the_first_hour(tmp_path: Path, transcript: list[str]) -> None:
         victim_pid = next(b["pid"] for b in record["brokers"] if b["id"] == victim)
         tab2.ok(f"kill -9 {victim_pid}")
 
-        def unhealthy() -> bool:
-            _, code = tab2.run("headrace cluster health")
-            return code != 0
+        def broker_down() -> bool:
+            health, code = tab2.run("headrace cluster health", record=False)
+            return code != 0 and re.search(rf"brokers down:\s+{victim}\b", health) is not None
 
-        wait_until(unhealthy, 60, "cluster health reports the killed broker")
-        health, _ = tab2.run("headrace cluster health")
-        assert "down" in health, health
+        wait_until(broker_down, 60, "cluster health reports the killed broker down")
+        _, code = tab2.run("headrace cluster health")
+        assert code != 0
 
         tab2.ok(f"headrace local restart {victim}")
-        wait_until(lambda: tab2.run("headrace cluster health")[1] == 0, 120, "healthy again")
+        wait_until(
+            lambda: tab2.run("headrace cluster health", record=False)[1] == 0, 120, "healthy"
+        )
+        tab2.ok("headrace cluster health")
         wait_until(
             lambda: _preferred_leaders(_state(tab2)), 120, "leadership back on preferred replicas"
         )
@@ -209,9 +222,10 @@ def test_the_first_hour(tmp_path: Path, transcript: list[str]) -> None:
         pids = [record["controller_pid"], *(b["pid"] for b in record["brokers"])]
 
         # one Ctrl-C in tab 1 ends the cluster and make
+        transcript.append("[tab 1] ^C")
         tab1.shell.sendintr()
         tab1.shell.expect_exact(PROMPT, timeout=90)
-        transcript.append(str(tab1.shell.before).replace("\r\n", "\n") + "^C\n")
+        transcript.append(str(tab1.shell.before).replace("\r\n", "\n"))
         wait_until(lambda: not any(alive(p) for p in pids), 30, "every process has exited")
         assert not (local_dir / "local.json").exists(), "local down did not run"
     finally:
