@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# Build the peers the comparison bench (python -m bench.peerbench) runs, idempotently:
+#   Kafka $KAFKA_VERSION  jars from Maven Central (kafka/pom.xml + mvn dependency:copy-dependencies)
+#                         into ${HEADRACE_CACHE:-~/.cache/headrace}/kafka/<version>/libs
+#   NATS  $NATS_VERSION   nats-server from its Go module into .../nats/<version>/bin
+# A stamp beside each says what built it; a matching stamp means nothing to do.
+#   bench/peers/build.sh            build both (prints the two paths)
+#   bench/peers/build.sh kafka|nats build one
+#   bench/peers/build.sh --print    the paths only, build nothing
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+cache=${HEADRACE_CACHE:-$HOME/.cache/headrace}
+kafka_dir=$cache/kafka/$KAFKA_VERSION
+nats_bin=$cache/nats/$NATS_VERSION/bin
+nice=${PEERS_NICE:-10}
+
+if [[ ${1:-} == --print ]]; then
+	echo "kafka_libs=$kafka_dir/libs"
+	echo "nats_server=$nats_bin/nats-server"
+	exit 0
+fi
+
+build_kafka() {
+	mkdir -p "$kafka_dir"
+	exec 8>"$kafka_dir/.build.lock"
+	flock 8
+	local stamp
+	stamp=$(cat "$here/kafka/pom.xml" "$here/versions.env" | sha256sum | cut -c1-16)
+	if [[ -d $kafka_dir/libs && $(cat "$kafka_dir/.stamp" 2>/dev/null) == "$stamp" ]]; then
+		echo "kafka_libs=$kafka_dir/libs"
+		return
+	fi
+	command -v mvn >/dev/null || { echo "build: mvn is missing (apt-get install maven)" >&2; exit 1; }
+	command -v java >/dev/null || { echo "build: java is missing (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+	local tmp start
+	tmp=$(mktemp -d "$kafka_dir/.tmp.XXXXXX")
+	start=$(date +%s)
+	echo "fetching Kafka $KAFKA_VERSION jars (one-time)" >&2
+	nice -n "$nice" mvn -B -q -f "$here/kafka/pom.xml" -Dkafka.version="$KAFKA_VERSION" \
+		dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp/libs" >&2
+	rm -rf "$kafka_dir/libs"
+	mv "$tmp/libs" "$kafka_dir/libs"
+	rm -rf "$tmp"
+	echo "$stamp" >"$kafka_dir/.stamp"
+	echo "fetched Kafka in $(($(date +%s) - start)) s" >&2
+	echo "kafka_libs=$kafka_dir/libs"
+}
+
+build_nats() {
+	mkdir -p "$nats_bin"
+	exec 7>"$nats_bin/.build.lock"
+	flock 7
+	export CGO_ENABLED=0 GOTOOLCHAIN=local
+	local stamp
+	stamp=$(printf '%s@%s\n%s\n' "$NATS_MODULE" "$NATS_VERSION" "$(go version)" | sha256sum | cut -c1-16)
+	if [[ -x $nats_bin/nats-server && $(cat "$nats_bin/.stamp" 2>/dev/null) == "$stamp" ]]; then
+		echo "nats_server=$nats_bin/nats-server"
+		return
+	fi
+	local tmp start
+	tmp=$(mktemp -d "$nats_bin/.tmp.XXXXXX")
+	start=$(date +%s)
+	echo "building nats-server $NATS_VERSION (one-time)" >&2
+	GOBIN=$tmp nice -n "$nice" go install -trimpath -ldflags "-s -w" "$NATS_MODULE@$NATS_VERSION"
+	mv -f "$tmp/nats-server" "$nats_bin/nats-server"
+	rm -rf "$tmp"
+	echo "$stamp" >"$nats_bin/.stamp"
+	echo "built nats-server in $(($(date +%s) - start)) s" >&2
+	echo "nats_server=$nats_bin/nats-server"
+}
+
+case ${1:-all} in
+kafka) build_kafka ;;
+nats) build_nats ;;
+all)
+	build_kafka
+	build_nats
+	;;
+*)
+	echo "usage: $0 [kafka|nats|all|--print]" >&2
+	exit 2
+	;;
+esac
