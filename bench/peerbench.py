@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 import re
@@ -73,7 +74,8 @@ class Settings:
     latency_measure_s: float = 10.0
     latency_linger_ms: float = 1.0
     failover_kill_after_s: float = 4.0
-    failover_probe_s: float = 20.0
+    #: Kafka notices a dead broker after broker.session.timeout.ms (9 s by default)
+    failover_probe_s: float = 30.0
     settle_s: float = 120.0
     #: pause before each measurement: memory freed by the previous one goes back first
     page_settle_s: float = 3.0
@@ -93,7 +95,7 @@ class Settings:
             "latency_warmup_s": 1.0,
             "latency_measure_s": 2.0,
             "failover_kill_after_s": 3.0,
-            "failover_probe_s": 12.0,
+            "failover_probe_s": 20.0,
             "settle_s": 30.0,
             "page_settle_s": 0.5,
         }
@@ -237,8 +239,45 @@ def producer_performance(
     return {**result, "cpu": cpu, "total_sent": probe["records"] + result["records"]}
 
 
-def nats_streams(url: str, topic: str, partitions: int, op: str) -> int:
-    """Create (``op="create"``) or count and delete (``op="count"``) a topic's streams."""
+def nats_bench(server: NatsServer, stream: str, size: int, seconds: float) -> dict[str, Any]:
+    """natscli's ``nats bench js pub async`` (the Go client, 500 publishes in flight) into a
+    new file-backed stream: a warm-up run that sizes the measured one; server CPU over it."""
+    cli = str(peerservers.peer_paths()["nats_cli"])
+
+    def run(records: int, csv_path: Path) -> tuple[dict[str, Any], float]:
+        _out, tool_cpu = procs.run_tool(
+            [cli, "-s", server.url, "bench", "js", "pub", "async", f"{stream}.s",
+             "--create", "--storage", "file", "--stream", stream, "--msgs", str(records),
+             "--size", str(size), "--no-progress", "--csv", str(csv_path)],
+            timeout=600,
+        )  # fmt: skip
+        header, line = csv_path.read_text().strip().splitlines()[-2:]
+        doc = dict(zip(header.lstrip("#").split(","), line.split(","), strict=False))
+        rate = float(doc["MsgsPerSec"])
+        return {"records_per_s": rate, "mb_per_s": round(rate * size / 1e6, 2)}, tool_cpu
+
+    probe, _ = run(200_000, server.home / "probe.csv")
+    records = max(200_000, int(probe["records_per_s"] * seconds))
+    meter = procs.CpuMeter({"server": server.pid})
+    meter.start()
+    started = time.perf_counter()
+    result, tool_cpu = run(records, server.home / "run.csv")
+    elapsed = time.perf_counter() - started
+    cpu = meter.stop()
+    cpu["client_cores"] = round(tool_cpu / elapsed, 3)
+    cpu["foreign_cores"] = round(max(0.0, cpu["foreign_cores"] - cpu["client_cores"]), 3)
+    sending_s = records / result["records_per_s"]
+    cpu["server_cores"] = round(cpu.pop("server_cores") * elapsed / sending_s, 3)
+    stored = nats_streams(server.url, stream, 1, "count", names=[stream])
+    check_stored("nats", stream, 200_000 + records, stored)
+    return {"records": records, **result, "cpu": cpu, "total_sent": stored}
+
+
+def nats_streams(
+    url: str, topic: str, partitions: int, op: str, names: list[str] | None = None
+) -> int:
+    """Create (``op="create"``) or count and delete (``op="count"``) a topic's streams
+    (``topic-0``...; or ``names``)."""
     import nats
 
     async def go() -> int:
@@ -246,8 +285,7 @@ def nats_streams(url: str, topic: str, partitions: int, op: str) -> int:
         js = nc.jetstream()
         total = 0
         try:
-            for i in range(partitions):
-                name = f"{topic}-{i}"
+            for i, name in enumerate(names or [f"{topic}-{i}" for i in range(partitions)]):
                 if op == "create":
                     await js.add_stream(name=name, subjects=[f"{topic}.{i}"])
                 else:
@@ -372,6 +410,15 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
                     rows.append(row)
                     _say(settings, row)
     with nats_server("peers-nats") as server:
+        for size in settings.value_bytes:
+            n += 1
+            load = settle(settings)
+            result = nats_bench(server, f"batch{n}", size, settings.produce_s)
+            row = _row(
+                "nats", "batch", "nats bench js pub async", "stored", 1, size, **load, **result
+            )
+            rows.append(row)
+            _say(settings, row)
         # a JetStream publish is acknowledged once stored: one row serves acks=1 and all
         for _, parts, size in _combos(settings)[
             : len(settings.partitions) * len(settings.value_bytes)
@@ -633,16 +680,29 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
 
 
 def _failover_gap(result: dict[str, Any], killed_at: float) -> dict[str, Any]:
-    before = [t for t in result["acked_at"] if t <= killed_at]
-    after = [t for t in result["acked_at"] if t > killed_at]
+    """From (sent, acked) pairs: the first record *sent* after the kill can only have been
+    acknowledged by a new leader, so its ack time is when producing worked again."""
+    pairs = [tuple(p) for p in result["acked_at"]]
+    before = [p for p in pairs if p[1] <= killed_at]
+    after_sent = [p for p in pairs if p[0] > killed_at]
+    acks = [p[1] for p in pairs]
+    gaps = [b - a for a, b in itertools.pairwise(acks)]
     return {
         "acked_before_kill": len(before),
-        "acked_after_kill": len(after),
-        "last_ack_before_kill_ms": round((killed_at - before[-1]) * 1e3, 1) if before else None,
-        "first_ack_after_kill_s": round(after[0] - killed_at, 3) if after else None,
+        "acked_after_kill": len(pairs) - len(before),
+        "first_ack_after_kill_s": round(after_sent[0][1] - killed_at, 3) if after_sent else None,
+        "longest_ack_gap_s": round(max(gaps), 3) if gaps else None,
         "failed_sends": result["error_count"],
         "errors": result["errors"][:5],
     }
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
 
 
 def failover(settings: Settings) -> list[dict[str, Any]]:
@@ -679,10 +739,13 @@ def failover(settings: Settings) -> list[dict[str, Any]]:
         cluster.create_topic(topic, 1, 3, 2)
         leader = int(cluster.partitions(topic)[0]["leader"])
         load = settle(settings)
+        leader_pid = cluster.broker_pids()[leader]
         result, killed_at = probe_and_kill(
             "hr_failover_probe", "bench.peerworker", lambda: cluster.kill9(leader),
             bootstrap=cluster.bootstrap, topic=topic,
         )  # fmt: skip
+        if _alive(leader_pid):
+            raise RuntimeError(f"broker {leader} (pid {leader_pid}) survived kill -9")
         row = {"system": "headrace", "killed_leader": leader, **load,
                **_failover_gap(result, killed_at)}  # fmt: skip
         rows.append(row)

@@ -290,7 +290,9 @@ class KafkaCluster:
         """Stored records: the sum of high watermarks minus low ones."""
         from confluent_kafka import Consumer, TopicPartition
 
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-count", "log_level": 0})
+        c = Consumer(
+            {"bootstrap.servers": self.bootstrap, "group.id": "bench-count", "log_level": 0}
+        )
         try:
             meta = c.list_topics(topic, timeout=10)
             total = 0
@@ -446,7 +448,7 @@ class HeadraceLocal:
         if status != 200:
             return []
         for t in doc["cluster"].get("topics", []):
-            if t["name"] == topic:
+            if t["name"] in (topic, f"default/{topic}"):
                 return list(t["partitions"])
         return []
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -229,8 +228,8 @@ def ck_consume(spec: dict[str, Any]) -> dict[str, Any]:
 
 async def ck_latency(spec: dict[str, Any]) -> dict[str, Any]:
     """The open-loop harness of ``bench.worker.hr_latency``, with confluent-kafka on both
-    sides: ``produce()`` (``linger.ms`` as headrace's ``linger_ms``) and a consumer thread
-    polling partition 0 from its end."""
+    sides: ``produce()`` (``linger.ms`` as headrace's ``linger_ms``) and a consumer of
+    partition 0 from its end, polled without blocking from the same event loop."""
     from confluent_kafka import OFFSET_END, Consumer, Producer, TopicPartition
 
     topic: str = spec["topic"]
@@ -253,18 +252,24 @@ async def ck_latency(spec: dict[str, Any]) -> dict[str, Any]:
         }
     )
     consumer.assign([TopicPartition(topic, 0, OFFSET_END)])
-    stop = threading.Event()
     unpack = PROBE.unpack_from
     perf = time.perf_counter_ns
+    ready = asyncio.Event()
 
-    def consume() -> None:
-        while not stop.is_set():
-            msgs = consumer.consume(1000, 0.05)
-            now = perf()
-            for m in msgs:
-                if m.error() is None:
-                    j, intended = unpack(m.value())
-                    loop_.on_received(j, intended, now)
+    async def consume() -> None:
+        # Polled from the event loop, not a thread: one thread, as headrace's client, so
+        # no GIL hand-offs between a consumer thread and the open loop's sender.
+        poll = consumer.consume
+        while True:
+            msgs = poll(1000, 0)
+            if msgs:
+                now = perf()
+                ready.set()
+                for m in msgs:
+                    if m.error() is None:
+                        j, intended = unpack(m.value())
+                        loop_.on_received(j, intended, now)  # ignores j past the measured
+            await asyncio.sleep(0)
 
     async def send(first: int, last: int, t0: int) -> None:
         interval = loop_.interval_ns
@@ -273,10 +278,19 @@ async def ck_latency(spec: dict[str, Any]) -> dict[str, Any]:
         producer.poll(0)
         await asyncio.sleep(0)
 
-    thread = threading.Thread(target=consume, daemon=True)
-    thread.start()
-    # the consumer's assignment resolves OFFSET_END asynchronously: let it settle first
-    await asyncio.sleep(1.0)
+    consumer_task = asyncio.get_running_loop().create_task(consume())
+    # The consumer resolves OFFSET_END and fetches asynchronously: until a record comes
+    # back, records would wait for that, not for Kafka. Send markers until one does
+    # (indexes past the run's last: the harness ignores them).
+    marker = loop_.total + 1
+    deadline = time.monotonic() + 60.0
+    while not ready.is_set() and time.monotonic() < deadline:
+        producer.produce(topic, _probe(marker, perf(), size), partition=0)
+        producer.poll(0)
+        marker += 1
+        await asyncio.sleep(0.05)
+    if not ready.is_set():
+        raise TimeoutError("the Kafka consumer received nothing within 60 s")
     meter = _meter(spec)
     try:
         meter.start()
@@ -285,8 +299,7 @@ async def ck_latency(spec: dict[str, Any]) -> dict[str, Any]:
         await loop_.drain(float(spec.get("drain_s", 5.0)))
         cpu = _fold(meter.stop())
     finally:
-        stop.set()
-        thread.join(5)
+        consumer_task.cancel()
         consumer.close()
     return {**loop_.result(), "cpu": cpu}
 
@@ -295,22 +308,23 @@ async def ck_latency(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 async def hr_failover_probe(spec: dict[str, Any]) -> dict[str, Any]:
-    """One record at a time with acks=all for ``duration_s``; the wall-clock time of every
-    acknowledgement (the orchestrator kills the leader meanwhile and reads the gap)."""
+    """One record at a time with acks=all for ``duration_s``; (sent, acknowledged) wall-clock
+    times of every record (the orchestrator kills the leader meanwhile and reads the gap)."""
     from headrace.client.producer import Producer
 
     topic: str = spec["topic"]
     value = b"x" * int(spec["value_bytes"])
     producer = await Producer(spec["bootstrap"], acks="all").start()
-    acked: list[float] = []
+    acked: list[tuple[float, float]] = []
     errors: list[str] = []
     deadline = time.time() + float(spec["duration_s"])
     try:
         while time.time() < deadline:
             try:
+                sent_at = time.time()
                 fut = await producer.send(topic, value, partition=0)
                 await fut
-                acked.append(time.time())
+                acked.append((sent_at, time.time()))
             except Exception as exc:  # a failed send: note it and try the next record
                 errors.append(f"{type(exc).__name__}: {exc}"[:200])
                 await asyncio.sleep(0.01)
@@ -327,7 +341,7 @@ def ck_failover_probe(spec: dict[str, Any]) -> dict[str, Any]:
     topic: str = spec["topic"]
     value = b"x" * int(spec["value_bytes"])
     p = Producer({"bootstrap.servers": spec["bootstrap"], "acks": "all", **QUIET})
-    acked: list[float] = []
+    acked: list[tuple[float, float]] = []
     errors: list[str] = []
     outcome: list[Any] = []
 
@@ -337,10 +351,11 @@ def ck_failover_probe(spec: dict[str, Any]) -> dict[str, Any]:
     deadline = time.time() + float(spec["duration_s"])
     while time.time() < deadline:
         outcome.clear()
+        sent_at = time.time()
         p.produce(topic, value, partition=0, on_delivery=on_delivery)
         p.flush(max(0.1, deadline - time.time() + 30))
         if outcome and outcome[0] is None:
-            acked.append(time.time())
+            acked.append((sent_at, time.time()))
         else:
             errors.append(str(outcome[0] if outcome else "not delivered")[:200])
             time.sleep(0.01)

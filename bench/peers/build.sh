@@ -2,7 +2,8 @@
 # Build the peers the comparison bench (python -m bench.peerbench) runs, idempotently:
 #   Kafka $KAFKA_VERSION  jars from Maven Central (kafka/pom.xml + mvn dependency:copy-dependencies)
 #                         into ${HEADRACE_CACHE:-~/.cache/headrace}/kafka/<version>/libs
-#   NATS  $NATS_VERSION   nats-server from its Go module into .../nats/<version>/bin
+#   NATS  $NATS_VERSION   nats-server from its Go module into .../nats/<version>/bin, and
+#         natscli $NATSCLI_VERSION (`nats bench`) beside it
 # A stamp beside each says what built it; a matching stamp means nothing to do.
 #   bench/peers/build.sh            build both (prints the two paths)
 #   bench/peers/build.sh kafka|nats build one
@@ -19,6 +20,7 @@ nice=${PEERS_NICE:-10}
 if [[ ${1:-} == --print ]]; then
 	echo "kafka_libs=$kafka_dir/libs"
 	echo "nats_server=$nats_bin/nats-server"
+	echo "nats_cli=$nats_bin/nats"
 	exit 0
 fi
 
@@ -27,7 +29,7 @@ build_kafka() {
 	exec 8>"$kafka_dir/.build.lock"
 	flock 8
 	local stamp
-	stamp=$(cat "$here/kafka/pom.xml" "$here/versions.env" | sha256sum | cut -c1-16)
+	stamp=$( (cat "$here/kafka/pom.xml" && echo "$KAFKA_VERSION") | sha256sum | cut -c1-16)
 	if [[ -d $kafka_dir/libs && $(cat "$kafka_dir/.stamp" 2>/dev/null) == "$stamp" ]]; then
 		echo "kafka_libs=$kafka_dir/libs"
 		return
@@ -54,21 +56,25 @@ build_nats() {
 	flock 7
 	export CGO_ENABLED=0 GOTOOLCHAIN=local
 	local stamp
-	stamp=$(printf '%s@%s\n%s\n' "$NATS_MODULE" "$NATS_VERSION" "$(go version)" | sha256sum | cut -c1-16)
-	if [[ -x $nats_bin/nats-server && $(cat "$nats_bin/.stamp" 2>/dev/null) == "$stamp" ]]; then
+	stamp=$(printf '%s@%s\n%s@%s\n%s\n' "$NATS_MODULE" "$NATS_VERSION" "$NATSCLI_MODULE" "$NATSCLI_VERSION" "$(go version)" | sha256sum | cut -c1-16)
+	if [[ -x $nats_bin/nats-server && -x $nats_bin/nats && $(cat "$nats_bin/.stamp" 2>/dev/null) == "$stamp" ]]; then
 		echo "nats_server=$nats_bin/nats-server"
+		echo "nats_cli=$nats_bin/nats"
 		return
 	fi
 	local tmp start
 	tmp=$(mktemp -d "$nats_bin/.tmp.XXXXXX")
 	start=$(date +%s)
-	echo "building nats-server $NATS_VERSION (one-time)" >&2
+	echo "building nats-server $NATS_VERSION and natscli $NATSCLI_VERSION (one-time)" >&2
 	GOBIN=$tmp nice -n "$nice" go install -trimpath -ldflags "-s -w" "$NATS_MODULE@$NATS_VERSION"
+	GOBIN=$tmp nice -n "$nice" go install -trimpath -ldflags "-s -w" "$NATSCLI_MODULE@$NATSCLI_VERSION"
 	mv -f "$tmp/nats-server" "$nats_bin/nats-server"
+	mv -f "$tmp/nats" "$nats_bin/nats"
 	rm -rf "$tmp"
 	echo "$stamp" >"$nats_bin/.stamp"
-	echo "built nats-server in $(($(date +%s) - start)) s" >&2
+	echo "built the NATS peers in $(($(date +%s) - start)) s" >&2
 	echo "nats_server=$nats_bin/nats-server"
+	echo "nats_cli=$nats_bin/nats"
 }
 
 case ${1:-all} in
