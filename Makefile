@@ -69,6 +69,8 @@ bench: setup
 	$(PY) -m bench.run
 	$(PY) -m bench.unload
 	$(PY) -m bench.compression
+	bash bench/peers/build.sh
+	$(PY) -m bench.peerbench
 
 clean:
 	rm -rf $(VENV) var build dist

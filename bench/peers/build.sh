@@ -34,8 +34,15 @@ build_kafka() {
 		echo "kafka_libs=$kafka_dir/libs"
 		return
 	fi
-	command -v mvn >/dev/null || { echo "build: mvn is missing (apt-get install maven)" >&2; exit 1; }
-	command -v java >/dev/null || { echo "build: java is missing (apt-get install openjdk-17-jre-headless)" >&2; exit 1; }
+	if ! command -v mvn >/dev/null || ! command -v java >/dev/null; then
+		# Debian's maven brings a JDK; as root (CI, the dev machines) install it, else say so
+		if [[ $(id -u) -ne 0 ]]; then
+			echo "build: mvn or java is missing: apt-get install maven openjdk-17-jre-headless" >&2
+			exit 1
+		fi
+		DEBIAN_FRONTEND=noninteractive apt-get update -qq
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq maven openjdk-17-jre-headless >&2
+	fi
 	local tmp start
 	tmp=$(mktemp -d "$kafka_dir/.tmp.XXXXXX")
 	start=$(date +%s)
