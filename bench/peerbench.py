@@ -792,8 +792,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     path = args.out / ("peers-quick.json" if args.quick else "peers.json")
     if args.render_only:
-        doc = json.loads(path.read_text())
-        peerreport.publish(doc, args.out, DOCS if not args.no_docs else None, print)
+        stored: dict[str, Any] = json.loads(path.read_text())
+        peerreport.publish(stored, args.out, DOCS if not args.no_docs else None, print)
         return 0
 
     def log(line: str) -> None:

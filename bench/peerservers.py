@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 import uuid
@@ -255,7 +256,7 @@ class KafkaCluster:
     def create_topic(
         self, name: str, partitions: int, replicas: int = 1, min_insync: int | None = None
     ) -> None:
-        from confluent_kafka.admin import AdminClient, NewTopic
+        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
         config = {"min.insync.replicas": str(min_insync)} if min_insync else {}
         admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
@@ -360,10 +361,9 @@ class NatsServer:
             assert self.proc is not None
             if self.proc.poll() is not None:
                 raise RuntimeError((self.home / "nats.log").read_text(errors="replace")[-2000:])
-            with contextlib.closing(
-                __import__("socket").create_connection((procs.LOOPBACK, self.port), 1)
-            ) as s:
-                return s.recv(4).startswith(b"INFO")
+            with socket.create_connection((procs.LOOPBACK, self.port), 1) as conn:
+                greeting: bytes = conn.recv(4)
+                return greeting.startswith(b"INFO")
 
         procs.wait_until(ready, timeout, "nats-server ready", retry_on=(OSError,), poll_s=0.05)
 

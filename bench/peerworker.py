@@ -214,8 +214,9 @@ def ck_consume(spec: dict[str, Any]) -> dict[str, Any]:
             timed_out = True
             break
         for m in c.consume(10_000, 1.0):
-            if m.error() is None:
-                nbytes += len(m.value())
+            value = m.value()
+            if m.error() is None and value is not None:
+                nbytes += len(value)
                 count += 1
     elapsed = time.perf_counter() - started
     cpu = _fold(meter.stop())
@@ -266,8 +267,9 @@ async def ck_latency(spec: dict[str, Any]) -> dict[str, Any]:
                 now = perf()
                 ready.set()
                 for m in msgs:
-                    if m.error() is None:
-                        j, intended = unpack(m.value())
+                    value = m.value()
+                    if m.error() is None and value is not None:
+                        j, intended = unpack(value)
                         loop_.on_received(j, intended, now)  # ignores j past the measured
             await asyncio.sleep(0)
 
