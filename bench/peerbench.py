@@ -42,6 +42,7 @@ import re
 import sys
 import time
 import traceback
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,10 @@ class Settings:
     failover_kill_after_s: float = 4.0
     #: Kafka notices a dead broker after broker.session.timeout.ms (9 s by default)
     failover_probe_s: float = 30.0
+    #: partitions of an idle 3-broker cluster (RF=3) for the scale scenario
+    scale_partitions: tuple[int, ...] = (10, 1_000, 10_000)
+    scale_idle_settle_s: float = 5.0
+    scale_idle_s: float = 10.0
     settle_s: float = 120.0
     #: pause before each measurement: memory freed by the previous one goes back first
     page_settle_s: float = 3.0
@@ -98,6 +103,9 @@ class Settings:
             "failover_probe_s": 20.0,
             "settle_s": 30.0,
             "page_settle_s": 0.5,
+            "scale_partitions": (10, 200),
+            "scale_idle_settle_s": 2.0,
+            "scale_idle_s": 3.0,
         }
         return cls(quick=True, **{**quick, **kwargs})
 
@@ -766,12 +774,97 @@ def failover(settings: Settings) -> list[dict[str, Any]]:
     return rows
 
 
+# ---------------------------------------------------------------------------- 6. scale
+
+
+def _rss_mb(pid: int) -> float | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        return None
+    return None
+
+
+def scale(settings: Settings) -> list[dict[str, Any]]:
+    """Idle cost against partition count, headrace only: a 3-broker local cluster holding
+    ``scale_partitions`` partitions (RF=3, topics of at most 4,096), no traffic. Per size:
+    time until every partition has a leader, idle CPU of each broker and the controller,
+    heartbeat body bytes (the controller polls each broker once a second), broker RSS,
+    and acks=all ``send_many`` throughput to one more 8-partition topic beside them."""
+    rows: list[dict[str, Any]] = []
+    per_topic = 4096
+    for total in settings.scale_partitions:
+        with headrace_local(f"peers-scale-{total}") as cluster:
+            record = cluster.record
+            brokers = {int(b["id"]): int(b["pid"]) for b in record["brokers"]}
+            started = time.perf_counter()
+            left, n = total, 0
+            while left > 0:
+                count = min(per_topic, left)
+                cluster.create_topic(f"idle-{n}", count, 3, 2)
+                left -= count
+                n += 1
+            online_s = time.perf_counter() - started
+            cluster.create_topic("scale-produce", 8, 3, 2)
+            load = settle(settings)
+            time.sleep(settings.scale_idle_settle_s)
+            meter = procs.CpuMeter(
+                {**{f"broker{b}": pid for b, pid in brokers.items()},
+                 "controller": int(record["controller_pid"])}
+            )  # fmt: skip
+            meter.start()
+            time.sleep(settings.scale_idle_s)
+            idle = meter.stop()
+            heartbeat_bytes = []
+            for b in record["brokers"]:
+                url = f"http://{b['host']}:{b['admin_port']}/v1/heartbeat"
+                with urllib.request.urlopen(url, timeout=10) as resp:
+                    heartbeat_bytes.append(len(resp.read()))
+            rss = [_rss_mb(pid) for pid in brokers.values()]
+            result = _hr(
+                "hr_produce",
+                {"server_pids": list(brokers.values()), "bootstrap": cluster.bootstrap,
+                 "topic": "scale-produce", "value_bytes": 100, "api": "send_many",
+                 "acks": "all", "warmup_s": settings.produce_warmup_s,
+                 "duration_s": settings.produce_s},
+                240 + 4 * settings.produce_s,
+            )  # fmt: skip
+            broker_cores = [idle[f"broker{b}_cores"] for b in brokers]
+            row = {
+                "system": "headrace",
+                "partitions": total,
+                "topics": n,
+                "replicas": 3,
+                "online_s": round(online_s, 2),
+                "idle_broker_cores": broker_cores,
+                "idle_broker_cores_mean": round(sum(broker_cores) / len(broker_cores), 3),
+                "idle_controller_cores": idle["controller_cores"],
+                "idle_foreign_cores": idle["foreign_cores"],
+                "heartbeat_bytes": heartbeat_bytes,
+                "broker_rss_mb": rss,
+                "produce_records_per_s": result["records_per_s"],
+                "produce_cpu": result["cpu"],
+                **load,
+            }
+            rows.append(row)
+            settings.log(
+                f"  scale {total:>6} partitions: online in {row['online_s']} s, idle"
+                f" {broker_cores} cores/broker, controller {idle['controller_cores']},"
+                f" heartbeat {heartbeat_bytes} B, RSS {rss} MB,"
+                f" acks=all produce {result['records_per_s']:,.0f}/s"
+            )
+    return rows
+
+
 SCENARIOS: dict[str, Callable[[Settings], list[dict[str, Any]]]] = {
     "produce": produce,
     "replicated": replicated,
     "consume": consume,
     "latency": latency,
     "failover": failover,
+    "scale": scale,
 }
 
 
@@ -789,6 +882,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--render-only", action="store_true", help="re-render from peers.json")
     parser.add_argument("--settle-s", type=float, default=None)
     parser.add_argument("--consume-records", type=int, default=None)
+    parser.add_argument(
+        "--scale-partitions", default=None, help="comma-separated, e.g. 10,1000,10000"
+    )
     args = parser.parse_args(argv)
     path = args.out / ("peers-quick.json" if args.quick else "peers.json")
     if args.render_only:
@@ -804,6 +900,8 @@ def main(argv: list[str] | None = None) -> int:
         overrides["settle_s"] = args.settle_s
     if args.consume_records:
         overrides["consume_records"] = args.consume_records
+    if args.scale_partitions:
+        overrides["scale_partitions"] = tuple(int(x) for x in args.scale_partitions.split(","))
     settings = Settings.for_quick(**overrides) if args.quick else Settings(**overrides)
     peerservers.peer_paths()  # build or find the peers before any clock starts
     previous: dict[str, Any] = {}

@@ -270,6 +270,37 @@ def failover_table(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def scale_table(doc: dict[str, Any]) -> list[str]:
+    rows = _rows(doc, "scale")
+    if not rows:
+        return []
+    base = rows[0]
+    out = [
+        "### Idle cost against partition count (headrace only)",
+        "",
+        "`headrace local up` with 3 brokers, the partitions in topics of at most 4,096,"
+        " RF=3, no traffic. Idle CPU is each broker process's cores over"
+        " 10 s; the heartbeat is one `GET /v1/heartbeat` body, which the controller"
+        " polls from every broker once a second. The produce column is acks=all"
+        " `send_many` of 100 B to one more 8-partition topic beside the idle ones."
+        " Controller step time is not measured yet.",
+        "",
+        "| partitions | all led after, s | idle cores per broker | controller cores"
+        " | heartbeat bytes per poll | broker RSS MB | acks=all produce | of the smallest"
+        " | busy cores |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for r in rows:
+        share = r["produce_records_per_s"] / base["produce_records_per_s"]
+        out.append(
+            f"| {r['partitions']:,} | {r['online_s']} | {r['idle_broker_cores_mean']:.3f}"
+            f" | {r['idle_controller_cores']:.3f} | {max(r['heartbeat_bytes']):,}"
+            f" | {max(x or 0 for x in r['broker_rss_mb']):.0f}"
+            f" | {r['produce_records_per_s'] / 1e6:.3f}M | {share:.0%} | {_busy(r)} |"
+        )
+    return out
+
+
 def markdown(doc: dict[str, Any]) -> str:
     versions = doc.get("versions", {})
     clients = ", ".join(f"{k} {v}" for k, v in versions.get("clients", {}).items())
@@ -281,7 +312,14 @@ def markdown(doc: dict[str, Any]) -> str:
         " `bench/results/peers.json`._",
         "",
     ]
-    for part in (produce_tables, replicated_table, consume_table, latency_table, failover_table):
+    for part in (
+        produce_tables,
+        replicated_table,
+        consume_table,
+        latency_table,
+        failover_table,
+        scale_table,
+    ):
         block = part(doc)
         if block:
             lines += [*block, ""]
