@@ -39,6 +39,7 @@ def _doc() -> dict[str, Any]:
         _produce_row("kafka", "confluent-kafka", 400_000),
         _produce_row("kafka", "aiokafka", 100_000),
         {**_produce_row("nats", "nats-py publish_async", 200_000), "acks": "stored"},
+        {**_produce_row("nats", "nats bench js pub async", 400_000), "acks": "stored"},
     ]
     latency = [
         {"system": s, "rate": 1000, "busy_cores_before": 0.0,
@@ -63,10 +64,10 @@ def _doc() -> dict[str, Any]:
 def test_the_tables_carry_a_ratio_for_every_peer(tmp_path: Path) -> None:
     text = peerreport.markdown(_doc())
     # batch: 4M / 0.8M; per-record: 0.8M over confluent, aiokafka and NATS
-    assert "| 1 | 1 | 100 B | 4.000M | 0.800M | 5.00x | 1.000M | 4.00x |" in text
+    assert "| 1 | 1 | 100 B | 4.000M | 0.800M | 5.00x | 1.000M | 4.00x | 0.400M | 10.00x |" in text
     assert "| 0.800M | 0.400M | 0.100M | 0.200M | 2.00x | 8.00x | 4.00x |" in text
     # server CPU per million records: 0.5 cores at 4M/s is 0.125 s
-    assert "| 0.12 | 0.62 | 0.50 | 5.00x |" in text
+    assert "| 0.12 | 0.62 | 0.50 | 1.25 | 5.00x | 10.00x |" in text
     assert "| 1,000 | 1.0 | 2.0 | 3.0 | 4.0 | 4.0 | 8.0 | 12.0 | 16.0 | 4.00x |" in text
     assert "Kafka / headrace: 19.00x." in text
     assert "compares servers" in text and "compares client APIs" in text
