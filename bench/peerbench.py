@@ -39,6 +39,7 @@ import itertools
 import json
 import os
 import re
+import signal
 import sys
 import time
 import traceback
@@ -46,6 +47,7 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from bench import peerservers, procs
@@ -871,6 +873,10 @@ SCENARIOS: dict[str, Callable[[Settings], list[dict[str, Any]]]] = {
 # ---------------------------------------------------------------------------- entry
 
 
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench import peerreport
 
@@ -920,6 +926,8 @@ def main(argv: list[str] | None = None) -> int:
         "scenarios": dict(previous.get("scenarios", {})),
     }
     failed: list[str] = []
+    # a TERM (or INT) ends the run cleanly: servers killed, what was measured written
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         for name in args.only or list(SCENARIOS):
             log(f"== {name}")
