@@ -424,7 +424,10 @@ class HeadraceLocal:
     def broker_pids(self) -> dict[int, int]:
         return {int(b["id"]): int(b["pid"]) for b in self.record["brokers"]}
 
-    def create_topic(self, name: str, partitions: int, replicas: int, min_in_sync: int) -> None:
+    def create_topic(
+        self, name: str, partitions: int, replicas: int, min_in_sync: int, timeout: float = 600.0
+    ) -> None:
+        """``headrace topics create``, which returns once every partition has a leader."""
         self._cli(
             "topics",
             "create",
@@ -441,6 +444,7 @@ class HeadraceLocal:
             self.bootstrap,
             "--dir",
             str(self.dir),
+            timeout=timeout,
         )
 
     def partitions(self, topic: str) -> list[dict[str, Any]]:
