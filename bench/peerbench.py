@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -805,9 +806,13 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
             left, n = total, 0
             while left > 0:
                 count = min(per_topic, left)
-                cluster.create_topic(f"idle-{n}", count, 3, 2)
+                cluster.create_topic(f"idle-{n}", count, 3, 2, wait=False)
                 left -= count
                 n += 1
+            names = [f"idle-{i}" for i in range(n)]
+            procs.wait_until(
+                functools.partial(cluster.led, names, total), 1200, f"{total} led", poll_s=0.5
+            )
             online_s = time.perf_counter() - started
             cluster.create_topic("scale-produce", 8, 3, 2)
             load = settle(settings)

@@ -425,13 +425,21 @@ class HeadraceLocal:
         return {int(b["id"]): int(b["pid"]) for b in self.record["brokers"]}
 
     def create_topic(
-        self, name: str, partitions: int, replicas: int, min_in_sync: int, timeout: float = 600.0
+        self,
+        name: str,
+        partitions: int,
+        replicas: int,
+        min_in_sync: int,
+        timeout: float = 120.0,
+        wait: bool = True,
     ) -> None:
-        """``headrace topics create``, which returns once every partition has a leader."""
+        """``headrace topics create``: returns once every partition has a leader (``wait``;
+        the CLI gives up after 15 s), or once applied (then see ``led``)."""
         self._cli(
             "topics",
             "create",
             name,
+            *([] if wait else ["--no-wait"]),
             "--partitions",
             str(partitions),
             "--replicas",
@@ -446,6 +454,20 @@ class HeadraceLocal:
             str(self.dir),
             timeout=timeout,
         )
+
+    def led(self, topics: list[str], partitions: int) -> bool:
+        """Whether ``topics`` hold ``partitions`` partitions in all, each with a leader."""
+        status, doc = procs.http_json(f"{self.controller_url}/v1/state", timeout=30)
+        if status != 200:
+            return False
+        names = set(topics) | {f"default/{t}" for t in topics}
+        found = [
+            p
+            for t in doc["cluster"].get("topics", [])
+            if t["name"] in names
+            for p in t["partitions"]
+        ]
+        return len(found) == partitions and all(p.get("leader") is not None for p in found)
 
     def partitions(self, topic: str) -> list[dict[str, Any]]:
         status, doc = procs.http_json(f"{self.controller_url}/v1/state")
