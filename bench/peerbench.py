@@ -77,6 +77,9 @@ class Settings:
     latency_warmup_s: float = 2.0
     latency_measure_s: float = 10.0
     latency_linger_ms: float = 1.0
+    #: ProducerPerformance: MB of warm-up records (its JVM's JIT), then MB measured
+    pp_warmup_mb: int = 500
+    pp_measure_mb: int = 500
     failover_kill_after_s: float = 4.0
     #: Kafka notices a dead broker after broker.session.timeout.ms (9 s by default)
     failover_probe_s: float = 30.0
@@ -107,6 +110,8 @@ class Settings:
             "settle_s": 30.0,
             "page_settle_s": 0.5,
             "scale_partitions": (10, 200),
+            "pp_warmup_mb": 100,
+            "pp_measure_mb": 100,
             "scale_idle_settle_s": 2.0,
             "scale_idle_s": 3.0,
         }
@@ -208,46 +213,74 @@ def headrace_local(prefix: str) -> Iterator[HeadraceLocal]:
         procs.remove_dir(home)
 
 
-_PERF_TOTAL = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)")
+_PERF_STEADY = re.compile(
+    r"(\d+) steady state records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)"
+)
 
 
 def producer_performance(
-    kafka_: KafkaCluster, topic: str, size: int, acks: str, seconds: float, warmup_s: float
+    kafka_: KafkaCluster, topic: str, size: int, acks: str, settings: Settings
 ) -> dict[str, Any]:
-    """Kafka's ``ProducerPerformance`` at full speed: a warm-up run (JIT, also sizes the
-    measured run), then a run of about ``seconds``; server CPU over the measured run."""
-    props = ["--command-property", f"bootstrap.servers={kafka_.bootstrap}", f"acks={acks}"]
+    """Kafka's ``ProducerPerformance`` at full speed in one JVM: ``--warmup-records`` worth
+    ``pp_warmup_mb``, then ``pp_measure_mb`` measured ("steady state", its own rate).
 
-    def run(records: int) -> tuple[dict[str, Any], float]:
-        out, tool_cpu = peerservers.kafka_tool(
-            "org.apache.kafka.tools.ProducerPerformance",
-            "--topic", topic, "--num-records", str(records), "--record-size", str(size),
-            "--throughput", "-1", *props,
-            timeout=600,
-        )  # fmt: skip
-        found = _PERF_TOTAL.findall(out)
-        if not found:
-            raise RuntimeError(f"ProducerPerformance printed no total: {out[-500:]!r}")
-        sent, rate, mb = found[-1]
-        return {"records": int(sent), "records_per_s": float(rate), "mb_per_s": float(mb)}, tool_cpu
+    A fresh JVM needs seconds of JIT before it runs at speed (on this machine the rate
+    climbed from 0.1M to 0.6M records/s over 15 s), so a short run would measure the
+    JIT. Server and client CPU are metered over the steady-state part only: the meter
+    starts when the tool prints "In steady state." and stops at its steady summary.
+    """
+    import subprocess
 
-    probe, _ = run(max(200_000, int(300_000 * warmup_s)))
-    records = max(500_000, int(probe["records_per_s"] * seconds))
-    meter = procs.CpuMeter({f"server{i}": pid for i, pid in enumerate(kafka_.pids)})
-    meter.start()
-    started = time.perf_counter()
-    result, tool_cpu = run(records)
-    elapsed = time.perf_counter() - started
-    raw = meter.stop()
+    warm = max(100_000, settings.pp_warmup_mb * 1_000_000 // size)
+    measured = max(100_000, settings.pp_measure_mb * 1_000_000 // size)
+    argv = peerservers.java_tool_argv(
+        "org.apache.kafka.tools.ProducerPerformance",
+        "--topic", topic, "--num-records", str(warm + measured), "--warmup-records", str(warm),
+        "--record-size", str(size), "--throughput", "-1",
+        "--command-property", f"bootstrap.servers={kafka_.bootstrap}", f"acks={acks}",
+    )  # fmt: skip
+    proc = procs.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    meter = procs.CpuMeter(
+        {**{f"server{i}": pid for i, pid in enumerate(kafka_.pids)}, "client": proc.pid}
+    )
+    raw: dict[str, float] | None = None
+    steady: tuple[str, ...] | None = None
+    tail: list[str] = []
+    started_at = window_s = 0.0
+    try:
+        assert proc.stdout is not None
+        for raw_line in proc.stdout:
+            line = raw_line.decode(errors="replace").strip()
+            tail = [*tail[-5:], line]
+            if line.startswith("In steady state"):
+                meter.start()
+                started_at = time.perf_counter()
+            found = _PERF_STEADY.search(line)
+            if found and started_at:
+                raw = meter.stop()
+                window_s = time.perf_counter() - started_at
+                steady = found.groups()
+        proc.wait(600)
+    finally:
+        procs.reap(proc)
+    if raw is None or steady is None:
+        raise RuntimeError(f"ProducerPerformance printed no steady-state summary: {tail}")
+    sent, rate_s, mb = steady
+    records, rate = int(sent), float(rate_s)
     cpu = {k: v for k, v in raw.items() if not k.startswith("server")}
-    cpu["server_cores"] = round(sum(v for k, v in raw.items() if k.startswith("server")), 3)
-    # the tool's own rate excludes its JVM start; its CPU (JIT, start) is over the whole run
-    cpu["client_cores"] = round(tool_cpu / elapsed, 3)
-    cpu["foreign_cores"] = round(max(0.0, cpu["foreign_cores"] - cpu["client_cores"]), 3)
-    # server cores over the tool's wall time, scaled to its measured sending time
-    sending_s = result["records"] / result["records_per_s"]
-    cpu["server_cores"] = round(cpu["server_cores"] * elapsed / sending_s, 3)
-    return {**result, "cpu": cpu, "total_sent": probe["records"] + result["records"]}
+    server_s = sum(v for k, v in raw.items() if k.startswith("server")) * window_s
+    sending_s = records / rate
+    # the meter's window includes the tool's summary printing: charge the servers' CPU
+    # to the sending time the tool reports
+    cpu["server_cores"] = round(server_s / sending_s, 3)
+    return {
+        "records": records,
+        "records_per_s": rate,
+        "mb_per_s": float(mb),
+        "warmup_records": warm,
+        "cpu": cpu,
+        "total_sent": warm + measured,
+    }
 
 
 def nats_bench(server: NatsServer, stream: str, size: int, seconds: float) -> dict[str, Any]:
@@ -389,9 +422,7 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
                     k.create_topic(topic, parts)
                     load = settle(settings)
                     if client == "ProducerPerformance":
-                        result = producer_performance(
-                            k, topic, size, acks, settings.produce_s, settings.produce_warmup_s
-                        )
+                        result = producer_performance(k, topic, size, acks, settings)
                     else:
                         result = _peer(
                             "ck_produce" if client == "confluent-kafka" else "aio_produce",
@@ -516,9 +547,7 @@ def replicated(settings: Settings) -> list[dict[str, Any]]:
                 k.create_topic(topic, parts, 3, 2)
                 load = settle(settings)
                 if client == "ProducerPerformance":
-                    result = producer_performance(
-                        k, topic, size, "all", settings.produce_s, settings.produce_warmup_s
-                    )
+                    result = producer_performance(k, topic, size, "all", settings)
                 else:
                     result = _peer(
                         "ck_produce",

@@ -100,6 +100,11 @@ def _java_argv(main: str, *args: str, heap: list[str], extra: list[str] | None =
     ]
 
 
+def java_tool_argv(main: str, *args: str) -> list[str]:
+    """The command line of one of Kafka's Java tools, as its script would run it."""
+    return _java_argv(main, *args, heap=KAFKA_TOOL_HEAP)
+
+
 def kafka_tool(main: str, *args: str, timeout: float) -> tuple[str, float]:
     """Run one of Kafka's Java tools to completion; (stdout, its CPU seconds)."""
     return procs.run_tool(_java_argv(main, *args, heap=KAFKA_TOOL_HEAP), timeout=timeout)
