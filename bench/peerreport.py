@@ -293,12 +293,14 @@ def scale_table(doc: dict[str, Any]) -> list[str]:
         "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
-        share = r["produce_records_per_s"] / base["produce_records_per_s"]
+        rate, first = r.get("produce_records_per_s"), base.get("produce_records_per_s")
+        share = f"{rate / first:.0%}" if rate and first else "-"
+        produced = f"{rate / 1e6:.3f}M" if rate else f"failed: {r.get('produce_error', '?')}"
         out.append(
             f"| {r['partitions']:,} | {r['online_s']} | {r['idle_broker_cores_mean']:.3f}"
             f" | {r['idle_controller_cores']:.3f} | {max(r['heartbeat_bytes']):,}"
             f" | {max(x or 0 for x in r['broker_rss_mb']):.0f}"
-            f" | {r['produce_records_per_s'] / 1e6:.3f}M | {share:.0%} | {_busy(r)} |"
+            f" | {produced} | {share} | {_busy(r)} |"
         )
     return out
 
