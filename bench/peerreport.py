@@ -343,6 +343,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     series = [
         ("headrace send_many", "headrace", "send_many", "#4c72b0"),
         ("Kafka ProducerPerformance", "kafka", "ProducerPerformance", "#c44e52"),
+        ("NATS nats bench (Go)", "nats", "nats bench js pub async", "#da8bc3"),
         ("headrace send()", "headrace", "send", "#55a868"),
         ("confluent-kafka", "kafka", "confluent-kafka", "#dd8452"),
         ("aiokafka", "kafka", "aiokafka", "#8172b3"),
