@@ -17,14 +17,14 @@ column is built per record, and only for batches with headers).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from headrace.errors import CorruptBatch
 from headrace.records import batch as rb
-from headrace.records.batch import CorruptBatch
 
 #: offsets are u64 in the format; Spark's LongType is signed, which is plenty
 NO_END: Final = 2**63 - 1
@@ -69,7 +69,7 @@ class _Columns:
     keys: U8Array
     value_lengths: npt.NDArray[np.int64]
     values: U8Array
-    headers: list[list[dict[str, object]]] | None  # None: the batch has no headers
+    headers: list[list[dict[str, Any]]] | None  # None: the batch has no headers
 
 
 def _section_columns(header: rb.BatchHeader, section: U8Array, lo: int, hi: int) -> _Columns:
@@ -80,11 +80,15 @@ def _section_columns(header: rb.BatchHeader, section: U8Array, lo: int, hi: int)
     p = 0
     raw = section
     end = len(raw)
-    need = 4 * n * (
-        1
-        + bool(attrs & rb.ATTR_TIMESTAMPS)
-        + bool(attrs & rb.ATTR_KEYS)
-        + bool(attrs & rb.ATTR_HEADERS)
+    need = (
+        4
+        * n
+        * (
+            1
+            + bool(attrs & rb.ATTR_TIMESTAMPS)
+            + bool(attrs & rb.ATTR_KEYS)
+            + bool(attrs & rb.ATTR_HEADERS)
+        )
     )
     if need > end:
         raise CorruptBatch("record section is shorter than its length columns")
@@ -211,16 +215,16 @@ def to_record_batch(
             else:
                 pieces.append(_decoded_columns(view[pos : pos + header.size], header, lo, hi))
         except CorruptBatch as exc:
-            raise CorruptBatch(
-                f"offset {header.base_offset} (byte {pos}): {exc.message}"
-            ) from exc
+            raise CorruptBatch(f"offset {header.base_offset} (byte {pos}): {exc.message}") from exc
     if not stopped and consumed != len(view):
         # scan stops silently at an incomplete tail; a segment object has none
         raise CorruptBatch(f"byte {consumed}: {len(view) - consumed} bytes are not a whole batch")
     return _assemble(pieces, partition)
 
 
-def _binary(lengths: npt.NDArray[np.int64], blobs: list[U8Array], valid: U8Array | None) -> pa.Array:
+def _binary(
+    lengths: npt.NDArray[np.int64], blobs: list[U8Array], valid: U8Array | None
+) -> pa.Array:
     n = len(lengths)
     ends = np.cumsum(lengths, dtype=np.int64)
     if n and ends[-1] >= 2**31:
@@ -255,7 +259,7 @@ def _assemble(pieces: list[_Columns], partition: int) -> pa.RecordBatch:
         np.concatenate([p.value_lengths for p in pieces]), [p.values for p in pieces], None
     )
     if any(p.headers is not None for p in pieces):
-        rows: list[list[dict[str, object]]] = []
+        rows: list[list[dict[str, Any]]] = []
         for p in pieces:
             rows.extend(p.headers if p.headers is not None else [[]] * len(p.offsets))
         headers = pa.array(rows, type=HEADER_TYPE)

@@ -47,6 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from headrace.errors import CorruptBatch
 from headrace.jobs import arrow
 from headrace.jobs.topics import TopicRef, read_manifest, read_sealed
 from headrace.objectstore.interface import ObjectStore
@@ -54,17 +55,21 @@ from headrace.records import batch as rb
 from headrace.tiered import index, layout
 from headrace.tiered.manifest import Manifest, SegmentObject
 
+DEFAULT_TARGET_BYTES = 64 << 20
+DEFAULT_DELETE_RETENTION_MS = 24 * 3600 * 1000
+DEFAULT_GRACE_SECONDS = 30.0
+
 
 @dataclass(frozen=True, slots=True)
 class CompactSettings:
     #: merge objects up to this many bytes (the broker uploads at most 64 MiB objects)
-    target_bytes: int = 64 << 20
+    target_bytes: int = DEFAULT_TARGET_BYTES
     #: keep the last record per key (the Topic's ``cleanupPolicy: compact``)
     keep_last_per_key: bool = False
     #: tombstones (records with a key and an empty value) younger than this are kept
-    delete_retention_ms: int = 24 * 3600 * 1000
+    delete_retention_ms: int = DEFAULT_DELETE_RETENTION_MS
     #: seconds between the manifest swap and deleting the old objects
-    grace_seconds: float = 30.0
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
     #: times the swap is applied again when a concurrent writer undid it
     swap_attempts: int = 5
 
@@ -164,7 +169,7 @@ def _slice_from(data: bytes, start: int) -> memoryview:
     for pos, header in rb.scan(view):
         if header.last_offset >= start:
             if header.base_offset != start:
-                raise rb.CorruptBatch(
+                raise CorruptBatch(
                     f"offset {start} falls inside a batch at byte {pos}: the overlapping"
                     " objects were cut at different batch boundaries"
                 )
@@ -237,7 +242,9 @@ def compact_partition(
     result.written = [s.key for s in written]
     result.objects_written = len(written)
     try:
-        final = _swap(store, manifest_key, manifest.epoch, replaced, written, settings.swap_attempts)
+        final = _swap(
+            store, manifest_key, manifest.epoch, replaced, written, settings.swap_attempts
+        )
         for _ in range(settings.swap_attempts):
             sleep(settings.grace_seconds)
             again = read_manifest(store, manifest_key)
@@ -340,9 +347,7 @@ def _keep_last(
         keyless = pc.is_null(records["key"])
         stale_tombstone = pc.and_(
             pc.equal(pc.binary_length(records["value"]), 0),
-            pc.less(
-                records["timestamp"].cast(pa.int64()), pa.scalar(tombstone_cutoff_ms * 1000)
-            ),
+            pc.less(records["timestamp"].cast(pa.int64()), pa.scalar(tombstone_cutoff_ms * 1000)),
         )
         keep = pc.and_(pc.or_(is_latest, keyless), pc.invert(stale_tombstone))
         keep_np = np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)
@@ -382,13 +387,13 @@ def _summary_with_holes(data: bytes, group: Group) -> index.SparseIndex:
     for pos, header in rb.scan(view):
         rb.check_header(header)
         if not rb.crc_ok(view, header, pos):
-            raise rb.CorruptBatch(f"CRC mismatch in a re-encoded batch at byte {pos}")
+            raise CorruptBatch(f"CRC mismatch in a re-encoded batch at byte {pos}")
         if not positions or pos - positions[-1] >= index.DEFAULT_INTERVAL:
             offsets.append(header.base_offset)
             positions.append(pos)
         consumed = pos + header.size
     if consumed != len(view):
-        raise rb.CorruptBatch("re-encoded data does not end with a whole batch")
+        raise CorruptBatch("re-encoded data does not end with a whole batch")
     # the index must start at the object's base, which may now hold no record
     offsets[0] = group.base
     return index.SparseIndex(group.base, group.last, len(data), tuple(offsets), tuple(positions))

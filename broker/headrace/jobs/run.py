@@ -85,14 +85,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--no-report-object", action="store_true")
     parser.add_argument("--master", default=None, help="when not run through spark-submit")
     parser.add_argument("--compacted", action="store_true", help="the topic is key-compacted")
-    parser.add_argument("--target-bytes", type=int, default=compact.CompactSettings.target_bytes)
+    parser.add_argument("--target-bytes", type=int, default=compact.DEFAULT_TARGET_BYTES)
     parser.add_argument("--keep-last-per-key", action="store_true")
     parser.add_argument(
-        "--delete-retention-ms", type=int, default=compact.CompactSettings.delete_retention_ms
+        "--delete-retention-ms", type=int, default=compact.DEFAULT_DELETE_RETENTION_MS
     )
-    parser.add_argument(
-        "--grace-seconds", type=float, default=compact.CompactSettings.grace_seconds
-    )
+    parser.add_argument("--grace-seconds", type=float, default=compact.DEFAULT_GRACE_SECONDS)
     parser.add_argument("--verify", action="store_true", help="verify after compacting")
     return parser.parse_args(argv)
 
@@ -119,9 +117,7 @@ def run_job(args: argparse.Namespace, spark: Any) -> tuple[int, dict[str, Any]]:
             delete_retention_ms=args.delete_retention_ms,
             grace_seconds=args.grace_seconds,
         )
-        work = partial(
-            _compact_one, args.store, ref, settings, int(started * 1000), args.verify
-        )
+        work = partial(_compact_one, args.store, ref, settings, int(started * 1000), args.verify)
     print(f"{args.job} {args.topic}: {len(partitions)} partition(s)", file=sys.stderr)
     results: list[dict[str, Any]] = []
     if partitions:
@@ -164,7 +160,9 @@ def _progress(job: str, doc: dict[str, Any]) -> str:
     )
 
 
-def _report(args: argparse.Namespace, results: list[dict[str, Any]], started: float) -> dict[str, Any]:
+def _report(
+    args: argparse.Namespace, results: list[dict[str, Any]], started: float
+) -> dict[str, Any]:
     findings: list[dict[str, Any]] = []
     for doc in results:
         findings.extend(doc.get("findings", []))

@@ -46,11 +46,11 @@ from pyspark.sql.datasource import (
     LessThanOrEqual,
 )
 
+from headrace.errors import CorruptBatch
 from headrace.jobs import arrow
 from headrace.jobs.topics import TopicRef, read_manifest, stored_partitions
 from headrace.objectstore.interface import ObjectStore
 from headrace.objectstore.urls import open_store
-from headrace.records.batch import CorruptBatch
 from headrace.tiered import layout
 from headrace.tiered.manifest import Manifest
 
@@ -71,7 +71,7 @@ class InvalidSourceOption(ValueError):
     """An option of the ``headrace`` data source is missing or malformed."""
 
 
-class ObjectSplit(InputPartition):  # type: ignore[misc]
+class ObjectSplit(InputPartition):
     """Offsets ``[start, end)`` of topic partition ``partition`` from one object."""
 
     def __init__(self, partition: int, key: str, start: int, end: int) -> None:
@@ -114,7 +114,7 @@ def splits(manifest: Manifest, partition: int, start: int, end: int) -> list[Obj
     return out
 
 
-class HeadraceDataSource(DataSource):  # type: ignore[misc]
+class HeadraceDataSource(DataSource):
     @classmethod
     def name(cls) -> str:
         return "headrace"
@@ -139,7 +139,7 @@ def _option_int(options: dict[str, str], name: str, default: int) -> int:
     return value
 
 
-class HeadraceReader(DataSourceReader):  # type: ignore[misc]
+class HeadraceReader(DataSourceReader):
     def __init__(self, options: dict[str, str]) -> None:
         lowered = {k.lower(): v for k, v in options.items()}
         for required in ("store", "topic"):
@@ -163,7 +163,7 @@ class HeadraceReader(DataSourceReader):  # type: ignore[misc]
                     f"option partitions={lowered['partitions']!r} is not a list of integers"
                 ) from None
 
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:  # noqa: N802 (Spark's name)
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
         for f in filters:
             column = getattr(f, "attribute", ())
             if column == ("partition",) and isinstance(f, EqualTo):

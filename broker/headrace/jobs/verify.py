@@ -27,11 +27,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from headrace.errors import CorruptBatch
 from headrace.jobs.topics import TopicRef, read_manifest, read_sealed
 from headrace.objectstore.errors import ObjectNotFound
 from headrace.objectstore.interface import ObjectStore
 from headrace.records import batch as rb
-from headrace.records.batch import CorruptBatch
 from headrace.tiered import layout
 from headrace.tiered.manifest import InvalidManifest, Manifest
 

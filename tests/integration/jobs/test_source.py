@@ -42,7 +42,9 @@ def test_pushes_down_partition_and_offset_filters(
 ) -> None:
     for p in range(2):
         write_partition(store, cluster_id, TOPIC, p, objects=4)  # offsets 0..39
-    df = _load(spark, store_url, cluster_id).filter("partition = 1 and offset >= 13 and offset < 27")
+    df = _load(spark, store_url, cluster_id).filter(
+        "partition = 1 and offset >= 13 and offset < 27"
+    )
     plan = df._jdf.queryExecution().executedPlan().toString()
     rows = sorted((r.partition, r.offset) for r in df.collect())
     assert rows == [(1, o) for o in range(13, 27)]
@@ -54,7 +56,11 @@ def test_pushes_down_partition_and_offset_filters(
 
     left = list(
         reader.pushFilters(
-            [EqualTo(("partition",), 1), GreaterThanOrEqual(("offset",), 13), LessThan(("offset",), 27)]
+            [
+                EqualTo(("partition",), 1),
+                GreaterThanOrEqual(("offset",), 13),
+                LessThan(("offset",), 27),
+            ]
         )
     )
     assert left == []

@@ -80,17 +80,24 @@ def test_manifest_listing_an_object_that_was_never_there(
     status, report = run_job(spark, "verify", store_url, cluster_id, TOPIC)
     assert status == 1
     [finding] = _errors(report)
-    assert (finding["kind"], finding["key"], finding["offset"]) == ("missing-object", ghost_key, end)
+    assert (finding["kind"], finding["key"], finding["offset"]) == (
+        "missing-object",
+        ghost_key,
+        end,
+    )
 
 
-def test_overlapping_object(spark: Any, store: ObjectStore, store_url: str, cluster_id: str) -> None:
+def test_overlapping_object(
+    spark: Any, store: ObjectStore, store_url: str, cluster_id: str
+) -> None:
     write_partition(store, cluster_id, TOPIC, 0, objects=3)
     m = manifest(store, cluster_id, TOPIC, 0)
     first, second = m.segments[0], m.segments[1]
     # an object holding 5..14, as a leader cutting at other batch boundaries would
-    data = store.get(first.key)[len(store.get(first.key)) // 2 :] + store.get(second.key)[
-        : len(store.get(second.key)) // 2
-    ]
+    data = (
+        store.get(first.key)[len(store.get(first.key)) // 2 :]
+        + store.get(second.key)[: len(store.get(second.key)) // 2]
+    )
     key = layout.segment_key(layout.partition_prefix(cluster_id, TOPIC, 0), 5, 14)
     store.put(key, data)
     _put_manifest(store, cluster_id, m.with_segment(SegmentObject(5, 14, len(data), key, 0)))
