@@ -118,13 +118,13 @@ def run_job(args: argparse.Namespace, spark: Any) -> tuple[int, dict[str, Any]]:
             grace_seconds=args.grace_seconds,
         )
         work = partial(_compact_one, args.store, ref, settings, int(started * 1000), args.verify)
-    print(f"{args.job} {args.topic}: {len(partitions)} partition(s)", file=sys.stderr)
+    print(f"{args.job} {args.topic}: {len(partitions)} partition(s)", file=sys.stderr, flush=True)
     results: list[dict[str, Any]] = []
     if partitions:
         rdd = spark.sparkContext.parallelize(partitions, len(partitions))
         for doc in rdd.map(partial(_guarded, work)).toLocalIterator():
             results.append(doc)
-            print(_progress(args.job, doc), file=sys.stderr)
+            print(_progress(args.job, doc), file=sys.stderr, flush=True)
     results.sort(key=lambda d: int(d["partition"]))
     report = _report(args, results, started)
     status = EXIT_OK

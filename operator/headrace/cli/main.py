@@ -358,6 +358,7 @@ def _register_local_mode() -> None:
 
 
 _register_local_mode()
+__import__("headrace.cli.jobs", fromlist=["register"]).register(main)  # verify, compact (Spark)
 
 
 if __name__ == "__main__":
