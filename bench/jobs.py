@@ -102,7 +102,7 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
         "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     big = fill(url, cluster, "default/big", opts.partitions, opts.mib, 16)
-    small = fill(url, cluster, "default/small", opts.partitions, opts.mib, 1)
+    fill(url, cluster, "default/small", opts.partitions, opts.mib, 1)
     spark = session("bench-jobs", opts.master)
     spark.sparkContext.setLogLevel("ERROR")
     try:
