@@ -15,15 +15,17 @@ Order of work, so that a reader never sees a gap or a duplicate:
    are re-encoded into batches of consecutive offsets from one original batch,
    stamped with that batch's offset and epoch. A group that would keep nothing is
    left as it is.
-3. **Swap the manifest**, fenced by an epoch check: re-read it; if its leader
-   epoch differs from the one planned against (a leadership change is in
-   progress) or an old object has left it (another compaction), give up (the new
-   objects are deleted, nothing else changed). Otherwise put the manifest minus
-   the old objects plus the new ones at the same epoch, then read it back. The
-   store has no compare-and-swap, so a leader's upload can race the put: the
-   leader's own verify step re-merges its entry into our manifest, and if the
-   leader's put landed after ours (re-adding the old objects from its stale
-   read), our read-back sees that and the swap is applied again.
+3. **Swap the manifest** with a conditional write, plus an epoch check: read it
+   with its version (``get_versioned``); if its leader epoch differs from the
+   one planned against (a leadership change is in progress) or an old object has
+   left it (another compaction), give up (the new objects are deleted, nothing
+   else changed). Otherwise put the manifest minus the old objects plus the new
+   ones, at the same epoch, *only if it is still that version*
+   (``put_if_version``, S3 ``If-Match``); if a leader's upload changed it in
+   between, read and merge again. So a leader's entry is never dropped by the
+   swap. The other way round, a leader's put that read before our swap and
+   lands after it (plain put: the broker does not use conditions) drops our
+   new objects and re-lists the old ones; nothing is lost, and step 4 sees it.
 4. **Grace period**, then re-read the manifest: an old object listed again (a
    leader's put that read before our swap and landed after our read-back) gets
    the swap applied again and another grace period. Only when the manifest
@@ -50,7 +52,7 @@ import pyarrow.compute as pc
 
 from headrace.errors import CorruptBatch
 from headrace.jobs import arrow
-from headrace.jobs.topics import TopicRef, read_manifest, read_sealed
+from headrace.jobs.topics import TopicRef, read_manifest, read_manifest_versioned, read_sealed
 from headrace.objectstore.interface import ObjectStore
 from headrace.records import batch as rb
 from headrace.tiered import index, layout
@@ -250,7 +252,8 @@ def compact_partition(
         for _ in range(settings.swap_attempts):
             sleep(settings.grace_seconds)
             again = read_manifest(store, manifest_key)
-            if not any(again.find(k) is not None for k in replaced):
+            listed = {s.key for s in again.segments}
+            if not listed & set(replaced) and {w.key for w in written} <= listed:
                 final = again
                 break
             log(f"partition {partition}: old objects listed again; swapping again")
@@ -296,28 +299,27 @@ def _swap(
     written: list[SegmentObject],
     attempts: int,
 ) -> Manifest:
-    """Put the manifest without ``replaced`` and with ``written`` until a read-back shows it."""
+    """Put the manifest without ``replaced`` and with ``written``, conditionally on
+    the version read, so that a leader's manifest put in between is never lost."""
     new_keys = {s.key for s in written}
     for _ in range(attempts):
-        current = read_manifest(store, manifest_key)
+        current, version = read_manifest_versioned(store, manifest_key)
         if current.epoch != planned_epoch:
             raise CompactionFenced(
                 f"{manifest_key}: leader epoch changed from {planned_epoch} to {current.epoch}"
             )
         listed = {s.key for s in current.segments}
         if not listed & set(replaced) and new_keys <= listed:
-            return current
+            return current  # applied already (a retried put whose answer was lost)
         if not set(replaced) <= listed | new_keys:
             gone = sorted(set(replaced) - listed)
             raise CompactionFenced(f"{manifest_key}: {gone[0]} was removed by another writer")
         kept = tuple(s for s in current.segments if s.key not in replaced and s.key not in new_keys)
         swapped = Manifest((*kept, *written), current.epoch, current.version + 1)
-        store.put(manifest_key, swapped.to_json())
-        check = read_manifest(store, manifest_key)
-        listed = {s.key for s in check.segments}
-        if not listed & set(replaced) and new_keys <= listed:
-            return check
-    raise CompactionFenced(f"{manifest_key}: concurrent writers undid the swap {attempts} times")
+        if store.put_if_version(manifest_key, swapped.to_json(), version):
+            return swapped
+        # a leader's upload changed the manifest since our read: merge again
+    raise CompactionFenced(f"{manifest_key}: the manifest kept changing ({attempts} attempts)")
 
 
 # --- keep the last record per key ---

@@ -50,6 +50,18 @@ def read_manifest(store: ObjectStore, key: str) -> Manifest:
         raise InvalidManifest(f"{key}: {exc.message}") from exc
 
 
+def read_manifest_versioned(store: ObjectStore, key: str) -> tuple[Manifest, str | None]:
+    """The manifest and its version for ``put_if_version`` (missing: empty, None)."""
+    try:
+        raw, version = store.get_versioned(key)
+    except ObjectNotFound:
+        return Manifest(), None
+    try:
+        return Manifest.from_json(raw), version
+    except InvalidManifest as exc:
+        raise InvalidManifest(f"{key}: {exc.message}") from exc
+
+
 def read_sealed(store: ObjectStore, key: str) -> SealedState | None:
     try:
         raw = store.get(key)
