@@ -36,6 +36,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
+    DataSourceStreamReader,
     EqualTo,
     Filter,
     GreaterThan,
@@ -125,6 +126,9 @@ class HeadraceDataSource(DataSource):
     def reader(self, schema: Any) -> HeadraceReader:
         return HeadraceReader(dict(self.options))
 
+    def streamReader(self, schema: Any) -> HeadraceStreamReader:
+        return HeadraceStreamReader(dict(self.options))
+
 
 def _option_int(options: dict[str, str], name: str, default: int) -> int:
     raw = options.get(name)
@@ -195,16 +199,82 @@ class HeadraceReader(DataSourceReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, ObjectSplit):
-            return  # Spark asks for one plain partition when ``partitions`` found none
-        store = shared_store(self.url)
-        data = store.get(partition.key)
-        try:
-            yield arrow.to_record_batch(
-                data, partition.partition, partition.start, partition.end, check_crc=self.check_crc
+        return _read_split(self.url, partition, self.check_crc)
+
+
+def _read_split(url: str, split: InputPartition, check_crc: bool) -> Iterator[pa.RecordBatch]:
+    if not isinstance(split, ObjectSplit):
+        return  # Spark asks for one plain partition when ``partitions`` found none
+    data = shared_store(url).get(split.key)
+    try:
+        yield arrow.to_record_batch(
+            data, split.partition, split.start, split.end, check_crc=check_crc
+        )
+    except CorruptBatch as exc:
+        raise CorruptBatch(f"segment object {split.key}, {exc.message}") from exc
+
+
+class HeadraceStreamReader(DataSourceStreamReader):
+    """``spark.readStream.format("headrace")``: follows a topic as its objects are uploaded.
+
+    A Spark offset is ``{"<partition>": <next offset>, ...}``; Spark checkpoints it,
+    so a restarted query continues where the last committed micro-batch ended.
+    Each micro-batch reads, per partition, from the previous end to the
+    manifest's checkpoint + 1 (everything stored without a hole). Only the object
+    store is read: records reach the stream when the leader uploads them
+    (``uploadIntervalSeconds``), not from the brokers' tail.
+
+    Options as the batch reader, plus ``startingOffsets``: ``earliest`` (default)
+    or ``latest``.
+    """
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.batch = HeadraceReader(options)
+        lowered = {k.lower(): v for k, v in options.items()}
+        self.starting = lowered.get("startingoffsets", "earliest").lower()
+        if self.starting not in ("earliest", "latest"):
+            raise InvalidSourceOption(
+                f"option startingOffsets={self.starting!r} is not earliest or latest"
             )
-        except CorruptBatch as exc:
-            raise CorruptBatch(f"segment object {partition.key}, {exc.message}") from exc
+
+    def _manifests(self) -> dict[int, Manifest]:
+        store = shared_store(self.batch.url)
+        ref = self.batch.ref
+        wanted = self.batch.bounds.partitions
+        return {
+            p: read_manifest(store, layout.manifest_key(ref.partition_prefix(p)))
+            for p in stored_partitions(store, ref)
+            if wanted is None or p in wanted
+        }
+
+    def initialOffset(self) -> dict[str, int]:
+        return {
+            str(p): (m.checkpoint + 1 if self.starting == "latest" else m.start_offset or 0)
+            for p, m in self._manifests().items()
+        }
+
+    def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+        latest = dict(start)
+        for p, m in self._manifests().items():
+            begin = start.get(str(p), m.start_offset or 0)
+            latest[str(p)] = max(begin, m.checkpoint + 1)
+        return latest
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[ObjectSplit]:
+        manifests = self._manifests()
+        out: list[ObjectSplit] = []
+        for key, stop in end.items():
+            p = int(key)
+            begin = start.get(key, 0)
+            if stop > begin and p in manifests:
+                out.extend(splits(manifests[p], p, begin, stop))
+        return out
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read_split(self.batch.url, partition, self.batch.check_crc)
+
+    def commit(self, end: dict[str, int]) -> None:
+        pass  # nothing to acknowledge: the objects stay until compaction or deletion
 
 
 def session(app_name: str = "headrace", master: str | None = None) -> Any:
