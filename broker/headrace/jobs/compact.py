@@ -213,6 +213,7 @@ def compact_partition(
     for group in groups:
         fetched = _fetch_all(store, [p.segment.key for p in group.pieces], result)
         data = b"".join(_slice_from(d, p.start) for d, p in zip(fetched, group.pieces, strict=True))
+        removed = 0
         if latest_per_key is not None:
             data, removed = _keep_last(
                 data, partition, latest_per_key, now_ms - settings.delete_retention_ms
@@ -229,7 +230,8 @@ def compact_partition(
         if manifest.find(key) is not None:
             continue  # the same range is already one object
         epoch = max(p.segment.epoch for p in group.pieces)
-        new = SegmentObject(group.base, group.last, len(data), key, epoch)
+        holes = latest_per_key is not None and removed > 0
+        new = SegmentObject(group.base, group.last, len(data), key, epoch, compacted=holes)
         store.put(layout.index_key_for(key), sparse.encode())
         store.put(key, data)
         written.append(new)

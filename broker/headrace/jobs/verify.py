@@ -18,8 +18,8 @@ position where there is one):
 - a sealed state's last committed offset is covered by the manifest (``sealed-ahead``).
 
 Key-compacted objects (written by ``compact`` with ``keep_last_per_key``) have
-holes inside them by design; ``compacted=True`` accepts forward jumps inside an
-object.
+holes inside them by design; their manifest entry says ``compacted`` and forward
+jumps inside them are accepted (``compacted=True``: in every object).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def verify_partition(
             continue
         result.objects += 1
         result.bytes += len(data)
-        _check_object(data, seg.key, seg.base, seg.last, compacted, result, find)
+        _check_object(data, seg.key, seg.base, seg.last, compacted or seg.compacted, result, find)
     for key in sorted(set(stored) - {s.key for s in manifest.segments}):
         named = layout.parse_segment_key(key)
         assert named is not None

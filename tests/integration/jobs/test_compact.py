@@ -135,6 +135,15 @@ def test_key_compacted_topic_keeps_exactly_the_last_value_per_key(
     rows = _rows(spark, store_url, cluster_id)
     assert {k: v for _, _, k, v in rows} == last
     assert len(rows) == len(keys)
+    [seg] = manifest(store, cluster_id, TOPIC, 0).segments
+    assert seg.compacted and (seg.base, seg.last) == (0, end - 1)
+    # the broker's tiered read path follows the holes: from offset 0 it gets the kept records
+    tier = PartitionTier(store, layout.partition_prefix(cluster_id, TOPIC, 0))
+    offsets = [
+        o for _, h in rb.scan(tier.read(0, 1 << 20)) for o in range(h.base_offset, h.next_offset)
+    ]
+    tier.close()
+    assert offsets == sorted(o for _, o, _, _ in rows)
 
 
 def test_unparseable_manifest_fails_clearly_and_deletes_nothing(
