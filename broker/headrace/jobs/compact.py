@@ -35,11 +35,16 @@ Order of work, so that a reader never sees a gap or a duplicate:
    object is gone).
 
 A manifest that does not parse raises ``InvalidManifest`` naming its key before
-anything is written or deleted.
+anything is written or deleted. The whole run holds the partition's lock object
+(``compaction.lock``, created with a conditional put), so a second compaction of
+the partition is refused (``CompactionRefused``) instead of racing this one.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -50,9 +55,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from headrace.errors import CorruptBatch
+from headrace.errors import CorruptBatch, HeadraceError
 from headrace.jobs import arrow
 from headrace.jobs.topics import TopicRef, read_manifest, read_manifest_versioned, read_sealed
+from headrace.objectstore.errors import ObjectNotFound
 from headrace.objectstore.interface import ObjectStore
 from headrace.records import batch as rb
 from headrace.tiered import index, layout
@@ -63,6 +69,9 @@ DEFAULT_TARGET_BYTES = 64 << 20
 IO_THREADS = 8
 DEFAULT_DELETE_RETENTION_MS = 24 * 3600 * 1000
 DEFAULT_GRACE_SECONDS = 30.0
+DEFAULT_LOCK_TTL_MS = 3600 * 1000
+#: beside the manifest: who compacts the partition now (created with If-None-Match)
+LOCK_NAME = "compaction.lock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +86,8 @@ class CompactSettings:
     grace_seconds: float = DEFAULT_GRACE_SECONDS
     #: times the swap is applied again when a concurrent writer undid it
     swap_attempts: int = 5
+    #: a partition's compaction lock older than this is taken over (its holder died)
+    lock_ttl_ms: int = DEFAULT_LOCK_TTL_MS
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +144,12 @@ class CompactResult:
             "written": self.written,
             "deleted": self.deleted,
         }
+
+
+class CompactionRefused(HeadraceError):
+    """Another compaction holds the partition's lock: two at once would race on the manifest."""
+
+    CODE = 90
 
 
 class CompactionFenced(Exception):
@@ -192,8 +209,56 @@ def compact_partition(
     sleep: Callable[[float], None] = time.sleep,
     log: Callable[[str], None] = lambda _: None,
 ) -> CompactResult:
-    """Compact one partition; see the module docstring for the order of work."""
+    """Compact one partition; see the module docstring for the order of work.
+
+    Holds the partition's compaction lock throughout; ``CompactionRefused`` if
+    another compaction holds it."""
     prefix = ref.partition_prefix(partition)
+    lock_key = prefix + LOCK_NAME
+    _lock(store, lock_key, now_ms, settings.lock_ttl_ms)
+    try:
+        return _compact_locked(store, prefix, partition, settings, now_ms, sleep, log)
+    finally:
+        store.delete(lock_key)
+
+
+def _lock(store: ObjectStore, key: str, now_ms: int, ttl_ms: int) -> None:
+    """Create the lock object, only if there is none (or take over one older than
+    ``ttl_ms``): a conditional create, so two jobs never both get it."""
+    mine = json.dumps(
+        {"owner": f"{socket.gethostname()}:{os.getpid()}", "startedMs": now_ms}
+    ).encode()
+    if store.put_if_version(key, mine, None):
+        return
+    try:
+        raw, version = store.get_versioned(key)
+    except ObjectNotFound:  # released in between: one more try
+        if store.put_if_version(key, mine, None):
+            return
+        raise CompactionRefused(f"{key}: another compaction took the lock") from None
+    try:
+        held = json.loads(raw)
+        owner, started = str(held["owner"]), int(held["startedMs"])
+    except (ValueError, KeyError, TypeError):
+        owner, started = "unknown", 0  # unreadable: treat as stale
+    if now_ms - started < ttl_ms:
+        raise CompactionRefused(
+            f"{key}: another compaction ({owner}) holds this partition since {started} ms;"
+            f" it is taken over after {ttl_ms // 1000} s"
+        )
+    if not store.put_if_version(key, mine, version):
+        raise CompactionRefused(f"{key}: another compaction took the stale lock over first")
+
+
+def _compact_locked(
+    store: ObjectStore,
+    prefix: str,
+    partition: int,
+    settings: CompactSettings,
+    now_ms: int,
+    sleep: Callable[[float], None],
+    log: Callable[[str], None],
+) -> CompactResult:
     manifest_key = layout.manifest_key(prefix)
     manifest = read_manifest(store, manifest_key)
     result = CompactResult(partition)

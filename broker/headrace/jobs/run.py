@@ -102,6 +102,17 @@ def run_job(args: argparse.Namespace, spark: Any) -> tuple[int, dict[str, Any]]:
     store = open_store(args.store)
     try:
         partitions = stored_partitions(store, ref)
+    except ObjectStoreError as exc:
+        # the store is down or refuses us: a clear reason, no Spark task started
+        reason = f"cannot list {ref.prefix} in {args.store}: {type(exc).__name__}: {exc.message}"
+        print(f"{args.job} {args.topic}: FAILED: {reason}", file=sys.stderr, flush=True)
+        report = _report(args, [], started)
+        report["ok"] = False
+        report["error"] = reason
+        if args.report_file:
+            with open(args.report_file, "w") as f:
+                json.dump(report, f, indent=1)
+        return EXIT_ERROR, report
     finally:
         store.close()
     if args.partitions:
@@ -206,7 +217,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         status, report = run_job(args, spark)
     finally:
         spark.stop()
-    print(json.dumps({k: report[k] for k in ("job", "topic", "ok", "summary", "failed")}))
+    print(
+        json.dumps({k: report.get(k) for k in ("job", "topic", "ok", "summary", "failed", "error")})
+    )
     return status
 
 

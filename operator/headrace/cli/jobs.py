@@ -141,8 +141,10 @@ def _finding_line(f: dict[str, Any]) -> str:
 
 
 def _summarize(job: str, status: int, report: dict[str, Any] | None, log_path: Path) -> None:
-    if report is None:
-        raise click.ClickException(f"the {job} job failed (exit {status}); see {log_path}")
+    if report is None or "error" in report:
+        why = f"exit {status}; see {log_path}" if report is None else report["error"]
+        click.echo(f"Error: the {job} job failed: {why}", err=True)
+        sys.exit(status if status > 1 else 2)
     s = report["summary"]
     if job == "verify":
         click.echo(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from typing import Any
 
 import pytest
 
+from headrace.jobs import compact
 from headrace.objectstore.interface import ObjectStore
 from headrace.records import batch as rb
 from headrace.tiered import layout
@@ -176,3 +179,33 @@ def test_second_run_finds_nothing_to_do(
     assert run_job(spark, "compact", store_url, cluster_id, TOPIC, *args)[0] == 0
     status, report = run_job(spark, "compact", store_url, cluster_id, TOPIC, *args)
     assert status == 0 and report["partitions"][0]["outcome"] == "unchanged"
+
+
+def test_a_second_compaction_of_a_partition_is_refused_while_one_holds_it(
+    spark: Any, store: ObjectStore, store_url: str, cluster_id: str
+) -> None:
+    write_partition(store, cluster_id, TOPIC, 0, objects=4)
+    prefix = layout.partition_prefix(cluster_id, TOPIC, 0)
+    lock = prefix + compact.LOCK_NAME
+    before = manifest(store, cluster_id, TOPIC, 0)
+    held = {"owner": "other-job", "startedMs": int(time.time() * 1000)}
+    assert store.put_if_version(lock, json.dumps(held).encode(), None)
+    status, report = run_job(spark, "compact", store_url, cluster_id, TOPIC, "--grace-seconds", "0")
+    assert status == 2
+    [failed] = report["failed"]
+    assert "CompactionRefused" in failed["error"] and "other-job" in failed["error"]
+    assert manifest(store, cluster_id, TOPIC, 0) == before
+    # a lock left by a job that died long ago is taken over
+    store.put(lock, json.dumps({"owner": "dead-job", "startedMs": 0}).encode())
+    status, report = run_job(spark, "compact", store_url, cluster_id, TOPIC, "--grace-seconds", "0")
+    assert status == 0 and report["partitions"][0]["outcome"] == "compacted"
+    assert not store.exists(lock)
+
+
+def test_object_store_down_fails_with_a_clear_reason(spark: Any, cluster_id: str) -> None:
+    from headrace.objectstore.minio_server import free_port
+
+    url = f"s3://127.0.0.1:{free_port()}/nothing-here"
+    status, report = run_job(spark, "compact", url, cluster_id, TOPIC)
+    assert status == 2 and not report["ok"]
+    assert "ObjectStoreUnavailable" in report["error"] and url in report["error"]
