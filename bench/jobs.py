@@ -8,7 +8,8 @@ write it (``PartitionTier.upload``): 100-byte records, 1000 per batch. Measures:
 - **compact**: the compact job over ``--mib`` MiB in 1 MiB objects merged into 64 MiB
   ones (grace 0); MB/s of objects read and rewritten;
 - **source**: ``spark.read.format("headrace")`` into Arrow, every column, through a
-  ``noop`` sink; records/s (and, for reference, the decoder alone on one core).
+  ``noop`` sink; records/s; again with ``includeHeaders=false`` (and, for
+  reference, the decoder alone on one core).
 
 Writes ``bench/results/jobs.json``; the figures are quoted in docs/benchmarks.md.
 """
@@ -143,6 +144,23 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
         df.write.format("noop").mode("overwrite").save()
         took = time.perf_counter() - started
         results["source"] = {
+            "records": records,
+            "seconds": round(took, 3),
+            "records_per_s": round(records / took),
+        }
+        lean = (
+            spark.read.format("headrace")
+            .option("store", url)
+            .option("cluster", cluster)
+            .option("topic", "default/big")
+            .option("includeHeaders", "false")
+            .load()
+        )
+        lean.count()
+        started = time.perf_counter()
+        lean.write.format("noop").mode("overwrite").save()
+        took = time.perf_counter() - started
+        results["source_no_headers"] = {
             "records": records,
             "seconds": round(took, 3),
             "records_per_s": round(records / took),

@@ -46,11 +46,13 @@ SCHEMA: Final = pa.schema(
         pa.field("headers", HEADER_TYPE),
     ]
 )
-#: the same schema as Spark DDL
-SPARK_SCHEMA: Final = (
-    "partition int, offset bigint, timestamp timestamp, key binary, value binary,"
-    " headers array<struct<key:string,value:binary>>"
+#: without the ``headers`` column (the data source's ``includeHeaders=false``)
+SCHEMA_NO_HEADERS: Final = SCHEMA.remove(SCHEMA.get_field_index("headers"))
+#: the same schemas as Spark DDL
+SPARK_SCHEMA_NO_HEADERS: Final = (
+    "partition int, offset bigint, timestamp timestamp, key binary, value binary"
 )
+SPARK_SCHEMA: Final = SPARK_SCHEMA_NO_HEADERS + ", headers array<struct<key:string,value:binary>>"
 
 _U32: Final = np.dtype("<u4")
 _I32: Final = np.dtype("<i4")
@@ -72,7 +74,9 @@ class _Columns:
     headers: list[list[dict[str, Any]]] | None  # None: the batch has no headers
 
 
-def _section_columns(header: rb.BatchHeader, section: U8Array, lo: int, hi: int) -> _Columns:
+def _section_columns(
+    header: rb.BatchHeader, section: U8Array, lo: int, hi: int, include_headers: bool = True
+) -> _Columns:
     """Columns of records ``lo..hi-1`` (indexes within the batch) of an uncompressed
     section given as a numpy byte array."""
     n = header.record_count
@@ -121,7 +125,7 @@ def _section_columns(header: rb.BatchHeader, section: U8Array, lo: int, hi: int)
     value_base = p + key_total
     value_start = value_base + (int(value_ends[lo - 1]) if lo else 0)
     headers = None
-    if header_lengths is not None:
+    if header_lengths is not None and include_headers:
         blob_start = value_base + value_total
         bounds = np.concatenate(([0], np.cumsum(header_lengths))) + blob_start
         blob = raw.tobytes() if lo < hi else b""
@@ -140,7 +144,9 @@ def _section_columns(header: rb.BatchHeader, section: U8Array, lo: int, hi: int)
     )
 
 
-def _decoded_columns(view: memoryview, header: rb.BatchHeader, lo: int, hi: int) -> _Columns:
+def _decoded_columns(
+    view: memoryview, header: rb.BatchHeader, lo: int, hi: int, include_headers: bool
+) -> _Columns:
     """Columns of a compressed batch: the records module inflates the section (at batch
     granularity, whatever the codec) and the columns are read from the result."""
     decoded = rb.DecodedBatch(view)
@@ -150,7 +156,7 @@ def _decoded_columns(view: memoryview, header: rb.BatchHeader, lo: int, hi: int)
         section_length=len(inflated),
     )
     section = np.frombuffer(inflated, dtype=np.uint8)
-    return _section_columns(plain, section, lo, hi)
+    return _section_columns(plain, section, lo, hi, include_headers)
 
 
 def _inflated_section(decoded: rb.DecodedBatch) -> bytes:
@@ -183,9 +189,11 @@ def to_record_batch(
     end: int = NO_END,
     *,
     check_crc: bool = True,
+    include_headers: bool = True,
 ) -> pa.RecordBatch:
     """The records of ``data`` (whole batches, as in a segment object) with offsets in
-    ``[start, end)`` as one Arrow record batch in ``SCHEMA``.
+    ``[start, end)`` as one Arrow record batch in ``SCHEMA`` (``SCHEMA_NO_HEADERS``
+    without ``include_headers``: header blocks are then not decoded at all).
 
     Raises ``CorruptBatch`` naming the offset and byte position of the first batch
     that fails a header check or (with ``check_crc``) its CRC, or whose record
@@ -211,15 +219,16 @@ def to_record_batch(
             hi = min(header.record_count, end - header.base_offset)
             if header.compression == rb.COMPRESSION_NONE:
                 section = buf[pos + rb.HEADER_SIZE : pos + header.size]
-                pieces.append(_section_columns(header, section, lo, hi))
+                pieces.append(_section_columns(header, section, lo, hi, include_headers))
             else:
-                pieces.append(_decoded_columns(view[pos : pos + header.size], header, lo, hi))
+                frame = view[pos : pos + header.size]
+                pieces.append(_decoded_columns(frame, header, lo, hi, include_headers))
         except CorruptBatch as exc:
             raise CorruptBatch(f"offset {header.base_offset} (byte {pos}): {exc.message}") from exc
     if not stopped and consumed != len(view):
         # scan stops silently at an incomplete tail; a segment object has none
         raise CorruptBatch(f"byte {consumed}: {len(view) - consumed} bytes are not a whole batch")
-    return _assemble(pieces, partition)
+    return _assemble(pieces, partition, include_headers)
 
 
 def _binary(
@@ -243,9 +252,10 @@ def _binary(
     )
 
 
-def _assemble(pieces: list[_Columns], partition: int) -> pa.RecordBatch:
+def _assemble(pieces: list[_Columns], partition: int, include_headers: bool) -> pa.RecordBatch:
+    schema = SCHEMA if include_headers else SCHEMA_NO_HEADERS
     if not pieces:
-        return _empty()
+        return pa.RecordBatch.from_pylist([], schema=schema)
     offsets = np.concatenate([p.offsets for p in pieces])
     n = len(offsets)
     timestamps_us = np.concatenate([p.timestamps_ms for p in pieces]) * 1000
@@ -258,6 +268,15 @@ def _assemble(pieces: list[_Columns], partition: int) -> pa.RecordBatch:
     values = _binary(
         np.concatenate([p.value_lengths for p in pieces]), [p.values for p in pieces], None
     )
+    columns = [
+        pa.array(np.full(n, partition, dtype=np.int32)),
+        pa.array(offsets),
+        pa.Array.from_buffers(pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(timestamps_us)]),
+        keys,
+        values,
+    ]
+    if not include_headers:
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
     if any(p.headers is not None for p in pieces):
         rows: list[list[dict[str, Any]]] = []
         for p in pieces:
@@ -266,20 +285,4 @@ def _assemble(pieces: list[_Columns], partition: int) -> pa.RecordBatch:
     else:
         empty = pa.array([], type=HEADER_TYPE.value_type)
         headers = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), empty)
-    return pa.RecordBatch.from_arrays(
-        [
-            pa.array(np.full(n, partition, dtype=np.int32)),
-            pa.array(offsets),
-            pa.Array.from_buffers(
-                pa.timestamp("us", tz="UTC"), n, [None, pa.py_buffer(timestamps_us)]
-            ),
-            keys,
-            values,
-            headers,
-        ],
-        schema=SCHEMA,
-    )
-
-
-def _empty() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=SCHEMA)
+    return pa.RecordBatch.from_arrays([*columns, headers], schema=schema)

@@ -20,7 +20,8 @@ Options: ``store`` (object store URL, required; S3 credentials from
 environment), ``topic`` (``namespace/name``, required), ``cluster`` (default
 ``local``), ``partitions`` (comma-separated, default all), ``startingOffset``
 and ``endingOffset`` (inclusive start, exclusive end, per partition), ``checkCrc``
-(default ``true``).
+(default ``true``), ``includeHeaders`` (default ``true``; ``false`` drops the
+``headers`` column, which Spark's side pays for on every row even when empty).
 """
 
 from __future__ import annotations
@@ -121,13 +122,22 @@ class HeadraceDataSource(DataSource):
         return "headrace"
 
     def schema(self) -> str:
-        return arrow.SPARK_SCHEMA
+        return (
+            arrow.SPARK_SCHEMA
+            if _include_headers(dict(self.options))
+            else arrow.SPARK_SCHEMA_NO_HEADERS
+        )
 
     def reader(self, schema: Any) -> HeadraceReader:
         return HeadraceReader(dict(self.options))
 
     def streamReader(self, schema: Any) -> HeadraceStreamReader:
         return HeadraceStreamReader(dict(self.options))
+
+
+def _include_headers(options: dict[str, str]) -> bool:
+    lowered = {k.lower(): v for k, v in options.items()}
+    return lowered.get("includeheaders", "true").lower() not in ("0", "false", "no")
 
 
 def _option_int(options: dict[str, str], name: str, default: int) -> int:
@@ -155,6 +165,7 @@ class HeadraceReader(DataSourceReader):
         except ValueError as exc:
             raise InvalidSourceOption(str(exc)) from exc
         self.check_crc = lowered.get("checkcrc", "true").lower() not in ("0", "false", "no")
+        self.include_headers = _include_headers(options)
         self.bounds = Bounds(
             start=_option_int(lowered, "startingoffset", 0),
             end=_option_int(lowered, "endingoffset", arrow.NO_END),
@@ -199,16 +210,23 @@ class HeadraceReader(DataSourceReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read_split(self.url, partition, self.check_crc)
+        return _read_split(self.url, partition, self.check_crc, self.include_headers)
 
 
-def _read_split(url: str, split: InputPartition, check_crc: bool) -> Iterator[pa.RecordBatch]:
+def _read_split(
+    url: str, split: InputPartition, check_crc: bool, include_headers: bool
+) -> Iterator[pa.RecordBatch]:
     if not isinstance(split, ObjectSplit):
         return  # Spark asks for one plain partition when ``partitions`` found none
     data = shared_store(url).get(split.key)
     try:
         yield arrow.to_record_batch(
-            data, split.partition, split.start, split.end, check_crc=check_crc
+            data,
+            split.partition,
+            split.start,
+            split.end,
+            check_crc=check_crc,
+            include_headers=include_headers,
         )
     except CorruptBatch as exc:
         raise CorruptBatch(f"segment object {split.key}, {exc.message}") from exc
@@ -271,7 +289,9 @@ class HeadraceStreamReader(DataSourceStreamReader):
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return _read_split(self.batch.url, partition, self.batch.check_crc)
+        return _read_split(
+            self.batch.url, partition, self.batch.check_crc, self.batch.include_headers
+        )
 
     def commit(self, end: dict[str, int]) -> None:
         pass  # nothing to acknowledge: the objects stay until compaction or deletion

@@ -71,3 +71,33 @@ def test_pushes_down_partition_and_offset_filters(
 
 def test_empty_topic_is_an_empty_frame(spark: Any, store_url: str, cluster_id: str) -> None:
     assert _load(spark, store_url, cluster_id).count() == 0
+
+
+def test_headers_and_compressed_batches_and_the_include_headers_option(
+    spark: Any, store: ObjectStore, store_url: str, cluster_id: str
+) -> None:
+    from headrace.records import batch as rb
+    from headrace.tiered import layout
+    from headrace.tiered.tier import PartitionTier
+    from tests.integration.jobs.topicdata import stamped
+
+    plain = stamped(
+        rb.encode([b"v0", b"v1"], keys=[b"k", None], headers=[[("h", b"1")], []], timestamp_ms=5),
+        0,
+    )
+    zipped = stamped(rb.encode([b"v2"] * 3, timestamp_ms=7, compression=rb.COMPRESSION_ZLIB), 2)
+    tier = PartitionTier(store, layout.partition_prefix(cluster_id, TOPIC, 0))
+    tier.upload(plain + zipped, 0)
+    tier.close()
+    rows = _load(spark, store_url, cluster_id).orderBy("offset").collect()
+    assert [(r.offset, r.key, r.value) for r in rows] == [
+        (0, b"k", b"v0"),
+        (1, None, b"v1"),
+        (2, None, b"v2"),
+        (3, None, b"v2"),
+        (4, None, b"v2"),
+    ]
+    assert [[(h.key, h.value) for h in r.headers] for r in rows][:3] == [[("h", b"1")], [], []]
+    lean = _load(spark, store_url, cluster_id, includeHeaders="false")
+    assert lean.columns == ["partition", "offset", "timestamp", "key", "value"]
+    assert lean.count() == 5
