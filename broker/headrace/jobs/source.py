@@ -50,6 +50,7 @@ from pyspark.sql.datasource import (
 
 from headrace.errors import CorruptBatch
 from headrace.jobs import arrow
+from headrace.jobs.brokers import fetch_range, high_watermarks
 from headrace.jobs.topics import TopicRef, read_manifest, stored_partitions
 from headrace.objectstore.interface import ObjectStore
 from headrace.objectstore.urls import open_store
@@ -213,6 +214,17 @@ class HeadraceReader(DataSourceReader):
         return _read_split(self.url, partition, self.check_crc, self.include_headers)
 
 
+class BrokerSplit(InputPartition):
+    """Offsets ``[start, end)`` of topic partition ``partition`` from its leader (the
+    tail not uploaded yet)."""
+
+    def __init__(self, partition: int, start: int, end: int) -> None:
+        super().__init__(("broker", partition, start, end))
+        self.partition = partition
+        self.start = start
+        self.end = end
+
+
 def _read_split(
     url: str, split: InputPartition, check_crc: bool, include_headers: bool
 ) -> Iterator[pa.RecordBatch]:
@@ -233,62 +245,109 @@ def _read_split(
 
 
 class HeadraceStreamReader(DataSourceStreamReader):
-    """``spark.readStream.format("headrace")``: follows a topic as its objects are uploaded.
+    """``spark.readStream.format("headrace")``: follows a topic live.
 
     A Spark offset is ``{"<partition>": <next offset>, ...}``; Spark checkpoints it,
     so a restarted query continues where the last committed micro-batch ended.
-    Each micro-batch reads, per partition, from the previous end to the
-    manifest's checkpoint + 1 (everything stored without a hole). Only the object
-    store is read: records reach the stream when the leader uploads them
-    (``uploadIntervalSeconds``), not from the brokers' tail.
+    Each micro-batch reads, per partition, what the object store holds without a
+    hole (up to the manifest's checkpoint) from the stored objects, and, with the
+    ``bootstrap`` option, the rest up to the high watermark from the partition's
+    leader (committed records, plain Fetch requests). Without ``bootstrap`` a
+    record reaches the stream when its leader uploads it.
 
-    Options as the batch reader, plus ``startingOffsets``: ``earliest`` (default)
-    or ``latest``.
+    Options as the batch reader, plus ``bootstrap`` (``host:port`` of any broker)
+    and ``startingOffsets``: ``earliest`` (default) or ``latest``.
     """
 
     def __init__(self, options: dict[str, str]) -> None:
         self.batch = HeadraceReader(options)
         lowered = {k.lower(): v for k, v in options.items()}
+        self.bootstrap = lowered.get("bootstrap") or None
         self.starting = lowered.get("startingoffsets", "earliest").lower()
         if self.starting not in ("earliest", "latest"):
             raise InvalidSourceOption(
                 f"option startingOffsets={self.starting!r} is not earliest or latest"
             )
 
+    def _wanted(self, partition: int) -> bool:
+        wanted = self.batch.bounds.partitions
+        return wanted is None or partition in wanted
+
     def _manifests(self) -> dict[int, Manifest]:
         store = shared_store(self.batch.url)
         ref = self.batch.ref
-        wanted = self.batch.bounds.partitions
         return {
             p: read_manifest(store, layout.manifest_key(ref.partition_prefix(p)))
             for p in stored_partitions(store, ref)
-            if wanted is None or p in wanted
+            if self._wanted(p)
         }
+
+    def _ends(self, positions: dict[int, int]) -> dict[int, int]:
+        """Per partition, the next offset available: stored, or from the brokers."""
+        ends = {p: m.checkpoint + 1 for p, m in self._manifests().items()}
+        if self.bootstrap is not None:
+            asked = {p: max(positions.get(p, 0), ends.get(p, 0)) for p in {*positions, *ends}}
+            for p, hw in high_watermarks(self.bootstrap, self.batch.ref.topic, asked).items():
+                if self._wanted(p):
+                    ends[p] = max(ends.get(p, 0), hw)
+        return ends
 
     def initialOffset(self) -> dict[str, int]:
-        return {
-            str(p): (m.checkpoint + 1 if self.starting == "latest" else m.start_offset or 0)
-            for p, m in self._manifests().items()
-        }
+        if self.starting == "latest":
+            return {str(p): end for p, end in self._ends({}).items()}
+        starts = {p: m.start_offset or 0 for p, m in self._manifests().items()}
+        return {str(p): starts.get(p, 0) for p in self._ends({})}
 
     def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:
+        positions = {int(p): o for p, o in start.items()}
         latest = dict(start)
-        for p, m in self._manifests().items():
-            begin = start.get(str(p), m.start_offset or 0)
-            latest[str(p)] = max(begin, m.checkpoint + 1)
+        for p, end in self._ends(positions).items():
+            latest[str(p)] = max(positions.get(p, 0), end)
         return latest
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[ObjectSplit]:
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
         manifests = self._manifests()
-        out: list[ObjectSplit] = []
+        out: list[InputPartition] = []
         for key, stop in end.items():
             p = int(key)
             begin = start.get(key, 0)
-            if stop > begin and p in manifests:
-                out.extend(splits(manifests[p], p, begin, stop))
+            if stop <= begin:
+                continue
+            stored_end = manifests[p].checkpoint + 1 if p in manifests else 0
+            if p in manifests and begin < stored_end:
+                out.extend(splits(manifests[p], p, begin, min(stop, stored_end)))
+            tail = max(begin, stored_end)
+            if stop > tail:
+                if self.bootstrap is None:
+                    raise InvalidSourceOption(
+                        f"partition {p}: offsets {tail}..{stop - 1} are not in the object store"
+                        " and no bootstrap option names the brokers"
+                    )
+                out.append(BrokerSplit(p, tail, stop))
         return out
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, BrokerSplit):
+            assert self.bootstrap is not None
+            data = fetch_range(
+                self.bootstrap,
+                self.batch.ref.topic,
+                partition.partition,
+                partition.start,
+                partition.end,
+            )
+            return iter(
+                [
+                    arrow.to_record_batch(
+                        data,
+                        partition.partition,
+                        partition.start,
+                        partition.end,
+                        check_crc=self.batch.check_crc,
+                        include_headers=self.batch.include_headers,
+                    )
+                ]
+            )
         return _read_split(
             self.batch.url, partition, self.batch.check_crc, self.batch.include_headers
         )
