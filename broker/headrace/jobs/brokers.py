@@ -51,6 +51,26 @@ def high_watermarks(bootstrap: str, topic: str, positions: dict[int, int]) -> di
     return asyncio.run(ask())
 
 
+def log_range(bootstrap: str, topic: str, partition: int, offset: int) -> tuple[int, int]:
+    """``(log_start_offset, high_watermark)`` of the partition's leader, asked with a
+    Fetch at ``offset``; the broker's error (``OffsetOutOfRange`` if ``offset`` is
+    outside its log) is raised as it is."""
+
+    async def ask() -> tuple[int, int]:
+        cluster = ClusterClient(bootstrap)
+        try:
+            await cluster.start()
+            conn = await cluster.connection_for(topic, partition)
+            req = msg.FetchRequest(topic, partition, offset, 1, 1)
+            frame = await conn.request(Op.FETCH, req.encode())
+            head, _ = msg.FetchResponseHeader.decode(frame.body)
+            return head.log_start_offset, head.high_watermark
+        finally:
+            await cluster.close()
+
+    return asyncio.run(ask())
+
+
 def fetch_range(bootstrap: str, topic: str, partition: int, start: int, end: int) -> bytes:
     """Whole batches holding offsets ``[start, end)`` (committed), from the partition's
     leader; the first may start below ``start``."""

@@ -46,10 +46,14 @@ def _guarded(work: Callable[[int], dict[str, Any]], partition: int) -> dict[str,
         return {"partition": partition, "error": f"{type(exc).__name__}: {message}"}
 
 
-def _verify_one(url: str, ref: TopicRef, compacted: bool, partition: int) -> dict[str, Any]:
+def _verify_one(
+    url: str, ref: TopicRef, compacted: bool, bootstrap: str | None, partition: int
+) -> dict[str, Any]:
     store = open_store(url)
     try:
-        return verify.verify_partition(store, ref, partition, compacted=compacted).to_doc()
+        return verify.verify_partition(
+            store, ref, partition, compacted=compacted, bootstrap=bootstrap
+        ).to_doc()
     finally:
         store.close()
 
@@ -85,6 +89,9 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--no-report-object", action="store_true")
     parser.add_argument("--master", default=None, help="when not run through spark-submit")
     parser.add_argument("--compacted", action="store_true", help="the topic is key-compacted")
+    parser.add_argument(
+        "--bootstrap", default=None, help="host:port of a broker: check the stored range too"
+    )
     parser.add_argument("--target-bytes", type=int, default=compact.DEFAULT_TARGET_BYTES)
     parser.add_argument("--keep-last-per-key", action="store_true")
     parser.add_argument(
@@ -120,7 +127,7 @@ def run_job(args: argparse.Namespace, spark: Any) -> tuple[int, dict[str, Any]]:
         partitions = [p for p in partitions if p in wanted]
     work: Callable[[int], dict[str, Any]]
     if args.job == "verify":
-        work = partial(_verify_one, args.store, ref, args.compacted)
+        work = partial(_verify_one, args.store, ref, args.compacted, args.bootstrap)
     else:
         settings = compact.CompactSettings(
             target_bytes=args.target_bytes,

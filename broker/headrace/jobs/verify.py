@@ -15,7 +15,11 @@ position where there is one):
 - no object without a manifest entry (``orphan-object``, a *warning*: an upload
   in flight puts its object before its manifest entry, and a deposed leader's
   late upload leaves one, see docs/tiered-storage.md);
-- a sealed state's last committed offset is covered by the manifest (``sealed-ahead``).
+- a sealed state's last committed offset is covered by the manifest (``sealed-ahead``);
+- with ``bootstrap`` (the brokers reachable): the store holds nothing at or past
+  the leader's high watermark (``beyond-high-watermark``), and nothing is lost
+  between the stored range and the leader's log start (``log-start-gap``); a
+  broker that cannot answer is a warning (``broker-unreachable``).
 
 Key-compacted objects (written by ``compact`` with ``keep_last_per_key``) have
 holes inside them by design; their manifest entry says ``compacted`` and forward
@@ -27,7 +31,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
-from headrace.errors import CorruptBatch
+from headrace.errors import CorruptBatch, HeadraceError, OffsetOutOfRange
+from headrace.jobs import brokers
 from headrace.jobs.topics import TopicRef, read_manifest, read_sealed
 from headrace.objectstore.errors import ObjectNotFound
 from headrace.objectstore.interface import ObjectStore
@@ -85,7 +90,12 @@ class PartitionResult:
 
 
 def verify_partition(
-    store: ObjectStore, ref: TopicRef, partition: int, *, compacted: bool = False
+    store: ObjectStore,
+    ref: TopicRef,
+    partition: int,
+    *,
+    compacted: bool = False,
+    bootstrap: str | None = None,
 ) -> PartitionResult:
     result = PartitionResult(partition)
     prefix = ref.partition_prefix(partition)
@@ -152,7 +162,63 @@ def verify_partition(
             severity="warning",
         )
     _check_sealed(store, prefix, manifest, find)
+    if bootstrap is not None:
+        _check_brokers(bootstrap, ref.topic, partition, manifest, manifest_key, find)
     return result
+
+
+def _check_brokers(
+    bootstrap: str, topic: str, partition: int, manifest: Manifest, manifest_key: str, find: Any
+) -> None:
+    """The stored range against the leader's log: start and high watermark."""
+    # a Fetch must ask for an offset inside the leader's log: after the stored range
+    # (where the leader continues), else at the stored start (the store ran ahead)
+    asked = max(0, manifest.checkpoint + 1)
+    candidates = dict.fromkeys([asked, manifest.start_offset or 0])
+    errors: list[str] = []
+    for offset in candidates:
+        try:
+            log_start, high_watermark = brokers.log_range(bootstrap, topic, partition, offset)
+            break
+        except OffsetOutOfRange as exc:
+            errors.append(f"at {offset}: {exc.message}")
+        except HeadraceError as exc:
+            find(
+                "broker-unreachable",
+                manifest_key,
+                asked,
+                f"{type(exc).__name__}: {exc.message}",
+                severity="warning",
+            )
+            return
+    else:
+        find(
+            "log-start-gap",
+            manifest_key,
+            asked,
+            f"the store holds {manifest.start_offset}..{manifest.checkpoint}, outside the"
+            f" leader's log ({'; '.join(errors)})",
+        )
+        return
+    if manifest.end_offset >= high_watermark:
+        last = manifest.segments[-1]
+        beyond = max(high_watermark, last.base)
+        holder = manifest.covering(beyond) or last
+        find(
+            "beyond-high-watermark",
+            holder.key,
+            high_watermark,
+            f"the store holds up to {manifest.end_offset}, the leader's high watermark is"
+            f" {high_watermark}",
+        )
+    if manifest.checkpoint + 1 < log_start:
+        find(
+            "log-start-gap",
+            manifest_key,
+            manifest.checkpoint + 1,
+            f"offsets {manifest.checkpoint + 1}..{log_start - 1} are neither stored nor on the"
+            f" leader (log start {log_start})",
+        )
 
 
 def _check_object(

@@ -54,6 +54,16 @@ def _job_script() -> Path:
     return Path(spec.origin)
 
 
+def _local_bootstrap(directory: Path) -> str | None:
+    """``host:port`` of the local cluster's brokers, from ``local.json`` (None: none)."""
+    try:
+        record = json.loads((directory / local_mode.STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    brokers = record.get("brokers") or []
+    return ",".join(f"{b['host']}:{b['port']}" for b in brokers) or None
+
+
 def _target(
     directory: Path, store: str | None, cluster: str | None
 ) -> tuple[str, str, dict[str, str]]:
@@ -192,6 +202,12 @@ def _common(f: Any) -> Any:
 @click.command()
 @_common
 @click.option("--compacted", is_flag=True, help="The topic is key-compacted (holes are fine).")
+@click.option(
+    "--bootstrap",
+    default=None,
+    help="Brokers (HOST:PORT) to check the stored range against; default: the local"
+    " cluster's brokers when --dir has them.",
+)
 def verify(
     topic: str,
     directory: Path,
@@ -201,11 +217,16 @@ def verify(
     partitions: str,
     verbose: bool,
     compacted: bool,
+    bootstrap: str | None,
 ) -> None:
-    """Verify TOPIC's stored segments: offsets, CRCs, manifest against objects."""
+    """Verify TOPIC's stored segments: offsets, CRCs, manifest against objects, and
+    the stored range against the brokers' log start and high watermark."""
     args = ["--partitions", partitions] if partitions else []
     if compacted:
         args.append("--compacted")
+    bootstrap = bootstrap or (None if store else _local_bootstrap(directory))
+    if bootstrap:
+        args += ["--bootstrap", bootstrap]
     status, report, log_path = _run(
         "verify", topic, directory, store, cluster, master, args, verbose
     )

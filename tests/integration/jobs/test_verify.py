@@ -136,3 +136,53 @@ def test_unparseable_manifest_is_a_clear_error(
     [finding] = _errors(report)
     assert finding["kind"] == "manifest-invalid" and finding["key"] == key
     assert "not valid JSON" in finding["message"]
+
+
+async def test_stored_range_against_a_real_brokers_high_watermark(
+    spark: Any, store: ObjectStore, store_url: str, cluster_id: str, tmp_path: Any
+) -> None:
+    import asyncio
+
+    from bench.procs import BrokerProcess
+    from headrace.client import Producer
+    from headrace.jobs.brokers import fetch_range
+    from headrace.records import batch as rb
+    from headrace.tiered.tier import PartitionTier
+    from tests.integration.jobs.topicdata import stamped
+    from tests.integration.reading import create_topic
+
+    topic = "default/checked"
+    broker = BrokerProcess(tmp_path / "data")
+    broker.start()
+    try:
+        await create_topic(broker.bootstrap, topic, 1)
+        async with Producer(broker.bootstrap, acks="leader", linger_ms=1) as producer:
+            for i in range(0, 1000, 100):
+                await producer.send_many(
+                    topic, [b"r%d" % n for n in range(i, i + 100)], partition=0
+                )
+                await producer.flush()
+        # the store holds what an uploader would have: the broker's batches 0..999
+        data = await asyncio.to_thread(fetch_range, broker.bootstrap, topic, 0, 0, 1000)
+        tier = PartitionTier(store, layout.partition_prefix(cluster_id, topic, 0))
+        tier.upload(data, 0)
+        args = ("--bootstrap", broker.bootstrap)
+        status, report = await asyncio.to_thread(
+            run_job, spark, "verify", store_url, cluster_id, topic, *args
+        )
+        assert status == 0 and report["findings"] == [], report
+        # an object past the leader's high watermark (records the leader never committed)
+        ghost = tier.upload(stamped(rb.encode([b"x"] * 5, timestamp_ms=1), 1000), 0)
+        tier.close()
+        status, report = await asyncio.to_thread(
+            run_job, spark, "verify", store_url, cluster_id, topic, *args
+        )
+        assert status == 1
+        [finding] = _errors(report)
+        assert (finding["kind"], finding["key"], finding["offset"]) == (
+            "beyond-high-watermark",
+            ghost.key,
+            1000,
+        )
+    finally:
+        broker.stop()
