@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from headrace.broker.access import Access
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.topics import Partition, Topic, TopicRegistry
@@ -197,6 +198,9 @@ class BrokerCore(Protocol):
 
 class ConnectionHost(BrokerCore, Protocol):
     """What a client connection needs of its broker (``app.Broker``)."""
+
+    @property
+    def access(self) -> Access: ...
 
     @property
     def committer(self) -> Durability: ...

@@ -66,6 +66,8 @@ class Op(enum.IntEnum):
     DELIVERY = 43
     SEEK = 44
     SEEK_OK = 45
+    IDENTITY = 46
+    IDENTITY_OK = 47
     REPLICA_FETCH = 60
     REPLICA_FETCH_OK = 61
     OFFSET_FOR_EPOCH = 62
