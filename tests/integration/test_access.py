@@ -278,3 +278,58 @@ async def test_the_cluster_key_is_made_private_and_refused_when_not(
     with pytest.raises(Exception):  # noqa: B017,PT011 (the harness's start failure)
         broker.start()
     assert "chmod 600" in broker.log_path.read_text()
+
+
+async def test_a_local_cluster_with_acls_replicates_and_shares_identities(tmp_path: Path) -> None:
+    """``local up --acl-file``: brokers replicate as their own principal (the replication
+    token), and an identity one broker issued is accepted by the others (one cluster key)."""
+    from tests.integration.localcluster import LocalCluster, topic_manifest
+
+    acl_file = tmp_path / "acl.yaml"
+    acl_file.write_text(json.dumps(ACL))
+    cluster = LocalCluster(tmp_path / "local")
+    cluster.up("--acl-file", str(acl_file))
+    try:
+        key = cluster.dir / "cluster.key"
+        assert key.stat().st_mode & 0o777 == 0o600
+        record = cluster.record
+        assert record["acl_file"] == str(acl_file.resolve())
+        # secrets stay off command lines (ps shows them to every user)
+        for b in record["brokers"]:
+            with open(f"/proc/{b['pid']}/cmdline", "rb") as f:
+                cmdline = f.read().decode()
+            assert record["replication_token"] not in cmdline
+        assert cluster.apply(topic_manifest("orders", 3)).returncode == 0
+
+        def online() -> bool:
+            parts = cluster.partitions("default/orders")
+            return len(parts) == 3 and all(
+                p["state"] == "Online" and len(p["liveReplicas"]) == 3 for p in parts
+            )
+
+        cluster.wait(online, what="orders online with a full LRS")
+        async with Producer(cluster.bootstrap, acks="all", options=options("writer")) as producer:
+            for i in range(6):
+                await (await producer.send("orders", f"r{i}".encode(), partition=i % 3))
+        with pytest.raises(ProduceDenied):
+            async with Producer(cluster.bootstrap, options=options("reader")) as producer:
+                await (await producer.send("orders", b"no", partition=0))
+
+        consumer = await Consumer(
+            cluster.bootstrap, "orders", "readers", start="earliest", options=options("reader")
+        ).start()
+        try:
+            # three partitions on three leaders: one issued identity joined every broker
+            got: list[bytes] = []
+            for _ in range(50):
+                for b in await consumer.getmany(timeout_s=1):
+                    got.extend(b.values())
+                    consumer.ack_batch(b)
+                if len(got) >= 6:
+                    break
+            assert sorted(got) == [f"r{i}".encode() for i in range(6)]
+            assert consumer.identity is not None
+        finally:
+            await consumer.close(grace_s=0)
+    finally:
+        cluster.down()
