@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -186,11 +187,35 @@ async def test_grants_decide_produce_consume_and_admin(secured: BrokerProcess) -
     finally:
         await consumer.close(grace_s=0)
 
+    # admin HTTP's topic admin asks for the same grant, as a bearer token
+    def http_create(token: str | None) -> tuple[int, str]:
+        headers = {"Content-Type": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        req = urllib.request.Request(
+            f"{secured.admin_url}/v1/topics",
+            data=json.dumps({"name": "orders-http", "partitions": 1}).encode(),
+            headers=headers,
+            method="POST",
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=5) as resp:
+                return int(resp.status), resp.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    assert http_create(None)[0] == 401
+    assert http_create("not-a-token")[0] == 401
+    status, body = http_create(TOKENS["reader"])
+    assert status == 403 and "AdminDenied" in body and TOKENS["reader"] not in body
+    assert http_create(TOKENS["ops"])[0] == 201
+
     counted = denials(secured)
     assert counted["produce"] == 1
     assert counted["consume"] == 2
-    assert counted["admin"] == 3
+    assert counted["admin"] == 4
     assert counted["cluster"] == 2
+    assert counted["authenticate"] == 2
 
 
 async def test_a_member_id_is_bound_to_the_principal_it_was_issued_to(

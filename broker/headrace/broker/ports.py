@@ -271,6 +271,9 @@ class AdminHost(BrokerCore, Protocol):
     """What the admin HTTP server needs of its broker (``app.Broker``)."""
 
     @property
+    def access(self) -> Access: ...
+
+    @property
     def ready(self) -> bool: ...
 
     @property
