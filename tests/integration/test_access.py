@@ -108,7 +108,7 @@ def assert_no_secret(exc: HeadraceError) -> None:
 
 def produce_body(topic: str, value: bytes) -> bytes:
     batch = rb.encode([value], timestamp_ms=0)
-    return msg.ProduceRequest(topic, 0, 0, msg.Acks.LEADER, 5000, batch).encode()
+    return msg.ProduceRequest(topic, 0, 1, msg.Acks.LEADER, 5000, batch).encode()
 
 
 async def log_end(broker: BrokerProcess, topic: str, partition: int) -> int:
@@ -358,3 +358,87 @@ async def test_a_local_cluster_with_acls_replicates_and_shares_identities(tmp_pa
             await consumer.close(grace_s=0)
     finally:
         cluster.down()
+
+
+async def test_a_client_certificate_names_its_principal(
+    broker_factory: object, tmp_path: Path
+) -> None:
+    """Mutual TLS: the certificate's subject CN is the principal; a token naming another
+    principal on the same connection is refused."""
+    import ssl
+
+    from cryptography.hazmat.primitives import serialization
+
+    from e2e.testbed import pki
+
+    ca = pki.new_ca()
+    ca_path = tmp_path / "ca.pem"
+    ca_path.write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
+
+    def pair(cn: str, **kinds: bool) -> tuple[Path, Path]:
+        cert, key = ca.issue(cn, ips=("127.0.0.1",), **kinds)
+        (tmp_path / f"{cn}.pem").write_bytes(cert)
+        (tmp_path / f"{cn}.key").write_bytes(key)
+        return tmp_path / f"{cn}.pem", tmp_path / f"{cn}.key"
+
+    server_cert, server_key = pair("127.0.0.1", server=True)
+    acl = {
+        "version": 1,
+        "principals": [
+            {
+                "name": "ops",
+                "certificates": ["ops.example"],
+                "grants": [{"operations": ["admin", "produce"], "topics": ["*"]}],
+            },
+            {
+                "name": "reader",
+                "certificates": ["reader.example"],
+                "grants": [{"operations": ["consume"], "topics": ["orders"]}],
+            },
+            ACL["principals"][1],  # writer, by token
+        ],
+    }
+    acl_file = tmp_path / "acl.yaml"
+    acl_file.write_text(json.dumps(acl))
+    broker: BrokerProcess = broker_factory(  # type: ignore[operator]
+        extra_args=[
+            "--tls-cert",
+            str(server_cert),
+            "--tls-key",
+            str(server_key),
+            "--tls-client-ca",
+            str(ca_path),
+            "--acl-file",
+            str(acl_file),
+        ]
+    )
+    host, _, port = broker.bootstrap.rpartition(":")
+
+    async def open_as(cn: str, token: str | None = None) -> ClientConnection:
+        cert, key = pair(cn, client=True)
+        ctx = ssl.create_default_context(cafile=str(ca_path))
+        ctx.load_cert_chain(str(cert), str(key))
+        return await ClientConnection.open(
+            host, int(port), ConnectOptions(ssl=ctx, auth_token=token)
+        )
+
+    ops = await open_as("ops.example")
+    await ops.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    await ops.request(Op.PRODUCE, produce_body("orders", b"by certificate"))
+    await ops.close()
+
+    reader = await open_as("reader.example")
+    with pytest.raises(ProduceDenied):
+        await reader.request(Op.PRODUCE, produce_body("orders", b"no"))
+    req = msg.FetchRequest("orders", 0, 0, 1024, 0, msg.Isolation.UNCOMMITTED)
+    head, _ = msg.FetchResponseHeader.decode((await reader.request(Op.FETCH, req.encode())).body)
+    assert head.log_end_offset == 1
+    await reader.close()
+
+    with pytest.raises(AuthenticationFailed):
+        await open_as("stranger.example")
+    with pytest.raises(AuthenticationFailed):  # certificate says reader, token says writer
+        await open_as("reader.example", TOKENS["writer"])
+    writer = await open_as("stranger.example", TOKENS["writer"])  # the token names the principal
+    await writer.request(Op.PRODUCE, produce_body("orders", b"by token"))
+    await writer.close()
