@@ -61,7 +61,9 @@ ACL = {
         {
             "name": "tenant-b",
             "tokens": [hash_token(TOKENS["tenant-b"])],
-            "grants": [{"operations": ["consume"], "topics": ["shared"]}],
+            "grants": [
+                {"operations": ["consume"], "topics": ["shared"], "cohorts": ["team", "b-*"]}
+            ],
         },
     ],
 }
@@ -255,6 +257,14 @@ async def test_a_member_id_is_bound_to_the_principal_it_was_issued_to(
             (await attacker.request(Op.COHORT_JOIN, join(own_id, own_token))).body
         )
         assert joined.cohort == "team"
+        # a cohort outside the attacker's cohort patterns: refused even with a good identity
+        other = await connect(secured, "tenant-b")
+        with pytest.raises(ConsumeDenied, match="cohort"):
+            await other.request(
+                Op.COHORT_JOIN,
+                msg.CohortJoin("a-private", "shared", own_id, identity=own_token).encode(),
+            )
+        await other.close()
         await attacker.close()
 
         # the victim still holds its membership: nobody took its id
@@ -266,6 +276,7 @@ async def test_a_member_id_is_bound_to_the_principal_it_was_issued_to(
         members = {m for c in described["cohorts"] for m in c["members"]}
         assert stolen_id in members
         assert denials(secured)["identity"] == 4
+        assert denials(secured)["consume"] == 1
     finally:
         await victim.close(grace_s=0)
 

@@ -218,6 +218,16 @@ class ConnectionAccess:
                 f"principal {principal.name!r} has no {operation.value} grant on topic {topic!r}"
             )
 
+    def require_cohort(self, topic: str, cohort: str) -> None:
+        """A join: ``consume`` on the topic, and a grant that covers the cohort name."""
+        self.require(Operation.CONSUME, topic)
+        principal = self.principal
+        if principal is not None and not principal.may_join(canonical_topic_name(topic), cohort):
+            self.access.deny(Operation.CONSUME.value)
+            raise ConsumeDenied(
+                f"principal {principal.name!r} may not join cohort {cohort!r} of topic {topic!r}"
+            )
+
     def require_cluster(self) -> None:
         principal = self.principal
         if principal is not None and not principal.allows(Operation.CLUSTER):

@@ -427,7 +427,7 @@ class Connection(asyncio.Protocol):
             raise InvalidRequest(f"unknown isolation {join.isolation}") from exc
         if not 1000 <= join.session_timeout_ms <= 300_000:
             raise InvalidRequest("session_timeout_ms must be between 1000 and 300000")
-        self.access.require(Operation.CONSUME, join.topic)
+        self.access.require_cohort(join.topic, join.cohort)
         self.access.verify_member(join.member_id, join.identity)
         cohort = self.broker.cohort(join.topic, join.cohort)
         try:

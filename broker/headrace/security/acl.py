@@ -17,6 +17,11 @@ Prefixes rather than full globs: a prefix says plainly what it covers, and
 namespaces are prefixes. ``cluster`` is the broker-to-broker grant (replica
 fetch, epoch queries); it takes no topics.
 
+A ``consume`` grant may also name ``cohorts`` (same pattern rules, no
+namespace): then joining a cohort of those topics is allowed only for those
+cohort names, so two tenants reading one topic cannot join (and ack away) each
+other's cohorts. Without ``cohorts`` a consume grant covers every cohort.
+
 Checks run once per request (a produce request is one batch), never per record;
 ``Principal.allows`` is a handful of string comparisons and the connection
 caches its answers (``headrace.broker.access``).
@@ -82,16 +87,28 @@ class GrantSpec(BaseModel):
     operations: Annotated[list[Operation], Field(min_length=1)]
     #: topic patterns (see the module docstring); ignored for ``cluster``
     topics: list[str] = Field(default_factory=list)
+    #: cohort name patterns a ``consume`` grant may join; None = every cohort
+    cohorts: list[str] | None = None
 
     @field_validator("topics")
     @classmethod
     def _patterns(cls, value: list[str]) -> list[str]:
         return [canonical_pattern(p) for p in value]
 
+    @field_validator("cohorts")
+    @classmethod
+    def _cohort_patterns(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None:
+            for pattern in value:
+                canonical_pattern(pattern)  # the same star rule; no namespace for cohorts
+        return value
+
     @model_validator(mode="after")
     def _topics_needed(self) -> GrantSpec:
         if not self.topics and any(op is not Operation.CLUSTER for op in self.operations):
             raise ValueError("a produce, consume or admin grant needs topic patterns")
+        if self.cohorts is not None and Operation.CONSUME not in self.operations:
+            raise ValueError("'cohorts' narrows a consume grant; this grant has no consume")
         return self
 
 
@@ -178,6 +195,8 @@ class Principal:
 
     name: str
     patterns: dict[Operation, tuple[str, ...]] = field(default_factory=dict)
+    #: (topic pattern, cohort patterns or None for any) of each consume grant
+    cohorts: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
 
     def allows(self, operation: Operation, topic: str = "") -> bool:
         """``topic``: a canonical topic name (ignored for ``cluster``)."""
@@ -188,13 +207,25 @@ class Principal:
             return True
         return any(pattern_matches(p, topic) for p in patterns)
 
+    def may_join(self, topic: str, cohort: str) -> bool:
+        """Whether a consume grant covers joining ``cohort`` of the canonical ``topic``."""
+        return any(
+            pattern_matches(tp, topic)
+            and (cps is None or any(pattern_matches(cp, cohort) for cp in cps))
+            for tp, cps in self.cohorts
+        )
+
     @classmethod
     def from_spec(cls, spec: PrincipalSpec) -> Principal:
         patterns: dict[Operation, list[str]] = {}
+        cohorts: list[tuple[str, tuple[str, ...] | None]] = []
         for grant in spec.grants:
             for op in grant.operations:
                 patterns.setdefault(op, []).extend(grant.topics)
-        return cls(spec.name, {op: tuple(ps) for op, ps in patterns.items()})
+            if Operation.CONSUME in grant.operations:
+                names = tuple(grant.cohorts) if grant.cohorts is not None else None
+                cohorts += [(topic, names) for topic in grant.topics]
+        return cls(spec.name, {op: tuple(ps) for op, ps in patterns.items()}, tuple(cohorts))
 
 
 #: the brokers' own principal (their replication token): replication only

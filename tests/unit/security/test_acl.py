@@ -168,3 +168,31 @@ def test_duplicates_are_refused_without_showing_the_hash() -> None:
 def test_only_version_1_is_understood() -> None:
     with pytest.raises(InvalidRequest, match="version"):
         parse_acl({"version": 2, "principals": []})
+
+
+def test_cohort_patterns_narrow_a_consume_grant() -> None:
+    spec = {
+        "name": "tenant",
+        "tokens": [hash_token("t")],
+        "grants": [
+            {"operations": ["consume"], "topics": ["shared"], "cohorts": ["tenant-*", "audit"]},
+            {"operations": ["consume"], "topics": ["team/*"]},
+        ],
+    }
+    tenant = Principal.from_spec(parse_acl(doc(spec)).principals[0])
+    assert tenant.may_join("default/shared", "tenant-readers")
+    assert tenant.may_join("default/shared", "audit")
+    assert not tenant.may_join("default/shared", "other-readers")
+    assert tenant.may_join("team/anything", "any-cohort")  # no cohorts: every cohort
+    assert not tenant.may_join("default/elsewhere", "tenant-readers")
+    assert tenant.allows(Operation.CONSUME, "default/shared")  # plain reads are not narrowed
+
+
+def test_cohorts_only_narrow_consume() -> None:
+    spec = {
+        "name": "p",
+        "tokens": [hash_token("t")],
+        "grants": [{"operations": ["produce"], "topics": ["*"], "cohorts": ["x"]}],
+    }
+    with pytest.raises(InvalidRequest, match="no consume"):
+        parse_acl(doc(spec))
