@@ -190,11 +190,31 @@ def parse_acl(document: Any, source: str = "the ACL file") -> AclFile:
 
 
 @dataclass(frozen=True, slots=True)
+class PatternSet:
+    """Topic patterns compiled for one C-level test each: a set of literals and a tuple of
+    prefixes for ``str.startswith`` (``*`` is the empty prefix)."""
+
+    literals: frozenset[str]
+    prefixes: tuple[str, ...]
+
+    @classmethod
+    def of(cls, patterns: Iterable[str]) -> PatternSet:
+        patterns = list(patterns)
+        return cls(
+            frozenset(p for p in patterns if not p.endswith("*")),
+            tuple(p[:-1] for p in patterns if p.endswith("*")),
+        )
+
+    def matches(self, topic: str) -> bool:
+        return topic in self.literals or topic.startswith(self.prefixes)
+
+
+@dataclass(frozen=True, slots=True)
 class Principal:
     """Who a connection is, with its grants flattened to (operation -> patterns)."""
 
     name: str
-    patterns: dict[Operation, tuple[str, ...]] = field(default_factory=dict)
+    patterns: dict[Operation, PatternSet] = field(default_factory=dict)
     #: (topic pattern, cohort patterns or None for any) of each consume grant
     cohorts: tuple[tuple[str, tuple[str, ...] | None], ...] = ()
 
@@ -205,7 +225,7 @@ class Principal:
             return False
         if operation is Operation.CLUSTER:
             return True
-        return any(pattern_matches(p, topic) for p in patterns)
+        return patterns.matches(topic)
 
     def may_join(self, topic: str, cohort: str) -> bool:
         """Whether a consume grant covers joining ``cohort`` of the canonical ``topic``."""
@@ -225,11 +245,13 @@ class Principal:
             if Operation.CONSUME in grant.operations:
                 names = tuple(grant.cohorts) if grant.cohorts is not None else None
                 cohorts += [(topic, names) for topic in grant.topics]
-        return cls(spec.name, {op: tuple(ps) for op, ps in patterns.items()}, tuple(cohorts))
+        return cls(
+            spec.name, {op: PatternSet.of(ps) for op, ps in patterns.items()}, tuple(cohorts)
+        )
 
 
 #: the brokers' own principal (their replication token): replication only
-BROKER: Final = Principal(BROKER_PRINCIPAL, {Operation.CLUSTER: ()})
+BROKER: Final = Principal(BROKER_PRINCIPAL, {Operation.CLUSTER: PatternSet.of(())})
 
 
 class Authorizer:

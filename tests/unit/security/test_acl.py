@@ -11,6 +11,7 @@ from headrace.security.acl import (
     BROKER_PRINCIPAL,
     Authorizer,
     Operation,
+    PatternSet,
     Principal,
     canonical_pattern,
     hash_token,
@@ -196,3 +197,15 @@ def test_cohorts_only_narrow_consume() -> None:
     }
     with pytest.raises(InvalidRequest, match="no consume"):
         parse_acl(doc(spec))
+
+
+@given(
+    st.lists(st.sampled_from(["*", "default/*", "default/orders*", "team/x", "orders", "t*"])),
+    topics,
+)
+def test_the_compiled_pattern_set_agrees_with_the_one_pattern_rule(
+    patterns: list[str], topic: str
+) -> None:
+    canonical = [canonical_pattern(p) for p in patterns]
+    expected = any(pattern_matches(p, topic) for p in canonical)
+    assert PatternSet.of(canonical).matches(topic) == expected
