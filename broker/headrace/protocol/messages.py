@@ -463,12 +463,11 @@ class IdentityRequest(JsonBody):
 
     ``hint`` becomes the readable start of the issued id; the rest is random."""
 
-    hint: str = ""
+    hint: str
 
     @classmethod
     def decode(cls, body: bytes) -> IdentityRequest:
-        obj = decode_json(body) if body else {}
-        return cls(field_of(obj, "hint", str, ""))
+        return cls(field_of(decode_json(body), "hint", str))
 
 
 @dataclass(frozen=True, slots=True)
