@@ -453,3 +453,17 @@ async def test_a_client_certificate_names_its_principal(
     writer = await open_as("stranger.example", TOKENS["writer"])  # the token names the principal
     await writer.request(Op.PRODUCE, produce_body("orders", b"by token"))
     await writer.close()
+
+
+async def test_a_second_handshake_does_not_keep_the_first_principals_grants(
+    secured: BrokerProcess,
+) -> None:
+    await setup_topics(secured)
+    conn = await connect(secured, "ops")
+    await conn.request(Op.PRODUCE, produce_body("orders", b"as ops"))  # decision cached
+    hello = msg.Handshake(msg.PROTOCOL_VERSION, "again", TOKENS["reader"])
+    await conn.request(Op.HANDSHAKE, hello.encode())
+    with pytest.raises(ProduceDenied):
+        await conn.request(Op.PRODUCE, produce_body("orders", b"as reader"))
+    await conn.close()
+    assert await log_end(secured, "orders", 0) == 1

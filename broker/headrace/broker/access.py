@@ -181,6 +181,9 @@ class ConnectionAccess:
 
     def authenticate(self, token: str | None, peercert: object) -> None:
         access = self.access
+        # A second handshake starts over: no decision of the previous principal survives it.
+        self.principal = None
+        self._decisions.clear()
         if access.authorizer is not None:
             principal = access.authorizer.authenticate(token, certificate_common_name(peercert))
             if principal is None:
