@@ -10,8 +10,11 @@ A pattern is matched against the canonical topic name ``namespace/name``:
 - ``*`` matches every topic;
 - ``prefix*`` (one ``*``, last) matches names starting with ``prefix``:
   ``team-a/*`` is the whole namespace ``team-a``, ``default/orders-*`` a family;
-- anything else is one literal topic; a literal without ``/`` is in namespace
-  ``default``, as topic names are.
+- anything else is one literal topic.
+
+A pattern without ``/`` (other than ``*``) is in namespace ``default``, as topic
+names are: ``orders`` is ``default/orders`` and ``orders-*`` is
+``default/orders-*``.
 
 Prefixes rather than full globs: a prefix says plainly what it covers, and
 namespaces are prefixes. ``cluster`` is the broker-to-broker grant (replica
@@ -60,13 +63,13 @@ def hash_token(token: str) -> str:
 
 
 def canonical_pattern(pattern: str) -> str:
-    """Validate a topic pattern; a literal without ``/`` gains the ``default/`` namespace."""
+    """Validate a topic pattern; one without ``/`` (but ``*``) gains the ``default/`` namespace."""
     if not pattern:
         raise ValueError("a topic pattern may not be empty")
     stars = pattern.count("*")
     if stars > 1 or (stars == 1 and not pattern.endswith("*")):
         raise ValueError(f"topic pattern {pattern!r}: '*' may appear once, at the end (a prefix)")
-    if stars == 0 and "/" not in pattern:
+    if pattern != "*" and "/" not in pattern:
         return f"default/{pattern}"
     return pattern
 

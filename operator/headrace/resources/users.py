@@ -57,7 +57,7 @@ class UserGrant(Model):
     """Any of ``produce``, ``consume``, ``admin``."""
     topics: Annotated[list[str], Field(min_length=1)]
     """Topic patterns matched against ``namespace/name``: ``*``, a prefix ending in ``*``
-    (``team-a/*``), or one topic (without ``/``: in namespace ``default``)."""
+    (``team-a/*``), or one topic; without ``/`` a pattern is in namespace ``default``."""
     cohorts: list[str] | None = None
     """With ``consume``: the cohort name patterns it may join (default: any cohort)."""
 

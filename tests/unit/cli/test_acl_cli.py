@@ -28,7 +28,7 @@ def test_check_lists_grants_and_refuses_plain_tokens(tmp_path: Path) -> None:
     )
     result = CliRunner().invoke(main, ["acl", "check", str(good)])
     assert result.exit_code == 0
-    assert "produce on orders*" in result.output
+    assert "produce on default/orders*" in result.output
     bad = tmp_path / "bad.yaml"
     bad.write_text("version: 1\nprincipals:\n  - name: app\n    tokens: [hunter2]\n")
     result = CliRunner().invoke(main, ["acl", "check", str(bad)])

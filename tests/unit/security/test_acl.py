@@ -65,10 +65,12 @@ def test_a_namespace_prefix_does_not_reach_a_longer_namespace() -> None:
     assert not pattern_matches("team-a/*", "team-ab/orders")
 
 
-def test_literal_patterns_take_the_default_namespace_like_topic_names() -> None:
+def test_patterns_take_the_default_namespace_like_topic_names() -> None:
     assert canonical_pattern("orders") == "default/orders"
     assert canonical_pattern("team/orders") == "team/orders"
-    assert canonical_pattern("orders*") == "orders*"  # a prefix is matched as written
+    assert canonical_pattern("orders*") == "default/orders*"
+    assert canonical_pattern("team-a/*") == "team-a/*"
+    assert canonical_pattern("*") == "*"
 
 
 @pytest.mark.parametrize("bad", ["", "a*b", "**", "*a", "team/*/x*"])
