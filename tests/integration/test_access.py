@@ -365,6 +365,7 @@ async def test_a_local_cluster_with_acls_replicates_and_shares_identities(tmp_pa
                     break
             assert sorted(got) == [f"r{i}".encode() for i in range(6)]
             assert consumer.identity is not None
+            assert len(consumer._sessions) >= 2, "the identity should serve several brokers"
         finally:
             await consumer.close(grace_s=0)
     finally:
