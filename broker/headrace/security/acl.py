@@ -267,6 +267,9 @@ class Authorizer:
             c: self.principals[p.name] for p in acl.principals for c in p.certificates
         }
         if broker_token is not None:
+            if hash_token(broker_token) in self._by_token:
+                # It would silently become (or shadow) a client principal.
+                raise InvalidRequest("the replication token is also a principal's token")
             self._by_token[hash_token(broker_token)] = BROKER
 
     def for_token(self, token: str) -> Principal | None:

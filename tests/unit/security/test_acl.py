@@ -211,3 +211,8 @@ def test_the_compiled_pattern_set_agrees_with_the_one_pattern_rule(
     canonical = [canonical_pattern(p) for p in patterns]
     expected = any(pattern_matches(p, topic) for p in canonical)
     assert PatternSet.of(canonical).matches(topic) == expected
+
+
+def test_the_replication_token_may_not_double_as_a_principals_token() -> None:
+    with pytest.raises(InvalidRequest, match="replication token"):
+        Authorizer(parse_acl(doc(WRITER)), broker_token="writer-secret")
