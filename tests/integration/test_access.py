@@ -468,3 +468,24 @@ async def test_a_second_handshake_does_not_keep_the_first_principals_grants(
         await conn.request(Op.PRODUCE, produce_body("orders", b"as reader"))
     await conn.close()
     assert await log_end(secured, "orders", 0) == 1
+
+
+async def test_a_stranger_may_not_send_large_frames_before_the_handshake(
+    secured: BrokerProcess,
+) -> None:
+    """Until the handshake names a principal, frames are limited to 64 KiB; after it, to
+    the broker's limit (a large batch goes through)."""
+    from headrace import errors
+    from headrace.protocol.frames import FRAME_HEADER
+    from tests.integration.raw import RawConnection, error_of
+
+    await setup_topics(secured)
+    stranger = RawConnection(secured.bootstrap, handshake=False)
+    stranger.send_raw(FRAME_HEADER.pack(1 << 20, Op.HANDSHAKE, 0, 1))
+    assert error_of(stranger.recv()).code == errors.FrameTooLarge.CODE
+    assert stranger.closed_by_peer()
+
+    writer = RawConnection(secured.bootstrap, token=TOKENS["writer"])
+    frame = writer.call(Op.PRODUCE, produce_body("orders", b"x" * (512 * 1024)))
+    assert frame.op == Op.PRODUCE_OK, error_of(frame)
+    writer.close()

@@ -48,6 +48,10 @@ from headrace.security.acl import AclFile, Authorizer, Operation, Principal, par
 KEY_FILE_NAME: Final = "cluster.key"
 #: decisions a connection remembers before it starts over (bounds memory per connection)
 _MAX_DECISIONS: Final = 4096
+#: the largest frame a connection may send before its handshake succeeds, when the broker
+#: asks for credentials: a handshake is a small JSON object, and a stranger should not make
+#: the broker buffer a 16 MiB frame per connection
+PRE_AUTH_MAX_FRAME_BYTES: Final = 64 * 1024
 
 _DENIAL: Final[dict[Operation, type[AccessDenied]]] = {
     Operation.PRODUCE: ProduceDenied,
@@ -159,6 +163,16 @@ class Access:
     def enabled(self) -> bool:
         """ACL mode: principals, grants and signed member identities."""
         return self.authorizer is not None
+
+    @property
+    def asks_credentials(self) -> bool:
+        """ACLs or shared tokens: a connection is a stranger until its handshake."""
+        return self.authorizer is not None or bool(self._shared_tokens)
+
+    def max_frame_bytes_before_handshake(self, max_frame_bytes: int) -> int:
+        if self.asks_credentials:
+            return min(max_frame_bytes, PRE_AUTH_MAX_FRAME_BYTES)
+        return max_frame_bytes
 
     def session(self) -> ConnectionAccess:
         return ConnectionAccess(self)

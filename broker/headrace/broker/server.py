@@ -69,7 +69,9 @@ class Connection(asyncio.Protocol):
         #: the broker, seen through the port a connection needs (``ports.ConnectionHost``)
         self.broker = broker
         self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder(broker.settings.max_frame_bytes)
+        self.decoder = FrameDecoder(
+            broker.access.max_frame_bytes_before_handshake(broker.settings.max_frame_bytes)
+        )
         self.peer = "?"
         self.client_id = ""
         self.authenticated = False
@@ -215,6 +217,7 @@ class Connection(asyncio.Protocol):
             raise InvalidRequest("client_id longer than 256 characters")
         self.client_id = hello.client_id
         self.authenticated = True
+        self.decoder.max_frame_bytes = self.broker.settings.max_frame_bytes
         s = self.broker.settings
         ok = msg.HandshakeOk(
             msg.PROTOCOL_VERSION,

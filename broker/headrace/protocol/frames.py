@@ -141,6 +141,15 @@ class FrameDecoder:
     def buffered(self) -> int:
         return len(self._buf) - self._pos
 
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        """Change the limit from the next frame on (a broker lifts it after the handshake)."""
+        self._max = value
+
     def next_frame(self) -> Frame | None:
         buf = self._buf
         pos = self._pos
