@@ -188,6 +188,7 @@ def _register_commands() -> None:
 
 
 _register_commands()
+__import__("headrace.cli.jobs", fromlist=["register"]).register(main)  # verify, compact (Spark)
 
 
 if __name__ == "__main__":
