@@ -85,6 +85,16 @@ def remove_stale() -> None:
             subprocess.run(["ip", "link", "del", f"hr{owner}br"], capture_output=True, check=False)
 
 
+def _free_subnet() -> str:
+    """A 10.x.y/24 that no route here uses yet: one per run, so two runs at once (or the
+    machine's own network) never share addresses."""
+    routes = _run("ip", "-4", "route")
+    while True:
+        subnet = f"10.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
+        if f"{subnet}." not in routes and not routes.startswith("default via 10."):
+            return subnet
+
+
 @dataclass
 class Node:
     name: str
@@ -109,8 +119,7 @@ class NetnsCluster:
     ) -> None:
         self.root = root
         self.tag = str(os.getpid())
-        # one /24 per run, so two runs at once do not share addresses
-        self.subnet = f"10.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
+        self.subnet = _free_subnet()
         self.bridge = f"hr{self.tag}br"
         self.broker_ids = list(range(1, brokers + 1))
         self.broker_options = broker_options
