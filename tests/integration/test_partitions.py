@@ -278,3 +278,31 @@ async def test_a_flapping_link_loses_nothing_and_the_cluster_converges(
     await load.stop()
     final = await _check(c, load)
     print(f"{flaps} flaps; {len(load.acked)} acked, {len(final)} in the log, none lost")
+
+
+async def test_a_lossy_leader_slows_writes_down_and_loses_nothing(
+    cluster: netns.NetnsCluster,
+) -> None:
+    """5% of the leader's packets (both ways) dropped for 8 s. The issue's scenario also adds
+    200 ms of delay, which needs ``netem``; this kernel has none (``docs/reliability.md``).
+    The rates are printed for the record, never asserted."""
+    c = cluster
+    load = Load(c.bootstrap)
+    load.start()
+    await load.wait_for_more(100)
+    leader = c.partition(TOPIC, 0)["leader"]
+    rates: dict[str, float] = {}
+    for phase, fault in (("healthy", False), ("lossy", True)):
+        if fault:
+            c.lossy(leader, 5)
+        count, started = len(load.acked), time.monotonic()
+        await asyncio.sleep(8)  # a measuring window, not a sync point
+        rates[phase] = (len(load.acked) - count) / (time.monotonic() - started)
+    c.heal()
+    await load.wait_for_more(100)
+    await load.stop()
+    final = await _check(c, load)
+    print(
+        f"acks/s healthy {rates['healthy']:.0f}, with 5% loss on the leader"
+        f" {rates['lossy']:.0f}; {len(final)} in the log, none lost"
+    )
