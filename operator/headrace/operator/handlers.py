@@ -1,0 +1,223 @@
+"""The kopf handlers: thin glue between kopf's watches and the operator's parts.
+
+* **indices** (``@kopf.index``): every BrokerCluster, Topic and Unload as the
+  watch last delivered it. kopf fills them before any handler or daemon runs,
+  so a cluster's control loop starts from the complete stored state (its
+  ``StatusStore.load`` is the watch cache, as ``looping`` says).
+* **the workload** (``@kopf.on.create/update/resume`` of a BrokerCluster):
+  parse the spec into the pydantic model, build the manifests
+  (``workloads``), server-side apply them through ``KubeApi``.
+* **the control loop** (``@kopf.daemon`` per BrokerCluster): a
+  ``ClusterRuntime`` stepping the shared ``ControlLoop``; it writes status,
+  never spec.
+* **kicks** (``@kopf.on.event`` of Topics and Unloads): run the owning
+  cluster's step now instead of at its next poll.
+
+What the handlers need (the API wrapper, the clock, settings, the running
+loops) is the ``OperatorContext`` in kopf's ``memo``, set by ``main``.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import kopf
+import pydantic
+
+from headrace.control.looping import Clock
+from headrace.control.reconcile import Event
+from headrace.operator import workloads
+from headrace.operator.kube import KubeApi
+from headrace.operator.running import ClusterRuntime, RuntimeSettings
+from headrace.resources import BrokerCluster
+
+log = logging.getLogger(__name__)
+
+GROUP: Final = "headrace.dev"
+VERSION: Final = "v1alpha1"
+#: kopf's own bookkeeping annotations (handler progress, last handled spec) go under this
+#: prefix; never into status, whose schema would prune them
+ANNOTATION_PREFIX: Final = "operator.headrace.dev"
+
+
+@dataclass
+class OperatorContext:
+    """What every handler reaches through ``memo.context``."""
+
+    api: KubeApi
+    clock: Clock
+    workload: workloads.WorkloadSettings = field(default_factory=workloads.WorkloadSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    #: the running control loops, by (namespace, cluster name)
+    loops: dict[tuple[str, str], ClusterRuntime] = field(default_factory=dict)
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf settings that keep the operator's writes to what it decides."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
+    # kopf's "Handler ... succeeded" Events are noise; ours (elections, moves) are posted
+    settings.posting.level = logging.WARNING
+
+
+def _snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(dict(body))
+
+
+def _context(memo: Any) -> OperatorContext:
+    context: OperatorContext = memo.context
+    return context
+
+
+def without_status(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k != "status"}
+
+
+# ---------------------------------------------------------------------- indices
+
+
+@kopf.index(GROUP, VERSION, "brokerclusters")
+def clusters_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace, name): _snapshot(body)}
+
+
+@kopf.index(GROUP, VERSION, "topics")
+def topics_index(namespace: str | None, spec: kopf.Spec, body: kopf.Body, **_: Any) -> Any:
+    cluster = (spec.get("clusterRef") or {}).get("name")
+    return {(namespace, cluster): _snapshot(body)}
+
+
+@kopf.index(GROUP, VERSION, "unloads")
+def unloads_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+    return {namespace: _snapshot(body)}
+
+
+# ---------------------------------------------------------------------- the workload
+
+
+def parse_cluster(body: Mapping[str, Any]) -> BrokerCluster:
+    """The BrokerCluster model of ``body``; a spec that does not parse is a permanent error
+    (retrying the same spec cannot help), reported on the object by kopf."""
+    try:
+        return BrokerCluster.from_manifest(without_status(body))
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise kopf.PermanentError(f"invalid BrokerCluster: {problems}") from None
+
+
+async def apply_workload(body: Mapping[str, Any], context: OperatorContext) -> list[str]:
+    """Apply the cluster's StatefulSet, Services, PDB and ConfigMap; their kinds/names."""
+    cluster = parse_cluster(body)
+    meta = body["metadata"]
+    applied = []
+    for manifest in workloads.manifests(
+        cluster, meta["uid"], meta.get("namespace", "default"), context.workload
+    ):
+        await context.api.apply(manifest)
+        applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+    return applied
+
+
+@kopf.on.resume(GROUP, VERSION, "brokerclusters")
+@kopf.on.create(GROUP, VERSION, "brokerclusters")
+@kopf.on.update(GROUP, VERSION, "brokerclusters", field="spec")
+async def cluster_workload(body: kopf.Body, memo: Any, **_: Any) -> None:
+    applied = await apply_workload(body, _context(memo))
+    log.info("applied %s", ", ".join(applied))
+
+
+# ---------------------------------------------------------------------- the control loop
+
+
+def _only(store: Any) -> dict[str, Any] | None:
+    return next(iter(store), None) if store is not None else None
+
+
+def event_sink(
+    cluster_key: tuple[str, str], topics: kopf.Index[Any, Any], clusters: kopf.Index[Any, Any]
+) -> Any:
+    """Post a decision's event on the Topic it names, else on the BrokerCluster."""
+
+    def post(event: Event) -> None:
+        target: Any
+        namespace, _, rest = event.subject.partition("/")
+        topic_name = rest.split("/")[0].split(":")[0]
+        target = None
+        for body in topics.get(cluster_key, []):
+            meta = body["metadata"]
+            if meta.get("namespace") == namespace and meta.get("name") == topic_name:
+                target = body
+        if target is None:
+            target = _only(clusters.get(cluster_key))
+        if target is not None:
+            kind = "Warning" if "Fail" in event.kind or "Offline" in event.kind else "Normal"
+            kopf.event(
+                kopf.Body(target),
+                type=kind,
+                reason=event.kind,
+                message=f"{event.subject}: {event.message}",
+            )
+
+    return post
+
+
+@kopf.daemon(GROUP, VERSION, "brokerclusters", cancellation_timeout=10.0)
+async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
+    """Run the cluster's control loop until kopf stops the daemon (the object is deleted,
+    or the operator exits). The indices come in ``kwargs`` under their functions' names."""
+    context = _context(memo)
+    namespace = namespace or "default"
+    key = (namespace, name)
+    clusters_index: kopf.Index[Any, Any] = kwargs["clusters_index"]
+    topics_index: kopf.Index[Any, Any] = kwargs["topics_index"]
+    unloads_index: kopf.Index[Any, Any] = kwargs["unloads_index"]
+
+    def desired() -> tuple[dict[str, Any], list[Any], list[Any]]:
+        cluster = _only(clusters_index.get(key))
+        if cluster is None:
+            raise LookupError(f"BrokerCluster {namespace}/{name} left the index")
+        return cluster, list(topics_index.get(key, [])), list(unloads_index.get(namespace, []))
+
+    cluster, topics, unloads = desired()
+    runtime = ClusterRuntime(
+        context.api,
+        cluster,
+        topics,
+        unloads,
+        context.clock,
+        context.runtime,
+        events=event_sink(key, topics_index, clusters_index),
+    )
+    context.loops[key] = runtime
+    log.info("control loop of %s/%s started", namespace, name)
+    try:
+        await runtime.run(desired)
+    finally:
+        context.loops.pop(key, None)
+
+
+# ---------------------------------------------------------------------- kicks
+
+
+@kopf.on.event(GROUP, VERSION, "topics")
+def topic_changed(namespace: str | None, spec: kopf.Spec, memo: Any, **_: Any) -> None:
+    cluster = str((spec.get("clusterRef") or {}).get("name"))
+    runtime = _context(memo).loops.get((namespace or "default", cluster))
+    if runtime is not None:
+        runtime.kick()
+
+
+@kopf.on.event(GROUP, VERSION, "unloads")
+def unload_changed(namespace: str | None, memo: Any, **_: Any) -> None:
+    for (loop_namespace, _name), runtime in _context(memo).loops.items():
+        if loop_namespace == namespace:
+            runtime.kick()
