@@ -1,0 +1,145 @@
+"""ClusterRuntime: the shared ControlLoop over CR status, with a scripted fleet and a fake API.
+
+The loop's own behaviour is tested with the local controller; these pin what the
+operator adds: statuses land on the CRs, an idle cluster writes nothing, the
+BrokerCluster's Ready condition keeps its lastTransitionTime, pause stops
+reconciling, deleted Topics leave the loop.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operator_fakes import CLUSTER, FakeApi, topic
+
+from headrace.operator.running import PAUSED_ANNOTATION, ClusterRuntime
+from headrace.protocol.endpoints import BrokerEndpoint
+from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
+
+
+def runtime_over(api: FakeApi, clock: ManualClock) -> tuple[ClusterRuntime, ScriptedFleet]:
+    fleet = ScriptedFleet(
+        tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(3)), clock
+    )
+    runtime = ClusterRuntime(
+        api,
+        api.body("BrokerCluster", "demo"),
+        [api.body("Topic", "orders")],
+        [],
+        clock,
+        fleet=fleet,
+    )
+    return runtime, fleet
+
+
+async def settle(runtime: ClusterRuntime, api: FakeApi, clock: ManualClock, steps: int = 6) -> None:
+    for _ in range(steps):
+        runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])
+        await runtime.step()
+        clock.advance(1000)
+
+
+def ready(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Ready")
+
+
+async def test_a_topic_is_placed_and_its_status_written_then_an_idle_cluster_writes_nothing() -> (
+    None
+):
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    await settle(runtime, api, clock)
+    status = api.body("Topic", "orders")["status"]
+    assert ready(status)["status"] == "True"
+    assert ready(status)["observedGeneration"] == 1
+    assert [p["leader"] for p in status["partitions"]] != [None, None]
+    cluster = api.body("BrokerCluster", "demo")["status"]
+    assert cluster["topologyGeneration"] == status["topologyGeneration"]
+    assert ready(cluster)["reason"] == "AllBrokersLive"
+    assert cluster["observedGeneration"] == 1
+    assert api.body("Topic", "orders")["spec"] == topic()["spec"]  # never a spec write
+
+    writes = list(api.writes)
+    await settle(runtime, api, clock, steps=20)
+    assert api.writes == writes, "an idle cluster must cost no API writes"
+
+
+async def test_the_cluster_ready_condition_moves_only_when_its_status_does() -> None:
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, fleet = runtime_over(api, clock)
+    await settle(runtime, api, clock)
+    first = ready(api.body("BrokerCluster", "demo")["status"])
+    clock.advance(5000)
+    await settle(runtime, api, clock)
+    assert ready(api.body("BrokerCluster", "demo")["status"]) == first
+
+    fleet.down.add(2)
+    await settle(runtime, api, clock, steps=12)
+    down = ready(api.body("BrokerCluster", "demo")["status"])
+    assert (down["status"], down["reason"]) == ("False", "BrokersNotLive")
+    assert down["lastTransitionTime"] > first["lastTransitionTime"]
+
+
+async def test_a_paused_topic_keeps_the_spec_it_had_until_it_is_resumed() -> None:
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    await settle(runtime, api, clock)
+    body = api.body("Topic", "orders")
+    body["metadata"]["annotations"] = {PAUSED_ANNOTATION: "true"}
+    body["metadata"]["generation"] = 2
+    body["spec"]["minInSync"] = 3
+    api.put(body)
+    await settle(runtime, api, clock)
+    assert runtime.loop.topics["ns/orders"]["metadata"]["generation"] == 1
+    assert api.body("Topic", "orders")["status"]["observedGeneration"] == 1
+
+    body = api.body("Topic", "orders")
+    body["metadata"]["annotations"] = {}
+    api.put(body)
+    await settle(runtime, api, clock)
+    assert api.body("Topic", "orders")["status"]["observedGeneration"] == 2
+
+
+async def test_a_paused_cluster_takes_no_steps_and_says_so() -> None:
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    await settle(runtime, api, clock)
+    steps = runtime.loop.steps
+    body = api.body("BrokerCluster", "demo")
+    body["metadata"]["annotations"] = {PAUSED_ANNOTATION: "true"}
+    api.put(body)
+    await settle(runtime, api, clock)
+    assert runtime.loop.steps == steps
+    conditions = {c["type"]: c for c in api.body("BrokerCluster", "demo")["status"]["conditions"]}
+    assert conditions["Paused"]["status"] == "True"
+    assert conditions["Ready"]["status"] == "True"  # the last observation, kept
+
+
+async def test_a_deleted_topic_leaves_the_loop() -> None:
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    await settle(runtime, api, clock)
+    assert "ns/orders" in runtime.loop.state.topics
+    for _ in range(3):
+        runtime.sync(api.body("BrokerCluster", "demo"), [])
+        await runtime.step()
+        clock.advance(1000)
+    assert "ns/orders" not in runtime.loop.state.topics
+    assert "ns/orders" not in api.body("BrokerCluster", "demo")["status"]["topics"]
+
+
+async def test_topics_of_other_clusters_and_namespaces_are_not_this_loops() -> None:
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    other = topic("elsewhere")
+    other["spec"]["clusterRef"]["name"] = "other"
+    foreign = topic("foreign")
+    foreign["metadata"]["namespace"] = "ns2"
+    runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders"), other, foreign])
+    assert set(runtime.loop.topics) == {"ns/orders"}
