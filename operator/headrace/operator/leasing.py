@@ -57,12 +57,17 @@ def may_acquire(spec: Mapping[str, Any] | None, identity: str, now: dt.datetime)
     return renewed is None or renewed + dt.timedelta(seconds=duration) < now
 
 
+#: a holder that has not renewed for this long is presumed gone: long enough that a busy
+#: API server does not cost the Lease, short enough that a crashed replica is replaced soon
+DEFAULT_LEASE_SECONDS = 60
+
+
 @dataclass(frozen=True, slots=True)
 class LeaseSettings:
     namespace: str = "default"
     name: str = "headrace-operator"
     #: a holder that has not renewed for this long is presumed gone
-    duration_seconds: int = 60
+    duration_seconds: int = DEFAULT_LEASE_SECONDS
     #: renew this often (well inside the duration, so one slow renewal does not lose it)
     renew_seconds: float = 20.0
     #: how often a waiting replica retries
@@ -150,6 +155,31 @@ class LeaseElector:
             "renewTime": stamp(renewed),
             "leaseTransitions": transitions,
         }
+
+    def release(self) -> None:
+        """Give the Lease up on a clean exit, so a successor need not wait for it to expire."""
+        from kubernetes.client.exceptions import ApiException
+
+        s = self.settings
+        try:
+            lease = self.api.read_namespaced_lease(s.name, s.namespace)
+            if lease.spec is None or lease.spec.holder_identity != self.identity:
+                return
+            body = {
+                "apiVersion": "coordination.k8s.io/v1",
+                "kind": "Lease",
+                "metadata": {
+                    "name": s.name,
+                    "namespace": s.namespace,
+                    "resourceVersion": lease.metadata.resource_version,
+                },
+                "spec": {**self._spec(_now(), _now(), 0), "holderIdentity": None},
+            }
+            self.api.replace_namespaced_lease(s.name, s.namespace, body)
+            self.writes += 1
+            log.info("lease %s released", s.name)
+        except (ApiException, OSError) as exc:
+            log.warning("lease %s: release failed (%s); it expires on its own", s.name, exc)
 
     def acquire(self, stop: threading.Event | None = None) -> bool:
         """Block until the Lease is ours (True), or ``stop`` is set (False)."""

@@ -15,7 +15,7 @@ import threading
 import click
 
 from headrace.operator.kube import ClientApi
-from headrace.operator.leasing import LeaseElector, LeaseSettings
+from headrace.operator.leasing import DEFAULT_LEASE_SECONDS, LeaseElector, LeaseSettings
 from headrace.operator.running import RuntimeSettings
 from headrace.operator.workloads import DEFAULT_IMAGE, WorkloadSettings
 
@@ -45,6 +45,13 @@ EXIT_LEASE_LOST = 3
 @click.option("--lease-namespace", envvar="HEADRACE_LEASE_NAMESPACE", default="default")
 @click.option("--lease-name", default="headrace-operator", show_default=True)
 @click.option("--identity", default=None, help="This replica's name in the Lease.")
+@click.option(
+    "--lease-duration-seconds",
+    type=int,
+    default=DEFAULT_LEASE_SECONDS,
+    show_default=True,
+    help="A holder silent this long is presumed gone (a successor then takes over).",
+)
 @click.option("--poll-interval-ms", type=int, default=1000, show_default=True)
 @click.option("-v", "--verbose", count=True)
 def operator(
@@ -55,10 +62,15 @@ def operator(
     lease_namespace: str,
     lease_name: str,
     identity: str | None,
+    lease_duration_seconds: int,
     poll_interval_ms: int,
     verbose: int,
 ) -> None:
     """Run the headrace operator."""
+    if kubeconfig:
+        # before the client is imported: it reads KUBECONFIG once, at import, and kopf's
+        # login goes through it
+        os.environ["KUBECONFIG"] = kubeconfig
     import kopf
     from kubernetes import config
 
@@ -69,13 +81,16 @@ def operator(
         level=logging.INFO if verbose == 0 else logging.DEBUG,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig  # kopf's own login reads it
     identity = identity or f"{socket.gethostname()}-{os.getpid()}"
     elector = LeaseElector(
         config.new_client_from_config(config_file=kubeconfig),  # type: ignore[no-untyped-call]
         identity,
-        LeaseSettings(namespace=lease_namespace, name=lease_name),
+        LeaseSettings(
+            namespace=lease_namespace,
+            name=lease_name,
+            duration_seconds=lease_duration_seconds,
+            renew_seconds=lease_duration_seconds / 3,
+        ),
     )
     stop = threading.Event()
     elector.acquire(stop)
@@ -106,3 +121,4 @@ def operator(
         )
     finally:
         stop.set()
+        elector.release()
