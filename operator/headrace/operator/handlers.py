@@ -28,10 +28,11 @@ from typing import Any, Final
 import kopf
 import pydantic
 
+from headrace.control.documents import condition_time
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
 from headrace.operator import workloads
-from headrace.operator.kube import KubeApi
+from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.operator.running import ClusterRuntime, RuntimeSettings
 from headrace.resources import BrokerCluster
 
@@ -208,12 +209,56 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
 # ---------------------------------------------------------------------- kicks
 
 
+def orphan_status(body: Mapping[str, Any], now: str) -> dict[str, Any] | None:
+    """The status of a Topic whose BrokerCluster does not exist, or None if it already has it.
+
+    Only a Topic never placed is given one: a placed Topic keeps its assignments (the
+    cluster may be coming back; nothing stored is lost), and its Ready condition says
+    so once the cluster's loop runs again.
+    """
+    status = body.get("status") or {}
+    if status.get("partitions"):
+        return None
+    cluster = (body.get("spec", {}).get("clusterRef") or {}).get("name")
+    generation = int(body.get("metadata", {}).get("generation") or 1)
+    previous = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    ready = {
+        "type": "Ready",
+        "status": "False",
+        "observedGeneration": generation,
+        "reason": "ClusterNotFound",
+        "message": f"BrokerCluster {cluster!r} does not exist in this namespace",
+        "lastTransitionTime": now
+        if previous is None or previous.get("status") != "False"
+        else previous.get("lastTransitionTime", now),
+    }
+    wanted = {**status, "observedGeneration": generation, "conditions": [ready]}
+    return None if wanted == status else wanted
+
+
 @kopf.on.event(GROUP, VERSION, "topics")
-def topic_changed(namespace: str | None, spec: kopf.Spec, memo: Any, **_: Any) -> None:
-    cluster = str((spec.get("clusterRef") or {}).get("name"))
-    runtime = _context(memo).loops.get((namespace or "default", cluster))
+async def topic_changed(
+    namespace: str | None, spec: kopf.Spec, body: kopf.Body, memo: Any, **kwargs: Any
+) -> None:
+    """Kick the owning cluster's loop; a Topic whose cluster does not exist is told so."""
+    context = _context(memo)
+    key = (namespace or "default", str((spec.get("clusterRef") or {}).get("name")))
+    runtime = context.loops.get(key)
     if runtime is not None:
         runtime.kick()
+        return
+    clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
+    if clusters is None or key in clusters or kwargs.get("type") == "DELETED":
+        return
+    status = orphan_status(body, condition_time(context.clock.now_ms()))
+    if status is None:
+        return  # already says so: no write
+    try:
+        await context.api.replace_status(
+            ObjectRef.of(body), str(body["metadata"]["resourceVersion"]), status
+        )
+    except StaleResourceVersion:
+        pass  # it changed: its next event brings this handler back
 
 
 @kopf.on.event(GROUP, VERSION, "unloads")

@@ -10,7 +10,7 @@ from typing import Any
 
 import kopf
 import pytest
-from operator_fakes import CLUSTER, FakeApi
+from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.operator import handlers, workloads
 from headrace.operator.leasing import may_acquire
@@ -95,10 +95,31 @@ async def test_a_topic_event_kicks_its_clusters_loop_only() -> None:
     for name in ("demo", "other"):
         body = {**CLUSTER, "metadata": {**CLUSTER["metadata"], "name": name}}
         loops[("ns", name)] = ClusterRuntime(api, body, [], [], ManualClock(), fleet=object())  # type: ignore[arg-type]
-    handlers.topic_changed(namespace="ns", spec={"clusterRef": {"name": "demo"}}, memo=memo)
+    await handlers.topic_changed(
+        namespace="ns", spec={"clusterRef": {"name": "demo"}}, body={}, memo=memo
+    )
     assert loops[("ns", "demo")].kicked.is_set()
     assert not loops[("ns", "other")].kicked.is_set()
-    handlers.topic_changed(namespace="ns", spec={"clusterRef": {"name": "absent"}}, memo=memo)
+    assert api.writes == []
+
+
+async def test_a_topic_of_a_missing_cluster_is_told_so_once() -> None:
+    orphan = topic()
+    orphan["spec"]["clusterRef"]["name"] = "absent"
+    api = FakeApi(orphan)
+    memo = memo_over(api)
+    indices = {"clusters_index": {("ns", "demo"): [CLUSTER]}}
+    for _ in range(3):  # every event after the write brings the handler back
+        body = api.body("Topic", "orders")
+        await handlers.topic_changed(
+            namespace="ns", spec=body["spec"], body=body, memo=memo, type="MODIFIED", **indices
+        )
+    assert api.writes == [("PUT status", "Topic", "orders")]
+    status = api.body("Topic", "orders")["status"]
+    (ready,) = status["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "ClusterNotFound")
+    assert ready["observedGeneration"] == status["observedGeneration"] == 1
+    assert api.body("Topic", "orders")["spec"] == orphan["spec"]
 
 
 async def test_the_daemon_runs_the_loop_from_the_indices_until_cancelled() -> None:
