@@ -88,15 +88,20 @@ def operator(
     try:
         yield log, started
     finally:
+        # While the operator runs, so that it removes its finalizer (the garbage collector
+        # then deletes the StatefulSet and the brokers go now, not with the namespace).
+        cluster.kubectl_run(
+            "delete",
+            "brokercluster",
+            "--all",
+            "-n",
+            namespace,
+            "--timeout=60s",
+            check=False,
+            timeout=90,
+        )
         for proc in started:
             procs.reap(proc)
-        # the brokers go with the namespace; stop them now rather than after the session
-        cluster.kubectl_run(
-            "delete", "brokercluster", "--all", "-n", namespace, "--wait=false", check=False
-        )
-        cluster.kubectl_run(
-            "delete", "statefulset", "--all", "-n", namespace, "--wait=false", check=False
-        )
 
 
 def topic_status(cluster: Cluster, namespace: str) -> dict[str, Any]:
@@ -215,6 +220,24 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
 
         elected = wait_for("a new leader of partition 0 in the Topic's status", new_leader, 60)
         assert elected["leader"] != old["leader"]
+        # ... and an Event on the Topic says so
+        wait_for(
+            "a LeaderElected Event on the Topic",
+            lambda: (
+                "LeaderElected"
+                in cluster.kubectl_run(
+                    "get",
+                    "events",
+                    "-n",
+                    namespace,
+                    "--field-selector",
+                    "involvedObject.kind=Topic,involvedObject.name=orders",
+                    "-o",
+                    "jsonpath={.items[*].reason}",
+                ).stdout
+            ),
+            30,
+        )
 
         more = [f"b-{i}" for i in range(100)]
         wait_for(
@@ -252,8 +275,17 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
         assert set(acked) <= values, "an acknowledged record was lost"
         assert set(more) <= values
 
-        # 5. restart the operator: no leader change, no generation bump
-        settled = topic_status(cluster, namespace)
+        # 5. restart the operator: no leader change, no generation bump (once the killed
+        # broker is back in every live replica set, so that the cluster itself is quiet)
+        def whole() -> dict[str, Any] | None:
+            status = topic_status(cluster, namespace)
+            quiet = all(
+                sorted(p["liveReplicas"]) == [0, 1, 2] and p["state"] == "Online"
+                for p in status["partitions"]
+            )
+            return status if quiet else None
+
+        settled = wait_for("every live replica set whole again", whole, 90)
         generation = cluster.get("brokercluster", "demo", namespace)["status"]["topologyGeneration"]
         procs.kill_group(started[0], 15)
         started[0].wait(30)
