@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import kopf
 import pydantic
 
-from headrace.control.documents import condition_time
+from headrace.control.documents import condition_time, full_name
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
 from headrace.operator import workloads
@@ -115,13 +115,38 @@ def parse_cluster(body: Mapping[str, Any]) -> BrokerCluster:
         raise kopf.PermanentError(f"invalid BrokerCluster: {problems}") from None
 
 
-async def apply_workload(body: Mapping[str, Any], context: OperatorContext) -> list[str]:
-    """Apply the cluster's StatefulSet, Services, PDB and ConfigMap; their kinds/names."""
+def topic_statuses(topics: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The statuses of Topic bodies, each with its 'namespace/name' as ``name``."""
+    return [{**(t.get("status") or {}), "name": full_name(t)} for t in topics if t.get("status")]
+
+
+async def apply_workload(
+    body: Mapping[str, Any],
+    context: OperatorContext,
+    statuses: Iterable[Mapping[str, Any]] = (),
+) -> list[str]:
+    """Apply the cluster's StatefulSet, Services, PDB and ConfigMap; their kinds/names.
+
+    A scale down that would remove brokers still holding replicas in ``statuses`` (Topic
+    statuses, see ``topic_statuses``) keeps those brokers (the cluster's loop reports it
+    as ``ScaleDownBlocked``, and applies again once they are free).
+    """
     cluster = parse_cluster(body)
     meta = body["metadata"]
+    blockers = workloads.scale_down_blockers(cluster.spec.replicas, statuses)
+    replicas = max([cluster.spec.replicas, *(b + 1 for b in blockers)])
+    if blockers:
+        log.warning(
+            "%s/%s: keeping %d brokers, not %d: brokers %s still hold replicas",
+            meta.get("namespace"),
+            meta["name"],
+            replicas,
+            cluster.spec.replicas,
+            sorted(blockers),
+        )
     applied = []
     for manifest in workloads.manifests(
-        cluster, meta["uid"], meta.get("namespace", "default"), context.workload
+        cluster, meta["uid"], meta.get("namespace", "default"), context.workload, replicas
     ):
         await context.api.apply(manifest)
         applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
@@ -131,8 +156,12 @@ async def apply_workload(body: Mapping[str, Any], context: OperatorContext) -> l
 @kopf.on.resume(GROUP, VERSION, "brokerclusters")
 @kopf.on.create(GROUP, VERSION, "brokerclusters")
 @kopf.on.update(GROUP, VERSION, "brokerclusters", field="spec")
-async def cluster_workload(body: kopf.Body, memo: Any, **_: Any) -> None:
-    applied = await apply_workload(body, _context(memo))
+async def cluster_workload(
+    body: kopf.Body, namespace: str | None, name: str, memo: Any, **kwargs: Any
+) -> None:
+    topics: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
+    mine = list(topics.get((namespace or "default", name), [])) if topics is not None else []
+    applied = await apply_workload(body, _context(memo), topic_statuses(mine))
     log.info("applied %s", ", ".join(applied))
 
 
@@ -188,6 +217,9 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
             raise LookupError(f"BrokerCluster {namespace}/{name} left the index")
         return cluster, list(topics_index.get(key, [])), list(unloads_index.get(namespace, []))
 
+    async def reapply(statuses: list[dict[str, Any]]) -> None:
+        await apply_workload(desired()[0], context, statuses)
+
     cluster, topics, unloads = desired()
     runtime = ClusterRuntime(
         context.api,
@@ -197,6 +229,7 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         context.clock,
         context.runtime,
         events=event_sink(key, topics_index, clusters_index),
+        reapply=reapply,
     )
     context.loops[key] = runtime
     log.info("control loop of %s/%s started", namespace, name)

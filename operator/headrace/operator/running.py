@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import copy
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -130,11 +130,16 @@ def _condition(
 
 
 def cluster_conditions(
-    body: Mapping[str, Any], live: Iterable[int] | None, now: str
+    body: Mapping[str, Any],
+    live: Iterable[int] | None,
+    now: str,
+    blockers: Mapping[int, list[str]] | None = None,
 ) -> dict[str, Any]:
     """The BrokerCluster's ``conditions`` and ``observedGeneration`` (the workload's part).
 
     ``live``: the live broker ids of the latest step; None while the cluster is paused.
+    ``blockers``: brokers a scale down would remove that still hold replicas
+    (``workloads.scale_down_blockers``); the scale down is refused while there are any.
     """
     generation = generation_of(body)
     previous = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
@@ -157,7 +162,15 @@ def cluster_conditions(
         )
     else:
         missing = sorted(set(range(replicas)) - set(live))
-        if missing:
+        if blockers:
+            held = "; ".join(f"broker {b}: {', '.join(p)}" for b, p in sorted(blockers.items()))
+            ready = (
+                "False",
+                "ScaleDownBlocked",
+                f"scaling down to {replicas} would remove brokers that still hold replicas"
+                f" ({held}); move them off with an Unload first",
+            )
+        elif missing:
             ready = ("False", "BrokersNotLive", f"brokers {missing} are not live")
         else:
             ready = ("True", "AllBrokersLive", f"{replicas} brokers live")
@@ -179,7 +192,10 @@ class ClusterRuntime:
         *,
         fleet: BrokerFleet | None = None,
         events: EventSink | None = None,
+        reapply: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
     ) -> None:
+        """``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
+        scale down is carried out once the brokers it would remove hold no replica)."""
         self.settings = settings or RuntimeSettings()
         self.clock = clock
         self.cluster = dict(cluster)
@@ -204,6 +220,9 @@ class ClusterRuntime:
             LoopSettings(cluster_id=self.name, control=self.settings.control),
         )
         self.events = events
+        self.reapply = reapply
+        #: the brokers a refused scale down keeps, as of the last step
+        self.blockers: dict[int, list[str]] = {}
         self.kicked = asyncio.Event()
 
     def owns(self, body: Mapping[str, Any], topics: Iterable[str] = ()) -> bool:
@@ -274,7 +293,23 @@ class ClusterRuntime:
             if self.events is not None:
                 self.events(event)
         live = decision.liveness.live
-        await self.store.write_workload_status(cluster_conditions(self.cluster, live, now))
+        replicas = int((self.cluster.get("spec") or {}).get("replicas", 3))
+        statuses = [
+            {
+                "name": name,
+                "partitions": [
+                    {"partition": p.partition, "replicas": list(p.replicas)} for p in t.partitions
+                ],
+            }
+            for name, t in decision.state.topics.items()
+        ]
+        blockers = workloads.scale_down_blockers(replicas, statuses)
+        if set(blockers) != set(self.blockers) and self.reapply is not None:
+            await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
+        self.blockers = blockers
+        await self.store.write_workload_status(
+            cluster_conditions(self.cluster, live, now, blockers)
+        )
         return decision
 
     async def run(

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -173,9 +173,37 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
     return env
 
 
+def hosting(topic_statuses: Iterable[Mapping[str, Any]]) -> dict[int, list[str]]:
+    """Broker id -> the partitions ('<topic>/<partition>') it holds a replica of, from Topic
+    statuses (``name`` added to each: 'namespace/name')."""
+    held: dict[int, list[str]] = {}
+    for status in topic_statuses:
+        for p in status.get("partitions") or []:
+            for broker in p.get("replicas") or []:
+                held.setdefault(int(broker), []).append(f"{status['name']}/{p['partition']}")
+    return held
+
+
+def scale_down_blockers(
+    replicas: int, topic_statuses: Iterable[Mapping[str, Any]]
+) -> dict[int, list[str]]:
+    """The brokers a scale down to ``replicas`` would remove that still hold replicas.
+
+    Removing one would take copies away that nothing has moved off (and possibly the last
+    in-sync one), so the StatefulSet keeps them until their partitions are unloaded.
+    """
+    return {b: parts for b, parts in sorted(hosting(topic_statuses).items()) if b >= replicas}
+
+
 def statefulset(
-    cluster: BrokerCluster, uid: str, namespace: str, settings: WorkloadSettings
+    cluster: BrokerCluster,
+    uid: str,
+    namespace: str,
+    settings: WorkloadSettings,
+    replicas: int | None = None,
 ) -> dict[str, Any]:
+    """``replicas``: the pod count, when it must differ from the spec's (a refused scale
+    down keeps the brokers that still hold partitions)."""
     name = cluster.metadata.name
     spec = cluster.spec
     config_hash = hashlib.sha256(broker_config_document(cluster).encode()).hexdigest()[:16]
@@ -231,7 +259,7 @@ def statefulset(
         "metadata": _meta(names(name)["statefulset"], cluster, uid, namespace),
         "spec": {
             "serviceName": names(name)["headless"],
-            "replicas": spec.replicas,
+            "replicas": spec.replicas if replicas is None else replicas,
             # brokers start together: each waits for the controller, not for its peers
             "podManagementPolicy": "Parallel",
             "updateStrategy": {"type": "RollingUpdate"},
@@ -249,7 +277,11 @@ def statefulset(
 
 
 def manifests(
-    cluster: BrokerCluster, uid: str, namespace: str, settings: WorkloadSettings
+    cluster: BrokerCluster,
+    uid: str,
+    namespace: str,
+    settings: WorkloadSettings,
+    replicas: int | None = None,
 ) -> list[dict[str, Any]]:
     """Every object of the cluster's workload, in apply order."""
     name = cluster.metadata.name
@@ -287,7 +319,7 @@ def manifests(
             "metadata": _meta(names(name)["pdb"], cluster, uid, namespace),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(name)}},
         },
-        statefulset(cluster, uid, namespace, settings),
+        statefulset(cluster, uid, namespace, settings, replicas),
     ]
 
 

@@ -12,7 +12,7 @@ import kopf
 import pytest
 from operator_fakes import CLUSTER, FakeApi, topic
 
-from headrace.operator import handlers, workloads
+from headrace.operator import handlers, running, workloads
 from headrace.operator.leasing import may_acquire
 from headrace.operator.running import ClusterRuntime
 from tests.unit.controller.controller_fakes import ManualClock
@@ -29,7 +29,7 @@ def cluster(**spec: Any) -> dict[str, Any]:
 async def test_a_broker_cluster_becomes_its_workload_owned_by_it() -> None:
     api = FakeApi()
     memo = memo_over(api)
-    await handlers.cluster_workload(body=cluster(), memo=memo)
+    await handlers.cluster_workload(body=cluster(), namespace="ns", name="demo", memo=memo)
     kinds = [(m["kind"], m["metadata"]["name"]) for m in api.applied]
     assert kinds == [
         ("ConfigMap", "demo-config"),
@@ -63,10 +63,12 @@ async def test_a_broker_cluster_becomes_its_workload_owned_by_it() -> None:
 async def test_a_broker_config_change_rolls_the_pods_and_nothing_else() -> None:
     api = FakeApi()
     memo = memo_over(api)
-    await handlers.cluster_workload(body=cluster(), memo=memo)
+    await handlers.cluster_workload(body=cluster(), namespace="ns", name="demo", memo=memo)
     before = api.applied[-1]
     api.applied.clear()
-    await handlers.cluster_workload(body=cluster(brokerConfig={"segmentBytes": 4096}), memo=memo)
+    await handlers.cluster_workload(
+        body=cluster(brokerConfig={"segmentBytes": 4096}), namespace="ns", name="demo", memo=memo
+    )
     after = api.applied[-1]
     annotation = workloads.CONFIG_HASH_ANNOTATION
     template = ("spec", "template", "metadata", "annotations")
@@ -84,7 +86,9 @@ async def test_a_broker_config_change_rolls_the_pods_and_nothing_else() -> None:
 async def test_an_invalid_spec_is_a_permanent_error_and_applies_nothing() -> None:
     api = FakeApi()
     with pytest.raises(kopf.PermanentError, match="replicas"):
-        await handlers.cluster_workload(body=cluster(replicas=0), memo=memo_over(api))
+        await handlers.cluster_workload(
+            body=cluster(replicas=0), namespace="ns", name="demo", memo=memo_over(api)
+        )
     assert api.applied == []
 
 
@@ -144,6 +148,42 @@ async def test_the_daemon_runs_the_loop_from_the_indices_until_cancelled() -> No
     with pytest.raises(asyncio.CancelledError):
         await task
     assert memo.context.loops == {}
+
+
+async def test_a_scale_down_that_would_remove_replicas_keeps_those_brokers() -> None:
+    api = FakeApi()
+    placed = topic()
+    placed["status"] = {
+        "partitions": [
+            {"partition": 0, "replicas": [0, 1, 2]},
+            {"partition": 1, "replicas": [1, 2, 3]},
+        ]
+    }
+    indices = {"topics_index": {("ns", "demo"): [placed]}}
+    memo = memo_over(api)
+    await handlers.cluster_workload(
+        body=cluster(replicas=2), namespace="ns", name="demo", memo=memo, **indices
+    )
+    assert api.applied[-1]["spec"]["replicas"] == 4  # brokers 2 and 3 hold replicas
+    api.applied.clear()
+    placed["status"]["partitions"][1]["replicas"] = [1, 0, 2]  # partition 1 moved off 3
+    await handlers.cluster_workload(
+        body=cluster(replicas=3), namespace="ns", name="demo", memo=memo, **indices
+    )
+    assert api.applied[-1]["spec"]["replicas"] == 3
+
+
+def test_a_blocked_scale_down_is_the_clusters_ready_condition() -> None:
+    blockers = workloads.scale_down_blockers(
+        2, [{"name": "ns/orders", "partitions": [{"partition": 0, "replicas": [2, 0]}]}]
+    )
+    assert blockers == {2: ["ns/orders/0"]}
+    status = running.cluster_conditions(
+        cluster(replicas=2), {0, 1, 2}, "2026-01-01T00:00:00Z", blockers
+    )
+    (ready,) = status["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "ScaleDownBlocked")
+    assert "broker 2: ns/orders/0" in ready["message"]
 
 
 def test_broker_ids_come_from_the_pod_ordinal() -> None:

@@ -143,3 +143,29 @@ async def test_topics_of_other_clusters_and_namespaces_are_not_this_loops() -> N
     foreign["metadata"]["namespace"] = "ns2"
     runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders"), other, foreign])
     assert set(runtime.loop.topics) == {"ns/orders"}
+
+
+async def test_a_scale_down_below_placed_replicas_is_refused_and_reapplied_when_it_changes() -> (
+    None
+):
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    calls: list[list[dict[str, Any]]] = []
+
+    async def reapply(statuses: list[dict[str, Any]]) -> None:
+        calls.append(statuses)
+
+    runtime.reapply = reapply
+    await settle(runtime, api, clock)
+    assert calls == []  # 3 brokers wanted, 3 placed: nothing to keep
+    body = api.body("BrokerCluster", "demo")
+    body["spec"]["replicas"] = 2
+    body["metadata"]["generation"] = 2
+    api.put(body)
+    await settle(runtime, api, clock)
+    assert len(calls) == 1  # once, when the set of brokers to keep changed
+    assert set(runtime.blockers) == {2}
+    conditions = api.body("BrokerCluster", "demo")["status"]["conditions"]
+    (ready,) = conditions
+    assert (ready["reason"], ready["observedGeneration"]) == ("ScaleDownBlocked", 2)
