@@ -1,13 +1,14 @@
 """The operator end to end on the test bed: real API server, real kopf, brokers as pods.
 
-One test, step by step (issue 10, e2e steps 1 to 3 and 5, plus the idle check):
+One test, step by step (issue 10, e2e steps 1 to 5 and 7, plus the idle check):
 install the CRDs and start the operator as a process; apply a 3-broker
 BrokerCluster and a Topic; ``kubectl wait`` for the Topic's Ready condition;
 produce and consume with acks=all through the pod IPs; kill -9 a leader's
 broker process and see a new leader in the Topic's status with no
-acknowledged record lost; the operator costs no ``headrace.dev`` writes
-while nothing changes; a restarted operator changes no leader and bumps no
-generation.
+acknowledged record lost; a deleted pod comes back on its PVC and rejoins; the operator
+costs no ``headrace.dev`` writes while nothing changes; ``kubectl diff
+--server-side`` of the applied manifests shows no drift (the operator never
+wrote spec); a restarted operator changes no leader and bumps no generation.
 
 Test bed only: the operator runs on this host and its broker pods run this
 checkout's ``headrace`` (the runner ignores images).
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bench import procs
 from bench.operator_idle import writes
@@ -104,6 +106,13 @@ def operator(
             procs.reap(proc)
 
 
+def server_side_apply(cluster: Cluster, docs: list[dict[str, Any]], namespace: str) -> None:
+    """``kubectl apply --server-side``, as a GitOps tool applies."""
+    cluster.kubectl_run(
+        "apply", "--server-side", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs)
+    )
+
+
 def figure(what: str, seconds: float) -> None:
     """A measured figure for the report (never asserted: targets are bench material)."""
     print(f"\n[e2e figure] {what}: {seconds:.2f} s", file=sys.stderr)
@@ -164,7 +173,7 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
     try:
         # 1. apply the cluster, then the Topic, and wait for Ready with kubectl itself
         cluster_doc, topic_doc = manifests(namespace)
-        cluster.apply([cluster_doc], namespace)
+        server_side_apply(cluster, [cluster_doc], namespace)
         wait_for(
             "the BrokerCluster to be Ready",
             lambda: any(
@@ -176,7 +185,7 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
             120,
         )
         applied = time.monotonic()
-        cluster.apply([topic_doc], namespace)
+        server_side_apply(cluster, [topic_doc], namespace)
         cluster.kubectl_run(
             "wait",
             "--for=condition=Ready",
@@ -305,6 +314,34 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
         values = set(consumed.stdout.decode().split())
         assert set(acked) <= values, "an acknowledged record was lost"
         assert set(more) <= values
+
+        # 4. delete a pod: the StatefulSet recreates it on the same PVC and it rejoins
+        claim = cluster.get("pvc", "data-demo-2", namespace)["spec"]["volumeName"]
+        old_uid = cluster.get("pod", "demo-2", namespace)["metadata"]["uid"]
+        cluster.kubectl_run("delete", "pod", "demo-2", "-n", namespace, "--wait=true", timeout=90)
+
+        def recreated_and_ready() -> bool:
+            pod = cluster.get("pod", "demo-2", namespace)
+            return pod["metadata"]["uid"] != old_uid and any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in pod.get("status", {}).get("conditions", [])
+            )
+
+        wait_for("demo-2 recreated and Ready", recreated_and_ready, 90)
+        assert cluster.get("pvc", "data-demo-2", namespace)["spec"]["volumeName"] == claim
+
+        # 7. the operator never wrote spec: applying the same manifests shows no drift
+        diff = cluster.kubectl_run(
+            "diff",
+            "--server-side",
+            "-n",
+            namespace,
+            "-f",
+            "-",
+            input=yaml.safe_dump_all(manifests(namespace)),
+            check=False,
+        )
+        assert diff.returncode == 0, f"drift:\n{diff.stdout}{diff.stderr}"
 
         # 5. restart the operator: no leader change, no generation bump (once the killed
         # broker is back in every live replica set and the consumer's cohort is empty, so

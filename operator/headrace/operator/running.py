@@ -103,6 +103,8 @@ class PodFleet:
         return await self.http.poll()
 
     async def push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
+        if broker_id not in self.http.brokers:
+            return None  # its pod is gone since the poll (deleted, being replaced)
         return await self.http.push(broker_id, topology)
 
 

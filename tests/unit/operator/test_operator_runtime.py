@@ -169,3 +169,20 @@ async def test_a_scale_down_below_placed_replicas_is_refused_and_reapplied_when_
     conditions = api.body("BrokerCluster", "demo")["status"]["conditions"]
     (ready,) = conditions
     assert (ready["reason"], ready["observedGeneration"]) == ("ScaleDownBlocked", 2)
+
+
+async def test_a_push_to_a_broker_whose_pod_is_gone_is_a_failed_push() -> None:
+    from headrace.operator.running import PodFleet
+
+    api = FakeApi()
+    api.pods = [
+        {
+            "metadata": {"name": "demo-0", "labels": {"apps.kubernetes.io/pod-index": "0"}},
+            "status": {"podIP": "10.0.0.9"},
+        }
+    ]
+    fleet = PodFleet(api, "ns", "demo", ManualClock(), 100)
+    await fleet.refresh()
+    assert set(fleet.http.brokers) == {0}
+    assert fleet.http.brokers[0].admin_url == "http://10.0.0.9:9644"
+    assert await fleet.push(1, {"generation": 3}) is None
