@@ -81,6 +81,10 @@ def operator(
         level=logging.INFO if verbose == 0 else logging.DEBUG,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if verbose == 0:
+        # kopf logs every handled watch event at INFO ("Handler ... succeeded"): one per
+        # status write of ours; its warnings and errors still show
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     identity = identity or f"{socket.gethostname()}-{os.getpid()}"
     elector = LeaseElector(
         config.new_client_from_config(config_file=kubeconfig),  # type: ignore[no-untyped-call]
