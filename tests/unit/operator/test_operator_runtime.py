@@ -186,3 +186,28 @@ async def test_a_push_to_a_broker_whose_pod_is_gone_is_a_failed_push() -> None:
     assert set(fleet.http.brokers) == {0}
     assert fleet.http.brokers[0].admin_url == "http://10.0.0.9:9644"
     assert await fleet.push(1, {"generation": 3}) is None
+
+
+def unload_body(name: str = "move", topic_name: str = "orders") -> dict[str, Any]:
+    return {
+        "apiVersion": "headrace.dev/v1alpha1",
+        "kind": "Unload",
+        "metadata": {"name": name, "namespace": "ns", "generation": 1},
+        "spec": {"topicRef": {"name": topic_name}, "partitions": [0], "targetBroker": 1},
+    }
+
+
+async def test_unloads_of_this_clusters_topics_reach_the_loop_and_leave_it_when_deleted() -> None:
+    api = FakeApi(CLUSTER, topic(), unload_body(), unload_body("other", "elsewhere"))
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    cluster = api.body("BrokerCluster", "demo")
+    topics = [api.body("Topic", "orders")]
+    runtime.sync(cluster, topics, [api.body("Unload", "move"), api.body("Unload", "other")])
+    assert set(runtime.loop.unloads) == {"ns/move"}  # "elsewhere" is not this cluster's
+    deleting = api.body("Unload", "move")
+    deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    runtime.sync(cluster, topics, [deleting])
+    assert runtime.loop.unloads["ns/move"]["metadata"]["deletionTimestamp"] is not None
+    runtime.sync(cluster, topics, [])
+    assert runtime.loop.unloads == {}
