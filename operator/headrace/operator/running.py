@@ -223,6 +223,8 @@ class ClusterRuntime:
         )
         self.events = events
         self.reapply = reapply
+        #: the paused Topics, with the generation they are at
+        self._paused: dict[str, int] = {}
         #: the brokers a refused scale down keeps, as of the last step
         self.blockers: dict[int, list[str]] = {}
         self.kicked = asyncio.Event()
@@ -266,6 +268,9 @@ class ClusterRuntime:
             resource.setdefault("metadata", {})["generation"] = generation_of(body)
             wanted[name] = resource
         self.loop.topics = wanted
+        self._paused = {
+            full_name(b): generation_of(b) for b in topics if self.owns(b) and paused(b)
+        }
         seen = set()
         for body in unloads:
             if not self.owns(body, wanted):
@@ -290,6 +295,8 @@ class ClusterRuntime:
         if paused(self.cluster):
             await self.store.write_workload_status(cluster_conditions(self.cluster, None, now))
             return None
+        for name in self.loop.topics:
+            await self.store.set_topic_conditions(name, self._topic_conditions(name, now))
         decision = await self.loop.step()
         for event in decision.events:
             if self.events is not None:
@@ -313,6 +320,26 @@ class ClusterRuntime:
             cluster_conditions(self.cluster, live, now, blockers)
         )
         return decision
+
+    def _topic_conditions(self, name: str, now: str) -> list[dict[str, Any]]:
+        """A paused Topic's ``Paused`` condition (none for the others)."""
+        if name not in self._paused:
+            return []
+        status = self.store.topic_status(name) or {}
+        previous = next(
+            (c for c in status.get("conditions") or [] if c.get("type") == "Paused"), None
+        )
+        return [
+            _condition(
+                "Paused",
+                "True",
+                "Paused",
+                f"annotation {PAUSED_ANNOTATION} is true: spec changes wait",
+                self._paused[name],
+                previous,
+                now,
+            )
+        ]
 
     async def run(
         self, desired: Callable[[], tuple[Mapping[str, Any], list[Any], list[Any]]]

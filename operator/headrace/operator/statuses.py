@@ -49,6 +49,8 @@ MAX_CONFLICTS: Final = 5
 
 #: the BrokerCluster status fields the workload reconciler owns, not the control loop
 WORKLOAD_FIELDS: Final = ("conditions", "observedGeneration")
+#: Topic condition types the operator adds beside the loop's Ready (``set_topic_conditions``)
+OPERATOR_CONDITIONS: Final = frozenset({"Paused"})
 
 
 class Superseded(KubeApiError):
@@ -94,6 +96,8 @@ class KubeStatusStore:
         status = dict(cluster.get("status") or {})
         self._workload = {k: status.pop(k) for k in WORKLOAD_FIELDS if k in status}
         self._cluster_doc: dict[str, Any] | None = status or None
+        #: the operator's own conditions of each Topic (``OPERATOR_CONDITIONS``)
+        self._topic_conditions: dict[str, list[dict[str, Any]]] = {}
         #: API calls that wrote (for tests and the idle-writes figure)
         self.writes = 0
 
@@ -109,7 +113,31 @@ class KubeStatusStore:
         return Stored(self._cluster_doc, self._topics, self._unloads)
 
     async def write_topic_status(self, name: str, status: Mapping[str, Any]) -> None:
-        await self._write(self._ref("Topic", name), status)
+        await self._write(self._ref("Topic", name), self._with_conditions(name, status))
+
+    def topic_status(self, name: str) -> Mapping[str, Any] | None:
+        """The Topic's status as last written or read."""
+        known = self._known.get(self._ref("Topic", name))
+        return known.status if known is not None else None
+
+    async def set_topic_conditions(self, name: str, conditions: list[dict[str, Any]]) -> None:
+        """The operator's own conditions of a Topic (e.g. ``Paused``), kept beside the loop's
+        in every status written from now on, and written now if they changed."""
+        if self._topic_conditions.get(name, []) == conditions:
+            return
+        self._topic_conditions[name] = conditions
+        known = self.topic_status(name)
+        if known is not None:
+            await self._write(self._ref("Topic", name), self._with_conditions(name, known))
+
+    def _with_conditions(self, name: str, status: Mapping[str, Any]) -> dict[str, Any]:
+        own = self._topic_conditions.get(name, [])
+        if not own and "conditions" not in status:
+            return dict(status)
+        kept = [
+            c for c in status.get("conditions") or [] if c.get("type") not in OPERATOR_CONDITIONS
+        ]
+        return {**status, "conditions": [*kept, *own]}
 
     async def write_unload_status(self, name: str, status: Mapping[str, Any]) -> None:
         await self._write(self._ref("Unload", name), status)

@@ -94,13 +94,23 @@ async def test_a_paused_topic_keeps_the_spec_it_had_until_it_is_resumed() -> Non
     api.put(body)
     await settle(runtime, api, clock)
     assert runtime.loop.topics["ns/orders"]["metadata"]["generation"] == 1
-    assert api.body("Topic", "orders")["status"]["observedGeneration"] == 1
+    status = api.body("Topic", "orders")["status"]
+    assert status["observedGeneration"] == 1
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Paused"]["status"] == "True"
+    assert conditions["Paused"]["observedGeneration"] == 2
+    assert conditions["Ready"]["status"] == "True"
+    writes = list(api.writes)
+    await settle(runtime, api, clock)
+    assert api.writes == writes  # the condition is written once, not every step
 
     body = api.body("Topic", "orders")
     body["metadata"]["annotations"] = {}
     api.put(body)
     await settle(runtime, api, clock)
-    assert api.body("Topic", "orders")["status"]["observedGeneration"] == 2
+    status = api.body("Topic", "orders")["status"]
+    assert status["observedGeneration"] == 2
+    assert [c["type"] for c in status["conditions"]] == ["Ready"]
 
 
 async def test_a_paused_cluster_takes_no_steps_and_says_so() -> None:
