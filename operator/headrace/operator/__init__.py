@@ -9,6 +9,7 @@ controller, through Kubernetes adapters instead of files:
 ``running``    one cluster's loop: its ports (status store, pod fleet, clock) and its pacing
 ``handlers``   the kopf handlers (thin): indices, workload apply, the loop daemon, kicks
 ``leasing``    one active replica: a coordination.k8s.io Lease
+``install``    the operator's own manifests: ServiceAccount, RBAC, Deployment
 ``main``       ``python -m headrace.operator``
 
 It is an adapter layer over ``headrace.controller`` (whose ``HttpFleet`` it
