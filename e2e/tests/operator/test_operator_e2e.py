@@ -1,6 +1,6 @@
 """The operator end to end on the test bed: real API server, real kopf, brokers as pods.
 
-One test, step by step (issue 10, e2e steps 1 to 5 and 7, plus the idle check):
+One test, step by step (issue 10, e2e steps 1 to 5, 7 and 10, plus the idle check):
 install the CRDs and start the operator as a process; apply a 3-broker
 BrokerCluster and a Topic; ``kubectl wait`` for the Topic's Ready condition;
 produce and consume with acks=all through the pod IPs; kill -9 a leader's
@@ -8,7 +8,9 @@ broker process and see a new leader in the Topic's status with no
 acknowledged record lost; a deleted pod comes back on its PVC and rejoins; the operator
 costs no ``headrace.dev`` writes while nothing changes; ``kubectl diff
 --server-side`` of the applied manifests shows no drift (the operator never
-wrote spec); a restarted operator changes no leader and bumps no generation.
+wrote spec); a restarted operator changes no leader and bumps no generation;
+scaling 3 -> 4 -> 3 loses nothing, and a scale down to 2 (which would remove a broker
+holding replicas) is refused with a condition.
 
 Test bed only: the operator runs on this host and its broker pods run this
 checkout's ``headrace`` (the runner ignores images).
@@ -372,6 +374,71 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
         ]
         status = cluster.get("brokercluster", "demo", namespace)["status"]
         assert status["topologyGeneration"] == generation
+
+        # 10. scale 3 -> 4 -> 3 (between produces; nothing lost), and a refused 3 -> 2
+        def cluster_ready(generation: int) -> Any:
+            body = cluster.get("brokercluster", "demo", namespace)
+            return next(
+                (
+                    c
+                    for c in body.get("status", {}).get("conditions", [])
+                    if c["type"] == "Ready" and c["observedGeneration"] == generation
+                ),
+                None,
+            )
+
+        def scale(replicas: int) -> int:
+            cluster.kubectl_run(
+                "patch",
+                "brokercluster",
+                "demo",
+                "-n",
+                namespace,
+                "--type=merge",
+                "-p",
+                json.dumps({"spec": {"replicas": replicas}}),
+            )
+            return int(cluster.get("brokercluster", "demo", namespace)["metadata"]["generation"])
+
+        def statefulset_replicas() -> int:
+            return int(cluster.get("statefulset", "demo", namespace)["spec"]["replicas"])
+
+        up = scale(4)
+        wait_for(
+            "4 live brokers",
+            lambda: (cluster_ready(up) or {}).get("reason") == "AllBrokersLive",
+            120,
+        )
+        produce(bootstrap, topic, [f"c-{i}" for i in range(50)])
+        down = scale(3)
+        wait_for("the StatefulSet back at 3", lambda: statefulset_replicas() == 3, 60)
+        wait_for("demo-3 gone", lambda: 3 not in pod_ips(cluster, namespace), 90)
+        wait_for(
+            "Ready at 3 brokers",
+            lambda: (cluster_ready(down) or {}).get("status") == "True",
+            60,
+        )
+        produce(bootstrap, topic, [f"d-{i}" for i in range(50)])
+        refused = scale(2)  # broker 2 holds replicas of every partition
+        blocked = wait_for("ScaleDownBlocked", lambda: cluster_ready(refused), 60)
+        assert (blocked["status"], blocked["reason"]) == ("False", "ScaleDownBlocked")
+        assert statefulset_replicas() == 3
+        consumed = procs.run_headrace(
+            "consume",
+            topic,
+            "--cohort",
+            "after-scaling",
+            "--from-beginning",
+            "--idle-timeout",
+            "5",
+            "--bootstrap",
+            bootstrap,
+            timeout=60,
+        )
+        assert consumed.returncode == 0, consumed.stderr.decode()
+        values = set(consumed.stdout.decode().split())
+        for batch in (acked, more, [f"c-{i}" for i in range(50)], [f"d-{i}" for i in range(50)]):
+            assert set(batch) <= values, "an acknowledged record was lost"
     except BaseException:
         print(log.read_text()[-8000:], file=sys.stderr)
         raise
