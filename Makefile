@@ -12,7 +12,7 @@ LOCAL_DIR ?= var/local
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[broker,operator,testbed,tiered,dev]'
+	$(BIN)/pip install -q -e '.[broker,operator,testbed,tiered,compression,dev]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -27,9 +27,12 @@ run: setup
 	$(BIN)/headrace local up --dir $(LOCAL_DIR) --brokers 3 $(LOCAL_ARGS) > $(LOCAL_DIR).bootstrap
 	$(BIN)/headrace apply -f examples/local/demo-topic.yaml --dir $(LOCAL_DIR)
 	@B=$$(cat $(LOCAL_DIR).bootstrap); C=$$($(PY) -c 'import json,sys; print(json.load(open(sys.argv[1]))["controller_url"])' $(LOCAL_DIR)/local.json); \
-	  printf '%s\n' "" "headrace local cluster is up (status page: $$C/)" "Try, in another shell:" \
-	  "  seq 1 10 | .venv/bin/headrace produce demo --acks all --bootstrap $$B" \
-	  "  .venv/bin/headrace consume demo --cohort readers --from-beginning --count 10 --bootstrap $$B" \
+	  printf '%s\n' "" "headrace local cluster is up (dashboard: $$C/)" "Try, in another shell:" \
+	  "  export HEADRACE_BOOTSTRAP=$$B HEADRACE_CONTROLLER=$$C" \
+	  "  seq 1 10 | .venv/bin/headrace produce demo --acks all" \
+	  "  .venv/bin/headrace consume demo --cohort readers --from-beginning --count 10" \
+	  "  .venv/bin/headrace cohorts describe readers" \
+	  "  .venv/bin/headrace cluster health" \
 	  "  .venv/bin/headrace local status --dir $(LOCAL_DIR)" "" "Ctrl-C here stops the cluster."
 	@# `sleep & wait`: a trap runs as soon as the signal arrives (not when a foreground
 	@# sleep ends), and it exits, so one Ctrl-C (or a TERM) stops the cluster and make.
@@ -65,6 +68,7 @@ bench: setup
 	bash bench/setup-peers.sh
 	$(PY) -m bench.run
 	$(PY) -m bench.unload
+	$(PY) -m bench.compression
 
 clean:
 	rm -rf $(VENV) var build dist

@@ -51,6 +51,24 @@ class CorruptBatch(HeadraceError):
     CODE = 5
 
 
+class UnknownCodec(CorruptBatch):
+    """A batch (or a producer option) names a compression codec this build does not know."""
+
+    CODE = 11
+
+
+class DecompressionFailed(CorruptBatch):
+    """A compressed record section is not one well-formed stream of its declared size."""
+
+    CODE = 12
+
+
+class CodecUnavailable(HeadraceError):
+    """Client side: a known codec whose library is not installed (the ``compression`` extra)."""
+
+    CODE = 102
+
+
 class BatchTooLarge(HeadraceError):
     """A batch exceeds the configured maximum batch size."""
 
@@ -222,6 +240,12 @@ class AlreadyJoined(HeadraceError):
     """One member identity per connection: this connection already joined."""
 
     CODE = 44
+
+
+class CohortActive(HeadraceError):
+    """The cohort has live members on this broker, so its cursors may not be reset."""
+
+    CODE = 45
 
 
 # --- client side only (never on the wire) ---

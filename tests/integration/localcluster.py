@@ -33,10 +33,12 @@ class LocalCluster:
             raise AssertionError(f"headrace {' '.join(args)} failed: {proc.stderr.decode()}")
         return proc
 
-    def up(self) -> None:
+    def up(self, *extra: str) -> None:
+        """``headrace local up`` with this cluster's ports, and ``extra`` options."""
         self.cli(
             "local",
             "up",
+            *extra,
             "--dir",
             str(self.dir),
             "--brokers",
@@ -114,6 +116,7 @@ class LocalCluster:
             "--admin-port",
             str(self.controller_port),
             *(["--instance", record["instance"]] if "instance" in record else []),
+            *record.get("controller_args", []),
             *[
                 a
                 for b in record["brokers"]

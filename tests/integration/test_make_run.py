@@ -56,6 +56,9 @@ def test_one_ctrl_c_stops_make_run_and_its_cluster(tmp_path: Path) -> None:
         record = json.loads((local_dir / "local.json").read_text())
         pids = [record["controller_pid"], *(b["pid"] for b in record["brokers"])]
         assert all(alive(p) for p in pids)
+        bootstrap = ",".join(f"{b['host']}:{b['port']}" for b in record["brokers"])
+        exports = f"export HEADRACE_BOOTSTRAP={bootstrap} HEADRACE_CONTROLLER="
+        assert any(exports in line for line in seen), "no export line:\n" + "".join(seen)
 
         os.killpg(make.pid, signal.SIGINT)  # one Ctrl-C
 

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from headrace.errors import BatchTooLarge, CorruptBatch
 from headrace.records import batch as rb
+from headrace.records import codecs
 
 FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -35,7 +36,7 @@ def record_sets(draw: st.DrawFn) -> dict[str, Any]:
         kwargs["timestamps"] = [first + d for d in deltas]
     else:
         kwargs["timestamp_ms"] = draw(st.integers(-(2**40), 2**44))
-    kwargs["compression"] = draw(st.sampled_from([rb.COMPRESSION_NONE, rb.COMPRESSION_ZLIB]))
+    kwargs["compression"] = draw(st.sampled_from(sorted(codecs.KNOWN)))
     kwargs["producer_id"] = draw(st.integers(0, 2**64 - 1))
     kwargs["base_sequence"] = draw(st.integers(0, 2**32 - 1))
     return kwargs
@@ -223,7 +224,7 @@ def _edit(field_offset: int, fmt: str, value: int) -> bytes:
     [
         (_edit(16, "<B", 2), "magic"),
         (_edit(21, "<H", 0x40), "attributes"),
-        (_edit(21, "<H", 0x02), "compression"),
+        (_edit(21, "<H", 0x05), "compression"),
         (_edit(23, "<I", 0), "no records"),
         (_edit(35, "<q", 999), "max_timestamp"),
         (_edit(55, "<I", 1), "section_length"),
@@ -347,12 +348,13 @@ def test_decoding_garbage_raises_only_corrupt_batch(garbage: bytes) -> None:
 @st.composite
 def plausible_batches(draw: st.DrawFn) -> bytes:
     """A header that passes validation over an arbitrary record section."""
-    attributes = draw(st.integers(0, rb.KNOWN_ATTRIBUTES)) & ~0x06
+    codec = draw(st.sampled_from(sorted(codecs.KNOWN)))
+    attributes = draw(st.integers(0, rb.KNOWN_ATTRIBUTES)) & ~rb.COMPRESSION_MASK | codec
     section = draw(st.binary(max_size=200))
     count = draw(st.integers(1, 40))
-    if attributes & rb.COMPRESSION_MASK:
+    if codec:
         section_length = draw(st.integers(0, 400))
-        section = zlib.compress(section) if draw(st.booleans()) else section
+        section = codecs.compress(codec, section) if draw(st.booleans()) else section
     else:
         section_length = len(section)
     body = struct.pack("<HIqqQII", attributes, count, 5, 7, 0, 0, section_length) + section

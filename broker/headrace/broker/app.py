@@ -17,6 +17,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from headrace.aio import cancel_and_wait
+from headrace.broker import cohort_admin
 from headrace.broker.cohorting import CohortRuntime
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
@@ -413,6 +414,9 @@ class Broker:
                     p.moves,
                     p.start_offset,
                     self.tiering.seal_report(p),
+                    p.log.log_start_offset,
+                    self.tiering.stored_through(p),
+                    p.cursors.all(),
                 )
                 for p in partitions
             ),
@@ -479,6 +483,17 @@ class Broker:
         }
 
     # ------------------------------------------------------------------ cohorts
+
+    def _cohort_admin_view(self) -> cohort_admin.CohortAdminView:
+        return cohort_admin.CohortAdminView(
+            self.settings.broker_id, self.registry, self.cohorts, self.tiering.earliest
+        )
+
+    def describe_cohorts(self, request: msg.DescribeCohorts) -> dict[str, Any]:
+        return cohort_admin.describe_cohorts(self._cohort_admin_view(), request)
+
+    def reset_cursors(self, request: msg.ResetCursors) -> dict[str, Any]:
+        return cohort_admin.reset_cursors(self._cohort_admin_view(), request)
 
     def cohort(self, topic_name: str, name: str) -> CohortRuntime:
         validate_cohort_name(name)

@@ -47,6 +47,9 @@ class BrokerSettings:
     cluster_mode: bool = False
     #: a follower not caught up with the leader for this long leaves the live replica set
     replica_lag_max_ms: int = 10_000
+    #: a follower that has not fetched for this long leaves the live replica set (it is dead:
+    #: a live one fetches once per replica_fetch_wait_ms); the controller's liveness TTL
+    replica_fetch_silence_max_ms: int = 3_000
     #: how long a leader holds an empty replica fetch open (bounds replication latency when idle)
     replica_fetch_wait_ms: int = 500
     #: token this broker presents to other brokers' data ports (when they require auth)

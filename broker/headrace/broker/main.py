@@ -84,6 +84,13 @@ def _halt(status: int) -> None:
 @click.option("--replica-lag-max-ms", type=int, default=10_000, show_default=True)
 @click.option("--replica-fetch-wait-ms", type=int, default=500, show_default=True)
 @click.option(
+    "--replica-fetch-silence-max-ms",
+    type=click.IntRange(min=1),
+    default=3_000,
+    show_default=True,
+    help="A follower that has not fetched for this long leaves the live replica set.",
+)
+@click.option(
     "--replication-token",
     envvar="HEADRACE_REPLICATION_TOKEN",
     default=None,
@@ -156,6 +163,7 @@ def broker(
     cluster_mode: bool,
     replica_lag_max_ms: int,
     replica_fetch_wait_ms: int,
+    replica_fetch_silence_max_ms: int,
     replication_token: str | None,
     data_dir: Path,
     host: str,
@@ -200,6 +208,7 @@ def broker(
         cluster_mode=cluster_mode,
         replica_lag_max_ms=replica_lag_max_ms,
         replica_fetch_wait_ms=replica_fetch_wait_ms,
+        replica_fetch_silence_max_ms=replica_fetch_silence_max_ms,
         replication_token=replication_token,
         cohort_grace_ms=cohort_grace_ms,
         cursor_flush_interval_ms=cursor_flush_interval_ms,

@@ -114,6 +114,7 @@ class Placer:
             partition.high_watermark,
             clock.monotonic_ms(),
             lag_max_ms=self.settings.replica_lag_max_ms,
+            fetch_silence_max_ms=self.settings.replica_fetch_silence_max_ms,
         )
         partition.advance_high_watermark()
         log.info(

@@ -229,6 +229,10 @@ class ConnectionHost(BrokerCore, Protocol):
 
     def describe_topic(self, name: str) -> dict[str, Any]: ...
 
+    def describe_cohorts(self, request: msg.DescribeCohorts) -> dict[str, Any]: ...
+
+    def reset_cursors(self, request: msg.ResetCursors) -> dict[str, Any]: ...
+
 
 class ReplicationHost(BrokerCore, Protocol):
     """What replication needs of its broker (``app.Broker``)."""

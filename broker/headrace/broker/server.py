@@ -549,6 +549,18 @@ class Connection(asyncio.Protocol):
             topics = [self.broker.describe_topic(n) for n in sorted(self.broker.registry.topics)]
         self.respond(frame, Op.DESCRIBE_TOPICS_OK, msg.encode_json({"topics": topics}))
 
+    # ------------------------------------------------------------------ cohort admin
+
+    def on_describe_cohorts(self, frame: Frame) -> None:
+        request = msg.DescribeCohorts.decode(frame.body)
+        answer = self.broker.describe_cohorts(request)
+        self.respond(frame, Op.DESCRIBE_COHORTS_OK, msg.encode_json(answer))
+
+    def on_reset_cursors(self, frame: Frame) -> None:
+        request = msg.ResetCursors.decode(frame.body)
+        answer = self.broker.reset_cursors(request)
+        self.respond(frame, Op.RESET_CURSORS_OK, msg.encode_json(answer))
+
 
 def _expire(fut: asyncio.Future[None], message: str) -> None:
     if not fut.done():
@@ -574,4 +586,6 @@ HANDLERS: dict[int, Handler] = {
     Op.CREATE_TOPIC: Connection.on_create_topic,
     Op.DELETE_TOPIC: Connection.on_delete_topic,
     Op.DESCRIBE_TOPICS: Connection.on_describe_topics,
+    Op.DESCRIBE_COHORTS: Connection.on_describe_cohorts,
+    Op.RESET_CURSORS: Connection.on_reset_cursors,
 }

@@ -713,6 +713,11 @@ class Tiering:
             "seal": state.seal_stage.value if state.seal_stage else None,
         }
 
+    def stored_through(self, p: Partition) -> int | None:
+        """The heartbeat's ``storedThrough``: the last offset uploaded, None if not tiered."""
+        state = _state(p)
+        return state.uploaded_through if state is not None else None
+
     def seal_report(self, p: Partition) -> SealReport | None:
         """The heartbeat's ``sealed`` for one partition: set once this leader has sealed it."""
         state = _state(p)

@@ -269,7 +269,9 @@ class Consumer:
                     if s is session:
                         self._drop_session(owner_id, leave=False)
                 self._topology_changed.set()
-            elif exc is not None and not isinstance(exc, ConnectionClosed):
+            elif exc is not None and not isinstance(exc, ConnectionClosed) and not self._closed:
+                # While closing, a broker that already processed our leave answers
+                # UnknownMember: expected, not worth a warning.
                 log.warning("heartbeat failed: %s", exc)
 
         return done

@@ -36,6 +36,7 @@ from headrace.errors import (
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
+from headrace.records import codecs
 
 log = logging.getLogger(__name__)
 
@@ -274,7 +275,7 @@ class Producer:
         retry_backoff_ms: int = 100,
         delivery_timeout_ms: int = 120_000,
         request_timeout_ms: int = 30_000,
-        compression: int = rb.COMPRESSION_NONE,
+        compression: int | str = rb.COMPRESSION_NONE,
         idempotent: bool = True,
         options: ConnectOptions | None = None,
         clock: Callable[[], int] = wall_ms,
@@ -290,7 +291,12 @@ class Producer:
         self.retry_backoff_ms = retry_backoff_ms
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.request_timeout_ms = request_timeout_ms
-        self.compression = compression
+        #: the batch codec id (records/codecs.py); a name ("lz4") or an id, checked here so
+        #: a bad choice fails at construction with UnknownCodec, not on the first batch
+        self.compression = (
+            codecs.codec_id(compression) if isinstance(compression, str) else compression
+        )
+        codecs.check_known(self.compression)
         self.producer_id = (secrets.randbits(63) | 1) if idempotent else 0
         self._accumulators: dict[tuple[str, int], _Accumulator] = {}
         self._senders: dict[tuple[str, int], _PartitionSender] = {}

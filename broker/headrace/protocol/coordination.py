@@ -103,6 +103,14 @@ class PartitionReport:
     start_offset: int = 0
     #: present once this broker, leading at ``sealed.epoch``, has sealed the partition
     sealed: SealReport | None = None
+    #: the first offset this copy still holds on local disk (retention moves it up)
+    log_start_offset: int = 0
+    #: the last offset in the object store; None when the topic is not tiered, -1 before
+    #: the first upload (for the dashboard: informational, never used for decisions)
+    stored_through: int | None = None
+    #: cohort -> its cursor (the next offset to deliver) on this copy; for lag and the
+    #: consume rate on the dashboard (informational)
+    cursors: Mapping[str, int] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -116,6 +124,9 @@ class PartitionReport:
             "moves": self.moves,
             "startOffset": self.start_offset,
             "sealed": None if self.sealed is None else self.sealed.to_json(),
+            "logStartOffset": self.log_start_offset,
+            "storedThrough": self.stored_through,
+            "cursors": {c: self.cursors[c] for c in sorted(self.cursors)},
         }
 
     @classmethod
@@ -129,6 +140,12 @@ class PartitionReport:
         else:
             raise InvalidRequest(f"{w}: role must be 'leader' or 'follower', not {role!r}")
         sealed = optional(doc, "sealed", dict, w)
+        cursors = optional(doc, "cursors", dict, w) or {}
+        if not all(
+            isinstance(c, str) and isinstance(o, int) and not isinstance(o, bool)
+            for c, o in cursors.items()
+        ):
+            raise InvalidRequest(f"{w}: cursors must map cohort names to offsets")
         return cls(
             required(doc, "topic", str, w),
             required(doc, "partition", int, w),
@@ -140,6 +157,9 @@ class PartitionReport:
             optional(doc, "moves", int, w) or 0,
             optional(doc, "startOffset", int, w) or 0,
             None if sealed is None else SealReport.from_json(sealed),
+            optional(doc, "logStartOffset", int, w) or 0,
+            optional(doc, "storedThrough", int, w),
+            dict(cursors),
         )
 
 

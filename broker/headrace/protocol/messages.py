@@ -554,3 +554,75 @@ class TopicName(JsonBody):
     @classmethod
     def decode(cls, body: bytes) -> TopicName:
         return cls(field_of(decode_json(body), "name", str))
+
+
+# --------------------------------------------------------------------------- cohort admin
+
+#: where ``ResetCursors`` moves a cursor; ``offset`` and ``timestamp`` carry a ``value``
+RESET_TARGETS: Final = ("earliest", "latest", "offset", "timestamp")
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeCohorts(JsonBody):
+    """DescribeCohorts (op 56): the cohorts on the partitions the answering broker leads."""
+
+    #: only this cohort (None: every cohort)
+    cohort: str | None = None
+
+    @classmethod
+    def decode(cls, body: bytes) -> DescribeCohorts:
+        obj = decode_json(body) if body else {}
+        cohort = obj.get("cohort")
+        if cohort is not None and not isinstance(cohort, str):
+            raise MalformedFrame("field 'cohort' must be a string")
+        return cls(cohort)
+
+
+@dataclass(frozen=True, slots=True)
+class ResetCursors(JsonBody):
+    """ResetCursors (op 58): move a cohort's cursors on the partitions the broker leads.
+
+    ``to`` is one of ``RESET_TARGETS``; ``value`` is the offset or the timestamp (ms since
+    the epoch) for ``offset`` and ``timestamp``. ``partitions`` None means every partition.
+    ``dry_run`` checks and reports the new cursors without moving them.
+    """
+
+    topic: str
+    cohort: str
+    to: str
+    value: int | None = None
+    partitions: list[int] | None = None
+    dry_run: bool = False
+
+    @classmethod
+    def decode(cls, body: bytes) -> ResetCursors:
+        obj = decode_json(body)
+        to = field_of(obj, "to", str)
+        if to not in RESET_TARGETS:
+            raise InvalidRequest(f"'to' must be one of {', '.join(RESET_TARGETS)}, got {to!r}")
+        value = obj.get("value")
+        if to in ("offset", "timestamp"):
+            value = field_of(obj, "value", int)
+            if value < 0:
+                raise InvalidRequest(f"{to} must not be negative, got {value}")
+        elif value is not None:
+            raise InvalidRequest(f"'value' goes with 'offset' or 'timestamp', not {to!r}")
+        raw = obj.get("partitions")
+        partitions = None
+        if raw is not None:
+            if not isinstance(raw, list) or not all(
+                isinstance(p, int) and not isinstance(p, bool) for p in raw
+            ):
+                raise MalformedFrame("field 'partitions' must be a list of integers")
+            partitions = list(raw)
+        dry_run = obj.get("dry_run", False)
+        if not isinstance(dry_run, bool):
+            raise MalformedFrame("field 'dry_run' must be a boolean")
+        return cls(
+            field_of(obj, "topic", str),
+            field_of(obj, "cohort", str),
+            to,
+            value,
+            partitions,
+            dry_run,
+        )

@@ -11,7 +11,7 @@ A batch is a fixed 59-byte header followed by a *columnar* record section::
     12  4    leader_epoch     i32  stamped by the leader on append
     16  1    magic            u8   = 1
     17  4    crc              u32  CRC-32 (zlib/IEEE) over bytes [21, end)
-    21  2    attributes       u16  bits 0-2 compression, 3 keys, 4 headers, 5 timestamps
+    21  2    attributes       u16  bits 0-2 codec (codecs.py), 3 keys, 4 headers, 5 timestamps
     23  4    record_count     u32  >= 1
     27  8    first_timestamp  i64  ms since the epoch, the smallest in the batch
     35  8    max_timestamp    i64  ms since the epoch, the largest in the batch
@@ -47,6 +47,7 @@ from itertools import accumulate
 from typing import Final, NamedTuple
 
 from headrace.errors import BatchTooLarge, CorruptBatch
+from headrace.records import codecs
 
 MAGIC: Final = 1
 
@@ -71,8 +72,10 @@ COUNT_FIELD: Final = struct.Struct("<I")
 COUNT_FIELD_OFFSET: Final = 23
 
 COMPRESSION_MASK: Final = 0x07
-COMPRESSION_NONE: Final = 0
-COMPRESSION_ZLIB: Final = 1
+COMPRESSION_NONE: Final = codecs.NONE
+COMPRESSION_ZLIB: Final = codecs.ZLIB
+COMPRESSION_LZ4: Final = codecs.LZ4
+COMPRESSION_ZSTD: Final = codecs.ZSTD
 ATTR_KEYS: Final = 1 << 3
 ATTR_HEADERS: Final = 1 << 4
 ATTR_TIMESTAMPS: Final = 1 << 5
@@ -152,8 +155,8 @@ def check_header(header: BatchHeader) -> None:
         raise CorruptBatch(f"unknown batch magic {header.magic}")
     if header.attributes & ~KNOWN_ATTRIBUTES:
         raise CorruptBatch(f"unknown batch attributes {header.attributes:#06x}")
-    if header.compression not in (COMPRESSION_NONE, COMPRESSION_ZLIB):
-        raise CorruptBatch(f"unknown compression codec {header.compression}")
+    # the codec id only: the broker never decompresses (codecs.py says why)
+    codecs.check_known(header.compression)
     if header.record_count < 1:
         raise CorruptBatch("batch holds no records")
     if header.batch_length < HEADER_SIZE - LENGTH_OVERHEAD:
@@ -327,10 +330,9 @@ def encode(
     columns.append(header_blob)
     section = b"".join(columns)
     section_length = len(section)
-    if compression == COMPRESSION_ZLIB:
-        section = zlib.compress(section, 1)
-    elif compression != COMPRESSION_NONE:
+    if compression not in codecs.KNOWN:
         raise ValueError(f"unknown compression codec {compression}")
+    section = codecs.compress(compression, section)
     body_after_crc = _ATTRS_ETC.pack(
         attributes, count, first_ts, max_ts, producer_id, base_sequence, section_length
     )
@@ -426,18 +428,9 @@ class DecodedBatch:
         self.header = header
         n = header.record_count
         raw = memoryview(batch)[HEADER_SIZE : header.size]
-        if header.compression == COMPRESSION_ZLIB:
-            # Inflate at most one byte past section_length: a small batch that
-            # inflates to gigabytes is refused without being inflated.
-            inflater = zlib.decompressobj()
-            try:
-                section = memoryview(inflater.decompress(raw, header.section_length + 1))
-            except zlib.error as exc:
-                raise CorruptBatch(f"cannot decompress batch: {exc}") from exc
-            if not inflater.eof:
-                raise CorruptBatch("compressed record section is truncated or too long")
-        else:
-            section = raw
+        # bounded by section_length: a small batch that inflates to gigabytes is
+        # refused without being inflated (UnknownCodec, DecompressionFailed)
+        section = memoryview(codecs.decompress(header.compression, raw, header.section_length))
         if len(section) != header.section_length:
             raise CorruptBatch("record section length mismatch")
         pos = 0

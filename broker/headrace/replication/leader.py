@@ -14,11 +14,21 @@ leader included: every LRS member has every record below it, so it is what
     fetch from f at offset o                  f.leo = o; if o >= leader LEO: f.caught_up = now
     fetch from f not in LRS, o >= HW          f re-enters the LRS (it has everything committed)
     tick: f in LRS, now - f.caught_up > lag   f leaves the LRS (HW may then advance)
+    tick: f in LRS, now - f.fetched > silence f leaves the LRS (it stopped fetching: dead)
     tick: f in LRS, leader LEO - f.leo > max  f leaves the LRS (record-count bound, if set)
     become leader                             LRS = (controller's LRS within replicas) plus the leader;
                                               every follower starts "caught up now" (grace)
 
 The leader never removes itself. Followers outside ``replicas`` are ignored.
+
+Two clocks, because a dead follower and a slow one are different failures. A
+follower that keeps fetching but trails the leader gets ``lag_max_ms`` (10 s)
+to catch up before it is dropped. A follower that stops fetching altogether
+has died or lost the network: a live one fetches at least once per long-poll
+wait (500 ms by default), so ``fetch_silence_max_ms`` (3 s) of silence is
+proof enough, and dropping it then lets the HW move on for ``acks=all``
+producers instead of stalling them for the whole lag bound. An idle follower
+is always caught up, so only the silence bound can notice that it is gone.
 """
 
 from __future__ import annotations
@@ -43,6 +53,8 @@ class LeaderReplicaSet:
     lag_max_ms: int = 10_000
     #: a follower this many records behind leaves the LRS; -1 = no record bound
     lag_max_records: int = -1
+    #: a follower that has not fetched for this long leaves the LRS
+    fetch_silence_max_ms: int = 3_000
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
 
     @classmethod
@@ -56,6 +68,7 @@ class LeaderReplicaSet:
         *,
         lag_max_ms: int = 10_000,
         lag_max_records: int = -1,
+        fetch_silence_max_ms: int = 3_000,
     ) -> LeaderReplicaSet:
         members = {r for r in lrs if r in replicas} | {leader_id}
         followers = {r: FollowerProgress(0, now_ms, now_ms) for r in replicas if r != leader_id}
@@ -66,6 +79,7 @@ class LeaderReplicaSet:
             high_watermark,
             lag_max_ms,
             lag_max_records,
+            fetch_silence_max_ms,
             followers,
         )
 
@@ -88,13 +102,14 @@ class LeaderReplicaSet:
         return False
 
     def tick(self, leader_leo: int, now_ms: int) -> set[int]:
-        """Drop followers that lag too long or too far. Returns the removed ones."""
+        """Drop followers that lag too long or too far, or stopped fetching. The removed ones."""
         removed = set()
         for follower in sorted(self.lrs - {self.leader_id}):
             progress = self.followers[follower]
             too_slow = now_ms - progress.last_caught_up_ms > self.lag_max_ms
             too_far = not self._within_record_bound(progress.leo, leader_leo)
-            if too_slow or too_far:
+            silent = now_ms - progress.last_fetch_ms > self.fetch_silence_max_ms
+            if too_slow or too_far or silent:
                 self.lrs.discard(follower)
                 removed.add(follower)
         return removed

@@ -1,4 +1,5 @@
-"""Local mode: ``headrace controller``, ``local up|status|down``, ``apply|delete -f``.
+"""Local mode: ``headrace controller``, ``local up|status|stop|start|restart|down``,
+``apply|delete -f``.
 
 ``local up`` starts one controller and N cluster-mode brokers as processes,
 broker i on its own loopback address 127.0.0.(2+i) with the same ports, as
@@ -25,6 +26,17 @@ exits, and then stops what it started and removes its ``local.json``.
 ``apply``, ``delete`` and ``local status`` refuse a controller whose instance is
 not the one recorded in ``--dir``. The cluster id ("local", the object-store key
 prefix and the Topic ``clusterRef`` name) stays the same for every local cluster.
+
+One broker at a time. ``local stop|start|restart BROKER`` stop and start broker
+processes of a running cluster with their data directories and addresses; a
+stopped broker is recorded in ``local.json`` with no pid, so ``local down``
+never signals a pid that may have been reused, and ``local status`` shows it.
+
+Apply tells the truth. ``apply`` skips kinds local mode does not run, with a
+note, and the controller refuses (HTTP 422 with one line per problem) a Topic
+the cluster cannot honour (``headrace.control.admission``) unless
+``--allow-problems`` turns the lines into warnings. ``delete`` names what did
+not exist and then exits ``EXIT_NOT_FOUND``.
 """
 
 from __future__ import annotations
@@ -76,12 +88,23 @@ def _http(
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
         try:
-            message = json.loads(detail).get("message", detail)
-        except (ValueError, AttributeError):
-            message = detail
-        raise click.ClickException(f"{exc.code} from {url}: {message}") from exc
+            doc = json.loads(detail)
+        except ValueError:
+            doc = None
+        if isinstance(doc, dict) and isinstance(doc.get("message"), str):
+            raise ControllerRefusal(doc["message"], doc) from exc  # the controller's own words
+        first = next((line.strip() for line in detail.splitlines() if line.strip()), exc.reason)
+        raise click.ClickException(f"HTTP {exc.code} from {url}: {first}") from exc
     except (urllib.error.URLError, OSError) as exc:
         raise click.ClickException(f"cannot reach {url}: {exc}") from exc
+
+
+class ControllerRefusal(click.ClickException):
+    """The controller answered with an error document: its one-line message (and the rest)."""
+
+    def __init__(self, message: str, doc: Mapping[str, Any]) -> None:
+        super().__init__(message)
+        self.doc = doc
 
 
 def _controller_url(explicit: str | None, directory: Path) -> str:
@@ -167,6 +190,21 @@ def _check_instance(url: str, expected: str, state: Path) -> None:
     help="How long a move waits for a live replica to seal before reopening the partition"
     " from the object store (losing what was acknowledged but not uploaded).",
 )
+@click.option(
+    "--preferred-leader-quiet-ms",
+    type=click.IntRange(min=1),
+    default=ControlSettings().preferred_leader_quiet_ms,
+    show_default=True,
+    help="How long a returning preferred replica must stay in sync before leadership moves"
+    " back to it.",
+)
+@click.option(
+    "--preferred-leader-rebalance/--no-preferred-leader-rebalance",
+    default=ControlSettings().preferred_leader_rebalance,
+    show_default=True,
+    help="Give leadership back to each partition's preferred (first) replica once it is back"
+    " in sync.",
+)
 @click.option("--cluster-id", default=CLUSTER_ID, show_default=True)
 @click.option(
     "--instance",
@@ -182,6 +220,8 @@ def controller(
     poll_interval_ms: int,
     transition_poll_interval_ms: int,
     unload_recovery_timeout_ms: int,
+    preferred_leader_quiet_ms: int,
+    preferred_leader_rebalance: bool,
     cluster_id: str,
     instance: str | None,
 ) -> None:
@@ -209,7 +249,11 @@ def controller(
         if value <= 0:
             raise click.BadParameter("must be positive", param_hint=flag)
     try:
-        control = ControlSettings(unload_recovery_timeout_ms=unload_recovery_timeout_ms)
+        control = ControlSettings(
+            unload_recovery_timeout_ms=unload_recovery_timeout_ms,
+            preferred_leader_rebalance=preferred_leader_rebalance,
+            preferred_leader_quiet_ms=preferred_leader_quiet_ms,
+        )
     except InvalidRequest as exc:
         raise click.BadParameter(exc.message, param_hint="--unload-recovery-timeout-ms") from exc
     settings = ControllerSettings(
@@ -419,12 +463,18 @@ def _write_state(state_file: Path, record: Mapping[str, Any]) -> None:
 
 
 def alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is ours to signal (not a reused id of another user's)."""
+    """Whether process ``pid`` exists and is ours to signal (not a reused id of another user's).
+
+    A zombie (exited, not yet reaped by a parent that is not us) is not alive."""
     try:
         os.kill(pid, 0)
     except OSError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no procfs: the signal test is all there is
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _exited(pid: int) -> bool:
@@ -532,6 +582,13 @@ def _wait_own(pid: int, url: str, what: str, log_path: Path, timeout: float) -> 
     help="Where tiered topics upload: a shared directory (DIR/objects) or a MinIO server"
     " started for the cluster (data in DIR/minio).",
 )
+@click.option(
+    "--preferred-leader-quiet-ms",
+    type=click.IntRange(min=1),
+    default=None,
+    help="The controller's quiet period before leadership returns to a preferred replica"
+    f" [default: {ControlSettings().preferred_leader_quiet_ms}].",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C brings the cluster down.")
 def local_up(
     count: int,
@@ -542,6 +599,7 @@ def local_up(
     controller_port: int | None,
     fsync: str,
     object_store: str,
+    preferred_leader_quiet_ms: int | None,
     foreground: bool,
 ) -> None:
     """Start the controller and COUNT brokers (and MinIO with --object-store minio).
@@ -567,7 +625,14 @@ def local_up(
                 f"a local cluster is already running from {directory}; `headrace local down` first"
             )
     instance = "local-" + secrets.token_hex(8)
-    record: dict[str, Any] = {"object_store": object_store, "instance": instance, "brokers": []}
+    record: dict[str, Any] = {
+        "object_store": object_store,
+        "instance": instance,
+        "fsync": fsync,
+        "brokers": [],
+    }
+    if preferred_leader_quiet_ms is not None:
+        record["controller_args"] = ["--preferred-leader-quiet-ms", str(preferred_leader_quiet_ms)]
     if object_store == "minio":
         record["minio"] = start_minio(directory)
         _write_state(state_file, record)  # so `local down` finds MinIO if a later step fails
@@ -618,6 +683,7 @@ def _start(
             CLUSTER_ID,
             "--instance",
             record["instance"],
+            *record.get("controller_args", []),
             *[
                 arg
                 for b in brokers
@@ -675,12 +741,17 @@ def _down(directory: Path) -> None:
     if "minio" in doc:  # last: brokers may be uploading on their way out
         _stop([doc["minio"]["pid"]])
     state_file.unlink()
-    click.echo("local cluster stopped", err=True)
+    stopped = [str(b["id"]) for b in doc.get("brokers", []) if b.get("pid") is None]
+    note = f" (broker {', '.join(stopped)} was already stopped)" if stopped else ""
+    click.echo(f"local cluster stopped{note}", err=True)
 
 
 def _pids(doc: Mapping[str, Any]) -> list[int]:
-    """Every process a local.json records (controller, brokers, MinIO)."""
-    pids = [int(b["pid"]) for b in doc.get("brokers", [])]
+    """Every process a local.json records (controller, running brokers, MinIO).
+
+    A broker that ``local stop`` stopped has no pid: its old one may belong to
+    another process by now."""
+    pids = [int(b["pid"]) for b in doc.get("brokers", []) if b.get("pid") is not None]
     if doc.get("controller_pid") is not None:
         pids.append(int(doc["controller_pid"]))
     if "minio" in doc:
@@ -715,6 +786,117 @@ def local_down(directory: Path) -> None:
     _down(directory)
 
 
+# ---------------------------------------------------------------------------- one broker
+
+
+broker_dir_option = click.option(
+    "--dir", "directory", type=click.Path(path_type=Path), default=DEFAULT_DIR, show_default=True
+)
+kill_option = click.option(
+    "--kill",
+    is_flag=True,
+    help="SIGKILL at once, as a crash would (default: SIGTERM, so the broker drains and hands"
+    " its leaderships over, then SIGKILL after 20 s).",
+)
+
+
+def _broker_record(directory: Path, broker_id: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(local.json, the entry of broker ``broker_id`` in it); one-line errors otherwise."""
+    state_file = directory / STATE_FILE
+    if not state_file.exists():
+        raise click.ClickException(f"no local cluster recorded in {directory}")
+    record = json.loads(state_file.read_text())
+    for b in record.get("brokers", []):
+        if b["id"] == broker_id:
+            return record, b
+    ids = ", ".join(str(b["id"]) for b in record.get("brokers", []))
+    raise click.ClickException(f"no broker {broker_id} in the local cluster in {directory} ({ids})")
+
+
+def _stop_broker(directory: Path, broker_id: int, kill: bool) -> None:
+    record, b = _broker_record(directory, broker_id)
+    pid = b.get("pid")
+    if pid is None:
+        click.echo(f"broker {broker_id} is already stopped", err=True)
+        return
+    if alive(int(pid)):
+        if kill:
+            try:
+                os.killpg(int(pid), signal.SIGKILL)
+            except OSError:
+                pass
+        _stop([int(pid)])
+        how = "killed" if kill else "stopped"
+        click.echo(f"broker {broker_id} {how} (pid {pid})", err=True)
+    else:
+        click.echo(f"broker {broker_id} had already exited (pid {pid})", err=True)
+    b["pid"] = None
+    _write_state(directory / STATE_FILE, record)
+
+
+def _start_broker(directory: Path, broker_id: int, timeout: float = 30.0) -> None:
+    record, b = _broker_record(directory, broker_id)
+    pid = b.get("pid")
+    if pid is not None and alive(int(pid)):
+        raise click.ClickException(
+            f"broker {broker_id} is running (pid {pid}); `headrace local restart {broker_id}`"
+            " to restart it"
+        )
+    store_args, store_env = object_store_args(record, directory)
+    log_path = directory / "logs" / f"broker-{broker_id}.log"
+    b["pid"] = spawn_headrace(
+        [*broker_args(b, directory, record.get("fsync")), *store_args], log_path, store_env
+    )
+    _write_state(directory / STATE_FILE, record)  # so `local down` finds it from now on
+    try:
+        _wait_own(
+            b["pid"],
+            f"http://{b['host']}:{b['admin_port']}",
+            f"broker {broker_id}",
+            log_path,
+            timeout,
+        )
+    except click.ClickException:
+        _stop([b["pid"]])
+        b["pid"] = None
+        _write_state(directory / STATE_FILE, record)
+        raise
+    click.echo(f"broker {broker_id} started (pid {b['pid']})", err=True)
+
+
+@local.command("stop")
+@click.argument("broker_id", metavar="BROKER", type=int)
+@broker_dir_option
+@kill_option
+def local_stop(broker_id: int, directory: Path, kill: bool) -> None:
+    """Stop one broker of the local cluster; `local start` brings it back with its data.
+
+    `local status` then shows it as stopped, and `local down` knows it is."""
+    _stop_broker(directory, broker_id, kill)
+
+
+@local.command("start")
+@click.argument("broker_id", metavar="BROKER", type=int)
+@broker_dir_option
+def local_start(broker_id: int, directory: Path) -> None:
+    """Start a stopped (or crashed) broker again, with its data directory and addresses.
+
+    Waits until it answers as itself; the controller then lets it catch up, and once it is
+    back in sync leadership returns to it after the quiet period (preferred-leader
+    rebalance)."""
+    _start_broker(directory, broker_id)
+
+
+@local.command("restart")
+@click.argument("broker_id", metavar="BROKER", type=int)
+@broker_dir_option
+@kill_option
+def local_restart(broker_id: int, directory: Path, kill: bool) -> None:
+    """Stop one broker (if it runs) and start it again."""
+    _stop_broker(directory, broker_id, kill)
+    _start_broker(directory, broker_id)
+
+
 @local.command("status")
 @checked_dir_option
 @click.option("--controller", "controller_url", default=None)
@@ -723,12 +905,15 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
     """Brokers, topics, leaders, epochs and live replica sets as the controller sees them."""
     doc = _http("GET", f"{_controller_url(controller_url, directory)}/v1/state")
     if as_json:
+        doc["localBrokers"] = local_brokers(directory, doc.get("live", []))
         click.echo(json.dumps(doc, indent=2))
         return
     cluster = doc["cluster"]
     click.echo(
         f"generation {cluster['generation']}  live brokers {doc['live']}  adoption floor {doc['adoptionFloor']}"
     )
+    for line in broker_lines(directory, doc.get("live", [])):
+        click.echo(line)
     for topic in cluster.get("topics", []):
         click.echo(f"topic {topic['name']}  version {topic['partitioningVersion']}")
         for p in topic["partitions"]:
@@ -743,6 +928,40 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
         click.echo(f"problem {problem['topic']}: {problem['reason']}: {problem['message']}")
     for line in unload_lines(doc.get("unloads", [])):
         click.echo(line)
+
+
+def local_brokers(directory: Path, live: list[int]) -> list[dict[str, Any]]:
+    """The brokers ``local.json`` records: id, address, process and liveness.
+
+    ``process`` is ``running``, ``stopped`` (by ``local stop``) or ``exited`` (gone
+    without it: killed, crashed); ``local start`` brings back either of the last two."""
+    state = directory / STATE_FILE
+    if not state.exists():
+        return []
+    brokers = []
+    for b in json.loads(state.read_text()).get("brokers", []):
+        pid = b.get("pid")
+        process = "stopped" if pid is None else "running" if alive(int(pid)) else "exited"
+        brokers.append(
+            {
+                "id": b["id"],
+                "address": f"{b['host']}:{b['port']}",
+                "process": process,
+                "pid": pid,
+                "live": b["id"] in live,
+            }
+        )
+    return brokers
+
+
+def broker_lines(directory: Path, live: list[int]) -> list[str]:
+    """``local status`` lines of the brokers (``local_brokers``)."""
+    lines = []
+    for b in local_brokers(directory, live):
+        process = b["process"] if b["pid"] is None else f"{b['process']} (pid {b['pid']})"
+        seen = "live" if b["live"] else "not live"
+        lines.append(f"broker {b['id']}  {b['address']}  {process}  {seen}")
+    return lines
 
 
 def unload_lines(unloads: list[dict[str, Any]]) -> list[str]:
@@ -787,51 +1006,113 @@ def _or_dash(value: object) -> str:
 # ---------------------------------------------------------------------------- apply / delete
 
 
+#: ``delete -f`` exit status when something it names did not exist (all that did is deleted)
+EXIT_NOT_FOUND = 3
+
+#: what ``headrace local`` runs; ``apply -f`` skips other kinds with a note
+LOCAL_KINDS = ("Topic", "Unload")
+
+
 @click.command()
 @click.option(
-    "-f", "--filename", "paths", multiple=True, required=True, help="File, directory or - (stdin)."
+    "-f",
+    "--filename",
+    "paths",
+    multiple=True,
+    required=True,
+    help="File, directory (its *.yaml, *.yml and *.json files, sorted, not recursive) or -"
+    " (stdin). Repeatable.",
 )
 @checked_dir_option
 @click.option(
     "--controller", "controller_url", default=None, help="Controller URL (default from local up)."
 )
-def apply(paths: tuple[str, ...], directory: Path, controller_url: str | None) -> None:
-    """Apply Topic and Unload manifests (the same YAML that goes to kubectl apply)."""
-    from headrace.cli.manifests import manifests_to_apply, read_manifests
+@click.option(
+    "--allow-problems",
+    is_flag=True,
+    help="Apply a spec the cluster cannot honour (replicas above the broker count, another"
+    " clusterRef, a partition-count change, cleanupPolicy compact) with a warning, instead of"
+    " refusing it.",
+)
+def apply(
+    paths: tuple[str, ...], directory: Path, controller_url: str | None, allow_problems: bool
+) -> None:
+    """Apply Topic and Unload manifests (the same YAML that goes to kubectl apply).
+
+    All or nothing: every manifest is validated, and checked against the cluster (its
+    name, its broker count, the topics it has), before any is applied. A problem is
+    printed as one line and the exit status is 1, unless --allow-problems makes it a
+    warning. Kinds local mode does not run (BrokerCluster, Repartition, Compaction, ...)
+    are skipped with a note."""
+    from headrace.cli.manifests import manifests_to_apply
     from headrace.resources import ManifestError
 
     try:
-        manifests_to_apply(paths, stdin=sys.stdin)  # field-level errors before anything is sent
+        # field-level errors before anything is sent; stdin is read here, once
+        resources = manifests_to_apply(paths, stdin=sys.stdin)
     except ManifestError as exc:
         for line in exc.problems:
             click.echo(f"error: {line}", err=True)
         raise SystemExit(1) from exc
-    text = (
-        "\n---\n".join(t for _, t in read_manifests(paths, stdin=sys.stdin))
-        if "-" not in paths
-        else None
-    )
-    if text is None:
-        raise click.ClickException("apply -f - is read once; pass a file")
-    result = _http(
-        "POST",
-        f"{_controller_url(controller_url, directory)}/v1/apply",
-        text.encode(),
-        "application/yaml",
-    )
+    kept = []
+    for resource in resources:
+        if resource.kind in LOCAL_KINDS:
+            kept.append(resource)
+        else:
+            click.echo(
+                f"skipping {resource.kind} {resource.key.namespace}/{resource.key.name}:"
+                f" local mode runs {' and '.join(k + 's' for k in LOCAL_KINDS)} only",
+                err=True,
+            )
+    url = _controller_url(controller_url, directory)  # refuses another cluster's controller
+    if not kept:
+        click.echo("nothing to apply", err=True)
+        return
+    text = "\n---\n".join(json.dumps(_sendable(r)) for r in kept)
+    query = "?allowProblems=true" if allow_problems else ""
+    try:
+        result = _http(
+            "POST",
+            f"{url}/v1/apply{query}",
+            text.encode(),
+            "application/yaml",
+        )
+    except ControllerRefusal as exc:
+        for line in exc.doc.get("problems") or [exc.message]:
+            click.echo(f"error: {line}", err=True)
+        if exc.doc.get("problems"):
+            click.echo("nothing applied (--allow-problems applies it anyway)", err=True)
+        raise SystemExit(1) from exc
+    for line in result.get("warnings", []):
+        click.echo(f"warning: {line}", err=True)
     for item in result["applied"]:
         click.echo(f"{item['kind'].lower()} {item['name']} {item['result']}")
+
+
+def _sendable(resource: Any) -> dict[str, Any]:
+    doc = dict(resource.to_manifest())
+    doc.pop("status", None)
+    return doc
 
 
 @click.command()
 @click.option("-f", "--filename", "paths", multiple=True, required=True)
 @checked_dir_option
 @click.option("--controller", "controller_url", default=None)
-def delete(paths: tuple[str, ...], directory: Path, controller_url: str | None) -> None:
+@click.option(
+    "--ignore-not-found",
+    is_flag=True,
+    help=f"Exit 0 when something named does not exist (default: exit {EXIT_NOT_FOUND}).",
+)
+def delete(
+    paths: tuple[str, ...], directory: Path, controller_url: str | None, ignore_not_found: bool
+) -> None:
     """Delete the Topics and Unloads the manifests name.
 
     An Unload whose moves are in flight is deleted once they finish; its moves
-    that have not started are cancelled."""
+    that have not started are cancelled. What does not exist is named on stderr
+    and, after everything that does exist is deleted, the exit status is 3
+    (0 with --ignore-not-found)."""
     from headrace.cli.manifests import manifests_to_delete
     from headrace.resources import ManifestError
 
@@ -842,16 +1123,18 @@ def delete(paths: tuple[str, ...], directory: Path, controller_url: str | None) 
             click.echo(f"error: {line}", err=True)
         raise SystemExit(1) from exc
     for key in keys:
-        if key.kind not in ("Topic", "Unload"):
-            click.echo(f"skipping {key}: local mode has Topics and Unloads only", err=True)
-    body = {
-        "topics": [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Topic"],
-        "unloads": [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Unload"],
-    }
+        if key.kind not in LOCAL_KINDS:
+            click.echo(
+                f"skipping {key.kind} {key.namespace}/{key.name}: local mode runs Topics and"
+                " Unloads only",
+                err=True,
+            )
+    topics = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Topic"]
+    unloads = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Unload"]
     result = _http(
         "POST",
         f"{_controller_url(controller_url, directory)}/v1/delete",
-        json.dumps(body).encode(),
+        json.dumps({"topics": topics, "unloads": unloads}).encode(),
     )
     for name in result["unloads"]["deleted"]:
         click.echo(f"unload {name} deleted")
@@ -859,3 +1142,10 @@ def delete(paths: tuple[str, ...], directory: Path, controller_url: str | None) 
         click.echo(f"unload {name} will be deleted when its moves in flight finish")
     for name in result["deleted"]:
         click.echo(f"topic {name} deleted")
+    missing = [f"topic {n}" for n in topics if n not in result["deleted"]]
+    found = set(result["unloads"]["deleted"]) | set(result["unloads"]["deferred"])
+    missing += [f"unload {n}" for n in unloads if n not in found]
+    for what in missing:
+        click.echo(f"{what} not found", err=True)
+    if missing and not ignore_not_found:
+        raise SystemExit(EXIT_NOT_FOUND)

@@ -17,6 +17,12 @@ until none does, so a second step on the same evidence changes nothing.
               is live
     ONLINE    leader reports an LRS at this epoch that     ONLINE            LRS := leader's report
               differs from the stored one
+    ONLINE    quiet period over, preferred replica still   ELECTING          hand back: nominate the preferred
+              eligible                                                       replica
+    ONLINE    preferred replica became eligible, no quiet  ONLINE            deadline := now + quiet period
+              period running
+    ONLINE    quiet period running, preferred replica no   ONLINE            deadline := None
+              longer eligible
     ELECTING  candidate reports leader at this epoch       ONLINE            leader := candidate; LRS := its report
     ELECTING  candidate is dead                            ELECTING/OFFLINE  nominate the next untried member
     ELECTING  deadline passed, candidate live              ELECTING/OFFLINE  nominate the next untried member
@@ -33,6 +39,21 @@ and ``candidate_wait_ms`` to promote itself: it sees itself named
 next heartbeat (role ``leader``, that epoch). While it promotes ``leader`` is
 None. If no member is eligible the partition goes OFFLINE with its epoch and
 LRS unchanged, and waits for an LRS member to come (back) up.
+
+**Preferred-leader rebalance** (with ``preferred_leader_rebalance`` on) is
+how leadership goes back to where placement put it after a failover. The
+preferred replica is the first of the replica set; it is *eligible* when it
+is not the leader, is live and not draining, is in the LRS, reports itself a
+follower at the current epoch (it has caught up with this leader), and the
+controller is not warming up. Once eligible, an ONLINE partition carries a
+``deadline_ms`` (the only time ONLINE has one): the end of the quiet period
+(``preferred_leader_quiet_ms``). If the replica stays eligible until then it
+is nominated through the same path as any election (epoch + 1, LRS member
+only, promotion confirmed by its own report); if it stops being eligible the
+deadline is cleared and the next return starts a new quiet period. A
+partition an unload is sealing is not handed back until the seal is gone. A
+preferred replica that fails to promote in time is followed by the next
+candidate as usual (usually the leader it replaced, at a higher epoch).
 
 Before the table runs, brokers that are dead are struck off ``tried``: a
 member that failed, died and came back deserves a new chance, which is how "a
@@ -179,6 +200,66 @@ def _record_lrs(s: PartitionStatus, seen: Seen) -> PartitionStatus:
     return replace(s, live_replicas=normalise_lrs(s.replicas, report.live_replicas, s.leader))
 
 
+def _preferred_eligible(s: PartitionStatus, seen: Seen) -> bool:
+    """The preferred replica could take the leadership back now (see the module doc)."""
+    if not seen.settings.preferred_leader_rebalance or not s.replicas:
+        return False
+    preferred = s.replicas[0]
+    report = seen.reports.get(preferred)
+    return (
+        s.leader is not None
+        and s.leader != preferred
+        and not seen.liveness.warming_up
+        and preferred in seen.liveness.live
+        and preferred not in seen.liveness.draining
+        and preferred in s.live_replicas
+        and report is not None
+        and report.role == "follower"
+        and report.leader_epoch == s.leader_epoch
+    )
+
+
+def _rebalance_due(s: PartitionStatus, seen: Seen) -> bool:
+    # A partition an unload is sealing waits: the seal must finish under this leader. The
+    # seal does not touch the quiet period (the unload step runs after this table and
+    # may set it in the same step; a second step must change nothing).
+    return (
+        s.deadline_ms is not None
+        and seen.now_ms >= s.deadline_ms
+        and not s.seal
+        and _preferred_eligible(s, seen)
+    )
+
+
+def _hand_back(s: PartitionStatus, seen: Seen) -> PartitionStatus:
+    preferred = s.replicas[0]
+    return replace(
+        s,
+        state=ELECTING,
+        leader=None,
+        candidate=preferred,
+        leader_epoch=s.leader_epoch + 1,
+        deadline_ms=seen.now_ms + seen.settings.candidate_wait_ms,
+        tried=(preferred,),
+    )
+
+
+def _quiet_period_due(s: PartitionStatus, seen: Seen) -> bool:
+    return s.deadline_ms is None and _preferred_eligible(s, seen)
+
+
+def _start_quiet_period(s: PartitionStatus, seen: Seen) -> PartitionStatus:
+    return replace(s, deadline_ms=seen.now_ms + seen.settings.preferred_leader_quiet_ms)
+
+
+def _quiet_period_broken(s: PartitionStatus, seen: Seen) -> bool:
+    return s.deadline_ms is not None and not _preferred_eligible(s, seen)
+
+
+def _end_quiet_period(s: PartitionStatus, seen: Seen) -> PartitionStatus:
+    return replace(s, deadline_ms=None)
+
+
 def _candidate_promoted(s: PartitionStatus, seen: Seen) -> bool:
     return _leader_report(s.candidate, s, seen) is not None
 
@@ -231,6 +312,9 @@ RULES: Final[tuple[Rule, ...]] = (
     Rule("LeaderLost", ONLINE, _leader_dead, _new_round),
     Rule("LeaderDraining", ONLINE, _leader_draining_with_successor, _hand_off),
     Rule("LiveReplicasChanged", ONLINE, _lrs_reported, _record_lrs),
+    Rule("PreferredLeaderRebalance", ONLINE, _rebalance_due, _hand_back),
+    Rule("PreferredReplicaInSync", ONLINE, _quiet_period_due, _start_quiet_period),
+    Rule("PreferredReplicaLost", ONLINE, _quiet_period_broken, _end_quiet_period),
     Rule("LeaderElected", ELECTING, _candidate_promoted, _promote),
     Rule("CandidateLost", ELECTING, _candidate_dead, _next_candidate),
     Rule("CandidateTimedOut", ELECTING, _candidate_timed_out, _next_candidate),

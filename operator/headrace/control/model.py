@@ -87,7 +87,9 @@ class PartitionStatus:
       ``tried`` lists the nominees of this round so far.
     * OFFLINE: ``deadline_ms`` is when LRS members in ``tried`` that are still
       live get another chance.
-    * ONLINE: all three are empty.
+    * ONLINE: ``candidate`` and ``tried`` are empty; ``deadline_ms`` is set
+      only while the preferred replica, back in sync, waits out its quiet
+      period before it takes the leadership back (``election``).
 
     ``seal``, ``moves`` and ``start_offset`` belong to unloads (see
     ``unloads``): ``seal`` tells the leader to seal the partition; ``moves``

@@ -38,6 +38,18 @@ class ControlSettings:
     #: and seals with no loss, while a lost machine costs about 8 s of
     #: unavailability in all.
     unload_recovery_timeout_ms: int = 5_000
+    #: Give leadership back to a partition's preferred replica (the first of its
+    #: replica set, where placement spread the leaders) once it is back and in sync,
+    #: as Kafka's ``auto.leader.rebalance.enable`` does. Off, a broker that
+    #: restarts stays a follower everywhere and the others keep its load.
+    preferred_leader_rebalance: bool = True
+    #: How long the preferred replica must have been live, in the LRS and not
+    #: draining before leadership moves back to it (Kafka's
+    #: ``leader.imbalance.check.interval``). A broker that just rejoined is often
+    #: still warming caches or about to fail again; 10 s of good behaviour keeps a
+    #: flapping broker from dragging leaders to and fro, and each move costs
+    #: producers one short retry.
+    preferred_leader_quiet_ms: int = 10_000
 
     def __post_init__(self) -> None:
         for name in (
@@ -45,6 +57,7 @@ class ControlSettings:
             "candidate_wait_ms",
             "offline_retry_ms",
             "unload_recovery_timeout_ms",
+            "preferred_leader_quiet_ms",
         ):
             if getattr(self, name) <= 0:
                 raise InvalidRequest(f"control setting {name} must be positive")

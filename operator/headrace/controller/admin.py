@@ -1,9 +1,7 @@
-"""The controller's HTTP surface: health, metrics, state, apply/delete, a status page."""
+"""The controller's HTTP surface: health, metrics, state, apply/delete, the dashboard."""
 
 from __future__ import annotations
 
-import html
-import json
 import os
 from typing import Any
 
@@ -12,8 +10,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from headrace.control.documents import spec_of
+from headrace.control import admission
+from headrace.control.documents import full_name, spec_of
 from headrace.controller.controlling import Controller, UnloadConflict
+from headrace.controller.dashboarding import DashboardRoutes
 from headrace.errors import HeadraceError
 from headrace.resources import Resource, Topic, Unload, load_manifests
 
@@ -73,16 +73,17 @@ class ControllerAdmin:
         self.app = web.Application()
         self.app.add_routes(
             [
-                web.get("/", self.page),
                 web.get("/healthz", self.healthz),
                 web.get("/readyz", self.healthz),
                 web.get("/metrics", self.metrics),
                 web.get("/v1/state", self.state),
                 web.get("/v1/topology", self.topology),
+                web.get("/v1/topics", self.topics),
                 web.post("/v1/apply", self.apply),
                 web.post("/v1/delete", self.delete),
             ]
         )
+        DashboardRoutes(controller).install(self.app)
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -124,6 +125,13 @@ class ControllerAdmin:
     async def topology(self, request: web.Request) -> web.Response:
         return web.json_response(self.controller.topology_document())
 
+    async def topics(self, request: web.Request) -> web.Response:
+        """The Topic documents as applied: ``headrace topics alter``
+        edits one and applies it back, as ``kubectl edit`` would."""
+        resources = self.controller.resources
+        docs = [resources[n] for n in sorted(resources)]
+        return web.json_response({"topics": docs})
+
     async def apply(self, request: web.Request) -> web.Response:
         """Body: manifests as YAML or JSON text, validated by the resource models."""
         text = await request.text()
@@ -135,7 +143,7 @@ class ControllerAdmin:
             )
         unsupported = [r for r in resources if not isinstance(r, Topic | Unload)]
         if unsupported:
-            kinds = sorted({type(r).__name__ for r in unsupported})
+            kinds = ", ".join(sorted({type(r).__name__ for r in unsupported}))
             return web.json_response(
                 {
                     "error": "Unsupported",
@@ -149,17 +157,41 @@ class ControllerAdmin:
             for doc in topics:
                 spec_of(doc)  # all or nothing: every spec is checked before any is applied
             self.controller.check_unloads(unloads)
+            warnings = self._admit(topics, allow=_flag(request, "allowProblems"))
             names = self.controller.apply(topics) if topics else []
             results = self.controller.apply_unloads(unloads) if unloads else []
         except UnloadConflict as exc:
             return web.json_response({"error": "Conflict", "message": exc.message}, status=409)
+        except Refused as exc:
+            return web.json_response(
+                {"error": "Refused", "message": exc.message, "problems": exc.lines}, status=422
+            )
         except HeadraceError as exc:
             return web.json_response(
                 {"error": type(exc).__name__, "message": exc.message}, status=422
             )
         applied = [{"kind": "Topic", "name": n, "result": "applied"} for n in names]
         applied += [{"kind": "Unload", "name": n, "result": r} for n, r in results]
-        return web.json_response({"applied": applied})
+        return web.json_response({"applied": applied, "warnings": warnings})
+
+    def _admit(self, topics: list[dict[str, Any]], *, allow: bool) -> list[str]:
+        """The lines of what the cluster cannot honour in ``topics`` (``control.admission``).
+
+        Raises ``Refused`` if there are any and ``allow`` is off; else they are warnings."""
+        c = self.controller
+        lines = [
+            problem.line()
+            for doc in topics
+            for problem in admission.topic_problems(
+                doc,
+                cluster_name=c.settings.cluster_id,
+                brokers=len(c.settings.brokers),
+                existing=c.state.topics.get(full_name(doc)),
+            )
+        ]
+        if lines and not allow:
+            raise Refused(lines)
+        return lines
 
     async def delete(self, request: web.Request) -> web.Response:
         """Body: ``{"topics": [...], "unloads": [...]}`` ('namespace/name' each)."""
@@ -176,70 +208,18 @@ class ControllerAdmin:
             }
         )
 
-    async def page(self, request: web.Request) -> web.Response:
-        """A small status page: topics, partitions, leaders, LRS, epochs, states."""
-        doc = self.controller.state_document()
-        rows = []
-        for name, topic in sorted(self.controller.state.topics.items()):
-            for p in topic.partitions:
-                rows.append(
-                    f"<tr><td>{html.escape(name)}</td><td>{p.partition}</td><td>{p.owner}</td>"
-                    f"<td>{list(p.replicas)}</td><td>{list(p.live_replicas)}</td><td>{p.leader_epoch}</td>"
-                    f"<td>{html.escape(str(p.state))}</td><td>{p.moves}</td>"
-                    f"<td>{'yes' if p.seal else ''}</td></tr>"
-                )
-        body = (
-            "<!doctype html><title>headrace</title><h1>headrace local cluster</h1>"
-            f"<p>generation {self.controller.state.generation}; live brokers {doc['live']};"
-            f" adoption floor {doc['adoptionFloor']}</p>"
-            "<table border=1 cellpadding=4><tr><th>topic</th><th>partition</th><th>leader</th>"
-            "<th>replicas</th><th>LRS</th><th>epoch</th><th>state</th><th>moves</th>"
-            "<th>sealed</th></tr>"
-            + "".join(rows)
-            + "</table>"
-            + _unloads_table(doc["unloads"])
-            + "<pre>"
-            + html.escape(json.dumps(doc["problems"], indent=2))
-            + "</pre>"
-        )
-        return web.Response(text=body, content_type="text/html")
+
+class Refused(HeadraceError):
+    """Apply refused: the cluster cannot honour what a manifest asks (nothing was applied)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        more = f" (and {len(lines) - 1} more)" if len(lines) > 1 else ""
+        super().__init__(lines[0] + more)
+        self.lines = lines
 
 
-def _unloads_table(unloads: list[dict[str, Any]]) -> str:
-    """Unloads and their per-partition moves: phase, from -> to, sealed offset, recovery."""
-    if not unloads:
-        return ""
-    rows = []
-    for u in unloads:
-        meta, spec, status = u["metadata"], u["spec"], u.get("status") or {}
-        ready: dict[str, Any] = next(
-            (c for c in status.get("conditions", []) if c.get("type") == "Ready"), {}
-        )
-        name = f"{meta.get('namespace', 'default')}/{meta['name']}"
-        deleting = " (deleting)" if meta.get("deletionTimestamp") else ""
-        rows.append(
-            f"<tr><td>{html.escape(name)}{deleting}</td>"
-            f"<td>{html.escape(spec['topicRef']['name'])}</td>"
-            f"<td>{html.escape(str(status.get('phase', 'Pending')))}</td><td></td><td></td>"
-            f"<td></td><td></td><td>{html.escape(str(ready.get('message', '')))}</td></tr>"
-        )
-        for m in status.get("moves", []):
-            recovery = m.get("recovery") or {}
-            verification = m.get("verification") or {}
-            rows.append(
-                f"<tr><td></td><td>partition {m['partition']}</td>"
-                f"<td>{html.escape(str(m.get('phase')))}</td>"
-                f"<td>{m.get('fromBroker', '')} &rarr; {m.get('toBroker', '')}</td>"
-                f"<td>{m.get('sealedOffset', '')}</td>"
-                f"<td>{html.escape(str(verification.get('result', '')))}</td>"
-                f"<td>{html.escape(str(recovery.get('source', '')))}</td>"
-                f"<td>{html.escape(str(recovery.get('message') or m.get('message', '')))}</td></tr>"
-            )
-    return (
-        "<h2>unloads</h2><table border=1 cellpadding=4><tr><th>unload</th><th>topic /"
-        " partition</th><th>phase</th><th>from &rarr; to</th><th>sealed offset</th>"
-        "<th>verified</th><th>recovery</th><th>message</th></tr>" + "".join(rows) + "</table>"
-    )
+def _flag(request: web.Request, name: str) -> bool:
+    return request.query.get(name, "").lower() in ("1", "true", "yes")
 
 
 def _manifest(resource: Resource) -> dict[str, Any]:

@@ -34,6 +34,8 @@ from headrace.control.reconcile import Decision
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.controller.store import FileStore, admitted
+from headrace.dashboard.observing import Observer
+from headrace.dashboard.rates import RateHistory
 from headrace.errors import InvalidRequest
 from headrace.protocol.endpoints import BrokerEndpoint
 
@@ -98,6 +100,10 @@ class Controller:
             self.clock,
             LoopSettings(settings.cluster_id, settings.control),
         )
+        #: the dashboard's memory (rates of the last minutes, last heartbeats), fed every step
+        self.dashboard = Observer(
+            settings.cluster_id, RateHistory(interval_ms=settings.poll_interval_ms)
+        )
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
 
@@ -148,7 +154,9 @@ class Controller:
         return self.loop.state_document()
 
     async def step(self) -> Decision:
-        return await self.loop.step()
+        decision = await self.loop.step()
+        self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
+        return decision
 
     async def start(self) -> None:
         if self.http is not None:
@@ -167,7 +175,7 @@ class Controller:
     async def _run(self) -> None:
         while True:
             try:
-                await self.loop.step()
+                await self.step()
             except Exception:
                 log.exception("controller step failed")
             self._kick.clear()

@@ -6,7 +6,7 @@ Until a Helm chart ships, these are the plain manifests an install applies:
     kubectl apply -f crds/ -f operator.yaml
 
 ``RULES`` is the one list of what the operator may do (``docs/operations.md``
-§2c says why each is needed); a namespaced install (``--watch NS``) grants it
+§2d says why each is needed); a namespaced install (``--watch NS``) grants it
 with a Role and RoleBinding in each watched namespace, a cluster-wide install
 with a ClusterRole (plus listing namespaces, which kopf watches then).
 """

@@ -59,6 +59,17 @@ Every headrace kind is in API group `headrace.dev`, version `v1alpha1`
 (`apiVersion: {API_VERSION}`), namespaced, and has a `status` subresource. Install the
 definitions with `kubectl apply -f crds/`; `kubectl get headrace` lists every kind.
 
+**What acts on them.** Installing the CRDs only teaches the API server these kinds: it
+stores and validates the resources, and nothing in a Kubernetes cluster acts on them yet.
+The headrace operator that will reconcile them (run the BrokerCluster's StatefulSet, place
+Topics, carry out Unloads, Repartitions and Compactions) is not built yet
+(`docs/operations.md` §10). Today the same manifests run in **local mode**:
+`headrace apply -f` sends them to the controller that `headrace local up` starts
+(`docs/operations.md` §2a), which acts on Topic and Unload (`apply` skips the other
+kinds with a one-line note) and refuses, one line per problem, a Topic the cluster cannot
+honour: another `clusterRef` (local mode's cluster is named `local`), more replicas than
+brokers, a partition-count change, or `cleanupPolicy: compact`.
+
 **One source of truth.** The pydantic models in `headrace.resources` define each kind.
 `crds/` is generated from them (`make generate`), and
 `headrace apply -f` validates manifests with the same models, so a manifest is accepted

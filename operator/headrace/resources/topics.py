@@ -174,7 +174,9 @@ class PartitionAssignment(Model):
     and says so in its heartbeat; until then clients are routed to it."""
     deadline_ms: int | None = Field(default=None, ge=0)
     """While ``Electing``: when the next nominee gets a turn; while ``Offline``: when the
-    replicas in ``tried`` that stayed live get another chance. Milliseconds since the Unix
+    replicas in ``tried`` that stayed live get another chance; while ``Online``: when the
+    preferred replica, back in sync, takes the leadership back (the end of its quiet
+    period; unset when the leader is the preferred replica). Milliseconds since the Unix
     epoch on the controller's clock (the core's own unit, so a restarted controller carries
     on with the election exactly)."""
     tried: list[int] = Field(default_factory=list)

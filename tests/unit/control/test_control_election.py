@@ -63,6 +63,7 @@ class Row:
 
 WAIT = NOW + SETTINGS.candidate_wait_ms
 RETRY = NOW + SETTINGS.offline_retry_ms
+QUIET = NOW + SETTINGS.preferred_leader_quiet_ms
 
 ROWS = [
     # ---------------------------------------------------------------- ONLINE
@@ -144,6 +145,79 @@ ROWS = [
         seen(live=(1, 2), unheard=(0,)),
         {1: follower(1), 2: follower(2)},
         part(ONLINE, 0),
+        None,
+    ),
+    # ---------------------------------------------------------------- ONLINE: preferred leader
+    Row(
+        "preferred replica back in sync under another leader: the quiet period starts",
+        part(ONLINE, 1),
+        seen(live=(0, 1, 2)),
+        {0: follower(0), 1: leader(1, 3, (0, 1, 2))},
+        part(ONLINE, 1, deadline=QUIET),
+        "PreferredReplicaInSync",
+    ),
+    Row(
+        "quiet period running: wait",
+        part(ONLINE, 1, deadline=NOW + 1),
+        seen(live=(0, 1, 2)),
+        {0: follower(0), 1: leader(1, 3, (0, 1, 2))},
+        part(ONLINE, 1, deadline=NOW + 1),
+        None,
+    ),
+    Row(
+        "quiet period over, preferred still in sync: handed back at epoch + 1",
+        part(ONLINE, 1, deadline=NOW),
+        seen(live=(0, 1, 2)),
+        {0: follower(0), 1: leader(1, 3, (0, 1, 2))},
+        part(ELECTING, None, epoch=4, candidate=0, deadline=WAIT, tried=(0,)),
+        "PreferredLeaderRebalance",
+    ),
+    Row(
+        "preferred replica left the LRS during the quiet period: cleared",
+        part(ONLINE, 1, deadline=NOW, lrs=(1, 2)),
+        seen(live=(0, 1, 2)),
+        {0: follower(0), 1: leader(1, 3, (1, 2))},
+        part(ONLINE, 1, lrs=(1, 2)),
+        "PreferredReplicaLost",
+    ),
+    Row(
+        "preferred replica live but not in the LRS (catching up): no quiet period",
+        part(ONLINE, 1, lrs=(1, 2)),
+        seen(live=(0, 1, 2)),
+        {0: follower(0, leo=3), 1: leader(1, 3, (1, 2))},
+        part(ONLINE, 1, lrs=(1, 2)),
+        None,
+    ),
+    Row(
+        "preferred replica has not applied the current epoch yet: no quiet period",
+        part(ONLINE, 1),
+        seen(live=(0, 1, 2)),
+        {0: follower(0, epoch=2), 1: leader(1, 3, (0, 1, 2))},
+        part(ONLINE, 1),
+        None,
+    ),
+    Row(
+        "preferred replica draining: no quiet period",
+        part(ONLINE, 1),
+        seen(live=(0, 1, 2), draining=(0,)),
+        {0: follower(0), 1: leader(1, 3, (0, 1, 2))},
+        part(ONLINE, 1),
+        None,
+    ),
+    Row(
+        "quiet period over, but an unload is sealing the partition: wait for it",
+        replace(part(ONLINE, 1, deadline=NOW), seal=True),
+        seen(live=(0, 1, 2)),
+        {0: follower(0), 1: leader(1, 3, (0, 1, 2))},
+        replace(part(ONLINE, 1, deadline=NOW), seal=True),
+        None,
+    ),
+    Row(
+        "controller warming up: no quiet period",
+        part(ONLINE, 1),
+        seen(live=(0, 1, 2), unheard=(3,)),
+        {0: follower(0), 1: leader(1, 3, (0, 1, 2))},
+        part(ONLINE, 1),
         None,
     ),
     # ---------------------------------------------------------------- ELECTING
@@ -444,3 +518,58 @@ def test_invariants_hold_on_any_schedule(
             assert replace(status, tried=before.tried) == before, "no row, no change but pruning"
         again, more = election.step(status, liveness, reports, now, SETTINGS)
         assert (again, more) == (status, ()), "a second step on the same evidence is a no-op"
+
+
+def test_preferred_leader_rebalance_after_a_failover_and_return() -> None:
+    """Kill the preferred leader, bring it back in sync, wait out the quiet period."""
+
+    def names(rules: tuple[election.Rule, ...]) -> list[str]:
+        return [r.name for r in rules]
+
+    now = NOW
+    status = part(ONLINE, 0, lrs=(0, 1, 2))
+    status, rules = election.step(status, seen(live=(1, 2), dead=(0,)), {}, now, SETTINGS)
+    assert (status.state, status.candidate, status.leader_epoch) == (ELECTING, 1, 4)
+    status, rules = election.step(
+        status, seen(live=(1, 2), dead=(0,)), {1: leader(1, 4, (1, 2))}, now, SETTINGS
+    )
+    assert (status.state, status.leader, status.live_replicas) == (ONLINE, 1, (1, 2))
+    # broker 0 returns, catches up, and the leader takes it back into the LRS
+    now += 1_000
+    back = seen(live=(0, 1, 2))
+    in_sync = {0: follower(0, epoch=4), 1: leader(1, 4, (0, 1, 2))}
+    status, rules = election.step(status, back, in_sync, now, SETTINGS)
+    assert names(rules) == ["LiveReplicasChanged", "PreferredReplicaInSync"]
+    assert (status.leader, status.deadline_ms) == (1, now + SETTINGS.preferred_leader_quiet_ms)
+    # nothing happens during the quiet period, and the same evidence changes nothing
+    status, rules = election.step(status, back, in_sync, now + 5_000, SETTINGS)
+    assert rules == ()
+    now += SETTINGS.preferred_leader_quiet_ms
+    status, rules = election.step(status, back, in_sync, now, SETTINGS)
+    assert names(rules) == ["PreferredLeaderRebalance"]
+    assert (status.state, status.candidate, status.leader_epoch) == (ELECTING, 0, 5)
+    status, rules = election.step(
+        status, back, {0: leader(0, 5, (0, 1, 2)), 1: follower(1, epoch=5)}, now, SETTINGS
+    )
+    assert (status.state, status.leader, status.leader_epoch, status.deadline_ms) == (
+        ONLINE,
+        0,
+        5,
+        None,
+    )
+
+
+def test_preferred_leader_rebalance_can_be_turned_off() -> None:
+    off = replace(SETTINGS, preferred_leader_rebalance=False)
+    status = part(ONLINE, 1)
+    reports = {0: follower(0), 1: leader(1, 3, (0, 1, 2))}
+    after, rules = election.step(status, seen(live=(0, 1, 2)), reports, NOW, off)
+    assert (after, rules) == (status, ())
+
+
+def test_a_preferred_replica_that_fails_to_promote_gives_way_to_the_next() -> None:
+    status = part(ELECTING, None, epoch=4, candidate=0, deadline=NOW, tried=(0,))
+    reports = {0: follower(0, epoch=3), 1: follower(1, epoch=3)}
+    after, rules = election.step(status, seen(live=(0, 1, 2)), reports, NOW, SETTINGS)
+    assert [r.name for r in rules] == ["CandidateTimedOut"]
+    assert (after.candidate, after.leader_epoch) == (1, 5)

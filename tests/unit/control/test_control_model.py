@@ -125,6 +125,9 @@ def test_heartbeat_document_shape_and_round_trip() -> None:
                 "moves": 0,
                 "startOffset": 0,
                 "sealed": None,
+                "logStartOffset": 0,
+                "storedThrough": None,
+                "cursors": {},
             }
         ],
         "cohorts": [{"topic": "default/t", "cohort": "c", "members": ["m1", "m2"]}],
@@ -154,6 +157,27 @@ def test_heartbeat_optional_fields_default() -> None:
         0,
         None,
     ), "a broker that knows nothing of unloads still parses"
+    assert (report.log_start_offset, report.stored_through, report.cursors) == (0, None, {})
+
+
+def test_partition_report_carries_log_start_tier_and_cursors() -> None:
+    report = PartitionReport(
+        "default/t",
+        0,
+        "leader",
+        1,
+        50,
+        48,
+        (1,),
+        log_start_offset=5,
+        stored_through=40,
+        cursors={"readers": 30},
+    )
+    doc = json.loads(json.dumps(report.to_json()))
+    assert (doc["logStartOffset"], doc["storedThrough"], doc["cursors"]) == (5, 40, {"readers": 30})
+    assert PartitionReport.from_json(doc) == report
+    with pytest.raises(InvalidRequest, match="cursors must map"):
+        PartitionReport.from_json({**doc, "cursors": {"readers": "30"}})
 
 
 def test_sealed_report_shape_and_round_trip() -> None:

@@ -1,4 +1,4 @@
-"""The controller's HTTP surface for Unloads: apply (one-shot, immutable), delete, state, page.
+"""The controller's HTTP surface for Unloads: apply (one-shot, immutable), delete, state, dashboard.
 
 The app runs in-process on a loopback test server; the brokers behind the
 controller are scripted.
@@ -90,8 +90,11 @@ async def test_state_page_and_delete_show_and_remove_unloads(
     assert doc["metadata"]["name"] == "move"
     assert doc["status"]["phase"] == "Completed"
     assert doc["status"]["moves"][0]["toBroker"] == (owner + 1) % 3
-    page = await (await client.get("/")).text()
-    assert "<h2>unloads</h2>" in page and "default/move" in page and "Completed" in page
+    view = await (await client.get("/dashboard/view.json")).json()
+    (finished,) = view["transitions"]["finishedUnloads"]
+    assert (finished["name"], finished["phase"]) == ("default/move", "Completed")
+    assert finished["moves"][0]["to"] == (owner + 1) % 3
+    assert view["transitions"]["unloads"] == [], "a completed unload is no longer in flight"
     metrics = await (await client.get("/metrics")).text()
     assert 'headrace_controller_unloads{phase="Completed"} 1.0' in metrics
     resp = await client.post("/v1/delete", json={"unloads": ["default/move"]})

@@ -1,0 +1,239 @@
+"""Options every client command shares: where the cluster is and how to reach it.
+
+``client_options`` adds them to a command in one place, so ``topics``, ``cohorts``,
+``cluster``, ``produce``, ``consume`` and ``bench`` accept the same flags and
+environment variables, and hands the command one ``ClientTarget``:
+
+- ``--bootstrap`` / ``$HEADRACE_BOOTSTRAP``; without either, the brokers of the local
+  cluster recorded in ``--dir`` (``var/local/local.json`` by default); without that,
+  ``127.0.0.1:9092``.
+- ``--auth-token`` / ``$HEADRACE_AUTH_TOKEN``.
+- ``--tls``, ``--tls-ca`` / ``$HEADRACE_TLS_CA``, ``--tls-cert`` / ``$HEADRACE_TLS_CERT``,
+  ``--tls-key`` / ``$HEADRACE_TLS_KEY``: any of them turns TLS on. The broker's
+  certificate is checked against ``--tls-ca`` (the system's CAs without it) and the host
+  dialled; ``--tls-cert`` with ``--tls-key`` is the client certificate for mutual TLS.
+
+``controller_option`` adds ``--controller`` (``$HEADRACE_CONTROLLER``) for commands that
+talk to the local-mode controller; ``controller_known`` decides whether they do.
+An explicit ``--bootstrap`` (or ``$HEADRACE_BOOTSTRAP``) without ``--dir`` means those
+brokers and no recorded local cluster, so a standalone broker is reachable from a
+checkout whose ``var/local`` holds a local cluster.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import ssl
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+from click.core import ParameterSource
+
+from headrace.cli import local as local_mode
+
+if TYPE_CHECKING:
+    from headrace.client.connection import ConnectOptions
+
+R = TypeVar("R")
+
+#: where a client goes when nothing names a cluster
+FALLBACK_BOOTSTRAP = "127.0.0.1:9092"
+
+ENVIRONMENT_HELP = (
+    "Defaults come from HEADRACE_BOOTSTRAP, HEADRACE_AUTH_TOKEN, HEADRACE_TLS_CA,"
+    " HEADRACE_TLS_CERT, HEADRACE_TLS_KEY and HEADRACE_CONTROLLER, then from the local"
+    " cluster recorded in --dir (var/local)."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """PEM files of a TLS client: the CA to trust (None: the system's) and a client
+    certificate and key for mutual TLS (both or neither)."""
+
+    ca: Path | None = None
+    cert: Path | None = None
+    key: Path | None = None
+
+    def context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca) if self.ca else None)
+        if self.cert is not None and self.key is not None:
+            context.load_cert_chain(str(self.cert), str(self.key))
+        return context
+
+
+@dataclass(frozen=True, slots=True)
+class ClientTarget:
+    """A cluster as a client command reaches it."""
+
+    bootstrap: str
+    auth_token: str | None
+    tls: TlsFiles | None
+    #: the local cluster directory (``--dir``); its ``local.json`` may name the controller
+    directory: Path
+    #: ``--bootstrap`` or ``$HEADRACE_BOOTSTRAP`` named the brokers (not ``local.json``)
+    bootstrap_given: bool = False
+    #: ``--dir`` was on the command line
+    dir_given: bool = False
+
+    def connect_options(self) -> ConnectOptions:
+        from headrace.client.connection import ConnectOptions
+
+        return ConnectOptions(
+            client_id="headrace-cli",
+            auth_token=self.auth_token,
+            ssl=self.tls.context() if self.tls is not None else None,
+        )
+
+
+def default_bootstrap(directory: Path) -> str:
+    """The brokers ``<directory>/local.json`` records, else ``FALLBACK_BOOTSTRAP``."""
+    state = directory / local_mode.STATE_FILE
+    try:
+        record = json.loads(state.read_text())
+        brokers = record["brokers"]
+        found = ",".join(f"{b['host']}:{b['port']}" for b in brokers)
+    except (OSError, ValueError, KeyError, TypeError):
+        return FALLBACK_BOOTSTRAP
+    return found or FALLBACK_BOOTSTRAP
+
+
+def resolve_target(
+    bootstrap: str | None,
+    auth_token: str | None,
+    tls: bool,
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    directory: Path,
+) -> ClientTarget:
+    if (tls_cert is None) != (tls_key is None):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    files = None
+    if tls or tls_ca or tls_cert:
+        files = TlsFiles(tls_ca, tls_cert, tls_key)
+    ctx = click.get_current_context(silent=True)
+    dir_given = ctx is not None and ctx.get_parameter_source("directory") in (
+        ParameterSource.COMMANDLINE,
+        ParameterSource.ENVIRONMENT,
+    )
+    return ClientTarget(
+        bootstrap or default_bootstrap(directory),
+        auth_token or None,
+        files,
+        directory,
+        bootstrap_given=bool(bootstrap),
+        dir_given=dir_given,
+    )
+
+
+_PATH = click.Path(path_type=Path, dir_okay=False, exists=True)
+
+_CLIENT_OPTIONS = (
+    click.option(
+        "--bootstrap",
+        envvar="HEADRACE_BOOTSTRAP",
+        default=None,
+        help="HOST:PORT of any broker, comma-separated list allowed [default:"
+        " $HEADRACE_BOOTSTRAP, else the brokers in DIR/local.json, else 127.0.0.1:9092].",
+    ),
+    click.option(
+        "--auth-token",
+        envvar="HEADRACE_AUTH_TOKEN",
+        default=None,
+        help="Client token the brokers accept [default: $HEADRACE_AUTH_TOKEN].",
+    ),
+    click.option("--tls", is_flag=True, help="Speak TLS, trusting the system's CAs (or --tls-ca)."),
+    click.option(
+        "--tls-ca",
+        envvar="HEADRACE_TLS_CA",
+        type=_PATH,
+        default=None,
+        help="PEM CA that signed the brokers' certificates (implies --tls).",
+    ),
+    click.option(
+        "--tls-cert",
+        envvar="HEADRACE_TLS_CERT",
+        type=_PATH,
+        default=None,
+        help="PEM client certificate for mutual TLS (with --tls-key; implies --tls).",
+    ),
+    click.option(
+        "--tls-key",
+        envvar="HEADRACE_TLS_KEY",
+        type=_PATH,
+        default=None,
+        help="PEM key of --tls-cert.",
+    ),
+    click.option(
+        "--dir",
+        "directory",
+        type=click.Path(path_type=Path),
+        default=local_mode.DEFAULT_DIR,
+        show_default=True,
+        help="A local cluster's directory: its local.json names the brokers (the default"
+        " bootstrap) and the controller; a controller that does not answer with the instance"
+        " recorded there is refused.",
+    ),
+)
+
+
+def client_options(command: Callable[..., R]) -> Callable[..., R]:
+    """Add the shared connection options; the command gets ``client: ClientTarget``."""
+
+    @functools.wraps(command)
+    def wrapper(
+        *args: Any,
+        bootstrap: str | None,
+        auth_token: str | None,
+        tls: bool,
+        tls_ca: Path | None,
+        tls_cert: Path | None,
+        tls_key: Path | None,
+        directory: Path,
+        **kwargs: Any,
+    ) -> R:
+        target = resolve_target(bootstrap, auth_token, tls, tls_ca, tls_cert, tls_key, directory)
+        return command(*args, client=target, **kwargs)
+
+    decorated: Callable[..., R] = wrapper
+    for option in reversed(_CLIENT_OPTIONS):
+        decorated = option(decorated)
+    return decorated
+
+
+controller_option = click.option(
+    "--controller",
+    "controller_url",
+    default=None,
+    help="Local-mode controller URL [default: $HEADRACE_CONTROLLER, else the one in"
+    " DIR/local.json].",
+)
+
+
+def controller_known(explicit: str | None, client: ClientTarget) -> bool:
+    """Whether to go through a controller: ``--controller`` or ``$HEADRACE_CONTROLLER``
+    names one, or a local cluster is recorded in ``--dir`` and the command did not name
+    other brokers (an explicit ``--bootstrap`` without ``--dir`` means those brokers,
+    say a standalone one, even when ``var/local`` holds a local cluster)."""
+    if explicit or os.environ.get("HEADRACE_CONTROLLER"):
+        return True
+    if not (client.directory / local_mode.STATE_FILE).exists():
+        return False
+    return client.dir_given or not client.bootstrap_given
+
+
+def controller_url(explicit: str | None, directory: Path) -> str:
+    """The controller's URL, refusing one that is not the cluster ``directory`` records."""
+    return local_mode._controller_url(explicit, directory)
+
+
+def controller_http(method: str, url: str, body: Any | None = None) -> Any:
+    """A JSON request to the controller; HTTP errors become one-line ClickExceptions."""
+    data = None if body is None else json.dumps(body).encode()
+    return local_mode._http(method, url, data)

@@ -1,0 +1,105 @@
+"""The dashboard's HTTP route (aiohttp): the page, its view model as JSON, and a live stream.
+
+A thin adapter: the controller's ``dashboard.observing.Observer`` (fed after
+every step) gives the view model, ``headrace.dashboard.views`` decides what the
+page shows and ``headrace.dashboard.assets`` holds the page. Routes, mounted at the admin root:
+
+``GET /``                        the page (``index.html``)
+``GET /dashboard/{asset}``       its CSS and JavaScript
+``GET /dashboard/view.json``     the view model now (for polling, scripts and tests)
+``GET /dashboard/events``        server-sent events: one ``data:`` line with the view
+                                 model every ``interval_s``, for as long as the page is open
+
+The stream ends when the server shuts down (``on_shutdown``), so an open page
+never holds up a controller's exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from aiohttp import web
+
+from headrace.controller.controlling import Controller
+from headrace.dashboard import assets
+from headrace.errors import InvalidRequest
+
+
+class DashboardRoutes:
+    def __init__(self, controller: Controller, interval_s: float | None = None) -> None:
+        """``interval_s``: how often the stream sends the view (default: the poll interval,
+        since the view cannot change faster than the controller learns anything)."""
+        self.controller = controller
+        self.interval_s = (
+            interval_s if interval_s is not None else controller.settings.poll_interval_ms / 1000
+        )
+        self._closing = asyncio.Event()
+
+    def install(self, app: web.Application) -> None:
+        app.add_routes(
+            [
+                web.get("/", self.page),
+                web.get("/dashboard/view.json", self.view_json),
+                web.get("/dashboard/events", self.events),
+                web.get("/dashboard/{asset}", self.asset),
+            ]
+        )
+        app.on_shutdown.append(self._close_streams)
+
+    def view(self) -> dict[str, Any]:
+        c = self.controller
+        now = c.clock.now_ms()
+        decision = c.last_decision
+        return c.dashboard.view(
+            c.state_document(),
+            c.loop.heartbeats,
+            decision.liveness if decision is not None else None,
+            now,
+        )
+
+    async def page(self, request: web.Request) -> web.Response:
+        return _asset_response("index.html")
+
+    async def asset(self, request: web.Request) -> web.Response:
+        try:
+            return _asset_response(request.match_info["asset"])
+        except InvalidRequest as exc:
+            raise web.HTTPNotFound(text=exc.message) from exc
+
+    async def view_json(self, request: web.Request) -> web.Response:
+        return web.json_response(self.view(), headers={"Cache-Control": "no-store"})
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-store",
+                "X-Accel-Buffering": "no",  # a proxy in front must not hold the stream back
+            }
+        )
+        await response.prepare(request)
+        # A closed page shows up as a failed write: the handler just ends.
+        with contextlib.suppress(ConnectionResetError):
+            # After a reconnect, EventSource waits this long (ms) before trying again.
+            await response.write(b"retry: 1000\n\n")
+            while not self._closing.is_set():
+                payload = json.dumps(self.view(), separators=(",", ":"))
+                await response.write(f"data: {payload}\n\n".encode())
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._closing.wait(), self.interval_s)
+        return response
+
+    async def _close_streams(self, app: web.Application) -> None:
+        self._closing.set()
+
+
+def _asset_response(name: str) -> web.Response:
+    return web.Response(
+        body=assets.asset(name),
+        content_type=assets.CONTENT_TYPES[name],
+        charset="utf-8",
+        headers={"Cache-Control": "no-cache"},
+    )

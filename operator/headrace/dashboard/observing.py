@@ -1,0 +1,52 @@
+"""What the dashboard keeps between control-loop steps, for any controller (pure).
+
+A controller (the local one, or the kopf operator) holds one ``Observer``,
+calls ``observe`` after every step with the heartbeats it polled, and asks it
+for the ``view`` whenever the page wants one. It keeps two things the loop does
+not: the rates and lag of the last minutes (``rates.RateHistory``), and every
+broker's last heartbeat, which the loop drops once a broker is gone, so the page
+can still say when a dead broker was last heard from and what it last reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from headrace.control.liveness import Liveness
+from headrace.dashboard.rates import RateHistory
+from headrace.dashboard.views import Observed, dashboard_view
+from headrace.protocol.coordination import Heartbeat
+
+
+class Observer:
+    def __init__(self, cluster_id: str, rates: RateHistory | None = None) -> None:
+        self.cluster_id = cluster_id
+        self.rates = rates or RateHistory()
+        #: every broker's last heartbeat, by broker id (never forgotten: brokers are few)
+        self.last_heard: dict[int, Heartbeat] = {}
+
+    def observe(self, now_ms: int, heartbeats: Mapping[int, Heartbeat]) -> None:
+        """After every control-loop step: the heartbeats it holds now."""
+        self.last_heard.update(heartbeats)
+        self.rates.observe(now_ms, heartbeats.values())
+
+    def view(
+        self,
+        state: Mapping[str, Any],
+        heartbeats: Mapping[int, Heartbeat],
+        liveness: Liveness | None,
+        now_ms: int,
+    ) -> dict[str, Any]:
+        """The view model (``views.dashboard_view``) of the state document and heartbeats."""
+        return dashboard_view(
+            Observed(
+                state=state,
+                # a dead broker's last word, which the view marks stale
+                heartbeats={**self.last_heard, **heartbeats},
+                liveness=liveness,
+                now_ms=now_ms,
+                cluster_id=self.cluster_id,
+                charts=self.rates.charts(now_ms),
+            )
+        )

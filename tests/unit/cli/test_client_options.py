@@ -1,0 +1,128 @@
+"""The options every client command shares (``cli.options``): no broker needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from headrace.cli import options
+from headrace.cli.main import main
+from headrace.cli.options import ClientTarget, client_options
+
+
+def _record(directory: Path, hosts: list[str], port: int = 9092) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    brokers = [{"id": i, "host": h, "port": port} for i, h in enumerate(hosts)]
+    (directory / "local.json").write_text(json.dumps({"brokers": brokers}))
+
+
+@click.command()
+@client_options
+def show(client: ClientTarget) -> None:
+    click.echo(json.dumps({"bootstrap": client.bootstrap, "token": client.auth_token}))
+    click.echo(f"tls={client.tls is not None}")
+
+
+def test_bootstrap_comes_from_the_flag_then_the_environment_then_the_local_cluster(
+    tmp_path: Path,
+) -> None:
+    local_dir = tmp_path / "local"
+    _record(local_dir, ["127.0.0.2", "127.0.0.3"], 19092)
+    runner = CliRunner()
+    by_dir = runner.invoke(show, ["--dir", str(local_dir)], env={"HEADRACE_BOOTSTRAP": None})
+    assert json.loads(by_dir.output.splitlines()[0])["bootstrap"] == (
+        "127.0.0.2:19092,127.0.0.3:19092"
+    )
+    by_env = runner.invoke(
+        show, ["--dir", str(local_dir)], env={"HEADRACE_BOOTSTRAP": "10.0.0.1:9092"}
+    )
+    assert json.loads(by_env.output.splitlines()[0])["bootstrap"] == "10.0.0.1:9092"
+    by_flag = runner.invoke(
+        show,
+        ["--dir", str(local_dir), "--bootstrap", "h:1"],
+        env={"HEADRACE_BOOTSTRAP": "10.0.0.1:9092"},
+    )
+    assert json.loads(by_flag.output.splitlines()[0])["bootstrap"] == "h:1"
+    nothing = runner.invoke(
+        show, ["--dir", str(tmp_path / "none")], env={"HEADRACE_BOOTSTRAP": None}
+    )
+    assert json.loads(nothing.output.splitlines()[0])["bootstrap"] == options.FALLBACK_BOOTSTRAP
+
+
+def test_a_token_comes_from_the_environment() -> None:
+    result = CliRunner().invoke(show, ["--bootstrap", "h:1"], env={"HEADRACE_AUTH_TOKEN": "s3"})
+    assert json.loads(result.output.splitlines()[0])["token"] == "s3"
+
+
+def test_tls_files_must_exist_and_cert_goes_with_key(tmp_path: Path) -> None:
+    runner = CliRunner()
+    missing = runner.invoke(show, ["--tls-ca", str(tmp_path / "no.pem")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+    cert = tmp_path / "c.pem"
+    cert.write_text("x")
+    alone = runner.invoke(show, ["--tls-cert", str(cert)])
+    assert alone.exit_code == 2 and "--tls-cert and --tls-key go together" in alone.output
+    assert runner.invoke(show, ["--tls"]).output.endswith("tls=True\n")
+    assert runner.invoke(show, []).output.endswith("tls=False\n")
+
+
+def test_the_tls_context_verifies_the_broker() -> None:
+    import ssl
+
+    context = options.TlsFiles().context()
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["produce"],
+        ["consume"],
+        ["bench"],
+        ["topics", "create"],
+        ["topics", "list"],
+        ["topics", "describe"],
+        ["topics", "alter"],
+        ["topics", "delete"],
+        ["cohorts", "list"],
+        ["cohorts", "describe"],
+        ["cohorts", "seek"],
+        ["cluster", "health"],
+    ],
+)
+def test_every_client_command_takes_the_same_connection_options(command: list[str]) -> None:
+    result = CliRunner().invoke(main, [*command, "--help"])
+    assert result.exit_code == 0, result.output
+    for flag in ("--bootstrap", "--auth-token", "--tls", "--tls-ca", "--tls-cert", "--tls-key"):
+        assert flag in result.output
+    assert "HEADRACE_BOOTSTRAP" in result.output
+
+
+def test_top_level_help_names_the_environment_variables() -> None:
+    result = CliRunner().invoke(main, ["--help"])
+    for variable in ("HEADRACE_BOOTSTRAP", "HEADRACE_CONTROLLER", "HEADRACE_AUTH_TOKEN"):
+        assert variable in result.output
+
+
+def test_a_controller_is_known_from_the_flag_the_environment_or_the_local_cluster(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("HEADRACE_CONTROLLER", raising=False)
+
+    def target(directory: Path, *, bootstrap_given: bool = False, dir_given: bool = False) -> Any:
+        return ClientTarget("h:1", None, None, directory, bootstrap_given, dir_given)
+
+    assert not options.controller_known(None, target(tmp_path))
+    assert options.controller_known("http://c:1", target(tmp_path))
+    _record(tmp_path, ["127.0.0.2"])
+    assert options.controller_known(None, target(tmp_path))
+    # An explicit --bootstrap names other brokers (a standalone one), unless --dir is given too.
+    assert not options.controller_known(None, target(tmp_path, bootstrap_given=True))
+    assert options.controller_known(None, target(tmp_path, bootstrap_given=True, dir_given=True))
+    monkeypatch.setenv("HEADRACE_CONTROLLER", "http://c:1")
+    assert options.controller_known(None, target(tmp_path / "elsewhere", bootstrap_given=True))

@@ -1,0 +1,77 @@
+"""``POST /v1/apply`` refuses what the cluster cannot honour, all or nothing, unless allowed."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from controller_fakes import ScriptedController, make, settle
+
+from headrace.controller.admin import ControllerAdmin
+
+
+def topic_yaml(name: str, partitions: int = 2, replicas: int = 1, cluster: str = "local") -> str:
+    return f"""apiVersion: headrace.dev/v1alpha1
+kind: Topic
+metadata: {{name: {name}}}
+spec: {{clusterRef: {{name: {cluster}}}, partitions: {partitions}, replicas: {replicas},
+        minInSync: 1}}
+"""
+
+
+@pytest.fixture
+async def admin(tmp_path: Path) -> AsyncIterator[tuple[ScriptedController, TestClient]]:
+    controller = make(tmp_path)
+    client = TestClient(TestServer(ControllerAdmin(controller).app))
+    await client.start_server()
+    try:
+        yield controller, client
+    finally:
+        await client.close()
+
+
+async def test_one_refused_topic_refuses_the_whole_apply(
+    admin: tuple[ScriptedController, TestClient],
+) -> None:
+    c, client = admin
+    body = topic_yaml("fine") + "---\n" + topic_yaml("wide", replicas=4)
+    resp = await client.post("/v1/apply", data=body)
+    assert resp.status == 422
+    doc = await resp.json()
+    assert doc["error"] == "Refused"
+    assert doc["problems"] == ["topic default/wide: 4 replicas need 4 brokers, the cluster has 3"]
+    assert "\n" not in doc["message"]
+    assert c.loop.topics == {}, "nothing may be applied from a refused set"
+
+
+async def test_allow_problems_applies_with_warnings(
+    admin: tuple[ScriptedController, TestClient],
+) -> None:
+    c, client = admin
+    resp = await client.post(
+        "/v1/apply?allowProblems=true", data=topic_yaml("elsewhere", cluster="main")
+    )
+    assert resp.status == 200, await resp.text()
+    doc = await resp.json()
+    assert doc["warnings"] == [
+        "topic default/elsewhere: clusterRef 'main' is not this cluster: it is named 'local'"
+    ]
+    assert list(c.loop.topics) == ["default/elsewhere"]
+
+
+async def test_a_partition_count_change_of_a_placed_topic_is_refused(
+    admin: tuple[ScriptedController, TestClient],
+) -> None:
+    c, client = admin
+    assert (await client.post("/v1/apply", data=topic_yaml("orders"))).status == 200
+    await settle(c)
+    assert len(c.state.topics["default/orders"].partitions) == 2
+    resp = await client.post("/v1/apply", data=topic_yaml("orders", partitions=4))
+    assert resp.status == 422
+    assert (await resp.json())["problems"] == [
+        "topic default/orders: partitions 4, but the topic has 2: changing the count needs a"
+        " repartition, which is not supported yet"
+    ]
+    assert c.loop.topics["default/orders"]["spec"]["partitions"] == 2

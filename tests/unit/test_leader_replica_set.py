@@ -1,0 +1,51 @@
+"""The leader's live replica set: slow followers and silent (dead) followers leave it."""
+
+from __future__ import annotations
+
+from headrace.replication.leader import LeaderReplicaSet
+
+START = 1_000
+
+
+def fresh(**bounds: int) -> LeaderReplicaSet:
+    return LeaderReplicaSet.become_leader(0, [0, 1, 2], [0, 1, 2], 0, START, **bounds)
+
+
+def test_a_follower_that_stops_fetching_leaves_after_the_silence_bound_not_the_lag_bound() -> None:
+    lrs = fresh(lag_max_ms=10_000, fetch_silence_max_ms=3_000)
+    # both followers are caught up (idle topic) at START + 500; then broker 2 is killed
+    for follower in (1, 2):
+        assert not lrs.on_fetch(follower, 10, 10, START + 500)
+    lrs.on_fetch(1, 10, 10, START + 3_000)
+    assert lrs.tick(10, START + 3_500) == set()
+    lrs.on_fetch(1, 10, 10, START + 3_501)
+    assert lrs.tick(10, START + 3_501) == {2}
+    assert lrs.sorted_lrs() == [0, 1]
+
+
+def test_a_fetching_follower_behind_the_leader_keeps_the_lag_bound() -> None:
+    lrs = fresh(lag_max_ms=10_000, fetch_silence_max_ms=3_000)
+    now = START
+    while now + 400 <= START + 10_000:
+        now += 400
+        lrs.on_fetch(1, 5, 10, now)  # fetches all the time, never reaches the leader's end
+        lrs.on_fetch(2, 10, 10, now)
+        assert lrs.tick(10, now) == set()
+    now += 400
+    lrs.on_fetch(1, 5, 10, now)
+    lrs.on_fetch(2, 10, 10, now)
+    assert lrs.tick(10, now) == {1}
+
+
+def test_a_silent_follower_returns_when_it_fetches_from_the_high_watermark() -> None:
+    lrs = fresh(fetch_silence_max_ms=3_000)
+    lrs.on_fetch(1, 0, 0, START + 3_001)
+    assert lrs.tick(0, START + 3_001) == {2}
+    assert lrs.on_fetch(2, 0, 0, START + 4_000)
+    assert lrs.sorted_lrs() == [0, 1, 2]
+
+
+def test_become_leader_gives_every_follower_a_full_silence_bound() -> None:
+    lrs = fresh(fetch_silence_max_ms=3_000)
+    assert lrs.tick(0, START + 3_000) == set()
+    assert lrs.tick(0, START + 3_001) == {1, 2}
