@@ -120,6 +120,17 @@ def figure(what: str, seconds: float) -> None:
     print(f"\n[e2e figure] {what}: {seconds:.2f} s", file=sys.stderr)
 
 
+def settled(status: dict[str, Any]) -> bool:
+    """Every partition Online under its preferred leader with its whole replica set live:
+    nothing left for the controller to do (a preferred-leader rebalance is done)."""
+    return all(
+        p["state"] == "Online"
+        and p.get("leader") == p["replicas"][0]
+        and sorted(p["liveReplicas"]) == sorted(p["replicas"])
+        for p in status["partitions"]
+    )
+
+
 def topic_status(cluster: Cluster, namespace: str) -> dict[str, Any]:
     return cluster.get("topic", "orders", namespace).get("status") or {}
 
@@ -239,26 +250,30 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
             moved = p["leaderEpoch"] > old["leaderEpoch"] and p.get("leader") is not None
             return p if moved and p["state"] == "Online" else None
 
-        elected = wait_for("a new leader of partition 0 in the Topic's status", new_leader, 60)
-        assert elected["leader"] != old["leader"]
-        # ... and an Event on the Topic says so
-        wait_for(
-            "a LeaderElected Event on the Topic",
-            lambda: (
-                "LeaderElected"
-                in cluster.kubectl_run(
-                    "get",
-                    "events",
-                    "-n",
-                    namespace,
-                    "--field-selector",
-                    "involvedObject.kind=Topic,involvedObject.name=orders",
-                    "-o",
-                    "jsonpath={.items[*].reason}",
-                ).stdout
-            ),
-            30,
-        )
+        wait_for("a new leader epoch of partition 0 in the Topic's status", new_leader, 60)
+
+        # ... another broker was elected (the status may already show the preferred leader
+        # back, if the rebalance was quick), and an Event on the Topic says so
+        def elected_elsewhere() -> list[str]:
+            out = cluster.kubectl_run(
+                "get",
+                "events",
+                "-n",
+                namespace,
+                "--field-selector",
+                "involvedObject.kind=Topic,involvedObject.name=orders",
+                "-o",
+                "json",
+            ).stdout
+            return [
+                e["message"]
+                for e in json.loads(out)["items"]
+                if e["reason"] == "LeaderElected"
+                and "/orders/0:" in e["message"]
+                and f"broker {old['leader']} leads" not in e["message"]
+            ]
+
+        wait_for("a LeaderElected Event naming another broker", elected_elsewhere, 30)
 
         first = wait_for(
             "a first acks=all produce after the kill",
@@ -299,6 +314,16 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
             60,
             every_s=1.0,
         )
+        # Read back once the cluster has settled: the returned broker is back in every LRS
+        # and the preferred-leader rebalance has given it its partitions back. (A consumer
+        # reading *during* that rebalance went idle for more than its 5 s idle timeout in
+        # some runs and stopped early: a client or rebalance latency to look at, not a loss;
+        # the records were all there when read again.)
+        wait_for(
+            "the cluster to settle (preferred leaders, whole LRS)",
+            lambda: settled(topic_status(cluster, namespace)),
+            90,
+        )
         consumed = procs.run_headrace(
             "consume",
             topic,
@@ -314,8 +339,27 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
         )
         assert consumed.returncode == 0, consumed.stderr.decode()
         values = set(consumed.stdout.decode().split())
-        assert set(acked) <= values, "an acknowledged record was lost"
-        assert set(more) <= values
+        missing = (set(acked) | set(more)) - values
+        if missing:
+            # tell a loss from a consumer that stopped early: read it all again
+            again = procs.run_headrace(
+                "consume",
+                topic,
+                "--cohort",
+                "check-again",
+                "--from-beginning",
+                "--idle-timeout",
+                "5",
+                "--bootstrap",
+                bootstrap,
+                timeout=60,
+            )
+            still = missing - set(again.stdout.decode().split())
+            raise AssertionError(
+                f"{len(missing)} acknowledged records not consumed, {len(still)} of them not"
+                f" there on a second read either (e.g. {sorted(still)[:5]}); topic status:"
+                f" {json.dumps(topic_status(cluster, namespace)['partitions'])}"
+            )
 
         # 4. delete a pod: the StatefulSet recreates it on the same PVC and it rejoins
         claim = cluster.get("pvc", "data-demo-2", namespace)["spec"]["volumeName"]
@@ -350,14 +394,13 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
         # that the cluster itself is quiet)
         def whole() -> dict[str, Any] | None:
             status = topic_status(cluster, namespace)
-            quiet = all(
-                sorted(p["liveReplicas"]) == [0, 1, 2] and p["state"] == "Online"
-                for p in status["partitions"]
-            ) and not any(plan.get("assignment") for plan in status.get("cohortPlans", []))
+            quiet = settled(status) and not any(
+                plan.get("assignment") for plan in status.get("cohortPlans", [])
+            )
             # (the consumer above has left: its cohort's plan is empty again)
             return status if quiet else None
 
-        settled = wait_for("every live replica set whole again", whole, 90)
+        quiet_status = wait_for("every live replica set whole again", whole, 90)
         generation = cluster.get("brokercluster", "demo", namespace)["status"]["topologyGeneration"]
         procs.kill_group(started[0], 15)
         started[0].wait(30)
@@ -370,7 +413,7 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
         time.sleep(3)  # a few of its steps: a window to show it changes nothing
         after_restart = topic_status(cluster, namespace)
         assert [(p["leader"], p["leaderEpoch"]) for p in after_restart["partitions"]] == [
-            (p["leader"], p["leaderEpoch"]) for p in settled["partitions"]
+            (p["leader"], p["leaderEpoch"]) for p in quiet_status["partitions"]
         ]
         status = cluster.get("brokercluster", "demo", namespace)["status"]
         assert status["topologyGeneration"] == generation
@@ -423,6 +466,11 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
         blocked = wait_for("ScaleDownBlocked", lambda: cluster_ready(refused), 60)
         assert (blocked["status"], blocked["reason"]) == ("False", "ScaleDownBlocked")
         assert statefulset_replicas() == 3
+        wait_for(
+            "the cluster to settle after scaling",
+            lambda: settled(topic_status(cluster, namespace)),
+            90,
+        )
         consumed = procs.run_headrace(
             "consume",
             topic,
