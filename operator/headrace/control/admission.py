@@ -14,7 +14,7 @@ up only as a Ready condition later.
     PartitionCountChange    the topic exists with another partition count; changing
                             it needs a repartition, which does not exist yet
     ReplicasChange          the topic exists with another replication factor
-    CompactionUnsupported   ``cleanupPolicy: compact``: compaction does not exist yet
+    CompactionUnsupported   ``cleanupPolicy: compact``: local mode schedules no compaction
 
 A spec that passes may still wait (for brokers to come up, say); those are
 the reconcile step's ``Problem``s, not admission's.
@@ -92,6 +92,7 @@ def topic_problems(
     if spec.cleanup_policy is topic_models.CleanupPolicy.COMPACT:
         problem(
             "CompactionUnsupported",
-            "cleanupPolicy compact is not supported yet (no compaction): use delete",
+            "cleanupPolicy compact needs scheduled compaction, which local mode does not run:"
+            " use delete and run `headrace compact TOPIC --keep-last-per-key`",
         )
     return problems
