@@ -355,6 +355,9 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
                 timeout=60,
             )
             still = missing - set(again.stdout.decode().split())
+            for pod in ("demo-0", "demo-1", "demo-2"):  # for whoever chases it
+                tail = cluster.kubectl_run("logs", pod, "-n", namespace, check=False).stdout
+                print(f"--- {pod}\n{tail[-3000:]}", file=sys.stderr)
             raise AssertionError(
                 f"{len(missing)} acknowledged records not consumed, {len(still)} of them not"
                 f" there on a second read either (e.g. {sorted(still)[:5]}); topic status:"
