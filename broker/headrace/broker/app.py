@@ -16,6 +16,7 @@ import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
+from headrace import files
 from headrace.aio import cancel_and_wait
 from headrace.broker import cohort_admin
 from headrace.broker.access import Access
@@ -93,7 +94,7 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        files.mkdir_durable(self.settings.data_dir)
         self._lock_data_dir()
         started = time.monotonic()
         self.registry.load()

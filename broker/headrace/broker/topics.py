@@ -399,7 +399,7 @@ class TopicRegistry:
 
     def __init__(self, data_dir: Path, log_config: LogConfig) -> None:
         self._root = data_dir / "topics"
-        self._root.mkdir(parents=True, exist_ok=True)
+        files.mkdir_durable(self._root)
         self._log_config = log_config
         self.topics: dict[str, Topic] = {}
         #: bumped on every create/delete: the standalone topology generation (persisted, so
@@ -467,7 +467,7 @@ class TopicRegistry:
         topic = self.topics.get(key)
         if topic is None:
             directory = self._root / key
-            directory.mkdir(parents=True, exist_ok=True)
+            files.mkdir_durable(directory)
             topic = Topic(key, directory, partition_count, version, dict(config), clock.wall_ms())
             self.topics[key] = topic
         elif (topic.partition_count, topic.partitioning_version, topic.config) == (
@@ -505,7 +505,7 @@ class TopicRegistry:
         directory = self._root / key
         if directory.exists():
             shutil.rmtree(directory)
-        directory.mkdir(parents=True)
+        files.mkdir_durable(directory)  # the namespace directory may be new too
         topic = Topic(key, directory, partitions, 1, config, clock.wall_ms())
         self._open_partitions(topic)
         files.write_json_atomic(directory / TOPIC_FILE, topic.to_json(), sort_keys=True)

@@ -30,6 +30,7 @@ from headrace.errors import (
     BatchTooLarge,
     ConnectionClosed,
     HeadraceError,
+    NotEnoughReplicas,
     OutOfOrderSequence,
     RequestTimedOut,
 )
@@ -224,7 +225,11 @@ class _PartitionSender:
                 p.cluster.routing.note_redirect(
                     r.topic, r.partition, r.owner, r.partitioning_version
                 )
-            if exc.invalid_metadata or isinstance(exc, ConnectionClosed | RedirectReceived):
+            # A leader that cannot replicate (NotEnoughReplicas) or does not answer may have
+            # been deposed behind a partition that this client does not share: ask again.
+            if exc.invalid_metadata or isinstance(
+                exc, ConnectionClosed | RedirectReceived | NotEnoughReplicas | RequestTimedOut
+            ):
                 with contextlib.suppress(HeadraceError):
                     await p.cluster.refresh()
             if not isinstance(exc, RedirectReceived | OutOfOrderSequence):

@@ -270,6 +270,7 @@ class Topic(Resource):
         short_names=("hrt",),
         columns=(
             PrinterColumn("Partitions", "integer", ".spec.partitions", "Desired partitions"),
+            PrinterColumn("Replicas", "integer", ".spec.replicas", "Copies of each partition"),
             PrinterColumn(
                 "Version", "integer", ".status.partitioningVersion", "Partitioning version"
             ),
