@@ -42,5 +42,5 @@ $PY -m pip wheel -q --wheel-dir build/image/wheels '.[broker,operator,tiered,com
 ctr=$("${BUILDAH[@]}" from "$IMAGE")
 trap '"${BUILDAH[@]}" rm "$ctr" >/dev/null' EXIT
 "${BUILDAH[@]}" run --isolation chroot "$ctr" -- headrace --version
-"${BUILDAH[@]}" run --isolation chroot "$ctr" -- python -c 'import headrace.broker, kopf, kubernetes'
+"${BUILDAH[@]}" run --isolation chroot "$ctr" -- python -c 'import headrace.broker, headrace.operator.main'
 echo "$IMAGE"

@@ -121,9 +121,32 @@ def test_helm_test_pod_produces_then_consumes_with_headrace() -> None:
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     (produce,) = pod["spec"]["initContainers"]
     (consume,) = pod["spec"]["containers"]
-    assert produce["command"][:3] == ["headrace", "bench", "helm-test"]
+    assert produce["command"][:3] == ["headrace", "bench", f"{NAMESPACE}/helm-test"]
     assert "--acks" in produce["command"] and "all" in produce["command"]
-    assert consume["command"][:3] == ["headrace", "consume", "helm-test"]
+    assert consume["command"][:3] == ["headrace", "consume", f"{NAMESPACE}/helm-test"]
     assert consume["command"][consume["command"].index("--bootstrap") + 1] == "10.0.0.1:9092"
     topic = next(d for d in docs if d["kind"] == "Topic")
     assert topic["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def _rule_set(rules: list[dict[str, Any]]) -> set[tuple[tuple[str, ...], ...]]:
+    return {
+        (tuple(sorted(r["apiGroups"])), tuple(sorted(r["resources"])), tuple(sorted(r["verbs"])))
+        for r in rules
+    }
+
+
+def test_rbac_is_the_operators_own_rule_list() -> None:
+    # headrace.operator.install.RULES is the one list of what the operator does; the
+    # chart's templates restate it in YAML and must not drift from it
+    from headrace.operator.install import CLUSTER_RULES, RULES
+
+    namespaced = _rule_set([{"apiGroups": g, "resources": r, "verbs": v} for g, r, v in RULES])
+    cluster = _rule_set([{"apiGroups": g, "resources": r, "verbs": v} for g, r, v in CLUSTER_RULES])
+    (wide,) = kinds(render())["ClusterRole"]
+    assert _rule_set(wide["rules"]) == namespaced | cluster
+    by_kind = kinds(render(str(CHART / "ci" / "namespaced-values.yaml")))
+    for role in by_kind["Role"]:
+        assert _rule_set(role["rules"]) == namespaced
+    (reads,) = by_kind["ClusterRole"]
+    assert _rule_set(reads["rules"]) == cluster
