@@ -43,4 +43,7 @@ ctr=$("${BUILDAH[@]}" from "$IMAGE")
 trap '"${BUILDAH[@]}" rm "$ctr" >/dev/null' EXIT
 "${BUILDAH[@]}" run --isolation chroot "$ctr" -- headrace --version
 "${BUILDAH[@]}" run --isolation chroot "$ctr" -- python -c 'import headrace.broker, headrace.operator.main'
+# both entry points answer: the brokers' `headrace broker` and the operator's module
+"${BUILDAH[@]}" run --isolation chroot "$ctr" -- headrace broker --help >/dev/null
+"${BUILDAH[@]}" run --isolation chroot "$ctr" -- python -m headrace.operator --help >/dev/null
 echo "$IMAGE"
