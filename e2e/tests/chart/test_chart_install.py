@@ -17,6 +17,7 @@ Test bed only: pods run this checkout's Python (the runner ignores images).
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 import uuid
@@ -25,6 +26,7 @@ from typing import Any
 
 from bench import procs
 from e2e.support import Cluster, wait_for
+from tests.unit.charts.argocd_lua import run_check
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "headrace"
 RELEASE = "hr"
@@ -49,6 +51,22 @@ def broker_ips(cluster: Cluster, namespace: str) -> list[str]:
         for pod in json.loads(out.stdout)["items"]
         if pod.get("status", {}).get("podIP")
     ]
+
+
+def build_kstatus() -> str:
+    done = subprocess.run(
+        ["bash", str(CHART.parents[1] / "tools" / "kstatus" / "build.sh")],
+        capture_output=True, text=True, timeout=900, check=True,
+    )  # fmt: skip
+    return done.stdout.strip().splitlines()[-1]
+
+
+def health(cluster: Cluster, namespace: str, kstatus: str, kind: str, name: str) -> tuple[str, str]:
+    """(Argo CD health by our Lua check, kstatus status) of the live object."""
+    text = cluster.kubectl_run("get", kind.lower(), name, "-n", namespace, "-o", "json").stdout
+    argo, _ = run_check(kind, json.loads(text))
+    done = subprocess.run([kstatus], input=text, capture_output=True, text=True, timeout=30)
+    return argo, json.loads(done.stdout)["status"]
 
 
 def all_brokers(cluster: Cluster, namespace: str) -> list[str] | None:
@@ -90,6 +108,16 @@ def test_helm_install_test_upgrade_uninstall(
         )  # fmt: skip
         logs = operator_logs(cluster, namespace)
         assert "Forbidden" not in logs, logs
+        # the statuses the operator wrote read as healthy to Argo CD's checks and to kstatus
+        kstatus = build_kstatus()
+        for kind, name in (("Topic", "helm-test"), ("BrokerCluster", "demo")):
+            wait_for(
+                f"{kind} {name} Healthy to Argo CD and Current to kstatus",
+                lambda kind=kind, name=name: (
+                    health(cluster, namespace, kstatus, kind, name) == ("Healthy", "Current")
+                ),
+                120,
+            )
 
         ips = wait_for("3 brokers' pod IPs", lambda: all_brokers(cluster, namespace), 90)
         bootstrap = ",".join(f"{ip}:9092" for ip in ips)

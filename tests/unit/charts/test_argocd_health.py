@@ -13,55 +13,19 @@ from __future__ import annotations
 
 import functools
 import json
-import math
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 import yaml
+from argocd_lua import run_check
 
 from headrace.resources.crdgen import generated
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "headrace"
 CHECKS = CHART / "docs" / "argocd-health"
 FIXTURES = sorted((Path(__file__).parent / "health_fixtures").glob("*.json"))
-LUA = "lua5.4"
-
-
-def lua_literal(value: Any) -> str:
-    """``value`` (JSON data) as a Lua table constructor, the shape Argo CD hands ``obj`` in."""
-    if value is None:
-        return "nil"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        assert math.isfinite(value)
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string with \" \\ \n \uXXXX escapes reads the same in Lua
-    if isinstance(value, list):
-        return "{" + ", ".join(lua_literal(v) for v in value) + "}"
-    return "{" + ", ".join(f"[{json.dumps(k)}] = {lua_literal(v)}" for k, v in value.items()) + "}"
-
-
-def run_check(kind: str, obj: dict[str, Any]) -> tuple[str, str]:
-    lua = shutil.which(LUA)
-    if lua is None:
-        pytest.fail(f"no {LUA} on PATH: apt-get install -y lua5.4 (.ci/run does)")
-    script = (CHECKS / f"{kind.lower()}.lua").read_text()
-    # Argo CD runs the script with the object as the global `obj` and takes what it returns
-    program = (
-        f"obj = {lua_literal(obj)}\n"
-        f"local hs = (function()\n{script}\nend)()\n"
-        'io.write(hs.status, "\\n", hs.message or "", "\\n")\n'
-    )
-    done = subprocess.run([lua, "-"], input=program, capture_output=True, text=True, timeout=10)
-    assert done.returncode == 0, done.stderr
-    status, message = done.stdout.split("\n", 2)[:2]
-    return status, message
 
 
 @functools.cache
