@@ -111,13 +111,11 @@ def test_helm_install_test_upgrade_uninstall(
         # the statuses the operator wrote read as healthy to Argo CD's checks and to kstatus
         kstatus = build_kstatus()
         for kind, name in (("Topic", "helm-test"), ("BrokerCluster", "demo")):
-            wait_for(
-                f"{kind} {name} Healthy to Argo CD and Current to kstatus",
-                lambda kind=kind, name=name: (
-                    health(cluster, namespace, kstatus, kind, name) == ("Healthy", "Current")
-                ),
-                120,
-            )
+
+            def healthy(kind: str = kind, name: str = name) -> bool:
+                return health(cluster, namespace, kstatus, kind, name) == ("Healthy", "Current")
+
+            wait_for(f"{kind} {name} Healthy to Argo CD and Current to kstatus", healthy, 120)
 
         ips = wait_for("3 brokers' pod IPs", lambda: all_brokers(cluster, namespace), 90)
         bootstrap = ",".join(f"{ip}:9092" for ip in ips)
@@ -131,10 +129,8 @@ def test_helm_install_test_upgrade_uninstall(
                 "--set", "operator.podAnnotations.upgraded=yes",
                 "--wait", "--timeout", "3m",
             )  # fmt: skip
-            new_pod = wait_for(
-                "the new operator pod",
-                lambda: (pod := operator_pod(cluster, namespace)) != old_pod and pod,
-                120,
+            new_pod: str = wait_for(
+                "the new operator pod", lambda: new_operator_pod(cluster, namespace, old_pod), 120
             )
             wait_for(
                 "the new operator to take the Lease and start the cluster's loop",
@@ -231,6 +227,11 @@ def operator_pod(cluster: Cluster, namespace: str) -> str | None:
         and not p["metadata"].get("deletionTimestamp")
     ]
     return running[0] if len(running) == 1 else None
+
+
+def new_operator_pod(cluster: Cluster, namespace: str, old: str | None) -> str | None:
+    pod = operator_pod(cluster, namespace)
+    return pod if pod != old else None
 
 
 class Load:
