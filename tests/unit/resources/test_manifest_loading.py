@@ -13,7 +13,6 @@ from headrace.resources import (
     ManifestError,
     Repartition,
     ResourceKey,
-    Topic,
     in_apply_order,
     load_keys,
     load_manifests,
