@@ -94,7 +94,7 @@ class Problem:
     """Why a topic is not (entirely) as asked: its Ready condition's reason and message."""
 
     topic: str
-    #: CamelCase: WaitingForBrokers, NotEnoughBrokers, PartitionCountChange,
+    #: CamelCase: WaitingForBrokers, NotEnoughBrokers, Repartitioning, RepartitionWaiting,
     #: ReplicasChange, PartitionsOffline, BelowMinInSync, DuplicateSpec,
     #: PartitionsMoving, UnclaimedSeal; and InvalidSpec, which the control loop adds for a
     #: Topic whose stored spec does not parse
