@@ -95,6 +95,9 @@ class Cohort:
         self.members: list[Consumer] = []
         self.log: list[tuple[str, int, int, int]] = []  # key, seq, partition, offset
         self.stop = asyncio.Event()
+        #: cleared: the members take nothing (a backlog builds up on both sides of a cutover)
+        self.running = asyncio.Event()
+        self.running.set()
 
     async def start(self) -> None:
         for m in range(3):
@@ -105,6 +108,7 @@ class Cohort:
 
     async def run(self, consumer: Consumer) -> None:
         while not self.stop.is_set():
+            await self.running.wait()
             for batch in await consumer.getmany(timeout_s=0.2):
                 for offset, record in zip(batch.offsets(), batch.records(), strict=True):
                     assert record.key is not None
@@ -138,8 +142,10 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
 ) -> None:
     assert cluster.apply(topic_manifest(TOPIC, 4, replicas=3, min_in_sync=2)).returncode == 0
     cluster.wait(
-        lambda: len(cluster.partitions(f"default/{TOPIC}")) == 4
-        and all(p["state"] == "Online" for p in cluster.partitions(f"default/{TOPIC}")),
+        lambda: (
+            len(cluster.partitions(f"default/{TOPIC}")) == 4
+            and all(p["state"] == "Online" for p in cluster.partitions(f"default/{TOPIC}"))
+        ),
         what="topic online",
     )
     producer = await Producer(cluster.bootstrap, acks=msg.Acks.ALL, linger_ms=2).start()
@@ -163,14 +169,26 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
     try:
         await wait_for(lambda: load.rounds >= 2, "the first rounds")
         for name, partitions in (("grow-8", 8), ("grow-12", 12), ("shrink-6", 6)):
+            # The cohort lags across the cutover: old keys' backlog sits in the old
+            # partitions while their new records pile up in the new ones.
+            cohort.running.clear()
+            await wait_for(lambda s=load.rounds: load.rounds >= s + 1, f"a backlog before {name}")
             applied = cluster.apply(repartition_manifest(name, TOPIC, partitions))
             assert applied.returncode == 0, applied.stderr.decode()
+            await wait_for(
+                lambda n=name: (
+                    repartition_status(cluster, n).get("phase")
+                    in ("Draining", "AwaitingAdoption", "Finalized")
+                ),
+                f"{name} cut over",
+            )
             start = load.rounds
+            await wait_for(lambda s=start: load.rounds >= s + 2, f"a backlog after {name}")
+            cohort.running.set()
             await wait_for(
                 lambda n=name: repartition_status(cluster, n).get("phase") == "Finalized",
                 f"{name} finalized",
             )
-            await wait_for(lambda s=start: load.rounds >= s + 2, f"rounds after {name}")
             status = repartition_status(cluster, name)
             assert status["toPartitions"] == partitions
             assert status["toVersion"] == status["fromVersion"] + 1
@@ -188,9 +206,7 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
         await cohort.close()
         await producer.close()
     check(cohort.log, load.acked)
-    topic = next(
-        t for t in cluster.state()["cluster"]["topics"] if t["name"] == f"default/{TOPIC}"
-    )
+    topic = next(t for t in cluster.state()["cluster"]["topics"] if t["name"] == f"default/{TOPIC}")
     assert topic["partitioningVersion"] == 4 and "transition" not in topic
 
 

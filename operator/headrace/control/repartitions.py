@@ -128,15 +128,16 @@ def step(
         topic = out_topics[name]
         if topic.transition is None:
             continue
-        after, by = _advance(topic, topic.transition, generation, reports, adoption_floor, now_ms)
+        after, last, by = _advance(
+            topic, topic.transition, generation, reports, adoption_floor, now_ms
+        )
         if by is not None:
-            finalized[name] = (topic.transition, by)
+            finalized[name] = (last, by)
             events.append(
                 (
                     "RepartitionFinalized",
                     name,
-                    f"{topic.transition.from_partitions} -> {topic.transition.to_partitions}"
-                    f" partitions ({by.value})",
+                    f"{last.from_partitions} -> {last.to_partitions} partitions ({by.value})",
                 )
             )
         else:
@@ -337,7 +338,9 @@ def _advance(
     reports: Reports,
     floor: int | None,
     now_ms: int,
-) -> tuple[TopicStatus, FinalizedBy | None]:
+) -> tuple[TopicStatus, Transition, FinalizedBy | None]:
+    """The topic after one step of its marker, the marker as it stood at the end of the
+    step (also when this step cleared it), and why it finalized (None: not yet)."""
     if marker.adoption_generation is None:
         # Eager: the input is the state the cutover committed in (see the docstring).
         marker = replace(marker, adoption_generation=generation)
@@ -380,10 +383,10 @@ def _advance(
     if marker.drained_ms is not None:
         assert marker.adoption_generation is not None
         if floor is not None and floor >= marker.adoption_generation:
-            return _retire(topic, marker), FinalizedBy.ADOPTED
+            return _retire(topic, marker), marker, FinalizedBy.ADOPTED
         if now_ms - marker.drained_ms >= marker.adoption_timeout_ms:
-            return _retire(topic, marker), FinalizedBy.ADOPTION_TIMED_OUT
-    return replace(topic, transition=marker), None
+            return _retire(topic, marker), marker, FinalizedBy.ADOPTION_TIMED_OUT
+    return replace(topic, transition=marker), marker, None
 
 
 def _drained(

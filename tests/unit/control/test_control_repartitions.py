@@ -168,6 +168,8 @@ def test_a_grow_cuts_over_once_stamps_the_generation_after_and_finalizes_when_ad
         2,
         cutover_generation,
     )
+    assert done.cutover_ms is not None and done.drained_ms is not None
+    assert done.cutover_ms <= done.drained_ms <= (done.finalized_ms or 0)
     assert c.topic.transition is None and c.bumps == [2]
 
 
