@@ -20,7 +20,11 @@ import pytest
 from headrace.client.consumer import Consumer
 from headrace.client.producer import Producer, RecordReceipt
 from headrace.protocol import messages as msg
+from headrace.protocol.frames import Op
+from headrace.records import batch as rb
 from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.raw import RawConnection
+from tests.integration.reading import read_partition
 
 TOPIC = "keyed"
 KEYS = 1_000
@@ -234,3 +238,117 @@ def test_bad_repartitions_are_refused_and_change_nothing(
         if t["name"] == "default/steady"
     )
     assert version == 1
+
+
+def broker_address(c: LocalCluster, broker_id: int) -> str:
+    b = next(b for b in c.record["brokers"] if b["id"] == broker_id)
+    return f"{b['host']}:{b['port']}"
+
+
+def test_an_old_client_is_fenced_by_redirect_and_the_transition_finalizes_by_timeout(
+    cluster: LocalCluster,
+) -> None:
+    """A client that acked once and then never acks pushes (an older client) holds the
+    adoption floor down: the transition finalizes by timeout, and its publishes routed
+    under the old version are redirected, never stored."""
+    topic = "default/legacy"
+    assert cluster.apply(topic_manifest("legacy", 2, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(
+        lambda: [p.get("leader") is not None for p in cluster.partitions(topic)] == [True, True],
+        what="legacy online",
+    )
+    leader = cluster.partitions(topic)[0]["leader"]
+    old = RawConnection(broker_address(cluster, leader))
+    try:
+        snapshot = msg.TopologySnapshot.decode(old.call(Op.TOPOLOGY, b"{}").body)
+        old.send(Op.TOPOLOGY_UPDATE_ACK, msg.TopologyUpdateAck(snapshot.generation).encode())
+        cluster.wait(
+            lambda: cluster.state()["adoptionFloor"] == snapshot.generation,
+            what="the old client's ack in the floor",
+        )
+        applied = cluster.apply(repartition_manifest("legacy-4", "legacy", 4, timeout_s=2))
+        assert applied.returncode == 0, applied.stderr.decode()
+        cluster.wait(
+            lambda: (
+                repartition_status(cluster, "legacy-4").get("phase")
+                in ("AwaitingAdoption", "Finalized")
+            ),
+            what="legacy-4 drained",
+        )
+        batch = rb.encode([b"routed under version 1"], keys=[b"k"], timestamp_ms=1)
+        request = msg.ProduceRequest(topic, 0, 1, msg.Acks.ALL, 5_000, b"")
+        answer = old.call(Op.PRODUCE, request.encode_prefix() + batch)
+        assert answer.op == Op.REDIRECT, answer
+        redirect = msg.Redirect.decode(answer.body)
+        assert redirect.partitioning_version == 2 and redirect.owner is not None
+        assert "partitioning version 1" in redirect.reason
+        cluster.wait(
+            lambda: repartition_status(cluster, "legacy-4").get("phase") == "Finalized",
+            what="legacy-4 finalized",
+        )
+        status = repartition_status(cluster, "legacy-4")
+        assert status["finalizedBy"] == "AdoptionTimedOut"
+        assert status["adoptionGeneration"] > snapshot.generation
+    finally:
+        old.close()
+    stored = asyncio.run(read_partition(cluster.bootstrap, topic, 0))
+    assert stored == [], "a publish routed under a stale version was stored"
+
+
+def test_a_restarted_controller_resumes_the_transition_without_a_second_bump(
+    cluster: LocalCluster,
+) -> None:
+    """A cohort member that takes nothing holds the drain; the controller is killed and
+    restarted mid-transition; once the member reads, the transition finalizes at version
+    2 (one bump)."""
+    topic = "default/resume"
+    assert cluster.apply(topic_manifest("resume", 2, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(
+        lambda: [p.get("leader") is not None for p in cluster.partitions(topic)] == [True, True],
+        what="resume online",
+    )
+
+    async def scenario() -> None:
+        producer = await Producer(cluster.bootstrap, acks=msg.Acks.ALL).start()
+        member = await Consumer(
+            cluster.bootstrap, topic, "slow", member_id="slow", start="earliest"
+        ).start()
+        try:
+            receipts = [await producer.send(topic, b"%d" % i, key=b"k%d" % i) for i in range(50)]
+            for r in receipts:
+                await r
+            applied = cluster.apply(repartition_manifest("resume-4", "resume", 4, timeout_s=1))
+            assert applied.returncode == 0, applied.stderr.decode()
+            await asyncio.to_thread(
+                cluster.wait,
+                lambda: repartition_status(cluster, "resume-4").get("phase") == "Draining",
+                30.0,
+                "resume-4 draining",
+            )
+            cluster.kill_controller()
+            cluster.restart_controller()
+            await asyncio.to_thread(
+                cluster.wait,
+                lambda: repartition_status(cluster, "resume-4").get("phase") == "Draining",
+                30.0,
+                "the restarted controller serving resume-4",
+            )
+            got = 0
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while repartition_status(cluster, "resume-4").get("phase") != "Finalized":
+                assert loop.time() < deadline, "resume-4 never finalized"
+                for batch in await member.getmany(timeout_s=0.2):
+                    got += batch.record_count
+                    member.ack_batch(batch)
+            assert got >= 50
+        finally:
+            await member.close(grace_s=1)
+            await producer.close()
+
+    asyncio.run(scenario())
+    version = next(
+        t["partitioningVersion"] for t in cluster.state()["cluster"]["topics"] if t["name"] == topic
+    )
+    assert version == 2
+    assert len(cluster.partitions(topic)) == 4
