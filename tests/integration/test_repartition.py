@@ -352,3 +352,53 @@ def test_a_restarted_controller_resumes_the_transition_without_a_second_bump(
     )
     assert version == 2
     assert len(cluster.partitions(topic)) == 4
+
+
+def test_a_dead_brokers_frozen_adoption_label_does_not_stall_finalize(
+    cluster: LocalCluster,
+) -> None:
+    """Broker 2's only acking client never acks the cutover, so its label holds the floor
+    down; once broker 2 is killed, the floor counts live brokers only and the transition
+    finalizes as adopted (its timeout, 600 s, is far away)."""
+    topic = "default/frozen"
+    assert cluster.apply(topic_manifest("frozen", 2, replicas=3, min_in_sync=1)).returncode == 0
+    cluster.wait(
+        lambda: [p.get("leader") is not None for p in cluster.partitions(topic)] == [True, True],
+        what="frozen online",
+    )
+
+    async def scenario() -> None:
+        # Bootstraps on broker 0: its topology connection acks every push.
+        producer = await Producer(broker_address(cluster, 0), acks=msg.Acks.ALL).start()
+        old = RawConnection(broker_address(cluster, 2))
+        try:
+            await (await producer.send(topic, b"before", key=b"k"))
+            snapshot = msg.TopologySnapshot.decode(old.call(Op.TOPOLOGY, b"{}").body)
+            old.send(Op.TOPOLOGY_UPDATE_ACK, msg.TopologyUpdateAck(snapshot.generation).encode())
+            applied = cluster.apply(repartition_manifest("frozen-3", "frozen", 3, timeout_s=600))
+            assert applied.returncode == 0, applied.stderr.decode()
+            await asyncio.to_thread(
+                cluster.wait,
+                lambda: repartition_status(cluster, "frozen-3").get("phase") == "AwaitingAdoption",
+                30.0,
+                "frozen-3 waiting for adoption",
+            )
+            assert cluster.state()["adoptionFloor"] == snapshot.generation
+            cluster.kill_broker(2)
+            await asyncio.to_thread(
+                cluster.wait,
+                lambda: repartition_status(cluster, "frozen-3").get("phase") == "Finalized",
+                30.0,
+                "frozen-3 finalized with broker 2 dead",
+            )
+            assert repartition_status(cluster, "frozen-3")["finalizedBy"] == "Adopted"
+            await (await producer.send(topic, b"after", key=b"k"))
+        finally:
+            old.close()
+            await producer.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        cluster.restart_broker(2)
+        cluster.wait(lambda: 2 in cluster.state()["live"], what="broker 2 back")
