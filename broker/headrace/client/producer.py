@@ -78,6 +78,11 @@ class RecordReceipt:
     def done(self) -> bool:
         return self._future.done()
 
+    @property
+    def batch(self) -> asyncio.Future[BatchResult]:
+        """The future of the batch this record went into (shared by its records)."""
+        return self._future
+
 
 @dataclass(slots=True)
 class _Accumulator:

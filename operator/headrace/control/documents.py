@@ -125,7 +125,9 @@ def holding_spec(name: str, status: TopicStatus) -> TopicSpec:
     defaults = topic_models.TopicSpec.model_validate(
         {"clusterRef": {"name": "unread"}, "partitions": 1, "replicas": replicas}
     )
-    return TopicSpec(name, len(status.partitions), replicas, defaults.min_in_sync, tiered=False)
+    # The count last asked for, so that holding the topic is never read as an edit of it.
+    partitions = status.spec_partitions or len(status.partitions)
+    return TopicSpec(name, partitions, replicas, defaults.min_in_sync, tiered=False)
 
 
 def generation_of(resource: Mapping[str, Any]) -> int:
