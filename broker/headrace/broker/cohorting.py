@@ -301,7 +301,12 @@ class CohortRuntime:
         earliest = self._earliest(part)
         if cursor is not None and cursor >= earliest:
             return min(cursor, part.log.next_offset)
-        start = earliest if self._start.get(member_id) == "earliest" else part.high_watermark
+        # A partition a repartition's grow added holds only post-cutover records, all newer
+        # than the cohort's start: a "latest" member must not skip them.
+        grown = self.hold(partition) == 0
+        start = (
+            earliest if grown or self._start.get(member_id) == "earliest" else part.high_watermark
+        )
         part.cursors.set(self.name, start)
         return start
 
