@@ -221,7 +221,14 @@ class Broker:
         content = (
             tuple(snapshot.brokers),
             tuple(
-                (r.name, r.partitions, r.partitioning_version, tuple(r.owners), tuple(r.epochs))
+                (
+                    r.name,
+                    r.partitions,
+                    r.partitioning_version,
+                    r.routing_partitions,
+                    tuple(r.owners),
+                    tuple(r.epochs),
+                )
                 for r in snapshot.topics
             ),
         )
