@@ -35,9 +35,13 @@ async def test_a_controller_killed_mid_cutover_resumes_with_one_bump(
     first.apply_repartitions([repartition(4)])
     crashing = CrashingStore(FileStore(tmp_path / "state"), crash_at)
     dying = make(tmp_path, fleet=first.fleet, status_store=crashing, clock=clock)
-    with pytest.raises(Crash):
+
+    async def run_until_it_dies() -> None:
         for _ in range(10):
             await dying.step()
+
+    with pytest.raises(Crash):
+        await run_until_it_dies()
     versions = []
     again = make(tmp_path, fleet=first.fleet, clock=clock)
     for _ in range(4):
