@@ -37,7 +37,7 @@ The controller loop
 ``looping.ControlLoop`` runs it (the ports are ``store``, ``fleet`` and
 ``clock``; persistence as ``documents`` describes)::
 
-    stored = store.load()                             # Topic and Unload resources, cluster doc
+    stored = store.load()                             # Topic, Unload, Repartition docs, cluster doc
     restored = documents.restore(stored.cluster, {name: topic's status})
     state = restored.state
     floor = restored.highest + 1 if restored.torn else None   # commit above it before a push
