@@ -188,6 +188,19 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
             )
             start = load.rounds
             await wait_for(lambda s=start: load.rounds >= s + 2, f"a backlog after {name}")
+            # The paused cohort holds the drain: the transition is in flight, and shown.
+            shown = await asyncio.to_thread(
+                cluster.cli, "local", "status", "--dir", str(cluster.dir)
+            )
+            line = next(
+                (
+                    ln
+                    for ln in shown.stdout.decode().splitlines()
+                    if ln.startswith(f"transition default/{TOPIC}")
+                ),
+                "",
+            )
+            assert f"-> {partitions} partitions" in line and "Draining" in line, line
             cohort.running.set()
             await wait_for(
                 lambda n=name: repartition_status(cluster, n).get("phase") == "Finalized",
