@@ -62,7 +62,15 @@ class _ControllerCollector(Collector):
         phases = [c.progress[n].phase.value if n in c.progress else "Pending" for n in c.unloads]
         for phase in ("Pending", "Moving", "Completed", "Failed"):
             unloads.add_metric([phase], phases.count(phase))
-        return [gen, bumps, live, offline, epochs, sealed, unloads]
+        transitions = GaugeMetricFamily(
+            "headrace_controller_transitions",
+            "Repartitions in flight (topics with a transition marker) by phase",
+            labels=["phase"],
+        )
+        in_flight = [t["phase"] for t in c.loop.transitions()]
+        for phase in ("CuttingOver", "Draining", "AwaitingAdoption"):
+            transitions.add_metric([phase], in_flight.count(phase))
+        return [gen, bumps, live, offline, epochs, sealed, unloads, transitions]
 
 
 class ControllerAdmin:

@@ -111,6 +111,8 @@ async def test_bad_repartitions_are_refused_with_a_reason_and_nothing_is_applied
     ]
     await c.step()
     assert c.loop.repartition_progress["default/grow"].phase.value == "CuttingOver"
+    metrics = await (await client.get("/metrics")).text()
+    assert 'headrace_controller_transitions{phase="CuttingOver"} 1.0' in metrics
     again = await client.post("/v1/apply", data=repartition_yaml("grow", "orders", 6))
     assert again.status == 422
     assert "immutable" in (await again.json())["message"]
