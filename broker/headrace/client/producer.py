@@ -303,7 +303,7 @@ class _PartitionSender:
             b.version = max(b.version, current)  # explicit partitions stay where they were
         key = (self.topic, self.partition)
         if stale:
-            seq = min(b.sequence for b in queued)
+            seq = queued[0].sequence  # the first refused batch: nothing from it on was appended
             for b in kept:
                 b.data = rb.restamp_sequence(b.data, seq)
                 b.sequence = seq
