@@ -12,7 +12,7 @@ LOCAL_DIR ?= var/local
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[broker,testbed,tiered,compression,dev]'
+	$(BIN)/pip install -q -e '.[broker,testbed,tiered,compression,jobs,dev]'
 	touch $@
 
 setup: $(VENV)/.installed

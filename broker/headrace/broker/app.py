@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from headrace.aio import cancel_and_wait
 from headrace.broker import cohort_admin
+from headrace.broker.access import Access
 from headrace.broker.cohorting import CohortRuntime
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
@@ -61,6 +62,8 @@ class Broker:
         self.settings = settings
         self.registry = TopicRegistry(settings.data_dir, settings.log)
         self.metrics = BrokerMetrics(self.registry.all_partitions)
+        #: principals, grants and member identities (reads the ACL file and cluster key now)
+        self.access = Access(settings, self.metrics.acl_denials)
         self.committer = GroupCommitter(
             settings.log.fsync,
             settings.log.flush_interval_ms,

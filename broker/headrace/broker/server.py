@@ -10,7 +10,6 @@ client can pipeline as many requests as it likes.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -45,6 +44,7 @@ from headrace.protocol.frames import (
     frame_header,
 )
 from headrace.records import batch as rb
+from headrace.security.acl import Operation
 from headrace.storage.bookkeeping import FsyncPolicy
 
 if TYPE_CHECKING:
@@ -69,10 +69,14 @@ class Connection(asyncio.Protocol):
         #: the broker, seen through the port a connection needs (``ports.ConnectionHost``)
         self.broker = broker
         self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder(broker.settings.max_frame_bytes)
+        self.decoder = FrameDecoder(
+            broker.access.max_frame_bytes_before_handshake(broker.settings.max_frame_bytes)
+        )
         self.peer = "?"
         self.client_id = ""
         self.authenticated = False
+        #: who this connection is and what it may do (``access.ConnectionAccess``)
+        self.access = broker.access.session()
         self.member_id: str | None = None
         self.cohort: Cohort | None = None
         self._writable = True
@@ -207,15 +211,13 @@ class Connection(asyncio.Protocol):
             raise UnsupportedVersion(
                 f"protocol version {hello.protocol_version} unsupported; this broker speaks {msg.PROTOCOL_VERSION}"
             )
-        tokens = self.broker.settings.auth_tokens
-        if tokens:
-            token = (hello.auth_token or "").encode()
-            if not any(hmac.compare_digest(token, t.encode()) for t in tokens):
-                raise AuthenticationFailed("invalid or missing auth token")
+        peercert = self.transport.get_extra_info("peercert") if self.transport else None
+        self.access.authenticate(hello.auth_token, peercert)
         if len(hello.client_id) > 256:
             raise InvalidRequest("client_id longer than 256 characters")
         self.client_id = hello.client_id
         self.authenticated = True
+        self.decoder.max_frame_bytes = self.broker.settings.max_frame_bytes
         s = self.broker.settings
         ok = msg.HandshakeOk(
             msg.PROTOCOL_VERSION,
@@ -223,6 +225,7 @@ class Connection(asyncio.Protocol):
             s.cluster_id,
             s.max_frame_bytes,
             s.log.max_batch_bytes,
+            self.access.member_identities,
         )
         self.respond(frame, Op.HANDSHAKE_OK, ok.encode())
 
@@ -242,6 +245,7 @@ class Connection(asyncio.Protocol):
 
     def on_produce(self, frame: Frame) -> None:
         req = msg.ProduceRequest.decode(frame.body)
+        self.access.require(Operation.PRODUCE, req.topic)
         partition = self.broker.partition_for_write(
             req.topic, req.partition, req.partitioning_version
         )
@@ -325,6 +329,7 @@ class Connection(asyncio.Protocol):
 
     def on_fetch(self, frame: Frame) -> None:
         req = msg.FetchRequest.decode(frame.body)
+        self.access.require(Operation.CONSUME, req.topic)
         partition = self.broker.partition_for_read(req.topic, req.partition)
         plog = partition.log
         if partition.tiering is not None and req.offset < plog.log_start_offset:
@@ -425,6 +430,8 @@ class Connection(asyncio.Protocol):
             raise InvalidRequest(f"unknown isolation {join.isolation}") from exc
         if not 1000 <= join.session_timeout_ms <= 300_000:
             raise InvalidRequest("session_timeout_ms must be between 1000 and 300000")
+        self.access.require_cohort(join.topic, join.cohort)
+        self.access.verify_member(join.member_id, join.identity)
         cohort = self.broker.cohort(join.topic, join.cohort)
         try:
             assignment = cohort.join(
@@ -440,6 +447,11 @@ class Connection(asyncio.Protocol):
         self.cohort = cohort
         self.member_id = join.member_id
         self.respond(frame, Op.COHORT_JOIN_OK, assignment.encode())
+
+    def on_identity(self, frame: Frame) -> None:
+        request = msg.IdentityRequest.decode(frame.body)
+        member_id, token = self.access.issue_identity(request.hint)
+        self.respond(frame, Op.IDENTITY_OK, msg.IdentityOk(member_id, token).encode())
 
     def on_cohort_leave(self, frame: Frame) -> None:
         cohort, member = self._member()
@@ -481,6 +493,7 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ replication (broker to broker)
 
     def on_replica_fetch(self, frame: Frame) -> None:
+        self.access.require_cluster()
         request = rp.ReplicaFetch.decode(frame.body)
         response = self.broker.replication.serve_fetch(request)
         # Cursors count as news too: parking this poll would drop them (they are marked sent).
@@ -521,6 +534,7 @@ class Connection(asyncio.Protocol):
         )
 
     def on_offset_for_epoch(self, frame: Frame) -> None:
+        self.access.require_cluster()
         answers = self.broker.replication.answer_epochs(rp.decode_epoch_queries(frame.body))
         self.respond(frame, Op.OFFSET_FOR_EPOCH_OK, rp.encode_epoch_answers(answers))
 
@@ -528,6 +542,7 @@ class Connection(asyncio.Protocol):
 
     def on_create_topic(self, frame: Frame) -> None:
         req = msg.CreateTopic.decode(frame.body)
+        self.access.require(Operation.ADMIN, req.name)
         topic = self.broker.create_topic(req.name, req.partitions, req.config)
         self.respond(
             frame, Op.CREATE_TOPIC_OK, msg.encode_json(self.broker.describe_topic(topic.name))
@@ -535,6 +550,7 @@ class Connection(asyncio.Protocol):
 
     def on_delete_topic(self, frame: Frame) -> None:
         req = msg.TopicName.decode(frame.body)
+        self.access.require(Operation.ADMIN, req.name)
         self.broker.delete_topic(req.name)
         self.respond(frame, Op.DELETE_TOPIC_OK, b"{}")
 
@@ -554,10 +570,14 @@ class Connection(asyncio.Protocol):
     def on_describe_cohorts(self, frame: Frame) -> None:
         request = msg.DescribeCohorts.decode(frame.body)
         answer = self.broker.describe_cohorts(request)
+        if self.access.principal is not None:
+            # Only the cohorts of topics this principal may consume or administer.
+            answer["cohorts"] = [c for c in answer["cohorts"] if self.access.may_see(c["topic"])]
         self.respond(frame, Op.DESCRIBE_COHORTS_OK, msg.encode_json(answer))
 
     def on_reset_cursors(self, frame: Frame) -> None:
         request = msg.ResetCursors.decode(frame.body)
+        self.access.require(Operation.ADMIN, request.topic)
         answer = self.broker.reset_cursors(request)
         self.respond(frame, Op.RESET_CURSORS_OK, msg.encode_json(answer))
 
@@ -581,6 +601,7 @@ HANDLERS: dict[int, Handler] = {
     Op.ACK: Connection.on_ack,
     Op.RELEASE: Connection.on_release,
     Op.SEEK: Connection.on_seek,
+    Op.IDENTITY: Connection.on_identity,
     Op.REPLICA_FETCH: Connection.on_replica_fetch,
     Op.OFFSET_FOR_EPOCH: Connection.on_offset_for_epoch,
     Op.CREATE_TOPIC: Connection.on_create_topic,

@@ -105,6 +105,9 @@ class Consumer:
         self.topic = canonical(topic)
         self.cohort = cohort
         self.member_id = member_id or f"member-{uuid.uuid4().hex[:12]}"
+        #: the signed identity token, once a broker that requires one issued it (then
+        #: ``member_id`` is the id it issued: the id given above is only its readable start)
+        self.identity: str | None = None
         self.start_from = start
         self.credit_bytes = credit_bytes
         self.isolation = isolation
@@ -199,6 +202,15 @@ class Consumer:
                 backoff = min(backoff * 2, 2.0)
 
     async def _join(self, owner_id: int, conn: ClientConnection) -> None:
+        if (
+            self.identity is None
+            and conn.handshake is not None
+            and conn.handshake.member_identities
+        ):
+            # Signed identities (docs/security.md): one id for the whole cluster, issued once.
+            frame = await conn.request(Op.IDENTITY, msg.IdentityRequest(self.member_id).encode())
+            issued = msg.IdentityOk.decode(frame.body)
+            self.member_id, self.identity = issued.member_id, issued.token
         session = _Session(conn)
         self._sessions[owner_id] = session
         join = msg.CohortJoin(
@@ -208,6 +220,7 @@ class Consumer:
             self.start_from,
             self.session_timeout_ms,
             int(self.isolation),
+            self.identity,
         )
         try:
             frame = await conn.request(Op.COHORT_JOIN, join.encode())

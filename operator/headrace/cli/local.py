@@ -433,6 +433,40 @@ def object_store_args(
     return ["--object-store", url, "--cluster-id", CLUSTER_ID], env
 
 
+#: the cluster key of a local cluster with ACLs: ``<dir>/cluster.key``, mode 0600
+CLUSTER_KEY_FILE = "cluster.key"
+REPLICATION_TOKEN_ENV = "HEADRACE_REPLICATION_TOKEN"
+
+
+def prepare_access(record: dict[str, Any], directory: Path, acl_file: Path) -> None:
+    """Check the ACL file now (one line, before anything starts), make the cluster key and
+    draw the brokers' replication token into ``record`` (local.json is mode 0600)."""
+    from headrace.broker.access import load_acl_file, load_cluster_key
+    from headrace.errors import HeadraceError
+
+    try:
+        load_acl_file(acl_file)
+        load_cluster_key(directory / CLUSTER_KEY_FILE, create=True)
+    except HeadraceError as exc:
+        raise click.ClickException(exc.message) from exc
+    record["acl_file"] = str(acl_file.resolve())
+    record["replication_token"] = secrets.token_urlsafe(24)
+
+
+def access_args(record: Mapping[str, Any], directory: Path) -> tuple[list[str], dict[str, str]]:
+    """(broker arguments, broker environment) for the cluster's ACLs: none without them.
+
+    The replication token goes in the environment, never on a command line."""
+    acl_file = record.get("acl_file")
+    if acl_file is None:
+        return [], {}
+    key = (directory / CLUSTER_KEY_FILE).resolve()
+    return (
+        ["--acl-file", acl_file, "--cluster-key-file", str(key)],
+        {REPLICATION_TOKEN_ENV: record["replication_token"]},
+    )
+
+
 def broker_args(b: Mapping[str, Any], directory: Path, fsync: str | None = None) -> list[str]:
     """The command line of broker ``b`` of a local cluster (without the object store)."""
     args = [
@@ -589,6 +623,13 @@ def _wait_own(pid: int, url: str, what: str, log_path: Path, timeout: float) -> 
     help="The controller's quiet period before leadership returns to a preferred replica"
     f" [default: {ControlSettings().preferred_leader_quiet_ms}].",
 )
+@click.option(
+    "--acl-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="Principals and grants (docs/security.md): every broker checks them, and cohort"
+    " members need signed identities (the key is DIR/cluster.key).",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C brings the cluster down.")
 def local_up(
     count: int,
@@ -600,6 +641,7 @@ def local_up(
     fsync: str,
     object_store: str,
     preferred_leader_quiet_ms: int | None,
+    acl_file: Path | None,
     foreground: bool,
 ) -> None:
     """Start the controller and COUNT brokers (and MinIO with --object-store minio).
@@ -631,6 +673,8 @@ def local_up(
         "fsync": fsync,
         "brokers": [],
     }
+    if acl_file is not None:
+        prepare_access(record, directory, acl_file)
     if preferred_leader_quiet_ms is not None:
         record["controller_args"] = ["--preferred-leader-quiet-ms", str(preferred_leader_quiet_ms)]
     if object_store == "minio":
@@ -660,6 +704,8 @@ def _start(
     each answers as itself; the caller stops them if this raises."""
     state_file = directory / STATE_FILE
     store_args, store_env = object_store_args(record, directory)
+    acl_args, acl_env = access_args(record, directory)
+    store_args, store_env = [*store_args, *acl_args], {**store_env, **acl_env}
     brokers: list[dict[str, Any]] = []
     for i in range(count):
         host = f"127.0.0.{2 + i}"
@@ -843,6 +889,8 @@ def _start_broker(directory: Path, broker_id: int, timeout: float = 30.0) -> Non
             " to restart it"
         )
     store_args, store_env = object_store_args(record, directory)
+    acl_args, acl_env = access_args(record, directory)
+    store_args, store_env = [*store_args, *acl_args], {**store_env, **acl_env}
     log_path = directory / "logs" / f"broker-{broker_id}.log"
     b["pid"] = spawn_headrace(
         [*broker_args(b, directory, record.get("fsync")), *store_args], log_path, store_env

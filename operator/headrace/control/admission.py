@@ -12,7 +12,7 @@ up only as a Ready condition later.
     NotEnoughBrokers        ``replicas`` exceeds the brokers the cluster has at all
                             (not the live ones: a dead broker is a passing problem)
     ReplicasChange          the topic exists with another replication factor
-    CompactionUnsupported   ``cleanupPolicy: compact``: compaction does not exist yet
+    CompactionUnsupported   ``cleanupPolicy: compact``: local mode schedules no compaction
 
 A spec that passes may still wait (for brokers to come up, say); those are
 the reconcile step's ``Problem``s, not admission's. An edit of ``partitions``
@@ -97,7 +97,8 @@ def topic_problems(
     if spec.cleanup_policy is topic_models.CleanupPolicy.COMPACT:
         problem(
             "CompactionUnsupported",
-            "cleanupPolicy compact is not supported yet (no compaction): use delete",
+            "cleanupPolicy compact needs scheduled compaction, which local mode does not run:"
+            " use delete and run `headrace compact TOPIC --keep-last-per-key`",
         )
     return problems
 

@@ -34,6 +34,7 @@ ORDER: Final = (
     "Unload",
     "Compaction",
     "CompactionSchedule",
+    "User",
 )
 #: where the examples are, relative to the repository root
 EXAMPLES: Final = "examples"

@@ -288,7 +288,7 @@ def test_unknown_kind() -> None:
     document["kind"] = "Topik"
     assert problems(text(document)) == [
         "Topik/x: kind: unknown kind 'Topik'; expected one of "
-        "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload"
+        "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload, User"
     ]
 
 
@@ -319,7 +319,7 @@ def test_a_foreign_kind_and_a_non_mapping() -> None:
     assert found == [
         "ConfigMap/c: apiVersion: expected headrace.dev/v1alpha1, got 'v1'",
         "ConfigMap/c: kind: unknown kind 'ConfigMap'; expected one of "
-        "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload",
+        "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload, User",
         "document 2: expected a mapping with apiVersion and kind, got list",
     ]
 
