@@ -221,9 +221,12 @@ class _PartitionSender:
             else:
                 f.exception() if not f.cancelled() else None
         self.inflight.clear()
-        if isinstance(exc, RedirectReceived) and exc.redirect.partitioning_version > batch.version:
-            await self._reroute(pending, exc.redirect)
-            return
+        if isinstance(exc, RedirectReceived) and exc.redirect.partitioning_version != batch.version:
+            if await self._reroute(pending, exc.redirect):
+                return
+            # Routed under the version the cluster has, but this broker has not applied it
+            # yet (pushes reach brokers one by one): retry shortly, as routed.
+            await asyncio.sleep(p.retry_backoff_ms / 1000)
         if isinstance(exc, OutOfOrderSequence) and batch.attempts >= 3:
             # Resending in order did not close the gap: the broker lost batches it had
             # acknowledged (a crash under fsync=interval). Continue as a new producer
@@ -278,9 +281,10 @@ class _PartitionSender:
         # broker reports the gap and they move to a fresh producer identity.
         self.queue.extend(rest)
 
-    async def _reroute(self, pending: list[_Batch], redirect: msg.Redirect) -> None:
-        """A repartition's fence refused ``pending[0]``: route this partition's batches of an
-        older version again, under the new one.
+    async def _reroute(self, pending: list[_Batch], redirect: msg.Redirect) -> bool:
+        """A repartition's fence refused ``pending[0]``: route this partition's batches of
+        another version again, under the cluster's. False (nothing done) when the cluster's
+        version is the batch's own: only the answering broker is behind.
 
         The fence refuses every batch of an older version, so none of them was appended:
         they leave the queue, the batches that stay are renumbered from the first one's
@@ -295,12 +299,14 @@ class _PartitionSender:
         with contextlib.suppress(HeadraceError):
             await p.cluster.refresh()
         current = p.cluster.routing.topic(self.topic).partitioning_version
+        if current == pending[0].version:
+            return False
         queued = pending + list(self.queue)
         self.queue.clear()
-        stale = [b for b in queued if b.version < current and not b.explicit]
-        kept = [b for b in queued if b.version >= current or b.explicit]
+        stale = [b for b in queued if b.version != current and not b.explicit]
+        kept = [b for b in queued if b.version == current or b.explicit]
         for b in kept:
-            b.version = max(b.version, current)  # explicit partitions stay where they were
+            b.version = current  # explicit partitions stay where they were
         key = (self.topic, self.partition)
         if stale:
             seq = queued[0].sequence  # the first refused batch: nothing from it on was appended
@@ -314,6 +320,7 @@ class _PartitionSender:
             p._release(len(b.data))
             p._resend(b)
         self.wakeup.set()
+        return True
 
     async def close(self) -> None:
         await cancel_and_wait(self.task)
