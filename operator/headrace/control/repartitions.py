@@ -128,9 +128,9 @@ def step(
         topic = out_topics[name]
         if topic.transition is None:
             continue
-        after, last, by = _advance(
-            topic, topic.transition, generation, reports, adoption_floor, now_ms
-        )
+        # While warming up, unheard brokers' clients are not in the floor: no evidence.
+        floor = None if liveness.warming_up else adoption_floor
+        after, last, by = _advance(topic, topic.transition, generation, reports, floor, now_ms)
         if by is not None:
             finalized[name] = (last, by)
             events.append(
