@@ -102,3 +102,13 @@ def test_every_scenario_file_names_known_values() -> None:
         doc = yaml.safe_load(scenario.read_text()) or {}
         unknown = [p for p in _leaves(doc) if p not in known and p.rsplit(".", 1)[0] not in known]
         assert unknown == [], f"{scenario.name}: {unknown}"
+
+
+def test_generate_writes_the_chart_copy_too(tmp_path: Path) -> None:
+    # `make generate` passes charts/headrace/crds/ as an extra CRD directory
+    from headrace.cli.generate import main
+
+    root_crds, chart_crds = tmp_path / "crds", tmp_path / "chart-crds"
+    assert main([str(root_crds), str(tmp_path / "reference.md"), str(chart_crds)]) == 0
+    assert {p.name: p.read_text() for p in root_crds.iterdir()} == generated()
+    assert {p.name: p.read_text() for p in chart_crds.iterdir()} == generated()
