@@ -92,6 +92,10 @@ class OperatorMetrics:
             registry=self.registry,
         )
 
+        for kind in (STEP, WORKLOAD):  # every series exists from the start, at 0
+            for family in (self.reconciles, self.errors, self.durations):
+                family.labels(kind)
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
