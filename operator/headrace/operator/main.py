@@ -70,7 +70,7 @@ def parse_address(text: str) -> tuple[str, int] | None:
     default=f"127.0.0.1:{DEFAULT_PORT}",
     show_default=True,
     help="HOST:PORT of /healthz, /readyz, /metrics and the dashboard; 'off' for none."
-    " Loopback by default; in a pod 0.0.0.0 (the chart), so that probes reach it.",
+    " Loopback by default; in a pod its IP (the chart: $(POD_IP)), which the probes reach.",
 )
 @click.option("-v", "--verbose", count=True)
 def operator(
