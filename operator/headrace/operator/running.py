@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 PAUSED_ANNOTATION: Final = "headrace.dev/paused"
 
 #: Ready reasons that refuse the spec as it stands (waiting cannot fix them): the object is
-#: also ``Stalled``. Unavailability (PartitionsOffline, BelowMinInSync) is not: it passes.
+#: also ``Stalled``. Unavailability (PartitionsOffline, BelowMinInSync) is not: it passes;
+#: nor is NotEnoughBrokers while the Topic's replicas fit the cluster's (brokers not up yet).
 REFUSALS: Final = frozenset(
     {
         "ScaleDownBlocked",
@@ -409,7 +410,15 @@ class ClusterRuntime:
         """A paused Topic's ``Paused`` condition; ``Stalled`` beside a refusing Ready."""
         status = self.store.topic_status(name) or {}
         previous = {c.get("type"): c for c in status.get("conditions") or []}
-        stalled = stalled_condition(previous.get("Ready"), previous.get("Stalled"), now)
+        ready = previous.get("Ready")
+        if ready is not None and ready.get("reason") == "NotEnoughBrokers":
+            # the same reason says "fewer brokers than replicas are up now" (a start, a
+            # restart: waiting fixes it) and "the cluster has fewer brokers at all"
+            spec = (self.loop.topics.get(name) or {}).get("spec") or {}
+            brokers = int((self.cluster.get("spec") or {}).get("replicas", 3))
+            if int(spec.get("replicas", 0)) <= brokers:
+                ready = None
+        stalled = stalled_condition(ready, previous.get("Stalled"), now)
         own = [stalled] if stalled is not None else []
         if name not in self._paused:
             return own

@@ -226,6 +226,16 @@ async def test_a_topic_spec_the_loop_refuses_is_stalled_until_it_is_fixed() -> N
     assert fixed[0]["status"] == "True"
 
 
+async def test_too_few_brokers_up_yet_is_not_stalled() -> None:
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, fleet = runtime_over(api, clock)
+    fleet.down.update({0, 1, 2})  # a cluster starting: no broker up yet
+    await settle(runtime, api, clock)
+    conditions = api.body("Topic", "orders")["status"]["conditions"]
+    assert [(c["type"], c["reason"]) for c in conditions] == [("Ready", "NotEnoughBrokers")]
+
+
 async def test_a_push_to_a_broker_whose_pod_is_gone_is_a_failed_push() -> None:
     from headrace.operator.running import PodFleet
 
