@@ -1,0 +1,104 @@
+"""A restarted cluster broker acknowledges nothing before the controller's topology reaches it.
+
+The bug (operator e2e, kill -9 step): a broker restarted after a failover
+loaded its partitions from disk as *leaders* (the standalone default) and, until
+the controller's first topology push, served clients a standalone topology in
+which it owned every partition. A producer that bootstrapped to it had its
+``acks=all`` batch acknowledged by that lone copy (no replica set, so the HW was
+its own log end), stamped with epoch 0. When the push came it followed the
+real leader, whose OffsetForEpoch answer cut those batches off: acknowledged
+records gone from every replica.
+
+The window between the restart and the push is short in a healthy cluster; the
+test holds it open by stopping the controller first, so it fails every time
+without the fix.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+
+import pytest
+
+from headrace.client import Producer
+from headrace.errors import HeadraceError
+from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.reading import read_partition
+
+TOPIC = "default/restarted"
+
+
+@pytest.fixture
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("restarted") / "local")
+    c.up("--preferred-leader-quiet-ms", "500")
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def listening(host: str, port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((host, port)) == 0
+
+
+async def test_a_restarted_broker_acknowledges_nothing_before_its_topology(
+    cluster: LocalCluster,
+) -> None:
+    assert cluster.apply(topic_manifest("restarted", 1, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(
+        lambda: [p["state"] for p in cluster.partitions(TOPIC)] == ["Online"], what="topic online"
+    )
+    before = cluster.partitions(TOPIC)[0]
+    victim = before["leader"]
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        for batch in await producer.send_many("restarted", [b"a"] * 50, partition=0):
+            await batch
+
+    cluster.kill_broker(victim)
+    cluster.wait(
+        lambda: (
+            (p := cluster.partitions(TOPIC)[0])["state"] == "Online"
+            and p["leader"] not in (victim, None)
+            and victim not in p["liveReplicas"]
+        ),
+        what=f"failover away from broker {victim}",
+    )
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        for batch in await producer.send_many("restarted", [b"b"] * 50, partition=0):
+            await batch
+
+    # No controller: the restarted broker gets no topology push while we produce to it.
+    cluster.kill_controller()
+    cluster.restart_broker(victim)
+    b = next(b for b in cluster.record["brokers"] if b["id"] == victim)
+    cluster.wait(lambda: listening(b["host"], b["port"]), what=f"broker {victim} listening")
+    acknowledged = True
+    try:
+        async with Producer(
+            f"{b['host']}:{b['port']}",
+            acks="all",
+            delivery_timeout_ms=2_000,
+            request_timeout_ms=1_000,
+        ) as producer:
+            for batch in await producer.send_many("restarted", [b"c"] * 50, partition=0):
+                await batch
+    except HeadraceError:
+        acknowledged = False
+    assert not acknowledged, f"broker {victim} acknowledged acks=all alone, before its topology"
+
+    cluster.restart_controller()
+    cluster.wait(
+        lambda: (
+            (p := cluster.partitions(TOPIC)[0])["leader"] == victim
+            and p["state"] == "Online"
+            and sorted(p["liveReplicas"]) == [0, 1, 2]
+        ),
+        timeout=60,
+        what=f"leadership back on broker {victim} with the whole LRS",
+    )
+    values = [r.value for r in await read_partition(cluster.bootstrap, TOPIC, 0)]
+    assert values[:100] == [b"a"] * 50 + [b"b"] * 50, "every acknowledged record is there"
