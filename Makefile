@@ -68,6 +68,7 @@ bench: setup
 	bash bench/setup-peers.sh
 	$(PY) -m bench.run
 	$(PY) -m bench.unload
+	$(PY) -m bench.repartition
 	$(PY) -m bench.compression
 
 clean:

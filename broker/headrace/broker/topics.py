@@ -263,6 +263,10 @@ class Partition:
         self.first_epoch = -1
         #: the tiered-storage state (``broker.tiering.PartitionTiering``); None when untiered
         self.tiering: TierState | None = None
+        #: leader only: (partitioning version, the first offset appended under it), taken
+        #: when this leader applied the version or took the lead under it; a repartition's
+        #: cutover offset (records below it were routed under an older version)
+        self.cutover: tuple[int, int] | None = None
         self.high_watermark = self._durable_end()
         self._listeners: list[HwListener] = []
         self._append_listeners: list[HwListener] = []
@@ -476,6 +480,11 @@ class TopicRegistry:
             config,
         ):
             return topic
+        if version != topic.partitioning_version:
+            # The fence moves now, between two appends: what a leader holds is pre-cutover.
+            for partition in topic.partitions.values():
+                if partition.role is Role.LEADER:
+                    partition.cutover = (version, partition.log.next_offset)
         topic.partition_count = partition_count
         topic.partitioning_version = version
         topic.config = dict(config)
