@@ -102,8 +102,15 @@ class Broker:
         self.registry.load()
         self.recovery_seconds = time.monotonic() - started
         self.metrics.recovery_seconds.set(self.recovery_seconds)
-        if not self.settings.cluster_mode:
-            for partition in self.registry.all_partitions():
+        for partition in self.registry.all_partitions():
+            if self.settings.cluster_mode:
+                # A copy on disk says nothing about the role: the controller may have elected
+                # another leader while we were down. Until its topology arrives, lead nothing
+                # (a lone "leader" with no replica set would acknowledge acks=all by itself,
+                # and the real leader's epochs would later truncate those records away).
+                partition.role = Role.FOLLOWER
+                partition.leader_id = -1
+            else:
                 partition.leader_id = self.settings.broker_id
                 partition.replicas = [self.settings.broker_id]
         self.committer.on_round = self.metrics.fsync_seconds.observe
@@ -198,6 +205,25 @@ class Broker:
         """The snapshot, and its routing content (what decides whether to push)."""
         if self.cluster is not None:
             snapshot = self.cluster.client_snapshot()
+        elif self.settings.cluster_mode:
+            # Awaiting the controller's first push: own nothing, at generation 0, so a client
+            # prefers any other broker's view and never routes writes here on our word.
+            host, port = self.advertised
+            snapshot = msg.TopologySnapshot(
+                0,
+                self.settings.cluster_id,
+                [BrokerEndpoint(self.settings.broker_id, host, port)],
+                [
+                    msg.TopicRouting(
+                        t.name,
+                        t.partition_count,
+                        t.partitioning_version,
+                        [-1] * t.partition_count,
+                        [0] * t.partition_count,
+                    )
+                    for t in sorted(self.registry.topics.values(), key=lambda t: t.name)
+                ],
+            )
         else:
             host, port = self.advertised
             me = self.settings.broker_id
@@ -256,10 +282,10 @@ class Broker:
 
     def _redirect(self, topic: Topic, partition: int, reason: str) -> RedirectRequired:
         owner: BrokerEndpoint | None = None
-        if self.cluster is None:
+        if self.cluster is None and not self.settings.cluster_mode:
             host, port = self.advertised
             owner = BrokerEndpoint(self.settings.broker_id, host, port)
-        else:
+        elif self.cluster is not None:
             placement = next((t for t in self.cluster.topics if t.name == topic.name), None)
             leader = None
             if placement is not None:
