@@ -58,6 +58,18 @@ class BatchResult:
     record_count: int
 
 
+async def _yield_to_senders() -> None:
+    """Let the event loop run once, right after a batch was sealed.
+
+    A caller awaiting ``send()`` in a loop otherwise never suspends (nothing on the
+    accumulate path waits), so sealed batches would sit in the senders' queues until
+    ``buffer_bytes`` is full, and the broker would idle while this process encodes,
+    then this process idle while the broker appends. One yield per batch lets the
+    sender write each batch as soon as it is sealed, so both sides work at once.
+    """
+    await asyncio.sleep(0)
+
+
 class RecordReceipt:
     """Awaitable handle of one sent record; resolves to its RecordMetadata."""
 
@@ -410,6 +422,7 @@ class Producer:
                     acc.size += size + 8
                     if acc.size >= self.batch_bytes:
                         self._drain(cursor.name, cursor.partition)
+                        await _yield_to_senders()
                     return receipt
         return await self._send_slow(
             topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
@@ -462,6 +475,7 @@ class Producer:
             cursor.accumulator = acc
         if acc.size >= self.batch_bytes:
             self._drain(topic, p)
+            await _yield_to_senders()
         return receipt
 
     async def send_many(
