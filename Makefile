@@ -12,7 +12,7 @@ LOCAL_DIR ?= var/local
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[broker,testbed,tiered,compression,jobs,dev]'
+	$(BIN)/pip install -q -e '.[broker,operator,testbed,tiered,compression,jobs,dev]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -68,6 +68,7 @@ bench: setup
 	bash bench/setup-peers.sh
 	$(PY) -m bench.run
 	$(PY) -m bench.unload
+	$(PY) -m bench.repartition
 	$(PY) -m bench.compression
 
 clean:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import logging
 import os
 import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
+from headrace import files
 from headrace.aio import cancel_and_wait
 from headrace.broker import cohort_admin
 from headrace.broker.access import Access
@@ -45,6 +47,7 @@ from headrace.protocol.coordination import (
     CohortReport,
     Heartbeat,
     PartitionReport,
+    TopicPlacement,
 )
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.replication import assigning
@@ -93,7 +96,7 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        files.mkdir_durable(self.settings.data_dir)
         self._lock_data_dir()
         started = time.monotonic()
         self.registry.load()
@@ -222,7 +225,14 @@ class Broker:
         content = (
             tuple(snapshot.brokers),
             tuple(
-                (r.name, r.partitions, r.partitioning_version, tuple(r.owners), tuple(r.epochs))
+                (
+                    r.name,
+                    r.partitions,
+                    r.partitioning_version,
+                    r.routing_partitions,
+                    tuple(r.owners),
+                    tuple(r.epochs),
+                )
                 for r in snapshot.topics
             ),
         )
@@ -265,6 +275,29 @@ class Broker:
         )
         return RedirectRequired(redirect)
 
+    def _placement(self, topic: str) -> TopicPlacement | None:
+        if self.cluster is None:
+            return None
+        return next((t for t in self.cluster.topics if t.name == topic), None)
+
+    def delivery_hold(self, topic: str, cohort: str, partition: int) -> int | None:
+        """The first offset of ``partition`` the cohort may not be delivered yet (a
+        repartition holds a new partition's post-cutover records until the cohort drained
+        the old partitions feeding it); None: no hold."""
+        placement = self._placement(topic)
+        if placement is None or placement.transition is None:
+            return None
+        t = placement.transition
+        part = (
+            self.registry.topics[topic].partitions.get(partition)
+            if topic in self.registry.topics
+            else None
+        )
+        local = None
+        if part is not None and part.cutover is not None and part.cutover[0] == t.to_version:
+            local = part.cutover[1]
+        return t.hold(cohort, partition, local)
+
     def _not_leader(self, topic: Topic, partition: int) -> RedirectRequired:
         me = self.settings.broker_id
         return self._redirect(
@@ -276,6 +309,14 @@ class Broker:
         if version != t.partitioning_version:
             reason = (
                 f"routed under partitioning version {version}, current is {t.partitioning_version}"
+            )
+            raise self._redirect(t, partition, reason)
+        placement = self._placement(t.name)
+        if placement is not None and partition >= placement.routing_partitions:
+            # A shrink drains the partitions it retires: they take no new records.
+            reason = (
+                f"{t.name}/{partition} is being retired: version {version} routes to"
+                f" {placement.routing_partitions} partitions"
             )
             raise self._redirect(t, partition, reason)
         part = self._led(t, partition)
@@ -420,6 +461,7 @@ class Broker:
                     p.log.log_start_offset,
                     self.tiering.stored_through(p),
                     p.cursors.all(),
+                    p.cutover if p.role is Role.LEADER else None,
                 )
                 for p in partitions
             ),
@@ -510,6 +552,7 @@ class Broker:
                 grace_ms=self.settings.cohort_grace_ms,
                 chunk_bytes=self.settings.delivery_chunk_bytes,
                 tiering=self.tiering,
+                hold=functools.partial(self.delivery_hold, topic.name, name),
             )
             runtime.on_delivered = self.metrics.delivered_bytes.inc
             plan = self.cohort_plan(topic.name, name)

@@ -339,6 +339,14 @@ class TopicRouting(JsonBody):
     partitioning_version: int
     owners: list[int]
     epochs: list[int]
+    #: keys are spread over partitions ``0..routing_partitions-1``: fewer than
+    #: ``partitions`` while a shrink drains the partitions it retires (0: all of them)
+    routing_partitions: int = 0
+
+    @property
+    def route_count(self) -> int:
+        """How many partitions keyed and spread records go to."""
+        return self.routing_partitions or self.partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -373,6 +381,7 @@ class TopologySnapshot(JsonBody):
                     int(t["partitioning_version"]),
                     [int(o) for o in t["owners"]],
                     [int(e) for e in t["epochs"]],
+                    int(t.get("routing_partitions") or 0),
                 )
                 for t in field_of(obj, "topics", list)
             ]
