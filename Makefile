@@ -59,10 +59,10 @@ integration: setup
 test: lint typecheck
 	$(BIN)/pytest -q tests $(TEST_E2E_PATHS)
 
-# crds/ and docs/crd-reference.md from the models in operator/headrace/resources
-# (a unit test fails while the committed files are stale)
+# crds/, the Helm chart's copy charts/headrace/crds/ and docs/crd-reference.md from the
+# models in operator/headrace/resources (unit tests fail while the committed files are stale)
 generate: setup
-	$(PY) -m headrace.cli.generate crds/ docs/crd-reference.md
+	$(PY) -m headrace.cli.generate crds/ docs/crd-reference.md charts/headrace/crds/
 
 bench: setup
 	bash bench/setup-peers.sh

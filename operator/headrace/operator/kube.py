@@ -79,6 +79,20 @@ class KubeApi(Protocol):
         ...
 
 
+def api_client(kubeconfig: str | None = None) -> Any:
+    """An official-client ``ApiClient``: from ``kubeconfig`` (or KUBECONFIG / ~/.kube) or,
+    in a pod with neither, the in-cluster service account. Every client of the operator
+    comes from here, so a pod never needs a kubeconfig file."""
+    import kubernetes
+
+    # the official client is only partly typed: handle it as untyped
+    k8s: Any = kubernetes
+    if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+        k8s.config.load_incluster_config()
+        return k8s.client.ApiClient()
+    return k8s.config.new_client_from_config(config_file=kubeconfig)
+
+
 class ClientApi:
     """``KubeApi`` over the official client's dynamic client (configured from KUBECONFIG or
     the in-cluster service account)."""
@@ -86,14 +100,8 @@ class ClientApi:
     def __init__(self, kubeconfig: str | None = None) -> None:
         import kubernetes
 
-        # the official client is only partly typed: handle it as untyped
         k8s: Any = kubernetes
-        if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
-            k8s.config.load_incluster_config()
-            client = k8s.client.ApiClient()
-        else:
-            client = k8s.config.new_client_from_config(config_file=kubeconfig)
-        self._dynamic: Any = k8s.dynamic.DynamicClient(client)
+        self._dynamic: Any = k8s.dynamic.DynamicClient(api_client(kubeconfig))
 
     def _resource(self, api_version: str, kind: str) -> Any:
         return self._dynamic.resources.get(api_version=api_version, kind=kind)

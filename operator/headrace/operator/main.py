@@ -14,7 +14,7 @@ import threading
 
 import click
 
-from headrace.operator.kube import ClientApi
+from headrace.operator.kube import ClientApi, api_client
 from headrace.operator.leasing import DEFAULT_LEASE_SECONDS, LeaseElector, LeaseSettings
 from headrace.operator.running import RuntimeSettings
 from headrace.operator.workloads import DEFAULT_IMAGE, WorkloadSettings
@@ -72,7 +72,6 @@ def operator(
         # login goes through it
         os.environ["KUBECONFIG"] = kubeconfig
     import kopf
-    from kubernetes import config
 
     from headrace.controller.controlling import SystemClock
     from headrace.operator import handlers
@@ -87,7 +86,7 @@ def operator(
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     identity = identity or f"{socket.gethostname()}-{os.getpid()}"
     elector = LeaseElector(
-        config.new_client_from_config(config_file=kubeconfig),  # type: ignore[no-untyped-call]
+        api_client(kubeconfig),
         identity,
         LeaseSettings(
             namespace=lease_namespace,
