@@ -133,7 +133,7 @@ class Consumer:
         self.cluster.on_push(Op.ASSIGNMENT, self._on_assignment)
         self.cluster.on_push(Op.DELIVERY, self._on_delivery)
         await self.cluster.start()
-        self.cluster.routing.topic(self.topic)  # UnknownTopic now, not in the background
+        await self.cluster.topic_routing(self.topic)  # UnknownTopic now, not in the background
         await self._sync_sessions()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_forever()))

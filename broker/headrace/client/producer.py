@@ -428,11 +428,7 @@ class Producer:
         """How many partitions to route over, once every batch routed under an older
         partitioning version of the topic is finished (acked or failed): a repartition
         moves keys, and a key's new-version records must not overtake its old ones."""
-        try:
-            routing = self.cluster.routing.topic(topic)
-        except HeadraceError:
-            await self.cluster.refresh()
-            routing = self.cluster.routing.topic(topic)
+        routing = await self.cluster.topic_routing(topic)
         while self._routed.get(topic, routing.partitioning_version) != routing.partitioning_version:
             await self._settle(topic)
             self._routed[topic] = routing.partitioning_version
