@@ -191,7 +191,9 @@ class _PartitionSender:
             conn.send_no_reply(Op.PRODUCE, req.encode_prefix(), batch.data)
             fut.set_result(None)
             return fut
-        return conn.request(Op.PRODUCE, req.encode_prefix(), batch.data)
+        return conn.request(
+            Op.PRODUCE, req.encode_prefix(), batch.data, timeout_s=p.request_timeout_ms / 1000
+        )
 
     async def _on_error(self, batch: _Batch, exc: HeadraceError) -> None:
         p = self.producer
@@ -302,6 +304,10 @@ class Producer:
         self._senders: dict[tuple[str, int], _PartitionSender] = {}
         self._sequences: dict[tuple[str, int], int] = {}
         self._sticky: dict[str, int] = {}
+        #: every batch handed to a sender and not yet answered: what ``flush`` waits for. A
+        #: sender's queue and in-flight list are not enough: between the two a batch waits
+        #: for its connection to open, and is in neither.
+        self._unanswered: set[asyncio.Future[BatchResult]] = set()
         self._round_robin = itertools.count()
         self._buffered = 0
         self._space = asyncio.Event()
@@ -474,6 +480,8 @@ class Producer:
         self._buffered += len(data)
         if self._buffered >= self.buffer_bytes:
             self._space.clear()
+        self._unanswered.add(acc.future)
+        acc.future.add_done_callback(self._unanswered.discard)
         sender = self._senders.get(k)
         if sender is None:
             sender = self._senders[k] = _PartitionSender(self, topic, partition)
@@ -505,8 +513,7 @@ class Producer:
         futures = [acc.future for acc in self._accumulators.values() if acc.future is not None]
         for topic, partition in list(self._accumulators):
             self._drain(topic, partition)
-        futures += [b.future for s in self._senders.values() for b in s.queue]
-        futures += [b.future for s in self._senders.values() for b, _ in s.inflight]
+        futures += self._unanswered
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 
