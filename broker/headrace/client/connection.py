@@ -36,6 +36,10 @@ class RedirectReceived(Redirected):
         self.redirect = redirect
 
 
+#: ConnectOptions.request_timeout_s's default, for connections made without options
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectOptions:
     client_id: str = "headrace-python"
@@ -46,7 +50,7 @@ class ConnectOptions:
     #: how long any request waits for its answer, in seconds, before it fails with the
     #: retriable RequestTimedOut (a half-dead connection must not hang a caller forever).
     #: 30 s, like produce's default; a long poll passes its own ``timeout_s`` to ``request``.
-    request_timeout_s: float = 30.0
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
 
 
 PushHandler = Callable[["ClientConnection", Frame], None]
@@ -57,7 +61,7 @@ class ClientConnection(asyncio.Protocol):
         self,
         on_push: PushHandler | None,
         max_frame_bytes: int,
-        request_timeout_s: float = ConnectOptions.request_timeout_s,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
     ) -> None:
         self._decoder = FrameDecoder(max_frame_bytes)
         self.request_timeout_s = request_timeout_s
