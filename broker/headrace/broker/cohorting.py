@@ -47,12 +47,15 @@ class CohortRuntime:
         grace_ms: int,
         chunk_bytes: int,
         tiering: TieredReads | None = None,
+        epoch_floor: int = 0,
     ) -> None:
         self.topic = topic
         #: reads below a partition's local log start go to the object store through it
         self.tiering = tiering
         self.name = name
-        self.gates = CohortGates(name, self._led_partitions(), grace_ms=grace_ms)
+        self.gates = CohortGates(
+            name, self._led_partitions(), grace_ms=grace_ms, epoch_floor=epoch_floor
+        )
         self._links: dict[str, MemberLink] = {}
         self._credits: dict[str, int] = {}
         self._start: dict[str, str] = {}
