@@ -31,6 +31,8 @@ import logging
 import random
 import statistics
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -83,6 +85,9 @@ class Round:
     recovery_s: float | None = None
     #: unload rounds: whether the kill landed while the seal marker was set
     mid_seal: bool | None = None
+    #: broker rounds: whether the controller dropped the victim from an LRS while it was dead
+    #: (if not, the cluster never left a full LRS and ``recovery_s`` is about 0)
+    left_lrs: bool | None = None
     note: str = ""
 
 
@@ -114,6 +119,18 @@ def full_lrs(cluster: LocalCluster) -> bool:
     )
 
 
+def broker_ready(cluster: LocalCluster, broker: int) -> bool:
+    """The broker's admin port answers /readyz with 200 (a refused connection: not yet)."""
+    b = next(b for b in cluster.record["brokers"] if b["id"] == broker)
+    try:
+        with urllib.request.urlopen(
+            f"http://{b['host']}:{b['admin_port']}/readyz", timeout=2
+        ) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError:
+        return False
+
+
 def unload_manifest(name: str, partition: int) -> str:
     return (
         "apiVersion: headrace.dev/v1alpha1\nkind: Unload\n"
@@ -135,6 +152,9 @@ class Campaign:
         self._stop_load = asyncio.Event()
         self._sent: list[tuple[RecordReceipt, bytes]] = []
         self._delivered: set[tuple[int, int]] = set()
+        self.member_errors: list[str] = []
+        #: each member's gates (partition -> epoch) when the drain ended
+        self.final_assignments: dict[str, dict[int, int]] = {}
 
     # ------------------------------------------------------------------ the run
 
@@ -179,7 +199,8 @@ class Campaign:
             took = "not back" if r.recovery_s is None else f"full LRS {r.recovery_s:.2f}s"
             self.progress(
                 f"round {i:3d}: {r.target:10s} p{r.partition} victim {r.victim:10s}"
-                f" down {r.down_s:.2f}s  {took}{'  mid-seal' if r.mid_seal else ''}"
+                f" down {r.down_s:.2f}s{'' if r.left_lrs is not False else ' (stayed in LRS)'}"
+                f"  {took}{'  mid-seal' if r.mid_seal else ''}"
                 f"{'  ' + r.note if r.note else ''}"
             )
         self._stop_load.set()
@@ -193,6 +214,7 @@ class Campaign:
         deadline = time.monotonic() + s.drain_timeout_s
         while not wanted <= self._delivered and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
+        self.final_assignments = {m.name: dict(m.consumer.assignment) for m in members}
         for task in consuming:
             task.cancel()
         for task in consuming:
@@ -244,7 +266,12 @@ class Campaign:
     async def _consume(self, m: _Member) -> None:
         with m.path.open("a") as out:
             while True:
-                batches = await m.consumer.getmany(timeout_s=0.5)
+                try:
+                    batches = await m.consumer.getmany(timeout_s=0.5)
+                except HeadraceError as exc:  # counted and reported; the member carries on
+                    self.member_errors.append(f"{m.name}: {exc!r}")
+                    await asyncio.sleep(0.5)
+                    continue
                 for b in batches:
                     for r in b.records():
                         out.write(f"{b.partition} {r.offset} {r.value.decode()}\n")
@@ -287,18 +314,45 @@ class Campaign:
                 victim = part["replicas"][0]
             r.victim = f"broker {victim}"
             c.kill_broker(victim)
-        await asyncio.sleep(down_s)  # the fault: how long the victim stays dead
+        if target == "controller":
+            await asyncio.sleep(down_s)  # the fault: how long the controller stays dead
+        else:
+            # the fault: how long the victim stays dead (watching whether the controller
+            # notices: a short outage may end before the victim leaves any LRS)
+            r.left_lrs = await asyncio.to_thread(self._watch_drop, victim, down_s)
         if target == "controller":
             await asyncio.to_thread(c.restart_controller)
         else:
             await asyncio.to_thread(c.restart_broker, victim)
         restarted = time.monotonic()
         try:
+            if target != "controller":
+                # Up first: before the controller notices the death, its view is still
+                # "full LRS", and the next round must not kill a second broker meanwhile.
+                await asyncio.to_thread(
+                    c.wait, lambda: broker_ready(c, victim), s.recovery_timeout_s, "readyz"
+                )
             await asyncio.to_thread(c.wait, lambda: full_lrs(c), s.recovery_timeout_s, "full LRS")
             r.recovery_s = time.monotonic() - restarted
         except TimeoutError as exc:
             r.note = str(exc)
         return r
+
+    def _watch_drop(self, broker: int, seconds: float) -> bool:
+        """Poll for ``seconds``; True if the controller dropped ``broker`` from an LRS meanwhile."""
+        deadline = time.monotonic() + seconds
+        dropped = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return dropped
+            if not dropped:
+                with contextlib.suppress(OSError):
+                    dropped = any(
+                        broker in p["replicas"] and broker not in p["liveReplicas"]
+                        for p in self.cluster.partitions(TOPIC)
+                    )
+            time.sleep(min(0.1, left))
 
     def _catch_seal(self, partition: int) -> bool:
         """Poll until the partition's seal marker is set (True) or its move is over (False)."""
@@ -324,6 +378,7 @@ class Campaign:
 
     def _report(self, verdict: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
         recoveries = [r.recovery_s for r in self.rounds if r.recovery_s is not None]
+        after_drop = [r.recovery_s for r in self.rounds if r.recovery_s is not None and r.left_lrs]
         by_target = {t: sum(1 for r in self.rounds if r.target == t) for t in TARGETS}
         report = {
             "seed": self.settings.seed,
@@ -333,8 +388,16 @@ class Campaign:
             "unload_kills_mid_seal": sum(1 for r in self.rounds if r.mid_seal),
             "elapsed_s": round(elapsed_s, 1),
             "recovery_s": distribution(recoveries),
+            "recovery_after_lrs_drop_s": distribution(after_drop),
+            "broker_kills_dropped_from_lrs": sum(1 for r in self.rounds if r.left_lrs),
             "rounds_not_recovered": sum(1 for r in self.rounds if r.recovery_s is None),
             "rounds_over_10s": sum(1 for x in recoveries if x > 10.0),
+            "member_errors": self.member_errors[:20],
+            "final_assignments": self.final_assignments,
+            "cohort_delivered_up_to": {
+                p: max((o for q, o in self._delivered if q == p), default=-1)
+                for p in range(self.settings.partitions)
+            },
             **verdict,
             "round_log": [asdict(r) for r in self.rounds],
         }
@@ -368,6 +431,7 @@ def table(report: dict[str, Any]) -> str:
     """The short table printed after a run (and pasted in docs/reliability.md)."""
     c = report["counts"]
     r = report["recovery_s"]
+    d = report["recovery_after_lrs_drop_s"]
     rows = [
         ("seed", report["seed"]),
         ("rounds", f"{report['rounds']} {report['rounds_by_target']}"),
@@ -387,6 +451,10 @@ def table(report: dict[str, Any]) -> str:
         (
             "full LRS after restart (s)",
             f"median {r['median']}, p90 {r['p90']}, max {r['max']} over {r['count']}",
+        ),
+        (
+            "  rounds whose victim had left an LRS",
+            f"median {d['median']}, p90 {d['p90']}, max {d['max']} over {d['count']}",
         ),
         (
             "rounds over 10 s / not back",
