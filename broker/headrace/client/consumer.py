@@ -175,8 +175,7 @@ class Consumer:
         backoff = 0.1
         while True:
             closed = [s for s in self._sessions.values() if s.conn.is_closed]
-            if not closed:
-                self._topology_changed.clear()
+            if not closed and not self._topology_changed.is_set():
                 waiters = [asyncio.ensure_future(self._topology_changed.wait())]
                 waiters += [
                     asyncio.ensure_future(s.conn.closed.wait()) for s in self._sessions.values()
@@ -188,6 +187,9 @@ class Consumer:
                         w.cancel()
             if self._closed:
                 return
+            # Consumed here, before the routing is read: a change pushed while the sync
+            # below runs (it awaits connects and joins) sets it again and is not lost.
+            self._topology_changed.clear()
             try:
                 if any(s.conn.is_closed for s in self._sessions.values()):
                     await self.cluster.refresh()
