@@ -24,11 +24,16 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=int(os.environ.get("CHAOS_ROUNDS", "100")))
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--out", type=Path, default=procs.REPO / "bench" / "results" / "chaos.json")
+    parser.add_argument(
+        "--overlap-faults",
+        action="store_true",
+        help="do not wait for a restarted broker to be ready before the next round",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the cluster directory and logs")
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     logging.basicConfig(level=logging.ERROR)
-    settings = campaign.Settings(rounds=args.rounds, seed=seed)
+    settings = campaign.Settings(rounds=args.rounds, seed=seed, wait_ready=not args.overlap_faults)
     directory = Path(tempfile.mkdtemp(prefix="headrace-chaos-"))
     try:
         report = asyncio.run(campaign.Campaign(directory, settings).run())

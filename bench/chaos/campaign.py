@@ -72,6 +72,10 @@ class Settings:
     members: int = 3
     #: how long to load before the first fault (members joined, producer warmed up)
     warmup_s: float = 1.0
+    #: wait for a restarted broker's /readyz before judging the LRS; without it the next
+    #: round may kill a second broker while the first is still starting (overlapping faults,
+    #: a harsher campaign: two of three replicas down at once)
+    wait_ready: bool = True
 
 
 @dataclass(slots=True)
@@ -326,7 +330,7 @@ class Campaign:
             await asyncio.to_thread(c.restart_broker, victim)
         restarted = time.monotonic()
         try:
-            if target != "controller":
+            if target != "controller" and s.wait_ready:
                 # Up first: before the controller notices the death, its view is still
                 # "full LRS", and the next round must not kill a second broker meanwhile.
                 await asyncio.to_thread(
