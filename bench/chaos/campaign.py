@@ -159,6 +159,8 @@ class Campaign:
         self.member_errors: list[str] = []
         #: each member's gates (partition -> epoch) when the drain ended
         self.final_assignments: dict[str, dict[int, int]] = {}
+        #: each member's background tasks (heartbeats, topology following) when the drain ended
+        self.member_tasks: dict[str, list[str]] = {}
 
     # ------------------------------------------------------------------ the run
 
@@ -219,6 +221,13 @@ class Campaign:
         while not wanted <= self._delivered and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         self.final_assignments = {m.name: dict(m.consumer.assignment) for m in members}
+        self.member_tasks = {
+            m.name: [
+                repr(t.exception()) if t.done() and not t.cancelled() else "running"
+                for t in m.consumer._tasks
+            ]
+            for m in members
+        }
         for task in consuming:
             task.cancel()
         for task in consuming:
@@ -398,6 +407,7 @@ class Campaign:
             "rounds_over_10s": sum(1 for x in recoveries if x > 10.0),
             "member_errors": self.member_errors[:20],
             "final_assignments": self.final_assignments,
+            "member_tasks": self.member_tasks,
             "cohort_delivered_up_to": {
                 p: max((o for q, o in self._delivered if q == p), default=-1)
                 for p in range(self.settings.partitions)

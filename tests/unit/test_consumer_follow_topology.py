@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 
 from headrace.client import Consumer
+from headrace.errors import ConnectionClosed
 
 
 async def test_a_change_during_a_sync_triggers_another_sync() -> None:
@@ -35,6 +36,36 @@ async def test_a_change_during_a_sync_triggers_another_sync() -> None:
                 break
             await asyncio.sleep(0.01)
         assert syncs >= 2, "the change that arrived during the first sync was lost"
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+
+
+async def test_a_failed_sync_is_retried_without_a_further_change() -> None:
+    """Found by the campaign too: a rejoin that failed (the new owner still starting) was
+    retried only on the next topology change, which may never come."""
+    consumer = Consumer("127.0.0.1:9", "t", "c")
+    syncs = 0
+
+    async def sync_sessions() -> None:
+        nonlocal syncs
+        syncs += 1
+        if syncs == 1:
+            raise ConnectionClosed("cannot connect: the owner is still starting")
+
+    async def refresh() -> None:
+        raise ConnectionClosed("no broker reachable")
+
+    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
+    following = asyncio.create_task(consumer._follow_topology())
+    try:
+        consumer._topology_changed.set()
+        for _ in range(300):  # bounded poll (the retry backs off 0.1 s)
+            if syncs >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert syncs >= 2, "the failed rejoin was never retried"
     finally:
         following.cancel()
         await asyncio.gather(following, return_exceptions=True)

@@ -152,12 +152,18 @@ class Consumer:
             session = self._sessions[owner_id]
             if owner_id not in owners or session.conn.is_closed:
                 self._drop_session(owner_id)
+        failed: HeadraceError | None = None
         for owner_id in sorted(owners - set(self._sessions)):
             addr = (self.cluster.routing.brokers or {}).get(owner_id)
             if addr is None:
                 continue
-            conn = await self.cluster.connect(addr.host, addr.port)
-            await self._join(owner_id, conn)
+            try:
+                conn = await self.cluster.connect(addr.host, addr.port)
+                await self._join(owner_id, conn)
+            except HeadraceError as exc:
+                failed = failed or exc  # an unreachable owner must not keep us off the others
+        if failed is not None:
+            raise failed
 
     def _drop_session(self, owner_id: int, *, leave: bool = True) -> None:
         session = self._sessions.pop(owner_id)
@@ -199,6 +205,11 @@ class Consumer:
                 log.info("rejoining cohort %s after a topology change failed: %s", self.cohort, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+                # Try again even if no further change comes: the owner we could not reach
+                # (a broker still starting) may be the last change there is.
+                with contextlib.suppress(HeadraceError):
+                    await self.cluster.refresh()
+                self._topology_changed.set()
 
     async def _join(self, owner_id: int, conn: ClientConnection) -> None:
         session = _Session(conn)
