@@ -112,6 +112,14 @@ class Broker:
             for partition in self.registry.all_partitions():
                 partition.leader_id = self.settings.broker_id
                 partition.replicas = [self.settings.broker_id]
+        else:
+            # Nothing is led until the controller says so. A partition loaded from disk
+            # would otherwise start as a leader with no replica set and minInSync 1, and
+            # acknowledge acks=all writes alone until the first topology push made it a
+            # follower, which then truncates them (found by the fault campaign).
+            for partition in self.registry.all_partitions():
+                partition.role = Role.FOLLOWER
+                partition.leader_id = -1
         self.committer.on_round = self.metrics.fsync_seconds.observe
         self.committer.start()
         self.replication.start()
