@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import functools
+import json
 import logging
 import os
 import ssl
@@ -57,6 +58,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: the data directory's start count (Broker._count_incarnation)
+INCARNATION_FILE = "incarnation.json"
+#: gate admissions an incarnation may make per partition before its epochs reach the next
+#: incarnation's floor (65536), and how many incarnations fit in a u32 epoch with that room
+_EPOCHS_PER_INCARNATION_BITS = 16
+_INCARNATIONS = 1 << 15
+
 
 class Broker:
     def __init__(self, settings: BrokerSettings) -> None:
@@ -89,6 +97,8 @@ class Broker:
         self.registry.object_store_configured = self.tiering.enabled
         self.placer = Placer(settings, self.registry, self.tiering, self.metrics)
         self.started_at = time.monotonic()
+        #: the first gate epoch of this incarnation's cohorts (see ``_count_incarnation``)
+        self.gate_epoch_floor = 0
         self.recovery_seconds = 0.0
         self.port = settings.port
         self.admin: AdminServer | None = None
@@ -98,6 +108,7 @@ class Broker:
     async def start(self) -> None:
         files.mkdir_durable(self.settings.data_dir)
         self._lock_data_dir()
+        self.gate_epoch_floor = self._count_incarnation() << _EPOCHS_PER_INCARNATION_BITS
         started = time.monotonic()
         self.registry.load()
         self.recovery_seconds = time.monotonic() - started
@@ -167,6 +178,28 @@ class Broker:
         self.registry.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
+
+    def _count_incarnation(self) -> int:
+        """Bump and return this data directory's start count (``incarnation``, fsynced).
+
+        Gate epochs are in memory; without a floor that grows per start they would
+        begin at 0 again after a restart, and a delivery or ack of the previous
+        incarnation could carry the same epoch as one of this. The count wraps so
+        that the floor plus an incarnation's admissions stays within the wire's u32.
+        """
+        path = self.settings.data_dir / INCARNATION_FILE
+        try:
+            previous = int(json.loads(path.read_text())["incarnation"])
+        except FileNotFoundError:
+            previous = 0
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"cannot read {path}: {exc}") from exc
+        current = (previous + 1) % _INCARNATIONS
+        try:
+            files.write_json_atomic(path, {"incarnation": current})
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+        return current
 
     def _lock_data_dir(self) -> None:
         path = self.settings.data_dir / ".lock"
@@ -579,6 +612,7 @@ class Broker:
                 chunk_bytes=self.settings.delivery_chunk_bytes,
                 tiering=self.tiering,
                 hold=functools.partial(self.delivery_hold, topic.name, name),
+                epoch_floor=self.gate_epoch_floor,
             )
             runtime.on_delivered = self.metrics.delivered_bytes.inc
             plan = self.cohort_plan(topic.name, name)

@@ -26,6 +26,7 @@ from headrace.errors import (
     HeadraceError,
     NotLeader,
     OffsetOutOfRange,
+    RequestTimedOut,
     StaleEpoch,
     UnknownPartition,
     UnknownTopic,
@@ -68,6 +69,9 @@ class ReplicaFetcher:
                 auth_token=self.broker.settings.replication_token,
                 ssl=self.broker.client_ssl_context(),
                 connect_timeout_s=3.0,
+                # a fetch long-polls up to replica_fetch_wait_ms; an answer later than a few
+                # seconds past that means a half-dead leader connection: drop it, reconnect
+                request_timeout_s=self.broker.settings.replica_fetch_wait_ms / 1000 + 5.0,
             )
             self._conn = await ClientConnection.open(self.leader.host, self.leader.port, options)
         return self._conn
@@ -87,6 +91,10 @@ class ReplicaFetcher:
             except (HeadraceError, OSError) as exc:
                 self.errors += 1
                 log.debug("fetch from broker %s failed: %s", self.leader.id, exc)
+                conn_now = self._conn
+                if isinstance(exc, RequestTimedOut) and conn_now and conn_now.transport:
+                    # half-dead: hang up (is_closed from now on) and reconnect next round
+                    conn_now.transport.close()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 1.0)
             except Exception:

@@ -399,6 +399,9 @@ class Connection(asyncio.Protocol):
     def _long_poll(self, frame: Frame, req: msg.FetchRequest, partition: Partition) -> None:
         loop = asyncio.get_running_loop()
         done = False
+        # A committed read can only gain data when the HW moves; an uncommitted one gains
+        # it as soon as the log end moves, which may be long before (followers lagging).
+        uncommitted = req.isolation is not msg.Isolation.COMMITTED
 
         def finish(_: object = None) -> None:
             nonlocal done
@@ -407,6 +410,8 @@ class Connection(asyncio.Protocol):
             if self._answer_fetch(frame, req, partition, force=timer_fired):
                 done = True
                 partition.remove_listener(finish)
+                if uncommitted:
+                    partition.remove_append_listener(finish)
                 handle.cancel()
 
         timer_fired = False
@@ -417,6 +422,8 @@ class Connection(asyncio.Protocol):
             finish()
 
         partition.add_listener(finish)
+        if uncommitted:
+            partition.add_append_listener(finish)
         handle = loop.call_later(min(req.max_wait_ms, 60_000) / 1000, on_timeout)
 
     # ------------------------------------------------------------------ cohorts

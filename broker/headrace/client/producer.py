@@ -240,7 +240,9 @@ class _PartitionSender:
             conn.send_no_reply(Op.PRODUCE, req.encode_prefix(), batch.data)
             fut.set_result(None)
             return fut
-        return conn.request(Op.PRODUCE, req.encode_prefix(), batch.data)
+        return conn.request(
+            Op.PRODUCE, req.encode_prefix(), batch.data, timeout_s=p.request_timeout_ms / 1000
+        )
 
     async def _on_error(self, batch: _Batch, exc: HeadraceError) -> None:
         p = self.producer
@@ -406,6 +408,10 @@ class Producer:
         #: topic -> the partitioning version records are being routed under now
         self._routed: dict[str, int] = {}
         self._resends: set[asyncio.Task[None]] = set()
+        #: every batch handed to a sender and not yet answered: what ``flush`` waits for. A
+        #: sender's queue and in-flight list are not enough: between the two a batch waits
+        #: for its connection to open, and is in neither.
+        self._unanswered: set[asyncio.Future[BatchResult]] = set()
         self._round_robin = itertools.count()
         self._buffered = 0
         self._space = asyncio.Event()
@@ -717,6 +723,8 @@ class Producer:
         self._buffered += len(data)
         if self._buffered >= self.buffer_bytes:
             self._space.clear()
+        self._unanswered.add(acc.future)
+        acc.future.add_done_callback(self._unanswered.discard)
         sender = self._senders.get(k)
         if sender is None:
             sender = self._senders[k] = _PartitionSender(self, topic, partition)
@@ -750,8 +758,7 @@ class Producer:
         futures = [acc.future for acc in self._accumulators.values() if acc.future is not None]
         for topic, partition in list(self._accumulators):
             self._drain(topic, partition)
-        futures += [b.future for s in self._senders.values() for b in s.queue]
-        futures += [b.future for s in self._senders.values() for b, _ in s.inflight]
+        futures += self._unanswered
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 
