@@ -48,6 +48,7 @@ class CohortRuntime:
         chunk_bytes: int,
         tiering: TieredReads | None = None,
         hold: Callable[[int], int | None] | None = None,
+        epoch_floor: int = 0,
     ) -> None:
         self.topic = topic
         #: partition -> the first offset this cohort may not be delivered yet (a
@@ -56,7 +57,9 @@ class CohortRuntime:
         #: reads below a partition's local log start go to the object store through it
         self.tiering = tiering
         self.name = name
-        self.gates = CohortGates(name, self._led_partitions(), grace_ms=grace_ms)
+        self.gates = CohortGates(
+            name, self._led_partitions(), grace_ms=grace_ms, epoch_floor=epoch_floor
+        )
         self._links: dict[str, MemberLink] = {}
         self._credits: dict[str, int] = {}
         self._start: dict[str, str] = {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -51,6 +52,11 @@ if TYPE_CHECKING:
     from headrace.broker.topics import Partition
 
 log = logging.getLogger(__name__)
+
+#: asyncio's socket transports send a list of buffers without joining them from 3.12 on
+_WRITELINES_JOINS = sys.version_info < (3, 12)
+#: on 3.11, parts at least this big are written alone: a send call costs less than the copy
+_WRITE_ALONE_BYTES = 64 * 1024
 
 
 class RedirectRequired(Exception):
@@ -393,6 +399,9 @@ class Connection(asyncio.Protocol):
     def _long_poll(self, frame: Frame, req: msg.FetchRequest, partition: Partition) -> None:
         loop = asyncio.get_running_loop()
         done = False
+        # A committed read can only gain data when the HW moves; an uncommitted one gains
+        # it as soon as the log end moves, which may be long before (followers lagging).
+        uncommitted = req.isolation is not msg.Isolation.COMMITTED
 
         def finish(_: object = None) -> None:
             nonlocal done
@@ -401,6 +410,8 @@ class Connection(asyncio.Protocol):
             if self._answer_fetch(frame, req, partition, force=timer_fired):
                 done = True
                 partition.remove_listener(finish)
+                if uncommitted:
+                    partition.remove_append_listener(finish)
                 handle.cancel()
 
         timer_fired = False
@@ -411,6 +422,8 @@ class Connection(asyncio.Protocol):
             finish()
 
         partition.add_listener(finish)
+        if uncommitted:
+            partition.add_append_listener(finish)
         handle = loop.call_later(min(req.max_wait_ms, 60_000) / 1000, on_timeout)
 
     # ------------------------------------------------------------------ cohorts
@@ -529,9 +542,23 @@ class Connection(asyncio.Protocol):
             return
         parts = response.encode_parts()
         length = sum(len(p) for p in parts)
-        self.transport.writelines(
-            [frame_header(Op.REPLICA_FETCH_OK, frame.correlation_id, length, FLAG_RESPONSE), *parts]
-        )
+        head = frame_header(Op.REPLICA_FETCH_OK, frame.correlation_id, length, FLAG_RESPONSE)
+        if not _WRITELINES_JOINS:
+            self.transport.writelines([head, *parts])
+            return
+        # Python 3.11's writelines joins its parts: a copy of every replicated byte into a
+        # fresh buffer. Send each large part from its own buffer instead (a send call
+        # each), joining only the small ones.
+        small: list[bytes | memoryview] = [head]
+        for part in parts:
+            if len(part) < _WRITE_ALONE_BYTES:
+                small.append(part)
+                continue
+            self.transport.write(b"".join(small))
+            small = []
+            self.transport.write(part)
+        if small:
+            self.transport.write(b"".join(small))
 
     def on_offset_for_epoch(self, frame: Frame) -> None:
         self.access.require_cluster()

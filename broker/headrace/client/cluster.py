@@ -22,6 +22,10 @@ REFRESH_FANOUT = 3
 #: after the first broker answered, how long a refresh waits for the others (seconds):
 #: a broker behind a dead link must not hold the refresh up
 REFRESH_GRACE_S = 0.25
+#: how long a client waits for a topic it does not know to appear in the topology (seconds):
+#: a topic just created reaches the brokers one push at a time, so the first broker asked
+#: may not have it yet (Kafka clients block on metadata the same way, max.block.ms)
+TOPIC_WAIT_S = 5.0
 
 
 def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
@@ -112,6 +116,24 @@ class ClusterClient:
         if self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
         await asyncio.shield(self._refreshing)
+
+    async def topic_routing(self, name: str, wait_s: float = TOPIC_WAIT_S) -> msg.TopicRouting:
+        """``name``'s routing, refreshing the topology until it has the topic or ``wait_s``
+        has passed (then ``UnknownTopic``, or whatever the last refresh raised)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        backoff = 0.05
+        while True:
+            try:
+                return self.routing.topic(name)
+            except HeadraceError:
+                if loop.time() >= deadline:
+                    raise
+            await self.refresh()
+            with contextlib.suppress(HeadraceError):
+                return self.routing.topic(name)
+            await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
+            backoff = min(backoff * 2, 0.5)
 
     async def _refresh(self) -> None:
         """Ask a reachable broker, and briefly up to ``REFRESH_FANOUT - 1`` others, for the

@@ -133,7 +133,7 @@ class Consumer:
         self.cluster.on_push(Op.ASSIGNMENT, self._on_assignment)
         self.cluster.on_push(Op.DELIVERY, self._on_delivery)
         await self.cluster.start()
-        self.cluster.routing.topic(self.topic)  # UnknownTopic now, not in the background
+        await self.cluster.topic_routing(self.topic)  # UnknownTopic now, not in the background
         await self._sync_sessions()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_forever()))
@@ -155,12 +155,18 @@ class Consumer:
             session = self._sessions[owner_id]
             if owner_id not in owners or session.conn.is_closed:
                 self._drop_session(owner_id)
+        failed: HeadraceError | None = None
         for owner_id in sorted(owners - set(self._sessions)):
             addr = (self.cluster.routing.brokers or {}).get(owner_id)
             if addr is None:
                 continue
-            conn = await self.cluster.connect(addr.host, addr.port)
-            await self._join(owner_id, conn)
+            try:
+                conn = await self.cluster.connect(addr.host, addr.port)
+                await self._join(owner_id, conn)
+            except HeadraceError as exc:
+                failed = failed or exc  # an unreachable owner must not keep us off the others
+        if failed is not None:
+            raise failed
 
     def _drop_session(self, owner_id: int, *, leave: bool = True) -> None:
         session = self._sessions.pop(owner_id)
@@ -178,8 +184,7 @@ class Consumer:
         backoff = 0.1
         while True:
             closed = [s for s in self._sessions.values() if s.conn.is_closed]
-            if not closed:
-                self._topology_changed.clear()
+            if not closed and not self._topology_changed.is_set():
                 waiters = [asyncio.ensure_future(self._topology_changed.wait())]
                 waiters += [
                     asyncio.ensure_future(s.conn.closed.wait()) for s in self._sessions.values()
@@ -191,6 +196,9 @@ class Consumer:
                         w.cancel()
             if self._closed:
                 return
+            # Consumed here, before the routing is read: a change pushed while the sync
+            # below runs (it awaits connects and joins) sets it again and is not lost.
+            self._topology_changed.clear()
             try:
                 if any(s.conn.is_closed for s in self._sessions.values()):
                     await self.cluster.refresh()
@@ -200,6 +208,11 @@ class Consumer:
                 log.info("rejoining cohort %s after a topology change failed: %s", self.cohort, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+                # Try again even if no further change comes: the owner we could not reach
+                # (a broker still starting) may be the last change there is.
+                with contextlib.suppress(HeadraceError):
+                    await self.cluster.refresh()
+                self._topology_changed.set()
 
     async def _join(self, owner_id: int, conn: ClientConnection) -> None:
         if (

@@ -61,6 +61,18 @@ class BatchResult:
     records: tuple[RecordMetadata, ...] | None = None
 
 
+async def _yield_to_senders() -> None:
+    """Let the event loop run once, right after a batch was sealed.
+
+    A caller awaiting ``send()`` in a loop otherwise never suspends (nothing on the
+    accumulate path waits), so sealed batches would sit in the senders' queues until
+    ``buffer_bytes`` is full, and the broker would idle while this process encodes,
+    then this process idle while the broker appends. One yield per batch lets the
+    sender write each batch as soon as it is sealed, so both sides work at once.
+    """
+    await asyncio.sleep(0)
+
+
 class RecordReceipt:
     """Awaitable handle of one sent record; resolves to its RecordMetadata."""
 
@@ -100,6 +112,25 @@ class _Accumulator:
     version: int = 0
     #: some record named its partition: a repartition re-sends it there, not by key
     explicit: bool = False
+    #: set when the accumulator is taken out to become a batch; appends after that are lost
+    sealed: bool = False
+
+
+@dataclass(slots=True)
+class _TopicCursor:
+    """Per topic (as the caller spells it): where its next unkeyed record goes.
+
+    Lets ``send`` skip name canonicalisation, the partition-count lookup and the
+    sticky choice while nothing about them changed: ``routing`` is the routing
+    entry the choice was made under (entries are immutable and replaced on any
+    change, so identity says "unchanged"), ``accumulator`` the sticky partition's
+    open accumulator.
+    """
+
+    name: str
+    routing: msg.TopicRouting | None = None
+    partition: int = 0
+    accumulator: _Accumulator | None = None
 
 
 @dataclass(slots=True)
@@ -209,7 +240,9 @@ class _PartitionSender:
             conn.send_no_reply(Op.PRODUCE, req.encode_prefix(), batch.data)
             fut.set_result(None)
             return fut
-        return conn.request(Op.PRODUCE, req.encode_prefix(), batch.data)
+        return conn.request(
+            Op.PRODUCE, req.encode_prefix(), batch.data, timeout_s=p.request_timeout_ms / 1000
+        )
 
     async def _on_error(self, batch: _Batch, exc: HeadraceError) -> None:
         p = self.producer
@@ -371,9 +404,14 @@ class Producer:
         self._senders: dict[tuple[str, int], _PartitionSender] = {}
         self._sequences: dict[tuple[str, int], int] = {}
         self._sticky: dict[str, int] = {}
+        self._cursors: dict[str, _TopicCursor] = {}
         #: topic -> the partitioning version records are being routed under now
         self._routed: dict[str, int] = {}
         self._resends: set[asyncio.Task[None]] = set()
+        #: every batch handed to a sender and not yet answered: what ``flush`` waits for. A
+        #: sender's queue and in-flight list are not enough: between the two a batch waits
+        #: for its connection to open, and is in neither.
+        self._unanswered: set[asyncio.Future[BatchResult]] = set()
         self._round_robin = itertools.count()
         self._buffered = 0
         self._space = asyncio.Event()
@@ -396,11 +434,7 @@ class Producer:
         """How many partitions to route over, once every batch routed under an older
         partitioning version of the topic is finished (acked or failed): a repartition
         moves keys, and a key's new-version records must not overtake its old ones."""
-        try:
-            routing = self.cluster.routing.topic(topic)
-        except HeadraceError:
-            await self.cluster.refresh()
-            routing = self.cluster.routing.topic(topic)
+        routing = await self.cluster.topic_routing(topic)
         while self._routed.get(topic, routing.partitioning_version) != routing.partitioning_version:
             await self._settle(topic)
             self._routed[topic] = routing.partitioning_version
@@ -490,9 +524,57 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> RecordReceipt:
         """Queue one record; await the returned receipt for its offset."""
+        # Fast path (issue 16 §6): an unkeyed, header-less record without its own timestamp
+        # or partition, for a topic whose routing and sticky accumulator are unchanged since
+        # the last such record, is one dict lookup, some identity checks and an append.
+        cursor = self._cursors.get(topic)
+        if (
+            cursor is not None
+            and key is None
+            and partition is None
+            and not headers
+            and timestamp_ms is None
+            and not self._closed
+            and self._buffered < self.buffer_bytes
+        ):
+            acc = cursor.accumulator
+            topics = self.cluster.routing.topics
+            if (
+                acc is not None
+                and not acc.sealed
+                and acc.keys is None
+                and acc.headers is None
+                and acc.timestamps is None
+                and topics is not None
+                and topics.get(cursor.name) is cursor.routing
+            ):
+                size = len(value)
+                if acc.size + size <= self.batch_bytes:
+                    values = acc.values
+                    receipt = RecordReceipt(acc.future, len(values))  # type: ignore[arg-type]
+                    values.append(value)
+                    acc.size += size + 8
+                    if acc.size >= self.batch_bytes:
+                        self._drain(cursor.name, cursor.partition)
+                        await _yield_to_senders()
+                    return receipt
+        return await self._send_slow(
+            topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
+        )
+
+    async def _send_slow(
+        self,
+        given_topic: str,
+        value: bytes,
+        *,
+        key: bytes | None,
+        partition: int | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+    ) -> RecordReceipt:
         if self._closed:
             raise ConnectionClosed("producer is closed")
-        topic = canonical(topic)
+        topic = canonical(given_topic)
         if self._buffered >= self.buffer_bytes:
             await self._wait_space()
         # Last before routing (no await after it): the count and the version belong together.
@@ -501,8 +583,20 @@ class Producer:
         acc = self._accumulator(topic, p)
         acc.explicit = acc.explicit or partition is not None
         receipt = self._append(acc, value, key, headers, timestamp_ms)
+        if key is None and partition is None:
+            # Where the next unkeyed record of this topic may go without the checks above:
+            # the routing entry (so its version) this choice was made under, and the
+            # sticky accumulator.
+            cursor = self._cursors.get(given_topic)
+            if cursor is None:
+                cursor = self._cursors[given_topic] = _TopicCursor(topic)
+            topics = self.cluster.routing.topics
+            cursor.routing = topics.get(topic) if topics is not None else None
+            cursor.partition = p
+            cursor.accumulator = acc
         if acc.size >= self.batch_bytes:
             self._drain(topic, p)
+            await _yield_to_senders()
         return receipt
 
     def _append(
@@ -600,7 +694,10 @@ class Producer:
 
     def _drain(self, topic: str, partition: int) -> None:
         acc = self._accumulators.pop((topic, partition), None)
-        if acc is None or not acc.values:
+        if acc is None:
+            return
+        acc.sealed = True
+        if not acc.values:
             return
         if acc.linger is not None:
             acc.linger.cancel()
@@ -626,6 +723,8 @@ class Producer:
         self._buffered += len(data)
         if self._buffered >= self.buffer_bytes:
             self._space.clear()
+        self._unanswered.add(acc.future)
+        acc.future.add_done_callback(self._unanswered.discard)
         sender = self._senders.get(k)
         if sender is None:
             sender = self._senders[k] = _PartitionSender(self, topic, partition)
@@ -659,8 +758,7 @@ class Producer:
         futures = [acc.future for acc in self._accumulators.values() if acc.future is not None]
         for topic, partition in list(self._accumulators):
             self._drain(topic, partition)
-        futures += [b.future for s in self._senders.values() for b in s.queue]
-        futures += [b.future for s in self._senders.values() for b, _ in s.inflight]
+        futures += self._unanswered
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 
