@@ -113,6 +113,19 @@ def test_dashboard_config_map_carries_the_sidecar_label() -> None:
     assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
     dashboard = json.loads(cm["data"]["headrace-brokers.json"])
     assert dashboard["uid"] == "headrace-brokers"
+    assert json.loads(cm["data"]["headrace-operator.json"])["uid"] == "headrace-operator"
+
+
+def test_operator_probes_and_optional_service_monitor() -> None:
+    (deployment,) = kinds(render())["Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "$(POD_IP):8081" in container["args"]
+    assert "ServiceMonitor" not in kinds(render())
+    by_kind = kinds(render("operator.serviceMonitor.enabled=true"))
+    (monitor,) = by_kind["ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["port"] == "http-surfaces"
 
 
 def test_helm_test_pod_produces_then_consumes_with_headrace() -> None:

@@ -77,6 +77,9 @@ def start_operator(cluster: Cluster, namespace: str, log: Path) -> subprocess.Po
             HEADRACE,
             "--lease-duration-seconds",
             "15",
+            # an ephemeral port: operators of a restart (or of parallel runs) share the host
+            "--surfaces",
+            "127.0.0.1:0",
         ],
         log,
     )

@@ -2,17 +2,23 @@
 Deployment from ``headrace.operator.install``), running as a pod under its own service
 account: its RBAC is enough to run a BrokerCluster and bring a Topic to Ready.
 
+Its surfaces answer on the pod IP: ``/healthz`` (the kubelet's liveness probe too),
+``/metrics`` with the Topic's readiness, and the dashboard's view of the cluster.
+
 Test bed only: the pod runs this checkout's Python (the runner ignores images).
 """
 
 from __future__ import annotations
 
+import json
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
-from e2e.support import Cluster
+from e2e.support import Cluster, wait_for
 from headrace.operator import install
+from headrace.operator.surfaces import DEFAULT_PORT
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -37,6 +43,37 @@ def resources(namespace: str) -> list[dict[str, Any]]:
             },
         },
     ]
+
+
+def http_get(url: str) -> tuple[int, str]:
+    with urllib.request.urlopen(url, timeout=10) as response:
+        return response.status, response.read().decode()
+
+
+def check_surfaces(cluster: Cluster, namespace: str) -> None:
+    pods = json.loads(
+        cluster.kubectl_run(
+            "get", "pods", "-n", namespace, "-l", f"app.kubernetes.io/name={install.NAME}",
+            "-o", "json",
+        ).stdout
+    )["items"]  # fmt: skip
+    (pod,) = pods
+    base = f"http://{pod['status']['podIP']}:{DEFAULT_PORT}"
+    assert http_get(f"{base}/healthz") == (200, f"ok\n{namespace}/solo: stepping\n")
+    ready_line = (
+        f'headrace_operator_object_ready{{kind="Topic",name="events",namespace="{namespace}"}} 1.0'
+    )
+    # the metrics snapshot is taken at scrape time: Ready was written before this scrape
+    metrics = wait_for("the Topic ready in /metrics", lambda: _scrape(base, ready_line), 30)
+    assert "headrace_operator_leader 1.0" in metrics
+    assert 'headrace_operator_reconciles_total{kind="BrokerCluster"}' in metrics
+    status, view = http_get(f"{base}/dashboard/view.json")
+    assert status == 200 and json.loads(view)["cluster"]["id"] == "solo"
+
+
+def _scrape(base: str, line: str) -> str | None:
+    text = http_get(f"{base}/metrics")[1]
+    return text if line in text else None
 
 
 def test_the_installed_operator_runs_under_its_own_rbac(
@@ -65,6 +102,7 @@ def test_the_installed_operator_runs_under_its_own_rbac(
         )
         logs = cluster.logs(f"deployment/{install.NAME}", namespace)
         assert "lease headrace-operator acquired" in logs
+        check_surfaces(cluster, namespace)
         assert "Forbidden" not in logs and "403" not in logs, logs[-4000:]
     except BaseException:
         print(cluster.logs(f"deployment/{install.NAME}", namespace)[-8000:], file=sys.stderr)

@@ -91,7 +91,7 @@ class ControllerAdmin:
                 web.post("/v1/delete", self.delete),
             ]
         )
-        DashboardRoutes(controller).install(self.app)
+        DashboardRoutes.for_controller(controller).install(self.app)
         self._runner: web.AppRunner | None = None
         self.port = 0
 

@@ -19,8 +19,10 @@ loops) is the ``OperatorContext`` in kopf's ``memo``, set by ``main``.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -33,7 +35,8 @@ from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
 from headrace.operator import workloads
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
-from headrace.operator.running import ClusterRuntime, RuntimeSettings
+from headrace.operator.running import ClusterRuntime, RuntimeSettings, stalled_condition
+from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
 from headrace.resources import BrokerCluster
 
 log = logging.getLogger(__name__)
@@ -55,6 +58,18 @@ class OperatorContext:
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     #: the running control loops, by (namespace, cluster name)
     loops: dict[tuple[str, str], ClusterRuntime] = field(default_factory=dict)
+    #: control loops whose task ended with an error (until kopf restarts them), and why
+    died: dict[tuple[str, str], str] = field(default_factory=dict)
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    #: /healthz, /metrics and the dashboard, when served (``main``)
+    surfaces: Surfaces | None = None
+
+    def health(self) -> dict[tuple[str, str], LoopHealth]:
+        """What ``/healthz`` decides on (call on kopf's event loop)."""
+        health = {key: LoopHealth(runtime.last_step_s) for key, runtime in self.loops.items()}
+        for key, why in self.died.items():
+            health[key] = LoopHealth(time.monotonic(), died=why)
+        return health
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -81,6 +96,17 @@ def _context(memo: Any) -> OperatorContext:
 
 def without_status(body: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in body.items() if k != "status"}
+
+
+# ---------------------------------------------------------------------- surfaces
+
+
+@kopf.on.startup()
+async def serve_surfaces(memo: Any, **_: Any) -> None:
+    """The surfaces (started by ``main`` before the Lease) serve the cluster loops from now."""
+    context = _context(memo)
+    if context.surfaces is not None:
+        context.surfaces.attach(asyncio.get_running_loop(), lambda: context.loops, context.health)
 
 
 # ---------------------------------------------------------------------- indices
@@ -145,11 +171,20 @@ async def apply_workload(
             sorted(blockers),
         )
     applied = []
-    for manifest in workloads.manifests(
-        cluster, meta["uid"], meta.get("namespace", "default"), context.workload, replicas
-    ):
-        await context.api.apply(manifest)
-        applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+    metrics = context.metrics
+    metrics.reconciles.labels(WORKLOAD).inc()
+    started = time.perf_counter()
+    try:
+        for manifest in workloads.manifests(
+            cluster, meta["uid"], meta.get("namespace", "default"), context.workload, replicas
+        ):
+            await context.api.apply(manifest)
+            applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+    except Exception:
+        metrics.errors.labels(WORKLOAD).inc()
+        raise
+    finally:
+        metrics.durations.labels(WORKLOAD).observe(time.perf_counter() - started)
     return applied
 
 
@@ -230,11 +265,17 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         context.runtime,
         events=event_sink(key, topics_index, clusters_index),
         reapply=reapply,
+        metrics=context.metrics,
     )
     context.loops[key] = runtime
+    context.died.pop(key, None)
     log.info("control loop of %s/%s started", namespace, name)
     try:
         await runtime.run(desired)
+    except Exception as exc:
+        # kopf restarts the daemon after a backoff; until then /healthz says so
+        context.died[key] = f"{type(exc).__name__}: {exc}"
+        raise
     finally:
         context.loops.pop(key, None)
 
@@ -254,7 +295,8 @@ def orphan_status(body: Mapping[str, Any], now: str) -> dict[str, Any] | None:
         return None
     cluster = (body.get("spec", {}).get("clusterRef") or {}).get("name")
     generation = int(body.get("metadata", {}).get("generation") or 1)
-    previous = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    previous = conditions.get("Ready")
     ready = {
         "type": "Ready",
         "status": "False",
@@ -265,7 +307,14 @@ def orphan_status(body: Mapping[str, Any], now: str) -> dict[str, Any] | None:
         if previous is None or previous.get("status") != "False"
         else previous.get("lastTransitionTime", now),
     }
-    wanted = {**status, "observedGeneration": generation, "conditions": [ready]}
+    # waiting does not fix it: kstatus's Failed until the cluster exists (its loop then
+    # writes the Topic's conditions, without this one)
+    stalled = stalled_condition(ready, conditions.get("Stalled"), now)
+    wanted = {
+        **status,
+        "observedGeneration": generation,
+        "conditions": [ready, *([stalled] if stalled else [])],
+    }
     return None if wanted == status else wanted
 
 

@@ -19,6 +19,7 @@ from typing import Any, Final
 
 import yaml
 
+from headrace.operator.surfaces import DEFAULT_PORT
 from headrace.operator.workloads import DEFAULT_IMAGE
 
 NAME: Final = "headrace-operator"
@@ -134,7 +135,15 @@ def manifests(
         docs += _cluster_role(f"{NAME}-{namespace}", cluster_reads, subject)
     else:
         docs += _cluster_role(NAME, _rules(clusterwide=True), subject)
-    args = ["--lease-namespace", namespace, "--broker-command", broker_command]
+    # the pod IP: the kubelet probes it (``surfaces``)
+    args = [
+        "--lease-namespace",
+        namespace,
+        "--broker-command",
+        broker_command,
+        "--surfaces",
+        f"$(POD_IP):{DEFAULT_PORT}",
+    ]
     for ns in watch:
         args += ["--namespace", ns]
     docs.append(
@@ -159,8 +168,30 @@ def manifests(
                                 "command": list(command),
                                 "args": args,
                                 "env": [
+                                    {
+                                        "name": "POD_IP",
+                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                                    },
                                     {"name": "HEADRACE_IMAGE", "value": image},
                                 ],
+                                "ports": [
+                                    {
+                                        "name": "http-surfaces",
+                                        "containerPort": DEFAULT_PORT,
+                                        "protocol": "TCP",
+                                    }
+                                ],
+                                "livenessProbe": {
+                                    "httpGet": {"path": "/healthz", "port": "http-surfaces"},
+                                    "periodSeconds": 10,
+                                    "timeoutSeconds": 8,
+                                    "failureThreshold": 6,
+                                },
+                                "readinessProbe": {
+                                    "httpGet": {"path": "/readyz", "port": "http-surfaces"},
+                                    "periodSeconds": 5,
+                                    "timeoutSeconds": 3,
+                                },
                             }
                         ],
                     },

@@ -17,6 +17,7 @@ import click
 from headrace.operator.kube import ClientApi, api_client
 from headrace.operator.leasing import DEFAULT_LEASE_SECONDS, LeaseElector, LeaseSettings
 from headrace.operator.running import RuntimeSettings
+from headrace.operator.surfaces import DEFAULT_PORT, Surfaces
 from headrace.operator.workloads import DEFAULT_IMAGE, WorkloadSettings
 
 log = logging.getLogger(__name__)
@@ -24,6 +25,16 @@ log = logging.getLogger(__name__)
 #: exit status when the Lease is lost: stop at once, so the replica that took it is the
 #: only writer (a Deployment restarts this one, which then waits for the Lease)
 EXIT_LEASE_LOST = 3
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[::]:PORT`` for IPv6) as a pair; None for ``off``."""
+    if text.strip().lower() == "off":
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise click.BadParameter(f"{text!r}: expected HOST:PORT or off", param_hint="--surfaces")
+    return host.strip("[]"), int(port)
 
 
 @click.command()
@@ -53,6 +64,14 @@ EXIT_LEASE_LOST = 3
     help="A holder silent this long is presumed gone (a successor then takes over).",
 )
 @click.option("--poll-interval-ms", type=int, default=1000, show_default=True)
+@click.option(
+    "--surfaces",
+    envvar="HEADRACE_OPERATOR_SURFACES",
+    default=f"127.0.0.1:{DEFAULT_PORT}",
+    show_default=True,
+    help="HOST:PORT of /healthz, /readyz, /metrics and the dashboard; 'off' for none."
+    " Loopback by default; in a pod its IP (the chart: $(POD_IP)), which the probes reach.",
+)
 @click.option("-v", "--verbose", count=True)
 def operator(
     kubeconfig: str | None,
@@ -64,9 +83,11 @@ def operator(
     identity: str | None,
     lease_duration_seconds: int,
     poll_interval_ms: int,
+    surfaces: str,
     verbose: int,
 ) -> None:
     """Run the headrace operator."""
+    address = parse_address(surfaces)
     if kubeconfig:
         # before the client is imported: it reads KUBECONFIG once, at import, and kopf's
         # login goes through it
@@ -85,6 +106,12 @@ def operator(
         # status write of ours; its warnings and errors still show
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+    # before the Lease: a standby answers its probes too (see surfaces)
+    server = None
+    if address is not None:
+        server = Surfaces(*address, interval_s=poll_interval_ms / 1000)
+        server.start()
+        log.info("surfaces on http://%s:%d/", address[0], server.port)
     elector = LeaseElector(
         api_client(kubeconfig),
         identity,
@@ -112,6 +139,9 @@ def operator(
         ),
         runtime=RuntimeSettings(poll_interval_ms=poll_interval_ms),
     )
+    if server is not None:
+        context.metrics = server.metrics
+        context.surfaces = server
     settings = kopf.OperatorSettings()
     handlers.configure(settings)
     try:
@@ -125,3 +155,5 @@ def operator(
     finally:
         stop.set()
         elector.release()
+        if server is not None:
+            server.stop()

@@ -18,6 +18,16 @@ takes no steps at all; both say so in a ``Paused`` condition.
 The BrokerCluster's own ``Ready`` condition (all ``spec.replicas`` brokers
 live) and ``observedGeneration`` are written here too, through the store, so
 they cost a write only when they change.
+
+``Stalled`` (kstatus's ``Failed``): an object whose spec cannot be honoured as it
+stands, which waiting will not fix (a refused scale down, a Topic spec the loop
+refuses: ``REFUSALS``), also carries ``Stalled=True`` with the Ready reason; the
+condition goes away once the spec can be honoured again. Its ``lastTransitionTime``
+stays put while it holds, as Ready's does.
+
+Each runtime also feeds the dashboard's ``Observer`` after every step (the
+operator serves the same page as local mode, ``surfaces``), and counts its steps
+and status writes in the ``OperatorMetrics`` when given one.
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import asyncio
 import contextlib
 import copy
 import logging
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -35,14 +46,33 @@ from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettin
 from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
+from headrace.dashboard.observing import Observer
 from headrace.operator import workloads
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
+from headrace.operator.surfaces import STEP, OperatorMetrics
 from headrace.protocol.endpoints import BrokerEndpoint
 
 log = logging.getLogger(__name__)
 
 PAUSED_ANNOTATION: Final = "headrace.dev/paused"
+
+#: Ready reasons that refuse the spec as it stands (waiting cannot fix them): the object is
+#: also ``Stalled``. Unavailability (PartitionsOffline, BelowMinInSync) is not: it passes;
+#: nor is NotEnoughBrokers while the Topic's replicas fit the cluster's (brokers not up yet).
+REFUSALS: Final = frozenset(
+    {
+        "ScaleDownBlocked",
+        "ClusterNotFound",
+        "InvalidSpec",
+        "UnknownCluster",
+        "NotEnoughBrokers",
+        "PartitionCountChange",
+        "ReplicasChange",
+        "DuplicateSpec",
+        "CompactionUnsupported",
+    }
+)
 
 
 def paused(body: Mapping[str, Any]) -> bool:
@@ -131,6 +161,23 @@ def _condition(
     }
 
 
+def stalled_condition(
+    ready: Mapping[str, Any] | None, previous: Mapping[str, Any] | None, now: str
+) -> dict[str, Any] | None:
+    """``Stalled=True`` beside a Ready condition whose reason is a refusal; else None."""
+    if ready is None or ready.get("status") != "False" or ready.get("reason") not in REFUSALS:
+        return None
+    return _condition(
+        "Stalled",
+        "True",
+        str(ready["reason"]),
+        str(ready.get("message", "")),
+        int(ready.get("observedGeneration") or 1),
+        previous,
+        now,
+    )
+
+
 def cluster_conditions(
     body: Mapping[str, Any],
     live: Iterable[int] | None,
@@ -177,6 +224,9 @@ def cluster_conditions(
         else:
             ready = ("True", "AllBrokersLive", f"{replicas} brokers live")
         conditions.append(_condition("Ready", *ready, generation, previous.get("Ready"), now))
+        stalled = stalled_condition(conditions[-1], previous.get("Stalled"), now)
+        if stalled is not None:
+            conditions.append(stalled)
     return {"observedGeneration": generation, "conditions": conditions}
 
 
@@ -195,6 +245,7 @@ class ClusterRuntime:
         fleet: BrokerFleet | None = None,
         events: EventSink | None = None,
         reapply: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
+        metrics: OperatorMetrics | None = None,
     ) -> None:
         """``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
         scale down is carried out once the brokers it would remove hold no replica)."""
@@ -228,6 +279,12 @@ class ClusterRuntime:
         #: the brokers a refused scale down keeps, as of the last step
         self.blockers: dict[int, list[str]] = {}
         self.kicked = asyncio.Event()
+        self.metrics = metrics
+        #: the dashboard's memory of this cluster (rates, last heartbeats), fed every step
+        self.dashboard = Observer(self.name)
+        #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
+        self.last_step_s = time.monotonic()
+        self._counted = (0, 0)  # store writes and conflicts already in the metrics
 
     def owns(self, body: Mapping[str, Any], topics: Iterable[str] = ()) -> bool:
         """Whether a Topic (by its ``clusterRef``) or an Unload (by its topic, one of
@@ -291,6 +348,33 @@ class ClusterRuntime:
 
     async def step(self) -> Decision | None:
         """One round: a loop step and the cluster's conditions; None while paused."""
+        if self.metrics is None:
+            return await self._step()
+        started = time.perf_counter()
+        self.metrics.reconciles.labels(STEP).inc()
+        try:
+            return await self._step()
+        except Exception:
+            self.metrics.errors.labels(STEP).inc()
+            raise
+        finally:
+            self.metrics.durations.labels(STEP).observe(time.perf_counter() - started)
+            writes, conflicts = self.store.writes, self.store.conflicts
+            self.metrics.status_writes.inc(writes - self._counted[0])
+            self.metrics.status_conflicts.inc(conflicts - self._counted[1])
+            self._counted = (writes, conflicts)
+
+    def view(self) -> dict[str, Any]:
+        """The dashboard's view model of this cluster now (``dashboard.views``)."""
+        decision = self.loop.last_decision
+        return self.dashboard.view(
+            self.loop.state_document(),
+            self.loop.heartbeats,
+            decision.liveness if decision is not None else None,
+            self.clock.now_ms(),
+        )
+
+    async def _step(self) -> Decision | None:
         now = condition_time(self.clock.now_ms())
         if paused(self.cluster):
             await self.store.write_workload_status(cluster_conditions(self.cluster, None, now))
@@ -298,6 +382,7 @@ class ClusterRuntime:
         for name in self.loop.topics:
             await self.store.set_topic_conditions(name, self._topic_conditions(name, now))
         decision = await self.loop.step()
+        self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
         for event in decision.events:
             if self.events is not None:
                 self.events(event)
@@ -322,23 +407,32 @@ class ClusterRuntime:
         return decision
 
     def _topic_conditions(self, name: str, now: str) -> list[dict[str, Any]]:
-        """A paused Topic's ``Paused`` condition (none for the others)."""
-        if name not in self._paused:
-            return []
+        """A paused Topic's ``Paused`` condition; ``Stalled`` beside a refusing Ready."""
         status = self.store.topic_status(name) or {}
-        previous = next(
-            (c for c in status.get("conditions") or [] if c.get("type") == "Paused"), None
-        )
+        previous = {c.get("type"): c for c in status.get("conditions") or []}
+        ready = previous.get("Ready")
+        if ready is not None and ready.get("reason") == "NotEnoughBrokers":
+            # the same reason says "fewer brokers than replicas are up now" (a start, a
+            # restart: waiting fixes it) and "the cluster has fewer brokers at all"
+            spec = (self.loop.topics.get(name) or {}).get("spec") or {}
+            brokers = int((self.cluster.get("spec") or {}).get("replicas", 3))
+            if int(spec.get("replicas", 0)) <= brokers:
+                ready = None
+        stalled = stalled_condition(ready, previous.get("Stalled"), now)
+        own = [stalled] if stalled is not None else []
+        if name not in self._paused:
+            return own
         return [
+            *own,
             _condition(
                 "Paused",
                 "True",
                 "Paused",
                 f"annotation {PAUSED_ANNOTATION} is true: spec changes wait",
                 self._paused[name],
-                previous,
+                previous.get("Paused"),
                 now,
-            )
+            ),
         ]
 
     async def run(
@@ -357,6 +451,7 @@ class ClusterRuntime:
                     raise
                 except Exception:
                     log.exception("cluster %s/%s: step failed", self.namespace, self.name)
+                self.last_step_s = time.monotonic()
                 interval = (
                     self.settings.transition_poll_interval_ms
                     if self.loop.transitioning

@@ -50,7 +50,7 @@ MAX_CONFLICTS: Final = 5
 #: the BrokerCluster status fields the workload reconciler owns, not the control loop
 WORKLOAD_FIELDS: Final = ("conditions", "observedGeneration")
 #: Topic condition types the operator adds beside the loop's Ready (``set_topic_conditions``)
-OPERATOR_CONDITIONS: Final = frozenset({"Paused"})
+OPERATOR_CONDITIONS: Final = frozenset({"Paused", "Stalled"})
 
 
 class Superseded(KubeApiError):
@@ -98,8 +98,10 @@ class KubeStatusStore:
         self._cluster_doc: dict[str, Any] | None = status or None
         #: the operator's own conditions of each Topic (``OPERATOR_CONDITIONS``)
         self._topic_conditions: dict[str, list[dict[str, Any]]] = {}
-        #: API calls that wrote (for tests and the idle-writes figure)
+        #: API calls that wrote (for tests, the idle-writes figure and /metrics)
         self.writes = 0
+        #: status writes refused with 409 (for /metrics)
+        self.conflicts = 0
 
     def remember(self, body: Mapping[str, Any]) -> None:
         """Take ``body``'s version and status as the latest known (a watch event, a read)."""
@@ -156,6 +158,10 @@ class KubeStatusStore:
         self._workload = {k: fields[k] for k in WORKLOAD_FIELDS if k in fields}
         await self._write(self.cluster_ref, {**(self._cluster_doc or {}), **self._workload})
 
+    def workload_conditions(self) -> list[dict[str, Any]]:
+        """The BrokerCluster's conditions as last written or loaded."""
+        return list(self._workload.get("conditions") or [])
+
     async def release_unload(self, name: str) -> None:
         ref = self._ref("Unload", name)
         body = await self.api.get(ref)
@@ -196,6 +202,7 @@ class KubeStatusStore:
             try:
                 stored = await self.api.replace_status(ref, known.resource_version, status)
             except StaleResourceVersion:
+                self.conflicts += 1
                 log.info(
                     "%s %s/%s changed meanwhile: re-reading", ref.kind, ref.namespace, ref.name
                 )

@@ -21,12 +21,14 @@ CLUSTER = {
 }
 
 
-def topic(name: str = "orders", partitions: int = 2, generation: int = 1) -> dict[str, Any]:
+def topic(
+    name: str = "orders", partitions: int = 2, generation: int = 1, replicas: int = 3
+) -> dict[str, Any]:
     return {
         "apiVersion": "headrace.dev/v1alpha1",
         "kind": "Topic",
         "metadata": {"name": name, "namespace": "ns", "generation": generation},
-        "spec": {"clusterRef": {"name": "demo"}, "partitions": partitions, "replicas": 3},
+        "spec": {"clusterRef": {"name": "demo"}, "partitions": partitions, "replicas": replicas},
     }
 
 

@@ -120,8 +120,14 @@ async def test_a_topic_of_a_missing_cluster_is_told_so_once() -> None:
         )
     assert api.writes == [("PUT status", "Topic", "orders")]
     status = api.body("Topic", "orders")["status"]
-    (ready,) = status["conditions"]
+    ready, stalled = status["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "ClusterNotFound")
+    # kstatus's Failed: waiting does not make the cluster exist
+    assert (stalled["type"], stalled["status"], stalled["reason"]) == (
+        "Stalled",
+        "True",
+        "ClusterNotFound",
+    )
     assert ready["observedGeneration"] == status["observedGeneration"] == 1
     assert api.body("Topic", "orders")["spec"] == orphan["spec"]
 
@@ -181,9 +187,14 @@ def test_a_blocked_scale_down_is_the_clusters_ready_condition() -> None:
     status = running.cluster_conditions(
         cluster(replicas=2), {0, 1, 2}, "2026-01-01T00:00:00Z", blockers
     )
-    (ready,) = status["conditions"]
+    ready, stalled = status["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "ScaleDownBlocked")
     assert "broker 2: ns/orders/0" in ready["message"]
+    assert (stalled["type"], stalled["status"], stalled["reason"]) == (
+        "Stalled",
+        "True",
+        "ScaleDownBlocked",
+    )
 
 
 def test_broker_ids_come_from_the_pod_ordinal() -> None:

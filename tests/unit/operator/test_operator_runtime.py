@@ -177,8 +177,63 @@ async def test_a_scale_down_below_placed_replicas_is_refused_and_reapplied_when_
     assert len(calls) == 1  # once, when the set of brokers to keep changed
     assert set(runtime.blockers) == {2}
     conditions = api.body("BrokerCluster", "demo")["status"]["conditions"]
-    (ready,) = conditions
+    ready, stalled = conditions
     assert (ready["reason"], ready["observedGeneration"]) == ("ScaleDownBlocked", 2)
+    assert (stalled["type"], stalled["status"], stalled["reason"]) == (
+        "Stalled",
+        "True",
+        "ScaleDownBlocked",
+    )
+    clock.advance(60_000)
+    writes = list(api.writes)
+    await settle(runtime, api, clock)  # no-op reconciles: the condition stays as it was
+    assert api.body("BrokerCluster", "demo")["status"]["conditions"][1] == stalled
+    assert api.writes == writes
+
+    body = api.body("BrokerCluster", "demo")
+    body["spec"]["replicas"] = 3  # honoured again: no longer stalled
+    body["metadata"]["generation"] = 3
+    api.put(body)
+    await settle(runtime, api, clock)
+    (ready,) = api.body("BrokerCluster", "demo")["status"]["conditions"]
+    assert (ready["status"], ready["reason"]) == ("True", "AllBrokersLive")
+
+
+async def test_a_topic_spec_the_loop_refuses_is_stalled_until_it_is_fixed() -> None:
+    api = FakeApi(CLUSTER, topic(replicas=5))
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    await settle(runtime, api, clock)
+    conditions = {c["type"]: c for c in api.body("Topic", "orders")["status"]["conditions"]}
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == (
+        "False",
+        "NotEnoughBrokers",
+    )
+    stalled = conditions["Stalled"]
+    assert (stalled["status"], stalled["reason"]) == ("True", "NotEnoughBrokers")
+    clock.advance(60_000)
+    await settle(runtime, api, clock)
+    again = {c["type"]: c for c in api.body("Topic", "orders")["status"]["conditions"]}
+    assert again["Stalled"] == stalled  # lastTransitionTime kept
+
+    body = api.body("Topic", "orders")
+    body["spec"]["replicas"] = 3
+    body["metadata"]["generation"] = 2
+    api.put(body)
+    await settle(runtime, api, clock)
+    fixed = api.body("Topic", "orders")["status"]["conditions"]
+    assert [c["type"] for c in fixed] == ["Ready"]
+    assert fixed[0]["status"] == "True"
+
+
+async def test_too_few_brokers_up_yet_is_not_stalled() -> None:
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, fleet = runtime_over(api, clock)
+    fleet.down.update({0, 1, 2})  # a cluster starting: no broker up yet
+    await settle(runtime, api, clock)
+    conditions = api.body("Topic", "orders")["status"]["conditions"]
+    assert [(c["type"], c["reason"]) for c in conditions] == [("Ready", "NotEnoughBrokers")]
 
 
 async def test_a_push_to_a_broker_whose_pod_is_gone_is_a_failed_push() -> None:
