@@ -12,7 +12,7 @@ LOCAL_DIR ?= var/local
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[broker,testbed,tiered,compression,dev]'
+	$(BIN)/pip install -q -e '.[broker,operator,testbed,tiered,compression,jobs,dev]'
 	touch $@
 
 setup: $(VENV)/.installed
@@ -59,15 +59,16 @@ integration: setup
 test: lint typecheck
 	$(BIN)/pytest -q tests $(TEST_E2E_PATHS)
 
-# crds/ and docs/crd-reference.md from the models in operator/headrace/resources
-# (a unit test fails while the committed files are stale)
+# crds/, the Helm chart's copy charts/headrace/crds/ and docs/crd-reference.md from the
+# models in operator/headrace/resources (unit tests fail while the committed files are stale)
 generate: setup
-	$(PY) -m headrace.cli.generate crds/ docs/crd-reference.md
+	$(PY) -m headrace.cli.generate crds/ docs/crd-reference.md charts/headrace/crds/
 
 bench: setup
 	bash bench/setup-peers.sh
 	$(PY) -m bench.run
 	$(PY) -m bench.unload
+	$(PY) -m bench.repartition
 	$(PY) -m bench.compression
 	bash bench/peers/build.sh
 	$(PY) -m bench.peerbench

@@ -99,6 +99,40 @@ class NotAuthenticated(HeadraceError):
     CODE = 10
 
 
+# --- access control (docs/security.md); a denial never closes the connection ---
+
+
+class AccessDenied(HeadraceError):
+    """The authenticated principal holds no grant for this operation on this resource."""
+
+    CODE = 13
+
+
+class ProduceDenied(AccessDenied):
+    """No ``produce`` grant on the topic: nothing of the batch was stored."""
+
+    CODE = 14
+
+
+class ConsumeDenied(AccessDenied):
+    """No ``consume`` grant on the topic (fetch, cohort join, describe of its cohorts)."""
+
+    CODE = 15
+
+
+class AdminDenied(AccessDenied):
+    """No ``admin`` grant on the topic (create, delete, cursor reset)."""
+
+    CODE = 16
+
+
+class ClusterDenied(AccessDenied):
+    """A broker-to-broker operation (replica fetch, epoch queries) from a principal
+    without the ``cluster`` grant."""
+
+    CODE = 17
+
+
 # --- topics and partitions ---
 
 
@@ -246,6 +280,14 @@ class CohortActive(HeadraceError):
     """The cohort has live members on this broker, so its cursors may not be reset."""
 
     CODE = 45
+
+
+class InvalidMemberIdentity(HeadraceError):
+    """Signed identities are on and the member id is not backed by a valid identity token
+    for the connection's principal (missing, forged, another cluster's, or issued to
+    another principal or member id)."""
+
+    CODE = 46
 
 
 # --- client side only (never on the wire) ---

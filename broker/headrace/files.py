@@ -33,6 +33,27 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
+def mkdir_durable(path: Path) -> None:
+    """``mkdir -p`` whose new entries survive a power loss.
+
+    A new directory's name lives in its parent, and only an fsync of the parent
+    makes it durable; syncing files inside the new directory does not. So every
+    directory created here has its parent fsynced (parents first). Without this
+    a power cut may drop a whole partition directory whose segments were synced.
+    """
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue  # made by someone else meanwhile: its parent is theirs to sync
+        fsync_directory(directory.parent)
+
+
 @contextmanager
 def atomic_writer(
     path: Path,

@@ -50,7 +50,10 @@ def test_apply_of_a_folder_refuses_what_the_cluster_cannot_honour(
     (folder / "3-too-wide.yaml").write_text(topic_manifest("too-wide", 1, replicas=4))
     code, out, err = headrace(cluster, "apply", "-f", str(folder))
     assert code == 1, err
-    assert "skipping BrokerCluster default/main: local mode runs Topics and Unloads only" in err
+    assert (
+        "skipping BrokerCluster default/main: local mode runs Topics, Unloads, Repartitions only"
+        in err
+    )
     assert "error: topic default/too-wide: 4 replicas need 4 brokers, the cluster has 3" in err
     assert out == "" and "Traceback" not in err and "422" not in err
 
@@ -65,13 +68,13 @@ def test_apply_of_a_folder_refuses_what_the_cluster_cannot_honour(
         what="topic online",
     )
 
-    grown = tmp_path / "grown.yaml"
-    grown.write_text(topic_manifest("healing", 6, replicas=3, min_in_sync=1))
-    code, _, err = headrace(cluster, "apply", "-f", str(grown))
+    thinner = tmp_path / "thinner.yaml"
+    thinner.write_text(topic_manifest("healing", 3, replicas=2, min_in_sync=1))
+    code, _, err = headrace(cluster, "apply", "-f", str(thinner))
     assert code == 1
     assert err.splitlines()[0] == (
-        "error: topic default/healing: partitions 6, but the topic has 3: changing the count"
-        " needs a repartition, which is not supported yet"
+        "error: topic default/healing: replicas 2, but the topic has 3: changing the"
+        " replication factor is not supported"
     )
     assert len(cluster.partitions(TOPIC)) == 3
 

@@ -188,6 +188,21 @@ async def test_unknown_topic_is_a_typed_error_for_clients(broker: BrokerProcess)
         await Consumer(broker.bootstrap, "ghost", "c").start()
 
 
+async def test_a_send_waits_for_a_topic_created_meanwhile(broker: BrokerProcess) -> None:
+    """A topic just created reaches brokers one push at a time: a client that asks before
+    it arrives waits for it (refreshing), as Kafka clients block on metadata."""
+    async with Producer(broker.bootstrap) as producer:
+        sending = asyncio.ensure_future(producer.send("late", b"first"))
+        # let the send start: it finds no such topic and keeps refreshing
+        await asyncio.sleep(0)
+        status, _ = await asyncio.to_thread(
+            http, "POST", f"{broker.admin_url}/v1/topics", {"name": "late", "partitions": 1}
+        )
+        assert status == 201
+        meta = await (await sending)
+    assert meta.offset == 0
+
+
 async def test_auth_token_is_required_when_configured(broker_factory: object) -> None:
     broker: BrokerProcess = broker_factory(extra_args=["--auth-token", "s3cret"])  # type: ignore[operator]
     with pytest.raises(AuthenticationFailed):

@@ -88,3 +88,18 @@ def test_named_temporary_and_exclusive(tmp_path: Path) -> None:
             pass
     assert tmp.read_bytes() == b"someone else's"  # not ours: left alone
     assert target.read_bytes() == b"1"
+
+
+def test_mkdir_durable_syncs_the_parent_of_every_directory_it_creates(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    synced: list[Path] = []
+    monkeypatch.setattr(files, "fsync_directory", synced.append)
+    (tmp_path / "a").mkdir()
+    files.mkdir_durable(tmp_path / "a" / "b" / "c")
+    assert (tmp_path / "a" / "b" / "c").is_dir()
+    # the new names "b" and "c" live in a and a/b: those two are synced, parents first
+    assert synced == [tmp_path / "a", tmp_path / "a" / "b"]
+    synced.clear()
+    files.mkdir_durable(tmp_path / "a" / "b")  # exists already: nothing to make durable
+    assert synced == []

@@ -455,3 +455,13 @@ class GateMachine(RuleBasedStateMachine):
 
 TestGateMachine = GateMachine.TestCase
 TestGateMachine.settings = settings(max_examples=120, stateful_step_count=30, deadline=None)
+
+
+def test_gates_start_at_the_epoch_floor_and_a_returning_partition_keeps_its_epochs() -> None:
+    """A restarted broker passes a higher floor, so its epochs never repeat the last run's."""
+    c = g.CohortGates("c", [0], grace_ms=GRACE, epoch_floor=65536)
+    c.join("a", 0, SESSION)
+    assert states(c) == {0: (HELD, "a", 65537)}
+    c.set_partitions([], 10)
+    c.set_partitions([0, 1], 20)
+    assert {p: gate.epoch for p, gate in c.gates.items()} == {0: 65538, 1: 65537}

@@ -239,6 +239,8 @@ JSON_TYPES: list[Any] = [
     m.TopologyUpdateAck,
     m.CreateTopic,
     m.TopicName,
+    m.IdentityRequest,
+    m.IdentityOk,
 ]
 ALL_DECODERS = BINARY_DECODERS + [t.decode for t in JSON_TYPES]
 
@@ -250,6 +252,7 @@ VOCABULARY = sorted(
         "host", "port", "name", "partitions", "partitioning_version", "owners", "epochs",
         "topic", "partition", "owner", "reason", "cohort", "member_id", "start",
         "session_timeout_ms", "isolation", "revoked", "grace_ms", "offset", "config",
+        "identity", "member_identities", "hint", "token",
     }
 )  # fmt: skip
 hostile_scalars = (

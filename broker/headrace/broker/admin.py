@@ -1,4 +1,11 @@
-"""Admin HTTP (aiohttp): health, readiness, Prometheus metrics, topic admin."""
+"""Admin HTTP (aiohttp): health, readiness, Prometheus metrics, topic admin.
+
+With ACLs on (``--acl-file``), creating and deleting a topic here takes
+``Authorization: Bearer <token>`` of a principal with the ``admin`` grant on
+it, as on the data port. The rest (health, metrics, reads, the controller's
+topology push) is for the operator and the controller: keep this port where
+only they reach it (docs/security.md).
+"""
 
 from __future__ import annotations
 
@@ -9,13 +16,27 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from headrace.errors import HeadraceError, InvalidTopicSpec, TopicAlreadyExists, UnknownTopic
+from headrace.errors import (
+    AccessDenied,
+    AuthenticationFailed,
+    HeadraceError,
+    InvalidTopicSpec,
+    TopicAlreadyExists,
+    UnknownTopic,
+)
 from headrace.protocol.coordination import TopologyReply
+from headrace.security.acl import Operation
 
 if TYPE_CHECKING:
     from headrace.broker.ports import AdminHost
 
-_STATUS = {UnknownTopic: 404, TopicAlreadyExists: 409, InvalidTopicSpec: 422}
+_STATUS: dict[type[HeadraceError], int] = {
+    UnknownTopic: 404,
+    TopicAlreadyExists: 409,
+    InvalidTopicSpec: 422,
+    AuthenticationFailed: 401,
+    AccessDenied: 403,
+}
 
 
 def _error(exc: HeadraceError) -> web.Response:
@@ -99,6 +120,10 @@ class AdminServer:
             return _error(
                 InvalidTopicSpec('expected {"name": str, "partitions": int, "config": {...}}')
             )
+        try:
+            self._authorize_admin(request, body["name"])
+        except HeadraceError as exc:
+            return _error(exc)
         partitions = body.get("partitions", 1)
         config = body.get("config", {})
         if (
@@ -123,10 +148,22 @@ class AdminServer:
     async def delete_topic(self, request: web.Request) -> web.Response:
         name = f"{request.match_info['namespace']}/{request.match_info['name']}"
         try:
+            self._authorize_admin(request, name)
             self.broker.delete_topic(name)
         except HeadraceError as exc:
             return _error(exc)
         return web.json_response({"deleted": name})
+
+    def _authorize_admin(self, request: web.Request, topic: str) -> None:
+        """With ACLs on: the bearer token's principal must hold ``admin`` on ``topic``."""
+        access = self.broker.access
+        if not access.enabled:
+            return
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        session = access.session()
+        session.authenticate(token.strip() if scheme.lower() == "bearer" else None, None)
+        session.require(Operation.ADMIN, topic)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         return web.json_response(self.broker.heartbeat().to_json())

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
+import json
 import logging
 import os
 import ssl
 import time
 from typing import TYPE_CHECKING, Any
 
+from headrace import files
 from headrace.aio import cancel_and_wait
 from headrace.broker import cohort_admin
+from headrace.broker.access import Access
 from headrace.broker.cohorting import CohortRuntime
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
@@ -44,6 +48,7 @@ from headrace.protocol.coordination import (
     CohortReport,
     Heartbeat,
     PartitionReport,
+    TopicPlacement,
 )
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.replication import assigning
@@ -53,12 +58,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: the data directory's start count (Broker._count_incarnation)
+INCARNATION_FILE = "incarnation.json"
+#: gate admissions an incarnation may make per partition before its epochs reach the next
+#: incarnation's floor (65536), and how many incarnations fit in a u32 epoch with that room
+_EPOCHS_PER_INCARNATION_BITS = 16
+_INCARNATIONS = 1 << 15
+
 
 class Broker:
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
         self.registry = TopicRegistry(settings.data_dir, settings.log)
         self.metrics = BrokerMetrics(self.registry.all_partitions)
+        #: principals, grants and member identities (reads the ACL file and cluster key now)
+        self.access = Access(settings, self.metrics.acl_denials)
         self.committer = GroupCommitter(
             settings.log.fsync,
             settings.log.flush_interval_ms,
@@ -83,6 +97,8 @@ class Broker:
         self.registry.object_store_configured = self.tiering.enabled
         self.placer = Placer(settings, self.registry, self.tiering, self.metrics)
         self.started_at = time.monotonic()
+        #: the first gate epoch of this incarnation's cohorts (see ``_count_incarnation``)
+        self.gate_epoch_floor = 0
         self.recovery_seconds = 0.0
         self.port = settings.port
         self.admin: AdminServer | None = None
@@ -90,14 +106,22 @@ class Broker:
     # ------------------------------------------------------------------ lifecycle
 
     async def start(self) -> None:
-        self.settings.data_dir.mkdir(parents=True, exist_ok=True)
+        files.mkdir_durable(self.settings.data_dir)
         self._lock_data_dir()
+        self.gate_epoch_floor = self._count_incarnation() << _EPOCHS_PER_INCARNATION_BITS
         started = time.monotonic()
         self.registry.load()
         self.recovery_seconds = time.monotonic() - started
         self.metrics.recovery_seconds.set(self.recovery_seconds)
-        if not self.settings.cluster_mode:
-            for partition in self.registry.all_partitions():
+        for partition in self.registry.all_partitions():
+            if self.settings.cluster_mode:
+                # A copy on disk says nothing about the role: the controller may have elected
+                # another leader while we were down. Until its topology arrives, lead nothing
+                # (a lone "leader" with no replica set would acknowledge acks=all by itself,
+                # and the real leader's epochs would later truncate those records away).
+                partition.role = Role.FOLLOWER
+                partition.leader_id = -1
+            else:
                 partition.leader_id = self.settings.broker_id
                 partition.replicas = [self.settings.broker_id]
         self.committer.on_round = self.metrics.fsync_seconds.observe
@@ -155,6 +179,28 @@ class Broker:
         if self._lock_fd is not None:
             os.close(self._lock_fd)
 
+    def _count_incarnation(self) -> int:
+        """Bump and return this data directory's start count (``incarnation``, fsynced).
+
+        Gate epochs are in memory; without a floor that grows per start they would
+        begin at 0 again after a restart, and a delivery or ack of the previous
+        incarnation could carry the same epoch as one of this. The count wraps so
+        that the floor plus an incarnation's admissions stays within the wire's u32.
+        """
+        path = self.settings.data_dir / INCARNATION_FILE
+        try:
+            previous = int(json.loads(path.read_text())["incarnation"])
+        except FileNotFoundError:
+            previous = 0
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StorageError(f"cannot read {path}: {exc}") from exc
+        current = (previous + 1) % _INCARNATIONS
+        try:
+            files.write_json_atomic(path, {"incarnation": current})
+        except OSError as exc:
+            raise StorageError(f"cannot write {path}: {exc}") from exc
+        return current
+
     def _lock_data_dir(self) -> None:
         path = self.settings.data_dir / ".lock"
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -192,6 +238,25 @@ class Broker:
         """The snapshot, and its routing content (what decides whether to push)."""
         if self.cluster is not None:
             snapshot = self.cluster.client_snapshot()
+        elif self.settings.cluster_mode:
+            # Awaiting the controller's first push: own nothing, at generation 0, so a client
+            # prefers any other broker's view and never routes writes here on our word.
+            host, port = self.advertised
+            snapshot = msg.TopologySnapshot(
+                0,
+                self.settings.cluster_id,
+                [BrokerEndpoint(self.settings.broker_id, host, port)],
+                [
+                    msg.TopicRouting(
+                        t.name,
+                        t.partition_count,
+                        t.partitioning_version,
+                        [-1] * t.partition_count,
+                        [0] * t.partition_count,
+                    )
+                    for t in sorted(self.registry.topics.values(), key=lambda t: t.name)
+                ],
+            )
         else:
             host, port = self.advertised
             me = self.settings.broker_id
@@ -219,7 +284,14 @@ class Broker:
         content = (
             tuple(snapshot.brokers),
             tuple(
-                (r.name, r.partitions, r.partitioning_version, tuple(r.owners), tuple(r.epochs))
+                (
+                    r.name,
+                    r.partitions,
+                    r.partitioning_version,
+                    r.routing_partitions,
+                    tuple(r.owners),
+                    tuple(r.epochs),
+                )
                 for r in snapshot.topics
             ),
         )
@@ -243,10 +315,10 @@ class Broker:
 
     def _redirect(self, topic: Topic, partition: int, reason: str) -> RedirectRequired:
         owner: BrokerEndpoint | None = None
-        if self.cluster is None:
+        if self.cluster is None and not self.settings.cluster_mode:
             host, port = self.advertised
             owner = BrokerEndpoint(self.settings.broker_id, host, port)
-        else:
+        elif self.cluster is not None:
             placement = next((t for t in self.cluster.topics if t.name == topic.name), None)
             leader = None
             if placement is not None:
@@ -262,6 +334,29 @@ class Broker:
         )
         return RedirectRequired(redirect)
 
+    def _placement(self, topic: str) -> TopicPlacement | None:
+        if self.cluster is None:
+            return None
+        return next((t for t in self.cluster.topics if t.name == topic), None)
+
+    def delivery_hold(self, topic: str, cohort: str, partition: int) -> int | None:
+        """The first offset of ``partition`` the cohort may not be delivered yet (a
+        repartition holds a new partition's post-cutover records until the cohort drained
+        the old partitions feeding it); None: no hold."""
+        placement = self._placement(topic)
+        if placement is None or placement.transition is None:
+            return None
+        t = placement.transition
+        part = (
+            self.registry.topics[topic].partitions.get(partition)
+            if topic in self.registry.topics
+            else None
+        )
+        local = None
+        if part is not None and part.cutover is not None and part.cutover[0] == t.to_version:
+            local = part.cutover[1]
+        return t.hold(cohort, partition, local)
+
     def _not_leader(self, topic: Topic, partition: int) -> RedirectRequired:
         me = self.settings.broker_id
         return self._redirect(
@@ -273,6 +368,14 @@ class Broker:
         if version != t.partitioning_version:
             reason = (
                 f"routed under partitioning version {version}, current is {t.partitioning_version}"
+            )
+            raise self._redirect(t, partition, reason)
+        placement = self._placement(t.name)
+        if placement is not None and partition >= placement.routing_partitions:
+            # A shrink drains the partitions it retires: they take no new records.
+            reason = (
+                f"{t.name}/{partition} is being retired: version {version} routes to"
+                f" {placement.routing_partitions} partitions"
             )
             raise self._redirect(t, partition, reason)
         part = self._led(t, partition)
@@ -417,6 +520,7 @@ class Broker:
                     p.log.log_start_offset,
                     self.tiering.stored_through(p),
                     p.cursors.all(),
+                    p.cutover if p.role is Role.LEADER else None,
                 )
                 for p in partitions
             ),
@@ -507,6 +611,8 @@ class Broker:
                 grace_ms=self.settings.cohort_grace_ms,
                 chunk_bytes=self.settings.delivery_chunk_bytes,
                 tiering=self.tiering,
+                hold=functools.partial(self.delivery_hold, topic.name, name),
+                epoch_floor=self.gate_epoch_floor,
             )
             runtime.on_delivered = self.metrics.delivered_bytes.inc
             plan = self.cohort_plan(topic.name, name)

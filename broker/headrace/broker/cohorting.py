@@ -47,12 +47,19 @@ class CohortRuntime:
         grace_ms: int,
         chunk_bytes: int,
         tiering: TieredReads | None = None,
+        hold: Callable[[int], int | None] | None = None,
+        epoch_floor: int = 0,
     ) -> None:
         self.topic = topic
+        #: partition -> the first offset this cohort may not be delivered yet (a
+        #: repartition's per-key order hold, ``Broker.delivery_hold``); None: no hold
+        self.hold = hold or (lambda partition: None)
         #: reads below a partition's local log start go to the object store through it
         self.tiering = tiering
         self.name = name
-        self.gates = CohortGates(name, self._led_partitions(), grace_ms=grace_ms)
+        self.gates = CohortGates(
+            name, self._led_partitions(), grace_ms=grace_ms, epoch_floor=epoch_floor
+        )
         self._links: dict[str, MemberLink] = {}
         self._credits: dict[str, int] = {}
         self._start: dict[str, str] = {}
@@ -297,7 +304,12 @@ class CohortRuntime:
         earliest = self._earliest(part)
         if cursor is not None and cursor >= earliest:
             return min(cursor, part.log.next_offset)
-        start = earliest if self._start.get(member_id) == "earliest" else part.high_watermark
+        # A partition a repartition's grow added holds only post-cutover records, all newer
+        # than the cohort's start: a "latest" member must not skip them.
+        grown = self.hold(partition) == 0
+        start = (
+            earliest if grown or self._start.get(member_id) == "earliest" else part.high_watermark
+        )
         part.cursors.set(self.name, start)
         return start
 
@@ -334,8 +346,16 @@ class CohortRuntime:
                 if part is None or part.moving:
                     continue  # a sealing partition delivers nothing more (acks still count)
                 bound = part.high_watermark if committed else part.log.next_offset
+                held_from = self.hold(gate.partition)
+                if held_from is not None:
+                    # A cutover offset is a batch boundary (the fence moves between appends).
+                    bound = min(bound, held_from)
+                    if pos.next_offset >= bound:
+                        continue
                 if pos.next_offset < part.log.log_start_offset and part.tiering is not None:
-                    sent = self._deliver_stored(member_id, link, gate.epoch, part, pos, credit)
+                    sent = self._deliver_stored(
+                        member_id, link, gate.epoch, part, pos, credit, held_from
+                    )
                     credit -= sent
                     progressed = progressed or sent > 0
                     continue
@@ -380,9 +400,11 @@ class CohortRuntime:
         part: Partition,
         pos: DeliveryPosition,
         credit: int,
+        held_from: int | None = None,
     ) -> int:
         """Deliver from the object store what the local log no longer holds; returns the
-        bytes sent. The read runs in a thread; the round after it completes sends it."""
+        bytes sent. The read runs in a thread; the round after it completes sends it.
+        Batches at or beyond ``held_from`` are not sent (read again once released)."""
         task = pos.stored_read
         if task is None:
             assert self.tiering is not None
@@ -426,8 +448,15 @@ class CohortRuntime:
         if not data:
             return 0
         next_offset = pos.next_offset
-        for _, header in rb.scan(data):
+        cut = len(data)
+        for at, header in rb.scan(data):
+            if held_from is not None and header.next_offset > held_from:
+                cut = at
+                break
             next_offset = header.next_offset
+        data = data[:cut]
+        if not data:
+            return 0
         link.push_delivery(part.index, epoch, part.high_watermark, pos.next_offset, data)
         self.delivered_records += next_offset - pos.next_offset
         self.delivered_bytes += len(data)

@@ -35,6 +35,11 @@ class BrokerSettings:
     #: tokens accepted in the handshake; empty = no authentication
     auth_tokens: frozenset[str] = frozenset()
     tls: TlsSettings | None = None
+    #: principals, their credentials and grants (docs/security.md); None = no ACLs
+    acl_file: Path | None = None
+    #: the HMAC key signing member identities, shared by the cluster's brokers; None with
+    #: an ACL file = ``<data_dir>/cluster.key``, made on first start (standalone only)
+    cluster_key_file: Path | None = None
     #: cursor changes reach disk within this many ms; bounds redelivery after a crash
     cursor_flush_interval_ms: int = 200
     #: how long a revoked partition's holder may finish in-flight records before the gate moves

@@ -145,6 +145,21 @@ def _halt(status: int) -> None:
     "--tls-client-ca", type=click.Path(path_type=Path), default=None, help="Require client certs."
 )
 @click.option(
+    "--acl-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Principals, their credentials and grants (YAML/JSON; docs/security.md)."
+    " Turns on per-request ACL checks and signed member identities.",
+)
+@click.option(
+    "--cluster-key-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="HMAC key (64 hex digits, mode 0600) signing member identities; shared by the"
+    " cluster's brokers. Default with --acl-file: DATA_DIR/cluster.key, made if absent"
+    " (standalone only).",
+)
+@click.option(
     "--object-store",
     "object_store_url",
     default=None,
@@ -182,6 +197,8 @@ def broker(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
+    acl_file: Path | None,
+    cluster_key_file: Path | None,
     object_store_url: str | None,
     cluster_id: str | None,
     announce: bool,
@@ -215,6 +232,8 @@ def broker(
         retention_check_interval_ms=retention_check_interval_ms,
         auth_tokens=frozenset(auth_tokens),
         tls=tls,
+        acl_file=acl_file,
+        cluster_key_file=cluster_key_file,
         object_store_url=object_store_url,
         cluster_id=cluster_id or "standalone",
     )

@@ -87,6 +87,13 @@ class BrokerMetrics:
         )
         self.errors = Counter("headrace_errors", "Errors answered, by type", ["type"], registry=r)
         self.redirects = Counter("headrace_redirects", "Redirects answered", registry=r)
+        self.acl_denials = Counter(
+            "headrace_acl_denials",
+            "Requests refused by access control: authenticate, identity, produce, consume,"
+            " admin or cluster",
+            ["operation"],
+            registry=r,
+        )
         self.connections = Gauge("headrace_connections", "Open client connections", registry=r)
         self.fsync_seconds = Histogram(
             "headrace_fsync_round_seconds",

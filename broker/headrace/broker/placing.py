@@ -105,6 +105,12 @@ class Placer:
         partition.role = Role.LEADER
         partition.leader_id = self.settings.broker_id
         partition.leader_epoch = a.epoch
+        version = partition.topic.partitioning_version
+        if partition.cutover is None or partition.cutover[0] != version:
+            # Leading under a version this copy has no cutover for: everything it holds
+            # is at or below the old leader's cutover, or was appended after it (safe: a
+            # later cutover only holds more back; see control.repartitions).
+            partition.cutover = (version, partition.log.next_offset)
         # The new leader may hold records its old followers lack: HW restarts from ours.
         partition.high_watermark = min(partition.high_watermark, partition.log.next_offset)
         partition.replica_set = LeaderReplicaSet.become_leader(

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from headrace.broker.access import Access
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.topics import Partition, Topic, TopicRegistry
@@ -199,6 +200,9 @@ class ConnectionHost(BrokerCore, Protocol):
     """What a client connection needs of its broker (``app.Broker``)."""
 
     @property
+    def access(self) -> Access: ...
+
+    @property
     def committer(self) -> Durability: ...
 
     @property
@@ -265,6 +269,9 @@ class TieringHost(BrokerCore, Protocol):
 
 class AdminHost(BrokerCore, Protocol):
     """What the admin HTTP server needs of its broker (``app.Broker``)."""
+
+    @property
+    def access(self) -> Access: ...
 
     @property
     def ready(self) -> bool: ...

@@ -10,8 +10,8 @@ client can pipeline as many requests as it likes.
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -45,12 +45,18 @@ from headrace.protocol.frames import (
     frame_header,
 )
 from headrace.records import batch as rb
+from headrace.security.acl import Operation
 from headrace.storage.bookkeeping import FsyncPolicy
 
 if TYPE_CHECKING:
     from headrace.broker.topics import Partition
 
 log = logging.getLogger(__name__)
+
+#: asyncio's socket transports send a list of buffers without joining them from 3.12 on
+_WRITELINES_JOINS = sys.version_info < (3, 12)
+#: on 3.11, parts at least this big are written alone: a send call costs less than the copy
+_WRITE_ALONE_BYTES = 64 * 1024
 
 
 class RedirectRequired(Exception):
@@ -69,10 +75,14 @@ class Connection(asyncio.Protocol):
         #: the broker, seen through the port a connection needs (``ports.ConnectionHost``)
         self.broker = broker
         self.transport: asyncio.Transport | None = None
-        self.decoder = FrameDecoder(broker.settings.max_frame_bytes)
+        self.decoder = FrameDecoder(
+            broker.access.max_frame_bytes_before_handshake(broker.settings.max_frame_bytes)
+        )
         self.peer = "?"
         self.client_id = ""
         self.authenticated = False
+        #: who this connection is and what it may do (``access.ConnectionAccess``)
+        self.access = broker.access.session()
         self.member_id: str | None = None
         self.cohort: Cohort | None = None
         self._writable = True
@@ -207,15 +217,13 @@ class Connection(asyncio.Protocol):
             raise UnsupportedVersion(
                 f"protocol version {hello.protocol_version} unsupported; this broker speaks {msg.PROTOCOL_VERSION}"
             )
-        tokens = self.broker.settings.auth_tokens
-        if tokens:
-            token = (hello.auth_token or "").encode()
-            if not any(hmac.compare_digest(token, t.encode()) for t in tokens):
-                raise AuthenticationFailed("invalid or missing auth token")
+        peercert = self.transport.get_extra_info("peercert") if self.transport else None
+        self.access.authenticate(hello.auth_token, peercert)
         if len(hello.client_id) > 256:
             raise InvalidRequest("client_id longer than 256 characters")
         self.client_id = hello.client_id
         self.authenticated = True
+        self.decoder.max_frame_bytes = self.broker.settings.max_frame_bytes
         s = self.broker.settings
         ok = msg.HandshakeOk(
             msg.PROTOCOL_VERSION,
@@ -223,6 +231,7 @@ class Connection(asyncio.Protocol):
             s.cluster_id,
             s.max_frame_bytes,
             s.log.max_batch_bytes,
+            self.access.member_identities,
         )
         self.respond(frame, Op.HANDSHAKE_OK, ok.encode())
 
@@ -242,6 +251,7 @@ class Connection(asyncio.Protocol):
 
     def on_produce(self, frame: Frame) -> None:
         req = msg.ProduceRequest.decode(frame.body)
+        self.access.require(Operation.PRODUCE, req.topic)
         partition = self.broker.partition_for_write(
             req.topic, req.partition, req.partitioning_version
         )
@@ -325,6 +335,7 @@ class Connection(asyncio.Protocol):
 
     def on_fetch(self, frame: Frame) -> None:
         req = msg.FetchRequest.decode(frame.body)
+        self.access.require(Operation.CONSUME, req.topic)
         partition = self.broker.partition_for_read(req.topic, req.partition)
         plog = partition.log
         if partition.tiering is not None and req.offset < plog.log_start_offset:
@@ -388,6 +399,9 @@ class Connection(asyncio.Protocol):
     def _long_poll(self, frame: Frame, req: msg.FetchRequest, partition: Partition) -> None:
         loop = asyncio.get_running_loop()
         done = False
+        # A committed read can only gain data when the HW moves; an uncommitted one gains
+        # it as soon as the log end moves, which may be long before (followers lagging).
+        uncommitted = req.isolation is not msg.Isolation.COMMITTED
 
         def finish(_: object = None) -> None:
             nonlocal done
@@ -396,6 +410,8 @@ class Connection(asyncio.Protocol):
             if self._answer_fetch(frame, req, partition, force=timer_fired):
                 done = True
                 partition.remove_listener(finish)
+                if uncommitted:
+                    partition.remove_append_listener(finish)
                 handle.cancel()
 
         timer_fired = False
@@ -406,6 +422,8 @@ class Connection(asyncio.Protocol):
             finish()
 
         partition.add_listener(finish)
+        if uncommitted:
+            partition.add_append_listener(finish)
         handle = loop.call_later(min(req.max_wait_ms, 60_000) / 1000, on_timeout)
 
     # ------------------------------------------------------------------ cohorts
@@ -425,6 +443,8 @@ class Connection(asyncio.Protocol):
             raise InvalidRequest(f"unknown isolation {join.isolation}") from exc
         if not 1000 <= join.session_timeout_ms <= 300_000:
             raise InvalidRequest("session_timeout_ms must be between 1000 and 300000")
+        self.access.require_cohort(join.topic, join.cohort)
+        self.access.verify_member(join.member_id, join.identity)
         cohort = self.broker.cohort(join.topic, join.cohort)
         try:
             assignment = cohort.join(
@@ -440,6 +460,11 @@ class Connection(asyncio.Protocol):
         self.cohort = cohort
         self.member_id = join.member_id
         self.respond(frame, Op.COHORT_JOIN_OK, assignment.encode())
+
+    def on_identity(self, frame: Frame) -> None:
+        request = msg.IdentityRequest.decode(frame.body)
+        member_id, token = self.access.issue_identity(request.hint)
+        self.respond(frame, Op.IDENTITY_OK, msg.IdentityOk(member_id, token).encode())
 
     def on_cohort_leave(self, frame: Frame) -> None:
         cohort, member = self._member()
@@ -481,6 +506,7 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ replication (broker to broker)
 
     def on_replica_fetch(self, frame: Frame) -> None:
+        self.access.require_cluster()
         request = rp.ReplicaFetch.decode(frame.body)
         response = self.broker.replication.serve_fetch(request)
         # Cursors count as news too: parking this poll would drop them (they are marked sent).
@@ -516,11 +542,26 @@ class Connection(asyncio.Protocol):
             return
         parts = response.encode_parts()
         length = sum(len(p) for p in parts)
-        self.transport.writelines(
-            [frame_header(Op.REPLICA_FETCH_OK, frame.correlation_id, length, FLAG_RESPONSE), *parts]
-        )
+        head = frame_header(Op.REPLICA_FETCH_OK, frame.correlation_id, length, FLAG_RESPONSE)
+        if not _WRITELINES_JOINS:
+            self.transport.writelines([head, *parts])
+            return
+        # Python 3.11's writelines joins its parts: a copy of every replicated byte into a
+        # fresh buffer. Send each large part from its own buffer instead (a send call
+        # each), joining only the small ones.
+        small: list[bytes | memoryview] = [head]
+        for part in parts:
+            if len(part) < _WRITE_ALONE_BYTES:
+                small.append(part)
+                continue
+            self.transport.write(b"".join(small))
+            small = []
+            self.transport.write(part)
+        if small:
+            self.transport.write(b"".join(small))
 
     def on_offset_for_epoch(self, frame: Frame) -> None:
+        self.access.require_cluster()
         answers = self.broker.replication.answer_epochs(rp.decode_epoch_queries(frame.body))
         self.respond(frame, Op.OFFSET_FOR_EPOCH_OK, rp.encode_epoch_answers(answers))
 
@@ -528,6 +569,7 @@ class Connection(asyncio.Protocol):
 
     def on_create_topic(self, frame: Frame) -> None:
         req = msg.CreateTopic.decode(frame.body)
+        self.access.require(Operation.ADMIN, req.name)
         topic = self.broker.create_topic(req.name, req.partitions, req.config)
         self.respond(
             frame, Op.CREATE_TOPIC_OK, msg.encode_json(self.broker.describe_topic(topic.name))
@@ -535,6 +577,7 @@ class Connection(asyncio.Protocol):
 
     def on_delete_topic(self, frame: Frame) -> None:
         req = msg.TopicName.decode(frame.body)
+        self.access.require(Operation.ADMIN, req.name)
         self.broker.delete_topic(req.name)
         self.respond(frame, Op.DELETE_TOPIC_OK, b"{}")
 
@@ -554,10 +597,14 @@ class Connection(asyncio.Protocol):
     def on_describe_cohorts(self, frame: Frame) -> None:
         request = msg.DescribeCohorts.decode(frame.body)
         answer = self.broker.describe_cohorts(request)
+        if self.access.principal is not None:
+            # Only the cohorts of topics this principal may consume or administer.
+            answer["cohorts"] = [c for c in answer["cohorts"] if self.access.may_see(c["topic"])]
         self.respond(frame, Op.DESCRIBE_COHORTS_OK, msg.encode_json(answer))
 
     def on_reset_cursors(self, frame: Frame) -> None:
         request = msg.ResetCursors.decode(frame.body)
+        self.access.require(Operation.ADMIN, request.topic)
         answer = self.broker.reset_cursors(request)
         self.respond(frame, Op.RESET_CURSORS_OK, msg.encode_json(answer))
 
@@ -581,6 +628,7 @@ HANDLERS: dict[int, Handler] = {
     Op.ACK: Connection.on_ack,
     Op.RELEASE: Connection.on_release,
     Op.SEEK: Connection.on_seek,
+    Op.IDENTITY: Connection.on_identity,
     Op.REPLICA_FETCH: Connection.on_replica_fetch,
     Op.OFFSET_FOR_EPOCH: Connection.on_offset_for_epoch,
     Op.CREATE_TOPIC: Connection.on_create_topic,

@@ -263,6 +263,10 @@ class Partition:
         self.first_epoch = -1
         #: the tiered-storage state (``broker.tiering.PartitionTiering``); None when untiered
         self.tiering: TierState | None = None
+        #: leader only: (partitioning version, the first offset appended under it), taken
+        #: when this leader applied the version or took the lead under it; a repartition's
+        #: cutover offset (records below it were routed under an older version)
+        self.cutover: tuple[int, int] | None = None
         self.high_watermark = self._durable_end()
         self._listeners: list[HwListener] = []
         self._append_listeners: list[HwListener] = []
@@ -399,7 +403,7 @@ class TopicRegistry:
 
     def __init__(self, data_dir: Path, log_config: LogConfig) -> None:
         self._root = data_dir / "topics"
-        self._root.mkdir(parents=True, exist_ok=True)
+        files.mkdir_durable(self._root)
         self._log_config = log_config
         self.topics: dict[str, Topic] = {}
         #: bumped on every create/delete: the standalone topology generation (persisted, so
@@ -467,7 +471,7 @@ class TopicRegistry:
         topic = self.topics.get(key)
         if topic is None:
             directory = self._root / key
-            directory.mkdir(parents=True, exist_ok=True)
+            files.mkdir_durable(directory)
             topic = Topic(key, directory, partition_count, version, dict(config), clock.wall_ms())
             self.topics[key] = topic
         elif (topic.partition_count, topic.partitioning_version, topic.config) == (
@@ -476,6 +480,11 @@ class TopicRegistry:
             config,
         ):
             return topic
+        if version != topic.partitioning_version:
+            # The fence moves now, between two appends: what a leader holds is pre-cutover.
+            for partition in topic.partitions.values():
+                if partition.role is Role.LEADER:
+                    partition.cutover = (version, partition.log.next_offset)
         topic.partition_count = partition_count
         topic.partitioning_version = version
         topic.config = dict(config)
@@ -505,7 +514,7 @@ class TopicRegistry:
         directory = self._root / key
         if directory.exists():
             shutil.rmtree(directory)
-        directory.mkdir(parents=True)
+        files.mkdir_durable(directory)  # the namespace directory may be new too
         topic = Topic(key, directory, partitions, 1, config, clock.wall_ms())
         self._open_partitions(topic)
         files.write_json_atomic(directory / TOPIC_FILE, topic.to_json(), sort_keys=True)

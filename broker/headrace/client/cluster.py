@@ -15,6 +15,18 @@ from headrace.protocol.frames import Frame, Op
 
 log = logging.getLogger(__name__)
 
+#: how many brokers one topology refresh asks: the first reachable one, and up to two
+#: more. One broker's view can be stale -- a leader cut off from the controller still
+#: names itself leader, and a client that reaches it would follow it forever.
+REFRESH_FANOUT = 3
+#: after the first broker answered, how long a refresh waits for the others (seconds):
+#: a broker behind a dead link must not hold the refresh up
+REFRESH_GRACE_S = 0.25
+#: how long a client waits for a topic it does not know to appear in the topology (seconds):
+#: a topic just created reaches the brokers one push at a time, so the first broker asked
+#: may not have it yet (Kafka clients block on metadata the same way, max.block.ms)
+TOPIC_WAIT_S = 5.0
+
 
 def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
     items = bootstrap.split(",") if isinstance(bootstrap, str) else bootstrap
@@ -40,6 +52,8 @@ class ClusterClient:
         #: called after the routing cache changed (push or refresh)
         self.topology_listeners: list[Callable[[], None]] = []
         self._refreshing: asyncio.Task[None] | None = None
+        #: refresh queries still out when their refresh returned (a slow or cut-off broker)
+        self._side_refreshes: set[asyncio.Task[msg.TopologySnapshot]] = set()
         #: the generation every applied push was acked at, newest last (for tests and metrics)
         self.acked_generations: list[int] = []
 
@@ -103,15 +117,61 @@ class ClusterClient:
             self._refreshing = asyncio.get_running_loop().create_task(self._refresh())
         await asyncio.shield(self._refreshing)
 
+    async def topic_routing(self, name: str, wait_s: float = TOPIC_WAIT_S) -> msg.TopicRouting:
+        """``name``'s routing, refreshing the topology until it has the topic or ``wait_s``
+        has passed (then ``UnknownTopic``, or whatever the last refresh raised)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        backoff = 0.05
+        while True:
+            try:
+                return self.routing.topic(name)
+            except HeadraceError:
+                if loop.time() >= deadline:
+                    raise
+            await self.refresh()
+            with contextlib.suppress(HeadraceError):
+                return self.routing.topic(name)
+            await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
+            backoff = min(backoff * 2, 0.5)
+
     async def _refresh(self) -> None:
+        """Ask a reachable broker, and briefly up to ``REFRESH_FANOUT - 1`` others, for the
+        topology; keep the newest (the highest generation, as the controller numbers them)."""
         conn = await self.bootstrap_connection()
-        frame = await conn.request(Op.TOPOLOGY, b"{}")
-        snapshot = msg.TopologySnapshot.decode(frame.body)
-        if not self.routing.apply(snapshot) and snapshot.generation == self.routing.generation:
+        snapshots = [await self._topology(conn)]
+        asked = {key for key, pooled in self._pool.items() if pooled is conn}
+        others = [key for key in self._candidates() if key not in asked][: REFRESH_FANOUT - 1]
+        if others:
+            tasks = [asyncio.create_task(self._topology_at(key)) for key in others]
+            done, pending = await asyncio.wait(tasks, timeout=REFRESH_GRACE_S)
+            for task in pending:
+                self._side_refreshes.add(task)  # left to finish (its connection is pooled)
+                task.add_done_callback(self._side_refreshes.discard)
+            snapshots += [t.result() for t in done if t.exception() is None]
+        newest = max(snapshots, key=lambda snap: snap.generation)
+        if not self.routing.apply(newest) and newest.generation == self.routing.generation:
             # Same generation (e.g. a Redirect patched the cache): take the broker's view.
             self.routing.topics = None
-            self.routing.apply(snapshot)
+            self.routing.apply(newest)
         self._notify()
+
+    def _candidates(self) -> list[tuple[str, int]]:
+        """Every broker address we know: pooled, bootstrap, then the topology's."""
+        out: list[tuple[str, int]] = []
+        known = [(b.host, b.port) for b in (self.routing.brokers or {}).values()]
+        for key in [*self._pool, *self._bootstrap, *known]:
+            if key not in out:
+                out.append(key)
+        return out
+
+    @staticmethod
+    async def _topology(conn: ClientConnection) -> msg.TopologySnapshot:
+        frame = await conn.request(Op.TOPOLOGY, b"{}")
+        return msg.TopologySnapshot.decode(frame.body)
+
+    async def _topology_at(self, key: tuple[str, int]) -> msg.TopologySnapshot:
+        return await self._topology(await self.connect(*key))
 
     def _notify(self) -> None:
         for listener in list(self.topology_listeners):
@@ -136,6 +196,8 @@ class ClusterClient:
             handler(conn, frame)
 
     async def close(self) -> None:
+        for side in list(self._side_refreshes):
+            side.cancel()
         for task in self._connecting.values():
             task.cancel()
         for conn in list(self._pool.values()):

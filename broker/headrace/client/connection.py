@@ -9,7 +9,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from headrace import transports
-from headrace.errors import ConnectionClosed, HeadraceError, Redirected, error_for_code
+from headrace.errors import (
+    ConnectionClosed,
+    HeadraceError,
+    Redirected,
+    RequestTimedOut,
+    error_for_code,
+)
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import (
     FLAG_NO_REPLY,
@@ -30,6 +36,10 @@ class RedirectReceived(Redirected):
         self.redirect = redirect
 
 
+#: ConnectOptions.request_timeout_s's default, for connections made without options
+DEFAULT_REQUEST_TIMEOUT_S = 30.0
+
+
 @dataclass(frozen=True, slots=True)
 class ConnectOptions:
     client_id: str = "headrace-python"
@@ -37,14 +47,24 @@ class ConnectOptions:
     ssl: ssl.SSLContext | None = None
     connect_timeout_s: float = 10.0
     max_frame_bytes: int = 64 * 1024 * 1024
+    #: how long any request waits for its answer, in seconds, before it fails with the
+    #: retriable RequestTimedOut (a half-dead connection must not hang a caller forever).
+    #: 30 s, like produce's default; a long poll passes its own ``timeout_s`` to ``request``.
+    request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S
 
 
 PushHandler = Callable[["ClientConnection", Frame], None]
 
 
 class ClientConnection(asyncio.Protocol):
-    def __init__(self, on_push: PushHandler | None, max_frame_bytes: int) -> None:
+    def __init__(
+        self,
+        on_push: PushHandler | None,
+        max_frame_bytes: int,
+        request_timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    ) -> None:
         self._decoder = FrameDecoder(max_frame_bytes)
+        self.request_timeout_s = request_timeout_s
         self._pending: dict[int, asyncio.Future[Frame]] = {}
         self._ids = itertools.count(1)
         self._on_push = on_push
@@ -63,7 +83,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             _, conn = await asyncio.wait_for(
                 loop.create_connection(
-                    lambda: cls(on_push, options.max_frame_bytes),
+                    lambda: cls(on_push, options.max_frame_bytes, options.request_timeout_s),
                     host,
                     port,
                     ssl=options.ssl,
@@ -74,7 +94,12 @@ class ClientConnection(asyncio.Protocol):
         except (OSError, TimeoutError) as exc:
             raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc}") from exc
         hello = msg.Handshake(msg.PROTOCOL_VERSION, options.client_id, options.auth_token)
-        frame = await conn.request(Op.HANDSHAKE, hello.encode())
+        try:
+            frame = await conn.request(Op.HANDSHAKE, hello.encode())
+        except HeadraceError:
+            if conn.transport is not None:
+                conn.transport.close()  # a handshake that failed or never came: hang up
+            raise
         conn.handshake = msg.HandshakeOk.decode(frame.body)
         return conn
 
@@ -143,15 +168,27 @@ class ClientConnection(asyncio.Protocol):
         return self.closed.is_set() or self.transport is None or self.transport.is_closing()
 
     def request(
-        self, op: Op, body: bytes = b"", *parts: bytes | memoryview
+        self,
+        op: Op,
+        body: bytes = b"",
+        *parts: bytes | memoryview,
+        timeout_s: float | None = None,
     ) -> asyncio.Future[Frame]:
-        """Send a request; the future resolves with the response frame or raises its error."""
-        fut: asyncio.Future[Frame] = asyncio.get_running_loop().create_future()
+        """Send a request; the future resolves with the response frame or raises its error.
+
+        No answer within ``timeout_s`` (default: the connection's ``request_timeout_s``)
+        fails it with RequestTimedOut; an answer arriving later is dropped.
+        """
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Frame] = loop.create_future()
         if self.is_closed:
             fut.set_exception(ConnectionClosed(self.close_reason or "connection is closed"))
             return fut
         cid = next(self._ids) & 0xFFFFFFFF
         self._pending[cid] = fut
+        limit = self.request_timeout_s if timeout_s is None else timeout_s
+        timer = loop.call_later(limit, self._expire, cid, op, limit)
+        fut.add_done_callback(lambda _: timer.cancel())
         assert self.transport is not None
         if parts:
             length = len(body) + sum(len(p) for p in parts)
@@ -159,6 +196,13 @@ class ClientConnection(asyncio.Protocol):
         else:
             self.transport.write(encode_frame(op, cid, body))
         return fut
+
+    def _expire(self, cid: int, op: Op, limit: float) -> None:
+        fut = self._pending.pop(cid, None)
+        if fut is not None and not fut.done():
+            name = op.name if isinstance(op, Op) else str(op)
+            fut.set_exception(RequestTimedOut(f"no answer to {name} within {limit:g} s"))
+            fut.exception()  # retrieved: a caller that stopped waiting must not see a warning
 
     def send_no_reply(self, op: Op, body: bytes, *parts: bytes | memoryview) -> None:
         """Send a request the broker must not answer (credits, acks=none, topology acks)."""

@@ -105,6 +105,9 @@ class Consumer:
         self.topic = canonical(topic)
         self.cohort = cohort
         self.member_id = member_id or f"member-{uuid.uuid4().hex[:12]}"
+        #: the signed identity token, once a broker that requires one issued it (then
+        #: ``member_id`` is the id it issued: the id given above is only its readable start)
+        self.identity: str | None = None
         self.start_from = start
         self.credit_bytes = credit_bytes
         self.isolation = isolation
@@ -130,7 +133,7 @@ class Consumer:
         self.cluster.on_push(Op.ASSIGNMENT, self._on_assignment)
         self.cluster.on_push(Op.DELIVERY, self._on_delivery)
         await self.cluster.start()
-        self.cluster.routing.topic(self.topic)  # UnknownTopic now, not in the background
+        await self.cluster.topic_routing(self.topic)  # UnknownTopic now, not in the background
         await self._sync_sessions()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_forever()))
@@ -152,12 +155,18 @@ class Consumer:
             session = self._sessions[owner_id]
             if owner_id not in owners or session.conn.is_closed:
                 self._drop_session(owner_id)
+        failed: HeadraceError | None = None
         for owner_id in sorted(owners - set(self._sessions)):
             addr = (self.cluster.routing.brokers or {}).get(owner_id)
             if addr is None:
                 continue
-            conn = await self.cluster.connect(addr.host, addr.port)
-            await self._join(owner_id, conn)
+            try:
+                conn = await self.cluster.connect(addr.host, addr.port)
+                await self._join(owner_id, conn)
+            except HeadraceError as exc:
+                failed = failed or exc  # an unreachable owner must not keep us off the others
+        if failed is not None:
+            raise failed
 
     def _drop_session(self, owner_id: int, *, leave: bool = True) -> None:
         session = self._sessions.pop(owner_id)
@@ -175,8 +184,7 @@ class Consumer:
         backoff = 0.1
         while True:
             closed = [s for s in self._sessions.values() if s.conn.is_closed]
-            if not closed:
-                self._topology_changed.clear()
+            if not closed and not self._topology_changed.is_set():
                 waiters = [asyncio.ensure_future(self._topology_changed.wait())]
                 waiters += [
                     asyncio.ensure_future(s.conn.closed.wait()) for s in self._sessions.values()
@@ -188,6 +196,9 @@ class Consumer:
                         w.cancel()
             if self._closed:
                 return
+            # Consumed here, before the routing is read: a change pushed while the sync
+            # below runs (it awaits connects and joins) sets it again and is not lost.
+            self._topology_changed.clear()
             try:
                 if any(s.conn.is_closed for s in self._sessions.values()):
                     await self.cluster.refresh()
@@ -197,8 +208,22 @@ class Consumer:
                 log.info("rejoining cohort %s after a topology change failed: %s", self.cohort, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
+                # Try again even if no further change comes: the owner we could not reach
+                # (a broker still starting) may be the last change there is.
+                with contextlib.suppress(HeadraceError):
+                    await self.cluster.refresh()
+                self._topology_changed.set()
 
     async def _join(self, owner_id: int, conn: ClientConnection) -> None:
+        if (
+            self.identity is None
+            and conn.handshake is not None
+            and conn.handshake.member_identities
+        ):
+            # Signed identities (docs/security.md): one id for the whole cluster, issued once.
+            frame = await conn.request(Op.IDENTITY, msg.IdentityRequest(self.member_id).encode())
+            issued = msg.IdentityOk.decode(frame.body)
+            self.member_id, self.identity = issued.member_id, issued.token
         session = _Session(conn)
         self._sessions[owner_id] = session
         join = msg.CohortJoin(
@@ -208,6 +233,7 @@ class Consumer:
             self.start_from,
             self.session_timeout_ms,
             int(self.isolation),
+            self.identity,
         )
         try:
             frame = await conn.request(Op.COHORT_JOIN, join.encode())

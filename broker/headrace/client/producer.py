@@ -30,6 +30,7 @@ from headrace.errors import (
     BatchTooLarge,
     ConnectionClosed,
     HeadraceError,
+    NotEnoughReplicas,
     OutOfOrderSequence,
     RequestTimedOut,
 )
@@ -56,6 +57,20 @@ class BatchResult:
     partition: int
     base_offset: int
     record_count: int
+    #: set when a repartition re-routed the batch's records: where each one went
+    records: tuple[RecordMetadata, ...] | None = None
+
+
+async def _yield_to_senders() -> None:
+    """Let the event loop run once, right after a batch was sealed.
+
+    A caller awaiting ``send()`` in a loop otherwise never suspends (nothing on the
+    accumulate path waits), so sealed batches would sit in the senders' queues until
+    ``buffer_bytes`` is full, and the broker would idle while this process encodes,
+    then this process idle while the broker appends. One yield per batch lets the
+    sender write each batch as soon as it is sealed, so both sides work at once.
+    """
+    await asyncio.sleep(0)
 
 
 class RecordReceipt:
@@ -69,10 +84,17 @@ class RecordReceipt:
 
     def __await__(self) -> Generator[Any, None, RecordMetadata]:
         result = yield from self._future.__await__()
+        if result.records is not None:
+            return result.records[self._index]
         return RecordMetadata(result.topic, result.partition, result.base_offset + self._index)
 
     def done(self) -> bool:
         return self._future.done()
+
+    @property
+    def batch(self) -> asyncio.Future[BatchResult]:
+        """The future of the batch this record went into (shared by its records)."""
+        return self._future
 
 
 @dataclass(slots=True)
@@ -86,6 +108,29 @@ class _Accumulator:
     size: int = 0
     future: asyncio.Future[BatchResult] | None = None
     linger: asyncio.TimerHandle | None = None
+    #: the partitioning version the records were routed under
+    version: int = 0
+    #: some record named its partition: a repartition re-sends it there, not by key
+    explicit: bool = False
+    #: set when the accumulator is taken out to become a batch; appends after that are lost
+    sealed: bool = False
+
+
+@dataclass(slots=True)
+class _TopicCursor:
+    """Per topic (as the caller spells it): where its next unkeyed record goes.
+
+    Lets ``send`` skip name canonicalisation, the partition-count lookup and the
+    sticky choice while nothing about them changed: ``routing`` is the routing
+    entry the choice was made under (entries are immutable and replaced on any
+    change, so identity says "unchanged"), ``accumulator`` the sticky partition's
+    open accumulator.
+    """
+
+    name: str
+    routing: msg.TopicRouting | None = None
+    partition: int = 0
+    accumulator: _Accumulator | None = None
 
 
 @dataclass(slots=True)
@@ -98,6 +143,9 @@ class _Batch:
     future: asyncio.Future[BatchResult]
     deadline: float
     attempts: int = 0
+    #: the partitioning version its records were routed under (sent with it: the fence)
+    version: int = 0
+    explicit: bool = False
 
 
 class _PartitionSender:
@@ -181,9 +229,10 @@ class _PartitionSender:
         p = self.producer
         batch.attempts += 1
         conn = await p.cluster.connection_for(self.topic, self.partition)
-        version = p.cluster.routing.topic(self.topic).partitioning_version
+        # The version the records were routed under, never the current one: a batch routed
+        # under an old version must be fenced (and re-routed), not accepted where it is.
         req = msg.ProduceRequest(
-            self.topic, self.partition, version, p.acks, p.request_timeout_ms, b""
+            self.topic, self.partition, batch.version, p.acks, p.request_timeout_ms, b""
         )
         if p.acks is msg.Acks.NONE:
             # No response will come: complete as soon as the bytes are handed to the socket.
@@ -191,7 +240,9 @@ class _PartitionSender:
             conn.send_no_reply(Op.PRODUCE, req.encode_prefix(), batch.data)
             fut.set_result(None)
             return fut
-        return conn.request(Op.PRODUCE, req.encode_prefix(), batch.data)
+        return conn.request(
+            Op.PRODUCE, req.encode_prefix(), batch.data, timeout_s=p.request_timeout_ms / 1000
+        )
 
     async def _on_error(self, batch: _Batch, exc: HeadraceError) -> None:
         p = self.producer
@@ -204,6 +255,12 @@ class _PartitionSender:
             else:
                 f.exception() if not f.cancelled() else None
         self.inflight.clear()
+        if isinstance(exc, RedirectReceived) and exc.redirect.partitioning_version != batch.version:
+            if await self._reroute(pending, exc.redirect):
+                return
+            # Routed under the version the cluster has, but this broker has not applied it
+            # yet (pushes reach brokers one by one): retry shortly, as routed.
+            await asyncio.sleep(p.retry_backoff_ms / 1000)
         if isinstance(exc, OutOfOrderSequence) and batch.attempts >= 3:
             # Resending in order did not close the gap: the broker lost batches it had
             # acknowledged (a crash under fsync=interval). Continue as a new producer
@@ -224,7 +281,11 @@ class _PartitionSender:
                 p.cluster.routing.note_redirect(
                     r.topic, r.partition, r.owner, r.partitioning_version
                 )
-            if exc.invalid_metadata or isinstance(exc, ConnectionClosed | RedirectReceived):
+            # A leader that cannot replicate (NotEnoughReplicas) or does not answer may have
+            # been deposed behind a partition that this client does not share: ask again.
+            if exc.invalid_metadata or isinstance(
+                exc, ConnectionClosed | RedirectReceived | NotEnoughReplicas | RequestTimedOut
+            ):
                 with contextlib.suppress(HeadraceError):
                     await p.cluster.refresh()
             if not isinstance(exc, RedirectReceived | OutOfOrderSequence):
@@ -257,6 +318,47 @@ class _PartitionSender:
         # the rest keep their numbers. If it was appended they follow it; if not, the
         # broker reports the gap and they move to a fresh producer identity.
         self.queue.extend(rest)
+
+    async def _reroute(self, pending: list[_Batch], redirect: msg.Redirect) -> bool:
+        """A repartition's fence refused ``pending[0]``: route this partition's batches of
+        another version again, under the cluster's. False (nothing done) when the cluster's
+        version is the batch's own: only the answering broker is behind.
+
+        The fence refuses every batch of an older version, so none of them was appended:
+        they leave the queue, the batches that stay are renumbered from the first one's
+        sequence (so the partition's sequence has no gap), and their records are routed
+        again in order. ``Producer`` sends nothing under the new version while a batch of
+        the old one is unfinished, so each key's old records still go first.
+        """
+        p = self.producer
+        p.cluster.routing.note_redirect(
+            redirect.topic, redirect.partition, redirect.owner, redirect.partitioning_version
+        )
+        with contextlib.suppress(HeadraceError):
+            await p.cluster.refresh()
+        current = p.cluster.routing.topic(self.topic).partitioning_version
+        if current == pending[0].version:
+            return False
+        queued = pending + list(self.queue)
+        self.queue.clear()
+        stale = [b for b in queued if b.version != current and not b.explicit]
+        kept = [b for b in queued if b.version == current or b.explicit]
+        for b in kept:
+            b.version = current  # explicit partitions stay where they were
+        key = (self.topic, self.partition)
+        if stale:
+            seq = queued[0].sequence  # the first refused batch: nothing from it on was appended
+            for b in kept:
+                b.data = rb.restamp_sequence(b.data, seq)
+                b.sequence = seq
+                seq = (seq + b.record_count) % _SEQ_MOD
+            p._sequences[key] = seq
+        self.queue.extend(kept)
+        for b in stale:
+            p._release(len(b.data))
+            p._resend(b)
+        self.wakeup.set()
+        return True
 
     async def close(self) -> None:
         await cancel_and_wait(self.task)
@@ -302,6 +404,14 @@ class Producer:
         self._senders: dict[tuple[str, int], _PartitionSender] = {}
         self._sequences: dict[tuple[str, int], int] = {}
         self._sticky: dict[str, int] = {}
+        self._cursors: dict[str, _TopicCursor] = {}
+        #: topic -> the partitioning version records are being routed under now
+        self._routed: dict[str, int] = {}
+        self._resends: set[asyncio.Task[None]] = set()
+        #: every batch handed to a sender and not yet answered: what ``flush`` waits for. A
+        #: sender's queue and in-flight list are not enough: between the two a batch waits
+        #: for its connection to open, and is in neither.
+        self._unanswered: set[asyncio.Future[BatchResult]] = set()
         self._round_robin = itertools.count()
         self._buffered = 0
         self._space = asyncio.Event()
@@ -321,11 +431,67 @@ class Producer:
     # ------------------------------------------------------------------ routing
 
     async def _partitions(self, topic: str) -> int:
-        try:
-            return self.cluster.routing.topic(topic).partitions
-        except HeadraceError:
-            await self.cluster.refresh()
-            return self.cluster.routing.topic(topic).partitions
+        """How many partitions to route over, once every batch routed under an older
+        partitioning version of the topic is finished (acked or failed): a repartition
+        moves keys, and a key's new-version records must not overtake its old ones."""
+        routing = await self.cluster.topic_routing(topic)
+        while self._routed.get(topic, routing.partitioning_version) != routing.partitioning_version:
+            await self._settle(topic)
+            self._routed[topic] = routing.partitioning_version
+            routing = self.cluster.routing.topic(topic)
+        self._routed[topic] = routing.partitioning_version
+        return routing.route_count
+
+    def _version(self, topic: str) -> int:
+        return self._routed.get(topic, 0)
+
+    async def _settle(self, topic: str) -> None:
+        """Send what is accumulated for ``topic`` and wait until every batch of it is done."""
+        for t, partition in list(self._accumulators):
+            if t == topic:
+                self._drain(t, partition)
+        futures = [
+            b.future
+            for (t, _), sender in self._senders.items()
+            if t == topic
+            for b in [*sender.queue, *(b for b, _ in sender.inflight)]
+        ]
+        if futures:
+            await asyncio.gather(*futures, return_exceptions=True)
+
+    def _resend(self, batch: _Batch) -> None:
+        """Route a refused batch's records again under the current version (see
+        ``_PartitionSender._reroute``); its future resolves once all of them are acked."""
+        records = rb.decode(batch.data).records()
+        routing = self.cluster.routing.topic(batch.topic)
+        count, version = routing.route_count, routing.partitioning_version
+        parts: list[RecordReceipt] = []
+        for r in records:
+            p = self._choose(batch.topic, count, r.key, None, len(r.value))
+            acc = self._accumulator(batch.topic, p, version)
+            parts.append(self._append(acc, r.value, r.key, r.headers or None, r.timestamp_ms))
+            if acc.size >= self.batch_bytes:
+                self._drain(batch.topic, p)
+        for t, p in list(self._accumulators):
+            if t == batch.topic:
+                self._drain(t, p)
+        loop = asyncio.get_running_loop()
+
+        async def gather() -> None:
+            try:
+                placed = [await receipt for receipt in parts]
+            except HeadraceError as exc:
+                if not batch.future.done():
+                    batch.future.set_exception(exc)
+                return
+            if not batch.future.done():
+                batch.future.set_result(
+                    BatchResult(batch.topic, -1, -1, len(placed), tuple(placed))
+                )
+
+        task = loop.create_task(gather())
+        self._resends.add(task)
+        task.add_done_callback(self._resends.discard)
 
     def _choose(
         self, topic: str, count: int, key: bytes | None, partition: int | None, size: int
@@ -358,14 +524,89 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> RecordReceipt:
         """Queue one record; await the returned receipt for its offset."""
+        # Fast path (issue 16 §6): an unkeyed, header-less record without its own timestamp
+        # or partition, for a topic whose routing and sticky accumulator are unchanged since
+        # the last such record, is one dict lookup, some identity checks and an append.
+        cursor = self._cursors.get(topic)
+        if (
+            cursor is not None
+            and key is None
+            and partition is None
+            and not headers
+            and timestamp_ms is None
+            and not self._closed
+            and self._buffered < self.buffer_bytes
+        ):
+            acc = cursor.accumulator
+            topics = self.cluster.routing.topics
+            if (
+                acc is not None
+                and not acc.sealed
+                and acc.keys is None
+                and acc.headers is None
+                and acc.timestamps is None
+                and topics is not None
+                and topics.get(cursor.name) is cursor.routing
+            ):
+                size = len(value)
+                if acc.size + size <= self.batch_bytes:
+                    values = acc.values
+                    receipt = RecordReceipt(acc.future, len(values))  # type: ignore[arg-type]
+                    values.append(value)
+                    acc.size += size + 8
+                    if acc.size >= self.batch_bytes:
+                        self._drain(cursor.name, cursor.partition)
+                        await _yield_to_senders()
+                    return receipt
+        return await self._send_slow(
+            topic, value, key=key, partition=partition, headers=headers, timestamp_ms=timestamp_ms
+        )
+
+    async def _send_slow(
+        self,
+        given_topic: str,
+        value: bytes,
+        *,
+        key: bytes | None,
+        partition: int | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+    ) -> RecordReceipt:
         if self._closed:
             raise ConnectionClosed("producer is closed")
-        topic = canonical(topic)
-        count = await self._partitions(topic)
+        topic = canonical(given_topic)
         if self._buffered >= self.buffer_bytes:
             await self._wait_space()
+        # Last before routing (no await after it): the count and the version belong together.
+        count = await self._partitions(topic)
         p = self._choose(topic, count, key, partition, len(value))
         acc = self._accumulator(topic, p)
+        acc.explicit = acc.explicit or partition is not None
+        receipt = self._append(acc, value, key, headers, timestamp_ms)
+        if key is None and partition is None:
+            # Where the next unkeyed record of this topic may go without the checks above:
+            # the routing entry (so its version) this choice was made under, and the
+            # sticky accumulator.
+            cursor = self._cursors.get(given_topic)
+            if cursor is None:
+                cursor = self._cursors[given_topic] = _TopicCursor(topic)
+            topics = self.cluster.routing.topics
+            cursor.routing = topics.get(topic) if topics is not None else None
+            cursor.partition = p
+            cursor.accumulator = acc
+        if acc.size >= self.batch_bytes:
+            self._drain(topic, p)
+            await _yield_to_senders()
+        return receipt
+
+    def _append(
+        self,
+        acc: _Accumulator,
+        value: bytes,
+        key: bytes | None,
+        headers: Sequence[tuple[str, bytes]] | None,
+        timestamp_ms: int | None,
+    ) -> RecordReceipt:
         index = len(acc.values)
         if key is not None and acc.keys is None:
             acc.keys = [None] * index
@@ -383,10 +624,7 @@ class Producer:
             acc.timestamps.append(timestamp_ms if timestamp_ms is not None else self._clock())
         acc.size += len(value) + (len(key) if key else 0) + 8
         assert acc.future is not None
-        receipt = RecordReceipt(acc.future, index)
-        if acc.size >= self.batch_bytes:
-            self._drain(topic, p)
-        return receipt
+        return RecordReceipt(acc.future, index)
 
     async def send_many(
         self,
@@ -410,8 +648,10 @@ class Producer:
         while pos < total:
             if self._buffered >= self.buffer_bytes:
                 await self._wait_space()
+            count = await self._partitions(topic)
             p = self._choose(topic, count, key, partition, 0)
             acc = self._accumulator(topic, p)
+            acc.explicit = acc.explicit or partition is not None
             if acc.keys is not None or acc.headers is not None or acc.timestamps is not None:
                 self._drain(topic, p)
                 acc = self._accumulator(topic, p)
@@ -435,11 +675,17 @@ class Producer:
                     self._sticky[topic] = (p + 1) % count
         return futures
 
-    def _accumulator(self, topic: str, partition: int) -> _Accumulator:
+    def _accumulator(self, topic: str, partition: int, version: int | None = None) -> _Accumulator:
+        """The open accumulator of ``partition`` for records routed under ``version``
+        (default: the version the producer routes under now)."""
         k = (topic, partition)
         acc = self._accumulators.get(k)
+        version = self._version(topic) if version is None else version
+        if acc is not None and acc.version != version:
+            self._drain(topic, partition)  # routed under another version: a batch of its own
+            acc = None
         if acc is None:
-            acc = _Accumulator(future=asyncio.get_running_loop().create_future())
+            acc = _Accumulator(future=asyncio.get_running_loop().create_future(), version=version)
             self._accumulators[k] = acc
             acc.linger = asyncio.get_running_loop().call_later(
                 self.linger_s, self._drain, topic, partition
@@ -448,7 +694,10 @@ class Producer:
 
     def _drain(self, topic: str, partition: int) -> None:
         acc = self._accumulators.pop((topic, partition), None)
-        if acc is None or not acc.values:
+        if acc is None:
+            return
+        acc.sealed = True
+        if not acc.values:
             return
         if acc.linger is not None:
             acc.linger.cancel()
@@ -474,6 +723,8 @@ class Producer:
         self._buffered += len(data)
         if self._buffered >= self.buffer_bytes:
             self._space.clear()
+        self._unanswered.add(acc.future)
+        acc.future.add_done_callback(self._unanswered.discard)
         sender = self._senders.get(k)
         if sender is None:
             sender = self._senders[k] = _PartitionSender(self, topic, partition)
@@ -486,6 +737,8 @@ class Producer:
                 seq,
                 acc.future,
                 time.monotonic() + self.delivery_timeout_s,
+                version=acc.version,
+                explicit=acc.explicit,
             )
         )
 
@@ -505,8 +758,7 @@ class Producer:
         futures = [acc.future for acc in self._accumulators.values() if acc.future is not None]
         for topic, partition in list(self._accumulators):
             self._drain(topic, partition)
-        futures += [b.future for s in self._senders.values() for b in s.queue]
-        futures += [b.future for s in self._senders.values() for b, _ in s.inflight]
+        futures += self._unanswered
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 

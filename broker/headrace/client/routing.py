@@ -76,4 +76,5 @@ class RoutingCache:
                 max(version, routing.partitioning_version),
                 owners,
                 routing.epochs,
+                routing.routing_partitions,
             )

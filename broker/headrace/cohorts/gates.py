@@ -112,10 +112,14 @@ class CohortGates:
     generation: int = 0
     #: last epoch of gates whose partition went away, so a returning gate never reuses one
     retired_epochs: dict[int, int] = field(default_factory=dict)
+    #: where new gates' epochs start (their first admission is ``epoch_floor + 1``). The
+    #: broker raises it on every restart (``Broker.gate_epoch_floor``), so a gate of a new
+    #: incarnation never hands out an epoch the previous one used.
+    epoch_floor: int = 0
 
     def __post_init__(self) -> None:
         for p in self.partitions:
-            self.gates.setdefault(p, Gate(p))
+            self.gates.setdefault(p, Gate(p, epoch=self.epoch_floor))
 
     # ------------------------------------------------------------------ membership events
 
@@ -188,7 +192,7 @@ class CohortGates:
         self.partitions = sorted(partitions)
         for p in self.partitions:
             if p not in self.gates:
-                self.gates[p] = Gate(p, epoch=self.retired_epochs.pop(p, 0))
+                self.gates[p] = Gate(p, epoch=self.retired_epochs.pop(p, self.epoch_floor))
         for p in [p for p in self.gates if p not in self.partitions]:
             self.retired_epochs[p] = self.gates.pop(p).epoch
         self._rebalance(now_ms)

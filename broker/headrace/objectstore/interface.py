@@ -21,6 +21,11 @@ Contract, for every implementation:
   string prefix, not only whole segments), in lexicographic order of the key's
   code points (which is also S3's UTF-8 byte order), with sizes.
 - ``delete`` is idempotent: deleting a missing key succeeds.
+- ``get_versioned`` and ``put_if_version`` are the one conditional write: a put
+  that happens only if the object is still the version read (S3's ``If-Match``
+  on the ETag; ``None`` means "only if absent", ``If-None-Match: *``). A store
+  without them raises ``ObjectStoreRejected``. The compaction job swaps a
+  manifest with it, so a leader's concurrent manifest put is never overwritten.
 - Failures are ``ObjectStoreError`` subclasses; ``retriable`` says whether the
   same call may succeed later (``ObjectStoreUnavailable``) or not
   (``ObjectNotFound``, ``InvalidObjectKey``, ...).
@@ -37,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from headrace.objectstore.errors import ObjectNotFound
+from headrace.objectstore.errors import ObjectNotFound, ObjectStoreRejected
 
 # --- the interface ---
 
@@ -94,6 +99,16 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def stat(self, key: str) -> ObjectInfo:
         """Size of the object; ``ObjectNotFound`` if there is none."""
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        """The whole object and an opaque version token for ``put_if_version``."""
+        raise ObjectStoreRejected(f"{type(self).__name__} has no conditional writes")
+
+    def put_if_version(self, key: str, data: bytes, version: str | None) -> bool:
+        """Store ``data`` only if the object is still at ``version`` (from
+        ``get_versioned``; None: only if there is no object). False, and nothing
+        written, if it is not."""
+        raise ObjectStoreRejected(f"{type(self).__name__} has no conditional writes")
 
     def exists(self, key: str) -> bool:
         try:

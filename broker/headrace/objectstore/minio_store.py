@@ -32,6 +32,8 @@ from headrace.objectstore.interface import ObjectInfo, ObjectStore
 T = TypeVar("T")
 
 _NOT_FOUND = {"NoSuchKey", "NoSuchObject"}
+#: a conditional put whose condition does not hold (If-Match on a missing key: NoSuchKey)
+_CONDITION_FAILED = {"PreconditionFailed", "ConditionalRequestConflict", *_NOT_FOUND}
 _DENIED = {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
 _BUSY = {
     "SlowDown",
@@ -129,6 +131,28 @@ class MinioStore(ObjectStore):
         keys.validate_key(key)
         self._call(key, lambda: self.client.put_object(self.bucket, key, BytesIO(data), len(data)))
 
+    def put_if_version(self, key: str, data: bytes, version: str | None) -> bool:
+        keys.validate_key(key)
+        condition = {"If-None-Match": "*"} if version is None else {"If-Match": version}
+
+        def put() -> bool:
+            try:
+                # put_object would turn these headers into user metadata; the
+                # client's single-request put sends them as they are
+                self.client._put_object(
+                    self.bucket,
+                    key,
+                    data,
+                    headers={"Content-Type": "application/octet-stream", **condition},
+                )
+            except minio.error.S3Error as exc:
+                if exc.code in _CONDITION_FAILED:
+                    return False
+                raise
+            return True
+
+        return self._call(key, put)
+
     def put_stream(self, key: str, stream: BinaryIO, size: int | None = None) -> None:
         keys.validate_key(key)
         s = self.settings
@@ -153,6 +177,19 @@ class MinioStore(ObjectStore):
     def get(self, key: str) -> bytes:
         keys.validate_key(key)
         return self._call(key, lambda: self._read(key, 0, 0))
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        keys.validate_key(key)
+
+        def read() -> tuple[bytes, str]:
+            response = self.client.get_object(self.bucket, key)
+            try:
+                return response.read(), str(response.headers.get("ETag", ""))
+            finally:
+                response.close()
+                response.release_conn()
+
+        return self._call(key, read)
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         keys.validate_key(key)

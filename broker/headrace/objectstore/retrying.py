@@ -144,6 +144,14 @@ class RetryingStore(ObjectStore):
     def get_range(self, key: str, start: int, length: int) -> bytes:
         return self.retrier.call("get", lambda: self.inner.get_range(key, start, length))
 
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        return self.retrier.call("get", lambda: self.inner.get_versioned(key))
+
+    def put_if_version(self, key: str, data: bytes, version: str | None) -> bool:
+        # A retry after a put whose answer was lost finds the version changed
+        # (by that put) and answers False: callers re-read to tell the cases apart.
+        return self.retrier.call("put", lambda: self.inner.put_if_version(key, data, version))
+
     def stat(self, key: str) -> ObjectInfo:
         return self.retrier.call("stat", lambda: self.inner.stat(key))
 

@@ -111,9 +111,13 @@ class PartitionReport:
     #: cohort -> its cursor (the next offset to deliver) on this copy; for lag and the
     #: consume rate on the dashboard (informational)
     cursors: Mapping[str, int] = field(default_factory=dict)
+    #: (partitioning version, offset): the first offset this leader appended under that
+    #: version, recorded when it applied the version (or took the lead under it); a
+    #: repartition's cutover offset (``control.repartitions``)
+    cutover: tuple[int, int] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "topic": self.topic,
             "partition": self.partition,
             "role": self.role,
@@ -128,6 +132,9 @@ class PartitionReport:
             "storedThrough": self.stored_through,
             "cursors": {c: self.cursors[c] for c in sorted(self.cursors)},
         }
+        if self.cutover is not None:
+            doc["cutover"] = {"version": self.cutover[0], "offset": self.cutover[1]}
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> PartitionReport:
@@ -160,7 +167,14 @@ class PartitionReport:
             optional(doc, "logStartOffset", int, w) or 0,
             optional(doc, "storedThrough", int, w),
             dict(cursors),
+            _cutover(optional(doc, "cutover", dict, w), w),
         )
+
+
+def _cutover(doc: Mapping[str, Any] | None, where: str) -> tuple[int, int] | None:
+    if doc is None:
+        return None
+    return (required(doc, "version", int, where), required(doc, "offset", int, where))
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,6 +321,13 @@ class TopicPlacement:
     assignments: list[PartitionPlacement]
     #: cohort -> member -> partitions: the controller's advisory plans
     cohort_plans: dict[str, dict[str, list[int]]] = field(default_factory=dict)
+    #: a repartition in flight (``control.repartitions``); None: none
+    transition: TransitionPlacement | None = None
+
+    @property
+    def routing_partitions(self) -> int:
+        """What keys are spread over: fewer than ``partitions`` while a shrink drains."""
+        return self.transition.to_partitions if self.transition is not None else self.partitions
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -319,12 +340,14 @@ class TopicPlacement:
             "cohortPlans": {
                 c: {m: list(ps) for m, ps in plan.items()} for c, plan in self.cohort_plans.items()
             },
+            **({} if self.transition is None else {"transition": self.transition.to_json()}),
         }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> TopicPlacement:
         w = "topic placement"
         config = optional(doc, "config", dict, w) or {}
+        transition = optional(doc, "transition", dict, w)
         plans: dict[str, dict[str, list[int]]] = {}
         for cohort, plan in (optional(doc, "cohortPlans", dict, w) or {}).items():
             where = f"{w}: cohort plan {cohort!r}"
@@ -337,6 +360,65 @@ class TopicPlacement:
             {snake_case(str(k)): v for k, v in config.items()},
             [PartitionPlacement.from_json(a) for a in required_objects(doc, "assignments", w)],
             plans,
+            None if transition is None else TransitionPlacement.from_json(transition),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TransitionPlacement:
+    """What a broker needs of a repartition in flight: the routing count, and the holds.
+
+    A cohort is held on new partition ``q`` from ``q``'s cutover offset (0 for a
+    partition the grow added) until ``released`` names ``q`` for it; see
+    ``control.repartitions`` for why that keeps each key in order.
+    """
+
+    from_partitions: int
+    to_partitions: int
+    to_version: int
+    #: old partition -> its cutover offset, once its leader reported it
+    cutover_offsets: dict[int, int] = field(default_factory=dict)
+    #: cohort -> the new partitions it is released on
+    released: dict[str, list[int]] = field(default_factory=dict)
+
+    def hold(self, cohort: str, partition: int, local_cutover: int | None) -> int | None:
+        """The first offset of ``partition`` that ``cohort`` may not be delivered yet;
+        None: no hold. ``local_cutover``: the leader's own record, used until the
+        controller has one (0 when neither knows: hold everything)."""
+        if partition >= self.to_partitions or partition in self.released.get(cohort, ()):
+            return None
+        if partition >= self.from_partitions:
+            return 0
+        known = self.cutover_offsets.get(partition)
+        if known is not None:
+            return known
+        return local_cutover if local_cutover is not None else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fromPartitions": self.from_partitions,
+            "toPartitions": self.to_partitions,
+            "toVersion": self.to_version,
+            "cutoverOffsets": {str(p): o for p, o in sorted(self.cutover_offsets.items())},
+            "released": {c: sorted(ps) for c, ps in sorted(self.released.items())},
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> TransitionPlacement:
+        w = "transition placement"
+        offsets = optional(doc, "cutoverOffsets", dict, w) or {}
+        released = optional(doc, "released", dict, w) or {}
+        try:
+            cut = {int(p): int(o) for p, o in offsets.items()}
+            rel = {str(c): [int(q) for q in qs] for c, qs in released.items()}
+        except (TypeError, ValueError) as exc:
+            raise InvalidRequest(f"{w}: {exc}") from None
+        return cls(
+            required(doc, "fromPartitions", int, w),
+            required(doc, "toPartitions", int, w),
+            required(doc, "toVersion", int, w),
+            cut,
+            rel,
         )
 
 
@@ -367,6 +449,7 @@ class ClusterTopology:
                     t.partitioning_version,
                     [NO_OWNER if a.leader is None else a.leader for a in ordered],
                     [a.epoch for a in ordered],
+                    t.routing_partitions,
                 )
             )
         brokers = [BrokerEndpoint(b.id, b.host, b.port) for b in self.brokers]

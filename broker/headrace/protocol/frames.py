@@ -66,6 +66,8 @@ class Op(enum.IntEnum):
     DELIVERY = 43
     SEEK = 44
     SEEK_OK = 45
+    IDENTITY = 46
+    IDENTITY_OK = 47
     REPLICA_FETCH = 60
     REPLICA_FETCH_OK = 61
     OFFSET_FOR_EPOCH = 62
@@ -138,6 +140,15 @@ class FrameDecoder:
     @property
     def buffered(self) -> int:
         return len(self._buf) - self._pos
+
+    @property
+    def max_frame_bytes(self) -> int:
+        return self._max
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        """Change the limit from the next frame on (a broker lifts it after the handshake)."""
+        self._max = value
 
     def next_frame(self) -> Frame | None:
         buf = self._buf

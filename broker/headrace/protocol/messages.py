@@ -309,6 +309,8 @@ class HandshakeOk(JsonBody):
     cluster_id: str
     max_frame_bytes: int
     max_batch_bytes: int
+    #: signed member identities are on: get one (op IDENTITY) and join with it
+    member_identities: bool = False
 
     @classmethod
     def decode(cls, body: bytes) -> HandshakeOk:
@@ -319,6 +321,7 @@ class HandshakeOk(JsonBody):
             field_of(obj, "cluster_id", str),
             field_of(obj, "max_frame_bytes", int),
             field_of(obj, "max_batch_bytes", int),
+            field_of(obj, "member_identities", bool, False),
         )
 
 
@@ -336,6 +339,14 @@ class TopicRouting(JsonBody):
     partitioning_version: int
     owners: list[int]
     epochs: list[int]
+    #: keys are spread over partitions ``0..routing_partitions-1``: fewer than
+    #: ``partitions`` while a shrink drains the partitions it retires (0: all of them)
+    routing_partitions: int = 0
+
+    @property
+    def route_count(self) -> int:
+        """How many partitions keyed and spread records go to."""
+        return self.routing_partitions or self.partitions
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,6 +381,7 @@ class TopologySnapshot(JsonBody):
                     int(t["partitioning_version"]),
                     [int(o) for o in t["owners"]],
                     [int(e) for e in t["epochs"]],
+                    int(t.get("routing_partitions") or 0),
                 )
                 for t in field_of(obj, "topics", list)
             ]
@@ -433,10 +445,16 @@ class CohortJoin(JsonBody):
     start: str = "latest"
     session_timeout_ms: int = 10_000
     isolation: int = int(Isolation.COMMITTED)
+    #: the signed identity token binding ``member_id`` to the principal (op IDENTITY);
+    #: required when the handshake said ``member_identities``
+    identity: str | None = None
 
     @classmethod
     def decode(cls, body: bytes) -> CohortJoin:
         obj = decode_json(body)
+        identity = obj.get("identity")
+        if identity is not None and not isinstance(identity, str):
+            raise MalformedFrame("field 'identity' must be a string")
         return cls(
             field_of(obj, "cohort", str),
             field_of(obj, "topic", str),
@@ -444,7 +462,34 @@ class CohortJoin(JsonBody):
             field_of(obj, "start", str, "latest"),
             field_of(obj, "session_timeout_ms", int, 10_000),
             field_of(obj, "isolation", int, int(Isolation.COMMITTED)),
+            identity,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityRequest(JsonBody):
+    """Identity (op 46): ask the cluster for a member id bound to this principal.
+
+    ``hint`` becomes the readable start of the issued id; the rest is random."""
+
+    hint: str
+
+    @classmethod
+    def decode(cls, body: bytes) -> IdentityRequest:
+        return cls(field_of(decode_json(body), "hint", str))
+
+
+@dataclass(frozen=True, slots=True)
+class IdentityOk(JsonBody):
+    """IdentityOk (op 47): the issued member id and the token to present when joining."""
+
+    member_id: str
+    token: str
+
+    @classmethod
+    def decode(cls, body: bytes) -> IdentityOk:
+        obj = decode_json(body)
+        return cls(field_of(obj, "member_id", str), field_of(obj, "token", str))
 
 
 @dataclass(frozen=True, slots=True)

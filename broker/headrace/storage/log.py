@@ -142,7 +142,10 @@ class PartitionLog:
         ``initial_offset`` is where a brand-new log starts (a moved partition
         continues its offsets); an existing log ignores it.
         """
-        directory.mkdir(parents=True, exist_ok=True)
+        if config.fsync is bk.FsyncPolicy.NONE:
+            directory.mkdir(parents=True, exist_ok=True)
+        else:
+            files.mkdir_durable(directory)  # synced segments are no use in a lost directory
         log = cls(directory, config, clock)
         log._recover(initial_offset)
         return log

@@ -83,6 +83,9 @@ class SegmentObject:
     size: int
     key: str
     epoch: int
+    #: written by key compaction (keep the last record per key): the batches'
+    #: offsets rise but have holes where records were dropped
+    compacted: bool = False
 
     def __post_init__(self) -> None:
         _check_int("base", self.base, 0)
@@ -92,6 +95,8 @@ class SegmentObject:
         _check_int("epoch", self.epoch, 0, 2**31 - 1)
         if not isinstance(self.key, str):
             raise InvalidManifest(f"key: expected a string, got {self.key!r}")
+        if not isinstance(self.compacted, bool):
+            raise InvalidManifest(f"compacted: expected true or false, got {self.compacted!r}")
         try:
             validate_key(self.key)
         except InvalidObjectKey as exc:
@@ -105,13 +110,18 @@ class SegmentObject:
         return self.base <= offset <= self.last
 
     def to_doc(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "base": self.base,
             "last": self.last,
             "size": self.size,
             "key": self.key,
             "epoch": self.epoch,
         }
+        if (
+            self.compacted
+        ):  # absent when false: the documents of uncompacted topics stay as they were
+            doc["compacted"] = True
+        return doc
 
     @classmethod
     def from_doc(cls, doc: object) -> SegmentObject:
@@ -122,6 +132,7 @@ class SegmentObject:
             size=fields["size"],
             key=fields["key"],
             epoch=fields["epoch"],
+            compacted=fields.get("compacted", False),
         )
 
 

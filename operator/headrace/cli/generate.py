@@ -1,6 +1,9 @@
 """Write the generated files: ``crds/`` and ``docs/crd-reference.md``.
 
-    python -m headrace.cli.generate crds/ docs/crd-reference.md    # or: make generate
+    python -m headrace.cli.generate crds/ docs/crd-reference.md [charts/headrace/crds/ ...]
+
+(``make generate`` also writes the Helm chart's ``charts/headrace/crds/``: the same
+files, so the chart and ``kubectl apply -f crds/`` install identical definitions.)
 
 The rendering is pure (``resources.crdgen``, ``resources.docgen``); this
 adapter does the file I/O around it: it reads ``examples/`` under the current
@@ -44,13 +47,16 @@ def write_reference(target: Path, root: Path) -> Path:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 2:
+    if len(args) < 2:
         print(
-            "usage: python -m headrace.cli.generate CRD_DIRECTORY REFERENCE_FILE", file=sys.stderr
+            "usage: python -m headrace.cli.generate CRD_DIRECTORY REFERENCE_FILE"
+            " [MORE_CRD_DIRECTORIES...]",
+            file=sys.stderr,
         )
         return 2
-    for path in write_crds(Path(args[0])):
-        print(path)
+    for directory in (args[0], *args[2:]):
+        for path in write_crds(Path(directory)):
+            print(path)
     print(write_reference(Path(args[1]), Path.cwd()))
     return 0
 

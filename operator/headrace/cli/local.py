@@ -433,6 +433,40 @@ def object_store_args(
     return ["--object-store", url, "--cluster-id", CLUSTER_ID], env
 
 
+#: the cluster key of a local cluster with ACLs: ``<dir>/cluster.key``, mode 0600
+CLUSTER_KEY_FILE = "cluster.key"
+REPLICATION_TOKEN_ENV = "HEADRACE_REPLICATION_TOKEN"
+
+
+def prepare_access(record: dict[str, Any], directory: Path, acl_file: Path) -> None:
+    """Check the ACL file now (one line, before anything starts), make the cluster key and
+    draw the brokers' replication token into ``record`` (local.json is mode 0600)."""
+    from headrace.broker.access import load_acl_file, load_cluster_key
+    from headrace.errors import HeadraceError
+
+    try:
+        load_acl_file(acl_file)
+        load_cluster_key(directory / CLUSTER_KEY_FILE, create=True)
+    except HeadraceError as exc:
+        raise click.ClickException(exc.message) from exc
+    record["acl_file"] = str(acl_file.resolve())
+    record["replication_token"] = secrets.token_urlsafe(24)
+
+
+def access_args(record: Mapping[str, Any], directory: Path) -> tuple[list[str], dict[str, str]]:
+    """(broker arguments, broker environment) for the cluster's ACLs: none without them.
+
+    The replication token goes in the environment, never on a command line."""
+    acl_file = record.get("acl_file")
+    if acl_file is None:
+        return [], {}
+    key = (directory / CLUSTER_KEY_FILE).resolve()
+    return (
+        ["--acl-file", acl_file, "--cluster-key-file", str(key)],
+        {REPLICATION_TOKEN_ENV: record["replication_token"]},
+    )
+
+
 def broker_args(b: Mapping[str, Any], directory: Path, fsync: str | None = None) -> list[str]:
     """The command line of broker ``b`` of a local cluster (without the object store)."""
     args = [
@@ -589,6 +623,13 @@ def _wait_own(pid: int, url: str, what: str, log_path: Path, timeout: float) -> 
     help="The controller's quiet period before leadership returns to a preferred replica"
     f" [default: {ControlSettings().preferred_leader_quiet_ms}].",
 )
+@click.option(
+    "--acl-file",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    default=None,
+    help="Principals and grants (docs/security.md): every broker checks them, and cohort"
+    " members need signed identities (the key is DIR/cluster.key).",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C brings the cluster down.")
 def local_up(
     count: int,
@@ -600,6 +641,7 @@ def local_up(
     fsync: str,
     object_store: str,
     preferred_leader_quiet_ms: int | None,
+    acl_file: Path | None,
     foreground: bool,
 ) -> None:
     """Start the controller and COUNT brokers (and MinIO with --object-store minio).
@@ -631,6 +673,8 @@ def local_up(
         "fsync": fsync,
         "brokers": [],
     }
+    if acl_file is not None:
+        prepare_access(record, directory, acl_file)
     if preferred_leader_quiet_ms is not None:
         record["controller_args"] = ["--preferred-leader-quiet-ms", str(preferred_leader_quiet_ms)]
     if object_store == "minio":
@@ -660,6 +704,8 @@ def _start(
     each answers as itself; the caller stops them if this raises."""
     state_file = directory / STATE_FILE
     store_args, store_env = object_store_args(record, directory)
+    acl_args, acl_env = access_args(record, directory)
+    store_args, store_env = [*store_args, *acl_args], {**store_env, **acl_env}
     brokers: list[dict[str, Any]] = []
     for i in range(count):
         host = f"127.0.0.{2 + i}"
@@ -843,6 +889,8 @@ def _start_broker(directory: Path, broker_id: int, timeout: float = 30.0) -> Non
             " to restart it"
         )
     store_args, store_env = object_store_args(record, directory)
+    acl_args, acl_env = access_args(record, directory)
+    store_args, store_env = [*store_args, *acl_args], {**store_env, **acl_env}
     log_path = directory / "logs" / f"broker-{broker_id}.log"
     b["pid"] = spawn_headrace(
         [*broker_args(b, directory, record.get("fsync")), *store_args], log_path, store_env
@@ -928,6 +976,40 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
         click.echo(f"problem {problem['topic']}: {problem['reason']}: {problem['message']}")
     for line in unload_lines(doc.get("unloads", [])):
         click.echo(line)
+    for line in transition_lines(doc.get("transitions", []), doc.get("repartitions", [])):
+        click.echo(line)
+
+
+def transition_lines(
+    transitions: list[dict[str, Any]], repartitions: list[dict[str, Any]]
+) -> list[str]:
+    """``local status`` lines of the repartitions: each transition in flight with its
+    phase, then each Repartition's phase (Finalized ones say how)."""
+    lines = []
+    for t in transitions:
+        released = {r["cohort"]: len(r["partitions"]) for r in t.get("released", [])}
+        held = ", ".join(f"{c} {n}/{t['toPartitions']}" for c, n in sorted(released.items()))
+        lines.append(
+            f"transition {t['topic']}  {t['fromPartitions']} -> {t['toPartitions']} partitions"
+            f"  version {t['fromVersion']} -> {t['toVersion']}  {t['phase']}"
+            f"  adoption generation {_or_dash(t.get('adoptionGeneration'))}"
+            f"  cutover offsets {len(t.get('cutoverOffsets', []))}/{t['fromPartitions']}"
+            + (f"  released {held}" if held else "")
+            + f"  ({t['request']})"
+        )
+    for r in repartitions:
+        meta, spec, status = r["metadata"], r["spec"], r.get("status") or {}
+        ready = next(
+            (c for c in status.get("conditions", []) if c.get("type") == "Ready"), {"message": ""}
+        )
+        by = f"  by {status['finalizedBy']}" if status.get("finalizedBy") else ""
+        lines.append(
+            f"repartition {meta.get('namespace', 'default')}/{meta['name']}  topic"
+            f" {spec['topicRef']['name']}  -> {spec['partitions']}"
+            f"  {status.get('phase', 'Pending')}{by}"
+            + (f"  {ready['message']}" if ready.get("message") else "")
+        )
+    return lines
 
 
 def local_brokers(directory: Path, live: list[int]) -> list[dict[str, Any]]:
@@ -1010,7 +1092,7 @@ def _or_dash(value: object) -> str:
 EXIT_NOT_FOUND = 3
 
 #: what ``headrace local`` runs; ``apply -f`` skips other kinds with a note
-LOCAL_KINDS = ("Topic", "Unload")
+LOCAL_KINDS = ("Topic", "Unload", "Repartition")
 
 
 @click.command()
@@ -1037,12 +1119,13 @@ LOCAL_KINDS = ("Topic", "Unload")
 def apply(
     paths: tuple[str, ...], directory: Path, controller_url: str | None, allow_problems: bool
 ) -> None:
-    """Apply Topic and Unload manifests (the same YAML that goes to kubectl apply).
+    """Apply Topic, Unload and Repartition manifests (the same YAML as for kubectl apply).
 
     All or nothing: every manifest is validated, and checked against the cluster (its
     name, its broker count, the topics it has), before any is applied. A problem is
     printed as one line and the exit status is 1, unless --allow-problems makes it a
-    warning. Kinds local mode does not run (BrokerCluster, Repartition, Compaction, ...)
+    warning. A Repartition of a missing topic, to the count it has, or of a topic
+    mid-Unload is refused. Kinds local mode does not run (BrokerCluster, Compaction, ...)
     are skipped with a note."""
     from headrace.cli.manifests import manifests_to_apply
     from headrace.resources import ManifestError
@@ -1061,7 +1144,7 @@ def apply(
         else:
             click.echo(
                 f"skipping {resource.kind} {resource.key.namespace}/{resource.key.name}:"
-                f" local mode runs {' and '.join(k + 's' for k in LOCAL_KINDS)} only",
+                f" local mode runs {', '.join(k + 's' for k in LOCAL_KINDS)} only",
                 err=True,
             )
     url = _controller_url(controller_url, directory)  # refuses another cluster's controller
@@ -1107,8 +1190,10 @@ def _sendable(resource: Any) -> dict[str, Any]:
 def delete(
     paths: tuple[str, ...], directory: Path, controller_url: str | None, ignore_not_found: bool
 ) -> None:
-    """Delete the Topics and Unloads the manifests name.
+    """Delete the Topics, Unloads and Repartitions the manifests name.
 
+    A Repartition deleted after its cutover rolls forward: the transition finishes
+    (the topic's status carries it) and only the record of it goes.
     An Unload whose moves are in flight is deleted once they finish; its moves
     that have not started are cancelled. What does not exist is named on stderr
     and, after everything that does exist is deleted, the exit status is 3
@@ -1125,17 +1210,20 @@ def delete(
     for key in keys:
         if key.kind not in LOCAL_KINDS:
             click.echo(
-                f"skipping {key.kind} {key.namespace}/{key.name}: local mode runs Topics and"
-                " Unloads only",
+                f"skipping {key.kind} {key.namespace}/{key.name}: local mode runs Topics,"
+                " Unloads and Repartitions only",
                 err=True,
             )
     topics = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Topic"]
     unloads = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Unload"]
+    repartitions = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Repartition"]
     result = _http(
         "POST",
         f"{_controller_url(controller_url, directory)}/v1/delete",
-        json.dumps({"topics": topics, "unloads": unloads}).encode(),
+        json.dumps({"topics": topics, "unloads": unloads, "repartitions": repartitions}).encode(),
     )
+    for name in result.get("repartitions", []):
+        click.echo(f"repartition {name} deleted")
     for name in result["unloads"]["deleted"]:
         click.echo(f"unload {name} deleted")
     for name in result["unloads"]["deferred"]:
@@ -1145,6 +1233,7 @@ def delete(
     missing = [f"topic {n}" for n in topics if n not in result["deleted"]]
     found = set(result["unloads"]["deleted"]) | set(result["unloads"]["deferred"])
     missing += [f"unload {n}" for n in unloads if n not in found]
+    missing += [f"repartition {n}" for n in repartitions if n not in result.get("repartitions", [])]
     for what in missing:
         click.echo(f"{what} not found", err=True)
     if missing and not ignore_not_found:

@@ -173,9 +173,10 @@ def bench(
 
 
 def _register_commands() -> None:
-    from headrace.cli import cluster, cohorts, consume, topics
+    from headrace.cli import acl, cluster, cohorts, consume, topics
     from headrace.cli import local as local_mode
 
+    main.add_command(acl.acl)
     main.add_command(topics.topics)
     main.add_command(cohorts.cohorts)
     main.add_command(cluster.cluster)
@@ -187,6 +188,7 @@ def _register_commands() -> None:
 
 
 _register_commands()
+__import__("headrace.cli.jobs", fromlist=["register"]).register(main)  # verify, compact (Spark)
 
 
 if __name__ == "__main__":

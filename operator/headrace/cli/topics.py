@@ -161,7 +161,8 @@ def edited_manifest(
     if partitions is not None and partitions != spec["partitions"]:
         raise click.ClickException(
             f"topic {name}: changing the partition count ({spec['partitions']} -> {partitions})"
-            " needs a repartition, which is not implemented yet; nothing was changed"
+            " needs a repartition: apply a Repartition, or the Topic manifest with the new"
+            " spec.partitions (headrace apply -f); nothing was changed"
         )
     if replicas is not None and replicas != spec.get("replicas", 3):
         raise click.ClickException(
@@ -380,7 +381,7 @@ def topics_create(
     "-p",
     type=int,
     default=None,
-    help="Refused unless unchanged: a new partition count needs a repartition (not yet).",
+    help="Refused unless unchanged: a new partition count needs a repartition (apply -f).",
 )
 @click.option("--replicas", "-r", type=int, default=None, help="Refused unless unchanged.")
 @click.option("--dry-run", is_flag=True, help="Print the Topic document instead of applying it.")

@@ -20,6 +20,9 @@ Modules
 ``election``      the per-partition election and LRS table (``step``)
 ``cohort_plans``  sticky, coverage-first, balanced cross-broker cohort plans
 ``unloads``       the Unload state machine: seal, reassign, complete (``step``)
+``repartitions``  the live repartition state machine: cutover, stamp, per-cohort
+                  drain, finalize gate (``step``; docs/repartition.md)
+``admission``     what ``apply`` refuses: Topic and Repartition problems
 ``reconcile``     ``reconcile``: one whole step, and ``grow_topic``
 ``topology``      ``cluster_topology``: the ``ClusterTopology`` pushed to brokers;
                   ``snapshot``: its client-facing ``TopologySnapshot``
@@ -34,7 +37,7 @@ The controller loop
 ``looping.ControlLoop`` runs it (the ports are ``store``, ``fleet`` and
 ``clock``; persistence as ``documents`` describes)::
 
-    stored = store.load()                             # Topic and Unload resources, cluster doc
+    stored = store.load()                             # Topic, Unload, Repartition docs, cluster doc
     restored = documents.restore(stored.cluster, {name: topic's status})
     state = restored.state
     floor = restored.highest + 1 if restored.torn else None   # commit above it before a push
@@ -92,7 +95,8 @@ Epochs strictly increase per partition on every nomination; only live LRS
 members are nominated and only a live candidate that reports its promotion
 becomes leader (no unclean election); the topology generation (``generation``)
 bumps exactly when persisted content changes and is never the partitioning
-version (per topic, bumped only by ``grow_topic``); a cohort plan's
+version (per topic, bumped only by a repartition's cutover, once per
+transition: only when the topic has no marker); a cohort plan's
 generation bumps only when its assignment changes; and a restarted
 controller (persisted state, fresh heartbeats, a new ``observing_since_ms``)
 changes nothing when nothing changed.

@@ -51,9 +51,13 @@ import pydantic
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
     ClusterState,
+    FinalizedBy,
     MovePhase,
     MoveProgress,
     RecoverySource,
+    RepartitionPhase,
+    RepartitionProgress,
+    RepartitionRequest,
     TopicSpec,
     TopicStatus,
     UnloadPhase,
@@ -121,7 +125,9 @@ def holding_spec(name: str, status: TopicStatus) -> TopicSpec:
     defaults = topic_models.TopicSpec.model_validate(
         {"clusterRef": {"name": "unread"}, "partitions": 1, "replicas": replicas}
     )
-    return TopicSpec(name, len(status.partitions), replicas, defaults.min_in_sync, tiered=False)
+    # The count last asked for, so that holding the topic is never read as an edit of it.
+    partitions = status.spec_partitions or len(status.partitions)
+    return TopicSpec(name, partitions, replicas, defaults.min_in_sync, tiered=False)
 
 
 def generation_of(resource: Mapping[str, Any]) -> int:
@@ -491,3 +497,95 @@ def restore(
     # No commit record (none written yet, or a store older than it): trust only an empty state.
     torn = torn or (bool(topics) if committed is None else set(committed) != set(topics))
     return Restored(ClusterState(generation, brokers, topics), torn, highest)
+
+
+# --------------------------------------------------------------------------- repartitions
+
+
+def repartition_request(resource: Mapping[str, Any]) -> RepartitionRequest:
+    """The core's view of a Repartition document (``deletionTimestamp``: deleted)."""
+    meta = resource["metadata"]
+    spec = resource["spec"]
+    namespace = meta.get("namespace", "default")
+    return RepartitionRequest(
+        full_name(resource),
+        f"{namespace}/{spec['topicRef']['name']}",
+        int(spec["partitions"]),
+        int(spec.get("adoptionTimeoutSeconds", 30)) * 1000,
+        cancelled=meta.get("deletionTimestamp") is not None,
+    )
+
+
+def repartition_status(
+    progress: RepartitionProgress,
+    observed_generation: int,
+    previous_ready: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """The Repartition's status document (RepartitionStatus shape) for the core's progress.
+
+    Ready is True once Finalized; its reason is the phase, its message the progress message.
+    """
+    value = "True" if progress.phase is RepartitionPhase.FINALIZED else "False"
+    changed = previous_ready is None or previous_ready.get("status") != value
+    ready = {
+        "type": "Ready",
+        "status": value,
+        "observedGeneration": observed_generation,
+        "reason": progress.phase.value,
+        "message": progress.message,
+        "lastTransitionTime": now
+        if changed or previous_ready is None
+        else previous_ready.get("lastTransitionTime", now),
+    }
+    return _without_none(
+        {
+            "observedGeneration": observed_generation,
+            "conditions": [ready],
+            "phase": progress.phase.value,
+            "fromPartitions": progress.from_partitions,
+            "toPartitions": progress.to_partitions,
+            "fromVersion": progress.from_version,
+            "toVersion": progress.to_version,
+            "adoptionGeneration": progress.adoption_generation,
+            "cutoverAt": _optional_time(progress.cutover_ms),
+            "drainedAt": _optional_time(progress.drained_ms),
+            "finalizedAt": _optional_time(progress.finalized_ms),
+            "finalizedBy": None if progress.finalized_by is None else progress.finalized_by.value,
+        }
+    )
+
+
+def repartition_progress_of(name: str, status: Mapping[str, Any]) -> RepartitionProgress:
+    """The inverse of ``repartition_status``."""
+    ready = next(
+        (
+            c
+            for c in status.get("conditions", [])
+            if isinstance(c, dict) and c.get("type") == "Ready"
+        ),
+        {},
+    )
+
+    def ms(key: str) -> int | None:
+        text = status.get(key)
+        return None if text is None else epoch_ms(text)
+
+    try:
+        by = status.get("finalizedBy")
+        return RepartitionProgress(
+            name,
+            RepartitionPhase(status.get("phase", "Pending")),
+            status.get("fromPartitions"),
+            status.get("toPartitions"),
+            status.get("fromVersion"),
+            status.get("toVersion"),
+            status.get("adoptionGeneration"),
+            ms("cutoverAt"),
+            ms("drainedAt"),
+            ms("finalizedAt"),
+            None if by is None else FinalizedBy(by),
+            str(ready.get("message", "")),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise InvalidRequest(f"repartition {name}: unreadable status: {exc}") from exc

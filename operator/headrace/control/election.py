@@ -18,7 +18,7 @@ until none does, so a second step on the same evidence changes nothing.
     ONLINE    leader reports an LRS at this epoch that     ONLINE            LRS := leader's report
               differs from the stored one
     ONLINE    quiet period over, preferred replica still   ELECTING          hand back: nominate the preferred
-              eligible                                                       replica
+              eligible, its log end >= the leader's HW                       replica
     ONLINE    preferred replica became eligible, no quiet  ONLINE            deadline := now + quiet period
               period running
     ONLINE    quiet period running, preferred replica no   ONLINE            deadline := None
@@ -51,7 +51,9 @@ controller is not warming up. Once eligible, an ONLINE partition carries a
 is nominated through the same path as any election (epoch + 1, LRS member
 only, promotion confirmed by its own report); if it stops being eligible the
 deadline is cleared and the next return starts a new quiet period. A
-partition an unload is sealing is not handed back until the seal is gone. A
+partition an unload is sealing is not handed back until the seal is gone, nor
+while the preferred replica's reported log end is below the leader's reported
+high watermark (defence in depth: it would lack acknowledged records). A
 preferred replica that fails to promote in time is followed by the next
 candidate as usual (usually the leader it replaced, at a higher epoch).
 
@@ -228,6 +230,21 @@ def _rebalance_due(s: PartitionStatus, seen: Seen) -> bool:
         and seen.now_ms >= s.deadline_ms
         and not s.seal
         and _preferred_eligible(s, seen)
+        and _preferred_holds_leader_hw(s, seen)
+    )
+
+
+def _preferred_holds_leader_hw(s: PartitionStatus, seen: Seen) -> bool:
+    """Defence in depth: the preferred replica's reported log end covers the leader's
+    reported HW, so it holds every record acknowledged so far. Checked at hand-back only:
+    under load the two reports are from different moments, and a quiet period must not
+    restart every time the follower's last report trails the leader's."""
+    preferred = seen.reports.get(s.replicas[0])
+    current = seen.reports.get(s.leader) if s.leader is not None else None
+    return (
+        preferred is not None
+        and current is not None
+        and preferred.log_end_offset >= current.high_watermark
     )
 
 

@@ -56,10 +56,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from headrace.control import documents, topology
+from headrace.control import documents, repartitions, topology
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
     ClusterState,
+    RepartitionProgress,
+    RepartitionRequest,
     TopicSpec,
     UnloadProgress,
     UnloadRequest,
@@ -115,6 +117,8 @@ class Stored:
     topics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     #: Unload resources (metadata, spec and status, if any) by 'namespace/name'
     unloads: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    #: Repartition resources (metadata, spec and status, if any) by 'namespace/name'
+    repartitions: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 class StatusStore(Protocol):
@@ -137,6 +141,8 @@ class StatusStore(Protocol):
     async def release_unload(self, name: str) -> None:
         """A deleted Unload's moves have finished: let it go (remove its finalizer)."""
         ...
+
+    async def write_repartition_status(self, name: str, status: Mapping[str, Any]) -> None: ...
 
 
 # --------------------------------------------------------------------------- the loop
@@ -200,6 +206,17 @@ class ControlLoop:
             if status:
                 self._unload_status[name] = status
                 self.progress[name] = documents.progress_of(name, status)
+        #: applied Repartition resources (no status) and their progress, by 'namespace/name'
+        self.repartitions: dict[str, dict[str, Any]] = {}
+        self.repartition_progress: dict[str, RepartitionProgress] = {}
+        self._repartition_status: dict[str, dict[str, Any]] = {}
+        for name, doc in stored.repartitions.items():
+            resource = copy.deepcopy(dict(doc))
+            status = resource.pop("status", None)
+            self.repartitions[name] = resource
+            if status:
+                self._repartition_status[name] = status
+                self.repartition_progress[name] = documents.repartition_progress_of(name, status)
         self.heartbeats: dict[int, Heartbeat] = {}
         #: the topology generation each broker last reported
         self.broker_generations: dict[int, int] = {}
@@ -256,12 +273,35 @@ class ControlLoop:
 
         return [documents.unload_request(self.unloads[n]) for n in sorted(self.unloads, key=age)]
 
+    def repartition_requests(self) -> list[RepartitionRequest]:
+        """The Repartitions, oldest first (one topic's are served in this order)."""
+
+        def age(name: str) -> tuple[str, str]:
+            meta = self.repartitions[name]["metadata"]
+            return (str(meta.get("creationTimestamp", "")), name)
+
+        return [
+            documents.repartition_request(self.repartitions[n])
+            for n in sorted(self.repartitions, key=age)
+        ]
+
     @property
     def transitioning(self) -> bool:
-        """An unload is unfinished or a partition sealed: poll fast."""
-        return any(
-            name not in self.progress or not self.progress[name].finished for name in self.unloads
-        ) or any(p.seal for t in self.state.topics.values() for p in t.partitions)
+        """An unload or a repartition is unfinished, or a partition sealed: poll fast (a
+        repartition holds moved keys back until the controller releases them)."""
+        return (
+            any(
+                name not in self.progress or not self.progress[name].finished
+                for name in self.unloads
+            )
+            or any(p.seal for t in self.state.topics.values() for p in t.partitions)
+            or any(t.transition is not None for t in self.state.topics.values())
+            or any(
+                name not in self.repartition_progress
+                or not self.repartition_progress[name].finished
+                for name in self.repartitions
+            )
+        )
 
     def unobserved(self) -> list[str]:
         """The Topics whose status does not yet say it observed their ``metadata.generation``."""
@@ -314,6 +354,8 @@ class ControlLoop:
             observing_since_ms=self.observing_since_ms,
             unload_requests=self.unload_requests(),
             unload_progress=self.progress,
+            repartition_requests=self.repartition_requests(),
+            repartition_progress=self.repartition_progress,
         )
         self.steps += 1
         for event in decision.events:
@@ -344,6 +386,11 @@ class ControlLoop:
             # not the other way round), before the push.
             self.progress = dict(decision.unloads)
             await self.save_unloads(now)
+        if decision.repartitions_changed or set(decision.repartitions) != set(
+            self.repartition_progress
+        ):
+            self.repartition_progress = dict(decision.repartitions)
+            await self.save_repartitions(now)
         await self._release_finished_deletions()
         await self._push(decision)
         return decision
@@ -402,6 +449,49 @@ class ControlLoop:
             if status != previous:
                 await self.store.write_unload_status(name, status)
                 self._unload_status[name] = status
+
+    async def save_repartitions(self, now_ms: int) -> None:
+        """Write the status of every Repartition whose progress changed."""
+        now = documents.condition_time(now_ms)
+        for name in sorted(self.repartitions):
+            progress = self.repartition_progress.get(name)
+            if progress is None:
+                continue
+            previous = self._repartition_status.get(name)
+            observed = documents.generation_of(self.repartitions[name])
+            ready = documents.previous_ready(previous)
+            status = documents.repartition_status(progress, observed, ready, now)
+            if status != previous:
+                await self.store.write_repartition_status(name, status)
+                self._repartition_status[name] = status
+
+    def forget_repartition(self, name: str) -> None:
+        """The Repartition is gone. One in flight rolls forward: its marker carries it."""
+        self.repartitions.pop(name, None)
+        self.repartition_progress.pop(name, None)
+        self._repartition_status.pop(name, None)
+
+    def repartition_documents(self) -> list[dict[str, Any]]:
+        """The Repartition documents, with their status as last written."""
+        docs = []
+        for name in sorted(self.repartitions):
+            doc = dict(self.repartitions[name])
+            if name in self._repartition_status:
+                doc["status"] = self._repartition_status[name]
+            docs.append(doc)
+        return docs
+
+    def transitions(self) -> list[dict[str, Any]]:
+        """Every topic's transition marker in flight, with its phase (for status pages)."""
+        return [
+            {
+                "topic": name,
+                "phase": repartitions.phase_of(t.transition).value,
+                **t.transition.to_json(),
+            }
+            for name, t in sorted(self.state.topics.items())
+            if t.transition is not None
+        ]
 
     async def _release_finished_deletions(self) -> None:
         """Let deleted Unloads go once their moves are no longer in flight."""
@@ -470,6 +560,8 @@ class ControlLoop:
             if decision
             else [],
             "unloads": self.unload_documents(),
+            "repartitions": self.repartition_documents(),
+            "transitions": self.transitions(),
             "steps": self.steps,
             "generationBumps": self.generation_bumps,
             "pushes": self.pushes,

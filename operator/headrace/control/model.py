@@ -22,9 +22,10 @@ of the wrong shape with ``InvalidRequest`` naming the field.
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from headrace.errors import InvalidRequest, InvalidTopicSpec
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -196,6 +197,95 @@ class CohortPlan:
         return cls(_field(doc, "cohort", str, w), _field(doc, "generation", int, w), assignment)
 
 
+#: the ``request`` of a transition started by an edit of ``Topic.spec.partitions``
+SPEC_EDIT: Final = "Topic.spec.partitions"
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """The transition marker of a live repartition, kept in the topic's status.
+
+    Written together with the partitioning version bump (the cutover) and
+    cleared at finalize; see ``repartitions``. ``adoption_generation`` is a
+    *topology generation* (what clients ack), ``from_version``/``to_version``
+    are *partitioning versions* (what publishes are fenced on): the marker is
+    the bridge between the two counters, never a place where one stands in for
+    the other.
+    """
+
+    #: "<namespace>/<name>" of the Repartition, or ``SPEC_EDIT``
+    request: str
+    from_partitions: int
+    to_partitions: int
+    from_version: int
+    to_version: int
+    #: when the cutover committed (the controller's clock)
+    cutover_ms: int
+    #: measured from ``drained_ms``: finalize at the latest this long after the drain
+    adoption_timeout_ms: int
+    #: the topology generation the cutover committed at; None until stamped (the step after)
+    adoption_generation: int | None = None
+    #: old partition -> the first offset its leader appended under ``to_version``
+    cutover_offsets: Mapping[int, int] = field(default_factory=dict)
+    #: cohort -> the new partitions whose post-cutover records it may be delivered
+    released: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: when every tracked cohort had drained every old partition's pre-cutover backlog
+    drained_ms: int | None = None
+
+    def feeders(self, partition: int) -> tuple[int, ...]:
+        """The old partitions holding pre-cutover records of keys that ``partition`` now
+        gets: ``crc32(key) % from == p`` and ``% to == partition`` have a solution exactly
+        when ``p`` and ``partition`` agree modulo gcd(from, to)."""
+        g = math.gcd(self.from_partitions, self.to_partitions)
+        return tuple(p for p in range(self.from_partitions) if p % g == partition % g)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": "Grow" if self.to_partitions > self.from_partitions else "Shrink",
+            "request": self.request,
+            "fromPartitions": self.from_partitions,
+            "toPartitions": self.to_partitions,
+            "fromVersion": self.from_version,
+            "toVersion": self.to_version,
+            "cutoverMs": self.cutover_ms,
+            "adoptionTimeoutMs": self.adoption_timeout_ms,
+            "adoptionGeneration": self.adoption_generation,
+            "cutoverOffsets": [
+                {"partition": p, "offset": self.cutover_offsets[p]}
+                for p in sorted(self.cutover_offsets)
+            ],
+            "released": [
+                {"cohort": c, "partitions": list(self.released[c])} for c in sorted(self.released)
+            ],
+            "drainedMs": self.drained_ms,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Transition:
+        w = "transition"
+        offsets = {
+            _field(o, "partition", int, w): _field(o, "offset", int, w)
+            for o in _objects(doc, "cutoverOffsets", w)
+        }
+        released = {
+            _field(r, "cohort", str, w): tuple(sorted(_ints(r, "partitions", w)))
+            for r in _objects(doc, "released", w)
+        }
+        return cls(
+            _field(doc, "request", str, w),
+            _field(doc, "fromPartitions", int, w),
+            _field(doc, "toPartitions", int, w),
+            _field(doc, "fromVersion", int, w),
+            _field(doc, "toVersion", int, w),
+            _field(doc, "cutoverMs", int, w),
+            _field(doc, "adoptionTimeoutMs", int, w),
+            _optional(doc, "adoptionGeneration", int, w),
+            offsets,
+            released,
+            _optional(doc, "drainedMs", int, w),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class TopicStatus:
     """Durable status of one topic (the Topic CR's status, minus conditions)."""
@@ -205,14 +295,31 @@ class TopicStatus:
     partitioning_version: int
     partitions: tuple[PartitionStatus, ...]
     cohort_plans: Mapping[str, CohortPlan] = field(default_factory=dict)
+    #: the live repartition in flight, if any
+    transition: Transition | None = None
+    #: the ``spec.partitions`` last acted on: an *edit* of it starts a transition (a
+    #: Repartition changes the count without touching the spec); None: the partition count
+    spec_partitions: int | None = None
+
+    @property
+    def routing_partitions(self) -> int:
+        """How many partitions keys are spread over (fewer than exist while a shrink drains)."""
+        if self.transition is not None:
+            return self.transition.to_partitions
+        return len(self.partitions)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "name": self.name,
             "partitioningVersion": self.partitioning_version,
             "partitions": [p.to_json() for p in self.partitions],
             "cohortPlans": [self.cohort_plans[c].to_json() for c in sorted(self.cohort_plans)],
         }
+        if self.transition is not None:
+            doc["transition"] = self.transition.to_json()
+        if self.spec_partitions is not None:
+            doc["specPartitions"] = self.spec_partitions
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> TopicStatus:
@@ -221,11 +328,14 @@ class TopicStatus:
         if [p.partition for p in partitions] != list(range(len(partitions))):
             raise InvalidRequest(f"{w}: partitions must be listed in order from 0")
         plans = [CohortPlan.from_json(c) for c in _objects(doc, "cohortPlans", w)]
+        marker = _optional(doc, "transition", dict, w)
         return cls(
             _field(doc, "name", str, w),
             _field(doc, "partitioningVersion", int, w),
             partitions,
             {p.cohort: p for p in plans},
+            None if marker is None else Transition.from_json(marker),
+            _optional(doc, "specPartitions", int, w),
         )
 
 
@@ -445,3 +555,70 @@ def normalise_lrs(replicas: Sequence[int], reported: Sequence[int], leader: int)
     """An LRS as persisted: replicas only, the leader always in, in replica order."""
     keep = set(reported) | {leader}
     return tuple(r for r in replicas if r in keep)
+
+
+# --------------------------------------------------------------------------- repartitions
+
+
+class RepartitionPhase(enum.StrEnum):
+    """Where a repartition is (see ``repartitions``)."""
+
+    PENDING = "Pending"
+    CUTTING_OVER = "CuttingOver"
+    DRAINING = "Draining"
+    AWAITING_ADOPTION = "AwaitingAdoption"
+    FINALIZED = "Finalized"
+    FAILED = "Failed"
+
+
+class FinalizedBy(enum.StrEnum):
+    """Why a repartition finalized: every live broker's clients acked, or the timeout."""
+
+    ADOPTED = "Adopted"
+    ADOPTION_TIMED_OUT = "AdoptionTimedOut"
+
+
+@dataclass(frozen=True, slots=True)
+class RepartitionRequest:
+    """A Repartition's spec, as the core needs it (read, never written, by the controller)."""
+
+    #: "<namespace>/<name>" of the Repartition
+    name: str
+    #: "<namespace>/<name>" of the topic
+    topic: str
+    partitions: int
+    adoption_timeout_ms: int = 30_000
+    #: deleted: one not started yet fails; one in flight rolls forward to Finalized
+    cancelled: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RepartitionProgress:
+    """How a Repartition is going: persisted with it (its status), not in the cluster state."""
+
+    name: str
+    phase: RepartitionPhase = RepartitionPhase.PENDING
+    from_partitions: int | None = None
+    to_partitions: int | None = None
+    from_version: int | None = None
+    to_version: int | None = None
+    adoption_generation: int | None = None
+    cutover_ms: int | None = None
+    drained_ms: int | None = None
+    finalized_ms: int | None = None
+    finalized_by: FinalizedBy | None = None
+    #: why it waits or failed, or what it did
+    message: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in (RepartitionPhase.FINALIZED, RepartitionPhase.FAILED)
+
+    @property
+    def in_flight(self) -> bool:
+        """Cut over and not finalized: the topic's transition marker belongs to it."""
+        return self.phase in (
+            RepartitionPhase.CUTTING_OVER,
+            RepartitionPhase.DRAINING,
+            RepartitionPhase.AWAITING_ADOPTION,
+        )

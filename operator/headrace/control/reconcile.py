@@ -41,11 +41,11 @@ topics (placement would skip the unheard brokers) or replan cohorts (their
 members may be connected to the unheard brokers).
 
 The partitioning version is a separate, per-topic counter: it is set to 1
-when a topic is created and changed only by ``grow_topic`` (a repartition's
-cutover), never by the generation bump. A spec whose partition count or
-replication factor differs from the topic's is reported as a problem and
-left alone: changing those is a Repartition (or a reassignment), not a
-side effect of reconciling.
+when a topic is created and changed only by a repartition's cutover
+(``repartitions``, which runs after the unloads and before the cohort plans,
+so plans follow the new partition set), never by the generation bump. An
+edit of a spec's partition count starts a repartition; a replication factor
+that differs from the topic's is reported as a problem and left alone.
 """
 
 from __future__ import annotations
@@ -55,13 +55,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from headrace.control import cohort_plans, election, placement, unloads
+from headrace.control import cohort_plans, election, placement, repartitions, unloads
 from headrace.control.liveness import Liveness, adoption_floor, assess
 from headrace.control.model import (
     ClusterState,
     CohortPlan,
     PartitionState,
     PartitionStatus,
+    RepartitionProgress,
+    RepartitionRequest,
     TopicSpec,
     TopicStatus,
     UnloadProgress,
@@ -92,7 +94,7 @@ class Problem:
     """Why a topic is not (entirely) as asked: its Ready condition's reason and message."""
 
     topic: str
-    #: CamelCase: WaitingForBrokers, NotEnoughBrokers, PartitionCountChange,
+    #: CamelCase: WaitingForBrokers, NotEnoughBrokers, Repartitioning, RepartitionWaiting,
     #: ReplicasChange, PartitionsOffline, BelowMinInSync, DuplicateSpec,
     #: PartitionsMoving, UnclaimedSeal; and InvalidSpec, which the control loop adds for a
     #: Topic whose stored spec does not parse
@@ -115,6 +117,9 @@ class Decision:
     unloads: Mapping[str, UnloadProgress] = field(default_factory=dict)
     #: True iff ``unloads`` differs from the progress passed in (no generation bump by itself)
     unloads_changed: bool = False
+    #: the progress of every Repartition, by name (persisted with them, like ``unloads``)
+    repartitions: Mapping[str, RepartitionProgress] = field(default_factory=dict)
+    repartitions_changed: bool = False
 
 
 def reconcile(
@@ -127,6 +132,8 @@ def reconcile(
     observing_since_ms: int,
     unload_requests: Sequence[UnloadRequest] = (),
     unload_progress: Mapping[str, UnloadProgress] | None = None,
+    repartition_requests: Sequence[RepartitionRequest] = (),
+    repartition_progress: Mapping[str, RepartitionProgress] | None = None,
 ) -> Decision:
     """One step. ``observing_since_ms``: when this controller started polling brokers.
 
@@ -191,6 +198,25 @@ def reconcile(
     events.extend(Event(kind, subject, message) for kind, subject, message in unload_events)
     problems.extend(_check_seals(topics, progress, unload_requests))
 
+    floor = adoption_floor(heartbeats, liveness.live)
+    before_repartitions = dict(repartition_progress or {})
+    moved = repartitions.step(
+        topics,
+        wanted,
+        repartition_requests,
+        before_repartitions,
+        generation=state.generation,
+        liveness=liveness,
+        reports=reports,
+        adoption_floor=floor,
+        unloading=_unloading(topics, unload_requests, progress),
+        now_ms=now_ms,
+        settings=settings,
+    )
+    topics = moved.topics
+    events.extend(Event(kind, subject, message) for kind, subject, message in moved.events)
+    problems.extend(Problem(t, *moved.problems[t]) for t in sorted(moved.problems))
+
     if not liveness.warming_up:
         for name in sorted(topics):
             topics[name] = _replan(topics[name], connections, events)
@@ -203,12 +229,31 @@ def reconcile(
         result,
         changed,
         liveness,
-        adoption_floor(heartbeats, liveness.live),
+        floor,
         tuple(events),
         tuple(problems),
         progress,
         any(before_unloads.get(name) != p for name, p in progress.items()),
+        moved.progress,
+        any(before_repartitions.get(name) != p for name, p in moved.progress.items()),
     )
+
+
+def _unloading(
+    topics: Mapping[str, TopicStatus],
+    requests: Sequence[UnloadRequest],
+    progress: Mapping[str, UnloadProgress],
+) -> dict[str, str]:
+    """Topic -> the Unload (or seal) that makes it busy: no repartition starts on it."""
+    busy: dict[str, str] = {}
+    for r in requests:
+        p = progress.get(r.name)
+        if p is None or not p.finished:
+            busy.setdefault(r.topic, f"Unload {r.name}")
+    for name, topic in topics.items():
+        if any(p.seal for p in topic.partitions):
+            busy.setdefault(name, "a sealed partition")
+    return busy
 
 
 def grow_topic(
@@ -218,29 +263,15 @@ def grow_topic(
     *,
     others: Iterable[Sequence[int]] = (),
 ) -> TopicStatus:
-    """Add partitions (a repartition's cutover): existing ones stay, the version bumps.
+    """Add partitions and bump the version (no marker: ``repartitions`` writes one).
 
-    For the repartition state machine. ``brokers`` are the eligible brokers
-    (live, not draining); raises ``NotEnoughBrokers`` when too few.
+    ``brokers`` are the eligible brokers (live, not draining); raises
+    ``NotEnoughBrokers`` when too few.
     """
     if partitions <= len(topic.partitions):
         raise ValueError(f"topic {topic.name!r} already has {len(topic.partitions)} partitions")
-    replicas = len(topic.partitions[0].replicas) if topic.partitions else 1
-    lists = placement.place(
-        partitions,
-        replicas,
-        brokers,
-        existing=[p.replicas for p in topic.partitions],
-        others=others,
-    )
-    added = tuple(
-        election.first_status(i, lists[i]) for i in range(len(topic.partitions), partitions)
-    )
-    return replace(
-        topic,
-        partitioning_version=topic.partitioning_version + 1,
-        partitions=(*topic.partitions, *added),
-    )
+    grown = repartitions.add_partitions(topic, partitions, brokers, others)
+    return replace(grown, partitioning_version=topic.partitioning_version + 1)
 
 
 # --------------------------------------------------------------------------- the step's parts
@@ -299,7 +330,7 @@ def _create(
         problems.append(Problem(spec.name, "NotEnoughBrokers", exc.message))
         return None
     partitions = tuple(election.first_status(i, r) for i, r in enumerate(lists))
-    return TopicStatus(spec.name, 1, partitions, {})
+    return TopicStatus(spec.name, 1, partitions, {}, spec_partitions=spec.partitions)
 
 
 def _elect(
@@ -341,16 +372,9 @@ def _replan(topic: TopicStatus, connections: _Connections, events: list[Event]) 
 
 
 def _check(spec: TopicSpec, topic: TopicStatus) -> list[Problem]:
+    # A partition count that differs from the spec is not a problem here: an edit of it is
+    # a repartition (``repartitions``), and after a Repartition the spec may lag the count.
     problems: list[Problem] = []
-    if spec.partitions != len(topic.partitions):
-        problems.append(
-            Problem(
-                spec.name,
-                "PartitionCountChange",
-                f"spec asks for {spec.partitions} partitions, the topic has"
-                f" {len(topic.partitions)}: changing the count needs a Repartition",
-            )
-        )
     if topic.partitions and spec.replicas != len(topic.partitions[0].replicas):
         problems.append(
             Problem(

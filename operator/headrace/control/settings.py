@@ -50,6 +50,11 @@ class ControlSettings:
     #: flapping broker from dragging leaders to and fro, and each move costs
     #: producers one short retry.
     preferred_leader_quiet_ms: int = 10_000
+    #: A repartition started by an edit of ``Topic.spec.partitions`` (a Repartition
+    #: carries its own ``adoptionTimeoutSeconds``) finalizes at the latest this long after
+    #: its backlog drained, even if some clients have not acked the new routing: the
+    #: version fence keeps them correct, the gate only spares them redirects. Fibril's 30 s.
+    repartition_adoption_timeout_ms: int = 30_000
 
     def __post_init__(self) -> None:
         for name in (
@@ -58,6 +63,7 @@ class ControlSettings:
             "offline_retry_ms",
             "unload_recovery_timeout_ms",
             "preferred_leader_quiet_ms",
+            "repartition_adoption_timeout_ms",
         ):
             if getattr(self, name) <= 0:
                 raise InvalidRequest(f"control setting {name} must be positive")

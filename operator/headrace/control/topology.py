@@ -19,7 +19,12 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from headrace.control.model import ClusterState
-from headrace.protocol.coordination import ClusterTopology, PartitionPlacement, TopicPlacement
+from headrace.protocol.coordination import (
+    ClusterTopology,
+    PartitionPlacement,
+    TopicPlacement,
+    TransitionPlacement,
+)
 from headrace.protocol.messages import TopologySnapshot
 
 
@@ -76,6 +81,15 @@ def cluster_topology(
                     cohort: {m: list(ps) for m, ps in plan.assignment.items()}
                     for cohort, plan in topic.cohort_plans.items()
                 },
+                None
+                if topic.transition is None
+                else TransitionPlacement(
+                    topic.transition.from_partitions,
+                    topic.transition.to_partitions,
+                    topic.transition.to_version,
+                    dict(topic.transition.cutover_offsets),
+                    {c: list(qs) for c, qs in topic.transition.released.items()},
+                ),
             )
             for name, topic in sorted(state.topics.items())
         ],

@@ -12,10 +12,10 @@ from prometheus_client.registry import Collector
 
 from headrace.control import admission
 from headrace.control.documents import full_name, spec_of
-from headrace.controller.controlling import Controller, UnloadConflict
+from headrace.controller.controlling import Controller, RepartitionRefused, UnloadConflict
 from headrace.controller.dashboarding import DashboardRoutes
 from headrace.errors import HeadraceError
-from headrace.resources import Resource, Topic, Unload, load_manifests
+from headrace.resources import Repartition, Resource, Topic, Unload, load_manifests
 
 
 class _ControllerCollector(Collector):
@@ -62,7 +62,15 @@ class _ControllerCollector(Collector):
         phases = [c.progress[n].phase.value if n in c.progress else "Pending" for n in c.unloads]
         for phase in ("Pending", "Moving", "Completed", "Failed"):
             unloads.add_metric([phase], phases.count(phase))
-        return [gen, bumps, live, offline, epochs, sealed, unloads]
+        transitions = GaugeMetricFamily(
+            "headrace_controller_transitions",
+            "Repartitions in flight (topics with a transition marker) by phase",
+            labels=["phase"],
+        )
+        in_flight = [t["phase"] for t in c.loop.transitions()]
+        for phase in ("CuttingOver", "Draining", "AwaitingAdoption"):
+            transitions.add_metric([phase], in_flight.count(phase))
+        return [gen, bumps, live, offline, epochs, sealed, unloads, transitions]
 
 
 class ControllerAdmin:
@@ -83,7 +91,7 @@ class ControllerAdmin:
                 web.post("/v1/delete", self.delete),
             ]
         )
-        DashboardRoutes(controller).install(self.app)
+        DashboardRoutes.for_controller(controller).install(self.app)
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -141,27 +149,35 @@ class ControllerAdmin:
             return web.json_response(
                 {"error": type(exc).__name__, "message": exc.message}, status=422
             )
-        unsupported = [r for r in resources if not isinstance(r, Topic | Unload)]
+        unsupported = [r for r in resources if not isinstance(r, Topic | Unload | Repartition)]
         if unsupported:
             kinds = ", ".join(sorted({type(r).__name__ for r in unsupported}))
             return web.json_response(
                 {
                     "error": "Unsupported",
-                    "message": f"local mode applies Topic and Unload resources only, not {kinds}",
+                    "message": "local mode applies Topic, Unload and Repartition resources"
+                    f" only, not {kinds}",
                 },
                 status=422,
             )
         topics = [_manifest(r) for r in resources if isinstance(r, Topic)]
         unloads = [_manifest(r) for r in resources if isinstance(r, Unload)]
+        repartitions = [_manifest(r) for r in resources if isinstance(r, Repartition)]
         try:
             for doc in topics:
                 spec_of(doc)  # all or nothing: every spec is checked before any is applied
             self.controller.check_unloads(unloads)
+            self.controller.check_repartitions(repartitions)
             warnings = self._admit(topics, allow=_flag(request, "allowProblems"))
             names = self.controller.apply(topics) if topics else []
             results = self.controller.apply_unloads(unloads) if unloads else []
+            moved = self.controller.apply_repartitions(repartitions) if repartitions else []
         except UnloadConflict as exc:
             return web.json_response({"error": "Conflict", "message": exc.message}, status=409)
+        except RepartitionRefused as exc:
+            return web.json_response(
+                {"error": "Refused", "message": exc.message, "problems": exc.lines}, status=422
+            )
         except Refused as exc:
             return web.json_response(
                 {"error": "Refused", "message": exc.message, "problems": exc.lines}, status=422
@@ -172,6 +188,7 @@ class ControllerAdmin:
             )
         applied = [{"kind": "Topic", "name": n, "result": "applied"} for n in names]
         applied += [{"kind": "Unload", "name": n, "result": r} for n, r in results]
+        applied += [{"kind": "Repartition", "name": n, "result": r} for n, r in moved]
         return web.json_response({"applied": applied, "warnings": warnings})
 
     def _admit(self, topics: list[dict[str, Any]], *, allow: bool) -> list[str]:
@@ -194,17 +211,22 @@ class ControllerAdmin:
         return lines
 
     async def delete(self, request: web.Request) -> web.Response:
-        """Body: ``{"topics": [...], "unloads": [...]}`` ('namespace/name' each)."""
+        """Body: ``{"topics": [...], "unloads": [...], "repartitions": [...]}``
+        ('namespace/name' each)."""
         body: Any = await request.json()
         if not isinstance(body, dict):
             body = {}
         topics = [str(n) for n in body.get("topics", [])]
         unloads = [str(n) for n in body.get("unloads", [])]
         deleted, deferred = self.controller.delete_unloads(unloads) if unloads else ([], [])
+        repartitions = [str(n) for n in body.get("repartitions", [])]
         return web.json_response(
             {
                 "deleted": self.controller.delete(topics) if topics else [],
                 "unloads": {"deleted": deleted, "deferred": deferred},
+                "repartitions": self.controller.delete_repartitions(repartitions)
+                if repartitions
+                else [],
             }
         )
 

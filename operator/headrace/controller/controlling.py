@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from headrace.aio import cancel_and_wait
+from headrace.control import admission, documents
 from headrace.control.documents import full_name, rfc3339, spec_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, StatusStore
 from headrace.control.model import ClusterState, UnloadProgress
@@ -39,7 +40,13 @@ from headrace.dashboard.rates import RateHistory
 from headrace.errors import InvalidRequest
 from headrace.protocol.endpoints import BrokerEndpoint
 
-__all__ = ["Controller", "ControllerSettings", "SystemClock", "UnloadConflict"]
+__all__ = [
+    "Controller",
+    "ControllerSettings",
+    "RepartitionRefused",
+    "SystemClock",
+    "UnloadConflict",
+]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +60,15 @@ class SystemClock:
 
 class UnloadConflict(InvalidRequest):
     """An Unload of that name exists with another spec, or is being deleted (spec is immutable)."""
+
+
+class RepartitionRefused(InvalidRequest):
+    """A Repartition that cannot run (missing topic, same count, topic mid-Unload), or one
+    of that name exists with another spec; ``lines`` says each problem."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("; ".join(lines))
+        self.lines = lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +285,77 @@ class Controller:
                 deleted.append(name)
         self.kick()
         return deleted, deferred
+
+    # ------------------------------------------------------------------ repartitions
+
+    @property
+    def repartitions(self) -> dict[str, dict[str, Any]]:
+        """The applied Repartition resources (no status), by 'namespace/name'."""
+        return self.loop.repartitions
+
+    def check_repartitions(self, resources: list[dict[str, Any]]) -> None:
+        """Raise ``RepartitionRefused`` if any may not be applied (nothing is applied)."""
+        lines: list[str] = []
+        unloading = {
+            documents.unload_request(doc).topic
+            for name, doc in self.unloads.items()
+            if name not in self.progress or not self.progress[name].finished
+        } | {n for n, t in self.state.topics.items() if any(p.seal for p in t.partitions)}
+        for resource in resources:
+            name = full_name(resource)
+            existing = self.repartitions.get(name)
+            if existing is not None:
+                if existing["spec"] != resource["spec"]:
+                    lines.append(
+                        f"repartition {name} exists with another spec: a Repartition's spec is"
+                        " immutable; apply a new one under another name"
+                    )
+                continue
+            lines += [
+                p.line()
+                for p in admission.repartition_problems(
+                    resource,
+                    topics=self.resources,
+                    existing=self.state.topics,
+                    unloading=unloading,
+                )
+            ]
+        if lines:
+            raise RepartitionRefused(lines)
+
+    def apply_repartitions(self, resources: list[dict[str, Any]]) -> list[tuple[str, str]]:
+        """(name, "created" | "unchanged") per Repartition; one-shot like an Unload."""
+        self.check_repartitions(resources)
+        now = rfc3339(self.clock.now_ms())
+        results = []
+        for resource in resources:
+            name = full_name(resource)
+            if name in self.repartitions:
+                results.append((name, "unchanged"))
+                continue
+            doc = json.loads(json.dumps(resource))
+            doc.pop("status", None)
+            meta = doc["metadata"]
+            meta.setdefault("namespace", "default")
+            meta["creationTimestamp"] = now
+            meta["generation"] = 1
+            self.files.put("repartitions", doc)
+            self.repartitions[name] = doc
+            results.append((name, "created"))
+        self.kick()
+        return results
+
+    def delete_repartitions(self, names: list[str]) -> list[str]:
+        """Delete them. One in flight rolls forward to Finalized: the topic's transition
+        marker carries everything it needs (``control.repartitions``)."""
+        gone = []
+        for name in names:
+            if name in self.repartitions:
+                self.files.remove("repartitions", name)
+                self.loop.forget_repartition(name)
+                gone.append(name)
+        self.kick()
+        return gone
 
 
 def _normal_spec(spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,8 +1,12 @@
 """The dashboard's HTTP route (aiohttp): the page, its view model as JSON, and a live stream.
 
-A thin adapter: the controller's ``dashboard.observing.Observer`` (fed after
+A thin adapter: a controller's ``dashboard.observing.Observer`` (fed after
 every step) gives the view model, ``headrace.dashboard.views`` decides what the
-page shows and ``headrace.dashboard.assets`` holds the page. Routes, mounted at the admin root:
+page shows and ``headrace.dashboard.assets`` holds the page. The same routes serve
+the local controller (``for_controller``, at the admin root) and the kopf operator
+(``headrace.operator.surfaces``, one view per BrokerCluster, possibly under a
+``prefix`` such as ``/clusters/{namespace}/{name}``: the page's links are relative).
+Routes, below the prefix:
 
 ``GET /``                        the page (``index.html``)
 ``GET /dashboard/{asset}``       its CSS and JavaScript
@@ -19,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from aiohttp import web
@@ -27,40 +32,49 @@ from headrace.controller.controlling import Controller
 from headrace.dashboard import assets
 from headrace.errors import InvalidRequest
 
+#: the view model for a request (may raise an aiohttp HTTP error, e.g. 404 for no such cluster)
+ViewSource = Callable[[web.Request], Awaitable[dict[str, Any]]]
+
 
 class DashboardRoutes:
-    def __init__(self, controller: Controller, interval_s: float | None = None) -> None:
-        """``interval_s``: how often the stream sends the view (default: the poll interval,
-        since the view cannot change faster than the controller learns anything)."""
-        self.controller = controller
-        self.interval_s = (
-            interval_s if interval_s is not None else controller.settings.poll_interval_ms / 1000
-        )
+    def __init__(self, view: ViewSource, interval_s: float, prefix: str = "") -> None:
+        """``interval_s``: how often the stream sends the view (the poll interval: the view
+        cannot change faster than the controller learns anything)."""
+        self.source = view
+        self.interval_s = interval_s
+        self.prefix = prefix
         self._closing = asyncio.Event()
 
+    @classmethod
+    def for_controller(cls, controller: Controller) -> DashboardRoutes:
+        """The local controller's dashboard."""
+
+        async def view(request: web.Request) -> dict[str, Any]:
+            now = controller.clock.now_ms()
+            decision = controller.last_decision
+            return controller.dashboard.view(
+                controller.state_document(),
+                controller.loop.heartbeats,
+                decision.liveness if decision is not None else None,
+                now,
+            )
+
+        return cls(view, controller.settings.poll_interval_ms / 1000)
+
     def install(self, app: web.Application) -> None:
+        p = self.prefix
         app.add_routes(
             [
-                web.get("/", self.page),
-                web.get("/dashboard/view.json", self.view_json),
-                web.get("/dashboard/events", self.events),
-                web.get("/dashboard/{asset}", self.asset),
+                web.get(f"{p}/", self.page),
+                web.get(f"{p}/dashboard/view.json", self.view_json),
+                web.get(f"{p}/dashboard/events", self.events),
+                web.get(f"{p}/dashboard/{{asset}}", self.asset),
             ]
         )
         app.on_shutdown.append(self._close_streams)
 
-    def view(self) -> dict[str, Any]:
-        c = self.controller
-        now = c.clock.now_ms()
-        decision = c.last_decision
-        return c.dashboard.view(
-            c.state_document(),
-            c.loop.heartbeats,
-            decision.liveness if decision is not None else None,
-            now,
-        )
-
     async def page(self, request: web.Request) -> web.Response:
+        await self.source(request)  # no such view (a cluster): its error, not an empty page
         return _asset_response("index.html")
 
     async def asset(self, request: web.Request) -> web.Response:
@@ -70,7 +84,7 @@ class DashboardRoutes:
             raise web.HTTPNotFound(text=exc.message) from exc
 
     async def view_json(self, request: web.Request) -> web.Response:
-        return web.json_response(self.view(), headers={"Cache-Control": "no-store"})
+        return web.json_response(await self.source(request), headers={"Cache-Control": "no-store"})
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(
@@ -86,7 +100,7 @@ class DashboardRoutes:
             # After a reconnect, EventSource waits this long (ms) before trying again.
             await response.write(b"retry: 1000\n\n")
             while not self._closing.is_set():
-                payload = json.dumps(self.view(), separators=(",", ":"))
+                payload = json.dumps(await self.source(request), separators=(",", ":"))
                 await response.write(f"data: {payload}\n\n".encode())
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._closing.wait(), self.interval_s)

@@ -8,6 +8,9 @@ Local mode keeps in a directory what Kubernetes keeps in custom resources:
     <dir>/cluster.json                     the cluster document, the commit record:
                                            a BrokerCluster status (topologyGeneration,
                                            topics, brokers; ``documents.cluster_status``)
+    <dir>/repartitions/<ns>.<name>.json    a Repartition resource: spec as applied, status
+                                           (the core's RepartitionProgress, RepartitionStatus
+                                           shape)
     <dir>/unloads/<namespace>.<name>.json  an Unload resource: apiVersion, kind, metadata,
                                            spec (as applied) and status (the control core's
                                            UnloadProgress, in the UnloadStatus shape)
@@ -80,14 +83,18 @@ class FileStore:
         root.mkdir(parents=True, exist_ok=True)
 
     def load(self) -> Stored:
-        docs: dict[str, dict[str, dict[str, Any]]] = {"topics": {}, "unloads": {}}
+        docs: dict[str, dict[str, dict[str, Any]]] = {
+            "topics": {},
+            "unloads": {},
+            "repartitions": {},
+        }
         for kind, found in docs.items():
             for path in sorted((self.root / kind).glob("*.json")):
                 doc = json.loads(path.read_text())
                 found[full_name(doc)] = doc
         cluster_file = self.root / "cluster.json"
         cluster = json.loads(cluster_file.read_text()) if cluster_file.exists() else None
-        return Stored(cluster, docs["topics"], docs["unloads"])
+        return Stored(cluster, docs["topics"], docs["unloads"], docs["repartitions"])
 
     # ------------------------------------------------------------------ spec and metadata
 
@@ -121,6 +128,9 @@ class FileStore:
 
     async def release_unload(self, name: str) -> None:
         self.remove("unloads", name)
+
+    async def write_repartition_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._write_status("repartitions", name, status)
 
     def _write_status(self, kind: str, name: str, status: Mapping[str, Any]) -> None:
         # The file is the resource as last applied (by this process or another): patch it.

@@ -93,8 +93,14 @@ def dashboard_view(observed: Observed) -> dict[str, Any]:
         "transitions": {
             "unloads": [u for u in unloads if u["inFlight"]],
             "finishedUnloads": [u for u in unloads if not u["inFlight"]],
-            # No Repartition resource exists yet: the page keeps its place empty.
-            "repartitions": [],
+            "repartitions": [
+                _transition(t, observed.now_ms) for t in observed.state.get("transitions") or []
+            ],
+            "finishedRepartitions": [
+                r
+                for r in (_repartition(d) for d in observed.state.get("repartitions") or [])
+                if r["phase"] in ("Finalized", "Failed")
+            ],
         },
         "problems": problems,
         "charts": dict(observed.charts),
@@ -289,6 +295,48 @@ def _unload(doc: Mapping[str, Any]) -> dict[str, Any]:
             }
             for m in status.get("moves") or []
         ],
+    }
+
+
+def _transition(marker: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
+    """A repartition in flight, from the topic's transition marker (``state["transitions"]``)."""
+    to = int(marker.get("toPartitions", 0))
+    released = {
+        str(r.get("cohort")): len(r.get("partitions") or []) for r in marker.get("released") or []
+    }
+    drained = marker.get("drainedMs")
+    return {
+        "topic": marker.get("topic"),
+        "request": marker.get("request"),
+        "kind": marker.get("kind"),
+        "phase": marker.get("phase"),
+        "fromPartitions": marker.get("fromPartitions"),
+        "toPartitions": to,
+        "fromVersion": marker.get("fromVersion"),
+        "toVersion": marker.get("toVersion"),
+        "adoptionGeneration": marker.get("adoptionGeneration"),
+        "cutoverOffsetsKnown": len(marker.get("cutoverOffsets") or []),
+        # cohort -> "released/to": how many new partitions each cohort may read past cutover
+        "cohortsReleased": {c: f"{n}/{to}" for c, n in sorted(released.items())},
+        "sinceCutoverMs": now_ms - int(marker.get("cutoverMs", now_ms)),
+        "adoptionDeadlineInMs": None
+        if drained is None
+        else int(drained) + int(marker.get("adoptionTimeoutMs", 0)) - now_ms,
+    }
+
+
+def _repartition(doc: Mapping[str, Any]) -> dict[str, Any]:
+    meta, spec, status = doc.get("metadata") or {}, doc.get("spec") or {}, doc.get("status") or {}
+    ready: Mapping[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
+    )
+    return {
+        "name": f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}",
+        "topic": f"{meta.get('namespace', 'default')}/{(spec.get('topicRef') or {}).get('name', '?')}",
+        "partitions": spec.get("partitions"),
+        "phase": str(status.get("phase", "Pending")),
+        "finalizedBy": status.get("finalizedBy"),
+        "message": str(ready.get("message") or ""),
     }
 
 

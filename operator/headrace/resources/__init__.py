@@ -1,7 +1,8 @@
 """The custom resources of group ``headrace.dev``, version ``v1alpha1``.
 
 One source of truth: pydantic models of every kind (``BrokerCluster``,
-``Topic``, ``Repartition``, ``Unload``, ``Compaction``, ``CompactionSchedule``),
+``Topic``, ``Repartition``, ``Unload``, ``Compaction``, ``CompactionSchedule``,
+``User``),
 from which :mod:`headrace.resources.crdgen` generates ``crds/`` and against which
 :func:`load_manifests` validates what users apply. Pure data, no I/O.
 
@@ -49,6 +50,7 @@ from headrace.resources.operations import (
     UnloadStatus,
 )
 from headrace.resources.topics import Topic, TopicSpec, TopicStatus
+from headrace.resources.users import User, UserSpec, UserStatus
 
 __all__ = [
     "API_VERSION",
@@ -81,6 +83,9 @@ __all__ = [
     "Unload",
     "UnloadSpec",
     "UnloadStatus",
+    "User",
+    "UserSpec",
+    "UserStatus",
     "in_apply_order",
     "load_keys",
     "load_manifests",

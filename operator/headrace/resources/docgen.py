@@ -34,6 +34,7 @@ ORDER: Final = (
     "Unload",
     "Compaction",
     "CompactionSchedule",
+    "User",
 )
 #: where the examples are, relative to the repository root
 EXAMPLES: Final = "examples"
@@ -65,10 +66,12 @@ The headrace operator that will reconcile them (run the BrokerCluster's Stateful
 Topics, carry out Unloads, Repartitions and Compactions) is not built yet
 (`docs/operations.md` §10). Today the same manifests run in **local mode**:
 `headrace apply -f` sends them to the controller that `headrace local up` starts
-(`docs/operations.md` §2a), which acts on Topic and Unload (`apply` skips the other
-kinds with a one-line note) and refuses, one line per problem, a Topic the cluster cannot
-honour: another `clusterRef` (local mode's cluster is named `local`), more replicas than
-brokers, a partition-count change, or `cleanupPolicy: compact`.
+(`docs/operations.md` §2a), which acts on Topic, Unload and Repartition (`apply` skips
+the other kinds with a one-line note) and refuses, one line per problem, a Topic the
+cluster cannot honour: another `clusterRef` (local mode's cluster is named `local`), more
+replicas than brokers, a replication-factor change, or `cleanupPolicy: compact`; and a
+Repartition of a missing topic, to the count it has, or of a topic mid-Unload
+(`docs/repartition.md`).
 
 **One source of truth.** The pydantic models in `headrace.resources` define each kind.
 `crds/` is generated from them (`make generate`), and

@@ -29,11 +29,12 @@ from headrace.resources.meta import (
 )
 from headrace.resources.operations import Repartition, Unload
 from headrace.resources.topics import Topic
+from headrace.resources.users import User
 
 #: every kind, in the order to apply them: what is referred to before what refers to it
 KINDS: Final[Mapping[str, type[Resource]]] = {
     cls.KIND: cls
-    for cls in (BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload)
+    for cls in (BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload, User)
 }
 
 

@@ -83,9 +83,10 @@ class RepartitionStatus(Status):
     to_version: int | None = Field(default=None, ge=0)
     """Partitioning version after the cutover."""
     adoption_generation: int | None = Field(default=None, ge=0)
-    """Topology generation clients must acknowledge for the new routing to count as adopted."""
-    started_at: AwareDatetime | None = None
-    """When the cutover began."""
+    """Topology generation clients must acknowledge for the new routing to count as adopted
+    (a topology generation, never a partitioning version)."""
+    cutover_at: AwareDatetime | None = None
+    """When the transition marker was written and the partitioning version bumped."""
     drained_at: AwareDatetime | None = None
     """When the pre-cutover backlog finished draining."""
     finalized_at: AwareDatetime | None = None

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import AwareDatetime, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from headrace.resources.meta import (
@@ -213,11 +213,32 @@ class TransitionKind(enum.StrEnum):
     SHRINK = "Shrink"
 
 
+class CutoverOffset(Model):
+    """Where one old partition's post-cutover records begin."""
+
+    partition: int = Field(ge=0)
+    """Old partition index."""
+    offset: int = Field(ge=0)
+    """The first offset its leader appended under the new partitioning version."""
+
+
+class ReleasedPartitions(Model):
+    """The new partitions one cohort may be delivered post-cutover records of."""
+
+    cohort: str = Field(max_length=253)
+    """Cohort name."""
+    partitions: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    """New partitions whose feeding old partitions this cohort has drained."""
+
+
 class TransitionMarker(Model):
     """A repartition in progress, from its cutover until it is finalized."""
 
     kind: TransitionKind
     """``Grow`` or ``Shrink``."""
+    request: str = Field(max_length=512)
+    """The Repartition (``namespace/name``) that started it, or ``Topic.spec.partitions``
+    for an edit of the spec."""
     from_version: int = Field(ge=0)
     """Partitioning version before the cutover."""
     to_version: int = Field(ge=0)
@@ -226,16 +247,24 @@ class TransitionMarker(Model):
     """Partition count before the cutover."""
     to_partitions: int = Field(ge=1, le=MAX_PARTITIONS)
     """Partition count after the cutover."""
+    cutover_ms: int = Field(ge=0)
+    """When the marker was written and the version bumped (ms since the epoch)."""
+    adoption_timeout_ms: int = Field(ge=1)
+    """Finalize at the latest this long after the drain, adopted or not."""
     adoption_generation: int | None = Field(default=None, ge=0)
     """The topology generation that reflects the new partitioning, stamped right after the
     version bump commits; the transition is adopted once every live broker's clients have
-    acknowledged it. A marker without one is ungated (waits for the timeout)."""
-    started_at: AwareDatetime
-    """When the marker was written."""
-    drained_at: AwareDatetime | None = None
+    acknowledged it."""
+    cutover_offsets: list[CutoverOffset] = Field(
+        default_factory=list, json_schema_extra=list_map("partition")
+    )
+    """Per old partition, where its post-cutover records begin (reported by its leader)."""
+    released: list[ReleasedPartitions] = Field(
+        default_factory=list, json_schema_extra=list_map("cohort")
+    )
+    """Per cohort, the new partitions it is no longer held on."""
+    drained_ms: int | None = Field(default=None, ge=0)
     """When the pre-cutover backlog of the old partitions finished draining."""
-    repartition: str | None = None
-    """Name of the Repartition that started the transition, if one did."""
 
 
 class TopicStatus(Status):
@@ -254,6 +283,9 @@ class TopicStatus(Status):
         default_factory=list, json_schema_extra=list_map("cohort")
     )
     """The advisory plan of every cohort with connected members."""
+    spec_partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
+    """The ``spec.partitions`` the controller last acted on: an edit of the spec starts a
+    repartition, while a Repartition changes the count and leaves the spec as it was."""
     topology_generation: int | None = Field(default=None, ge=0)
     """The topology generation this status was written for. The controller writes every
     Topic's status before the BrokerCluster's, so a status stamped above the cluster's
@@ -270,6 +302,7 @@ class Topic(Resource):
         short_names=("hrt",),
         columns=(
             PrinterColumn("Partitions", "integer", ".spec.partitions", "Desired partitions"),
+            PrinterColumn("Replicas", "integer", ".spec.replicas", "Copies of each partition"),
             PrinterColumn(
                 "Version", "integer", ".status.partitioningVersion", "Partitioning version"
             ),

@@ -172,3 +172,21 @@ def test_concurrent_puts_to_one_key_never_mix(store: ObjectStore) -> None:
         t.join()
     assert store.get("w/k") in bodies
     assert all(s in bodies for s in seen)
+
+
+def test_conditional_put_only_over_the_version_read(store: ObjectStore) -> None:
+    # absent: only a put that expects no object succeeds
+    assert store.put_if_version("c/manifest.json", b"v1", "no-such-version") is False
+    assert store.put_if_version("c/manifest.json", b"v1", None) is True
+    assert store.put_if_version("c/manifest.json", b"again", None) is False
+    data, version = store.get_versioned("c/manifest.json")
+    assert data == b"v1"
+    # another writer's plain put in between: the conditional put does nothing
+    store.put("c/manifest.json", b"theirs")
+    assert store.put_if_version("c/manifest.json", b"mine", version) is False
+    assert store.get("c/manifest.json") == b"theirs"
+    data, version = store.get_versioned("c/manifest.json")
+    assert store.put_if_version("c/manifest.json", b"mine", version) is True
+    assert store.get("c/manifest.json") == b"mine"
+    with pytest.raises(ObjectNotFound):
+        store.get_versioned("c/missing.json")

@@ -90,10 +90,11 @@ def test_apply_of_a_directory_skips_other_kinds_and_refuses_what_cannot_run(
     result = cli(local.apply, "-f", str(folder), "--controller", served.url)
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines() == [
-        "skipping BrokerCluster default/main: local mode runs Topics and Unloads only",
+        "skipping BrokerCluster default/main: local mode runs Topics, Unloads, Repartitions only",
         "error: topic default/wide: 5 replicas need 5 brokers, the cluster has 3",
-        "error: topic default/wide: cleanupPolicy compact is not supported yet (no compaction):"
-        " use delete",
+        "error: topic default/wide: cleanupPolicy compact needs scheduled compaction, which"
+        " local mode does not run: use delete and run `headrace compact TOPIC"
+        " --keep-last-per-key`",
         "nothing applied (--allow-problems applies it anyway)",
     ]
     assert served.controller.loop.topics == {}

@@ -29,7 +29,7 @@ def placed(partitions: int, replicas: int) -> TopicStatus:
         ({}, placed(3, 3), []),
         ({"clusterRef": {"name": "main"}}, None, ["UnknownCluster"]),
         ({"replicas": 4, "minInSync": 1}, None, ["NotEnoughBrokers"]),
-        ({"partitions": 6}, placed(3, 3), ["PartitionCountChange"]),
+        ({"partitions": 6}, placed(3, 3), []),  # an edit of the count is a repartition
         ({"partitions": 6}, None, []),  # not placed yet: the count is still free
         ({"replicas": 2}, placed(3, 3), ["ReplicasChange"]),
         ({"cleanupPolicy": "compact"}, None, ["CompactionUnsupported"]),
@@ -65,3 +65,34 @@ def test_the_lines_name_what_was_asked_and_what_the_cluster_has() -> None:
         "topic default/orders: clusterRef 'main' is not this cluster: it is named 'local'",
         "topic default/orders: 5 replicas need 5 brokers, the cluster has 3",
     ]
+
+
+def _repartition(partitions: int, topic: str = "orders") -> dict[str, Any]:
+    return {
+        "apiVersion": "headrace.dev/v1alpha1",
+        "kind": "Repartition",
+        "metadata": {"name": "grow", "namespace": "default"},
+        "spec": {"topicRef": {"name": topic}, "partitions": partitions},
+    }
+
+
+@pytest.mark.parametrize(
+    ("partitions", "topic", "unloading", "reasons"),
+    [
+        (6, "orders", False, []),
+        (3, "orders", False, ["SamePartitionCount"]),
+        (6, "missing", False, ["UnknownTopic"]),
+        (6, "orders", True, ["TopicUnloading"]),
+    ],
+)
+def test_repartition_problems(
+    partitions: int, topic: str, unloading: bool, reasons: list[str]
+) -> None:
+    problems = admission.repartition_problems(
+        _repartition(partitions, topic),
+        topics={"default/orders": {}},
+        existing={"default/orders": placed(3, 3)},
+        unloading={"default/orders"} if unloading else set(),
+    )
+    assert [p.reason for p in problems] == reasons
+    assert all(p.line().startswith("repartition default/grow: ") for p in problems)

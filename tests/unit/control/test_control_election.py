@@ -173,6 +173,22 @@ ROWS = [
         "PreferredLeaderRebalance",
     ),
     Row(
+        "quiet period over, but the preferred replica's log end is below the leader's HW: wait",
+        part(ONLINE, 1, deadline=NOW),
+        seen(live=(0, 1, 2)),
+        {0: follower(0, leo=9), 1: leader(1, 3, (0, 1, 2))},
+        part(ONLINE, 1, deadline=NOW),
+        None,
+    ),
+    Row(
+        "quiet period over, but the leader's report (its HW) is missing: wait",
+        part(ONLINE, 1, deadline=NOW),
+        seen(live=(0, 1, 2)),
+        {0: follower(0)},
+        part(ONLINE, 1, deadline=NOW),
+        None,
+    ),
+    Row(
         "preferred replica left the LRS during the quiet period: cleared",
         part(ONLINE, 1, deadline=NOW, lrs=(1, 2)),
         seen(live=(0, 1, 2)),

@@ -334,14 +334,24 @@ def test_a_topic_without_a_spec_is_deleted() -> None:
     assert ("TopicDeleted", "default/other") in [(e.kind, e.subject) for e in d.events]
 
 
-def test_count_and_replica_changes_are_problems_not_actions() -> None:
+def test_a_replica_change_is_a_problem_not_an_action() -> None:
     c = settled()
     before = c.state
-    c.specs = [TopicSpec(T, 5, replicas=2)]
+    c.specs = [TopicSpec(T, 3, replicas=2)]
     d = c.step()
     assert not d.changed
     assert d.state == before
-    assert {p.reason for p in d.problems} == {"PartitionCountChange", "ReplicasChange"}
+    assert {p.reason for p in d.problems} == {"ReplicasChange"}
+
+
+def test_a_partition_count_edit_starts_a_repartition() -> None:
+    c = settled()
+    c.specs = [TopicSpec(T, 5, replicas=3, min_in_sync=2)]
+    d = c.step()
+    topic = d.state.topics[T]
+    assert topic.transition is not None and topic.transition.request == "Topic.spec.partitions"
+    assert (len(topic.partitions), topic.partitioning_version) == (5, 2)
+    assert "Repartitioning" in {p.reason for p in d.problems}
 
 
 def test_a_duplicate_spec_is_a_problem_and_the_first_wins() -> None:

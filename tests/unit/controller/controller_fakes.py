@@ -191,6 +191,10 @@ class CrashingStore:
         self._tick(f"release {name}")
         await self.store.release_unload(name)
 
+    async def write_repartition_status(self, name: str, status: Mapping[str, Any]) -> None:
+        self._tick(f"repartition {name}")
+        await self.store.write_repartition_status(name, status)
+
 
 class ScriptedController(Controller):
     """A controller over a scripted fleet (the fleet's knobs are reachable from it)."""

@@ -61,7 +61,15 @@ async def test_allow_problems_applies_with_warnings(
     assert list(c.loop.topics) == ["default/elsewhere"]
 
 
-async def test_a_partition_count_change_of_a_placed_topic_is_refused(
+def repartition_yaml(name: str, topic: str, partitions: int) -> str:
+    return f"""apiVersion: headrace.dev/v1alpha1
+kind: Repartition
+metadata: {{name: {name}}}
+spec: {{topicRef: {{name: {topic}}}, partitions: {partitions}}}
+"""
+
+
+async def test_a_partition_count_edit_of_a_placed_topic_starts_a_repartition(
     admin: tuple[ScriptedController, TestClient],
 ) -> None:
     c, client = admin
@@ -69,9 +77,42 @@ async def test_a_partition_count_change_of_a_placed_topic_is_refused(
     await settle(c)
     assert len(c.state.topics["default/orders"].partitions) == 2
     resp = await client.post("/v1/apply", data=topic_yaml("orders", partitions=4))
-    assert resp.status == 422
-    assert (await resp.json())["problems"] == [
-        "topic default/orders: partitions 4, but the topic has 2: changing the count needs a"
-        " repartition, which is not supported yet"
+    assert resp.status == 200, await resp.text()
+    await c.step()
+    topic = c.state.topics["default/orders"]
+    assert topic.transition is not None and topic.transition.request == "Topic.spec.partitions"
+    assert (len(topic.partitions), topic.partitioning_version) == (4, 2)
+
+
+async def test_bad_repartitions_are_refused_with_a_reason_and_nothing_is_applied(
+    admin: tuple[ScriptedController, TestClient],
+) -> None:
+    c, client = admin
+    assert (await client.post("/v1/apply", data=topic_yaml("orders"))).status == 200
+    await settle(c)
+    cases = {
+        repartition_yaml("same", "orders", 2): "repartition default/same: topic default/orders"
+        " already has 2 partitions: nothing to repartition",
+        repartition_yaml("lost", "nope", 4): "repartition default/lost: topic default/nope"
+        " does not exist",
+    }
+    for body, line in cases.items():
+        resp = await client.post("/v1/apply", data=body)
+        assert resp.status == 422
+        assert (await resp.json())["problems"] == [line]
+    zero = await client.post("/v1/apply", data=repartition_yaml("zero", "orders", 0))
+    assert zero.status == 422
+    assert "partitions" in (await zero.json())["message"]
+    assert c.loop.repartitions == {}
+    ok = await client.post("/v1/apply", data=repartition_yaml("grow", "orders", 4))
+    assert ok.status == 200, await ok.text()
+    assert (await ok.json())["applied"] == [
+        {"kind": "Repartition", "name": "default/grow", "result": "created"}
     ]
-    assert c.loop.topics["default/orders"]["spec"]["partitions"] == 2
+    await c.step()
+    assert c.loop.repartition_progress["default/grow"].phase.value == "CuttingOver"
+    metrics = await (await client.get("/metrics")).text()
+    assert 'headrace_controller_transitions{phase="CuttingOver"} 1.0' in metrics
+    again = await client.post("/v1/apply", data=repartition_yaml("grow", "orders", 6))
+    assert again.status == 422
+    assert "immutable" in (await again.json())["message"]

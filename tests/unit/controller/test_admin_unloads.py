@@ -64,14 +64,14 @@ async def test_apply_takes_topics_and_unloads_together(
 
 async def test_other_kinds_are_refused(admin: tuple[ScriptedController, TestClient]) -> None:
     _, client = admin
-    repartition = """apiVersion: headrace.dev/v1alpha1
-kind: Repartition
-metadata: {name: grow}
-spec: {topicRef: {name: orders}, partitions: 4}
+    compaction = """apiVersion: headrace.dev/v1alpha1
+kind: Compaction
+metadata: {name: squash}
+spec: {topicRef: {name: orders}}
 """
-    resp = await client.post("/v1/apply", data=repartition)
+    resp = await client.post("/v1/apply", data=compaction)
     assert resp.status == 422
-    assert "Topic and Unload resources only" in (await resp.json())["message"]
+    assert "Topic, Unload and Repartition resources only" in (await resp.json())["message"]
 
 
 async def test_state_page_and_delete_show_and_remove_unloads(
@@ -101,6 +101,7 @@ async def test_state_page_and_delete_show_and_remove_unloads(
     assert await resp.json() == {
         "deleted": [],
         "unloads": {"deleted": ["default/move"], "deferred": []},
+        "repartitions": [],
     }
     assert (await (await client.get("/v1/state")).json())["unloads"] == []
     resp = await client.post("/v1/delete", json={"topics": ["default/orders"]})

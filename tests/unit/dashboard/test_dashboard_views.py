@@ -196,3 +196,42 @@ def test_the_observer_keeps_a_dead_brokers_last_heartbeat_for_the_view() -> None
     assert (broker_2["health"], broker_2["lastHeartbeatAgoMs"]) == ("down", 9_000)
     assert v["partitions"][2]["highWatermark"] == 30 and v["partitions"][2]["offsetsStale"]
     assert [s["name"] for s in v["charts"]["produce"]["series"]] == [T]
+
+
+def test_a_repartition_in_flight_shows_its_phase_versions_and_release_progress() -> None:
+    now = 1_000_000
+    marker = {
+        "topic": T,
+        "phase": "Draining",
+        "kind": "Grow",
+        "request": "default/grow",
+        "fromPartitions": 4,
+        "toPartitions": 8,
+        "fromVersion": 1,
+        "toVersion": 2,
+        "cutoverMs": now - 1_500,
+        "adoptionTimeoutMs": 30_000,
+        "adoptionGeneration": 17,
+        "cutoverOffsets": [{"partition": 0, "offset": 5}, {"partition": 1, "offset": 9}],
+        "released": [{"cohort": "billing", "partitions": [0, 4]}],
+        "drainedMs": None,
+    }
+    finished = {
+        "metadata": {"name": "old", "namespace": "default"},
+        "spec": {"topicRef": {"name": "orders"}, "partitions": 4},
+        "status": {"phase": "Finalized", "finalizedBy": "AdoptionTimedOut"},
+    }
+    state = {**state_document(), "transitions": [marker], "repartitions": [finished]}
+    v = dashboard_view(Observed(state, heartbeats(now), None, now))
+    (row,) = v["transitions"]["repartitions"]
+    assert (row["topic"], row["phase"], row["fromVersion"], row["toVersion"]) == (
+        T,
+        "Draining",
+        1,
+        2,
+    )
+    assert row["adoptionGeneration"] == 17 and row["cutoverOffsetsKnown"] == 2
+    assert row["cohortsReleased"] == {"billing": "2/8"}
+    assert row["sinceCutoverMs"] == 1_500 and row["adoptionDeadlineInMs"] is None
+    (done,) = v["transitions"]["finishedRepartitions"]
+    assert (done["name"], done["finalizedBy"]) == ("default/old", "AdoptionTimedOut")

@@ -116,6 +116,7 @@ def test_topic_columns() -> None:
     columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
     assert [(c["name"], c["jsonPath"]) for c in columns] == [
         ("Partitions", ".spec.partitions"),
+        ("Replicas", ".spec.replicas"),
         ("Version", ".status.partitioningVersion"),
         ("Ready", '.status.conditions[?(@.type=="Ready")].status'),
         ("Reason", '.status.conditions[?(@.type=="Ready")].reason'),

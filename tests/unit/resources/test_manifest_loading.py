@@ -11,8 +11,8 @@ from resource_samples import manifest
 from headrace.errors import HeadraceError, InvalidTopicSpec
 from headrace.resources import (
     ManifestError,
+    Repartition,
     ResourceKey,
-    Topic,
     in_apply_order,
     load_keys,
     load_manifests,
@@ -288,7 +288,7 @@ def test_unknown_kind() -> None:
     document["kind"] = "Topik"
     assert problems(text(document)) == [
         "Topik/x: kind: unknown kind 'Topik'; expected one of "
-        "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload"
+        "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload, User"
     ]
 
 
@@ -319,7 +319,7 @@ def test_a_foreign_kind_and_a_non_mapping() -> None:
     assert found == [
         "ConfigMap/c: apiVersion: expected headrace.dev/v1alpha1, got 'v1'",
         "ConfigMap/c: kind: unknown kind 'ConfigMap'; expected one of "
-        "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload",
+        "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload, User",
         "document 2: expected a mapping with apiVersion and kind, got list",
     ]
 
@@ -339,12 +339,12 @@ def test_values_json_cannot_carry_are_reported() -> None:
 
 
 def test_unquoted_yaml_timestamps_are_read_as_strings() -> None:
-    source = text(manifest("Topic")).replace("'2026-01-02T03:04:05Z'", "2026-01-02T03:04:05Z")
-    assert "startedAt: 2026-01-02T03:04:05Z" in source
-    (topic,) = load_manifests(source)
-    assert isinstance(topic, Topic) and topic.status is not None
-    assert topic.status.transition is not None
-    assert topic.status.transition.started_at.year == 2026
+    source = text(manifest("Repartition")).replace("'2026-01-02T03:04:05Z'", "2026-01-02T03:04:05Z")
+    assert "cutoverAt: 2026-01-02T03:04:05Z" in source
+    (repartition,) = load_manifests(source)
+    assert isinstance(repartition, Repartition) and repartition.status is not None
+    assert repartition.status.cutover_at is not None
+    assert repartition.status.cutover_at.year == 2026
 
 
 # --------------------------------------------------------------------------- all or nothing

@@ -59,6 +59,7 @@ def test_every_kind_is_registered_once_with_its_short_name() -> None:
         "Unload",
         "Compaction",
         "CompactionSchedule",
+        "User",
     }
     short = {kind: cls.NAMES.short_names for kind, cls in KINDS.items()}
     assert short == {
@@ -68,6 +69,7 @@ def test_every_kind_is_registered_once_with_its_short_name() -> None:
         "Unload": ("hrul",),
         "Compaction": ("hrcp",),
         "CompactionSchedule": ("hrcs",),
+        "User": ("hru",),
     }
     for kind, cls in KINDS.items():
         assert kind == cls.KIND

@@ -383,3 +383,25 @@ def test_tiered_error_codes_are_their_own() -> None:
     assert not set(codes) & {cls.CODE for cls in ERROR_CLASSES}
     assert errors.CorruptSegmentObject.CODE == 34
     assert errors.error_for_code(34, "x").__class__ is errors.CorruptSegmentObject
+
+
+def test_compacted_flag_round_trips_and_survives_a_leaders_merge() -> None:
+    key = "c/ns/t/0/00000000000000000000-00000000000000000099.log"
+    seg = SegmentObject(0, 99, 500, key, 3, compacted=True)
+    doc = Manifest((seg,), 3, 1).to_doc()
+    assert doc["segments"][0]["compacted"] is True
+    stored = Manifest.from_json(Manifest((seg,), 3, 1).to_json())
+    assert stored.segments[0].compacted
+    # a leader's read-merge-put keeps it; uncompacted entries do not carry the field
+    other = SegmentObject(
+        100,
+        199,
+        500,
+        layout.segment_key("c/ns/t/0/", 100, 199),
+        3,
+    )
+    merged = stored.admitting(other, 3)
+    assert merged.find(key) == seg
+    assert "compacted" not in Manifest((other,), 3, 1).to_doc()["segments"][0]
+    with pytest.raises(InvalidManifest):
+        SegmentObject(0, 99, 500, key, 3, compacted="yes")  # type: ignore[arg-type]

@@ -120,8 +120,25 @@
     parts.push(t.unloads.length ? unloadTable(t.unloads) : el("p", { class: "muted" }, "No unload in flight."));
     parts.push(el("h3", {}, "Repartitions"));
     parts.push(t.repartitions.length
-      ? el("ul", {}, ...t.repartitions.map((r) => el("li", {}, JSON.stringify(r))))
+      ? el("table", {},
+        el("thead", {}, el("tr", {}, el("th", {}, "topic"), el("th", {}, "request"),
+          el("th", {}, "phase"), el("th", {}, "partitions"), el("th", {}, "version"),
+          el("th", {}, "adoption generation"), el("th", {}, "cutover offsets"),
+          el("th", {}, "cohorts released"))),
+        el("tbody", {}, ...t.repartitions.map((r) => el("tr", { "data-repartition": r.topic },
+          el("td", {}, r.topic), el("td", {}, dash(r.request)), el("td", {}, r.phase),
+          el("td", {}, r.fromPartitions + " → " + r.toPartitions),
+          el("td", {}, r.fromVersion + " → " + r.toVersion), num(r.adoptionGeneration),
+          el("td", {}, r.cutoverOffsetsKnown + "/" + r.fromPartitions),
+          el("td", {}, Object.entries(r.cohortsReleased).map(([c, n]) => c + " " + n).join(", ")
+            || "-")))))
       : el("p", { class: "muted" }, "No repartition in flight."));
+    if (t.finishedRepartitions && t.finishedRepartitions.length) {
+      parts.push(el("h3", {}, "Finished repartitions"));
+      parts.push(el("ul", {}, ...t.finishedRepartitions.map((r) => el("li", {},
+        r.name + " (" + r.topic + " → " + r.partitions + "): " + r.phase
+        + (r.finalizedBy ? " by " + r.finalizedBy : "") + (r.message ? " — " + r.message : "")))));
+    }
     if (t.finishedUnloads.length) {
       parts.push(el("h3", {}, "Finished unloads"));
       parts.push(unloadTable(t.finishedUnloads));

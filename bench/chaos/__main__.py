@@ -1,0 +1,53 @@
+"""``python -m bench.chaos [--rounds N] [--seed S] [--out report.json]``: run the campaign.
+
+Exits 0 when the checker finds nothing wrong, 1 otherwise. The seed defaults to
+a random one, printed first so that a run can be repeated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+from bench import procs
+from bench.chaos import campaign
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chaos")
+    parser.add_argument("--rounds", type=int, default=int(os.environ.get("CHAOS_ROUNDS", "100")))
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--out", type=Path, default=procs.REPO / "bench" / "results" / "chaos.json")
+    parser.add_argument(
+        "--overlap-faults",
+        action="store_true",
+        help="do not wait for a restarted broker to be ready before the next round",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the cluster directory and logs")
+    args = parser.parse_args()
+    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
+    logging.basicConfig(level=logging.ERROR)
+    settings = campaign.Settings(rounds=args.rounds, seed=seed, wait_ready=not args.overlap_faults)
+    directory = Path(tempfile.mkdtemp(prefix="headrace-chaos-"))
+    try:
+        report = asyncio.run(campaign.Campaign(directory, settings).run())
+    finally:
+        procs.kill_all()
+        if not args.keep:
+            procs.remove_dir(directory)
+    campaign.save(report, args.out)
+    print(campaign.table(report))
+    print(f"report: {args.out}")
+    if not report["ok"]:
+        print("examples:", report["examples"], file=sys.stderr)
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,486 @@
+"""The fault campaign's driver: a real local cluster, keyed acks=all load, a cohort, kill -9.
+
+One run:
+
+1. ``headrace local up`` (3 brokers and the controller, on free ports) and a
+   topic of ``partitions`` x 3 replicas, minInSync 2, tiered (Unloads need it).
+2. Three cohort members (``Consumer``) join with ``start=earliest`` and write a
+   delivery log each (``member-N.log``: ``partition offset value`` per line);
+   they ack a batch after logging it (at-least-once).
+3. One producer (acks=all, idempotent) sends records of ``keys`` keys round
+   robin, each value ``key:seq`` with a per-key sequence number.
+4. Each round picks, from ``random.Random(seed)``, a target: the ``leader``
+   or a ``follower`` of a random partition, the ``controller``, or ``unload``
+   (an Unload of a random partition; its leader is killed while the seal marker
+   is set, if the poll catches it). The victim is kill -9'd, restarted after a
+   random delay, and the round ends when every partition is back to a full live
+   replica set (and the Unload, if any, finished): that time is measured.
+5. At the end the load stops, the cohort drains, every partition is read back
+   with plain FETCHes from offset 0, and ``checking.check`` gives the verdict.
+
+The seed is printed first; the same seed gives the same sequence of targets
+and delays (the timing of the load around them is the machine's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import random
+import statistics
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench.chaos import checking
+from headrace.client import Consumer, Producer
+from headrace.client.producer import RecordReceipt
+from headrace.errors import HeadraceError
+from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.reading import read_partition
+
+log = logging.getLogger("chaos")
+
+TOPIC_NAME = "chaos"
+TOPIC = f"default/{TOPIC_NAME}"
+COHORT = "chaos-readers"
+TARGETS = ("leader", "follower", "controller", "unload")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    rounds: int = 100
+    seed: int = 0
+    partitions: int = 3
+    keys: int = 24
+    #: records sent per tick, and the pause between ticks (about 1000 records/s at the default;
+    #: the machine is shared, so the load is steady rather than maximal)
+    burst: int = 20
+    tick_s: float = 0.02
+    #: the victim stays dead for uniform(min, max) seconds
+    restart_delay_s: tuple[float, float] = (0.2, 3.0)
+    #: a round fails if the cluster is not back to full LRS within this (the target is 10 s)
+    recovery_timeout_s: float = 60.0
+    #: after the load stops: how long the cohort may take to deliver everything acknowledged
+    drain_timeout_s: float = 120.0
+    members: int = 3
+    #: how long to load before the first fault (members joined, producer warmed up)
+    warmup_s: float = 1.0
+    #: wait for a restarted broker's /readyz before judging the LRS; without it the next
+    #: round may kill a second broker while the first is still starting (overlapping faults,
+    #: a harsher campaign: two of three replicas down at once)
+    wait_ready: bool = True
+
+
+@dataclass(slots=True)
+class Round:
+    index: int
+    target: str
+    partition: int
+    victim: str
+    down_s: float
+    #: from the restart to every partition back at a full LRS (None: not within the timeout)
+    recovery_s: float | None = None
+    #: unload rounds: whether the kill landed while the seal marker was set
+    mid_seal: bool | None = None
+    #: broker rounds: whether the controller dropped the victim from an LRS while it was dead
+    #: (if not, the cluster never left a full LRS and ``recovery_s`` is about 0)
+    left_lrs: bool | None = None
+    note: str = ""
+
+
+@dataclass(slots=True)
+class _Member:
+    consumer: Consumer
+    name: str
+    path: Path
+    deliveries: list[checking.Delivery] = field(default_factory=list)
+
+
+def full_lrs(cluster: LocalCluster) -> bool:
+    """Every partition Online with a leader and every replica in its live replica set,
+    and no Unload in flight."""
+    state = cluster.state()
+    topics = (state.get("cluster") or {}).get("topics") or []
+    parts: list[dict[str, Any]] = next((t["partitions"] for t in topics if t["name"] == TOPIC), [])
+    if not parts:
+        return False
+    moving = any(
+        (u.get("status") or {}).get("phase") not in ("Completed", "Failed")
+        for u in state.get("unloads") or []
+    )
+    return not moving and all(
+        p["state"] == "Online"
+        and p["leader"] is not None
+        and sorted(p["liveReplicas"]) == sorted(p["replicas"])
+        for p in parts
+    )
+
+
+def broker_ready(cluster: LocalCluster, broker: int) -> bool:
+    """The broker's admin port answers /readyz with 200 (a refused connection: not yet)."""
+    b = next(b for b in cluster.record["brokers"] if b["id"] == broker)
+    try:
+        with urllib.request.urlopen(
+            f"http://{b['host']}:{b['admin_port']}/readyz", timeout=2
+        ) as resp:
+            return bool(resp.status == 200)
+    except urllib.error.HTTPError:
+        return False
+
+
+def unload_manifest(name: str, partition: int) -> str:
+    return (
+        "apiVersion: headrace.dev/v1alpha1\nkind: Unload\n"
+        f"metadata: {{name: {name}}}\n"
+        f"spec:\n  topicRef: {{name: {TOPIC_NAME}}}\n  partitions: [{partition}]\n"
+    )
+
+
+class Campaign:
+    def __init__(
+        self, directory: Path, settings: Settings, progress: Callable[[str], None] = print
+    ) -> None:
+        self.dir = directory
+        self.settings = settings
+        self.rng = random.Random(settings.seed)
+        self.progress = progress
+        self.cluster = LocalCluster(directory / "local", 3)
+        self.rounds: list[Round] = []
+        self._stop_load = asyncio.Event()
+        self._sent: list[tuple[RecordReceipt, bytes]] = []
+        self._delivered: set[tuple[int, int]] = set()
+        self.member_errors: list[str] = []
+        #: each member's gates (partition -> epoch) when the drain ended
+        self.final_assignments: dict[str, dict[int, int]] = {}
+        #: each member's background tasks (heartbeats, topology following) when the drain ended
+        self.member_tasks: dict[str, list[str]] = {}
+
+    # ------------------------------------------------------------------ the run
+
+    async def run(self) -> dict[str, Any]:
+        s = self.settings
+        self.progress(f"chaos: seed {s.seed}, {s.rounds} rounds, directory {self.dir}")
+        started = time.monotonic()
+        await asyncio.to_thread(self.cluster.up)
+        try:
+            return await self._run_on_cluster(started)
+        finally:
+            await asyncio.to_thread(self.cluster.down)
+
+    async def _run_on_cluster(self, started: float) -> dict[str, Any]:
+        s = self.settings
+        c = self.cluster
+        proc = await asyncio.to_thread(
+            c.apply, topic_manifest(TOPIC_NAME, s.partitions, replicas=3, min_in_sync=2)
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"apply topic: {proc.stderr.decode()}")
+        await asyncio.to_thread(c.wait, lambda: full_lrs(c), 60.0, "topic online")
+        members = [
+            _Member(
+                Consumer(c.bootstrap, TOPIC, COHORT, member_id=f"member-{i}", start="earliest"),
+                f"member-{i}",
+                self.dir / f"member-{i}.log",
+            )
+            for i in range(s.members)
+        ]
+        for m in members:
+            await m.consumer.start()
+        consuming = [asyncio.create_task(self._consume(m)) for m in members]
+        producer = await Producer(
+            c.bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=60_000
+        ).start()
+        loading = asyncio.create_task(self._load(producer))
+        await asyncio.sleep(s.warmup_s)
+        for i in range(s.rounds):
+            r = await self._round(i)
+            self.rounds.append(r)
+            took = "not back" if r.recovery_s is None else f"full LRS {r.recovery_s:.2f}s"
+            self.progress(
+                f"round {i:3d}: {r.target:10s} p{r.partition} victim {r.victim:10s}"
+                f" down {r.down_s:.2f}s{'' if r.left_lrs is not False else ' (stayed in LRS)'}"
+                f"  {took}{'  mid-seal' if r.mid_seal else ''}"
+                f"{'  ' + r.note if r.note else ''}"
+            )
+        self._stop_load.set()
+        await loading
+        await producer.flush()
+        await producer.close()
+        acked, failed = await self._outcomes()
+        self.progress(f"load stopped: {len(acked)} acknowledged, {failed} failed sends")
+        await asyncio.to_thread(c.wait, lambda: full_lrs(c), s.recovery_timeout_s, "full LRS")
+        wanted = {(a.partition, a.offset) for a in acked}
+        deadline = time.monotonic() + s.drain_timeout_s
+        while not wanted <= self._delivered and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+        self.final_assignments = {m.name: dict(m.consumer.assignment) for m in members}
+        self.member_tasks = {
+            m.name: [
+                repr(t.exception()) if t.done() and not t.cancelled() else "running"
+                for t in m.consumer._tasks
+            ]
+            for m in members
+        }
+        for task in consuming:
+            task.cancel()
+        for task in consuming:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for m in members:
+            await m.consumer.close(grace_s=2.0)
+        stored = {}
+        for p in range(s.partitions):
+            records = await read_partition(c.bootstrap, TOPIC, p)
+            stored[p] = [(r.offset, r.value) for r in records]
+        deliveries = [d for m in members for d in read_delivery_log(m.path, m.name)]
+        verdict = checking.check(acked, stored, deliveries, failed_sends=failed)
+        return self._report(verdict, time.monotonic() - started)
+
+    # ------------------------------------------------------------------ load and cohort
+
+    async def _load(self, producer: Producer) -> None:
+        s = self.settings
+        keys = [f"k{i:03d}".encode() for i in range(s.keys)]
+        seqs = dict.fromkeys(keys, 0)
+        n = 0
+        while not self._stop_load.is_set():
+            for _ in range(s.burst):
+                key = keys[n % len(keys)]
+                n += 1
+                value = key + b":" + str(seqs[key]).encode()
+                seqs[key] += 1
+                try:
+                    receipt = await producer.send(TOPIC, value, key=key)
+                except HeadraceError as exc:
+                    log.warning("send refused: %s", exc)
+                    continue
+                self._sent.append((receipt, value))
+            await asyncio.sleep(s.tick_s)
+
+    async def _outcomes(self) -> tuple[list[checking.Acked], int]:
+        acked: list[checking.Acked] = []
+        failed = 0
+        for receipt, value in self._sent:
+            try:
+                meta = await receipt
+            except HeadraceError:
+                failed += 1
+                continue
+            acked.append(checking.Acked(value, meta.partition, meta.offset))
+        return acked, failed
+
+    async def _consume(self, m: _Member) -> None:
+        with m.path.open("a") as out:
+            while True:
+                try:
+                    batches = await m.consumer.getmany(timeout_s=0.5)
+                except HeadraceError as exc:  # counted and reported; the member carries on
+                    self.member_errors.append(f"{m.name}: {exc!r}")
+                    await asyncio.sleep(0.5)
+                    continue
+                for b in batches:
+                    for r in b.records():
+                        out.write(f"{b.partition} {r.offset} {r.value.decode()}\n")
+                        self._delivered.add((b.partition, r.offset))
+                out.flush()  # logged before acked: a crash after this redelivers, never skips
+                for b in batches:
+                    m.consumer.ack_batch(b)
+
+    # ------------------------------------------------------------------ faults
+
+    async def _round(self, index: int) -> Round:
+        s = self.settings
+        c = self.cluster
+        target = self.rng.choice(TARGETS)
+        partition = self.rng.randrange(s.partitions)
+        down_s = self.rng.uniform(*s.restart_delay_s)
+        follower_pick = self.rng.random()
+        parts = await asyncio.to_thread(c.partitions, TOPIC)
+        part = parts[partition]
+        r = Round(index, target, partition, "", down_s)
+        if target == "controller":
+            r.victim = "controller"
+            c.kill_controller()
+        else:
+            if target == "unload":
+                name = f"chaos-{index}"
+                proc = await asyncio.to_thread(c.apply, unload_manifest(name, partition))
+                if proc.returncode != 0:
+                    r.note = f"unload refused: {proc.stderr.decode().strip()}"
+                r.mid_seal = await asyncio.to_thread(self._catch_seal, partition)
+                part = (await asyncio.to_thread(c.partitions, TOPIC))[partition]
+                if not r.mid_seal:
+                    r.note = r.note or "seal not seen: killed the leader after the move"
+            if target == "follower":
+                followers = [b for b in part["replicas"] if b != part["leader"]]
+                victim = followers[int(follower_pick * len(followers))]
+            else:
+                victim = part["leader"]
+            if victim is None:
+                victim = part["replicas"][0]
+            r.victim = f"broker {victim}"
+            c.kill_broker(victim)
+        if target == "controller":
+            await asyncio.sleep(down_s)  # the fault: how long the controller stays dead
+        else:
+            # the fault: how long the victim stays dead (watching whether the controller
+            # notices: a short outage may end before the victim leaves any LRS)
+            r.left_lrs = await asyncio.to_thread(self._watch_drop, victim, down_s)
+        if target == "controller":
+            await asyncio.to_thread(c.restart_controller)
+        else:
+            await asyncio.to_thread(c.restart_broker, victim)
+        restarted = time.monotonic()
+        try:
+            if target != "controller" and s.wait_ready:
+                # Up first: before the controller notices the death, its view is still
+                # "full LRS", and the next round must not kill a second broker meanwhile.
+                await asyncio.to_thread(
+                    c.wait, lambda: broker_ready(c, victim), s.recovery_timeout_s, "readyz"
+                )
+            await asyncio.to_thread(c.wait, lambda: full_lrs(c), s.recovery_timeout_s, "full LRS")
+            r.recovery_s = time.monotonic() - restarted
+        except TimeoutError as exc:
+            r.note = str(exc)
+        return r
+
+    def _watch_drop(self, broker: int, seconds: float) -> bool:
+        """Poll for ``seconds``; True if the controller dropped ``broker`` from an LRS meanwhile."""
+        deadline = time.monotonic() + seconds
+        dropped = False
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return dropped
+            if not dropped:
+                with contextlib.suppress(OSError):
+                    dropped = any(
+                        broker in p["replicas"] and broker not in p["liveReplicas"]
+                        for p in self.cluster.partitions(TOPIC)
+                    )
+            time.sleep(min(0.1, left))
+
+    def _catch_seal(self, partition: int) -> bool:
+        """Poll until the partition's seal marker is set (True) or its move is over (False)."""
+        deadline = time.monotonic() + 5.0
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                state = self.cluster.state()
+                topics = (state.get("cluster") or {}).get("topics") or []
+                parts: list[dict[str, Any]] = next(
+                    (t["partitions"] for t in topics if t["name"] == TOPIC), []
+                )
+                if parts and parts[partition].get("seal"):
+                    return True
+                if not any(
+                    (u.get("status") or {}).get("phase") not in ("Completed", "Failed")
+                    for u in state.get("unloads") or []
+                ):
+                    return False
+            time.sleep(0.01)
+        return False
+
+    # ------------------------------------------------------------------ report
+
+    def _report(self, verdict: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
+        recoveries = [r.recovery_s for r in self.rounds if r.recovery_s is not None]
+        after_drop = [r.recovery_s for r in self.rounds if r.recovery_s is not None and r.left_lrs]
+        by_target = {t: sum(1 for r in self.rounds if r.target == t) for t in TARGETS}
+        report = {
+            "seed": self.settings.seed,
+            "settings": asdict(self.settings),
+            "rounds": len(self.rounds),
+            "rounds_by_target": by_target,
+            "unload_kills_mid_seal": sum(1 for r in self.rounds if r.mid_seal),
+            "elapsed_s": round(elapsed_s, 1),
+            "recovery_s": distribution(recoveries),
+            "recovery_after_lrs_drop_s": distribution(after_drop),
+            "broker_kills_dropped_from_lrs": sum(1 for r in self.rounds if r.left_lrs),
+            "rounds_not_recovered": sum(1 for r in self.rounds if r.recovery_s is None),
+            "rounds_over_10s": sum(1 for x in recoveries if x > 10.0),
+            "member_errors": self.member_errors[:20],
+            "final_assignments": self.final_assignments,
+            "member_tasks": self.member_tasks,
+            "cohort_delivered_up_to": {
+                p: max((o for q, o in self._delivered if q == p), default=-1)
+                for p in range(self.settings.partitions)
+            },
+            **verdict,
+            "round_log": [asdict(r) for r in self.rounds],
+        }
+        return report
+
+
+def distribution(values: list[float]) -> dict[str, float | int | None]:
+    if not values:
+        return {"count": 0, "min": None, "median": None, "p90": None, "max": None}
+    ordered = sorted(values)
+    return {
+        "count": len(ordered),
+        "min": round(ordered[0], 2),
+        "median": round(statistics.median(ordered), 2),
+        "p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2),
+        "max": round(ordered[-1], 2),
+    }
+
+
+def read_delivery_log(path: Path, member: str) -> list[checking.Delivery]:
+    out: list[checking.Delivery] = []
+    if not path.exists():
+        return out
+    for line in path.read_text().splitlines():
+        partition, offset, value = line.split(" ", 2)
+        out.append(checking.Delivery(member, int(partition), int(offset), value.encode()))
+    return out
+
+
+def table(report: dict[str, Any]) -> str:
+    """The short table printed after a run (and pasted in docs/reliability.md)."""
+    c = report["counts"]
+    r = report["recovery_s"]
+    d = report["recovery_after_lrs_drop_s"]
+    rows = [
+        ("seed", report["seed"]),
+        ("rounds", f"{report['rounds']} {report['rounds_by_target']}"),
+        ("unload kills mid-seal", report["unload_kills_mid_seal"]),
+        ("acknowledged records", c["acknowledged"]),
+        ("failed sends (not acknowledged)", c["failed_sends"]),
+        ("lost", c["lost"]),
+        ("duplicated", c["duplicated"]),
+        ("offset gaps", c["gaps"]),
+        ("order violations", c["order_violations"]),
+        ("offsets reused", c["offsets_reused"]),
+        ("undelivered to the cohort", c["undelivered"]),
+        (
+            "redeliveries",
+            f"{c['redeliveries']} (max {c['max_redeliveries_of_one_record']} of one record)",
+        ),
+        (
+            "full LRS after restart (s)",
+            f"median {r['median']}, p90 {r['p90']}, max {r['max']} over {r['count']}",
+        ),
+        (
+            "  rounds whose victim had left an LRS",
+            f"median {d['median']}, p90 {d['p90']}, max {d['max']} over {d['count']}",
+        ),
+        (
+            "rounds over 10 s / not back",
+            f"{report['rounds_over_10s']} / {report['rounds_not_recovered']}",
+        ),
+        ("verdict", "PASS" if report["ok"] else "FAIL"),
+        ("elapsed", f"{report['elapsed_s']} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+def save(report: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=1) + "\n")

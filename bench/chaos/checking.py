@@ -1,0 +1,186 @@
+"""The campaign's independent checker (pure: no I/O, no clock).
+
+Inputs are three plain facts gathered by the driver:
+
+* ``acked``: every record the producer got an acknowledgement for, with the
+  (partition, offset) the broker acknowledged it at;
+* ``stored``: every partition read back from offset 0 with plain FETCH
+  requests (no cohort), in offset order;
+* ``deliveries``: the cohort members' delivery logs, in the order each member
+  received the records.
+
+A record's value is ``b"<key>:<seq>"``: its key and its per-key sequence
+number, so the checker needs nothing else to tell records apart and to check
+per-key order.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """One acknowledged record and where the broker said it put it."""
+
+    value: bytes
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One record as a cohort member received it."""
+
+    member: str
+    partition: int
+    offset: int
+    value: bytes
+
+
+def parse_value(value: bytes) -> tuple[bytes, int]:
+    """``b"key:seq"`` -> (key, seq); ValueError for anything else (a corrupted record)."""
+    key, sep, seq = value.rpartition(b":")
+    if not sep or not seq.isdigit():
+        raise ValueError(f"record value {value!r} is not key:seq")
+    return key, int(seq)
+
+
+def check(
+    acked: Iterable[Acked],
+    stored: Mapping[int, Sequence[tuple[int, bytes]]],
+    deliveries: Iterable[Delivery],
+    *,
+    failed_sends: int = 0,
+) -> dict[str, Any]:
+    """The verdict as a JSON-able dict; ``ok`` is true when every check holds.
+
+    Checks (each counted, with up to 10 examples):
+
+    * ``lost``: an acknowledged record not stored at the offset it was acknowledged at;
+    * ``duplicated``: a value stored at more than one offset (acknowledged or not);
+    * ``gaps``: a partition whose offsets are not exactly 0, 1, 2, ...;
+    * ``order_violations``: two records of one key in a partition whose sequence
+      numbers do not increase with the offset;
+    * ``offsets_reused``: one (partition, offset) acknowledged for two values, or
+      delivered with a value other than the stored one;
+    * ``undelivered``: an acknowledged record no member delivered;
+    * ``redeliveries``: deliveries beyond the first of a (partition, offset).
+    """
+    acked = list(acked)
+    deliveries = list(deliveries)
+    examples: dict[str, list[str]] = {}
+
+    def note(kind: str, text: str) -> None:
+        bucket = examples.setdefault(kind, [])
+        if len(bucket) < 10:
+            bucket.append(text)
+
+    at: dict[tuple[int, int], bytes] = {}
+    gaps = 0
+    occurrences: Counter[bytes] = Counter()
+    order_violations = 0
+    corrupt = 0
+    for partition, records in sorted(stored.items()):
+        offsets = [o for o, _ in records]
+        if offsets != list(range(len(offsets))):
+            gaps += 1
+            first_bad = next((i for i, o in enumerate(offsets) if o != i), len(offsets))
+            note(
+                "gaps",
+                f"partition {partition}: offset {first_bad} expected, got {offsets[first_bad : first_bad + 3]}",
+            )
+        last_seq: dict[bytes, tuple[int, int]] = {}
+        for offset, value in records:
+            at[(partition, offset)] = value
+            occurrences[value] += 1
+            try:
+                key, seq = parse_value(value)
+            except ValueError:
+                corrupt += 1
+                note("corrupt", f"{partition}@{offset}: {value[:40]!r}")
+                continue
+            previous = last_seq.get(key)
+            if previous is not None and seq <= previous[0]:
+                order_violations += 1
+                note(
+                    "order_violations",
+                    f"partition {partition}: key {key!r} seq {seq} at {offset}"
+                    f" after seq {previous[0]} at {previous[1]}",
+                )
+            last_seq[key] = (seq, offset)
+    duplicated = [v for v, n in occurrences.items() if n > 1]
+    for v in duplicated[:10]:
+        note("duplicated", f"{v!r} stored {occurrences[v]} times")
+
+    lost = 0
+    offsets_reused = 0
+    acked_at: dict[tuple[int, int], bytes] = {}
+    for a in acked:
+        position = (a.partition, a.offset)
+        other = acked_at.setdefault(position, a.value)
+        if other != a.value:
+            offsets_reused += 1
+            note(
+                "offsets_reused",
+                f"{a.partition}@{a.offset} acknowledged for {other!r} and {a.value!r}",
+            )
+        if at.get(position) != a.value:
+            lost += 1
+            note(
+                "lost",
+                f"{a.value!r} acknowledged at {a.partition}@{a.offset}, stored there: {at.get(position)!r}",
+            )
+
+    delivered: Counter[tuple[int, int]] = Counter()
+    for d in deliveries:
+        position = (d.partition, d.offset)
+        delivered[position] += 1
+        stored_value = at.get(position)
+        if stored_value is not None and stored_value != d.value:
+            offsets_reused += 1
+            note(
+                "offsets_reused",
+                f"{d.member} got {d.value!r} at {d.partition}@{d.offset}, stored: {stored_value!r}",
+            )
+    undelivered = 0
+    for a in acked:
+        if delivered[(a.partition, a.offset)] == 0:
+            undelivered += 1
+            note("undelivered", f"{a.value!r} at {a.partition}@{a.offset}")
+    redeliveries = sum(n - 1 for n in delivered.values() if n > 1)
+    acked_values = {a.value for a in acked}
+    stored_total = sum(len(r) for r in stored.values())
+    counts = {
+        "acknowledged": len(acked),
+        "failed_sends": failed_sends,
+        "stored": stored_total,
+        "stored_unacknowledged": sum(1 for v in occurrences if v not in acked_values),
+        "lost": lost,
+        "duplicated": len(duplicated),
+        "gaps": gaps,
+        "order_violations": order_violations,
+        "offsets_reused": offsets_reused,
+        "corrupt": corrupt,
+        "deliveries": len(deliveries),
+        "undelivered": undelivered,
+        "redeliveries": redeliveries,
+        "max_redeliveries_of_one_record": max(delivered.values(), default=1) - 1,
+    }
+    bad = (
+        "lost",
+        "duplicated",
+        "gaps",
+        "order_violations",
+        "offsets_reused",
+        "corrupt",
+        "undelivered",
+    )
+    return {
+        "ok": all(counts[k] == 0 for k in bad),
+        "counts": counts,
+        "examples": examples,
+    }

@@ -1,0 +1,361 @@
+"""A headrace cluster whose controller and brokers each live in a network namespace.
+
+Real partitions need real links: loopback cannot drop one broker's packets.
+``NetnsCluster`` gives every node (``c`` the controller, ``1``..``N`` the
+brokers) a namespace ``hrnet-<pid>-<node>`` joined by a veth pair to one
+bridge, which also carries an address in the root namespace (``.1``) so the
+test's clients reach every node and are never cut off themselves.
+
+Faults are nftables rules inside a node's namespace (an ``inet headrace``
+table with an input and an output chain): ``cut(a, b)`` drops both
+directions between two nodes, ``cut(a, b, one_way=True)`` only ``a -> b``,
+``lossy(node, percent)`` drops that share of everything the node sends or
+receives (``numgen random``), ``heal()`` flushes every rule. The kernel here
+has nftables but no ``sch_netem``; where ``tc qdisc ... netem`` exists the same
+rules still apply (nothing here depends on it).
+
+Processes are started exactly as ``headrace local up`` starts them
+(``broker_args`` and the controller's options) under ``ip netns exec``.
+``close()`` (also on ``__exit__``, and from ``atexit``) kills every process
+and deletes the namespaces and the bridge, even after a failure; ``up()``
+first removes namespaces left by a run whose process is gone.
+
+Needs root, ``ip`` and ``nft``; ``unavailable()`` says why not, for a skip.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bench import procs
+from headrace.cli.local import CLUSTER_ID, broker_args
+
+NS_PREFIX = "hrnet-"
+DATA_PORT = 9092
+ADMIN_PORT = 9644
+CONTROLLER_PORT = 9700
+CONTROLLER = "c"
+
+
+def unavailable() -> str | None:
+    """Why namespaces and nft rules cannot be used here, or None when they can."""
+    if os.geteuid() != 0:
+        return "not root: network namespaces and nft rules need CAP_NET_ADMIN"
+    for tool in ("ip", "nft"):
+        if shutil.which(tool) is None:
+            return f"{tool} missing (Debian packages iproute2, nftables)"
+    probe = f"{NS_PREFIX}probe-{os.getpid()}"
+    try:
+        _run("ip", "netns", "add", probe)
+        _run("ip", "netns", "exec", probe, "nft", "add", "table", "inet", "probe")
+    except RuntimeError as exc:
+        return f"cannot make a namespace with an nft table: {exc}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
+    return None
+
+
+def _run(*argv: str) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.stdout.strip()}")
+    return proc.stdout
+
+
+def remove_stale() -> None:
+    """Delete namespaces (and bridges) of earlier runs whose process no longer exists."""
+    names = [line.split()[0] for line in _run("ip", "netns", "list").splitlines() if line]
+    for name in names:
+        if not name.startswith(NS_PREFIX):
+            continue
+        owner = name[len(NS_PREFIX) :].split("-")[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
+            subprocess.run(["ip", "link", "del", f"hr{owner}br"], capture_output=True, check=False)
+
+
+def _free_subnet() -> str:
+    """A 10.x.y/24 that no route here uses yet: one per run, so two runs at once (or the
+    machine's own network) never share addresses."""
+    routes = _run("ip", "-4", "route")
+    while True:
+        subnet = f"10.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
+        if f"{subnet}." not in routes and not routes.startswith("default via 10."):
+            return subnet
+
+
+@dataclass
+class Node:
+    name: str
+    address: str
+    namespace: str
+    proc: subprocess.Popen[bytes] | None = None
+    argv: list[str] = field(default_factory=list)
+    log_path: Path = Path()
+
+
+class NetnsCluster:
+    """A controller and ``brokers`` brokers, each in its own namespace, on one bridge."""
+
+    def __init__(
+        self,
+        root: Path,
+        brokers: int = 3,
+        *,
+        broker_options: tuple[str, ...] = (),
+        controller_options: tuple[str, ...] = (),
+        fsync: str = "interval",
+    ) -> None:
+        self.root = root
+        self.tag = str(os.getpid())
+        self.subnet = _free_subnet()
+        self.bridge = f"hr{self.tag}br"
+        self.broker_ids = list(range(1, brokers + 1))
+        self.broker_options = broker_options
+        self.controller_options = controller_options
+        self.fsync = fsync
+        self.nodes: dict[str, Node] = {}
+        for i, name in enumerate([CONTROLLER, *map(str, self.broker_ids)]):
+            self.nodes[name] = Node(
+                name, f"{self.subnet}.{10 + i}", f"{NS_PREFIX}{self.tag}-{name}"
+            )
+        self._closed = False
+
+    # ---------------------------------------------------------------- addresses
+
+    @property
+    def host_address(self) -> str:
+        return f"{self.subnet}.1"
+
+    def address(self, node: str | int) -> str:
+        return self.nodes[str(node)].address
+
+    @property
+    def controller_url(self) -> str:
+        return f"http://{self.address(CONTROLLER)}:{CONTROLLER_PORT}"
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"{self.address(b)}:{DATA_PORT}" for b in self.broker_ids)
+
+    def admin_url(self, broker: int) -> str:
+        return f"http://{self.address(broker)}:{ADMIN_PORT}"
+
+    def data_dir(self, broker: int) -> Path:
+        return self.root / f"broker-{broker}"
+
+    # ---------------------------------------------------------------- life cycle
+
+    def __enter__(self) -> NetnsCluster:
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def up(self) -> None:
+        remove_stale()
+        atexit.register(self.close)
+        self.root.mkdir(parents=True, exist_ok=True)
+        _run("ip", "link", "add", self.bridge, "type", "bridge")
+        _run("ip", "addr", "add", f"{self.host_address}/24", "dev", self.bridge)
+        _run("ip", "link", "set", self.bridge, "up")
+        for node in self.nodes.values():
+            self._plumb(node)
+        for b in self.broker_ids:
+            self._spawn_broker(b)
+        for b in self.broker_ids:
+            self.wait(lambda b=b: self._ready(self.admin_url(b)), 30, f"broker {b} ready")
+        self._spawn_controller()
+        self.wait(lambda: self._ready(self.controller_url), 30, "controller ready")
+
+    def _plumb(self, node: Node) -> None:
+        host_side = f"hr{self.tag}{node.name}"
+        ns = node.namespace
+        _run("ip", "netns", "add", ns)
+        _run("ip", "link", "add", host_side, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        _run("ip", "link", "set", host_side, "master", self.bridge)
+        _run("ip", "link", "set", host_side, "up")
+        _run("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
+        _run("ip", "netns", "exec", ns, "ip", "addr", "add", f"{node.address}/24", "dev", "eth0")
+        _run("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
+        self._nft(
+            node,
+            "add table inet headrace\n"
+            "add chain inet headrace input { type filter hook input priority 0; }\n"
+            "add chain inet headrace output { type filter hook output priority 0; }\n",
+        )
+
+    def _nft(self, node: Node, script: str) -> None:
+        proc = subprocess.run(
+            ["ip", "netns", "exec", node.namespace, "nft", "-f", "-"],
+            input=script,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"nft in {node.namespace}: {proc.stderr.strip()}\n{script}")
+
+    def _spawn(self, node: Node, args: list[str]) -> None:
+        node.argv = ["ip", "netns", "exec", node.namespace, *procs.HEADRACE_CLI, *args]
+        node.log_path = self.root / f"{node.name}.log"
+        node.proc = procs.spawn(node.argv, node.log_path)
+
+    def _spawn_broker(self, broker: int) -> None:
+        record = {
+            "id": broker,
+            "host": self.address(broker),
+            "port": DATA_PORT,
+            "admin_port": ADMIN_PORT,
+        }
+        args = broker_args(record, self.root, self.fsync)
+        self._spawn(self.nodes[str(broker)], [*args, *self.broker_options])
+
+    def _spawn_controller(self) -> None:
+        args = [
+            "controller",
+            "--state-dir",
+            str(self.root / "controller"),
+            "--admin-host",
+            self.address(CONTROLLER),
+            "--admin-port",
+            str(CONTROLLER_PORT),
+            "--cluster-id",
+            CLUSTER_ID,
+            *self.controller_options,
+        ]
+        for b in self.broker_ids:
+            args += ["--broker", f"{b}={self.address(b)}:{ADMIN_PORT}"]
+        self._spawn(self.nodes[CONTROLLER], args)
+
+    def _ready(self, url: str) -> bool:
+        for node in self.nodes.values():
+            if node.proc is not None and node.proc.poll() is not None:
+                tail = node.log_path.read_text(errors="replace")[-3000:]
+                raise RuntimeError(f"{node.name} exited ({node.proc.returncode}):\n{tail}")
+        status, _ = procs.http_json(f"{url}/healthz", timeout=1.0)
+        return status == 200
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for node in self.nodes.values():
+            if node.proc is not None:
+                procs.reap(node.proc)
+        for node in self.nodes.values():
+            subprocess.run(["ip", "netns", "del", node.namespace], capture_output=True, check=False)
+        subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
+        with contextlib.suppress(ValueError):
+            atexit.unregister(self.close)
+
+    def kill(self, node: str | int) -> None:
+        n = self.nodes[str(node)]
+        if n.proc is not None:
+            procs.reap(n.proc)
+            n.proc = None
+
+    def restart(self, node: str | int) -> None:
+        n = self.nodes[str(node)]
+        self.kill(node)
+        n.proc = procs.spawn(n.argv, n.log_path)
+
+    # ---------------------------------------------------------------- faults
+
+    def cut(self, a: str | int, b: str | int, *, one_way: bool = False) -> None:
+        """Drop what ``a`` sends to ``b`` (and, unless ``one_way``, what ``b`` sends ``a``)."""
+        na, nb = self.nodes[str(a)], self.nodes[str(b)]
+        self._nft(na, f"add rule inet headrace output ip daddr {nb.address} drop\n")
+        self._nft(nb, f"add rule inet headrace input ip saddr {na.address} drop\n")
+        if not one_way:
+            self.cut(b, a, one_way=True)
+
+    def isolate(self, node: str | int) -> None:
+        """Cut ``node`` from every other node (the test's own clients still reach it)."""
+        for other in self.nodes:
+            if other != str(node):
+                self.cut(node, other)
+
+    def lossy(self, node: str | int, percent: int) -> None:
+        """Drop ``percent`` % of the packets ``node`` sends and of those it receives."""
+        n = self.nodes[str(node)]
+        self._nft(
+            n,
+            f"add rule inet headrace input numgen random mod 100 < {percent} drop\n"
+            f"add rule inet headrace output numgen random mod 100 < {percent} drop\n",
+        )
+
+    def heal(self) -> None:
+        for node in self.nodes.values():
+            self._nft(node, "flush chain inet headrace input\nflush chain inet headrace output\n")
+
+    # ---------------------------------------------------------------- observing
+
+    def wait(self, predicate: Any, timeout: float, what: str) -> None:
+        procs.wait_until(predicate, timeout, what, retry_on=(OSError, ValueError), poll_s=0.1)
+
+    def cli(self, *args: str) -> str:
+        proc = procs.run_headrace(*args, "--controller", self.controller_url)
+        if proc.returncode != 0:
+            raise RuntimeError(f"headrace {' '.join(args)}: {proc.stderr.decode()}")
+        return proc.stdout.decode()
+
+    def apply(self, manifest: str) -> None:
+        path = self.root / f"manifest-{time.monotonic_ns()}.yaml"
+        path.write_text(manifest)
+        self.cli("apply", "-f", str(path))
+
+    def state(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"{self.controller_url}/v1/state", timeout=5) as resp:
+            return dict(json.loads(resp.read()))
+
+    def partition(self, topic: str, index: int) -> dict[str, Any]:
+        for t in self.state()["cluster"].get("topics", []):
+            if t["name"] == topic:
+                for p in t["partitions"]:
+                    if p["partition"] == index:
+                        return dict(p)
+        return {}
+
+    def heartbeat(self, broker: int, timeout: float = 2.0) -> dict[str, Any]:
+        status, doc = procs.http_json(f"{self.admin_url(broker)}/v1/heartbeat", timeout=timeout)
+        if status != 200 or not isinstance(doc, dict):
+            raise ValueError(f"broker {broker} heartbeat: HTTP {status}")
+        return doc
+
+    def report(self, broker: int, topic: str, index: int) -> dict[str, Any] | None:
+        """Broker ``broker``'s own view of one partition (from its heartbeat), or None."""
+        for p in self.heartbeat(broker).get("partitions", []):
+            if p["topic"] == topic and p["partition"] == index:
+                return dict(p)
+        return None
+
+
+def read_replica(data_dir: Path, topic: str, index: int) -> dict[int, bytes]:
+    """One replica's copy of a partition, read from its segment files: offset -> value.
+
+    Independent of the broker (it may be running: only whole batches are read)."""
+    from headrace.records import batch as rb
+
+    namespace, _, name = topic.rpartition("/")
+    pdir = data_dir / "topics" / (namespace or "default") / name / str(index)
+    out: dict[int, bytes] = {}
+    for segment in sorted(pdir.glob("*.log")):
+        data = segment.read_bytes()
+        for pos, header in rb.scan(data):
+            batch = data[pos : pos + header.batch_length + rb.LENGTH_OVERHEAD]
+            out.update({r.offset: r.value for r in rb.decode(batch).records()})
+    return out

@@ -1,0 +1,98 @@
+{{/* The chart's name, overridable. */}}
+{{- define "headrace.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* release-chart, unless the release name already contains the chart's name. */}}
+{{- define "headrace.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "headrace.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/part-of: headrace
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+{{- end -}}
+
+{{- define "headrace.operatorSelector" -}}
+app.kubernetes.io/name: {{ include "headrace.name" . }}-operator
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "headrace.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "headrace.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "headrace.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+What the operator reads and writes in the namespaces it serves: the same list as
+headrace.operator.install.RULES (a unit test keeps them equal).
+*/}}
+{{- define "headrace.namespacedRules" -}}
+# the custom resources: kopf watches them and patches its annotations and finalizer
+- apiGroups: [headrace.dev]
+  resources: [brokerclusters, topics, unloads]
+  verbs: [get, list, watch, patch]
+# their status: compare-and-swap PUTs
+- apiGroups: [headrace.dev]
+  resources: [brokerclusters/status, topics/status, unloads/status]
+  verbs: [get, update, patch]
+# a BrokerCluster's workload, server-side applied
+- apiGroups: [apps]
+  resources: [statefulsets]
+  verbs: [get, create, patch]
+- apiGroups: [""]
+  resources: [services, configmaps]
+  verbs: [get, create, patch]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, create, patch]
+# the brokers' pod IPs
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+# elections, moves, failures as Events
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+# one active replica
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
+{{- end -}}
+
+{{/* Cluster-scoped reads kopf makes in every mode (install.CLUSTER_RULES). */}}
+{{- define "headrace.clusterRules" -}}
+- apiGroups: [apiextensions.k8s.io]
+  resources: [customresourcedefinitions]
+  verbs: [get, list, watch]
+- apiGroups: [""]
+  resources: [namespaces]
+  verbs: [get, list, watch]
+{{- end -}}
+
+{{/* The client Service of the example cluster, or test.bootstrap. */}}
+{{- define "headrace.testBootstrap" -}}
+{{- if .Values.test.bootstrap -}}
+{{- .Values.test.bootstrap -}}
+{{- else -}}
+{{- printf "%s.%s.svc:9092" .Values.exampleCluster.name .Release.Namespace -}}
+{{- end -}}
+{{- end -}}

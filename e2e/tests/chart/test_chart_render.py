@@ -1,0 +1,165 @@
+"""``helm lint`` and ``helm template`` of charts/headrace for every ``ci/*-values.yaml``.
+
+They need only the helm binary the test bed builds (no cluster); what they check of the
+rendered objects is what a scenario promises: least-privilege RBAC in each mode, the
+dashboard ConfigMap's sidecar label, a ``helm test`` pod that runs ``headrace``.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.testbed.settings import Settings
+
+CHART = Path(__file__).resolve().parents[3] / "charts" / "headrace"
+SCENARIOS = sorted((CHART / "ci").glob("*-values.yaml"))
+NAMESPACE = "headrace-system"
+
+
+def helm(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(Settings.from_env().binary("helm")), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def render(*values: str) -> list[dict[str, Any]]:
+    args = ["template", "hr", str(CHART), "--namespace", NAMESPACE, "--include-crds"]
+    for v in values:
+        args += ["-f", v] if v.endswith(".yaml") else ["--set", v]
+    done = helm(*args)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def kinds(docs: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for d in docs:
+        out.setdefault(d["kind"], []).append(d)
+    return out
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
+def test_lint_and_template(scenario: Path) -> None:
+    lint = helm("lint", "--strict", str(CHART), "-f", str(scenario))
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+    by_kind = kinds(render(str(scenario)))
+    assert len(by_kind["CustomResourceDefinition"]) == len(list((CHART / "crds").glob("*.yaml")))
+    if by_kind.get("Deployment"):
+        operator = next(
+            d for d in by_kind["Deployment"] if d["metadata"]["name"].endswith("-operator")
+        )
+        container = operator["spec"]["template"]["spec"]["containers"][0]
+        assert container["command"][-1] == "headrace.operator"
+
+
+def test_cluster_wide_mode_binds_one_cluster_role() -> None:
+    by_kind = kinds(render())
+    assert "Role" not in by_kind
+    (role,) = by_kind["ClusterRole"]
+    resources = {r for rule in role["rules"] for r in rule["resources"]}
+    assert {"brokerclusters", "statefulsets", "leases", "namespaces"} <= resources
+    # never a wildcard, never secrets (least privilege)
+    for rule in role["rules"]:
+        assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+    assert "secrets" not in resources
+
+
+def test_namespaced_mode_grants_writes_only_in_watched_namespaces() -> None:
+    by_kind = kinds(render(str(CHART / "ci" / "namespaced-values.yaml")))
+    roles = {r["metadata"]["namespace"] for r in by_kind["Role"]}
+    assert roles == {"team-a", "team-b", NAMESPACE}
+    bindings = {b["metadata"]["namespace"] for b in by_kind["RoleBinding"]}
+    assert bindings == roles
+    (cluster_role,) = by_kind["ClusterRole"]
+    # cluster-wide, only kopf's reads of CRDs and namespaces
+    for rule in cluster_role["rules"]:
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}
+        assert set(rule["resources"]) <= {"customresourcedefinitions", "namespaces"}
+    (operator,) = by_kind["Deployment"]
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--namespace") + 1] == "team-a"
+    assert "-v" in args
+
+
+def test_bad_values_are_refused_by_the_schema() -> None:
+    done = helm("template", "hr", str(CHART), "--set", "operator.replicas=0")
+    assert done.returncode != 0 and "replicas" in done.stderr
+    done = helm("template", "hr", str(CHART), "--set", "operator.nosuchvalue=1")
+    assert done.returncode != 0 and "nosuchvalue" in done.stderr
+    done = helm(
+        "template",
+        "hr",
+        str(CHART),
+        "--set",
+        "exampleCluster.enabled=true",
+        "--set",
+        "exampleCluster.tieredStorage=true",
+    )
+    assert done.returncode != 0 and "minio.enabled" in done.stderr
+
+
+def test_dashboard_config_map_carries_the_sidecar_label() -> None:
+    by_kind = kinds(render())
+    (cm,) = by_kind["ConfigMap"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["headrace-brokers.json"])
+    assert dashboard["uid"] == "headrace-brokers"
+    assert json.loads(cm["data"]["headrace-operator.json"])["uid"] == "headrace-operator"
+
+
+def test_operator_probes_and_optional_service_monitor() -> None:
+    (deployment,) = kinds(render())["Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert "$(POD_IP):8081" in container["args"]
+    assert "ServiceMonitor" not in kinds(render())
+    by_kind = kinds(render("operator.serviceMonitor.enabled=true"))
+    (monitor,) = by_kind["ServiceMonitor"]
+    assert monitor["spec"]["endpoints"][0]["port"] == "http-surfaces"
+
+
+def test_helm_test_pod_produces_then_consumes_with_headrace() -> None:
+    docs = render(str(CHART / "ci" / "example-cluster-values.yaml"), "test.bootstrap=10.0.0.1:9092")
+    pod = next(d for d in docs if d["kind"] == "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (produce,) = pod["spec"]["initContainers"]
+    (consume,) = pod["spec"]["containers"]
+    assert produce["command"][:3] == ["headrace", "bench", f"{NAMESPACE}/helm-test"]
+    assert "--acks" in produce["command"] and "all" in produce["command"]
+    assert consume["command"][:3] == ["headrace", "consume", f"{NAMESPACE}/helm-test"]
+    assert consume["command"][consume["command"].index("--bootstrap") + 1] == "10.0.0.1:9092"
+    topic = next(d for d in docs if d["kind"] == "Topic")
+    assert topic["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def _rule_set(rules: list[dict[str, Any]]) -> set[tuple[tuple[str, ...], ...]]:
+    return {
+        (tuple(sorted(r["apiGroups"])), tuple(sorted(r["resources"])), tuple(sorted(r["verbs"])))
+        for r in rules
+    }
+
+
+def test_rbac_is_the_operators_own_rule_list() -> None:
+    # headrace.operator.install.RULES is the one list of what the operator does; the
+    # chart's templates restate it in YAML and must not drift from it
+    from headrace.operator.install import CLUSTER_RULES, RULES
+
+    namespaced = _rule_set([{"apiGroups": g, "resources": r, "verbs": v} for g, r, v in RULES])
+    cluster = _rule_set([{"apiGroups": g, "resources": r, "verbs": v} for g, r, v in CLUSTER_RULES])
+    (wide,) = kinds(render())["ClusterRole"]
+    assert _rule_set(wide["rules"]) == namespaced | cluster
+    by_kind = kinds(render(str(CHART / "ci" / "namespaced-values.yaml")))
+    for role in by_kind["Role"]:
+        assert _rule_set(role["rules"]) == namespaced
+    (reads,) = by_kind["ClusterRole"]
+    assert _rule_set(reads["rules"]) == cluster

@@ -1,0 +1,11 @@
+# The fault campaign (issue 14 §1, docs/reliability.md): a 3-broker local cluster under keyed
+# acks=all load and a consuming cohort, one kill -9 per round, an independent checker at the end.
+#   make chaos                      100 rounds, a random seed (printed); report in bench/results/chaos.json
+#   make chaos CHAOS_ROUNDS=20 CHAOS_SEED=7
+# `make test` runs a 5-round version (tests/integration/test_chaos.py).
+CHAOS_ROUNDS ?= 100
+CHAOS_SEED ?=
+.PHONY: chaos
+
+chaos: setup
+	$(PY) -m bench.chaos --rounds $(CHAOS_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED))

@@ -1,0 +1,16 @@
+# The Helm chart, the one image and the GitOps health tools (charts/headrace/README.md).
+#   make chart-test   helm lint/template of every charts/headrace/ci scenario, the chart's file
+#                     checks, the Argo CD Lua checks, kstatus on live objects (test bed)
+#   make kstatus      build tools/kstatus (sigs.k8s.io/cli-utils kstatus) from the Go module proxy
+#   make image        build the headrace image with buildah (mmdebstrap base) and run
+#                     `headrace --version` in it (needs root, buildah, mmdebstrap)
+.PHONY: chart-test kstatus image
+
+chart-test: setup
+	$(BIN)/pytest -q tests/unit/charts tests/integration/test_grafana_dashboard.py e2e/tests/chart
+
+kstatus:
+	bash tools/kstatus/build.sh
+
+image: setup
+	bash tools/image/build.sh

@@ -1,0 +1,13 @@
+# Fault campaigns that need root: power loss on a FUSE file system (bench/powerfs.py) and
+# network partitions between namespaces (bench/netns.py). `make test` runs short versions.
+POWERLOSS_CUTS ?= 50
+POWERLOSS_SEED ?= 14
+
+.PHONY: powerloss partitions
+
+powerloss: setup
+	$(PY) -m bench.powerloss --fsync always --cuts $(POWERLOSS_CUTS) --seed $(POWERLOSS_SEED)
+	$(PY) -m bench.powerloss --fsync interval --cuts $(POWERLOSS_CUTS) --seed $(POWERLOSS_SEED)
+
+partitions: setup
+	$(BIN)/pytest -q tests/integration/test_partitions.py

@@ -1,0 +1,59 @@
+"""``headrace acl token|hash|check``: make credentials and check an ACL file (docs/security.md).
+
+The ACL file stores only ``sha256:<hex>`` of each token, so ``token`` prints the
+token (give it to the client) and the line for the file (give it to the brokers)."""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from pathlib import Path
+
+import click
+
+from headrace.commands import one_line_errors
+
+
+@click.group()
+def acl() -> None:
+    """Tokens and ACL files for brokers started with --acl-file."""
+
+
+@acl.command("token")
+def token() -> None:
+    """Draw a fresh random token: prints the token, then its hash for the ACL file."""
+    from headrace.security.acl import hash_token
+
+    fresh = secrets.token_urlsafe(32)
+    click.echo(f"token: {fresh}")
+    click.echo(f"hash:  {hash_token(fresh)}")
+
+
+@acl.command("hash")
+def hash_() -> None:
+    """Hash a token read from stdin (one line), for the ACL file's ``tokens`` list."""
+    from headrace.security.acl import hash_token
+
+    line = sys.stdin.readline().rstrip("\r\n")
+    if not line:
+        raise click.UsageError("give the token on stdin (not as an argument: ps shows those)")
+    click.echo(hash_token(line))
+
+
+@acl.command("check")
+@click.argument("path", type=click.Path(path_type=Path, dir_okay=False, exists=True))
+@one_line_errors
+def check(path: Path) -> None:
+    """Validate an ACL file and print each principal's grants."""
+    from headrace.broker.access import load_acl_file
+
+    parsed = load_acl_file(path)
+    for principal in parsed.principals:
+        creds = []
+        if principal.tokens:
+            creds.append(f"{len(principal.tokens)} token(s)")
+        creds += [f"certificate CN={c}" for c in principal.certificates]
+        click.echo(f"{principal.name} ({', '.join(creds)})")
+        for grant in principal.grants:
+            ops = ",".join(op.value for op in grant.operations)
+            click.echo(f"  {ops} on {' '.join(grant.topics) or '(cluster)'}")

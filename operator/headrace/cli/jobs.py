@@ -1,0 +1,286 @@
+"""``headrace verify TOPIC`` and ``headrace compact TOPIC``: the Spark jobs, run locally.
+
+Each command runs ``headrace/jobs/run.py`` with pyspark's bundled ``spark-submit``
+(``--master local[*]`` by default) against the local cluster's object store (the
+one ``<dir>/local.json`` records, with its credentials), or against ``--store``
+and ``--cluster``. It shows the job's per-partition progress, prints a summary
+and exits with the job's status: 0 ok, 1 verification found a problem, 2 the job
+could not run. Spark's own log goes to ``<dir>/jobs/<job>-<time>.log``.
+
+Registered on the main group by ``register`` (one line in ``cli/main.py``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from headrace.cli import local as local_mode
+
+_PROGRESS_PREFIXES = ("verify ", "compact ", "  partition ")
+
+
+def _qualified(topic: str) -> str:
+    """``name`` -> ``default/name``, as the broker's topic names."""
+    return topic if "/" in topic else f"default/{topic}"
+
+
+def _spark_submit() -> Path:
+    spec = importlib.util.find_spec("pyspark")
+    if spec is None or spec.origin is None:
+        raise click.ClickException(
+            "pyspark is not installed; install headrace with the 'jobs' extra"
+            " (pip install -e '.[jobs]', or make setup)"
+        )
+    path = Path(spec.origin).parent / "bin" / "spark-submit"
+    if not path.exists():
+        raise click.ClickException(f"pyspark has no spark-submit at {path}")
+    return path
+
+
+def _job_script() -> Path:
+    spec = importlib.util.find_spec("headrace.jobs.run")
+    if spec is None or spec.origin is None:
+        raise click.ClickException("headrace.jobs is not installed")
+    return Path(spec.origin)
+
+
+def _local_bootstrap(directory: Path) -> str | None:
+    """``host:port`` of the local cluster's brokers, from ``local.json`` (None: none)."""
+    try:
+        record = json.loads((directory / local_mode.STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    brokers = record.get("brokers") or []
+    return ",".join(f"{b['host']}:{b['port']}" for b in brokers) or None
+
+
+def _target(
+    directory: Path, store: str | None, cluster: str | None
+) -> tuple[str, str, dict[str, str]]:
+    """(store URL, cluster id, extra environment) of the job."""
+    if store is not None:
+        return store, cluster or local_mode.CLUSTER_ID, {}
+    state = directory / local_mode.STATE_FILE
+    try:
+        record = json.loads(state.read_text())
+    except FileNotFoundError:
+        raise click.ClickException(
+            f"no local cluster in {directory} (no {local_mode.STATE_FILE}); start one with"
+            " `headrace local up`, or name the object store with --store"
+        ) from None
+    args, env = local_mode.object_store_args(record, directory)
+    return args[args.index("--object-store") + 1], cluster or local_mode.CLUSTER_ID, env
+
+
+def _run(
+    job: str,
+    topic: str,
+    directory: Path,
+    store: str | None,
+    cluster: str | None,
+    master: str,
+    job_args: list[str],
+    verbose: bool,
+) -> tuple[int, dict[str, Any] | None, Path]:
+    url, cluster_id, env = _target(directory, store, cluster)
+    logs = directory / "jobs"
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"{job}-{time.strftime('%Y%m%dT%H%M%S')}.log"
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
+        report_path = Path(tmp.name)
+    argv = [
+        str(_spark_submit()),
+        "--master",
+        master,
+        "--conf",
+        "spark.ui.enabled=false",
+        "--conf",
+        "spark.ui.showConsoleProgress=false",
+        str(_job_script()),
+        job,
+        "--store",
+        url,
+        "--cluster",
+        cluster_id,
+        "--topic",
+        _qualified(topic),
+        "--report-file",
+        str(report_path),
+        *job_args,
+    ]
+    child_env = {**os.environ, **env, "PYSPARK_PYTHON": sys.executable}
+    child_env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    click.echo(f"{job} {_qualified(topic)}: spark-submit --master {master} (log: {log_path})")
+    with log_path.open("w") as log:
+        # spark-submit's JVM forwards the Python driver's stdout and stderr to its
+        # own stdout; take both and keep the job's progress lines from the noise
+        proc = subprocess.Popen(
+            argv, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log.write(line)
+            if verbose or line.startswith(_PROGRESS_PREFIXES):
+                click.echo(line.rstrip("\n"), err=True)
+        status = proc.wait()
+    report: dict[str, Any] | None = None
+    try:
+        text = report_path.read_text()
+        report = json.loads(text) if text else None
+    finally:
+        report_path.unlink(missing_ok=True)
+    return status, report, log_path
+
+
+def _finding_line(f: dict[str, Any]) -> str:
+    at = f" (byte {f['position']})" if f.get("position") is not None else ""
+    offset = f"offset {f['offset']}" if f.get("offset") is not None else "no offset"
+    return (
+        f"  partition {f['partition']}: {f['kind']} at {offset} in {f['key']}{at}: {f['message']}"
+    )
+
+
+def _summarize(job: str, status: int, report: dict[str, Any] | None, log_path: Path) -> None:
+    if report is None or "error" in report:
+        why = f"exit {status}; see {log_path}" if report is None else report["error"]
+        click.echo(f"Error: the {job} job failed: {why}", err=True)
+        sys.exit(status if status > 1 else 2)
+    s = report["summary"]
+    if job == "verify":
+        click.echo(
+            f"verified {s['objects']} objects, {s['records']} records, {s['bytes']} bytes in"
+            f" {s['partitions']} partition(s) in {report['seconds']:.1f}s"
+        )
+    else:
+        click.echo(
+            f"compacted {s['partitions']} partition(s): {s['segmentsBefore']} -> "
+            f"{s['segmentsAfter']} objects, {s['bytesReclaimed']} bytes reclaimed,"
+            f" {s['recordsRemoved']} records removed in {report['seconds']:.1f}s"
+        )
+    for f in report["findings"]:
+        click.echo(_finding_line(f))
+    for failed in report["failed"]:
+        click.echo(f"  partition {failed['partition']}: FAILED: {failed['error']}")
+    if "reportKey" in report:
+        click.echo(f"report: {report['reportKey']}")
+    click.echo("OK" if report["ok"] else "PROBLEMS FOUND" if status == 1 else "FAILED")
+
+
+def _common(f: Any) -> Any:
+    for option in reversed(
+        [
+            click.argument("topic"),
+            click.option(
+                "--dir",
+                "directory",
+                type=click.Path(path_type=Path),
+                default=local_mode.DEFAULT_DIR,
+                show_default=True,
+                help="The local cluster's directory (its local.json names the object store).",
+            ),
+            click.option("--store", default=None, help="Object store URL instead of --dir's."),
+            click.option("--cluster", default=None, help="Cluster id (default: local)."),
+            click.option("--master", default="local[*]", show_default=True),
+            click.option("--partitions", default="", help="Comma-separated; default all."),
+            click.option("-v", "--verbose", is_flag=True, help="Show Spark's log too."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+@click.command()
+@_common
+@click.option("--compacted", is_flag=True, help="The topic is key-compacted (holes are fine).")
+@click.option(
+    "--bootstrap",
+    default=None,
+    help="Brokers (HOST:PORT) to check the stored range against; default: the local"
+    " cluster's brokers when --dir has them.",
+)
+def verify(
+    topic: str,
+    directory: Path,
+    store: str | None,
+    cluster: str | None,
+    master: str,
+    partitions: str,
+    verbose: bool,
+    compacted: bool,
+    bootstrap: str | None,
+) -> None:
+    """Verify TOPIC's stored segments: offsets, CRCs, manifest against objects, and
+    the stored range against the brokers' log start and high watermark."""
+    args = ["--partitions", partitions] if partitions else []
+    if compacted:
+        args.append("--compacted")
+    bootstrap = bootstrap or (None if store else _local_bootstrap(directory))
+    if bootstrap:
+        args += ["--bootstrap", bootstrap]
+    status, report, log_path = _run(
+        "verify", topic, directory, store, cluster, master, args, verbose
+    )
+    _summarize("verify", status, report, log_path)
+    sys.exit(status)
+
+
+@click.command()
+@_common
+@click.option("--target-bytes", type=int, default=64 << 20, show_default=True)
+@click.option(
+    "--keep-last-per-key",
+    is_flag=True,
+    help="Keep the last record per key (cleanupPolicy compact).",
+)
+@click.option("--delete-retention-ms", type=int, default=24 * 3600 * 1000, show_default=True)
+@click.option("--grace-seconds", type=float, default=30.0, show_default=True)
+@click.option("--verify/--no-verify", "then_verify", default=True, show_default=True)
+def compact(
+    topic: str,
+    directory: Path,
+    store: str | None,
+    cluster: str | None,
+    master: str,
+    partitions: str,
+    verbose: bool,
+    target_bytes: int,
+    keep_last_per_key: bool,
+    delete_retention_ms: int,
+    grace_seconds: float,
+    then_verify: bool,
+) -> None:
+    """Compact TOPIC's stored segments into objects of --target-bytes."""
+    args = [
+        "--target-bytes",
+        str(target_bytes),
+        "--delete-retention-ms",
+        str(delete_retention_ms),
+        "--grace-seconds",
+        str(grace_seconds),
+    ]
+    if partitions:
+        args += ["--partitions", partitions]
+    if keep_last_per_key:
+        args.append("--keep-last-per-key")
+    if then_verify:
+        args.append("--verify")
+    status, report, log_path = _run(
+        "compact", topic, directory, store, cluster, master, args, verbose
+    )
+    _summarize("compact", status, report, log_path)
+    sys.exit(status)
+
+
+def register(group: click.Group) -> None:
+    group.add_command(verify)
+    group.add_command(compact)

@@ -1,0 +1,469 @@
+"""Live repartitions: grow and shrink a topic's partition count (pure state machine).
+
+Theory of operation
+-------------------
+Fibril's model. Keys are routed by ``crc32(key) % N`` under the topic's
+*partitioning version*; a repartition changes ``N`` while producers and
+cohorts keep running:
+
+1. **cutover**: one commit writes the transition marker into the topic's
+   status (``Transition``), bumps the partitioning version and, for a grow,
+   adds the new partitions. Brokers fence on the version: a publish routed
+   under the old one is answered ``Redirect`` and never stored. Each old
+   partition's leader records its log end offset when it applies the new
+   version, its **cutover offset**: records below it were routed under the old
+   version, records from it on under the new one. A shrink keeps every
+   partition; only the routing count drops.
+2. **stamp**: the next step stamps ``adoptionGeneration``, the topology
+   generation the cutover committed at. Not at marker creation (that
+   generation does not exist yet) and not later (brokers push clients only
+   when their routing content changes, so clients ack the cutover's
+   generation and never a later, unrelated one).
+3. **drain**: per cohort, new partition ``q`` is *released* once the cohort's
+   cursor on every old partition that feeds ``q`` (``Transition.feeders``)
+   has passed that partition's cutover offset. Until then the brokers hold
+   ``q``'s post-cutover records back from that cohort. This is what keeps
+   invariant 6: every pre-cutover record of key K sits below the cutover
+   offset of K's old partition, and every post-cutover record of K in ``q``,
+   so a cohort gets K's new records only after it acked all its old ones.
+   The topic is **drained** when every tracked cohort (one with a plan that
+   has members, or already released somewhere) is released everywhere.
+4. **finalize** when ``drained and (adopted or adoption timed out)``:
+   ``adopted`` is the fleet's adoption floor (live brokers only) at or above
+   ``adoptionGeneration``; the timeout runs from drain-complete. A shrink
+   retires the partitions beyond the new count here, and only here; the
+   marker is cleared, and with it every hold.
+
+The table, per topic; a step fires at most one start and advances a marker
+once (a marker started in this step is advanced from the next)::
+
+    marker state           guard                                        effect
+    ---------------------  -------------------------------------------  -------------------------
+    none                   oldest Repartition of the topic unfinished,   marker, version + 1, grow
+                           valid, not warming up, no unload              adds partitions (CuttingOver)
+    none                   spec.partitions edited (differs from the      the same, request
+                           last one acted on) and not the count now      ``Topic.spec.partitions``
+    adoptionGeneration ∅   -                                            stamp := input generation
+                                                                        (Draining)
+    cutover offset ∅       the leader at the current epoch reports one   record it
+                           for ``toVersion``
+    cohort not released    its cursors on q's feeders >= their cutover   release q for it
+                           offsets
+    drainedMs ∅            every cutover offset known, every tracked     drainedMs := now
+                           cohort released on every new partition        (AwaitingAdoption)
+    drained                floor >= adoptionGeneration, or now >=        retire, clear (Finalized)
+                           drainedMs + adoption timeout
+
+Bad requests fail with a message and change nothing: a missing topic, the
+count it already has, a topic with an Unload in flight. A second request for
+a topic waits (Pending, saying for what) until the first finalizes. A
+Repartition deleted before its cutover fails; one deleted after rolls forward
+to Finalized (the marker carries all it needs), so nothing is left half done.
+
+Cohorts idle at the time (no members) are not waited for; one that comes
+back before finalize is held like the others, one that comes back after
+reads the partitions independently (see ``docs/repartition.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from headrace.control import election, placement
+from headrace.control.liveness import Liveness
+from headrace.control.model import (
+    SPEC_EDIT,
+    FinalizedBy,
+    RepartitionPhase,
+    RepartitionProgress,
+    RepartitionRequest,
+    TopicSpec,
+    TopicStatus,
+    Transition,
+)
+from headrace.control.settings import ControlSettings
+from headrace.protocol.coordination import PartitionReport
+
+#: (kind, subject, message), as the reconcile step's events
+EventTuple = tuple[str, str, str]
+
+Reports = Mapping[tuple[str, int], Mapping[int, PartitionReport]]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    topics: dict[str, TopicStatus]
+    progress: dict[str, RepartitionProgress]
+    events: list[EventTuple]
+    #: topic -> (reason, message) for a topic whose transition is in flight or waits
+    problems: dict[str, tuple[str, str]]
+
+
+def step(
+    topics: Mapping[str, TopicStatus],
+    wanted: Mapping[str, TopicSpec],
+    requests: Sequence[RepartitionRequest],
+    progress: Mapping[str, RepartitionProgress],
+    *,
+    generation: int,
+    liveness: Liveness,
+    reports: Reports,
+    adoption_floor: int | None,
+    unloading: Mapping[str, str],
+    now_ms: int,
+    settings: ControlSettings,
+) -> Outcome:
+    """One step over every topic. ``generation``: the committed topology generation of the
+    input state; ``unloading``: topic -> why an Unload makes it busy."""
+    out_topics = dict(topics)
+    out: dict[str, RepartitionProgress] = {}
+    events: list[EventTuple] = []
+    problems: dict[str, tuple[str, str]] = {}
+    started_by: dict[str, str] = {}  # topic -> request whose marker it carries
+
+    # 1. markers in flight
+    finalized: dict[str, tuple[Transition, FinalizedBy]] = {}
+    for name in sorted(out_topics):
+        topic = out_topics[name]
+        if topic.transition is None:
+            continue
+        # While warming up, unheard brokers' clients are not in the floor: no evidence.
+        floor = None if liveness.warming_up else adoption_floor
+        after, last, by = _advance(topic, topic.transition, generation, reports, floor, now_ms)
+        if by is not None:
+            finalized[name] = (last, by)
+            events.append(
+                (
+                    "RepartitionFinalized",
+                    name,
+                    f"{last.from_partitions} -> {last.to_partitions} partitions ({by.value})",
+                )
+            )
+        else:
+            assert after.transition is not None
+            started_by[name] = after.transition.request
+            problems[name] = ("Repartitioning", _describe(after.transition))
+            if after.transition.drained_ms is not None and topic.transition.drained_ms is None:
+                events.append(("RepartitionDrained", name, "pre-cutover backlog delivered"))
+        out_topics[name] = after
+
+    # 2. requests, oldest first
+    for request in requests:
+        before = progress.get(request.name, RepartitionProgress(request.name))
+        target = out_topics.get(request.topic)
+        marker = target.transition if target is not None else None
+        if marker is not None and marker.request == request.name:
+            out[request.name] = _in_flight(before, marker)
+            continue
+        if request.topic in finalized and finalized[request.topic][0].request == request.name:
+            done, by = finalized[request.topic]
+            out[request.name] = _finalized(before, done, by, now_ms)
+            continue
+        if before.finished:
+            out[request.name] = before
+            continue
+        if before.in_flight:
+            # Its marker is gone but its finalize was not recorded (a restart in between).
+            out[request.name] = replace(
+                before,
+                phase=RepartitionPhase.FINALIZED,
+                finalized_ms=before.finalized_ms or now_ms,
+                message="finalized (the record of it was restored after a restart)",
+            )
+            continue
+        failure = _invalid(request, target, wanted, unloading)
+        if failure is not None:
+            out[request.name] = replace(before, phase=RepartitionPhase.FAILED, message=failure)
+            events.append(("RepartitionFailed", f"repartition/{request.name}", failure))
+            continue
+        if target is None:
+            out[request.name] = replace(before, message=f"waiting for {request.topic} to be placed")
+            continue
+        busy = started_by.get(request.topic)
+        if busy is not None or request.topic in finalized:
+            waiting = f"waiting: {busy or 'a transition'} is repartitioning {request.topic}"
+            out[request.name] = replace(before, message=waiting)
+            continue
+        started = _start(
+            target,
+            request.partitions,
+            request.name,
+            request.adoption_timeout_ms,
+            out_topics,
+            liveness,
+            now_ms,
+        )
+        if isinstance(started, str):
+            out[request.name] = replace(before, message=started)
+            started_by[request.topic] = request.name  # later requests wait behind it
+            continue
+        out_topics[request.topic] = started
+        started_by[request.topic] = request.name
+        assert started.transition is not None
+        out[request.name] = _in_flight(before, started.transition)
+        events.append(("RepartitionStarted", request.topic, _describe(started.transition)))
+        problems[request.topic] = ("Repartitioning", _describe(started.transition))
+
+    # 3. spec edits
+    for name in sorted(wanted):
+        current = out_topics.get(name)
+        if current is None:
+            continue
+        topic = current
+        desired = wanted[name].partitions
+        seen = topic.spec_partitions if topic.spec_partitions is not None else len(topic.partitions)
+        if desired == seen:
+            if topic.spec_partitions is None:
+                out_topics[name] = replace(topic, spec_partitions=desired)
+            continue
+        if name in started_by or name in finalized:
+            problems.setdefault(
+                name,
+                (
+                    "RepartitionWaiting",
+                    f"spec asks for {desired} partitions: waiting for the transition in flight",
+                ),
+            )
+            continue
+        if name in unloading:
+            problems[name] = (
+                "RepartitionWaiting",
+                f"spec asks for {desired} partitions: waiting for {unloading[name]}",
+            )
+            continue
+        if desired == len(topic.partitions):
+            out_topics[name] = replace(topic, spec_partitions=desired)
+            continue
+        started = _start(
+            topic,
+            desired,
+            SPEC_EDIT,
+            settings.repartition_adoption_timeout_ms,
+            out_topics,
+            liveness,
+            now_ms,
+        )
+        if isinstance(started, str):
+            problems[name] = ("RepartitionWaiting", started)
+            continue
+        out_topics[name] = replace(started, spec_partitions=desired)
+        assert started.transition is not None
+        events.append(("RepartitionStarted", name, _describe(started.transition)))
+        problems[name] = ("Repartitioning", _describe(started.transition))
+    return Outcome(out_topics, out, events, problems)
+
+
+# --------------------------------------------------------------------------- the parts
+
+
+def _invalid(
+    request: RepartitionRequest,
+    topic: TopicStatus | None,
+    wanted: Mapping[str, TopicSpec],
+    unloading: Mapping[str, str],
+) -> str | None:
+    if request.cancelled:
+        return "deleted before its cutover: nothing was changed"
+    if request.partitions < 1:
+        return f"partitions must be at least 1, not {request.partitions}"
+    if request.topic not in wanted:
+        return f"topic {request.topic} does not exist"
+    if topic is None:
+        return None  # asked for, not placed yet: the request waits
+    if request.partitions == len(topic.partitions) and topic.transition is None:
+        return f"topic {request.topic} already has {request.partitions} partitions"
+    if request.topic in unloading:
+        return (
+            f"topic {request.topic} is mid-Unload ({unloading[request.topic]}): apply the"
+            " Repartition again once the Unload has finished"
+        )
+    return None
+
+
+def _start(
+    topic: TopicStatus,
+    partitions: int,
+    request: str,
+    timeout_ms: int,
+    topics: Mapping[str, TopicStatus],
+    liveness: Liveness,
+    now_ms: int,
+) -> TopicStatus | str:
+    """The topic with its marker written and its version bumped; or why it must wait."""
+    if liveness.warming_up:
+        return "waiting to hear from every known broker"
+    have = len(topic.partitions)
+    grown = topic
+    if partitions > have:
+        others = [p.replicas for n, t in topics.items() if n != topic.name for p in t.partitions]
+        try:
+            grown = add_partitions(topic, partitions, liveness.live - liveness.draining, others)
+        except placement.NotEnoughBrokers as exc:
+            return f"waiting for brokers: {exc.message}"
+    marker = Transition(
+        request,
+        have,
+        partitions,
+        topic.partitioning_version,
+        topic.partitioning_version + 1,
+        now_ms,
+        timeout_ms,
+    )
+    return replace(grown, partitioning_version=marker.to_version, transition=marker)
+
+
+def add_partitions(
+    topic: TopicStatus, partitions: int, brokers: Iterable[int], others: Iterable[Sequence[int]]
+) -> TopicStatus:
+    """The topic with partitions ``len..partitions-1`` placed (existing ones stay)."""
+    replicas = len(topic.partitions[0].replicas) if topic.partitions else 1
+    lists = placement.place(
+        partitions,
+        replicas,
+        brokers,
+        existing=[p.replicas for p in topic.partitions],
+        others=others,
+    )
+    added = tuple(
+        election.first_status(i, lists[i]) for i in range(len(topic.partitions), partitions)
+    )
+    return replace(topic, partitions=(*topic.partitions, *added))
+
+
+def _advance(
+    topic: TopicStatus,
+    marker: Transition,
+    generation: int,
+    reports: Reports,
+    floor: int | None,
+    now_ms: int,
+) -> tuple[TopicStatus, Transition, FinalizedBy | None]:
+    """The topic after one step of its marker, the marker as it stood at the end of the
+    step (also when this step cleared it), and why it finalized (None: not yet)."""
+    if marker.adoption_generation is None:
+        # Eager: the input is the state the cutover committed in (see the docstring).
+        marker = replace(marker, adoption_generation=generation)
+    leaders: dict[int, PartitionReport] = {}
+    for p in topic.partitions[: marker.from_partitions]:
+        if p.leader is None:
+            continue
+        report = reports.get((topic.name, p.partition), {}).get(p.leader)
+        if report is not None and report.role == "leader" and report.leader_epoch == p.leader_epoch:
+            leaders[p.partition] = report
+    offsets = dict(marker.cutover_offsets)
+    for index, report in leaders.items():
+        if index not in offsets and report.cutover is not None:
+            version, offset = report.cutover
+            if version == marker.to_version:
+                offsets[index] = offset
+    tracked = {c for c, plan in topic.cohort_plans.items() if plan.assignment} | set(
+        marker.released
+    )
+    released = {c: set(qs) for c, qs in marker.released.items()}
+    for cohort in sorted(tracked):
+        done = released.setdefault(cohort, set())
+        for q in range(marker.to_partitions):
+            if q in done:
+                continue
+            if all(_drained(p, cohort, offsets, leaders) for p in marker.feeders(q)):
+                done.add(q)
+    marker = replace(
+        marker,
+        cutover_offsets=offsets,
+        released={c: tuple(sorted(qs)) for c, qs in sorted(released.items())},
+    )
+    everything = set(range(marker.to_partitions))
+    if (
+        marker.drained_ms is None
+        and len(offsets) == marker.from_partitions
+        and all(set(qs) == everything for qs in marker.released.values())
+    ):
+        marker = replace(marker, drained_ms=now_ms)
+    if marker.drained_ms is not None:
+        assert marker.adoption_generation is not None
+        if floor is not None and floor >= marker.adoption_generation:
+            return _retire(topic, marker), marker, FinalizedBy.ADOPTED
+        if now_ms - marker.drained_ms >= marker.adoption_timeout_ms:
+            return _retire(topic, marker), marker, FinalizedBy.ADOPTION_TIMED_OUT
+    return replace(topic, transition=marker), marker, None
+
+
+def _drained(
+    partition: int, cohort: str, offsets: Mapping[int, int], leaders: Mapping[int, PartitionReport]
+) -> bool:
+    """The cohort's cursor on old ``partition`` has passed its cutover offset."""
+    cut = offsets.get(partition)
+    if cut is None:
+        return False
+    if cut == 0:
+        return True
+    report = leaders.get(partition)
+    cursor = report.cursors.get(cohort) if report is not None else None
+    return cursor is not None and cursor >= cut
+
+
+def _retire(topic: TopicStatus, marker: Transition) -> TopicStatus:
+    """Finalize: drop the partitions a shrink routes nothing to any more, clear the marker."""
+    return replace(topic, partitions=topic.partitions[: marker.to_partitions], transition=None)
+
+
+def phase_of(marker: Transition) -> RepartitionPhase:
+    if marker.adoption_generation is None:
+        return RepartitionPhase.CUTTING_OVER
+    if marker.drained_ms is None:
+        return RepartitionPhase.DRAINING
+    return RepartitionPhase.AWAITING_ADOPTION
+
+
+def _in_flight(before: RepartitionProgress, marker: Transition) -> RepartitionProgress:
+    return replace(
+        before,
+        phase=phase_of(marker),
+        from_partitions=marker.from_partitions,
+        to_partitions=marker.to_partitions,
+        from_version=marker.from_version,
+        to_version=marker.to_version,
+        adoption_generation=marker.adoption_generation,
+        cutover_ms=marker.cutover_ms,
+        drained_ms=marker.drained_ms,
+        message=_describe(marker),
+    )
+
+
+def _finalized(
+    before: RepartitionProgress, marker: Transition, by: FinalizedBy, now_ms: int
+) -> RepartitionProgress:
+    after = _in_flight(before, marker)
+    how = (
+        "every live broker's clients acked the new routing"
+        if by is FinalizedBy.ADOPTED
+        else "the adoption timeout passed (the version fence covers clients that did not ack)"
+    )
+    return replace(
+        after,
+        phase=RepartitionPhase.FINALIZED,
+        finalized_ms=now_ms,
+        finalized_by=by,
+        message=f"{marker.from_partitions} -> {marker.to_partitions} partitions: {how}",
+    )
+
+
+def _describe(marker: Transition) -> str:
+    phase = phase_of(marker)
+    base = (
+        f"{marker.from_partitions} -> {marker.to_partitions} partitions, version"
+        f" {marker.from_version} -> {marker.to_version}: {phase.value}"
+    )
+    if phase is RepartitionPhase.DRAINING:
+        missing = marker.from_partitions - len(marker.cutover_offsets)
+        held = sorted(c for c, qs in marker.released.items() if len(qs) < marker.to_partitions)
+        parts = []
+        if missing:
+            parts.append(f"{missing} cutover offsets not reported yet")
+        if held:
+            parts.append(f"cohorts {held} still draining")
+        return base + (f" ({'; '.join(parts)})" if parts else "")
+    if phase is RepartitionPhase.AWAITING_ADOPTION:
+        return base + f" (adoption generation {marker.adoption_generation})"
+    return base

@@ -1,0 +1,350 @@
+"""The kopf handlers: thin glue between kopf's watches and the operator's parts.
+
+* **indices** (``@kopf.index``): every BrokerCluster, Topic and Unload as the
+  watch last delivered it. kopf fills them before any handler or daemon runs,
+  so a cluster's control loop starts from the complete stored state (its
+  ``StatusStore.load`` is the watch cache, as ``looping`` says).
+* **the workload** (``@kopf.on.create/update/resume`` of a BrokerCluster):
+  parse the spec into the pydantic model, build the manifests
+  (``workloads``), server-side apply them through ``KubeApi``.
+* **the control loop** (``@kopf.daemon`` per BrokerCluster): a
+  ``ClusterRuntime`` stepping the shared ``ControlLoop``; it writes status,
+  never spec.
+* **kicks** (``@kopf.on.event`` of Topics and Unloads): run the owning
+  cluster's step now instead of at its next poll.
+
+What the handlers need (the API wrapper, the clock, settings, the running
+loops) is the ``OperatorContext`` in kopf's ``memo``, set by ``main``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import kopf
+import pydantic
+
+from headrace.control.documents import condition_time, full_name
+from headrace.control.looping import Clock
+from headrace.control.reconcile import Event
+from headrace.operator import workloads
+from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
+from headrace.operator.running import ClusterRuntime, RuntimeSettings, stalled_condition
+from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
+from headrace.resources import BrokerCluster
+
+log = logging.getLogger(__name__)
+
+GROUP: Final = "headrace.dev"
+VERSION: Final = "v1alpha1"
+#: kopf's own bookkeeping annotations (handler progress, last handled spec) go under this
+#: prefix; never into status, whose schema would prune them
+ANNOTATION_PREFIX: Final = "operator.headrace.dev"
+
+
+@dataclass
+class OperatorContext:
+    """What every handler reaches through ``memo.context``."""
+
+    api: KubeApi
+    clock: Clock
+    workload: workloads.WorkloadSettings = field(default_factory=workloads.WorkloadSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    #: the running control loops, by (namespace, cluster name)
+    loops: dict[tuple[str, str], ClusterRuntime] = field(default_factory=dict)
+    #: control loops whose task ended with an error (until kopf restarts them), and why
+    died: dict[tuple[str, str], str] = field(default_factory=dict)
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    #: /healthz, /metrics and the dashboard, when served (``main``)
+    surfaces: Surfaces | None = None
+
+    def health(self) -> dict[tuple[str, str], LoopHealth]:
+        """What ``/healthz`` decides on (call on kopf's event loop)."""
+        health = {key: LoopHealth(runtime.last_step_s) for key, runtime in self.loops.items()}
+        for key, why in self.died.items():
+            health[key] = LoopHealth(time.monotonic(), died=why)
+        return health
+
+
+def configure(settings: kopf.OperatorSettings) -> None:
+    """kopf settings that keep the operator's writes to what it decides."""
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=ANNOTATION_PREFIX
+    )
+    settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
+    # kopf's "Handler ... succeeded" Events are noise; ours (elections, moves) are posted
+    settings.posting.level = logging.WARNING
+
+
+def _snapshot(body: Mapping[str, Any]) -> dict[str, Any]:
+    return copy.deepcopy(dict(body))
+
+
+def _context(memo: Any) -> OperatorContext:
+    context: OperatorContext = memo.context
+    return context
+
+
+def without_status(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in body.items() if k != "status"}
+
+
+# ---------------------------------------------------------------------- surfaces
+
+
+@kopf.on.startup()
+async def serve_surfaces(memo: Any, **_: Any) -> None:
+    """The surfaces (started by ``main`` before the Lease) serve the cluster loops from now."""
+    context = _context(memo)
+    if context.surfaces is not None:
+        context.surfaces.attach(asyncio.get_running_loop(), lambda: context.loops, context.health)
+
+
+# ---------------------------------------------------------------------- indices
+
+
+@kopf.index(GROUP, VERSION, "brokerclusters")
+def clusters_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace, name): _snapshot(body)}
+
+
+@kopf.index(GROUP, VERSION, "topics")
+def topics_index(namespace: str | None, spec: kopf.Spec, body: kopf.Body, **_: Any) -> Any:
+    cluster = (spec.get("clusterRef") or {}).get("name")
+    return {(namespace, cluster): _snapshot(body)}
+
+
+@kopf.index(GROUP, VERSION, "unloads")
+def unloads_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+    return {namespace: _snapshot(body)}
+
+
+# ---------------------------------------------------------------------- the workload
+
+
+def parse_cluster(body: Mapping[str, Any]) -> BrokerCluster:
+    """The BrokerCluster model of ``body``; a spec that does not parse is a permanent error
+    (retrying the same spec cannot help), reported on the object by kopf."""
+    try:
+        return BrokerCluster.from_manifest(without_status(body))
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise kopf.PermanentError(f"invalid BrokerCluster: {problems}") from None
+
+
+def topic_statuses(topics: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The statuses of Topic bodies, each with its 'namespace/name' as ``name``."""
+    return [{**(t.get("status") or {}), "name": full_name(t)} for t in topics if t.get("status")]
+
+
+async def apply_workload(
+    body: Mapping[str, Any],
+    context: OperatorContext,
+    statuses: Iterable[Mapping[str, Any]] = (),
+) -> list[str]:
+    """Apply the cluster's StatefulSet, Services, PDB and ConfigMap; their kinds/names.
+
+    A scale down that would remove brokers still holding replicas in ``statuses`` (Topic
+    statuses, see ``topic_statuses``) keeps those brokers (the cluster's loop reports it
+    as ``ScaleDownBlocked``, and applies again once they are free).
+    """
+    cluster = parse_cluster(body)
+    meta = body["metadata"]
+    blockers = workloads.scale_down_blockers(cluster.spec.replicas, statuses)
+    replicas = max([cluster.spec.replicas, *(b + 1 for b in blockers)])
+    if blockers:
+        log.warning(
+            "%s/%s: keeping %d brokers, not %d: brokers %s still hold replicas",
+            meta.get("namespace"),
+            meta["name"],
+            replicas,
+            cluster.spec.replicas,
+            sorted(blockers),
+        )
+    applied = []
+    metrics = context.metrics
+    metrics.reconciles.labels(WORKLOAD).inc()
+    started = time.perf_counter()
+    try:
+        for manifest in workloads.manifests(
+            cluster, meta["uid"], meta.get("namespace", "default"), context.workload, replicas
+        ):
+            await context.api.apply(manifest)
+            applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+    except Exception:
+        metrics.errors.labels(WORKLOAD).inc()
+        raise
+    finally:
+        metrics.durations.labels(WORKLOAD).observe(time.perf_counter() - started)
+    return applied
+
+
+@kopf.on.resume(GROUP, VERSION, "brokerclusters")
+@kopf.on.create(GROUP, VERSION, "brokerclusters")
+@kopf.on.update(GROUP, VERSION, "brokerclusters", field="spec")
+async def cluster_workload(
+    body: kopf.Body, namespace: str | None, name: str, memo: Any, **kwargs: Any
+) -> None:
+    topics: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
+    mine = list(topics.get((namespace or "default", name), [])) if topics is not None else []
+    applied = await apply_workload(body, _context(memo), topic_statuses(mine))
+    log.info("applied %s", ", ".join(applied))
+
+
+# ---------------------------------------------------------------------- the control loop
+
+
+def _only(store: Any) -> dict[str, Any] | None:
+    return next(iter(store), None) if store is not None else None
+
+
+def event_sink(
+    cluster_key: tuple[str, str], topics: kopf.Index[Any, Any], clusters: kopf.Index[Any, Any]
+) -> Any:
+    """Post a decision's event on the Topic it names, else on the BrokerCluster."""
+
+    def post(event: Event) -> None:
+        target: Any
+        namespace, _, rest = event.subject.partition("/")
+        topic_name = rest.split("/")[0].split(":")[0]
+        target = None
+        for body in topics.get(cluster_key, []):
+            meta = body["metadata"]
+            if meta.get("namespace") == namespace and meta.get("name") == topic_name:
+                target = body
+        if target is None:
+            target = _only(clusters.get(cluster_key))
+        if target is not None:
+            kind = "Warning" if "Fail" in event.kind or "Offline" in event.kind else "Normal"
+            kopf.event(
+                kopf.Body(target),
+                type=kind,
+                reason=event.kind,
+                message=f"{event.subject}: {event.message}",
+            )
+
+    return post
+
+
+@kopf.daemon(GROUP, VERSION, "brokerclusters", cancellation_timeout=10.0)
+async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: Any) -> None:
+    """Run the cluster's control loop until kopf stops the daemon (the object is deleted,
+    or the operator exits). The indices come in ``kwargs`` under their functions' names."""
+    context = _context(memo)
+    namespace = namespace or "default"
+    key = (namespace, name)
+    clusters_index: kopf.Index[Any, Any] = kwargs["clusters_index"]
+    topics_index: kopf.Index[Any, Any] = kwargs["topics_index"]
+    unloads_index: kopf.Index[Any, Any] = kwargs["unloads_index"]
+
+    def desired() -> tuple[dict[str, Any], list[Any], list[Any]]:
+        cluster = _only(clusters_index.get(key))
+        if cluster is None:
+            raise LookupError(f"BrokerCluster {namespace}/{name} left the index")
+        return cluster, list(topics_index.get(key, [])), list(unloads_index.get(namespace, []))
+
+    async def reapply(statuses: list[dict[str, Any]]) -> None:
+        await apply_workload(desired()[0], context, statuses)
+
+    cluster, topics, unloads = desired()
+    runtime = ClusterRuntime(
+        context.api,
+        cluster,
+        topics,
+        unloads,
+        context.clock,
+        context.runtime,
+        events=event_sink(key, topics_index, clusters_index),
+        reapply=reapply,
+        metrics=context.metrics,
+    )
+    context.loops[key] = runtime
+    context.died.pop(key, None)
+    log.info("control loop of %s/%s started", namespace, name)
+    try:
+        await runtime.run(desired)
+    except Exception as exc:
+        # kopf restarts the daemon after a backoff; until then /healthz says so
+        context.died[key] = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        context.loops.pop(key, None)
+
+
+# ---------------------------------------------------------------------- kicks
+
+
+def orphan_status(body: Mapping[str, Any], now: str) -> dict[str, Any] | None:
+    """The status of a Topic whose BrokerCluster does not exist, or None if it already has it.
+
+    Only a Topic never placed is given one: a placed Topic keeps its assignments (the
+    cluster may be coming back; nothing stored is lost), and its Ready condition says
+    so once the cluster's loop runs again.
+    """
+    status = body.get("status") or {}
+    if status.get("partitions"):
+        return None
+    cluster = (body.get("spec", {}).get("clusterRef") or {}).get("name")
+    generation = int(body.get("metadata", {}).get("generation") or 1)
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    previous = conditions.get("Ready")
+    ready = {
+        "type": "Ready",
+        "status": "False",
+        "observedGeneration": generation,
+        "reason": "ClusterNotFound",
+        "message": f"BrokerCluster {cluster!r} does not exist in this namespace",
+        "lastTransitionTime": now
+        if previous is None or previous.get("status") != "False"
+        else previous.get("lastTransitionTime", now),
+    }
+    # waiting does not fix it: kstatus's Failed until the cluster exists (its loop then
+    # writes the Topic's conditions, without this one)
+    stalled = stalled_condition(ready, conditions.get("Stalled"), now)
+    wanted = {
+        **status,
+        "observedGeneration": generation,
+        "conditions": [ready, *([stalled] if stalled else [])],
+    }
+    return None if wanted == status else wanted
+
+
+@kopf.on.event(GROUP, VERSION, "topics")
+async def topic_changed(
+    namespace: str | None, spec: kopf.Spec, body: kopf.Body, memo: Any, **kwargs: Any
+) -> None:
+    """Kick the owning cluster's loop; a Topic whose cluster does not exist is told so."""
+    context = _context(memo)
+    key = (namespace or "default", str((spec.get("clusterRef") or {}).get("name")))
+    runtime = context.loops.get(key)
+    if runtime is not None:
+        runtime.kick()
+        return
+    clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
+    if clusters is None or key in clusters or kwargs.get("type") == "DELETED":
+        return
+    status = orphan_status(body, condition_time(context.clock.now_ms()))
+    if status is None:
+        return  # already says so: no write
+    try:
+        await context.api.replace_status(
+            ObjectRef.of(body), str(body["metadata"]["resourceVersion"]), status
+        )
+    except StaleResourceVersion:
+        pass  # it changed: its next event brings this handler back
+
+
+@kopf.on.event(GROUP, VERSION, "unloads")
+def unload_changed(namespace: str | None, memo: Any, **_: Any) -> None:
+    for (loop_namespace, _name), runtime in _context(memo).loops.items():
+        if loop_namespace == namespace:
+            runtime.kick()

@@ -1,0 +1,221 @@
+"""The operator's own install manifests: ServiceAccount, RBAC and a Deployment (pure).
+
+Until a Helm chart ships, these are the plain manifests an install applies:
+
+    python -m headrace.operator.install --namespace headrace-system > operator.yaml
+    kubectl apply -f crds/ -f operator.yaml
+
+``RULES`` is the one list of what the operator may do (``docs/operations.md``
+§2d says why each is needed); a namespaced install (``--watch NS``) grants it
+with a Role and RoleBinding in each watched namespace, a cluster-wide install
+with a ClusterRole (plus listing namespaces, which kopf watches then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Final
+
+import yaml
+
+from headrace.operator.surfaces import DEFAULT_PORT
+from headrace.operator.workloads import DEFAULT_IMAGE
+
+NAME: Final = "headrace-operator"
+
+#: (API groups, resources, verbs): everything the operator reads or writes
+RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...]] = (
+    # the custom resources: kopf watches them and patches its annotations and finalizer
+    (("headrace.dev",), ("brokerclusters", "topics", "unloads"), ("get", "list", "watch", "patch")),
+    # their status: compare-and-swap PUTs
+    (
+        ("headrace.dev",),
+        ("brokerclusters/status", "topics/status", "unloads/status"),
+        ("get", "update", "patch"),
+    ),
+    # a BrokerCluster's workload, server-side applied
+    (("apps",), ("statefulsets",), ("get", "create", "patch")),
+    (("",), ("services", "configmaps"), ("get", "create", "patch")),
+    (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
+    # the brokers' pod IPs
+    (("",), ("pods",), ("list",)),
+    # elections, moves, failures as Events
+    (("", "events.k8s.io"), ("events",), ("create", "patch")),
+    # one active replica
+    (("coordination.k8s.io",), ("leases",), ("get", "create", "update")),
+)
+
+
+#: cluster-scoped reads kopf makes in every mode: it watches CRDs (to notice its resources'
+#: definitions change) and namespaces (to follow the ones it serves)
+CLUSTER_RULES: Final = (
+    (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("get", "list", "watch")),
+    (("",), ("namespaces",), ("get", "list", "watch")),
+)
+
+
+def _rules(clusterwide: bool) -> list[dict[str, Any]]:
+    chosen = (*RULES, *CLUSTER_RULES) if clusterwide else RULES
+    return [
+        {"apiGroups": list(groups), "resources": list(resources), "verbs": list(verbs)}
+        for groups, resources, verbs in chosen
+    ]
+
+
+def _cluster_role(
+    name: str, rules: list[dict[str, Any]], subject: dict[str, Any]
+) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRole",
+            "metadata": {"name": name},
+            "rules": rules,
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": name},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": name,
+            },
+            "subjects": [subject],
+        },
+    ]
+
+
+def manifests(
+    namespace: str,
+    *,
+    image: str = DEFAULT_IMAGE,
+    watch: tuple[str, ...] = (),
+    command: tuple[str, ...] = ("python", "-m", "headrace.operator"),
+    broker_command: str = "headrace",
+) -> list[dict[str, Any]]:
+    """The operator in ``namespace``, watching ``watch`` (every namespace when empty)."""
+    labels = {"app.kubernetes.io/name": NAME}
+    subject = {"kind": "ServiceAccount", "name": NAME, "namespace": namespace}
+    docs: list[dict[str, Any]] = [
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": NAME, "namespace": namespace},
+        }
+    ]
+    if watch:
+        # the Lease lives in the operator's own namespace: grant the rules there too
+        for ns in dict.fromkeys((*watch, namespace)):
+            docs += [
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "Role",
+                    "metadata": {"name": NAME, "namespace": ns},
+                    "rules": _rules(clusterwide=False),
+                },
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "RoleBinding",
+                    "metadata": {"name": NAME, "namespace": ns},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "Role",
+                        "name": NAME,
+                    },
+                    "subjects": [subject],
+                },
+            ]
+        # the cluster-scoped reads kopf makes even when it serves a few namespaces
+        cluster_reads = [
+            {"apiGroups": list(g), "resources": list(r), "verbs": list(v)}
+            for g, r, v in CLUSTER_RULES
+        ]
+        docs += _cluster_role(f"{NAME}-{namespace}", cluster_reads, subject)
+    else:
+        docs += _cluster_role(NAME, _rules(clusterwide=True), subject)
+    # the pod IP: the kubelet probes it (``surfaces``)
+    args = [
+        "--lease-namespace",
+        namespace,
+        "--broker-command",
+        broker_command,
+        "--surfaces",
+        f"$(POD_IP):{DEFAULT_PORT}",
+    ]
+    for ns in watch:
+        args += ["--namespace", ns]
+    docs.append(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": NAME, "namespace": namespace, "labels": labels},
+            "spec": {
+                # a second replica would wait for the Lease: one is enough, a rollout
+                # replaces it (the new pod takes the Lease the old one releases)
+                "replicas": 1,
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": labels},
+                "template": {
+                    "metadata": {"labels": labels},
+                    "spec": {
+                        "serviceAccountName": NAME,
+                        "containers": [
+                            {
+                                "name": "operator",
+                                "image": image,
+                                "command": list(command),
+                                "args": args,
+                                "env": [
+                                    {
+                                        "name": "POD_IP",
+                                        "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
+                                    },
+                                    {"name": "HEADRACE_IMAGE", "value": image},
+                                ],
+                                "ports": [
+                                    {
+                                        "name": "http-surfaces",
+                                        "containerPort": DEFAULT_PORT,
+                                        "protocol": "TCP",
+                                    }
+                                ],
+                                "livenessProbe": {
+                                    "httpGet": {"path": "/healthz", "port": "http-surfaces"},
+                                    "periodSeconds": 10,
+                                    "timeoutSeconds": 8,
+                                    "failureThreshold": 6,
+                                },
+                                "readinessProbe": {
+                                    "httpGet": {"path": "/readyz", "port": "http-surfaces"},
+                                    "periodSeconds": 5,
+                                    "timeoutSeconds": 3,
+                                },
+                            }
+                        ],
+                    },
+                },
+            },
+        }
+    )
+    return docs
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Print the operator's install manifests.")
+    parser.add_argument("--namespace", default="headrace-system", help="Where the operator runs.")
+    parser.add_argument("--image", default=DEFAULT_IMAGE)
+    parser.add_argument(
+        "--watch", action="append", default=[], help="Watch only this namespace (repeatable)."
+    )
+    args = parser.parse_args(argv)
+    yaml.safe_dump_all(
+        manifests(args.namespace, image=args.image, watch=tuple(args.watch)),
+        sys.stdout,
+        sort_keys=False,
+    )
+
+
+if __name__ == "__main__":
+    main()

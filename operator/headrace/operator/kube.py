@@ -1,0 +1,200 @@
+"""The one small Kubernetes API wrapper the operator writes through (an adapter).
+
+Everything the operator reads or writes outside kopf's own watches goes
+through ``KubeApi``: fetch an object, replace a status subresource under a
+``resourceVersion`` precondition, server-side apply a workload manifest,
+list pods, patch metadata. Handlers and the status store depend on the
+``KubeApi`` protocol, so unit tests give them a fake (``tests/unit/operator``)
+and never speak HTTP.
+
+``ClientApi`` implements it with the official ``kubernetes`` client's dynamic
+client. That client is synchronous, so each call runs in a worker thread
+(``asyncio.to_thread``); the operator makes a handful of calls per second at
+most, so the threads are not a bottleneck. Its exceptions are translated
+here, at the edge: ``StaleResourceVersion`` for a 409, None for a 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+#: the field manager of every server-side apply, so `kubectl apply --server-side` by a
+#: person never fights the operator over the fields it owns
+FIELD_MANAGER = "headrace-operator"
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRef:
+    """Which object: enough to address it in the API."""
+
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+
+    @classmethod
+    def of(cls, body: Mapping[str, Any]) -> ObjectRef:
+        meta = body["metadata"]
+        return cls(body["apiVersion"], body["kind"], meta.get("namespace", "default"), meta["name"])
+
+
+class KubeApiError(Exception):
+    """The API server refused a request (other than the two outcomes callers expect)."""
+
+
+class StaleResourceVersion(KubeApiError):
+    """409 Conflict: the object changed since the ``resourceVersion`` the write named."""
+
+
+class KubeApi(Protocol):
+    async def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        """The object, or None if it does not exist."""
+        ...
+
+    async def replace_status(
+        self, ref: ObjectRef, resource_version: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """PUT the status subresource if the object is still at ``resource_version``.
+
+        Returns the object as stored (with its new ``resourceVersion``), None if it is
+        gone; raises ``StaleResourceVersion`` if it changed meanwhile. The spec is never
+        written: the status subresource ignores it.
+        """
+        ...
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        """Server-side apply ``manifest`` as ``FIELD_MANAGER`` (create or update)."""
+        ...
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str = ""
+    ) -> list[dict[str, Any]]: ...
+
+    async def patch_metadata(self, ref: ObjectRef, patch: Mapping[str, Any]) -> None:
+        """JSON merge patch of ``metadata`` (finalizers, annotations); a gone object is fine."""
+        ...
+
+
+def api_client(kubeconfig: str | None = None) -> Any:
+    """An official-client ``ApiClient``: from ``kubeconfig`` (or KUBECONFIG / ~/.kube) or,
+    in a pod with neither, the in-cluster service account. Every client of the operator
+    comes from here, so a pod never needs a kubeconfig file."""
+    import kubernetes
+
+    # the official client is only partly typed: handle it as untyped
+    k8s: Any = kubernetes
+    if kubeconfig is None and "KUBERNETES_SERVICE_HOST" in os.environ:
+        k8s.config.load_incluster_config()
+        return k8s.client.ApiClient()
+    return k8s.config.new_client_from_config(config_file=kubeconfig)
+
+
+class ClientApi:
+    """``KubeApi`` over the official client's dynamic client (configured from KUBECONFIG or
+    the in-cluster service account)."""
+
+    def __init__(self, kubeconfig: str | None = None) -> None:
+        import kubernetes
+
+        k8s: Any = kubernetes
+        self._dynamic: Any = k8s.dynamic.DynamicClient(api_client(kubeconfig))
+
+    def _resource(self, api_version: str, kind: str) -> Any:
+        return self._dynamic.resources.get(api_version=api_version, kind=kind)
+
+    async def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        from kubernetes.dynamic import exceptions
+
+        def call() -> dict[str, Any] | None:
+            try:
+                found = self._resource(ref.api_version, ref.kind).get(
+                    name=ref.name, namespace=ref.namespace
+                )
+            except exceptions.NotFoundError:
+                return None
+            return found.to_dict()  # type: ignore[no-any-return]
+
+        return await asyncio.to_thread(call)
+
+    async def replace_status(
+        self, ref: ObjectRef, resource_version: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        from kubernetes.dynamic import exceptions
+
+        body = {
+            "apiVersion": ref.api_version,
+            "kind": ref.kind,
+            "metadata": {
+                "name": ref.name,
+                "namespace": ref.namespace,
+                "resourceVersion": resource_version,
+            },
+            "status": dict(status),
+        }
+
+        def call() -> dict[str, Any] | None:
+            resource = self._resource(ref.api_version, ref.kind)
+            try:
+                stored = resource.status.replace(body=body, namespace=ref.namespace)
+            except exceptions.NotFoundError:
+                return None
+            except exceptions.ConflictError as exc:
+                raise StaleResourceVersion(f"{ref.kind} {ref.namespace}/{ref.name}") from exc
+            except exceptions.DynamicApiError as exc:
+                raise KubeApiError(
+                    f"status of {ref.kind} {ref.namespace}/{ref.name}: {exc}"
+                ) from exc
+            return stored.to_dict()  # type: ignore[no-any-return]
+
+        return await asyncio.to_thread(call)
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        from kubernetes.dynamic import exceptions
+
+        def call() -> None:
+            resource = self._resource(manifest["apiVersion"], manifest["kind"])
+            meta = manifest["metadata"]
+            try:
+                self._dynamic.server_side_apply(
+                    resource,
+                    body=dict(manifest),
+                    name=meta["name"],
+                    namespace=meta.get("namespace"),
+                    field_manager=FIELD_MANAGER,
+                    force_conflicts=True,
+                )
+            except exceptions.DynamicApiError as exc:
+                raise KubeApiError(f"apply {manifest['kind']} {meta['name']}: {exc}") from exc
+
+        await asyncio.to_thread(call)
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        def call() -> list[dict[str, Any]]:
+            found = self._resource(api_version, kind).get(
+                namespace=namespace, label_selector=label_selector or None
+            )
+            return [item.to_dict() for item in found.items]
+
+        return await asyncio.to_thread(call)
+
+    async def patch_metadata(self, ref: ObjectRef, patch: Mapping[str, Any]) -> None:
+        from kubernetes.dynamic import exceptions
+
+        def call() -> None:
+            try:
+                self._resource(ref.api_version, ref.kind).patch(
+                    body={"metadata": dict(patch)},
+                    name=ref.name,
+                    namespace=ref.namespace,
+                    content_type="application/merge-patch+json",
+                )
+            except exceptions.NotFoundError:
+                return
+
+        await asyncio.to_thread(call)

@@ -1,0 +1,159 @@
+"""The operator process: take the Lease, then run kopf with the headrace handlers.
+
+Settings are read here, once, from options (or their environment variables)
+and handed to the handlers through kopf's ``memo``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import socket
+import threading
+
+import click
+
+from headrace.operator.kube import ClientApi, api_client
+from headrace.operator.leasing import DEFAULT_LEASE_SECONDS, LeaseElector, LeaseSettings
+from headrace.operator.running import RuntimeSettings
+from headrace.operator.surfaces import DEFAULT_PORT, Surfaces
+from headrace.operator.workloads import DEFAULT_IMAGE, WorkloadSettings
+
+log = logging.getLogger(__name__)
+
+#: exit status when the Lease is lost: stop at once, so the replica that took it is the
+#: only writer (a Deployment restarts this one, which then waits for the Lease)
+EXIT_LEASE_LOST = 3
+
+
+def parse_address(text: str) -> tuple[str, int] | None:
+    """``HOST:PORT`` (``[::]:PORT`` for IPv6) as a pair; None for ``off``."""
+    if text.strip().lower() == "off":
+        return None
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise click.BadParameter(f"{text!r}: expected HOST:PORT or off", param_hint="--surfaces")
+    return host.strip("[]"), int(port)
+
+
+@click.command()
+@click.option("--kubeconfig", envvar="KUBECONFIG", default=None, help="Else in-cluster config.")
+@click.option(
+    "--namespace",
+    "namespaces",
+    multiple=True,
+    help="Watch only this namespace (repeatable); all namespaces when unset.",
+)
+@click.option(
+    "--broker-command",
+    envvar="HEADRACE_BROKER_COMMAND",
+    default="headrace",
+    show_default=True,
+    help="The program that runs `headrace` in broker pods (shell words).",
+)
+@click.option("--image", envvar="HEADRACE_IMAGE", default=DEFAULT_IMAGE)
+@click.option("--lease-namespace", envvar="HEADRACE_LEASE_NAMESPACE", default="default")
+@click.option("--lease-name", default="headrace-operator", show_default=True)
+@click.option("--identity", default=None, help="This replica's name in the Lease.")
+@click.option(
+    "--lease-duration-seconds",
+    type=int,
+    default=DEFAULT_LEASE_SECONDS,
+    show_default=True,
+    help="A holder silent this long is presumed gone (a successor then takes over).",
+)
+@click.option("--poll-interval-ms", type=int, default=1000, show_default=True)
+@click.option(
+    "--surfaces",
+    envvar="HEADRACE_OPERATOR_SURFACES",
+    default=f"127.0.0.1:{DEFAULT_PORT}",
+    show_default=True,
+    help="HOST:PORT of /healthz, /readyz, /metrics and the dashboard; 'off' for none."
+    " Loopback by default; in a pod its IP (the chart: $(POD_IP)), which the probes reach.",
+)
+@click.option("-v", "--verbose", count=True)
+def operator(
+    kubeconfig: str | None,
+    namespaces: tuple[str, ...],
+    broker_command: str,
+    image: str,
+    lease_namespace: str,
+    lease_name: str,
+    identity: str | None,
+    lease_duration_seconds: int,
+    poll_interval_ms: int,
+    surfaces: str,
+    verbose: int,
+) -> None:
+    """Run the headrace operator."""
+    address = parse_address(surfaces)
+    if kubeconfig:
+        # before the client is imported: it reads KUBECONFIG once, at import, and kopf's
+        # login goes through it
+        os.environ["KUBECONFIG"] = kubeconfig
+    import kopf
+
+    from headrace.controller.controlling import SystemClock
+    from headrace.operator import handlers
+
+    logging.basicConfig(
+        level=logging.INFO if verbose == 0 else logging.DEBUG,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if verbose == 0:
+        # kopf logs every handled watch event at INFO ("Handler ... succeeded"): one per
+        # status write of ours; its warnings and errors still show
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+    # before the Lease: a standby answers its probes too (see surfaces)
+    server = None
+    if address is not None:
+        server = Surfaces(*address, interval_s=poll_interval_ms / 1000)
+        server.start()
+        log.info("surfaces on http://%s:%d/", address[0], server.port)
+    elector = LeaseElector(
+        api_client(kubeconfig),
+        identity,
+        LeaseSettings(
+            namespace=lease_namespace,
+            name=lease_name,
+            duration_seconds=lease_duration_seconds,
+            renew_seconds=lease_duration_seconds / 3,
+        ),
+    )
+    stop = threading.Event()
+    elector.acquire(stop)
+
+    def lost() -> None:
+        log.critical("lease lost: exiting so that one replica writes")
+        logging.shutdown()
+        os._exit(EXIT_LEASE_LOST)
+
+    elector.keep(lost, stop)
+    context = handlers.OperatorContext(
+        api=ClientApi(kubeconfig),
+        clock=SystemClock(),
+        workload=WorkloadSettings(
+            broker_command=tuple(shlex.split(broker_command)), default_image=image
+        ),
+        runtime=RuntimeSettings(poll_interval_ms=poll_interval_ms),
+    )
+    if server is not None:
+        context.metrics = server.metrics
+        context.surfaces = server
+    settings = kopf.OperatorSettings()
+    handlers.configure(settings)
+    try:
+        kopf.run(
+            standalone=True,
+            clusterwide=not namespaces,
+            namespaces=list(namespaces),
+            settings=settings,
+            memo=kopf.Memo(context=context),
+        )
+    finally:
+        stop.set()
+        elector.release()
+        if server is not None:
+            server.stop()

@@ -1,0 +1,464 @@
+"""One BrokerCluster's control loop in the operator: the shared ``ControlLoop`` over CR status.
+
+``ClusterRuntime`` gives the loop (``headrace.control.looping``) its ports:
+``KubeStatusStore`` (the documents as CR status, compare-and-swap),
+``PodFleet`` (heartbeats and topology pushes over HTTP to the brokers' pod
+IPs, the local controller's ``HttpFleet`` protocol) and the system clock. It
+runs a step every ``poll_interval_ms`` (every ``transition_poll_interval_ms``
+while a transition is in flight), or at once when kicked (a Topic or Unload
+changed), exactly as the local controller does.
+
+The desired state comes from kopf's watch (its in-memory indices), passed in
+as plain documents before each step (``sync``): the runtime never lists Topics
+itself after it starts. A Topic or BrokerCluster annotated
+``headrace.dev/paused: "true"`` is not reconciled: a paused Topic keeps the spec
+the loop last had for it (it is not treated as deleted), a paused cluster
+takes no steps at all; both say so in a ``Paused`` condition.
+
+The BrokerCluster's own ``Ready`` condition (all ``spec.replicas`` brokers
+live) and ``observedGeneration`` are written here too, through the store, so
+they cost a write only when they change.
+
+``Stalled`` (kstatus's ``Failed``): an object whose spec cannot be honoured as it
+stands, which waiting will not fix (a refused scale down, a Topic spec the loop
+refuses: ``REFUSALS``), also carries ``Stalled=True`` with the Ready reason; the
+condition goes away once the spec can be honoured again. Its ``lastTransitionTime``
+stays put while it holds, as Ready's does.
+
+Each runtime also feeds the dashboard's ``Observer`` after every step (the
+operator serves the same page as local mode, ``surfaces``), and counts its steps
+and status writes in the ``OperatorMetrics`` when given one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from headrace.control.documents import condition_time, full_name, generation_of
+from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, Report
+from headrace.control.reconcile import Decision, Event
+from headrace.control.settings import ControlSettings
+from headrace.controller.fleet import HttpFleet
+from headrace.dashboard.observing import Observer
+from headrace.operator import workloads
+from headrace.operator.kube import KubeApi
+from headrace.operator.statuses import KubeStatusStore
+from headrace.operator.surfaces import STEP, OperatorMetrics
+from headrace.protocol.endpoints import BrokerEndpoint
+
+log = logging.getLogger(__name__)
+
+PAUSED_ANNOTATION: Final = "headrace.dev/paused"
+
+#: Ready reasons that refuse the spec as it stands (waiting cannot fix them): the object is
+#: also ``Stalled``. Unavailability (PartitionsOffline, BelowMinInSync) is not: it passes;
+#: nor is NotEnoughBrokers while the Topic's replicas fit the cluster's (brokers not up yet).
+REFUSALS: Final = frozenset(
+    {
+        "ScaleDownBlocked",
+        "ClusterNotFound",
+        "InvalidSpec",
+        "UnknownCluster",
+        "NotEnoughBrokers",
+        "PartitionCountChange",
+        "ReplicasChange",
+        "DuplicateSpec",
+        "CompactionUnsupported",
+    }
+)
+
+
+def paused(body: Mapping[str, Any]) -> bool:
+    annotations = body.get("metadata", {}).get("annotations") or {}
+    return str(annotations.get(PAUSED_ANNOTATION, "")).lower() == "true"
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeSettings:
+    #: how often every broker's heartbeat is polled (as in local mode: 1 s)
+    poll_interval_ms: int = 1000
+    #: how often while an unload is unfinished or a partition is sealed
+    transition_poll_interval_ms: int = 100
+    #: a poll that takes longer than this counts as a missed heartbeat
+    poll_timeout_ms: int = 800
+    control: ControlSettings = field(default_factory=ControlSettings)
+
+
+class EventSink(Protocol):
+    def __call__(self, event: Event) -> None:
+        """Report a decision's event (kopf posts it as a Kubernetes Event)."""
+        ...
+
+
+class PodFleet:
+    """A ``BrokerFleet``: the cluster's pods, found through the API before every poll,
+    spoken to over HTTP on their pod IPs (``HttpFleet``)."""
+
+    def __init__(
+        self, api: KubeApi, namespace: str, cluster_name: str, clock: Clock, timeout_ms: int
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.selector = f"{workloads.CLUSTER_LABEL}={cluster_name}"
+        self.http = HttpFleet([], clock, timeout_ms)
+
+    async def start(self) -> None:
+        await self.http.start()
+
+    async def close(self) -> None:
+        await self.http.close()
+
+    async def refresh(self) -> None:
+        pods = await self.api.list("v1", "Pod", self.namespace, self.selector)
+        brokers = {}
+        for pod in pods:
+            broker_id = workloads.broker_id_of(pod)
+            ip = (pod.get("status") or {}).get("podIP")
+            if broker_id is None or not ip or pod["metadata"].get("deletionTimestamp"):
+                continue
+            brokers[broker_id] = BrokerEndpoint(
+                broker_id, ip, workloads.DATA_PORT, workloads.ADMIN_PORT
+            )
+        self.http.brokers = brokers
+
+    async def poll(self) -> Mapping[int, Report | None]:
+        await self.refresh()
+        return await self.http.poll()
+
+    async def push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
+        if broker_id not in self.http.brokers:
+            return None  # its pod is gone since the poll (deleted, being replaced)
+        return await self.http.push(broker_id, topology)
+
+
+def _condition(
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    previous: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """A metav1.Condition whose ``lastTransitionTime`` moves only when ``status`` does."""
+    moved = previous is None or previous.get("status") != status
+    return {
+        "type": type_,
+        "status": status,
+        "observedGeneration": generation,
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": now
+        if previous is None or moved
+        else previous.get("lastTransitionTime", now),
+    }
+
+
+def stalled_condition(
+    ready: Mapping[str, Any] | None, previous: Mapping[str, Any] | None, now: str
+) -> dict[str, Any] | None:
+    """``Stalled=True`` beside a Ready condition whose reason is a refusal; else None."""
+    if ready is None or ready.get("status") != "False" or ready.get("reason") not in REFUSALS:
+        return None
+    return _condition(
+        "Stalled",
+        "True",
+        str(ready["reason"]),
+        str(ready.get("message", "")),
+        int(ready.get("observedGeneration") or 1),
+        previous,
+        now,
+    )
+
+
+def cluster_conditions(
+    body: Mapping[str, Any],
+    live: Iterable[int] | None,
+    now: str,
+    blockers: Mapping[int, list[str]] | None = None,
+) -> dict[str, Any]:
+    """The BrokerCluster's ``conditions`` and ``observedGeneration`` (the workload's part).
+
+    ``live``: the live broker ids of the latest step; None while the cluster is paused.
+    ``blockers``: brokers a scale down would remove that still hold replicas
+    (``workloads.scale_down_blockers``); the scale down is refused while there are any.
+    """
+    generation = generation_of(body)
+    previous = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
+    replicas = int((body.get("spec") or {}).get("replicas", 3))
+    conditions = []
+    if live is None:
+        old = previous.get("Ready")
+        if old is not None:
+            conditions.append(old)
+        conditions.append(
+            _condition(
+                "Paused",
+                "True",
+                "Paused",
+                f"annotation {PAUSED_ANNOTATION} is true: not reconciled",
+                generation,
+                previous.get("Paused"),
+                now,
+            )
+        )
+    else:
+        missing = sorted(set(range(replicas)) - set(live))
+        if blockers:
+            held = "; ".join(f"broker {b}: {', '.join(p)}" for b, p in sorted(blockers.items()))
+            ready = (
+                "False",
+                "ScaleDownBlocked",
+                f"scaling down to {replicas} would remove brokers that still hold replicas"
+                f" ({held}); move them off with an Unload first",
+            )
+        elif missing:
+            ready = ("False", "BrokersNotLive", f"brokers {missing} are not live")
+        else:
+            ready = ("True", "AllBrokersLive", f"{replicas} brokers live")
+        conditions.append(_condition("Ready", *ready, generation, previous.get("Ready"), now))
+        stalled = stalled_condition(conditions[-1], previous.get("Stalled"), now)
+        if stalled is not None:
+            conditions.append(stalled)
+    return {"observedGeneration": generation, "conditions": conditions}
+
+
+class ClusterRuntime:
+    """The control loop of one BrokerCluster; see the module."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        cluster: Mapping[str, Any],
+        topics: Iterable[Mapping[str, Any]],
+        unloads: Iterable[Mapping[str, Any]],
+        clock: Clock,
+        settings: RuntimeSettings | None = None,
+        *,
+        fleet: BrokerFleet | None = None,
+        events: EventSink | None = None,
+        reapply: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
+        metrics: OperatorMetrics | None = None,
+    ) -> None:
+        """``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
+        scale down is carried out once the brokers it would remove hold no replica)."""
+        self.settings = settings or RuntimeSettings()
+        self.clock = clock
+        self.cluster = dict(cluster)
+        meta = cluster["metadata"]
+        self.namespace = str(meta.get("namespace", "default"))
+        self.name = str(meta["name"])
+        mine = [t for t in topics if self.owns(t)]
+        names = {full_name(t) for t in mine}
+        self.store = KubeStatusStore(
+            api, cluster, mine, [u for u in unloads if self.owns(u, names)]
+        )
+        self.pods: PodFleet | None = None
+        if fleet is None:
+            self.pods = PodFleet(
+                api, self.namespace, self.name, clock, self.settings.poll_timeout_ms
+            )
+            fleet = self.pods
+        self.loop = ControlLoop(
+            self.store,
+            fleet,
+            clock,
+            LoopSettings(cluster_id=self.name, control=self.settings.control),
+        )
+        self.events = events
+        self.reapply = reapply
+        #: the paused Topics, with the generation they are at
+        self._paused: dict[str, int] = {}
+        #: the brokers a refused scale down keeps, as of the last step
+        self.blockers: dict[int, list[str]] = {}
+        self.kicked = asyncio.Event()
+        self.metrics = metrics
+        #: the dashboard's memory of this cluster (rates, last heartbeats), fed every step
+        self.dashboard = Observer(self.name)
+        #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
+        self.last_step_s = time.monotonic()
+        self._counted = (0, 0)  # store writes and conflicts already in the metrics
+
+    def owns(self, body: Mapping[str, Any], topics: Iterable[str] = ()) -> bool:
+        """Whether a Topic (by its ``clusterRef``) or an Unload (by its topic, one of
+        ``topics``) is this cluster's."""
+        if body.get("metadata", {}).get("namespace", "default") != self.namespace:
+            return False
+        spec = body.get("spec") or {}
+        if body.get("kind") == "Unload":
+            topic = (spec.get("topicRef") or {}).get("name")
+            return f"{self.namespace}/{topic}" in set(topics)
+        return (spec.get("clusterRef") or {}).get("name") == self.name
+
+    def kick(self) -> None:
+        self.kicked.set()
+
+    # ------------------------------------------------------------------ desired state
+
+    def sync(
+        self,
+        cluster: Mapping[str, Any],
+        topics: Iterable[Mapping[str, Any]],
+        unloads: Iterable[Mapping[str, Any]] = (),
+    ) -> None:
+        """Take the watched objects as the desired state (see the module)."""
+        self.cluster = dict(cluster)
+        self.store.remember(cluster)
+        wanted: dict[str, dict[str, Any]] = {}
+        for body in topics:
+            if not self.owns(body):
+                continue
+            name = full_name(body)
+            self.store.remember(body)
+            held = self.loop.topics.get(name)
+            if paused(body) and held is not None:
+                wanted[name] = held
+                continue
+            resource = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
+            resource.setdefault("metadata", {})["generation"] = generation_of(body)
+            wanted[name] = resource
+        self.loop.topics = wanted
+        self._paused = {
+            full_name(b): generation_of(b) for b in topics if self.owns(b) and paused(b)
+        }
+        seen = set()
+        for body in unloads:
+            if not self.owns(body, wanted):
+                continue
+            name = full_name(body)
+            seen.add(name)
+            self.store.remember(body)
+            if name not in self.loop.unloads:
+                resource = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
+                self.loop.unloads[name] = resource
+            deleted = body.get("metadata", {}).get("deletionTimestamp")
+            if deleted is not None:
+                self.loop.unloads[name]["metadata"]["deletionTimestamp"] = deleted
+        for name in set(self.loop.unloads) - seen:
+            self.loop.forget_unload(name)
+
+    # ------------------------------------------------------------------ the loop
+
+    async def step(self) -> Decision | None:
+        """One round: a loop step and the cluster's conditions; None while paused."""
+        if self.metrics is None:
+            return await self._step()
+        started = time.perf_counter()
+        self.metrics.reconciles.labels(STEP).inc()
+        try:
+            return await self._step()
+        except Exception:
+            self.metrics.errors.labels(STEP).inc()
+            raise
+        finally:
+            self.metrics.durations.labels(STEP).observe(time.perf_counter() - started)
+            writes, conflicts = self.store.writes, self.store.conflicts
+            self.metrics.status_writes.inc(writes - self._counted[0])
+            self.metrics.status_conflicts.inc(conflicts - self._counted[1])
+            self._counted = (writes, conflicts)
+
+    def view(self) -> dict[str, Any]:
+        """The dashboard's view model of this cluster now (``dashboard.views``)."""
+        decision = self.loop.last_decision
+        return self.dashboard.view(
+            self.loop.state_document(),
+            self.loop.heartbeats,
+            decision.liveness if decision is not None else None,
+            self.clock.now_ms(),
+        )
+
+    async def _step(self) -> Decision | None:
+        now = condition_time(self.clock.now_ms())
+        if paused(self.cluster):
+            await self.store.write_workload_status(cluster_conditions(self.cluster, None, now))
+            return None
+        for name in self.loop.topics:
+            await self.store.set_topic_conditions(name, self._topic_conditions(name, now))
+        decision = await self.loop.step()
+        self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
+        for event in decision.events:
+            if self.events is not None:
+                self.events(event)
+        live = decision.liveness.live
+        replicas = int((self.cluster.get("spec") or {}).get("replicas", 3))
+        statuses = [
+            {
+                "name": name,
+                "partitions": [
+                    {"partition": p.partition, "replicas": list(p.replicas)} for p in t.partitions
+                ],
+            }
+            for name, t in decision.state.topics.items()
+        ]
+        blockers = workloads.scale_down_blockers(replicas, statuses)
+        if set(blockers) != set(self.blockers) and self.reapply is not None:
+            await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
+        self.blockers = blockers
+        await self.store.write_workload_status(
+            cluster_conditions(self.cluster, live, now, blockers)
+        )
+        return decision
+
+    def _topic_conditions(self, name: str, now: str) -> list[dict[str, Any]]:
+        """A paused Topic's ``Paused`` condition; ``Stalled`` beside a refusing Ready."""
+        status = self.store.topic_status(name) or {}
+        previous = {c.get("type"): c for c in status.get("conditions") or []}
+        ready = previous.get("Ready")
+        if ready is not None and ready.get("reason") == "NotEnoughBrokers":
+            # the same reason says "fewer brokers than replicas are up now" (a start, a
+            # restart: waiting fixes it) and "the cluster has fewer brokers at all"
+            spec = (self.loop.topics.get(name) or {}).get("spec") or {}
+            brokers = int((self.cluster.get("spec") or {}).get("replicas", 3))
+            if int(spec.get("replicas", 0)) <= brokers:
+                ready = None
+        stalled = stalled_condition(ready, previous.get("Stalled"), now)
+        own = [stalled] if stalled is not None else []
+        if name not in self._paused:
+            return own
+        return [
+            *own,
+            _condition(
+                "Paused",
+                "True",
+                "Paused",
+                f"annotation {PAUSED_ANNOTATION} is true: spec changes wait",
+                self._paused[name],
+                previous.get("Paused"),
+                now,
+            ),
+        ]
+
+    async def run(
+        self, desired: Callable[[], tuple[Mapping[str, Any], list[Any], list[Any]]]
+    ) -> None:
+        """Step until cancelled; ``desired()`` gives the watched (cluster, topics, unloads)."""
+        if self.pods is not None:
+            await self.pods.start()
+        try:
+            while True:
+                self.kicked.clear()
+                try:
+                    self.sync(*desired())
+                    await self.step()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("cluster %s/%s: step failed", self.namespace, self.name)
+                self.last_step_s = time.monotonic()
+                interval = (
+                    self.settings.transition_poll_interval_ms
+                    if self.loop.transitioning
+                    else self.settings.poll_interval_ms
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self.kicked.wait(), interval / 1000)
+        finally:
+            if self.pods is not None:
+                await self.pods.close()

@@ -1,0 +1,332 @@
+"""A BrokerCluster's workload: the Kubernetes objects that run its brokers (pure).
+
+From a parsed ``BrokerCluster`` this module builds the manifests the operator
+server-side applies, with no I/O:
+
+* a **StatefulSet**: pod ordinal = broker id (from the pod's
+  ``apps.kubernetes.io/pod-index`` label), one PVC per pod from
+  ``volumeClaimTemplates``, readiness on ``/readyz`` and liveness on
+  ``/healthz``; every broker runs ``headrace broker --cluster`` and binds its
+  pod IP (which it also advertises), so the operator can poll its heartbeat
+  on that IP with the same protocol as local mode;
+* a **headless Service** (stable pod identities for the StatefulSet) and a
+  **client Service**;
+* a **PodDisruptionBudget** (``maxUnavailable: 1``);
+* a **ConfigMap** with the cluster's ``brokerConfig``; its hash is a pod
+  template annotation, so a config change rolls the pods (one at a time, the
+  StatefulSet's RollingUpdate).
+
+Every object carries an owner reference to the BrokerCluster, so deleting
+the cluster lets the garbage collector delete them (the PVCs follow the
+StatefulSet's ``persistentVolumeClaimRetentionPolicy``: kept, as data is).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from headrace.resources.clusters import BrokerCluster
+
+#: the ports every broker listens on (on its own pod IP, so they never collide)
+DATA_PORT: Final = 9092
+ADMIN_PORT: Final = 9644
+#: where the broker's volume is mounted in its container
+DATA_DIR: Final = "/var/lib/headrace"
+#: the label the StatefulSet controller puts on each pod (Kubernetes >= 1.28)
+POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"
+CLUSTER_LABEL: Final = "headrace.dev/cluster"
+CONFIG_HASH_ANNOTATION: Final = "headrace.dev/config-hash"
+#: the image when a BrokerCluster names none (the operator's own, in a real install)
+DEFAULT_IMAGE: Final = "ghcr.io/headrace/headrace:latest"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadSettings:
+    """How the operator runs brokers (operator-wide, not per cluster)."""
+
+    #: the program (and leading arguments) that runs ``headrace``; ``headrace`` on the
+    #: image's PATH in a real cluster, the virtualenv's script on the test bed
+    broker_command: tuple[str, ...] = ("headrace",)
+    #: the image when a BrokerCluster names none
+    default_image: str = DEFAULT_IMAGE
+    #: SIGTERM to SIGKILL; the broker flushes and closes its logs in well under this
+    termination_grace_seconds: int = 30
+    #: extra environment for every broker (e.g. PYTHONPATH on the test bed)
+    env: Mapping[str, str] = field(default_factory=dict)
+
+
+def names(cluster_name: str) -> dict[str, str]:
+    """The name of each object the cluster owns."""
+    return {
+        "statefulset": cluster_name,
+        "headless": f"{cluster_name}-brokers",
+        "client": cluster_name,
+        "config": f"{cluster_name}-config",
+        "pdb": cluster_name,
+    }
+
+
+def labels(cluster_name: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "headrace",
+        "app.kubernetes.io/instance": cluster_name,
+        "app.kubernetes.io/managed-by": "headrace-operator",
+        CLUSTER_LABEL: cluster_name,
+    }
+
+
+def _selector(cluster_name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "headrace", CLUSTER_LABEL: cluster_name}
+
+
+def _meta(name: str, cluster: BrokerCluster, uid: str, namespace: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": labels(cluster.metadata.name),
+        "ownerReferences": [
+            {
+                "apiVersion": cluster.api_version,
+                "kind": cluster.kind,
+                "name": cluster.metadata.name,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+
+
+def broker_config_document(cluster: BrokerCluster) -> str:
+    """The ConfigMap's ``broker.json``: the cluster's ``brokerConfig``, camelCase, sorted."""
+    doc = cluster.spec.broker_config.model_dump(mode="json", by_alias=True)
+    return json.dumps(doc, sort_keys=True, indent=2)
+
+
+def broker_args(cluster: BrokerCluster) -> list[str]:
+    """``headrace broker`` arguments; ``$(VAR)`` is expanded from the container's env."""
+    config = cluster.spec.broker_config
+    args = [
+        "broker",
+        "--cluster",
+        "--broker-id",
+        "$(HEADRACE_BROKER_ID)",
+        "--host",
+        "$(POD_IP)",
+        "--port",
+        str(DATA_PORT),
+        "--admin-host",
+        "$(POD_IP)",
+        "--admin-port",
+        str(ADMIN_PORT),
+        "--advertised-host",
+        "$(POD_IP)",
+        "--data-dir",
+        DATA_DIR,
+        "--cluster-id",
+        cluster.metadata.name,
+        "--fsync",
+        str(config.fsync_policy),
+        "--flush-interval-ms",
+        str(config.flush_interval_ms),
+        "--segment-bytes",
+        str(config.segment_bytes),
+        "--cohort-grace-ms",
+        str(config.cohort_grace_ms),
+        "--cursor-flush-interval-ms",
+        str(config.cursor_flush_interval_ms),
+    ]
+    store = cluster.spec.object_store
+    if store is not None:
+        host = store.endpoint.split("://", 1)[1].rstrip("/")
+        args += ["--object-store", f"s3://{host}/{store.bucket}"]
+    return args
+
+
+def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {
+            "name": "HEADRACE_BROKER_ID",
+            "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{POD_INDEX_LABEL}']"}},
+        },
+    ]
+    store = cluster.spec.object_store
+    if store is not None and store.credentials_secret is not None:
+        for var, key in (
+            ("HEADRACE_OBJECT_STORE_ACCESS_KEY", "accessKey"),
+            ("HEADRACE_OBJECT_STORE_SECRET_KEY", "secretKey"),
+        ):
+            env.append(
+                {
+                    "name": var,
+                    "valueFrom": {
+                        "secretKeyRef": {"name": store.credentials_secret.name, "key": key}
+                    },
+                }
+            )
+    env += [{"name": k, "value": v} for k, v in sorted(settings.env.items())]
+    return env
+
+
+def hosting(topic_statuses: Iterable[Mapping[str, Any]]) -> dict[int, list[str]]:
+    """Broker id -> the partitions ('<topic>/<partition>') it holds a replica of, from Topic
+    statuses (``name`` added to each: 'namespace/name')."""
+    held: dict[int, list[str]] = {}
+    for status in topic_statuses:
+        for p in status.get("partitions") or []:
+            for broker in p.get("replicas") or []:
+                held.setdefault(int(broker), []).append(f"{status['name']}/{p['partition']}")
+    return held
+
+
+def scale_down_blockers(
+    replicas: int, topic_statuses: Iterable[Mapping[str, Any]]
+) -> dict[int, list[str]]:
+    """The brokers a scale down to ``replicas`` would remove that still hold replicas.
+
+    Removing one would take copies away that nothing has moved off (and possibly the last
+    in-sync one), so the StatefulSet keeps them until their partitions are unloaded.
+    """
+    return {b: parts for b, parts in sorted(hosting(topic_statuses).items()) if b >= replicas}
+
+
+def statefulset(
+    cluster: BrokerCluster,
+    uid: str,
+    namespace: str,
+    settings: WorkloadSettings,
+    replicas: int | None = None,
+) -> dict[str, Any]:
+    """``replicas``: the pod count, when it must differ from the spec's (a refused scale
+    down keeps the brokers that still hold partitions)."""
+    name = cluster.metadata.name
+    spec = cluster.spec
+    config_hash = hashlib.sha256(broker_config_document(cluster).encode()).hexdigest()[:16]
+    container: dict[str, Any] = {
+        "name": "broker",
+        "image": spec.image or settings.default_image,
+        "command": list(settings.broker_command),
+        "args": broker_args(cluster),
+        "env": _env(cluster, settings),
+        "ports": [
+            {"name": "data", "containerPort": DATA_PORT},
+            {"name": "admin", "containerPort": ADMIN_PORT},
+        ],
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "admin"},
+            "periodSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": "admin"},
+            "initialDelaySeconds": 10,
+            "periodSeconds": 10,
+            "failureThreshold": 6,
+        },
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+    }
+    requirements = spec.resources.model_dump(mode="json", by_alias=True, exclude_defaults=True)
+    if requirements:
+        container["resources"] = requirements
+    pod_spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+        "containers": [container],
+    }
+    scheduling = spec.scheduling
+    if scheduling.node_selector:
+        pod_spec["nodeSelector"] = dict(scheduling.node_selector)
+    if scheduling.tolerations:
+        pod_spec["tolerations"] = list(scheduling.tolerations)
+    if scheduling.affinity is not None:
+        pod_spec["affinity"] = scheduling.affinity
+    claim: dict[str, Any] = {
+        "metadata": {"name": "data", "labels": labels(name)},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": spec.storage.size}},
+        },
+    }
+    if spec.storage.storage_class_name is not None:
+        claim["spec"]["storageClassName"] = spec.storage.storage_class_name
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(names(name)["statefulset"], cluster, uid, namespace),
+        "spec": {
+            "serviceName": names(name)["headless"],
+            "replicas": spec.replicas if replicas is None else replicas,
+            # brokers start together: each waits for the controller, not for its peers
+            "podManagementPolicy": "Parallel",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": _selector(name)},
+            "template": {
+                "metadata": {
+                    "labels": labels(name),
+                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash},
+                },
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [claim],
+        },
+    }
+
+
+def manifests(
+    cluster: BrokerCluster,
+    uid: str,
+    namespace: str,
+    settings: WorkloadSettings,
+    replicas: int | None = None,
+) -> list[dict[str, Any]]:
+    """Every object of the cluster's workload, in apply order."""
+    name = cluster.metadata.name
+    ports = [
+        {"name": "data", "port": DATA_PORT, "targetPort": "data"},
+        {"name": "admin", "port": ADMIN_PORT, "targetPort": "admin"},
+    ]
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": _meta(names(name)["config"], cluster, uid, namespace),
+            "data": {"broker.json": broker_config_document(cluster)},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(names(name)["headless"], cluster, uid, namespace),
+            "spec": {
+                "clusterIP": "None",
+                "publishNotReadyAddresses": True,
+                "selector": _selector(name),
+                "ports": ports,
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _meta(names(name)["client"], cluster, uid, namespace),
+            "spec": {"selector": _selector(name), "ports": ports[:1]},
+        },
+        {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": _meta(names(name)["pdb"], cluster, uid, namespace),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(name)}},
+        },
+        statefulset(cluster, uid, namespace, settings, replicas),
+    ]
+
+
+def broker_id_of(pod: Mapping[str, Any]) -> int | None:
+    """The broker id of a StatefulSet pod: its ordinal (label, else the name's suffix)."""
+    meta = pod.get("metadata", {})
+    index = (meta.get("labels") or {}).get(POD_INDEX_LABEL)
+    if index is None:
+        index = str(meta.get("name", "")).rpartition("-")[2]
+    return int(index) if str(index).isdigit() else None

@@ -1,0 +1,417 @@
+"""Live repartition on a real local cluster: keyed load through grow 4→8, 8→12, shrink 12→6.
+
+Three brokers (RF=3, acks=all), a producer sending 1,000 keys each with its own
+sequence numbers, and a 3-member cohort that logs every record it is delivered,
+in the order the members process them (one event loop, so one global order).
+The checker asserts, over that log: every acknowledged record was delivered,
+each key's sequence numbers arrive strictly increasing across every cutover,
+and nothing was delivered twice (nothing crashed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from headrace.client.consumer import Consumer
+from headrace.client.producer import Producer, RecordReceipt
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import Op
+from headrace.records import batch as rb
+from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.raw import RawConnection
+from tests.integration.reading import read_partition
+
+TOPIC = "keyed"
+KEYS = 1_000
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path_factory.mktemp("repartition") / "local")
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def repartition_manifest(name: str, topic: str, partitions: int, timeout_s: int = 5) -> str:
+    return f"""apiVersion: headrace.dev/v1alpha1
+kind: Repartition
+metadata: {{name: {name}}}
+spec: {{topicRef: {{name: {topic}}}, partitions: {partitions}, adoptionTimeoutSeconds: {timeout_s}}}
+"""
+
+
+def repartition_status(c: LocalCluster, name: str) -> dict[str, Any]:
+    for doc in c.state().get("repartitions", []):
+        if doc["metadata"]["name"] == name:
+            return dict(doc.get("status") or {})
+    return {}
+
+
+class Load:
+    """Rounds of one record per key (value: the key's next sequence number), acks=all."""
+
+    def __init__(self, producer: Producer) -> None:
+        self.producer = producer
+        self.acked: dict[str, int] = {}  # key -> highest acked sequence
+        self.rounds = 0
+        self.stop = asyncio.Event()
+        self.failures: list[BaseException] = []
+
+    async def run(self) -> None:
+        seq = 0
+        while not self.stop.is_set():
+            receipts: list[tuple[str, int, RecordReceipt]] = []
+            for k in range(KEYS):
+                key = f"k{k}"
+                receipts.append(
+                    (
+                        key,
+                        seq,
+                        await self.producer.send(
+                            f"default/{TOPIC}", str(seq).encode(), key=key.encode()
+                        ),
+                    )
+                )
+            for key, s, receipt in receipts:
+                try:
+                    await receipt
+                except Exception as exc:  # recorded: the test fails on any
+                    self.failures.append(exc)
+                    continue
+                self.acked[key] = max(self.acked.get(key, -1), s)
+            seq += 1
+            self.rounds += 1
+
+
+class Cohort:
+    """Three members; every delivered record goes to one shared log in processing order."""
+
+    def __init__(self, bootstrap: str) -> None:
+        self.bootstrap = bootstrap
+        self.members: list[Consumer] = []
+        self.log: list[tuple[str, int, int, int]] = []  # key, seq, partition, offset
+        self.stop = asyncio.Event()
+        #: cleared: the members take nothing (a backlog builds up on both sides of a cutover)
+        self.running = asyncio.Event()
+        self.running.set()
+
+    async def start(self) -> None:
+        for m in range(3):
+            consumer = Consumer(
+                self.bootstrap, f"default/{TOPIC}", "checker", member_id=f"m{m}", start="earliest"
+            )
+            self.members.append(await consumer.start())
+
+    async def run(self, consumer: Consumer) -> None:
+        while not self.stop.is_set():
+            await self.running.wait()
+            for batch in await consumer.getmany(timeout_s=0.2):
+                for offset, record in zip(batch.offsets(), batch.records(), strict=True):
+                    assert record.key is not None
+                    self.log.append(
+                        (record.key.decode(), int(record.value), batch.partition, offset)
+                    )
+                consumer.ack_batch(batch)
+
+    async def close(self) -> None:
+        for consumer in self.members:
+            await consumer.close(grace_s=2)
+
+
+def check(log: list[tuple[str, int, int, int]], acked: dict[str, int]) -> None:
+    last: dict[str, int] = {}
+    seen: set[tuple[int, int]] = set()
+    for key, seq, partition, offset in log:
+        assert (partition, offset) not in seen, f"{key}#{seq} at {partition}/{offset} twice"
+        seen.add((partition, offset))
+        assert seq > last.get(key, -1), (
+            f"key {key}: sequence {seq} delivered after {last.get(key)} (partition {partition}"
+            f" offset {offset})"
+        )
+        last[key] = seq
+    for key, top in acked.items():
+        assert last.get(key, -1) >= top, f"key {key}: acked up to {top}, delivered {last.get(key)}"
+
+
+async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
+    cluster: LocalCluster,
+) -> None:
+    assert cluster.apply(topic_manifest(TOPIC, 4, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(
+        lambda: (
+            len(cluster.partitions(f"default/{TOPIC}")) == 4
+            and all(p["state"] == "Online" for p in cluster.partitions(f"default/{TOPIC}"))
+        ),
+        what="topic online",
+    )
+    producer = await Producer(cluster.bootstrap, acks=msg.Acks.ALL, linger_ms=2).start()
+    cohort = Cohort(cluster.bootstrap)
+    await cohort.start()
+    load = Load(producer)
+    tasks = [asyncio.create_task(load.run())]
+    tasks += [asyncio.create_task(cohort.run(m)) for m in cohort.members]
+    loop = asyncio.get_running_loop()
+
+    async def wait_for(predicate: Any, what: str, timeout: float = 60.0) -> None:
+        deadline = loop.time() + timeout
+        while not await asyncio.to_thread(predicate):
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            for task in tasks:
+                if task.done():
+                    task.result()
+            await asyncio.sleep(0.1)
+
+    try:
+        await wait_for(lambda: load.rounds >= 2, "the first rounds")
+        for name, partitions in (("grow-8", 8), ("grow-12", 12), ("shrink-6", 6)):
+            # The cohort lags across the cutover: old keys' backlog sits in the old
+            # partitions while their new records pile up in the new ones.
+            cohort.running.clear()
+            await wait_for(lambda s=load.rounds: load.rounds >= s + 1, f"a backlog before {name}")
+            applied = cluster.apply(repartition_manifest(name, TOPIC, partitions))
+            assert applied.returncode == 0, applied.stderr.decode()
+            await wait_for(
+                lambda n=name: (
+                    repartition_status(cluster, n).get("phase")
+                    in ("Draining", "AwaitingAdoption", "Finalized")
+                ),
+                f"{name} cut over",
+            )
+            start = load.rounds
+            await wait_for(lambda s=start: load.rounds >= s + 2, f"a backlog after {name}")
+            # The paused cohort holds the drain: the transition is in flight, and shown.
+            shown = await asyncio.to_thread(
+                cluster.cli, "local", "status", "--dir", str(cluster.dir)
+            )
+            line = next(
+                (
+                    ln
+                    for ln in shown.stdout.decode().splitlines()
+                    if ln.startswith(f"transition default/{TOPIC}")
+                ),
+                "",
+            )
+            assert f"-> {partitions} partitions" in line and "Draining" in line, line
+            cohort.running.set()
+            await wait_for(
+                lambda n=name: repartition_status(cluster, n).get("phase") == "Finalized",
+                f"{name} finalized",
+            )
+            status = repartition_status(cluster, name)
+            assert status["toPartitions"] == partitions
+            assert status["toVersion"] == status["fromVersion"] + 1
+            assert status["finalizedBy"] in ("Adopted", "AdoptionTimedOut")
+            assert len(cluster.partitions(f"default/{TOPIC}")) == partitions
+        load.stop.set()
+        await tasks[0]
+        assert not load.failures, load.failures[:3]
+        total = sum(v + 1 for v in load.acked.values())
+        await wait_for(lambda: len(cohort.log) >= total, "every acked record delivered")
+    finally:
+        load.stop.set()
+        cohort.stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await cohort.close()
+        await producer.close()
+    check(cohort.log, load.acked)
+    topic = next(t for t in cluster.state()["cluster"]["topics"] if t["name"] == f"default/{TOPIC}")
+    assert topic["partitioningVersion"] == 4 and "transition" not in topic
+
+
+def test_bad_repartitions_are_refused_and_change_nothing(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    assert cluster.apply(topic_manifest("steady", 3, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(lambda: len(cluster.partitions("default/steady")) == 3, what="steady placed")
+    same = cluster.apply(repartition_manifest("same", "steady", 3))
+    assert same.returncode == 1
+    assert "topic default/steady already has 3 partitions" in same.stderr.decode()
+    missing = cluster.apply(repartition_manifest("lost", "nowhere", 4))
+    assert missing.returncode == 1
+    assert "topic default/nowhere does not exist" in missing.stderr.decode()
+    zero = cluster.apply(repartition_manifest("zero", "steady", 0))
+    assert zero.returncode == 1
+    assert "spec.partitions" in zero.stderr.decode()
+    assert all(
+        d["metadata"]["name"] not in ("same", "lost", "zero")
+        for d in cluster.state().get("repartitions", [])
+    )
+    version = next(
+        t["partitioningVersion"]
+        for t in cluster.state()["cluster"]["topics"]
+        if t["name"] == "default/steady"
+    )
+    assert version == 1
+
+
+def broker_address(c: LocalCluster, broker_id: int) -> str:
+    b = next(b for b in c.record["brokers"] if b["id"] == broker_id)
+    return f"{b['host']}:{b['port']}"
+
+
+def test_an_old_client_is_fenced_by_redirect_and_the_transition_finalizes_by_timeout(
+    cluster: LocalCluster,
+) -> None:
+    """A client that acked once and then never acks pushes (an older client) holds the
+    adoption floor down: the transition finalizes by timeout, and its publishes routed
+    under the old version are redirected, never stored."""
+    topic = "default/legacy"
+    assert cluster.apply(topic_manifest("legacy", 2, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(
+        lambda: [p.get("leader") is not None for p in cluster.partitions(topic)] == [True, True],
+        what="legacy online",
+    )
+    leader = cluster.partitions(topic)[0]["leader"]
+    old = RawConnection(broker_address(cluster, leader))
+    try:
+        snapshot = msg.TopologySnapshot.decode(old.call(Op.TOPOLOGY, b"{}").body)
+        old.send(Op.TOPOLOGY_UPDATE_ACK, msg.TopologyUpdateAck(snapshot.generation).encode())
+        cluster.wait(
+            lambda: cluster.state()["adoptionFloor"] == snapshot.generation,
+            what="the old client's ack in the floor",
+        )
+        applied = cluster.apply(repartition_manifest("legacy-4", "legacy", 4, timeout_s=2))
+        assert applied.returncode == 0, applied.stderr.decode()
+        cluster.wait(
+            lambda: (
+                repartition_status(cluster, "legacy-4").get("phase")
+                in ("AwaitingAdoption", "Finalized")
+            ),
+            what="legacy-4 drained",
+        )
+        batch = rb.encode([b"routed under version 1"], keys=[b"k"], timestamp_ms=1)
+        request = msg.ProduceRequest(topic, 0, 1, msg.Acks.ALL, 5_000, b"")
+        answer = old.call(Op.PRODUCE, request.encode_prefix() + batch)
+        assert answer.op == Op.REDIRECT, answer
+        redirect = msg.Redirect.decode(answer.body)
+        assert redirect.partitioning_version == 2 and redirect.owner is not None
+        assert "partitioning version 1" in redirect.reason
+        cluster.wait(
+            lambda: repartition_status(cluster, "legacy-4").get("phase") == "Finalized",
+            what="legacy-4 finalized",
+        )
+        status = repartition_status(cluster, "legacy-4")
+        assert status["finalizedBy"] == "AdoptionTimedOut"
+        assert status["adoptionGeneration"] > snapshot.generation
+    finally:
+        old.close()
+    stored = asyncio.run(read_partition(cluster.bootstrap, topic, 0))
+    assert stored == [], "a publish routed under a stale version was stored"
+
+
+def test_a_restarted_controller_resumes_the_transition_without_a_second_bump(
+    cluster: LocalCluster,
+) -> None:
+    """A cohort member that takes nothing holds the drain; the controller is killed and
+    restarted mid-transition; once the member reads, the transition finalizes at version
+    2 (one bump)."""
+    topic = "default/resume"
+    assert cluster.apply(topic_manifest("resume", 2, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(
+        lambda: [p.get("leader") is not None for p in cluster.partitions(topic)] == [True, True],
+        what="resume online",
+    )
+
+    async def scenario() -> None:
+        producer = await Producer(cluster.bootstrap, acks=msg.Acks.ALL).start()
+        member = await Consumer(
+            cluster.bootstrap, topic, "slow", member_id="slow", start="earliest"
+        ).start()
+        try:
+            receipts = [await producer.send(topic, b"%d" % i, key=b"k%d" % i) for i in range(50)]
+            for r in receipts:
+                await r
+            applied = cluster.apply(repartition_manifest("resume-4", "resume", 4, timeout_s=1))
+            assert applied.returncode == 0, applied.stderr.decode()
+            await asyncio.to_thread(
+                cluster.wait,
+                lambda: repartition_status(cluster, "resume-4").get("phase") == "Draining",
+                30.0,
+                "resume-4 draining",
+            )
+            cluster.kill_controller()
+            cluster.restart_controller()
+            await asyncio.to_thread(
+                cluster.wait,
+                lambda: repartition_status(cluster, "resume-4").get("phase") == "Draining",
+                30.0,
+                "the restarted controller serving resume-4",
+            )
+            got = 0
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 60
+            while repartition_status(cluster, "resume-4").get("phase") != "Finalized":
+                assert loop.time() < deadline, "resume-4 never finalized"
+                for batch in await member.getmany(timeout_s=0.2):
+                    got += batch.record_count
+                    member.ack_batch(batch)
+            assert got >= 50
+        finally:
+            await member.close(grace_s=1)
+            await producer.close()
+
+    asyncio.run(scenario())
+    version = next(
+        t["partitioningVersion"] for t in cluster.state()["cluster"]["topics"] if t["name"] == topic
+    )
+    assert version == 2
+    assert len(cluster.partitions(topic)) == 4
+
+
+def test_a_dead_brokers_frozen_adoption_label_does_not_stall_finalize(
+    cluster: LocalCluster,
+) -> None:
+    """Broker 2's only acking client never acks the cutover, so its label holds the floor
+    down; once broker 2 is killed, the floor counts live brokers only and the transition
+    finalizes as adopted (its timeout, 600 s, is far away)."""
+    topic = "default/frozen"
+    assert cluster.apply(topic_manifest("frozen", 2, replicas=3, min_in_sync=1)).returncode == 0
+    cluster.wait(
+        lambda: [p.get("leader") is not None for p in cluster.partitions(topic)] == [True, True],
+        what="frozen online",
+    )
+
+    async def scenario() -> None:
+        # Bootstraps on broker 0: its topology connection acks every push.
+        producer = await Producer(broker_address(cluster, 0), acks=msg.Acks.ALL).start()
+        old = RawConnection(broker_address(cluster, 2))
+        try:
+            await (await producer.send(topic, b"before", key=b"k"))
+            snapshot = msg.TopologySnapshot.decode(old.call(Op.TOPOLOGY, b"{}").body)
+            old.send(Op.TOPOLOGY_UPDATE_ACK, msg.TopologyUpdateAck(snapshot.generation).encode())
+            applied = cluster.apply(repartition_manifest("frozen-3", "frozen", 3, timeout_s=600))
+            assert applied.returncode == 0, applied.stderr.decode()
+            await asyncio.to_thread(
+                cluster.wait,
+                lambda: repartition_status(cluster, "frozen-3").get("phase") == "AwaitingAdoption",
+                30.0,
+                "frozen-3 waiting for adoption",
+            )
+            assert cluster.state()["adoptionFloor"] == snapshot.generation
+            cluster.kill_broker(2)
+            await asyncio.to_thread(
+                cluster.wait,
+                lambda: repartition_status(cluster, "frozen-3").get("phase") == "Finalized",
+                30.0,
+                "frozen-3 finalized with broker 2 dead",
+            )
+            assert repartition_status(cluster, "frozen-3")["finalizedBy"] == "Adopted"
+            await (await producer.send(topic, b"after", key=b"k"))
+        finally:
+            old.close()
+            await producer.close()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        cluster.restart_broker(2)
+        cluster.wait(lambda: 2 in cluster.state()["live"], what="broker 2 back")

@@ -1,0 +1,399 @@
+"""The repartition state machine, driven through ``reconcile`` with a fake fleet and clock.
+
+The fleet (``control_fakes.Fleet``) answers from the state last pushed; this
+test adds what the repartition needs of a real broker: a leader records its
+cutover offset (its log end when it first reports under a new partitioning
+version) and a cohort's cursors, which the test moves by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+from control_fakes import FakeClock, Fleet
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from headrace.control import reconcile as rc
+from headrace.control.model import (
+    ClusterState,
+    FinalizedBy,
+    RepartitionPhase,
+    RepartitionProgress,
+    RepartitionRequest,
+    TopicSpec,
+    UnloadRequest,
+)
+from headrace.control.settings import ControlSettings
+from headrace.protocol.coordination import Heartbeat
+
+SETTINGS = ControlSettings(liveness_ttl_ms=3_000, repartition_adoption_timeout_ms=10_000)
+POLL = 1_000
+T = "default/orders"
+COHORT = "billing"
+PHASE = RepartitionPhase
+
+
+class Cluster:
+    """The controller loop minus I/O, with brokers that record cutovers and a cohort."""
+
+    def __init__(self, partitions: int = 4, brokers: int = 3) -> None:
+        self.clock = FakeClock()
+        self.fleet = Fleet(brokers, self.clock)
+        self.specs = [TopicSpec(T, partitions, replicas=1)]
+        self.state = ClusterState()
+        self.since = self.clock.now_ms
+        self.requests: list[RepartitionRequest] = []
+        self.unloads: list[UnloadRequest] = []
+        self.progress: dict[str, RepartitionProgress] = {}
+        #: (topic, partition) -> (version, offset) each leader recorded
+        self.cutovers: dict[tuple[str, int], tuple[int, int]] = {}
+        #: partition -> the cohort's cursor; None: it keeps up with the log end
+        self.cursor: dict[int, int] | None = None
+        self.bumps: list[int] = []
+        self.decisions: list[rc.Decision] = []
+
+    def _heartbeats(self) -> dict[int, Heartbeat]:
+        beats = self.fleet.poll(self.state)
+        out = {}
+        for b, hb in beats.items():
+            if hb.received_ms != self.clock.now_ms:
+                out[b] = hb  # a stale one, as the controller keeps it
+                continue
+            reports = []
+            for r in hb.partitions:
+                topic = self.state.topics.get(r.topic)
+                if r.role == "leader" and topic is not None:
+                    key = (r.topic, r.partition)
+                    if self.cutovers.get(key, (0, 0))[0] != topic.partitioning_version:
+                        self.cutovers[key] = (topic.partitioning_version, r.log_end_offset)
+                    cursor = (
+                        r.log_end_offset
+                        if self.cursor is None
+                        else min(self.cursor.get(r.partition, 0), r.log_end_offset)
+                    )
+                    r = replace(r, cutover=self.cutovers[key], cursors={COHORT: cursor})
+                reports.append(r)
+            out[b] = replace(hb, partitions=tuple(reports))
+        return out
+
+    def step(self, wait: int = POLL) -> rc.Decision:
+        self.clock.advance(wait)
+        d = rc.reconcile(
+            self.state,
+            self.specs,
+            self._heartbeats(),
+            self.clock.now_ms,
+            SETTINGS,
+            observing_since_ms=self.since,
+            unload_requests=self.unloads,
+            repartition_requests=self.requests,
+            repartition_progress=self.progress,
+        )
+        before = self.state.topics.get(T)
+        after = d.state.topics.get(T)
+        if (
+            before is not None
+            and after is not None
+            and after.partitioning_version != before.partitioning_version
+        ):
+            self.bumps.append(after.partitioning_version)
+        self.state = d.state
+        self.progress = dict(d.repartitions)
+        self.decisions.append(d)
+        return d
+
+    def run_until(self, phase: RepartitionPhase, name: str = "rp", limit: int = 60) -> None:
+        for _ in range(limit):
+            if name in self.progress and self.progress[name].phase is phase:
+                return
+            self.step()
+        raise AssertionError(f"{name} never reached {phase}: {self.progress.get(name)}")
+
+    def restart(self) -> None:
+        self.state = ClusterState.from_json(json.loads(json.dumps(self.state.to_json())))
+        self.fleet.forget()
+        self.since = self.clock.now_ms
+
+    def with_cohort(self) -> None:
+        for broker in self.fleet.brokers.values():
+            broker.members[(T, COHORT)] = {"m1"}
+
+    def adopt(self, generation: int | None) -> None:
+        for broker in self.fleet.brokers.values():
+            broker.adoption = generation
+
+    def ask(self, partitions: int, name: str = "rp", topic: str = T, timeout: int = 10_000) -> None:
+        self.requests.append(RepartitionRequest(name, topic, partitions, timeout))
+
+    @property
+    def topic(self):  # type: ignore[no-untyped-def]
+        return self.state.topics[T]
+
+
+def settled(partitions: int = 4) -> Cluster:
+    c = Cluster(partitions)
+    for _ in range(3):
+        c.step()
+    return c
+
+
+def test_a_grow_cuts_over_once_stamps_the_generation_after_and_finalizes_when_adopted() -> None:
+    c = settled()
+    c.ask(8)
+    d = c.step()
+    marker = c.topic.transition
+    assert marker is not None and marker.adoption_generation is None
+    assert (marker.from_partitions, marker.to_partitions) == (4, 8)
+    assert (marker.from_version, marker.to_version) == (1, 2)
+    assert len(c.topic.partitions) == 8 and c.topic.partitioning_version == 2
+    assert c.progress["rp"].phase is PHASE.CUTTING_OVER
+    cutover_generation = d.state.generation
+    c.step()
+    marker = c.topic.transition
+    assert marker is not None and marker.adoption_generation == cutover_generation
+    c.run_until(PHASE.AWAITING_ADOPTION)
+    assert set(c.topic.transition.cutover_offsets) == {0, 1, 2, 3}  # type: ignore[union-attr]
+    c.step()
+    c.step()
+    assert c.progress["rp"].phase is PHASE.AWAITING_ADOPTION  # nobody acked: waits
+    c.adopt(cutover_generation)
+    c.step()
+    done = c.progress["rp"]
+    assert done.phase is PHASE.FINALIZED and done.finalized_by is FinalizedBy.ADOPTED
+    assert (done.from_version, done.to_version, done.adoption_generation) == (
+        1,
+        2,
+        cutover_generation,
+    )
+    assert done.cutover_ms is not None and done.drained_ms is not None
+    assert done.cutover_ms <= done.drained_ms <= (done.finalized_ms or 0)
+    assert c.topic.transition is None and c.bumps == [2]
+
+
+def test_the_adoption_timeout_runs_from_drain_complete() -> None:
+    c = settled()
+    c.ask(6, timeout=5_000)
+    c.run_until(PHASE.AWAITING_ADOPTION)
+    drained = c.progress["rp"].drained_ms
+    assert drained is not None
+    while c.clock.now_ms + POLL < drained + 5_000:
+        c.step()
+        assert c.progress["rp"].phase is PHASE.AWAITING_ADOPTION
+    c.step()
+    assert c.progress["rp"].phase is PHASE.FINALIZED
+    assert c.progress["rp"].finalized_by is FinalizedBy.ADOPTION_TIMED_OUT
+
+
+def test_a_shrink_keeps_every_partition_until_finalize_then_retires_them() -> None:
+    c = settled(12)
+    c.ask(6)
+    c.step()
+    assert len(c.topic.partitions) == 12 and c.topic.routing_partitions == 6
+    c.run_until(PHASE.AWAITING_ADOPTION)
+    assert len(c.topic.partitions) == 12
+    c.adopt(c.topic.transition.adoption_generation)  # type: ignore[union-attr]
+    c.step()
+    assert c.progress["rp"].phase is PHASE.FINALIZED
+    assert len(c.topic.partitions) == 6 and c.topic.routing_partitions == 6
+
+
+def test_a_cohort_is_released_per_new_partition_once_its_feeders_pass_their_cutover() -> None:
+    c = settled(8)
+    c.with_cohort()
+    c.step()
+    c.cursor = {p: 0 for p in range(12)}  # the cohort has consumed nothing
+    c.ask(12)
+    c.run_until(PHASE.DRAINING)
+    for _ in range(3):
+        c.step()
+    marker = c.topic.transition
+    assert marker is not None and len(marker.cutover_offsets) == 8
+    assert marker.released.get(COHORT, ()) == ()
+    # 8 -> 12: gcd 4, so new partition q is fed by old partitions q % 4 and q % 4 + 4.
+    assert marker.feeders(1) == (1, 5) and marker.feeders(9) == (1, 5)
+    c.cursor = {p: 0 for p in range(12)} | {1: 10_000}
+    c.step()
+    assert c.topic.transition.released.get(COHORT, ()) == ()  # type: ignore[union-attr]
+    c.cursor[5] = 10_000
+    c.step()
+    assert c.topic.transition.released[COHORT] == (1, 5, 9)  # type: ignore[union-attr]
+    assert c.progress["rp"].phase is PHASE.DRAINING
+    c.cursor = None
+    c.run_until(PHASE.AWAITING_ADOPTION)
+
+
+def test_the_floor_counts_live_brokers_only_so_a_dead_brokers_frozen_label_cannot_stall() -> None:
+    c = settled()
+    c.ask(8)
+    c.run_until(PHASE.AWAITING_ADOPTION)
+    target = c.topic.transition.adoption_generation  # type: ignore[union-attr]
+    assert target is not None
+    c.adopt(target)
+    c.fleet.brokers[2].adoption = target - 1  # its clients never acked ...
+    c.step()
+    assert c.progress["rp"].phase is PHASE.AWAITING_ADOPTION
+    c.fleet.brokers[2].up = False  # ... and it dies: its label freezes
+    for _ in range(6):
+        c.step()
+        if c.progress["rp"].phase is PHASE.FINALIZED:
+            break
+    assert c.progress["rp"].finalized_by is FinalizedBy.ADOPTED
+
+
+def test_a_restarted_controller_resumes_without_bumping_the_version_twice() -> None:
+    c = settled()
+    c.ask(8)
+    c.step()
+    c.restart()
+    c.step()
+    c.restart()
+    c.run_until(PHASE.AWAITING_ADOPTION)
+    c.restart()
+    c.run_until(PHASE.FINALIZED)
+    assert c.bumps == [2] and len(c.topic.partitions) == 8
+
+
+def test_bad_requests_fail_with_a_reason_and_change_nothing() -> None:
+    c = settled()
+    before = c.topic
+    c.ask(4, name="same")
+    c.ask(8, name="missing", topic="default/nope")
+    c.unloads = [UnloadRequest("default/move", T, (0,))]
+    c.ask(8, name="unloading")
+    c.step()
+    assert c.progress["same"].phase is PHASE.FAILED
+    assert "already has 4 partitions" in c.progress["same"].message
+    assert c.progress["missing"].phase is PHASE.FAILED
+    assert "does not exist" in c.progress["missing"].message
+    assert c.progress["unloading"].phase is PHASE.FAILED
+    assert "mid-Unload" in c.progress["unloading"].message
+    assert c.topic.partitioning_version == before.partitioning_version
+    assert c.topic.transition is None
+
+
+def test_one_transition_at_a_time_the_second_waits_then_runs() -> None:
+    c = settled()
+    c.ask(8, name="first")
+    c.ask(6, name="second")
+    c.step()
+    assert c.progress["first"].phase is PHASE.CUTTING_OVER
+    assert c.progress["second"].phase is PHASE.PENDING
+    assert "waiting: first is repartitioning" in c.progress["second"].message
+    c.adopt(10**9)
+    c.run_until(PHASE.FINALIZED, "first")
+    c.run_until(PHASE.FINALIZED, "second")
+    assert len(c.topic.partitions) == 6 and c.bumps == [2, 3]
+
+
+def test_a_repartition_deleted_mid_flight_rolls_forward() -> None:
+    c = settled()
+    c.ask(8)
+    c.step()
+    c.requests = [replace(c.requests[0], cancelled=True)]
+    c.adopt(10**9)
+    c.run_until(PHASE.FINALIZED)
+    assert len(c.topic.partitions) == 8
+
+
+def test_a_spec_edit_drives_the_same_transition_and_a_lagging_spec_drives_none() -> None:
+    c = settled()
+    c.specs = [TopicSpec(T, 8, replicas=1)]
+    c.step()
+    assert c.topic.transition is not None
+    assert c.topic.transition.request == "Topic.spec.partitions"
+    c.adopt(10**9)
+    for _ in range(10):
+        c.step()
+    assert c.topic.transition is None and len(c.topic.partitions) == 8
+    # A Repartition changes the count; the spec (still 8) is not an edit: nothing follows.
+    c.ask(12)
+    c.run_until(PHASE.FINALIZED)
+    for _ in range(3):
+        c.step()
+    assert len(c.topic.partitions) == 12 and c.topic.transition is None
+
+
+class Schedules(RuleBasedStateMachine):
+    """Random interleavings of requests, polls, cohort progress, adoption, deaths and
+    controller restarts: the counters stay apart and every transition ends well."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = settled()
+        self.c.with_cohort()
+        self.c.cursor = {}
+        self.asked = 0
+        self.started_versions: list[int] = []
+
+    @precondition(lambda self: self.asked < 3)
+    @rule(partitions=st.integers(1, 12))
+    def request(self, partitions: int) -> None:
+        self.asked += 1
+        self.c.ask(partitions, name=f"r{self.asked}", timeout=3_000)
+
+    @rule(wait=st.sampled_from([100, 1_000, 4_000]))
+    def poll(self, wait: int) -> None:
+        before = self.c.topic
+        self.c.step(wait)
+        after = self.c.topic
+        if after.partitioning_version != before.partitioning_version:
+            assert after.partitioning_version == before.partitioning_version + 1
+            assert after.transition is not None
+
+    @rule(partition=st.integers(0, 11))
+    def consume(self, partition: int) -> None:
+        assert self.c.cursor is not None
+        self.c.cursor[partition] = 10**6
+
+    @rule(generation=st.integers(0, 40))
+    def ack(self, generation: int) -> None:
+        self.c.adopt(generation)
+
+    @rule(broker=st.integers(0, 2))
+    def toggle(self, broker: int) -> None:
+        b = self.c.fleet.brokers[broker]
+        b.up = not b.up
+
+    @rule()
+    def restart(self) -> None:
+        self.c.restart()
+
+    @invariant()
+    def one_marker_and_the_counters_apart(self) -> None:
+        topic = self.c.topic
+        marker = topic.transition
+        if marker is None:
+            return
+        assert topic.partitioning_version == marker.to_version == marker.from_version + 1
+        assert len(topic.partitions) == max(marker.from_partitions, marker.to_partitions)
+        if marker.adoption_generation is not None:
+            assert marker.adoption_generation <= self.c.state.generation
+        for qs in marker.released.values():
+            assert all(0 <= q < marker.to_partitions for q in qs)
+
+    @invariant()
+    def finalized_ones_were_drained(self) -> None:
+        for p in self.c.progress.values():
+            if p.phase is PHASE.FINALIZED:
+                assert p.drained_ms is not None
+                assert p.finalized_by is not None
+                assert p.cutover_ms is not None and p.cutover_ms <= p.drained_ms
+
+    def teardown(self) -> None:
+        # Everything ends once every broker is up, the cohort keeps up and clients ack.
+        for b in self.c.fleet.brokers.values():
+            b.up = True
+        self.c.cursor = None
+        self.c.adopt(10**9)
+        for _ in range(80):
+            self.c.step()
+        for name, p in self.c.progress.items():
+            assert p.finished, (name, p)
+        assert self.c.topic.transition is None
+
+
+Schedules.TestCase.settings = settings(max_examples=25, stateful_step_count=25, deadline=None)
+test_schedules = Schedules.TestCase

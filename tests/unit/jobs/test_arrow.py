@@ -1,0 +1,71 @@
+"""Segment-object bytes to Arrow (``headrace.jobs.arrow``), every codec the records module has."""
+
+from __future__ import annotations
+
+import pytest
+
+from headrace.errors import CorruptBatch
+from headrace.jobs import arrow
+from headrace.records import batch as rb
+
+
+def stamped(batch: bytes, base_offset: int) -> bytes:
+    frame = bytearray(batch)
+    rb.stamp(frame, base_offset, 2)
+    return bytes(frame)
+
+
+@pytest.mark.parametrize(
+    "codec", [rb.COMPRESSION_NONE, rb.COMPRESSION_ZLIB, rb.COMPRESSION_LZ4, rb.COMPRESSION_ZSTD]
+)
+def test_columns_of_every_codec(codec: int) -> None:
+    first = stamped(
+        rb.encode(
+            [b"hi", b"yo!"],
+            keys=[b"k1", None],
+            headers=[[("h", b"v")], []],
+            timestamps=[1_700_000_000_000, 1_700_000_000_005],
+            compression=codec,
+        ),
+        40,
+    )
+    second = stamped(rb.encode([b"a" * 50, b""], timestamp_ms=7, compression=codec), 42)
+    batch = arrow.to_record_batch(first + second, 3)
+    assert batch.schema == arrow.SCHEMA
+    rows = batch.to_pylist()
+    assert [(r["partition"], r["offset"], r["key"], r["value"]) for r in rows] == [
+        (3, 40, b"k1", b"hi"),
+        (3, 41, None, b"yo!"),
+        (3, 42, None, b"a" * 50),
+        (3, 43, None, b""),
+    ]
+    assert [r["headers"] for r in rows] == [[{"key": "h", "value": b"v"}], [], [], []]
+    assert [int(r["timestamp"].timestamp() * 1000) for r in rows] == [
+        1_700_000_000_000,
+        1_700_000_000_005,
+        7,
+        7,
+    ]
+
+
+def test_offset_range_and_no_headers() -> None:
+    data = b"".join(
+        stamped(rb.encode([b"%d" % o for o in range(b, b + 5)], timestamp_ms=1), b)
+        for b in range(0, 20, 5)
+    )
+    batch = arrow.to_record_batch(data, 0, 3, 12, include_headers=False)
+    assert batch.schema == arrow.SCHEMA_NO_HEADERS
+    assert batch.column("offset").to_pylist() == list(range(3, 12))
+    assert batch.column("value").to_pylist() == [b"%d" % o for o in range(3, 12)]
+    assert arrow.to_record_batch(data, 0, 100).num_rows == 0
+
+
+def test_damage_names_offset_and_byte() -> None:
+    good = stamped(rb.encode([b"x" * 10], timestamp_ms=1), 0)
+    bad = bytearray(stamped(rb.encode([b"y" * 10], timestamp_ms=1), 1))
+    bad[-1] ^= 1
+    with pytest.raises(CorruptBatch, match=rf"offset 1 \(byte {len(good)}\): CRC mismatch"):
+        arrow.to_record_batch(good + bytes(bad), 0)
+    assert arrow.to_record_batch(good + bytes(bad), 0, check_crc=False).num_rows == 2
+    with pytest.raises(CorruptBatch, match="not a whole batch"):
+        arrow.to_record_batch(good + good[:20], 0)

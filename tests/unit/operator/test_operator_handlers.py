@@ -1,0 +1,230 @@
+"""The kopf handlers at the unit level: called as kopf calls them, over a fake ``KubeApi``
+(no control plane): the workload they apply, a bad spec, the kicks; and the Lease rule."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from types import SimpleNamespace
+from typing import Any
+
+import kopf
+import pytest
+from operator_fakes import CLUSTER, FakeApi, topic
+
+from headrace.operator import handlers, running, workloads
+from headrace.operator.leasing import may_acquire
+from headrace.operator.running import ClusterRuntime
+from tests.unit.controller.controller_fakes import ManualClock
+
+
+def memo_over(api: FakeApi) -> Any:
+    return SimpleNamespace(context=handlers.OperatorContext(api=api, clock=ManualClock()))
+
+
+def cluster(**spec: Any) -> dict[str, Any]:
+    return {**CLUSTER, "spec": {**CLUSTER["spec"], **spec}}  # type: ignore[dict-item]
+
+
+async def test_a_broker_cluster_becomes_its_workload_owned_by_it() -> None:
+    api = FakeApi()
+    memo = memo_over(api)
+    await handlers.cluster_workload(body=cluster(), namespace="ns", name="demo", memo=memo)
+    kinds = [(m["kind"], m["metadata"]["name"]) for m in api.applied]
+    assert kinds == [
+        ("ConfigMap", "demo-config"),
+        ("Service", "demo-brokers"),
+        ("Service", "demo"),
+        ("PodDisruptionBudget", "demo"),
+        ("StatefulSet", "demo"),
+    ]
+    for manifest in api.applied:
+        (owner,) = manifest["metadata"]["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"]) == ("BrokerCluster", "demo", "uid-1")
+        assert manifest["metadata"]["namespace"] == "ns"
+    sts = api.applied[-1]["spec"]
+    assert sts["replicas"] == 3
+    assert sts["serviceName"] == "demo-brokers"
+    (container,) = sts["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    args = container["args"]
+    assert args[args.index("--broker-id") + 1] == "$(HEADRACE_BROKER_ID)"
+    env = {e["name"]: e for e in container["env"]}
+    assert env["HEADRACE_BROKER_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        f"metadata.labels['{workloads.POD_INDEX_LABEL}']"
+    )
+    assert sts["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
+    assert container["volumeMounts"][0]["mountPath"] == workloads.DATA_DIR
+    assert api.applied[1]["spec"]["clusterIP"] == "None"
+    assert api.applied[3]["spec"]["maxUnavailable"] == 1
+
+
+async def test_a_broker_config_change_rolls_the_pods_and_nothing_else() -> None:
+    api = FakeApi()
+    memo = memo_over(api)
+    await handlers.cluster_workload(body=cluster(), namespace="ns", name="demo", memo=memo)
+    before = api.applied[-1]
+    api.applied.clear()
+    await handlers.cluster_workload(
+        body=cluster(brokerConfig={"segmentBytes": 4096}), namespace="ns", name="demo", memo=memo
+    )
+    after = api.applied[-1]
+    annotation = workloads.CONFIG_HASH_ANNOTATION
+    template = ("spec", "template", "metadata", "annotations")
+
+    def dig(doc: Any) -> Any:
+        for key in template:
+            doc = doc[key]
+        return doc[annotation]
+
+    assert dig(before) != dig(after)
+    args = after["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--segment-bytes") + 1] == "4096"
+
+
+async def test_an_invalid_spec_is_a_permanent_error_and_applies_nothing() -> None:
+    api = FakeApi()
+    with pytest.raises(kopf.PermanentError, match="replicas"):
+        await handlers.cluster_workload(
+            body=cluster(replicas=0), namespace="ns", name="demo", memo=memo_over(api)
+        )
+    assert api.applied == []
+
+
+async def test_a_topic_event_kicks_its_clusters_loop_only() -> None:
+    api = FakeApi(CLUSTER)
+    memo = memo_over(api)
+    loops = memo.context.loops
+    for name in ("demo", "other"):
+        body = {**CLUSTER, "metadata": {**CLUSTER["metadata"], "name": name}}
+        loops[("ns", name)] = ClusterRuntime(api, body, [], [], ManualClock(), fleet=object())  # type: ignore[arg-type]
+    await handlers.topic_changed(
+        namespace="ns", spec={"clusterRef": {"name": "demo"}}, body={}, memo=memo
+    )
+    assert loops[("ns", "demo")].kicked.is_set()
+    assert not loops[("ns", "other")].kicked.is_set()
+    assert api.writes == []
+
+
+async def test_a_topic_of_a_missing_cluster_is_told_so_once() -> None:
+    orphan = topic()
+    orphan["spec"]["clusterRef"]["name"] = "absent"
+    api = FakeApi(orphan)
+    memo = memo_over(api)
+    indices = {"clusters_index": {("ns", "demo"): [CLUSTER]}}
+    for _ in range(3):  # every event after the write brings the handler back
+        body = api.body("Topic", "orders")
+        await handlers.topic_changed(
+            namespace="ns", spec=body["spec"], body=body, memo=memo, type="MODIFIED", **indices
+        )
+    assert api.writes == [("PUT status", "Topic", "orders")]
+    status = api.body("Topic", "orders")["status"]
+    ready, stalled = status["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "ClusterNotFound")
+    # kstatus's Failed: waiting does not make the cluster exist
+    assert (stalled["type"], stalled["status"], stalled["reason"]) == (
+        "Stalled",
+        "True",
+        "ClusterNotFound",
+    )
+    assert ready["observedGeneration"] == status["observedGeneration"] == 1
+    assert api.body("Topic", "orders")["spec"] == orphan["spec"]
+
+
+async def test_the_daemon_runs_the_loop_from_the_indices_until_cancelled() -> None:
+    api = FakeApi(CLUSTER)
+    memo = memo_over(api)
+    body = api.body("BrokerCluster", "demo")
+    indices = {
+        "clusters_index": {("ns", "demo"): [body]},
+        "topics_index": {},
+        "unloads_index": {},
+    }
+    task = asyncio.create_task(
+        handlers.cluster_loop(namespace="ns", name="demo", memo=memo, **indices)
+    )
+
+    async def started() -> None:
+        while ("ns", "demo") not in memo.context.loops:
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(started(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert memo.context.loops == {}
+
+
+async def test_a_scale_down_that_would_remove_replicas_keeps_those_brokers() -> None:
+    api = FakeApi()
+    placed = topic()
+    placed["status"] = {
+        "partitions": [
+            {"partition": 0, "replicas": [0, 1, 2]},
+            {"partition": 1, "replicas": [1, 2, 3]},
+        ]
+    }
+    indices = {"topics_index": {("ns", "demo"): [placed]}}
+    memo = memo_over(api)
+    await handlers.cluster_workload(
+        body=cluster(replicas=2), namespace="ns", name="demo", memo=memo, **indices
+    )
+    assert api.applied[-1]["spec"]["replicas"] == 4  # brokers 2 and 3 hold replicas
+    api.applied.clear()
+    placed["status"]["partitions"][1]["replicas"] = [1, 0, 2]  # partition 1 moved off 3
+    await handlers.cluster_workload(
+        body=cluster(replicas=3), namespace="ns", name="demo", memo=memo, **indices
+    )
+    assert api.applied[-1]["spec"]["replicas"] == 3
+
+
+def test_a_blocked_scale_down_is_the_clusters_ready_condition() -> None:
+    blockers = workloads.scale_down_blockers(
+        2, [{"name": "ns/orders", "partitions": [{"partition": 0, "replicas": [2, 0]}]}]
+    )
+    assert blockers == {2: ["ns/orders/0"]}
+    status = running.cluster_conditions(
+        cluster(replicas=2), {0, 1, 2}, "2026-01-01T00:00:00Z", blockers
+    )
+    ready, stalled = status["conditions"]
+    assert (ready["status"], ready["reason"]) == ("False", "ScaleDownBlocked")
+    assert "broker 2: ns/orders/0" in ready["message"]
+    assert (stalled["type"], stalled["status"], stalled["reason"]) == (
+        "Stalled",
+        "True",
+        "ScaleDownBlocked",
+    )
+
+
+def test_broker_ids_come_from_the_pod_ordinal() -> None:
+    labelled = {"metadata": {"name": "demo-7", "labels": {workloads.POD_INDEX_LABEL: "2"}}}
+    assert workloads.broker_id_of(labelled) == 2
+    assert workloads.broker_id_of({"metadata": {"name": "demo-7"}}) == 7
+    assert workloads.broker_id_of({"metadata": {"name": "demo"}}) is None
+
+
+NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
+
+
+@pytest.mark.parametrize(
+    ("spec", "may"),
+    [
+        (None, True),
+        ({"holderIdentity": ""}, True),
+        ({"holderIdentity": "me", "renewTime": NOW, "leaseDurationSeconds": 60}, True),
+        ({"holderIdentity": "other", "renewTime": NOW, "leaseDurationSeconds": 60}, False),
+        (
+            {
+                "holderIdentity": "other",
+                "renewTime": "2026-01-01T11:58:59.000000Z",
+                "leaseDurationSeconds": 60,
+            },
+            True,
+        ),
+    ],
+)
+def test_the_lease_goes_to_its_holder_or_to_anyone_once_it_expired(
+    spec: dict[str, Any] | None, may: bool
+) -> None:
+    assert may_acquire(spec, "me", NOW) is may

@@ -1,0 +1,47 @@
+"""The operator's install manifests: what a namespaced and a cluster-wide install grant."""
+
+from __future__ import annotations
+
+from headrace.operator import install
+
+
+def kinds(docs: list[dict]) -> list[tuple[str, str | None]]:  # type: ignore[type-arg]
+    return [(d["kind"], d["metadata"].get("namespace")) for d in docs]
+
+
+def test_a_namespaced_install_grants_roles_where_it_watches_and_where_its_lease_is() -> None:
+    docs = install.manifests("ops", watch=("apps",))
+    assert kinds(docs) == [
+        ("ServiceAccount", "ops"),
+        ("Role", "apps"),
+        ("RoleBinding", "apps"),
+        ("Role", "ops"),
+        ("RoleBinding", "ops"),
+        ("ClusterRole", None),
+        ("ClusterRoleBinding", None),
+        ("Deployment", "ops"),
+    ]
+    role = docs[1]
+    status_rule = next(r for r in role["rules"] if "topics/status" in r["resources"])
+    assert "update" in status_rule["verbs"]
+    assert not any("namespaces" in r["resources"] for r in role["rules"])
+    cluster_role = docs[5]
+    assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
+        "customresourcedefinitions",
+        "namespaces",
+    }
+    (container,) = docs[-1]["spec"]["template"]["spec"]["containers"]
+    assert container["args"][-2:] == ["--namespace", "apps"]
+    assert docs[-1]["spec"]["template"]["spec"]["serviceAccountName"] == install.NAME
+
+
+def test_a_cluster_wide_install_grants_one_cluster_role() -> None:
+    docs = install.manifests("ops")
+    assert kinds(docs) == [
+        ("ServiceAccount", "ops"),
+        ("ClusterRole", None),
+        ("ClusterRoleBinding", None),
+        ("Deployment", "ops"),
+    ]
+    (container,) = docs[-1]["spec"]["template"]["spec"]["containers"]
+    assert "--namespace" not in container["args"]

@@ -1,0 +1,35 @@
+"""The fault campaign's checker (bench/chaos/checking.py): each check can fail."""
+
+from __future__ import annotations
+
+from bench.chaos.checking import Acked, Delivery, check
+
+
+def stored_of(*values: bytes) -> dict[int, list[tuple[int, bytes]]]:
+    return {0: list(enumerate(values))}
+
+
+def test_a_clean_run_passes_and_counts_redeliveries() -> None:
+    stored = stored_of(b"k:0", b"k:1", b"j:0")
+    acked = [Acked(v, 0, o) for o, v in stored[0]]
+    deliveries = [Delivery("m", 0, o, v) for o, v in stored[0]] + [Delivery("n", 0, 1, b"k:1")]
+    verdict = check(acked, stored, deliveries)
+    assert verdict["ok"], verdict
+    assert verdict["counts"]["redeliveries"] == 1
+
+
+def test_each_violation_is_found() -> None:
+    stored = {0: [(0, b"k:1"), (1, b"k:0"), (2, b"k:1"), (4, b"j:0")]}
+    acked = [
+        Acked(b"k:1", 0, 0),
+        Acked(b"x:0", 0, 0),  # the same offset acknowledged for another value
+        Acked(b"lost:0", 0, 9),
+    ]
+    deliveries = [Delivery("m", 0, 0, b"k:1"), Delivery("m", 0, 1, b"other:0")]
+    counts = check(acked, stored, deliveries)["counts"]
+    assert counts["gaps"] == 1  # offset 3 missing
+    assert counts["order_violations"] == 1  # k:0 at offset 1 after k:1 at offset 0
+    assert counts["duplicated"] == 1  # k:1 twice
+    assert counts["lost"] == 2  # x:0 (another value at 0) and lost:0
+    assert counts["offsets_reused"] == 2  # acked twice at 0, delivered with another value at 1
+    assert counts["undelivered"] == 1  # lost:0 was never delivered (x:0 shares 0@0)

@@ -1,0 +1,71 @@
+"""A topology change pushed while the consumer re-syncs its sessions is not lost.
+
+Found by the fault campaign: a member re-syncing after a failover (awaiting a
+connect to a dead broker) missed the push that named the new leaders, cleared
+the change flag, and waited forever: it never joined the new owner and the
+cohort stopped receiving those partitions. No sockets here: the sync is a stub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from headrace.client import Consumer
+from headrace.errors import ConnectionClosed
+
+
+async def test_a_change_during_a_sync_triggers_another_sync() -> None:
+    consumer = Consumer("127.0.0.1:9", "t", "c")
+    syncs = 0
+
+    async def sync_sessions() -> None:
+        nonlocal syncs
+        syncs += 1
+        if syncs == 1:
+            consumer._topology_changed.set()  # a push lands while this sync runs
+        await asyncio.sleep(0)
+
+    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    following = asyncio.create_task(consumer._follow_topology())
+    try:
+        for _ in range(10):
+            await asyncio.sleep(0)  # the loop is waiting for a change now
+        consumer._topology_changed.set()
+        for _ in range(200):  # bounded poll, not a timed assertion
+            if syncs >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert syncs >= 2, "the change that arrived during the first sync was lost"
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+
+
+async def test_a_failed_sync_is_retried_without_a_further_change() -> None:
+    """Found by the campaign too: a rejoin that failed (the new owner still starting) was
+    retried only on the next topology change, which may never come."""
+    consumer = Consumer("127.0.0.1:9", "t", "c")
+    syncs = 0
+
+    async def sync_sessions() -> None:
+        nonlocal syncs
+        syncs += 1
+        if syncs == 1:
+            raise ConnectionClosed("cannot connect: the owner is still starting")
+
+    async def refresh() -> None:
+        raise ConnectionClosed("no broker reachable")
+
+    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
+    following = asyncio.create_task(consumer._follow_topology())
+    try:
+        consumer._topology_changed.set()
+        for _ in range(300):  # bounded poll (the retry backs off 0.1 s)
+            if syncs >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert syncs >= 2, "the failed rejoin was never retried"
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
