@@ -4,9 +4,10 @@
 #   make bench-peers-quick  one small configuration of each scenario (~5 min); docs untouched
 .PHONY: peers bench-deps bench-peers bench-peers-quick
 
-# the peers' Python clients (confluent-kafka, aiokafka, nats-py): pyproject's `bench` extra
+# the peers' Python clients (confluent-kafka, aiokafka, nats-py): pyproject's `bench` extra, on
+# top of what `make setup` installed (pip keeps the other extras)
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install -q -e '.[broker,testbed,tiered,compression,dev,bench]'
+	$(BIN)/pip install -q -e '.[bench]'
 	touch $@
 
 bench-deps: $(VENV)/.bench-installed
