@@ -70,6 +70,8 @@ bench: setup
 	$(PY) -m bench.unload
 	$(PY) -m bench.repartition
 	$(PY) -m bench.compression
+	bash bench/peers/build.sh
+	$(PY) -m bench.peerbench
 
 clean:
 	rm -rf $(VENV) var build dist

@@ -572,14 +572,18 @@ def minio_binary() -> Path:
 
 
 def run_worker(
-    spec: dict[str, Any], timeout: float, env: dict[str, str] | None = None
+    spec: dict[str, Any],
+    timeout: float,
+    env: dict[str, str] | None = None,
+    module: str = "bench.worker",
 ) -> dict[str, Any]:
-    """Run one client workload in a fresh interpreter (``bench.worker``); returns its JSON.
+    """Run one client workload in a fresh interpreter (``module``: ``bench.worker``, or
+    ``bench.peerworker`` for the peers' clients); returns its JSON.
 
     ``env`` adds variables to the worker's environment (secrets: not on its command line).
     """
     proc = spawn(
-        [sys.executable, "-m", "bench.worker", json.dumps(spec)],
+        [sys.executable, "-m", module, json.dumps(spec)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env={**child_env(), **(env or {})},

@@ -34,6 +34,10 @@ LOOPBACK = "127.0.0.1"
 
 
 def _meter(spec: dict[str, Any]) -> CpuMeter:
+    """The server (``server_pid``), or several (``server_pids``: ``server0_cores``...), and us."""
+    if "server_pids" in spec:
+        servers = {f"server{i}": int(pid) for i, pid in enumerate(spec["server_pids"])}
+        return CpuMeter({**servers, "client": os.getpid()})
     return CpuMeter({"server": int(spec["server_pid"]), "client": os.getpid()})
 
 

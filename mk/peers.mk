@@ -1,0 +1,24 @@
+# The comparison with Kafka and NATS JetStream (docs/benchmarks.md, "Against Kafka and NATS").
+#   make peers              build Kafka (Maven jars) and NATS (Go modules) into ~/.cache/headrace
+#   make bench-peers        the full comparison (~25 min on 2 cores); rewrites docs/benchmarks.md
+#   make bench-peers-quick  one small configuration of each scenario (~5 min); docs untouched
+.PHONY: peers bench-deps bench-peers bench-peers-quick
+
+# the peers' Python clients (confluent-kafka, aiokafka, nats-py): pyproject's `bench` extra, on
+# top of what `make setup` installed (pip keeps the other extras)
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	$(BIN)/pip install -q -e '.[bench]'
+	touch $@
+
+bench-deps: $(VENV)/.bench-installed
+
+peers:
+	bash bench/peers/build.sh
+
+bench-peers: bench-deps peers
+	$(PY) -m bench.peerbench
+
+bench-peers-quick: bench-deps peers
+	$(PY) -m bench.peerbench --quick
+
+bench: bench-deps
