@@ -232,6 +232,30 @@ def _move_of(doc: Mapping[str, Any]) -> MoveProgress:
     )
 
 
+def _phase_ready(
+    done: bool,
+    phase: str,
+    message: str,
+    observed_generation: int,
+    previous_ready: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """A one-shot resource's Ready condition: True once its last phase is reached, the
+    phase as reason; ``lastTransitionTime`` moves only when the status value changes."""
+    value = "True" if done else "False"
+    changed = previous_ready is None or previous_ready.get("status") != value
+    return {
+        "type": "Ready",
+        "status": value,
+        "observedGeneration": observed_generation,
+        "reason": phase,
+        "message": message,
+        "lastTransitionTime": now
+        if changed or previous_ready is None
+        else previous_ready.get("lastTransitionTime", now),
+    }
+
+
 def unload_status(
     progress: UnloadProgress,
     observed_generation: int,
@@ -243,18 +267,14 @@ def unload_status(
     Its Ready condition is True once Completed; its reason is the phase and its
     message the progress message (which is how the message survives a restart).
     """
-    value = "True" if progress.phase is UnloadPhase.COMPLETED else "False"
-    changed = previous_ready is None or previous_ready.get("status") != value
-    ready = {
-        "type": "Ready",
-        "status": value,
-        "observedGeneration": observed_generation,
-        "reason": progress.phase.value,
-        "message": progress.message,
-        "lastTransitionTime": now
-        if changed or previous_ready is None
-        else previous_ready.get("lastTransitionTime", now),
-    }
+    ready = _phase_ready(
+        progress.phase is UnloadPhase.COMPLETED,
+        progress.phase.value,
+        progress.message,
+        observed_generation,
+        previous_ready,
+        now,
+    )
     status = {
         "observedGeneration": observed_generation,
         "conditions": [ready],
@@ -526,18 +546,14 @@ def repartition_status(
 
     Ready is True once Finalized; its reason is the phase, its message the progress message.
     """
-    value = "True" if progress.phase is RepartitionPhase.FINALIZED else "False"
-    changed = previous_ready is None or previous_ready.get("status") != value
-    ready = {
-        "type": "Ready",
-        "status": value,
-        "observedGeneration": observed_generation,
-        "reason": progress.phase.value,
-        "message": progress.message,
-        "lastTransitionTime": now
-        if changed or previous_ready is None
-        else previous_ready.get("lastTransitionTime", now),
-    }
+    ready = _phase_ready(
+        progress.phase is RepartitionPhase.FINALIZED,
+        progress.phase.value,
+        progress.message,
+        observed_generation,
+        previous_ready,
+        now,
+    )
     return _without_none(
         {
             "observedGeneration": observed_generation,

@@ -249,11 +249,18 @@ class Controller:
     def apply_unloads(self, resources: list[dict[str, Any]]) -> list[tuple[str, str]]:
         """(name, "created" | "unchanged") per Unload; one-shot, so re-applying is a no-op."""
         self.check_unloads(resources)
+        return self._create_one_shots("unloads", self.unloads, resources)
+
+    def _create_one_shots(
+        self, kind: str, known: dict[str, dict[str, Any]], resources: list[dict[str, Any]]
+    ) -> list[tuple[str, str]]:
+        """Store each new one-shot resource (Unload, Repartition) as applied, status
+        dropped; one already known is left as it is (its spec is immutable)."""
         now = rfc3339(self.clock.now_ms())
         results = []
         for resource in resources:
             name = full_name(resource)
-            if name in self.unloads:
+            if name in known:
                 results.append((name, "unchanged"))
                 continue
             doc = json.loads(json.dumps(resource))
@@ -262,8 +269,8 @@ class Controller:
             meta.setdefault("namespace", "default")
             meta["creationTimestamp"] = now
             meta["generation"] = 1
-            self.files.put("unloads", doc)
-            self.unloads[name] = doc
+            self.files.put(kind, doc)
+            known[name] = doc
             results.append((name, "created"))
         self.kick()
         return results
@@ -326,24 +333,7 @@ class Controller:
     def apply_repartitions(self, resources: list[dict[str, Any]]) -> list[tuple[str, str]]:
         """(name, "created" | "unchanged") per Repartition; one-shot like an Unload."""
         self.check_repartitions(resources)
-        now = rfc3339(self.clock.now_ms())
-        results = []
-        for resource in resources:
-            name = full_name(resource)
-            if name in self.repartitions:
-                results.append((name, "unchanged"))
-                continue
-            doc = json.loads(json.dumps(resource))
-            doc.pop("status", None)
-            meta = doc["metadata"]
-            meta.setdefault("namespace", "default")
-            meta["creationTimestamp"] = now
-            meta["generation"] = 1
-            self.files.put("repartitions", doc)
-            self.repartitions[name] = doc
-            results.append((name, "created"))
-        self.kick()
-        return results
+        return self._create_one_shots("repartitions", self.repartitions, resources)
 
     def delete_repartitions(self, names: list[str]) -> list[str]:
         """Delete them. One in flight rolls forward to Finalized: the topic's transition
