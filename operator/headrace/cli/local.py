@@ -763,7 +763,7 @@ def _report(
         else str(directory / "objects")
     )
     click.echo(
-        f"local cluster up: {count} brokers, controller {controller_url} (status page: {controller_url}/)\n"
+        f"local cluster up: {count} brokers, controller {controller_url} (dashboard: {controller_url}/)\n"
         f"  bootstrap   {bootstrap}\n  objects     {store}\n  logs        {directory / 'logs'}\n",
         err=True,
     )
