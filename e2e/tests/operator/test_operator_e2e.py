@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,6 +85,30 @@ def start_operator(cluster: Cluster, namespace: str, log: Path) -> subprocess.Po
         ],
         log,
     )
+
+
+#: how many control-loop steps a "nothing changes" window spans (a step polls every
+#: broker and reconciles; the operator steps about every second when idle)
+QUIET_STEPS = 5
+
+
+def operator_steps(log: Path) -> int:
+    """Control-loop steps the newest operator in ``log`` has completed, from its /metrics
+    (``main`` logs the ephemeral port it bound as "surfaces on http://HOST:PORT/")."""
+    url = re.findall(r"surfaces on (http://[\d.]+:\d+)/", log.read_text())[-1]
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+        body = resp.read().decode()
+    found = re.search(
+        r'^headrace_operator_reconciles_total\{kind="BrokerCluster"\} (\S+)$', body, re.M
+    )
+    return int(float(found.group(1))) if found else 0
+
+
+def quiet_window(log: Path, what: str) -> None:
+    """Wait until the operator has run ``QUIET_STEPS`` more steps: a window counted in the
+    operator's own work, not in seconds, over which a check can show nothing changed."""
+    start = operator_steps(log)
+    wait_for(what, lambda: operator_steps(log) >= start + QUIET_STEPS, 60)
 
 
 @pytest.fixture
@@ -225,7 +251,7 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
 
         # idle: nothing changes, so the operator writes nothing to headrace objects
         before = writes(str(cluster.kubeconfig), cluster.kubectl)
-        time.sleep(5)  # the window measured, not a wait for anything
+        quiet_window(log, f"{QUIET_STEPS} control-loop steps of an idle cluster")
         after = writes(str(cluster.kubeconfig), cluster.kubectl)
         # (DELETEs are left out: the namespace controller empties the namespaces of earlier
         # tests; the operator never deletes a headrace object)
@@ -416,7 +442,7 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
             lambda: log.read_text().count("control loop of") >= 2,
             60,
         )
-        time.sleep(3)  # a few of its steps: a window to show it changes nothing
+        quiet_window(log, f"{QUIET_STEPS} steps of the restarted operator")
         after_restart = topic_status(cluster, namespace)
         assert [(p["leader"], p["leaderEpoch"]) for p in after_restart["partitions"]] == [
             (p["leader"], p["leaderEpoch"]) for p in quiet_status["partitions"]
