@@ -66,7 +66,9 @@ def test_one_ctrl_c_stops_make_run_and_its_cluster(tmp_path: Path) -> None:
             make.wait(timeout=60)  # make itself dies of the SIGINT, as it does in a terminal
         except subprocess.TimeoutExpired:
             raise AssertionError("make did not exit after one Ctrl-C:\n" + "".join(seen)) from None
-        wait_until(lambda: not any(alive(p) for p in pids), 30, "the cluster's processes exit")
+        # The trap's `local down` sends TERM and, after a 20 s grace, KILL (`_stop`); it
+        # starts only as make exits, so its own start-up on a loaded machine comes on top.
+        wait_until(lambda: not any(alive(p) for p in pids), 60, "the cluster's processes exit")
         assert not (local_dir / "local.json").exists(), "local down did not run"
     finally:
         if make.poll() is None:
