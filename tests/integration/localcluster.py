@@ -13,7 +13,13 @@ from typing import Any
 
 from bench import procs
 from bench.procs import free_port
-from headrace.cli.local import broker_args, object_store_args, spawn_headrace
+from headrace.cli.local import (
+    access_args,
+    broker_args,
+    controller_access_args,
+    object_store_args,
+    spawn_headrace,
+)
 
 
 class LocalCluster:
@@ -117,13 +123,15 @@ class LocalCluster:
             str(self.controller_port),
             *(["--instance", record["instance"]] if "instance" in record else []),
             *record.get("controller_args", []),
+            *controller_access_args(record),
             *[
                 a
                 for b in record["brokers"]
                 for a in ("--broker", f"{b['id']}={b['host']}:{b['admin_port']}")
             ],
         ]
-        record["controller_pid"] = spawn_headrace(args, self.dir / "logs" / "controller.log")
+        _, env = access_args(record, self.dir)  # the replication token, for the brokers
+        record["controller_pid"] = spawn_headrace(args, self.dir / "logs" / "controller.log", env)
         (self.dir / "local.json").write_text(json.dumps(record))
 
     def wait(self, predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
