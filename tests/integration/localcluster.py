@@ -30,11 +30,14 @@ class LocalCluster:
         self.port = free_port()
         self.admin_port = free_port()
         self.controller_port = free_port()
+        #: the CLI's token (``$HEADRACE_AUTH_TOKEN``) when the cluster has ACLs
+        self.api_token: str | None = None
 
     def cli(
         self, *args: str, stdin: bytes = b"", check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
-        proc = procs.run_headrace(*args, stdin=stdin)
+        env = {"HEADRACE_AUTH_TOKEN": self.api_token} if self.api_token else None
+        proc = procs.run_headrace(*args, stdin=stdin, env=env)
         if check and proc.returncode != 0:
             raise AssertionError(f"headrace {' '.join(args)} failed: {proc.stderr.decode()}")
         return proc
