@@ -165,6 +165,21 @@ def repartition_manifest(name: str, partitions: int, adoption_timeout_s: int) ->
     )
 
 
+def post_manifest(controller_url: str, manifest: str) -> tuple[int, Any]:
+    """``POST /v1/apply`` (what ``headrace apply`` does, without a process start)."""
+    req = urllib.request.Request(
+        f"{controller_url}/v1/apply",
+        data=manifest.encode(),
+        method="POST",
+        headers={"Content-Type": "application/yaml"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
 def repartition_phase(cluster: LocalCluster, name: str) -> str | None:
     for doc in cluster.state().get("repartitions") or []:
         if doc["metadata"]["name"] == name:
@@ -198,6 +213,8 @@ class Campaign:
         self._delivery_order: list[checking.Delivery] = []
         #: the topic's partition count (cutover rounds grow it)
         self.partitions = settings.partitions
+        #: set to end ``_catch_transition`` early (its Repartition was refused)
+        self._stop_watch = False
         self.member_errors: list[str] = []
         #: each member's gates (partition -> epoch) when the drain ended
         self.final_assignments: dict[str, dict[int, int]] = {}
@@ -425,13 +442,21 @@ class Campaign:
             return None
         name = f"chaos-grow-{r.index}"
         manifest = repartition_manifest(name, self.partitions + 1, s.adoption_timeout_s)
-        proc = await asyncio.to_thread(self.cluster.apply, manifest)
-        if proc.returncode != 0:
-            r.note = f"repartition refused: {proc.stderr.decode().strip()}"
+        # Watch from before the apply, and apply over HTTP rather than with the CLI: a small
+        # topic's whole transition can be over within the CLI process's exit.
+        watching = asyncio.ensure_future(asyncio.to_thread(self._catch_transition, name))
+        status, answer = await asyncio.to_thread(
+            post_manifest, self.cluster.controller_url, manifest
+        )
+        if status != 200:
+            self._stop_watch = True
+            await watching
+            self._stop_watch = False
+            r.note = f"repartition refused: HTTP {status} {answer}"
             return None
         self.partitions += 1
         r.partitions_after = self.partitions
-        r.mid_cutover = await asyncio.to_thread(self._catch_transition, name)
+        r.mid_cutover = await watching
         if r.mid_cutover is None:
             r.note = "transition not seen: killed the leader after the repartition"
         return name
@@ -456,7 +481,7 @@ class Campaign:
         """Poll until the topic's transition marker is set (its phase) or the Repartition
         is over (None)."""
         deadline = time.monotonic() + 10.0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and not self._stop_watch:
             with contextlib.suppress(OSError):
                 state = self.cluster.state()
                 marker = next(
