@@ -432,3 +432,67 @@ def test_the_cli_sends_its_token_to_the_controller(controller: Any, tmp_path: Pa
     )
     assert deleted.returncode == 0, deleted.stderr.decode()
     assert applied(url) == []
+
+
+def test_the_controller_polls_and_pushes_over_https_with_its_token(
+    tmp_path: Path,
+) -> None:
+    """The controller's fleet (the operator's too) presents its token and verifies the
+    brokers' admin TLS: the broker gets its topology only that way."""
+    from cryptography.hazmat.primitives import serialization
+
+    from e2e.testbed import pki
+
+    ca = pki.new_ca()
+    ca_path = tmp_path / "ca.pem"
+    ca_path.write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
+    cert, key = ca.issue("127.0.0.1", ips=("127.0.0.1",), server=True)
+    (tmp_path / "admin.pem").write_bytes(cert)
+    (tmp_path / "admin.key").write_bytes(key)
+    broker = BrokerProcess(
+        tmp_path / "data",
+        mode="cluster",
+        extra_args=[
+            "--auth-token",
+            "shared-1f2e3d",
+            "--admin-tls-cert",
+            str(tmp_path / "admin.pem"),
+            "--admin-tls-key",
+            str(tmp_path / "admin.key"),
+        ],
+    )
+    broker.spawn()
+    https = f"https://127.0.0.1:{broker.admin_port}"
+    context = ssl.create_default_context(cafile=str(ca_path))
+    port = procs.free_port()
+    controller = procs.spawn(
+        [
+            *procs.HEADRACE_CLI,
+            "controller",
+            "--state-dir",
+            str(tmp_path / "state"),
+            "--admin-port",
+            str(port),
+            "--broker-admin-ca",
+            str(ca_path),
+            "--broker",
+            f"0=127.0.0.1:{broker.admin_port}",
+        ],
+        tmp_path / "controller.log",
+        env={**procs.child_env(), "HEADRACE_REPLICATION_TOKEN": "shared-1f2e3d"},
+    )
+    try:
+
+        def generation() -> int:
+            status, doc = call(f"{https}/v1/heartbeat", context=context)
+            assert status == 200, doc
+            return int(doc["generation"])
+
+        procs.wait_until(
+            lambda: generation() >= 1, 30, "a topology pushed over HTTPS", retry_on=(OSError,)
+        )
+        status, state = call(f"http://127.0.0.1:{port}/v1/state")
+        assert status == 200 and state["live"] == [0], state
+    finally:
+        procs.reap(controller)
+        broker.kill9()
