@@ -157,6 +157,8 @@ class _PartitionSender:
         self.partition = partition
         self.queue: deque[_Batch] = deque()
         self.inflight: deque[tuple[_Batch, asyncio.Future[Any]]] = deque()
+        #: the batch between the queue and in flight while its connection opens (in neither)
+        self.sending: _Batch | None = None
         self.wakeup = asyncio.Event()
         self.task = asyncio.get_running_loop().create_task(
             self._run(), name=f"send-{topic}-{partition}"
@@ -187,11 +189,14 @@ class _PartitionSender:
                 await self.wakeup.wait()
             while self.queue and len(self.inflight) < p.max_in_flight:
                 batch = self.queue.popleft()
+                self.sending = batch
                 try:
                     fut = await self._send(batch)
                 except HeadraceError as exc:
                     fut = asyncio.get_running_loop().create_future()
                     fut.set_exception(exc)
+                finally:
+                    self.sending = None
                 self.inflight.append((batch, fut))
             if not self.inflight:
                 continue
@@ -450,11 +455,17 @@ class Producer:
         for t, partition in list(self._accumulators):
             if t == topic:
                 self._drain(t, partition)
+        # Including a batch waiting for its connection to open (a leader just killed, say):
+        # missing it let the new version's records overtake it (found by the chaos campaign).
         futures = [
             b.future
             for (t, _), sender in self._senders.items()
             if t == topic
-            for b in [*sender.queue, *(b for b, _ in sender.inflight)]
+            for b in [
+                *sender.queue,
+                *([sender.sending] if sender.sending is not None else []),
+                *(b for b, _ in sender.inflight),
+            ]
         ]
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
