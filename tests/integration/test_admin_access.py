@@ -496,3 +496,72 @@ def test_the_controller_polls_and_pushes_over_https_with_its_token(
     finally:
         procs.reap(controller)
         broker.kill9()
+
+
+def test_an_admin_client_certificate_names_its_principal(tmp_path: Path) -> None:
+    """``--admin-tls-client-ca``: the certificate's CN is the principal, as on the data port."""
+    from cryptography.hazmat.primitives import serialization
+
+    from e2e.testbed import pki
+
+    ca = pki.new_ca()
+    ca_path = tmp_path / "ca.pem"
+    ca_path.write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
+
+    def pair(cn: str, **kinds: bool) -> tuple[str, str]:
+        cert, key = ca.issue(cn, ips=("127.0.0.1",), **kinds)
+        (tmp_path / f"{cn}.pem").write_bytes(cert)
+        (tmp_path / f"{cn}.key").write_bytes(key)
+        return str(tmp_path / f"{cn}.pem"), str(tmp_path / f"{cn}.key")
+
+    server_cert, server_key = pair("127.0.0.1", server=True)
+    doc = acl()
+    doc["principals"].append(
+        {
+            "name": "ops-by-certificate",
+            "certificates": ["ops.example"],
+            "grants": [{"operations": ["admin"], "topics": ["*"]}],
+        }
+    )
+    acl_file = tmp_path / "acl.yaml"
+    write_acl(acl_file, doc)
+    broker = BrokerProcess(
+        tmp_path / "data",
+        extra_args=[
+            "--acl-file",
+            str(acl_file),
+            "--admin-tls-cert",
+            server_cert,
+            "--admin-tls-key",
+            server_key,
+            "--admin-tls-client-ca",
+            str(ca_path),
+        ],
+    )
+    broker.spawn()
+    https = f"https://127.0.0.1:{broker.admin_port}"
+
+    def client(cn: str) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(ca_path))
+        context.load_cert_chain(*pair(cn, client=True))
+        return context
+
+    ops, stranger = client("ops.example"), client("stranger.example")
+    body = json.dumps({"name": "orders", "partitions": 1}).encode()
+    try:
+        procs.wait_until(
+            lambda: call(f"{https}/readyz", context=ops)[0] == 200,
+            30,
+            "the broker's admin HTTPS answers",
+            retry_on=(OSError,),
+        )
+        assert call(f"{https}/v1/topics", "POST", body, context=stranger)[0] == 401
+        assert call(f"{https}/v1/topics", "POST", body, READER, stranger)[0] == 403
+        assert call(f"{https}/v1/topics", "POST", body, context=ops)[0] == 201
+        with pytest.raises((urllib.error.URLError, ConnectionError)):  # no client certificate
+            call(
+                f"{https}/readyz",
+                context=ssl.create_default_context(cafile=str(ca_path)),
+            )
+    finally:
+        broker.kill9()
