@@ -47,11 +47,12 @@ from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
-from headrace.operator import workloads
+from headrace.operator import objectstores, workloads
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
 from headrace.operator.surfaces import STEP, OperatorMetrics
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.resources.clusters import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,7 @@ REFUSALS: Final = frozenset(
         "ReplicasChange",
         "DuplicateSpec",
         "CompactionUnsupported",
+        objectstores.CREDENTIALS_MISSING,
     }
 )
 
@@ -183,8 +185,13 @@ def cluster_conditions(
     live: Iterable[int] | None,
     now: str,
     blockers: Mapping[int, list[str]] | None = None,
+    store: objectstores.StoreHealth | None = None,
 ) -> dict[str, Any]:
     """The BrokerCluster's ``conditions`` and ``observedGeneration`` (the workload's part).
+
+    ``store``: the object store's health (``objectstores``), None when the cluster has no
+    object store: a missing credentials Secret makes Ready False, an unreachable endpoint
+    shows in ``ObjectStoreReachable``.
 
     ``live``: the live broker ids of the latest step; None while the cluster is paused.
     ``blockers``: brokers a scale down would remove that still hold replicas
@@ -211,7 +218,9 @@ def cluster_conditions(
         )
     else:
         missing = sorted(set(range(replicas)) - set(live))
-        if blockers:
+        if store is not None and store.credentials is not None:
+            ready = ("False", objectstores.CREDENTIALS_MISSING, store.credentials)
+        elif blockers:
             held = "; ".join(f"broker {b}: {', '.join(p)}" for b, p in sorted(blockers.items()))
             ready = (
                 "False",
@@ -227,6 +236,21 @@ def cluster_conditions(
         stalled = stalled_condition(conditions[-1], previous.get("Stalled"), now)
         if stalled is not None:
             conditions.append(stalled)
+        if store is not None:
+            reachable = (
+                ("True", "EndpointAnswers", "the object store's endpoint accepts connections")
+                if store.unreachable is None
+                else ("False", objectstores.UNREACHABLE, store.unreachable)
+            )
+            conditions.append(
+                _condition(
+                    objectstores.REACHABLE_CONDITION,
+                    *reachable,
+                    generation,
+                    previous.get(objectstores.REACHABLE_CONDITION),
+                    now,
+                )
+            )
     return {"observedGeneration": generation, "conditions": conditions}
 
 
@@ -280,6 +304,8 @@ class ClusterRuntime:
         self.blockers: dict[int, list[str]] = {}
         self.kicked = asyncio.Event()
         self.metrics = metrics
+        #: the object store's credentials and endpoint, checked now and then
+        self.store_checks = objectstores.StoreChecks(api)
         #: the dashboard's memory of this cluster (rates, last heartbeats), fed every step
         self.dashboard = Observer(self.name)
         #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
@@ -401,10 +427,19 @@ class ClusterRuntime:
         if set(blockers) != set(self.blockers) and self.reapply is not None:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
         self.blockers = blockers
+        store = self._object_store()
+        was_missing = self.store_checks.health.credentials is not None
+        health = await self.store_checks.check(self.namespace, store)
+        if was_missing and health.credentials is None and self.reapply is not None:
+            await self.reapply(statuses)  # the Secret is there now: the StatefulSet can follow
         await self.store.write_workload_status(
-            cluster_conditions(self.cluster, live, now, blockers)
+            cluster_conditions(self.cluster, live, now, blockers, None if store is None else health)
         )
         return decision
+
+    def _object_store(self) -> ObjectStore | None:
+        doc = (self.cluster.get("spec") or {}).get("objectStore")
+        return None if doc is None else ObjectStore.model_validate(doc)
 
     def _topic_conditions(self, name: str, now: str) -> list[dict[str, Any]]:
         """A paused Topic's ``Paused`` condition; ``Stalled`` beside a refusing Ready."""

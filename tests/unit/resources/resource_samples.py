@@ -36,7 +36,12 @@ COMPLETE: dict[str, dict[str, Any]] = {
                 "endpoint": "http://minio.default.svc:9000",
                 "bucket": "headrace",
                 "region": "us-east-1",
-                "credentialsSecret": {"name": "minio-credentials"},
+                "createBucket": True,
+                "credentialsSecret": {
+                    "name": "minio-credentials",
+                    "accessKeyKey": "user",
+                    "secretKeyKey": "password",
+                },
             },
             "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2"}},
             "brokerConfig": {

@@ -1,0 +1,169 @@
+"""A BrokerCluster's object store in its workload and conditions, over a fake ``KubeApi``:
+the broker's URL and secretKeyRefs, a missing credentials Secret (no StatefulSet, a
+Stalled condition, applied once the Secret exists), an endpoint that does not answer."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from types import SimpleNamespace
+from typing import Any
+
+from operator_fakes import CLUSTER, FakeApi
+
+from headrace.operator import handlers, objectstores, running, workloads
+from headrace.operator.running import ClusterRuntime
+from headrace.resources.clusters import ObjectStore
+from tests.unit.controller.controller_fakes import ManualClock
+
+NOW = "2026-01-01T00:00:00Z"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def store_spec(**extra: Any) -> dict[str, Any]:
+    return {
+        "endpoint": "http://127.0.0.1:9000",
+        "bucket": "tiers",
+        "credentialsSecret": {"name": "minio-creds"},
+        **extra,
+    }
+
+
+def cluster(store: dict[str, Any] | None) -> dict[str, Any]:
+    spec = {**CLUSTER["spec"], **({"objectStore": store} if store is not None else {})}  # type: ignore[dict-item]
+    return {**CLUSTER, "spec": spec}
+
+
+def secret(**data: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "minio-creds", "namespace": "ns"},
+        "data": data,
+    }
+
+
+def memo_over(api: FakeApi) -> Any:
+    return SimpleNamespace(context=handlers.OperatorContext(api=api, clock=ManualClock()))
+
+
+def test_the_store_becomes_the_brokers_url_without_credentials() -> None:
+    def url(**extra: Any) -> str:
+        return workloads.object_store_url(ObjectStore.model_validate(store_spec(**extra)))
+
+    assert url() == "s3://127.0.0.1:9000/tiers"
+    assert url(endpoint="https://s3.example.com") == "s3+https://s3.example.com/tiers"
+    assert (
+        url(region="eu-west-1", createBucket=True)
+        == "s3://127.0.0.1:9000/tiers?create_bucket=1&region=eu-west-1"
+    )
+
+
+async def test_credentials_come_from_the_secret_by_reference() -> None:
+    api = FakeApi(secret(user="YQ==", password="Yg=="))
+    store = store_spec(
+        credentialsSecret={
+            "name": "minio-creds",
+            "accessKeyKey": "user",
+            "secretKeyKey": "password",
+        }
+    )
+    await handlers.cluster_workload(
+        body=cluster(store), namespace="ns", name="demo", memo=memo_over(api)
+    )
+    config, sts = api.applied[0], api.applied[-1]
+    assert sts["kind"] == "StatefulSet"
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("valueFrom") for e in container["env"]}
+    assert env[workloads.ACCESS_KEY_ENV] == {"secretKeyRef": {"name": "minio-creds", "key": "user"}}
+    assert env[workloads.SECRET_KEY_ENV] == {
+        "secretKeyRef": {"name": "minio-creds", "key": "password"}
+    }
+    args = container["args"]
+    assert args[args.index("--object-store") + 1] == "s3://127.0.0.1:9000/tiers"
+    assert '"url": "s3://127.0.0.1:9000/tiers"' in config["data"]["object-store.json"]
+    assert "YQ==" not in str(api.applied)
+
+
+def test_what_is_wrong_with_a_secret() -> None:
+    store = ObjectStore.model_validate(store_spec())
+    assert "does not exist" in str(objectstores.credentials_problem(store, None))
+    assert "'secretKey'" in str(objectstores.credentials_problem(store, secret(accessKey="YQ==")))
+    assert (
+        objectstores.credentials_problem(store, secret(accessKey="YQ==", secretKey="Yg==")) is None
+    )
+    assert objectstores.credentials_problem(None, None) is None
+
+
+async def test_a_missing_secret_keeps_the_statefulset_and_says_so() -> None:
+    api = FakeApi()
+    body = api.put(cluster(store_spec()))
+    await handlers.cluster_workload(body=body, namespace="ns", name="demo", memo=memo_over(api))
+    assert "StatefulSet" not in [m["kind"] for m in api.applied]
+    assert [m["kind"] for m in api.applied][:1] == ["ConfigMap"]
+
+    applied_again: list[int] = []
+
+    async def reapply(statuses: list[dict[str, Any]]) -> None:
+        applied_again.append(len(statuses))
+
+    runtime = ClusterRuntime(api, body, [], [], ManualClock(), fleet=_NoBrokers(), reapply=reapply)
+    runtime.sync(body, [])
+    await runtime.step()
+    conditions = {c["type"]: c for c in api.body("BrokerCluster", "demo")["status"]["conditions"]}
+    assert (conditions["Ready"]["status"], conditions["Ready"]["reason"]) == (
+        "False",
+        "CredentialsSecretMissing",
+    )
+    assert conditions["Stalled"]["status"] == "True"
+    assert "minio-creds" in conditions["Ready"]["message"]
+    assert applied_again == []
+
+    api.put(secret(accessKey="YQ==", secretKey="Yg=="))
+    runtime.sync(api.body("BrokerCluster", "demo"), [])
+    await runtime.step()
+    conditions = {c["type"]: c for c in api.body("BrokerCluster", "demo")["status"]["conditions"]}
+    assert conditions["Ready"]["reason"] != "CredentialsSecretMissing"
+    assert "Stalled" not in conditions
+    assert applied_again == [0]  # the StatefulSet is applied now
+
+
+def test_an_unreachable_endpoint_is_a_condition_of_its_own() -> None:
+    health = objectstores.StoreHealth(unreachable="http://x:9 does not answer")
+    status = running.cluster_conditions(cluster(store_spec()), {0, 1, 2}, NOW, store=health)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "True"  # brokers serve without the store
+    reachable = conditions[objectstores.REACHABLE_CONDITION]
+    assert (reachable["status"], reachable["reason"]) == ("False", "EndpointUnreachable")
+    plain = running.cluster_conditions(cluster(None), {0, 1, 2}, NOW)
+    assert [c["type"] for c in plain["conditions"]] == ["Ready"]
+
+
+async def test_the_endpoint_check_connects() -> None:
+    server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    api = FakeApi(secret(accessKey="YQ==", secretKey="Yg=="))
+    checks = objectstores.StoreChecks(api, connect_timeout_s=1.0)
+    up = ObjectStore.model_validate(store_spec(endpoint=f"http://127.0.0.1:{port}"))
+    assert await checks.check("ns", up) == objectstores.StoreHealth()
+    server.close()
+    await server.wait_closed()
+    down = ObjectStore.model_validate(store_spec(endpoint=f"http://127.0.0.1:{free_port()}"))
+    health = await checks.check("ns", down)
+    assert health.credentials is None
+    assert "does not answer" in str(health.unreachable)
+
+
+class _NoBrokers:
+    """A fleet with no broker up yet."""
+
+    async def poll(self) -> dict[int, Any]:
+        return {}
+
+    async def push(self, broker_id: int, topology: Any) -> int | None:
+        return None
