@@ -33,7 +33,7 @@ import pydantic
 from headrace.control.documents import condition_time, full_name
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
-from headrace.operator import objectstores, workloads
+from headrace.operator import workloads
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.operator.running import ClusterRuntime, RuntimeSettings, stalled_condition
 from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
@@ -174,20 +174,10 @@ async def apply_workload(
     metrics = context.metrics
     metrics.reconciles.labels(WORKLOAD).inc()
     started = time.perf_counter()
-    namespace = meta.get("namespace", "default")
     try:
-        missing = await objectstores.credentials_missing(
-            context.api, namespace, cluster.spec.object_store
-        )
-        if missing is not None:
-            # pods that cannot resolve their secretKeyRef never start: keep the StatefulSet
-            # (and its running brokers) as it is; the cluster's Ready condition says why
-            log.warning("%s/%s: not applying the StatefulSet: %s", namespace, meta["name"], missing)
         for manifest in workloads.manifests(
-            cluster, meta["uid"], namespace, context.workload, replicas
+            cluster, meta["uid"], meta.get("namespace", "default"), context.workload, replicas
         ):
-            if missing is not None and manifest["kind"] == "StatefulSet":
-                continue
             await context.api.apply(manifest)
             applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
     except Exception:

@@ -1,16 +1,17 @@
-"""A BrokerCluster's object store as the operator checks it: credentials and reachability.
+"""A BrokerCluster's object store as the operator sees it: credentials and reachability.
 
 Two things break tiered storage before any broker could say so, and both get a
 condition on the BrokerCluster (written by its ``ClusterRuntime`` through the
 status store, so only a change costs a write):
 
-* **the credentials Secret is missing** (or lacks a key the spec names). A broker
-  pod whose ``secretKeyRef`` cannot be resolved never starts, so the operator
-  does not roll the StatefulSet onto such a spec: it keeps the StatefulSet it has
-  (``apply_workload`` skips it, running brokers and their data stay as they are),
-  and the cluster is ``Ready=False``, reason ``CredentialsSecretMissing``, and
-  ``Stalled`` (a person has to create the Secret). Once it exists the runtime
-  applies the workload again.
+* **the credentials Secret is missing** (or lacks a key the spec names). The
+  operator has no right to read Secrets (least privilege: the chart grants none),
+  so it learns this as the kubelet reports it: a broker pod waiting with reason
+  ``CreateContainerConfigError`` whose message names the Secret. The cluster is
+  then ``Ready=False``, reason ``CredentialsSecretMissing``, and ``Stalled`` (a
+  person has to create the Secret). Nothing stored is lost: a pod that cannot start
+  keeps its PVC, the StatefulSet's rolling update stops at the first such pod (the
+  other brokers keep serving), and once the Secret exists the kubelet starts it.
 * **the endpoint does not answer**. Brokers keep serving when the store is down
   (uploads wait and retry; the local log keeps everything), so this is not a
   Ready matter: ``ObjectStoreReachable=False``, reason ``EndpointUnreachable``,
@@ -20,9 +21,8 @@ status store, so only a change costs a write):
   but not from the pods shows as brokers' ``storedThrough`` not moving.
 
 ``credentials_problem`` and ``endpoint_of`` are pure; ``StoreChecks`` does the
-I/O (one Secret GET and one TCP connect per check) and decides when to check
-again: every step while something is wrong, else every ``recheck_s`` or when the
-spec changes.
+TCP connect and decides when to check again: every step while the endpoint does
+not answer, else every ``recheck_s`` or when the spec changes.
 """
 
 from __future__ import annotations
@@ -30,36 +30,39 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
-from headrace.operator.kube import KubeApi, ObjectRef
 from headrace.resources.clusters import ObjectStore
 
 CREDENTIALS_MISSING: Final = "CredentialsSecretMissing"
 UNREACHABLE: Final = "EndpointUnreachable"
 REACHABLE_CONDITION: Final = "ObjectStoreReachable"
+#: the kubelet's reason for a container whose env or volumes cannot be resolved
+CONFIG_ERROR: Final = "CreateContainerConfigError"
 
 
-def credentials_problem(store: ObjectStore | None, secret: Mapping[str, Any] | None) -> str | None:
-    """Why the Secret ``store`` names cannot give brokers their credentials, or None.
-
-    ``secret``: the Secret as the API returned it (None: it does not exist).
-    """
+def credentials_problem(store: ObjectStore | None, pods: Iterable[Mapping[str, Any]]) -> str | None:
+    """Why brokers cannot get their credentials from the Secret ``store`` names, as the
+    kubelet says on the cluster's ``pods`` (None: no pod says so)."""
     if store is None or store.credentials_secret is None:
         return None
-    ref = store.credentials_secret
-    if secret is None:
-        return (
-            f"Secret {ref.name!r} (objectStore.credentialsSecret) does not exist; brokers cannot"
-            " start without their object-store credentials. The StatefulSet is left as it was"
-        )
-    data = {**(secret.get("data") or {}), **(secret.get("stringData") or {})}
-    missing = [k for k in (ref.access_key_key, ref.secret_key_key) if not data.get(k)]
-    if missing:
-        return f"Secret {ref.name!r} has no (or an empty) {' and '.join(map(repr, missing))}"
+    name = store.credentials_secret.name
+    for pod in pods:
+        for status in (pod.get("status") or {}).get("containerStatuses") or []:
+            waiting = (status.get("state") or {}).get("waiting") or {}
+            message = str(waiting.get("message") or "")
+            if waiting.get("reason") == CONFIG_ERROR and (
+                f'"{name}"' in message or f"/{name}" in message
+            ):
+                pod_name = (pod.get("metadata") or {}).get("name")
+                return (
+                    f"pod {pod_name} cannot start: {message} (objectStore.credentialsSecret"
+                    f" {name!r} must exist with keys {store.credentials_secret.access_key_key!r}"
+                    f" and {store.credentials_secret.secret_key_key!r})"
+                )
     return None
 
 
@@ -72,49 +75,42 @@ def endpoint_of(store: ObjectStore) -> tuple[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class StoreHealth:
-    """The latest check's findings (None: fine, or not checked)."""
+    """What the operator found (None: fine, or not checked)."""
 
     credentials: str | None = None
     unreachable: str | None = None
 
 
 class StoreChecks:
-    """The checks of one cluster's object store and when to repeat them (see the module)."""
+    """The endpoint check of one cluster's object store and when to repeat it."""
 
-    def __init__(self, api: KubeApi, recheck_s: float = 30.0, connect_timeout_s: float = 2.0):
-        self.api = api
+    def __init__(self, recheck_s: float = 30.0, connect_timeout_s: float = 2.0) -> None:
         self.recheck_s = recheck_s
         self.connect_timeout_s = connect_timeout_s
-        self.health = StoreHealth()
-        self._checked: tuple[Any, float] | None = None  # (what was checked, when: monotonic)
+        self.unreachable: str | None = None
+        self._checked: tuple[str | None, float] | None = None  # (what, when: monotonic)
 
-    async def check(self, namespace: str, store: ObjectStore | None) -> StoreHealth:
-        """The store's health now, checking again only when it is due."""
-        key = None if store is None else store.model_dump_json()
+    async def check(
+        self, store: ObjectStore | None, pods: Iterable[Mapping[str, Any]]
+    ) -> StoreHealth:
+        """The store's health now; the endpoint is connected to only when that is due."""
+        if store is None:
+            self._checked = None
+            self.unreachable = None
+            return StoreHealth()
+        key = store.model_dump_json()
         now = time.monotonic()
-        due = (
+        if (
             self._checked is None
             or self._checked[0] != key
-            or self.health != StoreHealth()
+            or self.unreachable is not None
             or now - self._checked[1] >= self.recheck_s
-        )
-        if not due:
-            return self.health
-        self._checked = (key, now)
-        if store is None:
-            self.health = StoreHealth()
-            return self.health
-        secret = None
-        if store.credentials_secret is not None:
-            secret = await self.api.get(
-                ObjectRef("v1", "Secret", namespace, store.credentials_secret.name)
-            )
-        self.health = StoreHealth(
-            credentials_problem(store, secret), await self._unreachable(store)
-        )
-        return self.health
+        ):
+            self._checked = (key, now)
+            self.unreachable = await self._connect(store)
+        return StoreHealth(credentials_problem(store, pods), self.unreachable)
 
-    async def _unreachable(self, store: ObjectStore) -> str | None:
+    async def _connect(self, store: ObjectStore) -> str | None:
         host, port = endpoint_of(store)
         try:
             _, writer = await asyncio.wait_for(
@@ -126,13 +122,3 @@ class StoreChecks:
         with contextlib.suppress(OSError):
             await writer.wait_closed()
         return None
-
-
-async def credentials_missing(
-    api: KubeApi, namespace: str, store: ObjectStore | None
-) -> str | None:
-    """``credentials_problem`` of the Secret as stored now (one GET)."""
-    if store is None or store.credentials_secret is None:
-        return None
-    secret = await api.get(ObjectRef("v1", "Secret", namespace, store.credentials_secret.name))
-    return credentials_problem(store, secret)

@@ -110,6 +110,8 @@ class PodFleet:
         self.namespace = namespace
         self.selector = f"{workloads.CLUSTER_LABEL}={cluster_name}"
         self.http = HttpFleet([], clock, timeout_ms)
+        #: the cluster's pods as last listed (their waiting reasons: ``objectstores``)
+        self.listed: list[dict[str, Any]] = []
 
     async def start(self) -> None:
         await self.http.start()
@@ -119,6 +121,7 @@ class PodFleet:
 
     async def refresh(self) -> None:
         pods = await self.api.list("v1", "Pod", self.namespace, self.selector)
+        self.listed = pods
         brokers = {}
         for pod in pods:
             broker_id = workloads.broker_id_of(pod)
@@ -305,7 +308,7 @@ class ClusterRuntime:
         self.kicked = asyncio.Event()
         self.metrics = metrics
         #: the object store's credentials and endpoint, checked now and then
-        self.store_checks = objectstores.StoreChecks(api)
+        self.store_checks = objectstores.StoreChecks()
         #: the dashboard's memory of this cluster (rates, last heartbeats), fed every step
         self.dashboard = Observer(self.name)
         #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
@@ -428,10 +431,8 @@ class ClusterRuntime:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
         self.blockers = blockers
         store = self._object_store()
-        was_missing = self.store_checks.health.credentials is not None
-        health = await self.store_checks.check(self.namespace, store)
-        if was_missing and health.credentials is None and self.reapply is not None:
-            await self.reapply(statuses)  # the Secret is there now: the StatefulSet can follow
+        pods = self.pods.listed if self.pods is not None else []
+        health = await self.store_checks.check(store, pods)
         await self.store.write_workload_status(
             cluster_conditions(self.cluster, live, now, blockers, None if store is None else health)
         )

@@ -1,6 +1,6 @@
 """A BrokerCluster's object store in its workload and conditions, over a fake ``KubeApi``:
-the broker's URL and secretKeyRefs, a missing credentials Secret (no StatefulSet, a
-Stalled condition, applied once the Secret exists), an endpoint that does not answer."""
+the broker's URL and secretKeyRefs, a missing credentials Secret (as the kubelet reports
+it on a pod: a Stalled condition until it exists), an endpoint that does not answer."""
 
 from __future__ import annotations
 
@@ -90,29 +90,41 @@ async def test_credentials_come_from_the_secret_by_reference() -> None:
     assert "YQ==" not in str(api.applied)
 
 
-def test_what_is_wrong_with_a_secret() -> None:
+def waiting_pod(message: str, reason: str = "CreateContainerConfigError") -> dict[str, Any]:
+    return {
+        "metadata": {"name": "demo-0", "labels": {workloads.POD_INDEX_LABEL: "0"}},
+        "status": {
+            "containerStatuses": [
+                {"name": "broker", "state": {"waiting": {"reason": reason, "message": message}}}
+            ]
+        },
+    }
+
+
+def test_the_kubelet_says_when_the_secret_is_missing() -> None:
     store = ObjectStore.model_validate(store_spec())
-    assert "does not exist" in str(objectstores.credentials_problem(store, None))
-    assert "'secretKey'" in str(objectstores.credentials_problem(store, secret(accessKey="YQ==")))
-    assert (
-        objectstores.credentials_problem(store, secret(accessKey="YQ==", secretKey="Yg==")) is None
+    missing = objectstores.credentials_problem(
+        store, [waiting_pod('secret "minio-creds" not found')]
     )
-    assert objectstores.credentials_problem(None, None) is None
+    assert missing is not None and "demo-0" in missing and "'accessKey'" in missing
+    no_key = objectstores.credentials_problem(
+        store, [waiting_pod("couldn't find key secretKey in Secret ns/minio-creds")]
+    )
+    assert no_key is not None
+    assert (
+        objectstores.credentials_problem(store, [waiting_pod('secret "other" not found')]) is None
+    )
+    assert objectstores.credentials_problem(store, [waiting_pod("x", "ContainerCreating")]) is None
+    assert objectstores.credentials_problem(None, [waiting_pod('secret "minio-creds"')]) is None
 
 
-async def test_a_missing_secret_keeps_the_statefulset_and_says_so() -> None:
+async def test_a_missing_secret_is_a_stalled_condition_until_it_exists() -> None:
     api = FakeApi()
     body = api.put(cluster(store_spec()))
     await handlers.cluster_workload(body=body, namespace="ns", name="demo", memo=memo_over(api))
-    assert "StatefulSet" not in [m["kind"] for m in api.applied]
-    assert [m["kind"] for m in api.applied][:1] == ["ConfigMap"]
-
-    applied_again: list[int] = []
-
-    async def reapply(statuses: list[dict[str, Any]]) -> None:
-        applied_again.append(len(statuses))
-
-    runtime = ClusterRuntime(api, body, [], [], ManualClock(), fleet=_NoBrokers(), reapply=reapply)
+    assert "StatefulSet" in [m["kind"] for m in api.applied]  # the kubelet waits for the Secret
+    api.pods = [waiting_pod('secret "minio-creds" not found')]
+    runtime = ClusterRuntime(api, body, [], [], ManualClock())
     runtime.sync(body, [])
     await runtime.step()
     conditions = {c["type"]: c for c in api.body("BrokerCluster", "demo")["status"]["conditions"]}
@@ -122,15 +134,13 @@ async def test_a_missing_secret_keeps_the_statefulset_and_says_so() -> None:
     )
     assert conditions["Stalled"]["status"] == "True"
     assert "minio-creds" in conditions["Ready"]["message"]
-    assert applied_again == []
 
-    api.put(secret(accessKey="YQ==", secretKey="Yg=="))
+    api.pods = []  # the Secret exists: the pod started (and is not live yet)
     runtime.sync(api.body("BrokerCluster", "demo"), [])
     await runtime.step()
     conditions = {c["type"]: c for c in api.body("BrokerCluster", "demo")["status"]["conditions"]}
-    assert conditions["Ready"]["reason"] != "CredentialsSecretMissing"
+    assert conditions["Ready"]["reason"] == "BrokersNotLive"
     assert "Stalled" not in conditions
-    assert applied_again == [0]  # the StatefulSet is applied now
 
 
 def test_an_unreachable_endpoint_is_a_condition_of_its_own() -> None:
@@ -147,23 +157,13 @@ def test_an_unreachable_endpoint_is_a_condition_of_its_own() -> None:
 async def test_the_endpoint_check_connects() -> None:
     server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    api = FakeApi(secret(accessKey="YQ==", secretKey="Yg=="))
-    checks = objectstores.StoreChecks(api, connect_timeout_s=1.0)
+    checks = objectstores.StoreChecks(connect_timeout_s=1.0)
     up = ObjectStore.model_validate(store_spec(endpoint=f"http://127.0.0.1:{port}"))
-    assert await checks.check("ns", up) == objectstores.StoreHealth()
+    assert await checks.check(up, []) == objectstores.StoreHealth()
     server.close()
     await server.wait_closed()
     down = ObjectStore.model_validate(store_spec(endpoint=f"http://127.0.0.1:{free_port()}"))
-    health = await checks.check("ns", down)
+    health = await checks.check(down, [])
     assert health.credentials is None
     assert "does not answer" in str(health.unreachable)
-
-
-class _NoBrokers:
-    """A fleet with no broker up yet."""
-
-    async def poll(self) -> dict[int, Any]:
-        return {}
-
-    async def push(self, broker_id: int, topology: Any) -> int | None:
-        return None
+    assert await checks.check(None, []) == objectstores.StoreHealth()
