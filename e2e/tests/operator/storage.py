@@ -116,7 +116,12 @@ def tiered_cluster(
     }
 
 
-def tiered_topic(name: str, cluster_name: str, partitions: int = 1, **extra: Any) -> dict[str, Any]:
+def tiered_topic(
+    name: str, cluster_name: str, partitions: int = 1, **tiered: Any
+) -> dict[str, Any]:
+    """A one-replica tiered Topic uploading every second; ``tiered``: more of its
+    ``tieredStorage`` (``localRetentionBytes=1`` leaves only the tier to read old
+    offsets from)."""
     return {
         "apiVersion": "headrace.dev/v1alpha1",
         "kind": "Topic",
@@ -126,8 +131,7 @@ def tiered_topic(name: str, cluster_name: str, partitions: int = 1, **extra: Any
             "partitions": partitions,
             "replicas": 1,
             "minInSync": 1,
-            "tieredStorage": {"enabled": True, "uploadIntervalSeconds": 1},
-            **extra,
+            "tieredStorage": {"enabled": True, "uploadIntervalSeconds": 1, **tiered},
         },
     }
 
