@@ -95,9 +95,8 @@ def credentials_secret(server: minio_server.MinioServer) -> dict[str, Any]:
     }
 
 
-def tiered_cluster(
-    server: minio_server.MinioServer, name: str, replicas: int, **broker_config: Any
-) -> dict[str, Any]:
+def tiered_cluster(endpoint: str, name: str, replicas: int, **broker_config: Any) -> dict[str, Any]:
+    """A BrokerCluster tiering to ``endpoint`` (``host:port``) with the test's Secret."""
     return {
         "apiVersion": "headrace.dev/v1alpha1",
         "kind": "BrokerCluster",
@@ -106,7 +105,7 @@ def tiered_cluster(
             "replicas": replicas,
             "storage": {"size": "64Mi"},
             "objectStore": {
-                "endpoint": f"http://{server.endpoint}",
+                "endpoint": f"http://{endpoint}",
                 "bucket": BUCKET,
                 "createBucket": True,
                 "credentialsSecret": {"name": SECRET},

@@ -28,6 +28,7 @@ from typing import Any
 
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator import storage
+from headrace.objectstore import minio_server
 
 SEGMENT_BYTES = 2048
 RECORDS = 1500
@@ -83,7 +84,8 @@ def test_a_compaction_job_merges_small_segments_and_loses_nothing(
     ):
         cluster.apply([storage.credentials_secret(server)], namespace)
         cluster.apply(
-            [storage.tiered_cluster(server, "small", 1, segmentBytes=SEGMENT_BYTES)], namespace
+            [storage.tiered_cluster(server.endpoint, "small", 1, segmentBytes=SEGMENT_BYTES)],
+            namespace,
         )
         storage.wait_ready(cluster, "brokercluster", "small", namespace)
         cluster.apply([storage.tiered_topic("small", "small", localRetentionBytes=1)], namespace)
@@ -176,3 +178,41 @@ def test_a_compaction_job_merges_small_segments_and_loses_nothing(
         assert status["lastResult"]["verified"] is True
         assert status["lastSuccessfulTime"]
         print(f"\n[e2e figure] CompactionSchedule status: {json.dumps(status)}", file=sys.stderr)
+
+
+def test_an_object_store_that_is_down_shows_on_the_cluster_and_fails_the_compaction(
+    cluster: Cluster, namespace: str, testbed_only: None, tmp_path: Path
+) -> None:
+    """Issue 10's and 13's bad input: the endpoint down. The brokers serve (Ready), the
+    cluster's ``ObjectStoreReachable`` is False, and a Compaction's job fails with the
+    store's error in the Compaction's status."""
+    dead = minio_server.free_port()
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": storage.SECRET},
+        "stringData": {"accessKey": "nobody", "secretKey": "nothing-here"},
+    }
+    with storage.operator(cluster, namespace, tmp_path / "operator.log"):
+        body = storage.tiered_cluster(f"127.0.0.1:{dead}", "down", 1)
+        cluster.apply([secret, body], namespace)
+        storage.wait_ready(cluster, "brokercluster", "down", namespace)
+        unreachable = storage.condition(
+            cluster.get("brokercluster", "down", namespace), "ObjectStoreReachable"
+        )
+        assert (unreachable["status"], unreachable["reason"]) == ("False", "EndpointUnreachable")
+        cluster.apply([storage.tiered_topic("small", "down")], namespace)
+        storage.wait_ready(cluster, "topic", "small", namespace)
+
+        cluster.apply([compaction("doomed")], namespace)
+        status = wait_for(
+            "the Compaction to fail",
+            lambda: phase_of(cluster, "compaction", "doomed", namespace),
+            240,
+            every_s=2,
+        )
+        print(f"\n[e2e figure] failed Compaction status: {json.dumps(status)}", file=sys.stderr)
+        assert status["phase"] == "Failed", json.dumps(status)
+        ready = storage.condition(cluster.get("compaction", "doomed", namespace))
+        assert (ready["status"], ready["reason"]) == ("False", "Failed")
+        assert "ObjectStoreUnavailable" in ready["message"], ready["message"]

@@ -36,7 +36,7 @@ def test_an_unload_seals_through_the_clusters_object_store(
         storage.operator(cluster, namespace, tmp_path / "operator.log"),
     ):
         # the cluster before its Secret: its pods cannot start, and the cluster says why
-        cluster.apply([storage.tiered_cluster(server, "tier", 2)], namespace)
+        cluster.apply([storage.tiered_cluster(server.endpoint, "tier", 2)], namespace)
         missing = wait_for(
             "CredentialsSecretMissing on the BrokerCluster",
             lambda: (
