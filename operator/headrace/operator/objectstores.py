@@ -12,13 +12,13 @@ status store, so only a change costs a write):
   person has to create the Secret). Nothing stored is lost: a pod that cannot start
   keeps its PVC, the StatefulSet's rolling update stops at the first such pod (the
   other brokers keep serving), and once the Secret exists the kubelet starts it.
-* **the endpoint does not answer**. Brokers keep serving when the store is down
-  (uploads wait and retry; the local log keeps everything), so this is not a
-  Ready matter: ``ObjectStoreReachable=False``, reason ``EndpointUnreachable``,
-  from a TCP connect by the operator to the endpoint's host and port. Brokers do
-  not report upload failures in their heartbeats (only ``storedThrough``), so
-  the operator's own view is what there is; a store reachable from the operator
-  but not from the pods shows as brokers' ``storedThrough`` not moving.
+* **the endpoint does not answer, or uploads fail**. Brokers keep serving when
+  the store is down (uploads wait and retry; the local log keeps everything), so
+  this is not a Ready matter: ``ObjectStoreReachable=False``, reason
+  ``EndpointUnreachable`` when a TCP connect by the operator to the endpoint's
+  host and port fails, else ``UploadsFailing`` when a leader's heartbeat reports
+  ``uploadError`` (upload rounds failing in a row: wrong credentials, a missing
+  bucket, a store reachable from the operator but not from the pods).
 
 ``credentials_problem`` and ``endpoint_of`` are pure; ``StoreChecks`` does the
 TCP connect and decides when to check again: every step while the endpoint does
@@ -35,10 +35,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import urlsplit
 
+from headrace.protocol.coordination import Heartbeat
 from headrace.resources.clusters import ObjectStore
 
 CREDENTIALS_MISSING: Final = "CredentialsSecretMissing"
 UNREACHABLE: Final = "EndpointUnreachable"
+UPLOADS_FAILING: Final = "UploadsFailing"
 REACHABLE_CONDITION: Final = "ObjectStoreReachable"
 #: the kubelet's reason for a container whose env or volumes cannot be resolved
 CONFIG_ERROR: Final = "CreateContainerConfigError"
@@ -66,6 +68,21 @@ def credentials_problem(store: ObjectStore | None, pods: Iterable[Mapping[str, A
     return None
 
 
+def upload_problem(heartbeats: Mapping[int, Heartbeat]) -> str | None:
+    """What the brokers' heartbeats say about failing uploads (None: nothing): the first
+    few partitions whose leader reports ``uploadError``, and how many there are."""
+    failing = [
+        f"broker {broker_id}: {p.topic}/{p.partition}: {p.upload_error}"
+        for broker_id, heartbeat in sorted(heartbeats.items())
+        for p in heartbeat.partitions
+        if p.upload_error is not None
+    ]
+    if not failing:
+        return None
+    more = f" (and {len(failing) - 3} more partitions)" if len(failing) > 3 else ""
+    return "; ".join(failing[:3]) + more
+
+
 def endpoint_of(store: ObjectStore) -> tuple[str, int]:
     """(host, port) of the store's endpoint URL; 80/443 when it names no port."""
     parts = urlsplit(store.endpoint)
@@ -79,6 +96,8 @@ class StoreHealth:
 
     credentials: str | None = None
     unreachable: str | None = None
+    #: brokers' ``uploadError`` reports (``upload_problem``)
+    uploads: str | None = None
 
 
 class StoreChecks:
@@ -91,7 +110,10 @@ class StoreChecks:
         self._checked: tuple[str | None, float] | None = None  # (what, when: monotonic)
 
     async def check(
-        self, store: ObjectStore | None, pods: Iterable[Mapping[str, Any]]
+        self,
+        store: ObjectStore | None,
+        pods: Iterable[Mapping[str, Any]],
+        heartbeats: Mapping[int, Heartbeat] | None = None,
     ) -> StoreHealth:
         """The store's health now; the endpoint is connected to only when that is due."""
         if store is None:
@@ -108,7 +130,9 @@ class StoreChecks:
         ):
             self._checked = (key, now)
             self.unreachable = await self._connect(store)
-        return StoreHealth(credentials_problem(store, pods), self.unreachable)
+        return StoreHealth(
+            credentials_problem(store, pods), self.unreachable, upload_problem(heartbeats or {})
+        )
 
     async def _connect(self, store: ObjectStore) -> str | None:
         host, port = endpoint_of(store)

@@ -241,9 +241,11 @@ def cluster_conditions(
             conditions.append(stalled)
         if store is not None:
             reachable = (
-                ("True", "EndpointAnswers", "the object store's endpoint accepts connections")
-                if store.unreachable is None
-                else ("False", objectstores.UNREACHABLE, store.unreachable)
+                ("False", objectstores.UNREACHABLE, store.unreachable)
+                if store.unreachable is not None
+                else ("False", objectstores.UPLOADS_FAILING, store.uploads)
+                if store.uploads is not None
+                else ("True", "EndpointAnswers", "the object store's endpoint accepts connections")
             )
             conditions.append(
                 _condition(
@@ -432,7 +434,7 @@ class ClusterRuntime:
         self.blockers = blockers
         store = self._object_store()
         pods = self.pods.listed if self.pods is not None else []
-        health = await self.store_checks.check(store, pods)
+        health = await self.store_checks.check(store, pods, self.loop.heartbeats)
         await self.store.write_workload_status(
             cluster_conditions(self.cluster, live, now, blockers, None if store is None else health)
         )

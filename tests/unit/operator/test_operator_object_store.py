@@ -5,6 +5,7 @@ it on a pod: a Stalled condition until it exists), an endpoint that does not ans
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from types import SimpleNamespace
 from typing import Any
@@ -13,6 +14,8 @@ from operator_fakes import CLUSTER, FakeApi
 
 from headrace.operator import handlers, objectstores, running, workloads
 from headrace.operator.running import ClusterRuntime
+from headrace.protocol.coordination import Heartbeat, PartitionReport
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources.clusters import ObjectStore
 from tests.unit.controller.controller_fakes import ManualClock
 
@@ -167,3 +170,24 @@ async def test_the_endpoint_check_connects() -> None:
     assert health.credentials is None
     assert "does not answer" in str(health.unreachable)
     assert await checks.check(None, []) == objectstores.StoreHealth()
+
+
+def test_brokers_reporting_failed_uploads_are_a_condition() -> None:
+    report = PartitionReport(
+        "ns/orders", 0, "leader", 1, 10, 10, upload_error="2 upload rounds in a row failed: X"
+    )
+    doc = report.to_json()
+    assert doc["uploadError"] == report.upload_error
+    assert PartitionReport.from_json(doc) == report
+    assert "uploadError" not in dataclasses.replace(report, upload_error=None).to_json()
+
+    heartbeat = Heartbeat(BrokerEndpoint(0, "10.0.0.1", 9092), partitions=(report,))
+    problem = objectstores.upload_problem({0: heartbeat})
+    assert problem == "broker 0: ns/orders/0: 2 upload rounds in a row failed: X"
+    status = running.cluster_conditions(
+        cluster(store_spec()), {0, 1, 2}, NOW, store=objectstores.StoreHealth(uploads=problem)
+    )
+    conditions = {c["type"]: c for c in status["conditions"]}
+    reachable = conditions[objectstores.REACHABLE_CONDITION]
+    assert (reachable["status"], reachable["reason"]) == ("False", "UploadsFailing")
+    assert conditions["Ready"]["status"] == "True"
