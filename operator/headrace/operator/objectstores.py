@@ -1,7 +1,6 @@
 """A BrokerCluster's object store as the operator sees it: credentials and reachability.
 
-Two things break tiered storage before any broker could say so, and both get a
-condition on the BrokerCluster (written by its ``ClusterRuntime`` through the
+What breaks tiered storage gets a condition on the BrokerCluster (written by its ``ClusterRuntime`` through the
 status store, so only a change costs a write):
 
 * **the credentials Secret is missing** (or lacks a key the spec names). The
@@ -20,9 +19,10 @@ status store, so only a change costs a write):
   ``uploadError`` (upload rounds failing in a row: wrong credentials, a missing
   bucket, a store reachable from the operator but not from the pods).
 
-``credentials_problem`` and ``endpoint_of`` are pure; ``StoreChecks`` does the
-TCP connect and decides when to check again: every step while the endpoint does
-not answer, else every ``recheck_s`` or when the spec changes.
+``credentials_problem``, ``upload_problem`` and ``endpoint_of`` are pure;
+``StoreChecks`` does the TCP connect and decides when to check again: every step
+while the endpoint does not answer, else every ``recheck_s`` or when the spec
+changes.
 """
 
 from __future__ import annotations
