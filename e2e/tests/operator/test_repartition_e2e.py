@@ -43,7 +43,7 @@ from e2e.tests.operator.test_operator_e2e import (  # the shared setup
     pod_ips,
 )
 from e2e.tests.operator.test_operator_e2e import (
-    operator as operator_fixture,  # noqa: F401 (registers the fixture "operator")
+    operator as kopf_operator,  # noqa: F401 (the operator fixture, under this name here)
 )
 from headrace.client.producer import Producer
 from headrace.protocol import messages as msg
@@ -122,9 +122,11 @@ async def until(
 
 
 async def test_grow_by_repartition_then_by_spec_edit_keeps_every_key_in_order(
-    cluster: Cluster, namespace: str, operator: tuple[Path, list[subprocess.Popen[bytes]]]
+    cluster: Cluster,
+    namespace: str,
+    kopf_operator: tuple[Path, list[subprocess.Popen[bytes]]],  # noqa: F811 (the fixture)
 ) -> None:
-    log, _ = operator
+    log, _ = kopf_operator
     topic = f"{namespace}/{TOPIC}"
     try:
         cluster.apply([manifests(namespace)[0], topic_manifest(namespace, 4)], namespace)
@@ -310,9 +312,11 @@ async def test_grow_by_repartition_then_by_spec_edit_keeps_every_key_in_order(
 
 
 async def test_bad_repartitions_are_refused_with_a_reason(
-    cluster: Cluster, namespace: str, operator: tuple[Path, list[subprocess.Popen[bytes]]]
+    cluster: Cluster,
+    namespace: str,
+    kopf_operator: tuple[Path, list[subprocess.Popen[bytes]]],  # noqa: F811 (the fixture)
 ) -> None:
-    log, _ = operator
+    log, _ = kopf_operator
     try:
         # partitions <= 0: the CRD schema refuses it at admission
         zero = kubectl_apply(cluster, repartition_manifest(namespace, "zero", 0))

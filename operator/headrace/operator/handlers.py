@@ -251,7 +251,8 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
     clusters_index: kopf.Index[Any, Any] = kwargs["clusters_index"]
     topics_index: kopf.Index[Any, Any] = kwargs["topics_index"]
     unloads_index: kopf.Index[Any, Any] = kwargs["unloads_index"]
-    repartitions_index: Mapping[Any, Any] = kwargs.get("repartitions_index") or {}
+    # (an empty kopf Index is falsy: never ``or`` it away, the daemon keeps this object)
+    repartitions_index: Mapping[Any, Any] = kwargs.get("repartitions_index", {})
 
     def desired() -> tuple[dict[str, Any], list[Any], list[Any], list[Any]]:
         cluster = _only(clusters_index.get(key))
