@@ -369,7 +369,8 @@ async def repartition_changed(
     namespace: str | None, body: kopf.Body, memo: Any, **kwargs: Any
 ) -> None:
     """Kick the loop of the cluster whose Topic it names; fail it if that Topic does not
-    exist (read from the API server: the index may not have a Topic applied with it yet)."""
+    exist (read from the API server: the index may not have a Topic applied with it yet);
+    tell it it waits if the Topic's BrokerCluster does not exist."""
     context = _context(memo)
     namespace = namespace or "default"
     for (loop_namespace, _name), runtime in context.loops.items():
@@ -379,18 +380,25 @@ async def repartition_changed(
     if kwargs.get("type") == "DELETED" or topics is None:
         return
     wanted = repartitioning.topic_of(body)
-    if any(
-        full_name(t) == wanted
-        for (topic_namespace, _cluster), bodies in topics.items()
-        if topic_namespace == namespace
-        for t in bodies
-    ):
-        return
-    status = repartitioning.missing_topic_status(body, context.clock.now_ms())
+    owner = next(
+        (
+            key
+            for key, bodies in topics.items()
+            if key[0] == namespace and any(full_name(t) == wanted for t in bodies)
+        ),
+        None,
+    )
+    if owner is not None:
+        clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
+        if clusters is None or owner in clusters:
+            return  # its cluster's loop serves it (kicked above, or about to start)
+        status = repartitioning.missing_cluster_status(body, owner[1], context.clock.now_ms())
+    else:
+        status = repartitioning.missing_topic_status(body, context.clock.now_ms())
     if status is None:
-        return  # served before (its topic may have gone since): it keeps its record
+        return  # served or told before (its topic may have gone since): it keeps its record
     topic = ObjectRef(body["apiVersion"], "Topic", namespace, wanted.partition("/")[2])
-    if await context.api.get(topic) is not None:
+    if owner is None and await context.api.get(topic) is not None:
         return  # the index has not caught up with it yet: its loop serves this one
     try:
         await context.api.replace_status(

@@ -11,7 +11,9 @@ A Repartition of a Topic that does not exist belongs to no loop, so the kopf
 handler fails it here (``missing_topic_status``), once, after reading the
 Topic from the API server (the index may lag a Topic applied in the same
 ``kubectl apply``). A Topic created later does not revive it: a one-shot
-request that failed stays failed, as the core's own refusals do.
+request that failed stays failed, as the core's own refusals do. One of a
+Topic whose BrokerCluster does not exist is told it waits for that cluster
+(``missing_cluster_status``); the cluster's loop takes it from there.
 
 Deleting a Repartition needs no finalizer: before its cutover nothing has
 changed yet, and after it the transition marker in the Topic's status carries
@@ -72,15 +74,27 @@ def missing_topic_status(body: Mapping[str, Any], now_ms: int) -> dict[str, Any]
     """The status of a Repartition whose Topic does not exist: Failed, saying so. None when
     it already has a phase (one served before keeps its record: its topic may have been
     deleted after it finished)."""
+    return _unserved(
+        body, RepartitionPhase.FAILED, f"topic {topic_of(body)} does not exist", now_ms
+    )
+
+
+def missing_cluster_status(
+    body: Mapping[str, Any], cluster: str, now_ms: int
+) -> dict[str, Any] | None:
+    """The status of a Repartition whose Topic's BrokerCluster does not exist: Pending (the
+    cluster's loop serves it once the cluster exists). None when it already has a phase."""
+    message = f"waiting: BrokerCluster {cluster!r} of topic {topic_of(body)} does not exist"
+    return _unserved(body, RepartitionPhase.PENDING, message, now_ms)
+
+
+def _unserved(
+    body: Mapping[str, Any], phase: RepartitionPhase, message: str, now_ms: int
+) -> dict[str, Any] | None:
     status = body.get("status") or {}
     if status.get("phase"):
         return None
-    topic = topic_of(body)
-    progress = RepartitionProgress(
-        documents.full_name(body),
-        phase=RepartitionPhase.FAILED,
-        message=f"topic {topic} does not exist",
-    )
+    progress = RepartitionProgress(documents.full_name(body), phase=phase, message=message)
     return documents.repartition_status(
         progress,
         documents.generation_of(body),

@@ -16,7 +16,7 @@ from typing import Any
 from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.control.model import SPEC_EDIT
-from headrace.operator import handlers
+from headrace.operator import handlers, repartitioning
 from headrace.operator.running import ClusterRuntime
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
@@ -221,3 +221,43 @@ async def test_a_repartition_of_a_topic_the_index_lags_behind_is_left_to_its_loo
         namespace="ns", body=body, memo=memo, type="ADDED", topics_index=indexed
     )
     assert api.writes == []
+
+
+async def test_a_repartition_of_a_topic_whose_cluster_is_missing_waits_for_it() -> None:
+    orphan = topic()
+    orphan["spec"]["clusterRef"]["name"] = "absent"
+    api = FakeApi(CLUSTER, orphan, repartition("grow", "orders", 4))
+    memo = memo_over(api)
+    indices = {
+        "topics_index": {("ns", "absent"): [api.body("Topic", "orders")]},
+        "clusters_index": {("ns", "demo"): [CLUSTER]},
+    }
+    for _ in range(2):
+        body = api.body("Repartition", "grow")
+        await handlers.repartition_changed(
+            namespace="ns", body=body, memo=memo, type="MODIFIED", **indices
+        )
+    assert api.writes == [("PUT status", "Repartition", "grow")]
+    grow = status(api, "Repartition", "grow")
+    assert grow["phase"] == "Pending"
+    assert ready(grow)["message"] == (
+        "waiting: BrokerCluster 'absent' of topic ns/orders does not exist"
+    )
+    # ... and once the cluster exists, its loop serves it as a new request
+    api.put({**CLUSTER, "metadata": {**CLUSTER["metadata"], "name": "absent"}})
+    indices["clusters_index"][("ns", "absent")] = [api.body("BrokerCluster", "absent")]
+    await handlers.repartition_changed(
+        namespace="ns", body=api.body("Repartition", "grow"), memo=memo, **indices
+    )
+    assert len(api.writes) == 1
+
+
+async def test_one_told_to_wait_for_its_cluster_runs_once_the_cluster_loop_adopts_it() -> None:
+    waiting = repartition("grow", "orders", 4)
+    waiting["status"] = repartitioning.missing_cluster_status(waiting, "demo", 0)
+    api = FakeApi(CLUSTER, topic(), waiting)
+    runner = Runner(api, ManualClock())
+    await runner.steps(8)
+    grow = status(api, "Repartition", "grow")
+    assert grow["phase"] in ("CuttingOver", "Draining")
+    assert status(api, "Topic", "orders")["partitioningVersion"] == 2
