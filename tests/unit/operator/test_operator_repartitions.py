@@ -10,6 +10,8 @@ its transition rolls forward; a Repartition of a missing Topic is failed by the 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from types import SimpleNamespace
 from typing import Any
 
@@ -261,3 +263,36 @@ async def test_one_told_to_wait_for_its_cluster_runs_once_the_cluster_loop_adopt
     grow = status(api, "Repartition", "grow")
     assert grow["phase"] in ("CuttingOver", "Draining")
     assert status(api, "Topic", "orders")["partitioningVersion"] == 2
+
+
+async def test_the_daemon_sees_repartitions_indexed_after_it_started() -> None:
+    api = FakeApi(CLUSTER, topic())
+    memo = memo_over(api)
+    repartitions: dict[str, list[dict[str, Any]]] = {}  # empty, as kopf's index may start
+    task = asyncio.create_task(
+        handlers.cluster_loop(
+            namespace="ns",
+            name="demo",
+            memo=memo,
+            clusters_index={("ns", "demo"): [api.body("BrokerCluster", "demo")]},
+            topics_index={("ns", "demo"): [api.body("Topic", "orders")]},
+            unloads_index={},
+            repartitions_index=repartitions,
+        )
+    )
+
+    async def served() -> None:
+        while ("ns", "demo") not in memo.context.loops:
+            await asyncio.sleep(0.01)
+        runtime = memo.context.loops[("ns", "demo")]
+        repartitions["ns"] = [repartition("grow", "orders", 4)]
+        runtime.kick()
+        while "ns/grow" not in runtime.loop.repartitions:
+            await asyncio.sleep(0.01)
+
+    try:
+        await asyncio.wait_for(served(), 10)
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
