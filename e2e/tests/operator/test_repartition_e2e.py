@@ -12,14 +12,15 @@ numbers) read by a 3-member cohort through the pod IPs. Then:
 2. ``kubectl patch`` of ``Topic.spec.partitions`` 8 -> 12, the GitOps way: the same
    transition runs (the Topic's transition marker, then 12 partitions at partitioning
    version 3, Ready again at the new generation).
-3. The checker: every acknowledged record delivered, each key strictly in sequence
-   across both cutovers, nothing twice.
+3. A Repartition 12 -> 6: the shrink retires partitions 6..11 at finalize.
+4. The checker: every acknowledged record delivered, each key strictly in sequence
+   across all three cutovers, nothing twice.
 
 Bad input on Kubernetes: a Repartition of a missing topic fails with a condition
 saying so; ``partitions: 0`` is refused at admission (the CRD's ``minimum``); one to
 the count the topic has fails with a condition (step 1).
 
-Figures (printed, never asserted): apply to Finalized, and patch to Finalized.
+Figures (printed, never asserted): apply (or patch) to Finalized of each transition.
 Test bed only (``operator`` fixture): the operator and the brokers run this checkout.
 """
 
@@ -266,6 +267,26 @@ async def test_grow_by_repartition_then_by_spec_edit_keeps_every_key_in_order(
             assert keyed["partitioningVersion"] == 3 and keyed["specPartitions"] == 12
             start = load.rounds
             await until("rounds under the new routing", lambda: load.rounds >= start + 2, tasks)
+
+            # 3. a shrink 12 -> 6 by Repartition: partitions 6..11 retire at finalize
+            applied = time.monotonic()
+            done = kubectl_apply(cluster, repartition_manifest(namespace, "shrink-6", 6))
+            assert done.returncode == 0, done.stderr
+            shrink = await until(
+                "shrink-6 finalized",
+                lambda: (
+                    (s := status_of(cluster, "repartition", "shrink-6", namespace)).get("phase")
+                    == "Finalized"
+                    and s
+                ),
+                tasks,
+            )
+            figure("Repartition 12->6: kubectl apply to Finalized", time.monotonic() - applied)
+            assert (shrink["fromVersion"], shrink["toVersion"]) == (3, 4)
+            keyed = status_of(cluster, "topic", TOPIC, namespace)
+            assert len(keyed["partitions"]) == 6 and "transition" not in keyed
+            start = load.rounds
+            await until("rounds after the shrink", lambda: load.rounds >= start + 2, tasks)
             load.stop.set()
             await tasks[0]
             assert not load.failures, load.failures[:3]
