@@ -24,6 +24,7 @@ from headrace.objectstore.interface import ObjectStore
 from headrace.objectstore.minio_store import MinioStore
 from headrace.tiered import layout
 from headrace.tiered.manifest import Manifest
+from tests.integration.objectstore import servers
 
 REPO = Path(__file__).resolve().parents[3]
 HEADRACE = f"{sys.executable} -m headrace.cli.main"
@@ -33,7 +34,7 @@ BUCKET = "tiers"
 
 @contextmanager
 def minio(tmp_path: Path) -> Iterator[minio_server.MinioServer]:
-    server = minio_server.MinioServer(procs.minio_binary(), tmp_path / "minio" / "data")
+    server = minio_server.MinioServer(servers.minio_binary(), tmp_path / "minio" / "data")
     server.start()
     try:
         yield server
