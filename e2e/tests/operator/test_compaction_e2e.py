@@ -120,6 +120,17 @@ def test_a_compaction_job_merges_small_segments_and_loses_nothing(
             ready = storage.condition(cluster.get("compaction", "merge", namespace))
             assert (ready["status"], ready["observedGeneration"]) == ("True", 1)
 
+            # the phase changes are Events on the Compaction
+            def events() -> list[str]:
+                out = cluster.kubectl_run(
+                    "get", "events", "-n", namespace, "-o", "json", "--field-selector",
+                    "involvedObject.kind=Compaction,involvedObject.name=merge",
+                ).stdout  # fmt: skip
+                reasons = [e["reason"] for e in json.loads(out)["items"]]
+                return reasons if "CompactionSucceeded" in reasons else []
+
+            wait_for("a CompactionSucceeded Event", events, 30)
+
             # the Job is the Compaction's
             job = cluster.get("job", "merge", namespace)
             (owner,) = job["metadata"]["ownerReferences"]
