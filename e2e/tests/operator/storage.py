@@ -168,10 +168,11 @@ def produce(servers: str, topic: str, values: list[str]) -> None:
 
 
 def consume_all(servers: str, topic: str, cohort: str) -> list[dict[str, Any]]:
-    """Every record from the earliest offset, as ``--format json`` objects."""
+    """Every record from the earliest offset, as ``--format json`` objects (the consumer
+    stops after 10 s without records: generous, as a loaded machine can pause it)."""
     done = procs.run_headrace(
         "consume", topic, "--cohort", cohort, "--from-beginning", "--format", "json",
-        "--idle-timeout", "5", "--bootstrap", servers, timeout=120,
+        "--idle-timeout", "10", "--bootstrap", servers, timeout=120,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr.decode()
     return [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
