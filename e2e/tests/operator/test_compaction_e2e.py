@@ -208,10 +208,21 @@ def test_an_object_store_that_is_down_shows_on_the_cluster_and_fails_the_compact
         body = storage.tiered_cluster(f"127.0.0.1:{dead}", "down", 1)
         cluster.apply([secret, body], namespace)
         storage.wait_ready(cluster, "brokercluster", "down", namespace)
-        unreachable = storage.condition(
-            cluster.get("brokercluster", "down", namespace), "ObjectStoreReachable"
+        unreachable = wait_for(
+            "ObjectStoreReachable=False on the BrokerCluster",
+            lambda: (
+                c
+                if (
+                    c := storage.condition(
+                        cluster.get("brokercluster", "down", namespace), "ObjectStoreReachable"
+                    )
+                ).get("status")
+                == "False"
+                else None
+            ),
+            30,
         )
-        assert (unreachable["status"], unreachable["reason"]) == ("False", "EndpointUnreachable")
+        assert unreachable["reason"] == "EndpointUnreachable"
         cluster.apply([storage.tiered_topic("small", "down")], namespace)
         storage.wait_ready(cluster, "topic", "small", namespace)
 

@@ -56,8 +56,16 @@ def test_an_unload_seals_through_the_clusters_object_store(
         # the Secret arrives: the brokers start, the cluster and the Topic become Ready
         cluster.apply([storage.credentials_secret(server)], namespace)
         storage.wait_ready(cluster, "brokercluster", "tier", namespace)
-        body = cluster.get("brokercluster", "tier", namespace)
-        assert storage.condition(body, "ObjectStoreReachable").get("status") == "True"
+        wait_for(
+            "ObjectStoreReachable=True on the BrokerCluster",
+            lambda: (
+                storage.condition(
+                    cluster.get("brokercluster", "tier", namespace), "ObjectStoreReachable"
+                ).get("status")
+                == "True"
+            ),
+            30,
+        )
         cluster.apply([storage.tiered_topic("moving", "tier")], namespace)
         storage.wait_ready(cluster, "topic", "moving", namespace)
 

@@ -20,9 +20,9 @@ status store, so only a change costs a write):
   bucket, a store reachable from the operator but not from the pods).
 
 ``credentials_problem``, ``upload_problem`` and ``endpoint_of`` are pure;
-``StoreChecks`` does the TCP connect and decides when to check again: every step
-while the endpoint does not answer, else every ``recheck_s`` or when the spec
-changes.
+``StoreChecks`` does the TCP connect (in a task of its own) and decides when to check
+again: every ``failing_recheck_s`` (5 s) while the endpoint does not answer, else every
+``recheck_s`` (30 s), and at once when the spec changes.
 """
 
 from __future__ import annotations
@@ -98,16 +98,33 @@ class StoreHealth:
     unreachable: str | None = None
     #: brokers' ``uploadError`` reports (``upload_problem``)
     uploads: str | None = None
+    #: False until the first endpoint check of this spec has finished (``unreachable`` says
+    #: nothing yet: the condition stays as stored)
+    endpoint_known: bool = True
 
 
 class StoreChecks:
-    """The endpoint check of one cluster's object store and when to repeat it."""
+    """The endpoint check of one cluster's object store and when to repeat it.
 
-    def __init__(self, recheck_s: float = 30.0, connect_timeout_s: float = 2.0) -> None:
+    The TCP connect runs as a task of its own, never inside a control-loop step: an
+    endpoint that drops packets would otherwise hold every step for the connect timeout.
+    A step reads the latest finished result.
+    """
+
+    def __init__(
+        self,
+        recheck_s: float = 30.0,
+        failing_recheck_s: float = 5.0,
+        connect_timeout_s: float = 2.0,
+    ) -> None:
         self.recheck_s = recheck_s
+        self.failing_recheck_s = failing_recheck_s
         self.connect_timeout_s = connect_timeout_s
         self.unreachable: str | None = None
-        self._checked: tuple[str | None, float] | None = None  # (what, when: monotonic)
+        #: the spec the result is for (None: no result yet)
+        self._result_for: str | None = None
+        self._started: tuple[str, float] | None = None  # (what, when: monotonic)
+        self._task: asyncio.Task[None] | None = None
 
     async def check(
         self,
@@ -115,24 +132,34 @@ class StoreChecks:
         pods: Iterable[Mapping[str, Any]],
         heartbeats: Mapping[int, Heartbeat] | None = None,
     ) -> StoreHealth:
-        """The store's health now; the endpoint is connected to only when that is due."""
+        """The store's health as last found; starts an endpoint check when one is due."""
         if store is None:
-            self._checked = None
+            self._started = self._result_for = None
             self.unreachable = None
             return StoreHealth()
         key = store.model_dump_json()
         now = time.monotonic()
-        if (
-            self._checked is None
-            or self._checked[0] != key
-            or self.unreachable is not None
-            or now - self._checked[1] >= self.recheck_s
-        ):
-            self._checked = (key, now)
-            self.unreachable = await self._connect(store)
+        every = self.failing_recheck_s if self.unreachable is not None else self.recheck_s
+        due = self._started is None or self._started[0] != key or now - self._started[1] >= every
+        if due and (self._task is None or self._task.done()):
+            self._started = (key, now)
+            self._task = asyncio.get_running_loop().create_task(self._run(key, store))
+        known = self._result_for == key
         return StoreHealth(
-            credentials_problem(store, pods), self.unreachable, upload_problem(heartbeats or {})
+            credentials_problem(store, pods),
+            self.unreachable if known else None,
+            upload_problem(heartbeats or {}),
+            endpoint_known=known,
         )
+
+    async def settled(self) -> None:
+        """Until the check in progress (if any) has finished (for tests)."""
+        if self._task is not None:
+            await self._task
+
+    async def _run(self, key: str, store: ObjectStore) -> None:
+        self.unreachable = await self._connect(store)
+        self._result_for = key
 
     async def _connect(self, store: ObjectStore) -> str | None:
         host, port = endpoint_of(store)

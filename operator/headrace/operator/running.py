@@ -238,7 +238,10 @@ def cluster_conditions(
         stalled = stalled_condition(conditions[-1], previous.get("Stalled"), now)
         if stalled is not None:
             conditions.append(stalled)
-        if store is not None:
+        kept = previous.get(objectstores.REACHABLE_CONDITION)
+        if store is not None and not store.endpoint_known and store.uploads is None and kept:
+            conditions.append(dict(kept))  # not checked yet (a restart): as stored
+        elif store is not None:
             reachable = (
                 ("False", objectstores.UNREACHABLE, store.unreachable)
                 if store.unreachable is not None

@@ -157,19 +157,34 @@ def test_an_unreachable_endpoint_is_a_condition_of_its_own() -> None:
     assert [c["type"] for c in plain["conditions"]] == ["Ready"]
 
 
-async def test_the_endpoint_check_connects() -> None:
+async def test_the_endpoint_check_connects_outside_the_step() -> None:
     server = await asyncio.start_server(lambda r, w: w.close(), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    checks = objectstores.StoreChecks(connect_timeout_s=1.0)
+    checks = objectstores.StoreChecks(connect_timeout_s=1.0, failing_recheck_s=0.0)
     up = ObjectStore.model_validate(store_spec(endpoint=f"http://127.0.0.1:{port}"))
+    first = await checks.check(up, [])
+    assert first.endpoint_known is False  # the connect runs in its own task
+    await checks.settled()
     assert await checks.check(up, []) == objectstores.StoreHealth()
     server.close()
     await server.wait_closed()
     down = ObjectStore.model_validate(store_spec(endpoint=f"http://127.0.0.1:{free_port()}"))
+    await checks.check(down, [])  # a new spec: checked at once
+    await checks.settled()
     health = await checks.check(down, [])
-    assert health.credentials is None
+    assert health.endpoint_known and health.credentials is None
     assert "does not answer" in str(health.unreachable)
+    await checks.settled()
     assert await checks.check(None, []) == objectstores.StoreHealth()
+
+
+def test_an_unchecked_endpoint_keeps_the_stored_condition() -> None:
+    down = objectstores.StoreHealth(unreachable="x does not answer")
+    body = cluster(store_spec())
+    body["status"] = running.cluster_conditions(body, {0, 1, 2}, NOW, store=down)
+    unknown = objectstores.StoreHealth(endpoint_known=False)
+    again = running.cluster_conditions(body, {0, 1, 2}, "2026-01-02T00:00:00Z", store=unknown)
+    assert again == body["status"]  # an operator restart writes nothing
 
 
 def test_brokers_reporting_failed_uploads_are_a_condition() -> None:
