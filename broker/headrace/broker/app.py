@@ -521,6 +521,7 @@ class Broker:
                     self.tiering.stored_through(p),
                     p.cursors.all(),
                     p.cutover if p.role is Role.LEADER else None,
+                    upload_error=self.tiering.upload_error(p),
                 )
                 for p in partitions
             ),

@@ -115,6 +115,10 @@ class PartitionReport:
     #: version, recorded when it applied the version (or took the lead under it); a
     #: repartition's cutover offset (``control.repartitions``)
     cutover: tuple[int, int] | None = None
+    #: why this leader's uploads to the object store keep failing (several rounds in a
+    #: row), None while they succeed; on the wire only when set (the operator's
+    #: ``ObjectStoreReachable`` condition)
+    upload_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -134,6 +138,8 @@ class PartitionReport:
         }
         if self.cutover is not None:
             doc["cutover"] = {"version": self.cutover[0], "offset": self.cutover[1]}
+        if self.upload_error is not None:
+            doc["uploadError"] = self.upload_error
         return doc
 
     @classmethod
@@ -168,6 +174,7 @@ class PartitionReport:
             optional(doc, "storedThrough", int, w),
             dict(cursors),
             _cutover(optional(doc, "cutover", dict, w), w),
+            optional(doc, "uploadError", str, w),
         )
 
 

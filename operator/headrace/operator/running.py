@@ -47,11 +47,12 @@ from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
-from headrace.operator import repartitioning, workloads
+from headrace.operator import objectstores, repartitioning, workloads
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
 from headrace.operator.surfaces import STEP, OperatorMetrics
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.resources.clusters import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +71,7 @@ REFUSALS: Final = frozenset(
         "ReplicasChange",
         "DuplicateSpec",
         "CompactionUnsupported",
+        objectstores.CREDENTIALS_MISSING,
     }
 )
 
@@ -107,6 +109,8 @@ class PodFleet:
         self.namespace = namespace
         self.selector = f"{workloads.CLUSTER_LABEL}={cluster_name}"
         self.http = HttpFleet([], clock, timeout_ms)
+        #: the cluster's pods as last listed (their waiting reasons: ``objectstores``)
+        self.listed: list[dict[str, Any]] = []
 
     async def start(self) -> None:
         await self.http.start()
@@ -116,6 +120,7 @@ class PodFleet:
 
     async def refresh(self) -> None:
         pods = await self.api.list("v1", "Pod", self.namespace, self.selector)
+        self.listed = pods
         brokers = {}
         for pod in pods:
             broker_id = workloads.broker_id_of(pod)
@@ -182,8 +187,13 @@ def cluster_conditions(
     live: Iterable[int] | None,
     now: str,
     blockers: Mapping[int, list[str]] | None = None,
+    store: objectstores.StoreHealth | None = None,
 ) -> dict[str, Any]:
     """The BrokerCluster's ``conditions`` and ``observedGeneration`` (the workload's part).
+
+    ``store``: the object store's health (``objectstores``), None when the cluster has no
+    object store: a missing credentials Secret makes Ready False, an unreachable endpoint
+    shows in ``ObjectStoreReachable``.
 
     ``live``: the live broker ids of the latest step; None while the cluster is paused.
     ``blockers``: brokers a scale down would remove that still hold replicas
@@ -210,7 +220,9 @@ def cluster_conditions(
         )
     else:
         missing = sorted(set(range(replicas)) - set(live))
-        if blockers:
+        if store is not None and store.credentials is not None:
+            ready = ("False", objectstores.CREDENTIALS_MISSING, store.credentials)
+        elif blockers:
             held = "; ".join(f"broker {b}: {', '.join(p)}" for b, p in sorted(blockers.items()))
             ready = (
                 "False",
@@ -226,6 +238,26 @@ def cluster_conditions(
         stalled = stalled_condition(conditions[-1], previous.get("Stalled"), now)
         if stalled is not None:
             conditions.append(stalled)
+        kept = previous.get(objectstores.REACHABLE_CONDITION)
+        if store is not None and not store.endpoint_known and store.uploads is None and kept:
+            conditions.append(dict(kept))  # not checked yet (a restart): as stored
+        elif store is not None:
+            reachable = (
+                ("False", objectstores.UNREACHABLE, store.unreachable)
+                if store.unreachable is not None
+                else ("False", objectstores.UPLOADS_FAILING, store.uploads)
+                if store.uploads is not None
+                else ("True", "EndpointAnswers", "the object store's endpoint accepts connections")
+            )
+            conditions.append(
+                _condition(
+                    objectstores.REACHABLE_CONDITION,
+                    *reachable,
+                    generation,
+                    previous.get(objectstores.REACHABLE_CONDITION),
+                    now,
+                )
+            )
     return {"observedGeneration": generation, "conditions": conditions}
 
 
@@ -285,6 +317,8 @@ class ClusterRuntime:
         self.blockers: dict[int, list[str]] = {}
         self.kicked = asyncio.Event()
         self.metrics = metrics
+        #: the object store's credentials and endpoint, checked now and then
+        self.store_checks = objectstores.StoreChecks()
         #: the dashboard's memory of this cluster (rates, last heartbeats), fed every step
         self.dashboard = Observer(self.name)
         #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
@@ -408,10 +442,17 @@ class ClusterRuntime:
         if set(blockers) != set(self.blockers) and self.reapply is not None:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
         self.blockers = blockers
+        store = self._object_store()
+        pods = self.pods.listed if self.pods is not None else []
+        health = await self.store_checks.check(store, pods, self.loop.heartbeats)
         await self.store.write_workload_status(
-            cluster_conditions(self.cluster, live, now, blockers)
+            cluster_conditions(self.cluster, live, now, blockers, None if store is None else health)
         )
         return decision
+
+    def _object_store(self) -> ObjectStore | None:
+        doc = (self.cluster.get("spec") or {}).get("objectStore")
+        return None if doc is None else ObjectStore.model_validate(doc)
 
     def _topic_conditions(self, name: str, now: str) -> list[dict[str, Any]]:
         """A paused Topic's ``Paused`` condition; ``Stalled`` beside a refusing Ready."""

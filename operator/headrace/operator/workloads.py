@@ -28,8 +28,14 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import quote
 
-from headrace.resources.clusters import BrokerCluster
+from headrace.resources.clusters import BrokerCluster, ObjectStore
+
+#: the broker reads the object store's credentials from these (``headrace.objectstore.urls``;
+#: restated, as the control plane does not import the data plane's adapters)
+ACCESS_KEY_ENV: Final = "HEADRACE_OBJECT_STORE_ACCESS_KEY"
+SECRET_KEY_ENV: Final = "HEADRACE_OBJECT_STORE_SECRET_KEY"
 
 #: the ports every broker listens on (on its own pod IP, so they never collide)
 DATA_PORT: Final = 9092
@@ -107,6 +113,23 @@ def broker_config_document(cluster: BrokerCluster) -> str:
     return json.dumps(doc, sort_keys=True, indent=2)
 
 
+def config_data(cluster: BrokerCluster) -> dict[str, str]:
+    """The ConfigMap's data: ``broker.json`` and, with an object store, ``object-store.json``
+    (the URL the brokers use and where their credentials come from; no secret in it)."""
+    data = {"broker.json": broker_config_document(cluster)}
+    store = cluster.spec.object_store
+    if store is not None:
+        secret = store.credentials_secret
+        doc = {
+            "url": object_store_url(store),
+            "credentialsSecret": None
+            if secret is None
+            else secret.model_dump(mode="json", by_alias=True),
+        }
+        data["object-store.json"] = json.dumps(doc, sort_keys=True, indent=2)
+    return data
+
+
 def broker_args(cluster: BrokerCluster) -> list[str]:
     """``headrace broker`` arguments; ``$(VAR)`` is expanded from the container's env."""
     config = cluster.spec.broker_config
@@ -142,9 +165,37 @@ def broker_args(cluster: BrokerCluster) -> list[str]:
     ]
     store = cluster.spec.object_store
     if store is not None:
-        host = store.endpoint.split("://", 1)[1].rstrip("/")
-        args += ["--object-store", f"s3://{host}/{store.bucket}"]
+        args += ["--object-store", object_store_url(store)]
     return args
+
+
+def object_store_url(store: ObjectStore) -> str:
+    """The broker's ``--object-store`` URL (``headrace.objectstore.urls``) of the spec's
+    object store; never with credentials (they come from the environment: ``store_env``)."""
+    scheme, _, rest = store.endpoint.partition("://")
+    host = rest.split("/", 1)[0]
+    options = []
+    if store.create_bucket:
+        options.append("create_bucket=1")
+    if store.region is not None:
+        options.append(f"region={quote(store.region, safe='')}")
+    query = f"?{'&'.join(options)}" if options else ""
+    return f"{'s3+https' if scheme == 'https' else 's3'}://{host}/{store.bucket}{query}"
+
+
+def store_env(store: ObjectStore | None) -> list[dict[str, Any]]:
+    """The credentials' environment variables, each a ``secretKeyRef`` into the Secret the
+    spec names: the operator never copies a secret, the kubelet resolves it."""
+    if store is None or store.credentials_secret is None:
+        return []
+    secret = store.credentials_secret
+    return [
+        {"name": var, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": key}}}
+        for var, key in (
+            (ACCESS_KEY_ENV, secret.access_key_key),
+            (SECRET_KEY_ENV, secret.secret_key_key),
+        )
+    ]
 
 
 def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, Any]]:
@@ -155,20 +206,7 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{POD_INDEX_LABEL}']"}},
         },
     ]
-    store = cluster.spec.object_store
-    if store is not None and store.credentials_secret is not None:
-        for var, key in (
-            ("HEADRACE_OBJECT_STORE_ACCESS_KEY", "accessKey"),
-            ("HEADRACE_OBJECT_STORE_SECRET_KEY", "secretKey"),
-        ):
-            env.append(
-                {
-                    "name": var,
-                    "valueFrom": {
-                        "secretKeyRef": {"name": store.credentials_secret.name, "key": key}
-                    },
-                }
-            )
+    env += store_env(cluster.spec.object_store)
     env += [{"name": k, "value": v} for k, v in sorted(settings.env.items())]
     return env
 
@@ -294,7 +332,7 @@ def manifests(
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": _meta(names(name)["config"], cluster, uid, namespace),
-            "data": {"broker.json": broker_config_document(cluster)},
+            "data": config_data(cluster),
         },
         {
             "apiVersion": "v1",
