@@ -196,5 +196,11 @@ class ClientApi:
                 )
             except exceptions.NotFoundError:
                 return
+            except exceptions.ConflictError as exc:  # a resourceVersion in the patch: fenced
+                raise StaleResourceVersion(f"{ref.kind} {ref.namespace}/{ref.name}") from exc
+            except exceptions.DynamicApiError as exc:
+                raise KubeApiError(
+                    f"metadata of {ref.kind} {ref.namespace}/{ref.name}: {exc}"
+                ) from exc
 
         await asyncio.to_thread(call)

@@ -47,7 +47,7 @@ from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
-from headrace.operator import workloads
+from headrace.operator import finalizing, workloads
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
 from headrace.operator.surfaces import STEP, OperatorMetrics
@@ -274,6 +274,8 @@ class ClusterRuntime:
         )
         self.events = events
         self.reapply = reapply
+        #: deleted Topics the finalizer holds until the brokers let their data go
+        self.finalizer = finalizing.TopicFinalizer(api, events)
         #: the paused Topics, with the generation they are at
         self._paused: dict[str, int] = {}
         #: the brokers a refused scale down keeps, as of the last step
@@ -312,9 +314,12 @@ class ClusterRuntime:
         self.cluster = dict(cluster)
         self.store.remember(cluster)
         wanted: dict[str, dict[str, Any]] = {}
+        topics = list(topics)
+        self.finalizer.sync([t for t in topics if self.owns(t)])
+        self.loop.retained = self.finalizer.retained
         for body in topics:
-            if not self.owns(body):
-                continue
+            if not self.owns(body) or finalizing.deleting(body):
+                continue  # a deleted Topic leaves the state (its finalizer waits for that)
             name = full_name(body)
             self.store.remember(body)
             held = self.loop.topics.get(name)
@@ -397,6 +402,14 @@ class ClusterRuntime:
             }
             for name, t in decision.state.topics.items()
         ]
+        await self.finalizer.release_finished(
+            decision.state.topics,
+            decision.state.generation,
+            decision.state.brokers,
+            live,
+            self.loop.heartbeats,
+            self.loop.broker_generations,
+        )
         blockers = workloads.scale_down_blockers(replicas, statuses)
         if set(blockers) != set(self.blockers) and self.reapply is not None:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
