@@ -47,7 +47,7 @@ from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
-from headrace.operator import finalizing, workloads
+from headrace.operator import finalizing, restarting, workloads
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
 from headrace.operator.surfaces import STEP, OperatorMetrics
@@ -108,6 +108,8 @@ class PodFleet:
         self.namespace = namespace
         self.selector = f"{workloads.CLUSTER_LABEL}={cluster_name}"
         self.http = HttpFleet([], clock, timeout_ms)
+        #: the cluster's pods as last listed
+        self.listed: list[dict[str, Any]] = []
 
     async def start(self) -> None:
         await self.http.start()
@@ -117,6 +119,7 @@ class PodFleet:
 
     async def refresh(self) -> None:
         pods = await self.api.list("v1", "Pod", self.namespace, self.selector)
+        self.listed = pods
         brokers = {}
         for pod in pods:
             broker_id = workloads.broker_id_of(pod)
@@ -276,6 +279,9 @@ class ClusterRuntime:
         self.reapply = reapply
         #: deleted Topics the finalizer holds until the brokers let their data go
         self.finalizer = finalizing.TopicFinalizer(api, events)
+        #: the rolling restart of the pods (a changed pod template: brokerConfig, image)
+        self.rollout = restarting.Rollout(api, self.namespace, self.name, events)
+        self.api = api
         #: the paused Topics, with the generation they are at
         self._paused: dict[str, int] = {}
         #: the brokers a refused scale down keeps, as of the last step
@@ -414,9 +420,22 @@ class ClusterRuntime:
         if set(blockers) != set(self.blockers) and self.reapply is not None:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
         self.blockers = blockers
-        await self.store.write_workload_status(
-            cluster_conditions(self.cluster, live, now, blockers)
+        workload = cluster_conditions(self.cluster, live, now, blockers)
+        pods = (
+            self.pods.listed
+            if self.pods is not None
+            else await self.api.list(
+                "v1", "Pod", self.namespace, f"{workloads.CLUSTER_LABEL}={self.name}"
+            )
         )
+        await self.rollout.step(decision, pods, replicas, self.clock.now_ms())
+        previous = {c.get("type"): c for c in self.store.workload_conditions()}
+        restarting_condition = self.rollout.condition(
+            previous.get(restarting.RESTARTING), generation_of(self.cluster), now
+        )
+        if restarting_condition is not None:
+            workload["conditions"].append(restarting_condition)
+        await self.store.write_workload_status(workload)
         return decision
 
     def _topic_conditions(self, name: str, now: str) -> list[dict[str, Any]]:

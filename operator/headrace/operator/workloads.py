@@ -14,8 +14,10 @@ server-side applies, with no I/O:
   **client Service**;
 * a **PodDisruptionBudget** (``maxUnavailable: 1``);
 * a **ConfigMap** with the cluster's ``brokerConfig``; its hash is a pod
-  template annotation, so a config change rolls the pods (one at a time, the
-  StatefulSet's RollingUpdate).
+  template annotation, so a config change makes a new pod revision. The
+  StatefulSet's ``updateStrategy`` is ``OnDelete``: the operator rolls the pods
+  itself, one at a time, draining each broker's leadership first and waiting
+  for every live replica set to be whole again before the next (``rollout``).
 
 Every object carries an owner reference to the BrokerCluster, so deleting
 the cluster lets the garbage collector delete them (the PVCs follow the
@@ -275,7 +277,8 @@ def statefulset(
             "replicas": spec.replicas if replicas is None else replicas,
             # brokers start together: each waits for the controller, not for its peers
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            # the operator rolls the pods itself, draining each first (``rollout``)
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": _selector(name)},
             "template": {
                 "metadata": {
