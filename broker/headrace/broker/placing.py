@@ -72,7 +72,7 @@ class Placer:
                     if retain:
                         self.registry.retain_topic(name)
                     else:
-                        self.registry.topics.pop(name, None)
+                        self.registry.forget_topic(name)
                 case _ if (action.topic, action.index) in deferred:
                     continue
                 case plan.Reopen(topic, index, moves, start_offset, epoch):

@@ -467,6 +467,21 @@ class TopicRegistry:
         if not keep_files:
             shutil.rmtree(topic.directory / str(index), ignore_errors=True)
 
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic whose partitions were dropped here: forget it and remove what is
+        left of its directory (its ``topic.json``), so a restart does not load it again."""
+        topic = self.topics.pop(canonical_topic_name(name), None)
+        if topic is None or topic.partitions:
+            return  # partitions left: not ours to remove (``drop_partition`` first)
+        graveyard = self._root.parent / "deleted"
+        graveyard.mkdir(exist_ok=True)
+        target = graveyard / f"{topic.name.replace('/', '.')}.{time.time_ns()}"
+        try:
+            os.replace(topic.directory, target)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(target, ignore_errors=True)
+
     def retain_topic(self, name: str) -> Path | None:
         """A topic deleted with ``deletionPolicy: Retain``: forget it, and move its directory
         (closed partitions and all) to ``<data dir>/retained/<namespace>.<name>.<ns>``,

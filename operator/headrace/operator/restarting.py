@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
@@ -51,6 +51,7 @@ def pod_view(pod: Mapping[str, Any]) -> rollout.PodView | None:
         (meta.get("labels") or {}).get(rollout.REVISION_LABEL),
         ready,
         bool(meta.get("deletionTimestamp")),
+        str(meta.get("uid", "")),
     )
 
 
@@ -85,6 +86,8 @@ class Rollout:
         self.events = events
         self.settings = settings or RolloutSettings()
         self.drains_started_ms: dict[int, int] = {}
+        #: broker -> uid of the pod deleted, until its replacement is back (``rollout.back``)
+        self.restarted: dict[int, str] = {}
         self.last: rollout.Action = rollout.Idle()
 
     def _tell(self, kind: str, message: str) -> None:
@@ -121,7 +124,12 @@ class Rollout:
             now_ms,
             self.drains_started_ms,
             self.settings.drain_timeout_ms,
+            dict(self.restarted),
         )
+        for broker in rollout.back(seen):
+            del self.restarted[broker]
+            self._tell("RollingRestart", f"broker {broker}: back in a new pod")
+        seen = replace(seen, restarted=dict(self.restarted))
         action = rollout.next_action(seen)
         match action:
             case rollout.Drain(broker):
@@ -135,6 +143,7 @@ class Rollout:
                 meta = pod["metadata"]
                 await self.api.delete(ObjectRef("v1", "Pod", self.namespace, meta["name"]))
                 self.drains_started_ms.pop(broker, None)
+                self.restarted[broker] = str(meta.get("uid", ""))
                 note = (
                     f"; the drain timed out, {len(still_leading)} partitions fail over"
                     if still_leading

@@ -15,6 +15,8 @@ ordinal first (as the StatefulSet controller would), one at a time:
 
     situation (first match wins)                              action
     --------------------------------------------------------  --------------------------------
+    a pod this rollout deleted is not back (a new pod, ready, Wait
+      its broker live and no longer draining)
     no outdated pod                                           Idle
     a pod is terminating, missing, not ready or its broker    Wait (the previous restart is
       is not live                                             not over)
@@ -37,7 +39,7 @@ over as in a crash.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 #: the label the StatefulSet controller puts on each pod: the revision it was made from
@@ -52,6 +54,7 @@ class PodView:
     revision: str | None
     ready: bool
     terminating: bool
+    uid: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,8 @@ class Seen:
     #: broker -> when the operator asked it to drain, or first saw it draining
     drains_started_ms: Mapping[int, int]
     drain_timeout_ms: int
+    #: broker -> the uid of the pod this rollout deleted, until its replacement is back
+    restarted: Mapping[int, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +137,27 @@ def movable_leaderships(seen: Seen, broker: int) -> list[str]:
     )
 
 
+def back(seen: Seen) -> set[int]:
+    """Restarted brokers whose new process is up: a new pod, ready, its broker live and not
+    draining (the old process was; so a heartbeat the old one sent cannot pass for it)."""
+    return {
+        b
+        for b, uid in seen.restarted.items()
+        if (pod := seen.pods.get(b)) is not None
+        and pod.uid != uid
+        and pod.ready
+        and b in seen.live
+        and b not in seen.draining
+    }
+
+
 def next_action(seen: Seen) -> Action:
     """The one thing to do now; see the module's table."""
     pending = outdated(seen)
+    returning = sorted(set(seen.restarted) - back(seen))
+    if returning:
+        b = returning[0]
+        return Wait(b, f"waiting for broker {b} to come back in a new pod")
     if not pending:
         return Idle()
     for broker in range(seen.replicas):

@@ -223,7 +223,7 @@ def test_a_deleted_topic_is_removed_from_disk_unless_retained(
 
     apply(placer, topology(leader=ME))
     apply(placer, ClusterTopology(5, "c1", []))
-    assert not (tmp_path / "topics" / TOPIC / "0").exists()
+    assert not (tmp_path / "topics" / TOPIC).exists()  # partition and topic.json
     assert len(list((tmp_path / "retained").iterdir())) == 1
 
 

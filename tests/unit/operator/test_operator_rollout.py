@@ -77,6 +77,17 @@ def test_the_next_restart_waits_for_the_previous_pod_and_a_whole_lrs() -> None:
         assert isinstance(rollout.next_action(case), Wait), case
 
 
+def test_a_deleted_pod_must_come_back_as_a_new_process_before_anything_else() -> None:
+    pods = {**updated(2), 2: PodView(2, "new", True, False, uid="u-old")}
+    waiting = seen(pods=pods, restarted={2: "u-old"})
+    assert isinstance(rollout.next_action(waiting), Wait)  # the old pod, still listed
+    pods[2] = PodView(2, "new", True, False, uid="u-new")
+    stale = seen(pods=pods, restarted={2: "u-old"}, draining=frozenset({2}))
+    assert isinstance(rollout.next_action(stale), Wait)  # the old process's heartbeat
+    fresh = seen(pods=pods, restarted={2: "u-old"})
+    assert rollout.back(fresh) == {2}
+
+
 # --------------------------------------------------------------------------- the runtime
 
 
@@ -98,6 +109,7 @@ def pod(broker: int, revision: str) -> dict[str, Any]:
     return {
         "metadata": {
             "name": f"demo-{broker}",
+            "uid": f"uid-{broker}-{revision}",
             "labels": {
                 "apps.kubernetes.io/pod-index": str(broker),
                 "controller-revision-hash": revision,
