@@ -260,9 +260,13 @@ def test_a_broker_config_change_rolls_the_pods_one_at_a_time_with_nothing_lost(
         ], messages
         assert all("leading nothing" in m for m in deletes), deletes
         # no election caused by a failure: every leader change was a hand-off or hand-back
-        topic_events = events(cluster, namespace, "Topic", "rolled")
-        lost = [e["message"] for e in topic_events if e["reason"] == "LeaderLost"]
+        # (an event's reason is the last rule of a step's chain; the message names the rest)
+        topic_events = [
+            f"{e['reason']}: {e['message']}" for e in events(cluster, namespace, "Topic", "rolled")
+        ]
+        lost = [e for e in topic_events if "LeaderLost" in e or "CandidateLost" in e]
         assert lost == [] and offline == [], (lost, offline)
+        assert any("LeaderDraining" in e for e in topic_events), topic_events
 
         consumed = procs.run_headrace(
             "consume",
