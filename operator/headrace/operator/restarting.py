@@ -88,6 +88,8 @@ class Rollout:
         self.drains_started_ms: dict[int, int] = {}
         #: broker -> uid of the pod deleted, until its replacement is back (``rollout.back``)
         self.restarted: dict[int, str] = {}
+        #: brokers this rollout asked to drain (to call it off if they need no restart now)
+        self.asked: set[int] = set()
         self.last: rollout.Action = rollout.Idle()
 
     def _tell(self, kind: str, message: str) -> None:
@@ -130,11 +132,13 @@ class Rollout:
             del self.restarted[broker]
             self._tell("RollingRestart", f"broker {broker}: back in a new pod")
         seen = replace(seen, restarted=dict(self.restarted))
+        await self._call_off_drains(seen, listed)
         action = rollout.next_action(seen)
         match action:
             case rollout.Drain(broker):
                 pod = next(p for p in listed if workloads.broker_id_of(p) == broker)
                 await self._drain(pod)
+                self.asked.add(broker)
                 self.drains_started_ms.setdefault(broker, now_ms)
                 if action != self.last:
                     self._tell("RollingRestart", f"broker {broker}: draining its leadership")
@@ -143,6 +147,7 @@ class Rollout:
                 meta = pod["metadata"]
                 await self.api.delete(ObjectRef("v1", "Pod", self.namespace, meta["name"]))
                 self.drains_started_ms.pop(broker, None)
+                self.asked.discard(broker)
                 self.restarted[broker] = str(meta.get("uid", ""))
                 note = (
                     f"; the drain timed out, {len(still_leading)} partitions fail over"
@@ -156,7 +161,24 @@ class Rollout:
         self.last = action
         return action
 
-    async def _drain(self, pod: Mapping[str, Any]) -> None:
+    async def _call_off_drains(
+        self, seen: rollout.Seen, listed: Iterable[Mapping[str, Any]]
+    ) -> None:
+        """A broker this rollout drained whose pod needs no restart any more (the template
+        went back): let it lead again."""
+        current = set(rollout.outdated(seen))
+        for broker in sorted(self.asked - current):
+            self.asked.discard(broker)
+            self.drains_started_ms.pop(broker, None)
+            pod = next((p for p in listed if workloads.broker_id_of(p) == broker), None)
+            view = seen.pods.get(broker)
+            if pod is not None and view is not None and not view.terminating:
+                await self._drain(pod, method="DELETE")
+                self._tell(
+                    "RollingRestart", f"broker {broker}: no restart needed, drain called off"
+                )
+
+    async def _drain(self, pod: Mapping[str, Any], method: str = "POST") -> None:
         ip = (pod.get("status") or {}).get("podIP")
         if not ip:
             return
@@ -165,7 +187,7 @@ class Rollout:
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as session,
-                session.post(url) as response,
+                session.request(method, url) as response,
             ):
                 response.raise_for_status()
         except (aiohttp.ClientError, TimeoutError) as exc:

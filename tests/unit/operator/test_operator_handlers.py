@@ -229,3 +229,22 @@ def test_the_lease_goes_to_its_holder_or_to_anyone_once_it_expired(
     spec: dict[str, Any] | None, may: bool
 ) -> None:
     assert may_acquire(spec, "me", NOW) is may
+
+
+async def test_a_deleted_topic_of_a_missing_cluster_is_let_go_at_once() -> None:
+    orphan = topic()
+    orphan["spec"]["clusterRef"]["name"] = "absent"
+    orphan["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER, "example.com/other"]
+    orphan["metadata"]["deletionTimestamp"] = "2026-11-24T10:00:00Z"
+    api = FakeApi(orphan)
+    memo = memo_over(api)
+    body = api.body("Topic", "orders")
+    await handlers.topic_changed(
+        namespace="ns",
+        spec=body["spec"],
+        body=body,
+        memo=memo,
+        type="MODIFIED",
+        clusters_index={("ns", "demo"): [CLUSTER]},
+    )
+    assert api.body("Topic", "orders")["metadata"]["finalizers"] == ["example.com/other"]

@@ -119,6 +119,44 @@ def pod(broker: int, revision: str) -> dict[str, Any]:
     }
 
 
+def statefulset_at(revision: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "demo", "namespace": "ns"},
+        "spec": {"replicas": 3},
+        "status": {"updateRevision": revision},
+    }
+
+
+async def test_a_drain_is_called_off_when_the_template_goes_back() -> None:
+    api = FakeApi(CLUSTER, topic(partitions=3), statefulset_at("r2"))
+    api.pods = [pod(b, "r1") for b in range(3)]
+    clock = ManualClock()
+    fleet = ScriptedFleet(
+        tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(3)), clock
+    )
+    events: list[Any] = []
+    runtime = ClusterRuntime(
+        api,
+        api.body("BrokerCluster", "demo"),
+        [api.body("Topic", "orders")],
+        [],
+        clock,
+        fleet=fleet,
+        events=events.append,
+    )
+    for _ in range(6):
+        runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])
+        await runtime.step()
+        clock.advance(500)
+    assert runtime.rollout.asked == {2}
+    api.put(statefulset_at("r1"))
+    await runtime.step()
+    assert runtime.rollout.asked == set()
+    assert any("drain called off" in e.message for e in events)
+
+
 async def test_a_new_revision_rolls_every_pod_one_at_a_time_draining_each_first() -> None:
     statefulset = {
         "apiVersion": "apps/v1",
