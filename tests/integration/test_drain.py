@@ -77,7 +77,7 @@ def test_a_drained_broker_leads_nothing_and_gets_nothing_back_until_called_off(
     # several quiet periods later it still leads nothing: no hand-back to a draining broker
     steps = cluster.state()["steps"]
     cluster.wait(
-        lambda: cluster.state()["steps"] >= steps + 3 * QUIET_MS // 1000 * 2,
+        lambda: cluster.state()["steps"] >= steps + 3 * QUIET_MS // 1000,
         what="controller steps over three quiet periods",
     )
     assert all(p["leader"] != 0 for p in cluster.partitions(TOPIC))
