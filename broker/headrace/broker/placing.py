@@ -68,8 +68,11 @@ class Placer:
                     partition = self.registry.open_partition(self.registry.get(topic), index)
                     partition.min_in_sync = min_in_sync
                     self.tiering.attach(partition)
-                case plan.DropTopic(name):
-                    self.registry.topics.pop(name, None)
+                case plan.DropTopic(name, retain):
+                    if retain:
+                        self.registry.retain_topic(name)
+                    else:
+                        self.registry.forget_topic(name)
                 case _ if (action.topic, action.index) in deferred:
                     continue
                 case plan.Reopen(topic, index, moves, start_offset, epoch):
@@ -88,13 +91,13 @@ class Placer:
                     self.tiering.seal(self._partition(topic, index), took_over=took_over)
                 case plan.Unseal(topic, index):
                     self.tiering.unseal(self._partition(topic, index))
-                case plan.Drop(topic, index, forget):
+                case plan.Drop(topic, index, forget, retain):
                     t = self.registry.topics[topic]
                     partition = t.partitions[index]
                     if forget:
                         self.tiering.forget(partition)  # the topic is gone: its objects too
                     self.tiering.detach(partition)
-                    self.registry.drop_partition(t, index)
+                    self.registry.drop_partition(t, index, keep_files=retain)
 
     def _partition(self, topic: str, index: int) -> Partition:
         return self.registry.topics[topic].partitions[index]

@@ -438,6 +438,10 @@ class ClusterTopology:
     cluster_id: str
     brokers: list[BrokerEndpoint]
     topics: list[TopicPlacement] = field(default_factory=list)
+    #: deleted topics whose copies brokers keep on disk (a Topic with ``deletionPolicy:
+    #: Retain`` being deleted): a broker hosting one closes it and moves its files aside
+    #: instead of removing them. Absent: every topic the document does not name is deleted.
+    retained: list[str] = field(default_factory=list)
 
     def broker(self, broker_id: int) -> BrokerEndpoint | None:
         return next((b for b in self.brokers if b.id == broker_id), None)
@@ -468,6 +472,7 @@ class ClusterTopology:
             "clusterId": self.cluster_id,
             "brokers": [b.to_json() for b in self.brokers],
             "topics": [t.to_json() for t in self.topics],
+            **({"retained": list(self.retained)} if self.retained else {}),
         }
 
     @classmethod
@@ -478,6 +483,7 @@ class ClusterTopology:
             optional(doc, "clusterId", str, w) or "local",
             [BrokerEndpoint.from_json(b) for b in required_objects(doc, "brokers", w)],
             [TopicPlacement.from_json(t) for t in objects(doc, "topics", w)],
+            [str(n) for n in optional(doc, "retained", list, w) or []],
         )
 
 

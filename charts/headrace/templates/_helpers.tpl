@@ -71,10 +71,10 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch]
-# the brokers' pod IPs
+# the brokers' pod IPs; a rolling restart deletes one pod at a time
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list]
+  verbs: [list, delete]
 # elections, moves, failures as Events
 - apiGroups: ["", events.k8s.io]
   resources: [events]

@@ -173,7 +173,7 @@ def bench(
 
 
 def _register_commands() -> None:
-    from headrace.cli import acl, cluster, cohorts, consume, topics
+    from headrace.cli import acl, cluster, cohorts, consume, drain, topics
     from headrace.cli import local as local_mode
 
     main.add_command(acl.acl)
@@ -185,6 +185,7 @@ def _register_commands() -> None:
     main.add_command(local_mode.local)
     main.add_command(local_mode.apply)
     main.add_command(local_mode.delete)
+    main.add_command(drain.drain_command)
 
 
 _register_commands()

@@ -225,6 +225,9 @@ class ControlLoop:
         self.steps = 0
         self.generation_bumps = 0
         self.pushes = 0
+        #: deleted topics whose copies the brokers keep (``deletionPolicy: Retain``); the
+        #: caller keeps a name here until every broker has moved its copy aside
+        self.retained: frozenset[str] = frozenset()
         #: the last spec of each Topic that parsed (one that stops parsing keeps it)
         self._parsed: dict[str, TopicSpec] = {}
         #: the problems behind the Ready conditions last written (rewrite only on change)
@@ -558,6 +561,7 @@ class ControlLoop:
                 for name in self.state.topics
                 if name in self.topics
             },
+            retained=self.retained,
         ).to_json()
 
     def state_document(self) -> dict[str, Any]:

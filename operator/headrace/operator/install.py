@@ -41,8 +41,8 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     (("apps",), ("statefulsets",), ("get", "create", "patch")),
     (("",), ("services", "configmaps"), ("get", "create", "patch")),
     (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
-    # the brokers' pod IPs
-    (("",), ("pods",), ("list",)),
+    # the brokers' pod IPs; a rolling restart deletes one pod at a time
+    (("",), ("pods",), ("list", "delete")),
     # elections, moves, failures as Events
     (("", "events.k8s.io"), ("events",), ("create", "patch")),
     # one active replica

@@ -47,7 +47,7 @@ from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
-from headrace.operator import objectstores, repartitioning, workloads
+from headrace.operator import finalizing, objectstores, repartitioning, restarting, workloads
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
 from headrace.operator.surfaces import STEP, OperatorMetrics
@@ -311,6 +311,11 @@ class ClusterRuntime:
         )
         self.events = events
         self.reapply = reapply
+        #: deleted Topics the finalizer holds until the brokers let their data go
+        self.finalizer = finalizing.TopicFinalizer(api, events)
+        #: the rolling restart of the pods (a changed pod template: brokerConfig, image)
+        self.rollout = restarting.Rollout(api, self.namespace, self.name, events)
+        self.api = api
         #: the paused Topics, with the generation they are at
         self._paused: dict[str, int] = {}
         #: the brokers a refused scale down keeps, as of the last step
@@ -352,9 +357,12 @@ class ClusterRuntime:
         self.cluster = dict(cluster)
         self.store.remember(cluster)
         wanted: dict[str, dict[str, Any]] = {}
+        topics = list(topics)
+        self.finalizer.sync([t for t in topics if self.owns(t)])
+        self.loop.retained = self.finalizer.retained
         for body in topics:
-            if not self.owns(body):
-                continue
+            if not self.owns(body) or finalizing.deleting(body):
+                continue  # a deleted Topic leaves the state (its finalizer waits for that)
             name = full_name(body)
             self.store.remember(body)
             held = self.loop.topics.get(name)
@@ -438,16 +446,38 @@ class ClusterRuntime:
             }
             for name, t in decision.state.topics.items()
         ]
+        await self.finalizer.release_finished(
+            decision.state.topics,
+            decision.state.generation,
+            decision.state.brokers,
+            live,
+            self.loop.heartbeats,
+            self.loop.broker_generations,
+        )
         blockers = workloads.scale_down_blockers(replicas, statuses)
         if set(blockers) != set(self.blockers) and self.reapply is not None:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
         self.blockers = blockers
         store = self._object_store()
-        pods = self.pods.listed if self.pods is not None else []
-        health = await self.store_checks.check(store, pods, self.loop.heartbeats)
-        await self.store.write_workload_status(
-            cluster_conditions(self.cluster, live, now, blockers, None if store is None else health)
+        pods = (
+            self.pods.listed
+            if self.pods is not None
+            else await self.api.list(
+                "v1", "Pod", self.namespace, f"{workloads.CLUSTER_LABEL}={self.name}"
+            )
         )
+        health = await self.store_checks.check(store, pods, self.loop.heartbeats)
+        workload = cluster_conditions(
+            self.cluster, live, now, blockers, None if store is None else health
+        )
+        await self.rollout.step(decision, pods, replicas, self.clock.now_ms())
+        previous = {c.get("type"): c for c in self.store.workload_conditions()}
+        restarting_condition = self.rollout.condition(
+            previous.get(restarting.RESTARTING), generation_of(self.cluster), now
+        )
+        if restarting_condition is not None:
+            workload["conditions"].append(restarting_condition)
+        await self.store.write_workload_status(workload)
         return decision
 
     def _object_store(self) -> ObjectStore | None:

@@ -8,13 +8,16 @@ server-side applies, with no I/O:
   ``volumeClaimTemplates``, readiness on ``/readyz`` and liveness on
   ``/healthz``; every broker runs ``headrace broker --cluster`` and binds its
   pod IP (which it also advertises), so the operator can poll its heartbeat
-  on that IP with the same protocol as local mode;
+  on that IP with the same protocol as local mode; a ``preStop`` hook
+  (``headrace drain``) moves the broker's leadership away before it stops;
 * a **headless Service** (stable pod identities for the StatefulSet) and a
   **client Service**;
 * a **PodDisruptionBudget** (``maxUnavailable: 1``);
 * a **ConfigMap** with the cluster's ``brokerConfig``; its hash is a pod
-  template annotation, so a config change rolls the pods (one at a time, the
-  StatefulSet's RollingUpdate).
+  template annotation, so a config change makes a new pod revision. The
+  StatefulSet's ``updateStrategy`` is ``OnDelete``: the operator rolls the pods
+  itself, one at a time, draining each broker's leadership first and waiting
+  for every live replica set to be whole again before the next (``rollout``).
 
 Every object carries an owner reference to the BrokerCluster, so deleting
 the cluster lets the garbage collector delete them (the PVCs follow the
@@ -198,9 +201,19 @@ def store_env(store: ObjectStore | None) -> list[dict[str, Any]]:
     ]
 
 
+def drain_command(settings: WorkloadSettings) -> list[str]:
+    """The preStop hook: ``headrace drain``, bounded well inside the grace period so the
+    broker still gets SIGTERM with time to flush and close its logs."""
+    grace = settings.termination_grace_seconds
+    timeout = max(1, min(grace - 10, (grace * 2) // 3))
+    return [*settings.broker_command, "drain", "--timeout", str(timeout)]
+
+
 def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        # the preStop hook's ``headrace drain`` finds the broker's admin port here
+        {"name": "HEADRACE_ADMIN_URL", "value": f"http://$(POD_IP):{ADMIN_PORT}"},
         {
             "name": "HEADRACE_BROKER_ID",
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{POD_INDEX_LABEL}']"}},
@@ -267,6 +280,8 @@ def statefulset(
             "failureThreshold": 6,
         },
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        # controlled shutdown: move leadership off before SIGTERM (``cli.drain``)
+        "lifecycle": {"preStop": {"exec": {"command": drain_command(settings)}}},
     }
     requirements = spec.resources.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     if requirements:
@@ -300,7 +315,8 @@ def statefulset(
             "replicas": spec.replicas if replicas is None else replicas,
             # brokers start together: each waits for the controller, not for its peers
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            # the operator rolls the pods itself, draining each first (``rollout``)
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": _selector(name)},
             "template": {
                 "metadata": {

@@ -83,6 +83,13 @@ class Delivery(Model):
     ``brokerConfig.cohortGraceMs``."""
 
 
+class DeletionPolicy(enum.StrEnum):
+    """What happens to a Topic's data when the Topic is deleted."""
+
+    RETAIN = "Retain"
+    DELETE = "Delete"
+
+
 def _default_min_in_sync(data: dict[str, object]) -> int:
     replicas = data.get("replicas", 3)
     return min(2, replicas) if isinstance(replicas, int) else 2
@@ -126,6 +133,13 @@ class TopicSpec(Model):
     """Upload to object storage."""
     delivery: Delivery = Field(default_factory=Delivery)
     """Cohort delivery settings."""
+    deletion_policy: DeletionPolicy = DeletionPolicy.RETAIN
+    """What deleting the Topic does to its data. ``Retain`` (the default: data is not lost
+    by a stray ``kubectl delete``): every broker closes its copies and moves them aside, to
+    ``retained/`` in its data directory, and the topic leaves the routing table. ``Delete``:
+    the brokers remove their copies, and the leaders the topic's objects in the object
+    store. Either way the operator's finalizer (``headrace.dev/topic-data``) keeps the Topic
+    until the brokers have done it."""
 
     @field_validator("min_in_sync")
     @classmethod

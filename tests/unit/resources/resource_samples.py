@@ -80,6 +80,7 @@ COMPLETE: dict[str, dict[str, Any]] = {
             "segments": {"bytes": 1048576, "ms": 60000},
             "maxBatchBytes": 65536,
             "cleanupPolicy": "compact",
+            "deletionPolicy": "Delete",
             "tieredStorage": {
                 "enabled": False,
                 "uploadIntervalSeconds": 5,
