@@ -48,8 +48,9 @@ def store_client(server: minio_server.MinioServer) -> ObjectStore:
 
 @contextmanager
 def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[Path]:
-    """The operator as a host process watching ``namespace``; on exit the BrokerClusters are
-    deleted while it runs (it removes its finalizer), then it is stopped."""
+    """The operator as a host process watching ``namespace``; on exit the Topics, then the
+    BrokerClusters are deleted while it runs (it removes their finalizers: a Topic's data
+    finalizer needs the brokers), then it is stopped."""
     cluster.kubectl_run("apply", "-f", str(REPO / "crds"))
     proc = procs.spawn(
         [
@@ -77,6 +78,9 @@ def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[Path]:
         print(log.read_text()[-8000:], file=sys.stderr)
         raise
     finally:
+        cluster.kubectl_run(
+            "delete", "topic", "--all", "-n", namespace, "--timeout=60s", check=False, timeout=90
+        )
         cluster.kubectl_run(
             "delete", "brokercluster", "--all", "-n", namespace, "--timeout=60s",
             check=False, timeout=90,
