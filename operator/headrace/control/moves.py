@@ -113,7 +113,9 @@ class Moved:
     summary: Summary
 
 
-DEFAULT_MAX_CONCURRENT: Final = 8
+#: plan-and-advance rounds per step; each round that changes something starts or finishes
+#: a move, so a handful reach the fixpoint in practice
+_MAX_ROUNDS: Final = 8
 
 
 def step(
@@ -133,22 +135,33 @@ def step(
     is working on; no move starts there.
     """
     events: list[tuple[str, str, str]] = []
-    planned = dict(topics)
+    out = dict(topics)
     summary = Summary()
-    if members is not None:
-        summary = _plan(planned, frozenset(members), liveness, busy, settings, events)
-    # Advance after planning, so a fresh target that is already in sync completes in this
-    # very step and a second step on the same evidence changes nothing.
-    out: dict[str, TopicStatus] = {}
-    for name in sorted(planned):
-        topic = planned[name]
-        parts = tuple(
-            _advance(
-                name, p, liveness, reports.get((name, p.partition), {}), now_ms, settings, events
+    # Plan, then advance, until neither changes anything: a fresh target already in sync
+    # completes in this very step, and the budget a completed move frees is used now, so
+    # a second step on the same evidence changes nothing.
+    for _ in range(_MAX_ROUNDS):
+        before = dict(out)
+        if members is not None:
+            summary = _plan(out, frozenset(members), liveness, busy, settings, events)
+        for name in sorted(out):
+            topic = out[name]
+            parts = tuple(
+                _advance(
+                    name,
+                    p,
+                    liveness,
+                    reports.get((name, p.partition), {}),
+                    now_ms,
+                    settings,
+                    events,
+                )
+                for p in topic.partitions
             )
-            for p in topic.partitions
-        )
-        out[name] = topic if parts == topic.partitions else replace(topic, partitions=parts)
+            if parts != topic.partitions:
+                out[name] = replace(topic, partitions=parts)
+        if out == before:
+            break
     moving = sum(1 for t in out.values() for p in t.partitions if p.target)
     summary = replace(summary, moving=moving)
     if members is not None:
@@ -281,41 +294,47 @@ def _plan(
     warming = liveness.warming_up
 
     # 1. evacuate non-members (and retarget moves onto brokers that stopped being members)
-    needs_evacuation = False
-    for name in sorted(topics):
+    # A scale-down is all or nothing: while any partition cannot leave, none starts to (a
+    # half-evacuated broker helps nobody), and the summary says why.
+    evacuees = [
+        (name, i)
+        for name in sorted(topics)
+        for i, p in enumerate(topics[name].partitions)
+        if not all(b in members for b in p.replicas)
+    ]
+    for name, i in evacuees:
+        p = topics[name].partitions[i]
+        why = _stranded(p, members, liveness) or _too_few(p, members, eligible)
+        if why:
+            gone = sorted(b for b in p.replicas if b not in members)
+            blocked.append(f"partition {name}/{p.partition} cannot leave brokers {gone}: {why}")
+    for name, i in evacuees if not blocked else ():
         topic = topics[name]
+        p = topic.partitions[i]
+        if all(b in members for b in _final(p)):
+            continue  # its move is already on its way off them
+        if warming or name in busy or p.seal or (not p.target and budget == 0):
+            waiting += 1
+            continue
         load = _load(topic, cluster_holds)
+        target = _evacuation_target(p, members, eligible, load)
+        if target is None:  # ruled out by _too_few
+            continue
+        if not p.target:
+            budget -= 1
         parts = list(topic.partitions)
-        for i, p in enumerate(parts):
-            if all(b in members for b in _final(p)):
-                continue
-            needs_evacuation = True
-            if warming or name in busy or p.seal:
-                waiting += 1
-                continue
-            if not p.target and budget == 0:
-                waiting += 1
-                continue
-            why = _stranded(p, members, liveness)
-            target = None if why else _evacuation_target(p, members, eligible, load)
-            if target is None:
-                blocked.append(
-                    f"partition {name}/{p.partition} cannot leave brokers"
-                    f" {sorted(b for b in _final(p) if b not in members)}: "
-                    + (why or f"no live member can take its replicas (eligible {eligible})")
-                )
-                continue
-            if not p.target:
-                budget -= 1
-            parts[i] = _retarget(p, target, load, cluster_holds)
-            events.append(
-                (
-                    "MoveStarted",
-                    f"{name}/{p.partition}",
-                    f"evacuating: replicas {list(p.replicas)} -> target {list(target)}",
-                )
-            )
+        parts[i] = _retarget(p, target, load, cluster_holds)
         topics[name] = replace(topic, partitions=tuple(parts))
+        events.append(
+            (
+                "MoveStarted",
+                f"{name}/{p.partition}",
+                f"evacuating: replicas {list(p.replicas)} -> target {list(target)}",
+            )
+        )
+    if blocked:
+        waiting += sum(1 for name, i in evacuees if not topics[name].partitions[i].target)
+    needs_evacuation = bool(evacuees)
 
     # 2. balance members' shares of every topic
     if not needs_evacuation and not warming and set(eligible) == members:
@@ -367,6 +386,18 @@ def _stranded(p: PartitionStatus, members: frozenset[int], liveness: Liveness) -
         return (
             f"its in-sync replicas {list(p.live_replicas)} are down and {gone} are being"
             " removed: removing them would lose its last in-sync replica; bring them back"
+        )
+    return None
+
+
+def _too_few(p: PartitionStatus, members: frozenset[int], eligible: list[int]) -> str | None:
+    """Why ``p`` cannot have all its replicas on members, or None."""
+    rf = len(_final(p))
+    usable = set(eligible) | {b for b in _final(p) if b in members}
+    if len(usable) < rf:
+        return (
+            f"{rf} replicas need {rf} live members, {len(usable)} available"
+            f" ({sorted(usable)}): a scale-down below the replication factor is refused"
         )
     return None
 
