@@ -71,7 +71,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Final
+from typing import Any, Final
 
 from headrace.control.liveness import Liveness
 from headrace.control.model import PartitionState, PartitionStatus, TopicStatus, normalise_lrs
@@ -103,6 +103,15 @@ class Summary:
     @property
     def rebalancing(self) -> bool:
         return bool(self.moving or self.waiting)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "moving": self.moving,
+            "waiting": self.waiting,
+            "blocked": list(self.blocked),
+            "released": sorted(self.released),
+            "evacuating": sorted(self.evacuating),
+        }
 
 
 @dataclass(frozen=True, slots=True)
