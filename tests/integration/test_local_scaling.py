@@ -112,6 +112,13 @@ async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalClust
         assert all(3 not in p["replicas"] for p in parts), parts
         assert [b["id"] for b in cluster.record["brokers"]] == [0, 1, 2]
         cluster.wait(lambda: online(cluster), what="topic online on 3 brokers")
+
+        # 3 brokers, replication factor 3: a further scale-down is refused, nothing moves
+        code, err = await asyncio.to_thread(headrace, cluster, "remove-broker", "--timeout", "30")
+        assert code == 1
+        assert "removing broker 2 is refused" in err and "below the replication factor" in err
+        assert [b["id"] for b in cluster.record["brokers"]] == [0, 1, 2]
+        assert all(len(p["replicas"]) == 3 for p in cluster.partitions(TOPIC))
         await asyncio.sleep(1.0)
     finally:
         stop.set()
