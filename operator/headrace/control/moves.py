@@ -91,7 +91,8 @@ class Summary:
 
     #: partitions with a move in flight
     moving: int = 0
-    #: partitions that need a move that has not started (over the concurrency cap)
+    #: partitions that need a move that has not started (over the concurrency cap, or
+    #: their topic is busy); a blocked scale-down's partitions are not counted
     waiting: int = 0
     #: why a needed move cannot start (a scale-down that would lose data); empty if none
     blocked: tuple[str, ...] = ()
@@ -341,8 +342,6 @@ def _plan(
                 f"evacuating: replicas {list(p.replicas)} -> target {list(target)}",
             )
         )
-    if blocked:
-        waiting += sum(1 for name, i in evacuees if not topics[name].partitions[i].target)
     needs_evacuation = bool(evacuees)
 
     # 2. balance members' shares of every topic
