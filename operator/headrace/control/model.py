@@ -124,6 +124,12 @@ class PartitionStatus:
     target: tuple[int, ...] = ()
 
     @property
+    def replication_factor(self) -> int:
+        """How many replicas the partition has when no move runs (a move's ``replicas`` is
+        the old set plus the adding ones; its target has the partition's factor)."""
+        return len(self.target or self.replicas)
+
+    @property
     def owner(self) -> int | None:
         """Whom to route to: the leader, or the candidate while one is promoting."""
         return self.leader if self.leader is not None else self.candidate

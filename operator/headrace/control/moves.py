@@ -198,6 +198,10 @@ def _advance(
     settings: ControlSettings,
     events: list[tuple[str, str, str]],
 ) -> PartitionStatus:
+    if p.target and not set(p.target) <= set(p.replicas):
+        # something else reassigned the partition (an unload): the move is void
+        events.append(("MoveAbandoned", f"{topic}/{p.partition}", "reassigned meanwhile"))
+        return replace(p, target=())
     if not p.target or p.seal or p.state is not ONLINE or p.leader is None:
         return p
     subject = f"{topic}/{p.partition}"

@@ -400,13 +400,13 @@ def _check(spec: TopicSpec, topic: TopicStatus) -> list[Problem]:
     # A partition count that differs from the spec is not a problem here: an edit of it is
     # a repartition (``repartitions``), and after a Repartition the spec may lag the count.
     problems: list[Problem] = []
-    if topic.partitions and spec.replicas != len(topic.partitions[0].replicas):
+    if topic.partitions and spec.replicas != topic.partitions[0].replication_factor:
         problems.append(
             Problem(
                 spec.name,
                 "ReplicasChange",
                 f"spec asks for {spec.replicas} replicas, the topic has"
-                f" {len(topic.partitions[0].replicas)}: changing it is not supported",
+                f" {topic.partitions[0].replication_factor}: changing it is not supported",
             )
         )
     offline = [p.partition for p in topic.partitions if p.state is PartitionState.OFFLINE]

@@ -289,6 +289,8 @@ def test_scale_up_moves_replicas_and_some_leaderships_onto_the_new_broker() -> N
     assert "MoveCompleted" in c.kinds()
     for _, p in c.partitions():
         assert p.state is ONLINE and set(p.live_replicas) == set(p.replicas)
+    reasons = {pr.reason for d in c.decisions for pr in d.problems}
+    assert "ReplicasChange" not in reasons, "a move's union is not a replication factor change"
     check_copies(c)
 
 
