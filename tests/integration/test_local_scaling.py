@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import urllib.request
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -62,25 +65,36 @@ async def read_all(c: LocalCluster, partition: int) -> list[tuple[int, bytes, by
     raise AssertionError(f"partition {partition} unreadable")
 
 
-async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalCluster) -> None:
-    assert cluster.apply(topic_manifest("scaling", PARTITIONS)).returncode == 0
-    cluster.wait(lambda: online(cluster), what="topic online")
-    acked: list[tuple[int, int, bytes, bytes]] = []
-    stop = asyncio.Event()
+class Load:
+    """A keyed acks=all producer, until ``stop``; ``acked``: (partition, offset, key, value)."""
 
-    async def load() -> None:
+    def __init__(self, c: LocalCluster) -> None:
+        self.c = c
+        self.acked: list[tuple[int, int, bytes, bytes]] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+
+    async def _run(self) -> None:
         seq: dict[bytes, int] = defaultdict(int)
         async with Producer(
-            cluster.bootstrap, acks="all", linger_ms=2, delivery_timeout_ms=60_000
+            self.c.bootstrap, acks="all", linger_ms=2, delivery_timeout_ms=60_000
         ) as producer:
             pending: set[asyncio.Task[None]] = set()
 
             async def settle(receipt: object, key: bytes, value: bytes) -> None:
                 with contextlib.suppress(HeadraceError):
                     meta = await receipt  # type: ignore[misc]
-                    acked.append((meta.partition, meta.offset, key, value))
+                    self.acked.append((meta.partition, meta.offset, key, value))
 
-            while not stop.is_set():
+            while not self._stop.is_set():
                 for key in KEYS:
                     value = key + b":%08d" % seq[key]
                     seq[key] += 1
@@ -92,7 +106,34 @@ async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalClust
                 await asyncio.sleep(0.01)
             await asyncio.gather(*pending)
 
-    loading = asyncio.create_task(load())
+
+async def check_nothing_lost(c: LocalCluster, acked: list[tuple[int, int, bytes, bytes]]) -> None:
+    """Every acknowledged record stored once where acknowledged; contiguous; keys in order."""
+    stored: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+    for p in range(PARTITIONS):
+        records = await read_all(c, p)
+        assert [o for o, _, _ in records] == list(range(len(records))), (
+            f"partition {p}: offsets not contiguous"
+        )
+        stored.update({(p, o): (k, v) for o, k, v in records})
+        by_key: dict[bytes, list[bytes]] = defaultdict(list)
+        for _, k, v in records:
+            by_key[k].append(v)
+        for k, values in by_key.items():
+            assert values == sorted(values), f"partition {p}: key {k!r} out of order"
+    values = [v for _, v in stored.values()]
+    assert len(values) == len(set(values)), "a record is stored twice"
+    for partition, offset, key, value in acked:
+        assert stored.get((partition, offset)) == (key, value), (
+            f"acknowledged {value!r} at {partition}/{offset} lost"
+        )
+
+
+async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalCluster) -> None:
+    assert cluster.apply(topic_manifest("scaling", PARTITIONS)).returncode == 0
+    cluster.wait(lambda: online(cluster), what="topic online")
+    load = Load(cluster)
+    load.start()
     try:
         await asyncio.sleep(1.5)
         code, err = await asyncio.to_thread(headrace, cluster, "add-broker", "--timeout", "120")
@@ -102,7 +143,7 @@ async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalClust
         assert sum(3 in p["replicas"] for p in parts) >= 4, parts
         assert any(p["leader"] == 3 for p in parts), f"broker 3 leads nothing: {parts}"
         assert all(len(p["replicas"]) == 3 and "targetReplicas" not in p for p in parts)
-        during_4 = len(acked)
+        during_4 = len(load.acked)
         await asyncio.sleep(1.0)
 
         code, err = await asyncio.to_thread(headrace, cluster, "remove-broker", "--timeout", "120")
@@ -121,26 +162,47 @@ async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalClust
         assert all(len(p["replicas"]) == 3 for p in cluster.partitions(TOPIC))
         await asyncio.sleep(1.0)
     finally:
-        stop.set()
-        await loading
-    assert len(acked) > during_4 > 0, "acks=all produce went on through the moves"
+        await load.stop()
+    assert len(load.acked) > during_4 > 0, "acks=all produce went on through the moves"
+    await check_nothing_lost(cluster, load.acked)
+    print(f"\nscaled 3 -> 4 -> 3 under load: {len(load.acked)} acks=all records, none lost")
 
-    stored: dict[tuple[int, int], tuple[bytes, bytes]] = {}
-    for p in range(PARTITIONS):
-        records = await read_all(cluster, p)
-        assert [o for o, _, _ in records] == list(range(len(records))), (
-            f"partition {p}: offsets not contiguous"
+
+def members(c: LocalCluster) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{c.controller_url}/v1/members", timeout=5) as resp:
+        return dict(json.loads(resp.read()))
+
+
+async def test_a_controller_killed_mid_move_resumes_and_loses_nothing(
+    cluster: LocalCluster,
+) -> None:
+    assert cluster.apply(topic_manifest("scaling", PARTITIONS)).returncode == 0
+    cluster.wait(lambda: online(cluster), what="topic online")
+    load = Load(cluster)
+    load.start()
+    try:
+        await asyncio.sleep(1.0)
+        code, err = await asyncio.to_thread(headrace, cluster, "add-broker", "--no-wait")
+        assert code == 0, err
+        cluster.wait(
+            lambda: any(p.get("targetReplicas") for p in cluster.partitions(TOPIC)),
+            what="a move in flight",
         )
-        stored.update({(p, o): (k, v) for o, k, v in records})
-        by_key: dict[bytes, list[bytes]] = defaultdict(list)
-        for _, k, v in records:
-            by_key[k].append(v)
-        for k, values in by_key.items():
-            assert values == sorted(values), f"partition {p}: key {k!r} out of order"
-    values = [v for _, v in stored.values()]
-    assert len(values) == len(set(values)), "a record is stored twice"
-    for partition, offset, key, value in acked:
-        assert stored.get((partition, offset)) == (key, value), (
-            f"acknowledged {value!r} at {partition}/{offset} lost"
+        cluster.kill_controller()
+        cluster.restart_controller()  # same state directory: members.json and the targets
+        cluster.wait(lambda: members(cluster)["members"] == [0, 1, 2, 3], what="membership kept")
+        cluster.wait(
+            lambda: (
+                not members(cluster)["moving"]
+                and not members(cluster)["waiting"]
+                and online(cluster)
+                and all("targetReplicas" not in p for p in cluster.partitions(TOPIC))
+                and sum(3 in p["replicas"] for p in cluster.partitions(TOPIC)) >= 4
+            ),
+            timeout=120,
+            what="the moves finished by the restarted controller",
         )
-    print(f"\nscaled 3 -> 4 -> 3 under load: {len(acked)} acks=all records, none lost")
+        await asyncio.sleep(1.0)
+    finally:
+        await load.stop()
+    await check_nothing_lost(cluster, load.acked)
