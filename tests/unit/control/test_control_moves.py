@@ -486,6 +486,8 @@ class Scaling(RuleBasedStateMachine):
 
     @invariant()
     def move_shapes(self) -> None:
+        moving = sum(1 for _, p in self.c.partitions() if p.target)
+        assert moving <= SETTINGS.max_concurrent_moves
         for _, p in self.c.partitions():
             if p.target:
                 assert set(p.target) <= set(p.replicas)
