@@ -18,8 +18,8 @@ restarted controller resumes a move exactly where it was::
                                                                      until the leader admits them
     Handoff    every target member in the LRS, the leader is not in  nominate the first eligible
                the target (ONLINE, no seal)                           target member at epoch + 1
-    Removing   every target member in the LRS, the leader in the     replicas := target,
-               target, ONLINE, no seal                                LRS := LRS within target,
+    Removing   every target member in the LRS and live, the leader    replicas := target,
+               in the target, ONLINE, no seal                         LRS := LRS within target,
                                                                      target := () (Done)
 
 Removing is one status write: the next topology push names only the target,
@@ -228,6 +228,10 @@ def _advance(
             deadline_ms=now_ms + settings.candidate_wait_ms,
             tried=(candidate,),
         )
+    if not all(b in liveness.live for b in p.target):
+        # the LRS is the leader's last report: a target member that died since would leave
+        # the partition with fewer live in-sync copies than the replica it replaces gave
+        return p
     removed = [b for b in p.replicas if b not in p.target]
     events.append(
         (
