@@ -82,7 +82,7 @@ class Placer:
                     if self.tiering.reopen(partition, moves, start_offset, epoch):
                         deferred.add((topic, index))
                 case plan.Keep(topic, index, replicas):
-                    self._partition(topic, index).replicas = list(replicas)
+                    self._keep(self._partition(topic, index), list(replicas))
                 case plan.Lead():
                     self._lead(self._partition(action.topic, action.index), action)
                 case plan.Follow():
@@ -101,6 +101,21 @@ class Placer:
 
     def _partition(self, topic: str, index: int) -> Partition:
         return self.registry.topics[topic].partitions[index]
+
+    def _keep(self, partition: Partition, replicas: list[int]) -> None:
+        """Same role; the replica set may have changed (a move adds or removes replicas)."""
+        changed = partition.replicas != replicas
+        partition.replicas = replicas
+        if changed and partition.role is Role.LEADER and partition.replica_set is not None:
+            if partition.replica_set.reassign(replicas, clock.monotonic_ms()):
+                log.info(
+                    "%s: replicas now %s, live replica set %s",
+                    partition.name,
+                    replicas,
+                    sorted(partition.replica_set.lrs),
+                )
+            # a removed follower no longer holds the HW back
+            partition.advance_high_watermark()
 
     def _lead(self, partition: Partition, a: plan.Lead) -> None:
         partition.replicas = list(a.replicas)

@@ -989,9 +989,19 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
                 f"  replicas {p['replicas']}  lrs {p['liveReplicas']}  {p['state']}"
                 + moved
                 + ("  SEALED" if p.get("seal") else "")
+                + (f"  MOVING to {p['targetReplicas']}" if p.get("targetReplicas") else "")
             )
     for problem in doc.get("problems", []):
         click.echo(f"problem {problem['topic']}: {problem['reason']}: {problem['message']}")
+    moving = doc.get("reassignment") or {}
+    if doc.get("members") is not None or moving.get("moving") or moving.get("blocked"):
+        click.echo(
+            f"members {doc.get('members')}  moving {moving.get('moving', 0)}"
+            f"  waiting {moving.get('waiting', 0)}"
+            + (f"  leaving {moving['evacuating']}" if moving.get("evacuating") else "")
+        )
+        for why in moving.get("blocked", []):
+            click.echo(f"  blocked: {why}")
     for line in unload_lines(doc.get("unloads", [])):
         click.echo(line)
     for line in transition_lines(doc.get("transitions", []), doc.get("repartitions", [])):

@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from headrace.control import moves
 from headrace.control.documents import condition_time, full_name, generation_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, Report
 from headrace.control.reconcile import Decision, Event
@@ -188,6 +189,7 @@ def cluster_conditions(
     now: str,
     blockers: Mapping[int, list[str]] | None = None,
     store: objectstores.StoreHealth | None = None,
+    reassignment: moves.Summary | None = None,
 ) -> dict[str, Any]:
     """The BrokerCluster's ``conditions`` and ``observedGeneration`` (the workload's part).
 
@@ -197,7 +199,11 @@ def cluster_conditions(
 
     ``live``: the live broker ids of the latest step; None while the cluster is paused.
     ``blockers``: brokers a scale down would remove that still hold replicas
-    (``workloads.scale_down_blockers``); the scale down is refused while there are any.
+    (``workloads.scale_down_blockers``). ``reassignment``: how the replica moves go
+    (``control.moves``); with it, a scale down whose replicas can move is ``ScalingDown``
+    (they move off first), and only one that cannot (it would lose a partition's last
+    in-sync replica, or go below a replication factor) is refused as ``ScaleDownBlocked``;
+    a ``Rebalancing`` condition says whether moves are in flight.
     """
     generation = generation_of(body)
     previous = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
@@ -222,13 +228,26 @@ def cluster_conditions(
         missing = sorted(set(range(replicas)) - set(live))
         if store is not None and store.credentials is not None:
             ready = ("False", objectstores.CREDENTIALS_MISSING, store.credentials)
+        elif blockers and reassignment is not None and not reassignment.blocked:
+            ready = (
+                "False",
+                "ScalingDown",
+                f"scaling down to {replicas}: moving replicas off brokers {sorted(blockers)}"
+                f" before they are removed ({reassignment.moving} partitions moving,"
+                f" {reassignment.waiting} waiting)",
+            )
         elif blockers:
             held = "; ".join(f"broker {b}: {', '.join(p)}" for b, p in sorted(blockers.items()))
+            why = (
+                "; ".join(reassignment.blocked)
+                if reassignment is not None
+                else "move them off with an Unload first"
+            )
             ready = (
                 "False",
                 "ScaleDownBlocked",
                 f"scaling down to {replicas} would remove brokers that still hold replicas"
-                f" ({held}); move them off with an Unload first",
+                f" ({held}): {why}",
             )
         elif missing:
             ready = ("False", "BrokersNotLive", f"brokers {missing} are not live")
@@ -258,7 +277,28 @@ def cluster_conditions(
                     now,
                 )
             )
+        if reassignment is not None:
+            conditions.append(
+                _condition(
+                    "Rebalancing",
+                    *_rebalancing(reassignment),
+                    generation,
+                    previous.get("Rebalancing"),
+                    now,
+                )
+            )
     return {"observedGeneration": generation, "conditions": conditions}
+
+
+def _rebalancing(summary: moves.Summary) -> tuple[str, str, str]:
+    """The ``Rebalancing`` condition's status, reason and message."""
+    if summary.rebalancing:
+        return (
+            "True",
+            "MovingReplicas",
+            f"{summary.moving} partitions moving replicas, {summary.waiting} waiting",
+        )
+    return ("False", "Balanced", "no replica moves in flight")
 
 
 class ClusterRuntime:
@@ -430,6 +470,10 @@ class ClusterRuntime:
             return None
         for name in self.loop.topics:
             await self.store.set_topic_conditions(name, self._topic_conditions(name, now))
+        # the brokers are the StatefulSet's ordinals: replicas move off higher ones (a scale
+        # down) and onto new ones (a scale up) before the StatefulSet shrinks (``moves``)
+        spec_replicas = int((self.cluster.get("spec") or {}).get("replicas", 3))
+        self.loop.members = frozenset(range(spec_replicas))
         decision = await self.loop.step()
         self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
         for event in decision.events:
@@ -468,7 +512,12 @@ class ClusterRuntime:
         )
         health = await self.store_checks.check(store, pods, self.loop.heartbeats)
         workload = cluster_conditions(
-            self.cluster, live, now, blockers, None if store is None else health
+            self.cluster,
+            live,
+            now,
+            blockers,
+            store=None if store is None else health,
+            reassignment=decision.reassignment,
         )
         await self.rollout.step(decision, pods, replicas, self.clock.now_ms())
         previous = {c.get("type"): c for c in self.store.workload_conditions()}

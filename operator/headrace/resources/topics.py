@@ -205,6 +205,12 @@ class PartitionAssignment(Model):
     """The first offset of incarnation ``moves``. Unset before the first move (it starts at
     0) and after a move recovered from the object store (the new owner starts after the last
     offset stored there)."""
+    target_replicas: list[int] = Field(default_factory=list)
+    """While a replica move runs (a scale up or down of the cluster): the replica set the
+    partition ends with, preferred leader first. ``replicas`` is then the old set followed by
+    the adding replicas, which catch up as followers; once every target member is in the
+    LRS (and leads, if the leader is leaving) ``replicas`` becomes the target. Empty when no
+    move runs."""
 
 
 class CohortPlan(Model):

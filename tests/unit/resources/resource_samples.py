@@ -107,6 +107,7 @@ COMPLETE: dict[str, dict[str, Any]] = {
                     "seal": True,
                     "moves": 1,
                     "startOffset": 4096,
+                    "targetReplicas": [3, 1, 2],
                 }
             ],
             "transition": {
