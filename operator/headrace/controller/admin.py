@@ -1,10 +1,11 @@
 """The controller's HTTP surface: health, metrics, state, apply/delete, the dashboard.
 
 Credentials as on a broker's admin port (``headrace.broker.admin_access``): with
-``--acl-file`` or ``--auth-token``, ``/v1/apply`` and ``/v1/delete`` take a bearer
-token, and with ACLs its principal needs ``admin`` on every topic the request
-touches (a Topic's own name, an Unload's or Repartition's ``topicRef``);
-nothing is applied unless all are granted. Reads per ``admin_read_access``.
+``--acl-file`` or ``--auth-token``, ``/v1/apply``, ``/v1/delete`` and ``PUT
+/v1/members`` take a bearer token, and with ACLs its principal needs ``admin``
+on every topic the request touches (a Topic's own name, an Unload's or
+Repartition's ``topicRef``; every topic for a membership change); nothing is
+applied unless all are granted. Reads per ``admin_read_access``.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ from headrace.control import admission
 from headrace.control.documents import full_name, spec_of
 from headrace.controller.controlling import Controller, RepartitionRefused, UnloadConflict
 from headrace.controller.dashboarding import DashboardRoutes
-from headrace.errors import HeadraceError
+from headrace.errors import HeadraceError, InvalidRequest
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources import Repartition, Resource, Topic, Unload, load_manifests
 from headrace.security.acl import Operation
 
@@ -133,6 +135,8 @@ class ControllerAdmin:
                 web.get("/v1/topics", self.topics),
                 web.post("/v1/apply", self.apply),
                 web.post("/v1/delete", self.delete),
+                web.get("/v1/members", self.members),
+                web.put("/v1/members", self.set_members),
             ]
         )
         DashboardRoutes.for_controller(controller).install(self.app)
@@ -285,6 +289,33 @@ class ControllerAdmin:
         if lines and not allow:
             raise Refused(lines)
         return lines
+
+    async def members(self, request: web.Request) -> web.Response:
+        return web.json_response(self.controller.members_document())
+
+    async def set_members(self, request: web.Request) -> web.Response:
+        """``{"brokers": [{id, host, port, adminPort}]}``: the brokers the cluster should
+        have; replicas move onto new ones and off the others (``control.moves``).
+
+        It moves replicas of every topic: with ACLs it takes ``admin`` on each of them."""
+        refused = self._authorize(request, list(self.controller.state.topics))
+        if refused is not None:
+            return refused
+        try:
+            doc = await request.json()
+            if not isinstance(doc, dict) or not isinstance(doc.get("brokers"), list):
+                raise InvalidRequest('expected {"brokers": [{id, host, port, adminPort}]}')
+            brokers = [BrokerEndpoint.from_json(b, "members") for b in doc["brokers"]]
+            self.controller.set_members(brokers)
+        except ValueError as exc:
+            return web.json_response(
+                {"error": "InvalidRequest", "message": f"not JSON: {exc}"}, status=400
+            )
+        except HeadraceError as exc:
+            return web.json_response(
+                {"error": type(exc).__name__, "message": exc.message}, status=400
+            )
+        return web.json_response(self.controller.members_document())
 
     async def delete(self, request: web.Request) -> web.Response:
         """Body: ``{"topics": [...], "unloads": [...], "repartitions": [...]}``
