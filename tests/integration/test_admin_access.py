@@ -277,6 +277,12 @@ def test_the_controller_api_takes_admin_on_every_topic_it_touches(controller: An
     status, doc = call(f"{url}/v1/apply", "POST", manifest, OPS)
     assert status == 200, doc
     assert applied(url) == ["orders"]
+    # a membership change moves replicas of every topic: admin on each of them
+    not_a_membership = json.dumps({"brokers": "none"}).encode()
+    assert call(f"{url}/v1/members", "PUT", not_a_membership)[0] == 401
+    assert call(f"{url}/v1/members", "PUT", not_a_membership, READER)[0] == 403
+    # past the access check, the body is judged: the ops principal may
+    assert call(f"{url}/v1/members", "PUT", not_a_membership, OPS)[0] == 400
     delete = json.dumps({"topics": ["default/orders"]}).encode()
     assert call(f"{url}/v1/delete", "POST", delete)[0] == 401
     assert call(f"{url}/v1/delete", "POST", delete, READER)[0] == 403
