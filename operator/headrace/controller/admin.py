@@ -298,7 +298,8 @@ class ControllerAdmin:
         have; replicas move onto new ones and off the others (``control.moves``).
 
         It moves replicas of every topic: with ACLs it takes ``admin`` on each of them."""
-        refused = self._authorize(request, list(self.controller.state.topics))
+        c = self.controller
+        refused = self._authorize(request, [*c.resources, *c.state.topics])  # applied or placed
         if refused is not None:
             return refused
         try:
