@@ -35,6 +35,7 @@ from headrace.broker.ports import (
     PartitionReopened,
 )
 from headrace.broker.replicating import Replication
+from headrace.broker.reporting import PartitionReports
 from headrace.broker.server import Connection, RedirectRequired
 from headrace.broker.syncing import GroupCommitter
 from headrace.broker.tiering import Tiering
@@ -49,6 +50,7 @@ from headrace.protocol.coordination import (
     Heartbeat,
     PartitionReport,
     TopicPlacement,
+    parse_since,
 )
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.replication import assigning
@@ -96,6 +98,9 @@ class Broker:
         self.tiering = Tiering(self, _open_object_store(settings.object_store_url), self._on_event)
         self.registry.object_store_configured = self.tiering.enabled
         self.placer = Placer(settings, self.registry, self.tiering, self.metrics)
+        #: the journal heartbeats are answered from (deltas; see ``reporting``)
+        self.reports = PartitionReports(self._report_of, self.registry.all_partitions, self._hosted)
+        self.tiering.report_changed = self.reports.mark
         self.started_at = time.monotonic()
         #: the first gate epoch of this incarnation's cohorts (see ``_count_incarnation``)
         self.gate_epoch_floor = 0
@@ -418,8 +423,9 @@ class Broker:
     def _on_event(self, event: PartitionEvent) -> None:
         """Partition lifecycle events from replication and tiering."""
         match event:
-            case LiveReplicasChanged():
+            case LiveReplicasChanged(partition):
                 self.metrics.lrs_changes.inc()
+                self.reports.mark(partition)
             case PartitionReopened(partition):
                 # A move's reopen finished: take the role the current topology gives.
                 me = self.settings.broker_id
@@ -453,6 +459,7 @@ class Broker:
         self.halting.set()
 
     def _placement_changed(self) -> None:
+        self.reports.mark_all()
         self.replication.reconcile()
         self.refresh_cohorts()
         self.push_topology()
@@ -496,34 +503,39 @@ class Broker:
         ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file))
         return ctx
 
-    def heartbeat(self) -> Heartbeat:
-        """What the controller polls (``GET /v1/heartbeat``)."""
+    def _report_of(self, p: Partition) -> PartitionReport:
+        return PartitionReport(
+            p.topic.name,
+            p.index,
+            "leader" if p.role is Role.LEADER else "follower",
+            p.leader_epoch,
+            p.log.next_offset,
+            p.high_watermark,
+            tuple(p.lrs),
+            p.moves,
+            p.start_offset,
+            self.tiering.seal_report(p),
+            p.log.log_start_offset,
+            self.tiering.stored_through(p),
+            p.cursors.all(),
+            p.cutover if p.role is Role.LEADER else None,
+        )
+
+    def _hosted(self, topic: str, index: int) -> Partition | None:
+        t = self.registry.topics.get(topic)
+        return None if t is None else t.partitions.get(index)
+
+    def heartbeat(self, since: str | None = None) -> Heartbeat:
+        """What the controller polls (``GET /v1/heartbeat``): every partition's report, or
+        with ``since`` (``instance:seq`` of an earlier answer) only what changed since."""
         host, port = self.advertised
         admin_port = self.admin.port if self.admin is not None else -1
-        partitions = sorted(self.registry.all_partitions(), key=lambda p: (p.topic.name, p.index))
+        partitions, removed, journal = self.reports.answer(parse_since(since))
         return Heartbeat(
             BrokerEndpoint(self.settings.broker_id, host, port, admin_port=admin_port),
             adoption=self.adoption_floor(),
             draining=not self.ready,
-            partitions=tuple(
-                PartitionReport(
-                    p.topic.name,
-                    p.index,
-                    "leader" if p.role is Role.LEADER else "follower",
-                    p.leader_epoch,
-                    p.log.next_offset,
-                    p.high_watermark,
-                    tuple(p.lrs),
-                    p.moves,
-                    p.start_offset,
-                    self.tiering.seal_report(p),
-                    p.log.log_start_offset,
-                    self.tiering.stored_through(p),
-                    p.cursors.all(),
-                    p.cutover if p.role is Role.LEADER else None,
-                )
-                for p in partitions
-            ),
+            partitions=partitions,
             cohorts=tuple(
                 CohortReport(t, c, tuple(sorted(r.gates.members)))
                 for (t, c), r in sorted(self.cohorts.items())
@@ -532,6 +544,8 @@ class Broker:
             # standalone registry counter is a different counter and must not stand in for it).
             generation=self.cluster.generation if self.cluster else 0,
             connections=len(self.connections),
+            journal=journal,
+            removed=removed,
         )
 
     # ------------------------------------------------------------------ topics
@@ -681,6 +695,7 @@ class Broker:
                     log.exception("retention on %s failed", p.name)
                     continue
                 if deleted:
+                    self.reports.mark(p)  # its log start moved
                     log.info("retention deleted %d segments of %s", len(deleted), p.name)
 
 

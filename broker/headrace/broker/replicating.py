@@ -187,6 +187,8 @@ class ReplicaFetcher:
                 if entry.error == StaleEpoch.CODE and entry.epoch < p.leader_epoch:
                     await asyncio.sleep(0.05)  # the leader has not heard of our epoch yet
                 continue
+            # Only news wakes listeners: an idle answer must not touch every partition.
+            moved = len(entry.data) > 0 or entry.high_watermark != p.leader_high_watermark
             if len(entry.data):
                 for pos, header in rb.scan(entry.data):
                     if not rb.crc_ok(entry.data, header, pos):
@@ -200,7 +202,8 @@ class ReplicaFetcher:
                 for cohort, cursor in entry.cursors.items():
                     p.cursors.set(cohort, cursor)
             p.leader_high_watermark = entry.high_watermark
-            p.appended()
+            if moved:
+                p.appended()
 
     def _unchanged(self, p: Partition, epoch: int, leader: int) -> bool:
         """Still a follower of the same leader at the same epoch, and still hosted here."""

@@ -127,6 +127,9 @@ class Tiering:
         self._forgetting: set[asyncio.Task[None]] = set()
         #: readahead for every partition's tier (one pool, not threads per partition)
         self._prefetch_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tier-prefetch")
+        #: told of a partition whose upload, seal or reopen task ended: its heartbeat report
+        #: (stored through, sealed) may have changed (``broker.reporting``)
+        self.report_changed: Callable[[Partition], None] = lambda p: None
 
     @property
     def enabled(self) -> bool:
@@ -224,13 +227,14 @@ class Tiering:
                 continue  # the store failed: back off instead of retrying every tick
             if state.checkpoint_epoch != p.leader_epoch or self._upload_due(p, state, now):
                 state.upload_task = self._spawn(
-                    state, self._upload_round(p, state, p.high_watermark)
+                    p, state, self._upload_round(p, state, p.high_watermark)
                 )
 
-    def _spawn(self, state: PartitionTiering, coro: Any) -> asyncio.Task[None]:
+    def _spawn(self, p: Partition, state: PartitionTiering, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         state.tasks.add(task)
         task.add_done_callback(state.tasks.discard)
+        task.add_done_callback(lambda _: self.report_changed(p))
         task.add_done_callback(_log_death)
         return task
 
@@ -458,7 +462,7 @@ class Tiering:
         state.seal_epoch = p.leader_epoch
         state.sealed = None
         state.seal_stage = SealStage.FENCED if took_over else SealStage.DRAINING
-        state.seal_task = self._spawn(state, self._seal(p, state))
+        state.seal_task = self._spawn(p, state, self._seal(p, state))
 
     def unseal(self, p: Partition) -> None:
         """The seal request was withdrawn before a reassignment: accept appends again."""
@@ -597,7 +601,9 @@ class Tiering:
         if state.seal_task is not None:
             state.seal_task.cancel()
         state.reopening = (moves, start_offset)
-        state.reopen_task = self._spawn(state, self._reopen(p, state, moves, start_offset, epoch))
+        state.reopen_task = self._spawn(
+            p, state, self._reopen(p, state, moves, start_offset, epoch)
+        )
         return True
 
     async def _reopen(
