@@ -16,6 +16,7 @@ import logging
 import os
 import ssl
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from headrace import files
@@ -83,6 +84,10 @@ class Broker:
             publish=self._on_event,
         )
         self.connections: set[ClientLink] = set()
+        #: partitions whose cursors moved since the last flush, and those listened to
+        self._cursors_moved: set[Partition] = set()
+        self._cursor_watched: set[Partition] = set()
+        self._cursor_sweep = False
         self.cohorts: dict[tuple[str, str], CohortRuntime] = {}
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -129,6 +134,7 @@ class Broker:
             else:
                 partition.leader_id = self.settings.broker_id
                 partition.replicas = [self.settings.broker_id]
+        self._watch_cursors()
         self.committer.on_round = self.metrics.fsync_seconds.observe
         self.committer.start()
         self.replication.start()
@@ -460,6 +466,8 @@ class Broker:
 
     def _placement_changed(self) -> None:
         self.reports.mark_all()
+        self.tiering.mark_all()
+        self._watch_cursors()
         self.replication.reconcile()
         self.refresh_cohorts()
         self.push_topology()
@@ -558,6 +566,9 @@ class Broker:
                 "in a cluster, topics are managed by the controller (headrace apply)"
             )
         topic = self.registry.create(name, partitions, config)
+        self._watch_cursors()
+        self.tiering.mark_all()
+        self.reports.mark_all()
         self.push_topology()
         return topic
 
@@ -645,9 +656,30 @@ class Broker:
 
     # ------------------------------------------------------------------ background work
 
+    def _watch_cursors(self) -> None:
+        """Listen to the cursors of every partition (after a placement or a new topic): the
+        flush loop then looks at moved ones only, not at every partition 5 times a second."""
+        for p in self.registry.all_partitions():
+            if p not in self._cursor_watched:
+                p.add_cursor_listener(self._cursor_moved)
+                self._cursor_watched.add(p)
+        hosted = set(self.registry.all_partitions())
+        for p in self._cursor_watched - hosted:
+            p.remove_cursor_listener(self._cursor_moved)
+        self._cursor_watched &= hosted
+        self._cursors_moved &= hosted
+
+    def _cursor_moved(self, p: Partition) -> None:
+        self._cursors_moved.add(p)
+
     def _flush_cursors_now(self, *, sync: bool) -> list[tuple[Any, dict[str, int]]]:
         pending = []
-        for p in self.registry.all_partitions():
+        if sync or self._cursor_sweep:
+            partitions: Iterable[Partition] = self.registry.all_partitions()
+            self._cursors_moved, self._cursor_sweep = set(), False
+        else:
+            partitions, self._cursors_moved = self._cursors_moved, set()
+        for p in partitions:
             snap = p.cursors.snapshot_for_flush()
             if snap is not None:
                 pending.append((p.cursors, snap))
@@ -667,6 +699,7 @@ class Broker:
                     await loop.run_in_executor(None, store.write, snap)
                 except OSError as exc:
                     log.error("cursor flush failed: %s", exc)
+                    self._cursor_sweep = True  # the store stays dirty: look at all again
 
     async def _tick_cohorts_forever(self) -> None:
         while True:
