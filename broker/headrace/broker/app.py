@@ -538,7 +538,9 @@ class Broker:
         with ``since`` (``instance:seq`` of an earlier answer) only what changed since."""
         host, port = self.advertised
         admin_port = self.admin.port if self.admin is not None else -1
+        built = self.reports.rebuilt
         partitions, removed, journal = self.reports.answer(parse_since(since))
+        self.metrics.heartbeat_reports.inc(self.reports.rebuilt - built)
         return Heartbeat(
             BrokerEndpoint(self.settings.broker_id, host, port, admin_port=admin_port),
             adoption=self.adoption_floor(),

@@ -349,6 +349,8 @@ class Replication:
         self.fetched_ms[session.follower_id] = now
         asked = set(asked)
         examine, session.dirty = asked | session.dirty, set()
+        self.broker.metrics.replica_fetches.inc()
+        self.broker.metrics.replica_fetch_partitions.inc(len(examine))
         out = rp.ReplicaFetchOk()
         registry = self.broker.registry
         for key in examine:
