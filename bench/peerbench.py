@@ -819,12 +819,41 @@ def _rss_mb(pid: int) -> float | None:
     return None
 
 
+def _heartbeat_sizes(admin_url: str) -> tuple[int, int]:
+    """Body bytes of a full heartbeat, and of the delta poll the controller makes after it
+    (``?since=`` the full one's journal position) a second later."""
+    with urllib.request.urlopen(f"{admin_url}/v1/heartbeat", timeout=30) as resp:
+        body = resp.read()
+    journal = json.loads(body).get("journal")
+    if journal is None:
+        return len(body), len(body)  # a broker without deltas: every poll is full
+    time.sleep(1.0)
+    since = f"{journal['instance']}:{journal['seq']}"
+    with urllib.request.urlopen(f"{admin_url}/v1/heartbeat?since={since}", timeout=30) as resp:
+        return len(body), len(resp.read())
+
+
+def _controller_steps(controller_url: str) -> tuple[float, float]:
+    """(steps run, CPU seconds in them) from the controller's /metrics (0s if absent)."""
+    with urllib.request.urlopen(f"{controller_url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    found = {}
+    for name in ("headrace_controller_steps_total", "headrace_controller_step_cpu_seconds_total"):
+        m = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+        found[name] = float(m.group(1)) if m else 0.0
+    return (
+        found["headrace_controller_steps_total"],
+        found["headrace_controller_step_cpu_seconds_total"],
+    )
+
+
 def scale(settings: Settings) -> list[dict[str, Any]]:
     """Idle cost against partition count, headrace only: a 3-broker local cluster holding
     ``scale_partitions`` partitions (RF=3, topics of at most 4,096), no traffic. Per size:
     time until every partition has a leader, idle CPU of each broker and the controller,
-    heartbeat body bytes (the controller polls each broker once a second), broker RSS,
-    and acks=all ``send_many`` throughput to one more 8-partition topic beside them."""
+    heartbeat body bytes (a full report, and the delta the controller polls each broker
+    for once a second), the controller's CPU per step, broker RSS, and acks=all
+    ``send_many`` throughput to one more 8-partition topic beside them."""
     rows: list[dict[str, Any]] = []
     per_topic = 4096
     for total in settings.scale_partitions:
@@ -850,14 +879,22 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
                 {**{f"broker{b}": pid for b, pid in brokers.items()},
                  "controller": int(record["controller_pid"])}
             )  # fmt: skip
+            controller_before = _controller_steps(cluster.controller_url)
             meter.start()
             time.sleep(settings.scale_idle_s)
             idle = meter.stop()
-            heartbeat_bytes = []
+            controller_after = _controller_steps(cluster.controller_url)
+            heartbeat_bytes, delta_bytes = [], []
             for b in record["brokers"]:
-                url = f"http://{b['host']}:{b['admin_port']}/v1/heartbeat"
-                with urllib.request.urlopen(url, timeout=10) as resp:
-                    heartbeat_bytes.append(len(resp.read()))
+                full, delta = _heartbeat_sizes(f"http://{b['host']}:{b['admin_port']}")
+                heartbeat_bytes.append(full)
+                delta_bytes.append(delta)
+            steps = controller_after[0] - controller_before[0]
+            step_ms = (
+                round(1000 * (controller_after[1] - controller_before[1]) / steps, 2)
+                if steps
+                else None
+            )
             rss = [_rss_mb(pid) for pid in brokers.values()]
             result: dict[str, Any] = {"records_per_s": None, "cpu": None}
             try:
@@ -887,6 +924,9 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
                 "idle_controller_cores": idle["controller_cores"],
                 "idle_foreign_cores": idle["foreign_cores"],
                 "heartbeat_bytes": heartbeat_bytes,
+                "heartbeat_delta_bytes": delta_bytes,
+                "controller_steps": steps,
+                "controller_step_cpu_ms": step_ms,
                 "broker_rss_mb": rss,
                 "produce_records_per_s": result["records_per_s"],
                 "produce_cpu": result["cpu"],
@@ -897,7 +937,8 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
             settings.log(
                 f"  scale {total:>6} partitions: online in {row['online_s']} s, idle"
                 f" {broker_cores} cores/broker, controller {idle['controller_cores']},"
-                f" heartbeat {heartbeat_bytes} B, RSS {rss} MB,"
+                f" heartbeat {heartbeat_bytes} B full, {delta_bytes} B per idle poll,"
+                f" controller step {step_ms} ms CPU, RSS {rss} MB,"
                 f" acks=all produce {result['records_per_s']}/s {result.get('error', '')}"
             )
     return rows

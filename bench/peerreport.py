@@ -282,15 +282,17 @@ def scale_table(doc: dict[str, Any]) -> list[str]:
         "",
         "`headrace local up` with 3 brokers, the partitions in topics of at most 4,096,"
         " RF=3, no traffic. Idle CPU is each broker process's cores over"
-        " 10 s; the heartbeat is one `GET /v1/heartbeat` body, which the controller"
-        " polls from every broker once a second. The produce column is acks=all"
-        " `send_many` of 100 B to one more 8-partition topic beside the idle ones."
-        " Controller step time is not measured yet.",
+        " 10 s. Heartbeat: a full `GET /v1/heartbeat` body, and the delta"
+        " (`?since=`) the controller polls every broker for once a second when"
+        " nothing changed. Controller step: its process CPU per control-loop step"
+        " (polls parsed, reconcile, dashboard) over the idle window. The produce"
+        " column is acks=all `send_many` of 100 B to one more 8-partition topic"
+        " beside the idle ones.",
         "",
         "| partitions | all led after, s | idle cores per broker | controller cores"
-        " | heartbeat bytes per poll | broker RSS MB | acks=all produce | of the smallest"
-        " | busy cores |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        " | controller step, ms CPU | heartbeat full, bytes | heartbeat per idle poll, bytes"
+        " | broker RSS MB | acks=all produce | of the smallest | busy cores |",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
         rate, first = r.get("produce_records_per_s"), base.get("produce_records_per_s")
@@ -298,7 +300,9 @@ def scale_table(doc: dict[str, Any]) -> list[str]:
         produced = f"{rate / 1e6:.3f}M" if rate else f"failed: {r.get('produce_error', '?')}"
         out.append(
             f"| {r['partitions']:,} | {r['online_s']} | {r['idle_broker_cores_mean']:.3f}"
-            f" | {r['idle_controller_cores']:.3f} | {max(r['heartbeat_bytes']):,}"
+            f" | {r['idle_controller_cores']:.3f} | {r.get('controller_step_cpu_ms', '-')}"
+            f" | {max(r['heartbeat_bytes']):,}"
+            f" | {max(r.get('heartbeat_delta_bytes') or r['heartbeat_bytes']):,}"
             f" | {max(x or 0 for x in r['broker_rss_mb']):.0f}"
             f" | {produced} | {share} | {_busy(r)} |"
         )
