@@ -833,6 +833,42 @@ def _heartbeat_sizes(admin_url: str) -> tuple[int, int]:
         return len(body), len(resp.read())
 
 
+def _controller_gauges(controller_url: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{controller_url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(headrace_controller_\w+) (\S+)$", text, re.MULTILINE)
+    }
+
+
+def _wait_settled(controller_url: str, timeout_s: float) -> float:
+    """Seconds until the controller has run ``SETTLED_STEPS`` steps in a row with no
+    generation bump and no Offline partition: elections and LRS changes are over (being
+    led is not enough; a broker still opening its partitions misses polls and loses them)."""
+    started = time.perf_counter()
+    mark: tuple[float, float] | None = None  # (bumps, steps) when bumps last moved
+
+    def quiet() -> bool:
+        nonlocal mark
+        g = _controller_gauges(controller_url)
+        bumps, steps = (
+            g.get("headrace_controller_generation_bumps", 0.0),
+            g.get("headrace_controller_steps_total", 0.0),
+        )
+        if mark is None or bumps != mark[0] or g.get("headrace_controller_offline_partitions"):
+            mark = (bumps, steps)
+            return False
+        return steps - mark[1] >= SETTLED_STEPS
+
+    procs.wait_until(quiet, timeout_s, "controller settled", poll_s=1.0)
+    return time.perf_counter() - started
+
+
+#: steps without a generation bump that count as settled (the controller polls once a second)
+SETTLED_STEPS = 10
+
+
 def _controller_steps(controller_url: str) -> tuple[float, float]:
     """(steps run, CPU seconds in them) from the controller's /metrics (0s if absent)."""
     with urllib.request.urlopen(f"{controller_url}/metrics", timeout=30) as resp:
@@ -872,6 +908,7 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
                 functools.partial(cluster.led, names, total), 1200, f"{total} led", poll_s=0.5
             )
             online_s = time.perf_counter() - started
+            settled_s = _wait_settled(cluster.controller_url, 600) + online_s
             cluster.create_topic("scale-produce", 8, 3, 2)
             load = settle(settings)
             time.sleep(settings.scale_idle_settle_s)
@@ -919,6 +956,7 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
                 "topics": n,
                 "replicas": 3,
                 "online_s": round(online_s, 2),
+                "settled_s": round(settled_s, 2),
                 "idle_broker_cores": broker_cores,
                 "idle_broker_cores_mean": round(sum(broker_cores) / len(broker_cores), 3),
                 "idle_controller_cores": idle["controller_cores"],
