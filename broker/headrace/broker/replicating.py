@@ -42,9 +42,9 @@ from headrace.storage.log import PartitionLog, ReadPosition
 log = logging.getLogger(__name__)
 
 #: how often the LRS tick visits every led partition even when all followers fetch
-FULL_TICK_MS = 5_000
+FULL_TICK_MS = 30_000
 #: how often a fetcher reads the partitions it follows again with no placement between
-REREAD_S = 5.0
+REREAD_S = 30.0
 
 # --------------------------------------------------------------------------- follower side
 
@@ -171,6 +171,7 @@ class ReplicaFetcher:
                     p.high_watermark = min(p.high_watermark, cut)
                     p.leader_high_watermark = min(p.leader_high_watermark, cut)
                     self.broker.metrics.truncations.inc()
+                    p.appended()  # the log end moved (heartbeat report, listeners)
                 if a.epoch == q.epoch or a.epoch < 0:
                     p.truncated_for_epoch = asked[id(p)][0]
                 else:
@@ -243,6 +244,7 @@ class ReplicaFetcher:
                 )
                 p.log.reset_to(entry.log_start_offset)
                 self.broker.metrics.truncations.inc()
+                p.appended()  # the log end moved (heartbeat report, listeners)
                 continue
             if entry.error:
                 if entry.error == StaleEpoch.CODE and entry.epoch < p.leader_epoch:
@@ -308,6 +310,8 @@ class Replication:
         self._full_tick_ms = 0
         #: the follower broker ids of ``_led``
         self._followers: set[int] = set()
+        #: every follower fetched lately at the last tick
+        self._quiet = False
         #: bumped on every placement: fetchers re-read what they follow
         self.placement_version = 0
         self._tick_task: asyncio.Task[None] | None = None
@@ -499,7 +503,9 @@ class Replication:
         An idle broker so does no work per partition here (issue 16 §8)."""
         silence = self.broker.settings.replica_fetch_silence_max_ms
         quiet = all(now - self.fetched_ms.get(f, -silence) < silence // 2 for f in self._followers)
-        if quiet and now - self._full_tick_ms < FULL_TICK_MS:
+        # One more full pass once all are back: an idle partition's follower rejoins there.
+        was_quiet, self._quiet = self._quiet, quiet
+        if quiet and was_quiet and now - self._full_tick_ms < FULL_TICK_MS:
             visit: Iterable[Partition] = self._appended
         else:
             visit = self._led

@@ -20,10 +20,12 @@ the journal:
     role, epoch, replicas, cutover      a placement marks every partition
     seal, upload, reopen (tiering)      the end of each tiering task
     local log start (retention)         the retention loop, when it deleted segments
+    cohort cursors                      the partition's cursor listener
+    truncation, reset (follower)        the fetcher, through ``Partition.appended``
 
 A sweep over every partition every ``sweep_s`` (and before every full
-report) catches whatever no mark announced (cohort cursors, for the
-dashboard), so such a change reaches the controller at most that late.
+report) catches whatever no mark announced, so such a change reaches the
+controller at most that late.
 Marks are cheap (a set insert) and sweeps rare, so an idle broker's
 heartbeat costs the same at 10 or 10,000 partitions.
 """
@@ -38,7 +40,7 @@ from headrace.broker.topics import Partition
 from headrace.protocol.coordination import PartitionKey, PartitionReport, ReportJournal
 
 #: how often every partition's report is rebuilt even if nothing marked it, seconds
-SWEEP_S = 10.0
+SWEEP_S = 30.0
 
 
 class PartitionReports:
@@ -159,6 +161,7 @@ class PartitionReports:
         if old is not None:
             old.remove_listener(self.mark)
             old.remove_append_listener(self.mark)
+            old.remove_cursor_listener(self.mark)
         if key not in self._reports:
             return
         del self._reports[key]
@@ -179,8 +182,10 @@ class PartitionReports:
         if held is not None:
             held.remove_listener(self.mark)
             held.remove_append_listener(self.mark)
+            held.remove_cursor_listener(self.mark)
         p.add_listener(self.mark)
         p.add_append_listener(self.mark)
+        p.add_cursor_listener(self.mark)
         self._watched[key] = p
 
 

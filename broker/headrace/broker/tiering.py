@@ -66,7 +66,7 @@ SEAL_FENCE_BYTES = 4 * 1024 * 1024
 TICK_S = 0.1
 #: how often the uploader looks at every partition, not only those that may have work
 #: (a placement makes it look at once); seconds
-SWEEP_S = 5.0
+SWEEP_S = 30.0
 
 
 class SealStage(enum.Enum):

@@ -27,6 +27,7 @@ class FakePartition:
     cursor: int = 0
     listeners: list[Callable[[Any], None]] = field(default_factory=list)
     append_listeners: list[Callable[[Any], None]] = field(default_factory=list)
+    cursor_listeners: list[Callable[[Any], None]] = field(default_factory=list)
 
     def add_listener(self, f: Callable[[Any], None]) -> None:
         self.listeners.append(f)
@@ -39,6 +40,12 @@ class FakePartition:
 
     def remove_append_listener(self, f: Callable[[Any], None]) -> None:
         self.append_listeners.remove(f)
+
+    def add_cursor_listener(self, f: Callable[[Any], None]) -> None:
+        self.cursor_listeners.append(f)
+
+    def remove_cursor_listener(self, f: Callable[[Any], None]) -> None:
+        self.cursor_listeners.remove(f)
 
     def raise_high_watermark(self, hw: int) -> None:
         self.high_watermark = hw
@@ -129,7 +136,7 @@ def test_a_marked_change_is_in_the_next_delta_and_merges_into_the_full_view() ->
 def test_an_unmarked_change_arrives_with_the_next_sweep() -> None:
     host = Host(10)
     since = since_of(host.poll(None))
-    host.partitions[("default/t", 3)].cursor = 5  # cursors mark nothing
+    host.partitions[("default/t", 3)].cursor = 5  # a change no listener announces
     assert host.poll(since).partitions == ()
     host.now += 10.0
     delta = host.poll(since)
