@@ -72,6 +72,13 @@ class ReplicaFetcher:
         #: holds there, (epoch, offset) by partition
         self._session_conn: ClientConnection | None = None
         self._sent: dict[PartitionKey, tuple[int, int]] = {}
+        #: the partitions past their divergence check, by key, as of reading ``_ready_of``
+        self._ready_map: dict[PartitionKey, Partition] = {}
+        self._ready_of: list[Partition] | None = None
+        #: the reading whose partitions all passed their divergence check
+        self._checked: list[Partition] | None = None
+        #: keys whose position the next fetch compares with what the leader holds
+        self._recheck: set[PartitionKey] = set()
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"fetch-from-{leader.id}"
         )
@@ -90,6 +97,19 @@ class ReplicaFetcher:
                 if p.role is Role.FOLLOWER and p.leader_id == self.leader.id and not p.moving
             ]
         return self._followed
+
+    def _ready(self, partitions: list[Partition]) -> dict[PartitionKey, Partition]:
+        """The partitions past their divergence check, by key: read again for a new
+        reading of the followed partitions or after a check passed, not on every fetch."""
+        if self._ready_of is not partitions:
+            self._ready_of = partitions
+            self._ready_map = {
+                (p.topic.name, p.index): p
+                for p in partitions
+                if p.truncated_for_epoch == p.leader_epoch
+            }
+            self._recheck = set(self._ready_map)
+        return self._ready_map
 
     async def _connect(self) -> ClientConnection:
         if self._conn is None or self._conn.is_closed:
@@ -134,7 +154,13 @@ class ReplicaFetcher:
 
     async def _truncate_diverged(self, conn: ClientConnection, partitions: list[Partition]) -> None:
         """Cut each newly-following partition back to the prefix it shares with the leader."""
+        if partitions is self._checked:
+            return  # every partition of this reading passed its divergence check
         pending = [p for p in partitions if p.truncated_for_epoch != p.leader_epoch]
+        if pending:
+            self._ready_of = None  # some may pass now: ``_ready`` reads them again
+        else:
+            self._checked = partitions
         rounds = 0
         while pending and rounds < 16:
             rounds += 1
@@ -181,20 +207,24 @@ class ReplicaFetcher:
     async def _fetch_once(self, conn: ClientConnection, partitions: list[Partition]) -> None:
         """One fetch over the session (``protocol.replication``): the positions that
         changed since the leader last heard them, or all of them on a new connection."""
-        ready = {
-            (p.topic.name, p.index): p
-            for p in partitions
-            if p.truncated_for_epoch == p.leader_epoch
-        }
+        ready = self._ready(partitions)
         if not ready:
             await asyncio.sleep(0.05)
             return
         incremental = self._session_conn is conn
         if not incremental:
             self._sent = {}
+            self._recheck = set(ready)
         sent = self._sent
+        # Only positions that may have moved: those this fetcher appended to, truncated or
+        # was refused (``_recheck``), and all of them after a new reading or on a new
+        # session. Not every followed partition on every fetch (issue 16 §8).
+        recheck, self._recheck = self._recheck, set()
         positions = []
-        for key, p in ready.items():
+        for key in recheck:
+            p = ready.get(key)
+            if p is None:
+                continue
             position = (p.leader_epoch, p.log.next_offset)
             if sent.get(key) != position:
                 sent[key] = position
@@ -219,6 +249,8 @@ class ReplicaFetcher:
         if response.session_reset:
             self._session_conn = None
             return
+        # Every partition this answer names may move (appended, reset, refused): look again.
+        self._recheck.update((e.topic, e.partition) for e in response.partitions)
         for entry in response.partitions:
             key = (entry.topic, entry.partition)
             found = ready.get(key)
