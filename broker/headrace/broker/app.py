@@ -714,8 +714,8 @@ class Broker:
         while True:
             await asyncio.sleep(self.settings.retention_check_interval_ms / 1000)
             for p in self.registry.all_partitions():
-                if p.moving:
-                    continue
+                if p.moving or not p.log.retention_due():
+                    continue  # nothing to delete: no manifest read
                 try:
                     # Tiered: only what the object store already holds may go.
                     floor = await self.tiering.refresh_floor(p)

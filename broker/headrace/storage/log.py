@@ -613,6 +613,15 @@ class PartitionLog:
 
     # ------------------------------------------------------------------ maintenance
 
+    def retention_due(self) -> bool:
+        """Whether retention could delete a segment if the object store held everything:
+        when not, there is no need to ask the store (issue 16 §8: a manifest read per
+        partition every check was an idle cost in proportion to the partitions)."""
+        if len(self._segments) < 2:
+            return False  # the active segment is never deleted
+        stats = [s.stats for s in self._segments]
+        return bool(bk.segments_to_delete(stats, self._clock(), self.config))
+
     def apply_retention(self, upload_floor: int | None = None) -> list[int]:
         """Delete whole segments that retention allows; returns their base offsets."""
         doomed = bk.segments_to_delete(
