@@ -67,6 +67,8 @@ TICK_S = 0.1
 #: how often the uploader looks at every partition, not only those that may have work
 #: (a placement makes it look at once); seconds
 SWEEP_S = 30.0
+#: failed upload rounds in a row before the heartbeat reports them (``uploadError``)
+UPLOAD_ERROR_ROUNDS = 2
 
 
 class SealStage(enum.Enum):
@@ -105,7 +107,9 @@ class PartitionTiering:
     #: a move's reopen is in progress: (moves, start offset or None) it reopens to
     reopening: tuple[int, int | None] | None = None
     reopen_task: asyncio.Task[None] | None = None
+    #: upload rounds failed in a row, and the last one's error
     errors: int = 0
+    last_error: str = ""
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
@@ -363,6 +367,7 @@ class Tiering:
             raise
         except Exception as exc:
             state.errors += 1
+            state.last_error = f"{type(exc).__name__}: {exc}"[:1000]
             self.metrics.tier_upload_errors.inc()
             state.last_upload_ms = clock.monotonic_ms()  # back off, not retry every tick
             expected = isinstance(exc, HeadraceError | OSError)
@@ -766,6 +771,14 @@ class Tiering:
         """The heartbeat's ``storedThrough``: the last offset uploaded, None if not tiered."""
         state = _state(p)
         return state.uploaded_through if state is not None else None
+
+    def upload_error(self, p: Partition) -> str | None:
+        """The heartbeat's ``uploadError``: set once ``UPLOAD_ERROR_ROUNDS`` upload rounds in a
+        row failed (one failure is a blip the next round usually fixes), None otherwise."""
+        state = _state(p)
+        if state is None or state.errors < UPLOAD_ERROR_ROUNDS:
+            return None
+        return f"{state.errors} upload rounds in a row failed: {state.last_error}"
 
     def seal_report(self, p: Partition) -> SealReport | None:
         """The heartbeat's ``sealed`` for one partition: set once this leader has sealed it."""

@@ -121,8 +121,13 @@ def operator(
     try:
         yield log, started
     finally:
-        # While the operator runs, so that it removes its finalizer (the garbage collector
-        # then deletes the StatefulSet and the brokers go now, not with the namespace).
+        # While the operator runs, so that it removes its finalizers: the Topics' first
+        # (their data finalizer needs the brokers), then the cluster's (the garbage
+        # collector then deletes the StatefulSet and the brokers go now, not with the
+        # namespace).
+        cluster.kubectl_run(
+            "delete", "topic", "--all", "-n", namespace, "--timeout=60s", check=False, timeout=90
+        )
         cluster.kubectl_run(
             "delete",
             "brokercluster",

@@ -12,7 +12,7 @@ import kopf
 import pytest
 from operator_fakes import CLUSTER, FakeApi, topic
 
-from headrace.operator import handlers, running, workloads
+from headrace.operator import finalizing, handlers, running, workloads
 from headrace.operator.leasing import may_acquire
 from headrace.operator.running import ClusterRuntime
 from tests.unit.controller.controller_fakes import ManualClock
@@ -99,9 +99,9 @@ async def test_a_topic_event_kicks_its_clusters_loop_only() -> None:
     for name in ("demo", "other"):
         body = {**CLUSTER, "metadata": {**CLUSTER["metadata"], "name": name}}
         loops[("ns", name)] = ClusterRuntime(api, body, [], [], ManualClock(), fleet=object())  # type: ignore[arg-type]
-    await handlers.topic_changed(
-        namespace="ns", spec={"clusterRef": {"name": "demo"}}, body={}, memo=memo
-    )
+    body = topic()
+    body["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER]  # given at its first event
+    await handlers.topic_changed(namespace="ns", spec=body["spec"], body=body, memo=memo)
     assert loops[("ns", "demo")].kicked.is_set()
     assert not loops[("ns", "other")].kicked.is_set()
     assert api.writes == []
@@ -118,7 +118,8 @@ async def test_a_topic_of_a_missing_cluster_is_told_so_once() -> None:
         await handlers.topic_changed(
             namespace="ns", spec=body["spec"], body=body, memo=memo, type="MODIFIED", **indices
         )
-    assert api.writes == [("PUT status", "Topic", "orders")]
+    assert api.writes == [("PATCH metadata", "Topic", "orders"), ("PUT status", "Topic", "orders")]
+    assert api.body("Topic", "orders")["metadata"]["finalizers"] == [finalizing.TOPIC_FINALIZER]
     status = api.body("Topic", "orders")["status"]
     ready, stalled = status["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "ClusterNotFound")
@@ -228,3 +229,22 @@ def test_the_lease_goes_to_its_holder_or_to_anyone_once_it_expired(
     spec: dict[str, Any] | None, may: bool
 ) -> None:
     assert may_acquire(spec, "me", NOW) is may
+
+
+async def test_a_deleted_topic_of_a_missing_cluster_is_let_go_at_once() -> None:
+    orphan = topic()
+    orphan["spec"]["clusterRef"]["name"] = "absent"
+    orphan["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER, "example.com/other"]
+    orphan["metadata"]["deletionTimestamp"] = "2026-11-24T10:00:00Z"
+    api = FakeApi(orphan)
+    memo = memo_over(api)
+    body = api.body("Topic", "orders")
+    await handlers.topic_changed(
+        namespace="ns",
+        spec=body["spec"],
+        body=body,
+        memo=memo,
+        type="MODIFIED",
+        clusters_index={("ns", "demo"): [CLUSTER]},
+    )
+    assert api.body("Topic", "orders")["metadata"]["finalizers"] == ["example.com/other"]
