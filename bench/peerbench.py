@@ -819,12 +819,77 @@ def _rss_mb(pid: int) -> float | None:
     return None
 
 
+def _heartbeat_sizes(admin_url: str) -> tuple[int, int]:
+    """Body bytes of a full heartbeat, and of the delta poll the controller makes after it
+    (``?since=`` the full one's journal position) a second later."""
+    with urllib.request.urlopen(f"{admin_url}/v1/heartbeat", timeout=30) as resp:
+        body = resp.read()
+    journal = json.loads(body).get("journal")
+    if journal is None:
+        return len(body), len(body)  # a broker without deltas: every poll is full
+    time.sleep(1.0)
+    since = f"{journal['instance']}:{journal['seq']}"
+    with urllib.request.urlopen(f"{admin_url}/v1/heartbeat?since={since}", timeout=30) as resp:
+        return len(body), len(resp.read())
+
+
+def _controller_gauges(controller_url: str) -> dict[str, float]:
+    with urllib.request.urlopen(f"{controller_url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    return {
+        m.group(1): float(m.group(2))
+        for m in re.finditer(r"^(headrace_controller_\w+) (\S+)$", text, re.MULTILINE)
+    }
+
+
+def _wait_settled(controller_url: str, timeout_s: float) -> float:
+    """Seconds until the controller has run ``SETTLED_STEPS`` steps in a row with no
+    generation bump and no Offline partition: elections and LRS changes are over (being
+    led is not enough; a broker still opening its partitions misses polls and loses them)."""
+    started = time.perf_counter()
+    mark: tuple[float, float] | None = None  # (bumps, steps) when bumps last moved
+
+    def quiet() -> bool:
+        nonlocal mark
+        g = _controller_gauges(controller_url)
+        bumps, steps = (
+            g.get("headrace_controller_generation_bumps", 0.0),
+            g.get("headrace_controller_steps_total", 0.0),
+        )
+        if mark is None or bumps != mark[0] or g.get("headrace_controller_offline_partitions"):
+            mark = (bumps, steps)
+            return False
+        return steps - mark[1] >= SETTLED_STEPS
+
+    procs.wait_until(quiet, timeout_s, "controller settled", poll_s=1.0)
+    return time.perf_counter() - started
+
+
+#: steps without a generation bump that count as settled (the controller polls once a second)
+SETTLED_STEPS = 10
+
+
+def _controller_steps(controller_url: str) -> tuple[float, float]:
+    """(steps run, CPU seconds in them) from the controller's /metrics (0s if absent)."""
+    with urllib.request.urlopen(f"{controller_url}/metrics", timeout=30) as resp:
+        text = resp.read().decode()
+    found = {}
+    for name in ("headrace_controller_steps_total", "headrace_controller_step_cpu_seconds_total"):
+        m = re.search(rf"^{name} (\S+)$", text, re.MULTILINE)
+        found[name] = float(m.group(1)) if m else 0.0
+    return (
+        found["headrace_controller_steps_total"],
+        found["headrace_controller_step_cpu_seconds_total"],
+    )
+
+
 def scale(settings: Settings) -> list[dict[str, Any]]:
     """Idle cost against partition count, headrace only: a 3-broker local cluster holding
     ``scale_partitions`` partitions (RF=3, topics of at most 4,096), no traffic. Per size:
     time until every partition has a leader, idle CPU of each broker and the controller,
-    heartbeat body bytes (the controller polls each broker once a second), broker RSS,
-    and acks=all ``send_many`` throughput to one more 8-partition topic beside them."""
+    heartbeat body bytes (a full report, and the delta the controller polls each broker
+    for once a second), the controller's CPU per step, broker RSS, and acks=all
+    ``send_many`` throughput to one more 8-partition topic beside them."""
     rows: list[dict[str, Any]] = []
     per_topic = 4096
     for total in settings.scale_partitions:
@@ -843,6 +908,7 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
                 functools.partial(cluster.led, names, total), 1200, f"{total} led", poll_s=0.5
             )
             online_s = time.perf_counter() - started
+            settled_s = _wait_settled(cluster.controller_url, 600) + online_s
             cluster.create_topic("scale-produce", 8, 3, 2)
             load = settle(settings)
             time.sleep(settings.scale_idle_settle_s)
@@ -850,14 +916,22 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
                 {**{f"broker{b}": pid for b, pid in brokers.items()},
                  "controller": int(record["controller_pid"])}
             )  # fmt: skip
+            controller_before = _controller_steps(cluster.controller_url)
             meter.start()
             time.sleep(settings.scale_idle_s)
             idle = meter.stop()
-            heartbeat_bytes = []
+            controller_after = _controller_steps(cluster.controller_url)
+            heartbeat_bytes, delta_bytes = [], []
             for b in record["brokers"]:
-                url = f"http://{b['host']}:{b['admin_port']}/v1/heartbeat"
-                with urllib.request.urlopen(url, timeout=10) as resp:
-                    heartbeat_bytes.append(len(resp.read()))
+                full, delta = _heartbeat_sizes(f"http://{b['host']}:{b['admin_port']}")
+                heartbeat_bytes.append(full)
+                delta_bytes.append(delta)
+            steps = controller_after[0] - controller_before[0]
+            step_ms = (
+                round(1000 * (controller_after[1] - controller_before[1]) / steps, 2)
+                if steps
+                else None
+            )
             rss = [_rss_mb(pid) for pid in brokers.values()]
             result: dict[str, Any] = {"records_per_s": None, "cpu": None}
             try:
@@ -882,11 +956,15 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
                 "topics": n,
                 "replicas": 3,
                 "online_s": round(online_s, 2),
+                "settled_s": round(settled_s, 2),
                 "idle_broker_cores": broker_cores,
                 "idle_broker_cores_mean": round(sum(broker_cores) / len(broker_cores), 3),
                 "idle_controller_cores": idle["controller_cores"],
                 "idle_foreign_cores": idle["foreign_cores"],
                 "heartbeat_bytes": heartbeat_bytes,
+                "heartbeat_delta_bytes": delta_bytes,
+                "controller_steps": steps,
+                "controller_step_cpu_ms": step_ms,
                 "broker_rss_mb": rss,
                 "produce_records_per_s": result["records_per_s"],
                 "produce_cpu": result["cpu"],
@@ -897,7 +975,8 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
             settings.log(
                 f"  scale {total:>6} partitions: online in {row['online_s']} s, idle"
                 f" {broker_cores} cores/broker, controller {idle['controller_cores']},"
-                f" heartbeat {heartbeat_bytes} B, RSS {rss} MB,"
+                f" heartbeat {heartbeat_bytes} B full, {delta_bytes} B per idle poll,"
+                f" controller step {step_ms} ms CPU, RSS {rss} MB,"
                 f" acks=all produce {result['records_per_s']}/s {result.get('error', '')}"
             )
     return rows

@@ -77,9 +77,21 @@ def gate(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[..., IndexSyncGat
 
 
 def index_fds_of(log: PartitionLog) -> Callable[[], set[int]]:
-    # White box: the descriptors are private, and captured once, before the race.
-    fds = {seg._index_fd for seg in log.segments}
-    return lambda: fds
+    """The descriptors open on the log's ``.index`` files now (a segment opens its index
+    file for each write or sync only, so they are looked up when the sync comes)."""
+    paths = {str(seg.index_path) for seg in log.segments}
+
+    def open_now() -> set[int]:
+        found = set()
+        for name in os.listdir("/proc/self/fd"):
+            try:
+                if os.readlink(f"/proc/self/fd/{name}") in paths:
+                    found.add(int(name))
+            except OSError:
+                continue
+        return found
+
+    return open_now
 
 
 class CheckpointThread:

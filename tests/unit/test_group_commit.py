@@ -69,12 +69,20 @@ async def first_of(task: asyncio.Task[None], fut: asyncio.Future[None]) -> None:
     fut.result()
 
 
+def _path_of(fd: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+
+
 @pytest.fixture
 def held_index_sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
-    """Holds the fsync thread at its first fdatasync of a file in ``state['fds']``."""
+    """Holds the fsync thread at its first fdatasync of a file in ``state['paths']`` (a
+    segment opens its index file for each sync, so the descriptor is known only then)."""
     real = os.fdatasync
     state: dict[str, Any] = {
-        "fds": set(),
+        "paths": set(),
         "reached": threading.Event(),
         "release": threading.Event(),
         "fired": False,
@@ -84,7 +92,7 @@ def held_index_sync(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]
         if (
             not state["fired"]
             and threading.current_thread().name.startswith("fsync")
-            and fd in state["fds"]
+            and _path_of(fd) in state["paths"]
         ):
             state["fired"] = True
             state["reached"].set()
@@ -111,7 +119,7 @@ async def test_group_commit_outlives_retention_during_a_checkpoint(
     partition = FakePartition(PartitionLog.open(tmp_path, cfg))
     log = partition.log
     append(log, 8)  # four segments
-    held_index_sync["fds"] = {seg._index_fd for seg in log.segments}
+    held_index_sync["paths"] = {str(seg.index_path) for seg in log.segments}
     committer = committer_for(partition)
     committer.start()
     task = committer._task

@@ -76,3 +76,50 @@ def test_a_removed_follower_leaves_the_lrs_and_no_longer_holds_the_hw() -> None:
     assert lrs.advance(120) and lrs.high_watermark == 100
     assert not lrs.on_fetch(2, 120, 120, START + 300), "a removed replica is ignored"
     assert lrs.tick(120, START + 20_000) == {1}, "only the remaining follower is checked"
+
+
+# ----------------------------------------------------------------- fetch sessions
+# A follower's session fetch names a partition only when its position there changed;
+# ``fetched_ms`` (its last session fetch) stands for the fetches that did not name it.
+
+
+def test_an_idle_partition_keeps_followers_that_fetch_over_their_session() -> None:
+    lrs = fresh(lag_max_ms=10_000, fetch_silence_max_ms=3_000)
+    for follower in (1, 2):
+        lrs.on_fetch(follower, 10, 10, START + 100)  # named once, then never again
+    for now in range(START + 1_000, START + 30_000, 1_000):
+        assert lrs.tick(10, now, {1: now, 2: now}) == set()
+    assert lrs.sorted_lrs() == [0, 1, 2]
+
+
+def test_a_follower_whose_session_stops_leaves_after_the_silence_bound() -> None:
+    lrs = fresh(lag_max_ms=10_000, fetch_silence_max_ms=3_000)
+    for follower in (1, 2):
+        lrs.on_fetch(follower, 10, 10, START + 100)
+    fetched = {1: START + 1_000, 2: START + 1_000}
+    assert lrs.tick(10, START + 4_000, fetched) == set()
+    fetched[1] = START + 4_001  # broker 2's session went quiet at START + 1_000
+    assert lrs.tick(10, START + 4_001, fetched) == {2}
+
+
+def test_a_session_fetch_is_not_catching_up_for_a_follower_that_lags() -> None:
+    lrs = fresh(lag_max_ms=10_000, fetch_silence_max_ms=3_000)
+    lrs.on_fetch(1, 5, 10, START + 100)  # behind the leader's end, and never names it again
+    lrs.on_fetch(2, 10, 10, START + 100)
+    now = START + 10_000
+    assert lrs.tick(10, now, {1: now, 2: now}) == set()
+    now = START + 10_101
+    assert lrs.tick(10, now, {1: now, 2: now}) == {1}
+
+
+def test_a_follower_back_on_its_session_rejoins_if_it_holds_everything_committed() -> None:
+    lrs = fresh(lag_max_ms=10_000, fetch_silence_max_ms=3_000)
+    lrs.on_fetch(1, 10, 10, START + 100)
+    lrs.on_fetch(2, 4, 10, START + 100)
+    assert lrs.tick(10, START + 3_200, {}) == {1, 2}  # both went quiet
+    lrs.advance(10)
+    assert lrs.high_watermark == 10
+    now = START + 5_000
+    assert lrs.rejoin(10, now, {1: now, 2: now}) == {1}  # 2 lacks committed records
+    assert lrs.sorted_lrs() == [0, 1]
+    assert lrs.rejoin(10, now + 10_000, {1: now, 2: now}) == set()  # quiet again: no

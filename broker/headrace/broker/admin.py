@@ -32,6 +32,11 @@ from headrace.security.acl import Operation
 if TYPE_CHECKING:
     from headrace.broker.ports import AdminHost
 
+#: the largest request body taken (aiohttp's default is 1 MiB). The controller's topology
+#: push names every partition (about 100 B each): 1 MiB stopped at ~9,000 partitions, and a
+#: refused push leaves brokers on an old topology for good (issue 16 §8).
+MAX_REQUEST_BYTES = 256 * 1024 * 1024
+
 _STATUS: dict[type[HeadraceError], int] = {
     UnknownTopic: 404,
     TopicAlreadyExists: 409,
@@ -51,7 +56,7 @@ def _error(exc: HeadraceError) -> web.Response:
 class AdminServer:
     def __init__(self, broker: AdminHost) -> None:
         self.broker = broker
-        self.app = web.Application()
+        self.app = web.Application(client_max_size=MAX_REQUEST_BYTES)
         self.app.add_routes(
             [
                 web.get("/healthz", self.healthz),
@@ -171,7 +176,9 @@ class AdminServer:
             session.require(Operation.ADMIN, topic)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
-        return web.json_response(self.broker.heartbeat().to_json())
+        """Every partition's report; with ``?since=instance:seq`` (from the previous answer's
+        ``journal``) only those that changed since (``broker.reporting``)."""
+        return web.json_response(self.broker.heartbeat(request.query.get("since")).to_json())
 
     async def topology(self, request: web.Request) -> web.Response:
         """The controller pushes the cluster topology here (idempotent, generation-fenced).

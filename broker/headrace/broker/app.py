@@ -16,6 +16,7 @@ import logging
 import os
 import ssl
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from headrace import files
@@ -35,6 +36,7 @@ from headrace.broker.ports import (
     PartitionReopened,
 )
 from headrace.broker.replicating import Replication
+from headrace.broker.reporting import PartitionReports
 from headrace.broker.server import Connection, RedirectRequired
 from headrace.broker.syncing import GroupCommitter
 from headrace.broker.tiering import Tiering
@@ -49,6 +51,7 @@ from headrace.protocol.coordination import (
     Heartbeat,
     PartitionReport,
     TopicPlacement,
+    parse_since,
 )
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.replication import assigning
@@ -81,6 +84,10 @@ class Broker:
             publish=self._on_event,
         )
         self.connections: set[ClientLink] = set()
+        #: partitions whose cursors moved since the last flush, and those listened to
+        self._cursors_moved: set[Partition] = set()
+        self._cursor_watched: set[Partition] = set()
+        self._cursor_sweep = False
         self.cohorts: dict[tuple[str, str], CohortRuntime] = {}
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -99,6 +106,9 @@ class Broker:
         self.tiering = Tiering(self, _open_object_store(settings.object_store_url), self._on_event)
         self.registry.object_store_configured = self.tiering.enabled
         self.placer = Placer(settings, self.registry, self.tiering, self.metrics)
+        #: the journal heartbeats are answered from (deltas; see ``reporting``)
+        self.reports = PartitionReports(self._report_of, self.registry.all_partitions, self._hosted)
+        self.tiering.report_changed = self.reports.mark
         self.started_at = time.monotonic()
         #: the first gate epoch of this incarnation's cohorts (see ``_count_incarnation``)
         self.gate_epoch_floor = 0
@@ -127,6 +137,7 @@ class Broker:
             else:
                 partition.leader_id = self.settings.broker_id
                 partition.replicas = [self.settings.broker_id]
+        self._watch_cursors()
         self.committer.on_round = self.metrics.fsync_seconds.observe
         self.committer.start()
         self.replication.start()
@@ -430,8 +441,9 @@ class Broker:
     def _on_event(self, event: PartitionEvent) -> None:
         """Partition lifecycle events from replication and tiering."""
         match event:
-            case LiveReplicasChanged():
+            case LiveReplicasChanged(partition):
                 self.metrics.lrs_changes.inc()
+                self.reports.mark(partition)
             case PartitionReopened(partition):
                 # A move's reopen finished: take the role the current topology gives.
                 me = self.settings.broker_id
@@ -465,6 +477,9 @@ class Broker:
         self.halting.set()
 
     def _placement_changed(self) -> None:
+        self.reports.mark_all()
+        self.tiering.mark_all()
+        self._watch_cursors()
         self.replication.reconcile()
         self.refresh_cohorts()
         self.push_topology()
@@ -508,35 +523,42 @@ class Broker:
         ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file))
         return ctx
 
-    def heartbeat(self) -> Heartbeat:
-        """What the controller polls (``GET /v1/heartbeat``)."""
+    def _report_of(self, p: Partition) -> PartitionReport:
+        return PartitionReport(
+            p.topic.name,
+            p.index,
+            "leader" if p.role is Role.LEADER else "follower",
+            p.leader_epoch,
+            p.log.next_offset,
+            p.high_watermark,
+            tuple(p.lrs),
+            p.moves,
+            p.start_offset,
+            self.tiering.seal_report(p),
+            p.log.log_start_offset,
+            self.tiering.stored_through(p),
+            p.cursors.all(),
+            p.cutover if p.role is Role.LEADER else None,
+            upload_error=self.tiering.upload_error(p),
+        )
+
+    def _hosted(self, topic: str, index: int) -> Partition | None:
+        t = self.registry.topics.get(topic)
+        return None if t is None else t.partitions.get(index)
+
+    def heartbeat(self, since: str | None = None) -> Heartbeat:
+        """What the controller polls (``GET /v1/heartbeat``): every partition's report, or
+        with ``since`` (``instance:seq`` of an earlier answer) only what changed since."""
         host, port = self.advertised
         admin_port = self.admin.port if self.admin is not None else -1
-        partitions = sorted(self.registry.all_partitions(), key=lambda p: (p.topic.name, p.index))
+        built = self.reports.rebuilt
+        partitions, removed, journal = self.reports.answer(parse_since(since))
+        self.metrics.heartbeat_reports.inc(self.reports.rebuilt - built)
         return Heartbeat(
             BrokerEndpoint(self.settings.broker_id, host, port, admin_port=admin_port),
             adoption=self.adoption_floor(),
             draining=self.draining or not self.ready,
-            partitions=tuple(
-                PartitionReport(
-                    p.topic.name,
-                    p.index,
-                    "leader" if p.role is Role.LEADER else "follower",
-                    p.leader_epoch,
-                    p.log.next_offset,
-                    p.high_watermark,
-                    tuple(p.lrs),
-                    p.moves,
-                    p.start_offset,
-                    self.tiering.seal_report(p),
-                    p.log.log_start_offset,
-                    self.tiering.stored_through(p),
-                    p.cursors.all(),
-                    p.cutover if p.role is Role.LEADER else None,
-                    upload_error=self.tiering.upload_error(p),
-                )
-                for p in partitions
-            ),
+            partitions=partitions,
             cohorts=tuple(
                 CohortReport(t, c, tuple(sorted(r.gates.members)))
                 for (t, c), r in sorted(self.cohorts.items())
@@ -545,6 +567,8 @@ class Broker:
             # standalone registry counter is a different counter and must not stand in for it).
             generation=self.cluster.generation if self.cluster else 0,
             connections=len(self.connections),
+            journal=journal,
+            removed=removed,
         )
 
     def drain_report(self) -> dict[str, Any]:
@@ -575,6 +599,9 @@ class Broker:
                 "in a cluster, topics are managed by the controller (headrace apply)"
             )
         topic = self.registry.create(name, partitions, config)
+        self._watch_cursors()
+        self.tiering.mark_all()
+        self.reports.mark_all()
         self.push_topology()
         return topic
 
@@ -662,9 +689,30 @@ class Broker:
 
     # ------------------------------------------------------------------ background work
 
+    def _watch_cursors(self) -> None:
+        """Listen to the cursors of every partition (after a placement or a new topic): the
+        flush loop then looks at moved ones only, not at every partition 5 times a second."""
+        for p in self.registry.all_partitions():
+            if p not in self._cursor_watched:
+                p.add_cursor_listener(self._cursor_moved)
+                self._cursor_watched.add(p)
+        hosted = set(self.registry.all_partitions())
+        for p in self._cursor_watched - hosted:
+            p.remove_cursor_listener(self._cursor_moved)
+        self._cursor_watched &= hosted
+        self._cursors_moved &= hosted
+
+    def _cursor_moved(self, p: Partition) -> None:
+        self._cursors_moved.add(p)
+
     def _flush_cursors_now(self, *, sync: bool) -> list[tuple[Any, dict[str, int]]]:
         pending = []
-        for p in self.registry.all_partitions():
+        if sync or self._cursor_sweep:
+            partitions: Iterable[Partition] = self.registry.all_partitions()
+            self._cursors_moved, self._cursor_sweep = set(), False
+        else:
+            partitions, self._cursors_moved = self._cursors_moved, set()
+        for p in partitions:
             snap = p.cursors.snapshot_for_flush()
             if snap is not None:
                 pending.append((p.cursors, snap))
@@ -684,6 +732,7 @@ class Broker:
                     await loop.run_in_executor(None, store.write, snap)
                 except OSError as exc:
                     log.error("cursor flush failed: %s", exc)
+                    self._cursor_sweep = True  # the store stays dirty: look at all again
 
     async def _tick_cohorts_forever(self) -> None:
         while True:
@@ -696,8 +745,8 @@ class Broker:
         while True:
             await asyncio.sleep(self.settings.retention_check_interval_ms / 1000)
             for p in self.registry.all_partitions():
-                if p.moving:
-                    continue
+                if p.moving or not p.log.retention_due():
+                    continue  # nothing to delete: no manifest read
                 try:
                     # Tiered: only what the object store already holds may go.
                     floor = await self.tiering.refresh_floor(p)
@@ -712,6 +761,7 @@ class Broker:
                     log.exception("retention on %s failed", p.name)
                     continue
                 if deleted:
+                    self.reports.mark(p)  # its log start moved
                     log.info("retention deleted %d segments of %s", len(deleted), p.name)
 
 

@@ -63,6 +63,26 @@ async def serve_until_stopped(b: Broker, stop: asyncio.Event) -> int:
     return EXIT_LOG_SYNC_FAILED
 
 
+def raise_open_file_limit() -> int:
+    """Raise the soft limit on open descriptors to the hard one; the soft limit now.
+
+    A broker holds one descriptor per segment (plus sockets), so thousands of
+    partitions need more than the common soft default of 1,024. Kafka asks for
+    the same. The hard limit is the administrator's: never exceeded, only used.
+    """
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and (hard == resource.RLIM_INFINITY or soft < hard):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("could not raise the open file limit from %s to %s: %s", soft, hard, exc)
+            return soft
+        return hard
+    return soft
+
+
 def _halt(status: int) -> None:
     """Exit now: a thread stuck in fdatasync on a failing disk must not hold the exit."""
     logging.shutdown()
@@ -280,7 +300,10 @@ def broker(
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("headrace").setLevel(logging.INFO)
 
+    descriptors = raise_open_file_limit()
+
     async def serve() -> None:
+        log.info("open file limit: %s descriptors", descriptors)
         b = Broker(settings)
         await b.start()
         stop = asyncio.Event()

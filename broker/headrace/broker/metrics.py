@@ -146,6 +146,21 @@ class BrokerMetrics:
         self.tier_read_bytes = Counter(
             "headrace_tier_read_bytes", "Bytes read from the object store for readers", registry=r
         )
+        self.replica_fetches = Counter(
+            "headrace_replica_fetches",
+            "Replica fetch session answers sent (leader side)",
+            registry=r,
+        )
+        self.replica_fetch_partitions = Counter(
+            "headrace_replica_fetch_partitions",
+            "Partitions looked at to answer replica fetches (leader side): named or moved only",
+            registry=r,
+        )
+        self.heartbeat_reports = Counter(
+            "headrace_heartbeat_reports_built",
+            "Partition reports rebuilt to answer heartbeat polls: marked or swept only",
+            registry=r,
+        )
         self.seals = Counter("headrace_seals", "Partitions sealed here for a move", registry=r)
         self.reopens = Counter(
             "headrace_reopens", "Partitions reopened here after a move", registry=r

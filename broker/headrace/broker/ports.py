@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-from collections.abc import Callable, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from headrace.broker.access import Access
 from headrace.broker.config import BrokerSettings
+from headrace.broker.fetch_sessions import FetchSession
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.topics import Partition, Topic, TopicRegistry
 from headrace.cohorts.gates import CohortGates
@@ -95,6 +96,14 @@ class LeaderSide(Protocol):
     """Replication's leader side, which a follower's connection calls (``Replication``)."""
 
     def serve_fetch(self, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk: ...
+
+    def open_session(
+        self, request: rp.ReplicaFetch, session: FetchSession | None
+    ) -> FetchSession: ...
+
+    def serve_session(
+        self, session: FetchSession, asked: Iterable[tuple[str, int]]
+    ) -> rp.ReplicaFetchOk: ...
 
     def answer_epochs(self, queries: list[rp.EpochQuery]) -> list[rp.EpochAnswer]: ...
 
@@ -295,7 +304,7 @@ class AdminHost(BrokerCore, Protocol):
 
     def adoption_floor(self) -> int | None: ...
 
-    def heartbeat(self) -> Heartbeat: ...
+    def heartbeat(self, since: str | None = None) -> Heartbeat: ...
 
     def apply_topology(self, doc: dict[str, Any]) -> bool: ...
 

@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable, Iterable
 
 from headrace import clock
 from headrace.aio import cancel_and_wait
+from headrace.broker.fetch_sessions import FetchSession, PartitionKey
 from headrace.broker.ports import LiveReplicasChanged, Publish, ReplicationHost
 from headrace.broker.topics import Partition, Role
 from headrace.client.connection import ClientConnection, ConnectOptions
@@ -39,6 +41,10 @@ from headrace.storage.log import PartitionLog, ReadPosition
 
 log = logging.getLogger(__name__)
 
+#: how often the LRS tick visits every led partition even when all followers fetch
+FULL_TICK_MS = 30_000
+#: how often a fetcher reads the partitions it follows again with no placement between
+REREAD_S = 30.0
 
 # --------------------------------------------------------------------------- follower side
 
@@ -46,21 +52,64 @@ log = logging.getLogger(__name__)
 class ReplicaFetcher:
     """Pulls every partition this broker follows from one leader, over one connection."""
 
-    def __init__(self, broker: ReplicationHost, leader: BrokerEndpoint) -> None:
+    def __init__(
+        self,
+        broker: ReplicationHost,
+        leader: BrokerEndpoint,
+        placement_version: Callable[[], int] = lambda: 0,
+    ) -> None:
         self.broker = broker
         self.leader = leader
+        #: bumped on every placement: the partitions followed are read again then
+        self._placement_version = placement_version
+        self._conn: ClientConnection | None = None
+        self.errors = 0
+        #: the followed partitions (``partitions``), as of placement ``_seen_version``
+        self._followed: list[Partition] = []
+        self._seen_version = -1
+        self._read_at = 0.0
+        #: the connection the leader holds our fetch session on, and the positions it
+        #: holds there, (epoch, offset) by partition
+        self._session_conn: ClientConnection | None = None
+        self._sent: dict[PartitionKey, tuple[int, int]] = {}
+        #: the partitions past their divergence check, by key, as of reading ``_ready_of``
+        self._ready_map: dict[PartitionKey, Partition] = {}
+        self._ready_of: list[Partition] | None = None
+        #: the reading whose partitions all passed their divergence check
+        self._checked: list[Partition] | None = None
+        #: keys whose position the next fetch compares with what the leader holds
+        self._recheck: set[PartitionKey] = set()
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name=f"fetch-from-{leader.id}"
         )
-        self._conn: ClientConnection | None = None
-        self.errors = 0
 
     def partitions(self) -> list[Partition]:
-        return [
-            p
-            for p in self.broker.registry.all_partitions()
-            if p.role is Role.FOLLOWER and p.leader_id == self.leader.id and not p.moving
-        ]
+        """The partitions followed from this leader: read again after a placement, or
+        ``REREAD_S`` after the last reading (not on every fetch: that is every partition
+        hosted, twice a second)."""
+        now = asyncio.get_running_loop().time()
+        version = self._placement_version()
+        if version != self._seen_version or now - self._read_at >= REREAD_S:
+            self._seen_version, self._read_at = version, now
+            self._followed = [
+                p
+                for p in self.broker.registry.all_partitions()
+                if p.role is Role.FOLLOWER and p.leader_id == self.leader.id and not p.moving
+            ]
+        return self._followed
+
+    def _ready(self, partitions: list[Partition]) -> dict[PartitionKey, Partition]:
+        """The partitions past their divergence check, by key: read again for a new
+        reading of the followed partitions or after a check passed, not on every fetch."""
+        if self._ready_of is not partitions:
+            self._ready_of = partitions
+            self._ready_map = {
+                (p.topic.name, p.index): p
+                for p in partitions
+                if p.truncated_for_epoch == p.leader_epoch
+            }
+            self._recheck = set(self._ready_map)
+        return self._ready_map
 
     async def _connect(self) -> ClientConnection:
         if self._conn is None or self._conn.is_closed:
@@ -105,7 +154,13 @@ class ReplicaFetcher:
 
     async def _truncate_diverged(self, conn: ClientConnection, partitions: list[Partition]) -> None:
         """Cut each newly-following partition back to the prefix it shares with the leader."""
+        if partitions is self._checked:
+            return  # every partition of this reading passed its divergence check
         pending = [p for p in partitions if p.truncated_for_epoch != p.leader_epoch]
+        if pending:
+            self._ready_of = None  # some may pass now: ``_ready`` reads them again
+        else:
+            self._checked = partitions
         rounds = 0
         while pending and rounds < 16:
             rounds += 1
@@ -142,6 +197,7 @@ class ReplicaFetcher:
                     p.high_watermark = min(p.high_watermark, cut)
                     p.leader_high_watermark = min(p.leader_high_watermark, cut)
                     self.broker.metrics.truncations.inc()
+                    p.appended()  # the log end moved (heartbeat report, listeners)
                 if a.epoch == q.epoch or a.epoch < 0:
                     p.truncated_for_epoch = asked[id(p)][0]
                 else:
@@ -149,29 +205,67 @@ class ReplicaFetcher:
             pending = still
 
     async def _fetch_once(self, conn: ClientConnection, partitions: list[Partition]) -> None:
-        ready = [p for p in partitions if p.truncated_for_epoch == p.leader_epoch]
+        """One fetch over the session (``protocol.replication``): the positions that
+        changed since the leader last heard them, or all of them on a new connection."""
+        ready = self._ready(partitions)
         if not ready:
             await asyncio.sleep(0.05)
             return
+        incremental = self._session_conn is conn
+        if not incremental:
+            self._sent = {}
+            self._recheck = set(ready)
+        sent = self._sent
+        # Only positions that may have moved: those this fetcher appended to, truncated or
+        # was refused (``_recheck``), and all of them after a new reading or on a new
+        # session. Not every followed partition on every fetch (issue 16 §8).
+        recheck, self._recheck = self._recheck, set()
+        positions = []
+        for key in recheck:
+            p = ready.get(key)
+            if p is None:
+                continue
+            position = (p.leader_epoch, p.log.next_offset)
+            if sent.get(key) != position:
+                sent[key] = position
+                positions.append(rp.FetchPosition(key[0], key[1], *position))
+        forgotten = [k for k in sent if k not in ready] if len(sent) > len(ready) else []
+        for key in forgotten:
+            del sent[key]
         request = rp.ReplicaFetch(
             self.broker.settings.broker_id,
             self.broker.settings.replica_fetch_wait_ms,
-            [
-                rp.FetchPosition(p.topic.name, p.index, p.leader_epoch, p.log.next_offset)
-                for p in ready
-            ],
+            positions,
+            incremental,
+            forgotten,
         )
-        asked = {id(p): (p.leader_epoch, p.leader_id, p.log.next_offset) for p in ready}
-        frame = await conn.request(Op.REPLICA_FETCH, request.encode())
-        response = rp.ReplicaFetchOk.decode(frame.body)
-        by_key = {(p.topic.name, p.index): p for p in ready}
+        self._session_conn = conn
+        try:
+            frame = await conn.request(Op.REPLICA_FETCH, request.encode())
+            response = rp.ReplicaFetchOk.decode(frame.body)
+        except BaseException:
+            self._session_conn = None  # what the leader holds is unknown: start over
+            raise
+        if response.session_reset:
+            self._session_conn = None
+            return
+        # Every partition this answer names may move (appended, reset, refused): look again.
+        self._recheck.update((e.topic, e.partition) for e in response.partitions)
         for entry in response.partitions:
-            p = by_key.get((entry.topic, entry.partition))
-            if p is None:
+            key = (entry.topic, entry.partition)
+            found = ready.get(key)
+            asked = sent.get(key)
+            if found is None or asked is None:
                 continue
-            epoch, leader, end = asked[id(p)]
-            if not self._unchanged(p, epoch, leader) or p.log.next_offset != end:
+            p = found
+            epoch, end = asked
+            if not self._unchanged(p, epoch, self.leader.id) or p.log.next_offset != end:
+                sent.pop(key, None)  # name it again next time: the leader may not resend
                 continue  # moved, dropped or already advanced while the fetch was out
+            if entry.error or len(entry.data):
+                # Not taken, or taken: either way the next fetch names its position again
+                # (the leader answers a named partition whether or not it has news).
+                sent.pop(key, None)
             if entry.error == OffsetOutOfRange.CODE and entry.log_start_offset > p.log.next_offset:
                 log.warning(
                     "%s: log end %d is below leader %s's log start %d; restarting the log there",
@@ -182,11 +276,14 @@ class ReplicaFetcher:
                 )
                 p.log.reset_to(entry.log_start_offset)
                 self.broker.metrics.truncations.inc()
+                p.appended()  # the log end moved (heartbeat report, listeners)
                 continue
             if entry.error:
                 if entry.error == StaleEpoch.CODE and entry.epoch < p.leader_epoch:
                     await asyncio.sleep(0.05)  # the leader has not heard of our epoch yet
                 continue
+            # Only news wakes listeners: an idle answer must not touch every partition.
+            moved = len(entry.data) > 0 or entry.high_watermark != p.leader_high_watermark
             if len(entry.data):
                 for pos, header in rb.scan(entry.data):
                     if not rb.crc_ok(entry.data, header, pos):
@@ -200,7 +297,8 @@ class ReplicaFetcher:
                 for cohort, cursor in entry.cursors.items():
                     p.cursors.set(cohort, cursor)
             p.leader_high_watermark = entry.high_watermark
-            p.appended()
+            if moved:
+                p.appended()
 
     def _unchanged(self, p: Partition, epoch: int, leader: int) -> bool:
         """Still a follower of the same leader at the same epoch, and still hosted here."""
@@ -235,6 +333,19 @@ class Replication:
         #: answer ended, so this saves the segment index lookup and the scan chunk it reads
         #: (up to 1 MiB, the very bytes then read again) on every replica fetch.
         self.read_hints: dict[tuple[int, str], tuple[PartitionLog, int, ReadPosition]] = {}
+        #: follower broker id -> its last fetch over a session (``LeaderReplicaSet.tick``)
+        self.fetched_ms: dict[int, int] = {}
+        #: led partitions whose log end moved since the last LRS tick
+        self._appended: set[Partition] = set()
+        #: every led partition with followers, as of the last placement
+        self._led: list[Partition] = []
+        self._full_tick_ms = 0
+        #: the follower broker ids of ``_led``
+        self._followers: set[int] = set()
+        #: every follower fetched lately at the last tick
+        self._quiet = False
+        #: bumped on every placement: fetchers re-read what they follow
+        self.placement_version = 0
         self._tick_task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -245,72 +356,121 @@ class Replication:
     # ------------------------------------------------------------------ leader side
 
     def serve_fetch(self, request: rp.ReplicaFetch) -> rp.ReplicaFetchOk:
-        """Answer one replica fetch without waiting (the caller long-polls if it is empty)."""
-        out = rp.ReplicaFetchOk()
+        """Answer one sessionless replica fetch without waiting (every position)."""
         now = clock.monotonic_ms()
+        out = rp.ReplicaFetchOk()
         for pos in request.positions:
-            entry = rp.FetchedPartition(pos.topic, pos.partition)
-            out.partitions.append(entry)
-            try:
-                partition = self.broker.registry.get(pos.topic).partition(pos.partition)
-            except (UnknownTopic, UnknownPartition) as exc:
-                entry.error, entry.message = exc.CODE, exc.message
-                continue
-            entry.epoch = partition.leader_epoch
-            reopening = partition.tiering is not None and partition.tiering.reopening is not None
-            if partition.role is not Role.LEADER or partition.replica_set is None or reopening:
-                entry.error, entry.message = (
-                    NotLeader.CODE,
-                    f"broker {self.broker.settings.broker_id} does not lead {partition.name}",
-                )
-                continue
-            if pos.epoch != partition.leader_epoch:
-                entry.error = StaleEpoch.CODE
-                entry.message = f"{partition.name}: follower at epoch {pos.epoch}, leader at {partition.leader_epoch}"
-                continue
-            plog = partition.log
-            if pos.offset < plog.log_start_offset:
-                # The follower needs records retention already deleted: it must restart its
-                # log at our log start (answered with where that is).
-                entry.error = OffsetOutOfRange.CODE
-                entry.message = f"offset {pos.offset} is below log start {plog.log_start_offset}"
-                entry.log_start_offset = plog.log_start_offset
-                continue
-            if pos.offset > plog.next_offset:
-                entry.error, entry.message = (
-                    StaleEpoch.CODE,
-                    f"follower offset {pos.offset} beyond leader end {plog.next_offset}",
-                )
-                continue
-            if partition.replica_set.on_fetch(
-                request.follower_id, pos.offset, plog.next_offset, now
-            ):
-                self.publish(LiveReplicasChanged(partition))
-            partition.advance_high_watermark()
-            if pos.offset < plog.next_offset:
-                key = (request.follower_id, partition.name)
-                known = self.read_hints.get(key)
-                hint = (
-                    known[2]
-                    if known is not None and known[0] is plog and known[1] == partition.leader_epoch
-                    else None
-                )
-                data, hint = plog.read(pos.offset, pos.max_bytes, hint=hint)
-                if hint is not None:
-                    self.read_hints[key] = (plog, partition.leader_epoch, hint)
-            else:
-                data = b""
-            entry.data = data
-            entry.high_watermark = partition.high_watermark
-            entry.log_end_offset = plog.next_offset
-            entry.log_start_offset = plog.log_start_offset
-            sent = self.cursor_versions_sent.get((request.follower_id, partition.name))
-            if sent != partition.cursors.version:
-                entry.cursors = partition.cursors.all()
-                self.cursor_versions_sent[(request.follower_id, partition.name)] = (
-                    partition.cursors.version
-                )
+            out.partitions.append(self._serve_one(request.follower_id, pos, now))
         return out
+
+    def open_session(self, request: rp.ReplicaFetch, session: FetchSession | None) -> FetchSession:
+        """The connection's session after ``request``: a full fetch starts a new one."""
+        if not request.incremental:
+            if session is not None:
+                session.close()
+            session = FetchSession(request.follower_id)
+        assert session is not None
+        for key in request.forgotten:
+            session.forget(key)
+        for pos in request.positions:
+            session.positions[(pos.topic, pos.partition)] = pos
+        return session
+
+    def serve_session(
+        self, session: FetchSession, asked: Iterable[tuple[str, int]]
+    ) -> rp.ReplicaFetchOk:
+        """Answer a session fetch without waiting: the ``asked`` partitions, and those
+        whose leader side moved since the session's last answer (marked by listeners)."""
+        now = clock.monotonic_ms()
+        self.fetched_ms[session.follower_id] = now
+        asked = set(asked)
+        examine, session.dirty = asked | session.dirty, set()
+        self.broker.metrics.replica_fetches.inc()
+        self.broker.metrics.replica_fetch_partitions.inc(len(examine))
+        out = rp.ReplicaFetchOk()
+        registry = self.broker.registry
+        for key in examine:
+            pos = session.positions.get(key)
+            if pos is None:
+                continue
+            topic = registry.topics.get(key[0])
+            partition = topic.partitions.get(key[1]) if topic is not None else None
+            if partition is not None:
+                session.listen(key, partition)
+            entry = self._serve_one(session.follower_id, pos, now)
+            state = (entry.high_watermark, entry.log_end_offset, entry.log_start_offset)
+            if (
+                key in asked
+                or entry.error
+                or len(entry.data)
+                or entry.cursors is not None
+                or session.sent.get(key) != state
+            ):
+                session.sent[key] = state
+                out.partitions.append(entry)
+        return out
+
+    def _serve_one(self, follower_id: int, pos: rp.FetchPosition, now: int) -> rp.FetchedPartition:
+        entry = rp.FetchedPartition(pos.topic, pos.partition)
+        try:
+            partition = self.broker.registry.get(pos.topic).partition(pos.partition)
+        except (UnknownTopic, UnknownPartition) as exc:
+            entry.error, entry.message = exc.CODE, exc.message
+            return entry
+        entry.epoch = partition.leader_epoch
+        reopening = partition.tiering is not None and partition.tiering.reopening is not None
+        if partition.role is not Role.LEADER or partition.replica_set is None or reopening:
+            entry.error, entry.message = (
+                NotLeader.CODE,
+                f"broker {self.broker.settings.broker_id} does not lead {partition.name}",
+            )
+            return entry
+        if pos.epoch != partition.leader_epoch:
+            entry.error = StaleEpoch.CODE
+            entry.message = (
+                f"{partition.name}: follower at epoch {pos.epoch},"
+                f" leader at {partition.leader_epoch}"
+            )
+            return entry
+        plog = partition.log
+        if pos.offset < plog.log_start_offset:
+            # The follower needs records retention already deleted: it must restart its
+            # log at our log start (answered with where that is).
+            entry.error = OffsetOutOfRange.CODE
+            entry.message = f"offset {pos.offset} is below log start {plog.log_start_offset}"
+            entry.log_start_offset = plog.log_start_offset
+            return entry
+        if pos.offset > plog.next_offset:
+            entry.error, entry.message = (
+                StaleEpoch.CODE,
+                f"follower offset {pos.offset} beyond leader end {plog.next_offset}",
+            )
+            return entry
+        if partition.replica_set.on_fetch(follower_id, pos.offset, plog.next_offset, now):
+            self.publish(LiveReplicasChanged(partition))
+        partition.advance_high_watermark()
+        if pos.offset < plog.next_offset:
+            key = (follower_id, partition.name)
+            known = self.read_hints.get(key)
+            hint = (
+                known[2]
+                if known is not None and known[0] is plog and known[1] == partition.leader_epoch
+                else None
+            )
+            data, hint = plog.read(pos.offset, pos.max_bytes, hint=hint)
+            if hint is not None:
+                self.read_hints[key] = (plog, partition.leader_epoch, hint)
+        else:
+            data = b""
+        entry.data = data
+        entry.high_watermark = partition.high_watermark
+        entry.log_end_offset = plog.next_offset
+        entry.log_start_offset = plog.log_start_offset
+        sent = self.cursor_versions_sent.get((follower_id, partition.name))
+        if sent != partition.cursors.version:
+            entry.cursors = partition.cursors.all()
+            self.cursor_versions_sent[(follower_id, partition.name)] = partition.cursors.version
+        return entry
 
     def answer_epochs(self, queries: list[rp.EpochQuery]) -> list[rp.EpochAnswer]:
         answers = []
@@ -331,6 +491,18 @@ class Replication:
 
     def reconcile(self) -> None:
         """Run one fetcher per broker this one follows partitions from."""
+        self.placement_version += 1
+        led = [
+            p
+            for p in self.broker.registry.all_partitions()
+            if p.role is Role.LEADER and p.replica_set is not None
+        ]
+        for p in led:
+            p.remove_append_listener(self._note_append)
+            p.add_append_listener(self._note_append)
+        self._led = led
+        self._followers = {f for p in led if p.replica_set for f in p.replica_set.followers}
+        self._full_tick_ms = 0
         leaders = {
             p.leader_id
             for p in self.broker.registry.all_partitions()
@@ -344,21 +516,47 @@ class Replication:
         for leader_id in leaders:
             endpoint = self.broker.endpoint(leader_id)
             if leader_id not in self.fetchers and endpoint is not None:
-                self.fetchers[leader_id] = ReplicaFetcher(self.broker, endpoint)
+                self.fetchers[leader_id] = ReplicaFetcher(
+                    self.broker, endpoint, lambda: self.placement_version
+                )
+
+    def _note_append(self, p: Partition) -> None:
+        self._appended.add(p)
 
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(0.25)
-            now = clock.monotonic_ms()
-            for p in self.broker.registry.all_partitions():
-                if p.role is Role.LEADER and p.replica_set is not None:
-                    removed = p.replica_set.tick(p.log.next_offset, now)
-                    if removed:
-                        log.warning(
-                            "%s: followers %s left the live replica set", p.name, sorted(removed)
-                        )
-                        self.publish(LiveReplicasChanged(p))
-                        p.advance_high_watermark()
+            self.tick(clock.monotonic_ms())
+
+    def tick(self, now: int) -> None:
+        """LRS upkeep. Every led partition when some follower may have gone silent (its
+        session's last fetch is half the silence bound old, or it has none), or every
+        ``FULL_TICK_MS``; otherwise only those appended to since (only they can lag).
+        An idle broker so does no work per partition here (issue 16 §8)."""
+        silence = self.broker.settings.replica_fetch_silence_max_ms
+        quiet = all(now - self.fetched_ms.get(f, -silence) < silence // 2 for f in self._followers)
+        # One more full pass once all are back: an idle partition's follower rejoins there.
+        was_quiet, self._quiet = self._quiet, quiet
+        if quiet and was_quiet and now - self._full_tick_ms < FULL_TICK_MS:
+            visit: Iterable[Partition] = self._appended
+        else:
+            visit = self._led
+            self._full_tick_ms = now
+        self._appended = set()
+        for p in visit:
+            rs = p.replica_set
+            if p.role is not Role.LEADER or rs is None:
+                continue
+            leo = p.log.next_offset
+            removed = rs.tick(leo, now, self.fetched_ms)
+            added = rs.rejoin(leo, now, self.fetched_ms)
+            if removed:
+                log.warning("%s: followers %s left the live replica set", p.name, sorted(removed))
+            if removed or added:
+                self.publish(LiveReplicasChanged(p))
+                p.advance_high_watermark()
+            if any(rs.followers[f].leo < leo for f in rs.lrs if f != rs.leader_id):
+                self._appended.add(p)  # still lagging: look again next tick
 
     async def close(self) -> None:
         await cancel_and_wait(self._tick_task)

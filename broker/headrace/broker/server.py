@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from headrace import transports
+from headrace.broker.fetch_sessions import FetchSession
 from headrace.broker.ports import Cohort, ConnectionHost
 from headrace.errors import (
     AlreadyJoined,
@@ -94,6 +95,8 @@ class Connection(asyncio.Protocol):
         self.wants_topology = False
         #: tiered reads in progress (object-store calls run off the loop)
         self._tasks: set[asyncio.Task[None]] = set()
+        #: a follower broker's replica fetch session on this connection (the leader side)
+        self.fetch_session: FetchSession | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -106,6 +109,9 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self.fetch_session is not None:
+            self.fetch_session.close()
+            self.fetch_session = None
         for task in self._tasks:
             task.cancel()
         if self.cohort is not None and self.member_id is not None:
@@ -531,35 +537,39 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ replication (broker to broker)
 
     def on_replica_fetch(self, frame: Frame) -> None:
+        """A follower's fetch over this connection's session (``protocol.replication``)."""
         self.access.require_cluster()
         request = rp.ReplicaFetch.decode(frame.body)
-        response = self.broker.replication.serve_fetch(request)
-        # Cursors count as news too: parking this poll would drop them (they are marked sent).
-        has_data = any(len(p.data) or p.cursors is not None for p in response.partitions)
-        if has_data or request.max_wait_ms <= 0:
+        replication = self.broker.replication
+        if request.incremental and self.fetch_session is None:
+            self._send_replica_fetch(frame, rp.ReplicaFetchOk(session_reset=True))
+            return
+        session = replication.open_session(request, self.fetch_session)
+        self.fetch_session = session
+        asked = [(p.topic, p.partition) for p in request.positions]
+        response = replication.serve_session(session, asked)
+        # Records and cursors are news that cannot wait (cursors are marked sent); the rest
+        # (a moved high watermark, an error) may ride on the end of the long poll.
+        news = any(len(p.data) or p.cursors is not None for p in response.partitions)
+        if news or request.max_wait_ms <= 0:
             self._send_replica_fetch(frame, response)
             return
-        # Nothing new: hold the fetch until a leader appends or the wait expires.
-        partitions = []
-        for pos in request.positions:
-            try:
-                partitions.append(self.broker.registry.get(pos.topic).partition(pos.partition))
-            except HeadraceError:
-                continue
+        # Hold the fetch until a partition of the session moves or the wait expires; then
+        # answer again for what it asked and what moved.
         loop = asyncio.get_running_loop()
         state = {"done": False}
 
-        def finish(_: object = None) -> None:
+        def finish() -> None:
             if state["done"]:
                 return
             state["done"] = True
             handle.cancel()
-            for p in partitions:
-                p.remove_append_listener(finish)
-            self._send_replica_fetch(frame, self.broker.replication.serve_fetch(request))
+            if session.wake is finish:
+                session.wake = None
+            if self.fetch_session is session:
+                self._send_replica_fetch(frame, replication.serve_session(session, asked))
 
-        for p in partitions:
-            p.add_append_listener(finish)
+        session.wake = finish
         handle = loop.call_later(min(request.max_wait_ms, 5000) / 1000, finish)
 
     def _send_replica_fetch(self, frame: Frame, response: rp.ReplicaFetchOk) -> None:

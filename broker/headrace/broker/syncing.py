@@ -196,6 +196,8 @@ class GroupCommitter:
                 # Nothing dirty: the current end is already durable.
                 if partition.log.flushed_offset < partition.log.next_offset:
                     continue
+                if partition.log.checkpoint_current():
+                    continue  # idle since its last recovery point: no rewrite, no fsyncs
                 target = partition.log.sync_target()
             try:
                 await loop.run_in_executor(self._executor, partition.log.write_checkpoint, target)

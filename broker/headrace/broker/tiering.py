@@ -38,7 +38,7 @@ import enum
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -64,6 +64,9 @@ CURSORS_NAME = "cursors.json"
 #: while sealing, keep uploading with appends open until less than this is pending
 SEAL_FENCE_BYTES = 4 * 1024 * 1024
 TICK_S = 0.1
+#: how often the uploader looks at every partition, not only those that may have work
+#: (a placement makes it look at once); seconds
+SWEEP_S = 30.0
 #: failed upload rounds in a row before the heartbeat reports them (``uploadError``)
 UPLOAD_ERROR_ROUNDS = 2
 
@@ -94,6 +97,8 @@ class PartitionTiering:
     last_upload_mark: tuple[int, int] = (-1, 0)
     upload_task: asyncio.Task[None] | None = None
     cursors_uploaded_version: int = -1
+    #: the uploader listens to the partition (HW and cursor moves mark it for a look)
+    listened: bool = False
     seal_stage: SealStage | None = None
     #: the leader epoch the seal in progress (or done) belongs to
     seal_epoch: int = -1
@@ -131,6 +136,12 @@ class Tiering:
         self._forgetting: set[asyncio.Task[None]] = set()
         #: readahead for every partition's tier (one pool, not threads per partition)
         self._prefetch_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="tier-prefetch")
+        #: told of a partition whose upload, seal or reopen task ended: its heartbeat report
+        #: (stored through, sealed) may have changed (``broker.reporting``)
+        self.report_changed: Callable[[Partition], None] = lambda p: None
+        #: partitions the next tick looks at (the rest are idle: nothing to upload)
+        self._watch: set[Partition] = set()
+        self._sweep_at = 0.0
 
     @property
     def enabled(self) -> bool:
@@ -184,7 +195,18 @@ class Tiering:
             return
         for task in state.tasks:  # every upload, seal and reopen task (see ``_spawn``)
             task.cancel()
+        if state.listened:
+            partition.remove_listener(self._note)
+            partition.remove_cursor_listener(self._note)
+        self._watch.discard(partition)
         partition.tiering = None
+
+    def mark_all(self) -> None:
+        """Roles or partitions changed: the next tick looks at every partition."""
+        self._sweep_at = 0.0
+
+    def _note(self, partition: Partition) -> None:
+        self._watch.add(partition)
 
     def start(self) -> None:
         if self.store is not None:
@@ -216,10 +238,28 @@ class Tiering:
             # incarnation must not upload its leftovers as if it still led.
             return
         now = clock.monotonic_ms()
-        for p in self.broker.registry.all_partitions():
+        # Only partitions that may have work: marked since (their HW or cursors moved), or
+        # kept from the last tick (work pending); every partition on a sweep. An idle
+        # partition costs nothing here between sweeps (issue 16 §8).
+        look: Iterable[Partition]
+        marked, self._watch = self._watch, set()
+        if time.monotonic() >= self._sweep_at:
+            self._sweep_at = time.monotonic() + SWEEP_S
+            look = self.broker.registry.all_partitions()
+        else:
+            look = marked
+        keep = self._watch
+        for p in look:
             state = self.attach(p)
-            if state is None or p.role is not Role.LEADER or state.reopening is not None:
+            if state is None:
                 continue
+            if not state.listened:
+                p.add_listener(self._note)
+                p.add_cursor_listener(self._note)
+                state.listened = True
+            if p.role is not Role.LEADER or state.reopening is not None:
+                continue
+            keep.add(p)
             if state.seal_stage is not None:
                 continue  # the seal task uploads for itself
             if state.upload_task is not None and not state.upload_task.done():
@@ -228,13 +268,20 @@ class Tiering:
                 continue  # the store failed: back off instead of retrying every tick
             if state.checkpoint_epoch != p.leader_epoch or self._upload_due(p, state, now):
                 state.upload_task = self._spawn(
-                    state, self._upload_round(p, state, p.high_watermark)
+                    p, state, self._upload_round(p, state, p.high_watermark)
                 )
+            elif (
+                not state.errors
+                and state.uploaded_through + 1 >= p.high_watermark
+                and p.cursors.version == state.cursors_uploaded_version
+            ):
+                keep.discard(p)  # nothing to upload: idle until its HW or cursors move
 
-    def _spawn(self, state: PartitionTiering, coro: Any) -> asyncio.Task[None]:
+    def _spawn(self, p: Partition, state: PartitionTiering, coro: Any) -> asyncio.Task[None]:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
         state.tasks.add(task)
         task.add_done_callback(state.tasks.discard)
+        task.add_done_callback(lambda _: self.report_changed(p))
         task.add_done_callback(_log_death)
         return task
 
@@ -463,7 +510,7 @@ class Tiering:
         state.seal_epoch = p.leader_epoch
         state.sealed = None
         state.seal_stage = SealStage.FENCED if took_over else SealStage.DRAINING
-        state.seal_task = self._spawn(state, self._seal(p, state))
+        state.seal_task = self._spawn(p, state, self._seal(p, state))
 
     def unseal(self, p: Partition) -> None:
         """The seal request was withdrawn before a reassignment: accept appends again."""
@@ -602,7 +649,9 @@ class Tiering:
         if state.seal_task is not None:
             state.seal_task.cancel()
         state.reopening = (moves, start_offset)
-        state.reopen_task = self._spawn(state, self._reopen(p, state, moves, start_offset, epoch))
+        state.reopen_task = self._spawn(
+            p, state, self._reopen(p, state, moves, start_offset, epoch)
+        )
         return True
 
     async def _reopen(

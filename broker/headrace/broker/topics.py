@@ -160,6 +160,8 @@ class CursorStore:
         self._dirty = False
         #: bumped on every change; replication sends cursors to followers when it moved
         self.version = 0
+        #: called after every change (the partition's cursor listeners)
+        self.on_change: Callable[[], None] | None = None
         try:
             raw = json.loads(path.read_text())
             if isinstance(raw, dict):
@@ -177,6 +179,8 @@ class CursorStore:
             self._cursors[cohort] = next_offset
             self._dirty = True
             self.version += 1
+            if self.on_change is not None:
+                self.on_change()
 
     def all(self) -> dict[str, int]:
         return dict(self._cursors)
@@ -272,6 +276,8 @@ class Partition:
         self.high_watermark = self._durable_end()
         self._listeners: list[HwListener] = []
         self._append_listeners: list[HwListener] = []
+        self._cursor_listeners: list[HwListener] = []
+        cursors.on_change = self._cursors_changed
         self._hw_waiters: list[tuple[int, asyncio.Future[None]]] = []
 
     @property
@@ -321,6 +327,20 @@ class Partition:
             self._append_listeners.remove(listener)
         except ValueError:
             pass
+
+    def add_cursor_listener(self, listener: HwListener) -> None:
+        """Called after every change of a cohort cursor (replica fetch sessions)."""
+        self._cursor_listeners.append(listener)
+
+    def remove_cursor_listener(self, listener: HwListener) -> None:
+        try:
+            self._cursor_listeners.remove(listener)
+        except ValueError:
+            pass
+
+    def _cursors_changed(self) -> None:
+        for listener in list(self._cursor_listeners):
+            listener(self)
 
     def appended(self) -> None:
         """The log end moved: wake long-polling followers, then recompute the HW."""

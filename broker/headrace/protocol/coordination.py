@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from headrace.errors import InvalidRequest
@@ -204,6 +204,57 @@ class CohortReport:
         return cls(required(doc, "topic", str, w), required(doc, "cohort", str, w), tuple(members))
 
 
+PartitionKey = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ReportJournal:
+    """Where a heartbeat stands in its broker's journal of partition reports.
+
+    A broker numbers each change of a partition report (``seq``); a poller that
+    passes the ``instance`` and ``seq`` it holds (``GET /v1/heartbeat?since=
+    instance:seq``) gets only the reports changed since then, and the keys of
+    partitions no longer hosted (``Heartbeat.removed``): a delta. ``since`` is
+    None on a full report, which the broker sends when it cannot answer with a
+    delta (another process since, or no ``since`` given). An idle broker's
+    delta is a few hundred bytes however many partitions it holds (issue 16 §8).
+    """
+
+    #: the broker process (a restart starts another journal)
+    instance: str
+    #: the journal position this heartbeat brings its poller to
+    seq: int
+    #: the position it starts from; None: a full report
+    since: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"instance": self.instance, "seq": self.seq, "since": self.since}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ReportJournal:
+        w = "report journal"
+        return cls(
+            required(doc, "instance", str, w),
+            required(doc, "seq", int, w),
+            optional(doc, "since", int, w),
+        )
+
+    @property
+    def full(self) -> bool:
+        return self.since is None
+
+
+def parse_since(text: str | None) -> tuple[str, int] | None:
+    """``instance:seq`` from a poll's ``since`` parameter; None when absent or malformed
+    (a full report then, which is always correct)."""
+    if not text:
+        return None
+    instance, _, seq = text.rpartition(":")
+    if not instance or not seq.isdigit():
+        return None
+    return instance, int(seq)
+
+
 @dataclass(frozen=True, slots=True)
 class Heartbeat:
     """The latest sample from one broker (``GET /v1/heartbeat``).
@@ -212,6 +263,10 @@ class Heartbeat:
     sample arrives (never taken from the broker), so liveness needs no clock
     agreement between machines. It is not part of the JSON: ``from_json``
     takes it as an argument, and a broker building its own sample leaves it 0.
+
+    With a ``journal`` that is not full, ``partitions`` holds only the reports
+    changed since ``journal.since`` and ``removed`` the partitions dropped since;
+    ``merged_into`` makes the full heartbeat of it.
     """
 
     broker: BrokerEndpoint
@@ -226,13 +281,17 @@ class Heartbeat:
     generation: int = 0
     #: open client connections (informational)
     connections: int = 0
+    #: where this report stands in the broker's journal; None from a broker without one
+    journal: ReportJournal | None = None
+    #: a delta only: the partitions this broker stopped hosting since ``journal.since``
+    removed: tuple[PartitionKey, ...] = ()
 
     @property
     def broker_id(self) -> int:
         return self.broker.id
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "broker": self.broker.to_json(),
             "generation": self.generation,
             "adoption": self.adoption,
@@ -241,6 +300,29 @@ class Heartbeat:
             "cohorts": [c.to_json() for c in self.cohorts],
             "connections": self.connections,
         }
+        if self.journal is not None:
+            doc["journal"] = self.journal.to_json()
+            doc["removed"] = [{"topic": t, "partition": i} for t, i in self.removed]
+        return doc
+
+    def merged_into(
+        self, reports: dict[PartitionKey, PartitionReport] | None
+    ) -> tuple[Heartbeat, dict[PartitionKey, PartitionReport]] | None:
+        """The full heartbeat this one makes of ``reports`` (the poller's copy of the
+        previous ones, updated in place and returned); None when a delta does not
+        apply to them (no copy), so the poller must ask for a full report."""
+        if self.journal is None or self.journal.full:
+            current = {(p.topic, p.partition): p for p in self.partitions}
+        elif reports is None:
+            return None
+        else:
+            current = reports
+            for key in self.removed:
+                current.pop(key, None)
+            for p in self.partitions:
+                current[(p.topic, p.partition)] = p
+        full = replace(self, partitions=tuple(current.values()), removed=())
+        return full, current
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], *, received_ms: int) -> Heartbeat:
@@ -248,6 +330,7 @@ class Heartbeat:
         draining = mapping(doc, w).get("draining", False)
         if not isinstance(draining, bool):
             raise InvalidRequest(f"{w}: field 'draining' must be a boolean")
+        journal = optional(doc, "journal", dict, w)
         return cls(
             BrokerEndpoint.from_json(required(doc, "broker", dict, w)),
             received_ms,
@@ -257,6 +340,11 @@ class Heartbeat:
             tuple(CohortReport.from_json(c) for c in objects(doc, "cohorts", w)),
             optional(doc, "generation", int, w) or 0,
             optional(doc, "connections", int, w) or 0,
+            None if journal is None else ReportJournal.from_json(journal),
+            tuple(
+                (required(r, "topic", str, w), required(r, "partition", int, w))
+                for r in objects(doc, "removed", w)
+            ),
         )
 
 

@@ -6,6 +6,16 @@ header (length-prefixed) followed by the raw batches of each partition in
 header order, so record bytes are never re-encoded::
 
     u32 json_length | json header | partition 0 batches | partition 1 batches | ...
+
+Fetch sessions (Kafka's KIP-227, with the connection as the session): the
+first fetch on a connection is *full* (every position); the leader keeps
+them. Later fetches are *incremental*: only positions that changed, and the
+partitions the follower stopped fetching (``forgotten``); the leader answers
+only partitions with news (records, a moved high watermark or log start,
+cursors, an error) besides those asked about. An idle pair of brokers then
+exchanges a few dozen bytes per long poll whatever the partition count
+(issue 16 §8). A leader that holds no session for the connection answers an
+incremental fetch with ``session_reset``: the follower starts over in full.
 """
 
 from __future__ import annotations
@@ -50,12 +60,19 @@ class ReplicaFetch:
     follower_id: int
     max_wait_ms: int
     positions: list[FetchPosition]
+    #: False: the positions are all the follower fetches (a new session); True: only the
+    #: changed ones, on top of the session the leader holds for this connection
+    incremental: bool = False
+    #: incremental only: partitions the follower no longer fetches from this leader
+    forgotten: list[tuple[str, int]] = field(default_factory=list)
 
     def encode(self) -> bytes:
         return _join(
             {
                 "follower_id": self.follower_id,
                 "max_wait_ms": self.max_wait_ms,
+                "incremental": self.incremental,
+                "forgotten": [[t, i] for t, i in self.forgotten],
                 "partitions": [
                     {
                         "topic": p.topic,
@@ -83,9 +100,17 @@ class ReplicaFetch:
                 )
                 for p in field_of(obj, "partitions", list)
             ]
+            incremental = bool(obj.get("incremental", False))
+            forgotten = [(str(t), int(i)) for t, i in obj.get("forgotten", [])]
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise MalformedFrame(f"malformed replica fetch: {exc}") from exc
-        return cls(field_of(obj, "follower_id", int), field_of(obj, "max_wait_ms", int), positions)
+        return cls(
+            field_of(obj, "follower_id", int),
+            field_of(obj, "max_wait_ms", int),
+            positions,
+            incremental,
+            forgotten,
+        )
 
 
 @dataclass(slots=True)
@@ -106,9 +131,12 @@ class FetchedPartition:
 @dataclass(slots=True)
 class ReplicaFetchOk:
     partitions: list[FetchedPartition] = field(default_factory=list)
+    #: the leader holds no session for this connection: fetch again, in full
+    session_reset: bool = False
 
     def encode_parts(self) -> list[bytes | memoryview]:
         header = {
+            "session_reset": self.session_reset,
             "partitions": [
                 {
                     "topic": p.topic,
@@ -123,14 +151,14 @@ class ReplicaFetchOk:
                     **({"cursors": p.cursors} if p.cursors is not None else {}),
                 }
                 for p in self.partitions
-            ]
+            ],
         }
         return [_join(header), *(p.data for p in self.partitions if len(p.data))]
 
     @classmethod
     def decode(cls, body: bytes) -> ReplicaFetchOk:
         obj, rest = _split(body)
-        out = cls()
+        out = cls(session_reset=bool(obj.get("session_reset", False)))
         pos = 0
         try:
             for p in field_of(obj, "partitions", list):

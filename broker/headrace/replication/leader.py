@@ -18,9 +18,19 @@ leader included: every LRS member has every record below it, so it is what
     tick: f in LRS, leader LEO - f.leo > max  f leaves the LRS (record-count bound, if set)
     become leader                             LRS = (controller's LRS within replicas) plus the leader;
                                               every follower starts "caught up now" (grace)
+    session fetch from f, at time t           (``fetched_ms[f] = t``) a fetch at f's known LEO:
+                                              counts as fetched at t, and caught up at t if
+                                              that LEO is the leader's; f rejoins (``rejoin``)
     replica set changes (a move)              an added follower starts outside the LRS at LEO 0
                                               and enters it like any other (fetch at >= HW); a
                                               removed one leaves the LRS and is forgotten
+
+A fetch session (``protocol.replication``) names a partition only when the
+follower's position in it changed; every fetch over the session is still
+proof that the follower is alive and, where its known LEO is the leader's,
+caught up. ``fetched_ms`` (the last session fetch of each follower broker)
+carries that to ``tick`` and ``rejoin`` without touching every partition on
+every fetch.
 
 The leader never removes itself. Followers outside ``replicas`` are ignored.
 
@@ -36,6 +46,7 @@ is always caught up, so only the silence bound can notice that it is gone.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -124,18 +135,53 @@ class LeaderReplicaSet:
             return True
         return False
 
-    def tick(self, leader_leo: int, now_ms: int) -> set[int]:
-        """Drop followers that lag too long or too far, or stopped fetching. The removed ones."""
+    def tick(
+        self, leader_leo: int, now_ms: int, fetched_ms: Mapping[int, int] | None = None
+    ) -> set[int]:
+        """Drop followers that lag too long or too far, or stopped fetching. The removed ones.
+
+        ``fetched_ms``: each follower broker's last fetch over its session (see the module).
+        """
         removed = set()
         for follower in sorted(self.lrs - {self.leader_id}):
             progress = self.followers[follower]
-            too_slow = now_ms - progress.last_caught_up_ms > self.lag_max_ms
+            last_fetch = self._last_fetch(follower, progress, fetched_ms)
+            caught_up = progress.last_caught_up_ms
+            if progress.leo >= leader_leo:
+                caught_up = max(caught_up, last_fetch)
+            too_slow = now_ms - caught_up > self.lag_max_ms
             too_far = not self._within_record_bound(progress.leo, leader_leo)
-            silent = now_ms - progress.last_fetch_ms > self.fetch_silence_max_ms
+            silent = now_ms - last_fetch > self.fetch_silence_max_ms
             if too_slow or too_far or silent:
                 self.lrs.discard(follower)
                 removed.add(follower)
         return removed
+
+    def rejoin(self, leader_leo: int, now_ms: int, fetched_ms: Mapping[int, int]) -> set[int]:
+        """Re-admit followers outside the LRS that fetch over their session and hold
+        everything committed: what ``on_fetch`` does for a position sent again, for one
+        that has not changed (an idle partition). The re-admitted ones."""
+        added = set()
+        for follower, progress in self.followers.items():
+            if follower in self.lrs:
+                continue
+            last_fetch = self._last_fetch(follower, progress, fetched_ms)
+            if (
+                now_ms - last_fetch <= self.fetch_silence_max_ms
+                and progress.leo >= self.high_watermark
+                and self._within_record_bound(progress.leo, leader_leo)
+            ):
+                self.lrs.add(follower)
+                added.add(follower)
+        return added
+
+    @staticmethod
+    def _last_fetch(
+        follower: int, progress: FollowerProgress, fetched_ms: Mapping[int, int] | None
+    ) -> int:
+        if fetched_ms is None:
+            return progress.last_fetch_ms
+        return max(progress.last_fetch_ms, fetched_ms.get(follower, progress.last_fetch_ms))
 
     def advance(self, leader_leo: int) -> bool:
         """Recompute the HW from the LRS; True if it moved (it only moves forward)."""

@@ -114,6 +114,8 @@ class PartitionLog:
         self.epochs = LeaderEpochCache(directory) if directory.exists() else None
         #: bumped by every truncate_to; sync targets captured before one are stale
         self.truncations = 0
+        #: ``_recovery_key`` of the recovery point this process last wrote (None: none yet)
+        self._checkpointed: tuple[int, ...] | None = None
         #: guards what the fsync thread shares with the loop: the segment list, which
         #: segments are lent out or retired, index files, ``truncations`` and the
         #: recovery-point file (see the module docstring)
@@ -519,6 +521,17 @@ class PartitionLog:
         if target.offset > self.flushed_offset:
             self.flushed_offset = target.offset
 
+    def _recovery_key(self) -> tuple[int, ...]:
+        active = self.active
+        start = self._segments[0].base_offset
+        return (self.next_offset, active.base_offset, active.size, self.last_epoch,
+                self.truncations, start)  # fmt: skip
+
+    def checkpoint_current(self) -> bool:
+        """Whether the recovery point this process last wrote still describes the log (on
+        the loop): an idle partition's is not rewritten every interval (issue 16 §8)."""
+        return self._checkpointed is not None and self._checkpointed == self._recovery_key()
+
     def write_checkpoint(self, target: SyncTarget) -> None:
         """Record the recovery point of an already-synced target (atomic replace).
 
@@ -542,6 +555,8 @@ class PartitionLog:
                 return  # stale: its position may now lie inside other batches
             segments = self._borrow(self._segments)
             log_start_offset = segments[0].base_offset
+            key = (target.offset, target.segment_base, target.position, target.epoch,
+                   target.truncations, log_start_offset)  # fmt: skip
             try:
                 # Page-cache writes under the lock: truncate_to cuts index files under
                 # it too, so no entry it drops is written back after the cut.
@@ -585,6 +600,7 @@ class PartitionLog:
                     return
                 os.replace(tmp, path)
                 committed = True
+                self._checkpointed = key
             files.fsync_directory(self.directory)
         except OSError as exc:
             if committed and self._closed and isinstance(exc, FileNotFoundError):
@@ -596,6 +612,15 @@ class PartitionLog:
             self._give_back(segments)
 
     # ------------------------------------------------------------------ maintenance
+
+    def retention_due(self) -> bool:
+        """Whether retention could delete a segment if the object store held everything:
+        when not, there is no need to ask the store (issue 16 §8: a manifest read per
+        partition every check was an idle cost in proportion to the partitions)."""
+        if len(self._segments) < 2:
+            return False  # the active segment is never deleted
+        stats = [s.stats for s in self._segments]
+        return bool(bk.segments_to_delete(stats, self._clock(), self.config))
 
     def apply_retention(self, upload_floor: int | None = None) -> list[int]:
         """Delete whole segments that retention allows; returns their base offsets."""

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from headrace.aio import cancel_and_wait
@@ -92,7 +92,14 @@ class _ControllerCollector(Collector):
         in_flight = [t["phase"] for t in c.loop.transitions()]
         for phase in ("CuttingOver", "Draining", "AwaitingAdoption"):
             transitions.add_metric([phase], in_flight.count(phase))
-        return [gen, bumps, live, offline, epochs, sealed, unloads, transitions]
+        steps = CounterMetricFamily("headrace_controller_steps", "Control loop steps run")
+        steps.add_metric([], c.steps_run)
+        step_cpu = CounterMetricFamily(
+            "headrace_controller_step_cpu_seconds",
+            "Process CPU seconds spent in control loop steps (polls parsed, reconcile, writes)",
+        )
+        step_cpu.add_metric([], c.step_cpu_seconds)
+        return [gen, bumps, live, offline, epochs, sealed, unloads, transitions, steps, step_cpu]
 
 
 class ControllerAdmin:

@@ -159,6 +159,11 @@ class Controller:
         )
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
+        #: steps run and the CPU-clock seconds they took, all told (``/metrics``; the
+        #: scale benchmark's controller step time). Process time, not wall time: a step
+        #: awaits polls and pushes, which are the brokers' time, not the controller's.
+        self.steps_run = 0
+        self.step_cpu_seconds = 0.0
         self._members_file = settings.state_dir / MEMBERS_FILE
         if self._members_file.exists():
             self._use_members(_read_members(self._members_file))
@@ -241,8 +246,11 @@ class Controller:
         return self.loop.state_document()
 
     async def step(self) -> Decision:
+        started = time.process_time()
         decision = await self.loop.step()
         self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
+        self.steps_run += 1
+        self.step_cpu_seconds += time.process_time() - started
         return decision
 
     async def start(self) -> None:

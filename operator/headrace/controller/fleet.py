@@ -5,11 +5,18 @@ topology on ``POST /v1/topology``; the kopf operator talks to the brokers
 the same way. When the brokers ask for credentials, the fleet presents a token
 whose principal holds the ``cluster`` grant (the brokers' replication token) as
 ``Authorization: Bearer``; with an SSL context it speaks HTTPS.
+
+Polls ask for deltas: the fleet keeps each broker's partition reports and
+passes the journal position it holds (``?since=instance:seq``), so a broker
+answers with what changed since (``protocol.coordination.ReportJournal``);
+``merged_into`` makes the full heartbeat the control loop sees. A broker that
+restarted, or a delta that does not apply, gets a full poll.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import ssl
 from collections.abc import Mapping, Sequence
@@ -19,10 +26,25 @@ import aiohttp
 
 from headrace.control.looping import Clock, Report
 from headrace.errors import HeadraceError
-from headrace.protocol.coordination import Heartbeat, TopologyReply
+from headrace.protocol.coordination import (
+    Heartbeat,
+    PartitionKey,
+    PartitionReport,
+    ReportJournal,
+    TopologyReply,
+)
 from headrace.protocol.endpoints import BrokerEndpoint
 
 log = logging.getLogger(__name__)
+
+#: a topology push may take this long: the document names every partition (1 MB at
+#: 10,000) and the broker applies it before it answers. The poll timeout (under a second)
+#: failed such pushes and each retry started over (issue 16 §8). Pushes are idempotent.
+PUSH_TIMEOUT_S = 30.0
+
+
+class CredentialsRefused(ValueError):
+    """A broker refused our heartbeat poll's credentials (HTTP 401/403): no answer."""
 
 
 class HttpFleet:
@@ -46,6 +68,10 @@ class HttpFleet:
         self._headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
         self._ssl = ssl_context
         self._session: aiohttp.ClientSession | None = None
+        #: per broker: the journal position held and the partition reports as of it
+        self._held: dict[int, tuple[ReportJournal, dict[PartitionKey, PartitionReport]]] = {}
+        #: body bytes of the last answer from each broker (a benchmark figure)
+        self.last_poll_bytes: dict[int, int] = {}
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.timeout_ms / 1000)
@@ -67,25 +93,22 @@ class HttpFleet:
     async def _poll(self, broker: BrokerEndpoint) -> Report | Literal[False] | None:
         """The report; None: nothing listens (the process is gone); False: no answer."""
         assert self._session is not None, "start() first"
+        held = self._held.get(broker.id)
         try:
-            async with self._session.get(
-                self._url(broker, "/v1/heartbeat"), ssl=self._ssl or True
-            ) as resp:
-                if resp.status in (401, 403):
-                    # Not silence: the broker is up and says our credentials are wrong.
-                    log.error(
-                        "broker %s refused the heartbeat poll (HTTP %s): check the token",
-                        broker.id,
-                        resp.status,
-                    )
-                    return False
-                doc = await resp.json()
-            heartbeat = Heartbeat.from_json(doc, received_ms=self.clock.now_ms())
+            heartbeat = await self._get(broker, held)
+            merged = heartbeat.merged_into(held[1] if held is not None else None)
+            if merged is None:  # a delta against reports we do not hold: ask for all of them
+                self._held.pop(broker.id, None)
+                heartbeat = await self._get(broker, None)
+                merged = heartbeat.merged_into(None)
+            assert merged is not None
         except aiohttp.ClientConnectorError as exc:
             # Nothing listens on the admin port: that is proof, not silence, so the loop
             # need not wait out the liveness TTL (a timeout still does).
             return None if isinstance(exc.os_error, ConnectionRefusedError) else False
         except (aiohttp.ClientError, TimeoutError, ValueError, HeadraceError) as exc:
+            # What we hold stays good: the broker keeps no state per poller, and re-applying
+            # a delta merged before the failure changes nothing.
             log.debug("no heartbeat from broker %s: %s", broker.id, exc)
             return False
         if heartbeat.broker_id != broker.id:
@@ -95,8 +118,32 @@ class HttpFleet:
                 heartbeat.broker_id,
                 broker.id,
             )
+            self._held.pop(broker.id, None)
             return False
-        return Report(heartbeat, heartbeat.generation)
+        full, reports = merged
+        if heartbeat.journal is not None:
+            self._held[broker.id] = (heartbeat.journal, reports)
+        return Report(full, full.generation)
+
+    async def _get(
+        self, broker: BrokerEndpoint, held: tuple[ReportJournal, Any] | None
+    ) -> Heartbeat:
+        assert self._session is not None, "start() first"
+        params = {"since": f"{held[0].instance}:{held[0].seq}"} if held is not None else {}
+        async with self._session.get(
+            self._url(broker, "/v1/heartbeat"), params=params, ssl=self._ssl or True
+        ) as resp:
+            if resp.status in (401, 403):
+                # Not silence: the broker is up and says our credentials are wrong.
+                log.error(
+                    "broker %s refused the heartbeat poll (HTTP %s): check the token",
+                    broker.id,
+                    resp.status,
+                )
+                raise CredentialsRefused(f"broker {broker.id} answered HTTP {resp.status}")
+            body = await resp.read()
+        self.last_poll_bytes[broker.id] = len(body)
+        return Heartbeat.from_json(json.loads(body), received_ms=self.clock.now_ms())
 
     async def push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
         assert self._session is not None, "start() first"
@@ -104,13 +151,19 @@ class HttpFleet:
         generation = topology.get("generation")
         try:
             async with self._session.post(
-                self._url(broker, "/v1/topology"), json=topology, ssl=self._ssl or True
+                self._url(broker, "/v1/topology"),
+                ssl=self._ssl or True,
+                json=topology,
+                timeout=aiohttp.ClientTimeout(total=PUSH_TIMEOUT_S),
             ) as resp:
+                if resp.status != 200:
+                    # Loud: a broker that keeps refusing stays on its old topology (a body
+                    # over its size limit was once refused as text, every step, at INFO).
+                    text = (await resp.text())[:500]
+                    log.warning("broker %s refused topology %s: %s", broker.id, generation, text)
+                    return None
                 body = await resp.json()
-            if resp.status != 200:
-                log.warning("broker %s refused topology %s: %s", broker.id, generation, body)
-                return None
             return TopologyReply.from_json(body).generation or 0
         except (aiohttp.ClientError, TimeoutError, ValueError, HeadraceError) as exc:
-            log.info("push to broker %s failed: %s", broker.id, exc)
+            log.info("push to broker %s failed: %r", broker.id, exc)
             return None
