@@ -143,9 +143,11 @@ class InstalledOperator:
         return f"http://{self.pod()['status']['podIP']}:{SURFACES_PORT}{path}"
 
     def logs(self, *extra: str) -> str:
-        done = self.cluster.kubectl_run(
-            "logs", f"deployment/{self.deployment}", "-n", self.namespace, *extra, check=False
-        )
+        """The log of the running operator pod's current container (of whichever pod
+        ``kubectl logs deployment/...`` picks, while there is not exactly one)."""
+        pods = self.pods()
+        target = pods[0]["metadata"]["name"] if len(pods) == 1 else f"deployment/{self.deployment}"
+        done = self.cluster.kubectl_run("logs", target, "-n", self.namespace, *extra, check=False)
         return done.stdout + done.stderr
 
     def restarts(self) -> int:
