@@ -173,7 +173,7 @@ def bench(
 
 
 def _register_commands() -> None:
-    from headrace.cli import acl, cluster, cohorts, consume, topics
+    from headrace.cli import acl, cluster, cohorts, consume, roundtrip, topics
     from headrace.cli import local as local_mode
 
     main.add_command(acl.acl)
@@ -181,6 +181,7 @@ def _register_commands() -> None:
     main.add_command(cohorts.cohorts)
     main.add_command(cluster.cluster)
     main.add_command(consume.consume)
+    main.add_command(roundtrip.roundtrip)
     main.add_command(local_mode.controller)
     main.add_command(local_mode.local)
     main.add_command(local_mode.apply)
