@@ -13,6 +13,8 @@ server rules the operator relies on, as kmock's docs suggest (inherit and implem
 * a status ``PUT`` names a ``resourceVersion``: a stale one is refused with 409
   Conflict; otherwise it replaces the status only (spec and metadata stay) and the
   object gets a new ``resourceVersion``;
+* a status write is announced to watches (kopf sees its own writes come back);
+* a list says its ``kind`` (``PodList``) and ``apiVersion``;
 * a server-side apply (``PATCH`` as ``application/apply-patch+yaml``) of an object that
   does not exist creates it;
 * ``put`` (the test's own write, as another client's) gives the object a new
@@ -43,7 +45,10 @@ APPLY_PATCH = "application/apply-patch+yaml"
 #: what discovery says about the kinds the operator reads and writes
 RESOURCES: dict[str, kmock.ResourceInfo] = {
     f"{GROUP_VERSION}/{plural}": kmock.ResourceInfo(
-        kind=kind, namespaced=True, subresources={"status"}, verbs={"get", "list", "watch"}
+        kind=kind,
+        namespaced=True,
+        subresources={"status"},
+        verbs={"get", "list", "watch", "patch", "update"},
     )
     for plural, kind in (
         ("brokerclusters", "BrokerCluster"),
@@ -52,13 +57,25 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         ("repartitions", "Repartition"),
     )
 } | {
-    resource: kmock.ResourceInfo(kind=kind, namespaced=True, verbs={"get", "list", "patch"})
+    resource: kmock.ResourceInfo(
+        kind=kind, namespaced=True, verbs={"get", "list", "create", "patch"}
+    )
     for resource, kind in (
         ("v1/pods", "Pod"),
+        ("v1/events", "Event"),
         ("v1/configmaps", "ConfigMap"),
         ("v1/services", "Service"),
         ("apps/v1/statefulsets", "StatefulSet"),
         ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
+    )
+}
+
+#: what kopf reads cluster-wide in every mode: namespaces, and CRDs (to follow resources)
+RESOURCES |= {
+    resource: kmock.ResourceInfo(kind=kind, namespaced=False, verbs={"get", "list", "watch"})
+    for resource, kind in (
+        ("v1/namespaces", "Namespace"),
+        ("apiextensions.k8s.io/v1/customresourcedefinitions", "CustomResourceDefinition"),
     )
 }
 
@@ -75,6 +92,11 @@ class ApiServer(kmock.KubernetesEmulator):
         super().__attrs_post_init__()
         for resource, info in RESOURCES.items():
             self.resources[resource] = info
+        self.objects["v1/namespaces", None, "ns"] = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": "ns"},
+        }
         self.fallback["put", kmock.subresource("status")] << self._replace_status
 
     def _next_version(self) -> str:
@@ -93,7 +115,7 @@ class ApiServer(kmock.KubernetesEmulator):
         """The object as stored now (a copy)."""
         return copy.deepcopy(dict(self.objects[_PLURALS[kind], namespace, name].raw))
 
-    def _replace_status(self, request: kmock.Request) -> dict[str, Any]:
+    async def _replace_status(self, request: kmock.Request) -> dict[str, Any]:
         assert request.resource is not None
         try:
             stored = self.objects[request.resource, request.namespace, request.name]
@@ -114,7 +136,19 @@ class ApiServer(kmock.KubernetesEmulator):
         replaced["status"] = copy.deepcopy(request.data.get("status"))
         replaced["metadata"]["resourceVersion"] = self._next_version()
         stored.history.append(replaced)
+        await self._buses[request.resource].put({"type": "MODIFIED", "object": replaced})
         return replaced
+
+    async def _serve_list(self, request: kmock.Request) -> Any:
+        """The emulator's list, with the ``kind`` and ``apiVersion`` a list carries (the
+        official client's dynamic client needs them)."""
+        listing = await super()._serve_list(request)
+        assert request.resource is not None
+        info = self.resources[request.resource]
+        group, version = request.resource.group, request.resource.version
+        listing["apiVersion"] = f"{group}/{version}" if group else str(version)
+        listing["kind"] = f"{info.kind}List"
+        return listing
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         applied = (
