@@ -18,10 +18,11 @@ from typing import Any
 import pytest
 
 from headrace.client.consumer import Consumer
-from headrace.client.producer import Producer, RecordReceipt
+from headrace.client.producer import Producer
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
+from tests.integration.keyed import KeyedCohort, KeyedLoad, check_keyed_order
 from tests.integration.localcluster import LocalCluster, topic_manifest
 from tests.integration.raw import RawConnection
 from tests.integration.reading import read_partition
@@ -55,92 +56,6 @@ def repartition_status(c: LocalCluster, name: str) -> dict[str, Any]:
     return {}
 
 
-class Load:
-    """Rounds of one record per key (value: the key's next sequence number), acks=all."""
-
-    def __init__(self, producer: Producer) -> None:
-        self.producer = producer
-        self.acked: dict[str, int] = {}  # key -> highest acked sequence
-        self.rounds = 0
-        self.stop = asyncio.Event()
-        self.failures: list[BaseException] = []
-
-    async def run(self) -> None:
-        seq = 0
-        while not self.stop.is_set():
-            receipts: list[tuple[str, int, RecordReceipt]] = []
-            for k in range(KEYS):
-                key = f"k{k}"
-                receipts.append(
-                    (
-                        key,
-                        seq,
-                        await self.producer.send(
-                            f"default/{TOPIC}", str(seq).encode(), key=key.encode()
-                        ),
-                    )
-                )
-            for key, s, receipt in receipts:
-                try:
-                    await receipt
-                except Exception as exc:  # recorded: the test fails on any
-                    self.failures.append(exc)
-                    continue
-                self.acked[key] = max(self.acked.get(key, -1), s)
-            seq += 1
-            self.rounds += 1
-
-
-class Cohort:
-    """Three members; every delivered record goes to one shared log in processing order."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.bootstrap = bootstrap
-        self.members: list[Consumer] = []
-        self.log: list[tuple[str, int, int, int]] = []  # key, seq, partition, offset
-        self.stop = asyncio.Event()
-        #: cleared: the members take nothing (a backlog builds up on both sides of a cutover)
-        self.running = asyncio.Event()
-        self.running.set()
-
-    async def start(self) -> None:
-        for m in range(3):
-            consumer = Consumer(
-                self.bootstrap, f"default/{TOPIC}", "checker", member_id=f"m{m}", start="earliest"
-            )
-            self.members.append(await consumer.start())
-
-    async def run(self, consumer: Consumer) -> None:
-        while not self.stop.is_set():
-            await self.running.wait()
-            for batch in await consumer.getmany(timeout_s=0.2):
-                for offset, record in zip(batch.offsets(), batch.records(), strict=True):
-                    assert record.key is not None
-                    self.log.append(
-                        (record.key.decode(), int(record.value), batch.partition, offset)
-                    )
-                consumer.ack_batch(batch)
-
-    async def close(self) -> None:
-        for consumer in self.members:
-            await consumer.close(grace_s=2)
-
-
-def check(log: list[tuple[str, int, int, int]], acked: dict[str, int]) -> None:
-    last: dict[str, int] = {}
-    seen: set[tuple[int, int]] = set()
-    for key, seq, partition, offset in log:
-        assert (partition, offset) not in seen, f"{key}#{seq} at {partition}/{offset} twice"
-        seen.add((partition, offset))
-        assert seq > last.get(key, -1), (
-            f"key {key}: sequence {seq} delivered after {last.get(key)} (partition {partition}"
-            f" offset {offset})"
-        )
-        last[key] = seq
-    for key, top in acked.items():
-        assert last.get(key, -1) >= top, f"key {key}: acked up to {top}, delivered {last.get(key)}"
-
-
 async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
     cluster: LocalCluster,
 ) -> None:
@@ -153,9 +68,9 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
         what="topic online",
     )
     producer = await Producer(cluster.bootstrap, acks=msg.Acks.ALL, linger_ms=2).start()
-    cohort = Cohort(cluster.bootstrap)
+    cohort = KeyedCohort(cluster.bootstrap, f"default/{TOPIC}")
     await cohort.start()
-    load = Load(producer)
+    load = KeyedLoad(producer, f"default/{TOPIC}", KEYS)
     tasks = [asyncio.create_task(load.run())]
     tasks += [asyncio.create_task(cohort.run(m)) for m in cohort.members]
     loop = asyncio.get_running_loop()
@@ -222,7 +137,7 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
         await asyncio.gather(*tasks, return_exceptions=True)
         await cohort.close()
         await producer.close()
-    check(cohort.log, load.acked)
+    check_keyed_order(cohort.log, load.acked)
     topic = next(t for t in cluster.state()["cluster"]["topics"] if t["name"] == f"default/{TOPIC}")
     assert topic["partitioningVersion"] == 4 and "transition" not in topic
 

@@ -54,6 +54,13 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [headrace.dev]
   resources: [brokerclusters/status, topics/status, unloads/status]
   verbs: [get, update, patch]
+# Repartitions: watched (no kopf handler that patches them); their status CAS-PUT
+- apiGroups: [headrace.dev]
+  resources: [repartitions]
+  verbs: [get, list, watch]
+- apiGroups: [headrace.dev]
+  resources: [repartitions/status]
+  verbs: [get, update, patch]
 # a BrokerCluster's workload, server-side applied
 - apiGroups: [apps]
   resources: [statefulsets]

@@ -24,7 +24,7 @@ runs the image ``E2E_HEADRACE_IMAGE`` (its default commands: ``python -m
 headrace.operator``, brokers ``headrace``); load it into the cluster first (``kind load
 docker-image``), see docs/testbed.md.
 
-The helpers (``produce``, ``consume``, ``Load``, ``pod_ips``, ...) reach brokers on their
+The helpers (``produce``, ``consume``, ``Load``, ``pod_ips``, ``figure``, ...) reach brokers on their
 pod IPs from this host, which the test bed allows (pods are host processes on
 127.B.x.y); on kind they are not routable from the host, so tests using them are test
 bed only.
@@ -215,6 +215,11 @@ def cluster_manifests(
             }
         )
     return docs
+
+
+def figure(what: str, seconds: float) -> None:
+    """A measured figure for the report (never asserted: targets are bench material)."""
+    print(f"\n[e2e figure] {what}: {seconds:.2f} s", file=sys.stderr)
 
 
 def condition(body: dict[str, Any], kind: str = "Ready") -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ from e2e.tests.operator.fixtures import (
     cluster_manifests,
     condition,
     consume,
+    figure,
     leaders,
     pod_ips,
     produce,
@@ -53,11 +54,6 @@ def server_side_apply(cluster: Cluster, docs: list[dict[str, Any]], namespace: s
     cluster.kubectl_run(
         "apply", "--server-side", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs)
     )
-
-
-def figure(what: str, seconds: float) -> None:
-    """A measured figure for the report (never asserted: targets are bench material)."""
-    print(f"\n[e2e figure] {what}: {seconds:.2f} s", file=sys.stderr)
 
 
 def settled(status: dict[str, Any]) -> bool:

@@ -465,6 +465,19 @@ class ControlLoop:
                 await self.store.write_repartition_status(name, status)
                 self._repartition_status[name] = status
 
+    def adopt_repartition(self, doc: Mapping[str, Any]) -> None:
+        """Take a Repartition that appeared after the loop started (metadata, spec, status if
+        any) as applied. A status it already carries is its progress, as at ``load``: one
+        refused before this loop served it (the operator fails a Repartition of a missing
+        topic itself) stays refused, never starts later."""
+        name = documents.full_name(doc)
+        resource = copy.deepcopy(dict(doc))
+        status = resource.pop("status", None)
+        self.repartitions[name] = resource
+        if status and status.get("phase"):
+            self._repartition_status[name] = status
+            self.repartition_progress[name] = documents.repartition_progress_of(name, status)
+
     def forget_repartition(self, name: str) -> None:
         """The Repartition is gone. One in flight rolls forward: its marker carries it."""
         self.repartitions.pop(name, None)

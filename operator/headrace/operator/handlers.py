@@ -1,6 +1,6 @@
 """The kopf handlers: thin glue between kopf's watches and the operator's parts.
 
-* **indices** (``@kopf.index``): every BrokerCluster, Topic and Unload as the
+* **indices** (``@kopf.index``): every BrokerCluster, Topic, Unload and Repartition as the
   watch last delivered it. kopf fills them before any handler or daemon runs,
   so a cluster's control loop starts from the complete stored state (its
   ``StatusStore.load`` is the watch cache, as ``looping`` says).
@@ -10,8 +10,9 @@
 * **the control loop** (``@kopf.daemon`` per BrokerCluster): a
   ``ClusterRuntime`` stepping the shared ``ControlLoop``; it writes status,
   never spec.
-* **kicks** (``@kopf.on.event`` of Topics and Unloads): run the owning
-  cluster's step now instead of at its next poll.
+* **kicks** (``@kopf.on.event`` of Topics, Unloads and Repartitions): run the
+  owning cluster's step now instead of at its next poll. A Repartition of a
+  Topic that does not exist is failed there (``repartitioning``).
 
 What the handlers need (the API wrapper, the clock, settings, the running
 loops) is the ``OperatorContext`` in kopf's ``memo``, set by ``main``.
@@ -33,7 +34,7 @@ import pydantic
 from headrace.control.documents import condition_time, full_name
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
-from headrace.operator import workloads
+from headrace.operator import repartitioning, workloads
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.operator.running import ClusterRuntime, RuntimeSettings, stalled_condition
 from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
@@ -125,6 +126,11 @@ def topics_index(namespace: str | None, spec: kopf.Spec, body: kopf.Body, **_: A
 
 @kopf.index(GROUP, VERSION, "unloads")
 def unloads_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
+    return {namespace: _snapshot(body)}
+
+
+@kopf.index(GROUP, VERSION, "repartitions")
+def repartitions_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
     return {namespace: _snapshot(body)}
 
 
@@ -245,17 +251,24 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
     clusters_index: kopf.Index[Any, Any] = kwargs["clusters_index"]
     topics_index: kopf.Index[Any, Any] = kwargs["topics_index"]
     unloads_index: kopf.Index[Any, Any] = kwargs["unloads_index"]
+    # (an empty kopf Index is falsy: never ``or`` it away, the daemon keeps this object)
+    repartitions_index: Mapping[Any, Any] = kwargs.get("repartitions_index", {})
 
-    def desired() -> tuple[dict[str, Any], list[Any], list[Any]]:
+    def desired() -> tuple[dict[str, Any], list[Any], list[Any], list[Any]]:
         cluster = _only(clusters_index.get(key))
         if cluster is None:
             raise LookupError(f"BrokerCluster {namespace}/{name} left the index")
-        return cluster, list(topics_index.get(key, [])), list(unloads_index.get(namespace, []))
+        return (
+            cluster,
+            list(topics_index.get(key, [])),
+            list(unloads_index.get(namespace, [])),
+            list(repartitions_index.get(namespace, [])),
+        )
 
     async def reapply(statuses: list[dict[str, Any]]) -> None:
         await apply_workload(desired()[0], context, statuses)
 
-    cluster, topics, unloads = desired()
+    cluster, topics, unloads, repartitions = desired()
     runtime = ClusterRuntime(
         context.api,
         cluster,
@@ -266,6 +279,7 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         events=event_sink(key, topics_index, clusters_index),
         reapply=reapply,
         metrics=context.metrics,
+        repartitions=repartitions,
     )
     context.loops[key] = runtime
     context.died.pop(key, None)
@@ -348,3 +362,47 @@ def unload_changed(namespace: str | None, memo: Any, **_: Any) -> None:
     for (loop_namespace, _name), runtime in _context(memo).loops.items():
         if loop_namespace == namespace:
             runtime.kick()
+
+
+@kopf.on.event(GROUP, VERSION, "repartitions")
+async def repartition_changed(
+    namespace: str | None, body: kopf.Body, memo: Any, **kwargs: Any
+) -> None:
+    """Kick the loop of the cluster whose Topic it names; fail it if that Topic does not
+    exist (read from the API server: the index may not have a Topic applied with it yet);
+    tell it it waits if the Topic's BrokerCluster does not exist."""
+    context = _context(memo)
+    namespace = namespace or "default"
+    for (loop_namespace, _name), runtime in context.loops.items():
+        if loop_namespace == namespace:
+            runtime.kick()
+    topics: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
+    if kwargs.get("type") == "DELETED" or topics is None:
+        return
+    wanted = repartitioning.topic_of(body)
+    owner = next(
+        (
+            key
+            for key, bodies in topics.items()
+            if key[0] == namespace and any(full_name(t) == wanted for t in bodies)
+        ),
+        None,
+    )
+    if owner is not None:
+        clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
+        if clusters is None or owner in clusters:
+            return  # its cluster's loop serves it (kicked above, or about to start)
+        status = repartitioning.missing_cluster_status(body, owner[1], context.clock.now_ms())
+    else:
+        status = repartitioning.missing_topic_status(body, context.clock.now_ms())
+    if status is None:
+        return  # served or told before (its topic may have gone since): it keeps its record
+    topic = ObjectRef(body["apiVersion"], "Topic", namespace, wanted.partition("/")[2])
+    if owner is None and await context.api.get(topic) is not None:
+        return  # the index has not caught up with it yet: its loop serves this one
+    try:
+        await context.api.replace_status(
+            ObjectRef.of(body), str(body["metadata"]["resourceVersion"]), status
+        )
+    except StaleResourceVersion:
+        pass  # it changed: its next event brings this handler back

@@ -34,6 +34,9 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
         ("brokerclusters/status", "topics/status", "unloads/status"),
         ("get", "update", "patch"),
     ),
+    # Repartitions: watched (no kopf handler that patches them); their status CAS-PUT
+    (("headrace.dev",), ("repartitions",), ("get", "list", "watch")),
+    (("headrace.dev",), ("repartitions/status",), ("get", "update", "patch")),
     # a BrokerCluster's workload, server-side applied
     (("apps",), ("statefulsets",), ("get", "create", "patch")),
     (("",), ("services", "configmaps"), ("get", "create", "patch")),

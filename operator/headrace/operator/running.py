@@ -5,8 +5,8 @@
 ``PodFleet`` (heartbeats and topology pushes over HTTP to the brokers' pod
 IPs, the local controller's ``HttpFleet`` protocol) and the system clock. It
 runs a step every ``poll_interval_ms`` (every ``transition_poll_interval_ms``
-while a transition is in flight), or at once when kicked (a Topic or Unload
-changed), exactly as the local controller does.
+while a transition is in flight), or at once when kicked (a Topic, Unload or
+Repartition changed), exactly as the local controller does.
 
 The desired state comes from kopf's watch (its in-memory indices), passed in
 as plain documents before each step (``sync``): the runtime never lists Topics
@@ -47,7 +47,7 @@ from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
-from headrace.operator import workloads
+from headrace.operator import repartitioning, workloads
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
 from headrace.operator.surfaces import STEP, OperatorMetrics
@@ -67,7 +67,6 @@ REFUSALS: Final = frozenset(
         "InvalidSpec",
         "UnknownCluster",
         "NotEnoughBrokers",
-        "PartitionCountChange",
         "ReplicasChange",
         "DuplicateSpec",
         "CompactionUnsupported",
@@ -246,9 +245,11 @@ class ClusterRuntime:
         events: EventSink | None = None,
         reapply: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
         metrics: OperatorMetrics | None = None,
+        repartitions: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         """``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
-        scale down is carried out once the brokers it would remove hold no replica)."""
+        scale down is carried out once the brokers it would remove hold no replica);
+        ``repartitions``: the watched Repartitions (those of this cluster's Topics count)."""
         self.settings = settings or RuntimeSettings()
         self.clock = clock
         self.cluster = dict(cluster)
@@ -258,7 +259,11 @@ class ClusterRuntime:
         mine = [t for t in topics if self.owns(t)]
         names = {full_name(t) for t in mine}
         self.store = KubeStatusStore(
-            api, cluster, mine, [u for u in unloads if self.owns(u, names)]
+            api,
+            cluster,
+            mine,
+            [u for u in unloads if self.owns(u, names)],
+            repartitions=repartitioning.owned(repartitions, names),
         )
         self.pods: PodFleet | None = None
         if fleet is None:
@@ -307,6 +312,7 @@ class ClusterRuntime:
         cluster: Mapping[str, Any],
         topics: Iterable[Mapping[str, Any]],
         unloads: Iterable[Mapping[str, Any]] = (),
+        repartitions: Iterable[Mapping[str, Any]] = (),
     ) -> None:
         """Take the watched objects as the desired state (see the module)."""
         self.cluster = dict(cluster)
@@ -343,6 +349,7 @@ class ClusterRuntime:
                 self.loop.unloads[name]["metadata"]["deletionTimestamp"] = deleted
         for name in set(self.loop.unloads) - seen:
             self.loop.forget_unload(name)
+        repartitioning.sync(self.loop, self.store, repartitions, wanted)
 
     # ------------------------------------------------------------------ the loop
 
@@ -436,9 +443,10 @@ class ClusterRuntime:
         ]
 
     async def run(
-        self, desired: Callable[[], tuple[Mapping[str, Any], list[Any], list[Any]]]
+        self, desired: Callable[[], tuple[Mapping[str, Any], list[Any], list[Any], list[Any]]]
     ) -> None:
-        """Step until cancelled; ``desired()`` gives the watched (cluster, topics, unloads)."""
+        """Step until cancelled; ``desired()`` gives the watched (cluster, topics, unloads,
+        repartitions)."""
         if self.pods is not None:
             await self.pods.start()
         try:

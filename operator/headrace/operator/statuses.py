@@ -3,7 +3,7 @@
 The local controller keeps its documents in files (``headrace.controller.store``);
 the operator keeps the same documents in the status subresource of the
 custom resources: each Topic's status, the BrokerCluster's status (the
-cluster document, the commit record) and each Unload's status. The spec is
+cluster document, the commit record) and each Unload's and Repartition's status. The spec is
 never written: every write is a PUT of ``/status``.
 
 Compare-and-swap
@@ -82,16 +82,24 @@ class KubeStatusStore:
         unloads: Iterable[Mapping[str, Any]] = (),
         *,
         finalizer: str | None = None,
+        repartitions: Iterable[Mapping[str, Any]] = (),
     ) -> None:
-        """``cluster``, ``topics``, ``unloads``: the objects as the watch last delivered them
-        (metadata, spec, status); ``finalizer``: the one ``release_unload`` removes."""
+        """``cluster``, ``topics``, ``unloads``, ``repartitions``: the objects as the watch
+        last delivered them (metadata, spec, status); ``finalizer``: the one
+        ``release_unload`` removes."""
         self.api = api
         self.finalizer = finalizer
         self.cluster_ref = ObjectRef.of(cluster)
         self._known: dict[ObjectRef, Known] = {}
         self._topics = {full_name(t): dict(t) for t in topics}
         self._unloads = {full_name(u): dict(u) for u in unloads}
-        for body in (cluster, *self._topics.values(), *self._unloads.values()):
+        self._repartitions = {full_name(r): dict(r) for r in repartitions}
+        for body in (
+            cluster,
+            *self._topics.values(),
+            *self._unloads.values(),
+            *self._repartitions.values(),
+        ):
             self.remember(body)
         status = dict(cluster.get("status") or {})
         self._workload = {k: status.pop(k) for k in WORKLOAD_FIELDS if k in status}
@@ -112,7 +120,7 @@ class KubeStatusStore:
     # ------------------------------------------------------------------ StatusStore
 
     def load(self) -> Stored:
-        return Stored(self._cluster_doc, self._topics, self._unloads)
+        return Stored(self._cluster_doc, self._topics, self._unloads, self._repartitions)
 
     async def write_topic_status(self, name: str, status: Mapping[str, Any]) -> None:
         await self._write(self._ref("Topic", name), self._with_conditions(name, status))
@@ -145,8 +153,6 @@ class KubeStatusStore:
         await self._write(self._ref("Unload", name), status)
 
     async def write_repartition_status(self, name: str, status: Mapping[str, Any]) -> None:
-        # The operator does not watch Repartitions yet (issue 12's Kubernetes half), so the
-        # loop never asks; when it does, the status goes where the Unload's goes.
         await self._write(self._ref("Repartition", name), status)
 
     async def write_cluster_status(self, status: Mapping[str, Any]) -> None:

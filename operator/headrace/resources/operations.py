@@ -104,9 +104,12 @@ class Repartition(Resource):
         plural="repartitions",
         singular="repartition",
         short_names=("hrrp",),
+        # TOPIC FROM TO PHASE READY REASON AGE: a topic's history of partition changes
         columns=(
             _TOPIC_COLUMN,
-            PrinterColumn("Partitions", "integer", ".spec.partitions", "Target partitions"),
+            PrinterColumn("From", "integer", ".status.fromPartitions", "Partitions before"),
+            PrinterColumn("To", "integer", ".spec.partitions", "Target partitions"),
+            PrinterColumn("Phase", "string", ".status.phase", "Where the transition is"),
             *READY_COLUMNS,
         ),
     )

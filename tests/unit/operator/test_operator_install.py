@@ -45,3 +45,13 @@ def test_a_cluster_wide_install_grants_one_cluster_role() -> None:
     ]
     (container,) = docs[-1]["spec"]["template"]["spec"]["containers"]
     assert "--namespace" not in container["args"]
+
+
+def test_the_operator_may_watch_repartitions_and_write_their_status() -> None:
+    (role,) = [d for d in install.manifests("ops") if d["kind"] == "ClusterRole"]
+
+    def verbs(resource: str) -> set[str]:
+        return {v for r in role["rules"] if resource in r["resources"] for v in r["verbs"]}
+
+    assert {"get", "list", "watch"} <= verbs("repartitions")
+    assert {"update", "patch"} <= verbs("repartitions/status")

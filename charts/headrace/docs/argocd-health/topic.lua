@@ -5,7 +5,7 @@
 local hs = {status = "Progressing", message = "Waiting for the operator to reconcile"}
 local degraded = {
   InvalidSpec = true, UnknownCluster = true, ClusterNotFound = true, NotEnoughBrokers = true,
-  PartitionCountChange = true, ReplicasChange = true, DuplicateSpec = true,
+  ReplicasChange = true, DuplicateSpec = true,
   CompactionUnsupported = true, PartitionsOffline = true, BelowMinInSync = true,
 }
 if obj.status == nil or obj.status.conditions == nil then
