@@ -6,6 +6,7 @@ that a cold build (minutes) is not counted against the per-test timeout.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Iterator
@@ -15,6 +16,11 @@ import pytest
 from e2e import support
 
 PROVIDER = os.environ.get("E2E_PROVIDER", "testbed")
+
+#: the e2e files that start a MinIO server (``e2e/tests/operator/storage.py``)
+MINIO_TESTS = frozenset(
+    {"test_unload_e2e.py", "test_compaction_e2e.py", "test_object_store_e2e.py"}
+)
 
 #: Why the build failed, if it did: the e2e tests then error, the rest of a
 #: `pytest tests e2e` run goes on.
@@ -29,6 +35,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             support.build_testbed()
         except (OSError, subprocess.CalledProcessError) as exc:
             _build_error = f"building the test bed failed ({exc}); see the output above"
+    # the object-store tests start MinIO: build it now (minutes when cold), not in a test
+    # (a failure is kept and reported by those tests)
+    if not session.config.option.collectonly and any(
+        item.path.name in MINIO_TESTS for item in session.items
+    ):
+        from tests.integration.objectstore import servers
+
+        capture = session.config.pluginmanager.getplugin("capturemanager")
+        with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+            servers.build()
 
 
 @pytest.fixture(scope="session")

@@ -170,6 +170,10 @@ class ContainerRun:
         self.probe_specs: dict[probes.Kind, probes.Probe] = {}
         self.probe_states: dict[probes.Kind, probes.State] = {}
         self.futures: dict[probes.Kind, concurrent.futures.Future[bool]] = {}
+        #: the host file behind the container's ``terminationMessagePath`` (see
+        #: ``PodRun._with_termination_file``) and the log of its current start
+        self.termination_file: Path | None = None
+        self.log_file: Path | None = None
 
     @property
     def running(self) -> bool:
@@ -182,6 +186,7 @@ class ContainerRun:
         log_dir = self.log_dir(pod_dir)
         log_dir.mkdir(parents=True, exist_ok=True)
         log_file = log_dir / f"{self.starts:04d}.log"
+        self.log_file = log_file
         self.starts += 1
         for m in process.mounts:
             m.host_path.mkdir(parents=True, exist_ok=True)
@@ -238,8 +243,21 @@ class ContainerRun:
         # A container's exit ends everything in it, as its PID namespace would.
         kill_group(pgid, signal.SIGKILL)
         code = rc if rc >= 0 else 128 - rc
-        self._record_exit(code, "", self.view.started_at)
+        self._record_exit(code, "", self.view.started_at, self.termination_message(code))
         return True
+
+    def termination_message(self, code: int) -> str:
+        """What the container wrote to its ``terminationMessagePath`` (at most 4 KiB, as the
+        kubelet keeps), else with ``FallbackToLogsOnError`` and a failure, its log's tail."""
+        text = ""
+        if self.termination_file is not None and self.termination_file.exists():
+            text = self.termination_file.read_bytes()[:4096].decode(errors="replace")
+        policy = self.spec.get("terminationMessagePolicy", "File")
+        fallback = not text.strip() and code != 0 and policy == "FallbackToLogsOnError"
+        if fallback and self.log_file is not None and self.log_file.exists():
+            lines = self.log_file.read_bytes()[-2048:].decode(errors="replace")
+            text = "\n".join(lines.splitlines()[-80:])
+        return text.strip()
 
     def signal(self, sig: signal.Signals) -> None:
         if self.proc is not None:
@@ -472,6 +490,7 @@ class PodRun:
             proc = podspec.process(
                 self.obj, c.spec, self.world, self.volume_dirs, self.extra_env, os.path.exists
             )
+            proc = self._with_termination_file(c, proc)
         except podspec.ConfigError as exc:
             c.view = replace(c.view, state="waiting", reason=exc.reason, message=str(exc))
             c.next_start = time.monotonic() + 2.0
@@ -490,6 +509,26 @@ class PodRun:
             c.proc.pid if c.proc else "-",
             self.ip,
             " ".join(proc.argv),
+        )
+
+    def _with_termination_file(self, c: ContainerRun, proc: podspec.Process) -> podspec.Process:
+        """The container's ``terminationMessagePath`` (``/dev/termination-log`` by default),
+        where it appears whole in the command line or the environment, becomes a file of
+        this pod's own, emptied for every start; its content is the terminated state's
+        ``message``, as the kubelet reports it."""
+        path = c.spec.get("terminationMessagePath") or "/dev/termination-log"
+        host = self.dir / "termination" / c.name
+        host.parent.mkdir(parents=True, exist_ok=True)
+        host.write_bytes(b"")
+        c.termination_file = host
+
+        def swap(word: str) -> str:
+            return str(host) if word == path else word
+
+        return replace(
+            proc,
+            argv=[swap(w) for w in proc.argv],
+            env={k: swap(v) for k, v in proc.env.items()},
         )
 
     def _after_exit(self, c: ContainerRun, now: float) -> None:

@@ -238,6 +238,25 @@ def test_a_deleted_topic_is_dropped_and_forgotten_by_its_leader_only() -> None:
     ]
 
 
+def test_a_deleted_topic_listed_as_retained_is_closed_with_its_files_and_objects_kept() -> None:
+    doc = ClusterTopology.from_json({**topology().to_json(), "retained": [T]})
+    hosted_now = {T: [hosted(0, leader=True, leader_id=ME), hosted(1, leader_id=2)]}
+    actions = plan.plan({**hosted_now, "default/other": []}, doc, ME)
+    assert actions == [
+        Drop(T, 0, forget=False, retain=True),
+        Drop(T, 1, forget=False, retain=True),
+        DropTopic(T, retain=True),
+        DropTopic("default/other"),
+    ]
+
+
+def test_retained_names_survive_the_wire_and_are_left_out_when_there_are_none() -> None:
+    doc = ClusterTopology.from_json({**topology().to_json(), "retained": [T]})
+    assert doc.retained == [T]
+    assert ClusterTopology.from_json(doc.to_json()) == doc
+    assert "retained" not in topology().to_json()
+
+
 # --------------------------------------------------------------------------- a fixed point
 
 

@@ -49,3 +49,30 @@ def test_become_leader_gives_every_follower_a_full_silence_bound() -> None:
     lrs = fresh(fetch_silence_max_ms=3_000)
     assert lrs.tick(0, START + 3_000) == set()
     assert lrs.tick(0, START + 3_001) == {1, 2}
+
+
+def test_an_added_follower_enters_the_lrs_only_once_it_has_caught_up_to_the_hw() -> None:
+    lrs = fresh()
+    for follower in (1, 2):
+        lrs.on_fetch(follower, 100, 100, START + 100)
+    assert lrs.advance(100) and lrs.high_watermark == 100
+    assert not lrs.reassign([0, 1, 2, 3], START + 200)
+    assert lrs.sorted_lrs() == [0, 1, 2], "an empty new replica must not hold the HW back"
+    assert not lrs.on_fetch(3, 0, 100, START + 300)
+    assert not lrs.on_fetch(3, 60, 100, START + 400)
+    assert lrs.tick(100, START + 500) == set()
+    assert lrs.on_fetch(3, 100, 100, START + 600)
+    assert lrs.sorted_lrs() == [0, 1, 2, 3]
+
+
+def test_a_removed_follower_leaves_the_lrs_and_no_longer_holds_the_hw() -> None:
+    lrs = fresh()
+    lrs.on_fetch(1, 100, 120, START + 100)
+    lrs.on_fetch(2, 40, 120, START + 100)
+    lrs.advance(120)
+    assert lrs.high_watermark == 40
+    assert lrs.reassign([0, 1], START + 200)
+    assert lrs.sorted_lrs() == [0, 1]
+    assert lrs.advance(120) and lrs.high_watermark == 100
+    assert not lrs.on_fetch(2, 120, 120, START + 300), "a removed replica is ignored"
+    assert lrs.tick(120, START + 20_000) == {1}, "only the remaining follower is checked"

@@ -1,4 +1,4 @@
-"""Admin HTTP (aiohttp): health, readiness, Prometheus metrics, topic admin.
+"""Admin HTTP (aiohttp): health, readiness, Prometheus metrics, topic admin, drain.
 
 With ACLs on (``--acl-file``), creating and deleting a topic here takes
 ``Authorization: Bearer <token>`` of a principal with the ``admin`` grant on
@@ -62,6 +62,9 @@ class AdminServer:
                 web.get("/v1/status", self.status),
                 web.get("/v1/heartbeat", self.heartbeat),
                 web.post("/v1/topology", self.topology),
+                web.get("/v1/drain", self.drain_status),
+                web.post("/v1/drain", self.drain),
+                web.delete("/v1/drain", self.undrain),
             ]
         )
         self._runner: web.AppRunner | None = None
@@ -182,6 +185,22 @@ class AdminServer:
             return _error(exc)
         current = self.broker.cluster_generation
         return web.json_response(TopologyReply(applied, current).to_json())
+
+    async def drain_status(self, request: web.Request) -> web.Response:
+        return web.json_response(self.broker.drain_report())
+
+    async def drain(self, request: web.Request) -> web.Response:
+        """Controlled shutdown, first half: say ``draining`` in the heartbeat, so the
+        controller moves leadership to other in-sync replicas and places nothing new here.
+        The caller polls ``GET /v1/drain`` until ``drained`` (``headrace drain``)."""
+        self.broker.draining = True
+        return web.json_response(self.broker.drain_report())
+
+    async def undrain(self, request: web.Request) -> web.Response:
+        """A drain called off (the stop did not happen): the broker may lead again (the
+        preferred-leader rebalance hands its partitions back)."""
+        self.broker.draining = False
+        return web.json_response(self.broker.drain_report())
 
     async def status(self, request: web.Request) -> web.Response:
         b = self.broker

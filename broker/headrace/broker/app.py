@@ -86,6 +86,9 @@ class Broker:
         self._tasks: list[asyncio.Task[None]] = []
         self._lock_fd: int | None = None
         self.ready = False
+        #: asked to drain (``POST /v1/drain``, a pod's preStop): the heartbeat says so, and
+        #: the controller moves every leadership it can to another in-sync replica
+        self.draining = False
         #: the first log whose data fdatasync failed: the broker must halt (see ``halting``)
         self.fatal: LogSyncFailed | None = None
         #: set once ``fatal`` is: the entry point stops the process and exits non-zero
@@ -504,7 +507,7 @@ class Broker:
         return Heartbeat(
             BrokerEndpoint(self.settings.broker_id, host, port, admin_port=admin_port),
             adoption=self.adoption_floor(),
-            draining=not self.ready,
+            draining=self.draining or not self.ready,
             partitions=tuple(
                 PartitionReport(
                     p.topic.name,
@@ -521,6 +524,7 @@ class Broker:
                     self.tiering.stored_through(p),
                     p.cursors.all(),
                     p.cutover if p.role is Role.LEADER else None,
+                    upload_error=self.tiering.upload_error(p),
                 )
                 for p in partitions
             ),
@@ -533,6 +537,24 @@ class Broker:
             generation=self.cluster.generation if self.cluster else 0,
             connections=len(self.connections),
         )
+
+    def drain_report(self) -> dict[str, Any]:
+        """Where a drain stands (``/v1/drain``): the partitions this broker leads, and which
+        of them it can hand off (their live replica set has another member). A leader with
+        no in-sync peer keeps leading: stopping it takes the partition offline either way."""
+        leading = sorted(
+            (p for p in self.registry.all_partitions() if p.role is Role.LEADER),
+            key=lambda p: (p.topic.name, p.index),
+        )
+        me = self.settings.broker_id
+        movable = [p.name for p in leading if any(b != me for b in p.lrs)]
+        return {
+            "brokerId": me,
+            "draining": self.draining,
+            "leading": [p.name for p in leading],
+            "movable": movable,
+            "drained": self.draining and not movable,
+        }
 
     # ------------------------------------------------------------------ topics
 

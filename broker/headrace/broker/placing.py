@@ -68,8 +68,11 @@ class Placer:
                     partition = self.registry.open_partition(self.registry.get(topic), index)
                     partition.min_in_sync = min_in_sync
                     self.tiering.attach(partition)
-                case plan.DropTopic(name):
-                    self.registry.topics.pop(name, None)
+                case plan.DropTopic(name, retain):
+                    if retain:
+                        self.registry.retain_topic(name)
+                    else:
+                        self.registry.forget_topic(name)
                 case _ if (action.topic, action.index) in deferred:
                     continue
                 case plan.Reopen(topic, index, moves, start_offset, epoch):
@@ -79,7 +82,7 @@ class Placer:
                     if self.tiering.reopen(partition, moves, start_offset, epoch):
                         deferred.add((topic, index))
                 case plan.Keep(topic, index, replicas):
-                    self._partition(topic, index).replicas = list(replicas)
+                    self._keep(self._partition(topic, index), list(replicas))
                 case plan.Lead():
                     self._lead(self._partition(action.topic, action.index), action)
                 case plan.Follow():
@@ -88,16 +91,31 @@ class Placer:
                     self.tiering.seal(self._partition(topic, index), took_over=took_over)
                 case plan.Unseal(topic, index):
                     self.tiering.unseal(self._partition(topic, index))
-                case plan.Drop(topic, index, forget):
+                case plan.Drop(topic, index, forget, retain):
                     t = self.registry.topics[topic]
                     partition = t.partitions[index]
                     if forget:
                         self.tiering.forget(partition)  # the topic is gone: its objects too
                     self.tiering.detach(partition)
-                    self.registry.drop_partition(t, index)
+                    self.registry.drop_partition(t, index, keep_files=retain)
 
     def _partition(self, topic: str, index: int) -> Partition:
         return self.registry.topics[topic].partitions[index]
+
+    def _keep(self, partition: Partition, replicas: list[int]) -> None:
+        """Same role; the replica set may have changed (a move adds or removes replicas)."""
+        changed = partition.replicas != replicas
+        partition.replicas = replicas
+        if changed and partition.role is Role.LEADER and partition.replica_set is not None:
+            if partition.replica_set.reassign(replicas, clock.monotonic_ms()):
+                log.info(
+                    "%s: replicas now %s, live replica set %s",
+                    partition.name,
+                    replicas,
+                    sorted(partition.replica_set.lrs),
+                )
+            # a removed follower no longer holds the HW back
+            partition.advance_high_watermark()
 
     def _lead(self, partition: Partition, a: plan.Lead) -> None:
         partition.replicas = list(a.replicas)

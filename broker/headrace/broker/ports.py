@@ -279,6 +279,10 @@ class AdminHost(BrokerCore, Protocol):
     @property
     def recovery_seconds(self) -> float: ...
 
+    draining: bool
+
+    def drain_report(self) -> dict[str, Any]: ...
+
     @property
     def connections(self) -> Sized: ...
 

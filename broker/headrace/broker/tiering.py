@@ -64,6 +64,8 @@ CURSORS_NAME = "cursors.json"
 #: while sealing, keep uploading with appends open until less than this is pending
 SEAL_FENCE_BYTES = 4 * 1024 * 1024
 TICK_S = 0.1
+#: failed upload rounds in a row before the heartbeat reports them (``uploadError``)
+UPLOAD_ERROR_ROUNDS = 2
 
 
 class SealStage(enum.Enum):
@@ -100,7 +102,9 @@ class PartitionTiering:
     #: a move's reopen is in progress: (moves, start offset or None) it reopens to
     reopening: tuple[int, int | None] | None = None
     reopen_task: asyncio.Task[None] | None = None
+    #: upload rounds failed in a row, and the last one's error
     errors: int = 0
+    last_error: str = ""
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
@@ -316,6 +320,7 @@ class Tiering:
             raise
         except Exception as exc:
             state.errors += 1
+            state.last_error = f"{type(exc).__name__}: {exc}"[:1000]
             self.metrics.tier_upload_errors.inc()
             state.last_upload_ms = clock.monotonic_ms()  # back off, not retry every tick
             expected = isinstance(exc, HeadraceError | OSError)
@@ -717,6 +722,14 @@ class Tiering:
         """The heartbeat's ``storedThrough``: the last offset uploaded, None if not tiered."""
         state = _state(p)
         return state.uploaded_through if state is not None else None
+
+    def upload_error(self, p: Partition) -> str | None:
+        """The heartbeat's ``uploadError``: set once ``UPLOAD_ERROR_ROUNDS`` upload rounds in a
+        row failed (one failure is a blip the next round usually fixes), None otherwise."""
+        state = _state(p)
+        if state is None or state.errors < UPLOAD_ERROR_ROUNDS:
+            return None
+        return f"{state.errors} upload rounds in a row failed: {state.last_error}"
 
     def seal_report(self, p: Partition) -> SealReport | None:
         """The heartbeat's ``sealed`` for one partition: set once this leader has sealed it."""

@@ -41,6 +41,8 @@ NAME_PART: Final = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 DEFAULT_NAMESPACE: Final = "default"
 MAX_PARTITIONS: Final = 4096
 TOPIC_FILE: Final = "topic.json"
+#: where a topic deleted with ``deletionPolicy: Retain`` is moved, beside ``topics/``
+RETAINED_DIR: Final = "retained"
 CURSOR_FILE: Final = "cursors.json"
 
 PLACEMENT_FILE: Final = "placement.json"
@@ -454,14 +456,52 @@ class TopicRegistry:
         """Whether the topic's segments go to an object store on this broker."""
         return self.object_store_configured and TierConfig.of(topic.config).enabled
 
-    def drop_partition(self, topic: Topic, index: int) -> None:
-        """This broker no longer replicates the partition: close and remove its files."""
+    def drop_partition(self, topic: Topic, index: int, *, keep_files: bool = False) -> None:
+        """This broker no longer replicates the partition: close it and remove its files
+        (``keep_files``: leave them, ``retain_topic`` moves them aside)."""
         partition = topic.partitions.pop(index, None)
         if partition is None:
             return
         partition.fail_waiters(UnknownPartition(f"{partition.name} moved away from this broker"))
         partition.log.close()
-        shutil.rmtree(topic.directory / str(index), ignore_errors=True)
+        if not keep_files:
+            shutil.rmtree(topic.directory / str(index), ignore_errors=True)
+
+    def forget_topic(self, name: str) -> None:
+        """A deleted topic whose partitions were dropped here: forget it and remove what is
+        left of its directory (its ``topic.json``), so a restart does not load it again."""
+        topic = self.topics.pop(canonical_topic_name(name), None)
+        if topic is None or topic.partitions:
+            return  # partitions left: not ours to remove (``drop_partition`` first)
+        graveyard = self._root.parent / "deleted"
+        graveyard.mkdir(exist_ok=True)
+        target = graveyard / f"{topic.name.replace('/', '.')}.{time.time_ns()}"
+        try:
+            os.replace(topic.directory, target)
+        except FileNotFoundError:
+            return
+        shutil.rmtree(target, ignore_errors=True)
+
+    def retain_topic(self, name: str) -> Path | None:
+        """A topic deleted with ``deletionPolicy: Retain``: forget it, and move its directory
+        (closed partitions and all) to ``<data dir>/retained/<namespace>.<name>.<ns>``,
+        where ``load`` does not look, so a restart does not bring it back. The move is one
+        rename: a crash leaves the topic either in place or retained, never half of it."""
+        key = canonical_topic_name(name)
+        topic = self.topics.pop(key, None)
+        if topic is None:
+            return None
+        for partition in topic.partitions.values():
+            partition.fail_waiters(UnknownTopic(f"topic {topic.name!r} was deleted"))
+            partition.log.close()
+        topic.partitions.clear()
+        keep = self._root.parent / RETAINED_DIR
+        files.mkdir_durable(keep)
+        target = keep / f"{topic.name.replace('/', '.')}.{time.time_ns()}"
+        os.replace(topic.directory, target)
+        files.fsync_directory(keep)
+        files.fsync_directory(topic.directory.parent)
+        return target
 
     def ensure_topic(
         self, name: str, partition_count: int, version: int, config: dict[str, Any]

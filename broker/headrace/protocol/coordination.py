@@ -115,6 +115,10 @@ class PartitionReport:
     #: version, recorded when it applied the version (or took the lead under it); a
     #: repartition's cutover offset (``control.repartitions``)
     cutover: tuple[int, int] | None = None
+    #: why this leader's uploads to the object store keep failing (several rounds in a
+    #: row), None while they succeed; on the wire only when set (the operator's
+    #: ``ObjectStoreReachable`` condition)
+    upload_error: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -134,6 +138,8 @@ class PartitionReport:
         }
         if self.cutover is not None:
             doc["cutover"] = {"version": self.cutover[0], "offset": self.cutover[1]}
+        if self.upload_error is not None:
+            doc["uploadError"] = self.upload_error
         return doc
 
     @classmethod
@@ -168,6 +174,7 @@ class PartitionReport:
             optional(doc, "storedThrough", int, w),
             dict(cursors),
             _cutover(optional(doc, "cutover", dict, w), w),
+            optional(doc, "uploadError", str, w),
         )
 
 
@@ -431,6 +438,10 @@ class ClusterTopology:
     cluster_id: str
     brokers: list[BrokerEndpoint]
     topics: list[TopicPlacement] = field(default_factory=list)
+    #: deleted topics whose copies brokers keep on disk (a Topic with ``deletionPolicy:
+    #: Retain`` being deleted): a broker hosting one closes it and moves its files aside
+    #: instead of removing them. Absent: every topic the document does not name is deleted.
+    retained: list[str] = field(default_factory=list)
 
     def broker(self, broker_id: int) -> BrokerEndpoint | None:
         return next((b for b in self.brokers if b.id == broker_id), None)
@@ -461,6 +472,7 @@ class ClusterTopology:
             "clusterId": self.cluster_id,
             "brokers": [b.to_json() for b in self.brokers],
             "topics": [t.to_json() for t in self.topics],
+            **({"retained": list(self.retained)} if self.retained else {}),
         }
 
     @classmethod
@@ -471,6 +483,7 @@ class ClusterTopology:
             optional(doc, "clusterId", str, w) or "local",
             [BrokerEndpoint.from_json(b) for b in required_objects(doc, "brokers", w)],
             [TopicPlacement.from_json(t) for t in objects(doc, "topics", w)],
+            [str(n) for n in optional(doc, "retained", list, w) or []],
         )
 
 

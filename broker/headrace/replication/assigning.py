@@ -32,8 +32,11 @@ gives this broker (both idempotent)::
 and per partition hosted here that the topology does not give this broker::
 
     Drop        close it and remove its files; ``forget``: its topic is gone and
-                this broker led it, so its objects in the store go too
-    DropTopic   the topology no longer names a topic hosted here
+                this broker led it, so its objects in the store go too; ``retain``:
+                its topic is gone but listed in ``retained`` (deletionPolicy Retain):
+                close it and keep its files (and objects)
+    DropTopic   the topology no longer names a topic hosted here; ``retain``: move
+                its directory aside (``retained/``) instead of letting it go
 
 Topic names are the registry's canonical ``namespace/name``; the controller
 pushes them in that form.
@@ -103,6 +106,9 @@ class TopologyDoc(Protocol):
 
     @property
     def topics(self) -> Sequence[TopicDoc]: ...
+
+    @property
+    def retained(self) -> Sequence[str]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +200,15 @@ class Drop:
     index: int
     #: also delete the partition's objects (its topic was deleted, and this broker led it)
     forget: bool
+    #: keep the files: the topic was deleted with ``deletionPolicy: Retain``
+    retain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class DropTopic:
     name: str
+    #: move the topic's directory aside instead of letting it go (``Drop.retain``)
+    retain: bool = False
 
 
 Action = OpenTopic | Open | Reopen | Lead | Follow | Keep | Seal | Unseal | Drop | DropTopic
@@ -234,13 +244,16 @@ def plan(hosted: Mapping[str, Sequence[Hosted]], topology: TopologyDoc, me: int)
                 actions.append(Reopen(h.topic, h.index, a.moves, a.start_offset, a.epoch))
             actions.extend(place(h, a, me))
     named = {t.name for t in topology.topics}
+    retained = set(topology.retained)
     for name, partitions in hosted.items():
         deleted = name not in named
+        retain = deleted and name in retained
         for h in partitions:
             if (name, h.index) not in wanted:
-                actions.append(Drop(name, h.index, forget=deleted and h.leader))
+                forget = deleted and h.leader and not retain
+                actions.append(Drop(name, h.index, forget=forget, retain=retain))
         if deleted:
-            actions.append(DropTopic(name))
+            actions.append(DropTopic(name, retain=retain))
     return actions
 
 

@@ -18,6 +18,9 @@ leader included: every LRS member has every record below it, so it is what
     tick: f in LRS, leader LEO - f.leo > max  f leaves the LRS (record-count bound, if set)
     become leader                             LRS = (controller's LRS within replicas) plus the leader;
                                               every follower starts "caught up now" (grace)
+    replica set changes (a move)              an added follower starts outside the LRS at LEO 0
+                                              and enters it like any other (fetch at >= HW); a
+                                              removed one leaves the LRS and is forgotten
 
 The leader never removes itself. Followers outside ``replicas`` are ignored.
 
@@ -82,6 +85,26 @@ class LeaderReplicaSet:
             fetch_silence_max_ms,
             followers,
         )
+
+    def reassign(self, replicas: list[int], now_ms: int) -> bool:
+        """The replica set changed under this leader (a move, ``control.moves``). True if
+        the LRS changed.
+
+        An added follower is *not* in the LRS: it holds nothing yet, and admitting it
+        would hold the HW (and every ``acks=all`` producer) back until it had copied the
+        whole log. It enters once it has fetched up to the HW, as a returning follower
+        does. A removed follower leaves at once, so the HW no longer waits for it.
+        """
+        before = set(self.lrs)
+        self.replicas = list(replicas)
+        for r in replicas:
+            if r != self.leader_id and r not in self.followers:
+                self.followers[r] = FollowerProgress(0, now_ms, now_ms)
+        for r in list(self.followers):
+            if r not in replicas:
+                del self.followers[r]
+        self.lrs = {r for r in self.lrs if r in replicas or r == self.leader_id}
+        return self.lrs != before
 
     def on_fetch(self, follower: int, fetch_offset: int, leader_leo: int, now_ms: int) -> bool:
         """Record a follower's fetch. Returns True if the LRS changed."""

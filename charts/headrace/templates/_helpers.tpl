@@ -71,10 +71,10 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch]
-# the brokers' pod IPs
+# the brokers' pod IPs; a rolling restart deletes one pod at a time
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list]
+  verbs: [list, delete]
 # elections, moves, failures as Events
 - apiGroups: ["", events.k8s.io]
   resources: [events]
@@ -83,6 +83,17 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [coordination.k8s.io]
   resources: [leases]
   verbs: [get, create, update]
+# Compaction and CompactionSchedule: watched, their status written
+- apiGroups: [headrace.dev]
+  resources: [compactions, compactionschedules]
+  verbs: [get, list, watch, patch]
+- apiGroups: [headrace.dev]
+  resources: [compactions/status, compactionschedules/status]
+  verbs: [get, update, patch]
+# their Jobs and CronJobs, server-side applied and followed
+- apiGroups: [batch]
+  resources: [jobs, cronjobs]
+  verbs: [get, list, watch, create, patch]
 {{- end -}}
 
 {{/* Cluster-scoped reads kopf makes in every mode (install.CLUSTER_RULES). */}}

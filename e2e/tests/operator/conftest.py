@@ -46,8 +46,14 @@ def operator(
         failed = getattr(request.node, "report_call", None)
         if failed is not None and failed.failed:
             print(f"--- operator log\n{installed.logs()[-8000:]}", file=sys.stderr)
-        # While the operator runs, so that it removes its finalizers (the garbage collector
-        # then deletes the StatefulSets and the brokers go now, not with the namespace).
+        # While the operator runs, so that it removes its finalizers: the Topics' first
+        # (their data finalizer needs the brokers), then the clusters' (the garbage
+        # collector then deletes the StatefulSets and the brokers go now, not with the
+        # namespace).
+        cluster.kubectl_run(
+            "delete", "topic", "--all", "-n", namespace, "--timeout=60s",
+            check=False, timeout=90,
+        )  # fmt: skip
         cluster.kubectl_run(
             "delete", "brokercluster", "--all", "-n", namespace, "--timeout=60s",
             check=False, timeout=90,

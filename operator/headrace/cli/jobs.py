@@ -12,6 +12,7 @@ Registered on the main group by ``register`` (one line in ``cli/main.py``).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -91,6 +92,7 @@ def _run(
     master: str,
     job_args: list[str],
     verbose: bool,
+    spark_conf: tuple[str, ...] = (),
 ) -> tuple[int, dict[str, Any] | None, Path]:
     url, cluster_id, env = _target(directory, store, cluster)
     logs = directory / "jobs"
@@ -106,6 +108,7 @@ def _run(
         "spark.ui.enabled=false",
         "--conf",
         "spark.ui.showConsoleProgress=false",
+        *(arg for conf in spark_conf for arg in ("--conf", conf)),
         str(_job_script()),
         job,
         "--store",
@@ -176,6 +179,47 @@ def _summarize(job: str, status: int, report: dict[str, Any] | None, log_path: P
     click.echo("OK" if report["ok"] else "PROBLEMS FOUND" if status == 1 else "FAILED")
 
 
+def result_summary(job: str, status: int, report: dict[str, Any] | None) -> dict[str, Any]:
+    """The job's outcome in a few hundred bytes: what ``--result-file`` gets (a Kubernetes
+    termination message, read by the operator into the Compaction's status, holds 4 KiB).
+    """
+    if report is None:
+        return {"job": job, "ok": False, "exit": status, "error": f"the job exited {status}"}
+    summary = report.get("summary") or {}
+    errors = int(summary.get("errors", 0))
+    verified = job == "verify" or any("verification" in p for p in report.get("partitions", []))
+    out: dict[str, Any] = {
+        "job": job,
+        "ok": bool(report.get("ok")),
+        "exit": status,
+        "verified": verified and errors == 0 and not report.get("failed"),
+        "mismatches": errors,
+        "reportKey": report.get("reportKey"),
+    }
+    for name in ("segmentsBefore", "segmentsAfter", "bytesReclaimed", "objects", "records"):
+        if name in summary:
+            out[name] = summary[name]
+    why = report.get("error") or "; ".join(
+        f"partition {f['partition']}: {f['error']}" for f in report.get("failed", [])
+    )
+    if why:
+        out["error"] = why[:2000]
+    return out
+
+
+def _write_result(
+    path: Path | None, job: str, status: int, report: dict[str, Any] | None, log_path: Path
+) -> None:
+    if path is None:
+        return
+    result = result_summary(job, status, report)
+    if report is None:  # no report: Spark's last words say why
+        with contextlib.suppress(OSError):
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+            result["error"] = f"{result['error']}: {' | '.join(tail)}"[:2000]
+    path.write_text(json.dumps(result, separators=(",", ":")))
+
+
 def _common(f: Any) -> Any:
     for option in reversed(
         [
@@ -193,6 +237,19 @@ def _common(f: Any) -> Any:
             click.option("--master", default="local[*]", show_default=True),
             click.option("--partitions", default="", help="Comma-separated; default all."),
             click.option("-v", "--verbose", is_flag=True, help="Show Spark's log too."),
+            click.option(
+                "--conf",
+                "spark_conf",
+                multiple=True,
+                metavar="KEY=VALUE",
+                help="A Spark property for spark-submit (repeatable).",
+            ),
+            click.option(
+                "--result-file",
+                type=click.Path(path_type=Path),
+                default=None,
+                help="Also write a short JSON summary here (a Job's /dev/termination-log).",
+            ),
         ]
     ):
         f = option(f)
@@ -216,6 +273,8 @@ def verify(
     master: str,
     partitions: str,
     verbose: bool,
+    spark_conf: tuple[str, ...],
+    result_file: Path | None,
     compacted: bool,
     bootstrap: str | None,
 ) -> None:
@@ -228,8 +287,9 @@ def verify(
     if bootstrap:
         args += ["--bootstrap", bootstrap]
     status, report, log_path = _run(
-        "verify", topic, directory, store, cluster, master, args, verbose
+        "verify", topic, directory, store, cluster, master, args, verbose, spark_conf
     )
+    _write_result(result_file, "verify", status, report, log_path)
     _summarize("verify", status, report, log_path)
     sys.exit(status)
 
@@ -253,6 +313,8 @@ def compact(
     master: str,
     partitions: str,
     verbose: bool,
+    spark_conf: tuple[str, ...],
+    result_file: Path | None,
     target_bytes: int,
     keep_last_per_key: bool,
     delete_retention_ms: int,
@@ -275,8 +337,9 @@ def compact(
     if then_verify:
         args.append("--verify")
     status, report, log_path = _run(
-        "compact", topic, directory, store, cluster, master, args, verbose
+        "compact", topic, directory, store, cluster, master, args, verbose, spark_conf
     )
+    _write_result(result_file, "compact", status, report, log_path)
     _summarize("compact", status, report, log_path)
     sys.exit(status)
 

@@ -841,8 +841,8 @@ broker_dir_option = click.option(
 kill_option = click.option(
     "--kill",
     is_flag=True,
-    help="SIGKILL at once, as a crash would (default: SIGTERM, so the broker drains and hands"
-    " its leaderships over, then SIGKILL after 20 s).",
+    help="SIGKILL at once, as a crash would (default: drain, so the controller hands its"
+    " leaderships over, then SIGTERM, then SIGKILL after 20 s).",
 )
 
 
@@ -859,6 +859,10 @@ def _broker_record(directory: Path, broker_id: int) -> tuple[dict[str, Any], dic
     raise click.ClickException(f"no broker {broker_id} in the local cluster in {directory} ({ids})")
 
 
+#: how long ``local stop`` waits for a broker's leadership to move away before it stops it
+DRAIN_TIMEOUT_S = 15.0
+
+
 def _stop_broker(directory: Path, broker_id: int, kill: bool) -> None:
     record, b = _broker_record(directory, broker_id)
     pid = b.get("pid")
@@ -871,6 +875,17 @@ def _stop_broker(directory: Path, broker_id: int, kill: bool) -> None:
                 os.killpg(int(pid), signal.SIGKILL)
             except OSError:
                 pass
+        else:
+            # controlled shutdown: the controller moves its leadership away first
+            from headrace.cli.drain import drain
+
+            admin = f"http://{b['host']}:{b['admin_port']}"
+            try:
+                finished, _ = drain(admin, DRAIN_TIMEOUT_S)
+            except (OSError, ValueError):
+                finished = False  # not answering: stop it anyway
+            if not finished:
+                click.echo(f"broker {broker_id}: leadership not all moved away", err=True)
         _stop([int(pid)])
         how = "killed" if kill else "stopped"
         click.echo(f"broker {broker_id} {how} (pid {pid})", err=True)
@@ -918,6 +933,9 @@ def _start_broker(directory: Path, broker_id: int, timeout: float = 30.0) -> Non
 @kill_option
 def local_stop(broker_id: int, directory: Path, kill: bool) -> None:
     """Stop one broker of the local cluster; `local start` brings it back with its data.
+
+    Without --kill the broker is drained first: the controller moves every partition it
+    leads to another in-sync replica (at most 15 s), then it gets SIGTERM.
 
     `local status` then shows it as stopped, and `local down` knows it is."""
     _stop_broker(directory, broker_id, kill)
@@ -971,9 +989,19 @@ def local_status(directory: Path, controller_url: str | None, as_json: bool) -> 
                 f"  replicas {p['replicas']}  lrs {p['liveReplicas']}  {p['state']}"
                 + moved
                 + ("  SEALED" if p.get("seal") else "")
+                + (f"  MOVING to {p['targetReplicas']}" if p.get("targetReplicas") else "")
             )
     for problem in doc.get("problems", []):
         click.echo(f"problem {problem['topic']}: {problem['reason']}: {problem['message']}")
+    moving = doc.get("reassignment") or {}
+    if doc.get("members") is not None or moving.get("moving") or moving.get("blocked"):
+        click.echo(
+            f"members {doc.get('members')}  moving {moving.get('moving', 0)}"
+            f"  waiting {moving.get('waiting', 0)}"
+            + (f"  leaving {moving['evacuating']}" if moving.get("evacuating") else "")
+        )
+        for why in moving.get("blocked", []):
+            click.echo(f"  blocked: {why}")
     for line in unload_lines(doc.get("unloads", [])):
         click.echo(line)
     for line in transition_lines(doc.get("transitions", []), doc.get("repartitions", [])):

@@ -173,7 +173,7 @@ def bench(
 
 
 def _register_commands() -> None:
-    from headrace.cli import acl, cluster, cohorts, consume, roundtrip, topics
+    from headrace.cli import acl, cluster, cohorts, consume, drain, roundtrip, scaling, topics
     from headrace.cli import local as local_mode
 
     main.add_command(acl.acl)
@@ -183,9 +183,11 @@ def _register_commands() -> None:
     main.add_command(consume.consume)
     main.add_command(roundtrip.roundtrip)
     main.add_command(local_mode.controller)
-    main.add_command(local_mode.local)
+    main.add_command(local_mode.local)  # with scaling's add-broker and remove-broker
+    assert scaling.add_broker.name in local_mode.local.commands
     main.add_command(local_mode.apply)
     main.add_command(local_mode.delete)
+    main.add_command(drain.drain_command)
 
 
 _register_commands()

@@ -87,7 +87,7 @@ def topic_problems(
             f"{spec.replicas} replicas need {spec.replicas} brokers, the cluster has {brokers}",
         )
     if existing is not None and existing.partitions:
-        rf = len(existing.partitions[0].replicas)
+        rf = existing.partitions[0].replication_factor
         if spec.replicas != rf:
             problem(
                 "ReplicasChange",

@@ -121,7 +121,7 @@ def holding_spec(name: str, status: TopicStatus) -> TopicSpec:
     the model's default ``minInSync`` for them, and tiering off (the status does not say
     whether the topic is tiered, and an Unload of an untiered one would lose its records).
     """
-    replicas = len(status.partitions[0].replicas) if status.partitions else 1
+    replicas = status.partitions[0].replication_factor if status.partitions else 1
     defaults = topic_models.TopicSpec.model_validate(
         {"clusterRef": {"name": "unread"}, "partitions": 1, "replicas": replicas}
     )

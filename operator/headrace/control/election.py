@@ -45,7 +45,8 @@ how leadership goes back to where placement put it after a failover. The
 preferred replica is the first of the replica set; it is *eligible* when it
 is not the leader, is live and not draining, is in the LRS, reports itself a
 follower at the current epoch (it has caught up with this leader), and the
-controller is not warming up. Once eligible, an ONLINE partition carries a
+controller is not warming up, and no replica move runs (``moves`` places the
+leader then). Once eligible, an ONLINE partition carries a
 ``deadline_ms`` (the only time ONLINE has one): the end of the quiet period
 (``preferred_leader_quiet_ms``). If the replica stays eligible until then it
 is nominated through the same path as any election (epoch + 1, LRS member
@@ -204,8 +205,8 @@ def _record_lrs(s: PartitionStatus, seen: Seen) -> PartitionStatus:
 
 def _preferred_eligible(s: PartitionStatus, seen: Seen) -> bool:
     """The preferred replica could take the leadership back now (see the module doc)."""
-    if not seen.settings.preferred_leader_rebalance or not s.replicas:
-        return False
+    if not seen.settings.preferred_leader_rebalance or not s.replicas or s.target:
+        return False  # (during a replica move the move places the leader: ``moves``)
     preferred = s.replicas[0]
     report = seen.reports.get(preferred)
     return (

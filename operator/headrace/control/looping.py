@@ -56,7 +56,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from headrace.control import documents, repartitions, topology
+from headrace.control import documents, moves, repartitions, topology
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
     ClusterState,
@@ -218,6 +218,9 @@ class ControlLoop:
                 self._repartition_status[name] = status
                 self.repartition_progress[name] = documents.repartition_progress_of(name, status)
         self.heartbeats: dict[int, Heartbeat] = {}
+        #: the brokers the cluster should have (replicas move off the others and onto new
+        #: ones, ``control.moves``); None: no moves are planned (the adapter sets it)
+        self.members: frozenset[int] | None = None
         #: the topology generation each broker last reported
         self.broker_generations: dict[int, int] = {}
         self.observing_since_ms = clock.now_ms()
@@ -225,6 +228,9 @@ class ControlLoop:
         self.steps = 0
         self.generation_bumps = 0
         self.pushes = 0
+        #: deleted topics whose copies the brokers keep (``deletionPolicy: Retain``); the
+        #: caller keeps a name here until every broker has moved its copy aside
+        self.retained: frozenset[str] = frozenset()
         #: the last spec of each Topic that parsed (one that stops parsing keeps it)
         self._parsed: dict[str, TopicSpec] = {}
         #: the problems behind the Ready conditions last written (rewrite only on change)
@@ -356,6 +362,7 @@ class ControlLoop:
             unload_progress=self.progress,
             repartition_requests=self.repartition_requests(),
             repartition_progress=self.repartition_progress,
+            members=self.members,
         )
         self.steps += 1
         for event in decision.events:
@@ -558,6 +565,7 @@ class ControlLoop:
                 for name in self.state.topics
                 if name in self.topics
             },
+            retained=self.retained,
         ).to_json()
 
     def state_document(self) -> dict[str, Any]:
@@ -575,6 +583,8 @@ class ControlLoop:
             "unloads": self.unload_documents(),
             "repartitions": self.repartition_documents(),
             "transitions": self.transitions(),
+            "members": None if self.members is None else sorted(self.members),
+            "reassignment": (decision.reassignment if decision else moves.Summary()).to_json(),
             "steps": self.steps,
             "generationBumps": self.generation_bumps,
             "pushes": self.pushes,

@@ -118,6 +118,16 @@ class PartitionStatus:
     moves: int = 0
     #: first offset of incarnation ``moves``; None: derive it from the object store
     start_offset: int | None = None
+    #: a replica move in flight (see ``moves``): the replica set it ends with, preferred
+    #: leader first; ``replicas`` is then the old set followed by the adding replicas.
+    #: Empty when no move runs.
+    target: tuple[int, ...] = ()
+
+    @property
+    def replication_factor(self) -> int:
+        """How many replicas the partition has when no move runs (a move's ``replicas`` is
+        the old set plus the adding ones; its target has the partition's factor)."""
+        return len(self.target or self.replicas)
 
     @property
     def owner(self) -> int | None:
@@ -125,7 +135,7 @@ class PartitionStatus:
         return self.leader if self.leader is not None else self.candidate
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "partition": self.partition,
             "replicas": list(self.replicas),
             "leader": self.leader,
@@ -139,6 +149,9 @@ class PartitionStatus:
             "moves": self.moves,
             "startOffset": self.start_offset,
         }
+        if self.target:  # only while a move runs: documents without one stay as they were
+            doc["targetReplicas"] = list(self.target)
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> PartitionStatus:
@@ -161,6 +174,7 @@ class PartitionStatus:
             _optional(doc, "seal", bool, w) or False,
             _optional(doc, "moves", int, w) or 0,
             _optional(doc, "startOffset", int, w),
+            _ints(doc, "targetReplicas", w, default=True),
         )
 
 

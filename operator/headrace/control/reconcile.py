@@ -19,10 +19,14 @@ The step:
    markers, reassigns sealed partitions to their new replica sets, and
    returns the unloads' progress, which the controller persists with the
    Unloads (not in the cluster state, so progress alone bumps nothing);
-5. **cohort plans**: replans every cohort that live brokers report members
+5. **moves**: with ``members`` given (the brokers the cluster should have), moves
+   replicas off brokers being removed and spreads topics onto new members, and
+   advances every move in flight (``moves``), after the repartitions and before
+   the cohort plans, so plans follow moved leaders;
+6. **cohort plans**: replans every cohort that live brokers report members
    for or that has a plan (``cohort_plans``), after the unloads so plans
    follow moved owners;
-6. **generation**: bumps the topology generation by one if and only if the
+7. **generation**: bumps the topology generation by one if and only if the
    result differs from the input in anything persisted. Heartbeats carry
    samples (offsets, watermarks, receive times) the status never stores, so
    a heartbeat that brings no news bumps nothing. Seal markers and
@@ -51,11 +55,11 @@ that differs from the topic's is reported as a problem and left alone.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from headrace.control import cohort_plans, election, placement, repartitions, unloads
+from headrace.control import cohort_plans, election, moves, placement, repartitions, unloads
 from headrace.control.liveness import Liveness, adoption_floor, assess
 from headrace.control.model import (
     ClusterState,
@@ -120,6 +124,8 @@ class Decision:
     #: the progress of every Repartition, by name (persisted with them, like ``unloads``)
     repartitions: Mapping[str, RepartitionProgress] = field(default_factory=dict)
     repartitions_changed: bool = False
+    #: how replica moves are going (scale up/down); derived, never persisted by itself
+    reassignment: moves.Summary = field(default_factory=moves.Summary)
 
 
 def reconcile(
@@ -134,13 +140,15 @@ def reconcile(
     unload_progress: Mapping[str, UnloadProgress] | None = None,
     repartition_requests: Sequence[RepartitionRequest] = (),
     repartition_progress: Mapping[str, RepartitionProgress] | None = None,
+    members: Collection[int] | None = None,
 ) -> Decision:
     """One step. ``observing_since_ms``: when this controller started polling brokers.
 
     ``heartbeats`` holds the latest heartbeat per broker id, stale ones
     included (liveness decides what they are worth). ``unload_requests`` are
     the Unloads, oldest first; ``unload_progress`` their persisted progress
-    by name (see ``unloads``).
+    by name (see ``unloads``). ``members``: the brokers the cluster should have; when
+    given, replicas move off the others and are spread over new members (``moves``).
     """
     for broker_id, hb in heartbeats.items():
         if hb.broker_id != broker_id:
@@ -174,7 +182,7 @@ def reconcile(
         spec = wanted[name]
         topic = topics.get(name)
         if topic is None:
-            created = _create(spec, topics, liveness, problems)
+            created = _create(spec, topics, liveness, problems, members)
             if created is not None:
                 topics[name] = created
                 events.append(Event("TopicCreated", name, _describe_placement(created)))
@@ -217,6 +225,20 @@ def reconcile(
     events.extend(Event(kind, subject, message) for kind, subject, message in moved.events)
     problems.extend(Problem(t, *moved.problems[t]) for t in sorted(moved.problems))
 
+    busy = set(_unloading(topics, unload_requests, progress))
+    busy |= {name for name, t in topics.items() if t.transition is not None}
+    reassigned = moves.step(
+        topics,
+        members=members,
+        liveness=liveness,
+        reports=reports,
+        busy=busy,
+        now_ms=now_ms,
+        settings=settings,
+    )
+    topics = reassigned.topics
+    events.extend(Event(kind, subject, message) for kind, subject, message in reassigned.events)
+
     if not liveness.warming_up:
         for name in sorted(topics):
             topics[name] = _replan(topics[name], connections, events)
@@ -236,6 +258,7 @@ def reconcile(
         any(before_unloads.get(name) != p for name, p in progress.items()),
         moved.progress,
         any(before_repartitions.get(name) != p for name, p in moved.progress.items()),
+        reassigned.summary,
     )
 
 
@@ -315,6 +338,7 @@ def _create(
     topics: Mapping[str, TopicStatus],
     liveness: Liveness,
     problems: list[Problem],
+    members: Collection[int] | None,
 ) -> TopicStatus | None:
     if liveness.warming_up:
         problems.append(
@@ -323,9 +347,10 @@ def _create(
         return None
     others = [p.replicas for t in topics.values() for p in t.partitions]
     try:
-        lists = placement.place(
-            spec.partitions, spec.replicas, liveness.live - liveness.draining, others=others
-        )
+        eligible = liveness.live - liveness.draining
+        if members is not None:  # a broker being removed gets no new topic
+            eligible = eligible & frozenset(members)
+        lists = placement.place(spec.partitions, spec.replicas, eligible, others=others)
     except placement.NotEnoughBrokers as exc:
         problems.append(Problem(spec.name, "NotEnoughBrokers", exc.message))
         return None
@@ -375,13 +400,13 @@ def _check(spec: TopicSpec, topic: TopicStatus) -> list[Problem]:
     # A partition count that differs from the spec is not a problem here: an edit of it is
     # a repartition (``repartitions``), and after a Repartition the spec may lag the count.
     problems: list[Problem] = []
-    if topic.partitions and spec.replicas != len(topic.partitions[0].replicas):
+    if topic.partitions and spec.replicas != topic.partitions[0].replication_factor:
         problems.append(
             Problem(
                 spec.name,
                 "ReplicasChange",
                 f"spec asks for {spec.replicas} replicas, the topic has"
-                f" {len(topic.partitions[0].replicas)}: changing it is not supported",
+                f" {topic.partitions[0].replication_factor}: changing it is not supported",
             )
         )
     offline = [p.partition for p in topic.partitions if p.state is PartitionState.OFFLINE]

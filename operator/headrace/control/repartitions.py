@@ -317,7 +317,7 @@ def add_partitions(
     topic: TopicStatus, partitions: int, brokers: Iterable[int], others: Iterable[Sequence[int]]
 ) -> TopicStatus:
     """The topic with partitions ``len..partitions-1`` placed (existing ones stay)."""
-    replicas = len(topic.partitions[0].replicas) if topic.partitions else 1
+    replicas = topic.partitions[0].replication_factor if topic.partitions else 1
     lists = placement.place(
         partitions,
         replicas,

@@ -55,6 +55,12 @@ class ControlSettings:
     #: its backlog drained, even if some clients have not acked the new routing: the
     #: version fence keeps them correct, the gate only spares them redirects. Fibril's 30 s.
     repartition_adoption_timeout_ms: int = 30_000
+    #: How many partitions may have a replica move in flight at once, cluster-wide
+    #: (``moves``). Each move copies a partition's whole log to its new replicas over
+    #: the leaders' replication links; a few at a time keeps that from starving
+    #: producers' replication, while 8 keeps a scale-out of a few hundred partitions
+    #: within minutes.
+    max_concurrent_moves: int = 8
 
     def __post_init__(self) -> None:
         for name in (
@@ -64,6 +70,7 @@ class ControlSettings:
             "unload_recovery_timeout_ms",
             "preferred_leader_quiet_ms",
             "repartition_adoption_timeout_ms",
+            "max_concurrent_moves",
         ):
             if getattr(self, name) <= 0:
                 raise InvalidRequest(f"control setting {name} must be positive")

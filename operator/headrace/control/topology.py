@@ -35,6 +35,7 @@ def cluster_topology(
     live: Collection[int] | None = None,
     min_in_sync: Mapping[str, int] | None = None,
     configs: Mapping[str, Mapping[str, Any]] | None = None,
+    retained: Collection[str] = (),
 ) -> ClusterTopology:
     """The topology brokers apply for ``state``.
 
@@ -42,6 +43,8 @@ def cluster_topology(
     known broker); a new leader seeds its LRS from the pushed ``lrs``, which
     never names a dead broker. ``min_in_sync`` and ``configs``: per topic, from
     its spec (default 1 and no settings, so the broker's own defaults apply).
+    ``retained``: deleted topics whose copies brokers keep on disk (``deletionPolicy:
+    Retain``); a name the state still holds is left out (it is not deleted yet).
     """
     alive = frozenset(state.brokers) if live is None else frozenset(live)
     min_in_sync = min_in_sync or {}
@@ -93,6 +96,7 @@ def cluster_topology(
             )
             for name, topic in sorted(state.topics.items())
         ],
+        sorted(set(retained) - set(state.topics)),
     )
 
 

@@ -199,7 +199,7 @@ def _placement(
     wait = _target_wait(seen)
     if wait is not None:
         return None, wait
-    rf = len(p.replicas)
+    rf = p.replication_factor
     target = seen.request.target
     if target is not None:
         if target in p.replicas:
@@ -343,7 +343,7 @@ def _rebuild(
             phase=SEALED,
             to_broker=p.replicas[0],
             recovery_source=RecoverySource.OBJECT_STORE,
-            recovery_message=loss_bound(m.from_broker, len(p.replicas)),
+            recovery_message=loss_bound(m.from_broker, p.replication_factor),
             deadline_ms=None,
         )
     else:
@@ -435,7 +435,7 @@ def _reopen_from_object_store(
     if replicas is None:  # ruled out by the guard
         return m, p, []
     after = _reassign(p, replicas, _incarnation(m), None)
-    why = loss_bound(m.from_broker, len(p.replicas))
+    why = loss_bound(m.from_broker, p.replication_factor)
     moved = replace(
         m,
         phase=SEALED,

@@ -14,7 +14,8 @@ from headrace.control import admission
 from headrace.control.documents import full_name, spec_of
 from headrace.controller.controlling import Controller, RepartitionRefused, UnloadConflict
 from headrace.controller.dashboarding import DashboardRoutes
-from headrace.errors import HeadraceError
+from headrace.errors import HeadraceError, InvalidRequest
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources import Repartition, Resource, Topic, Unload, load_manifests
 
 
@@ -89,6 +90,8 @@ class ControllerAdmin:
                 web.get("/v1/topics", self.topics),
                 web.post("/v1/apply", self.apply),
                 web.post("/v1/delete", self.delete),
+                web.get("/v1/members", self.members),
+                web.put("/v1/members", self.set_members),
             ]
         )
         DashboardRoutes.for_controller(controller).install(self.app)
@@ -209,6 +212,28 @@ class ControllerAdmin:
         if lines and not allow:
             raise Refused(lines)
         return lines
+
+    async def members(self, request: web.Request) -> web.Response:
+        return web.json_response(self.controller.members_document())
+
+    async def set_members(self, request: web.Request) -> web.Response:
+        """``{"brokers": [{id, host, port, adminPort}]}``: the brokers the cluster should
+        have; replicas move onto new ones and off the others (``control.moves``)."""
+        try:
+            doc = await request.json()
+            if not isinstance(doc, dict) or not isinstance(doc.get("brokers"), list):
+                raise InvalidRequest('expected {"brokers": [{id, host, port, adminPort}]}')
+            brokers = [BrokerEndpoint.from_json(b, "members") for b in doc["brokers"]]
+            self.controller.set_members(brokers)
+        except ValueError as exc:
+            return web.json_response(
+                {"error": "InvalidRequest", "message": f"not JSON: {exc}"}, status=400
+            )
+        except HeadraceError as exc:
+            return web.json_response(
+                {"error": type(exc).__name__, "message": exc.message}, status=400
+            )
+        return web.json_response(self.controller.members_document())
 
     async def delete(self, request: web.Request) -> web.Response:
         """Body: ``{"topics": [...], "unloads": [...], "repartitions": [...]}``

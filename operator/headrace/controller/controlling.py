@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headrace import files
 from headrace.aio import cancel_and_wait
-from headrace.control import admission, documents
+from headrace.control import admission, documents, moves
 from headrace.control.documents import full_name, rfc3339, spec_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, StatusStore
 from headrace.control.model import ClusterState, UnloadProgress
@@ -92,6 +93,15 @@ class ControllerSettings:
     instance: str | None = None
 
 
+#: the membership set through ``set_members``, in the state directory
+MEMBERS_FILE = "members.json"
+
+
+def _read_members(path: Path) -> list[BrokerEndpoint]:
+    doc = json.loads(path.read_text())
+    return [BrokerEndpoint.from_json(b, "members") for b in doc.get("brokers", [])]
+
+
 class Controller:
     def __init__(
         self,
@@ -122,6 +132,40 @@ class Controller:
         )
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
+        self._members_file = settings.state_dir / MEMBERS_FILE
+        if self._members_file.exists():
+            self._use_members(_read_members(self._members_file))
+
+    # ------------------------------------------------------------------ membership
+
+    def set_members(self, brokers: list[BrokerEndpoint]) -> None:
+        """The brokers the cluster should have, from now on (``local add-broker`` and
+        ``remove-broker``). Persisted first, so a restarted controller keeps moving
+        replicas towards it; brokers not named stay polled until they hold nothing."""
+        ids = [b.id for b in brokers]
+        if not brokers or len(set(ids)) != len(ids):
+            raise InvalidRequest("members: at least one broker, each id once")
+        doc = {"brokers": [b.to_json() for b in sorted(brokers, key=lambda b: b.id)]}
+        files.write_json_atomic(self._members_file, doc, indent=2, sort_keys=True)
+        self._use_members(brokers)
+        self.kick()
+
+    def _use_members(self, brokers: list[BrokerEndpoint]) -> None:
+        if self.http is not None:
+            for b in brokers:
+                self.http.brokers[b.id] = b
+        self.loop.members = frozenset(b.id for b in brokers)
+
+    def members_document(self) -> dict[str, Any]:
+        """The membership and how the moves towards it go (``GET /v1/members``)."""
+        decision = self.loop.last_decision
+        summary = decision.reassignment if decision is not None else moves.Summary()
+        members = self.loop.members
+        return {
+            "members": None if members is None else sorted(members),
+            **summary.to_json(),
+            "live": sorted(decision.liveness.live) if decision is not None else [],
+        }
 
     # the loop's state, for the admin surface
 

@@ -34,7 +34,7 @@ import pydantic
 from headrace.control.documents import condition_time, full_name
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
-from headrace.operator import repartitioning, workloads
+from headrace.operator import finalizing, repartitioning, workloads
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.operator.running import ClusterRuntime, RuntimeSettings, stalled_condition
 from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
@@ -336,15 +336,29 @@ def orphan_status(body: Mapping[str, Any], now: str) -> dict[str, Any] | None:
 async def topic_changed(
     namespace: str | None, spec: kopf.Spec, body: kopf.Body, memo: Any, **kwargs: Any
 ) -> None:
-    """Kick the owning cluster's loop; a Topic whose cluster does not exist is told so."""
+    """Kick the owning cluster's loop; a Topic whose cluster does not exist is told so.
+
+    A Topic gets the data finalizer (``finalizing``) the first time it is seen; a deleted
+    one whose cluster does not exist has nothing placed and is let go at once.
+    """
     context = _context(memo)
     key = (namespace or "default", str((spec.get("clusterRef") or {}).get("name")))
+    gone = kwargs.get("type") == "DELETED"
+    if not gone and finalizing.needs_finalizer(body):
+        try:
+            await finalizing.attach(context.api, body)
+        except StaleResourceVersion:
+            pass
+        return  # either way the Topic changed: its next event brings this handler back
     runtime = context.loops.get(key)
     if runtime is not None:
         runtime.kick()
         return
     clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
-    if clusters is None or key in clusters or kwargs.get("type") == "DELETED":
+    if clusters is None or key in clusters or gone:
+        return
+    if finalizing.held(body):
+        await finalizing.release(context.api, body)
         return
     status = orphan_status(body, condition_time(context.clock.now_ms()))
     if status is None:

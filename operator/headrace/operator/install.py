@@ -41,12 +41,25 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     (("apps",), ("statefulsets",), ("get", "create", "patch")),
     (("",), ("services", "configmaps"), ("get", "create", "patch")),
     (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
-    # the brokers' pod IPs
-    (("",), ("pods",), ("list",)),
+    # the brokers' pod IPs; a rolling restart deletes one pod at a time
+    (("",), ("pods",), ("list", "delete")),
     # elections, moves, failures as Events
     (("", "events.k8s.io"), ("events",), ("create", "patch")),
     # one active replica
     (("coordination.k8s.io",), ("leases",), ("get", "create", "update")),
+    # Compaction and CompactionSchedule (``compacting``): watched, their status written
+    (
+        ("headrace.dev",),
+        ("compactions", "compactionschedules"),
+        ("get", "list", "watch", "patch"),
+    ),
+    (
+        ("headrace.dev",),
+        ("compactions/status", "compactionschedules/status"),
+        ("get", "update", "patch"),
+    ),
+    # their Jobs and CronJobs, server-side applied and followed
+    (("batch",), ("jobs", "cronjobs"), ("get", "list", "watch", "create", "patch")),
 )
 
 

@@ -78,6 +78,10 @@ class KubeApi(Protocol):
         """JSON merge patch of ``metadata`` (finalizers, annotations); a gone object is fine."""
         ...
 
+    async def delete(self, ref: ObjectRef) -> None:
+        """Delete the object (a pod of a rolling restart); a gone object is fine."""
+        ...
+
 
 def api_client(kubeconfig: str | None = None) -> Any:
     """An official-client ``ApiClient``: from ``kubeconfig`` (or KUBECONFIG / ~/.kube) or,
@@ -196,5 +200,26 @@ class ClientApi:
                 )
             except exceptions.NotFoundError:
                 return
+            except exceptions.ConflictError as exc:  # a resourceVersion in the patch: fenced
+                raise StaleResourceVersion(f"{ref.kind} {ref.namespace}/{ref.name}") from exc
+            except exceptions.DynamicApiError as exc:
+                raise KubeApiError(
+                    f"metadata of {ref.kind} {ref.namespace}/{ref.name}: {exc}"
+                ) from exc
+
+        await asyncio.to_thread(call)
+
+    async def delete(self, ref: ObjectRef) -> None:
+        from kubernetes.dynamic import exceptions
+
+        def call() -> None:
+            try:
+                self._resource(ref.api_version, ref.kind).delete(
+                    name=ref.name, namespace=ref.namespace
+                )
+            except exceptions.NotFoundError:
+                return
+            except exceptions.DynamicApiError as exc:
+                raise KubeApiError(f"delete {ref.kind} {ref.namespace}/{ref.name}: {exc}") from exc
 
         await asyncio.to_thread(call)

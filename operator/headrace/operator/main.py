@@ -95,7 +95,9 @@ def operator(
     import kopf
 
     from headrace.controller.controlling import SystemClock
-    from headrace.operator import handlers
+    from headrace.operator import compacting, handlers
+
+    assert compacting  # imported for its kopf handlers (Compaction, CompactionSchedule)
 
     logging.basicConfig(
         level=logging.INFO if verbose == 0 else logging.DEBUG,

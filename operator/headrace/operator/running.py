@@ -41,17 +41,19 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from headrace.control import moves
 from headrace.control.documents import condition_time, full_name, generation_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, Report
 from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
-from headrace.operator import repartitioning, workloads
+from headrace.operator import finalizing, objectstores, repartitioning, restarting, workloads
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
 from headrace.operator.surfaces import STEP, OperatorMetrics
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.resources.clusters import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +72,7 @@ REFUSALS: Final = frozenset(
         "ReplicasChange",
         "DuplicateSpec",
         "CompactionUnsupported",
+        objectstores.CREDENTIALS_MISSING,
     }
 )
 
@@ -107,6 +110,8 @@ class PodFleet:
         self.namespace = namespace
         self.selector = f"{workloads.CLUSTER_LABEL}={cluster_name}"
         self.http = HttpFleet([], clock, timeout_ms)
+        #: the cluster's pods as last listed (their waiting reasons: ``objectstores``)
+        self.listed: list[dict[str, Any]] = []
 
     async def start(self) -> None:
         await self.http.start()
@@ -116,6 +121,7 @@ class PodFleet:
 
     async def refresh(self) -> None:
         pods = await self.api.list("v1", "Pod", self.namespace, self.selector)
+        self.listed = pods
         brokers = {}
         for pod in pods:
             broker_id = workloads.broker_id_of(pod)
@@ -182,12 +188,22 @@ def cluster_conditions(
     live: Iterable[int] | None,
     now: str,
     blockers: Mapping[int, list[str]] | None = None,
+    store: objectstores.StoreHealth | None = None,
+    reassignment: moves.Summary | None = None,
 ) -> dict[str, Any]:
     """The BrokerCluster's ``conditions`` and ``observedGeneration`` (the workload's part).
 
+    ``store``: the object store's health (``objectstores``), None when the cluster has no
+    object store: a missing credentials Secret makes Ready False, an unreachable endpoint
+    shows in ``ObjectStoreReachable``.
+
     ``live``: the live broker ids of the latest step; None while the cluster is paused.
     ``blockers``: brokers a scale down would remove that still hold replicas
-    (``workloads.scale_down_blockers``); the scale down is refused while there are any.
+    (``workloads.scale_down_blockers``). ``reassignment``: how the replica moves go
+    (``control.moves``); with it, a scale down whose replicas can move is ``ScalingDown``
+    (they move off first), and only one that cannot (it would lose a partition's last
+    in-sync replica, or go below a replication factor) is refused as ``ScaleDownBlocked``;
+    a ``Rebalancing`` condition says whether moves are in flight.
     """
     generation = generation_of(body)
     previous = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
@@ -210,13 +226,28 @@ def cluster_conditions(
         )
     else:
         missing = sorted(set(range(replicas)) - set(live))
-        if blockers:
+        if store is not None and store.credentials is not None:
+            ready = ("False", objectstores.CREDENTIALS_MISSING, store.credentials)
+        elif blockers and reassignment is not None and not reassignment.blocked:
+            ready = (
+                "False",
+                "ScalingDown",
+                f"scaling down to {replicas}: moving replicas off brokers {sorted(blockers)}"
+                f" before they are removed ({reassignment.moving} partitions moving,"
+                f" {reassignment.waiting} waiting)",
+            )
+        elif blockers:
             held = "; ".join(f"broker {b}: {', '.join(p)}" for b, p in sorted(blockers.items()))
+            why = (
+                "; ".join(reassignment.blocked)
+                if reassignment is not None
+                else "move them off with an Unload first"
+            )
             ready = (
                 "False",
                 "ScaleDownBlocked",
                 f"scaling down to {replicas} would remove brokers that still hold replicas"
-                f" ({held}); move them off with an Unload first",
+                f" ({held}): {why}",
             )
         elif missing:
             ready = ("False", "BrokersNotLive", f"brokers {missing} are not live")
@@ -226,7 +257,48 @@ def cluster_conditions(
         stalled = stalled_condition(conditions[-1], previous.get("Stalled"), now)
         if stalled is not None:
             conditions.append(stalled)
+        kept = previous.get(objectstores.REACHABLE_CONDITION)
+        if store is not None and not store.endpoint_known and store.uploads is None and kept:
+            conditions.append(dict(kept))  # not checked yet (a restart): as stored
+        elif store is not None:
+            reachable = (
+                ("False", objectstores.UNREACHABLE, store.unreachable)
+                if store.unreachable is not None
+                else ("False", objectstores.UPLOADS_FAILING, store.uploads)
+                if store.uploads is not None
+                else ("True", "EndpointAnswers", "the object store's endpoint accepts connections")
+            )
+            conditions.append(
+                _condition(
+                    objectstores.REACHABLE_CONDITION,
+                    *reachable,
+                    generation,
+                    previous.get(objectstores.REACHABLE_CONDITION),
+                    now,
+                )
+            )
+        if reassignment is not None:
+            conditions.append(
+                _condition(
+                    "Rebalancing",
+                    *_rebalancing(reassignment),
+                    generation,
+                    previous.get("Rebalancing"),
+                    now,
+                )
+            )
     return {"observedGeneration": generation, "conditions": conditions}
+
+
+def _rebalancing(summary: moves.Summary) -> tuple[str, str, str]:
+    """The ``Rebalancing`` condition's status, reason and message."""
+    if summary.rebalancing:
+        return (
+            "True",
+            "MovingReplicas",
+            f"{summary.moving} partitions moving replicas, {summary.waiting} waiting",
+        )
+    return ("False", "Balanced", "no replica moves in flight")
 
 
 class ClusterRuntime:
@@ -279,12 +351,19 @@ class ClusterRuntime:
         )
         self.events = events
         self.reapply = reapply
+        #: deleted Topics the finalizer holds until the brokers let their data go
+        self.finalizer = finalizing.TopicFinalizer(api, events)
+        #: the rolling restart of the pods (a changed pod template: brokerConfig, image)
+        self.rollout = restarting.Rollout(api, self.namespace, self.name, events)
+        self.api = api
         #: the paused Topics, with the generation they are at
         self._paused: dict[str, int] = {}
         #: the brokers a refused scale down keeps, as of the last step
         self.blockers: dict[int, list[str]] = {}
         self.kicked = asyncio.Event()
         self.metrics = metrics
+        #: the object store's credentials and endpoint, checked now and then
+        self.store_checks = objectstores.StoreChecks()
         #: the dashboard's memory of this cluster (rates, last heartbeats), fed every step
         self.dashboard = Observer(self.name)
         #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
@@ -318,9 +397,12 @@ class ClusterRuntime:
         self.cluster = dict(cluster)
         self.store.remember(cluster)
         wanted: dict[str, dict[str, Any]] = {}
+        topics = list(topics)
+        self.finalizer.sync([t for t in topics if self.owns(t)])
+        self.loop.retained = self.finalizer.retained
         for body in topics:
-            if not self.owns(body):
-                continue
+            if not self.owns(body) or finalizing.deleting(body):
+                continue  # a deleted Topic leaves the state (its finalizer waits for that)
             name = full_name(body)
             self.store.remember(body)
             held = self.loop.topics.get(name)
@@ -388,6 +470,10 @@ class ClusterRuntime:
             return None
         for name in self.loop.topics:
             await self.store.set_topic_conditions(name, self._topic_conditions(name, now))
+        # the brokers are the StatefulSet's ordinals: replicas move off higher ones (a scale
+        # down) and onto new ones (a scale up) before the StatefulSet shrinks (``moves``)
+        spec_replicas = int((self.cluster.get("spec") or {}).get("replicas", 3))
+        self.loop.members = frozenset(range(spec_replicas))
         decision = await self.loop.step()
         self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
         for event in decision.events:
@@ -404,14 +490,48 @@ class ClusterRuntime:
             }
             for name, t in decision.state.topics.items()
         ]
+        await self.finalizer.release_finished(
+            decision.state.topics,
+            decision.state.generation,
+            decision.state.brokers,
+            live,
+            self.loop.heartbeats,
+            self.loop.broker_generations,
+        )
         blockers = workloads.scale_down_blockers(replicas, statuses)
         if set(blockers) != set(self.blockers) and self.reapply is not None:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
         self.blockers = blockers
-        await self.store.write_workload_status(
-            cluster_conditions(self.cluster, live, now, blockers)
+        store = self._object_store()
+        pods = (
+            self.pods.listed
+            if self.pods is not None
+            else await self.api.list(
+                "v1", "Pod", self.namespace, f"{workloads.CLUSTER_LABEL}={self.name}"
+            )
         )
+        health = await self.store_checks.check(store, pods, self.loop.heartbeats)
+        workload = cluster_conditions(
+            self.cluster,
+            live,
+            now,
+            blockers,
+            store=None if store is None else health,
+            reassignment=decision.reassignment,
+        )
+        await self.rollout.step(decision, pods, replicas, self.clock.now_ms())
+        previous = {c.get("type"): c for c in self.store.workload_conditions()}
+        restarting_condition = self.rollout.condition(
+            previous.get(restarting.RESTARTING), generation_of(self.cluster), now
+        )
+        if restarting_condition is not None:
+            workload["conditions"].append(restarting_condition)
+        await self.store.write_workload_status(workload)
         return decision
+
+    def _object_store(self) -> ObjectStore | None:
+        doc = (self.cluster.get("spec") or {}).get("objectStore")
+        return None if doc is None else ObjectStore.model_validate(doc)
 
     def _topic_conditions(self, name: str, now: str) -> list[dict[str, Any]]:
         """A paused Topic's ``Paused`` condition; ``Stalled`` beside a refusing Ready."""

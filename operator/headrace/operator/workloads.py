@@ -8,13 +8,16 @@ server-side applies, with no I/O:
   ``volumeClaimTemplates``, readiness on ``/readyz`` and liveness on
   ``/healthz``; every broker runs ``headrace broker --cluster`` and binds its
   pod IP (which it also advertises), so the operator can poll its heartbeat
-  on that IP with the same protocol as local mode;
+  on that IP with the same protocol as local mode; a ``preStop`` hook
+  (``headrace drain``) moves the broker's leadership away before it stops;
 * a **headless Service** (stable pod identities for the StatefulSet) and a
   **client Service**;
 * a **PodDisruptionBudget** (``maxUnavailable: 1``);
 * a **ConfigMap** with the cluster's ``brokerConfig``; its hash is a pod
-  template annotation, so a config change rolls the pods (one at a time, the
-  StatefulSet's RollingUpdate).
+  template annotation, so a config change makes a new pod revision. The
+  StatefulSet's ``updateStrategy`` is ``OnDelete``: the operator rolls the pods
+  itself, one at a time, draining each broker's leadership first and waiting
+  for every live replica set to be whole again before the next (``rollout``).
 
 Every object carries an owner reference to the BrokerCluster, so deleting
 the cluster lets the garbage collector delete them (the PVCs follow the
@@ -28,8 +31,14 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import quote
 
-from headrace.resources.clusters import BrokerCluster
+from headrace.resources.clusters import BrokerCluster, ObjectStore
+
+#: the broker reads the object store's credentials from these (``headrace.objectstore.urls``;
+#: restated, as the control plane does not import the data plane's adapters)
+ACCESS_KEY_ENV: Final = "HEADRACE_OBJECT_STORE_ACCESS_KEY"
+SECRET_KEY_ENV: Final = "HEADRACE_OBJECT_STORE_SECRET_KEY"
 
 #: the ports every broker listens on (on its own pod IP, so they never collide)
 DATA_PORT: Final = 9092
@@ -107,6 +116,23 @@ def broker_config_document(cluster: BrokerCluster) -> str:
     return json.dumps(doc, sort_keys=True, indent=2)
 
 
+def config_data(cluster: BrokerCluster) -> dict[str, str]:
+    """The ConfigMap's data: ``broker.json`` and, with an object store, ``object-store.json``
+    (the URL the brokers use and where their credentials come from; no secret in it)."""
+    data = {"broker.json": broker_config_document(cluster)}
+    store = cluster.spec.object_store
+    if store is not None:
+        secret = store.credentials_secret
+        doc = {
+            "url": object_store_url(store),
+            "credentialsSecret": None
+            if secret is None
+            else secret.model_dump(mode="json", by_alias=True),
+        }
+        data["object-store.json"] = json.dumps(doc, sort_keys=True, indent=2)
+    return data
+
+
 def broker_args(cluster: BrokerCluster) -> list[str]:
     """``headrace broker`` arguments; ``$(VAR)`` is expanded from the container's env."""
     config = cluster.spec.broker_config
@@ -142,33 +168,58 @@ def broker_args(cluster: BrokerCluster) -> list[str]:
     ]
     store = cluster.spec.object_store
     if store is not None:
-        host = store.endpoint.split("://", 1)[1].rstrip("/")
-        args += ["--object-store", f"s3://{host}/{store.bucket}"]
+        args += ["--object-store", object_store_url(store)]
     return args
+
+
+def object_store_url(store: ObjectStore) -> str:
+    """The broker's ``--object-store`` URL (``headrace.objectstore.urls``) of the spec's
+    object store; never with credentials (they come from the environment: ``store_env``)."""
+    scheme, _, rest = store.endpoint.partition("://")
+    host = rest.split("/", 1)[0]
+    options = []
+    if store.create_bucket:
+        options.append("create_bucket=1")
+    if store.region is not None:
+        options.append(f"region={quote(store.region, safe='')}")
+    query = f"?{'&'.join(options)}" if options else ""
+    return f"{'s3+https' if scheme == 'https' else 's3'}://{host}/{store.bucket}{query}"
+
+
+def store_env(store: ObjectStore | None) -> list[dict[str, Any]]:
+    """The credentials' environment variables, each a ``secretKeyRef`` into the Secret the
+    spec names: the operator never copies a secret, the kubelet resolves it."""
+    if store is None or store.credentials_secret is None:
+        return []
+    secret = store.credentials_secret
+    return [
+        {"name": var, "valueFrom": {"secretKeyRef": {"name": secret.name, "key": key}}}
+        for var, key in (
+            (ACCESS_KEY_ENV, secret.access_key_key),
+            (SECRET_KEY_ENV, secret.secret_key_key),
+        )
+    ]
+
+
+def drain_command(settings: WorkloadSettings) -> list[str]:
+    """The preStop hook: ``headrace drain``, bounded well inside the grace period so the
+    broker still gets SIGTERM with time to flush and close its logs."""
+    grace = settings.termination_grace_seconds
+    timeout = max(1, min(grace - 10, (grace * 2) // 3))
+    return [*settings.broker_command, "drain", "--timeout", str(timeout)]
 
 
 def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        # the preStop hook's ``headrace drain`` finds the broker's admin port here
+        {"name": "HEADRACE_ADMIN_URL", "value": f"http://$(POD_IP):{ADMIN_PORT}"},
         {
             "name": "HEADRACE_BROKER_ID",
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{POD_INDEX_LABEL}']"}},
         },
     ]
-    store = cluster.spec.object_store
-    if store is not None and store.credentials_secret is not None:
-        for var, key in (
-            ("HEADRACE_OBJECT_STORE_ACCESS_KEY", "accessKey"),
-            ("HEADRACE_OBJECT_STORE_SECRET_KEY", "secretKey"),
-        ):
-            env.append(
-                {
-                    "name": var,
-                    "valueFrom": {
-                        "secretKeyRef": {"name": store.credentials_secret.name, "key": key}
-                    },
-                }
-            )
+    env += store_env(cluster.spec.object_store)
     env += [{"name": k, "value": v} for k, v in sorted(settings.env.items())]
     return env
 
@@ -229,6 +280,8 @@ def statefulset(
             "failureThreshold": 6,
         },
         "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        # controlled shutdown: move leadership off before SIGTERM (``cli.drain``)
+        "lifecycle": {"preStop": {"exec": {"command": drain_command(settings)}}},
     }
     requirements = spec.resources.model_dump(mode="json", by_alias=True, exclude_defaults=True)
     if requirements:
@@ -262,7 +315,8 @@ def statefulset(
             "replicas": spec.replicas if replicas is None else replicas,
             # brokers start together: each waits for the controller, not for its peers
             "podManagementPolicy": "Parallel",
-            "updateStrategy": {"type": "RollingUpdate"},
+            # the operator rolls the pods itself, draining each first (``rollout``)
+            "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": _selector(name)},
             "template": {
                 "metadata": {
@@ -294,7 +348,7 @@ def manifests(
             "apiVersion": "v1",
             "kind": "ConfigMap",
             "metadata": _meta(names(name)["config"], cluster, uid, namespace),
-            "data": {"broker.json": broker_config_document(cluster)},
+            "data": config_data(cluster),
         },
         {
             "apiVersion": "v1",

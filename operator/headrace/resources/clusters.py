@@ -47,6 +47,15 @@ class Storage(Model):
     """StorageClass of the claims; the cluster's default class when unset."""
 
 
+class CredentialsSecretReference(SecretReference):
+    """A Secret in the cluster's namespace holding the object store's credentials."""
+
+    access_key_key: str = Field(default="accessKey", pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)
+    """Key of the access key in the Secret's data."""
+    secret_key_key: str = Field(default="secretKey", pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)
+    """Key of the secret key in the Secret's data."""
+
+
 class ObjectStore(Model):
     """The S3-compatible bucket (MinIO, S3) that partitions are tiered to."""
 
@@ -56,8 +65,11 @@ class ObjectStore(Model):
     """Bucket name (S3 rules: 3-63 lower-case letters, digits, '.' and '-')."""
     region: str | None = Field(default=None, min_length=1, max_length=64)
     """Region to sign requests for; MinIO ignores it."""
-    credentials_secret: SecretReference | None = None
-    """Secret with keys ``accessKey`` and ``secretKey``; unset means anonymous access."""
+    create_bucket: bool = False
+    """Create the bucket on first use if it does not exist (needs the right to)."""
+    credentials_secret: CredentialsSecretReference | None = None
+    """Secret with the access key and the secret key. Brokers refuse an S3 store without
+    credentials, so a cluster without one has no working tiered storage."""
 
 
 class ResourceRequirements(Model):

@@ -140,6 +140,9 @@ class CompactionSettings(Model):
     target_segment_bytes: int | None = Field(default=None, ge=1)
     """Merge small segments into segments of about this size; unset takes the topic's
     segment size."""
+    grace_seconds: int = Field(default=30, ge=0, le=86_400)
+    """How long the replaced objects stay after the manifest swap, so that readers holding
+    the old manifest finish, in seconds."""
     backoff_limit: int = Field(default=2, ge=0, le=10)
     """Retries of a failed job before the run counts as failed."""
     spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
@@ -262,6 +265,12 @@ class CompactionScheduleStatus(Status):
     """When a run last succeeded."""
     active: list[JobReference] = Field(default_factory=list)
     """Runs going on now."""
+    last_job: JobReference | None = None
+    """The most recent run that finished."""
+    last_result: CompactionResult | None = None
+    """What the most recent finished run did (``lastJob``)."""
+    last_failure: str | None = Field(default=None, max_length=4096)
+    """Why ``lastJob`` failed, when it did."""
 
 
 class CompactionSchedule(Resource):

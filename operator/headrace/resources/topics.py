@@ -83,6 +83,13 @@ class Delivery(Model):
     ``brokerConfig.cohortGraceMs``."""
 
 
+class DeletionPolicy(enum.StrEnum):
+    """What happens to a Topic's data when the Topic is deleted."""
+
+    RETAIN = "Retain"
+    DELETE = "Delete"
+
+
 def _default_min_in_sync(data: dict[str, object]) -> int:
     replicas = data.get("replicas", 3)
     return min(2, replicas) if isinstance(replicas, int) else 2
@@ -126,6 +133,13 @@ class TopicSpec(Model):
     """Upload to object storage."""
     delivery: Delivery = Field(default_factory=Delivery)
     """Cohort delivery settings."""
+    deletion_policy: DeletionPolicy = DeletionPolicy.RETAIN
+    """What deleting the Topic does to its data. ``Retain`` (the default: data is not lost
+    by a stray ``kubectl delete``): every broker closes its copies and moves them aside, to
+    ``retained/`` in its data directory, and the topic leaves the routing table. ``Delete``:
+    the brokers remove their copies, and the leaders the topic's objects in the object
+    store. Either way the operator's finalizer (``headrace.dev/topic-data``) keeps the Topic
+    until the brokers have done it."""
 
     @field_validator("min_in_sync")
     @classmethod
@@ -191,6 +205,12 @@ class PartitionAssignment(Model):
     """The first offset of incarnation ``moves``. Unset before the first move (it starts at
     0) and after a move recovered from the object store (the new owner starts after the last
     offset stored there)."""
+    target_replicas: list[int] = Field(default_factory=list)
+    """While a replica move runs (a scale up or down of the cluster): the replica set the
+    partition ends with, preferred leader first. ``replicas`` is then the old set followed by
+    the adding replicas, which catch up as followers; once every target member is in the
+    LRS (and leads, if the leader is leaving) ``replicas`` becomes the target. Empty when no
+    move runs."""
 
 
 class CohortPlan(Model):

@@ -206,6 +206,27 @@ def test_the_executor_opens_and_leads_a_new_partition(host: FakeHost) -> None:
     assert host.registry.topics == {}
 
 
+def test_a_deleted_topic_is_removed_from_disk_unless_retained(
+    host: FakeHost, tmp_path: Path
+) -> None:
+    tiering = Tiering(host, None, lambda event: None)
+    placer = Placer(host.settings, host.registry, tiering, host.metrics)
+    apply(placer, topology(leader=ME))
+    append(host.registry.get(TOPIC).partition(0), 3)
+    apply(placer, ClusterTopology(3, "c1", [], retained=[TOPIC]))
+    assert host.registry.topics == {}
+    kept = list((tmp_path / "retained").iterdir())
+    assert len(kept) == 1 and (kept[0] / "0").is_dir()  # the partition's files, moved aside
+    assert not (tmp_path / "topics" / TOPIC).exists()
+    host.registry.load()  # a restart does not bring it back
+    assert host.registry.topics == {}
+
+    apply(placer, topology(leader=ME))
+    apply(placer, ClusterTopology(5, "c1", []))
+    assert not (tmp_path / "topics" / TOPIC).exists()  # partition and topic.json
+    assert len(list((tmp_path / "retained").iterdir())) == 1
+
+
 def test_a_move_without_an_object_store_reopens_bare_and_takes_its_role_at_once(
     host: FakeHost,
 ) -> None:

@@ -17,6 +17,8 @@ server rules the operator relies on, as kmock's docs suggest (inherit and implem
 * a list says its ``kind`` (``PodList``) and ``apiVersion``;
 * a server-side apply (``PATCH`` as ``application/apply-patch+yaml``) of an object that
   does not exist creates it;
+* every merge or apply patch moves the ``resourceVersion`` on, and a merge patch that
+  names one is refused with 409 Conflict unless it is the current one (a fenced patch);
 * ``put`` (the test's own write, as another client's) gives the object a new
   ``resourceVersion`` too.
 
@@ -151,26 +153,47 @@ class ApiServer(kmock.KubernetesEmulator):
         return listing
 
     async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
-        applied = (
+        patched = (
             request.method == kmock.method.PATCH
-            and request.headers.get("Content-Type", "").startswith(APPLY_PATCH)
             and request.resource is not None
             and request.name is not None
+            and request.subresource is None
         )
-        if applied:
-            key = (request.resource, request.namespace, request.name)
-            try:
-                missing = self.objects[key].deleted
-            except KeyError:
-                missing = True
-            if missing:  # server-side apply creates; the emulator would say 404
+        if not patched:
+            return await super()._handle(request)
+        key = (request.resource, request.namespace, request.name)
+        try:
+            stored: kmock.Object | None = self.objects[key]
+        except KeyError:
+            stored = None
+        if stored is not None and stored.deleted:
+            stored = None
+        if request.headers.get("Content-Type", "").startswith(APPLY_PATCH):
+            if stored is None:  # server-side apply creates; the emulator would say 404
                 async with self._lock:
                     self.objects[key] = {
                         "apiVersion": request.data.get("apiVersion"),
                         "kind": request.data.get("kind"),
                         "metadata": {"name": request.name, "namespace": request.namespace},
                     }
-        return await super()._handle(request)
+        elif stored is not None and isinstance(request.data, Mapping):
+            # a resourceVersion in a merge patch is a precondition (kopf's JSON patches,
+            # lists of operations, name none)
+            sent = (request.data.get("metadata") or {}).get("resourceVersion")
+            if sent is not None and sent != stored.raw["metadata"].get("resourceVersion"):
+                raise kmock.KubernetesError(status=409, reason="Conflict", message="modified")
+        response = await super()._handle(request)
+        if not isinstance(request.data, Mapping):
+            # kopf's JSON patches test the version they saw (``test`` operations) and kmock
+            # applies them as they are: left at the version they name
+            return response
+        # every merge or apply patch moves the version on; watches see the object at its
+        # new version (after the emulator's own event, which still carries the old one)
+        moved = self.objects[key]
+        moved.patch({"metadata": {"resourceVersion": self._next_version()}})
+        assert request.resource is not None
+        await self._buses[request.resource].put({"type": "MODIFIED", "object": moved.raw})
+        return response
 
 
 def kubeconfig(server: kmock.RawHandler, directory: Path) -> Path:

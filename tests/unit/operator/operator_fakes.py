@@ -92,3 +92,8 @@ class FakeApi:
         found = self.objects.get(ref)
         if found is not None:
             self.put({**found, "metadata": {**found["metadata"], **patch}})
+
+    async def delete(self, ref: ObjectRef) -> None:
+        self.writes.append(("DELETE", ref.kind, ref.name))
+        self.objects.pop(ref, None)
+        self.pods = [p for p in self.pods if p["metadata"]["name"] != ref.name]

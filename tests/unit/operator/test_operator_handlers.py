@@ -15,7 +15,7 @@ import pytest
 from kube_server import ApiServer
 from operator_fakes import CLUSTER, topic
 
-from headrace.operator import handlers, running, workloads
+from headrace.operator import finalizing, handlers, running, workloads
 from headrace.operator.kube import ClientApi
 from headrace.operator.leasing import may_acquire
 from headrace.operator.running import ClusterRuntime
@@ -130,9 +130,9 @@ async def test_a_topic_event_kicks_its_clusters_loop_only(
     for name in ("demo", "other"):
         body = {**CLUSTER, "metadata": {**CLUSTER["metadata"], "name": name}}
         loops[("ns", name)] = ClusterRuntime(api, body, [], [], ManualClock(), fleet=object())  # type: ignore[arg-type]
-    await handlers.topic_changed(
-        namespace="ns", spec={"clusterRef": {"name": "demo"}}, body={}, memo=memo
-    )
+    body = topic()
+    body["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER]  # given at its first event
+    await handlers.topic_changed(namespace="ns", spec=body["spec"], body=body, memo=memo)
     assert loops[("ns", "demo")].kicked.is_set()
     assert not loops[("ns", "other")].kicked.is_set()
     assert writes(server) == []
@@ -143,7 +143,7 @@ async def test_a_topic_of_a_missing_cluster_is_told_so_once(
 ) -> None:
     orphan = topic()
     orphan["spec"]["clusterRef"]["name"] = "absent"
-    server.put(orphan)
+    orphan_version = server.put(orphan)["metadata"]["resourceVersion"]
     memo = memo_over(api)
     indices = {"clusters_index": {("ns", "demo"): [CLUSTER]}}
     for _ in range(3):  # every event after the write brings the handler back
@@ -151,7 +151,12 @@ async def test_a_topic_of_a_missing_cluster_is_told_so_once(
         await handlers.topic_changed(
             namespace="ns", spec=body["spec"], body=body, memo=memo, type="MODIFIED", **indices
         )
-    assert writes(server) == ["PUT /apis/headrace.dev/v1alpha1/namespaces/ns/topics/orders/status"]
+    # the data finalizer first (fenced on the version seen), then the status
+    path = "/apis/headrace.dev/v1alpha1/namespaces/ns/topics/orders"
+    assert writes(server) == [f"PATCH {path}", f"PUT {path}/status"]
+    (patch,) = server["patch"]
+    assert patch.data["metadata"]["resourceVersion"] == orphan_version
+    assert server.body("Topic", "orders")["metadata"]["finalizers"] == [finalizing.TOPIC_FINALIZER]
     status = server.body("Topic", "orders")["status"]
     ready, stalled = status["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "ClusterNotFound")
@@ -172,12 +177,26 @@ async def test_an_orphan_topic_that_changed_meanwhile_is_left_to_its_next_event(
     orphan["spec"]["clusterRef"]["name"] = "absent"
     seen = server.put(orphan)
     server.put(seen)  # someone writes after the event the handler was given
+    memo = memo_over(api)
     await handlers.topic_changed(
-        namespace="ns", spec=seen["spec"], body=seen, memo=memo_over(api), type="MODIFIED",
+        namespace="ns", spec=seen["spec"], body=seen, memo=memo, type="MODIFIED",
         clusters_index={},
     )  # fmt: skip
-    (put,) = server["put"]  # refused as stale (409), not retried: the next event retries
-    assert put.data["metadata"]["resourceVersion"] == seen["metadata"]["resourceVersion"]
+    # the fenced finalizer patch is refused (409) and not retried: the next event retries
+    (patch,) = server["patch"]
+    assert patch.data["metadata"]["resourceVersion"] == seen["metadata"]["resourceVersion"]
+    assert "finalizers" not in server.body("Topic", "orders")["metadata"]
+    # ... and so is a status write from a stale event
+    held = server.put(
+        {**seen, "metadata": {**seen["metadata"], "finalizers": [finalizing.TOPIC_FINALIZER]}}
+    )
+    server.put(held)
+    await handlers.topic_changed(
+        namespace="ns", spec=held["spec"], body=held, memo=memo, type="MODIFIED",
+        clusters_index={},
+    )  # fmt: skip
+    (put,) = server["put"]
+    assert put.data["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
     assert "status" not in server.body("Topic", "orders")
 
 
@@ -288,3 +307,25 @@ def test_the_lease_goes_to_its_holder_or_to_anyone_once_it_expired(
     spec: dict[str, Any] | None, may: bool
 ) -> None:
     assert may_acquire(spec, "me", NOW) is may
+
+
+async def test_a_deleted_topic_of_a_missing_cluster_is_let_go_at_once(
+    server: ApiServer, api: ClientApi
+) -> None:
+    orphan = topic()
+    orphan["spec"]["clusterRef"]["name"] = "absent"
+    orphan["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER, "example.com/other"]
+    orphan["metadata"]["deletionTimestamp"] = "2026-11-24T10:00:00Z"
+    body = server.put(orphan)
+    await handlers.topic_changed(
+        namespace="ns",
+        spec=body["spec"],
+        body=body,
+        memo=memo_over(api),
+        type="MODIFIED",
+        clusters_index={("ns", "demo"): [CLUSTER]},
+    )
+    (patch,) = server["patch"]  # a merge patch of the list: ours gone, the other kept
+    assert patch.headers["Content-Type"].startswith("application/merge-patch+json")
+    assert patch.data == {"metadata": {"finalizers": ["example.com/other"]}}
+    assert server.body("Topic", "orders")["metadata"]["finalizers"] == ["example.com/other"]

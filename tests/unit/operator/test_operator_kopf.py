@@ -86,8 +86,10 @@ async def test_kopf_runs_the_handlers_on_watched_objects(server: ApiServer, api:
 
 
 async def handled(server: ApiServer, context: handlers.OperatorContext) -> None:
-    status_puts = server["put", kmock.resource("headrace.dev/v1alpha1/topics"), kmock.name("lost")]
-    await until("the orphan Topic's status", lambda: len(status_puts) > 0)
+    await until(
+        "the orphan Topic's status (after its data finalizer)",
+        lambda: "status" in server.body("Topic", "lost"),
+    )
     ready = server.body("Topic", "lost")["status"]["conditions"][0]
     assert (ready["status"], ready["reason"]) == ("False", "ClusterNotFound")
 

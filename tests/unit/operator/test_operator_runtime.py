@@ -177,8 +177,10 @@ async def test_a_scale_down_below_placed_replicas_is_refused_and_reapplied_when_
     assert len(calls) == 1  # once, when the set of brokers to keep changed
     assert set(runtime.blockers) == {2}
     conditions = api.body("BrokerCluster", "demo")["status"]["conditions"]
-    ready, stalled = conditions
+    ready, stalled, rebalancing = conditions
     assert (ready["reason"], ready["observedGeneration"]) == ("ScaleDownBlocked", 2)
+    assert "below the replication factor" in ready["message"]
+    assert (rebalancing["type"], rebalancing["status"]) == ("Rebalancing", "False")
     assert (stalled["type"], stalled["status"], stalled["reason"]) == (
         "Stalled",
         "True",
@@ -195,8 +197,54 @@ async def test_a_scale_down_below_placed_replicas_is_refused_and_reapplied_when_
     body["metadata"]["generation"] = 3
     api.put(body)
     await settle(runtime, api, clock)
-    (ready,) = api.body("BrokerCluster", "demo")["status"]["conditions"]
+    ready, rebalancing = api.body("BrokerCluster", "demo")["status"]["conditions"]
     assert (ready["status"], ready["reason"]) == ("True", "AllBrokersLive")
+    assert (rebalancing["status"], rebalancing["reason"]) == ("False", "Balanced")
+
+
+async def test_a_scale_down_moves_replicas_off_first_then_shrinks_the_statefulset() -> None:
+    four = {**CLUSTER, "spec": {"replicas": 4}}
+    api = FakeApi(four, topic(partitions=4))
+    clock = ManualClock()
+    fleet = ScriptedFleet(
+        tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(4)), clock
+    )
+    runtime = ClusterRuntime(
+        api,
+        api.body("BrokerCluster", "demo"),
+        [api.body("Topic", "orders")],
+        [],
+        clock,
+        fleet=fleet,
+    )
+    calls: list[list[dict[str, Any]]] = []
+
+    async def reapply(statuses: list[dict[str, Any]]) -> None:
+        calls.append(statuses)
+
+    runtime.reapply = reapply
+    await settle(runtime, api, clock)
+    held = [p["replicas"] for p in api.body("Topic", "orders")["status"]["partitions"]]
+    assert any(3 in r for r in held)
+    body = api.body("BrokerCluster", "demo")
+    body["spec"]["replicas"] = 3
+    body["metadata"]["generation"] = 2
+    api.put(body)
+    runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])
+    await runtime.step()
+    status = api.body("BrokerCluster", "demo")["status"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["reason"] == "ScalingDown", conditions["Ready"]
+    assert "Stalled" not in conditions, "moving replicas off is progress, not a refusal"
+    assert conditions["Rebalancing"]["status"] == "True"
+    await settle(runtime, api, clock, steps=10)
+    held = [p["replicas"] for p in api.body("Topic", "orders")["status"]["partitions"]]
+    assert all(3 not in r and len(r) == 3 for r in held), held
+    assert runtime.blockers == {}
+    assert len(calls) == 2, "kept broker 3, then let it go: the StatefulSet shrinks"
+    conditions = {c["type"]: c for c in api.body("BrokerCluster", "demo")["status"]["conditions"]}
+    assert conditions["Ready"]["reason"] == "AllBrokersLive"
+    assert conditions["Rebalancing"]["reason"] == "Balanced"
 
 
 async def test_a_topic_spec_the_loop_refuses_is_stalled_until_it_is_fixed() -> None:

@@ -36,7 +36,12 @@ COMPLETE: dict[str, dict[str, Any]] = {
                 "endpoint": "http://minio.default.svc:9000",
                 "bucket": "headrace",
                 "region": "us-east-1",
-                "credentialsSecret": {"name": "minio-credentials"},
+                "createBucket": True,
+                "credentialsSecret": {
+                    "name": "minio-credentials",
+                    "accessKeyKey": "user",
+                    "secretKeyKey": "password",
+                },
             },
             "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "2"}},
             "brokerConfig": {
@@ -75,6 +80,7 @@ COMPLETE: dict[str, dict[str, Any]] = {
             "segments": {"bytes": 1048576, "ms": 60000},
             "maxBatchBytes": 65536,
             "cleanupPolicy": "compact",
+            "deletionPolicy": "Delete",
             "tieredStorage": {
                 "enabled": False,
                 "uploadIntervalSeconds": 5,
@@ -101,6 +107,7 @@ COMPLETE: dict[str, dict[str, Any]] = {
                     "seal": True,
                     "moves": 1,
                     "startOffset": 4096,
+                    "targetReplicas": [3, 1, 2],
                 }
             ],
             "transition": {
@@ -165,6 +172,7 @@ COMPLETE: dict[str, dict[str, Any]] = {
             "partitions": [0, 1],
             "verify": False,
             "targetSegmentBytes": 134217728,
+            "graceSeconds": 5,
             "backoffLimit": 0,
             "sparkConf": {"spark.executor.memory": "2g"},
         },
@@ -192,6 +200,7 @@ COMPLETE: dict[str, dict[str, Any]] = {
             "partitions": [],
             "verify": True,
             "targetSegmentBytes": 1,
+            "graceSeconds": 0,
             "backoffLimit": 10,
             "sparkConf": {},
             "schedule": "*/15 1-5 ? JAN-MAR,dec mon-fri",
@@ -207,6 +216,16 @@ COMPLETE: dict[str, dict[str, Any]] = {
             "lastScheduleTime": T,
             "lastSuccessfulTime": T,
             "active": [{"name": "orders-nightly-29000000"}],
+            "lastJob": {"name": "orders-nightly-28999999"},
+            "lastResult": {
+                "segmentsBefore": 40,
+                "segmentsAfter": 4,
+                "bytesReclaimed": 0,
+                "verified": False,
+                "mismatches": 1,
+                "report": "demo/team-a/orders/reports/compact-1.json",
+            },
+            "lastFailure": "BackoffLimitExceeded: Job has reached the specified backoff limit",
         },
     },
 }

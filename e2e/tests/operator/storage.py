@@ -1,0 +1,200 @@
+"""What the object-store e2e tests share: MinIO on loopback, the operator as a host process,
+a tiered BrokerCluster with its credentials Secret, produce and consume through pod IPs.
+
+The test bed's runner runs pods' commands as host processes, so a MinIO server this
+test starts on 127.0.0.1 is reachable from the broker pods and from Job pods alike.
+Test bed only (host processes, this checkout's Python in the pods).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from bench import procs
+from e2e.support import Cluster, wait_for
+from headrace.jobs.topics import TopicRef, read_manifest
+from headrace.objectstore import minio_server
+from headrace.objectstore.interface import ObjectStore
+from headrace.objectstore.minio_store import MinioStore
+from headrace.tiered import layout
+from headrace.tiered.manifest import Manifest
+from tests.integration.objectstore import servers
+
+REPO = Path(__file__).resolve().parents[3]
+HEADRACE = f"{sys.executable} -m headrace.cli.main"
+SECRET = "store-credentials"
+BUCKET = "tiers"
+
+
+@contextmanager
+def minio(tmp_path: Path) -> Iterator[minio_server.MinioServer]:
+    server = minio_server.MinioServer(servers.minio_binary(), tmp_path / "minio" / "data")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def store_client(server: minio_server.MinioServer) -> ObjectStore:
+    return MinioStore(server.settings(BUCKET))
+
+
+@contextmanager
+def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[Path]:
+    """The operator as a host process watching ``namespace``; on exit the Topics, then the
+    BrokerClusters are deleted while it runs (it removes their finalizers: a Topic's data
+    finalizer needs the brokers), then it is stopped."""
+    cluster.kubectl_run("apply", "-f", str(REPO / "crds"))
+    proc = procs.spawn(
+        [
+            sys.executable,
+            "-m",
+            "headrace.operator",
+            "--kubeconfig",
+            str(cluster.kubeconfig),
+            "--namespace",
+            namespace,
+            "--lease-namespace",
+            namespace,
+            "--broker-command",
+            HEADRACE,
+            "--lease-duration-seconds",
+            "15",
+            "--surfaces",
+            "127.0.0.1:0",
+        ],
+        log,
+    )
+    try:
+        yield log
+    except BaseException:
+        print(log.read_text()[-8000:], file=sys.stderr)
+        raise
+    finally:
+        cluster.kubectl_run(
+            "delete", "topic", "--all", "-n", namespace, "--timeout=60s", check=False, timeout=90
+        )
+        cluster.kubectl_run(
+            "delete", "brokercluster", "--all", "-n", namespace, "--timeout=60s",
+            check=False, timeout=90,
+        )  # fmt: skip
+        procs.reap(proc)
+
+
+def credentials_secret(server: minio_server.MinioServer) -> dict[str, Any]:
+    def b64(text: str) -> str:
+        return base64.b64encode(text.encode()).decode()
+
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET},
+        "data": {"accessKey": b64(server.access_key), "secretKey": b64(server.secret_key)},
+    }
+
+
+def tiered_cluster(endpoint: str, name: str, replicas: int, **broker_config: Any) -> dict[str, Any]:
+    """A BrokerCluster tiering to ``endpoint`` (``host:port``) with the test's Secret."""
+    return {
+        "apiVersion": "headrace.dev/v1alpha1",
+        "kind": "BrokerCluster",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "storage": {"size": "64Mi"},
+            "objectStore": {
+                "endpoint": f"http://{endpoint}",
+                "bucket": BUCKET,
+                "createBucket": True,
+                "credentialsSecret": {"name": SECRET},
+            },
+            "brokerConfig": broker_config,
+        },
+    }
+
+
+def tiered_topic(
+    name: str, cluster_name: str, partitions: int = 1, **tiered: Any
+) -> dict[str, Any]:
+    """A one-replica tiered Topic uploading every second; ``tiered``: more of its
+    ``tieredStorage`` (``localRetentionBytes=1`` leaves only the tier to read old
+    offsets from)."""
+    return {
+        "apiVersion": "headrace.dev/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": name},
+        "spec": {
+            "clusterRef": {"name": cluster_name},
+            "partitions": partitions,
+            "replicas": 1,
+            "minInSync": 1,
+            "tieredStorage": {"enabled": True, "uploadIntervalSeconds": 1, **tiered},
+        },
+    }
+
+
+def condition(body: dict[str, Any], kind: str = "Ready") -> dict[str, Any]:
+    found = [c for c in (body.get("status") or {}).get("conditions", []) if c["type"] == kind]
+    return found[0] if found else {}
+
+
+def wait_ready(cluster: Cluster, kind: str, name: str, namespace: str) -> None:
+    cluster.kubectl_run(
+        "wait", "--for=condition=Ready", f"{kind}/{name}", "-n", namespace,
+        "--timeout=120s", timeout=150,
+    )  # fmt: skip
+
+
+def bootstrap(cluster: Cluster, namespace: str, cluster_name: str) -> str:
+    out = cluster.kubectl_run(
+        "get", "pods", "-n", namespace, "-l", f"headrace.dev/cluster={cluster_name}", "-o", "json"
+    )
+    ips = [
+        p["status"]["podIP"] for p in json.loads(out.stdout)["items"] if p["status"].get("podIP")
+    ]
+    return ",".join(f"{ip}:9092" for ip in ips)
+
+
+def produce(servers: str, topic: str, values: list[str]) -> None:
+    """acks=all; fails the test unless every record is acknowledged."""
+    done = procs.run_headrace(
+        "produce", topic, "--acks", "all", "--bootstrap", servers,
+        stdin="".join(f"{v}\n" for v in values).encode(), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+
+
+def consume_all(servers: str, topic: str, cohort: str) -> list[dict[str, Any]]:
+    """Every record from the earliest offset, as ``--format json`` objects (the consumer
+    stops after 10 s without records: generous, as a loaded machine can pause it)."""
+    done = procs.run_headrace(
+        "consume", topic, "--cohort", cohort, "--from-beginning", "--format", "json",
+        "--idle-timeout", "10", "--bootstrap", servers, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr.decode()
+    return [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
+
+
+def manifest(store: ObjectStore, cluster_name: str, topic: str, partition: int) -> Manifest:
+    """The partition's manifest as stored now (empty if none yet)."""
+    ref = TopicRef(cluster_name, topic)
+    return read_manifest(store, ref.partition_prefix(partition) + layout.MANIFEST_NAME)
+
+
+def wait_stored(
+    store: ObjectStore, cluster_name: str, topic: str, partition: int, last_offset: int
+) -> Manifest:
+    """The partition's manifest once its checkpoint covers ``last_offset``."""
+
+    def covered() -> Manifest | None:
+        found = manifest(store, cluster_name, topic, partition)
+        return found if found.checkpoint >= last_offset else None
+
+    return wait_for(f"{topic}/{partition} stored through offset {last_offset}", covered, 90)

@@ -1,0 +1,278 @@
+"""The kopf handlers of Compaction and CompactionSchedule, and the reconcilers they call
+(adapter: reads and writes through ``KubeApi``; the manifests and statuses come from
+the pure ``compactions``).
+
+* A **Compaction** is reconciled when it is created (or the operator resumes) and
+  whenever its Job changes (``@kopf.on.event`` of Jobs labelled
+  ``headrace.dev/compaction``): find its Topic and BrokerCluster, create the Job
+  unless another run of the topic is going on (then it waits, ``Pending`` with
+  reason ``WaitingForRun``, and is reconciled again when that run's Job finishes),
+  and write its status from the Job and its pods. A finished Compaction is not
+  reconciled again: its status is final, and costs no more writes.
+* A **CompactionSchedule** is applied as a CronJob on create, resume and spec
+  change; its status follows the CronJob and the Jobs it creates (events of both).
+
+Status writes are compare-and-swap on ``resourceVersion`` (a conflict is re-read
+and retried) and skipped when nothing changed. A phase change is also posted as a
+Kubernetes Event on the object.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+import kopf
+import pydantic
+
+from headrace.control.documents import condition_time
+from headrace.operator import compactions
+from headrace.operator.handlers import GROUP, VERSION, OperatorContext, without_status
+from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
+from headrace.resources import meta
+from headrace.resources.compactions import Compaction, CompactionPhase, CompactionSchedule
+
+log = logging.getLogger(__name__)
+
+API_VERSION: Final = meta.API_VERSION
+#: the label the Job controller puts on a Job's pods (Kubernetes >= 1.27)
+JOB_NAME_LABEL: Final = "batch.kubernetes.io/job-name"
+#: status writes tried before giving up until the next event
+WRITE_ATTEMPTS: Final = 5
+
+
+def _context(memo: Any) -> OperatorContext:
+    context: OperatorContext = memo.context
+    return context
+
+
+def _parse(model: type[Compaction] | type[CompactionSchedule], body: Mapping[str, Any]) -> Any:
+    try:
+        return model.from_manifest(without_status(body))
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise kopf.PermanentError(f"invalid {model.KIND}: {problems}") from None
+
+
+async def _target(
+    api: KubeApi, namespace: str, spec: Any
+) -> compactions.Target:  # spec: CompactionSettings
+    topic = await api.get(ObjectRef(API_VERSION, "Topic", namespace, spec.topic_ref.name))
+    cluster = None
+    if topic is not None:
+        cluster_name = ((topic.get("spec") or {}).get("clusterRef") or {}).get("name")
+        if cluster_name:
+            cluster = await api.get(
+                ObjectRef(API_VERSION, "BrokerCluster", namespace, cluster_name)
+            )
+    return compactions.target(namespace, spec, topic, cluster)
+
+
+def _job_done(job: Mapping[str, Any]) -> bool:
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+
+
+async def _running_run(api: KubeApi, namespace: str, topic: str, except_job: str) -> str | None:
+    """The name of an unfinished Job compacting ``topic`` (a Compaction's or a schedule's)."""
+    jobs = await api.list("batch/v1", "Job", namespace, f"{compactions.TOPIC_LABEL}={topic}")
+    for job in jobs:
+        name = str(job["metadata"]["name"])
+        if name != except_job and not _job_done(job):
+            return name
+    return None
+
+
+async def _pods(api: KubeApi, namespace: str, job_name: str) -> list[dict[str, Any]]:
+    return await api.list("v1", "Pod", namespace, f"{JOB_NAME_LABEL}={job_name}")
+
+
+async def _write(
+    api: KubeApi, body: Mapping[str, Any], status: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """CAS-write ``status`` unless it is already stored; the stored object after."""
+    if dict(body.get("status") or {}) == dict(status):
+        return dict(body)
+    return await api.replace_status(
+        ObjectRef.of(body), str(body["metadata"]["resourceVersion"]), status
+    )
+
+
+def _post_phase(body: Mapping[str, Any], before: Any, status: Mapping[str, Any]) -> None:
+    phase = status.get("phase")
+    if phase is None or phase == before:
+        return
+    ready: Mapping[str, Any] = next(
+        (c for c in status.get("conditions", []) if c["type"] == "Ready"), {}
+    )
+    failed = phase == str(CompactionPhase.FAILED) or "Stalled" in {
+        c["type"] for c in status.get("conditions", [])
+    }
+    try:
+        kopf.event(
+            kopf.Body(dict(body)),  # type: ignore[arg-type]
+            type="Warning" if failed else "Normal",
+            reason=f"Compaction{phase}" if ready.get("reason") == phase else str(ready["reason"]),
+            message=str(ready.get("message", "")),
+        )
+    except Exception:  # outside kopf's loop (tests): the status says it all the same
+        log.debug("no event posted for %s", body["metadata"]["name"])
+
+
+# ---------------------------------------------------------------------- Compaction
+
+
+async def reconcile_compaction(context: OperatorContext, namespace: str, name: str) -> None:
+    """Bring one Compaction's Job and status up to date (see the module)."""
+    api = context.api
+    ref = ObjectRef(API_VERSION, "Compaction", namespace, name)
+    for _ in range(WRITE_ATTEMPTS):
+        body = await api.get(ref)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        if compactions.finished(body):
+            return
+        compaction: Compaction = _parse(Compaction, body)
+        job_ref = ObjectRef("batch/v1", "Job", namespace, name)
+        job = await api.get(job_ref)
+        blocked: compactions.NotRunnable | None = None
+        if job is None:
+            try:
+                run = await _target(api, namespace, compaction.spec)
+                other = await _running_run(api, namespace, compaction.spec.topic_ref.name, name)
+                if other is not None:
+                    raise compactions.NotRunnable(
+                        "WaitingForRun",
+                        f"Job {other} is compacting topic {compaction.spec.topic_ref.name};"
+                        " this run starts when it has finished",
+                    )
+                await api.apply(
+                    compactions.job_manifest(
+                        compaction, str(body["metadata"]["uid"]), run, context.workload
+                    )
+                )
+                job = await api.get(job_ref)
+            except compactions.NotRunnable as exc:
+                blocked = exc
+        state = None
+        if blocked is None:
+            state = compactions.run_state(job, await _pods(api, namespace, name))
+        now = condition_time(context.clock.now_ms())
+        status = compactions.compaction_status(
+            body, name if job is not None else None, state, blocked, now
+        )
+        try:
+            await _write(api, body, status)
+        except StaleResourceVersion:
+            continue  # changed meanwhile: read it again
+        _post_phase(body, (body.get("status") or {}).get("phase"), status)
+        if compactions.finished({"status": status}):
+            await _start_waiting(context, namespace, compaction.spec.topic_ref.name, name)
+        return
+    log.warning("Compaction %s/%s: status kept conflicting; next event retries", namespace, name)
+
+
+async def _start_waiting(context: OperatorContext, namespace: str, topic: str, done: str) -> None:
+    """Reconcile the Compactions of ``topic`` that wait for a run (``done`` has finished)."""
+    for body in await context.api.list(API_VERSION, "Compaction", namespace):
+        name = body["metadata"]["name"]
+        spec = body.get("spec") or {}
+        if name == done or (spec.get("topicRef") or {}).get("name") != topic:
+            continue
+        conditions = (body.get("status") or {}).get("conditions") or []
+        ready: Mapping[str, Any] = next((c for c in conditions if c["type"] == "Ready"), {})
+        if ready.get("reason") == "WaitingForRun":
+            await reconcile_compaction(context, namespace, name)
+
+
+@kopf.on.resume(GROUP, VERSION, "compactions")
+@kopf.on.create(GROUP, VERSION, "compactions")
+async def compaction_created(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    await reconcile_compaction(_context(memo), namespace or "default", name)
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={compactions.COMPACTION_LABEL: kopf.PRESENT})
+async def compaction_job_changed(
+    namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
+) -> None:
+    await reconcile_compaction(
+        _context(memo), namespace or "default", str(labels[compactions.COMPACTION_LABEL])
+    )
+
+
+# ---------------------------------------------------------------------- CompactionSchedule
+
+
+def _finished_at(job: Mapping[str, Any]) -> str:
+    status = job.get("status") or {}
+    failed = [
+        c.get("lastTransitionTime") or ""
+        for c in status.get("conditions") or []
+        if c.get("type") == "Failed" and c.get("status") == "True"
+    ]
+    return str(status.get("completionTime") or (failed[0] if failed else ""))
+
+
+async def reconcile_schedule(
+    context: OperatorContext, namespace: str, name: str, apply: bool
+) -> None:
+    """Apply the schedule's CronJob (``apply``) and write its status (see the module)."""
+    api = context.api
+    ref = ObjectRef(API_VERSION, "CompactionSchedule", namespace, name)
+    for _ in range(WRITE_ATTEMPTS):
+        body = await api.get(ref)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        schedule: CompactionSchedule = _parse(CompactionSchedule, body)
+        blocked = None
+        try:
+            if apply:
+                run = await _target(api, namespace, schedule.spec)
+                await api.apply(
+                    compactions.cronjob_manifest(
+                        schedule, str(body["metadata"]["uid"]), run, context.workload
+                    )
+                )
+        except compactions.NotRunnable as exc:
+            blocked = exc
+        cronjob = await api.get(ObjectRef("batch/v1", "CronJob", namespace, name))
+        jobs = await api.list("batch/v1", "Job", namespace, f"{compactions.SCHEDULE_LABEL}={name}")
+        done = sorted((j for j in jobs if _job_done(j)), key=_finished_at)
+        last = None
+        if done:
+            job_name = str(done[-1]["metadata"]["name"])
+            last = (
+                job_name,
+                compactions.run_state(done[-1], await _pods(api, namespace, job_name)),
+            )
+        now = condition_time(context.clock.now_ms())
+        status = compactions.schedule_status(body, cronjob, last, blocked, now)
+        try:
+            await _write(api, body, status)
+        except StaleResourceVersion:
+            continue
+        return
+    log.warning("CompactionSchedule %s/%s: status kept conflicting", namespace, name)
+
+
+@kopf.on.resume(GROUP, VERSION, "compactionschedules")
+@kopf.on.create(GROUP, VERSION, "compactionschedules")
+@kopf.on.update(GROUP, VERSION, "compactionschedules", field="spec")
+async def schedule_changed(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    await reconcile_schedule(_context(memo), namespace or "default", name, apply=True)
+
+
+@kopf.on.event("batch", "v1", "cronjobs", labels={compactions.SCHEDULE_LABEL: kopf.PRESENT})
+@kopf.on.event("batch", "v1", "jobs", labels={compactions.SCHEDULE_LABEL: kopf.PRESENT})
+async def schedule_run_changed(
+    namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
+) -> None:
+    await reconcile_schedule(
+        _context(memo),
+        namespace or "default",
+        str(labels[compactions.SCHEDULE_LABEL]),
+        apply=False,
+    )

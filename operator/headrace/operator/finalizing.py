@@ -1,0 +1,211 @@
+"""The Topic finalizer: a deleted Topic's data goes as its ``deletionPolicy`` says.
+
+Every Topic carries the finalizer ``headrace.dev/topic-data`` (added by the
+operator when it first sees the Topic). ``kubectl delete topic`` then only
+sets ``metadata.deletionTimestamp``; the object stays until the operator
+removes the finalizer, which it does once the brokers have dealt with the
+data:
+
+    policy   the cluster's loop                    done when (``progress``)
+    -------  ------------------------------------  ------------------------------------------
+    Delete   drops the topic from its state; the   the topic is out of the state, and every
+             push without it makes every broker    live broker has applied that push and
+             remove its copies (leaders: objects)  reports no partition of it
+    Retain   the same, with the name under the     the same, and every broker of the cluster
+             push's ``retained``: brokers close    is live: a broker that is down when the
+             their copies and move them aside      finalizer goes would delete its copy when
+             (``retained/`` in the data dir)       it comes back (it would not be told Retain)
+
+A broker that is down while a ``Delete`` runs removes its copy when it comes
+back (the topology no longer names the topic), so ``Delete`` does not wait
+for it. A Topic whose BrokerCluster does not exist has nothing placed: its
+finalizer is removed at once (``handlers``).
+
+Removing the finalizer by hand (``docs/operations.md``) makes the Topic go at
+once; the data then goes as for a broker that was down: deleted.
+
+The decisions here are pure (``needs_finalizer``, ``progress``); ``TopicFinalizer``
+is the thin adapter a cluster's runtime calls after each step.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from headrace.control.documents import full_name
+from headrace.control.reconcile import Event
+from headrace.operator.kube import KubeApi, ObjectRef
+from headrace.protocol.coordination import Heartbeat
+from headrace.resources.topics import DeletionPolicy
+
+log = logging.getLogger(__name__)
+
+TOPIC_FINALIZER: Final = "headrace.dev/topic-data"
+
+
+def deleting(body: Mapping[str, Any]) -> bool:
+    return bool((body.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def finalizers(body: Mapping[str, Any]) -> list[str]:
+    return list((body.get("metadata") or {}).get("finalizers") or [])
+
+
+def needs_finalizer(body: Mapping[str, Any]) -> bool:
+    """A live Topic without the finalizer (a deleted one is never given it again)."""
+    return not deleting(body) and TOPIC_FINALIZER not in finalizers(body)
+
+
+def held(body: Mapping[str, Any]) -> bool:
+    """A deleted Topic the finalizer still holds."""
+    return deleting(body) and TOPIC_FINALIZER in finalizers(body)
+
+
+def policy_of(body: Mapping[str, Any]) -> DeletionPolicy:
+    """The Topic's ``deletionPolicy``; Retain when unset or unreadable (the safe side)."""
+    value = (body.get("spec") or {}).get("deletionPolicy")
+    try:
+        return DeletionPolicy(value) if value is not None else DeletionPolicy.RETAIN
+    except ValueError:
+        return DeletionPolicy.RETAIN
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """Where a held Topic's deletion stands."""
+
+    done: bool
+    #: ``TopicDataDeleted``, ``TopicDataRetained`` or ``TopicDeletionWaiting``
+    reason: str
+    message: str
+
+
+def progress(
+    name: str,
+    policy: DeletionPolicy,
+    *,
+    placed: bool,
+    generation: int,
+    brokers: Collection[int],
+    live: Collection[int],
+    heartbeats: Mapping[int, Heartbeat],
+    applied: Mapping[int, int],
+) -> Progress:
+    """Whether the brokers are done with the deleted topic ``name`` (see the module).
+
+    ``placed``: the cluster state still holds the topic; ``generation``: the state's
+    topology generation; ``brokers``: every broker of the cluster; ``live``: the live
+    ones, whose latest ``heartbeats`` tell what they hold; ``applied``: the topology
+    generation each broker last reported holding.
+    """
+    waiting = "TopicDeletionWaiting"
+    if placed:
+        return Progress(False, waiting, "waiting for the controller to take it off the brokers")
+    holding = sorted(
+        b
+        for b in live
+        if (hb := heartbeats.get(b)) is None
+        or applied.get(b, 0) < generation
+        or any(p.topic == name for p in hb.partitions)
+    )
+    if holding:
+        return Progress(False, waiting, f"waiting for brokers {holding} to let their copies go")
+    if policy is DeletionPolicy.RETAIN:
+        down = sorted(set(brokers) - set(live))
+        if down:
+            return Progress(
+                False,
+                waiting,
+                f"deletionPolicy Retain: waiting for brokers {down} to come back and move"
+                " their copies aside (removing the finalizer now would let them delete them)",
+            )
+        where = sorted(live)
+        return Progress(
+            True,
+            "TopicDataRetained",
+            f"deletionPolicy Retain: brokers {where} moved their copies to retained/ in their"
+            " data directories; the topic left the routing table",
+        )
+    return Progress(
+        True,
+        "TopicDataDeleted",
+        "deletionPolicy Delete: the brokers removed their copies (and the leaders the"
+        " topic's objects in the object store)",
+    )
+
+
+class TopicFinalizer:
+    """Releases a cluster's deleted Topics once ``progress`` says so, and tells why on the
+    Topic as Events (each message once)."""
+
+    def __init__(self, api: KubeApi, events: Callable[[Event], None] | None) -> None:
+        self.api = api
+        self.events = events
+        #: held Topics by name, as the watch last delivered them
+        self.held: dict[str, Mapping[str, Any]] = {}
+        self._told: dict[str, str] = {}
+
+    def sync(self, topics: Collection[Mapping[str, Any]]) -> None:
+        self.held = {full_name(t): t for t in topics if held(t)}
+        for name in set(self._told) - set(self.held):
+            del self._told[name]
+
+    @property
+    def retained(self) -> frozenset[str]:
+        """The held Topics whose brokers must keep their copies."""
+        return frozenset(
+            name for name, t in self.held.items() if policy_of(t) is DeletionPolicy.RETAIN
+        )
+
+    async def release_finished(
+        self,
+        placed: Collection[str],
+        generation: int,
+        brokers: Collection[int],
+        live: Collection[int],
+        heartbeats: Mapping[int, Heartbeat],
+        applied: Mapping[int, int],
+    ) -> list[str]:
+        """Remove the finalizer of every held Topic that is done; their names."""
+        released = []
+        for name, body in sorted(self.held.items()):
+            verdict = progress(
+                name,
+                policy_of(body),
+                placed=name in placed,
+                generation=generation,
+                brokers=brokers,
+                live=live,
+                heartbeats=heartbeats,
+                applied=applied,
+            )
+            if self._told.get(name) != verdict.message:
+                self._told[name] = verdict.message
+                log.info("topic %s: %s", name, verdict.message)
+                if self.events is not None:
+                    self.events(Event(verdict.reason, name, verdict.message))
+            if not verdict.done:
+                continue
+            await release(self.api, body)
+            released.append(name)
+        return released
+
+
+async def release(api: KubeApi, body: Mapping[str, Any]) -> None:
+    """Remove the finalizer (a merge patch of the list; the object may be gone already)."""
+    kept = [f for f in finalizers(body) if f != TOPIC_FINALIZER]
+    await api.patch_metadata(ObjectRef.of(body), {"finalizers": kept})
+
+
+async def attach(api: KubeApi, body: Mapping[str, Any]) -> None:
+    """Add the finalizer, fenced on the resourceVersion seen (a 409 comes back as the
+    next watch event, which tries again)."""
+    meta = body.get("metadata") or {}
+    patch = {
+        "finalizers": [*finalizers(body), TOPIC_FINALIZER],
+        "resourceVersion": meta.get("resourceVersion"),
+    }
+    await api.patch_metadata(ObjectRef.of(body), patch)

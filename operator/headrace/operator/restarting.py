@@ -1,0 +1,231 @@
+"""Carries out a BrokerCluster's rolling restart (the adapter of ``rollout``).
+
+After every step of the cluster's loop, ``Rollout.step`` reads the
+StatefulSet (its ``updateRevision``), builds ``rollout.Seen`` from the pods
+and the loop's decision, and does what ``rollout.next_action`` says: ask a
+broker to drain (``POST /v1/drain`` on its pod IP), or delete its pod. It
+returns the BrokerCluster's ``Restarting`` condition: True while pods are
+outdated (the message says which broker and why it waits), False once a
+rollout finished (kept, so ``lastTransitionTime`` says when), absent before the
+first rollout. The drain start times live in memory: an operator restarted
+mid-rollout asks again, which is harmless (a drain is idempotent).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import aiohttp
+
+from headrace.control.model import PartitionState
+from headrace.control.reconcile import Decision, Event
+from headrace.operator import rollout, workloads
+from headrace.operator.kube import KubeApi, ObjectRef
+
+log = logging.getLogger(__name__)
+
+RESTARTING = "Restarting"
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutSettings:
+    #: how long a drain may take before the pod is deleted anyway, in ms; below the
+    #: preStop hook's own bound plus the grace period, so a stuck drain costs one failover
+    drain_timeout_ms: int = 20_000
+    #: the HTTP timeout of a drain request, in seconds
+    request_timeout_s: float = 2.0
+
+
+def pod_view(pod: Mapping[str, Any]) -> rollout.PodView | None:
+    broker = workloads.broker_id_of(pod)
+    if broker is None:
+        return None
+    meta = pod.get("metadata") or {}
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    return rollout.PodView(
+        broker,
+        (meta.get("labels") or {}).get(rollout.REVISION_LABEL),
+        ready,
+        bool(meta.get("deletionTimestamp")),
+        str(meta.get("uid", "")),
+    )
+
+
+def partition_views(decision: Decision) -> list[rollout.PartitionView]:
+    return [
+        rollout.PartitionView(
+            f"{name}/{p.partition}",
+            p.state is PartitionState.ONLINE,
+            p.leader,
+            tuple(p.replicas),
+            tuple(p.live_replicas),
+        )
+        for name, topic in decision.state.topics.items()
+        for p in topic.partitions
+    ]
+
+
+class Rollout:
+    """One BrokerCluster's rolling restart; see the module."""
+
+    def __init__(
+        self,
+        api: KubeApi,
+        namespace: str,
+        cluster_name: str,
+        events: Callable[[Event], None] | None = None,
+        settings: RolloutSettings | None = None,
+    ) -> None:
+        self.api = api
+        self.namespace = namespace
+        self.name = cluster_name
+        self.events = events
+        self.settings = settings or RolloutSettings()
+        self.drains_started_ms: dict[int, int] = {}
+        #: broker -> uid of the pod deleted, until its replacement is back (``rollout.back``)
+        self.restarted: dict[int, str] = {}
+        #: brokers this rollout asked to drain (to call it off if they need no restart now)
+        self.asked: set[int] = set()
+        self.last: rollout.Action = rollout.Idle()
+
+    def _tell(self, kind: str, message: str) -> None:
+        log.info("%s/%s: %s", self.namespace, self.name, message)
+        if self.events is not None:
+            self.events(Event(kind, f"{self.namespace}/{self.name}", message))
+
+    async def step(
+        self,
+        decision: Decision,
+        pods: Iterable[Mapping[str, Any]],
+        replicas: int,
+        now_ms: int,
+    ) -> rollout.Action:
+        statefulset = await self.api.get(
+            ObjectRef(
+                "apps/v1", "StatefulSet", self.namespace, workloads.names(self.name)["statefulset"]
+            )
+        )
+        revision = ((statefulset or {}).get("status") or {}).get("updateRevision")
+        # the pods it really has (a refused scale down keeps more than the spec asks)
+        replicas = int(((statefulset or {}).get("spec") or {}).get("replicas") or replicas)
+        listed = [p for p in pods if workloads.broker_id_of(p) is not None]
+        views = {v.broker: v for p in listed if (v := pod_view(p)) is not None}
+        for broker in decision.liveness.draining:
+            self.drains_started_ms.setdefault(broker, now_ms)
+        seen = rollout.Seen(
+            revision,
+            replicas,
+            views,
+            decision.liveness.live,
+            decision.liveness.draining,
+            partition_views(decision),
+            now_ms,
+            self.drains_started_ms,
+            self.settings.drain_timeout_ms,
+            dict(self.restarted),
+        )
+        for broker in rollout.back(seen):
+            del self.restarted[broker]
+            self._tell("RollingRestart", f"broker {broker}: back in a new pod")
+        seen = replace(seen, restarted=dict(self.restarted))
+        await self._call_off_drains(seen, listed)
+        action = rollout.next_action(seen)
+        match action:
+            case rollout.Drain(broker):
+                pod = next(p for p in listed if workloads.broker_id_of(p) == broker)
+                await self._drain(pod)
+                self.asked.add(broker)
+                self.drains_started_ms.setdefault(broker, now_ms)
+                if action != self.last:
+                    self._tell("RollingRestart", f"broker {broker}: draining its leadership")
+            case rollout.Delete(broker, still_leading):
+                pod = next(p for p in listed if workloads.broker_id_of(p) == broker)
+                meta = pod["metadata"]
+                await self.api.delete(ObjectRef("v1", "Pod", self.namespace, meta["name"]))
+                self.drains_started_ms.pop(broker, None)
+                self.asked.discard(broker)
+                self.restarted[broker] = str(meta.get("uid", ""))
+                note = (
+                    f"; the drain timed out, {len(still_leading)} partitions fail over"
+                    if still_leading
+                    else ", leading nothing"
+                )
+                self._tell("RollingRestart", f"broker {broker}: deleting pod {meta['name']}{note}")
+            case rollout.Idle() if not isinstance(self.last, rollout.Idle):
+                self.drains_started_ms.clear()
+                self._tell("RollingRestartDone", "every pod runs the current revision")
+        self.last = action
+        return action
+
+    async def _call_off_drains(
+        self, seen: rollout.Seen, listed: Iterable[Mapping[str, Any]]
+    ) -> None:
+        """A broker this rollout drained whose pod needs no restart any more (the template
+        went back): let it lead again."""
+        current = set(rollout.outdated(seen))
+        for broker in sorted(self.asked - current):
+            self.asked.discard(broker)
+            self.drains_started_ms.pop(broker, None)
+            pod = next((p for p in listed if workloads.broker_id_of(p) == broker), None)
+            view = seen.pods.get(broker)
+            if pod is not None and view is not None and not view.terminating:
+                await self._drain(pod, method="DELETE")
+                self._tell(
+                    "RollingRestart", f"broker {broker}: no restart needed, drain called off"
+                )
+
+    async def _drain(self, pod: Mapping[str, Any], method: str = "POST") -> None:
+        ip = (pod.get("status") or {}).get("podIP")
+        if not ip:
+            return
+        url = f"http://{ip}:{workloads.ADMIN_PORT}/v1/drain"
+        timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout_s)
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=timeout) as session,
+                session.request(method, url) as response,
+            ):
+                response.raise_for_status()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            # the next step asks again (or finds the broker gone)
+            log.warning(
+                "%s/%s: drain request to %s failed: %s", self.namespace, self.name, url, exc
+            )
+
+    def condition(
+        self, previous: Mapping[str, Any] | None, generation: int, now: str
+    ) -> dict[str, Any] | None:
+        """The ``Restarting`` condition for the last action (see the module)."""
+        action = self.last
+        if isinstance(action, rollout.Idle):
+            if previous is None:
+                return None
+            status, reason, message = (
+                "False",
+                "RolloutComplete",
+                "every pod runs the current revision",
+            )
+        else:
+            status, reason = "True", "RollingRestart"
+            match action:
+                case rollout.Wait(_, why):
+                    message = why
+                case rollout.Drain(broker):
+                    message = f"draining broker {broker}"
+                case rollout.Delete(broker, _):
+                    message = f"restarting broker {broker}"
+        since = now
+        if previous is not None and previous.get("status") == status:
+            since = str(previous.get("lastTransitionTime", now))
+        return {
+            "type": RESTARTING,
+            "status": status,
+            "observedGeneration": generation,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": since,
+        }

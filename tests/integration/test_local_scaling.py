@@ -1,0 +1,208 @@
+"""Scale a local cluster 3 -> 4 -> 3 brokers under acks=all keyed load (replica moves).
+
+Real controller and broker processes (``headrace local up``). ``local
+add-broker`` starts broker 3 and makes it a member: replicas move onto it
+(each one a follower that catches up before the old copy goes) and with them
+some leaderships. ``local remove-broker`` moves its replicas off again and
+only then stops it. Throughout, a producer writes keyed records with
+acks=all; afterwards every acknowledged record must be stored exactly once
+where it was acknowledged, offsets contiguous, and each key's records in the
+order they were sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import urllib.request
+from collections import defaultdict
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.procs import run_headrace
+from headrace.client import Producer
+from headrace.errors import HeadraceError
+from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.reading import read_partition
+
+TOPIC = "default/scaling"
+PARTITIONS = 6
+KEYS = [f"key-{k:02d}".encode() for k in range(24)]
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path / "local")
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def online(c: LocalCluster) -> bool:
+    parts = c.partitions(TOPIC)
+    return len(parts) == PARTITIONS and all(p["state"] == "Online" for p in parts)
+
+
+def headrace(c: LocalCluster, *args: str) -> tuple[int, str]:
+    proc = run_headrace("local", *args, "--dir", str(c.dir))
+    return proc.returncode, proc.stderr.decode()
+
+
+async def read_all(c: LocalCluster, partition: int) -> list[tuple[int, bytes, bytes]]:
+    for _ in range(50):
+        with contextlib.suppress(HeadraceError):
+            return [
+                (r.offset, r.key or b"", r.value)
+                for r in await read_partition(c.bootstrap, TOPIC, partition)
+            ]
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"partition {partition} unreadable")
+
+
+class Load:
+    """A keyed acks=all producer, until ``stop``; ``acked``: (partition, offset, key, value)."""
+
+    def __init__(self, c: LocalCluster) -> None:
+        self.c = c
+        self.acked: list[tuple[int, int, bytes, bytes]] = []
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if self._task is not None:
+            await self._task
+
+    async def _run(self) -> None:
+        seq: dict[bytes, int] = defaultdict(int)
+        async with Producer(
+            self.c.bootstrap, acks="all", linger_ms=2, delivery_timeout_ms=60_000
+        ) as producer:
+            pending: set[asyncio.Task[None]] = set()
+
+            async def settle(receipt: object, key: bytes, value: bytes) -> None:
+                with contextlib.suppress(HeadraceError):
+                    meta = await receipt  # type: ignore[misc]
+                    self.acked.append((meta.partition, meta.offset, key, value))
+
+            while not self._stop.is_set():
+                for key in KEYS:
+                    value = key + b":%08d" % seq[key]
+                    seq[key] += 1
+                    task = asyncio.create_task(
+                        settle(await producer.send("scaling", value, key=key), key, value)
+                    )
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                await asyncio.sleep(0.01)
+            await asyncio.gather(*pending)
+
+
+async def check_nothing_lost(c: LocalCluster, acked: list[tuple[int, int, bytes, bytes]]) -> None:
+    """Every acknowledged record stored once where acknowledged; contiguous; keys in order."""
+    stored: dict[tuple[int, int], tuple[bytes, bytes]] = {}
+    for p in range(PARTITIONS):
+        records = await read_all(c, p)
+        assert [o for o, _, _ in records] == list(range(len(records))), (
+            f"partition {p}: offsets not contiguous"
+        )
+        stored.update({(p, o): (k, v) for o, k, v in records})
+        by_key: dict[bytes, list[bytes]] = defaultdict(list)
+        for _, k, v in records:
+            by_key[k].append(v)
+        for k, values in by_key.items():
+            assert values == sorted(values), f"partition {p}: key {k!r} out of order"
+    values = [v for _, v in stored.values()]
+    assert len(values) == len(set(values)), "a record is stored twice"
+    for partition, offset, key, value in acked:
+        assert stored.get((partition, offset)) == (key, value), (
+            f"acknowledged {value!r} at {partition}/{offset} lost"
+        )
+
+
+async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalCluster) -> None:
+    assert cluster.apply(topic_manifest("scaling", PARTITIONS)).returncode == 0
+    cluster.wait(lambda: online(cluster), what="topic online")
+    load = Load(cluster)
+    load.start()
+    try:
+        await asyncio.sleep(1.5)
+        code, err = await asyncio.to_thread(headrace, cluster, "add-broker", "--timeout", "120")
+        assert code == 0, err
+        assert "broker 3 holds its share" in err
+        parts = cluster.partitions(TOPIC)
+        assert sum(3 in p["replicas"] for p in parts) >= 4, parts
+        assert any(p["leader"] == 3 for p in parts), f"broker 3 leads nothing: {parts}"
+        assert all(len(p["replicas"]) == 3 and "targetReplicas" not in p for p in parts)
+        during_4 = len(load.acked)
+        await asyncio.sleep(1.0)
+
+        code, err = await asyncio.to_thread(headrace, cluster, "remove-broker", "--timeout", "120")
+        assert code == 0, err
+        assert "broker 3 holds nothing and is stopped" in err
+        parts = cluster.partitions(TOPIC)
+        assert all(3 not in p["replicas"] for p in parts), parts
+        assert [b["id"] for b in cluster.record["brokers"]] == [0, 1, 2]
+        cluster.wait(lambda: online(cluster), what="topic online on 3 brokers")
+
+        # 3 brokers, replication factor 3: a further scale-down is refused, nothing moves
+        code, err = await asyncio.to_thread(headrace, cluster, "remove-broker", "--timeout", "30")
+        assert code == 1
+        assert "removing broker 2 is refused" in err and "below the replication factor" in err
+        assert [b["id"] for b in cluster.record["brokers"]] == [0, 1, 2]
+        assert all(len(p["replicas"]) == 3 for p in cluster.partitions(TOPIC))
+        await asyncio.sleep(1.0)
+    finally:
+        await load.stop()
+    assert len(load.acked) > during_4 > 0, "acks=all produce went on through the moves"
+    await check_nothing_lost(cluster, load.acked)
+    print(f"\nscaled 3 -> 4 -> 3 under load: {len(load.acked)} acks=all records, none lost")
+
+
+def members(c: LocalCluster) -> dict[str, Any]:
+    with urllib.request.urlopen(f"{c.controller_url}/v1/members", timeout=5) as resp:
+        return dict(json.loads(resp.read()))
+
+
+async def test_a_controller_killed_mid_move_resumes_and_loses_nothing(
+    cluster: LocalCluster,
+) -> None:
+    assert cluster.apply(topic_manifest("scaling", PARTITIONS)).returncode == 0
+    cluster.wait(lambda: online(cluster), what="topic online")
+    load = Load(cluster)
+    load.start()
+    try:
+        await asyncio.sleep(1.0)
+        code, err = await asyncio.to_thread(headrace, cluster, "add-broker", "--no-wait")
+        assert code == 0, err
+        cluster.wait(
+            lambda: any(p.get("targetReplicas") for p in cluster.partitions(TOPIC)),
+            what="a move in flight",
+        )
+        cluster.kill_controller()
+        cluster.restart_controller()  # same state directory: members.json and the targets
+        cluster.wait(lambda: members(cluster)["members"] == [0, 1, 2, 3], what="membership kept")
+        cluster.wait(
+            lambda: (
+                not members(cluster)["moving"]
+                and not members(cluster)["waiting"]
+                and online(cluster)
+                and all("targetReplicas" not in p for p in cluster.partitions(TOPIC))
+                and sum(3 in p["replicas"] for p in cluster.partitions(TOPIC)) >= 4
+            ),
+            timeout=120,
+            what="the moves finished by the restarted controller",
+        )
+        await asyncio.sleep(1.0)
+    finally:
+        await load.stop()
+    await check_nothing_lost(cluster, load.acked)

@@ -1,0 +1,524 @@
+"""Replica moves (``control.moves``) through ``reconcile``, on a fleet that copies data.
+
+The fleet here models what a move is about, which ``control_fakes.Fleet`` does
+not: a replica's log end per broker. A leader admits a follower to its LRS only
+once it has fetched up to the high watermark, acks a record only once every LRS
+member holds it and the LRS has ``minInSync`` members, and new followers copy a
+few records per poll, so an adding replica really has to catch up. A replica a
+push no longer names drops its copy. The checks: an acknowledged record is
+always held by at least ``minInSync`` replicas of the current replica set, every
+leader holds every acknowledged record, and every move finishes once the
+brokers are live.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+
+from control_fakes import FakeClock, info
+from hypothesis import event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from headrace.control import reconcile as rc
+from headrace.control.model import ClusterState, PartitionState, PartitionStatus, TopicSpec
+from headrace.control.settings import ControlSettings
+from headrace.protocol.coordination import Heartbeat, PartitionReport
+
+ONLINE, ELECTING = PartitionState.ONLINE, PartitionState.ELECTING
+SETTINGS = ControlSettings(
+    liveness_ttl_ms=3_000,
+    candidate_wait_ms=5_000,
+    offline_retry_ms=30_000,
+    preferred_leader_quiet_ms=10_000,
+    max_concurrent_moves=3,
+)
+POLL = 1_000
+T = "default/orders"
+U = "default/audit"
+Key = tuple[str, int]
+
+
+@dataclass
+class Node:
+    id: int
+    up: bool = False
+    #: promotes itself when nominated
+    promotes: bool = True
+    #: (topic, partition) -> log end offset of the copy held here
+    logs: dict[Key, int] = field(default_factory=dict)
+
+
+@dataclass
+class Leading:
+    broker: int
+    epoch: int
+    lrs: set[int]
+    hw: int
+
+
+class CopyingFleet:
+    """Brokers that replicate records the way ``replication.leader`` does (see the module doc)."""
+
+    #: records a follower copies per poll: more than the leader appends, so it catches up
+    COPY_RATE = 3
+
+    def __init__(self, brokers: int, clock: FakeClock, min_in_sync: dict[str, int]) -> None:
+        self.clock = clock
+        self.nodes = {b: Node(b) for b in range(brokers)}
+        self.min_in_sync = min_in_sync
+        self.latest: dict[int, Heartbeat] = {}
+        self.leading: dict[Key, Leading] = {}
+        #: the highest offset + 1 ever acknowledged, per partition
+        self.acked: dict[Key, int] = {}
+        #: acknowledged records a leader lacked when it took over (must stay empty)
+        self.lost: list[str] = []
+
+    def forget(self) -> None:
+        self.latest = {}
+
+    def poll(self, state: ClusterState) -> dict[int, Heartbeat]:
+        reports: dict[int, list[PartitionReport]] = {b: [] for b in self.nodes}
+        for topic in state.topics.values():
+            for p in topic.partitions:
+                key = (topic.name, p.partition)
+                for node in self.nodes.values():
+                    if not node.up:
+                        continue
+                    if node.id in p.replicas:
+                        node.logs.setdefault(key, 0)
+                    else:
+                        node.logs.pop(key, None)  # Drop: the push no longer names it here
+                self._replicate(topic.name, p, reports)
+        for b, node in self.nodes.items():
+            if node.up:
+                self.latest[b] = Heartbeat(
+                    info(b), self.clock.now_ms, None, False, tuple(reports[b]), ()
+                )
+        return dict(self.latest)
+
+    def _replicate(
+        self, topic: str, p: PartitionStatus, reports: dict[int, list[PartitionReport]]
+    ) -> None:
+        key = (topic, p.partition)
+        acting = None
+        if p.state is ONLINE and p.leader is not None:
+            acting = p.leader
+        elif p.state is ELECTING and p.candidate is not None and self.nodes[p.candidate].promotes:
+            acting = p.candidate
+        if acting is not None and not self.nodes[acting].up:
+            acting = None
+        lead = self.leading.get(key)
+        if lead is not None and (acting is None or lead.broker != acting):
+            self.leading.pop(key)
+            lead = None
+        if acting is not None and lead is None:
+            mine = self.nodes[acting].logs[key]
+            if mine < self.acked.get(key, 0):
+                self.lost.append(
+                    f"{key}: broker {acting} leads at epoch {p.leader_epoch} with log end"
+                    f" {mine} < acknowledged {self.acked[key]}"
+                )
+            # a new leader seeds its LRS from the pushed one; followers truncate to it
+            for b in p.replicas:
+                node = self.nodes[b]
+                if key in node.logs and node.logs[key] > mine:
+                    node.logs[key] = mine
+            lead = Leading(acting, p.leader_epoch, set(p.live_replicas) | {acting}, 0)
+            lead.lrs &= set(p.replicas)
+            lead.hw = min(self.nodes[b].logs.get(key, 0) for b in lead.lrs)
+            self.leading[key] = lead
+        if lead is None:
+            return
+        leader_log = self.nodes[lead.broker].logs
+        for b in p.replicas:
+            node = self.nodes[b]
+            if b == lead.broker or not node.up:
+                continue
+            node.logs[key] = min(leader_log[key], node.logs[key] + self.COPY_RATE)
+        followers_up = {b for b in p.replicas if self.nodes[b].up}
+        lead.lrs = {b for b in lead.lrs if b in followers_up} | {lead.broker}
+        lead.lrs |= {b for b in followers_up if self.nodes[b].logs[key] >= lead.hw}
+        if len(lead.lrs) >= self.min_in_sync[topic]:
+            leader_log[key] += 1  # one produce per poll
+        lead.hw = max(lead.hw, min(self.nodes[b].logs[key] for b in lead.lrs))
+        if len(lead.lrs) >= self.min_in_sync[topic]:
+            self.acked[key] = max(self.acked.get(key, 0), lead.hw)
+        for b in p.replicas:
+            node = self.nodes[b]
+            if not node.up:
+                continue
+            if b == lead.broker:
+                report = PartitionReport(
+                    topic,
+                    p.partition,
+                    "leader",
+                    p.leader_epoch,
+                    leader_log[key],
+                    lead.hw,
+                    tuple(sorted(lead.lrs)),
+                )
+            else:
+                report = PartitionReport(
+                    topic, p.partition, "follower", p.leader_epoch, node.logs[key], 0, ()
+                )
+            reports[b].append(report)
+
+
+class Controller:
+    def __init__(self, brokers: int = 5, members: set[int] | None = None) -> None:
+        self.clock = FakeClock()
+        self.specs = [
+            TopicSpec(T, 6, replicas=3, min_in_sync=2),
+            TopicSpec(U, 2, replicas=2, min_in_sync=1),
+        ]
+        self.fleet = CopyingFleet(brokers, self.clock, {s.name: s.min_in_sync for s in self.specs})
+        self.members = {0, 1, 2} if members is None else members
+        for b in self.members:
+            self.fleet.nodes[b].up = True
+        self.state = ClusterState()
+        self.since = self.clock.now_ms
+        self.decisions: list[rc.Decision] = []
+
+    def step(self, wait: int = POLL) -> rc.Decision:
+        self.clock.advance(wait)
+        heartbeats = self.fleet.poll(self.state)
+        d = rc.reconcile(
+            self.state,
+            self.specs,
+            heartbeats,
+            self.clock.now_ms,
+            SETTINGS,
+            observing_since_ms=self.since,
+            members=frozenset(self.members),
+        )
+        self.state = d.state
+        self.decisions.append(d)
+        return d
+
+    def run(self, steps: int) -> rc.Decision:
+        for _ in range(steps):
+            d = self.step()
+        return d
+
+    def restart(self) -> None:
+        self.state = ClusterState.from_json(json.loads(json.dumps(self.state.to_json())))
+        self.fleet.forget()
+        self.since = self.clock.now_ms
+
+    def partitions(self) -> list[tuple[str, PartitionStatus]]:
+        return [(t.name, p) for t in self.state.topics.values() for p in t.partitions]
+
+    def holds(self, topic: str) -> dict[int, int]:
+        counts = dict.fromkeys(sorted(self.members), 0)
+        for p in self.state.topics[topic].partitions:
+            for b in p.replicas:
+                counts[b] = counts.get(b, 0) + 1
+        return counts
+
+    def settle(self, limit: int = 120) -> rc.Decision:
+        """Steps until no move is in flight or waiting (at most ``limit``)."""
+        for _ in range(limit):
+            d = self.step()
+            if not d.reassignment.rebalancing and not any(p.target for _, p in self.partitions()):
+                return d
+        raise AssertionError(f"moves did not finish: {self.state.to_json()}")
+
+    def kinds(self) -> list[str]:
+        return [e.kind for d in self.decisions for e in d.events]
+
+
+def check_copies(c: Controller) -> None:
+    """Every acknowledged record is on at least minInSync replicas of the current set."""
+    min_in_sync = {s.name: s.min_in_sync for s in c.specs}
+    for name, p in c.partitions():
+        key = (name, p.partition)
+        acked = c.fleet.acked.get(key, 0)
+        holders = [b for b in p.replicas if c.fleet.nodes[b].logs.get(key, -1) >= acked]
+        assert len(holders) >= min_in_sync[name], (key, acked, p, holders)
+    assert not c.fleet.lost, c.fleet.lost
+
+
+# --------------------------------------------------------------------------- examples
+
+
+def test_without_members_nothing_moves() -> None:
+    c = Controller()
+    c.run(3)
+    c.fleet.nodes[3].up = True
+    d = rc.reconcile(
+        c.state,
+        c.specs,
+        c.fleet.poll(c.state),
+        c.clock.advance(POLL),
+        SETTINGS,
+        observing_since_ms=c.since,
+    )
+    assert not any(p.target for t in d.state.topics.values() for p in t.partitions)
+    assert d.reassignment == rc.moves.Summary()
+
+
+def test_scale_up_moves_replicas_and_some_leaderships_onto_the_new_broker() -> None:
+    c = Controller()
+    c.run(5)
+    assert c.holds(T) == {0: 6, 1: 6, 2: 6}
+    c.members = {0, 1, 2, 3}
+    c.fleet.nodes[3].up = True
+    d = c.step()
+    started = [e for e in d.events if e.kind == "MoveStarted"]
+    assert len(started) == SETTINGS.max_concurrent_moves, "the cap holds"
+    moving = [p for _, p in c.partitions() if p.target]
+    for p in moving:  # adding: the union is pushed, the target not yet in sync
+        assert set(p.target) < set(p.replicas)
+    seen_moving = 0
+    for _ in range(120):
+        d = c.step()
+        check_copies(c)
+        seen_moving = max(seen_moving, sum(1 for _, p in c.partitions() if p.target))
+        if not d.reassignment.rebalancing and not any(p.target for _, p in c.partitions()):
+            break
+    assert seen_moving <= SETTINGS.max_concurrent_moves
+    holds = c.holds(T)
+    assert max(holds.values()) - min(holds.values()) <= 1, holds
+    assert holds[3] >= 4
+    assert c.holds(U)[3] >= 1
+    c.run(15)  # preferred-leader hand-backs, if any, settle
+    leaders = [p.leader for name, p in c.partitions() if name == T]
+    assert 3 in leaders, "the new broker leads some partitions"
+    assert "MoveCompleted" in c.kinds()
+    for _, p in c.partitions():
+        assert p.state is ONLINE and set(p.live_replicas) == set(p.replicas)
+    reasons = {pr.reason for d in c.decisions for pr in d.problems}
+    assert "ReplicasChange" not in reasons, "a move's union is not a replication factor change"
+    check_copies(c)
+
+
+def test_scale_down_moves_replicas_off_first_then_releases_the_broker() -> None:
+    c = Controller(members={0, 1, 2, 3})
+    c.run(5)
+    assert all(c.holds(T)[b] > 0 for b in range(4))
+    c.members = {0, 1, 2}
+    d = c.step()
+    assert d.reassignment.evacuating == {3}
+    assert d.reassignment.released == frozenset()
+    for _ in range(120):
+        d = c.step()
+        check_copies(c)
+        if d.reassignment.released == {3}:
+            break
+    assert d.reassignment.released == {3}
+    assert not d.reassignment.blocked
+    assert all(3 not in p.replicas and not p.target for _, p in c.partitions())
+    assert "MoveLeaderHandoff" in c.kinds(), "leaderships on broker 3 moved through an election"
+    c.fleet.nodes[3].up = False  # now it can go
+    c.run(8)
+    for _, p in c.partitions():
+        assert p.state is ONLINE
+    check_copies(c)
+
+
+def test_a_scale_down_below_the_replication_factor_is_blocked_and_changes_nothing() -> None:
+    c = Controller()
+    c.run(5)
+    before = c.state
+    c.members = {0, 1}
+    d = c.step()
+    assert d.reassignment.blocked
+    assert "cannot leave brokers [2]" in d.reassignment.blocked[0]
+    assert "below the replication factor" in d.reassignment.blocked[0]
+    assert d.reassignment.evacuating == {2}
+    assert not any(p.target for _, p in c.partitions())
+    assert [p.replicas for t in before.topics.values() for p in t.partitions] == [
+        p.replicas for _, p in c.partitions()
+    ]
+
+
+def test_removing_a_dead_broker_that_held_the_last_in_sync_replica_is_blocked() -> None:
+    c = Controller(members={0, 1, 2, 3})
+    c.run(5)
+    c.specs = [TopicSpec(T, 6, replicas=3, min_in_sync=2), TopicSpec(U, 2, replicas=2)]
+    # partition U/k whose LRS shrank to broker 3 alone, which then died
+    c.fleet.nodes[0].up = c.fleet.nodes[1].up = c.fleet.nodes[2].up = True
+    victim = next(p for n, p in c.partitions() if n == U and 3 in p.replicas)
+    others = [b for b in victim.replicas if b != 3]
+    for b in others:
+        c.fleet.nodes[b].up = False
+    c.run(5)
+    assert c.state.topics[U].partitions[victim.partition].live_replicas == (3,)
+    c.fleet.nodes[3].up = False
+    for b in others:
+        c.fleet.nodes[b].up = True
+    c.members = {0, 1, 2}
+    d = c.run(6)
+    assert any(
+        f"{U}/{victim.partition}" in msg and "last in-sync replica" in msg
+        for msg in d.reassignment.blocked
+    ), d.reassignment.blocked
+    assert 3 in c.state.topics[U].partitions[victim.partition].replicas
+    c.fleet.nodes[3].up = True  # it comes back: the move goes ahead
+    c.settle()
+    assert all(3 not in p.replicas for _, p in c.partitions())
+    check_copies(c)
+
+
+def test_a_restarted_controller_resumes_a_move_without_redoing_it() -> None:
+    c = Controller()
+    c.run(5)
+    c.members = {0, 1, 2, 3}
+    c.fleet.nodes[3].up = True
+    c.run(2)
+    targets = {(n, p.partition): p.target for n, p in c.partitions() if p.target}
+    assert targets
+    c.restart()
+    d = c.step()
+    assert not any(e.kind == "MoveStarted" for e in d.events), "nothing new while warming up"
+    for (n, i), target in targets.items():
+        p = c.state.topics[n].partitions[i]
+        assert p.target in (target, ())
+    c.settle()
+    check_copies(c)
+
+
+def test_a_broker_removed_while_it_is_being_added_is_retargeted() -> None:
+    c = Controller()
+    c.run(5)
+    c.members = {0, 1, 2, 3}
+    c.fleet.nodes[3].up = True
+    c.step()
+    assert any(3 in p.target for _, p in c.partitions())
+    c.members = {0, 1, 2}
+    c.settle()
+    assert all(3 not in p.replicas for _, p in c.partitions())
+    assert all(set(p.replicas) <= {0, 1, 2} for _, p in c.partitions())
+    check_copies(c)
+
+
+def test_the_same_inputs_twice_change_nothing_mid_move() -> None:
+    c = Controller()
+    c.run(5)
+    c.members = {0, 1, 2, 3}
+    c.fleet.nodes[3].up = True
+    for _ in range(12):
+        d = c.step()
+        again = rc.reconcile(
+            d.state,
+            c.specs,
+            dict(c.fleet.latest),
+            c.clock.now_ms,
+            SETTINGS,
+            observing_since_ms=c.since,
+            members=frozenset(c.members),
+        )
+        assert not again.changed, [e.kind for e in again.events]
+
+
+def test_target_round_trips_and_is_absent_without_a_move() -> None:
+    p = PartitionStatus(0, (0, 1, 2, 3), 0, 4, (0, 1, 2), ONLINE, target=(3, 1, 2))
+    doc = json.loads(json.dumps(p.to_json()))
+    assert doc["targetReplicas"] == [3, 1, 2]
+    assert PartitionStatus.from_json(doc) == p
+    assert "targetReplicas" not in replace(p, target=()).to_json()
+
+
+# --------------------------------------------------------------------------- random schedules
+
+
+brokers = st.integers(0, 4)
+waits = st.sampled_from([POLL, POLL, POLL, 4_000, 6_000])
+
+
+class Scaling(RuleBasedStateMachine):
+    """Members change (scale up and down), brokers crash and return, the controller restarts."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.c = Controller()
+        self.c.run(4)
+
+    @rule(b=brokers, wait=waits)
+    def crash(self, b: int, wait: int) -> None:
+        self.c.fleet.nodes[b].up = False
+        self.step(wait)
+
+    @rule(b=brokers, wait=waits)
+    def come_back(self, b: int, wait: int) -> None:
+        if b in self.c.members or b in self.c.state.brokers:
+            self.c.fleet.nodes[b].up = True
+        self.step(wait)
+
+    @rule(b=brokers, stall=st.booleans(), wait=waits)
+    def stall(self, b: int, stall: bool, wait: int) -> None:
+        self.c.fleet.nodes[b].promotes = not stall
+        self.step(wait)
+
+    @precondition(lambda self: len(self.c.members) < 5)
+    @rule(wait=waits)
+    def scale_up(self, wait: int) -> None:
+        new = len(self.c.members)
+        self.c.members = set(range(new + 1))
+        self.c.fleet.nodes[new].up = True
+        self.step(wait)
+
+    @precondition(lambda self: len(self.c.members) > 3)
+    @rule(wait=waits)
+    def scale_down(self, wait: int) -> None:
+        self.c.members = set(range(len(self.c.members) - 1))
+        self.step(wait)
+
+    @rule(wait=waits)
+    def restart(self, wait: int) -> None:
+        self.c.restart()
+        self.step(wait)
+
+    @rule(wait=waits)
+    def tick(self, wait: int) -> None:
+        self.step(wait)
+
+    def step(self, wait: int) -> None:
+        d = self.c.step(wait)
+        for e in d.events:
+            event(e.kind)
+        # a released broker holds nothing: stopping it loses nothing
+        for b in d.reassignment.released:
+            assert all(b not in p.replicas for _, p in self.c.partitions())
+        check_copies(self.c)
+
+    @invariant()
+    def move_shapes(self) -> None:
+        moving = sum(1 for _, p in self.c.partitions() if p.target)
+        assert moving <= SETTINGS.max_concurrent_moves
+        for _, p in self.c.partitions():
+            if p.target:
+                assert set(p.target) <= set(p.replicas)
+                assert len(set(p.target)) == len(p.target)
+            assert len(p.target or p.replicas) in (2, 3)
+
+    def teardown(self) -> None:
+        # every member (and every broker still holding data) live again: every move finishes
+        for node in self.c.fleet.nodes.values():
+            node.promotes = True
+            if node.id in self.c.members:
+                node.up = True
+        for _ in range(200):
+            d = self.c.step()
+            check_copies(self.c)
+            for b in d.reassignment.released:
+                self.c.fleet.nodes[b].up = False
+            outside = any(not set(p.replicas) <= self.c.members for _, p in self.c.partitions())
+            if d.reassignment.blocked:
+                # only a removed broker that is down can block: bring the data back
+                for b in d.reassignment.evacuating:
+                    self.c.fleet.nodes[b].up = True
+            moving = any(p.target for _, p in self.c.partitions())
+            if not outside and not moving and not d.reassignment.rebalancing:
+                break
+        else:
+            raise AssertionError(f"moves never finished: {self.c.state.to_json()}")
+        for name in (T, U):
+            holds = self.c.holds(name)
+            assert max(holds.values()) - min(holds.values()) <= 1, (name, holds)
+
+
+TestScaling = Scaling.TestCase
+TestScaling.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)

@@ -1,0 +1,90 @@
+"""The Topic finalizer: a deleted Topic stays until the brokers dealt with its data as its
+``deletionPolicy`` says (``headrace.operator.finalizing``), over a scripted fleet."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from operator_fakes import CLUSTER, FakeApi, topic
+
+from headrace.operator import finalizing
+from headrace.operator.running import ClusterRuntime
+from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.resources.topics import DeletionPolicy
+from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
+
+
+def deleted(body: dict[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    return {
+        **body,
+        "metadata": {
+            **meta,
+            "deletionTimestamp": "2026-11-24T10:00:00Z",
+            "finalizers": [finalizing.TOPIC_FINALIZER],
+        },
+    }
+
+
+async def run(policy: str, *, down: frozenset[int] = frozenset()) -> tuple[Any, ...]:
+    api = FakeApi(CLUSTER, {**topic(), "spec": {**topic()["spec"], "deletionPolicy": policy}})
+    clock = ManualClock()
+    fleet = ScriptedFleet(
+        tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(3)), clock
+    )
+    events: list[Any] = []
+    runtime = ClusterRuntime(
+        api,
+        api.body("BrokerCluster", "demo"),
+        [api.body("Topic", "orders")],
+        [],
+        clock,
+        fleet=fleet,
+        events=events.append,
+    )
+    for _ in range(4):
+        runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])
+        await runtime.step()
+        clock.advance(1000)
+    assert "ns/orders" in runtime.loop.state.topics
+    api.put(deleted(api.body("Topic", "orders")))
+    fleet.down |= down
+    for _ in range(4):
+        runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])
+        await runtime.step()
+        clock.advance(1000)
+    return api, fleet, runtime, events
+
+
+def finalizers_of(api: FakeApi) -> list[str]:
+    return list(api.body("Topic", "orders")["metadata"].get("finalizers") or [])
+
+
+async def test_delete_takes_the_topic_off_every_broker_then_lets_the_topic_go() -> None:
+    api, fleet, runtime, events = await run("Delete")
+    assert "ns/orders" not in runtime.loop.state.topics
+    last = fleet.pushed[-1]
+    assert last["topics"] == [] and "retained" not in last
+    assert finalizers_of(api) == []
+    assert [e.kind for e in events if e.subject == "ns/orders"][-1] == "TopicDataDeleted"
+
+
+async def test_retain_pushes_the_name_as_retained_and_waits_for_every_broker() -> None:
+    api, fleet, runtime, events = await run("Retain", down={2})
+    assert fleet.pushed[-1]["retained"] == ["ns/orders"]
+    assert finalizers_of(api) == [finalizing.TOPIC_FINALIZER]  # broker 2 would delete it
+    assert "brokers [2]" in events[-1].message
+    fleet.down.clear()
+    for _ in range(3):
+        runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])
+        await runtime.step()
+    assert finalizers_of(api) == []
+    assert events[-1].kind == "TopicDataRetained"
+
+
+def test_the_policy_defaults_to_retain_and_the_finalizer_is_added_once() -> None:
+    body = topic()
+    assert finalizing.policy_of(body) is DeletionPolicy.RETAIN
+    assert finalizing.needs_finalizer(body)
+    assert not finalizing.needs_finalizer(deleted(body))
+    assert finalizing.held(deleted(body))
