@@ -73,17 +73,17 @@ def remove_dir(path: Path) -> None:
 
 
 def run_headrace(
-    *args: str, stdin: bytes = b"", timeout: float = 120.0
+    *args: str, stdin: bytes = b"", timeout: float = 120.0, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[bytes]:
     """Run the ``headrace`` CLI of the headrace under test to completion (output captured;
-    the caller checks the return code)."""
+    the caller checks the return code). ``env``: added to its environment (secrets)."""
     return subprocess.run(
         [*HEADRACE_CLI, *args],
         input=stdin,
         capture_output=True,
         timeout=timeout,
         check=False,
-        env=child_env(),
+        env={**child_env(), **(env or {})},
     )
 
 

@@ -10,13 +10,19 @@ One run:
 3. One producer (acks=all, idempotent) sends records of ``keys`` keys round
    robin, each value ``key:seq`` with a per-key sequence number.
 4. Each round picks, from ``random.Random(seed)``, a target: the ``leader``
-   or a ``follower`` of a random partition, the ``controller``, or ``unload``
+   or a ``follower`` of a random partition, the ``controller``, ``unload``
    (an Unload of a random partition; its leader is killed while the seal marker
-   is set, if the poll catches it). The victim is kill -9'd, restarted after a
-   random delay, and the round ends when every partition is back to a full live
-   replica set (and the Unload, if any, finished): that time is measured.
+   is set, if the poll catches it), or ``cutover`` (a Repartition growing the
+   topic by one partition; the leader of a random old partition is killed while
+   the transition marker is set, if the poll catches it). The victim is kill
+   -9'd, restarted after a random delay, and the round ends when every
+   partition is back to a full live replica set (and the Unload, if any,
+   finished): that time is measured. A cutover round then waits for its
+   Repartition to finalize before the next round.
 5. At the end the load stops, the cohort drains, every partition is read back
-   with plain FETCHes from offset 0, and ``checking.check`` gives the verdict.
+   with plain FETCHes from offset 0, and ``checking.check`` gives the verdict,
+   including each key's order across partitions in the cohort's delivery order
+   (a key moves to another partition at a cutover).
 
 The seed is printed first; the same seed gives the same sequence of targets
 and delays (the timing of the load around them is the machine's).
@@ -50,7 +56,7 @@ log = logging.getLogger("chaos")
 TOPIC_NAME = "chaos"
 TOPIC = f"default/{TOPIC_NAME}"
 COHORT = "chaos-readers"
-TARGETS = ("leader", "follower", "controller", "unload")
+TARGETS = ("leader", "follower", "controller", "unload", "cutover")
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,14 @@ class Settings:
     #: round may kill a second broker while the first is still starting (overlapping faults,
     #: a harsher campaign: two of three replicas down at once)
     wait_ready: bool = True
+    #: cutover rounds grow the topic by one partition up to this many; beyond, a cutover
+    #: round kills a leader without a repartition (noted in the round)
+    max_partitions: int = 12
+    #: a cutover round's Repartition finalizes at the latest this long after its drain,
+    #: even if a client has not acknowledged the new routing (the default is 30 s)
+    adoption_timeout_s: int = 5
+    #: how long a cutover round waits for its Repartition to finalize
+    finalize_timeout_s: float = 120.0
 
 
 @dataclass(slots=True)
@@ -89,6 +103,13 @@ class Round:
     recovery_s: float | None = None
     #: unload rounds: whether the kill landed while the seal marker was set
     mid_seal: bool | None = None
+    #: cutover rounds: the transition's phase when the victim was killed (None: the marker
+    #: was not seen, or the round did not repartition), and the partition counts
+    mid_cutover: str | None = None
+    partitions_before: int | None = None
+    partitions_after: int | None = None
+    #: cutover rounds: from the restart to the Repartition finalized
+    finalize_s: float | None = None
     #: broker rounds: whether the controller dropped the victim from an LRS while it was dead
     #: (if not, the cluster never left a full LRS and ``recovery_s`` is about 0)
     left_lrs: bool | None = None
@@ -105,7 +126,7 @@ class _Member:
 
 def full_lrs(cluster: LocalCluster) -> bool:
     """Every partition Online with a leader and every replica in its live replica set,
-    and no Unload in flight."""
+    and no Unload in flight (a transition may be: it ends at finalize, not at recovery)."""
     state = cluster.state()
     topics = (state.get("cluster") or {}).get("topics") or []
     parts: list[dict[str, Any]] = next((t["partitions"] for t in topics if t["name"] == TOPIC), [])
@@ -135,6 +156,37 @@ def broker_ready(cluster: LocalCluster, broker: int) -> bool:
         return False
 
 
+def repartition_manifest(name: str, partitions: int, adoption_timeout_s: int) -> str:
+    return (
+        "apiVersion: headrace.dev/v1alpha1\nkind: Repartition\n"
+        f"metadata: {{name: {name}}}\n"
+        f"spec:\n  topicRef: {{name: {TOPIC_NAME}}}\n  partitions: {partitions}\n"
+        f"  adoptionTimeoutSeconds: {adoption_timeout_s}\n"
+    )
+
+
+def post_manifest(controller_url: str, manifest: str) -> tuple[int, Any]:
+    """``POST /v1/apply`` (what ``headrace apply`` does, without a process start)."""
+    req = urllib.request.Request(
+        f"{controller_url}/v1/apply",
+        data=manifest.encode(),
+        method="POST",
+        headers={"Content-Type": "application/yaml"},
+    )
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+
+
+def repartition_phase(cluster: LocalCluster, name: str) -> str | None:
+    for doc in cluster.state().get("repartitions") or []:
+        if doc["metadata"]["name"] == name:
+            return (doc.get("status") or {}).get("phase")
+    return None
+
+
 def unload_manifest(name: str, partition: int) -> str:
     return (
         "apiVersion: headrace.dev/v1alpha1\nkind: Unload\n"
@@ -156,6 +208,13 @@ class Campaign:
         self._stop_load = asyncio.Event()
         self._sent: list[tuple[RecordReceipt, bytes]] = []
         self._delivered: set[tuple[int, int]] = set()
+        #: every delivery of every member in the order the campaign's one event loop
+        #: processed them: a key's records cross partitions at a cutover
+        self._delivery_order: list[checking.Delivery] = []
+        #: the topic's partition count (cutover rounds grow it)
+        self.partitions = settings.partitions
+        #: set to end ``_catch_transition`` early (its Repartition was refused)
+        self._stop_watch = False
         self.member_errors: list[str] = []
         #: each member's gates (partition -> epoch) when the drain ended
         self.final_assignments: dict[str, dict[int, int]] = {}
@@ -207,6 +266,8 @@ class Campaign:
                 f"round {i:3d}: {r.target:10s} p{r.partition} victim {r.victim:10s}"
                 f" down {r.down_s:.2f}s{'' if r.left_lrs is not False else ' (stayed in LRS)'}"
                 f"  {took}{'  mid-seal' if r.mid_seal else ''}"
+                f"{f'  mid-cutover ({r.mid_cutover})' if r.mid_cutover else ''}"
+                f"{f'  finalized {r.finalize_s:.2f}s' if r.finalize_s is not None else ''}"
                 f"{'  ' + r.note if r.note else ''}"
             )
         self._stop_load.set()
@@ -236,11 +297,13 @@ class Campaign:
         for m in members:
             await m.consumer.close(grace_s=2.0)
         stored = {}
-        for p in range(s.partitions):
+        for p in range(self.partitions):
             records = await read_partition(c.bootstrap, TOPIC, p)
             stored[p] = [(r.offset, r.value) for r in records]
         deliveries = [d for m in members for d in read_delivery_log(m.path, m.name)]
-        verdict = checking.check(acked, stored, deliveries, failed_sends=failed)
+        verdict = checking.check(
+            acked, stored, deliveries, failed_sends=failed, in_order=self._delivery_order
+        )
         return self._report(verdict, time.monotonic() - started)
 
     # ------------------------------------------------------------------ load and cohort
@@ -289,6 +352,9 @@ class Campaign:
                     for r in b.records():
                         out.write(f"{b.partition} {r.offset} {r.value.decode()}\n")
                         self._delivered.add((b.partition, r.offset))
+                        self._delivery_order.append(
+                            checking.Delivery(m.name, b.partition, r.offset, r.value)
+                        )
                 out.flush()  # logged before acked: a crash after this redelivers, never skips
                 for b in batches:
                     m.consumer.ack_batch(b)
@@ -299,12 +365,13 @@ class Campaign:
         s = self.settings
         c = self.cluster
         target = self.rng.choice(TARGETS)
-        partition = self.rng.randrange(s.partitions)
+        partition = self.rng.randrange(self.partitions)
         down_s = self.rng.uniform(*s.restart_delay_s)
         follower_pick = self.rng.random()
         parts = await asyncio.to_thread(c.partitions, TOPIC)
         part = parts[partition]
         r = Round(index, target, partition, "", down_s)
+        repartition: str | None = None
         if target == "controller":
             r.victim = "controller"
             c.kill_controller()
@@ -318,6 +385,9 @@ class Campaign:
                 part = (await asyncio.to_thread(c.partitions, TOPIC))[partition]
                 if not r.mid_seal:
                     r.note = r.note or "seal not seen: killed the leader after the move"
+            if target == "cutover":
+                repartition = await self._cut_over(r)
+                part = (await asyncio.to_thread(c.partitions, TOPIC))[partition]
             if target == "follower":
                 followers = [b for b in part["replicas"] if b != part["leader"]]
                 victim = followers[int(follower_pick * len(followers))]
@@ -347,9 +417,49 @@ class Campaign:
                 )
             await asyncio.to_thread(c.wait, lambda: full_lrs(c), s.recovery_timeout_s, "full LRS")
             r.recovery_s = time.monotonic() - restarted
+            if target == "cutover" and repartition is not None:
+                await asyncio.to_thread(
+                    c.wait,
+                    lambda: repartition_phase(c, repartition) in ("Finalized", "Failed"),
+                    s.finalize_timeout_s,
+                    f"repartition {repartition} finished",
+                )
+                r.finalize_s = time.monotonic() - restarted
+                phase = await asyncio.to_thread(repartition_phase, c, repartition)
+                if phase != "Finalized":
+                    r.note = f"repartition {repartition} {phase}"
         except TimeoutError as exc:
             r.note = str(exc)
         return r
+
+    async def _cut_over(self, r: Round) -> str | None:
+        """Apply a Repartition growing the topic by one and wait for its transition marker
+        (``r.mid_cutover``: the phase seen). Returns its name; None when not applied."""
+        s = self.settings
+        r.partitions_before = self.partitions
+        if self.partitions >= s.max_partitions:
+            r.note = f"at {self.partitions} partitions: killed the leader without a repartition"
+            return None
+        name = f"chaos-grow-{r.index}"
+        manifest = repartition_manifest(name, self.partitions + 1, s.adoption_timeout_s)
+        # Watch from before the apply, and apply over HTTP rather than with the CLI: a small
+        # topic's whole transition can be over within the CLI process's exit.
+        watching = asyncio.ensure_future(asyncio.to_thread(self._catch_transition, name))
+        status, answer = await asyncio.to_thread(
+            post_manifest, self.cluster.controller_url, manifest
+        )
+        if status != 200:
+            self._stop_watch = True
+            await watching
+            self._stop_watch = False
+            r.note = f"repartition refused: HTTP {status} {answer}"
+            return None
+        self.partitions += 1
+        r.partitions_after = self.partitions
+        r.mid_cutover = await watching
+        if r.mid_cutover is None:
+            r.note = "transition not seen: killed the leader after the repartition"
+        return name
 
     def _watch_drop(self, broker: int, seconds: float) -> bool:
         """Poll for ``seconds``; True if the controller dropped ``broker`` from an LRS meanwhile."""
@@ -366,6 +476,31 @@ class Campaign:
                         for p in self.cluster.partitions(TOPIC)
                     )
             time.sleep(min(0.1, left))
+
+    def _catch_transition(self, name: str) -> str | None:
+        """Poll until the topic's transition marker is set (its phase) or the Repartition
+        is over (None)."""
+        deadline = time.monotonic() + 10.0
+        while time.monotonic() < deadline and not self._stop_watch:
+            with contextlib.suppress(OSError):
+                state = self.cluster.state()
+                marker = next(
+                    (t for t in state.get("transitions") or [] if t["topic"] == TOPIC), None
+                )
+                if marker is not None:
+                    return str(marker["phase"])
+                phase = next(
+                    (
+                        (d.get("status") or {}).get("phase")
+                        for d in state.get("repartitions") or []
+                        if d["metadata"]["name"] == name
+                    ),
+                    None,
+                )
+                if phase in ("Finalized", "Failed"):
+                    return None
+            time.sleep(0.01)
+        return None
 
     def _catch_seal(self, partition: int) -> bool:
         """Poll until the partition's seal marker is set (True) or its move is over (False)."""
@@ -399,6 +534,15 @@ class Campaign:
             "rounds": len(self.rounds),
             "rounds_by_target": by_target,
             "unload_kills_mid_seal": sum(1 for r in self.rounds if r.mid_seal),
+            "cutover_kills_mid_transition": sum(1 for r in self.rounds if r.mid_cutover),
+            "cutover_kills_by_phase": {
+                phase: sum(1 for r in self.rounds if r.mid_cutover == phase)
+                for phase in sorted({r.mid_cutover for r in self.rounds if r.mid_cutover})
+            },
+            "partitions_at_end": self.partitions,
+            "cutover_finalize_s": distribution(
+                [r.finalize_s for r in self.rounds if r.finalize_s is not None]
+            ),
             "elapsed_s": round(elapsed_s, 1),
             "recovery_s": distribution(recoveries),
             "recovery_after_lrs_drop_s": distribution(after_drop),
@@ -410,7 +554,7 @@ class Campaign:
             "member_tasks": self.member_tasks,
             "cohort_delivered_up_to": {
                 p: max((o for q, o in self._delivered if q == p), default=-1)
-                for p in range(self.settings.partitions)
+                for p in range(self.partitions)
             },
             **verdict,
             "round_log": [asdict(r) for r in self.rounds],
@@ -450,12 +594,18 @@ def table(report: dict[str, Any]) -> str:
         ("seed", report["seed"]),
         ("rounds", f"{report['rounds']} {report['rounds_by_target']}"),
         ("unload kills mid-seal", report["unload_kills_mid_seal"]),
+        (
+            "cutover kills mid-transition",
+            f"{report['cutover_kills_mid_transition']} {report['cutover_kills_by_phase']}",
+        ),
+        ("partitions at the end", report["partitions_at_end"]),
         ("acknowledged records", c["acknowledged"]),
         ("failed sends (not acknowledged)", c["failed_sends"]),
         ("lost", c["lost"]),
         ("duplicated", c["duplicated"]),
         ("offset gaps", c["gaps"]),
-        ("order violations", c["order_violations"]),
+        ("order violations (in a partition)", c["order_violations"]),
+        ("key order violations (delivery, across partitions)", c["key_order_violations"]),
         ("offsets reused", c["offsets_reused"]),
         ("undelivered to the cohort", c["undelivered"]),
         (

@@ -12,6 +12,13 @@ Inputs are three plain facts gathered by the driver:
 A record's value is ``b"<key>:<seq>"``: its key and its per-key sequence
 number, so the checker needs nothing else to tell records apart and to check
 per-key order.
+
+Optionally, ``in_order``: every delivery of every member in the one order the
+consuming process handled them. A repartition moves a key to another
+partition, so per-partition order says nothing about the cutover; this order
+does: a key's records must be delivered for the first time in increasing
+sequence, across partitions (a redelivery may go back; a first delivery may
+not).
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ def check(
     deliveries: Iterable[Delivery],
     *,
     failed_sends: int = 0,
+    in_order: Iterable[Delivery] | None = None,
 ) -> dict[str, Any]:
     """The verdict as a JSON-able dict; ``ok`` is true when every check holds.
 
@@ -67,6 +75,9 @@ def check(
       numbers do not increase with the offset;
     * ``offsets_reused``: one (partition, offset) acknowledged for two values, or
       delivered with a value other than the stored one;
+    * ``key_order_violations``: in ``in_order``, a record delivered for the first time
+      after a record of the same key with a higher sequence number (across partitions:
+      what a cutover must keep);
     * ``undelivered``: an acknowledged record no member delivered;
     * ``redeliveries``: deliveries beyond the first of a (partition, offset).
     """
@@ -152,6 +163,28 @@ def check(
             undelivered += 1
             note("undelivered", f"{a.value!r} at {a.partition}@{a.offset}")
     redeliveries = sum(n - 1 for n in delivered.values() if n > 1)
+    key_order_violations = 0
+    first_seen: set[tuple[int, int]] = set()
+    highest: dict[bytes, tuple[int, int, int]] = {}
+    for d in in_order or ():
+        position = (d.partition, d.offset)
+        if position in first_seen:
+            continue  # a redelivery
+        first_seen.add(position)
+        try:
+            key, seq = parse_value(d.value)
+        except ValueError:
+            continue  # counted as corrupt when stored
+        previous = highest.get(key)
+        if previous is not None and seq < previous[0]:
+            key_order_violations += 1
+            note(
+                "key_order_violations",
+                f"key {key!r} seq {seq} ({d.partition}@{d.offset}) delivered after seq"
+                f" {previous[0]} ({previous[1]}@{previous[2]})",
+            )
+        else:
+            highest[key] = (seq, d.partition, d.offset)
     acked_values = {a.value for a in acked}
     stored_total = sum(len(r) for r in stored.values())
     counts = {
@@ -163,6 +196,7 @@ def check(
         "duplicated": len(duplicated),
         "gaps": gaps,
         "order_violations": order_violations,
+        "key_order_violations": key_order_violations,
         "offsets_reused": offsets_reused,
         "corrupt": corrupt,
         "deliveries": len(deliveries),
@@ -175,6 +209,7 @@ def check(
         "duplicated",
         "gaps",
         "order_violations",
+        "key_order_violations",
         "offsets_reused",
         "corrupt",
         "undelivered",

@@ -13,7 +13,13 @@ from typing import Any
 
 from bench import procs
 from bench.procs import free_port
-from headrace.cli.local import broker_args, object_store_args, spawn_headrace
+from headrace.cli.local import (
+    access_args,
+    broker_args,
+    controller_access_args,
+    object_store_args,
+    spawn_headrace,
+)
 
 
 class LocalCluster:
@@ -24,11 +30,14 @@ class LocalCluster:
         self.port = free_port()
         self.admin_port = free_port()
         self.controller_port = free_port()
+        #: the CLI's token (``$HEADRACE_AUTH_TOKEN``) when the cluster has ACLs
+        self.api_token: str | None = None
 
     def cli(
         self, *args: str, stdin: bytes = b"", check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
-        proc = procs.run_headrace(*args, stdin=stdin)
+        env = {"HEADRACE_AUTH_TOKEN": self.api_token} if self.api_token else None
+        proc = procs.run_headrace(*args, stdin=stdin, env=env)
         if check and proc.returncode != 0:
             raise AssertionError(f"headrace {' '.join(args)} failed: {proc.stderr.decode()}")
         return proc
@@ -117,13 +126,15 @@ class LocalCluster:
             str(self.controller_port),
             *(["--instance", record["instance"]] if "instance" in record else []),
             *record.get("controller_args", []),
+            *controller_access_args(record),
             *[
                 a
                 for b in record["brokers"]
                 for a in ("--broker", f"{b['id']}={b['host']}:{b['admin_port']}")
             ],
         ]
-        record["controller_pid"] = spawn_headrace(args, self.dir / "logs" / "controller.log")
+        _, env = access_args(record, self.dir)  # the replication token, for the brokers
+        record["controller_pid"] = spawn_headrace(args, self.dir / "logs" / "controller.log", env)
         (self.dir / "local.json").write_text(json.dumps(record))
 
     def wait(self, predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:

@@ -326,6 +326,10 @@ async def test_a_local_cluster_with_acls_replicates_and_shares_identities(tmp_pa
     cluster = LocalCluster(tmp_path / "local")
     cluster.up("--acl-file", str(acl_file))
     try:
+        # the controller's API takes the same credentials: apply needs admin on the topic
+        assert cluster.apply(topic_manifest("orders", 3)).returncode != 0
+        assert cluster.partitions("default/orders") == []
+        cluster.api_token = TOKENS["ops"]
         key = cluster.dir / "cluster.key"
         assert key.stat().st_mode & 0o777 == 0o600
         record = cluster.record
@@ -335,6 +339,8 @@ async def test_a_local_cluster_with_acls_replicates_and_shares_identities(tmp_pa
             with open(f"/proc/{b['pid']}/cmdline", "rb") as f:
                 cmdline = f.read().decode()
             assert record["replication_token"] not in cmdline
+        with open(f"/proc/{record['controller_pid']}/cmdline", "rb") as f:
+            assert record["replication_token"] not in f.read().decode()
         assert cluster.apply(topic_manifest("orders", 3)).returncode == 0
 
         def online() -> bool:

@@ -1,8 +1,9 @@
 """The fault campaign, short: 5 rounds of kill -9 on a real local cluster (issue 14 §1).
 
 ``make chaos`` runs 100 rounds; this runs the same driver and checker with a
-fixed seed whose targets cover a leader, a follower, the controller and an
-Unload, so every kind of fault is exercised on each ``make test``.
+fixed seed whose targets cover a leader, a follower, the controller, an
+Unload and a repartition's cutover, so every kind of fault is exercised on each
+``make test``.
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ from pathlib import Path
 
 from bench.chaos import campaign
 
-#: seed 20 draws leader, follower, controller and unload targets within 5 rounds (asserted below)
-SEED = 20
+#: seed 69 draws leader, controller, cutover (3 -> 4 partitions), unload and follower (of the
+#: new partition) within 5 rounds (asserted below)
+SEED = 69
 
 
 async def test_five_rounds_of_kill9_lose_duplicate_and_reorder_nothing(tmp_path: Path) -> None:
@@ -25,4 +27,9 @@ async def test_five_rounds_of_kill9_lose_duplicate_and_reorder_nothing(tmp_path:
     assert report["ok"], (campaign.table(report), report["examples"])
     for kind in ("lost", "duplicated", "gaps", "order_violations", "offsets_reused", "undelivered"):
         assert counts[kind] == 0, (kind, report["examples"].get(kind))
+    assert counts["key_order_violations"] == 0, report["examples"].get("key_order_violations")
     assert report["rounds_not_recovered"] == 0, report["round_log"]
+    cutover = next(r for r in report["round_log"] if r["target"] == "cutover")
+    assert (cutover["partitions_before"], cutover["partitions_after"]) == (3, 4), cutover
+    assert cutover["finalize_s"] is not None and not cutover["note"], cutover
+    assert report["partitions_at_end"] == 4

@@ -33,3 +33,26 @@ def test_each_violation_is_found() -> None:
     assert counts["lost"] == 2  # x:0 (another value at 0) and lost:0
     assert counts["offsets_reused"] == 2  # acked twice at 0, delivered with another value at 1
     assert counts["undelivered"] == 1  # lost:0 was never delivered (x:0 shares 0@0)
+
+
+def test_a_key_crossing_partitions_at_a_cutover_must_keep_its_order() -> None:
+    """Key k moves from partition 0 to partition 1 at a cutover: its new records may be
+    delivered only after its old ones (a redelivery of an old one later is fine)."""
+    stored = {0: [(0, b"k:0"), (1, b"k:1")], 1: [(0, b"k:2"), (1, b"k:3")]}
+    acked = [Acked(v, p, o) for p, records in stored.items() for o, v in records]
+    in_order = [
+        Delivery("m", 0, 0, b"k:0"),
+        Delivery("m", 0, 1, b"k:1"),
+        Delivery("n", 1, 0, b"k:2"),
+        Delivery("m", 0, 1, b"k:1"),  # redelivered after a crash: allowed
+        Delivery("n", 1, 1, b"k:3"),
+    ]
+    verdict = check(acked, stored, in_order, in_order=in_order)
+    assert verdict["ok"], verdict
+    assert verdict["counts"]["key_order_violations"] == 0
+
+    early = [in_order[0], in_order[2], in_order[1], in_order[4]]  # k:2 before k:1
+    verdict = check(acked, stored, early, in_order=early)
+    assert not verdict["ok"]
+    assert verdict["counts"]["key_order_violations"] == 1
+    assert "seq 1" in verdict["examples"]["key_order_violations"][0]

@@ -11,6 +11,12 @@ errors. Three modes, fixed at start-up:
   checked against its grants, and cohort member ids must be signed identities
   (``headrace.security.identities``).
 
+The ACL file can be re-read without a restart (``Access.reload``: SIGHUP, or the
+broker's file watch). A bad file keeps the grants in force and counts a failed
+reload. Every connection notices a reload at its next request: it
+re-authenticates with the credentials of its handshake, so a removed token or
+principal is refused from then on, and its remembered decisions are dropped.
+
 Checks run once per request, not per record, and a connection remembers its
 answers (``ConnectionAccess._decisions``), so the produce path pays one dict
 lookup per batch.
@@ -19,6 +25,7 @@ lookup per batch.
 from __future__ import annotations
 
 import hmac
+import logging
 import os
 import secrets
 import stat
@@ -37,12 +44,15 @@ from headrace.errors import (
     AuthenticationFailed,
     ClusterDenied,
     ConsumeDenied,
+    HeadraceError,
     InvalidMemberIdentity,
     InvalidRequest,
     ProduceDenied,
 )
 from headrace.security import identities
 from headrace.security.acl import AclFile, Authorizer, Operation, Principal, parse_acl
+
+log = logging.getLogger(__name__)
 
 #: the cluster key's file name when it lives in a state directory
 KEY_FILE_NAME: Final = "cluster.key"
@@ -65,6 +75,21 @@ class DenialCounter(Protocol):
     """``prometheus_client.Counter`` with an ``operation`` label, as far as we use it."""
 
     def labels(self, operation: str) -> Any: ...
+
+
+class ReloadCounter(Protocol):
+    """``prometheus_client.Counter`` with a ``result`` label (``ok``, ``error``)."""
+
+    def labels(self, result: str) -> Any: ...
+
+
+def _file_signature(path: Path) -> tuple[int, int, int] | None:
+    """What changes when the file is rewritten in place or replaced by a rename."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def load_acl_file(path: Path) -> AclFile:
@@ -129,11 +154,23 @@ class Access:
         settings: BrokerSettings,
         denials: DenialCounter,
         *,
+        reloads: ReloadCounter | None = None,
+        member_identities: bool = True,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         random_hex: Callable[[int], str] = secrets.token_hex,
     ) -> None:
+        """``member_identities``: load (or make) the cluster key; off for the controller,
+        which authenticates admin requests but issues no identities."""
         self.cluster_id = settings.cluster_id
         self.denials = denials
+        self.reloads = reloads
+        #: bumped by every successful reload; a connection that saw an older one re-authenticates
+        self.generation = 0
+        #: the last failed reload's message (None after a good one), shown by /v1/status
+        self.reload_error: str | None = None
+        self.acl_file = settings.acl_file
+        self._broker_token = settings.replication_token
+        self._acl_signature: tuple[int, int, int] | None = None
         self._now_ms = now_ms
         self._random_hex = random_hex
         self._shared_tokens = tuple(t.encode() for t in sorted(settings.auth_tokens))
@@ -153,11 +190,50 @@ class Access:
                 "a cluster-mode broker with --acl-file needs --cluster-key-file: every broker"
                 " of the cluster must verify the identities the others issue"
             )
+        self._acl_signature = _file_signature(settings.acl_file)
         self.authorizer = Authorizer(
             load_acl_file(settings.acl_file), broker_token=settings.replication_token
         )
-        key_file = settings.cluster_key_file or settings.data_dir / KEY_FILE_NAME
-        self.key = load_cluster_key(key_file, create=settings.cluster_key_file is None)
+        if member_identities:
+            key_file = settings.cluster_key_file or settings.data_dir / KEY_FILE_NAME
+            self.key = load_cluster_key(key_file, create=settings.cluster_key_file is None)
+
+    def reload(self) -> bool:
+        """Re-read the ACL file; on any error keep the grants in force (and count it).
+
+        Returns whether the new file is in force. A no-op without ``--acl-file``."""
+        if self.acl_file is None:
+            return False
+        self._acl_signature = _file_signature(self.acl_file)
+        try:
+            authorizer = Authorizer(load_acl_file(self.acl_file), broker_token=self._broker_token)
+        except HeadraceError as exc:
+            self.reload_error = exc.message
+            if self.reloads is not None:
+                self.reloads.labels("error").inc()
+            log.error(
+                "ACL reload failed, the previous grants stay in force: %s: %s",
+                type(exc).__name__,
+                exc.message,
+            )
+            return False
+        self.authorizer = authorizer
+        self.generation += 1
+        self.reload_error = None
+        if self.reloads is not None:
+            self.reloads.labels("ok").inc()
+        log.info(
+            "ACL file %s reloaded: %d principals in force",
+            self.acl_file,
+            len(authorizer.principals),
+        )
+        return True
+
+    def reload_if_changed(self) -> bool:
+        """``reload`` when the file changed since the last read (a stat, for the watch)."""
+        if self.acl_file is None or _file_signature(self.acl_file) == self._acl_signature:
+            return False
+        return self.reload()
 
     @property
     def enabled(self) -> bool:
@@ -184,7 +260,7 @@ class Access:
 class ConnectionAccess:
     """One connection's principal and the decisions it has been given."""
 
-    __slots__ = ("_decisions", "access", "principal")
+    __slots__ = ("_credentials", "_decisions", "_generation", "access", "principal")
 
     def __init__(self, access: Access) -> None:
         self.access = access
@@ -192,20 +268,28 @@ class ConnectionAccess:
         self.principal: Principal | None = None
         #: (operation, topic as the request spelled it) -> allowed
         self._decisions: dict[tuple[Operation, str], bool] = {}
+        #: the handshake's (token, certificate CN), to authenticate again after a reload
+        self._credentials: tuple[str | None, str | None] = (None, None)
+        #: the ACL generation ``principal`` was found in
+        self._generation = access.generation
 
     def authenticate(self, token: str | None, peercert: object) -> None:
         access = self.access
         # A second handshake starts over: no decision of the previous principal survives it.
         self.principal = None
         self._decisions.clear()
+        self._credentials = (None, None)
         if access.authorizer is not None:
-            principal = access.authorizer.authenticate(token, certificate_common_name(peercert))
+            common_name = certificate_common_name(peercert)
+            self._generation = access.generation
+            principal = access.authorizer.authenticate(token, common_name)
             if principal is None:
                 access.deny("authenticate")
                 raise AuthenticationFailed(
                     "invalid or missing credentials (token or client certificate)"
                 )
             self.principal = principal
+            self._credentials = (token, common_name)
         elif access._shared_tokens:
             presented = (token or "").encode()
             # Compare with every token (no early exit) so timing says nothing of which matched.
@@ -216,11 +300,32 @@ class ConnectionAccess:
                 access.deny("authenticate")
                 raise AuthenticationFailed("invalid or missing auth token")
 
+    def _current(self) -> Principal:
+        """The principal under the ACLs in force: after a reload, found again from the
+        handshake's credentials (``AuthenticationFailed`` if they name no principal now)."""
+        access = self.access
+        assert access.authorizer is not None
+        assert self.principal is not None
+        self._decisions.clear()
+        token, common_name = self._credentials
+        principal = access.authorizer.authenticate(token, common_name)
+        if principal is None:
+            access.deny("authenticate")
+            raise AuthenticationFailed(
+                f"the credentials of principal {self.principal.name!r} are no longer valid"
+                " (the ACL file was reloaded)"
+            )
+        self.principal = principal
+        self._generation = access.generation
+        return principal
+
     def require(self, operation: Operation, topic: str) -> None:
         """Raise the typed denial unless the principal may do ``operation`` on ``topic``."""
         principal = self.principal
         if principal is None:
             return
+        if self._generation != self.access.generation:
+            principal = self._current()
         key = (operation, topic)
         allowed = self._decisions.get(key)
         if allowed is None:
@@ -237,7 +342,7 @@ class ConnectionAccess:
 
     def require_cohort(self, topic: str, cohort: str) -> None:
         """A join: ``consume`` on the topic, and a grant that covers the cohort name."""
-        self.require(Operation.CONSUME, topic)
+        self.require(Operation.CONSUME, topic)  # also catches up with a reload
         principal = self.principal
         if principal is not None and not principal.may_join(canonical_topic_name(topic), cohort):
             self.access.deny(Operation.CONSUME.value)
@@ -247,6 +352,8 @@ class ConnectionAccess:
 
     def require_cluster(self) -> None:
         principal = self.principal
+        if principal is not None and self._generation != self.access.generation:
+            principal = self._current()
         if principal is not None and not principal.allows(Operation.CLUSTER):
             self.access.deny(Operation.CLUSTER.value)
             raise ClusterDenied(
@@ -256,6 +363,8 @@ class ConnectionAccess:
     def may_see(self, topic: str) -> bool:
         """Whether cohort state of ``topic`` may be shown: a consume or admin grant."""
         principal = self.principal
+        if principal is not None and self._generation != self.access.generation:
+            principal = self._current()
         return principal is None or any(
             principal.allows(op, topic) for op in (Operation.CONSUME, Operation.ADMIN)
         )
@@ -271,6 +380,9 @@ class ConnectionAccess:
         access = self.access
         if access.key is None or self.principal is None:
             raise InvalidRequest("signed member identities are off on this broker")
+        if self._generation != access.generation:
+            self._current()
+        assert self.principal is not None
         member_id = identities.member_id_for(hint, access._random_hex(identities.RANDOM_HEX // 2))
         token = identities.sign(
             access.key,

@@ -1,10 +1,11 @@
 """Admin HTTP (aiohttp): health, readiness, Prometheus metrics, topic admin, drain.
 
-With ACLs on (``--acl-file``), creating and deleting a topic here takes
-``Authorization: Bearer <token>`` of a principal with the ``admin`` grant on
-it, as on the data port. The rest (health, metrics, reads, the controller's
-topology push) is for the operator and the controller: keep this port where
-only they reach it (docs/security.md).
+When the data port asks for credentials (``--acl-file`` or ``--auth-token``),
+every change here does too, as ``Authorization: Bearer <token>``
+(``headrace.broker.admin_access``): creating and deleting a topic takes the
+``admin`` grant on it, the controller's topology push the ``cluster`` grant
+(the replication token's). Reads are open unless ``--admin-read-access
+authenticated``; ``/healthz`` and ``/readyz`` always are (docs/security.md §6).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from headrace.broker import admin_access
 from headrace.errors import (
     AccessDenied,
     AuthenticationFailed,
@@ -67,6 +69,7 @@ class AdminServer:
                 web.delete("/v1/drain", self.undrain),
             ]
         )
+        admin_access.AdminGuard(broker.access, broker.settings.admin_read_access).install(self.app)
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -74,7 +77,10 @@ class AdminServer:
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(
-            self._runner, self.broker.settings.admin_host, self.broker.settings.admin_port
+            self._runner,
+            self.broker.settings.admin_host,
+            self.broker.settings.admin_port,
+            ssl_context=admin_access.server_ssl_context(self.broker.settings.admin_tls),
         )
         await site.start()
         # aiohttp has no public accessor for the bound port (needed when asked for port 0)
@@ -158,21 +164,26 @@ class AdminServer:
         return web.json_response({"deleted": name})
 
     def _authorize_admin(self, request: web.Request, topic: str) -> None:
-        """With ACLs on: the bearer token's principal must hold ``admin`` on ``topic``."""
-        access = self.broker.access
-        if not access.enabled:
-            return
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        session = access.session()
-        session.authenticate(token.strip() if scheme.lower() == "bearer" else None, None)
-        session.require(Operation.ADMIN, topic)
+        """The request's principal (authenticated by the guard) must hold ``admin`` on
+        ``topic``; with shared tokens any valid token may, as on the data port."""
+        session = admin_access.session(request)
+        if session is not None:
+            session.require(Operation.ADMIN, topic)
 
     async def heartbeat(self, request: web.Request) -> web.Response:
         return web.json_response(self.broker.heartbeat().to_json())
 
     async def topology(self, request: web.Request) -> web.Response:
-        """The controller pushes the cluster topology here (idempotent, generation-fenced)."""
+        """The controller pushes the cluster topology here (idempotent, generation-fenced).
+
+        It decides who leads what, so it takes the ``cluster`` grant (the replication
+        token's principal) when the broker asks for credentials."""
+        session = admin_access.session(request)
+        try:
+            if session is not None:
+                session.require_cluster()
+        except HeadraceError as exc:
+            return _error(exc)
         try:
             doc: Any = await request.json()
         except json.JSONDecodeError:
@@ -212,6 +223,12 @@ class AdminServer:
                 "connections": len(b.connections),
                 "topology_generation": b.registry.generation,
                 "adoption_floor": b.adoption_floor(),
+                "acl": {
+                    "generation": b.access.generation,
+                    "reload_error": b.access.reload_error,
+                }
+                if b.access.enabled
+                else None,
                 "cohorts": [
                     {
                         "topic": t,

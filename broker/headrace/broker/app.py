@@ -72,7 +72,7 @@ class Broker:
         self.registry = TopicRegistry(settings.data_dir, settings.log)
         self.metrics = BrokerMetrics(self.registry.all_partitions)
         #: principals, grants and member identities (reads the ACL file and cluster key now)
-        self.access = Access(settings, self.metrics.acl_denials)
+        self.access = Access(settings, self.metrics.acl_denials, reloads=self.metrics.acl_reloads)
         self.committer = GroupCommitter(
             settings.log.fsync,
             settings.log.flush_interval_ms,
@@ -148,6 +148,8 @@ class Broker:
         self._tasks.append(loop.create_task(self._flush_cursors_forever(), name="cursor-flush"))
         self._tasks.append(loop.create_task(self._tick_cohorts_forever(), name="cohort-tick"))
         self._tasks.append(loop.create_task(self._retention_forever(), name="retention"))
+        if self.access.enabled and self.settings.acl_reload_interval_ms > 0:
+            self._tasks.append(loop.create_task(self._watch_acl_file(), name="acl-watch"))
         if self.settings.admin_port >= 0:
             from headrace.broker.admin import AdminServer
 
@@ -162,6 +164,13 @@ class Broker:
             len(self.registry.all_partitions()),
             self.recovery_seconds,
         )
+
+    async def _watch_acl_file(self) -> None:
+        """Reload the ACL file when it changes (SIGHUP reloads at once: ``main``)."""
+        interval = self.settings.acl_reload_interval_ms / 1000
+        while True:
+            await asyncio.sleep(interval)
+            self.access.reload_if_changed()
 
     async def stop(self) -> None:
         self.ready = False

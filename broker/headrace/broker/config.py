@@ -3,9 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from headrace.storage.bookkeeping import LogConfig
+
+
+class AdminReadAccess(StrEnum):
+    """Who may use the read-only admin HTTP routes (never ``/healthz``, ``/readyz``)."""
+
+    #: whoever reaches the port: the default, as the port is loopback unless told otherwise
+    OPEN = "open"
+    #: a bearer token (or certificate) that authenticates on the data port
+    AUTHENTICATED = "authenticated"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +47,14 @@ class BrokerSettings:
     tls: TlsSettings | None = None
     #: principals, their credentials and grants (docs/security.md); None = no ACLs
     acl_file: Path | None = None
+    #: how often the ACL file is checked for changes (a stat) and reloaded; 0 = only on SIGHUP.
+    #: 2 s: a revoked token stops working within seconds, and a stat costs microseconds
+    acl_reload_interval_ms: int = 2000
+    #: who may read admin HTTP (metrics, topics, status, heartbeat; never /healthz, /readyz):
+    #: "open", or "authenticated" (a bearer token that authenticates on the data port)
+    admin_read_access: AdminReadAccess = AdminReadAccess.OPEN
+    #: serve admin HTTP over TLS with this certificate and key (None: plain HTTP)
+    admin_tls: TlsSettings | None = None
     #: the HMAC key signing member identities, shared by the cluster's brokers; None with
     #: an ACL file = ``<data_dir>/cluster.key``, made on first start (standalone only)
     cluster_key_file: Path | None = None

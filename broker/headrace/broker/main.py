@@ -21,7 +21,7 @@ import click
 
 from headrace.aio import run
 from headrace.broker.app import Broker
-from headrace.broker.config import BrokerSettings, TlsSettings
+from headrace.broker.config import AdminReadAccess, BrokerSettings, TlsSettings
 from headrace.commands import one_line_errors
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
@@ -152,6 +152,31 @@ def _halt(status: int) -> None:
     " Turns on per-request ACL checks and signed member identities.",
 )
 @click.option(
+    "--acl-reload-interval-ms",
+    type=click.IntRange(min=0),
+    default=2000,
+    show_default=True,
+    help="How often the ACL file is checked for changes and reloaded; 0: only on SIGHUP."
+    ' A bad file keeps the grants in force (headrace_acl_reloads_total{result="error"}).',
+)
+@click.option(
+    "--admin-read-access",
+    type=click.Choice([a.value for a in AdminReadAccess]),
+    default=AdminReadAccess.OPEN.value,
+    show_default=True,
+    help="Who may read admin HTTP (metrics, topics, status, heartbeat); /healthz and /readyz"
+    " stay open. 'authenticated' takes a bearer token that authenticates on the data port."
+    " Changes always take credentials when the data port does.",
+)
+@click.option("--admin-tls-cert", type=click.Path(path_type=Path), default=None)
+@click.option("--admin-tls-key", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--admin-tls-client-ca",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Require admin HTTP clients to present a certificate signed by this CA.",
+)
+@click.option(
     "--cluster-key-file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
@@ -198,6 +223,11 @@ def broker(
     tls_key: Path | None,
     tls_client_ca: Path | None,
     acl_file: Path | None,
+    acl_reload_interval_ms: int,
+    admin_read_access: str,
+    admin_tls_cert: Path | None,
+    admin_tls_key: Path | None,
+    admin_tls_client_ca: Path | None,
     cluster_key_file: Path | None,
     object_store_url: str | None,
     cluster_id: str | None,
@@ -209,6 +239,13 @@ def broker(
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     tls = TlsSettings(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
+    if (admin_tls_cert is None) != (admin_tls_key is None):
+        raise click.UsageError("--admin-tls-cert and --admin-tls-key go together")
+    admin_tls = (
+        TlsSettings(admin_tls_cert, admin_tls_key, admin_tls_client_ca)
+        if admin_tls_cert and admin_tls_key
+        else None
+    )
     settings = BrokerSettings(
         data_dir=data_dir,
         host=host,
@@ -233,6 +270,9 @@ def broker(
         auth_tokens=frozenset(auth_tokens),
         tls=tls,
         acl_file=acl_file,
+        acl_reload_interval_ms=acl_reload_interval_ms,
+        admin_read_access=AdminReadAccess(admin_read_access),
+        admin_tls=admin_tls,
         cluster_key_file=cluster_key_file,
         object_store_url=object_store_url,
         cluster_id=cluster_id or "standalone",
@@ -247,8 +287,11 @@ def broker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        # SIGHUP re-reads the ACL file (a no-op without one), as daemons reload their config.
+        loop.add_signal_handler(signal.SIGHUP, b.access.reload)
         if announce:
-            admin = f"http://{admin_host}:{b.admin.port}" if b.admin else "(disabled)"
+            scheme = "https" if admin_tls else "http"
+            admin = f"{scheme}://{admin_host}:{b.admin.port}" if b.admin else "(disabled)"
             click.echo(
                 f"\nheadrace standalone broker ready\n"
                 f"  data port   {host}:{b.port}\n  admin HTTP  {admin}  (/healthz /readyz /metrics /v1/topics)\n"

@@ -94,6 +94,13 @@ class BrokerMetrics:
             ["operation"],
             registry=r,
         )
+        self.acl_reloads = Counter(
+            "headrace_acl_reloads",
+            "ACL file reloads (SIGHUP or the file watch) by result: ok, or error (the previous"
+            " grants stay in force)",
+            ["result"],
+            registry=r,
+        )
         self.connections = Gauge("headrace_connections", "Open client connections", registry=r)
         self.fsync_seconds = Histogram(
             "headrace_fsync_round_seconds",

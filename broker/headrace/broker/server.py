@@ -46,7 +46,7 @@ from headrace.protocol.frames import (
 )
 from headrace.records import batch as rb
 from headrace.security.acl import Operation
-from headrace.storage.bookkeeping import FsyncPolicy
+from headrace.storage.bookkeeping import FsyncPolicy, SequenceVerdict
 
 if TYPE_CHECKING:
     from headrace.broker.topics import Partition
@@ -252,9 +252,15 @@ class Connection(asyncio.Protocol):
     def on_produce(self, frame: Frame) -> None:
         req = msg.ProduceRequest.decode(frame.body)
         self.access.require(Operation.PRODUCE, req.topic)
-        partition = self.broker.partition_for_write(
-            req.topic, req.partition, req.partitioning_version
-        )
+        try:
+            partition = self.broker.partition_for_write(
+                req.topic, req.partition, req.partitioning_version
+            )
+        except RedirectRequired:
+            stored = self._stored_before_the_fence(req)
+            if stored is None:
+                raise
+            partition = stored  # answered below with the offset it got the first time
         header = rb.validate(req.batch, max_batch_bytes=partition.log.config.max_batch_bytes)
         replica_set = partition.replica_set
         if (
@@ -302,6 +308,25 @@ class Connection(asyncio.Protocol):
         fut.add_done_callback(
             lambda f: self._produce_done(frame, partition, result.base_offset, f, all_replicas)
         )
+
+    def _stored_before_the_fence(self, req: msg.ProduceRequest) -> Partition | None:
+        """The partition, if the version fence refused a retry of a batch it already stored.
+
+        A batch appended under the old partitioning version whose answer was lost (its
+        leader killed mid-cutover, say) comes back as a retry under that version. A
+        Redirect would tell the producer nothing was stored, and it would route the
+        records again, under the new version, to another partition: stored twice, and
+        the sequence numbers it renumbers from would be taken here. Idempotence beats the
+        fence: the retry gets its original offset. (Only the redirect path pays this.)"""
+        try:
+            partition = self.broker.partition_for_read(req.topic, req.partition)
+        except HeadraceError:
+            return None  # not the leader: the redirect stands
+        header = rb.validate(req.batch, max_batch_bytes=partition.log.config.max_batch_bytes)
+        verdict, _ = partition.log.producers.check(
+            header.producer_id, header.base_sequence, header.record_count
+        )
+        return partition if verdict is SequenceVerdict.DUPLICATE else None
 
     def _produce_done(
         self,

@@ -412,6 +412,8 @@ class Producer:
         #: sender's queue and in-flight list are not enough: between the two a batch waits
         #: for its connection to open, and is in neither.
         self._unanswered: set[asyncio.Future[BatchResult]] = set()
+        #: the same, per topic: what ``_settle`` waits for before routing under a new version
+        self._unanswered_by_topic: dict[str, set[asyncio.Future[BatchResult]]] = {}
         self._round_robin = itertools.count()
         self._buffered = 0
         self._space = asyncio.Event()
@@ -450,12 +452,12 @@ class Producer:
         for t, partition in list(self._accumulators):
             if t == topic:
                 self._drain(t, partition)
-        futures = [
-            b.future
-            for (t, _), sender in self._senders.items()
-            if t == topic
-            for b in [*sender.queue, *(b for b, _ in sender.inflight)]
-        ]
+        # Every batch handed to a sender and not answered, wherever it is: the senders'
+        # queues and in-flight lists miss one whose connection is opening and the ones
+        # set aside while a failure is handled (a refresh, a backoff). A key's old-version
+        # batch missed here was overtaken by its new-version records when its leader had
+        # just been killed (found by the chaos campaign's cutover target).
+        futures = list(self._unanswered_by_topic.get(topic, ()))
         if futures:
             await asyncio.gather(*futures, return_exceptions=True)
 
@@ -725,6 +727,9 @@ class Producer:
             self._space.clear()
         self._unanswered.add(acc.future)
         acc.future.add_done_callback(self._unanswered.discard)
+        per_topic = self._unanswered_by_topic.setdefault(topic, set())
+        per_topic.add(acc.future)
+        acc.future.add_done_callback(per_topic.discard)
         sender = self._senders.get(k)
         if sender is None:
             sender = self._senders[k] = _PartitionSender(self, topic, partition)

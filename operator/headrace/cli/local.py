@@ -42,6 +42,7 @@ not exist and then exits ``EXIT_NOT_FOUND``.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import os
 import secrets
@@ -76,12 +77,26 @@ SECRET_KEY_ENV = "HEADRACE_OBJECT_STORE_SECRET_KEY"
 _BUILD_SCRIPT = Path(__file__).resolve().parents[3] / "tools" / "minio" / "build.sh"
 
 
+#: the CLI's token (as ``--auth-token``), presented to the controller's API as a bearer token
+AUTH_TOKEN_ENV = "HEADRACE_AUTH_TOKEN"
+#: the ``--auth-token`` of a command with the client options (``options.client_options``)
+API_TOKEN: contextvars.ContextVar[str | None] = contextvars.ContextVar("api_token", default=None)
+
+
 def _http(
-    method: str, url: str, body: bytes | None = None, content_type: str = "application/json"
+    method: str,
+    url: str,
+    body: bytes | None = None,
+    content_type: str = "application/json",
+    token: str | None = None,
 ) -> Any:
-    req = urllib.request.Request(
-        url, data=body, method=method, headers={"Content-Type": content_type}
-    )
+    """``token``: the bearer token (default: the command's ``--auth-token``, else
+    ``$HEADRACE_AUTH_TOKEN``; none if neither)."""
+    headers = {"Content-Type": content_type}
+    token = token or API_TOKEN.get() or os.environ.get(AUTH_TOKEN_ENV)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=10) as resp:
             return json.loads(resp.read() or b"null")
@@ -212,6 +227,42 @@ def _check_instance(url: str, expected: str, state: Path) -> None:
     help="A token /healthz reports so `headrace local` can tell this controller from another"
     " cluster's (local up passes a fresh local-<hex>).",
 )
+@click.option(
+    "--acl-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="The brokers' ACL file: /v1/apply and /v1/delete then take a bearer token whose"
+    " principal holds admin on every topic they touch. Reloaded on SIGHUP and on change.",
+)
+@click.option(
+    "--auth-token",
+    "auth_tokens",
+    multiple=True,
+    help="Accepted API token (repeatable); any may apply and delete. Not with --acl-file.",
+)
+@click.option(
+    "--admin-read-access",
+    type=click.Choice(["open", "authenticated"]),
+    default="open",
+    show_default=True,
+    help="Who may read the API and the dashboard (/healthz, /readyz stay open).",
+)
+@click.option("--admin-tls-cert", type=click.Path(path_type=Path), default=None)
+@click.option("--admin-tls-key", type=click.Path(path_type=Path), default=None)
+@click.option(
+    "--broker-token",
+    envvar="HEADRACE_REPLICATION_TOKEN",
+    default=None,
+    help="Token presented to the brokers' admin ports (heartbeat polls, topology pushes):"
+    " the brokers' replication token, or another with the cluster grant."
+    " Default: $HEADRACE_REPLICATION_TOKEN.",
+)
+@click.option(
+    "--broker-admin-ca",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Speak HTTPS to the brokers' admin ports, verifying them with this CA.",
+)
 def controller(
     state_dir: Path,
     brokers: tuple[str, ...],
@@ -224,10 +275,18 @@ def controller(
     preferred_leader_rebalance: bool,
     cluster_id: str,
     instance: str | None,
+    acl_file: Path | None,
+    auth_tokens: tuple[str, ...],
+    admin_read_access: str,
+    admin_tls_cert: Path | None,
+    admin_tls_key: Path | None,
+    broker_token: str | None,
+    broker_admin_ca: Path | None,
 ) -> None:
     """Run the local-mode controller."""
     import logging
 
+    from headrace.broker.config import AdminReadAccess, TlsSettings
     from headrace.controller.admin import ControllerAdmin
     from headrace.controller.controlling import Controller, ControllerSettings
     from headrace.errors import InvalidRequest
@@ -266,7 +325,19 @@ def controller(
         admin_host=admin_host,
         admin_port=admin_port,
         instance=instance,
+        acl_file=acl_file,
+        auth_tokens=frozenset(auth_tokens),
+        admin_read_access=AdminReadAccess(admin_read_access),
+        admin_tls=TlsSettings(admin_tls_cert, admin_tls_key)
+        if admin_tls_cert and admin_tls_key
+        else None,
+        broker_token=broker_token,
+        broker_admin_ca=broker_admin_ca,
     )
+    if (admin_tls_cert is None) != (admin_tls_key is None):
+        raise click.UsageError("--admin-tls-cert and --admin-tls-key go together")
+    if acl_file is not None and auth_tokens:
+        raise click.UsageError("--auth-token and --acl-file do not mix")
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("headrace").setLevel(logging.INFO)
 
@@ -279,6 +350,7 @@ def controller(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, admin.access.reload)
         await stop.wait()
         await c.stop()
         await admin.stop()
@@ -465,6 +537,12 @@ def access_args(record: Mapping[str, Any], directory: Path) -> tuple[list[str], 
         ["--acl-file", acl_file, "--cluster-key-file", str(key)],
         {REPLICATION_TOKEN_ENV: record["replication_token"]},
     )
+
+
+def controller_access_args(record: Mapping[str, Any]) -> list[str]:
+    """The controller's API takes the brokers' ACL file (its token comes by environment)."""
+    acl_file = record.get("acl_file")
+    return [] if acl_file is None else ["--acl-file", str(acl_file)]
 
 
 def broker_args(b: Mapping[str, Any], directory: Path, fsync: str | None = None) -> list[str]:
@@ -730,6 +808,7 @@ def _start(
             "--instance",
             record["instance"],
             *record.get("controller_args", []),
+            *controller_access_args(record),
             *[
                 arg
                 for b in brokers
@@ -737,6 +816,7 @@ def _start(
             ],
         ],
         controller_log,
+        acl_env,  # the replication token: the brokers' admin ports take it (cluster grant)
     )
     controller_url = f"http://127.0.0.1:{controller_port}"
     record.update({"controller_url": controller_url, "controller_pid": controller_pid})

@@ -199,6 +199,7 @@ def client_options(command: Callable[..., R]) -> Callable[..., R]:
         **kwargs: Any,
     ) -> R:
         target = resolve_target(bootstrap, auth_token, tls, tls_ca, tls_cert, tls_key, directory)
+        local_mode.API_TOKEN.set(target.auth_token)  # the controller's API takes it too
         return command(*args, client=target, **kwargs)
 
     decorated: Callable[..., R] = wrapper

@@ -1,15 +1,30 @@
-"""The controller's HTTP surface: health, metrics, state, apply/delete, the dashboard."""
+"""The controller's HTTP surface: health, metrics, state, apply/delete, the dashboard.
+
+Credentials as on a broker's admin port (``headrace.broker.admin_access``): with
+``--acl-file`` or ``--auth-token``, ``/v1/apply``, ``/v1/delete`` and ``PUT
+/v1/members`` take a bearer token, and with ACLs its principal needs ``admin``
+on every topic the request touches (a Topic's own name, an Unload's or
+Repartition's ``topicRef``; every topic for a membership change); nothing is
+applied unless all are granted. Reads per ``admin_read_access``.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from headrace.aio import cancel_and_wait
+from headrace.broker import admin_access
+from headrace.broker.access import Access
+from headrace.broker.config import BrokerSettings
 from headrace.control import admission
 from headrace.control.documents import full_name, spec_of
 from headrace.controller.controlling import Controller, RepartitionRefused, UnloadConflict
@@ -17,6 +32,12 @@ from headrace.controller.dashboarding import DashboardRoutes
 from headrace.errors import HeadraceError, InvalidRequest
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources import Repartition, Resource, Topic, Unload, load_manifests
+from headrace.security.acl import Operation
+
+log = logging.getLogger(__name__)
+
+#: how often the ACL file is checked for changes (as a broker's default)
+ACL_RELOAD_INTERVAL_S: Final = 2.0
 
 
 class _ControllerCollector(Collector):
@@ -79,7 +100,31 @@ class ControllerAdmin:
         self.controller = controller
         self.registry = CollectorRegistry()
         self.registry.register(_ControllerCollector(controller))
+        self.denials = Counter(
+            "headrace_acl_denials",
+            "API requests refused by access control: authenticate or admin",
+            ["operation"],
+            registry=self.registry,
+        )
+        self.reloads = Counter(
+            "headrace_acl_reloads", "ACL file reloads by result", ["result"], registry=self.registry
+        )
+        s = controller.settings
+        #: the API's credentials: the brokers' ``Access`` without member identities
+        self.access = Access(
+            BrokerSettings(
+                data_dir=s.state_dir,
+                cluster_id=s.cluster_id,
+                auth_tokens=s.auth_tokens,
+                acl_file=s.acl_file,
+            ),
+            self.denials,
+            reloads=self.reloads,
+            member_identities=False,
+        )
         self.app = web.Application()
+        admin_access.AdminGuard(self.access, s.admin_read_access).install(self.app)
+        self._watch: asyncio.Task[None] | None = None
         self.app.add_routes(
             [
                 web.get("/healthz", self.healthz),
@@ -102,14 +147,41 @@ class ControllerAdmin:
         s = self.controller.settings
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, s.admin_host, s.admin_port)
+        site = web.TCPSite(
+            self._runner,
+            s.admin_host,
+            s.admin_port,
+            ssl_context=admin_access.server_ssl_context(s.admin_tls),
+        )
         await site.start()
         sockets = getattr(site._server, "sockets", None)
         self.port = sockets[0].getsockname()[1] if sockets else s.admin_port
+        if self.access.enabled:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_acl_file())
+
+    async def _watch_acl_file(self) -> None:
+        while True:
+            await asyncio.sleep(ACL_RELOAD_INTERVAL_S)
+            self.access.reload_if_changed()
 
     async def stop(self) -> None:
+        if self._watch is not None:
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(self._watch)
         if self._runner is not None:
             await self._runner.cleanup()
+
+    def _authorize(self, request: web.Request, topics: list[str]) -> web.Response | None:
+        """None if the request's principal holds ``admin`` on every topic, else the 403."""
+        session = admin_access.session(request)
+        if session is None:
+            return None
+        try:
+            for topic in sorted(set(topics)):
+                session.require(Operation.ADMIN, topic)
+        except HeadraceError as exc:
+            return admin_access.error_response(exc)
+        return None
 
     async def healthz(self, request: web.Request) -> web.Response:
         """``pid`` and ``instance`` tell ``headrace local up`` and the CLI which controller
@@ -166,6 +238,11 @@ class ControllerAdmin:
         topics = [_manifest(r) for r in resources if isinstance(r, Topic)]
         unloads = [_manifest(r) for r in resources if isinstance(r, Unload)]
         repartitions = [_manifest(r) for r in resources if isinstance(r, Repartition)]
+        refused = self._authorize(
+            request, [_target_topic(doc) for doc in (*topics, *unloads, *repartitions)]
+        )
+        if refused is not None:
+            return refused
         try:
             for doc in topics:
                 spec_of(doc)  # all or nothing: every spec is checked before any is applied
@@ -218,7 +295,13 @@ class ControllerAdmin:
 
     async def set_members(self, request: web.Request) -> web.Response:
         """``{"brokers": [{id, host, port, adminPort}]}``: the brokers the cluster should
-        have; replicas move onto new ones and off the others (``control.moves``)."""
+        have; replicas move onto new ones and off the others (``control.moves``).
+
+        It moves replicas of every topic: with ACLs it takes ``admin`` on each of them."""
+        c = self.controller
+        refused = self._authorize(request, [*c.resources, *c.state.topics])  # applied or placed
+        if refused is not None:
+            return refused
         try:
             doc = await request.json()
             if not isinstance(doc, dict) or not isinstance(doc.get("brokers"), list):
@@ -243,8 +326,18 @@ class ControllerAdmin:
             body = {}
         topics = [str(n) for n in body.get("topics", [])]
         unloads = [str(n) for n in body.get("unloads", [])]
-        deleted, deferred = self.controller.delete_unloads(unloads) if unloads else ([], [])
         repartitions = [str(n) for n in body.get("repartitions", [])]
+        c = self.controller
+        # An Unload or Repartition that does not exist changes nothing when deleted.
+        touched = [
+            *topics,
+            *(_target_topic(c.unloads[n]) for n in unloads if n in c.unloads),
+            *(_target_topic(c.repartitions[n]) for n in repartitions if n in c.repartitions),
+        ]
+        refused = self._authorize(request, touched)
+        if refused is not None:
+            return refused
+        deleted, deferred = self.controller.delete_unloads(unloads) if unloads else ([], [])
         return web.json_response(
             {
                 "deleted": self.controller.delete(topics) if topics else [],
@@ -267,6 +360,14 @@ class Refused(HeadraceError):
 
 def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "").lower() in ("1", "true", "yes")
+
+
+def _target_topic(doc: dict[str, Any]) -> str:
+    """The topic a Topic, Unload or Repartition document changes ('namespace/name')."""
+    if doc.get("kind") == "Topic":
+        return full_name(doc)
+    namespace = (doc.get("metadata") or {}).get("namespace") or "default"
+    return f"{namespace}/{doc['spec']['topicRef']['name']}"
 
 
 def _manifest(resource: Resource) -> dict[str, Any]:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import ssl
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,7 @@ from typing import Any
 
 from headrace import files
 from headrace.aio import cancel_and_wait
+from headrace.broker.config import AdminReadAccess, TlsSettings
 from headrace.control import admission, documents, moves
 from headrace.control.documents import full_name, rfc3339, spec_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, StatusStore
@@ -91,6 +93,25 @@ class ControllerSettings:
     #: a token naming this one ``local up`` (``local-<hex>``), reported by ``/healthz`` so
     #: the CLI refuses a controller of another cluster; None outside local mode
     instance: str | None = None
+    #: the API's credentials, as on a broker's data port (docs/security.md §6): principals
+    #: from this ACL file (changes need ``admin`` on each topic they touch) ...
+    acl_file: Path | None = None
+    #: ... or shared tokens (any may do anything); neither: the API is open
+    auth_tokens: frozenset[str] = frozenset()
+    #: who may read the API and the dashboard (``/healthz``, ``/readyz`` are always open)
+    admin_read_access: AdminReadAccess = AdminReadAccess.OPEN
+    #: serve the API over TLS
+    admin_tls: TlsSettings | None = None
+    #: presented to the brokers' admin ports: a token with the ``cluster`` grant (the
+    #: brokers' replication token); None when they ask for no credentials
+    broker_token: str | None = None
+    #: speak HTTPS to the brokers' admin ports, verifying them with this CA file
+    broker_admin_ca: Path | None = None
+
+    def broker_ssl_context(self) -> ssl.SSLContext | None:
+        if self.broker_admin_ca is None:
+            return None
+        return ssl.create_default_context(cafile=str(self.broker_admin_ca))
 
 
 #: the membership set through ``set_members``, in the state directory
@@ -118,7 +139,13 @@ class Controller:
         self.files = FileStore(settings.state_dir)
         self.http: HttpFleet | None = None
         if fleet is None:
-            self.http = HttpFleet(settings.brokers, self.clock, settings.poll_timeout_ms)
+            self.http = HttpFleet(
+                settings.brokers,
+                self.clock,
+                settings.poll_timeout_ms,
+                auth_token=settings.broker_token,
+                ssl_context=settings.broker_ssl_context(),
+            )
             fleet = self.http
         self.loop = ControlLoop(
             status_store or self.files,
