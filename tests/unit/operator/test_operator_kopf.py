@@ -15,7 +15,6 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
-import kmock
 import kopf
 from kopf._cogs.structs.credentials import Vault
 from kube_server import ApiServer
@@ -93,10 +92,14 @@ async def handled(server: ApiServer, context: handlers.OperatorContext) -> None:
     ready = server.body("Topic", "lost")["status"]["conditions"][0]
     assert (ready["status"], ready["reason"]) == ("False", "ClusterNotFound")
 
-    await until(
-        "the StatefulSet applied", lambda: len(server[kmock.resource("apps/v1/statefulsets")]) > 0
-    )
-    assert server.objects["apps/v1/statefulsets", "ns", "demo"]["spec"]["replicas"] == 3
+    def statefulset() -> Any:
+        try:  # stored once the apply is through (the request is recorded as it arrives)
+            return server.objects["apps/v1/statefulsets", "ns", "demo"].raw.get("spec")
+        except KeyError:
+            return None
+
+    await until("the StatefulSet applied", statefulset)
+    assert statefulset()["replicas"] == 3
     await until("the control loop", lambda: ("ns", "demo") in context.loops)
     selector = f"{workloads.CLUSTER_LABEL}=demo"
     await until(
