@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from e2e.support import Cluster
-from e2e.tests.operator.fixtures import CHART, InstalledOperator
+from e2e.tests.operator.fixtures import CHART, InstalledOperator, release_stuck_topics
 
 
 @pytest.hookimpl(wrapper=True)
@@ -54,6 +54,7 @@ def operator(
             "delete", "topic", "--all", "-n", namespace, "--timeout=60s",
             check=False, timeout=90,
         )  # fmt: skip
+        release_stuck_topics(cluster, namespace)
         cluster.kubectl_run(
             "delete", "brokercluster", "--all", "-n", namespace, "--timeout=60s",
             check=False, timeout=90,

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench import procs
 from e2e.support import Cluster, wait_for
-from e2e.tests.operator.fixtures import InstalledOperator
+from e2e.tests.operator.fixtures import InstalledOperator, release_stuck_topics
 from headrace.jobs.topics import TopicRef, read_manifest
 from headrace.objectstore import minio_server
 from headrace.objectstore.interface import ObjectStore
@@ -63,6 +63,7 @@ def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[Path]:
         cluster.kubectl_run(
             "delete", "topic", "--all", "-n", namespace, "--timeout=60s", check=False, timeout=90
         )
+        release_stuck_topics(cluster, namespace)
         cluster.kubectl_run(
             "delete", "brokercluster", "--all", "-n", namespace, "--timeout=60s",
             check=False, timeout=90,
