@@ -57,8 +57,10 @@ def cluster() -> Iterator[support.Cluster]:
     elif PROVIDER == "kind":
         with support.kind_cluster() as c:
             yield c
+    elif PROVIDER == "current":
+        yield support.current_cluster()
     else:
-        raise pytest.UsageError(f"E2E_PROVIDER must be testbed or kind, not {PROVIDER!r}")
+        raise pytest.UsageError(f"E2E_PROVIDER must be testbed, kind or current, not {PROVIDER!r}")
 
 
 @pytest.fixture

@@ -6,6 +6,9 @@
   modules on first use; pods run as host processes, images are ignored.
 * ``kind``: a kind cluster (needs Docker and ``kind``, ``kubectl``, ``helm`` on PATH);
   pods run in real containers from ``E2E_PYTHON_IMAGE`` (default ``python:3.12-slim``).
+* ``current``: whatever cluster ``KUBECONFIG`` (or ``~/.kube/config``) points at, used as
+  it is: nothing is started or deleted; ``kubectl`` and ``helm`` from PATH (or
+  ``E2E_KUBECTL``, ``E2E_HELM``); pods as with ``kind``.
 
 Tests talk to either through :class:`Cluster` and must pass on both; checks that only
 the test bed can make (host processes, PV directories) ask ``cluster.is_testbed``.
@@ -215,6 +218,28 @@ def kind_cluster() -> Iterator[Cluster]:
     finally:
         if created and os.environ.get("E2E_KEEP") != "1":
             subprocess.run(["kind", "delete", "cluster", "--name", name], check=False, timeout=300)
+
+
+def current_cluster() -> Cluster:
+    """The cluster of the current kubeconfig, as it is (``E2E_PROVIDER=current``)."""
+    kubeconfig = Path(
+        os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config"
+    )
+    if not kubeconfig.is_file():
+        raise RuntimeError(f"E2E_PROVIDER=current needs a kubeconfig: {kubeconfig} is not a file")
+    kubectl = os.environ.get("E2E_KUBECTL", "kubectl")
+    helm = os.environ.get("E2E_HELM", "helm")
+    for tool in (kubectl, helm):
+        if shutil.which(tool) is None:
+            raise RuntimeError(f"E2E_PROVIDER=current needs {tool} on PATH")
+    return Cluster(
+        provider="current",
+        kubeconfig=kubeconfig,
+        kubectl=kubectl,
+        helm=helm,
+        python=["python3"],
+        image=os.environ.get("E2E_PYTHON_IMAGE", "python:3.12-slim"),
+    )
 
 
 def new_namespace(cluster: Cluster, prefix: str = "e2e") -> str:

@@ -2,7 +2,7 @@
 on a real broker's ``/metrics`` (a broker process on loopback, after some traffic), an
 operator's (``headrace_operator_*``) in the exposition the operator's ``/metrics`` serves
 (its ``Surfaces`` registry, rendered in-process: a live operator needs an API server,
-and ``e2e/tests/operator/test_operator_pod_e2e.py`` scrapes one)."""
+and ``e2e/tests/operator/test_operator_e2e.py`` scrapes one)."""
 
 from __future__ import annotations
 

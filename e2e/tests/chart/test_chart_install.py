@@ -19,27 +19,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import uuid
-from pathlib import Path
-from typing import Any
 
 from bench import procs
 from e2e.support import Cluster, wait_for
+from e2e.tests.operator.fixtures import CHART, RELEASE, InstalledOperator, Load, helm, leaders
 from tests.unit.charts.argocd_lua import run_check
-
-CHART = Path(__file__).resolve().parents[3] / "charts" / "headrace"
-RELEASE = "hr"
-HEADRACE = [sys.executable, "-m", "headrace.cli.main"]
-
-
-def helm(cluster: Cluster, namespace: str, *args: str, timeout: float = 240) -> str:
-    done = cluster.run(
-        cluster.helm, *args, "-n", namespace, "--kubeconfig", str(cluster.kubeconfig),
-        timeout=timeout, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
 
 
 def broker_ips(cluster: Cluster, namespace: str) -> list[str]:
@@ -74,39 +59,23 @@ def all_brokers(cluster: Cluster, namespace: str) -> list[str] | None:
     return ips if len(ips) == 3 else None
 
 
-def operator_logs(cluster: Cluster, namespace: str) -> str:
-    done = cluster.kubectl_run(
-        "logs", f"deployment/{RELEASE}-headrace-operator", "-n", namespace, check=False
-    )
-    return done.stdout[-6000:] + done.stderr[-2000:]
-
-
 def test_helm_install_test_upgrade_uninstall(
     cluster: Cluster, namespace: str, testbed_only: None
 ) -> None:
-    values: list[str] = [
-        "--set-json", f"operator.command={json.dumps([sys.executable, '-m', 'headrace.operator'])}",
-        "--set", f"operator.brokerCommand={' '.join(HEADRACE)}",
-        "--set-json", f"rbac.watchNamespaces={json.dumps([namespace])}",
+    operator = InstalledOperator(cluster, namespace)
+    operator.install(
         "--set", "exampleCluster.enabled=true",
         "--set", "exampleCluster.replicas=3",
         "--set", "exampleCluster.storageSize=32Mi",
         "--set-json", 'exampleCluster.topic={"name":"helm-test","partitions":2,"replicas":3,"minInSync":2}',
-        "--set-json", f"test.command={json.dumps(HEADRACE)}",
         "--set", "test.records=50",
-    ]  # fmt: skip
-    # --force-conflicts: the shared test bed's CRDs may have been applied by kubectl
-    # (another suite's field manager); the chart's copies are the same files
-    helm(
-        cluster, namespace, "install", RELEASE, str(CHART), *values,
-        "--force-conflicts", "--wait", "--timeout", "3m",
     )  # fmt: skip
     try:
         cluster.kubectl_run(
             "wait", "--for=condition=Ready", "topic/helm-test", "-n", namespace,
             "--timeout=180s", timeout=200,
         )  # fmt: skip
-        logs = operator_logs(cluster, namespace)
+        logs = operator.logs()
         assert "Forbidden" not in logs, logs
         # the statuses the operator wrote read as healthy to Argo CD's checks and to kstatus
         kstatus = build_kstatus()
@@ -120,7 +89,7 @@ def test_helm_install_test_upgrade_uninstall(
         ips = wait_for("3 brokers' pod IPs", lambda: all_brokers(cluster, namespace), 90)
         bootstrap = ",".join(f"{ip}:9092" for ip in ips)
         before = leaders(cluster.get("topic", "helm-test", namespace)["status"])
-        old_pod = operator_pod(cluster, namespace)
+        old_pod = operator.pod()["metadata"]["name"]
         with Load(f"{namespace}/helm-test", bootstrap) as load:
             wait_for("acknowledged records before the upgrade", lambda: load.acked, 60)
             helm(
@@ -129,12 +98,14 @@ def test_helm_install_test_upgrade_uninstall(
                 "--set", "operator.podAnnotations.upgraded=yes",
                 "--wait", "--timeout", "3m",
             )  # fmt: skip
-            new_pod: str = wait_for(
-                "the new operator pod", lambda: new_operator_pod(cluster, namespace, old_pod), 120
+            wait_for(
+                "the new operator pod",
+                lambda: operator.pod()["metadata"]["name"] != old_pod,
+                120,
             )
             wait_for(
                 "the new operator to take the Lease and start the cluster's loop",
-                lambda: "control loop of" in cluster.logs(new_pod, namespace),
+                operator.loop_started,
                 120,
             )
             acked_at_upgrade = len(load.acked)
@@ -166,18 +137,14 @@ def test_helm_install_test_upgrade_uninstall(
 
         out = helm(cluster, namespace, "test", RELEASE, "--logs", "--timeout", "4m", timeout=300)
         assert "Phase:          Succeeded" in out or "Succeeded" in out, out
-        consumed = cluster.logs(f"{RELEASE}-headrace-test", namespace, "-c", "consume")
-        # the consumer prints each record, then its count (on stderr); from the beginning
-        # of the topic, so the load's records come first
-        assert "consumed 50 records" in consumed, consumed[-2000:]
+        checked = cluster.logs(f"{RELEASE}-headrace-test", namespace, "-c", "roundtrip")
+        # its own 50 records, not the load's before them (it starts at its own offsets)
+        assert "consumed all 50 records marked" in checked, checked[-2000:]
 
     except BaseException:
-        print(operator_logs(cluster, namespace), file=sys.stderr)
+        print(operator.logs()[-8000:], file=sys.stderr)
         # the release's ClusterRole is cluster-scoped: not deleted with the namespace
-        cluster.run(
-            cluster.helm, "uninstall", RELEASE, "-n", namespace,
-            "--kubeconfig", str(cluster.kubeconfig), check=False,
-        )  # fmt: skip
+        operator.uninstall()
         remove_example(cluster, namespace)
         raise
 
@@ -205,65 +172,3 @@ def remove_example(cluster: Cluster, namespace: str) -> None:
             "-p", '{"metadata":{"finalizers":null}}', check=False,
         )  # fmt: skip
         cluster.kubectl_run("delete", kind, name, "-n", namespace, "--wait=false", check=False)
-
-
-def leaders(status: dict[str, Any]) -> dict[int, tuple[Any, Any]]:
-    """Partition -> (leader, leader epoch)."""
-    return {
-        p["partition"]: (p.get("leader"), p.get("leaderEpoch"))
-        for p in status.get("partitions", [])
-    }
-
-
-def operator_pod(cluster: Cluster, namespace: str) -> str | None:
-    out = cluster.kubectl_run(
-        "get", "pods", "-n", namespace, "-l", "app.kubernetes.io/name=headrace-operator",
-        "-o", "json",
-    )  # fmt: skip
-    running = [
-        p["metadata"]["name"]
-        for p in json.loads(out.stdout)["items"]
-        if p.get("status", {}).get("phase") == "Running"
-        and not p["metadata"].get("deletionTimestamp")
-    ]
-    return running[0] if len(running) == 1 else None
-
-
-def new_operator_pod(cluster: Cluster, namespace: str, old: str | None) -> str | None:
-    pod = operator_pod(cluster, namespace)
-    return pod if pod != old else None
-
-
-class Load:
-    """acks=all produces back to back (20 records a process) until the block ends; what
-    was acknowledged and what failed (a produce that exits non-zero acknowledged nothing
-    it can be held to, but the test wants none: brokers never stop)."""
-
-    def __init__(self, topic: str, bootstrap: str) -> None:
-        self.topic, self.bootstrap = topic, bootstrap
-        self.acked: list[str] = []
-        self.failures: list[str] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        batch = 0
-        while not self._stop.is_set():
-            values = [f"load-{batch}-{i}" for i in range(20)]
-            done = procs.run_headrace(
-                "produce", self.topic, "--acks", "all", "--bootstrap", self.bootstrap,
-                stdin="".join(f"{v}\n" for v in values).encode(), timeout=60,
-            )  # fmt: skip
-            if done.returncode == 0:
-                self.acked += values
-            else:
-                self.failures.append(done.stderr.decode()[-500:])
-            batch += 1
-
-    def __enter__(self) -> Load:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=90)

@@ -128,16 +128,17 @@ def test_operator_probes_and_optional_service_monitor() -> None:
     assert monitor["spec"]["endpoints"][0]["port"] == "http-surfaces"
 
 
-def test_helm_test_pod_produces_then_consumes_with_headrace() -> None:
+def test_helm_test_pod_round_trips_its_own_records_with_headrace() -> None:
     docs = render(str(CHART / "ci" / "example-cluster-values.yaml"), "test.bootstrap=10.0.0.1:9092")
     pod = next(d for d in docs if d["kind"] == "Pod")
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
-    (produce,) = pod["spec"]["initContainers"]
-    (consume,) = pod["spec"]["containers"]
-    assert produce["command"][:3] == ["headrace", "bench", f"{NAMESPACE}/helm-test"]
-    assert "--acks" in produce["command"] and "all" in produce["command"]
-    assert consume["command"][:3] == ["headrace", "consume", f"{NAMESPACE}/helm-test"]
-    assert consume["command"][consume["command"].index("--bootstrap") + 1] == "10.0.0.1:9092"
+    (check,) = pod["spec"]["containers"]
+    command = check["command"]
+    assert command[:3] == ["headrace", "roundtrip", f"{NAMESPACE}/helm-test"]
+    assert command[command.index("--acks") + 1] == "all"
+    assert command[command.index("--bootstrap") + 1] == "10.0.0.1:9092"
+    # it gives up (with a count of what is missing) before the pod's deadline kills it
+    assert int(command[command.index("--timeout") + 1]) < pod["spec"]["activeDeadlineSeconds"]
     topic = next(d for d in docs if d["kind"] == "Topic")
     assert topic["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
 

@@ -1,5 +1,5 @@
-"""What the object-store e2e tests share: MinIO on loopback, the operator as a host process,
-a tiered BrokerCluster with its credentials Secret, produce and consume through pod IPs.
+"""What the object-store e2e tests share: MinIO on loopback, the operator (installed with the
+chart, as the other operator suites do), a tiered BrokerCluster with its credentials Secret, produce and consume through pod IPs.
 
 The test bed's runner runs pods' commands as host processes, so a MinIO server this
 test starts on 127.0.0.1 is reachable from the broker pods and from Job pods alike.
@@ -18,6 +18,7 @@ from typing import Any
 
 from bench import procs
 from e2e.support import Cluster, wait_for
+from e2e.tests.operator.fixtures import InstalledOperator, release_stuck_topics
 from headrace.jobs.topics import TopicRef, read_manifest
 from headrace.objectstore import minio_server
 from headrace.objectstore.interface import ObjectStore
@@ -26,8 +27,6 @@ from headrace.tiered import layout
 from headrace.tiered.manifest import Manifest
 from tests.integration.objectstore import servers
 
-REPO = Path(__file__).resolve().parents[3]
-HEADRACE = f"{sys.executable} -m headrace.cli.main"
 SECRET = "store-credentials"
 BUCKET = "tiers"
 
@@ -48,44 +47,28 @@ def store_client(server: minio_server.MinioServer) -> ObjectStore:
 
 @contextmanager
 def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[Path]:
-    """The operator as a host process watching ``namespace``; on exit the Topics, then the
-    BrokerClusters are deleted while it runs (it removes their finalizers: a Topic's data
-    finalizer needs the brokers), then it is stopped."""
-    cluster.kubectl_run("apply", "-f", str(REPO / "crds"))
-    proc = procs.spawn(
-        [
-            sys.executable,
-            "-m",
-            "headrace.operator",
-            "--kubeconfig",
-            str(cluster.kubeconfig),
-            "--namespace",
-            namespace,
-            "--lease-namespace",
-            namespace,
-            "--broker-command",
-            HEADRACE,
-            "--lease-duration-seconds",
-            "15",
-            "--surfaces",
-            "127.0.0.1:0",
-        ],
-        log,
-    )
+    """The operator installed with the chart, watching ``namespace`` (``fixtures``); on
+    exit the Topics, then the BrokerClusters are deleted while it runs (it removes their
+    finalizers: a Topic's data finalizer needs the brokers), then it is uninstalled. Its
+    log is written to ``log`` then (and printed if the block failed)."""
+    installed = InstalledOperator(cluster, namespace)
+    installed.install()
     try:
         yield log
     except BaseException:
-        print(log.read_text()[-8000:], file=sys.stderr)
+        print(installed.logs()[-8000:], file=sys.stderr)
         raise
     finally:
+        log.write_text(installed.logs())
         cluster.kubectl_run(
             "delete", "topic", "--all", "-n", namespace, "--timeout=60s", check=False, timeout=90
         )
+        release_stuck_topics(cluster, namespace)
         cluster.kubectl_run(
             "delete", "brokercluster", "--all", "-n", namespace, "--timeout=60s",
             check=False, timeout=90,
         )  # fmt: skip
-        procs.reap(proc)
+        installed.uninstall()
 
 
 def credentials_secret(server: minio_server.MinioServer) -> dict[str, Any]:

@@ -3,7 +3,7 @@ a Topic runs its finalizer and its data goes as ``deletionPolicy`` says; a broke
 change rolls the broker pods one at a time under acks=all keyed load, each broker's
 leadership moved off before its pod stops, nothing acknowledged lost.
 
-Test bed only: the operator runs on this host, broker pods run this checkout's
+Test bed only: the operator (installed with the chart) and the broker pods run this checkout's
 ``headrace`` as host processes, and the brokers' volumes are host directories (the
 PersistentVolumes' ``hostPath``), which the Topic test looks into.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
 import threading
 import urllib.request
 from pathlib import Path
@@ -20,12 +19,9 @@ from typing import Any
 
 from bench import procs
 from e2e.support import Cluster, wait_for
-from e2e.tests.operator import test_operator_e2e as base
-from e2e.tests.operator.test_operator_e2e import pod_ips, server_side_apply
+from e2e.tests.operator.fixtures import InstalledOperator, pod_ips
+from e2e.tests.operator.test_operator_e2e import server_side_apply
 from headrace.client import Producer
-
-#: the operator as a host process, for this module's tests too (a fixture)
-operator = base.operator
 
 CLUSTER_DOC: dict[str, Any] = {
     "apiVersion": "headrace.dev/v1alpha1",
@@ -98,9 +94,8 @@ def events(cluster: Cluster, namespace: str, kind: str, name: str) -> list[dict[
 
 
 def test_topic_deletion_deletes_or_retains_the_data_as_its_policy_says(
-    cluster: Cluster, namespace: str, operator: tuple[Path, list[subprocess.Popen[bytes]]]
+    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
 ) -> None:
-    log, _ = operator
     try:
         bootstrap = start_cluster(
             cluster,
@@ -150,7 +145,7 @@ def test_topic_deletion_deletes_or_retains_the_data_as_its_policy_says(
         reasons = [e["reason"] for e in events(cluster, namespace, "Topic", "kept")]
         assert "TopicDataRetained" in reasons
     except BaseException:
-        print(log.read_text()[-8000:])
+        print(operator.logs()[-8000:])
         raise
 
 
@@ -185,9 +180,8 @@ class KeyedLoad:
 
 
 def test_a_broker_config_change_rolls_the_pods_one_at_a_time_with_nothing_lost(
-    cluster: Cluster, namespace: str, operator: tuple[Path, list[subprocess.Popen[bytes]]]
+    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
 ) -> None:
-    log, _ = operator
     topic = f"{namespace}/rolled"
     try:
         bootstrap = start_cluster(cluster, namespace, topic_doc("rolled", namespace, 3))
@@ -288,5 +282,5 @@ def test_a_broker_config_change_rolls_the_pods_one_at_a_time_with_nothing_lost(
             f" {load.failed} sends failed (retriable, not acknowledged)"
         )
     except BaseException:
-        print(log.read_text()[-8000:])
+        print(operator.logs()[-8000:])
         raise

@@ -21,7 +21,8 @@ saying so; ``partitions: 0`` is refused at admission (the CRD's ``minimum``); on
 the count the topic has fails with a condition (step 1).
 
 Figures (printed, never asserted): apply (or patch) to Finalized of each transition.
-Test bed only (``operator`` fixture): the operator and the brokers run this checkout.
+Test bed only: the operator (installed with the chart, the ``operator`` fixture) and the
+brokers run this checkout, and the load reaches the brokers' pod IPs from this host.
 """
 
 from __future__ import annotations
@@ -32,20 +33,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
 from e2e.support import Cluster
-from e2e.tests.operator.test_operator_e2e import (  # the shared setup
-    figure,
-    manifests,
-    pod_ips,
-)
-from e2e.tests.operator.test_operator_e2e import (
-    operator as kopf_operator,  # noqa: F401 (the operator fixture, under this name here)
-)
+from e2e.tests.operator.fixtures import InstalledOperator, cluster_manifests, figure, pod_ips
 from headrace.client.producer import Producer
 from headrace.protocol import messages as msg
 from tests.integration.keyed import KeyedCohort, KeyedLoad, check_keyed_order
@@ -125,12 +118,14 @@ async def until(
 async def test_grow_by_repartition_then_by_spec_edit_keeps_every_key_in_order(
     cluster: Cluster,
     namespace: str,
-    kopf_operator: tuple[Path, list[subprocess.Popen[bytes]]],  # noqa: F811 (the fixture)
+    testbed_only: None,
+    operator: InstalledOperator,
 ) -> None:
-    log, _ = kopf_operator
     topic = f"{namespace}/{TOPIC}"
     try:
-        cluster.apply([manifests(namespace)[0], topic_manifest(namespace, 4)], namespace)
+        cluster.apply(
+            [cluster_manifests(namespace, topic=None)[0], topic_manifest(namespace, 4)], namespace
+        )
         cluster.kubectl_run(
             "wait",
             "--for=condition=Ready",
@@ -328,16 +323,13 @@ async def test_grow_by_repartition_then_by_spec_edit_keeps_every_key_in_order(
         finals = [e for e in events if e["reason"] == "RepartitionFinalized"]
         assert len(finals) >= 1, [e["reason"] for e in events]
     except BaseException:
-        print(log.read_text()[-8000:], file=sys.stderr)
+        print(operator.logs()[-8000:], file=sys.stderr)
         raise
 
 
 async def test_bad_repartitions_are_refused_with_a_reason(
-    cluster: Cluster,
-    namespace: str,
-    kopf_operator: tuple[Path, list[subprocess.Popen[bytes]]],  # noqa: F811 (the fixture)
+    cluster: Cluster, namespace: str, operator: InstalledOperator
 ) -> None:
-    log, _ = kopf_operator
     try:
         # partitions <= 0: the CRD schema refuses it at admission
         zero = kubectl_apply(cluster, repartition_manifest(namespace, "zero", 0))
@@ -362,5 +354,5 @@ async def test_bad_repartitions_are_refused_with_a_reason(
         assert (ready["status"], ready["reason"]) == ("False", "Failed")
         assert ready["message"] == f"topic {namespace}/nowhere does not exist"
     except BaseException:
-        print(log.read_text()[-4000:], file=sys.stderr)
+        print(operator.logs()[-4000:], file=sys.stderr)
         raise

@@ -24,12 +24,7 @@ from typing import Any
 import pytest
 
 from e2e.support import Cluster, wait_for
-from e2e.tests.operator.test_operator_e2e import (  # noqa: F401  (fixture)
-    operator,
-    pod_ips,
-    server_side_apply,
-    topic_status,
-)
+from e2e.tests.operator.test_operator_e2e import pod_ips, server_side_apply, topic_status
 from headrace.client import Producer
 from headrace.errors import HeadraceError
 from tests.integration.reading import read_partition
@@ -139,7 +134,7 @@ def balanced(cluster: Cluster, namespace: str, brokers: int) -> bool:
     )
 
 
-@pytest.mark.usefixtures("operator")
+@pytest.mark.usefixtures("testbed_only", "operator")
 def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: Cluster, namespace: str) -> None:
     topic = f"{namespace}/orders"
     cluster_doc, topic_doc = manifests(namespace)

@@ -1,17 +1,15 @@
 """The status store against a real API server: a stale resourceVersion gets a real 409,
 which the store re-reads and retries; the spec is never written; an equal status is not
-sent (issue 10, e2e step 8, the conflict half). No operator process: the store alone."""
+sent (issue 10, e2e step 8, the conflict half). No operator process: the store alone, over
+the chart's CRDs (the ``crds`` fixture)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from e2e.support import Cluster
 from headrace.operator.kube import ClientApi, ObjectRef
 from headrace.operator.statuses import KubeStatusStore
-
-REPO = Path(__file__).resolve().parents[3]
 
 
 class CountingApi(ClientApi):
@@ -32,9 +30,8 @@ class CountingApi(ClientApi):
 
 
 async def test_a_stale_resource_version_is_reread_and_retried(
-    cluster: Cluster, namespace: str
+    cluster: Cluster, namespace: str, crds: None
 ) -> None:
-    cluster.kubectl_run("apply", "-f", str(REPO / "crds"))
     cluster.apply(
         [
             {

@@ -173,7 +173,7 @@ def bench(
 
 
 def _register_commands() -> None:
-    from headrace.cli import acl, cluster, cohorts, consume, drain, scaling, topics
+    from headrace.cli import acl, cluster, cohorts, consume, drain, roundtrip, scaling, topics
     from headrace.cli import local as local_mode
 
     main.add_command(acl.acl)
@@ -181,6 +181,7 @@ def _register_commands() -> None:
     main.add_command(cohorts.cohorts)
     main.add_command(cluster.cluster)
     main.add_command(consume.consume)
+    main.add_command(roundtrip.roundtrip)
     main.add_command(local_mode.controller)
     main.add_command(local_mode.local)  # with scaling's add-broker and remove-broker
     assert scaling.add_broker.name in local_mode.local.commands

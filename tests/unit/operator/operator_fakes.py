@@ -1,5 +1,9 @@
 """A fake ``KubeApi``: objects in a dict, resourceVersions that move, every write recorded.
 
+The runtime and surfaces tests use it: they step the control loop many times under a
+manual clock and check its decisions, not the API on the wire. The handler and status
+store tests speak HTTP to kmock's emulator instead (``kube_server``).
+
 It behaves as the API server does where the operator depends on it: a status
 PUT names a ``resourceVersion`` and gets a conflict if the object moved on; it
 replaces the status and leaves the spec alone; every write bumps the version.

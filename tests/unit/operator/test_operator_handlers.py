@@ -1,5 +1,7 @@
-"""The kopf handlers at the unit level: called as kopf calls them, over a fake ``KubeApi``
-(no control plane): the workload they apply, a bad spec, the kicks; and the Lease rule."""
+"""The kopf handlers at the handler level: called as kopf calls them, writing through the
+operator's real ``ClientApi`` to kmock's Kubernetes API emulator over HTTP (``server``,
+``kube_server``; no control plane): the workload they apply, a bad spec, the kicks, the
+status of an orphan Topic; and the Lease rule."""
 
 from __future__ import annotations
 
@@ -10,27 +12,44 @@ from typing import Any
 
 import kopf
 import pytest
-from operator_fakes import CLUSTER, FakeApi, topic
+from kube_server import ApiServer
+from operator_fakes import CLUSTER, topic
 
 from headrace.operator import finalizing, handlers, running, workloads
+from headrace.operator.kube import ClientApi
 from headrace.operator.leasing import may_acquire
 from headrace.operator.running import ClusterRuntime
 from tests.unit.controller.controller_fakes import ManualClock
 
 
-def memo_over(api: FakeApi) -> Any:
+def memo_over(api: ClientApi) -> Any:
     return SimpleNamespace(context=handlers.OperatorContext(api=api, clock=ManualClock()))
+
+
+def applied(server: ApiServer) -> list[dict[str, Any]]:
+    """The manifests server-side applied so far, in order."""
+    return [request.data for request in server["patch"]]
+
+
+def writes(server: ApiServer) -> list[str]:
+    """Every request that writes, as 'METHOD path'."""
+    return [
+        f"{request.method.value} {request.url.path}"
+        for request in server
+        if request.method.value not in ("GET", "HEAD")
+    ]
 
 
 def cluster(**spec: Any) -> dict[str, Any]:
     return {**CLUSTER, "spec": {**CLUSTER["spec"], **spec}}  # type: ignore[dict-item]
 
 
-async def test_a_broker_cluster_becomes_its_workload_owned_by_it() -> None:
-    api = FakeApi()
+async def test_a_broker_cluster_becomes_its_workload_owned_by_it(
+    server: ApiServer, api: ClientApi
+) -> None:
     memo = memo_over(api)
     await handlers.cluster_workload(body=cluster(), namespace="ns", name="demo", memo=memo)
-    kinds = [(m["kind"], m["metadata"]["name"]) for m in api.applied]
+    kinds = [(m["kind"], m["metadata"]["name"]) for m in applied(server)]
     assert kinds == [
         ("ConfigMap", "demo-config"),
         ("Service", "demo-brokers"),
@@ -38,11 +57,17 @@ async def test_a_broker_cluster_becomes_its_workload_owned_by_it() -> None:
         ("PodDisruptionBudget", "demo"),
         ("StatefulSet", "demo"),
     ]
-    for manifest in api.applied:
-        (owner,) = manifest["metadata"]["ownerReferences"]
+    for request in server["patch"]:
+        # server-side apply, as the operator's field manager, taking over conflicting fields
+        assert request.headers["Content-Type"].startswith("application/apply-patch+yaml")
+        assert request.params == {"fieldManager": "headrace-operator", "force": "true"}
+        (owner,) = request.data["metadata"]["ownerReferences"]
         assert (owner["kind"], owner["name"], owner["uid"]) == ("BrokerCluster", "demo", "uid-1")
-        assert manifest["metadata"]["namespace"] == "ns"
-    sts = api.applied[-1]["spec"]
+        assert request.data["metadata"]["namespace"] == "ns"
+    # ... and the server has them
+    stored = server.objects["apps/v1/statefulsets", "ns", "demo"]
+    assert stored["spec"]["serviceName"] == "demo-brokers"
+    sts = applied(server)[-1]["spec"]
     assert sts["replicas"] == 3
     assert sts["serviceName"] == "demo-brokers"
     (container,) = sts["template"]["spec"]["containers"]
@@ -56,20 +81,24 @@ async def test_a_broker_cluster_becomes_its_workload_owned_by_it() -> None:
     )
     assert sts["volumeClaimTemplates"][0]["metadata"]["name"] == "data"
     assert container["volumeMounts"][0]["mountPath"] == workloads.DATA_DIR
-    assert api.applied[1]["spec"]["clusterIP"] == "None"
-    assert api.applied[3]["spec"]["maxUnavailable"] == 1
+    assert applied(server)[1]["spec"]["clusterIP"] == "None"
+    assert applied(server)[3]["spec"]["maxUnavailable"] == 1
 
 
-async def test_a_broker_config_change_rolls_the_pods_and_nothing_else() -> None:
-    api = FakeApi()
+async def test_a_broker_config_change_rolls_the_pods_and_nothing_else(
+    server: ApiServer, api: ClientApi
+) -> None:
     memo = memo_over(api)
     await handlers.cluster_workload(body=cluster(), namespace="ns", name="demo", memo=memo)
-    before = api.applied[-1]
-    api.applied.clear()
+    before = applied(server)
     await handlers.cluster_workload(
         body=cluster(brokerConfig={"segmentBytes": 4096}), namespace="ns", name="demo", memo=memo
     )
-    after = api.applied[-1]
+    after_all = applied(server)[len(before) :]
+    # the ConfigMap and the StatefulSet's pod template change; Services and PDB do not
+    changed = [m["kind"] for m, was in zip(after_all, before, strict=True) if m != was]
+    assert changed == ["ConfigMap", "StatefulSet"]
+    before, after = before[-1], after_all[-1]
     annotation = workloads.CONFIG_HASH_ANNOTATION
     template = ("spec", "template", "metadata", "annotations")
 
@@ -83,17 +112,19 @@ async def test_a_broker_config_change_rolls_the_pods_and_nothing_else() -> None:
     assert args[args.index("--segment-bytes") + 1] == "4096"
 
 
-async def test_an_invalid_spec_is_a_permanent_error_and_applies_nothing() -> None:
-    api = FakeApi()
+async def test_an_invalid_spec_is_a_permanent_error_and_applies_nothing(
+    server: ApiServer, api: ClientApi
+) -> None:
     with pytest.raises(kopf.PermanentError, match="replicas"):
         await handlers.cluster_workload(
             body=cluster(replicas=0), namespace="ns", name="demo", memo=memo_over(api)
         )
-    assert api.applied == []
+    assert writes(server) == []
 
 
-async def test_a_topic_event_kicks_its_clusters_loop_only() -> None:
-    api = FakeApi(CLUSTER)
+async def test_a_topic_event_kicks_its_clusters_loop_only(
+    server: ApiServer, api: ClientApi
+) -> None:
     memo = memo_over(api)
     loops = memo.context.loops
     for name in ("demo", "other"):
@@ -104,23 +135,29 @@ async def test_a_topic_event_kicks_its_clusters_loop_only() -> None:
     await handlers.topic_changed(namespace="ns", spec=body["spec"], body=body, memo=memo)
     assert loops[("ns", "demo")].kicked.is_set()
     assert not loops[("ns", "other")].kicked.is_set()
-    assert api.writes == []
+    assert writes(server) == []
 
 
-async def test_a_topic_of_a_missing_cluster_is_told_so_once() -> None:
+async def test_a_topic_of_a_missing_cluster_is_told_so_once(
+    server: ApiServer, api: ClientApi
+) -> None:
     orphan = topic()
     orphan["spec"]["clusterRef"]["name"] = "absent"
-    api = FakeApi(orphan)
+    orphan_version = server.put(orphan)["metadata"]["resourceVersion"]
     memo = memo_over(api)
     indices = {"clusters_index": {("ns", "demo"): [CLUSTER]}}
     for _ in range(3):  # every event after the write brings the handler back
-        body = api.body("Topic", "orders")
+        body = server.body("Topic", "orders")
         await handlers.topic_changed(
             namespace="ns", spec=body["spec"], body=body, memo=memo, type="MODIFIED", **indices
         )
-    assert api.writes == [("PATCH metadata", "Topic", "orders"), ("PUT status", "Topic", "orders")]
-    assert api.body("Topic", "orders")["metadata"]["finalizers"] == [finalizing.TOPIC_FINALIZER]
-    status = api.body("Topic", "orders")["status"]
+    # the data finalizer first (fenced on the version seen), then the status
+    path = "/apis/headrace.dev/v1alpha1/namespaces/ns/topics/orders"
+    assert writes(server) == [f"PATCH {path}", f"PUT {path}/status"]
+    (patch,) = server["patch"]
+    assert patch.data["metadata"]["resourceVersion"] == orphan_version
+    assert server.body("Topic", "orders")["metadata"]["finalizers"] == [finalizing.TOPIC_FINALIZER]
+    status = server.body("Topic", "orders")["status"]
     ready, stalled = status["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "ClusterNotFound")
     # kstatus's Failed: waiting does not make the cluster exist
@@ -130,13 +167,44 @@ async def test_a_topic_of_a_missing_cluster_is_told_so_once() -> None:
         "ClusterNotFound",
     )
     assert ready["observedGeneration"] == status["observedGeneration"] == 1
-    assert api.body("Topic", "orders")["spec"] == orphan["spec"]
+    assert server.body("Topic", "orders")["spec"] == orphan["spec"]
 
 
-async def test_the_daemon_runs_the_loop_from_the_indices_until_cancelled() -> None:
-    api = FakeApi(CLUSTER)
+async def test_an_orphan_topic_that_changed_meanwhile_is_left_to_its_next_event(
+    server: ApiServer, api: ClientApi
+) -> None:
+    orphan = topic()
+    orphan["spec"]["clusterRef"]["name"] = "absent"
+    seen = server.put(orphan)
+    server.put(seen)  # someone writes after the event the handler was given
     memo = memo_over(api)
-    body = api.body("BrokerCluster", "demo")
+    await handlers.topic_changed(
+        namespace="ns", spec=seen["spec"], body=seen, memo=memo, type="MODIFIED",
+        clusters_index={},
+    )  # fmt: skip
+    # the fenced finalizer patch is refused (409) and not retried: the next event retries
+    (patch,) = server["patch"]
+    assert patch.data["metadata"]["resourceVersion"] == seen["metadata"]["resourceVersion"]
+    assert "finalizers" not in server.body("Topic", "orders")["metadata"]
+    # ... and so is a status write from a stale event
+    held = server.put(
+        {**seen, "metadata": {**seen["metadata"], "finalizers": [finalizing.TOPIC_FINALIZER]}}
+    )
+    server.put(held)
+    await handlers.topic_changed(
+        namespace="ns", spec=held["spec"], body=held, memo=memo, type="MODIFIED",
+        clusters_index={},
+    )  # fmt: skip
+    (put,) = server["put"]
+    assert put.data["metadata"]["resourceVersion"] == held["metadata"]["resourceVersion"]
+    assert "status" not in server.body("Topic", "orders")
+
+
+async def test_the_daemon_runs_the_loop_from_the_indices_until_cancelled(
+    server: ApiServer, api: ClientApi
+) -> None:
+    memo = memo_over(api)
+    body = server.put(CLUSTER)
     indices = {
         "clusters_index": {("ns", "demo"): [body]},
         "topics_index": {},
@@ -151,14 +219,17 @@ async def test_the_daemon_runs_the_loop_from_the_indices_until_cancelled() -> No
             await asyncio.sleep(0.01)
 
     await asyncio.wait_for(started(), 5)
+    # its first step looked for the cluster's pods (there are none yet)
+    await asyncio.wait_for(pods_listed(server), 5)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
     assert memo.context.loops == {}
 
 
-async def test_a_scale_down_that_would_remove_replicas_keeps_those_brokers() -> None:
-    api = FakeApi()
+async def test_a_scale_down_that_would_remove_replicas_keeps_those_brokers(
+    server: ApiServer, api: ClientApi
+) -> None:
     placed = topic()
     placed["status"] = {
         "partitions": [
@@ -171,13 +242,13 @@ async def test_a_scale_down_that_would_remove_replicas_keeps_those_brokers() -> 
     await handlers.cluster_workload(
         body=cluster(replicas=2), namespace="ns", name="demo", memo=memo, **indices
     )
-    assert api.applied[-1]["spec"]["replicas"] == 4  # brokers 2 and 3 hold replicas
-    api.applied.clear()
+    assert applied(server)[-1]["spec"]["replicas"] == 4  # brokers 2 and 3 hold replicas
     placed["status"]["partitions"][1]["replicas"] = [1, 0, 2]  # partition 1 moved off 3
     await handlers.cluster_workload(
         body=cluster(replicas=3), namespace="ns", name="demo", memo=memo, **indices
     )
-    assert api.applied[-1]["spec"]["replicas"] == 3
+    assert applied(server)[-1]["spec"]["replicas"] == 3
+    assert server.objects["apps/v1/statefulsets", "ns", "demo"]["spec"]["replicas"] == 3
 
 
 def test_a_blocked_scale_down_is_the_clusters_ready_condition() -> None:
@@ -203,6 +274,13 @@ def test_broker_ids_come_from_the_pod_ordinal() -> None:
     assert workloads.broker_id_of(labelled) == 2
     assert workloads.broker_id_of({"metadata": {"name": "demo-7"}}) == 7
     assert workloads.broker_id_of({"metadata": {"name": "demo"}}) is None
+
+
+async def pods_listed(server: ApiServer) -> None:
+    """Until the server has served a list of the cluster's pods (by its label)."""
+    selector = f"{workloads.CLUSTER_LABEL}=demo"
+    while not any(r.params.get("labelSelector") == selector for r in server["get"]):
+        await asyncio.sleep(0.01)
 
 
 NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
@@ -231,20 +309,23 @@ def test_the_lease_goes_to_its_holder_or_to_anyone_once_it_expired(
     assert may_acquire(spec, "me", NOW) is may
 
 
-async def test_a_deleted_topic_of_a_missing_cluster_is_let_go_at_once() -> None:
+async def test_a_deleted_topic_of_a_missing_cluster_is_let_go_at_once(
+    server: ApiServer, api: ClientApi
+) -> None:
     orphan = topic()
     orphan["spec"]["clusterRef"]["name"] = "absent"
     orphan["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER, "example.com/other"]
     orphan["metadata"]["deletionTimestamp"] = "2026-11-24T10:00:00Z"
-    api = FakeApi(orphan)
-    memo = memo_over(api)
-    body = api.body("Topic", "orders")
+    body = server.put(orphan)
     await handlers.topic_changed(
         namespace="ns",
         spec=body["spec"],
         body=body,
-        memo=memo,
+        memo=memo_over(api),
         type="MODIFIED",
         clusters_index={("ns", "demo"): [CLUSTER]},
     )
-    assert api.body("Topic", "orders")["metadata"]["finalizers"] == ["example.com/other"]
+    (patch,) = server["patch"]  # a merge patch of the list: ours gone, the other kept
+    assert patch.headers["Content-Type"].startswith("application/merge-patch+json")
+    assert patch.data == {"metadata": {"finalizers": ["example.com/other"]}}
+    assert server.body("Topic", "orders")["metadata"]["finalizers"] == ["example.com/other"]
