@@ -222,3 +222,10 @@ def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: Cluster, namespa
             f"acknowledged {value!r} at {partition}/{offset} lost"
         )
     print(f"\n[e2e] scaled 3 -> 4 -> 3 under load: {len(load.acked)} acks=all records, none lost")
+
+    # the Topic can still be deleted (deletionPolicy Retain waits for every broker the
+    # cluster keeps, not for broker 3, which left it): its finalizer goes
+    cluster.kubectl_run("delete", "topic", "orders", "-n", namespace, "--wait=false")
+    cluster.kubectl_run(
+        "wait", "--for=delete", "topic/orders", "-n", namespace, "--timeout=60s", timeout=90
+    )

@@ -93,13 +93,18 @@ def progress(
     live: Collection[int],
     heartbeats: Mapping[int, Heartbeat],
     applied: Mapping[int, int],
+    members: Collection[int] | None = None,
 ) -> Progress:
     """Whether the brokers are done with the deleted topic ``name`` (see the module).
 
     ``placed``: the cluster state still holds the topic; ``generation``: the state's
     topology generation; ``brokers``: every broker of the cluster; ``live``: the live
     ones, whose latest ``heartbeats`` tell what they hold; ``applied``: the topology
-    generation each broker last reported holding.
+    generation each broker last reported holding; ``members``: the brokers the cluster
+    keeps (``ControlLoop.members``), None when every known broker is one. A broker that
+    left the membership is not waited for: a scale down moves every replica off it before
+    its pod goes (``control.moves``), so it holds no copy to keep, and it may never come
+    back.
     """
     waiting = "TopicDeletionWaiting"
     if placed:
@@ -114,7 +119,8 @@ def progress(
     if holding:
         return Progress(False, waiting, f"waiting for brokers {holding} to let their copies go")
     if policy is DeletionPolicy.RETAIN:
-        down = sorted(set(brokers) - set(live))
+        kept = set(brokers) if members is None else set(brokers) & set(members)
+        down = sorted(kept - set(live))
         if down:
             return Progress(
                 False,
@@ -168,6 +174,7 @@ class TopicFinalizer:
         live: Collection[int],
         heartbeats: Mapping[int, Heartbeat],
         applied: Mapping[int, int],
+        members: Collection[int] | None = None,
     ) -> list[str]:
         """Remove the finalizer of every held Topic that is done; their names."""
         released = []
@@ -181,6 +188,7 @@ class TopicFinalizer:
                 live=live,
                 heartbeats=heartbeats,
                 applied=applied,
+                members=members,
             )
             if self._told.get(name) != verdict.message:
                 self._told[name] = verdict.message

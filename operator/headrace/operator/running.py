@@ -497,6 +497,7 @@ class ClusterRuntime:
             live,
             self.loop.heartbeats,
             self.loop.broker_generations,
+            members=self.loop.members,
         )
         blockers = workloads.scale_down_blockers(replicas, statuses)
         if set(blockers) != set(self.blockers) and self.reapply is not None:

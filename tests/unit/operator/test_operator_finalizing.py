@@ -9,6 +9,7 @@ from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.operator import finalizing
 from headrace.operator.running import ClusterRuntime
+from headrace.protocol.coordination import Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources.topics import DeletionPolicy
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
@@ -88,3 +89,29 @@ def test_the_policy_defaults_to_retain_and_the_finalizer_is_added_once() -> None
     assert finalizing.needs_finalizer(body)
     assert not finalizing.needs_finalizer(deleted(body))
     assert finalizing.held(deleted(body))
+
+
+def test_retain_does_not_wait_for_a_broker_the_cluster_scaled_away() -> None:
+    """After a scale 3 -> 4 -> 3, broker 3 is known to the controller but down for good (its
+    replicas moved off before its pod went): a Retain deletion must not wait for it, while
+    a member that is down is still waited for."""
+    empty = {b: Heartbeat(BrokerEndpoint(b, f"10.0.0.{b}", 9092, 9644)) for b in range(4)}
+
+    def verdict(members: frozenset[int] | None, live: set[int]) -> finalizing.Progress:
+        return finalizing.progress(
+            "ns/orders",
+            DeletionPolicy.RETAIN,
+            placed=False,
+            generation=5,
+            brokers=[0, 1, 2, 3],
+            live=live,
+            heartbeats=empty,
+            applied=dict.fromkeys(range(4), 5),
+            members=members,
+        )
+
+    assert not verdict(None, {0, 1, 2}).done  # every known broker counts: 3 is waited for
+    assert "[3]" in verdict(None, {0, 1, 2}).message
+    assert verdict(frozenset({0, 1, 2}), {0, 1, 2}).done  # 3 left the cluster
+    waiting = verdict(frozenset({0, 1, 2}), {0, 1})  # a member down is still waited for
+    assert not waiting.done and "[2]" in waiting.message
