@@ -83,9 +83,18 @@ def test_topics_create_alter_delete_write_the_documents_apply_writes(cluster: Lo
     spec = applied_topics(cluster)["default/orders"]["spec"]
     assert spec["retention"]["ms"] == 60000 and spec["segments"]["bytes"] == 65536
 
-    grow = run(cluster, "topics", "alter", "orders", "--partitions", "6")
-    assert grow.returncode == 1 and b"needs a repartition" in grow.stderr
-    assert applied_topics(cluster)["default/orders"]["spec"]["partitions"] == 3
+    # a new partition count is a live repartition, carried out by the controller
+    grow = ok(cluster, "topics", "alter", "orders", "--partitions", "6")
+    assert "repartitioning default/orders: 3 -> 6" in grow
+    assert applied_topics(cluster)["default/orders"]["spec"]["partitions"] == 6
+    procs.wait_until(
+        lambda: (
+            len(cluster.partitions("default/orders")) == 6
+            and all(p["leader"] is not None for p in cluster.partitions("default/orders"))
+        ),
+        30,
+        "the topic grown to 6 led partitions",
+    )
 
     too_many = run(cluster, "topics", "create", "wide", "--replicas", "5")
     assert too_many.returncode == 1

@@ -154,16 +154,13 @@ def edited_manifest(
     settings: dict[str, int | bool],
     unset: tuple[str, ...],
 ) -> dict[str, Any]:
-    """``current`` (as applied) with ``alter``'s changes; a partition or replica count
-    change is refused, since carrying it out needs a repartition."""
+    """``current`` (as applied) with ``alter``'s changes. A new partition count is a live
+    repartition, which the controller carries out (docs/repartition.md); a replica count
+    change is refused."""
     spec = current["spec"]
     name = f"{current['metadata'].get('namespace', 'default')}/{current['metadata']['name']}"
-    if partitions is not None and partitions != spec["partitions"]:
-        raise click.ClickException(
-            f"topic {name}: changing the partition count ({spec['partitions']} -> {partitions})"
-            " needs a repartition: apply a Repartition, or the Topic manifest with the new"
-            " spec.partitions (headrace apply -f); nothing was changed"
-        )
+    if partitions is not None and partitions < 1:
+        raise click.BadParameter(f"{partitions} (at least 1)", param_hint="--partitions")
     if replicas is not None and replicas != spec.get("replicas", 3):
         raise click.ClickException(
             f"topic {name}: changing the replica count ({spec.get('replicas', 3)} -> {replicas})"
@@ -182,6 +179,8 @@ def edited_manifest(
     }
     if min_in_sync is not None:
         doc["spec"]["minInSync"] = min_in_sync
+    if partitions is not None:
+        doc["spec"]["partitions"] = partitions
     for key in unset:
         if key not in SPEC_FIELDS:
             raise click.BadParameter(
@@ -381,7 +380,8 @@ def topics_create(
     "-p",
     type=int,
     default=None,
-    help="Refused unless unchanged: a new partition count needs a repartition (apply -f).",
+    help="A new partition count: a live repartition (grow or shrink; each key keeps its"
+    " order per cohort). Follow it with `headrace local status`.",
 )
 @click.option("--replicas", "-r", type=int, default=None, help="Refused unless unchanged.")
 @click.option("--dry-run", is_flag=True, help="Print the Topic document instead of applying it.")
@@ -399,7 +399,7 @@ def topics_alter(
     controller_url: str | None,
     client: ClientTarget,
 ) -> None:
-    """Change topic NAME's settings (retention, segments, minInSync, ...).
+    """Change topic NAME's settings (retention, segments, minInSync, partitions, ...).
 
     Edits the Topic document the controller holds and applies it back. Needs a controller:
     a standalone broker's topic settings are fixed at creation."""
@@ -424,6 +424,12 @@ def topics_alter(
         return
     _apply(url, doc)
     click.echo(f"altered {full_name}")
+    if doc["spec"]["partitions"] != current["spec"]["partitions"]:
+        click.echo(
+            f"repartitioning {full_name}: {current['spec']['partitions']} ->"
+            f" {doc['spec']['partitions']} partitions, live (follow it with"
+            " `headrace local status`)"
+        )
 
 
 @topics.command("list")

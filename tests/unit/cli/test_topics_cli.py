@@ -72,9 +72,10 @@ def test_alter_changes_settings_and_keeps_the_rest() -> None:
     assert "status" not in edited and "generation" not in edited["metadata"]
 
 
-def test_alter_refuses_a_partition_or_replica_count_change() -> None:
-    with pytest.raises(click.ClickException, match="needs a repartition"):
-        topics.edited_manifest(_applied(), 4, None, None, {}, ())
+def test_alter_takes_a_partition_count_and_refuses_a_replica_count_change() -> None:
+    assert topics.edited_manifest(_applied(), 4, None, None, {}, ())["spec"]["partitions"] == 4
+    with pytest.raises(click.BadParameter, match="at least 1"):
+        topics.edited_manifest(_applied(), 0, None, None, {}, ())
     with pytest.raises(click.ClickException, match="replica count"):
         topics.edited_manifest(_applied(), None, 1, None, {}, ())
     # Unchanged counts are fine.
