@@ -21,6 +21,7 @@ The builders are pure; the ``async`` functions are the thin I/O around them (``K
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
@@ -152,17 +153,24 @@ def users_of(users: Iterable[Mapping[str, Any]], cluster_name: str) -> list[Mapp
 # ---------------------------------------------------------------------- I/O
 
 
+#: one lock per Secret: a cluster's workload handler and its control loop both ask for
+#: the auth Secret when the cluster is created; without it both could find none and the
+#: second apply would replace the first's token after one of them had read it
+_SECRET_LOCKS: dict[ObjectRef, asyncio.Lock] = {}
+
+
 async def ensure_secret(api: KubeApi, fresh: Mapping[str, Any]) -> dict[str, Any]:
     """The Secret ``fresh`` names as stored: created from ``fresh`` only when absent, so an
     existing one (and every credential in it) is never overwritten."""
     ref = ObjectRef.of(fresh)
-    found = await api.get(ref)
-    if found is None:
-        await api.apply(fresh)
-        log.info("created Secret %s/%s", ref.namespace, ref.name)
+    async with _SECRET_LOCKS.setdefault(ref, asyncio.Lock()):
         found = await api.get(ref)
         if found is None:
-            raise LookupError(f"Secret {ref.namespace}/{ref.name} vanished after its creation")
+            await api.apply(fresh)
+            log.info("created Secret %s/%s", ref.namespace, ref.name)
+            found = await api.get(ref)
+            if found is None:
+                raise LookupError(f"Secret {ref.namespace}/{ref.name} vanished after its creation")
     return found
 
 

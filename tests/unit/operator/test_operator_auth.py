@@ -73,6 +73,23 @@ def test_the_auth_secret_is_made_once_and_never_overwritten() -> None:
     assert (owner["kind"], owner["name"], owner["uid"]) == ("BrokerCluster", "demo", "uid-1")
 
 
+def test_concurrent_callers_get_one_token() -> None:
+    """The workload handler and the control loop both ask when a cluster is created."""
+    api = StoringApi(AUTH_CLUSTER)
+
+    async def both() -> list[str]:
+        return list(
+            await asyncio.gather(
+                auth.replication_token(api, AUTH_CLUSTER),
+                auth.replication_token(api, AUTH_CLUSTER),
+            )
+        )
+
+    first, second = asyncio.run(both())
+    assert first == second
+    assert auth.secret_value(secret(api, "demo-cluster-auth"), "replicationToken") == first
+
+
 def test_a_clusters_users_become_principals_of_its_acl_file_with_token_hashes_only() -> None:
     api = StoringApi(AUTH_CLUSTER, user("writer"), user("ops", kind="tls"), user("x", "other"))
     synced = asyncio.run(auth.sync_acl(api, AUTH_CLUSTER))
