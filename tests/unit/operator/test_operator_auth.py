@@ -39,7 +39,12 @@ def user(name: str, cluster: str = "demo", kind: str = "token") -> dict[str, Any
 class StoringApi(FakeApi):
     """``FakeApi`` whose server-side apply stores the object and whose list finds Users."""
 
+    async def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        await asyncio.sleep(0)  # a real read yields: concurrent callers interleave here
+        return await super().get(ref)
+
     async def apply(self, manifest: Mapping[str, Any]) -> None:
+        await asyncio.sleep(0)
         await super().apply(manifest)
         self.put(manifest)
 
@@ -87,6 +92,8 @@ def test_concurrent_callers_get_one_token() -> None:
 
     first, second = asyncio.run(both())
     assert first == second
+    # made once: a second apply would replace a token one caller may already hold
+    assert [w for w in api.writes if w[1] == "Secret"] == [("APPLY", "Secret", "demo-cluster-auth")]
     assert auth.secret_value(secret(api, "demo-cluster-auth"), "replicationToken") == first
 
 
