@@ -181,9 +181,10 @@ async def apply_workload(
     metrics.reconciles.labels(WORKLOAD).inc()
     started = time.perf_counter()
     try:
+        token = None
         if cluster.spec.auth.enabled:
             # before the pods: they mount both (a missing one keeps them ContainerCreating)
-            await auth.replication_token(context.api, body)
+            token = await auth.replication_token(context.api, body)
             await auth.sync_acl(context.api, body)
             applied += [
                 f"Secret/{auth.auth_secret_name(meta['name'])}",
@@ -194,6 +195,10 @@ async def apply_workload(
         ):
             await context.api.apply(manifest)
             applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+        running = context.loops.get((meta.get("namespace", "default"), meta["name"]))
+        if running is not None:
+            # auth turned on (or off) while the loop runs: its polls and pushes follow
+            running.set_auth_token(token)
     except Exception:
         metrics.errors.labels(WORKLOAD).inc()
         raise

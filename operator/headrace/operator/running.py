@@ -387,6 +387,13 @@ class ClusterRuntime:
         self.last_step_s = time.monotonic()
         self._counted = (0, 0)  # store writes and conflicts already in the metrics
 
+    def set_auth_token(self, auth_token: str | None) -> None:
+        """The credentials for the brokers' admin ports from now on (the cluster's
+        ``spec.auth`` changed while this loop ran)."""
+        if self.pods is not None:
+            self.pods.http.set_auth_token(auth_token)
+        self.rollout.auth_headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+
     def owns(self, body: Mapping[str, Any], topics: Iterable[str] = ()) -> bool:
         """Whether a Topic (by its ``clusterRef``) or an Unload (by its topic, one of
         ``topics``) is this cluster's."""

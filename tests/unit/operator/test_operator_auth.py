@@ -140,3 +140,25 @@ def test_broker_pods_load_the_acl_file_and_key_and_take_the_token_from_the_secre
     assert volumes["auth"]["secret"]["defaultMode"] == 0o400  # the broker refuses 0o44x
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
     assert mounts["acl"] == "/etc/headrace/acl" and mounts["auth"] == "/etc/headrace/auth"
+
+
+def test_a_running_fleet_takes_a_new_token_for_its_next_requests() -> None:
+    """``spec.auth`` turned on (or off) while the cluster's loop runs."""
+    from headrace.controller.controlling import SystemClock
+    from headrace.controller.fleet import HttpFleet
+
+    async def run() -> list[str | None]:
+        fleet = HttpFleet([], SystemClock(), 1000)
+        await fleet.start()
+        try:
+            assert fleet._session is not None
+            seen = [fleet._session.headers.get("Authorization")]
+            fleet.set_auth_token("t1")
+            seen.append(fleet._session.headers.get("Authorization"))
+            fleet.set_auth_token(None)
+            seen.append(fleet._session.headers.get("Authorization"))
+            return seen
+        finally:
+            await fleet.close()
+
+    assert asyncio.run(run()) == [None, "Bearer t1", None]
