@@ -12,12 +12,20 @@ import copy
 import json
 import re
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any
 
-from headrace.operator import auth, workloads
+import kopf
+import pytest
+
+from headrace.controller.controlling import SystemClock
+from headrace.controller.fleet import HttpFleet
+from headrace.operator import auth, principals, workloads
+from headrace.operator.handlers import OperatorContext
 from headrace.operator.kube import ObjectRef
 from headrace.resources import BrokerCluster
 from headrace.security import acl
+from tests.unit.controller.controller_fakes import ManualClock
 from tests.unit.operator.operator_fakes import CLUSTER, FakeApi
 
 AUTH_CLUSTER = {**CLUSTER, "spec": {"replicas": 3, "auth": {"enabled": True}}}
@@ -144,8 +152,6 @@ def test_broker_pods_load_the_acl_file_and_key_and_take_the_token_from_the_secre
 
 def test_a_running_fleet_takes_a_new_token_for_its_next_requests() -> None:
     """``spec.auth`` turned on (or off) while the cluster's loop runs."""
-    from headrace.controller.controlling import SystemClock
-    from headrace.controller.fleet import HttpFleet
 
     async def run() -> list[str | None]:
         fleet = HttpFleet([], SystemClock(), 1000)
@@ -162,3 +168,39 @@ def test_a_running_fleet_takes_a_new_token_for_its_next_requests() -> None:
             await fleet.close()
 
     assert asyncio.run(run()) == [None, "Bearer t1", None]
+
+
+def test_a_user_is_ready_with_its_secret_only_once_its_cluster_has_auth() -> None:
+    def handle(api: StoringApi, body: dict[str, Any]) -> dict[str, Any]:
+        memo = SimpleNamespace(context=OperatorContext(api=api, clock=ManualClock()))
+        patch = kopf.Patch()
+        call = principals.user_changed(
+            body=kopf.Body(body), namespace="ns", name=body["metadata"]["name"], memo=memo,
+            patch=patch,
+        )  # fmt: skip
+        try:
+            asyncio.run(call)
+        except kopf.TemporaryError:
+            pass
+        return dict(patch["status"])
+
+    writer = user("writer")
+    missing = handle(StoringApi(writer), writer)
+    assert missing["conditions"][0]["reason"] == "ClusterNotFound"
+    disabled = handle(StoringApi(CLUSTER, writer), writer)
+    assert disabled["conditions"][0]["reason"] == "AuthDisabled"
+    api = StoringApi(AUTH_CLUSTER, writer)
+    ready = handle(api, writer)
+    assert ready["conditions"][0]["status"] == "True"
+    assert ready["secret"] == {"name": "writer"} and ready["principal"] == "ns:writer"
+    assert ObjectRef("v1", "ConfigMap", "ns", "demo-acl") in api.objects
+    bad = {**writer, "spec": {**writer["spec"], "authentication": {"type": "password"}}}
+    refused = principals.user_changed(
+        body=kopf.Body(bad),
+        namespace="ns",
+        name="writer",
+        memo=SimpleNamespace(context=OperatorContext(api=api, clock=ManualClock())),
+        patch=kopf.Patch(),
+    )
+    with pytest.raises(kopf.PermanentError):
+        asyncio.run(refused)
