@@ -5,7 +5,8 @@ its BrokerCluster again (``auth.sync_acl``: every token User's Secret is made if
 then the ConfigMap ``<cluster>-acl`` is applied with all the cluster's Users) and write
 the User's status: ``secret`` (token users), ``principal`` and a ``Ready`` condition.
 A User whose cluster does not exist, or runs without ``spec.auth.enabled``, is not Ready
-and is tried again every ``RETRY_S`` (the cluster's own workload handler renders the
+and is tried again after ``retry_delay`` (5 s, doubling up to a minute, so a User left
+waiting costs few writes; the cluster's own workload handler renders the
 ACL file too when it appears or turns auth on). A deleted User is taken out of the file.
 
 How fast a change reaches the brokers: the kubelet updates a mounted ConfigMap within
@@ -31,8 +32,15 @@ from headrace.resources.users import AuthenticationType, User
 
 log = logging.getLogger(__name__)
 
-#: how often a User waiting for its cluster (or for auth on it) is tried again, in s
+#: the first and the longest wait before a User waiting for its cluster (or for auth on
+#: it) is tried again, in s
 RETRY_S: Final = 5.0
+MAX_RETRY_S: Final = 60.0
+
+
+def retry_delay(retry: int) -> float:
+    """The wait before try ``retry + 1`` (kopf counts retries from 0)."""
+    return min(MAX_RETRY_S, RETRY_S * (1 << min(retry, 8)))
 
 
 def ready_condition(
@@ -78,9 +86,16 @@ def _write_status(
 @kopf.on.create(GROUP, VERSION, "users")
 @kopf.on.update(GROUP, VERSION, "users", field="spec")
 async def user_changed(
-    body: kopf.Body, namespace: str | None, name: str, memo: Any, patch: kopf.Patch, **_: Any
+    body: kopf.Body,
+    namespace: str | None,
+    name: str,
+    memo: Any,
+    patch: kopf.Patch,
+    retry: int = 0,
+    **_: Any,
 ) -> None:
     context: OperatorContext = memo.context
+    delay = retry_delay(retry)
     namespace = namespace or "default"
     now = condition_time(context.clock.now_ms())
     try:
@@ -98,20 +113,18 @@ async def user_changed(
             patch, body, now, False, "ClusterNotFound",
             f"BrokerCluster {cluster_name!r} does not exist in this namespace",
         )  # fmt: skip
-        raise kopf.TemporaryError(f"BrokerCluster {cluster_name} not found", delay=RETRY_S)
+        raise kopf.TemporaryError(f"BrokerCluster {cluster_name} not found", delay=delay)
     if not parse_cluster(cluster).spec.auth.enabled:
         _write_status(
             patch, body, now, False, "AuthDisabled",
             f"BrokerCluster {cluster_name!r} runs without spec.auth.enabled: its brokers ask"
             " for no credentials",
         )  # fmt: skip
-        raise kopf.TemporaryError(f"BrokerCluster {cluster_name} has no auth", delay=RETRY_S)
+        raise kopf.TemporaryError(f"BrokerCluster {cluster_name} has no auth", delay=delay)
     synced = await auth.sync_acl(context.api, cluster)
     secret = synced.secrets.get(name)
     if user.spec.authentication.type is AuthenticationType.TOKEN and secret is None:
-        raise kopf.TemporaryError(
-            f"the token Secret of User {name} is not there yet", delay=RETRY_S
-        )
+        raise kopf.TemporaryError(f"the token Secret of User {name} is not there yet", delay=delay)
     where = f"its token is in Secret {secret!r}; " if secret else ""
     _write_status(
         patch, body, now, True, "Provisioned",
