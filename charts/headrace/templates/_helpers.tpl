@@ -94,6 +94,18 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [batch]
   resources: [jobs, cronjobs]
   verbs: [get, list, watch, create, patch]
+# Users: watched and listed per cluster, their status written
+- apiGroups: [headrace.dev]
+  resources: [users]
+  verbs: [get, list, watch, patch]
+- apiGroups: [headrace.dev]
+  resources: [users/status]
+  verbs: [get, update, patch]
+# the Secrets the operator makes (a cluster's replication token and key, a User's token):
+# read back by name and created once; never listed, watched, updated or deleted
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create, patch]
 {{- end -}}
 
 {{/* Cluster-scoped reads kopf makes in every mode (install.CLUSTER_RULES). */}}

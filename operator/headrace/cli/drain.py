@@ -16,6 +16,7 @@ drain that did not finish is a slower failover, not a reason to keep the pod.
 from __future__ import annotations
 
 import json
+import os
 import time
 import urllib.error
 import urllib.request
@@ -33,8 +34,17 @@ def drain_finished(report: Mapping[str, Any]) -> bool:
     return bool(report.get("draining")) and not report.get("movable")
 
 
+#: a broker with credentials on refuses an unauthenticated drain (a state change on its
+#: admin port); broker pods of a cluster with auth have the replication token here
+TOKEN_ENV = "HEADRACE_REPLICATION_TOKEN"
+
+
 def _call(url: str, method: str, timeout_s: float) -> dict[str, Any]:
-    request = urllib.request.Request(url, method=method, data=b"" if method == "POST" else None)
+    token = os.environ.get(TOKEN_ENV)
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(
+        url, method=method, data=b"" if method == "POST" else None, headers=headers
+    )
     with urllib.request.urlopen(request, timeout=timeout_s) as response:
         doc: dict[str, Any] = json.loads(response.read())
         return doc

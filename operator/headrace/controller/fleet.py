@@ -77,6 +77,14 @@ class HttpFleet:
         timeout = aiohttp.ClientTimeout(total=self.timeout_ms / 1000)
         self._session = aiohttp.ClientSession(timeout=timeout, headers=self._headers)
 
+    def set_auth_token(self, auth_token: str | None) -> None:
+        """Present ``auth_token`` from the next request on (None: no credentials); the
+        operator's loop of a cluster whose auth was turned on or off while it ran."""
+        self._headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+        if self._session is not None:
+            self._session.headers.pop("Authorization", None)
+            self._session.headers.update(self._headers)
+
     def _url(self, broker: BrokerEndpoint, path: str) -> str:
         scheme = "https" if self._ssl is not None else "http"
         return f"{scheme}://{broker.host}:{broker.admin_port}{path}"

@@ -34,7 +34,7 @@ import pydantic
 from headrace.control.documents import condition_time, full_name
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
-from headrace.operator import finalizing, repartitioning, workloads
+from headrace.operator import auth, finalizing, repartitioning, workloads
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.operator.running import ClusterRuntime, RuntimeSettings, stalled_condition
 from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
@@ -181,11 +181,24 @@ async def apply_workload(
     metrics.reconciles.labels(WORKLOAD).inc()
     started = time.perf_counter()
     try:
+        token = None
+        if cluster.spec.auth.enabled:
+            # before the pods: they mount both (a missing one keeps them ContainerCreating)
+            token = await auth.replication_token(context.api, body)
+            await auth.sync_acl(context.api, body)
+            applied += [
+                f"Secret/{auth.auth_secret_name(meta['name'])}",
+                f"ConfigMap/{auth.acl_config_name(meta['name'])}",
+            ]
         for manifest in workloads.manifests(
             cluster, meta["uid"], meta.get("namespace", "default"), context.workload, replicas
         ):
             await context.api.apply(manifest)
             applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+        running = context.loops.get((meta.get("namespace", "default"), meta["name"]))
+        if running is not None:
+            # auth turned on (or off) while the loop runs: its polls and pushes follow
+            running.set_auth_token(token)
     except Exception:
         metrics.errors.labels(WORKLOAD).inc()
         raise
@@ -269,6 +282,12 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         await apply_workload(desired()[0], context, statuses)
 
     cluster, topics, unloads, repartitions = desired()
+    # the replication token, for the brokers' admin ports (read once: never rotated)
+    token = (
+        await auth.replication_token(context.api, cluster)
+        if parse_cluster(cluster).spec.auth.enabled
+        else None
+    )
     runtime = ClusterRuntime(
         context.api,
         cluster,
@@ -280,6 +299,7 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         reapply=reapply,
         metrics=context.metrics,
         repartitions=repartitions,
+        auth_token=token,
     )
     context.loops[key] = runtime
     context.died.pop(key, None)

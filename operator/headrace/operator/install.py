@@ -60,6 +60,13 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     ),
     # their Jobs and CronJobs, server-side applied and followed
     (("batch",), ("jobs", "cronjobs"), ("get", "list", "watch", "create", "patch")),
+    # Users (``principals``): watched and listed per cluster, their status written
+    (("headrace.dev",), ("users",), ("get", "list", "watch", "patch")),
+    (("headrace.dev",), ("users/status",), ("get", "update", "patch")),
+    # the Secrets the operator makes (``auth``): a cluster's replication token and key, a
+    # User's token; read back by name, created once (server-side apply: patch), never
+    # listed, watched, updated or deleted (owner references let the GC delete them)
+    (("",), ("secrets",), ("get", "create", "patch")),
 )
 
 

@@ -95,9 +95,10 @@ def operator(
     import kopf
 
     from headrace.controller.controlling import SystemClock
-    from headrace.operator import compacting, handlers
+    from headrace.operator import compacting, handlers, principals
 
     assert compacting  # imported for its kopf handlers (Compaction, CompactionSchedule)
+    assert principals  # imported for its kopf handlers (User)
 
     logging.basicConfig(
         level=logging.INFO if verbose == 0 else logging.DEBUG,

@@ -91,6 +91,8 @@ class Rollout:
         #: brokers this rollout asked to drain (to call it off if they need no restart now)
         self.asked: set[int] = set()
         self.last: rollout.Action = rollout.Idle()
+        #: the drain calls' credentials (the replication token when the cluster has auth on)
+        self.auth_headers: dict[str, str] = {}
 
     def _tell(self, kind: str, message: str) -> None:
         log.info("%s/%s: %s", self.namespace, self.name, message)
@@ -187,7 +189,7 @@ class Rollout:
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as session,
-                session.request(method, url) as response,
+                session.request(method, url, headers=self.auth_headers) as response,
             ):
                 response.raise_for_status()
         except (aiohttp.ClientError, TimeoutError) as exc:

@@ -104,12 +104,20 @@ class PodFleet:
     spoken to over HTTP on their pod IPs (``HttpFleet``)."""
 
     def __init__(
-        self, api: KubeApi, namespace: str, cluster_name: str, clock: Clock, timeout_ms: int
+        self,
+        api: KubeApi,
+        namespace: str,
+        cluster_name: str,
+        clock: Clock,
+        timeout_ms: int,
+        auth_token: str | None = None,
     ) -> None:
+        """``auth_token``: presented on every poll and push (the cluster's replication
+        token when its brokers run with ACLs)."""
         self.api = api
         self.namespace = namespace
         self.selector = f"{workloads.CLUSTER_LABEL}={cluster_name}"
-        self.http = HttpFleet([], clock, timeout_ms)
+        self.http = HttpFleet([], clock, timeout_ms, auth_token=auth_token)
         #: the cluster's pods as last listed (their waiting reasons: ``objectstores``)
         self.listed: list[dict[str, Any]] = []
 
@@ -318,8 +326,10 @@ class ClusterRuntime:
         reapply: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
         metrics: OperatorMetrics | None = None,
         repartitions: Iterable[Mapping[str, Any]] = (),
+        auth_token: str | None = None,
     ) -> None:
-        """``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
+        """``auth_token``: the credentials the operator presents to the brokers (polls,
+        pushes, drains); ``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
         scale down is carried out once the brokers it would remove hold no replica);
         ``repartitions``: the watched Repartitions (those of this cluster's Topics count)."""
         self.settings = settings or RuntimeSettings()
@@ -340,7 +350,12 @@ class ClusterRuntime:
         self.pods: PodFleet | None = None
         if fleet is None:
             self.pods = PodFleet(
-                api, self.namespace, self.name, clock, self.settings.poll_timeout_ms
+                api,
+                self.namespace,
+                self.name,
+                clock,
+                self.settings.poll_timeout_ms,
+                auth_token=auth_token,
             )
             fleet = self.pods
         self.loop = ControlLoop(
@@ -355,6 +370,8 @@ class ClusterRuntime:
         self.finalizer = finalizing.TopicFinalizer(api, events)
         #: the rolling restart of the pods (a changed pod template: brokerConfig, image)
         self.rollout = restarting.Rollout(api, self.namespace, self.name, events)
+        if auth_token:
+            self.rollout.auth_headers = {"Authorization": f"Bearer {auth_token}"}
         self.api = api
         #: the paused Topics, with the generation they are at
         self._paused: dict[str, int] = {}
@@ -369,6 +386,13 @@ class ClusterRuntime:
         #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
         self.last_step_s = time.monotonic()
         self._counted = (0, 0)  # store writes and conflicts already in the metrics
+
+    def set_auth_token(self, auth_token: str | None) -> None:
+        """The credentials for the brokers' admin ports from now on (the cluster's
+        ``spec.auth`` changed while this loop ran)."""
+        if self.pods is not None:
+            self.pods.http.set_auth_token(auth_token)
+        self.rollout.auth_headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
 
     def owns(self, body: Mapping[str, Any], topics: Iterable[str] = ()) -> bool:
         """Whether a Topic (by its ``clusterRef``) or an Unload (by its topic, one of

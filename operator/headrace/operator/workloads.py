@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import quote
 
+from headrace.operator import auth
 from headrace.resources.clusters import BrokerCluster, ObjectStore
 
 #: the broker reads the object store's credentials from these (``headrace.objectstore.urls``;
@@ -169,7 +170,51 @@ def broker_args(cluster: BrokerCluster) -> list[str]:
     store = cluster.spec.object_store
     if store is not None:
         args += ["--object-store", object_store_url(store)]
+    if cluster.spec.auth.enabled:
+        # the replication token comes from the environment (``auth_env``), never argv
+        args += [
+            "--acl-file",
+            f"{auth.ACL_DIR}/{auth.ACL_KEY}",
+            "--cluster-key-file",
+            f"{auth.AUTH_DIR}/{auth.CLUSTER_KEY_FILE}",
+        ]
     return args
+
+
+def auth_env(cluster: BrokerCluster) -> list[dict[str, Any]]:
+    """The replication token, a ``secretKeyRef`` into the cluster's auth Secret (the
+    broker presents it to its peers; ``headrace drain`` in the preStop hook to its own
+    admin port)."""
+    if not cluster.spec.auth.enabled:
+        return []
+    ref = {"name": auth.auth_secret_name(cluster.metadata.name), "key": auth.REPLICATION_TOKEN_KEY}
+    return [{"name": auth.REPLICATION_TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}}]
+
+
+def auth_volumes(cluster: BrokerCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the container's mounts for the ACL file and the cluster key.
+    The key file is 0400: the broker refuses a key readable by group or others. The ACL
+    file is a ConfigMap (hashes only) mounted as a directory, not with ``subPath``, so the
+    kubelet's updates reach it and the broker reloads it."""
+    if not cluster.spec.auth.enabled:
+        return [], []
+    name = cluster.metadata.name
+    volumes = [
+        {"name": "acl", "configMap": {"name": auth.acl_config_name(name)}},
+        {
+            "name": "auth",
+            "secret": {
+                "secretName": auth.auth_secret_name(name),
+                "items": [{"key": auth.CLUSTER_KEY_KEY, "path": auth.CLUSTER_KEY_FILE}],
+                "defaultMode": 0o400,
+            },
+        },
+    ]
+    mounts = [
+        {"name": "acl", "mountPath": auth.ACL_DIR, "readOnly": True},
+        {"name": "auth", "mountPath": auth.AUTH_DIR, "readOnly": True},
+    ]
+    return volumes, mounts
 
 
 def object_store_url(store: ObjectStore) -> str:
@@ -220,6 +265,7 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
         },
     ]
     env += store_env(cluster.spec.object_store)
+    env += auth_env(cluster)
     env += [{"name": k, "value": v} for k, v in sorted(settings.env.items())]
     return env
 
@@ -258,6 +304,7 @@ def statefulset(
     name = cluster.metadata.name
     spec = cluster.spec
     config_hash = hashlib.sha256(broker_config_document(cluster).encode()).hexdigest()[:16]
+    auth_volume_list, auth_mounts = auth_volumes(cluster)
     container: dict[str, Any] = {
         "name": "broker",
         "image": spec.image or settings.default_image,
@@ -279,7 +326,7 @@ def statefulset(
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}, *auth_mounts],
         # controlled shutdown: move leadership off before SIGTERM (``cli.drain``)
         "lifecycle": {"preStop": {"exec": {"command": drain_command(settings)}}},
     }
@@ -290,6 +337,8 @@ def statefulset(
         "terminationGracePeriodSeconds": settings.termination_grace_seconds,
         "containers": [container],
     }
+    if auth_volume_list:
+        pod_spec["volumes"] = auth_volume_list
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod_spec["nodeSelector"] = dict(scheduling.node_selector)

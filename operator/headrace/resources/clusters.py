@@ -135,6 +135,17 @@ class Scheduling(Model):
     spreads brokers across nodes when unset."""
 
 
+class ClusterAuth(Model):
+    """Authentication and ACLs of the cluster's brokers (docs/security.md §8)."""
+
+    enabled: bool = False
+    """Run the brokers with ACLs: the operator makes the Secret ``<cluster>-cluster-auth``
+    (a replication token and the cluster key), renders every ``User`` of the cluster into
+    the ACL file the brokers load (ConfigMap ``<cluster>-acl``), and presents the
+    replication token on its heartbeat polls and topology pushes. Without it the brokers
+    ask for no credentials (``User`` objects of the cluster then stay not Ready)."""
+
+
 class BrokerClusterSpec(Model):
     """The desired cluster."""
 
@@ -152,6 +163,8 @@ class BrokerClusterSpec(Model):
     """Settings of every broker."""
     scheduling: Scheduling = Field(default_factory=Scheduling)
     """Node selection for broker pods."""
+    auth: ClusterAuth = Field(default_factory=ClusterAuth)
+    """Client authentication and ACLs from ``User`` objects."""
 
 
 class BrokerStatus(Model):

@@ -1,9 +1,10 @@
 """User: one principal of a BrokerCluster and its grants, in the style of Strimzi's KafkaUser.
 
 Pure data. A User is what one entry of a broker's ACL file says (``docs/security.md``):
-how the principal authenticates and what it may do. The operator (not built yet) would
-create the Secret holding a token user, write every User of a cluster into the brokers'
-ACL file with :meth:`User.acl_principal`, and report the Secret's name in the status.
+how the principal authenticates and what it may do. The operator
+(``headrace.operator.auth``, ``headrace.operator.principals``) creates the Secret holding
+a token user's token, writes every User of a cluster into the brokers' ACL file with
+:meth:`User.acl_principal`, and reports the Secret's name in the status.
 The grant rules are the brokers' own (``headrace.security.acl``), so a User this model
 accepts is one the brokers accept.
 """

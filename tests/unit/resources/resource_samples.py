@@ -61,6 +61,7 @@ COMPLETE: dict[str, dict[str, Any]] = {
                 "tolerations": [{"key": "dedicated", "operator": "Exists"}],
                 "affinity": {"podAntiAffinity": {"anything": ["goes", {"here": 1}]}},
             },
+            "auth": {"enabled": True},
         },
         "status": {
             "observedGeneration": 2,

@@ -1,0 +1,225 @@
+"""A BrokerCluster's credentials on Kubernetes: its auth Secret, its Users, its ACL file.
+
+With ``spec.auth.enabled`` the operator keeps, per cluster (docs/security.md §8):
+
+* the Secret ``<cluster>-cluster-auth``: a random replication token (the brokers'
+  principal ``headrace:broker``, which the operator also presents on its heartbeat polls,
+  topology pushes and drain calls) and the cluster key that signs member identities;
+* one Secret per token ``User``, named after it, holding a random token (key ``token``);
+* the ConfigMap ``<cluster>-acl`` with ``acl.json``: every ``User`` of the cluster as an
+  ACL file principal (token hashes only, never a token), which the brokers load with
+  ``--acl-file`` and reload when the kubelet updates the mounted file.
+
+Secrets are made once and never overwritten: a token or key that changed under running
+clients and brokers would lock them out. ``ensure_secret`` reads first and applies only
+when the Secret is absent; one operator replica acts at a time (the leader lease), so
+nothing races it. Every object is owner-referenced (the cluster's to the cluster, a
+User's to the User), so deleting the owner deletes it.
+
+The builders are pure; the ``async`` functions are the thin I/O around them (``KubeApi``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import logging
+import secrets
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from headrace.operator.kube import KubeApi, ObjectRef
+from headrace.resources.users import AuthenticationType, User
+from headrace.security import acl
+
+log = logging.getLogger(__name__)
+
+#: the auth Secret's keys
+REPLICATION_TOKEN_KEY: Final = "replicationToken"
+CLUSTER_KEY_KEY: Final = "clusterKey"
+#: a token User's Secret key
+USER_TOKEN_KEY: Final = "token"
+#: the ACL ConfigMap's key and where brokers find it and the cluster key
+ACL_KEY: Final = "acl.json"
+ACL_DIR: Final = "/etc/headrace/acl"
+AUTH_DIR: Final = "/etc/headrace/auth"
+CLUSTER_KEY_FILE: Final = "cluster.key"
+#: the broker (and ``headrace drain``) read the replication token from here
+REPLICATION_TOKEN_ENV: Final = "HEADRACE_REPLICATION_TOKEN"
+USER_API_VERSION: Final = "headrace.dev/v1alpha1"
+
+
+def auth_secret_name(cluster_name: str) -> str:
+    return f"{cluster_name}-cluster-auth"
+
+
+def acl_config_name(cluster_name: str) -> str:
+    return f"{cluster_name}-acl"
+
+
+def owner_reference(body: Mapping[str, Any]) -> dict[str, Any]:
+    meta = body["metadata"]
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def _secret(
+    name: str, namespace: str, owner: Mapping[str, Any], data: Mapping[str, str]
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "headrace-operator"},
+            "ownerReferences": [owner_reference(owner)],
+        },
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in data.items()},
+    }
+
+
+def new_auth_secret(cluster_body: Mapping[str, Any]) -> dict[str, Any]:
+    """A fresh ``<cluster>-cluster-auth``: a 256-bit replication token and cluster key
+    (64 hex digits, the key file's format)."""
+    meta = cluster_body["metadata"]
+    return _secret(
+        auth_secret_name(meta["name"]),
+        meta.get("namespace", "default"),
+        cluster_body,
+        {
+            REPLICATION_TOKEN_KEY: secrets.token_urlsafe(32),
+            CLUSTER_KEY_KEY: secrets.token_hex(32) + "\n",
+        },
+    )
+
+
+def new_user_secret(user_body: Mapping[str, Any]) -> dict[str, Any]:
+    """A fresh token Secret for a User, named after it."""
+    meta = user_body["metadata"]
+    return _secret(
+        meta["name"],
+        meta.get("namespace", "default"),
+        user_body,
+        {USER_TOKEN_KEY: secrets.token_urlsafe(32)},
+    )
+
+
+def secret_value(secret: Mapping[str, Any], key: str) -> str | None:
+    value = (secret.get("data") or {}).get(key)
+    return None if value is None else base64.b64decode(value).decode()
+
+
+def acl_document(principals: Iterable[acl.PrincipalSpec]) -> str:
+    """The brokers' ACL file (JSON is YAML), validated with the brokers' own model."""
+    document = acl.AclFile(principals=sorted(principals, key=lambda p: p.name))
+    return json.dumps(document.model_dump(mode="json", exclude_none=True), indent=2, sort_keys=True)
+
+
+def acl_config(cluster_body: Mapping[str, Any], document: str) -> dict[str, Any]:
+    meta = cluster_body["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": acl_config_name(meta["name"]),
+            "namespace": meta.get("namespace", "default"),
+            "labels": {"app.kubernetes.io/managed-by": "headrace-operator"},
+            "ownerReferences": [owner_reference(cluster_body)],
+        },
+        "data": {ACL_KEY: document},
+    }
+
+
+def users_of(users: Iterable[Mapping[str, Any]], cluster_name: str) -> list[Mapping[str, Any]]:
+    """The User bodies whose ``spec.clusterRef.name`` is the cluster (not being deleted)."""
+    return [
+        u
+        for u in users
+        if ((u.get("spec") or {}).get("clusterRef") or {}).get("name") == cluster_name
+        and not u["metadata"].get("deletionTimestamp")
+    ]
+
+
+# ---------------------------------------------------------------------- I/O
+
+
+#: one lock per Secret: a cluster's workload handler and its control loop both ask for
+#: the auth Secret when the cluster is created; without it both could find none and the
+#: second apply would replace the first's token after one of them had read it
+_SECRET_LOCKS: dict[ObjectRef, asyncio.Lock] = {}
+
+
+async def ensure_secret(api: KubeApi, fresh: Mapping[str, Any]) -> dict[str, Any]:
+    """The Secret ``fresh`` names as stored: created from ``fresh`` only when absent, so an
+    existing one (and every credential in it) is never overwritten."""
+    ref = ObjectRef.of(fresh)
+    async with _SECRET_LOCKS.setdefault(ref, asyncio.Lock()):
+        found = await api.get(ref)
+        if found is None:
+            await api.apply(fresh)
+            log.info("created Secret %s/%s", ref.namespace, ref.name)
+            found = await api.get(ref)
+            if found is None:
+                raise LookupError(f"Secret {ref.namespace}/{ref.name} vanished after its creation")
+    return found
+
+
+async def replication_token(api: KubeApi, cluster_body: Mapping[str, Any]) -> str:
+    """The cluster's replication token (the auth Secret made first if absent)."""
+    secret = await ensure_secret(api, new_auth_secret(cluster_body))
+    token = secret_value(secret, REPLICATION_TOKEN_KEY)
+    if not token:
+        raise LookupError(
+            f"Secret {auth_secret_name(cluster_body['metadata']['name'])} has no {REPLICATION_TOKEN_KEY}"
+        )
+    return token
+
+
+@dataclass(frozen=True, slots=True)
+class AclSync:
+    """What ``sync_acl`` wrote: the principals, and each User's Secret (token users)."""
+
+    principals: dict[str, str]  # User name -> principal
+    secrets: dict[str, str]  # User name -> its Secret's name
+
+
+async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any]) -> AclSync:
+    """Make the Secret of every token User of the cluster (if absent) and apply the ACL
+    ConfigMap with all its Users. A User whose spec does not parse is left out (its own
+    handler reports why)."""
+    meta = cluster_body["metadata"]
+    namespace = meta.get("namespace", "default")
+    bodies = users_of(await api.list(USER_API_VERSION, "User", namespace), meta["name"])
+    principals: list[acl.PrincipalSpec] = []
+    synced = AclSync({}, {})
+    for body in bodies:
+        try:
+            user = User.from_manifest({k: v for k, v in body.items() if k != "status"})
+        except ValueError as exc:
+            log.warning(
+                "User %s/%s left out of the ACL file: %s", namespace, body["metadata"]["name"], exc
+            )
+            continue
+        hashes: list[str] = []
+        if user.spec.authentication.type is AuthenticationType.TOKEN:
+            secret = await ensure_secret(api, new_user_secret(body))
+            token = secret_value(secret, USER_TOKEN_KEY)
+            if not token:
+                log.warning("Secret of User %s/%s has no token", namespace, user.metadata.name)
+                continue
+            hashes = [acl.hash_token(token)]
+            synced.secrets[user.metadata.name] = secret["metadata"]["name"]
+        principals.append(user.acl_principal(hashes))
+        synced.principals[user.metadata.name] = user.principal_name
+    await api.apply(acl_config(cluster_body, acl_document(principals)))
+    return synced
