@@ -9,7 +9,10 @@ write it (``PartitionTier.upload``): 100-byte records, 1000 per batch. Measures:
   ones (grace 0); MB/s of objects read and rewritten;
 - **source**: ``spark.read.format("headrace")`` into Arrow, every column, through a
   ``noop`` sink; records/s; again with ``includeHeaders=false`` (and, for
-  reference, the decoder alone on one core).
+  reference, the decoder alone on one core). Beside the wall time, the CPU
+  seconds each kind of process spent on it (``cpu``: the Python workers, the
+  JVM, MinIO; from /proc), which a machine shared with other work disturbs
+  far less than the wall time.
 
 Writes ``bench/results/jobs.json``; the figures are quoted in docs/benchmarks.md.
 """
@@ -68,6 +71,46 @@ def fill(url: str, cluster: str, topic: str, partitions: int, mib: int, object_m
         tier.close()
     store.close()
     return total
+
+
+def _process_tree_cpu() -> dict[int, tuple[str, float]]:
+    """CPU seconds (user + system) of this process and its descendants, by pid,
+    with the process's name (``java``, ``python``, ``minio``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    procs_by_pid: dict[int, tuple[int, str, float]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            head, _, rest = (entry / "stat").read_text().rpartition(")")
+        except OSError:
+            continue  # ended meanwhile
+        fields = rest.split()
+        name = head.partition("(")[2]
+        procs_by_pid[int(entry.name)] = (
+            int(fields[1]),
+            name,
+            (int(fields[11]) + int(fields[12])) / tick,
+        )
+    tree = {os.getpid()}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (parent, _, _) in procs_by_pid.items():
+            if parent in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return {pid: procs_by_pid[pid][1:] for pid in tree}
+
+
+def _cpu_by_kind(before: dict[int, tuple[str, float]]) -> dict[str, float]:
+    """CPU seconds spent since ``before``, summed by process name (the bench itself
+    is ``driver``)."""
+    spent: dict[str, float] = {}
+    for pid, (name, cpu) in _process_tree_cpu().items():
+        kind = "driver" if pid == os.getpid() else name
+        spent[kind] = spent.get(kind, 0.0) + cpu - before.get(pid, (name, 0.0))[1]
+    return {kind: round(cpu, 2) for kind, cpu in sorted(spent.items()) if cpu >= 0.01}
 
 
 def main() -> None:
@@ -140,6 +183,7 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
             .load()
         )
         records = df.count()  # also the warm-up of the read path (Python workers)
+        cpu_before = _process_tree_cpu()
         started = time.perf_counter()
         df.write.format("noop").mode("overwrite").save()
         took = time.perf_counter() - started
@@ -147,6 +191,7 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
             "records": records,
             "seconds": round(took, 3),
             "records_per_s": round(records / took),
+            "cpu": _cpu_by_kind(cpu_before),
         }
         lean = (
             spark.read.format("headrace")
@@ -157,6 +202,7 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
             .load()
         )
         lean.count()
+        cpu_before = _process_tree_cpu()
         started = time.perf_counter()
         lean.write.format("noop").mode("overwrite").save()
         took = time.perf_counter() - started
@@ -164,6 +210,7 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
             "records": records,
             "seconds": round(took, 3),
             "records_per_s": round(records / took),
+            "cpu": _cpu_by_kind(cpu_before),
         }
         data = b"".join(_batch(i * RECORDS_PER_BATCH) for i in range(160))  # one 16 MiB object
         started = time.perf_counter()

@@ -6,7 +6,9 @@ Order of work, so that a reader never sees a gap or a duplicate:
    offset with ``covering`` (so overlapping leftovers of a leadership change are
    read once), and group consecutive objects up to ``target_bytes``. Only groups
    of two or more objects are rewritten: a lone object keeps its key.
-2. **Write** each group as one new object ``<base>-<last>.log`` (and its index).
+2. **Write** each group as one new object ``<base>-<last>.log`` (and its index);
+   a group's PUTs run on a background thread while the next group is fetched
+   and checked, and all of them have finished before step 3.
    Delete policy: the groups' batches concatenated byte for byte, so offsets,
    epochs and CRCs are kept; ``index.summarize`` re-checks every header, CRC and
    offset before anything is written. Keep-last-per-key (``cleanupPolicy:
@@ -47,7 +49,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -275,34 +277,45 @@ def _compact_locked(
     latest_per_key: pa.Array | None = None
     if settings.keep_last_per_key:
         latest_per_key = _latest_offsets(store, groups, result)
-    for group in groups:
-        fetched = _fetch_all(store, [p.segment.key for p in group.pieces], result)
-        data = b"".join(_slice_from(d, p.start) for d, p in zip(fetched, group.pieces, strict=True))
-        removed = 0
-        if latest_per_key is not None:
-            data, removed = _keep_last(
-                data, partition, latest_per_key, now_ms - settings.delete_retention_ms
+    # a group's PUTs (MinIO hashing and writing up to 64 MiB: the slowest step)
+    # run on one thread while the next group is fetched and checked; all have
+    # finished before the manifest swap below
+    with ThreadPoolExecutor(1, thread_name_prefix="compact-put") as uploads:
+        pending: list[Future[None]] = []
+        for group in groups:
+            fetched = _fetch_all(store, [p.segment.key for p in group.pieces], result)
+            data = b"".join(
+                _slice_from(d, p.start) for d, p in zip(fetched, group.pieces, strict=True)
             )
-            if not data:
-                continue
-            result.records_removed += removed
-            sparse = (
-                index.summarize(data).index if removed == 0 else _summary_with_holes(data, group)
-            )
-        else:
-            sparse = index.summarize(data).index  # CorruptBatch: nothing written
-        key = layout.segment_key(prefix, group.base, group.last)
-        if manifest.find(key) is not None:
-            continue  # the same range is already one object
-        epoch = max(p.segment.epoch for p in group.pieces)
-        holes = latest_per_key is not None and removed > 0
-        new = SegmentObject(group.base, group.last, len(data), key, epoch, compacted=holes)
-        store.put(layout.index_key_for(key), sparse.encode())
-        store.put(key, data)
-        written.append(new)
-        for p in group.pieces:
-            replaced[p.segment.key] = p.segment
-        log(f"partition {partition}: wrote {key} from {len(group.pieces)} objects")
+            del fetched
+            removed = 0
+            if latest_per_key is not None:
+                data, removed = _keep_last(
+                    data, partition, latest_per_key, now_ms - settings.delete_retention_ms
+                )
+                if not data:
+                    continue
+                result.records_removed += removed
+                sparse = (
+                    index.summarize(data).index
+                    if removed == 0
+                    else _summary_with_holes(data, group)
+                )
+            else:
+                sparse = index.summarize(data).index  # CorruptBatch: nothing written
+            key = layout.segment_key(prefix, group.base, group.last)
+            if manifest.find(key) is not None:
+                continue  # the same range is already one object
+            epoch = max(p.segment.epoch for p in group.pieces)
+            holes = latest_per_key is not None and removed > 0
+            new = SegmentObject(group.base, group.last, len(data), key, epoch, compacted=holes)
+            pending.append(uploads.submit(_put_object, store, key, data, sparse))
+            written.append(new)
+            for p in group.pieces:
+                replaced[p.segment.key] = p.segment
+            log(f"partition {partition}: writing {key} from {len(group.pieces)} objects")
+        for upload in pending:
+            upload.result()  # an upload failed: raise before anything is swapped
     # leftovers the chain skipped (fully overlapped by objects it read) go too
     if not written:
         return result
@@ -348,6 +361,12 @@ def _compact_locked(
     result.bytes_after = sum(s.size for s in final.segments)
     result.outcome = "compacted"
     return result
+
+
+def _put_object(store: ObjectStore, key: str, data: bytes, sparse: index.SparseIndex) -> None:
+    """A new object and its index (the index first, as the broker uploads them)."""
+    store.put(layout.index_key_for(key), sparse.encode())
+    store.put(key, data)
 
 
 def _fetch_all(store: ObjectStore, keys: list[str], result: CompactResult) -> list[bytes]:

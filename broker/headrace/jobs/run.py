@@ -10,7 +10,11 @@ opens the store on its executor and runs ``verify.verify_partition`` or
 ``compact.compact_partition``. The driver gathers the results into one JSON
 report, writes it to the store under ``<cluster>/<namespace>/<topic>/reports/``
 (and to ``--report-file``), and prints one progress line per partition to
-stderr.
+stderr as each finishes. Partitions run concurrently, as many at once as Spark
+has cores (``defaultParallelism``): each is its own small Spark job, submitted
+from a driver thread, so a line is printed as soon as its partition is done
+(``toLocalIterator`` would print as early, but it runs one partition's job at a
+time, which left all but one core idle).
 
 Exit status: 0 ok; 1 verification found a problem; 2 the job could not run
 (bad input: an unparseable manifest, the store unreachable; the report says
@@ -23,7 +27,8 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from functools import partial
 from typing import Any
 
@@ -138,11 +143,9 @@ def run_job(args: argparse.Namespace, spark: Any) -> tuple[int, dict[str, Any]]:
         work = partial(_compact_one, args.store, ref, settings, int(started * 1000), args.verify)
     print(f"{args.job} {args.topic}: {len(partitions)} partition(s)", file=sys.stderr, flush=True)
     results: list[dict[str, Any]] = []
-    if partitions:
-        rdd = spark.sparkContext.parallelize(partitions, len(partitions))
-        for doc in rdd.map(partial(_guarded, work)).toLocalIterator():
-            results.append(doc)
-            print(_progress(args.job, doc), file=sys.stderr, flush=True)
+    for doc in _run_partitions(spark, partitions, partial(_guarded, work)):
+        results.append(doc)
+        print(_progress(args.job, doc), file=sys.stderr, flush=True)
     results.sort(key=lambda d: int(d["partition"]))
     report = _report(args, results, started)
     status = EXIT_OK
@@ -162,6 +165,27 @@ def run_job(args: argparse.Namespace, spark: Any) -> tuple[int, dict[str, Any]]:
         with open(args.report_file, "w") as f:
             json.dump(report, f, indent=1)
     return status, report
+
+
+def _run_partitions(
+    spark: Any, partitions: list[int], work: Callable[[int], dict[str, Any]]
+) -> Iterator[dict[str, Any]]:
+    """``work(p)`` for every partition on Spark's executors, in order of completion.
+
+    One Spark job per partition, at most ``defaultParallelism`` in flight (Spark
+    runs jobs of concurrent driver threads side by side)."""
+    if not partitions:
+        return
+    context = spark.sparkContext
+
+    def one(partition: int) -> dict[str, Any]:
+        docs: list[dict[str, Any]] = context.parallelize([partition], 1).map(work).collect()
+        return docs[0]
+
+    in_flight = max(1, min(len(partitions), int(context.defaultParallelism)))
+    with ThreadPoolExecutor(in_flight, thread_name_prefix="partition-job") as pool:
+        for done in as_completed([pool.submit(one, p) for p in partitions]):
+            yield done.result()
 
 
 def _progress(job: str, doc: dict[str, Any]) -> str:
