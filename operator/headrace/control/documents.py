@@ -311,6 +311,31 @@ def progress_of(name: str, status: Mapping[str, Any]) -> UnloadProgress:
         raise InvalidRequest(f"unload {name}: unreadable status: {exc}") from exc
 
 
+def condition(
+    type_: str,
+    status: str,
+    reason: str,
+    message: str,
+    generation: int,
+    previous: Mapping[str, Any] | None,
+    now: str,
+) -> dict[str, Any]:
+    """A metav1.Condition whose ``lastTransitionTime`` moves only when ``status`` does
+    (a no-op reconcile then writes the same document, which the status store skips).
+    The message is cut to 4096 characters: a Job's or a store's error can be long."""
+    moved = previous is None or previous.get("status") != status
+    return {
+        "type": type_,
+        "status": status,
+        "observedGeneration": generation,
+        "reason": reason,
+        "message": message[:4096],
+        "lastTransitionTime": now
+        if moved or previous is None
+        else previous.get("lastTransitionTime", now),
+    }
+
+
 def ready_condition(
     status: TopicStatus | None,
     problem: tuple[str, str] | None,

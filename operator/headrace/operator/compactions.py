@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
+from headrace.control.documents import condition
 from headrace.operator import workloads
 from headrace.resources.clusters import BrokerCluster
 from headrace.resources.compactions import (
@@ -352,29 +353,6 @@ def run_state(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) 
         message = "running" + (f" (attempt {attempts}; the last failed: {why})" if why else "")
         return RunState(CompactionPhase.RUNNING, attempts, start, None, None, message[:4096])
     return RunState(CompactionPhase.PENDING, attempts, start, None, None, "waiting for a pod")
-
-
-def condition(
-    type_: str,
-    status: str,
-    reason: str,
-    message: str,
-    generation: int,
-    previous: Mapping[str, Any] | None,
-    now: str,
-) -> dict[str, Any]:
-    """A metav1.Condition whose ``lastTransitionTime`` moves only when ``status`` does."""
-    moved = previous is None or previous.get("status") != status
-    return {
-        "type": type_,
-        "status": status,
-        "observedGeneration": generation,
-        "reason": reason,
-        "message": message[:4096],
-        "lastTransitionTime": now
-        if moved or previous is None
-        else previous.get("lastTransitionTime", now),
-    }
 
 
 def _previous(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:

@@ -24,7 +24,7 @@ from typing import Any, Final
 import kopf
 import pydantic
 
-from headrace.control.documents import condition_time
+from headrace.control.documents import condition, condition_time
 from headrace.operator import auth
 from headrace.operator.handlers import GROUP, VERSION, OperatorContext, parse_cluster
 from headrace.operator.kube import ObjectRef
@@ -51,18 +51,9 @@ def ready_condition(
     message: str,
     now: str,
 ) -> dict[str, Any]:
-    status = "True" if ready else "False"
-    unchanged = previous is not None and previous.get("status") == status
-    return {
-        "type": "Ready",
-        "status": status,
-        "observedGeneration": generation,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": previous.get("lastTransitionTime", now)
-        if unchanged and previous
-        else now,
-    }
+    return condition(
+        "Ready", "True" if ready else "False", reason, message, generation, previous, now
+    )
 
 
 def _write_status(

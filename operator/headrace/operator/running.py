@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from headrace.control import moves
-from headrace.control.documents import condition_time, full_name, generation_of
+from headrace.control.documents import condition, condition_time, full_name, generation_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, Report
 from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
@@ -151,36 +151,13 @@ class PodFleet:
         return await self.http.push(broker_id, topology)
 
 
-def _condition(
-    type_: str,
-    status: str,
-    reason: str,
-    message: str,
-    generation: int,
-    previous: Mapping[str, Any] | None,
-    now: str,
-) -> dict[str, Any]:
-    """A metav1.Condition whose ``lastTransitionTime`` moves only when ``status`` does."""
-    moved = previous is None or previous.get("status") != status
-    return {
-        "type": type_,
-        "status": status,
-        "observedGeneration": generation,
-        "reason": reason,
-        "message": message,
-        "lastTransitionTime": now
-        if previous is None or moved
-        else previous.get("lastTransitionTime", now),
-    }
-
-
 def stalled_condition(
     ready: Mapping[str, Any] | None, previous: Mapping[str, Any] | None, now: str
 ) -> dict[str, Any] | None:
     """``Stalled=True`` beside a Ready condition whose reason is a refusal; else None."""
     if ready is None or ready.get("status") != "False" or ready.get("reason") not in REFUSALS:
         return None
-    return _condition(
+    return condition(
         "Stalled",
         "True",
         str(ready["reason"]),
@@ -222,7 +199,7 @@ def cluster_conditions(
         if old is not None:
             conditions.append(old)
         conditions.append(
-            _condition(
+            condition(
                 "Paused",
                 "True",
                 "Paused",
@@ -261,7 +238,7 @@ def cluster_conditions(
             ready = ("False", "BrokersNotLive", f"brokers {missing} are not live")
         else:
             ready = ("True", "AllBrokersLive", f"{replicas} brokers live")
-        conditions.append(_condition("Ready", *ready, generation, previous.get("Ready"), now))
+        conditions.append(condition("Ready", *ready, generation, previous.get("Ready"), now))
         stalled = stalled_condition(conditions[-1], previous.get("Stalled"), now)
         if stalled is not None:
             conditions.append(stalled)
@@ -277,7 +254,7 @@ def cluster_conditions(
                 else ("True", "EndpointAnswers", "the object store's endpoint accepts connections")
             )
             conditions.append(
-                _condition(
+                condition(
                     objectstores.REACHABLE_CONDITION,
                     *reachable,
                     generation,
@@ -287,7 +264,7 @@ def cluster_conditions(
             )
         if reassignment is not None:
             conditions.append(
-                _condition(
+                condition(
                     "Rebalancing",
                     *_rebalancing(reassignment),
                     generation,
@@ -576,7 +553,7 @@ class ClusterRuntime:
             return own
         return [
             *own,
-            _condition(
+            condition(
                 "Paused",
                 "True",
                 "Paused",
