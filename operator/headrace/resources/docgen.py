@@ -60,11 +60,12 @@ Every headrace kind is in API group `headrace.dev`, version `v1alpha1`
 (`apiVersion: {API_VERSION}`), namespaced, and has a `status` subresource. Install the
 definitions with `kubectl apply -f crds/`; `kubectl get headrace` lists every kind.
 
-**What acts on them.** Installing the CRDs only teaches the API server these kinds: it
-stores and validates the resources, and nothing in a Kubernetes cluster acts on them yet.
-The headrace operator that will reconcile them (run the BrokerCluster's StatefulSet, place
-Topics, carry out Unloads, Repartitions and Compactions) is not built yet
-(`docs/operations.md` §10). Today the same manifests run in **local mode**:
+**What acts on them.** On Kubernetes, the headrace operator (`python -m
+headrace.operator`, installed with the Helm chart `charts/headrace`;
+`docs/operations.md` §2d) reconciles every kind: it runs each BrokerCluster's
+StatefulSet, places Topics and writes their status, carries out Unloads and
+Repartitions, runs Compactions as Jobs and CompactionSchedules as CronJobs, and makes
+Users' token Secrets. The same manifests also run in **local mode**:
 `headrace apply -f` sends them to the controller that `headrace local up` starts
 (`docs/operations.md` §2a), which acts on Topic, Unload and Repartition (`apply` skips
 the other kinds with a one-line note) and refuses, one line per problem, a Topic the
