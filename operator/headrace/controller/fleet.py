@@ -173,5 +173,6 @@ class HttpFleet:
                 body = await resp.json()
             return TopologyReply.from_json(body).generation or 0
         except (aiohttp.ClientError, TimeoutError, ValueError, HeadraceError) as exc:
-            log.info("push to broker %s failed: %r", broker.id, exc)
+            # %s, never %r: an aiohttp error's repr carries the request headers (the token)
+            log.info("push to broker %s failed: %s: %s", broker.id, type(exc).__name__, exc)
             return None

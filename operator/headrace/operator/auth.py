@@ -27,7 +27,7 @@ import json
 import logging
 import secrets
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from headrace.operator.kube import KubeApi, ObjectRef
@@ -159,12 +159,30 @@ def users_of(users: Iterable[Mapping[str, Any]], cluster_name: str) -> list[Mapp
 _SECRET_LOCKS: dict[ObjectRef, asyncio.Lock] = {}
 
 
+class ForeignSecret(LookupError):
+    """A Secret of the name the operator would make exists, owned by something else: it is
+    never adopted (its values would become broker credentials)."""
+
+
 async def ensure_secret(api: KubeApi, fresh: Mapping[str, Any]) -> dict[str, Any]:
     """The Secret ``fresh`` names as stored: created from ``fresh`` only when absent, so an
-    existing one (and every credential in it) is never overwritten."""
+    existing one (and every credential in it) is never overwritten. An existing Secret not
+    owned by ``fresh``'s owner (another User's or cluster's, or one a person made) is
+    refused with ``ForeignSecret``: adopting it would turn whatever it holds into a token
+    with the grants the User asks for."""
     ref = ObjectRef.of(fresh)
+    owner_uid = fresh["metadata"]["ownerReferences"][0]["uid"]
     async with _SECRET_LOCKS.setdefault(ref, asyncio.Lock()):
         found = await api.get(ref)
+        if found is not None and owner_uid not in {
+            o.get("uid") for o in found.get("metadata", {}).get("ownerReferences") or []
+        }:
+            raise ForeignSecret(
+                f"Secret {ref.namespace}/{ref.name} exists and is not owned by"
+                f" {fresh['metadata']['ownerReferences'][0]['kind']}"
+                f" {fresh['metadata']['ownerReferences'][0]['name']}: not adopted (delete or"
+                " rename it)"
+            )
         if found is None:
             await api.apply(fresh)
             log.info("created Secret %s/%s", ref.namespace, ref.name)
@@ -191,6 +209,8 @@ class AclSync:
 
     principals: dict[str, str]  # User name -> principal
     secrets: dict[str, str]  # User name -> its Secret's name
+    #: User name -> why it was left out (its Secret's name is taken: ``ForeignSecret``)
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any]) -> AclSync:
@@ -212,7 +232,15 @@ async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any]) -> AclSync:
             continue
         hashes: list[str] = []
         if user.spec.authentication.type is AuthenticationType.TOKEN:
-            secret = await ensure_secret(api, new_user_secret(body))
+            try:
+                secret = await ensure_secret(api, new_user_secret(body))
+            except ForeignSecret as exc:
+                # left out, not the whole file: one squatted name must not lock every User out
+                log.warning(
+                    "User %s/%s left out of the ACL file: %s", namespace, user.metadata.name, exc
+                )
+                synced.refused[user.metadata.name] = str(exc)
+                continue
             token = secret_value(secret, USER_TOKEN_KEY)
             if not token:
                 log.warning("Secret of User %s/%s has no token", namespace, user.metadata.name)

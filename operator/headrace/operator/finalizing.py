@@ -94,6 +94,7 @@ def progress(
     heartbeats: Mapping[int, Heartbeat],
     applied: Mapping[int, int],
     members: Collection[int] | None = None,
+    holders: Collection[int] = (),
 ) -> Progress:
     """Whether the brokers are done with the deleted topic ``name`` (see the module).
 
@@ -101,10 +102,12 @@ def progress(
     topology generation; ``brokers``: every broker of the cluster; ``live``: the live
     ones, whose latest ``heartbeats`` tell what they hold; ``applied``: the topology
     generation each broker last reported holding; ``members``: the brokers the cluster
-    keeps (``ControlLoop.members``), None when every known broker is one. A broker that
-    left the membership is not waited for: a scale down moves every replica off it before
-    its pod goes (``control.moves``), so it holds no copy to keep, and it may never come
-    back.
+    keeps (``ControlLoop.members``), None when every known broker is one; ``holders``: the
+    brokers the deleted Topic's last status names as replicas. A broker that left the
+    membership is waited for only if it holds a copy of this topic: after a finished scale
+    down it holds none (its replicas moved off before its pod went) and may never come
+    back, but a scale down blocked on it (its copy the only in-sync one) still needs it
+    to move that copy aside.
     """
     waiting = "TopicDeletionWaiting"
     if placed:
@@ -119,7 +122,7 @@ def progress(
     if holding:
         return Progress(False, waiting, f"waiting for brokers {holding} to let their copies go")
     if policy is DeletionPolicy.RETAIN:
-        kept = set(brokers) if members is None else set(brokers) & set(members)
+        kept = set(brokers) if members is None else set(brokers) & (set(members) | set(holders))
         down = sorted(kept - set(live))
         if down:
             return Progress(
@@ -141,6 +144,15 @@ def progress(
         "deletionPolicy Delete: the brokers removed their copies (and the leaders the"
         " topic's objects in the object store)",
     )
+
+
+def replica_holders(body: Mapping[str, Any]) -> frozenset[int]:
+    """Every broker the Topic's status names as a replica (or a move's target)."""
+    holders: set[int] = set()
+    for p in (body.get("status") or {}).get("partitions") or []:
+        holders.update(int(b) for b in p.get("replicas") or [])
+        holders.update(int(b) for b in p.get("targetReplicas") or [])
+    return frozenset(holders)
 
 
 class TopicFinalizer:
@@ -189,6 +201,7 @@ class TopicFinalizer:
                 heartbeats=heartbeats,
                 applied=applied,
                 members=members,
+                holders=replica_holders(body),
             )
             if self._told.get(name) != verdict.message:
                 self._told[name] = verdict.message

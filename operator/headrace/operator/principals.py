@@ -114,6 +114,9 @@ async def user_changed(
         raise kopf.TemporaryError(f"BrokerCluster {cluster_name} has no auth", delay=delay)
     synced = await auth.sync_acl(context.api, cluster)
     secret = synced.secrets.get(name)
+    if name in synced.refused:
+        _write_status(patch, body, now, False, "SecretNotOwned", synced.refused[name])
+        raise kopf.TemporaryError(synced.refused[name], delay=delay)
     if user.spec.authentication.type is AuthenticationType.TOKEN and secret is None:
         raise kopf.TemporaryError(f"the token Secret of User {name} is not there yet", delay=delay)
     where = f"its token is in Secret {secret!r}; " if secret else ""

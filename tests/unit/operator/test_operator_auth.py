@@ -204,3 +204,28 @@ def test_a_user_is_ready_with_its_secret_only_once_its_cluster_has_auth() -> Non
     )
     with pytest.raises(kopf.PermanentError):
         asyncio.run(refused)
+
+
+def test_a_secret_someone_else_owns_is_never_adopted() -> None:
+    """A User named after an existing Secret (say a service account token) must not turn its
+    value into a broker credential; the other Users still get their ACL entries."""
+    api = StoringApi(AUTH_CLUSTER, user("alice"), user("sa-token"))
+    squatted = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "sa-token", "namespace": "ns"},
+        "data": {auth.USER_TOKEN_KEY: "c2VjcmV0"},
+    }
+    api.put(squatted)
+    squatted = copy.deepcopy(secret(api, "sa-token"))  # as stored (with its resourceVersion)
+    synced = asyncio.run(auth.sync_acl(api, AUTH_CLUSTER))
+    assert (
+        "sa-token" in synced.refused and "not owned by User sa-token" in synced.refused["sa-token"]
+    )
+    assert set(synced.principals) == {"alice"}
+    assert secret(api, "sa-token") == squatted  # untouched
+    with pytest.raises(auth.ForeignSecret):
+        asyncio.run(
+            auth.ensure_secret(api, {**auth.new_auth_secret(AUTH_CLUSTER), "metadata": {
+                **auth.new_auth_secret(AUTH_CLUSTER)["metadata"], "name": "sa-token"}})
+        )  # fmt: skip

@@ -97,7 +97,9 @@ def test_retain_does_not_wait_for_a_broker_the_cluster_scaled_away() -> None:
     a member that is down is still waited for."""
     empty = {b: Heartbeat(BrokerEndpoint(b, f"10.0.0.{b}", 9092, 9644)) for b in range(4)}
 
-    def verdict(members: frozenset[int] | None, live: set[int]) -> finalizing.Progress:
+    def verdict(
+        members: frozenset[int] | None, live: set[int], holders: frozenset[int] = frozenset()
+    ) -> finalizing.Progress:
         return finalizing.progress(
             "ns/orders",
             DeletionPolicy.RETAIN,
@@ -108,6 +110,7 @@ def test_retain_does_not_wait_for_a_broker_the_cluster_scaled_away() -> None:
             heartbeats=empty,
             applied=dict.fromkeys(range(4), 5),
             members=members,
+            holders=holders,
         )
 
     assert not verdict(None, {0, 1, 2}).done  # every known broker counts: 3 is waited for
@@ -115,3 +118,9 @@ def test_retain_does_not_wait_for_a_broker_the_cluster_scaled_away() -> None:
     assert verdict(frozenset({0, 1, 2}), {0, 1, 2}).done  # 3 left the cluster
     waiting = verdict(frozenset({0, 1, 2}), {0, 1})  # a member down is still waited for
     assert not waiting.done and "[2]" in waiting.message
+    # a scale down to 3 blocked on broker 3 (down, the topic's only in-sync copy): the
+    # deletion waits for it, or it would delete that copy when it comes back
+    blocked = verdict(frozenset({0, 1, 2}), {0, 1, 2}, holders=frozenset({1, 3}))
+    assert not blocked.done and "[3]" in blocked.message
+    body = {"status": {"partitions": [{"replicas": [0, 3], "targetReplicas": [0, 1]}]}}
+    assert finalizing.replica_holders(body) == {0, 1, 3}
