@@ -229,7 +229,9 @@ class ReplicaFetcher:
             if sent.get(key) != position:
                 sent[key] = position
                 positions.append(rp.FetchPosition(key[0], key[1], *position))
-        forgotten = [k for k in sent if k not in ready] if len(sent) > len(ready) else []
+        # every key sent and no longer ready (not only when there are more of them: one may
+        # leave as another arrives); the leader must stop crediting this fetch to it
+        forgotten = list(sent.keys() - ready.keys())
         for key in forgotten:
             del sent[key]
         request = rp.ReplicaFetch(
@@ -335,6 +337,9 @@ class Replication:
         self.read_hints: dict[tuple[int, str], tuple[PartitionLog, int, ReadPosition]] = {}
         #: follower broker id -> its last fetch over a session (``LeaderReplicaSet.tick``)
         self.fetched_ms: dict[int, int] = {}
+        #: follower broker id -> its session on this leader: a fetch credits only the
+        #: partitions that session holds (``_fetched_for``)
+        self.sessions: dict[int, FetchSession] = {}
         #: led partitions whose log end moved since the last LRS tick
         self._appended: set[Partition] = set()
         #: every led partition with followers, as of the last placement
@@ -372,6 +377,11 @@ class Replication:
         assert session is not None
         for key in request.forgotten:
             session.forget(key)
+            # no longer fetched: the next tick must look at it (silence), not wait for the
+            # full pass, as an idle partition would
+            forgotten = self._led_partition(key)
+            if forgotten is not None:
+                self._appended.add(forgotten)
         for pos in request.positions:
             session.positions[(pos.topic, pos.partition)] = pos
         return session
@@ -383,6 +393,7 @@ class Replication:
         whose leader side moved since the session's last answer (marked by listeners)."""
         now = clock.monotonic_ms()
         self.fetched_ms[session.follower_id] = now
+        self.sessions[session.follower_id] = session
         asked = set(asked)
         examine, session.dirty = asked | session.dirty, set()
         self.broker.metrics.replica_fetches.inc()
@@ -523,6 +534,22 @@ class Replication:
     def _note_append(self, p: Partition) -> None:
         self._appended.add(p)
 
+    def _fetched_for(self, p: Partition) -> dict[int, int]:
+        """Each follower's last session fetch, for the followers whose session holds ``p``:
+        a fetch proves a follower alive (and, idle, caught up) only for the partitions it
+        fetches. One that stopped fetching ``p`` (not ready, moving, a topology not yet
+        applied) is then judged by its last fetch of ``p`` alone, and falls silent."""
+        key = (p.topic.name, p.index)
+        return {
+            f: t
+            for f, t in self.fetched_ms.items()
+            if (session := self.sessions.get(f)) is not None and key in session.positions
+        }
+
+    def _led_partition(self, key: tuple[str, int]) -> Partition | None:
+        topic = self.broker.registry.topics.get(key[0])
+        return topic.partitions.get(key[1]) if topic is not None else None
+
     async def _tick_forever(self) -> None:
         while True:
             await asyncio.sleep(0.25)
@@ -548,8 +575,9 @@ class Replication:
             if p.role is not Role.LEADER or rs is None:
                 continue
             leo = p.log.next_offset
-            removed = rs.tick(leo, now, self.fetched_ms)
-            added = rs.rejoin(leo, now, self.fetched_ms)
+            fetched = self._fetched_for(p)
+            removed = rs.tick(leo, now, fetched)
+            added = rs.rejoin(leo, now, fetched)
             if removed:
                 log.warning("%s: followers %s left the live replica set", p.name, sorted(removed))
             if removed or added:

@@ -28,9 +28,11 @@ leader included: every LRS member has every record below it, so it is what
 A fetch session (``protocol.replication``) names a partition only when the
 follower's position in it changed; every fetch over the session is still
 proof that the follower is alive and, where its known LEO is the leader's,
-caught up. ``fetched_ms`` (the last session fetch of each follower broker)
-carries that to ``tick`` and ``rejoin`` without touching every partition on
-every fetch.
+caught up, for the partitions the session holds (a partition the follower
+stopped fetching is forgotten from it, and then falls silent). ``fetched_ms``
+(the last session fetch of each follower broker whose session holds the
+partition) carries that to ``tick`` and ``rejoin`` without touching every
+partition on every fetch.
 
 The leader never removes itself. Followers outside ``replicas`` are ignored.
 
