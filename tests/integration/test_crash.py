@@ -46,12 +46,20 @@ async def test_kill9_under_load_with_fsync_always_keeps_every_acked_record(
         broker.bootstrap, acks="leader", linger_ms=1, delivery_timeout_ms=60_000
     ).start()
     loading = asyncio.create_task(load(producer))
-    await asyncio.sleep(1.5)
+
+    async def acked_at_least(count: int, what: str) -> None:
+        deadline = asyncio.get_running_loop().time() + 60
+        while len(acked) < count:
+            assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
+            await asyncio.sleep(0.05)
+
+    await acked_at_least(200, "acks before the crash")
     acked_before_kill = len(acked)
     broker.kill9()
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # the fault: the broker stays down a second under load
     broker.start()
-    await asyncio.sleep(1.5)  # the producer retries into the restarted broker and keeps going
+    # the producer retries into the restarted broker and keeps going
+    await acked_at_least(acked_before_kill + 200, "acks after the restart")
     stop.set()
     await loading
     await producer.close()

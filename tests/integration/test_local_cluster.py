@@ -273,7 +273,13 @@ async def test_partition_without_eligible_replica_goes_offline_and_recovers(
         await producer.send_many("fragile", [b"kept"] * 300, partition=0)
         await producer.flush()
     replicas = cluster.partitions("default/fragile")[0]["replicas"]
-    await asyncio.sleep(1.5)  # the LRS report of both replicas reaches the controller
+    cluster.wait(  # the LRS report of both replicas reaches the controller
+        lambda: (
+            sorted(cluster.partitions("default/fragile")[0]["liveReplicas"]) == sorted(replicas)
+        ),
+        what="both replicas in the controller's LRS",
+        timeout=30,
+    )
     for broker in replicas:
         cluster.kill_broker(broker)
     cluster.wait(
@@ -307,7 +313,11 @@ async def test_election_picks_the_least_lagging_live_replica(cluster: LocalClust
     async with Producer(cluster.bootstrap, acks="all") as producer:
         await producer.send_many("lag", [b"both"] * 200, partition=0)
         await producer.flush()
-    await asyncio.sleep(1.5)
+    cluster.wait(  # every replica caught up and reported in the LRS before `behind` pauses
+        lambda: len(cluster.partitions("default/lag")[0]["liveReplicas"]) == 3,
+        what="all three replicas in the controller's LRS",
+        timeout=30,
+    )
     # `behind` stops fetching (paused, still within the liveness TTL and the LRS lag bound)
     cluster.signal_broker(behind, signal.SIGSTOP)
     try:

@@ -77,6 +77,15 @@ class Load:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
 
+    async def wait_for_more(self, count: int, timeout: float = 60.0) -> None:
+        """Until ``count`` more records than now are acknowledged (the load is flowing)."""
+        target = len(self.acked) + count
+        deadline = asyncio.get_running_loop().time() + timeout
+        while len(self.acked) < target:
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{count} more acks not seen in {timeout:.0f}s")
+            await asyncio.sleep(0.05)
+
     async def stop(self) -> None:
         self._stop.set()
         if self._task is not None:
@@ -135,7 +144,7 @@ async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalClust
     load = Load(cluster)
     load.start()
     try:
-        await asyncio.sleep(1.5)
+        await load.wait_for_more(200)  # acks=all flowing before the scale up
         code, err = await asyncio.to_thread(headrace, cluster, "add-broker", "--timeout", "120")
         assert code == 0, err
         assert "broker 3 holds its share" in err
@@ -144,7 +153,7 @@ async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalClust
         assert any(p["leader"] == 3 for p in parts), f"broker 3 leads nothing: {parts}"
         assert all(len(p["replicas"]) == 3 and "targetReplicas" not in p for p in parts)
         during_4 = len(load.acked)
-        await asyncio.sleep(1.0)
+        await load.wait_for_more(100)  # and on 4 brokers
 
         code, err = await asyncio.to_thread(headrace, cluster, "remove-broker", "--timeout", "120")
         assert code == 0, err
@@ -160,7 +169,7 @@ async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalClust
         assert "removing broker 2 is refused" in err and "below the replication factor" in err
         assert [b["id"] for b in cluster.record["brokers"]] == [0, 1, 2]
         assert all(len(p["replicas"]) == 3 for p in cluster.partitions(TOPIC))
-        await asyncio.sleep(1.0)
+        await load.wait_for_more(100)  # and on 3 again
     finally:
         await load.stop()
     assert len(load.acked) > during_4 > 0, "acks=all produce went on through the moves"
@@ -181,7 +190,7 @@ async def test_a_controller_killed_mid_move_resumes_and_loses_nothing(
     load = Load(cluster)
     load.start()
     try:
-        await asyncio.sleep(1.0)
+        await load.wait_for_more(200)
         code, err = await asyncio.to_thread(headrace, cluster, "add-broker", "--no-wait")
         assert code == 0, err
         cluster.wait(
@@ -202,7 +211,7 @@ async def test_a_controller_killed_mid_move_resumes_and_loses_nothing(
             timeout=120,
             what="the moves finished by the restarted controller",
         )
-        await asyncio.sleep(1.0)
+        await load.wait_for_more(100)  # produce goes on after the moves
     finally:
         await load.stop()
     await check_nothing_lost(cluster, load.acked)
