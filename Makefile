@@ -26,17 +26,19 @@ run: setup
 	mkdir -p $(LOCAL_DIR)
 	$(BIN)/headrace local up --dir $(LOCAL_DIR) --brokers 3 $(LOCAL_ARGS) > $(LOCAL_DIR).bootstrap
 	$(BIN)/headrace apply -f examples/local/demo-topic.yaml --dir $(LOCAL_DIR)
-	@B=$$(cat $(LOCAL_DIR).bootstrap); C=$$($(PY) -c 'import json,sys; print(json.load(open(sys.argv[1]))["controller_url"])' $(LOCAL_DIR)/local.json); \
+	@# One shell: the trap is set before "Ctrl-C here stops the cluster" is printed (a Ctrl-C
+	@# between two recipe lines would end make and leave the cluster running). `sleep &
+	@# wait`: a trap runs as soon as the signal arrives (not when a foreground sleep ends),
+	@# and it exits, so one Ctrl-C (or a TERM) stops the cluster and make.
+	@trap '$(BIN)/headrace local down --dir $(LOCAL_DIR); kill $$! 2>/dev/null; exit 0' INT TERM; \
+	  B=$$(cat $(LOCAL_DIR).bootstrap); C=$$($(PY) -c 'import json,sys; print(json.load(open(sys.argv[1]))["controller_url"])' $(LOCAL_DIR)/local.json); \
 	  printf '%s\n' "" "headrace local cluster is up (dashboard: $$C/)" "Try, in another shell:" \
 	  "  export HEADRACE_BOOTSTRAP=$$B HEADRACE_CONTROLLER=$$C" \
 	  "  seq 1 10 | .venv/bin/headrace produce demo --acks all" \
 	  "  .venv/bin/headrace consume demo --cohort readers --from-beginning --count 10" \
 	  "  .venv/bin/headrace cohorts describe readers" \
 	  "  .venv/bin/headrace cluster health" \
-	  "  .venv/bin/headrace local status --dir $(LOCAL_DIR)" "" "Ctrl-C here stops the cluster."
-	@# `sleep & wait`: a trap runs as soon as the signal arrives (not when a foreground
-	@# sleep ends), and it exits, so one Ctrl-C (or a TERM) stops the cluster and make.
-	@trap '$(BIN)/headrace local down --dir $(LOCAL_DIR); kill $$! 2>/dev/null; exit 0' INT TERM; \
+	  "  .venv/bin/headrace local status --dir $(LOCAL_DIR)" "" "Ctrl-C here stops the cluster."; \
 	  while true; do sleep 3600 & wait $$!; done
 
 run-standalone: setup
