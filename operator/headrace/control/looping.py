@@ -66,8 +66,9 @@ from headrace.control.model import (
     UnloadProgress,
     UnloadRequest,
 )
-from headrace.control.reconcile import Decision, Problem, reconcile
+from headrace.control.reconcile import Decision, Problem
 from headrace.control.settings import ControlSettings
+from headrace.control.steady import SteadySteps
 from headrace.errors import InvalidTopicSpec
 from headrace.protocol.coordination import Heartbeat
 
@@ -226,6 +227,9 @@ class ControlLoop:
         self.observing_since_ms = clock.now_ms()
         self.last_decision: Decision | None = None
         self.steps = 0
+        #: reconcile, skipped while nothing changes (``steady``: idle cost that does not grow
+        #: with the partition count)
+        self._reconciler = SteadySteps()
         self.generation_bumps = 0
         self.pushes = 0
         #: deleted topics whose copies the brokers keep (``deletionPolicy: Retain``); the
@@ -351,7 +355,7 @@ class ControlLoop:
         # statuses written for it have observed (an apply may land while a write awaits).
         observed = {n: documents.generation_of(r) for n, r in self.topics.items()}
         specs, invalid = self.desired()
-        decision = reconcile(
+        decision = self._reconciler.reconcile(
             self.state,
             specs,
             self.heartbeats,
@@ -586,6 +590,7 @@ class ControlLoop:
             "members": None if self.members is None else sorted(self.members),
             "reassignment": (decision.reassignment if decision else moves.Summary()).to_json(),
             "steps": self.steps,
+            "stepsSkipped": self._reconciler.skipped,
             "generationBumps": self.generation_bumps,
             "pushes": self.pushes,
         }

@@ -40,6 +40,8 @@ class FakeBroker:
     promotes: bool = True
     #: seals a partition it leads when the seal marker is set
     seals: bool = True
+    #: a leader appends one record per poll (False: an idle partition, reports unchanged)
+    appends: bool = True
     adoption: int | None = None
     log_end: dict[tuple[str, int], int] = field(default_factory=dict)
     #: (topic, partition) -> (incarnation, its start offset) of the copy held
@@ -116,7 +118,7 @@ class Fleet:
                         self.uploaded[key] = max(self.uploaded.get(key, 0), end)
                         seal = SealReport(end - 1, p.leader_epoch, p.moves, True)
                         broker.sealed[key] = seal
-                    if seal is None:
+                    if seal is None and broker.appends:
                         broker.log_end[key] = broker.log_end.get(key, start) + 1
                     live = tuple(r for r in p.replicas if self.brokers[r].up)
                     reports.append(
