@@ -209,3 +209,12 @@ class Schedules(RuleBasedStateMachine):
 
 TestSchedules = Schedules.TestCase
 TestSchedules.settings = settings(max_examples=100, stateful_step_count=40, deadline=None)
+
+
+def test_heartbeats_rebuilt_every_poll_from_the_same_reports_are_skipped() -> None:
+    """What the controller's fleet hands over when a delta is empty: new heartbeat objects
+    and new tuples of the same report objects (``bench.steady_step`` builds them so)."""
+    from bench.steady_step import measure
+
+    row = measure(300, steps=3)  # raises RuntimeError unless every idle step was skipped
+    assert row["partitions"] == 300
