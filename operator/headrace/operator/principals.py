@@ -89,7 +89,7 @@ def _write_status(
         state = token.state
         patch.status["tokenGeneration"] = state.generation
         patch.status["rotatedAt"] = (
-            None if state.rotated_at_ms is None else condition_time(state.rotated_at_ms)
+            None if state.rotated_at_ms is None else rfc3339(state.rotated_at_ms)
         )
         expires = token.previous_expires_at_ms
         patch.status["previousTokenExpiresAt"] = None if expires is None else rfc3339(expires)
