@@ -10,7 +10,9 @@ Started by ``python -m e2e.testbed up`` as ``python -m e2e.testbed.kubelet``. It
   ignored), with the env, volumes and service-account credentials of
   :mod:`.podspec`, one loopback address per pod (:mod:`.ipam`), probes
   (:mod:`.probes`, run on a small thread pool), restarts and phases
-  (:mod:`.podstatus`), and graceful deletion (SIGTERM, grace period, SIGKILL, then the
+  (:mod:`.podstatus`), ConfigMap, Secret and projected volumes kept in step with their
+  sources while the pod runs (written atomically, :mod:`.projection`; ``subPath``
+  mounts are pinned at container start), and graceful deletion (SIGTERM, grace period, SIGKILL, then the
   final ``DELETE`` the kubelet owes the API server);
 * serves ``/containerLogs`` for ``kubectl logs`` (:mod:`.logserving`) and provisions
   PersistentVolumes (:mod:`.provisioning`).
@@ -44,7 +46,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from e2e.testbed import ipam, kubeapi, logserving, podspec, podstatus, probes, provisioning
+from e2e.testbed import (
+    ipam,
+    kubeapi,
+    logserving,
+    podspec,
+    podstatus,
+    probes,
+    projection,
+    provisioning,
+)
 from e2e.testbed.processes import kill_group
 from e2e.testbed.settings import StateLayout
 from headrace.files import write_atomic
@@ -85,6 +96,10 @@ class RunnerSettings(StateLayout):
     default_grace_s: float = 30.0
     #: Seconds given to each pod's processes on runner shutdown before SIGKILL.
     shutdown_grace_s: float = 5.0
+    #: Seconds between re-reads of the ConfigMaps and Secrets behind a running pod's
+    #: volumes (the kubelet: its sync period, about a minute plus its cache TTL). Short
+    #: here, so a test sees an update within seconds; 0 turns updates off.
+    volume_refresh_s: float = 2.0
 
 
 def now_rfc3339() -> str:
@@ -189,7 +204,8 @@ class ContainerRun:
         self.log_file = log_file
         self.starts += 1
         for m in process.mounts:
-            m.host_path.mkdir(parents=True, exist_ok=True)
+            if not m.host_path.exists():  # a subPath may be a file
+                m.host_path.mkdir(parents=True)
         cwd = process.cwd if process.cwd is not None else pod_dir
         cwd.mkdir(parents=True, exist_ok=True)
         started = now_rfc3339()
@@ -330,6 +346,7 @@ class PodRun:
         self.world: podspec.World | None = None
         self.token: str | None = None
         self.token_refresh_at = 0.0
+        self.volume_refresh_at = 0.0
         self.extra_env: dict[str, str] = {}
         self.terminating = False
         self.last_status: Obj | None = None
@@ -373,27 +390,26 @@ class PodRun:
         # Refresh at 80% of the lifetime, as the kubelet does.
         self.token_refresh_at = time.monotonic() + 0.8 * max(ttl, 600)
 
-    def _write_files(self, target: Path, files: dict[str, bytes], secret: bool) -> None:
-        target.mkdir(parents=True, exist_ok=True)
-        for rel, data in files.items():
-            path = target / rel
-            if not path.resolve().is_relative_to(target.resolve()):
-                raise podspec.VolumeError(f"volume item path {rel!r} escapes the volume")
-            path.parent.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, data, sync=False, mode=0o600 if secret else 0o644)
+    def _write_files(self, target: Path, files: dict[str, bytes], secret: bool) -> bool:
+        try:
+            return projection.write(target, files, mode=0o600 if secret else 0o644)
+        except projection.PayloadError as exc:
+            raise podspec.VolumeError(str(exc)) from exc
 
-    def _materialize(self, only_tokens: bool = False) -> None:
+    def _materialize(self, only_updating: bool = False) -> None:
+        """Write the pod's volumes; ``only_updating``: just those the kubelet keeps in
+        step with their sources (ConfigMap, Secret, downwardAPI, projected)."""
         assert self.world is not None
         for v in self.obj["spec"].get("volumes", []):
             name = v["name"]
-            if only_tokens and not any(
-                "serviceAccountToken" in s for s in v.get("projected", {}).get("sources", [])
-            ):
+            if only_updating and not podspec.updates_in_place(v):
                 continue
             files = podspec.volume_files(self.obj, v, self.world, self.token)
             if files is not None:
                 d = self.dir / "volumes" / name
-                self._write_files(d, files, secret="secret" in v or "projected" in v)
+                written = self._write_files(d, files, secret="secret" in v or "projected" in v)
+                if written and self.ready_to_run:
+                    log.info("volume %s of %s/%s updated", name, self.ns, self.name)
                 self.volume_dirs[name] = d
             elif "emptyDir" in v:
                 d = self.dir / "volumes" / name
@@ -488,7 +504,13 @@ class PodRun:
                 secrets=self._fetch("secrets", secrets),
             )
             proc = podspec.process(
-                self.obj, c.spec, self.world, self.volume_dirs, self.extra_env, os.path.exists
+                self.obj,
+                c.spec,
+                self.world,
+                self.volume_dirs,
+                self.extra_env,
+                os.path.exists,
+                self._pin_subpaths(c),
             )
             proc = self._with_termination_file(c, proc)
         except podspec.ConfigError as exc:
@@ -646,13 +668,53 @@ class PodRun:
             if self.token is not None and now >= self.token_refresh_at:
                 try:
                     self._request_token()
-                    self._materialize(only_tokens=True)
+                    self._materialize(only_updating=True)
                     self._write_sa_kubeconfig()
                 except (kubeapi.ApiError, podspec.VolumeError) as exc:
                     log.warning("token refresh for %s/%s failed: %s", self.ns, self.name, exc)
                     self.token_refresh_at = now + 10
+            self._refresh_volumes(now)
             self._run_containers(now)
         self._report(now)
+
+    def _refresh_volumes(self, now: float) -> None:
+        """Re-read the ConfigMaps and Secrets behind the pod's volumes on the refresh
+        period and swap in what changed, as the kubelet's volume manager does. A source
+        that is gone (and not optional) leaves the files as they were, as there."""
+        period = self.r.cfg.volume_refresh_s
+        if period <= 0 or now < self.volume_refresh_at or self.world is None:
+            return
+        self.volume_refresh_at = now + period
+        volumes = [v for v in self.obj["spec"].get("volumes", []) if podspec.updates_in_place(v)]
+        if not volumes:
+            return
+        cms, secrets = podspec.referenced_names({"spec": {"volumes": volumes}})
+        try:
+            self.world = replace(
+                self.world,
+                configmaps=self._fetch("configmaps", cms),
+                secrets=self._fetch("secrets", secrets),
+            )
+            self._materialize(only_updating=True)
+        except (kubeapi.ApiError, podspec.VolumeError, podspec.ConfigError) as exc:
+            log.warning("volume refresh of %s/%s failed: %s", self.ns, self.name, exc)
+
+    def _pin_subpaths(self, c: ContainerRun) -> dict[int, Path]:
+        """Copies of the ``subPath`` mounts of updating volumes, made now: the container
+        sees them as they are at its start and never after (the kubelet's bind mount)."""
+        pinned: dict[int, Path] = {}
+        by_name = {v["name"]: v for v in self.obj["spec"].get("volumes", [])}
+        for index, vm in enumerate(c.spec.get("volumeMounts", [])):
+            volume = by_name.get(vm["name"])
+            sub = vm.get("subPath")
+            if not sub or volume is None or not podspec.updates_in_place(volume):
+                continue
+            if vm["name"] not in self.volume_dirs:
+                continue  # podspec.mounts reports the undefined volume
+            source = self.volume_dirs[vm["name"]] / sub
+            destination = self.dir / "volume-subpaths" / vm["name"] / c.name / str(index)
+            pinned[index] = projection.pin(source, destination)
+        return pinned
 
     def _run_containers(self, now: float) -> None:
         # Init containers, in order, each to success.
@@ -1063,6 +1125,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--node-name", default="testbed-node")
     parser.add_argument("--k8s-version", default="v0.0.0")
     parser.add_argument("--pod-block", type=int, default=0)
+    parser.add_argument(
+        "--volume-refresh-s",
+        type=float,
+        default=RunnerSettings.volume_refresh_s,
+        help="seconds between updates of running pods' ConfigMap/Secret volumes (0: never)",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.INFO,
@@ -1075,6 +1143,7 @@ def main(argv: list[str] | None = None) -> int:
             node_name=args.node_name,
             k8s_version=args.k8s_version,
             pod_block=args.pod_block,
+            volume_refresh_s=args.volume_refresh_s,
         )
     )
 

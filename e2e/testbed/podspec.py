@@ -273,10 +273,14 @@ class Mount:
     read_only: bool = False
 
 
-def mounts(container: Obj, volume_dirs: Mapping[str, Path]) -> list[Mount]:
-    """The container's mounts, with ``subPath`` applied."""
+def mounts(
+    container: Obj, volume_dirs: Mapping[str, Path], pinned: Mapping[int, Path] | None = None
+) -> list[Mount]:
+    """The container's mounts, with ``subPath`` applied. ``pinned`` maps the index of a
+    ``subPath`` mount to the copy the runner made at container start (a ``subPath`` of an
+    updating volume never changes in a running container)."""
     out: list[Mount] = []
-    for vm in container.get("volumeMounts", []):
+    for index, vm in enumerate(container.get("volumeMounts", [])):
         name = vm["name"]
         if name not in volume_dirs:
             raise ConfigError(f"volume {name!r} is mounted but not defined")
@@ -285,7 +289,7 @@ def mounts(container: Obj, volume_dirs: Mapping[str, Path]) -> list[Mount]:
         if sub:
             if PurePosixPath(sub).is_absolute() or ".." in PurePosixPath(sub).parts:
                 raise ConfigError(f"invalid subPath {sub!r}")
-            host = host / sub
+            host = (pinned or {}).get(index, host / sub)
         out.append(Mount(vm["mountPath"].rstrip("/") or "/", host, bool(vm.get("readOnly"))))
     return out
 
@@ -327,6 +331,7 @@ def process(
     volume_dirs: Mapping[str, Path],
     extra_env: Mapping[str, str] | None = None,
     on_host: Callable[[str], bool] = lambda _path: False,
+    pinned: Mapping[int, Path] | None = None,
 ) -> Process:
     """Resolve a container into a host process description, or raise :class:`ConfigError`.
 
@@ -341,7 +346,7 @@ def process(
     env = resolve_env(pod, container, world)
     if extra_env:
         env.update(extra_env)
-    ms = mounts(container, volume_dirs)
+    ms = mounts(container, volume_dirs, pinned)
     env = {k: rewrite(v, ms) for k, v in env.items()}
     words = [expand(str(w), env) for w in [*container["command"], *container.get("args", [])]]
     argv = [w if i == 0 and on_host(w) else rewrite(w, ms) for i, w in enumerate(words)]
@@ -381,6 +386,13 @@ def _downward_files(pod: Obj, items: Sequence[Obj], world: World) -> dict[str, b
         if "fieldRef" in item:
             out[item["path"]] = field_value(pod, item["fieldRef"]["fieldPath"], world).encode()
     return out
+
+
+def updates_in_place(volume: Obj) -> bool:
+    """Whether the kubelet keeps the volume's files in step with their sources while the
+    pod runs (ConfigMap, Secret, downwardAPI, projected), so ``subPath`` mounts of it are
+    pinned at container start."""
+    return any(k in volume for k in ("configMap", "secret", "downwardAPI", "projected"))
 
 
 def volume_files(

@@ -12,10 +12,9 @@ would mount it) records are produced and consumed; with no token the connection 
 refused (``AuthenticationFailed``), and with the ``reader`` User's token, whose grant is
 consume on another topic, a produce is ``ProduceDenied``.
 
-The Users are applied before the cluster so that the ACL file is complete when the
-pods start: the test bed's kubelet writes ConfigMap volumes once, at pod start (a real
-kubelet updates them within its sync period and the brokers reload the file; the reload
-itself is covered by ``tests/integration`` ACL reload tests).
+The Users are applied before the cluster, so the ACL file is complete when the pods
+start; Users added, changed, deleted and rotated on a running cluster are
+``test_user_live_e2e.py``'s.
 
 Test bed only: the test reaches the brokers' pod IPs from this host.
 """

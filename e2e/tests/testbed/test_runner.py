@@ -166,6 +166,95 @@ def test_volumes_and_init_containers(cluster: Cluster, namespace: str) -> None:
     assert st["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
 
 
+WATCH_FILES = r"""
+import sys, time
+seen = {}
+while True:
+    for word in sys.argv[1:]:
+        label, path = word.split("=", 1)
+        try:
+            text = open(path).read().strip()
+        except OSError as exc:
+            text = f"<{type(exc).__name__}>"
+        if seen.get(word) != text:
+            seen[word] = text
+            print(label + "=" + text, flush=True)
+    time.sleep(0.1)
+"""
+
+
+def test_running_pods_see_configmap_and_secret_updates_but_not_in_subpaths(
+    cluster: Cluster, namespace: str
+) -> None:
+    """The kubelet keeps ConfigMap, Secret and projected volumes of a running pod in step
+    with their sources (the runner's ``volume_refresh_s``); a ``subPath`` mount keeps what
+    it had at container start. The container is never restarted for it."""
+
+    def sources(color: str, key: str) -> list[dict[str, Any]]:
+        return [
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": "live"},
+                "data": {"app.conf": f"color={color}"},
+            },
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "live-keys"},
+                "data": {"key.pem": base64.b64encode(key.encode()).decode()},
+            },
+        ]
+
+    main = python_container(
+        cluster,
+        "main",
+        WATCH_FILES,
+        "app.conf=/etc/app/app.conf",
+        "key.pem=/etc/keys/key.pem",
+        "app.conf=/etc/both/app.conf",
+        "pinned.conf=/etc/pinned.conf",
+    )
+    main["volumeMounts"] = [
+        {"name": "conf", "mountPath": "/etc/app"},
+        {"name": "keys", "mountPath": "/etc/keys", "readOnly": True},
+        {"name": "both", "mountPath": "/etc/both"},
+        {"name": "conf", "mountPath": "/etc/pinned.conf", "subPath": "app.conf"},
+    ]
+    volumes = [
+        {"name": "conf", "configMap": {"name": "live"}},
+        {"name": "keys", "secret": {"secretName": "live-keys"}},
+        {
+            "name": "both",
+            "projected": {"sources": [{"configMap": {"name": "live"}}]},
+        },
+    ]
+    cluster.apply([*sources("blue", "K1"), pod("live", main, volumes=volumes)], namespace)
+
+    def logged(*lines: str) -> bool:
+        return set(lines) <= set(cluster.logs("live", namespace).splitlines())
+
+    wait_for(
+        "first contents",
+        lambda: logged("app.conf=color=blue", "key.pem=K1", "pinned.conf=color=blue"),
+    )
+    uid = cluster.get("pod", "live", namespace)["metadata"]["uid"]
+    cluster.apply(sources("red", "K2"), namespace)
+
+    def updated() -> list[str] | None:
+        out: list[str] = cluster.logs("live", namespace).splitlines()
+        # the configMap and the projected volume both show app.conf
+        return out if out.count("app.conf=color=red") == 2 and "key.pem=K2" in out else None
+
+    out = wait_for("updated contents", updated, 30)
+    # never half-written: each file goes straight from its old content to its new
+    assert [line for line in out if line.startswith("key.pem=")] == ["key.pem=K1", "key.pem=K2"]
+    assert [line for line in out if line.startswith("pinned.conf=")] == ["pinned.conf=color=blue"]
+    st = status(cluster, "live", namespace)
+    assert cluster.get("pod", "live", namespace)["metadata"]["uid"] == uid
+    assert st["containerStatuses"][0]["restartCount"] == 0
+
+
 def test_missing_secret_blocks_start_until_created(cluster: Cluster, namespace: str) -> None:
     c = python_container(cluster, "main", "import os; print('pw=' + os.environ['PW'])")
     c["env"] = [{"name": "PW", "valueFrom": {"secretKeyRef": {"name": "later", "key": "pw"}}}]

@@ -5,15 +5,20 @@ With ``spec.auth.enabled`` the operator keeps, per cluster (docs/security.md §8
 * the Secret ``<cluster>-cluster-auth``: a random replication token (the brokers'
   principal ``headrace:broker``, which the operator also presents on its heartbeat polls,
   topology pushes and drain calls) and the cluster key that signs member identities;
-* one Secret per token ``User``, named after it, holding a random token (key ``token``);
+* one Secret per token ``User``, named after it, holding a random token (key ``token``)
+  and, in its annotations, the token's generation, the ``rotateToken`` value it answers,
+  when it was rotated in and the hash of the previous token during its grace
+  (``control.tokens`` decides; ``ensure_user_token`` stores);
 * the ConfigMap ``<cluster>-acl`` with ``acl.json``: every ``User`` of the cluster as an
   ACL file principal (token hashes only, never a token), which the brokers load with
   ``--acl-file`` and reload when the kubelet updates the mounted file.
 
-Secrets are made once and never overwritten: a token or key that changed under running
-clients and brokers would lock them out. ``ensure_secret`` reads first and applies only
-when the Secret is absent; one operator replica acts at a time (the leader lease), so
-nothing races it. Every object is owner-referenced (the cluster's to the cluster, a
+Secrets are made once and never overwritten by surprise: a token or key that changed
+under running clients and brokers would lock them out. ``ensure_secret`` reads first and
+applies only when the Secret is absent; a User's token changes only when its
+``rotateToken`` asks, and the previous one stays valid for the User's grace period. One
+operator replica acts at a time (the leader lease), and one lock per Secret orders this
+replica's callers, so nothing races it. Every object is owner-referenced (the cluster's to the cluster, a
 User's to the User), so deleting the owner deletes it.
 
 The builders are pure; the ``async`` functions are the thin I/O around them (``KubeApi``).
@@ -30,6 +35,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from headrace.control import tokens
+from headrace.control.documents import epoch_ms, rfc3339
+from headrace.errors import InvalidRequest
 from headrace.operator.kube import KubeApi, ObjectRef
 from headrace.resources.users import AuthenticationType, User
 from headrace.security import acl
@@ -49,6 +57,11 @@ CLUSTER_KEY_FILE: Final = "cluster.key"
 #: the broker (and ``headrace drain``) read the replication token from here
 REPLICATION_TOKEN_ENV: Final = "HEADRACE_REPLICATION_TOKEN"
 USER_API_VERSION: Final = "headrace.dev/v1alpha1"
+#: a token User's Secret's annotations: its token's state (``control.tokens.TokenState``)
+TOKEN_GENERATION_ANNOTATION: Final = "headrace.dev/token-generation"
+ROTATE_TOKEN_ANNOTATION: Final = "headrace.dev/rotate-token"
+ROTATED_AT_ANNOTATION: Final = "headrace.dev/rotated-at"
+PREVIOUS_TOKEN_HASH_ANNOTATION: Final = "headrace.dev/previous-token-hash"
 
 
 def auth_secret_name(cluster_name: str) -> str:
@@ -103,14 +116,42 @@ def new_auth_secret(cluster_body: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def new_user_secret(user_body: Mapping[str, Any]) -> dict[str, Any]:
-    """A fresh token Secret for a User, named after it."""
+def user_secret(user_body: Mapping[str, Any], state: tokens.TokenState) -> dict[str, Any]:
+    """A User's token Secret, named after it, holding ``state``."""
     meta = user_body["metadata"]
-    return _secret(
-        meta["name"],
-        meta.get("namespace", "default"),
-        user_body,
-        {USER_TOKEN_KEY: secrets.token_urlsafe(32)},
+    secret = _secret(
+        meta["name"], meta.get("namespace", "default"), user_body, {USER_TOKEN_KEY: state.token}
+    )
+    annotations = {TOKEN_GENERATION_ANNOTATION: str(state.generation)}
+    if state.rotation is not None:
+        annotations[ROTATE_TOKEN_ANNOTATION] = state.rotation
+    if state.rotated_at_ms is not None:
+        annotations[ROTATED_AT_ANNOTATION] = rfc3339(state.rotated_at_ms)
+    if state.previous_token_hash is not None:
+        annotations[PREVIOUS_TOKEN_HASH_ANNOTATION] = state.previous_token_hash
+    secret["metadata"]["annotations"] = annotations
+    return secret
+
+
+def token_state(secret: Mapping[str, Any]) -> tokens.TokenState | None:
+    """The token state a User's Secret holds; None without a token. A Secret made before
+    rotation existed (no annotations) holds generation 1, never rotated."""
+    token = secret_value(secret, USER_TOKEN_KEY)
+    if not token:
+        return None
+    annotations = secret.get("metadata", {}).get("annotations") or {}
+    rotated_at = annotations.get(ROTATED_AT_ANNOTATION)
+    try:
+        generation = int(annotations.get(TOKEN_GENERATION_ANNOTATION) or 1)
+        rotated_at_ms = None if rotated_at is None else epoch_ms(rotated_at)
+    except (ValueError, InvalidRequest):  # edited by hand: the token stands, not its history
+        generation, rotated_at_ms = 1, None
+    return tokens.TokenState(
+        token=token,
+        generation=generation,
+        rotation=annotations.get(ROTATE_TOKEN_ANNOTATION),
+        rotated_at_ms=rotated_at_ms,
+        previous_token_hash=annotations.get(PREVIOUS_TOKEN_HASH_ANNOTATION),
     )
 
 
@@ -171,18 +212,8 @@ async def ensure_secret(api: KubeApi, fresh: Mapping[str, Any]) -> dict[str, Any
     refused with ``ForeignSecret``: adopting it would turn whatever it holds into a token
     with the grants the User asks for."""
     ref = ObjectRef.of(fresh)
-    owner_uid = fresh["metadata"]["ownerReferences"][0]["uid"]
     async with _SECRET_LOCKS.setdefault(ref, asyncio.Lock()):
-        found = await api.get(ref)
-        if found is not None and owner_uid not in {
-            o.get("uid") for o in found.get("metadata", {}).get("ownerReferences") or []
-        }:
-            raise ForeignSecret(
-                f"Secret {ref.namespace}/{ref.name} exists and is not owned by"
-                f" {fresh['metadata']['ownerReferences'][0]['kind']}"
-                f" {fresh['metadata']['ownerReferences'][0]['name']}: not adopted (delete or"
-                " rename it)"
-            )
+        found = _owned_or_absent(await api.get(ref), fresh)
         if found is None:
             await api.apply(fresh)
             log.info("created Secret %s/%s", ref.namespace, ref.name)
@@ -190,6 +221,59 @@ async def ensure_secret(api: KubeApi, fresh: Mapping[str, Any]) -> dict[str, Any
             if found is None:
                 raise LookupError(f"Secret {ref.namespace}/{ref.name} vanished after its creation")
     return found
+
+
+def _owned_or_absent(
+    found: dict[str, Any] | None, fresh: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """``found`` if ``fresh``'s owner owns it (or None if there is none); ``ForeignSecret``
+    if something else does."""
+    owner = fresh["metadata"]["ownerReferences"][0]
+    if found is not None and owner["uid"] not in {
+        o.get("uid") for o in found.get("metadata", {}).get("ownerReferences") or []
+    }:
+        ref = ObjectRef.of(fresh)
+        raise ForeignSecret(
+            f"Secret {ref.namespace}/{ref.name} exists and is not owned by"
+            f" {owner['kind']} {owner['name']}: not adopted (delete or rename it)"
+        )
+    return found
+
+
+async def ensure_user_token(
+    api: KubeApi, user_body: Mapping[str, Any], user: User, now_ms: int
+) -> tokens.TokenPlan:
+    """A token User's Secret made, rotated or its previous token expired, as
+    ``control.tokens`` plans it; the plan says which token hashes the brokers accept.
+
+    Written only on a change: a creation or a rotation applies the whole Secret (the new
+    token and its state, in one write); an expiry only removes the previous token's hash
+    from the annotations (a merge patch). Refuses a Secret the User does not own
+    (``ForeignSecret``), as ``ensure_secret`` does."""
+    authentication = user.spec.authentication
+    placeholder = user_secret(user_body, tokens.TokenState(token=""))
+    ref = ObjectRef.of(placeholder)
+    async with _SECRET_LOCKS.setdefault(ref, asyncio.Lock()):
+        found = _owned_or_absent(await api.get(ref), placeholder)
+        step = tokens.plan(
+            None if found is None else token_state(found),
+            authentication.rotate_token,
+            authentication.previous_token_grace_period_seconds * 1000,
+            now_ms,
+            secrets.token_urlsafe(32),
+        )
+        if not step.changed:
+            return step
+        if tokens.TokenEvent.CREATED in step.events or tokens.TokenEvent.ROTATED in step.events:
+            await api.apply(user_secret(user_body, step.state))
+        else:
+            await api.patch_metadata(ref, {"annotations": {PREVIOUS_TOKEN_HASH_ANNOTATION: None}})
+        for event in step.events:
+            log.info(
+                "User %s/%s: %s (token generation %d)",
+                ref.namespace, ref.name, event.value, step.state.generation,
+            )  # fmt: skip
+        return step
 
 
 async def replication_token(api: KubeApi, cluster_body: Mapping[str, Any]) -> str:
@@ -211,12 +295,15 @@ class AclSync:
     secrets: dict[str, str]  # User name -> its Secret's name
     #: User name -> why it was left out (its Secret's name is taken: ``ForeignSecret``)
     refused: dict[str, str] = field(default_factory=dict)
+    #: token User name -> its tokens as planned (generation, rotation, previous's expiry)
+    token_plans: dict[str, tokens.TokenPlan] = field(default_factory=dict)
 
 
-async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any]) -> AclSync:
-    """Make the Secret of every token User of the cluster (if absent) and apply the ACL
-    ConfigMap with all its Users. A User whose spec does not parse is left out (its own
-    handler reports why)."""
+async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any], now_ms: int) -> AclSync:
+    """Make, rotate or expire the tokens of every token User of the cluster
+    (``ensure_user_token``) and apply the ACL ConfigMap with all its Users: a User in the
+    grace of a rotation is listed with both its tokens' hashes. A User whose spec does not
+    parse is left out (its own handler reports why)."""
     meta = cluster_body["metadata"]
     namespace = meta.get("namespace", "default")
     bodies = users_of(await api.list(USER_API_VERSION, "User", namespace), meta["name"])
@@ -233,7 +320,7 @@ async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any]) -> AclSync:
         hashes: list[str] = []
         if user.spec.authentication.type is AuthenticationType.TOKEN:
             try:
-                secret = await ensure_secret(api, new_user_secret(body))
+                step = await ensure_user_token(api, body, user, now_ms)
             except ForeignSecret as exc:
                 # left out, not the whole file: one squatted name must not lock every User out
                 log.warning(
@@ -241,12 +328,9 @@ async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any]) -> AclSync:
                 )
                 synced.refused[user.metadata.name] = str(exc)
                 continue
-            token = secret_value(secret, USER_TOKEN_KEY)
-            if not token:
-                log.warning("Secret of User %s/%s has no token", namespace, user.metadata.name)
-                continue
-            hashes = [acl.hash_token(token)]
-            synced.secrets[user.metadata.name] = secret["metadata"]["name"]
+            hashes = list(step.accepted_hashes)
+            synced.secrets[user.metadata.name] = user.metadata.name
+            synced.token_plans[user.metadata.name] = step
         principals.append(user.acl_principal(hashes))
         synced.principals[user.metadata.name] = user.principal_name
     await api.apply(acl_config(cluster_body, acl_document(principals)))

@@ -185,7 +185,7 @@ async def apply_workload(
         if cluster.spec.auth.enabled:
             # before the pods: they mount both (a missing one keeps them ContainerCreating)
             token = await auth.replication_token(context.api, body)
-            await auth.sync_acl(context.api, body)
+            await auth.sync_acl(context.api, body, context.clock.now_ms())
             applied += [
                 f"Secret/{auth.auth_secret_name(meta['name'])}",
                 f"ConfigMap/{auth.acl_config_name(meta['name'])}",

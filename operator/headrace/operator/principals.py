@@ -9,6 +9,14 @@ and is tried again after ``retry_delay`` (5 s, doubling up to a minute, so a Use
 waiting costs few writes; the cluster's own workload handler renders the
 ACL file too when it appears or turns auth on). A deleted User is taken out of the file.
 
+Token rotation (``control.tokens``): a new ``spec.authentication.rotateToken`` value
+makes the next render mint a new token into the User's Secret and list the hashes of
+both the new and the previous token in the ACL file; the status shows
+``tokenGeneration``, ``rotatedAt`` and ``previousTokenExpiresAt``. A timer per User with
+a previous token pending (``previous_token_expiry``, every ``EXPIRY_CHECK_S``, no API
+call before the expiry) renders again once the grace is over, which drops the previous
+token's hash from the Secret and the ACL file. Each step is an Event on the User.
+
 How fast a change reaches the brokers: the kubelet updates a mounted ConfigMap within
 its sync period (about a minute by default), then each broker's ACL reload
 (``--acl-reload-interval-ms``) picks it up; open connections of a removed principal are
@@ -24,7 +32,8 @@ from typing import Any, Final
 import kopf
 import pydantic
 
-from headrace.control.documents import condition, condition_time
+from headrace.control import tokens
+from headrace.control.documents import condition, condition_time, epoch_ms, rfc3339
 from headrace.operator import auth
 from headrace.operator.handlers import GROUP, VERSION, OperatorContext, parse_cluster
 from headrace.operator.kube import ObjectRef
@@ -36,6 +45,10 @@ log = logging.getLogger(__name__)
 #: it) is tried again, in s
 RETRY_S: Final = 5.0
 MAX_RETRY_S: Final = 60.0
+#: how often a User with a previous token in its grace checks whether the grace is over,
+#: in s: the brokers refuse the previous token at most this much (plus the kubelet's
+#: volume sync and the brokers' ACL reload) after ``previousTokenExpiresAt``
+EXPIRY_CHECK_S: Final = 5.0
 
 
 def retry_delay(retry: int) -> float:
@@ -59,6 +72,7 @@ def ready_condition(
 def _write_status(
     patch: kopf.Patch, body: Mapping[str, Any], now: str, ready: bool, reason: str, message: str,
     secret: str | None = None, principal: str | None = None,
+    token: tokens.TokenPlan | None = None,
 ) -> None:  # fmt: skip
     status = body.get("status") or {}
     previous = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
@@ -71,6 +85,36 @@ def _write_status(
         patch.status["secret"] = {"name": secret}
     if principal is not None:
         patch.status["principal"] = principal
+    if token is not None:
+        state = token.state
+        patch.status["tokenGeneration"] = state.generation
+        patch.status["rotatedAt"] = (
+            None if state.rotated_at_ms is None else rfc3339(state.rotated_at_ms)
+        )
+        expires = token.previous_expires_at_ms
+        patch.status["previousTokenExpiresAt"] = None if expires is None else rfc3339(expires)
+
+
+def _post_events(body: Mapping[str, Any], token: tokens.TokenPlan) -> None:
+    """An Event on the User per token step (never the token: generation and times only)."""
+    for event in token.events:
+        if event is tokens.TokenEvent.ROTATED:
+            expires = token.previous_expires_at_ms
+            until = "refused at once" if expires is None else f"accepted until {rfc3339(expires)}"
+            message = (
+                f"token generation {token.state.generation} made; the previous token is {until}"
+            )
+        elif event is tokens.TokenEvent.PREVIOUS_EXPIRED:
+            message = f"the token before generation {token.state.generation} is refused from now"
+        else:
+            message = "token generation 1 made"
+        try:
+            kopf.event(
+                kopf.Body(dict(body)),  # type: ignore[arg-type]
+                type="Normal", reason=event.value, message=message,
+            )  # fmt: skip
+        except Exception:  # outside kopf's loop (tests): the status says it all the same
+            log.debug("no event posted for User %s", body["metadata"]["name"])
 
 
 @kopf.on.resume(GROUP, VERSION, "users")
@@ -85,10 +129,45 @@ async def user_changed(
     retry: int = 0,
     **_: Any,
 ) -> None:
+    await _provision(memo.context, body, namespace or "default", name, patch, retry)
+
+
+def _previous_token_pending(status: Mapping[str, Any] | None, **_: Any) -> bool:
+    return bool((status or {}).get("previousTokenExpiresAt"))
+
+
+@kopf.timer(GROUP, VERSION, "users", interval=EXPIRY_CHECK_S, when=_previous_token_pending)
+async def previous_token_expiry(
+    body: kopf.Body,
+    namespace: str | None,
+    name: str,
+    memo: Any,
+    patch: kopf.Patch,
+    status: Mapping[str, Any],
+    **_: Any,
+) -> None:
+    """Once a rotated User's previous token is past its grace, render its cluster's ACL
+    file again (which drops it). Before that, nothing: no API call."""
     context: OperatorContext = memo.context
+    expires = status.get("previousTokenExpiresAt")
+    if not expires or context.clock.now_ms() < epoch_ms(str(expires)):
+        return
+    await _provision(context, body, namespace or "default", name, patch, 0)
+
+
+async def _provision(
+    context: OperatorContext,
+    body: Mapping[str, Any],
+    namespace: str,
+    name: str,
+    patch: kopf.Patch,
+    retry: int,
+) -> None:
+    """Render the User's cluster's ACL file (its token made, rotated or expired on the
+    way) and write the User's status."""
     delay = retry_delay(retry)
-    namespace = namespace or "default"
-    now = condition_time(context.clock.now_ms())
+    now_ms = context.clock.now_ms()
+    now = condition_time(now_ms)
     try:
         user = User.from_manifest({k: v for k, v in body.items() if k != "status"})
     except pydantic.ValidationError as exc:
@@ -112,19 +191,22 @@ async def user_changed(
             " for no credentials",
         )  # fmt: skip
         raise kopf.TemporaryError(f"BrokerCluster {cluster_name} has no auth", delay=delay)
-    synced = await auth.sync_acl(context.api, cluster)
+    synced = await auth.sync_acl(context.api, cluster, now_ms)
     secret = synced.secrets.get(name)
     if name in synced.refused:
         _write_status(patch, body, now, False, "SecretNotOwned", synced.refused[name])
         raise kopf.TemporaryError(synced.refused[name], delay=delay)
     if user.spec.authentication.type is AuthenticationType.TOKEN and secret is None:
         raise kopf.TemporaryError(f"the token Secret of User {name} is not there yet", delay=delay)
+    token = synced.token_plans.get(name)
+    if token is not None:
+        _post_events(body, token)
     where = f"its token is in Secret {secret!r}; " if secret else ""
     _write_status(
         patch, body, now, True, "Provisioned",
         f"{where}principal {user.principal_name!r} is in ConfigMap"
         f" {auth.acl_config_name(cluster_name)!r}",
-        secret=secret, principal=user.principal_name,
+        secret=secret, principal=user.principal_name, token=token,
     )  # fmt: skip
 
 
@@ -142,4 +224,4 @@ async def user_deleted(body: kopf.Body, namespace: str | None, memo: Any, **kwar
         ObjectRef(f"{GROUP}/{VERSION}", "BrokerCluster", namespace or "default", cluster_name)
     )
     if cluster is not None and parse_cluster(cluster).spec.auth.enabled:
-        await auth.sync_acl(context.api, cluster)
+        await auth.sync_acl(context.api, cluster, context.clock.now_ms())

@@ -14,7 +14,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from headrace.resources.meta import (
     READY_COLUMNS,
@@ -38,11 +38,38 @@ class AuthenticationType(enum.StrEnum):
 class UserAuthentication(Model):
     """How the principal proves who it is."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.type == 'token' || !has(self.rotateToken)",
+                    "message": "rotateToken rotates a token; a tls User has none",
+                }
+            ]
+        }
+    )
+
     type: AuthenticationType
     """``token``: the operator generates a token into a Secret named after the User;
     ``tls``: a client certificate whose subject CN is ``commonName``."""
     common_name: str | None = Field(default=None, min_length=1, max_length=256)
     """``tls`` only: the certificate's subject common name (default: the User's name)."""
+    rotate_token: str | None = Field(default=None, min_length=1, max_length=253)
+    """``token`` only: set it to a new value (a date, a ticket id) and the operator makes a
+    new token, puts it in the Secret's ``token`` key and keeps the previous one valid for
+    ``previousTokenGracePeriodSeconds``. The value a User is created with rotates
+    nothing; clearing it rotates nothing."""
+    previous_token_grace_period_seconds: int = Field(default=600, ge=0, le=2_592_000)
+    """``token`` only: after a rotation the brokers still accept the previous token this
+    long (10 minutes by default: time for clients to re-read the Secret), then refuse
+    it; 0 refuses it at once (a leaked token). Counted from ``status.rotatedAt``, so a
+    shorter value applies to a rotation already under way."""
+
+    @model_validator(mode="after")
+    def _rotation_needs_a_token(self) -> UserAuthentication:
+        if self.type is not AuthenticationType.TOKEN and self.rotate_token is not None:
+            raise ValueError("'rotateToken' rotates a token; this User authenticates by tls")
+        return self
 
 
 class UserOperation(enum.StrEnum):
@@ -102,6 +129,13 @@ class UserStatus(Status):
     """``token`` users: the Secret holding the token (key ``token``)."""
     principal: str | None = None
     """The principal's name in the brokers' ACL file."""
+    token_generation: int | None = None
+    """``token`` users: 1 for the first token, + 1 per rotation."""
+    rotated_at: str | None = None
+    """``token`` users: when the current token replaced the previous one (RFC 3339)."""
+    previous_token_expires_at: str | None = None
+    """``token`` users, after a rotation: when the brokers stop accepting the previous
+    token (RFC 3339); absent once it has expired."""
 
 
 class User(Resource):

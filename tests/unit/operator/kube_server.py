@@ -57,6 +57,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         ("topics", "Topic"),
         ("unloads", "Unload"),
         ("repartitions", "Repartition"),
+        ("users", "User"),
     )
 } | {
     resource: kmock.ResourceInfo(
@@ -66,6 +67,7 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
         ("v1/pods", "Pod"),
         ("v1/events", "Event"),
         ("v1/configmaps", "ConfigMap"),
+        ("v1/secrets", "Secret"),
         ("v1/services", "Service"),
         ("apps/v1/statefulsets", "StatefulSet"),
         ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),

@@ -36,6 +36,18 @@ def topic(
     }
 
 
+def _merge_patch(value: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(value)
+    for key, change in patch.items():
+        if change is None:
+            merged.pop(key, None)
+        elif isinstance(change, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge_patch(merged[key], change)
+        else:
+            merged[key] = copy.deepcopy(change)
+    return merged
+
+
 class FakeApi:
     def __init__(self, *objects: Mapping[str, Any]) -> None:
         self.objects: dict[ObjectRef, dict[str, Any]] = {}
@@ -90,8 +102,8 @@ class FakeApi:
     async def patch_metadata(self, ref: ObjectRef, patch: Mapping[str, Any]) -> None:
         self.writes.append(("PATCH metadata", ref.kind, ref.name))
         found = self.objects.get(ref)
-        if found is not None:
-            self.put({**found, "metadata": {**found["metadata"], **patch}})
+        if found is not None:  # a JSON merge patch (RFC 7386): None removes a key
+            self.put({**found, "metadata": _merge_patch(found["metadata"], patch)})
 
     async def delete(self, ref: ObjectRef) -> None:
         self.writes.append(("DELETE", ref.kind, ref.name))

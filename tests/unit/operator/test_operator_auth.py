@@ -28,6 +28,7 @@ from headrace.security import acl
 from tests.unit.controller.controller_fakes import ManualClock
 from tests.unit.operator.operator_fakes import CLUSTER, FakeApi
 
+NOW_MS = 1_795_000_000_000
 AUTH_CLUSTER = {**CLUSTER, "spec": {"replicas": 3, "auth": {"enabled": True}}}
 
 
@@ -107,7 +108,7 @@ def test_concurrent_callers_get_one_token() -> None:
 
 def test_a_clusters_users_become_principals_of_its_acl_file_with_token_hashes_only() -> None:
     api = StoringApi(AUTH_CLUSTER, user("writer"), user("ops", kind="tls"), user("x", "other"))
-    synced = asyncio.run(auth.sync_acl(api, AUTH_CLUSTER))
+    synced = asyncio.run(auth.sync_acl(api, AUTH_CLUSTER, NOW_MS))
     assert synced.principals == {"writer": "ns:writer", "ops": "ns:ops"}
     assert synced.secrets == {"writer": "writer"}  # tls users have no token
     token = auth.secret_value(secret(api, "writer"), auth.USER_TOKEN_KEY)
@@ -122,7 +123,7 @@ def test_a_clusters_users_become_principals_of_its_acl_file_with_token_hashes_on
     assert by_name["ns:writer"].tokens == [acl.hash_token(token)]
     assert by_name["ns:ops"].certificates == ["ops"]
     # a second pass keeps the token (the Secret is not drawn again)
-    asyncio.run(auth.sync_acl(api, AUTH_CLUSTER))
+    asyncio.run(auth.sync_acl(api, AUTH_CLUSTER, NOW_MS))
     assert auth.secret_value(secret(api, "writer"), auth.USER_TOKEN_KEY) == token
 
 
@@ -218,7 +219,7 @@ def test_a_secret_someone_else_owns_is_never_adopted() -> None:
     }
     api.put(squatted)
     squatted = copy.deepcopy(secret(api, "sa-token"))  # as stored (with its resourceVersion)
-    synced = asyncio.run(auth.sync_acl(api, AUTH_CLUSTER))
+    synced = asyncio.run(auth.sync_acl(api, AUTH_CLUSTER, NOW_MS))
     assert (
         "sa-token" in synced.refused and "not owned by User sa-token" in synced.refused["sa-token"]
     )
