@@ -480,11 +480,18 @@ def _take_slices(pool: U8, starts: I64, lengths: I64) -> pa.LargeBinaryArray:
     the order given: the ranges (which must not overlap) become elements of a
     binary array over the pool (zero copy), and one ``take`` copies them out."""
     nonempty = lengths > 0
-    cuts = np.unique(
-        np.concatenate(
-            [[0, len(pool)], starts[nonempty], starts[nonempty] + lengths[nonempty]]
-        ).astype(np.int64)
-    )
+    lo = starts[nonempty]
+    if len(lo) > 1 and (np.diff(lo) < 0).any():
+        lo = np.sort(lo)  # the ranges do not overlap: sorting the starts sorts the ends too
+        hi = lo + lengths[nonempty][np.argsort(starts[nonempty], kind="stable")]
+    else:
+        hi = lo + lengths[nonempty]
+    # every range's start and end, in order; a range that ends where the next one
+    # starts gives one cut, not two
+    bounds = np.empty(2 * len(lo) + 2, dtype=np.int64)
+    bounds[0], bounds[-1] = 0, len(pool)
+    bounds[1:-1:2], bounds[2:-1:2] = lo, hi
+    cuts = bounds[np.concatenate(([True], bounds[1:] != bounds[:-1]))]
     over_pool = pa.Array.from_buffers(
         pa.large_binary(), len(cuts) - 1, [None, pa.py_buffer(cuts), pa.py_buffer(pool)]
     )
