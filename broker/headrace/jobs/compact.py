@@ -409,7 +409,7 @@ def _swap(
 
 def _latest_offsets(store: ObjectStore, groups: list[Group], result: CompactResult) -> keyed.I64:
     """The offset of the last record of each key across every group (one partition),
-    sorted: one Arrow ``group_by(key).max(offset)`` over all of them."""
+    sorted (``keyed.latest_offsets`` over the keys of all of them at once)."""
     keys: list[pa.Array] = []
     offsets: list[keyed.I64] = []
     for group in groups:

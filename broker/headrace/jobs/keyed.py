@@ -8,8 +8,8 @@ steps, none of which runs Python per record:
    column positions follow from its batch's header), and the key, value and
    header-block positions are segmented cumulative sums. The Python loop runs
    once per *batch* (header and CRC checks; a compressed section is inflated).
-2. ``latest_offsets`` finds each key's last offset with an Arrow
-   ``group_by(key).max(offset)``; ``keep_mask`` decides the survivors: a
+2. ``latest_offsets`` finds each key's last offset (Arrow dictionary-encodes
+   the keys, ``np.maximum.at`` takes each entry's largest offset); ``keep_mask`` decides the survivors: a
    record survives when it has no key or is the last of its key, unless it is a
    tombstone (a key with an empty value) older than the cutoff.
 3. ``rebuild`` writes the survivors. A batch that keeps every record is copied
@@ -170,7 +170,11 @@ def parse(data: bytes | memoryview) -> Records:
     if consumed != len(view):
         raise CorruptBatch(f"byte {consumed}: {len(view) - consumed} bytes are not a whole batch")
     raw = np.frombuffer(view, dtype=np.uint8)
-    pool = np.concatenate([raw, *(np.frombuffer(s, dtype=np.uint8) for s in inflated)])
+    pool = (
+        np.concatenate([raw, *(np.frombuffer(s, dtype=np.uint8) for s in inflated)])
+        if inflated
+        else raw
+    )
     return _columns(pool, headers, np.asarray(section_starts, dtype=np.int64))
 
 
@@ -258,14 +262,23 @@ def _corrupt(where: tuple[int, rb.BatchHeader], why: str) -> CorruptBatch:
     return CorruptBatch(f"offset {header.base_offset} (byte {pos}): {why}")
 
 
-def latest_offsets(keys: pa.Array, offsets: pa.Array | I64) -> I64:
-    """The offset of the last record of each (non-null) key, sorted."""
-    table = pa.table({"key": keys, "offset": pa.array(offsets, type=pa.int64())})
-    table = table.filter(pc.is_valid(table["key"]))
-    if table.num_rows == 0:
+def latest_offsets(keys: pa.Array, offsets: I64) -> I64:
+    """The offset of the last record of each (non-null) key, sorted.
+
+    The keys are dictionary-encoded (Arrow's hash table, in C++) and each
+    dictionary entry's largest offset is found with ``np.maximum.at``: several
+    times cheaper than an Acero ``group_by(key).max(offset)`` on the same input."""
+    valid = keys.is_valid().to_numpy(zero_copy_only=False)
+    if not valid.all():
+        keys = keys.filter(pa.array(valid))
+        offsets = offsets[valid]
+    if len(keys) == 0:
         return np.zeros(0, dtype=np.int64)
-    latest = table.group_by("key").aggregate([("offset", "max")])["offset_max"]
-    return np.sort(latest.to_numpy())
+    encoded = pc.dictionary_encode(keys)
+    entry = encoded.indices.to_numpy()
+    last = np.full(len(encoded.dictionary), -1, dtype=np.int64)
+    np.maximum.at(last, entry, offsets)
+    return np.sort(last)
 
 
 def keep_mask(records: Records, latest: I64, tombstone_cutoff_ms: int) -> Mask:
