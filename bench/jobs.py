@@ -11,7 +11,8 @@ write it (``PartitionTier.upload``): 100-byte records, 1000 per batch. Measures:
   ``--keyed-mib`` MiB in 1 MiB objects of keyed records (``--keys`` distinct
   keys per partition, drawn at random, 1% of them tombstones older than the
   delete retention); records/s and MB/s of the topic's bytes (each object is
-  read twice: once for the last offset per key, once to rewrite it);
+  read twice: once for the last offset per key, once to rewrite it), and the
+  CPU seconds by process as for the source;
 - **source**: ``spark.read.format("headrace")`` into Arrow, every column, through a
   ``noop`` sink; records/s; again with ``includeHeaders=false`` (and, for
   reference, the decoder alone on one core). Beside the wall time, the CPU
@@ -263,7 +264,9 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
                 "--keep-last-per-key",
             ]
             load = os.getloadavg()[0]
+            cpu_before = _process_tree_cpu()
             status, report = run.run_job(run.parse_args(args), spark)
+            cpu = _cpu_by_kind(cpu_before)
             assert status == 0, report
             seconds = report["seconds"]
             results["compact_keyed"] = {
@@ -280,6 +283,7 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
                     report["summary"]["segmentsAfter"],
                 ],
                 "load_before": load,
+                "cpu": cpu,
             }
 
         if "source" in wanted:
