@@ -188,8 +188,10 @@ def main() -> None:
         finally:
             server.stop()
     if opts.only and opts.out.exists():
-        # a partial run updates its rows of the last full one
-        results = {**json.loads(opts.out.read_text()), **results}
+        # a partial run replaces its own rows of the last full run and leaves the rest
+        # (the run's time and load stay those of the full run; each row has its own)
+        rows = {k: v for k, v in results.items() if isinstance(v, dict)}
+        results = {**json.loads(opts.out.read_text()), **rows}
     opts.out.parent.mkdir(parents=True, exist_ok=True)
     opts.out.write_text(json.dumps(results, indent=1) + "\n")
     print(json.dumps(results, indent=1))
@@ -282,6 +284,7 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
                     report["summary"]["segmentsBefore"],
                     report["summary"]["segmentsAfter"],
                 ],
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                 "load_before": load,
                 "cpu": cpu,
             }
