@@ -439,22 +439,25 @@ def rebuild(records: Records, keep: Mask) -> Rebuilt:
     order_offset = np.concatenate([records.batch_base[whole_batches], *[run_first_offset] * 4])
     order_part = np.repeat(np.arange(5, dtype=np.int64), [len(whole_batches), *[n_runs] * 4])
     order = np.lexsort((order_part, order_offset))
-    out = _take_slices(
-        np.concatenate([pool, prefixes]), slice_start[order], slice_len[order]
-    ).buffers()[2]
     out_len = int(slice_len.sum())
-
-    # the rebuilt batches' CRCs: the only per-batch Python loop
-    out_pos = np.cumsum(slice_len[order]) - slice_len[order]
-    at_of = np.empty(len(order), dtype=np.int64)
-    at_of[order] = out_pos
-    is_whole = np.zeros(len(whole_batches) + n_runs, dtype=bool)
-    is_whole[: len(whole_batches)] = True
-    batch_pos = at_of[: len(whole_batches) + n_runs]
-    run_pos = batch_pos[len(whole_batches) :]
-    if out is None or out_len == 0:
+    if out_len == 0:
         return Rebuilt(b"", 0, len(keep), np.zeros(0, np.int64), np.zeros(0, np.int64))
-    view = memoryview(out)[:out_len]
+    taken = _take_slices(np.concatenate([pool, prefixes]), slice_start[order], slice_len[order])
+    buffer = taken.buffers()[2]
+    assert buffer is not None
+    # Arrow's fresh output buffer is ours to patch; a copy if it says otherwise
+    out = np.frombuffer(buffer, dtype=np.uint8, count=out_len)
+    if not buffer.is_mutable:
+        out = out.copy()
+    out.flags.writeable = True
+
+    # where every whole batch and run landed; then the runs' CRCs, the only
+    # per-batch Python loop
+    landed = np.empty(len(order), dtype=np.int64)
+    landed[order] = np.cumsum(slice_len[order]) - slice_len[order]
+    batch_pos = landed[: len(whole_batches) + n_runs]  # whole batches, then runs
+    run_pos = batch_pos[len(whole_batches) :]
+    view = out.data
     crcs = np.fromiter(
         (
             zlib.crc32(view[a:b])
@@ -465,16 +468,14 @@ def rebuild(records: Records, keep: Mask) -> Rebuilt:
         dtype="<u4",
         count=n_runs,
     )
-    writable = np.frombuffer(view, dtype=np.uint8)
-    if n_runs:
-        writable.flags.writeable = True  # Arrow's fresh output buffer is ours
-        _scatter(writable, run_pos + rb.CRC_FIELD_OFFSET, crcs.view(np.uint8).reshape(n_runs, 4))
+    _scatter(out, run_pos + rb.CRC_FIELD_OFFSET, crcs.view(np.uint8).reshape(n_runs, 4))
     batch_offsets = np.concatenate([records.batch_base[whole_batches], run_first_offset])
     by_pos = np.argsort(batch_pos)
+    kept = int(keep.sum())
     return Rebuilt(
-        data=bytes(view),
-        records=int(keep.sum()),
-        removed=int(len(keep) - keep.sum()),
+        data=out.tobytes(),
+        records=kept,
+        removed=len(keep) - kept,
         batch_offsets=batch_offsets[by_pos],
         batch_positions=batch_pos[by_pos],
     )
