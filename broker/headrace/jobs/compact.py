@@ -186,12 +186,16 @@ def plan(manifest: Manifest, target_bytes: int) -> list[Group]:
     return [g for g in groups if len(g.pieces) >= 2]
 
 
-def _slice_from(data: bytes, start: int) -> memoryview:
-    """``data`` from the batch that starts at ``start`` (batches before it skipped)."""
+def _slice_from(piece: Piece, data: bytes) -> memoryview:
+    """The piece's object ``data`` from the batch that starts at ``piece.start``
+    (batches before it skipped). In a key-compacted object that offset may be a
+    hole (its record dropped): then from the first batch after it."""
     view = memoryview(data)
+    start = piece.start
     for pos, header in rb.scan(view):
         if header.last_offset >= start:
-            if header.base_offset != start:
+            in_hole = piece.segment.compacted and header.base_offset > start
+            if header.base_offset != start and not in_hole:
                 raise CorruptBatch(
                     f"offset {start} falls inside a batch at byte {pos}: the overlapping"
                     " objects were cut at different batch boundaries"
@@ -283,9 +287,7 @@ def _compact_locked(
         pending: list[Future[None]] = []
         for group in groups:
             fetched = _fetch_all(store, [p.segment.key for p in group.pieces], result)
-            data = b"".join(
-                _slice_from(d, p.start) for d, p in zip(fetched, group.pieces, strict=True)
-            )
+            data = b"".join(_slice_from(p, d) for d, p in zip(fetched, group.pieces, strict=True))
             del fetched
             holes, removed = False, 0
             if latest_per_key is not None:
@@ -415,7 +417,7 @@ def _latest_offsets(store: ObjectStore, groups: list[Group], result: CompactResu
     for group in groups:
         fetched = _fetch_all(store, [p.segment.key for p in group.pieces], result)
         for data, p in zip(fetched, group.pieces, strict=True):
-            records = keyed.parse(_slice_from(data, p.start))
+            records = keyed.parse(_slice_from(p, data))
             keys.append(records.keys())
             offsets.append(records.offsets)
         del fetched
