@@ -13,10 +13,10 @@ Order of work, so that a reader never sees a gap or a duplicate:
    epochs and CRCs are kept; ``index.summarize`` re-checks every header, CRC and
    offset before anything is written. Keep-last-per-key (``cleanupPolicy:
    compact``): the records whose key has a later record are dropped, as are
-   tombstones (empty value) older than ``delete_retention_ms``; the kept records
-   are re-encoded into batches of consecutive offsets from one original batch,
-   stamped with that batch's offset and epoch. A group that would keep nothing is
-   left as it is.
+   tombstones (empty value) older than ``delete_retention_ms``; a batch that
+   lost records becomes batches of its consecutive kept offsets, stamped with
+   their first offset and the batch's epoch (``keyed``: vectorised, no Python
+   per record). A group that would keep nothing is left as it is.
 3. **Swap the manifest** with a conditional write, plus an epoch check: read it
    with its version (``get_versioned``); if its leader epoch differs from the
    one planned against (a leadership change is in progress) or an old object has
