@@ -13,10 +13,10 @@ Order of work, so that a reader never sees a gap or a duplicate:
    epochs and CRCs are kept; ``index.summarize`` re-checks every header, CRC and
    offset before anything is written. Keep-last-per-key (``cleanupPolicy:
    compact``): the records whose key has a later record are dropped, as are
-   tombstones (empty value) older than ``delete_retention_ms``; the kept records
-   are re-encoded into batches of consecutive offsets from one original batch,
-   stamped with that batch's offset and epoch. A group that would keep nothing is
-   left as it is.
+   tombstones (empty value) older than ``delete_retention_ms``; a batch that
+   lost records becomes batches of its consecutive kept offsets, stamped with
+   their first offset and the batch's epoch (``keyed``: vectorised, no Python
+   per record). A group that would keep nothing is left as it is.
 3. **Swap the manifest** with a conditional write, plus an epoch check: read it
    with its version (``get_versioned``); if its leader epoch differs from the
    one planned against (a leadership change is in progress) or an old object has
@@ -55,10 +55,9 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from headrace.errors import CorruptBatch, HeadraceError
-from headrace.jobs import arrow
+from headrace.jobs import keyed
 from headrace.jobs.topics import TopicRef, read_manifest, read_manifest_versioned, read_sealed
 from headrace.objectstore.errors import ObjectNotFound
 from headrace.objectstore.interface import ObjectStore
@@ -187,12 +186,16 @@ def plan(manifest: Manifest, target_bytes: int) -> list[Group]:
     return [g for g in groups if len(g.pieces) >= 2]
 
 
-def _slice_from(data: bytes, start: int) -> memoryview:
-    """``data`` from the batch that starts at ``start`` (batches before it skipped)."""
+def _slice_from(piece: Piece, data: bytes) -> memoryview:
+    """The piece's object ``data`` from the batch that starts at ``piece.start``
+    (batches before it skipped). In a key-compacted object that offset may be a
+    hole (its record dropped): then from the first batch after it."""
     view = memoryview(data)
+    start = piece.start
     for pos, header in rb.scan(view):
         if header.last_offset >= start:
-            if header.base_offset != start:
+            in_hole = piece.segment.compacted and header.base_offset > start
+            if header.base_offset != start and not in_hole:
                 raise CorruptBatch(
                     f"offset {start} falls inside a batch at byte {pos}: the overlapping"
                     " objects were cut at different batch boundaries"
@@ -274,7 +277,7 @@ def _compact_locked(
         return result
     replaced: dict[str, SegmentObject] = {}  # old key -> the old entry
     written: list[SegmentObject] = []
-    latest_per_key: pa.Array | None = None
+    latest_per_key: keyed.I64 | None = None
     if settings.keep_last_per_key:
         latest_per_key = _latest_offsets(store, groups, result)
     # a group's PUTs (MinIO hashing and writing up to 64 MiB: the slowest step)
@@ -284,30 +287,25 @@ def _compact_locked(
         pending: list[Future[None]] = []
         for group in groups:
             fetched = _fetch_all(store, [p.segment.key for p in group.pieces], result)
-            data = b"".join(
-                _slice_from(d, p.start) for d, p in zip(fetched, group.pieces, strict=True)
-            )
+            data = b"".join(_slice_from(p, d) for d, p in zip(fetched, group.pieces, strict=True))
             del fetched
-            removed = 0
+            holes, removed = False, 0
             if latest_per_key is not None:
-                data, removed = _keep_last(
-                    data, partition, latest_per_key, now_ms - settings.delete_retention_ms
+                kept = _keep_last(
+                    data, latest_per_key, now_ms - settings.delete_retention_ms, group
                 )
-                if not data:
-                    continue
-                result.records_removed += removed
-                sparse = (
-                    index.summarize(data).index
-                    if removed == 0
-                    else _summary_with_holes(data, group)
-                )
+                if kept is None:
+                    continue  # nothing would be left: the group stays as it is
+                data, removed = kept.data, kept.removed
+                sparse = kept.sparse_index(group.base, group.last)
+                holes = kept.records != group.last - group.base + 1
             else:
                 sparse = index.summarize(data).index  # CorruptBatch: nothing written
             key = layout.segment_key(prefix, group.base, group.last)
             if manifest.find(key) is not None:
                 continue  # the same range is already one object
+            result.records_removed += removed
             epoch = max(p.segment.epoch for p in group.pieces)
-            holes = latest_per_key is not None and removed > 0
             new = SegmentObject(group.base, group.last, len(data), key, epoch, compacted=holes)
             pending.append(uploads.submit(_put_object, store, key, data, sparse))
             written.append(new)
@@ -411,80 +409,39 @@ def _swap(
 # --- keep the last record per key ---
 
 
-def _latest_offsets(store: ObjectStore, groups: list[Group], result: CompactResult) -> pa.Array:
-    """The offset of the last record of each key across every group (one partition)."""
-    tables = []
+def _latest_offsets(store: ObjectStore, groups: list[Group], result: CompactResult) -> keyed.I64:
+    """The offset of the last record of each key across every group (one partition),
+    sorted (``keyed.latest_offsets`` over the keys of all of them at once)."""
+    keys: list[pa.Array] = []
+    offsets: list[keyed.I64] = []
     for group in groups:
         fetched = _fetch_all(store, [p.segment.key for p in group.pieces], result)
         for data, p in zip(fetched, group.pieces, strict=True):
-            batch = arrow.to_record_batch(data, 0, p.start)
-            tables.append(pa.Table.from_batches([batch]).select(["key", "offset"]))
-    table = pa.concat_tables(tables).filter(pc.is_valid(pa.concat_tables(tables)["key"]))
-    latest = table.group_by("key").aggregate([("offset", "max")])
-    return latest["offset_max"].combine_chunks()
+            records = keyed.parse(_slice_from(p, data))
+            keys.append(records.keys())
+            offsets.append(records.offsets)
+        del fetched
+    if not keys:
+        return np.zeros(0, dtype=np.int64)
+    return keyed.latest_offsets(pa.concat_arrays(keys), np.concatenate(offsets))
 
 
 def _keep_last(
-    data: bytes, partition: int, latest: pa.Array, tombstone_cutoff_ms: int
-) -> tuple[bytes, int]:
-    """The batches of ``data`` with only the records to keep, and how many were dropped."""
-    view = memoryview(data)
-    out: list[bytes] = []
-    removed = 0
-    for pos, header in rb.scan(view):
-        frame = view[pos : pos + header.size]
-        records = arrow.to_record_batch(frame, partition)
-        is_latest = pc.is_in(records["offset"], value_set=latest)
-        keyless = pc.is_null(records["key"])
-        stale_tombstone = pc.and_(
-            pc.equal(pc.binary_length(records["value"]), 0),
-            pc.less(records["timestamp"].cast(pa.int64()), pa.scalar(tombstone_cutoff_ms * 1000)),
+    data: bytes, latest: keyed.I64, tombstone_cutoff_ms: int, group: Group
+) -> keyed.Rebuilt | None:
+    """The group's batches with only the records to keep (``keyed``: vectorised),
+    or None when none would be left."""
+    records = keyed.parse(data)
+    offsets = records.offsets
+    if len(offsets) and (
+        offsets[0] < group.base or offsets[-1] > group.last or (np.diff(offsets) <= 0).any()
+    ):
+        raise CorruptBatch(
+            f"the group's objects do not hold rising offsets within {group.base}-{group.last}"
         )
-        keep = pc.and_(pc.or_(is_latest, keyless), pc.invert(stale_tombstone))
-        keep_np = np.asarray(keep.to_numpy(zero_copy_only=False), dtype=bool)
-        if keep_np.all():
-            out.append(bytes(frame))
-            continue
-        removed += int((~keep_np).sum())
-        kept = records.filter(keep)
-        offsets = kept["offset"].to_numpy()
-        if len(offsets) == 0:
-            continue
-        breaks = np.flatnonzero(np.diff(offsets) != 1) + 1
-        for run in np.split(np.arange(len(offsets)), breaks):
-            rows = kept.slice(int(run[0]), len(run))
-            batch = bytearray(
-                rb.encode(
-                    rows["value"].to_pylist(),
-                    keys=rows["key"].to_pylist(),
-                    headers=[
-                        [(h["key"], h["value"]) for h in hs] for hs in rows["headers"].to_pylist()
-                    ],
-                    timestamps=(rows["timestamp"].cast(pa.int64()).to_numpy() // 1000).tolist(),
-                )
-            )
-            rb.stamp(batch, int(offsets[run[0]]), header.leader_epoch)
-            out.append(bytes(batch))
-    return b"".join(out), removed
-
-
-def _summary_with_holes(data: bytes, group: Group) -> index.SparseIndex:
-    """The sparse index of a key-compacted object, whose offsets have holes (which
-    ``index.summarize`` refuses): every batch checked, one entry per interval."""
-    view = memoryview(data)
-    offsets: list[int] = []
-    positions: list[int] = []
-    consumed = 0
-    for pos, header in rb.scan(view):
-        rb.check_header(header)
-        if not rb.crc_ok(view, header, pos):
-            raise CorruptBatch(f"CRC mismatch in a re-encoded batch at byte {pos}")
-        if not positions or pos - positions[-1] >= index.DEFAULT_INTERVAL:
-            offsets.append(header.base_offset)
-            positions.append(pos)
-        consumed = pos + header.size
-    if consumed != len(view):
-        raise CorruptBatch("re-encoded data does not end with a whole batch")
-    # the index must start at the object's base, which may now hold no record
-    offsets[0] = group.base
-    return index.SparseIndex(group.base, group.last, len(data), tuple(offsets), tuple(positions))
+    kept = keyed.rebuild(records, keyed.keep_mask(records, latest, tombstone_cutoff_ms))
+    if not kept.data:
+        return None
+    if kept.batch_offsets[0] < group.base or kept.batch_offsets[-1] > group.last:
+        raise CorruptBatch(f"records outside {group.base}-{group.last} in the group's objects")
+    return kept

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 from typing import Any
@@ -209,3 +210,112 @@ def test_object_store_down_fails_with_a_clear_reason(spark: Any, cluster_id: str
     status, report = run_job(spark, "compact", url, cluster_id, TOPIC)
     assert status == 2 and not report["ok"]
     assert "ObjectStoreUnavailable" in report["error"] and url in report["error"]
+
+
+def _write_keyed(
+    store: ObjectStore, cluster_id: str, partition: int, now_ms: int, seed: int
+) -> list[tuple[int, int, bytes | None, bytes, int]]:
+    """A keyed partition in 10 objects as a producer of a compact topic leaves it:
+    random keys (some records without one), some values empty (tombstones), old
+    and recent timestamps, every codec, some batches with headers; returns
+    (partition, offset, key, value, timestamp) of every record."""
+    rng = random.Random(seed)
+    tier = PartitionTier(store, layout.partition_prefix(cluster_id, TOPIC, partition))
+    written: list[tuple[int, int, bytes | None, bytes, int]] = []
+    codecs = [rb.COMPRESSION_NONE, rb.COMPRESSION_ZLIB, rb.COMPRESSION_LZ4, rb.COMPRESSION_ZSTD]
+    offset = 0
+    try:
+        for _ in range(10):
+            frames = []
+            for _ in range(4):
+                n = rng.randint(1, 30)
+                keys = [
+                    None if rng.random() < 0.05 else b"k%d" % rng.randrange(40) for _ in range(n)
+                ]
+                values = [
+                    b"" if rng.random() < 0.15 else b"p%d-o%d" % (partition, offset + i)
+                    for i in range(n)
+                ]
+                # old records: their tombstones are past the delete retention (1 h)
+                stamps = [now_ms - rng.choice([2, 0]) * 3_600_000 + i for i in range(n)]
+                headers = [[("h", b"%d" % i)] for i in range(n)] if rng.random() < 0.3 else None
+                frame = rb.encode(
+                    values,
+                    keys=keys,
+                    headers=headers,
+                    timestamps=stamps,
+                    compression=rng.choice(codecs),
+                )
+                frames.append(stamped(frame, offset, 1))
+                written.extend(
+                    (partition, offset + i, k, v, t)
+                    for i, (k, v, t) in enumerate(zip(keys, values, stamps, strict=True))
+                )
+                offset += n
+            tier.upload(b"".join(frames), 1)
+    finally:
+        tier.close()
+    return written
+
+
+def _last_per_key(
+    written: list[tuple[int, int, bytes | None, bytes, int]], cutoff_ms: int
+) -> list[tuple[int, int, bytes | None, bytes]]:
+    """The reference model: a dict of each key's last record, records without a
+    key kept, tombstones older than the cutoff dropped."""
+    last: dict[tuple[int, bytes], int] = {}
+    for p, o, k, _, _ in written:
+        if k is not None:
+            last[(p, k)] = o
+    return [
+        (p, o, k, v)
+        for p, o, k, v, t in written
+        if (k is None or last[(p, k)] == o) and not (k is not None and v == b"" and t < cutoff_ms)
+    ]
+
+
+def test_key_compaction_keeps_what_a_dict_of_last_per_key_keeps(
+    spark: Any, store: ObjectStore, store_url: str, cluster_id: str
+) -> None:
+    now_ms = int(time.time() * 1000)
+    written = [
+        *_write_keyed(store, cluster_id, 0, now_ms, 1),
+        *_write_keyed(store, cluster_id, 1, now_ms, 2),
+    ]
+    status, report = run_job(
+        spark,
+        "compact",
+        store_url,
+        cluster_id,
+        TOPIC,
+        "--keep-last-per-key",
+        "--delete-retention-ms",
+        "3600000",
+        "--grace-seconds",
+        "0",
+        "--verify",
+    )
+    assert status == 0, report
+    # the job's clock read after ours: its cutoff is at least ours (no record is within a second of it)
+    expected = _last_per_key(written, now_ms - 3_600_000)
+    rows = _rows(spark, store_url, cluster_id)
+    assert checksum(rows) == checksum(expected)
+    assert len(rows) == len(expected)
+    assert report["summary"]["recordsRemoved"] == len(written) - len(expected)
+    for partition in (0, 1):
+        [seg] = manifest(store, cluster_id, TOPIC, partition).segments
+        assert seg.compacted
+        # a consumer starting at any offset, kept or dropped, reads on from the next kept one
+        kept = [o for p, o, _, _ in expected if p == partition]
+        tier = PartitionTier(store, layout.partition_prefix(cluster_id, TOPIC, partition))
+        try:
+            for start in range(0, seg.last + 1, 7):
+                data = tier.read(start, 1 << 20)
+                got = [
+                    r.offset
+                    for pos, h in rb.scan(data)
+                    for r in rb.decode(data[pos : pos + h.size]).records(start)
+                ]
+                assert got == [o for o in kept if o >= start]
+        finally:
+            tier.close()
