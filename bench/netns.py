@@ -120,6 +120,64 @@ def _run(*argv: str) -> str:
     return proc.stdout
 
 
+class Delay:
+    """``bench.delayline`` holding every packet that arrives on ``eth0`` in ``namespace``
+    for ``ms``, and the iptables rule that queues them (module docstring)."""
+
+    def __init__(self, namespace: str, ms: float, log_path: Path) -> None:
+        self.namespace = namespace
+        self.ms = ms
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.rule_added = False
+
+    def start(self) -> None:
+        argv = [*_in_namespace(self.namespace), "-m", "bench.delayline"]
+        argv += ["--queue", str(DELAY_QUEUE), "--delay-ms", str(self.ms)]
+        self.proc = procs.spawn(argv, self.log_path)
+        # the rule comes second: a queued packet with no program bound would be dropped
+        procs.wait_until(self._bound, 15, f"delayline bound in {self.namespace}")
+        _run("ip", "netns", "exec", self.namespace, "iptables", "-A", *_DELAY_RULE)
+        self.rule_added = True
+
+    def _bound(self) -> bool:
+        assert self.proc is not None
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"delayline in {self.namespace} exited: {text[-2000:]}")
+        return "bound queue" in text
+
+    def held(self) -> int:
+        """Packets the kernel holds for the program right now."""
+        table = _run(
+            "ip", "netns", "exec", self.namespace, "cat", "/proc/net/netfilter/nfnetlink_queue"
+        )
+        for line in table.splitlines():
+            fields = line.split()  # queue, port id, packets queued, copy mode, range, ...
+            if fields and int(fields[0]) == DELAY_QUEUE:
+                return int(fields[2])
+        return 0
+
+    def stop(self) -> None:
+        """Remove the rule, then let the program release what it holds (each packet at its
+        time) and exit."""
+        if self.rule_added:
+            _run("ip", "netns", "exec", self.namespace, "iptables", "-D", *_DELAY_RULE)
+            self.rule_added = False
+        if self.proc is None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        finally:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            procs.reap(self.proc)
+            self.proc = None
+
+
 def remove_stale() -> None:
     """Delete namespaces (and bridges) of earlier runs whose process no longer exists."""
     names = [line.split()[0] for line in _run("ip", "netns", "list").splitlines() if line]
@@ -151,7 +209,7 @@ class Node:
     argv: list[str] = field(default_factory=list)
     log_path: Path = Path()
     #: the ``bench.delayline`` forwarder while ``delay`` holds this node's packets
-    delayer: subprocess.Popen[bytes] | None = None
+    delayer: Delay | None = None
 
 
 class NetnsCluster:
@@ -303,9 +361,10 @@ class NetnsCluster:
             return
         self._closed = True
         for node in self.nodes.values():
-            for proc in (node.proc, node.delayer):
-                if proc is not None:
-                    procs.reap(proc)
+            if node.proc is not None:
+                procs.reap(node.proc)
+            if node.delayer is not None:
+                node.delayer.kill()
         for node in self.nodes.values():
             subprocess.run(["ip", "netns", "del", node.namespace], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
@@ -354,33 +413,20 @@ class NetnsCluster:
         n = self.nodes[str(node)]
         if n.delayer is not None:
             raise RuntimeError(f"{n.name} is already delayed; heal() first")
-        log_path = self.root / f"delay-{n.name}.log"
-        argv = [*_in_namespace(n.namespace), "-m", "bench.delayline"]
-        argv += ["--queue", str(DELAY_QUEUE), "--delay-ms", str(ms)]
-        n.delayer = procs.spawn(argv, log_path)
-        delayer = n.delayer
-
-        def bound() -> bool:
-            text = log_path.read_text(errors="replace") if log_path.exists() else ""
-            if delayer.poll() is not None:
-                raise RuntimeError(f"delayline in {n.namespace} exited: {text[-2000:]}")
-            return "bound queue" in text
-
-        # the rule comes second: a queued packet with no forwarder bound would be dropped
-        self.wait(bound, 15, f"delayline bound in {n.namespace}")
-        _run("ip", "netns", "exec", n.namespace, "iptables", "-A", *_DELAY_RULE)
+        n.delayer = Delay(n.namespace, ms, self.root / f"delay-{n.name}.log")
+        try:
+            n.delayer.start()
+        except BaseException:
+            n.delayer.kill()
+            n.delayer = None
+            raise
 
     def _undelay(self, n: Node) -> None:
-        if n.delayer is None:
-            return
-        _run("ip", "netns", "exec", n.namespace, "iptables", "-D", *_DELAY_RULE)
-        # SIGTERM: release what is held, each at its time, then exit (within ~the delay)
-        n.delayer.terminate()
-        try:
-            n.delayer.wait(10)
-        finally:
-            procs.reap(n.delayer)
-            n.delayer = None
+        if n.delayer is not None:
+            try:
+                n.delayer.stop()
+            finally:
+                n.delayer = None
 
     def heal(self) -> None:
         for node in self.nodes.values():
