@@ -161,16 +161,17 @@ class Delay:
     def stop(self) -> None:
         """Remove the rule, then let the program release what it holds (each packet at its
         time) and exit."""
-        if self.rule_added:
-            _run("ip", "netns", "exec", self.namespace, "iptables", "-D", *_DELAY_RULE)
-            self.rule_added = False
-        if self.proc is None:
-            return
-        self.proc.terminate()
         try:
-            self.proc.wait(10)
+            if self.rule_added:
+                _run("ip", "netns", "exec", self.namespace, "iptables", "-D", *_DELAY_RULE)
+                self.rule_added = False
         finally:
-            self.kill()
+            if self.proc is not None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(10)
+                finally:
+                    self.kill()
 
     def kill(self) -> None:
         if self.proc is not None:
