@@ -10,9 +10,15 @@ Faults are nftables rules inside a node's namespace (an ``inet headrace``
 table with an input and an output chain): ``cut(a, b)`` drops both
 directions between two nodes, ``cut(a, b, one_way=True)`` only ``a -> b``,
 ``lossy(node, percent)`` drops that share of everything the node sends or
-receives (``numgen random``), ``heal()`` flushes every rule. The kernel here
-has nftables but no ``sch_netem``; where ``tc qdisc ... netem`` exists the same
-rules still apply (nothing here depends on it).
+receives (``numgen random``), ``heal()`` flushes every rule.
+
+``delay(node, ms)`` holds every packet the node receives for ``ms``: the kernel
+here has no ``sch_netem``, so an iptables ``NFQUEUE`` rule in the node's
+namespace queues its incoming packets and ``bench/delayline.py``, running in
+that namespace, releases each one ``ms`` after it arrived (that module says why
+the incoming side). ``heal()`` removes the rule and lets the forwarder release
+what it still holds before it exits. ``connect_s`` times a TCP connect from the
+root namespace: the round trip the delay lengthens.
 
 Processes are started exactly as ``headrace local up`` starts them
 (``broker_args`` and the controller's options) under ``ip netns exec``.
@@ -21,17 +27,22 @@ and deletes the namespaces and the bridge, even after a failure; ``up()``
 first removes namespaces left by a run whose process is gone.
 
 Needs root, ``ip`` and ``nft``; ``unavailable()`` says why not, for a skip.
+``delay`` also needs ``iptables`` with the ``NFQUEUE`` target and the kernel's
+``nfnetlink_queue``; ``delay_unavailable()`` says why not.
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import random
 import shutil
+import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -46,6 +57,10 @@ DATA_PORT = 9092
 ADMIN_PORT = 9644
 CONTROLLER_PORT = 9700
 CONTROLLER = "c"
+#: the netfilter queue ``delay`` uses; queues belong to a namespace, so one number serves all
+DELAY_QUEUE = 14
+#: the iptables rule ``delay`` adds in a node's namespace (``-A`` to add, ``-D`` to remove)
+_DELAY_RULE = ("INPUT", "-i", "eth0", "-j", "NFQUEUE", "--queue-num", str(DELAY_QUEUE))
 
 
 def unavailable() -> str | None:
@@ -66,11 +81,102 @@ def unavailable() -> str | None:
     return None
 
 
+@functools.cache
+def delay_unavailable() -> str | None:
+    """Why ``NetnsCluster.delay`` cannot work here, or None when it can (probed once)."""
+    reason = unavailable()
+    if reason is not None:
+        return reason
+    if shutil.which("iptables") is None:
+        return "iptables missing (Debian package iptables): the NFQUEUE target delays packets"
+    probe = f"{NS_PREFIX}probe-{os.getpid()}"
+    try:
+        _run("ip", "netns", "add", probe)
+        _run("ip", "netns", "exec", probe, "iptables", "-A", *_DELAY_RULE)
+        # binding a queue proves nfnetlink_queue answers; the probe namespace routes nothing
+        _run(*_in_namespace(probe), "-c", _PROBE_BIND)
+    except RuntimeError as exc:
+        return f"no NFQUEUE delay here: {exc}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True, check=False)
+    return None
+
+
+_PROBE_BIND = (
+    f"import sys; sys.path.insert(0, {str(procs.REPO)!r}); from bench import delayline;"
+    f" delayline.open_queue({DELAY_QUEUE}).close()"
+)
+
+
+def _in_namespace(namespace: str) -> list[str]:
+    """This Python, run in ``namespace`` (the repository root is its working directory)."""
+    return ["ip", "netns", "exec", namespace, sys.executable]
+
+
 def _run(*argv: str) -> str:
     proc = subprocess.run(argv, capture_output=True, text=True, check=False, timeout=30)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.stdout.strip()}")
     return proc.stdout
+
+
+class Delay:
+    """``bench.delayline`` holding every packet that arrives on ``eth0`` in ``namespace``
+    for ``ms``, and the iptables rule that queues them (module docstring)."""
+
+    def __init__(self, namespace: str, ms: float, log_path: Path) -> None:
+        self.namespace = namespace
+        self.ms = ms
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.rule_added = False
+
+    def start(self) -> None:
+        argv = [*_in_namespace(self.namespace), "-m", "bench.delayline"]
+        argv += ["--queue", str(DELAY_QUEUE), "--delay-ms", str(self.ms)]
+        self.proc = procs.spawn(argv, self.log_path)
+        # the rule comes second: a queued packet with no program bound would be dropped
+        procs.wait_until(self._bound, 15, f"delayline bound in {self.namespace}")
+        _run("ip", "netns", "exec", self.namespace, "iptables", "-A", *_DELAY_RULE)
+        self.rule_added = True
+
+    def _bound(self) -> bool:
+        assert self.proc is not None
+        text = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"delayline in {self.namespace} exited: {text[-2000:]}")
+        return "bound queue" in text
+
+    def held(self) -> int:
+        """Packets the kernel holds for the program right now."""
+        table = _run(
+            "ip", "netns", "exec", self.namespace, "cat", "/proc/net/netfilter/nfnetlink_queue"
+        )
+        for line in table.splitlines():
+            fields = line.split()  # queue, port id, packets queued, copy mode, range, ...
+            if fields and int(fields[0]) == DELAY_QUEUE:
+                return int(fields[2])
+        return 0
+
+    def stop(self) -> None:
+        """Remove the rule, then let the program release what it holds (each packet at its
+        time) and exit."""
+        try:
+            if self.rule_added:
+                _run("ip", "netns", "exec", self.namespace, "iptables", "-D", *_DELAY_RULE)
+                self.rule_added = False
+        finally:
+            if self.proc is not None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(10)
+                finally:
+                    self.kill()
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            procs.reap(self.proc)
+            self.proc = None
 
 
 def remove_stale() -> None:
@@ -103,6 +209,8 @@ class Node:
     proc: subprocess.Popen[bytes] | None = None
     argv: list[str] = field(default_factory=list)
     log_path: Path = Path()
+    #: the ``bench.delayline`` forwarder while ``delay`` holds this node's packets
+    delayer: Delay | None = None
 
 
 class NetnsCluster:
@@ -256,6 +364,8 @@ class NetnsCluster:
         for node in self.nodes.values():
             if node.proc is not None:
                 procs.reap(node.proc)
+            if node.delayer is not None:
+                node.delayer.kill()
         for node in self.nodes.values():
             subprocess.run(["ip", "netns", "del", node.namespace], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
@@ -298,9 +408,38 @@ class NetnsCluster:
             f"add rule inet headrace output numgen random mod 100 < {percent} drop\n",
         )
 
+    def delay(self, node: str | int, ms: float) -> None:
+        """Hold every packet ``node`` receives for ``ms`` milliseconds, in order (module
+        docstring): each round trip through it gets ``ms`` longer."""
+        n = self.nodes[str(node)]
+        if n.delayer is not None:
+            raise RuntimeError(f"{n.name} is already delayed; heal() first")
+        n.delayer = Delay(n.namespace, ms, self.root / f"delay-{n.name}.log")
+        try:
+            n.delayer.start()
+        except BaseException:
+            n.delayer.kill()
+            n.delayer = None
+            raise
+
+    def _undelay(self, n: Node) -> None:
+        if n.delayer is not None:
+            try:
+                n.delayer.stop()
+            finally:
+                n.delayer = None
+
     def heal(self) -> None:
         for node in self.nodes.values():
             self._nft(node, "flush chain inet headrace input\nflush chain inet headrace output\n")
+            self._undelay(node)
+
+    def connect_s(self, node: str | int, port: int = ADMIN_PORT) -> float:
+        """Seconds one TCP connect from the root namespace to ``node`` takes: a round trip
+        (SYN in, SYN-ACK out), so ``delay`` adds its whole length to it."""
+        started = time.perf_counter()
+        with socket.create_connection((self.address(node), port), timeout=10):
+            return time.perf_counter() - started
 
     # ---------------------------------------------------------------- observing
 

@@ -1,9 +1,10 @@
 # Fault campaigns that need root: power loss on a FUSE file system (bench/powerfs.py) and
 # network partitions between namespaces (bench/netns.py). `make test` runs short versions.
+# `make netdelay` measures writes under 200 ms delay and 5% loss on one broker (bench/netdelay.py).
 POWERLOSS_CUTS ?= 50
 POWERLOSS_SEED ?= 14
 
-.PHONY: powerloss partitions
+.PHONY: powerloss partitions netdelay
 
 powerloss: setup
 	$(PY) -m bench.powerloss --fsync always --cuts $(POWERLOSS_CUTS) --seed $(POWERLOSS_SEED)
@@ -11,3 +12,6 @@ powerloss: setup
 
 partitions: setup
 	$(BIN)/pytest -q tests/integration/test_partitions.py
+
+netdelay: setup
+	$(PY) -m bench.netdelay --out bench/results/netdelay.json
