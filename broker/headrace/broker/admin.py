@@ -236,6 +236,11 @@ class AdminServer:
                 }
                 if b.access.enabled
                 else None,
+                # every credential file: its path and its last failed reload (None: fine)
+                "credentials": {
+                    "generation": b.access.generation,
+                    "files": b.access.files.status(),
+                },
                 "cohorts": [
                     {
                         "topic": t,

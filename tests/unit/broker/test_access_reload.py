@@ -17,17 +17,20 @@ from headrace.security.acl import Operation, hash_token
 
 
 class Labels:
-    """A ``prometheus_client.Counter`` stand-in: counts per label value."""
+    """A ``prometheus_client.Counter`` stand-in: counts per last label value (the result,
+    or the denied operation) and per full label tuple."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self.by_labels: Counter[tuple[str, ...]] = Counter()
 
-    def labels(self, value: str) -> Any:
-        counts = self.counts
+    def labels(self, *values: str) -> Any:
+        counts, by_labels = self.counts, self.by_labels
 
         class _Child:
             def inc(self) -> None:
-                counts[value] += 1
+                counts[values[-1]] += 1
+                by_labels[values] += 1
 
         return _Child()
 
