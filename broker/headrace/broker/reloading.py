@@ -35,13 +35,14 @@ class ReloadCounter(Protocol):
     def labels(self, source: str, result: str) -> Any: ...
 
 
-def file_signature(path: Path) -> tuple[int, int, int] | None:
-    """What changes when the file is rewritten in place or replaced by a rename."""
+def file_signature(path: Path) -> tuple[int, int, int, int] | None:
+    """What changes when the file is rewritten in place, replaced by a rename, or
+    chmod-ed (a key file made private again)."""
     try:
         st = path.stat()
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
 
 
 def _title(source: str) -> str:
@@ -59,7 +60,7 @@ class CredentialFile(Generic[T]):
     apply: Callable[[T], None]
     #: a short description of what is in force, for the log ("3 principals")
     describe: Callable[[T], str]
-    signature: tuple[int, int, int] | None = None
+    signature: tuple[int, int, int, int] | None = None
     #: the last failed re-read's message, None once the file reads well
     error: str | None = None
 
