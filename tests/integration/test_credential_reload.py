@@ -42,6 +42,17 @@ from tests.integration.reading import read_partition
 
 FIRST, SECOND = "first-token-5c1e9a", "second-token-8d2f0b"
 OPS = "ops-token-3b7e1d9c"
+#: one principal that may do everything but replicate
+ACL = {
+    "version": 1,
+    "principals": [
+        {
+            "name": "ops",
+            "tokens": [hash_token(OPS)],
+            "grants": [{"operations": ["admin", "produce", "consume"], "topics": ["*"]}],
+        }
+    ],
+}
 
 
 def metric(url: str, name: str, labels: str) -> float:
@@ -159,22 +170,7 @@ async def test_malformed_key_and_replication_token_files_keep_what_is_in_force(
     replication token file are refused; identities are still issued and verified with
     the key in force, and the errors show in /v1/status and the metrics."""
     acl_file = tmp_path / "acl.yaml"
-    acl_file.write_text(
-        json.dumps(
-            {
-                "version": 1,
-                "principals": [
-                    {
-                        "name": "ops",
-                        "tokens": [hash_token(OPS)],
-                        "grants": [
-                            {"operations": ["admin", "produce", "consume"], "topics": ["*"]}
-                        ],
-                    }
-                ],
-            }
-        )
-    )
+    acl_file.write_text(json.dumps(ACL))
     key = tmp_path / "cluster.key"
     key.write_text("ab" * 32 + "\n")
     key.chmod(0o600)
@@ -227,16 +223,22 @@ async def test_malformed_key_and_replication_token_files_keep_what_is_in_force(
     assert "cd" * 32 not in files["cluster_key"]["reload_error"]
 
     # the key in force (ab...) still issues and verifies identities
+    assert await join_and_read(broker.bootstrap, "orders", ops) == [b"kept"]
+    await conn.close()
+
+
+async def join_and_read(bootstrap: str, topic: str, options: ConnectOptions) -> list[bytes]:
+    """Join a fresh cohort (a new member: a new identity, signed with the key in force)
+    and return its first deliveries."""
     consumer = await Consumer(
-        broker.bootstrap, "orders", "readers", start="earliest", options=ops
+        bootstrap, topic, "fresh-cohort", start="earliest", options=options
     ).start()
     try:
         got: list[bytes] = []
-        await wait_for(lambda: _poll(consumer, got), "the kept record delivered")
-        assert got == [b"kept"]
+        await wait_for(lambda: _poll(consumer, got), f"records of {topic} delivered")
+        return got
     finally:
         await consumer.close(grace_s=0)
-    await conn.close()
 
 
 async def _poll(consumer: Consumer, got: list[bytes]) -> bool:
@@ -257,16 +259,6 @@ async def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
 
 TOPIC = "default/rotation"
 PARTITIONS = 6
-ACL = {
-    "version": 1,
-    "principals": [
-        {
-            "name": "ops",
-            "tokens": [hash_token(OPS)],
-            "grants": [{"operations": ["admin", "produce", "consume"], "topics": ["*"]}],
-        }
-    ],
-}
 
 
 @pytest.fixture
@@ -411,14 +403,7 @@ async def test_rotating_the_replication_token_and_cluster_key_under_load_loses_n
         assert not missing, f"key {key}: acknowledged {missing[:5]} lost"
 
     # a member joining now gets an identity signed with the new key, valid on every broker
-    consumer = await Consumer(
-        c.bootstrap, "rotation", "after-rotation", start="earliest", options=ops
-    ).start()
-    try:
-        got: list[bytes] = []
-        await wait_for(lambda: _poll(consumer, got), "records delivered after the rotation")
-    finally:
-        await consumer.close(grace_s=0)
+    assert await join_and_read(c.bootstrap, "rotation", ops)
     print(
         f"\nrotated the replication token and cluster key under load: {load.total_acked}"
         f" acks=all records, none lost; {watch.polls} controller polls, LRS always whole"

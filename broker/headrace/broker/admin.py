@@ -231,7 +231,7 @@ class AdminServer:
                 "topology_generation": b.registry.generation,
                 "adoption_floor": b.adoption_floor(),
                 "acl": {
-                    "generation": b.access.generation,
+                    "generation": b.access.files.generation("acl"),
                     "reload_error": b.access.reload_error,
                 }
                 if b.access.enabled

@@ -63,6 +63,8 @@ class CredentialFile(Generic[T]):
     signature: tuple[int, int, int, int] | None = None
     #: the last failed re-read's message, None once the file reads well
     error: str | None = None
+    #: re-reads put in force since start-up (the file's generation)
+    generation: int = 0
 
     def load(self) -> T:
         self.signature = file_signature(self.path)
@@ -124,6 +126,7 @@ class CredentialFiles:
             )
             return False
         entry.error = None
+        entry.generation += 1
         self._count(entry.source, "ok")
         log.info("%s file %s reloaded: %s", _title(entry.source), entry.path, entry.describe(value))
         self.on_reload()
@@ -136,6 +139,13 @@ class CredentialFiles:
     def error(self, source: str) -> str | None:
         return next((f.error for f in self.files if f.source == source), None)
 
-    def status(self) -> dict[str, dict[str, str | None]]:
-        """Per file: its path and the last failed re-read's message (None if it read well)."""
-        return {f.source: {"file": str(f.path), "reload_error": f.error} for f in self.files}
+    def generation(self, source: str) -> int:
+        return next((f.generation for f in self.files if f.source == source), 0)
+
+    def status(self) -> dict[str, dict[str, str | int | None]]:
+        """Per file: its path, its generation and the last failed re-read's message (None
+        if it read well)."""
+        return {
+            f.source: {"file": str(f.path), "generation": f.generation, "reload_error": f.error}
+            for f in self.files
+        }
