@@ -454,6 +454,11 @@ async def test_rotating_the_replication_token_and_cluster_key_under_load_loses_n
 
     # a member joining now gets an identity signed with the new key, valid on every broker
     assert await join_and_read(c.bootstrap, "rotation", ops)
+    # `local restart` drains first: the drain presents the rotated token (a change on the
+    # broker's admin port), so the broker's leadership moves away before it stops
+    restart = await asyncio.to_thread(c.cli, "local", "restart", "1", "--dir", str(c.dir))
+    assert b"not all moved away" not in restart.stderr, restart.stderr.decode()
+    await asyncio.to_thread(c.wait, whole, 60, "every live replica set whole after the restart")
     print(
         f"\nrotated the replication token and cluster key under load: {load.total_acked}"
         f" acks=all records, none lost; {watch.polls} controller polls, LRS always whole"

@@ -42,6 +42,7 @@ not exist and then exits ``EXIT_NOT_FOUND``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import os
@@ -570,6 +571,20 @@ def access_args(record: Mapping[str, Any], directory: Path) -> tuple[list[str], 
     return args, {REPLICATION_TOKEN_ENV: record["replication_token"]}
 
 
+def _replication_token(record: Mapping[str, Any]) -> str | None:
+    """The token the brokers present now (a drain is a change on their admin port): the
+    first line of its file, read now, as it may have rotated (None: no ACLs)."""
+    from headrace.broker.access import load_token_file
+    from headrace.errors import HeadraceError
+
+    path = record.get("replication_token_file")
+    if path is not None:
+        with contextlib.suppress(HeadraceError):
+            return load_token_file(Path(path))[0]
+    token = record.get("replication_token")
+    return None if token is None else str(token)
+
+
 def controller_access_args(record: Mapping[str, Any]) -> list[str]:
     """The controller's API takes the brokers' ACL file, and it presents the brokers'
     replication token from its file (or, by environment: ``access_args``)."""
@@ -997,7 +1012,7 @@ def _stop_broker(directory: Path, broker_id: int, kill: bool) -> None:
 
             admin = f"http://{b['host']}:{b['admin_port']}"
             try:
-                finished, _ = drain(admin, DRAIN_TIMEOUT_S)
+                finished, _ = drain(admin, DRAIN_TIMEOUT_S, token=_replication_token(record))
             except (OSError, ValueError):
                 finished = False  # not answering: stop it anyway
             if not finished:
