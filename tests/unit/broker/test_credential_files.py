@@ -79,5 +79,5 @@ def test_a_refused_apply_changes_nothing(tmp_path: Path) -> None:
 
 def test_a_missing_file_at_start_up_raises_one_typed_error(tmp_path: Path) -> None:
     files = CredentialFiles(None, lambda: None)
-    with pytest.raises(HeadraceError, match="cannot read the token file .*missing"):
+    with pytest.raises(HeadraceError, match=r"cannot read the token file .*missing"):
         files.watch("tokens", tmp_path / "missing", load_token_file, lambda v: None)
