@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from headrace.client.cluster import ClusterClient
+from headrace.client.connection import ConnectOptions
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
@@ -14,8 +15,10 @@ async def read_partition(
     partition: int,
     *,
     isolation: msg.Isolation = msg.Isolation.COMMITTED,
+    options: ConnectOptions | None = None,
 ) -> list[rb.Record]:
-    cluster = ClusterClient(bootstrap)
+    """``options``: the credentials, on a cluster that asks for them."""
+    cluster = ClusterClient(bootstrap, options)
     records: list[rb.Record] = []
     try:
         await cluster.start()

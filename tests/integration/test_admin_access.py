@@ -339,7 +339,9 @@ async def test_a_changed_acl_file_applies_to_open_connections(
 
     write_acl(acl_file, acl(writer_grants=False, reader=True))
     procs.wait_until(
-        lambda: metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok"') == 1,
+        lambda: (
+            metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 1
+        ),
         10,
         "the broker reloads the changed file",
     )
@@ -353,7 +355,9 @@ async def test_a_changed_acl_file_applies_to_open_connections(
     no_writer["principals"] = [p for p in no_writer["principals"] if p["name"] != "writer"]
     write_acl(acl_file, no_writer)
     procs.wait_until(
-        lambda: metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok"') == 2,
+        lambda: (
+            metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 2
+        ),
         10,
         "the broker reloads the file again",
     )
@@ -381,7 +385,9 @@ async def test_sighup_reloads_and_a_bad_file_keeps_the_grants_in_force(
     await ops.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
 
     def reloads(result: str) -> float:
-        return metric(broker.admin_url, "headrace_acl_reloads_total", f'result="{result}"')
+        return metric(
+            broker.admin_url, "headrace_acl_reloads_total", f'result="{result}",source="acl"'
+        )
 
     for bad in ("principals: [\n", json.dumps({"version": 1, "principals": [{"name": "x"}]})):
         acl_file.write_text(bad)

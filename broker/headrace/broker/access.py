@@ -11,11 +11,15 @@ errors. Three modes, fixed at start-up:
   checked against its grants, and cohort member ids must be signed identities
   (``headrace.security.identities``).
 
-The ACL file can be re-read without a restart (``Access.reload``: SIGHUP, or the
-broker's file watch). A bad file keeps the grants in force and counts a failed
-reload. Every connection notices a reload at its next request: it
-re-authenticates with the credentials of its handshake, so a removed token or
-principal is refused from then on, and its remembered decisions are dropped.
+Every credential file is re-read without a restart (``Access.reload``: SIGHUP, or
+the process's file watch; ``headrace.broker.reloading``): the ACL file, the
+shared tokens' ``--auth-token-file``, the ``--replication-token-file`` and the
+cluster key. A token or key file may list several values while they rotate
+(``headrace.security.keyrings``): all are accepted, the first is presented or
+signs. A bad file keeps what is in force and counts a failed reload. Every
+connection notices a reload at its next checked request: it re-authenticates with
+the credentials of its handshake, so a removed token or principal is refused from
+then on, and its remembered decisions are dropped.
 
 Checks run once per request, not per record, and a connection remembers its
 answers (``ConnectionAccess._decisions``), so the produce path pays one dict
@@ -37,6 +41,7 @@ from typing import Any, Final, Protocol
 import yaml
 
 from headrace.broker.config import BrokerSettings
+from headrace.broker.reloading import CredentialFiles, ReloadCounter
 from headrace.broker.topics import canonical_topic_name
 from headrace.errors import (
     AccessDenied,
@@ -44,12 +49,11 @@ from headrace.errors import (
     AuthenticationFailed,
     ClusterDenied,
     ConsumeDenied,
-    HeadraceError,
     InvalidMemberIdentity,
     InvalidRequest,
     ProduceDenied,
 )
-from headrace.security import identities
+from headrace.security import identities, keyrings
 from headrace.security.acl import AclFile, Authorizer, Operation, Principal, parse_acl
 
 log = logging.getLogger(__name__)
@@ -77,21 +81,6 @@ class DenialCounter(Protocol):
     def labels(self, operation: str) -> Any: ...
 
 
-class ReloadCounter(Protocol):
-    """``prometheus_client.Counter`` with a ``result`` label (``ok``, ``error``)."""
-
-    def labels(self, result: str) -> Any: ...
-
-
-def _file_signature(path: Path) -> tuple[int, int, int] | None:
-    """What changes when the file is rewritten in place or replaced by a rename."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
 def load_acl_file(path: Path) -> AclFile:
     """Read and validate the ACL file (YAML; JSON is YAML too)."""
     try:
@@ -106,33 +95,53 @@ def load_acl_file(path: Path) -> AclFile:
     return parse_acl(document, str(path))
 
 
-def load_cluster_key(path: Path, *, create: bool) -> bytes:
-    """The cluster key in ``path`` (64 hex digits, mode 0600), made when ``create`` and absent.
+def load_token_file(path: Path) -> tuple[str, ...]:
+    """The tokens of a token file (``headrace.security.keyrings``), the one to send first."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InvalidRequest(f"cannot read the token file {path}: {reason}") from exc
+    return keyrings.parse_tokens(text, f"the token file {path}")
+
+
+def make_cluster_key(path: Path) -> None:
+    """Write a fresh cluster key to ``path`` (mode 0600) unless it exists."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return  # another process made it first: read theirs
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(identities.KEY_BYTES) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def load_cluster_keys(path: Path) -> tuple[bytes, ...]:
+    """The keys in the cluster key file (64 hex digits a line, mode 0600), signing key first.
 
     A key readable by group or others is refused, as ssh refuses such a private key:
     whoever reads it can mint any identity."""
-    if create and not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:
-            pass  # another process made it first: read theirs
-        else:
-            with os.fdopen(fd, "w") as out:
-                out.write(secrets.token_hex(identities.KEY_BYTES) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
     try:
         mode = path.stat().st_mode
         text = path.read_text()
-    except OSError as exc:
-        raise InvalidRequest(f"cannot read the cluster key {path}: {exc.strerror}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InvalidRequest(f"cannot read the cluster key {path}: {reason}") from exc
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InvalidRequest(
             f"the cluster key {path} is accessible by group or others"
             f" (mode {stat.S_IMODE(mode):04o}); chmod 600 it"
         )
-    return identities.parse_key(text)
+    return keyrings.parse_keys(text, f"the cluster key {path}")
+
+
+def load_cluster_key(path: Path, *, create: bool) -> bytes:
+    """The signing key in ``path``, made when ``create`` and absent."""
+    if create:
+        make_cluster_key(path)
+    return load_cluster_keys(path)[0]
 
 
 def certificate_common_name(peercert: object) -> str | None:
@@ -144,6 +153,10 @@ def certificate_common_name(peercert: object) -> str | None:
             if key == "commonName":
                 return str(value)
     return None
+
+
+def _count(what: str) -> Callable[[tuple[object, ...]], str]:
+    return lambda values: f"{len(values)} {what} in force"
 
 
 class Access:
@@ -163,77 +176,139 @@ class Access:
         which authenticates admin requests but issues no identities."""
         self.cluster_id = settings.cluster_id
         self.denials = denials
-        self.reloads = reloads
         #: bumped by every successful reload; a connection that saw an older one re-authenticates
         self.generation = 0
-        #: the last failed reload's message (None after a good one), shown by /v1/status
-        self.reload_error: str | None = None
         self.acl_file = settings.acl_file
-        self._broker_token = settings.replication_token
-        self._acl_signature: tuple[int, int, int] | None = None
+        #: the files re-read on SIGHUP and on change (``headrace.broker.reloading``)
+        self.files = CredentialFiles(reloads, self._reloaded)
         self._now_ms = now_ms
         self._random_hex = random_hex
-        self._shared_tokens = tuple(t.encode() for t in sorted(settings.auth_tokens))
+        self._acl: AclFile | None = None
+        #: the replication tokens in force, the one this broker presents first
+        self._broker_tokens: tuple[str, ...] = (
+            (settings.replication_token,) if settings.replication_token else ()
+        )
+        self._option_tokens = tuple(settings.auth_tokens)
+        self._file_tokens: tuple[str, ...] = ()
+        #: the shared-token mode's accepted tokens (empty: another mode)
+        self._shared_tokens: tuple[bytes, ...] = ()
+        self._asks_shared = bool(settings.auth_tokens) or settings.auth_token_file is not None
         self.authorizer: Authorizer | None = None
-        self.key: bytes | None = None
+        #: the cluster keys in force: the first signs identities, any verifies them
+        self.keys: tuple[bytes, ...] = ()
         if settings.acl_file is None:
             if settings.cluster_key_file is not None:
                 raise InvalidRequest("--cluster-key-file needs --acl-file")
-            return
-        if settings.auth_tokens:
+        elif self._asks_shared:
             raise InvalidRequest(
-                "--auth-token and --acl-file do not mix: give the tokens to principals"
-                " in the ACL file"
+                "--auth-token (or --auth-token-file) and --acl-file do not mix: give the"
+                " tokens to principals in the ACL file"
             )
-        if settings.cluster_mode and settings.cluster_key_file is None:
+        elif settings.cluster_mode and settings.cluster_key_file is None:
             raise InvalidRequest(
                 "a cluster-mode broker with --acl-file needs --cluster-key-file: every broker"
                 " of the cluster must verify the identities the others issue"
             )
-        self._acl_signature = _file_signature(settings.acl_file)
-        self.authorizer = Authorizer(
-            load_acl_file(settings.acl_file), broker_token=settings.replication_token
+        if settings.replication_token_file is not None:
+            self.files.watch(
+                "replication_token",
+                settings.replication_token_file,
+                load_token_file,
+                self._set_broker_tokens,
+                _count("replication tokens"),
+            )
+        if settings.auth_token_file is not None:
+            self.files.watch(
+                "auth_tokens",
+                settings.auth_token_file,
+                load_token_file,
+                self._set_file_tokens,
+                _count("tokens"),
+            )
+        self._shared_tokens = self._shared()
+        if settings.acl_file is None:
+            return
+        self.files.watch(
+            "acl",
+            settings.acl_file,
+            load_acl_file,
+            self._set_acl,
+            lambda acl: f"{len(acl.principals)} principals in force",
         )
         if member_identities:
             key_file = settings.cluster_key_file or settings.data_dir / KEY_FILE_NAME
-            self.key = load_cluster_key(key_file, create=settings.cluster_key_file is None)
+            if settings.cluster_key_file is None:
+                make_cluster_key(key_file)
+            self.files.watch(
+                "cluster_key", key_file, load_cluster_keys, self._set_keys, _count("keys")
+            )
+
+    # ------------------------------------------------------------------ putting files in force
+
+    def _reloaded(self) -> None:
+        self.generation += 1
+
+    def _set_acl(self, acl: AclFile) -> None:
+        self.authorizer = Authorizer(acl, self._broker_tokens)  # raises: nothing changes
+        self._acl = acl
+
+    def _set_broker_tokens(self, tokens: tuple[str, ...]) -> None:
+        if self._acl is not None:
+            self.authorizer = Authorizer(self._acl, tokens)  # raises: nothing changes
+        self._broker_tokens = tokens
+        self._shared_tokens = self._shared()
+
+    def _set_file_tokens(self, tokens: tuple[str, ...]) -> None:
+        self._file_tokens = tokens
+        self._shared_tokens = self._shared()
+
+    def _set_keys(self, keys: tuple[bytes, ...]) -> None:
+        self.keys = keys
+
+    def _shared(self) -> tuple[bytes, ...]:
+        """The shared-token mode's accepted tokens: the options', the file's, and the
+        replication tokens (the brokers present those to each other)."""
+        if not self._asks_shared:
+            return ()
+        tokens = {*self._option_tokens, *self._file_tokens, *self._broker_tokens}
+        return tuple(t.encode() for t in sorted(tokens))
+
+    def accepts_shared_token(self, token: str | None) -> bool:
+        """Whether ``token`` is one of the shared tokens in force."""
+        presented = (token or "").encode()
+        # Compare with every token (no early exit) so timing says nothing of which matched.
+        matched = False
+        for expected in self._shared_tokens:
+            matched |= hmac.compare_digest(presented, expected)
+        return matched
+
+    # ------------------------------------------------------------------ reloads
 
     def reload(self) -> bool:
-        """Re-read the ACL file; on any error keep the grants in force (and count it).
-
-        Returns whether the new file is in force. A no-op without ``--acl-file``."""
-        if self.acl_file is None:
-            return False
-        self._acl_signature = _file_signature(self.acl_file)
-        try:
-            authorizer = Authorizer(load_acl_file(self.acl_file), broker_token=self._broker_token)
-        except HeadraceError as exc:
-            self.reload_error = exc.message
-            if self.reloads is not None:
-                self.reloads.labels("error").inc()
-            log.error(
-                "ACL reload failed, the previous grants stay in force: %s: %s",
-                type(exc).__name__,
-                exc.message,
-            )
-            return False
-        self.authorizer = authorizer
-        self.generation += 1
-        self.reload_error = None
-        if self.reloads is not None:
-            self.reloads.labels("ok").inc()
-        log.info(
-            "ACL file %s reloaded: %d principals in force",
-            self.acl_file,
-            len(authorizer.principals),
-        )
-        return True
+        """Re-read every credential file (SIGHUP); on any error keep what is in force (and
+        count it). Whether anything new is in force. A no-op without files."""
+        return self.files.reload()
 
     def reload_if_changed(self) -> bool:
-        """``reload`` when the file changed since the last read (a stat, for the watch)."""
-        if self.acl_file is None or _file_signature(self.acl_file) == self._acl_signature:
-            return False
-        return self.reload()
+        """``reload`` the files that changed since their last read (a stat each, for the watch)."""
+        return self.files.reload_if_changed()
+
+    @property
+    def reload_error(self) -> str | None:
+        """The ACL file's last failed reload (None after a good one), shown by /v1/status."""
+        return self.files.error("acl")
+
+    @property
+    def replication_token(self) -> str | None:
+        """The token this broker presents to other brokers: the first in force."""
+        return self._broker_tokens[0] if self._broker_tokens else None
+
+    @property
+    def key(self) -> bytes | None:
+        """The cluster key new identities are signed with (None: identities are off)."""
+        return self.keys[0] if self.keys else None
+
+    # ------------------------------------------------------------------ modes
 
     @property
     def enabled(self) -> bool:
@@ -243,7 +318,7 @@ class Access:
     @property
     def asks_credentials(self) -> bool:
         """ACLs or shared tokens: a connection is a stranger until its handshake."""
-        return self.authorizer is not None or bool(self._shared_tokens)
+        return self.authorizer is not None or self._asks_shared
 
     def max_frame_bytes_before_handshake(self, max_frame_bytes: int) -> int:
         if self.asks_credentials:
@@ -268,9 +343,10 @@ class ConnectionAccess:
         self.principal: Principal | None = None
         #: (operation, topic as the request spelled it) -> allowed
         self._decisions: dict[tuple[Operation, str], bool] = {}
-        #: the handshake's (token, certificate CN), to authenticate again after a reload
-        self._credentials: tuple[str | None, str | None] = (None, None)
-        #: the ACL generation ``principal`` was found in
+        #: the accepted handshake's (token, certificate CN), to authenticate again after a
+        #: reload; None before one (and always in the open mode)
+        self._credentials: tuple[str | None, str | None] | None = None
+        #: the credentials generation ``principal`` (or the shared token) was checked in
         self._generation = access.generation
 
     def authenticate(self, token: str | None, peercert: object) -> None:
@@ -278,10 +354,10 @@ class ConnectionAccess:
         # A second handshake starts over: no decision of the previous principal survives it.
         self.principal = None
         self._decisions.clear()
-        self._credentials = (None, None)
+        self._credentials = None
+        self._generation = access.generation
         if access.authorizer is not None:
             common_name = certificate_common_name(peercert)
-            self._generation = access.generation
             principal = access.authorizer.authenticate(token, common_name)
             if principal is None:
                 access.deny("authenticate")
@@ -290,42 +366,44 @@ class ConnectionAccess:
                 )
             self.principal = principal
             self._credentials = (token, common_name)
-        elif access._shared_tokens:
-            presented = (token or "").encode()
-            # Compare with every token (no early exit) so timing says nothing of which matched.
-            matched = False
-            for expected in access._shared_tokens:
-                matched |= hmac.compare_digest(presented, expected)
-            if not matched:
+        elif access.asks_credentials:
+            if not access.accepts_shared_token(token):
                 access.deny("authenticate")
                 raise AuthenticationFailed("invalid or missing auth token")
+            self._credentials = (token, None)
 
-    def _current(self) -> Principal:
-        """The principal under the ACLs in force: after a reload, found again from the
-        handshake's credentials (``AuthenticationFailed`` if they name no principal now)."""
+    def _catch_up(self) -> None:
+        """After a reload: authenticate again with the handshake's credentials under what
+        is in force now (``AuthenticationFailed`` if they are no longer accepted)."""
         access = self.access
-        assert access.authorizer is not None
-        assert self.principal is not None
         self._decisions.clear()
+        self._generation = access.generation
+        if self._credentials is None:
+            return  # the open mode, or no handshake yet (the server asks for one first)
         token, common_name = self._credentials
-        principal = access.authorizer.authenticate(token, common_name)
-        if principal is None:
+        if access.authorizer is not None:
+            principal = access.authorizer.authenticate(token, common_name)
+            if principal is None:
+                access.deny("authenticate")
+                name = self.principal.name if self.principal is not None else "?"
+                raise AuthenticationFailed(
+                    f"the credentials of principal {name!r} are no longer valid"
+                    " (the ACL file was reloaded)"
+                )
+            self.principal = principal
+        elif not access.accepts_shared_token(token):
             access.deny("authenticate")
             raise AuthenticationFailed(
-                f"the credentials of principal {self.principal.name!r} are no longer valid"
-                " (the ACL file was reloaded)"
+                "the auth token is no longer accepted (the token files were reloaded)"
             )
-        self.principal = principal
-        self._generation = access.generation
-        return principal
 
     def require(self, operation: Operation, topic: str) -> None:
         """Raise the typed denial unless the principal may do ``operation`` on ``topic``."""
+        if self._generation != self.access.generation:
+            self._catch_up()
         principal = self.principal
         if principal is None:
             return
-        if self._generation != self.access.generation:
-            principal = self._current()
         key = (operation, topic)
         allowed = self._decisions.get(key)
         if allowed is None:
@@ -351,9 +429,9 @@ class ConnectionAccess:
             )
 
     def require_cluster(self) -> None:
+        if self._generation != self.access.generation:
+            self._catch_up()
         principal = self.principal
-        if principal is not None and self._generation != self.access.generation:
-            principal = self._current()
         if principal is not None and not principal.allows(Operation.CLUSTER):
             self.access.deny(Operation.CLUSTER.value)
             raise ClusterDenied(
@@ -362,9 +440,9 @@ class ConnectionAccess:
 
     def may_see(self, topic: str) -> bool:
         """Whether cohort state of ``topic`` may be shown: a consume or admin grant."""
+        if self._generation != self.access.generation:
+            self._catch_up()
         principal = self.principal
-        if principal is not None and self._generation != self.access.generation:
-            principal = self._current()
         return principal is None or any(
             principal.allows(op, topic) for op in (Operation.CONSUME, Operation.ADMIN)
         )
@@ -373,16 +451,15 @@ class ConnectionAccess:
 
     @property
     def member_identities(self) -> bool:
-        return self.access.key is not None
+        return bool(self.access.keys)
 
     def issue_identity(self, hint: str) -> tuple[str, str]:
         """A fresh member id bound to this principal, and its token."""
         access = self.access
+        if self._generation != access.generation:
+            self._catch_up()
         if access.key is None or self.principal is None:
             raise InvalidRequest("signed member identities are off on this broker")
-        if self._generation != access.generation:
-            self._current()
-        assert self.principal is not None
         member_id = identities.member_id_for(hint, access._random_hex(identities.RANDOM_HEX // 2))
         token = identities.sign(
             access.key,
@@ -394,7 +471,7 @@ class ConnectionAccess:
 
     def verify_member(self, member_id: str, token: str | None) -> None:
         access = self.access
-        if access.key is None or self.principal is None:
+        if not access.keys or self.principal is None:
             return
         try:
             if token is None:
@@ -403,7 +480,7 @@ class ConnectionAccess:
                     " one (op IDENTITY) and join with the member id and token it returns"
                 )
             identities.verify(
-                access.key,
+                access.keys,
                 token,
                 cluster_id=access.cluster_id,
                 principal=self.principal.name,

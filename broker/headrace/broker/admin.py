@@ -231,11 +231,16 @@ class AdminServer:
                 "topology_generation": b.registry.generation,
                 "adoption_floor": b.adoption_floor(),
                 "acl": {
-                    "generation": b.access.generation,
+                    "generation": b.access.files.generation("acl"),
                     "reload_error": b.access.reload_error,
                 }
                 if b.access.enabled
                 else None,
+                # every credential file: its path and its last failed reload (None: fine)
+                "credentials": {
+                    "generation": b.access.generation,
+                    "files": b.access.files.status(),
+                },
                 "cohorts": [
                     {
                         "topic": t,

@@ -74,7 +74,7 @@ class Broker:
         self.settings = settings
         self.registry = TopicRegistry(settings.data_dir, settings.log)
         self.metrics = BrokerMetrics(self.registry.all_partitions)
-        #: principals, grants and member identities (reads the ACL file and cluster key now)
+        #: principals, grants and member identities (reads the credential files now)
         self.access = Access(settings, self.metrics.acl_denials, reloads=self.metrics.acl_reloads)
         self.committer = GroupCommitter(
             settings.log.fsync,
@@ -159,8 +159,10 @@ class Broker:
         self._tasks.append(loop.create_task(self._flush_cursors_forever(), name="cursor-flush"))
         self._tasks.append(loop.create_task(self._tick_cohorts_forever(), name="cohort-tick"))
         self._tasks.append(loop.create_task(self._retention_forever(), name="retention"))
-        if self.access.enabled and self.settings.acl_reload_interval_ms > 0:
-            self._tasks.append(loop.create_task(self._watch_acl_file(), name="acl-watch"))
+        if self.access.files.files and self.settings.acl_reload_interval_ms > 0:
+            self._tasks.append(
+                loop.create_task(self._watch_credential_files(), name="credentials-watch")
+            )
         if self.settings.admin_port >= 0:
             from headrace.broker.admin import AdminServer
 
@@ -176,8 +178,8 @@ class Broker:
             self.recovery_seconds,
         )
 
-    async def _watch_acl_file(self) -> None:
-        """Reload the ACL file when it changes (SIGHUP reloads at once: ``main``)."""
+    async def _watch_credential_files(self) -> None:
+        """Reload the credential files when they change (SIGHUP reloads at once: ``main``)."""
         interval = self.settings.acl_reload_interval_ms / 1000
         while True:
             await asyncio.sleep(interval)
@@ -514,6 +516,10 @@ class Broker:
         for (topic, cohort), runtime in self.cohorts.items():
             runtime.refresh_partitions()
             runtime.set_plan(self.cohort_plan(topic, cohort))
+
+    @property
+    def replication_token(self) -> str | None:
+        return self.access.replication_token
 
     def client_ssl_context(self) -> ssl.SSLContext | None:
         tls = self.settings.tls

@@ -44,10 +44,14 @@ class BrokerSettings:
     max_frame_bytes: int = 16 * 1024 * 1024
     #: tokens accepted in the handshake; empty = no authentication
     auth_tokens: frozenset[str] = frozenset()
+    #: more accepted tokens, one per line, re-read on change (docs/security.md §9); with
+    #: ``auth_tokens`` or alone, it turns the shared-token mode on
+    auth_token_file: Path | None = None
     tls: TlsSettings | None = None
     #: principals, their credentials and grants (docs/security.md); None = no ACLs
     acl_file: Path | None = None
-    #: how often the ACL file is checked for changes (a stat) and reloaded; 0 = only on SIGHUP.
+    #: how often the credential files (ACL, token files, cluster key) are checked for changes
+    #: (a stat each) and reloaded; 0 = only on SIGHUP.
     #: 2 s: a revoked token stops working within seconds, and a stat costs microseconds
     acl_reload_interval_ms: int = 2000
     #: who may read admin HTTP (metrics, topics, status, heartbeat; never /healthz, /readyz):
@@ -55,8 +59,9 @@ class BrokerSettings:
     admin_read_access: AdminReadAccess = AdminReadAccess.OPEN
     #: serve admin HTTP over TLS with this certificate and key (None: plain HTTP)
     admin_tls: TlsSettings | None = None
-    #: the HMAC key signing member identities, shared by the cluster's brokers; None with
-    #: an ACL file = ``<data_dir>/cluster.key``, made on first start (standalone only)
+    #: the HMAC keys signing member identities, shared by the cluster's brokers, one per line
+    #: (the first signs, any verifies), re-read on change; None with an ACL file =
+    #: ``<data_dir>/cluster.key``, made on first start (standalone only)
     cluster_key_file: Path | None = None
     #: cursor changes reach disk within this many ms; bounds redelivery after a crash
     cursor_flush_interval_ms: int = 200
@@ -77,6 +82,10 @@ class BrokerSettings:
     replica_fetch_wait_ms: int = 500
     #: token this broker presents to other brokers' data ports (when they require auth)
     replication_token: str | None = None
+    #: the replication tokens in a file, one per line, re-read on change: the first is
+    #: presented, every one is accepted as the brokers' (rotation, docs/security.md §9);
+    #: replaces ``replication_token`` when given
+    replication_token_file: Path | None = None
     #: where tiered topics upload segments (``file:///dir`` or ``s3://host:port/bucket``);
     #: None turns tiered storage off on this broker
     object_store_url: str | None = None

@@ -116,6 +116,14 @@ def _halt(status: int) -> None:
     default=None,
     help="Token this broker presents to other brokers (when they require auth).",
 )
+@click.option(
+    "--replication-token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Replication tokens, one per line, re-read on change: the first is presented to"
+    " other brokers, every one is accepted from them (rotation: docs/security.md §9)."
+    " Replaces --replication-token.",
+)
 @click.option("--data-dir", type=click.Path(path_type=Path), required=True)
 @click.option(
     "--host", default="127.0.0.1", show_default=True, help="Address the data port binds to."
@@ -159,6 +167,13 @@ def _halt(status: int) -> None:
 @click.option(
     "--auth-token", "auth_tokens", multiple=True, help="Accepted client token (repeatable)."
 )
+@click.option(
+    "--auth-token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Accepted client tokens, one per line, re-read on SIGHUP and on change (with or"
+    " instead of --auth-token).",
+)
 @click.option("--tls-cert", type=click.Path(path_type=Path), default=None)
 @click.option("--tls-key", type=click.Path(path_type=Path), default=None)
 @click.option(
@@ -176,8 +191,9 @@ def _halt(status: int) -> None:
     type=click.IntRange(min=0),
     default=2000,
     show_default=True,
-    help="How often the ACL file is checked for changes and reloaded; 0: only on SIGHUP."
-    ' A bad file keeps the grants in force (headrace_acl_reloads_total{result="error"}).',
+    help="How often the credential files (ACL, token files, cluster key) are checked for"
+    " changes and reloaded; 0: only on SIGHUP. A bad file keeps what is in force"
+    ' (headrace_acl_reloads_total{source,result="error"}).',
 )
 @click.option(
     "--admin-read-access",
@@ -200,9 +216,9 @@ def _halt(status: int) -> None:
     "--cluster-key-file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
-    help="HMAC key (64 hex digits, mode 0600) signing member identities; shared by the"
-    " cluster's brokers. Default with --acl-file: DATA_DIR/cluster.key, made if absent"
-    " (standalone only).",
+    help="HMAC keys (64 hex digits a line, mode 0600) signing member identities; shared by"
+    " the cluster's brokers. The first signs, any verifies; re-read on change. Default with"
+    " --acl-file: DATA_DIR/cluster.key, made if absent (standalone only).",
 )
 @click.option(
     "--object-store",
@@ -225,6 +241,7 @@ def broker(
     replica_fetch_wait_ms: int,
     replica_fetch_silence_max_ms: int,
     replication_token: str | None,
+    replication_token_file: Path | None,
     data_dir: Path,
     host: str,
     port: int,
@@ -239,6 +256,7 @@ def broker(
     cursor_flush_interval_ms: int,
     retention_check_interval_ms: int,
     auth_tokens: tuple[str, ...],
+    auth_token_file: Path | None,
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
@@ -283,11 +301,13 @@ def broker(
         replica_lag_max_ms=replica_lag_max_ms,
         replica_fetch_wait_ms=replica_fetch_wait_ms,
         replica_fetch_silence_max_ms=replica_fetch_silence_max_ms,
-        replication_token=replication_token,
+        replication_token=None if replication_token_file else replication_token,
+        replication_token_file=replication_token_file,
         cohort_grace_ms=cohort_grace_ms,
         cursor_flush_interval_ms=cursor_flush_interval_ms,
         retention_check_interval_ms=retention_check_interval_ms,
         auth_tokens=frozenset(auth_tokens),
+        auth_token_file=auth_token_file,
         tls=tls,
         acl_file=acl_file,
         acl_reload_interval_ms=acl_reload_interval_ms,
@@ -310,7 +330,8 @@ def broker(
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        # SIGHUP re-reads the ACL file (a no-op without one), as daemons reload their config.
+        # SIGHUP re-reads the credential files (a no-op without any), as daemons reload
+        # their config.
         loop.add_signal_handler(signal.SIGHUP, b.access.reload)
         if announce:
             scheme = "https" if admin_tls else "http"

@@ -96,9 +96,9 @@ class BrokerMetrics:
         )
         self.acl_reloads = Counter(
             "headrace_acl_reloads",
-            "ACL file reloads (SIGHUP or the file watch) by result: ok, or error (the previous"
-            " grants stay in force)",
-            ["result"],
+            "Credential file reloads (SIGHUP or the file watch) by source (acl, auth_tokens,"
+            " replication_token, cluster_key) and result: ok, or error (what was in force stays)",
+            ["source", "result"],
             registry=r,
         )
         self.connections = Gauge("headrace_connections", "Open client connections", registry=r)

@@ -258,6 +258,10 @@ class ReplicationHost(BrokerCore, Protocol):
 
     def client_ssl_context(self) -> ssl.SSLContext | None: ...
 
+    @property
+    def replication_token(self) -> str | None:
+        """The token to present to other brokers now (it changes when its file rotates)."""
+
 
 class TieringHost(BrokerCore, Protocol):
     """What tiered storage needs of its broker (``app.Broker``)."""

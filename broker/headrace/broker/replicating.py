@@ -63,6 +63,8 @@ class ReplicaFetcher:
         #: bumped on every placement: the partitions followed are read again then
         self._placement_version = placement_version
         self._conn: ClientConnection | None = None
+        #: the replication token ``_conn`` authenticated with
+        self._token: str | None = None
         self.errors = 0
         #: the followed partitions (``partitions``), as of placement ``_seen_version``
         self._followed: list[Partition] = []
@@ -112,10 +114,18 @@ class ReplicaFetcher:
         return self._ready_map
 
     async def _connect(self) -> ClientConnection:
+        token = self.broker.replication_token
+        if self._conn is not None and not self._conn.is_closed and token != self._token:
+            # A rotated token (the file's first line changed): hang up and present the new
+            # one, so no connection still relies on the old one when it is removed.
+            if self._conn.transport is not None:
+                self._conn.transport.close()
+            self._conn = None
         if self._conn is None or self._conn.is_closed:
+            self._token = token
             options = ConnectOptions(
                 client_id=f"replica-{self.broker.settings.broker_id}",
-                auth_token=self.broker.settings.replication_token,
+                auth_token=token,
                 ssl=self.broker.client_ssl_context(),
                 connect_timeout_s=3.0,
                 # a fetch long-polls up to replica_fetch_wait_ms; an answer later than a few

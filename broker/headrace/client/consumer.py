@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.client.routing import canonical
-from headrace.errors import ConnectionClosed, HeadraceError, UnknownMember
+from headrace.errors import ConnectionClosed, HeadraceError, InvalidMemberIdentity, UnknownMember
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 from headrace.records import batch as rb
@@ -105,6 +105,8 @@ class Consumer:
         self.topic = canonical(topic)
         self.cohort = cohort
         self.member_id = member_id or f"member-{uuid.uuid4().hex[:12]}"
+        #: the readable start of an issued member id (what ``member_id`` was given as)
+        self._member_hint = self.member_id
         #: the signed identity token, once a broker that requires one issued it (then
         #: ``member_id`` is the id it issued: the id given above is only its readable start)
         self.identity: str | None = None
@@ -237,11 +239,19 @@ class Consumer:
         )
         try:
             frame = await conn.request(Op.COHORT_JOIN, join.encode())
-        except HeadraceError:
+        except HeadraceError as exc:
             # Registered early so pushes racing the response land; a failed join must
             # not look like a membership (the next topology change retries it).
             if self._sessions.get(owner_id) is session:
                 del self._sessions[owner_id]
+            if isinstance(exc, InvalidMemberIdentity) and self.identity is not None:
+                # The key that signed our identity left the cluster key file (a rotation,
+                # docs/security.md §9): the retry asks for a fresh identity. Memberships
+                # joined with the old one go on under their id.
+                log.warning(
+                    "cohort %s: identity refused (%s); asking for a new one", self.cohort, exc
+                )
+                self.identity, self.member_id = None, self._member_hint
             raise
         self._apply_assignment(session, msg.Assignment.decode(frame.body))
         conn.send_no_reply(Op.CREDIT, msg.CREDIT.pack(self.credit_bytes))

@@ -260,13 +260,15 @@ BROKER: Final = Principal(BROKER_PRINCIPAL, {Operation.CLUSTER: PatternSet.of(()
 class Authorizer:
     """Credentials -> principal, from a validated ACL file."""
 
-    def __init__(self, acl: AclFile, broker_token: str | None = None) -> None:
+    def __init__(self, acl: AclFile, broker_tokens: Iterable[str] = ()) -> None:
+        """``broker_tokens``: the replication tokens in force (more than one while they
+        rotate); each authenticates as ``headrace:broker``."""
         self.principals = {p.name: Principal.from_spec(p) for p in acl.principals}
         self._by_token = {t: self.principals[p.name] for p in acl.principals for t in p.tokens}
         self._by_certificate = {
             c: self.principals[p.name] for p in acl.principals for c in p.certificates
         }
-        if broker_token is not None:
+        for broker_token in broker_tokens:
             if hash_token(broker_token) in self._by_token:
                 # It would silently become (or shadow) a client principal.
                 raise InvalidRequest("the replication token is also a principal's token")

@@ -21,7 +21,9 @@ principal's credentials.
 Token layout: ``hri1.<payload>.<mac>``, both parts unpadded base64url;
 ``payload`` is compact JSON ``{"c": cluster, "p": principal, "m": member, "t": ms}``
 and ``mac`` is HMAC-SHA256(key, ``"hri1." + payload``). Tokens do not expire:
-rotating the cluster key (and restarting the brokers) revokes every one.
+removing a key from the cluster key file revokes every token it signed. During a
+rotation the file holds several keys (``headrace.security.keyrings``): the first
+signs, any of them verifies.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import hashlib
 import hmac
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -91,10 +94,11 @@ def sign(key: bytes, identity: MemberIdentity) -> str:
 
 
 def verify(
-    key: bytes, token: str, *, cluster_id: str, principal: str, member_id: str
+    key: bytes | Sequence[bytes], token: str, *, cluster_id: str, principal: str, member_id: str
 ) -> MemberIdentity:
-    """The identity ``token`` carries, if it is genuine and binds ``member_id`` to
-    ``principal`` in ``cluster_id``; else ``InvalidMemberIdentity``.
+    """The identity ``token`` carries, if it is genuine (signed by ``key``, or by one of
+    the keys in force) and binds ``member_id`` to ``principal`` in ``cluster_id``; else
+    ``InvalidMemberIdentity``.
 
     The messages never repeat the token (it is a credential)."""
     version, _, rest = token.partition(".")
@@ -107,7 +111,13 @@ def verify(
         raise InvalidMemberIdentity(
             f"member {member_id!r}: the identity token is malformed"
         ) from None
-    if not hmac.compare_digest(presented, _mac(key, f"{version}.{payload}")):
+    keys = (key,) if isinstance(key, bytes) else tuple(key)
+    signed = f"{version}.{payload}"
+    # Every key is tried (no early exit): which key signed says nothing worth timing.
+    genuine = False
+    for candidate in keys:
+        genuine |= hmac.compare_digest(presented, _mac(candidate, signed))
+    if not genuine:
         raise InvalidMemberIdentity(
             f"member {member_id!r}: the identity token's signature does not verify"
             " (not issued by this cluster's key)"

@@ -15,6 +15,7 @@ drain that did not finish is a slower failover, not a reason to keep the pod.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -39,8 +40,9 @@ def drain_finished(report: Mapping[str, Any]) -> bool:
 TOKEN_ENV = "HEADRACE_REPLICATION_TOKEN"
 
 
-def _call(url: str, method: str, timeout_s: float) -> dict[str, Any]:
-    token = os.environ.get(TOKEN_ENV)
+def _call(url: str, method: str, timeout_s: float, token: str | None = None) -> dict[str, Any]:
+    """``token``: the bearer token (default ``$HEADRACE_REPLICATION_TOKEN``)."""
+    token = token if token is not None else os.environ.get(TOKEN_ENV)
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     request = urllib.request.Request(
         url, method=method, data=b"" if method == "POST" else None, headers=headers
@@ -54,11 +56,15 @@ def drain(
     admin_url: str,
     timeout_s: float,
     *,
+    token: str | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
-    call: Callable[[str, str, float], dict[str, Any]] = _call,
+    call: Callable[[str, str, float], dict[str, Any]] | None = None,
 ) -> tuple[bool, dict[str, Any]]:
-    """Ask for the drain and wait; (finished, the last report)."""
+    """Ask for the drain and wait; (finished, the last report). ``token``: presented to
+    the admin port (default ``$HEADRACE_REPLICATION_TOKEN``)."""
+    if call is None:
+        call = functools.partial(_call, token=token)
     url = admin_url.rstrip("/") + "/v1/drain"
     deadline = clock() + timeout_s
     report = call(url, "POST", max(0.5, min(5.0, timeout_s)))

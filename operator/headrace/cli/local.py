@@ -42,6 +42,7 @@ not exist and then exits ``EXIT_NOT_FOUND``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import json
 import os
@@ -241,6 +242,12 @@ def _check_instance(url: str, expected: str, state: Path) -> None:
     help="Accepted API token (repeatable); any may apply and delete. Not with --acl-file.",
 )
 @click.option(
+    "--auth-token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="Accepted API tokens, one per line, re-read on SIGHUP and on change.",
+)
+@click.option(
     "--admin-read-access",
     type=click.Choice(["open", "authenticated"]),
     default="open",
@@ -256,6 +263,13 @@ def _check_instance(url: str, expected: str, state: Path) -> None:
     help="Token presented to the brokers' admin ports (heartbeat polls, topology pushes):"
     " the brokers' replication token, or another with the cluster grant."
     " Default: $HEADRACE_REPLICATION_TOKEN.",
+)
+@click.option(
+    "--broker-token-file",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    help="--broker-token from a file re-read on SIGHUP and on change: its first line is"
+    " presented (rotation: docs/security.md §9). Replaces --broker-token.",
 )
 @click.option(
     "--broker-admin-ca",
@@ -277,10 +291,12 @@ def controller(
     instance: str | None,
     acl_file: Path | None,
     auth_tokens: tuple[str, ...],
+    auth_token_file: Path | None,
     admin_read_access: str,
     admin_tls_cert: Path | None,
     admin_tls_key: Path | None,
     broker_token: str | None,
+    broker_token_file: Path | None,
     broker_admin_ca: Path | None,
 ) -> None:
     """Run the local-mode controller."""
@@ -327,17 +343,19 @@ def controller(
         instance=instance,
         acl_file=acl_file,
         auth_tokens=frozenset(auth_tokens),
+        auth_token_file=auth_token_file,
         admin_read_access=AdminReadAccess(admin_read_access),
         admin_tls=TlsSettings(admin_tls_cert, admin_tls_key)
         if admin_tls_cert and admin_tls_key
         else None,
-        broker_token=broker_token,
+        broker_token=None if broker_token_file else broker_token,
+        broker_token_file=broker_token_file,
         broker_admin_ca=broker_admin_ca,
     )
     if (admin_tls_cert is None) != (admin_tls_key is None):
         raise click.UsageError("--admin-tls-cert and --admin-tls-key go together")
-    if acl_file is not None and auth_tokens:
-        raise click.UsageError("--auth-token and --acl-file do not mix")
+    if acl_file is not None and (auth_tokens or auth_token_file):
+        raise click.UsageError("--auth-token (or --auth-token-file) and --acl-file do not mix")
     if not logging.getLogger().isEnabledFor(logging.INFO):
         logging.getLogger("headrace").setLevel(logging.INFO)
 
@@ -507,42 +525,75 @@ def object_store_args(
 
 #: the cluster key of a local cluster with ACLs: ``<dir>/cluster.key``, mode 0600
 CLUSTER_KEY_FILE = "cluster.key"
+#: the brokers' replication token (the controller presents it too): ``<dir>/replication.token``,
+#: mode 0600; one token a line, the first in use, so it rotates (docs/security.md §9)
+REPLICATION_TOKEN_FILE = "replication.token"
 REPLICATION_TOKEN_ENV = "HEADRACE_REPLICATION_TOKEN"
 
 
 def prepare_access(record: dict[str, Any], directory: Path, acl_file: Path) -> None:
     """Check the ACL file now (one line, before anything starts), make the cluster key and
-    draw the brokers' replication token into ``record`` (local.json is mode 0600)."""
-    from headrace.broker.access import load_acl_file, load_cluster_key
+    draw the brokers' replication token into ``<dir>/replication.token`` (mode 0600; it
+    is also kept in ``record``, as local.json is 0600 too)."""
+    from headrace.broker.access import load_acl_file, load_cluster_key, load_token_file
     from headrace.errors import HeadraceError
 
+    token_file = (directory / REPLICATION_TOKEN_FILE).resolve()
     try:
         load_acl_file(acl_file)
         load_cluster_key(directory / CLUSTER_KEY_FILE, create=True)
+        if not token_file.exists():
+            token_file.parent.mkdir(parents=True, exist_ok=True)
+            files.write_atomic(token_file, f"{secrets.token_urlsafe(24)}\n".encode(), mode=0o600)
+        # a cluster brought up again keeps its token (and the key), rotated or not
+        token = load_token_file(token_file)[0]
     except HeadraceError as exc:
         raise click.ClickException(exc.message) from exc
     record["acl_file"] = str(acl_file.resolve())
-    record["replication_token"] = secrets.token_urlsafe(24)
+    record["replication_token"] = token
+    record["replication_token_file"] = str(token_file)
 
 
 def access_args(record: Mapping[str, Any], directory: Path) -> tuple[list[str], dict[str, str]]:
     """(broker arguments, broker environment) for the cluster's ACLs: none without them.
 
-    The replication token goes in the environment, never on a command line."""
+    The replication token comes from its file (re-read on change, so it rotates), never
+    on a command line; a cluster recorded before the file existed passes it by
+    environment."""
     acl_file = record.get("acl_file")
     if acl_file is None:
         return [], {}
     key = (directory / CLUSTER_KEY_FILE).resolve()
-    return (
-        ["--acl-file", acl_file, "--cluster-key-file", str(key)],
-        {REPLICATION_TOKEN_ENV: record["replication_token"]},
-    )
+    args = ["--acl-file", acl_file, "--cluster-key-file", str(key)]
+    token_file = record.get("replication_token_file")
+    if token_file is not None:
+        return [*args, "--replication-token-file", str(token_file)], {}
+    return args, {REPLICATION_TOKEN_ENV: record["replication_token"]}
+
+
+def _replication_token(record: Mapping[str, Any]) -> str | None:
+    """The token the brokers present now (a drain is a change on their admin port): the
+    first line of its file, read now, as it may have rotated (None: no ACLs)."""
+    from headrace.broker.access import load_token_file
+    from headrace.errors import HeadraceError
+
+    path = record.get("replication_token_file")
+    if path is not None:
+        with contextlib.suppress(HeadraceError):
+            return load_token_file(Path(path))[0]
+    token = record.get("replication_token")
+    return None if token is None else str(token)
 
 
 def controller_access_args(record: Mapping[str, Any]) -> list[str]:
-    """The controller's API takes the brokers' ACL file (its token comes by environment)."""
+    """The controller's API takes the brokers' ACL file, and it presents the brokers'
+    replication token from its file (or, by environment: ``access_args``)."""
     acl_file = record.get("acl_file")
-    return [] if acl_file is None else ["--acl-file", str(acl_file)]
+    if acl_file is None:
+        return []
+    token_file = record.get("replication_token_file")
+    token_args = [] if token_file is None else ["--broker-token-file", str(token_file)]
+    return ["--acl-file", str(acl_file), *token_args]
 
 
 def broker_args(b: Mapping[str, Any], directory: Path, fsync: str | None = None) -> list[str]:
@@ -961,7 +1012,7 @@ def _stop_broker(directory: Path, broker_id: int, kill: bool) -> None:
 
             admin = f"http://{b['host']}:{b['admin_port']}"
             try:
-                finished, _ = drain(admin, DRAIN_TIMEOUT_S)
+                finished, _ = drain(admin, DRAIN_TIMEOUT_S, token=_replication_token(record))
             except (OSError, ValueError):
                 finished = False  # not answering: stop it anyway
             if not finished:

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 
 from headrace.aio import cancel_and_wait
 from headrace.broker import admin_access
-from headrace.broker.access import Access
+from headrace.broker.access import Access, load_token_file
 from headrace.broker.config import BrokerSettings
 from headrace.control import admission
 from headrace.control.documents import full_name, spec_of
@@ -36,7 +36,7 @@ from headrace.security.acl import Operation
 
 log = logging.getLogger(__name__)
 
-#: how often the ACL file is checked for changes (as a broker's default)
+#: how often the credential files are checked for changes (as a broker's default)
 ACL_RELOAD_INTERVAL_S: Final = 2.0
 
 
@@ -114,7 +114,10 @@ class ControllerAdmin:
             registry=self.registry,
         )
         self.reloads = Counter(
-            "headrace_acl_reloads", "ACL file reloads by result", ["result"], registry=self.registry
+            "headrace_acl_reloads",
+            "Credential file reloads by source (acl, auth_tokens, broker_token) and result",
+            ["source", "result"],
+            registry=self.registry,
         )
         s = controller.settings
         #: the API's credentials: the brokers' ``Access`` without member identities
@@ -123,12 +126,22 @@ class ControllerAdmin:
                 data_dir=s.state_dir,
                 cluster_id=s.cluster_id,
                 auth_tokens=s.auth_tokens,
+                auth_token_file=s.auth_token_file,
                 acl_file=s.acl_file,
             ),
             self.denials,
             reloads=self.reloads,
             member_identities=False,
         )
+        fleet = controller.http
+        if s.broker_token_file is not None and fleet is not None:
+            # reloaded with the API's files (SIGHUP, the watch): the first line is presented
+            self.access.files.watch(
+                "broker_token",
+                s.broker_token_file,
+                load_token_file,
+                lambda tokens: fleet.set_auth_token(tokens[0]),
+            )
         self.app = web.Application()
         admin_access.AdminGuard(self.access, s.admin_read_access).install(self.app)
         self._watch: asyncio.Task[None] | None = None
@@ -163,10 +176,10 @@ class ControllerAdmin:
         await site.start()
         sockets = getattr(site._server, "sockets", None)
         self.port = sockets[0].getsockname()[1] if sockets else s.admin_port
-        if self.access.enabled:
-            self._watch = asyncio.get_running_loop().create_task(self._watch_acl_file())
+        if self.access.files.files:
+            self._watch = asyncio.get_running_loop().create_task(self._watch_credential_files())
 
-    async def _watch_acl_file(self) -> None:
+    async def _watch_credential_files(self) -> None:
         while True:
             await asyncio.sleep(ACL_RELOAD_INTERVAL_S)
             self.access.reload_if_changed()
@@ -210,7 +223,13 @@ class ControllerAdmin:
         )
 
     async def state(self, request: web.Request) -> web.Response:
-        return web.json_response(self.controller.state_document())
+        doc = self.controller.state_document()
+        # the credential files: each one's path and last failed reload (None: it read well)
+        doc["credentials"] = {
+            "generation": self.access.generation,
+            "files": self.access.files.status(),
+        }
+        return web.json_response(doc)
 
     async def topology(self, request: web.Request) -> web.Response:
         return web.json_response(self.controller.topology_document())

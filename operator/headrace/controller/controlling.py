@@ -98,6 +98,8 @@ class ControllerSettings:
     acl_file: Path | None = None
     #: ... or shared tokens (any may do anything); neither: the API is open
     auth_tokens: frozenset[str] = frozenset()
+    #: more shared tokens, one per line, re-read on change (docs/security.md §9)
+    auth_token_file: Path | None = None
     #: who may read the API and the dashboard (``/healthz``, ``/readyz`` are always open)
     admin_read_access: AdminReadAccess = AdminReadAccess.OPEN
     #: serve the API over TLS
@@ -105,6 +107,9 @@ class ControllerSettings:
     #: presented to the brokers' admin ports: a token with the ``cluster`` grant (the
     #: brokers' replication token); None when they ask for no credentials
     broker_token: str | None = None
+    #: ``broker_token`` from a file re-read on change: its first line is presented (the
+    #: other lines are what the brokers accept during a rotation, docs/security.md §9)
+    broker_token_file: Path | None = None
     #: speak HTTPS to the brokers' admin ports, verifying them with this CA file
     broker_admin_ca: Path | None = None
 

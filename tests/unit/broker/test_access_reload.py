@@ -12,22 +12,25 @@ import pytest
 
 from headrace.broker.access import Access
 from headrace.broker.config import BrokerSettings
-from headrace.errors import AuthenticationFailed, ProduceDenied
+from headrace.errors import AuthenticationFailed, InvalidMemberIdentity, ProduceDenied
 from headrace.security.acl import Operation, hash_token
 
 
 class Labels:
-    """A ``prometheus_client.Counter`` stand-in: counts per label value."""
+    """A ``prometheus_client.Counter`` stand-in: counts per last label value (the result,
+    or the denied operation) and per full label tuple."""
 
     def __init__(self) -> None:
         self.counts: Counter[str] = Counter()
+        self.by_labels: Counter[tuple[str, ...]] = Counter()
 
-    def labels(self, value: str) -> Any:
-        counts = self.counts
+    def labels(self, *values: str) -> Any:
+        counts, by_labels = self.counts, self.by_labels
 
         class _Child:
             def inc(self) -> None:
-                counts[value] += 1
+                counts[values[-1]] += 1
+                by_labels[values] += 1
 
         return _Child()
 
@@ -93,3 +96,124 @@ def test_a_bad_file_keeps_the_grants_in_force(setup: tuple[Access, Path, Labels,
     assert reloads.counts == {"error": 4}
     assert access.generation == 0
     writer.require(Operation.PRODUCE, "orders")
+
+
+# ---------------------------------------------------------------------------- token and key files
+
+
+def test_a_token_file_reloads_for_open_sessions(tmp_path: Path) -> None:
+    """Shared tokens from ``--auth-token-file``: an added token authenticates at once, a
+    removed one is refused at the next check of a session opened with it."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("first-token\n")
+    denials, reloads = Labels(), Labels()
+    settings = BrokerSettings(
+        data_dir=tmp_path, auth_tokens=frozenset({"option-token"}), auth_token_file=tokens
+    )
+    access = Access(settings, denials, reloads=reloads)
+    assert access.asks_credentials and not access.enabled
+    first = access.session()
+    first.authenticate("first-token", None)
+    with pytest.raises(AuthenticationFailed):
+        access.session().authenticate("second-token", None)
+
+    tokens.write_text("second-token\n")
+    assert access.reload_if_changed()
+    access.session().authenticate("second-token", None)
+    access.session().authenticate("option-token", None)  # the options' tokens stay
+    with pytest.raises(AuthenticationFailed, match="no longer accepted"):
+        first.require(Operation.PRODUCE, "orders")
+    assert reloads.by_labels == {("auth_tokens", "ok"): 1}
+
+    tokens.write_text("")  # an empty file would lock everyone out: refused
+    assert not access.reload()
+    access.session().authenticate("second-token", None)
+    assert access.files.status()["auth_tokens"]["reload_error"] == (
+        f"the token file {tokens} holds no value (one per line; the first is the one in use)"
+    )
+    assert reloads.by_labels[("auth_tokens", "error")] == 1
+
+
+def test_the_replication_token_file_rotates(tmp_path: Path) -> None:
+    """Every listed replication token authenticates as the brokers (ACL mode) and the
+    first is the one presented; removing one revokes it."""
+    acl_file = tmp_path / "acl.yaml"
+    acl_file.write_text(acl_doc(("writer", "w-token", ["produce"])))
+    replication = tmp_path / "replication.token"
+    replication.write_text("old-replication\n")
+    access = Access(
+        BrokerSettings(
+            data_dir=tmp_path,
+            acl_file=acl_file,
+            replication_token="ignored-when-the-file-is-given",
+            replication_token_file=replication,
+        ),
+        Labels(),
+        reloads=Labels(),
+        member_identities=False,
+    )
+    assert access.replication_token == "old-replication"
+    follower = access.session()
+    follower.authenticate("old-replication", None)
+    follower.require_cluster()
+
+    replication.write_text("old-replication\nnew-replication\n")  # step 1: both accepted
+    assert access.reload()
+    assert access.replication_token == "old-replication"
+    access.session().authenticate("new-replication", None)
+    replication.write_text("new-replication\nold-replication\n")  # step 2: the new is sent
+    assert access.reload()
+    assert access.replication_token == "new-replication"
+    follower.require_cluster()  # still accepted
+    replication.write_text("new-replication\n")  # step 3
+    assert access.reload()
+    with pytest.raises(AuthenticationFailed):
+        follower.require_cluster()
+
+    # a replication token that is also a principal's token is refused: nothing changes
+    replication.write_text("w-token\n")
+    access.reload()  # SIGHUP: every file; the ACL file reads well, this one not
+    assert access.replication_token == "new-replication"
+    assert "also a principal's token" in (access.files.error("replication_token") or "")
+    assert "w-token" not in (access.files.error("replication_token") or "")
+
+
+def test_the_cluster_key_file_rotates(tmp_path: Path) -> None:
+    """The first key signs; an identity signed with a key still listed verifies; a bad
+    file (or a key made readable by others) keeps the keys in force."""
+    acl_file = tmp_path / "acl.yaml"
+    acl_file.write_text(acl_doc(("writer", "w-token", ["consume"])))
+    key_file = tmp_path / "cluster.key"
+    old, new = "11" * 32, "22" * 32
+    key_file.write_text(old + "\n")
+    key_file.chmod(0o600)
+    reloads = Labels()
+    access = Access(
+        BrokerSettings(data_dir=tmp_path, acl_file=acl_file, cluster_key_file=key_file),
+        Labels(),
+        reloads=reloads,
+    )
+    member = access.session()
+    member.authenticate("w-token", None)
+    member_id, old_identity = member.issue_identity("worker")
+
+    key_file.write_text(f"{new}\n{old}\n")  # steps 1 and 2 at once, for one broker
+    assert access.reload_if_changed()
+    assert access.key == bytes.fromhex(new)
+    member.verify_member(member_id, old_identity)  # still accepted
+    new_id, new_identity = member.issue_identity("worker")
+    member.verify_member(new_id, new_identity)
+
+    for bad, mode in ((f"{new}\nnot-a-key\n", 0o600), (f"{new}\n", 0o644)):
+        key_file.write_text(bad)
+        key_file.chmod(mode)
+        assert not access.reload_if_changed()
+        member.verify_member(member_id, old_identity)  # the keys in force stay
+    assert "chmod 600" in (access.files.error("cluster_key") or "")
+    key_file.chmod(0o600)  # a chmod is a change too
+    assert access.reload_if_changed()  # step 3: the old key is gone
+    with pytest.raises(InvalidMemberIdentity):
+        member.verify_member(member_id, old_identity)
+    member.verify_member(new_id, new_identity)
+    assert reloads.by_labels == {("cluster_key", "ok"): 2, ("cluster_key", "error"): 2}
+    assert access.files.error("cluster_key") is None

@@ -68,6 +68,7 @@ class FakeHost:
     cohorts: list[FakeCohort] = field(default_factory=list)
     cluster_id: str = "c1"
     awaiting_topology: bool = False
+    replication_token: str | None = None
 
     def endpoint(self, broker_id: int) -> BrokerEndpoint | None:
         return self.endpoints.get(broker_id)

@@ -108,7 +108,7 @@ def test_a_principal_may_do_exactly_what_it_was_granted(
 
 
 def test_authenticate_by_token_or_certificate() -> None:
-    auth = Authorizer(parse_acl(doc(WRITER, OPS)), broker_token="replication")
+    auth = Authorizer(parse_acl(doc(WRITER, OPS)), broker_tokens=["replication"])
     writer = auth.authenticate("writer-secret", None)
     assert writer is not None and writer.name == "writer"
     by_cert = auth.authenticate(None, "ops.example")
@@ -215,4 +215,4 @@ def test_the_compiled_pattern_set_agrees_with_the_one_pattern_rule(
 
 def test_the_replication_token_may_not_double_as_a_principals_token() -> None:
     with pytest.raises(InvalidRequest, match="replication token"):
-        Authorizer(parse_acl(doc(WRITER)), broker_token="writer-secret")
+        Authorizer(parse_acl(doc(WRITER)), broker_tokens=["writer-secret"])

@@ -1,0 +1,472 @@
+"""Token files, the replication token and the cluster key reload without a restart, and
+rotate without an outage (docs/security.md §9): real broker and controller processes
+over real sockets.
+
+- a token added to ``--auth-token-file`` is accepted after SIGHUP, or after a plain
+  rewrite of the file, and a removed one is refused on the next request of a connection
+  opened with it;
+- a malformed file keeps the credentials in force, and the error shows;
+- the replication token and the cluster key of a running 3-broker local cluster rotate
+  in three steps under acks=all load: nothing is lost, every live replica set stays whole
+  throughout, and a consumer that joins afterwards gets an identity under the new key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import threading
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench import procs
+from bench.procs import BrokerProcess
+from headrace.client import Consumer, Producer
+from headrace.client.connection import ClientConnection, ConnectOptions
+from headrace.errors import AuthenticationFailed
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import Op
+from headrace.records import batch as rb
+from headrace.security.acl import hash_token
+from tests.integration.keyed import KeyedLoad
+from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.reading import read_partition
+
+FIRST, SECOND = "first-token-5c1e9a", "second-token-8d2f0b"
+OPS = "ops-token-3b7e1d9c"
+#: one principal that may do everything but replicate
+ACL = {
+    "version": 1,
+    "principals": [
+        {
+            "name": "ops",
+            "tokens": [hash_token(OPS)],
+            "grants": [{"operations": ["admin", "produce", "consume"], "topics": ["*"]}],
+        }
+    ],
+}
+
+
+def metric(url: str, name: str, labels: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    match = re.search(rf"^{name}\{{{labels}\}} (\S+)$", text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def reloads(url: str, source: str, result: str = "ok") -> float:
+    return metric(url, "headrace_acl_reloads_total", f'result="{result}",source="{source}"')
+
+
+def replace(path: Path, text: str) -> None:
+    """Replace a file by a rename, as editors and the kubelet's Secret updates do."""
+    tmp = path.with_name(path.name + ".new")
+    tmp.write_text(text)
+    tmp.chmod(path.stat().st_mode & 0o777)
+    os.replace(tmp, path)
+
+
+async def connect(broker: BrokerProcess, token: str) -> ClientConnection:
+    host, _, port = broker.bootstrap.rpartition(":")
+    return await ClientConnection.open(host, int(port), ConnectOptions(auth_token=token))
+
+
+async def produce(conn: ClientConnection, value: bytes) -> None:
+    batch = rb.encode([value], timestamp_ms=0)
+    await conn.request(
+        Op.PRODUCE, msg.ProduceRequest("orders", 0, 1, msg.Acks.LEADER, 5000, batch).encode()
+    )
+
+
+# ---------------------------------------------------------------------------- token files
+
+
+@pytest.mark.parametrize("trigger", ["sighup", "rewrite"])
+async def test_a_token_file_reloads_for_new_and_open_connections(
+    broker_factory: Any, tmp_path: Path, trigger: str
+) -> None:
+    """``sighup``: no file watch, only the signal reloads. ``rewrite``: the watch notices
+    a plain in-place rewrite. Either way without a restart."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{FIRST}\n")
+    interval = "0" if trigger == "sighup" else "100"
+    broker: BrokerProcess = broker_factory(
+        extra_args=["--auth-token-file", str(tokens), "--acl-reload-interval-ms", interval]
+    )
+    pid = broker.pid
+
+    def rewrite(text: str, reloaded: float, result: str = "ok") -> None:
+        tokens.write_text(text)  # in place: truncate and write
+        if trigger == "sighup":
+            os.kill(broker.pid, signal.SIGHUP)
+        procs.wait_until(
+            lambda: reloads(broker.admin_url, "auth_tokens", result) == reloaded,
+            10,
+            f"reload {reloaded:.0f} ({result}) of the token file",
+        )
+
+    first = await connect(broker, FIRST)
+    await first.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    await produce(first, b"first-1")
+    with pytest.raises(AuthenticationFailed):
+        await connect(broker, SECOND)
+
+    # added: accepted on a new connection; the open one goes on
+    rewrite(f"{FIRST}\n{SECOND}\n", 1)
+    second = await connect(broker, SECOND)
+    await produce(second, b"second-1")
+    await produce(first, b"first-2")
+
+    # removed: refused on the next request of the connection opened with it
+    rewrite(f"# {FIRST} is revoked\n{SECOND}\n", 2)
+    with pytest.raises(AuthenticationFailed, match="no longer accepted") as refused:
+        await produce(first, b"first-3")
+    assert FIRST not in refused.value.message
+    await first.close()
+    with pytest.raises(AuthenticationFailed):
+        await connect(broker, FIRST)
+    await produce(second, b"second-2")
+
+    # malformed: the tokens in force stay, the error shows (never the file's content)
+    rewrite(f"{SECOND}\n{FIRST} with a blank\n", 1, "error")
+    status = broker.get_json("/v1/status")["credentials"]
+    assert isinstance(status, dict)
+    error = status["files"]["auth_tokens"]["reload_error"]
+    assert "line 2 is not a token" in error and FIRST not in error and SECOND not in error
+    assert "auth tokens reload failed" in broker.log_tail(100)
+    await produce(second, b"second-3")
+    with pytest.raises(AuthenticationFailed):
+        await connect(broker, FIRST)
+    rewrite(f"{SECOND}\n", 3)
+    status = broker.get_json("/v1/status")["credentials"]
+    assert isinstance(status, dict) and status["files"]["auth_tokens"]["reload_error"] is None
+
+    await second.close()
+    stored = await read_partition(
+        broker.bootstrap, "orders", 0, options=ConnectOptions(auth_token=SECOND)
+    )
+    assert [r.value for r in stored] == [
+        b"first-1",
+        b"second-1",
+        b"first-2",
+        b"second-2",
+        b"second-3",
+    ]
+    assert broker.alive and broker.pid == pid  # never restarted
+
+
+async def test_malformed_key_and_replication_token_files_keep_what_is_in_force(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """ACL mode: a bad cluster key file (not hex, then readable by others) and an empty
+    replication token file are refused; identities are still issued and verified with
+    the key in force, and the errors show in /v1/status and the metrics."""
+    acl_file = tmp_path / "acl.yaml"
+    acl_file.write_text(json.dumps(ACL))
+    key = tmp_path / "cluster.key"
+    key.write_text("ab" * 32 + "\n")
+    key.chmod(0o600)
+    replication = tmp_path / "replication.token"
+    replication.write_text("replication-1f4e\n")
+    broker: BrokerProcess = broker_factory(
+        extra_args=[
+            "--acl-file",
+            str(acl_file),
+            "--cluster-key-file",
+            str(key),
+            "--replication-token-file",
+            str(replication),
+            "--acl-reload-interval-ms",
+            "0",
+        ]
+    )
+    ops = ConnectOptions(auth_token=OPS)
+    conn = await connect(broker, OPS)
+    await conn.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    await produce(conn, b"kept")
+
+    replace(key, "not a key\n")
+    replication.write_text("")
+    os.kill(broker.pid, signal.SIGHUP)
+    procs.wait_until(
+        lambda: (
+            reloads(broker.admin_url, "cluster_key", "error") == 1
+            and reloads(broker.admin_url, "replication_token", "error") == 1
+        ),
+        10,
+        "both reloads refused",
+    )
+    files = broker.get_json("/v1/status")["credentials"]["files"]  # type: ignore[index]
+    assert (
+        "line 1: the cluster key file does not hold hex digits"
+        in files["cluster_key"]["reload_error"]
+    )
+    assert "holds no value" in files["replication_token"]["reload_error"]
+    assert files["acl"]["reload_error"] is None
+
+    replace(key, "cd" * 32 + "\n")
+    key.chmod(0o644)
+    os.kill(broker.pid, signal.SIGHUP)
+    procs.wait_until(
+        lambda: reloads(broker.admin_url, "cluster_key", "error") == 2, 10, "a refused key"
+    )
+    files = broker.get_json("/v1/status")["credentials"]["files"]  # type: ignore[index]
+    assert "chmod 600" in files["cluster_key"]["reload_error"]
+    assert "cd" * 32 not in files["cluster_key"]["reload_error"]
+
+    # the key in force (ab...) still issues and verifies identities
+    assert await join_and_read(broker.bootstrap, "orders", ops) == [b"kept"]
+    await conn.close()
+
+
+async def test_a_consumer_whose_identity_key_was_rotated_away_asks_for_a_new_one(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """After step 3 of a cluster key rotation, a consumer that must join again (here: its
+    broker restarted) is refused with its old identity; it asks for a new one and goes on
+    without being restarted."""
+    acl_file = tmp_path / "acl.yaml"
+    acl_file.write_text(json.dumps(ACL))
+    key = tmp_path / "cluster.key"
+    old, new = "ab" * 32, "cd" * 32
+    key.write_text(old + "\n")
+    key.chmod(0o600)
+    broker: BrokerProcess = broker_factory(
+        extra_args=["--acl-file", str(acl_file), "--cluster-key-file", str(key)]
+    )
+    ops = ConnectOptions(auth_token=OPS)
+    conn = await connect(broker, OPS)
+    await conn.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    await produce(conn, b"before")
+    await conn.close()
+    consumer = await Consumer(
+        broker.bootstrap, "orders", "readers", member_id="reader", start="earliest", options=ops
+    ).start()
+    try:
+        got: list[bytes] = []
+        await wait_for(lambda: _poll(consumer, got), "the first record delivered")
+        first_identity = consumer.identity
+        for step, text in enumerate((f"{old}\n{new}\n", f"{new}\n{old}\n", f"{new}\n"), 1):
+            replace(key, text)
+            os.kill(broker.pid, signal.SIGHUP)
+            procs.wait_until(
+                lambda step=step: reloads(broker.admin_url, "cluster_key") == step,
+                10,
+                f"step {step}",
+            )
+        await asyncio.to_thread(broker.restart, crash=False)
+        conn = await connect(broker, OPS)
+        await produce(conn, b"after")
+        await conn.close()
+        # (at least once: "before" may come again, its ack lost with the restart)
+        await wait_for(lambda: _poll(consumer, got, b"after"), "the record after the restart")
+        assert consumer.identity not in (None, first_identity)
+        assert consumer.member_id.startswith("reader.")
+    finally:
+        await consumer.close(grace_s=0)
+    denied = metric(broker.admin_url, "headrace_acl_denials_total", 'operation="identity"')
+    assert denied >= 1  # the old identity was refused once, then a new one issued
+
+
+async def join_and_read(bootstrap: str, topic: str, options: ConnectOptions) -> list[bytes]:
+    """Join a fresh cohort (a new member: a new identity, signed with the key in force)
+    and return its first deliveries."""
+    consumer = await Consumer(
+        bootstrap, topic, "fresh-cohort", start="earliest", options=options
+    ).start()
+    try:
+        got: list[bytes] = []
+        await wait_for(lambda: _poll(consumer, got), f"records of {topic} delivered")
+        return got
+    finally:
+        await consumer.close(grace_s=0)
+
+
+async def _poll(consumer: Consumer, got: list[bytes], want: bytes | None = None) -> bool:
+    """Take what is delivered into ``got``; whether ``want`` (or anything) came."""
+    for batch in await consumer.getmany(timeout_s=0.5):
+        got.extend(batch.values())
+        consumer.ack_batch(batch)
+    return want in got if want is not None else bool(got)
+
+
+async def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await check():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out: {what}")
+
+
+# ---------------------------------------------------------------------------- rotation on a cluster
+
+TOPIC = "default/rotation"
+PARTITIONS = 6
+
+
+@pytest.fixture
+def secured_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    acl_file = tmp_path / "acl.yaml"
+    acl_file.write_text(json.dumps(ACL))
+    c = LocalCluster(tmp_path / "local")
+    c.api_token = OPS
+    c.up("--acl-file", str(acl_file))
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+class ReplicaSetWatch:
+    """Polls the controller in a thread until stopped; remembers every moment a partition
+    of ``TOPIC`` was not Online with its 3 replicas live, or a broker was not live."""
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self.polls = 0
+        self.broken: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ReplicaSetWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            try:
+                state = self.cluster.state()
+            except OSError as exc:
+                self.broken.append(f"the controller did not answer: {exc}")
+                continue
+            self.polls += 1
+            if state["live"] != [0, 1, 2]:
+                self.broken.append(f"live brokers {state['live']}")
+            for t in state["cluster"].get("topics", []):
+                if t["name"] != TOPIC:
+                    continue
+                for p in t["partitions"]:
+                    if p["state"] != "Online" or sorted(p["liveReplicas"]) != [0, 1, 2]:
+                        self.broken.append(
+                            f"partition {p['partition']}: {p['state']}, LRS {p['liveReplicas']}"
+                        )
+
+
+async def test_rotating_the_replication_token_and_cluster_key_under_load_loses_nothing(
+    secured_cluster: LocalCluster,
+) -> None:
+    """The three steps of docs/security.md §9 on a running cluster, each waited for on
+    every process: add the new values second, make them first, remove the old ones."""
+    c = secured_cluster
+    token_file, key_file = c.dir / "replication.token", c.dir / "cluster.key"
+    old_token = token_file.read_text().strip()
+    old_key = key_file.read_text().strip()
+    new_token, new_key = "rotated-replication-7a3c9e", "5e" * 32
+    assert c.apply(topic_manifest("rotation", PARTITIONS)).returncode == 0
+
+    def whole() -> bool:
+        parts = c.partitions(TOPIC)
+        return len(parts) == PARTITIONS and all(
+            p["state"] == "Online" and sorted(p["liveReplicas"]) == [0, 1, 2] for p in parts
+        )
+
+    c.wait(whole, 60, "the topic online with every live replica set whole")
+    brokers = [f"http://{b['host']}:{b['admin_port']}" for b in c.record["brokers"]]
+    ops = ConnectOptions(auth_token=OPS)
+    async with Producer(c.bootstrap, acks="all", linger_ms=2, options=ops) as producer:
+        load = KeyedLoad(producer, "rotation", keys=24)
+        running = asyncio.create_task(load.run())
+
+        async def flowing(more: int = 100) -> None:
+            target = load.total_acked + more
+            await wait_for(lambda: _at_least(load, target), f"{more} more acks=all records")
+
+        try:
+            await flowing()
+            with ReplicaSetWatch(c) as watch:
+                for step, (tokens, keys) in enumerate(
+                    [
+                        ((old_token, new_token), (old_key, new_key)),
+                        ((new_token, old_token), (new_key, old_key)),
+                        ((new_token,), (new_key,)),
+                    ],
+                    start=1,
+                ):
+                    replace(token_file, "\n".join(tokens) + "\n")
+                    replace(key_file, "\n".join(keys) + "\n")
+
+                    def applied(step: int = step) -> bool:
+                        return reloads(c.controller_url, "broker_token") >= step and all(
+                            reloads(url, "replication_token") >= step
+                            and reloads(url, "cluster_key") >= step
+                            for url in brokers
+                        )
+
+                    await asyncio.to_thread(c.wait, applied, 30, f"step {step} everywhere")
+                    await flowing()  # acks=all: every replica keeps fetching
+                # after the last step the followers present the new token: a connection
+                # still on the old one would now be refused and leave the LRS
+                await flowing(300)
+                # and the controller: a new topic is a topology push, which takes the
+                # cluster grant (heartbeat polls are reads, open by default)
+                assert c.apply(topic_manifest("after", 1)).returncode == 0
+                await asyncio.to_thread(
+                    c.wait,
+                    lambda: any(p["state"] == "Online" for p in c.partitions("default/after")),
+                    30,
+                    "a topic created after the rotation online",
+                )
+            assert watch.polls > 10
+            assert watch.broken == [], watch.broken[:10]
+        finally:
+            load.stop.set()
+            await running
+    assert load.failures == [], load.failures[:3]
+    for url in brokers:
+        assert reloads(url, "replication_token", "error") == 0
+        assert reloads(url, "cluster_key", "error") == 0
+        # no credentials were ever refused: not a follower's fetch, not a controller poll
+        # (each switched to the new token before any process dropped the old one)
+        denied = metric(url, "headrace_acl_denials_total", 'operation="authenticate"')
+        assert denied == 0, f"{url}: {denied:.0f} authentications refused during the rotation"
+
+    # nothing lost, nothing twice: every key's acked sequence numbers stored exactly once
+    stored: Counter[tuple[bytes, int]] = Counter()
+    for p in range(PARTITIONS):
+        for record in await read_partition(c.bootstrap, TOPIC, p, options=ops):
+            assert record.key is not None
+            stored[(record.key, int(record.value))] += 1
+    assert all(n == 1 for n in stored.values()), "a record is stored twice"
+    for key, top in load.acked.items():
+        missing = [s for s in range(top + 1) if stored[(key.encode(), s)] != 1]
+        assert not missing, f"key {key}: acknowledged {missing[:5]} lost"
+
+    # a member joining now gets an identity signed with the new key, valid on every broker
+    assert await join_and_read(c.bootstrap, "rotation", ops)
+    # `local restart` drains first: the drain presents the rotated token (a change on the
+    # broker's admin port), so the broker's leadership moves away before it stops
+    restart = await asyncio.to_thread(c.cli, "local", "restart", "1", "--dir", str(c.dir))
+    assert b"not all moved away" not in restart.stderr, restart.stderr.decode()
+    await asyncio.to_thread(c.wait, whole, 60, "every live replica set whole after the restart")
+    print(
+        f"\nrotated the replication token and cluster key under load: {load.total_acked}"
+        f" acks=all records, none lost; {watch.polls} controller polls, LRS always whole"
+    )
+
+
+async def _at_least(load: KeyedLoad, target: int) -> bool:
+    if load.failures:
+        raise AssertionError(f"acks=all sends failed: {load.failures[:3]}")
+    await asyncio.sleep(0.05)
+    return load.total_acked >= target
