@@ -44,7 +44,16 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from e2e.testbed import ipam, kubeapi, logserving, podspec, podstatus, probes, provisioning
+from e2e.testbed import (
+    images,
+    ipam,
+    kubeapi,
+    logserving,
+    podspec,
+    podstatus,
+    probes,
+    provisioning,
+)
 from e2e.testbed.processes import kill_group
 from e2e.testbed.settings import StateLayout
 from headrace.files import write_atomic
@@ -488,7 +497,13 @@ class PodRun:
                 secrets=self._fetch("secrets", secrets),
             )
             proc = podspec.process(
-                self.obj, c.spec, self.world, self.volume_dirs, self.extra_env, os.path.exists
+                self.obj,
+                c.spec,
+                self.world,
+                self.volume_dirs,
+                self.extra_env,
+                os.path.exists,
+                self.r.image_entrypoint,
             )
             proc = self._with_termination_file(c, proc)
         except podspec.ConfigError as exc:
@@ -796,6 +811,8 @@ class Runner:
         self.next_node_status = 0.0
         self.recorded_pgids: list[int] = []
         self.provisioner = provisioning.Provisioner(self.api, cfg.state_dir / "volumes")
+        #: containers without ``command`` run their image's stand-in entrypoint, if known
+        self.image_entrypoint = images.host_entrypoints()
 
     # Node -----------------------------------------------------------------------
     def base_env(self, pod: Obj) -> dict[str, str]:
