@@ -125,9 +125,14 @@ def test_a_compaction_runs_its_executors_as_pods_and_loses_nothing(
             # the tasks ran on the executor pods: the driver's Spark log (in the Job pod's
             # work volume, a host directory on the test bed) names their addresses
             executor_ips = {p["status"]["podIP"] for p in running}
-            finished = spark_task_hosts(cluster, driver)
+            spark_log = driver_spark_log(cluster, driver)
+            finished = task_hosts(spark_log)
             print(f"[e2e figure] tasks finished per host: {finished}", file=sys.stderr)
-            assert finished and set(finished) <= executor_ips, (finished, executor_ips)
+            assert finished, f"no finished task in the driver's Spark log:\n{spark_log[-4000:]}"
+            assert set(finished) <= executor_ips, (finished, executor_ips)
+            # the Role is enough: the driver was refused nothing by the API server
+            refused = [line for line in spark_log.splitlines() if "Forbidden" in line]
+            assert not refused, "\n".join(refused[:10])
 
             # Spark deleted its executors when the job ended; the Job's pod is still there
             wait_for(
@@ -153,17 +158,21 @@ def test_a_compaction_runs_its_executors_as_pods_and_loses_nothing(
         assert not [v for v, n in counts.items() if n > 1], "a record was delivered twice"
 
 
-def spark_task_hosts(cluster: Cluster, driver: dict[str, Any]) -> dict[str, int]:
-    """Tasks finished per executor address, from the driver's Spark log (TaskSetManager's
-    ``Finished task 0.0 in stage 1.0 (TID 1) in 80 ms on 127.0.3.5 (executor 2)``)."""
+def driver_spark_log(cluster: Cluster, driver: dict[str, Any]) -> str:
+    """The driver's Spark log: ``headrace compact`` writes it under its ``--dir``, the Job
+    pod's work volume, which on the test bed is a directory of the pod's on this host."""
     assert cluster.state_dir is not None
     meta = driver["metadata"]
     pod_dir = cluster.state_dir / "pods" / f"{meta['namespace']}_{meta['name']}_{meta['uid']}"
-    text = "".join(
+    return "".join(
         path.read_text(errors="replace") for path in pod_dir.glob("volumes/work/jobs/*.log")
     )
-    hosts = re.findall(r"Finished task \S+ in stage \S+ \(TID \d+\) in \d+ ms on (\S+)", text)
-    assert hosts, f"no finished task in the driver's Spark log:\n{text[-4000:]}"
+
+
+def task_hosts(spark_log: str) -> dict[str, int]:
+    """Tasks finished per executor address (TaskSetManager's ``Finished task 0.0 in stage
+    1.0 (TID 1) in 80 ms on 127.0.3.5 (executor 2)``)."""
+    hosts = re.findall(r"Finished task \S+ in stage \S+ \(TID \d+\) in \d+ ms on (\S+)", spark_log)
     return dict(collections.Counter(hosts))
 
 

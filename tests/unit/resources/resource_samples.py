@@ -176,6 +176,12 @@ COMPLETE: dict[str, dict[str, Any]] = {
             "graceSeconds": 5,
             "backoffLimit": 0,
             "sparkConf": {"spark.executor.memory": "2g"},
+            "spark": {
+                "master": "kubernetes",
+                "executors": 3,
+                "executorCores": 2,
+                "executorMemory": "2g",
+            },
         },
         "status": {
             "observedGeneration": 1,
@@ -204,6 +210,12 @@ COMPLETE: dict[str, dict[str, Any]] = {
             "graceSeconds": 0,
             "backoffLimit": 10,
             "sparkConf": {},
+            "spark": {
+                "master": "local",
+                "executors": 1,
+                "executorCores": 1,
+                "executorMemory": "512m",
+            },
             "schedule": "*/15 1-5 ? JAN-MAR,dec mon-fri",
             "suspend": True,
             "concurrencyPolicy": "Replace",
