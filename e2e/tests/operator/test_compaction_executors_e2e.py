@@ -126,6 +126,7 @@ def test_a_compaction_runs_its_executors_as_pods_and_loses_nothing(
             # work volume, a host directory on the test bed) names their addresses
             executor_ips = {p["status"]["podIP"] for p in running}
             spark_log = driver_spark_log(cluster, driver)
+            (tmp_path / "driver-spark.log").write_text(spark_log)  # for a failure's reader
             finished = task_hosts(spark_log)
             print(f"[e2e figure] tasks finished per host: {finished}", file=sys.stderr)
             assert finished, f"no finished task in the driver's Spark log:\n{spark_log[-4000:]}"

@@ -164,6 +164,10 @@ def kubernetes_conf(
         ("spark.executor.instances", str(spark.executors)),
         ("spark.executor.cores", str(spark.executor_cores)),
         ("spark.executor.memory", spark.executor_memory),
+        # executors get no PersistentVolumeClaims: the driver neither reuses nor deletes
+        # any (so its Role needs no rights on them)
+        ("spark.kubernetes.driver.ownPersistentVolumeClaim", "false"),
+        ("spark.kubernetes.driver.reusePersistentVolumeClaim", "false"),
     ]
     for env in workloads.store_env(run.cluster.spec.object_store):
         ref = env["valueFrom"]["secretKeyRef"]

@@ -70,6 +70,8 @@ def test_executors_as_pods_make_the_job_pod_a_client_mode_driver() -> None:
     )
     assert (conf["spark.executor.instances"], conf["spark.executor.cores"]) == ("3", "2")
     assert conf["spark.executor.memory"] == "2g"
+    # no claims for executors, so the driver's Role needs no rights on them
+    assert conf["spark.kubernetes.driver.ownPersistentVolumeClaim"] == "false"
     # the executors read the store with the Secret's keys, never a copy of them
     key = f"spark.kubernetes.executor.secretKeyRef.{workloads.ACCESS_KEY_ENV}"
     assert conf[key] == "creds:accessKey"
