@@ -117,6 +117,8 @@ def test_a_compaction_runs_its_executors_as_pods_and_loses_nothing(
                 (container,) = pod["spec"]["containers"]
                 assert container["args"] == ["executor"]
                 assert container["image"] == "apache/spark:4.3.0-python3"
+                # no API rights for executors: the namespace's default account
+                assert pod["spec"]["serviceAccountName"] == "default"
             assert driver["spec"]["serviceAccountName"].endswith("-spark")  # the chart's
 
             status = wait_for(

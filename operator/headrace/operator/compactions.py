@@ -159,6 +159,8 @@ def kubernetes_conf(
         ("spark.driver.bindAddress", f"$({POD_IP_ENV})"),
         ("spark.kubernetes.container.image", workload.spark_image),
         ("spark.kubernetes.authenticate.driver.serviceAccountName", workload.spark_service_account),
+        # executors need no API access: the namespace's default account, not the driver's
+        ("spark.kubernetes.authenticate.executor.serviceAccountName", "default"),
         ("spark.kubernetes.authenticate.caCertFile", f"{SERVICE_ACCOUNT_DIR}/ca.crt"),
         ("spark.kubernetes.authenticate.oauthTokenFile", f"{SERVICE_ACCOUNT_DIR}/token"),
         ("spark.executor.instances", str(spark.executors)),

@@ -70,7 +70,7 @@ def parse_address(text: str) -> tuple[str, int] | None:
     envvar="HEADRACE_SPARK_SERVICE_ACCOUNT",
     default=DEFAULT_SPARK_SERVICE_ACCOUNT,
     show_default=True,
-    help="The service account of those Compactions' driver and executor pods.",
+    help="The service account of those Compactions' driver pods (executors: default).",
 )
 @click.option("--lease-namespace", envvar="HEADRACE_LEASE_NAMESPACE", default="default")
 @click.option("--lease-name", default="headrace-operator", show_default=True)

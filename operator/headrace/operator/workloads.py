@@ -76,7 +76,7 @@ class WorkloadSettings:
     #: the image of Spark executor pods (Compactions with ``spark.master: kubernetes``)
     spark_image: str = DEFAULT_SPARK_IMAGE
     #: the service account of those Compactions' driver pods, in each watched namespace
-    #: (the chart creates it with its Role); executors run as it too
+    #: (the chart creates it with its Role); executors run as the namespace's `default`
     spark_service_account: str = DEFAULT_SPARK_SERVICE_ACCOUNT
 
 

@@ -142,9 +142,9 @@ class SparkSettings(Model):
     master: SparkMaster = SparkMaster.LOCAL
     """``local``: the driver and its executor threads in the Job's one pod
     (``local[*]``). ``kubernetes``: the driver stays in the Job's pod and starts
-    ``executors`` executor pods through the API server (``k8s://``, client mode); they
-    run as the chart's Spark service account, are owned by the driver's pod and are
-    deleted when the job ends."""
+    ``executors`` executor pods through the API server (``k8s://``, client mode); the
+    driver runs as the chart's Spark service account, the executors as the namespace's
+    ``default`` one; they are owned by the driver's pod and deleted when the job ends."""
     executors: int = Field(default=2, ge=1, le=64)
     """Executor pods (``spark.executor.instances``), with ``master: kubernetes``."""
     executor_cores: int = Field(default=1, ge=1, le=64)

@@ -11,8 +11,12 @@ import pydantic
 import pytest
 
 from headrace.operator import compactions, workloads
-from headrace.resources.compactions import Compaction, SparkMaster
-from tests.unit.operator.test_operator_compactions import compaction_body, run_target
+from headrace.resources.compactions import Compaction, CompactionSchedule, SparkMaster
+from tests.unit.operator.test_operator_compactions import (
+    compaction_body,
+    run_target,
+    schedule_body,
+)
 
 SETTINGS = workloads.WorkloadSettings(
     broker_command=("headrace",), spark_image="spark:4.3.0", spark_service_account="drivers"
@@ -56,6 +60,7 @@ def test_executors_as_pods_make_the_job_pod_a_client_mode_driver() -> None:
     assert conf["spark.kubernetes.namespace"] == "ns"
     assert conf["spark.kubernetes.container.image"] == "spark:4.3.0"
     assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "drivers"
+    assert conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == "default"
     # the pod's own name (the executors' owner) and IP (theirs to dial), expanded by the
     # kubelet from the downward-API variables the container defines
     env = {e["name"]: e for e in container["env"]}
@@ -93,3 +98,15 @@ def test_executors_as_pods_make_the_job_pod_a_client_mode_driver() -> None:
 def test_bad_spark_settings_are_refused(spark: dict[str, Any]) -> None:
     with pytest.raises(pydantic.ValidationError):
         Compaction.from_manifest(compaction_body(spark=spark))
+
+
+def test_a_schedule_runs_its_executors_as_pods_too() -> None:
+    schedule = CompactionSchedule.from_manifest(
+        schedule_body(spark={"master": "kubernetes", "executors": 2})
+    )
+    cron = compactions.cronjob_manifest(schedule, "uid-s", run_target(), SETTINGS)
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "drivers"
+    args = pod["containers"][0]["args"]
+    assert args[args.index("--master") + 1] == compactions.KUBERNETES_MASTER
+    assert confs(args)["spark.executor.instances"] == "2"
