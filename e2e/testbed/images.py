@@ -139,9 +139,11 @@ def table(spark: SparkHost | None) -> dict[str, Adapter]:
 
 
 def entrypoint(
-    known: Mapping[str, Adapter], container: Mapping[str, object], args: Sequence[str],
+    known: Mapping[str, Adapter],
+    container: Mapping[str, object],
+    args: Sequence[str],
     env: Mapping[str, str],
-) -> Entrypoint:  # fmt: skip
+) -> Entrypoint:
     """What a container without ``command`` runs: its image's adapter, or ConfigError."""
     image = str(container.get("image") or "")
     container_name = container.get("name")

@@ -111,7 +111,8 @@ def test_podspec_resolves_the_env_and_mounts_before_the_entrypoint() -> None:
         "spec": {"containers": []},
     }
     env_spec = [{"name": k, "value": v} for k, v in executor_env().items()]
-    env_spec[5] = {"name": "SPARK_EXECUTOR_POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}  # fmt: skip
+    pod_ip = {"fieldRef": {"fieldPath": "status.podIP"}}
+    env_spec[5] = {"name": "SPARK_EXECUTOR_POD_IP", "valueFrom": pod_ip}
     env_spec.append({"name": "SPARK_LOCAL_DIRS", "value": "/var/data/spark-1"})
     spec = container(
         env=env_spec, volumeMounts=[{"name": "spark-local-dir-1", "mountPath": "/var/data/spark-1"}]
