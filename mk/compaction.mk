@@ -2,7 +2,8 @@
 #   make e2e-cron       the compaction e2e with the CronJob's first real run (waits for the
 #                       minute: ~3-4 min); `make test` checks the CronJob's spec only
 #   make e2e-spark-k8s  a Compaction with its Spark executors as pods (spark.master:
-#                       kubernetes; three JVMs, 1-2 min); `make test` runs the test bed's
+#                       kubernetes; a run stuck until its deadline, then three JVMs:
+#                       3-4 min); `make test` runs the test bed's
 #                       Spark image check (e2e/tests/testbed/test_image_entrypoints.py)
 .PHONY: e2e-cron e2e-spark-k8s
 

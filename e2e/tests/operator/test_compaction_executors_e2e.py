@@ -5,14 +5,16 @@
 asks the API server for two executor pods of the Spark image; the scheduler binds
 them, the runner starts them as Spark's ``KubernetesExecutorBackend`` (its image
 entrypoint stand-in, ``e2e/testbed/images.py``) and they dial the driver at its pod IP.
-The test checks that the executor pods appear, owned by the driver's pod, and run;
+First a run whose executors can never be scheduled fails at its
+``activeDeadlineSeconds`` and leaves no executor pod. Then the test checks that the
+executor pods appear, owned by the driver's pod, and run;
 that the compaction succeeds with a clean verify report; that every acknowledged
 record is read back once through the broker; and that the executor pods are gone when
 the job has ended, while the Job's pod is still there (Spark deleted them, not the
 garbage collector).
 
 Test bed only: pods are host processes, the executors this checkout's pyspark jars.
-It starts three JVMs (about 1 min on a quiet machine, 2+ under load), so it runs with
+It waits for a deadline, then starts three JVMs (3-4 min), so it runs with
 ``HEADRACE_E2E_SPARK_K8S=1`` (``make e2e-spark-k8s``); ``make test`` runs the fast
 check of the runner's Spark image mapping (``e2e/tests/testbed/test_image_entrypoints.py``)
 and the unit tests of the Job's driver settings.
@@ -36,11 +38,13 @@ from e2e.tests.operator.test_compaction_e2e import SEGMENT_BYTES, compaction, ph
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("HEADRACE_E2E_SPARK_K8S") != "1",
-    reason="three JVMs, 1-2 min: make e2e-spark-k8s (HEADRACE_E2E_SPARK_K8S=1)",
+    reason="a deadline, then three JVMs, 3-4 min: make e2e-spark-k8s (HEADRACE_E2E_SPARK_K8S=1)",
 )
 
 RECORDS = 1200
 EXECUTORS = 2
+#: the stuck run's deadline: its driver's JVM must start and ask for executors first
+STUCK_DEADLINE_S = 120
 
 
 def pods(cluster: Cluster, namespace: str, selector: str) -> list[dict[str, Any]]:
@@ -74,6 +78,45 @@ def test_a_compaction_runs_its_executors_as_pods_and_loses_nothing(
         try:
             before = storage.wait_stored(store, "small", topic, 0, RECORDS - 1)
             assert len(before.segments) >= 4, f"expected small objects: {before.segments}"
+
+            # executors that can never be scheduled: Spark would wait for them forever;
+            # the run's deadline fails it, and no executor pod is left behind
+            stuck = compaction(
+                "stuck",
+                activeDeadlineSeconds=STUCK_DEADLINE_S,
+                spark={"master": "kubernetes", "executors": 1, "executorMemory": "512m"},
+                sparkConf={"spark.kubernetes.executor.request.cores": "64"},
+            )
+            cluster.apply([stuck], namespace)
+
+            def unschedulable() -> list[dict[str, Any]] | None:
+                found = [
+                    p
+                    for p in pods(cluster, namespace, "spark-role=executor")
+                    if any(
+                        (c["type"], c["status"], c.get("reason"))
+                        == ("PodScheduled", "False", "Unschedulable")
+                        for c in p["status"].get("conditions") or []
+                    )
+                ]
+                return found or None
+
+            wait_for("an unschedulable executor pod", unschedulable, STUCK_DEADLINE_S, every_s=1)
+            failed = wait_for(
+                "the stuck Compaction to fail at its deadline",
+                lambda: phase_of(cluster, "compaction", "stuck", namespace),
+                STUCK_DEADLINE_S + 60,
+                every_s=2,
+            )
+            assert failed["phase"] == "Failed", json.dumps(failed)
+            ready = storage.condition(cluster.get("compaction", "stuck", namespace))
+            assert "DeadlineExceeded" in ready["message"], ready
+            print(f"\n[e2e figure] stuck Compaction: {ready['message']}", file=sys.stderr)
+            wait_for(
+                "the stuck run's executor pods to be deleted",
+                lambda: not pods(cluster, namespace, "spark-role=executor"),
+                60,
+            )
 
             body = compaction(
                 "spread",

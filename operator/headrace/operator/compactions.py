@@ -258,10 +258,13 @@ def job_spec(
             {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
             {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         ]
-    return {
+    spec: dict[str, Any] = {
         "backoffLimit": settings.backoff_limit,
         "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
     }
+    if settings.active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = settings.active_deadline_seconds
+    return spec
 
 
 def _labels(run: Target, extra: Mapping[str, str]) -> dict[str, str]:

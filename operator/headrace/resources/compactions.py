@@ -173,6 +173,11 @@ class CompactionSettings(Model):
     the old manifest finish, in seconds."""
     backoff_limit: int = Field(default=2, ge=0, le=10)
     """Retries of a failed job before the run counts as failed."""
+    active_deadline_seconds: int | None = Field(default=None, ge=1)
+    """Stop a run still going after this many seconds and count it as failed (the Job's
+    ``activeDeadlineSeconds``: reason ``DeadlineExceeded``); unset, a run may take as long
+    as it takes. Bounds a run whose executor pods never start (an image the nodes cannot
+    pull, pods that cannot be scheduled), which Spark would wait for forever."""
     spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=128
     )

@@ -110,3 +110,13 @@ def test_a_schedule_runs_its_executors_as_pods_too() -> None:
     args = pod["containers"][0]["args"]
     assert args[args.index("--master") + 1] == compactions.KUBERNETES_MASTER
     assert confs(args)["spark.executor.instances"] == "2"
+
+
+def test_a_deadline_bounds_the_job() -> None:
+    compaction = Compaction.from_manifest(compaction_body(activeDeadlineSeconds=600))
+    job = compactions.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
+    assert job["spec"]["activeDeadlineSeconds"] == 600
+    unbounded = compactions.job_manifest(
+        Compaction.from_manifest(compaction_body()), "uid-once", run_target(), SETTINGS
+    )
+    assert "activeDeadlineSeconds" not in unbounded["spec"]

@@ -175,6 +175,7 @@ COMPLETE: dict[str, dict[str, Any]] = {
             "targetSegmentBytes": 134217728,
             "graceSeconds": 5,
             "backoffLimit": 0,
+            "activeDeadlineSeconds": 3600,
             "sparkConf": {"spark.executor.memory": "2g"},
             "spark": {
                 "master": "kubernetes",
@@ -209,6 +210,7 @@ COMPLETE: dict[str, dict[str, Any]] = {
             "targetSegmentBytes": 1,
             "graceSeconds": 0,
             "backoffLimit": 10,
+            "activeDeadlineSeconds": 1,
             "sparkConf": {},
             "spark": {
                 "master": "local",
