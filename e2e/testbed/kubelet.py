@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.testbed import (
+    images,
     ipam,
     kubeapi,
     logserving,
@@ -511,6 +512,7 @@ class PodRun:
                 self.extra_env,
                 os.path.exists,
                 self._pin_subpaths(c),
+                self.r.image_entrypoint,
             )
             proc = self._with_termination_file(c, proc)
         except podspec.ConfigError as exc:
@@ -858,6 +860,8 @@ class Runner:
         self.next_node_status = 0.0
         self.recorded_pgids: list[int] = []
         self.provisioner = provisioning.Provisioner(self.api, cfg.state_dir / "volumes")
+        #: containers without ``command`` run their image's stand-in entrypoint, if known
+        self.image_entrypoint = images.host_entrypoints()
 
     # Node -----------------------------------------------------------------------
     def base_env(self, pod: Obj) -> dict[str, str]:

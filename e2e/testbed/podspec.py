@@ -4,8 +4,9 @@ The runner has no images and no mount namespaces, so it maps Kubernetes' view on
 host with three rules, all decided here without I/O:
 
 * **Command.** ``command`` + ``args`` after ``$(VAR)`` expansion is the argv; it must
-  name a program that exists on the host. A container without ``command`` cannot run
-  (its image's entrypoint is unknown) and gets ``CreateContainerConfigError``.
+  name a program that exists on the host. A container without ``command`` runs only if
+  its image is one of the few whose entrypoint :mod:`.images` stands in for (Spark's
+  executor); otherwise it gets ``CreateContainerConfigError``.
 * **Environment.** ``envFrom`` then ``env``, in order, with downward-API ``fieldRef``
   and ``resourceFieldRef``, ``configMapKeyRef`` and ``secretKeyRef``, exactly as the
   kubelet resolves them, plus ``KUBERNETES_SERVICE_HOST``/``PORT`` pointing at the API
@@ -33,6 +34,10 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 Obj = dict[str, Any]
+#: (container, its args after expansion, its environment) -> (argv, environment to add):
+#: what a container without ``command`` runs, from its image (:mod:`.images`); raises
+#: :class:`ConfigError` for an image it does not know
+ImageEntrypoint = Callable[[Obj, list[str], dict[str, str]], tuple[list[str], dict[str, str]]]
 
 #: Where Kubernetes mounts the service-account token; used to find the token volume.
 SERVICE_ACCOUNT_PATH = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -332,13 +337,15 @@ def process(
     extra_env: Mapping[str, str] | None = None,
     on_host: Callable[[str], bool] = lambda _path: False,
     pinned: Mapping[int, Path] | None = None,
+    image_entrypoint: ImageEntrypoint | None = None,
 ) -> Process:
     """Resolve a container into a host process description, or raise :class:`ConfigError`.
 
     ``on_host`` tells whether a path exists on the host (the caller passes
     ``os.path.exists``); it decides whether the program path is rewritten.
+    ``image_entrypoint`` runs a container that has no ``command`` (see ``ImageEntrypoint``).
     """
-    if not container.get("command"):
+    if not container.get("command") and image_entrypoint is None:
         raise ConfigError(
             f"container {container.get('name')!r} has no command: the test bed ignores "
             "images, so every container must name a program that exists on the host"
@@ -348,8 +355,14 @@ def process(
         env.update(extra_env)
     ms = mounts(container, volume_dirs, pinned)
     env = {k: rewrite(v, ms) for k, v in env.items()}
-    words = [expand(str(w), env) for w in [*container["command"], *container.get("args", [])]]
-    argv = [w if i == 0 and on_host(w) else rewrite(w, ms) for i, w in enumerate(words)]
+    if not container.get("command"):
+        assert image_entrypoint is not None
+        args = [rewrite(expand(str(w), env), ms) for w in container.get("args", [])]
+        argv, image_env = image_entrypoint(container, args, env)
+        env = {**env, **image_env}
+    else:
+        words = [expand(str(w), env) for w in [*container["command"], *container.get("args", [])]]
+        argv = [w if i == 0 and on_host(w) else rewrite(w, ms) for i, w in enumerate(words)]
     wd = container.get("workingDir")
     cwd = Path(rewrite(wd, ms)) if wd else None
     return Process(argv, env, cwd, ms)

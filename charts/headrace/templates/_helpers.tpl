@@ -126,3 +126,8 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 {{- printf "%s.%s.svc:9092" .Values.exampleCluster.name .Release.Namespace -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The service account of Spark drivers with executors as pods (spark.serviceAccount). */}}
+{{- define "headrace.sparkServiceAccountName" -}}
+{{- default (printf "%s-spark" (include "headrace.fullname" .)) .Values.spark.serviceAccount.name -}}
+{{- end -}}

@@ -61,9 +61,14 @@ def test_lint_and_template(scenario: Path) -> None:
         assert container["command"][-1] == "headrace.operator"
 
 
+def operator_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The operator's Roles (not the Spark drivers', ``test_spark_drivers_...``)."""
+    return [d for d in docs if d["kind"] == "Role" and not d["metadata"]["name"].endswith("-spark")]
+
+
 def test_cluster_wide_mode_binds_one_cluster_role() -> None:
     by_kind = kinds(render())
-    assert "Role" not in by_kind
+    assert not operator_roles(by_kind.get("Role", []))
     (role,) = by_kind["ClusterRole"]
     resources = {r for rule in role["rules"] for r in rule["resources"]}
     assert {"brokerclusters", "statefulsets", "leases", "namespaces"} <= resources
@@ -165,7 +170,57 @@ def test_rbac_is_the_operators_own_rule_list() -> None:
     (wide,) = kinds(render())["ClusterRole"]
     assert _rule_set(wide["rules"]) == namespaced | cluster
     by_kind = kinds(render(str(CHART / "ci" / "namespaced-values.yaml")))
-    for role in by_kind["Role"]:
+    for role in operator_roles(by_kind["Role"]):
         assert _rule_set(role["rules"]) == namespaced
     (reads,) = by_kind["ClusterRole"]
     assert _rule_set(reads["rules"]) == cluster
+
+
+def test_spark_drivers_get_executor_rights_only_where_compactions_run() -> None:
+    # a Compaction with spark.master: kubernetes runs its driver as this account; it
+    # creates, follows and deletes executor pods and their conf ConfigMap, nothing else
+    from headrace.operator.install import SPARK_DRIVER_RULES
+
+    spark_rules = _rule_set(
+        [{"apiGroups": g, "resources": r, "verbs": v} for g, r, v in SPARK_DRIVER_RULES]
+    )
+    assert {r for _, resources, _ in spark_rules for r in resources} == {
+        "pods",
+        "configmaps",
+        "services",
+    }
+    for values, namespaces in (
+        ((), {NAMESPACE}),
+        ((str(CHART / "ci" / "namespaced-values.yaml"),), {"team-a", "team-b"}),
+        (("spark.namespaces={jobs}",), {"jobs"}),
+    ):
+        by_kind = kinds(render(*values))
+        accounts = [
+            a for a in by_kind["ServiceAccount"] if a["metadata"]["name"] == "hr-headrace-spark"
+        ]
+        roles = [r for r in by_kind["Role"] if r["metadata"]["name"] == "hr-headrace-spark"]
+        bindings = [
+            b for b in by_kind["RoleBinding"] if b["metadata"]["name"] == "hr-headrace-spark"
+        ]
+        for docs in (accounts, roles, bindings):
+            assert {d["metadata"]["namespace"] for d in docs} == namespaces, values
+        for role in roles:  # the chart restates install.SPARK_DRIVER_RULES
+            assert _rule_set(role["rules"]) == spark_rules
+        for binding in bindings:
+            (subject,) = binding["subjects"]
+            assert (subject["name"], subject["namespace"]) == (
+                "hr-headrace-spark",
+                binding["metadata"]["namespace"],
+            )
+        # the operator names that account and the executors' image in the Job pods it makes
+        (operator,) = by_kind["Deployment"]
+        env = {
+            e["name"]: e.get("value")
+            for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["HEADRACE_SPARK_SERVICE_ACCOUNT"] == "hr-headrace-spark"
+        assert env["HEADRACE_SPARK_IMAGE"].startswith("apache/spark:")
+    # and none at all when they are not wanted
+    assert "hr-headrace-spark" not in {
+        d["metadata"]["name"] for d in render("spark.serviceAccount.create=false")
+    }

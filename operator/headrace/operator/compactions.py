@@ -8,7 +8,17 @@ pod, so the executors are threads of the pod's JVM. The pod gets the cluster's
 object-store URL (``workloads.object_store_url``) and the credentials as
 ``secretKeyRef`` environment variables, exactly as the brokers do: the operator never
 reads or copies them. ``--verify`` verifies each partition after compacting.
-Executors as pods of their own (``--master k8s://``) are not done: see docs/spark.md.
+
+**Executors as pods** (``spec.spark.master: kubernetes``): the driver still runs in the
+Job's pod (client deploy mode), with ``--master k8s://https://$(KUBERNETES_SERVICE_HOST):
+$(KUBERNETES_SERVICE_PORT)``, and asks the API server for ``spec.spark.executors``
+executor pods of the operator's Spark image. The pod runs as the Spark service account
+(the chart's Role: pods, services and configmaps in its namespace), authenticates with
+its mounted token and CA, names itself (``spark.kubernetes.driver.pod.name``, so the
+executors are owned by it and garbage-collected with it) and its IP
+(``spark.driver.host``, which the executors dial). The executors get the store's
+credentials as ``secretKeyRef`` variables too
+(``spark.kubernetes.executor.secretKeyRef.*``): still no copy of a secret.
 
 **The result.** The job writes a short JSON summary (``cli.jobs.result_summary``:
 segments before and after, bytes reclaimed, verified, mismatches, the report's key, or
@@ -42,6 +52,7 @@ from headrace.resources.compactions import (
     CompactionPhase,
     CompactionSchedule,
     CompactionSettings,
+    SparkMaster,
 )
 from headrace.resources.topics import CleanupPolicy, Topic
 
@@ -54,6 +65,14 @@ RESULT_PATH: Final = "/dev/termination-log"
 WORK_DIR: Final = "/var/run/headrace-job"
 #: Spark in the pod: the driver and its executor threads in one JVM
 DEFAULT_MASTER: Final = "local[*]"
+#: Spark's executors as pods: the API server as the pod sees it (the kubelet expands
+#: the service variables every container gets)
+KUBERNETES_MASTER: Final = "k8s://https://$(KUBERNETES_SERVICE_HOST):$(KUBERNETES_SERVICE_PORT)"
+#: where Kubernetes mounts a pod's service-account token and CA
+SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
+#: the driver pod's own name and IP, from the downward API, for Spark's settings
+POD_NAME_ENV: Final = "HEADRACE_POD_NAME"
+POD_IP_ENV: Final = "HEADRACE_POD_IP"
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,11 +145,57 @@ def _owner(kind: str, api_version: str, name: str, uid: str) -> dict[str, Any]:
     }
 
 
-def job_args(settings: CompactionSettings, run: Target) -> list[str]:
-    """``headrace compact`` arguments of one run."""
+def kubernetes_conf(
+    settings: CompactionSettings, run: Target, workload: workloads.WorkloadSettings
+) -> list[tuple[str, str]]:
+    """The Spark properties of a driver in the Job's pod with executors as pods (client
+    mode; see the module). ``$(VAR)`` words are the pod's own, expanded by the kubelet."""
+    spark = settings.spark
+    conf = [
+        ("spark.submit.deployMode", "client"),
+        ("spark.kubernetes.namespace", run.topic.partition("/")[0]),
+        ("spark.kubernetes.driver.pod.name", f"$({POD_NAME_ENV})"),
+        ("spark.driver.host", f"$({POD_IP_ENV})"),
+        ("spark.driver.bindAddress", f"$({POD_IP_ENV})"),
+        ("spark.kubernetes.container.image", workload.spark_image),
+        ("spark.kubernetes.authenticate.driver.serviceAccountName", workload.spark_service_account),
+        # executors need no API access: the namespace's default account, not the driver's
+        ("spark.kubernetes.authenticate.executor.serviceAccountName", "default"),
+        ("spark.kubernetes.authenticate.caCertFile", f"{SERVICE_ACCOUNT_DIR}/ca.crt"),
+        ("spark.kubernetes.authenticate.oauthTokenFile", f"{SERVICE_ACCOUNT_DIR}/token"),
+        ("spark.executor.instances", str(spark.executors)),
+        ("spark.executor.cores", str(spark.executor_cores)),
+        ("spark.executor.memory", spark.executor_memory),
+        # executors get no PersistentVolumeClaims: the driver neither reuses nor deletes
+        # any (so its Role needs no rights on them)
+        ("spark.kubernetes.driver.ownPersistentVolumeClaim", "false"),
+        ("spark.kubernetes.driver.reusePersistentVolumeClaim", "false"),
+    ]
+    for env in workloads.store_env(run.cluster.spec.object_store):
+        ref = env["valueFrom"]["secretKeyRef"]
+        conf.append(
+            (f"spark.kubernetes.executor.secretKeyRef.{env['name']}", f"{ref['name']}:{ref['key']}")
+        )
+    return conf
+
+
+def job_args(
+    settings: CompactionSettings,
+    run: Target,
+    workload: workloads.WorkloadSettings | None = None,
+) -> list[str]:
+    """``headrace compact`` arguments of one run (``workload``: the operator's Spark image
+    and service account, needed with ``spark.master: kubernetes``)."""
     store = run.cluster.spec.object_store
     assert store is not None  # target() checked it
-    master = settings.spark_conf.get("spark.master", DEFAULT_MASTER)
+    conf: list[tuple[str, str]] = []
+    if settings.spark.master == SparkMaster.KUBERNETES:
+        master = KUBERNETES_MASTER
+        conf = kubernetes_conf(settings, run, workload or workloads.WorkloadSettings())
+    else:
+        master = settings.spark_conf.get("spark.master", DEFAULT_MASTER)
+    # the user's sparkConf comes last: spark-submit keeps the last value of a key
+    conf += [(k, v) for k, v in sorted(settings.spark_conf.items()) if k != "spark.master"]
     args = [
         "compact",
         run.topic,
@@ -154,9 +219,8 @@ def job_args(settings: CompactionSettings, run: Target) -> list[str]:
         args += ["--partitions", ",".join(str(p) for p in sorted(settings.partitions))]
     if run.key_compacted:
         args.append("--keep-last-per-key")
-    for key, value in sorted(settings.spark_conf.items()):
-        if key != "spark.master":
-            args += ["--conf", f"{key}={value}"]
+    for key, value in conf:
+        args += ["--conf", f"{key}={value}"]
     return args
 
 
@@ -171,7 +235,7 @@ def job_spec(
         "name": "compact",
         "image": run.cluster.spec.image or workload.default_image,
         "command": list(workload.broker_command),
-        "args": job_args(settings, run),
+        "args": job_args(settings, run, workload),
         "env": [
             *workloads.store_env(run.cluster.spec.object_store),
             *({"name": k, "value": v} for k, v in sorted(workload.env.items())),
@@ -180,17 +244,27 @@ def job_spec(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "work", "mountPath": WORK_DIR}],
     }
-    return {
-        "backoffLimit": settings.backoff_limit,
-        "template": {
-            "metadata": {"labels": dict(labels)},
-            "spec": {
-                "restartPolicy": "Never",
-                "containers": [container],
-                "volumes": [{"name": "work", "emptyDir": {}}],
-            },
-        },
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": [{"name": "work", "emptyDir": {}}],
     }
+    if settings.spark.master == SparkMaster.KUBERNETES:
+        # the driver talks to the API server as the Spark service account, and tells
+        # Spark its own name (the executors' owner) and address (theirs to dial)
+        pod["serviceAccountName"] = workload.spark_service_account
+        pod["automountServiceAccountToken"] = True
+        container["env"][:0] = [
+            {"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        ]
+    spec: dict[str, Any] = {
+        "backoffLimit": settings.backoff_limit,
+        "template": {"metadata": {"labels": dict(labels)}, "spec": pod},
+    }
+    if settings.active_deadline_seconds is not None:
+        spec["activeDeadlineSeconds"] = settings.active_deadline_seconds
+    return spec
 
 
 def _labels(run: Target, extra: Mapping[str, str]) -> dict[str, str]:

@@ -20,7 +20,11 @@ from typing import Any, Final
 import yaml
 
 from headrace.operator.surfaces import DEFAULT_PORT
-from headrace.operator.workloads import DEFAULT_IMAGE
+from headrace.operator.workloads import (
+    DEFAULT_IMAGE,
+    DEFAULT_SPARK_IMAGE,
+    DEFAULT_SPARK_SERVICE_ACCOUNT,
+)
 
 NAME: Final = "headrace-operator"
 
@@ -78,6 +82,17 @@ CLUSTER_RULES: Final = (
 )
 
 
+#: what a Compaction's Spark driver does with ``spark.master: kubernetes`` (the Spark
+#: service account's Role, in each namespace Compactions run in; docs/spark.md): its
+#: executor pods created, followed, labelled with their id and deleted (one by one or
+#: by label), its own pod read (their owner); the executors' Spark-conf ConfigMap, and
+#: a cluster-mode driver's Service
+SPARK_DRIVER_RULES: Final = (
+    (("",), ("pods",), ("get", "list", "watch", "create", "patch", "delete", "deletecollection")),
+    (("",), ("configmaps", "services"), ("get", "list", "create", "delete", "deletecollection")),
+)
+
+
 def _rules(clusterwide: bool) -> list[dict[str, Any]]:
     chosen = (*RULES, *CLUSTER_RULES) if clusterwide else RULES
     return [
@@ -117,8 +132,11 @@ def manifests(
     watch: tuple[str, ...] = (),
     command: tuple[str, ...] = ("python", "-m", "headrace.operator"),
     broker_command: str = "headrace",
+    spark_image: str = DEFAULT_SPARK_IMAGE,
 ) -> list[dict[str, Any]]:
-    """The operator in ``namespace``, watching ``watch`` (every namespace when empty)."""
+    """The operator in ``namespace``, watching ``watch`` (every namespace when empty), and
+    the Spark drivers' service account in each watched namespace (the operator's own
+    when it watches every one)."""
     labels = {"app.kubernetes.io/name": NAME}
     subject = {"kind": "ServiceAccount", "name": NAME, "namespace": namespace}
     docs: list[dict[str, Any]] = [
@@ -196,6 +214,11 @@ def manifests(
                                         "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}},
                                     },
                                     {"name": "HEADRACE_IMAGE", "value": image},
+                                    {"name": "HEADRACE_SPARK_IMAGE", "value": spark_image},
+                                    {
+                                        "name": "HEADRACE_SPARK_SERVICE_ACCOUNT",
+                                        "value": DEFAULT_SPARK_SERVICE_ACCOUNT,
+                                    },
                                 ],
                                 "ports": [
                                     {
@@ -222,7 +245,34 @@ def manifests(
             },
         }
     )
+    for ns in watch or (namespace,):
+        docs += _spark_driver_account(ns)
     return docs
+
+
+def _spark_driver_account(namespace: str) -> list[dict[str, Any]]:
+    """The Spark drivers' ServiceAccount, Role and RoleBinding in ``namespace``."""
+    name = DEFAULT_SPARK_SERVICE_ACCOUNT
+    meta = {"name": name, "namespace": namespace}
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": meta,
+            "rules": [
+                {"apiGroups": list(g), "resources": list(r), "verbs": list(v)}
+                for g, r, v in SPARK_DRIVER_RULES
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": meta,
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+            "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+        },
+    ]
 
 
 def main(argv: list[str] | None = None) -> None:

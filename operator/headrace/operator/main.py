@@ -18,7 +18,12 @@ from headrace.operator.kube import ClientApi, api_client
 from headrace.operator.leasing import DEFAULT_LEASE_SECONDS, LeaseElector, LeaseSettings
 from headrace.operator.running import RuntimeSettings
 from headrace.operator.surfaces import DEFAULT_PORT, Surfaces
-from headrace.operator.workloads import DEFAULT_IMAGE, WorkloadSettings
+from headrace.operator.workloads import (
+    DEFAULT_IMAGE,
+    DEFAULT_SPARK_IMAGE,
+    DEFAULT_SPARK_SERVICE_ACCOUNT,
+    WorkloadSettings,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +58,20 @@ def parse_address(text: str) -> tuple[str, int] | None:
     help="The program that runs `headrace` in broker pods (shell words).",
 )
 @click.option("--image", envvar="HEADRACE_IMAGE", default=DEFAULT_IMAGE)
+@click.option(
+    "--spark-image",
+    envvar="HEADRACE_SPARK_IMAGE",
+    default=DEFAULT_SPARK_IMAGE,
+    show_default=True,
+    help="The image of Spark executor pods (Compactions with spark.master: kubernetes).",
+)
+@click.option(
+    "--spark-service-account",
+    envvar="HEADRACE_SPARK_SERVICE_ACCOUNT",
+    default=DEFAULT_SPARK_SERVICE_ACCOUNT,
+    show_default=True,
+    help="The service account of those Compactions' driver pods (executors: default).",
+)
 @click.option("--lease-namespace", envvar="HEADRACE_LEASE_NAMESPACE", default="default")
 @click.option("--lease-name", default="headrace-operator", show_default=True)
 @click.option("--identity", default=None, help="This replica's name in the Lease.")
@@ -78,6 +97,8 @@ def operator(
     namespaces: tuple[str, ...],
     broker_command: str,
     image: str,
+    spark_image: str,
+    spark_service_account: str,
     lease_namespace: str,
     lease_name: str,
     identity: str | None,
@@ -138,7 +159,10 @@ def operator(
         api=ClientApi(kubeconfig),
         clock=SystemClock(),
         workload=WorkloadSettings(
-            broker_command=tuple(shlex.split(broker_command)), default_image=image
+            broker_command=tuple(shlex.split(broker_command)),
+            default_image=image,
+            spark_image=spark_image,
+            spark_service_account=spark_service_account,
         ),
         runtime=RuntimeSettings(poll_interval_ms=poll_interval_ms),
     )

@@ -52,6 +52,12 @@ CLUSTER_LABEL: Final = "headrace.dev/cluster"
 CONFIG_HASH_ANNOTATION: Final = "headrace.dev/config-hash"
 #: the image when a BrokerCluster names none (the operator's own, in a real install)
 DEFAULT_IMAGE: Final = "ghcr.io/headrace/headrace:latest"
+#: Spark's executor image (``spark.kubernetes.container.image``): Spark's own
+#: ``entrypoint.sh executor``, with headrace's ``jobs`` extra installed (docs/spark.md);
+#: its Spark must be the driver's (pyspark's) version
+DEFAULT_SPARK_IMAGE: Final = "apache/spark:4.3.0-python3"
+#: the service account the chart gives Spark drivers (pods, services, configmaps)
+DEFAULT_SPARK_SERVICE_ACCOUNT: Final = "headrace-spark"
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +73,11 @@ class WorkloadSettings:
     termination_grace_seconds: int = 30
     #: extra environment for every broker (e.g. PYTHONPATH on the test bed)
     env: Mapping[str, str] = field(default_factory=dict)
+    #: the image of Spark executor pods (Compactions with ``spark.master: kubernetes``)
+    spark_image: str = DEFAULT_SPARK_IMAGE
+    #: the service account of those Compactions' driver pods, in each watched namespace
+    #: (the chart creates it with its Role); executors run as the namespace's `default`
+    spark_service_account: str = DEFAULT_SPARK_SERVICE_ACCOUNT
 
 
 def names(cluster_name: str) -> dict[str, str]:

@@ -127,6 +127,34 @@ CronSchedule = Annotated[
 # --- the run ---
 
 
+class SparkMaster(enum.StrEnum):
+    LOCAL = "local"
+    KUBERNETES = "kubernetes"
+
+
+#: Spark's size strings (``spark.executor.memory``): a number of bytes or ``k``/``m``/``g``/``t``
+SPARK_SIZE_PATTERN: Final = r"^[0-9]+([kKmMgGtT][bB]?)?$"
+
+
+class SparkSettings(Model):
+    """Where the job's Spark executors run."""
+
+    master: SparkMaster = SparkMaster.LOCAL
+    """``local``: the driver and its executor threads in the Job's one pod
+    (``local[*]``). ``kubernetes``: the driver stays in the Job's pod and starts
+    ``executors`` executor pods through the API server (``k8s://``, client mode); the
+    driver runs as the chart's Spark service account, the executors as the namespace's
+    ``default`` one; they are owned by the driver's pod and deleted when the job ends."""
+    executors: int = Field(default=2, ge=1, le=64)
+    """Executor pods (``spark.executor.instances``), with ``master: kubernetes``."""
+    executor_cores: int = Field(default=1, ge=1, le=64)
+    """Task slots of each executor pod (``spark.executor.cores``; also its CPU request
+    unless ``sparkConf`` sets ``spark.kubernetes.executor.request.cores``)."""
+    executor_memory: Annotated[str, Field(pattern=SPARK_SIZE_PATTERN, max_length=32)] = "1g"
+    """Heap of each executor pod (``spark.executor.memory``, such as ``1g`` or ``512m``);
+    the pod's memory request adds Spark's overhead (10%, at least 384 MiB)."""
+
+
 class CompactionSettings(Model):
     """What a compaction run does; shared by Compaction and CompactionSchedule."""
 
@@ -145,10 +173,17 @@ class CompactionSettings(Model):
     the old manifest finish, in seconds."""
     backoff_limit: int = Field(default=2, ge=0, le=10)
     """Retries of a failed job before the run counts as failed."""
+    active_deadline_seconds: int | None = Field(default=None, ge=1)
+    """Stop a run still going after this many seconds and count it as failed (the Job's
+    ``activeDeadlineSeconds``: reason ``DeadlineExceeded``); unset, a run may take as long
+    as it takes. Bounds a run whose executor pods never start (an image the nodes cannot
+    pull, pods that cannot be scheduled), which Spark would wait for forever."""
     spark_conf: dict[str, Annotated[str, Field(max_length=4096)]] = Field(
         default_factory=dict, max_length=128
     )
-    """Extra Spark properties (``spark.executor.memory: 2g``) for the job."""
+    """Extra Spark properties (``spark.sql.shuffle.partitions: "4"``) for the job."""
+    spark: SparkSettings = Field(default_factory=SparkSettings)
+    """Where Spark's executors run: threads in the Job's pod (default) or pods of their own."""
 
 
 class CompactionPhase(enum.StrEnum):

@@ -20,6 +20,10 @@ def test_a_namespaced_install_grants_roles_where_it_watches_and_where_its_lease_
         ("ClusterRole", None),
         ("ClusterRoleBinding", None),
         ("Deployment", "ops"),
+        # the Spark drivers' account where Compactions run (docs/spark.md)
+        ("ServiceAccount", "apps"),
+        ("Role", "apps"),
+        ("RoleBinding", "apps"),
     ]
     role = docs[1]
     status_rule = next(r for r in role["rules"] if "topics/status" in r["resources"])
@@ -30,9 +34,12 @@ def test_a_namespaced_install_grants_roles_where_it_watches_and_where_its_lease_
         "customresourcedefinitions",
         "namespaces",
     }
-    (container,) = docs[-1]["spec"]["template"]["spec"]["containers"]
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][-2:] == ["--namespace", "apps"]
-    assert docs[-1]["spec"]["template"]["spec"]["serviceAccountName"] == install.NAME
+    assert deployment["spec"]["template"]["spec"]["serviceAccountName"] == install.NAME
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["HEADRACE_SPARK_SERVICE_ACCOUNT"] == docs[-1]["subjects"][0]["name"]
 
 
 def test_a_cluster_wide_install_grants_one_cluster_role() -> None:
@@ -42,8 +49,11 @@ def test_a_cluster_wide_install_grants_one_cluster_role() -> None:
         ("ClusterRole", None),
         ("ClusterRoleBinding", None),
         ("Deployment", "ops"),
+        ("ServiceAccount", "ops"),
+        ("Role", "ops"),
+        ("RoleBinding", "ops"),
     ]
-    (container,) = docs[-1]["spec"]["template"]["spec"]["containers"]
+    (container,) = docs[3]["spec"]["template"]["spec"]["containers"]
     assert "--namespace" not in container["args"]
 
 
