@@ -56,7 +56,7 @@ async def kopf_running(
             ready_flag=ready,
         )
     )
-    await asyncio.wait_for(ready.wait(), 10)
+    await asyncio.wait_for(ready.wait(), 30)
     try:
         yield context
     finally:
@@ -64,7 +64,7 @@ async def kopf_running(
         await asyncio.wait_for(task, 20)
 
 
-async def until(what: str, condition: Any, timeout_s: float = 10) -> None:
+async def until(what: str, condition: Any, timeout_s: float = 30) -> None:
     async def poll() -> None:
         while not condition():
             await asyncio.sleep(0.02)
