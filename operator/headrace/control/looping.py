@@ -363,6 +363,8 @@ class ControlLoop:
             repartition_requests=self.repartition_requests(),
             repartition_progress=self.repartition_progress,
             members=self.members,
+            # a move started now records the generation it is pushed at
+            commit_generation=max(self.state.generation + 1, self._floor or 0),
         )
         self.steps += 1
         for event in decision.events:

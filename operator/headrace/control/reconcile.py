@@ -110,7 +110,8 @@ class Problem:
 class Decision:
     #: the state to persist and to push to brokers (only if ``changed``)
     state: ClusterState
-    #: True iff anything persisted changed; then ``state.generation`` is one higher
+    #: True iff anything persisted changed; then ``state.generation`` is the commit
+    #: generation (by default one higher)
     changed: bool
     liveness: Liveness
     #: lowest topology generation acked by clients of live brokers; None if none acked
@@ -141,6 +142,7 @@ def reconcile(
     repartition_requests: Sequence[RepartitionRequest] = (),
     repartition_progress: Mapping[str, RepartitionProgress] | None = None,
     members: Collection[int] | None = None,
+    commit_generation: int | None = None,
 ) -> Decision:
     """One step. ``observing_since_ms``: when this controller started polling brokers.
 
@@ -149,7 +151,14 @@ def reconcile(
     the Unloads, oldest first; ``unload_progress`` their persisted progress
     by name (see ``unloads``). ``members``: the brokers the cluster should have; when
     given, replicas move off the others and are spread over new members (``moves``).
+    ``commit_generation``: the generation a changed state is committed and pushed at
+    (default one above ``state.generation``; a controller whose last commit failed must
+    go higher).
     """
+    if commit_generation is None:
+        commit_generation = state.generation + 1
+    if commit_generation <= state.generation:
+        raise ValueError(f"commit generation {commit_generation} is not above {state.generation}")
     for broker_id, hb in heartbeats.items():
         if hb.broker_id != broker_id:
             raise ValueError(f"heartbeat of broker {hb.broker_id} filed under {broker_id}")
@@ -235,6 +244,8 @@ def reconcile(
         busy=busy,
         now_ms=now_ms,
         settings=settings,
+        pushed_at=commit_generation,
+        applied={b: heartbeats[b].generation for b in liveness.live},
     )
     topics = reassigned.topics
     events.extend(Event(kind, subject, message) for kind, subject, message in reassigned.events)
@@ -246,7 +257,7 @@ def reconcile(
     result = ClusterState(state.generation, brokers, topics)
     changed = not result.same_content(state)
     if changed:
-        result = replace(result, generation=state.generation + 1)
+        result = replace(result, generation=commit_generation)
     return Decision(
         result,
         changed,

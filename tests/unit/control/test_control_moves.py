@@ -22,7 +22,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from headrace.control import reconcile as rc
-from headrace.control.model import ClusterState, PartitionState, PartitionStatus, TopicSpec
+from headrace.control import topology
+from headrace.control.liveness import Liveness
+from headrace.control.model import (
+    ClusterState,
+    PartitionState,
+    PartitionStatus,
+    TopicSpec,
+    TopicStatus,
+)
 from headrace.control.settings import ControlSettings
 from headrace.protocol.coordination import Heartbeat, PartitionReport
 
@@ -94,7 +102,13 @@ class CopyingFleet:
         for b, node in self.nodes.items():
             if node.up:
                 self.latest[b] = Heartbeat(
-                    info(b), self.clock.now_ms, None, False, tuple(reports[b]), ()
+                    info(b),
+                    self.clock.now_ms,
+                    None,
+                    False,
+                    tuple(reports[b]),
+                    (),
+                    generation=state.generation,  # every live broker applied the push
                 )
         return dict(self.latest)
 
@@ -257,6 +271,81 @@ def test_without_members_nothing_moves() -> None:
     )
     assert not any(p.target for t in d.state.topics.values() for p in t.partitions)
     assert d.reassignment == rc.moves.Summary()
+
+
+# Review finding F1: the LRS a move reads is the leader's report, so it counts only from a
+# leader that applied the push that started the move.
+
+LIVE = Liveness(frozenset({0, 1, 2, 3}), frozenset(), frozenset(), frozenset())
+
+
+def stale_lrs_move() -> dict[str, TopicStatus]:
+    """Broker 3 comes back into partition 0 (balancing) at generation 7; the leader's last
+    report still names it in sync, from before it was removed and dropped its copy."""
+    p = PartitionStatus(
+        0,
+        replicas=(0, 1, 2, 3),
+        leader=0,
+        leader_epoch=2,
+        live_replicas=(0, 1, 2, 3),
+        state=ONLINE,
+        target=(0, 1, 3),
+        target_generation=7,
+    )
+    return {T: TopicStatus(T, 1, (p,), {})}
+
+
+def advance(topics: dict[str, TopicStatus], applied: dict[int, int]) -> rc.moves.Moved:
+    return rc.moves.step(
+        topics,
+        members=None,
+        liveness=LIVE,
+        reports={},
+        busy=(),
+        now_ms=0,
+        settings=SETTINGS,
+        pushed_at=8,
+        applied=applied,
+    )
+
+
+def test_a_move_waits_for_a_leader_that_has_not_applied_its_push() -> None:
+    topics = stale_lrs_move()
+    waiting = advance(topics, {0: 6, 1: 7, 2: 7, 3: 7})
+    assert waiting.topics == topics and not waiting.events, "a stale LRS completes nothing"
+    done = advance(topics, {0: 7, 1: 7, 2: 7, 3: 7})
+    (p,) = done.topics[T].partitions
+    assert (p.replicas, p.target, p.target_generation) == ((0, 1, 3), (), 0)
+    assert [e[0] for e in done.events] == ["MoveCompleted"]
+
+
+def test_a_move_recorded_without_a_generation_is_not_fenced() -> None:
+    # a Topic status written by an operator from before the fence
+    topics = stale_lrs_move()
+    (p,) = topics[T].partitions
+    old = {T: replace(topics[T], partitions=(replace(p, target_generation=0),))}
+    assert [e[0] for e in advance(old, {}).events] == ["MoveCompleted"]
+
+
+def test_a_started_move_records_the_generation_it_is_pushed_at_and_keeps_it() -> None:
+    c = Controller()
+    c.run(5)
+    c.members = {0, 1, 2, 3}
+    c.fleet.nodes[3].up = True
+    d = c.step()
+    moving = [p for _, p in c.partitions() if p.target]
+    assert moving and all(p.target_generation == d.state.generation for p in moving)
+    pushed = topology.cluster_topology(d.state, "test")
+    generations = {a.move_generation for t in pushed.topics for a in t.assignments}
+    assert generations == {0, d.state.generation}, "the push tells leaders a move started"
+    doc = json.loads(json.dumps(d.state.to_json()))
+    assert ClusterState.from_json(doc) == d.state, "targetGeneration is persisted"
+    assert all(
+        "targetGeneration" not in p
+        for t in doc["topics"]
+        for p in t["partitions"]
+        if not p.get("targetReplicas")
+    ), "a partition with no move has no targetGeneration"
 
 
 def test_scale_up_moves_replicas_and_some_leaderships_onto_the_new_broker() -> None:
