@@ -85,7 +85,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from headrace.control.liveness import Liveness
+from headrace.control.liveness import Liveness, placeable
 from headrace.control.model import PartitionState, PartitionStatus, TopicStatus, normalise_lrs
 from headrace.control.settings import ControlSettings
 from headrace.protocol.coordination import PartitionReport
@@ -325,7 +325,7 @@ def _plan(
 ) -> Summary:
     """Start moves in ``topics`` (updated in place); the summary, minus ``moving``.
     ``pushed_at``: the generation the moves started here are pushed at."""
-    eligible = sorted((liveness.live & members) - liveness.draining)
+    eligible = sorted(placeable(liveness, members))
     cluster_holds: Counter[int] = Counter(
         b for t in topics.values() for p in t.partitions for b in _final(p)
     )

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from headrace.control import cohort_plans, election, moves, placement, repartitions, unloads
-from headrace.control.liveness import Liveness, adoption_floor, assess
+from headrace.control.liveness import Liveness, adoption_floor, assess, placeable
 from headrace.control.model import (
     ClusterState,
     CohortPlan,
@@ -211,6 +211,7 @@ def reconcile(
         frozenset(known | set(brokers)),
         now_ms,
         settings,
+        members=members,
     )
     events.extend(Event(kind, subject, message) for kind, subject, message in unload_events)
     problems.extend(_check_seals(topics, progress, unload_requests))
@@ -229,6 +230,7 @@ def reconcile(
         unloading=_unloading(topics, unload_requests, progress),
         now_ms=now_ms,
         settings=settings,
+        members=members,
     )
     topics = moved.topics
     events.extend(Event(kind, subject, message) for kind, subject, message in moved.events)
@@ -358,9 +360,8 @@ def _create(
         return None
     others = [p.replicas for t in topics.values() for p in t.partitions]
     try:
-        eligible = liveness.live - liveness.draining
-        if members is not None:  # a broker being removed gets no new topic
-            eligible = eligible & frozenset(members)
+        # a broker being removed gets no new topic
+        eligible = placeable(liveness, members)
         lists = placement.place(spec.partitions, spec.replicas, eligible, others=others)
     except placement.NotEnoughBrokers as exc:
         problems.append(Problem(spec.name, "NotEnoughBrokers", exc.message))
