@@ -162,4 +162,5 @@ class Fleet:
             broker.draining,
             tuple(reports),
             cohorts,
+            generation=state.generation,  # it answers from the state last pushed
         )
