@@ -63,3 +63,26 @@ async def test_a_move_adding_back_a_replica_the_leader_never_saw_leave_makes_it_
         what="broker 2 back in sync",
     )
     assert cluster.partition_report(2, TOPIC, 0)["logEndOffset"] >= 100
+
+
+async def test_an_in_sync_follower_the_reset_catches_is_back_without_new_records(
+    cluster: Cluster,
+) -> None:
+    # The controller's LRS lags the leader's (it had not heard that broker 2 caught up)
+    # when a move starts: the leader resets broker 2 too. On an idle partition broker 2
+    # names no new position, so the leader must credit the one its fetch session holds.
+    place(cluster, [0, 1, 2], [0, 1, 2], 0)
+    cluster.push()
+    async with Producer(cluster.bootstrap, acks="all", linger_ms=1) as producer:
+        for f in await producer.send_many(TOPIC, [b"x"] * 100, partition=0):
+            await f
+    cluster.wait(
+        lambda: cluster.partition_report(0, TOPIC, 0)["liveReplicas"] == [0, 1, 2],
+        what="every replica in sync",
+    )
+    place(cluster, [0, 1, 2], [0, 1], cluster.generation + 1)
+    cluster.push()
+    cluster.wait(
+        lambda: cluster.partition_report(0, TOPIC, 0)["liveReplicas"] == [0, 1, 2],
+        what="broker 2 credited from its session, with nothing produced",
+    )
