@@ -149,8 +149,8 @@ def step(
     busy: Collection[str],
     now_ms: int,
     settings: ControlSettings,
-    pushed_at: int = 0,
-    applied: Mapping[int, int] | None = None,
+    pushed_at: int,
+    applied: Mapping[int, int],
 ) -> Moved:
     """Advance every move in flight, then start new ones (see the module doc).
 
@@ -160,7 +160,6 @@ def step(
     result is pushed at (a move started here records it). ``applied``: the generation
     each live broker's heartbeat says it applied.
     """
-    applied = applied or {}
     events: list[tuple[str, str, str]] = []
     out = dict(topics)
     summary = Summary()
