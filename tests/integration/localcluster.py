@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -85,6 +86,18 @@ class LocalCluster:
     def state(self) -> dict[str, Any]:
         with urllib.request.urlopen(f"{self.controller_url}/v1/state", timeout=5) as resp:
             return dict(json.loads(resp.read()))
+
+    def log_ends(self, topic: str, partition: int) -> dict[int, int]:
+        """Broker id -> its replica's log end offset as the controller last heard it (what
+        an election ranks candidates by)."""
+        query = urllib.parse.urlencode({"topic": topic})
+        url = f"{self.controller_url}/v1/replicas?{query}"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            doc = json.loads(resp.read())
+        for p in doc["topics"].get(topic, []):
+            if p["partition"] == partition:
+                return {int(b): int(end) for b, end in p["logEndOffsets"].items()}
+        return {}
 
     def partitions(self, topic: str) -> list[dict[str, Any]]:
         for t in self.state()["cluster"].get("topics", []):

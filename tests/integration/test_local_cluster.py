@@ -324,7 +324,12 @@ async def test_election_picks_the_least_lagging_live_replica(cluster: LocalClust
         async with Producer(cluster.bootstrap, acks="leader") as producer:
             await producer.send_many("lag", [b"ahead-only"] * 500, partition=0)
             await producer.flush()
-        await asyncio.sleep(1.2)  # `ahead` replicates and the controller hears its log end
+        cluster.wait(  # `ahead` replicates all 700 and the controller has heard so
+            lambda: cluster.log_ends("default/lag", 0).get(ahead, 0) >= 700,
+            what=f"the controller hearing broker {ahead}'s log end reach 700",
+            timeout=20,
+        )
+        assert cluster.log_ends("default/lag", 0).get(behind, 0) < 700, "the paused one lags"
         cluster.kill_broker(leader)
         cluster.wait(
             lambda: cluster.partitions("default/lag")[0]["leader"] not in (leader, None),

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import urllib.request
-from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,14 +23,14 @@ from typing import Any
 import pytest
 
 from bench.procs import run_headrace
-from headrace.client import Producer
 from headrace.errors import HeadraceError
+from tests.integration.acked_load import Acked, AckedLoad, check_stored_once, keys
 from tests.integration.localcluster import LocalCluster, topic_manifest
 from tests.integration.reading import read_partition
 
 TOPIC = "default/scaling"
 PARTITIONS = 6
-KEYS = [f"key-{k:02d}".encode() for k in range(24)]
+KEYS = keys(24)
 
 
 @pytest.fixture
@@ -65,83 +64,18 @@ async def read_all(c: LocalCluster, partition: int) -> list[tuple[int, bytes, by
     raise AssertionError(f"partition {partition} unreadable")
 
 
-class Load:
-    """A keyed acks=all producer, until ``stop``; ``acked``: (partition, offset, key, value)."""
-
-    def __init__(self, c: LocalCluster) -> None:
-        self.c = c
-        self.acked: list[tuple[int, int, bytes, bytes]] = []
-        self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run())
-
-    async def wait_for_more(self, count: int, timeout: float = 60.0) -> None:
-        """Until ``count`` more records than now are acknowledged (the load is flowing)."""
-        target = len(self.acked) + count
-        deadline = asyncio.get_running_loop().time() + timeout
-        while len(self.acked) < target:
-            if asyncio.get_running_loop().time() > deadline:
-                raise AssertionError(f"{count} more acks not seen in {timeout:.0f}s")
-            await asyncio.sleep(0.05)
-
-    async def stop(self) -> None:
-        self._stop.set()
-        if self._task is not None:
-            await self._task
-
-    async def _run(self) -> None:
-        seq: dict[bytes, int] = defaultdict(int)
-        async with Producer(
-            self.c.bootstrap, acks="all", linger_ms=2, delivery_timeout_ms=60_000
-        ) as producer:
-            pending: set[asyncio.Task[None]] = set()
-
-            async def settle(receipt: object, key: bytes, value: bytes) -> None:
-                with contextlib.suppress(HeadraceError):
-                    meta = await receipt  # type: ignore[misc]
-                    self.acked.append((meta.partition, meta.offset, key, value))
-
-            while not self._stop.is_set():
-                for key in KEYS:
-                    value = key + b":%08d" % seq[key]
-                    seq[key] += 1
-                    task = asyncio.create_task(
-                        settle(await producer.send("scaling", value, key=key), key, value)
-                    )
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                await asyncio.sleep(0.01)
-            await asyncio.gather(*pending)
+def load_on(c: LocalCluster) -> AckedLoad:
+    return AckedLoad(c.bootstrap, "scaling", KEYS)
 
 
-async def check_nothing_lost(c: LocalCluster, acked: list[tuple[int, int, bytes, bytes]]) -> None:
-    """Every acknowledged record stored once where acknowledged; contiguous; keys in order."""
-    stored: dict[tuple[int, int], tuple[bytes, bytes]] = {}
-    for p in range(PARTITIONS):
-        records = await read_all(c, p)
-        assert [o for o, _, _ in records] == list(range(len(records))), (
-            f"partition {p}: offsets not contiguous"
-        )
-        stored.update({(p, o): (k, v) for o, k, v in records})
-        by_key: dict[bytes, list[bytes]] = defaultdict(list)
-        for _, k, v in records:
-            by_key[k].append(v)
-        for k, values in by_key.items():
-            assert values == sorted(values), f"partition {p}: key {k!r} out of order"
-    values = [v for _, v in stored.values()]
-    assert len(values) == len(set(values)), "a record is stored twice"
-    for partition, offset, key, value in acked:
-        assert stored.get((partition, offset)) == (key, value), (
-            f"acknowledged {value!r} at {partition}/{offset} lost"
-        )
+async def check_nothing_lost(c: LocalCluster, acked: list[Acked]) -> None:
+    await check_stored_once(lambda p: read_all(c, p), PARTITIONS, acked)
 
 
 async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalCluster) -> None:
     assert cluster.apply(topic_manifest("scaling", PARTITIONS)).returncode == 0
     cluster.wait(lambda: online(cluster), what="topic online")
-    load = Load(cluster)
+    load = load_on(cluster)
     load.start()
     try:
         await load.wait_for_more(200)  # acks=all flowing before the scale up
@@ -187,7 +121,7 @@ async def test_a_controller_killed_mid_move_resumes_and_loses_nothing(
 ) -> None:
     assert cluster.apply(topic_manifest("scaling", PARTITIONS)).returncode == 0
     cluster.wait(lambda: online(cluster), what="topic online")
-    load = Load(cluster)
+    load = load_on(cluster)
     load.start()
     try:
         await load.wait_for_more(200)

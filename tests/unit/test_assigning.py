@@ -125,7 +125,7 @@ def test_no_leader_is_followed_with_none() -> None:
 def test_nothing_changed_keeps_the_role_and_refreshes_the_replicas() -> None:
     doc = topology(topic(T, assignment(0, leader=2, epoch=4, replicas=(1, 2))))
     actions = plan.plan({T: [hosted(0, leader_id=2, epoch=4)]}, doc, ME)
-    assert actions == [Keep(T, 0, (1, 2)), Unseal(T, 0)]
+    assert actions == [Keep(T, 0, (1, 2), (1, 2)), Unseal(T, 0)]
 
 
 def test_a_new_epoch_with_the_same_leader_is_a_change() -> None:
@@ -143,10 +143,21 @@ def test_a_leader_id_change_at_the_same_epoch_is_a_change() -> None:
 # --------------------------------------------------------------------------- seals
 
 
+def test_a_move_generation_reaches_the_leader_with_the_controllers_lrs() -> None:
+    # review finding F1: a leader seeing a new move resets followers outside that LRS
+    doc = topology(
+        topic(T, assignment(0, epoch=4, replicas=(0, 1, 2, 3), lrs=[0, 1], moveGeneration=9))
+    )
+    kept = plan.plan({T: [hosted(0, leader=True, leader_id=ME, epoch=4)]}, doc, ME)
+    assert kept[0] == Keep(T, 0, (0, 1, 2, 3), (0, 1), move_generation=9)
+    led = plan.plan({T: [hosted(0, leader_id=2, epoch=3)]}, doc, ME)
+    assert led[0] == Lead(T, 0, 4, (0, 1, 2, 3), (0, 1), move_generation=9)
+
+
 def test_a_seal_asked_of_the_current_leader_keeps_appends_until_fenced() -> None:
     doc = topology(topic(T, assignment(0, leader=ME, epoch=4, seal=True)))
     actions = plan.plan({T: [hosted(0, leader=True, leader_id=ME, epoch=4)]}, doc, ME)
-    assert actions == [Keep(T, 0, (0, 1, 2)), Seal(T, 0, took_over=False)]
+    assert actions == [Keep(T, 0, (0, 1, 2), (0, 1, 2)), Seal(T, 0, took_over=False)]
 
 
 def test_a_seal_asked_of_a_new_leader_is_a_takeover() -> None:
@@ -158,7 +169,7 @@ def test_a_seal_asked_of_a_new_leader_is_a_takeover() -> None:
 def test_a_follower_never_seals() -> None:
     doc = topology(topic(T, assignment(0, leader=2, epoch=4, seal=True)))
     actions = plan.plan({T: [hosted(0, leader_id=2, epoch=4)]}, doc, ME)
-    assert actions == [Keep(T, 0, (0, 1, 2)), Unseal(T, 0)]
+    assert actions == [Keep(T, 0, (0, 1, 2), (0, 1, 2)), Unseal(T, 0)]
 
 
 # --------------------------------------------------------------------------- moves

@@ -78,6 +78,38 @@ def test_a_removed_follower_leaves_the_lrs_and_no_longer_holds_the_hw() -> None:
     assert lrs.tick(120, START + 20_000) == {1}, "only the remaining follower is checked"
 
 
+def test_a_move_the_leader_has_not_seen_makes_followers_outside_the_controllers_lrs_fetch_again() -> (
+    None
+):
+    # Review finding F1: this leader missed the push that removed broker 2 (which then
+    # dropped its copy) and gets the one adding it back. Broker 2 never stopped being a
+    # member here, and its old progress says it is in sync.
+    lrs = fresh()
+    for follower in (1, 2):
+        lrs.on_fetch(follower, 100, 100, START + 100)
+    assert lrs.advance(100) and lrs.high_watermark == 100
+    assert lrs.reassign([0, 1, 2], START + 200, in_sync=[0, 1], move_generation=7)
+    assert lrs.sorted_lrs() == [0, 1], "a follower the controller does not count must fetch again"
+    assert lrs.followers[2].leo == 0
+    assert not lrs.rejoin(100, START + 300, {1: START + 300, 2: START + 300}), (
+        "a session fetch proves it alive, not that it holds the records"
+    )
+    assert not lrs.on_fetch(2, 0, 100, START + 400), "it starts empty"
+    assert lrs.on_fetch(2, 100, 100, START + 900), "it re-enters once it has copied up to the HW"
+    # the same move pushed again (or a later push of it) resets nothing
+    assert not lrs.reassign([0, 1, 2], START + 1_000, in_sync=[0, 1], move_generation=7)
+    assert lrs.sorted_lrs() == [0, 1, 2] and lrs.followers[2].leo == 100
+    # no generation (no move, or an older controller): nothing is reset
+    assert not lrs.reassign([0, 1, 2], START + 1_100, in_sync=[0, 1], move_generation=0)
+    assert lrs.sorted_lrs() == [0, 1, 2]
+
+
+def test_a_new_leader_takes_the_move_generation_it_was_told_and_resets_nobody_for_it() -> None:
+    lrs = LeaderReplicaSet.become_leader(0, [0, 1, 2], [0, 1, 2], 0, START, move_generation=7)
+    assert not lrs.reassign([0, 1, 2], START + 100, in_sync=[0, 1], move_generation=7)
+    assert lrs.sorted_lrs() == [0, 1, 2]
+
+
 # ----------------------------------------------------------------- fetch sessions
 # A follower's session fetch names a partition only when its position there changed;
 # ``fetched_ms`` (its last session fetch) stands for the fetches that did not name it.

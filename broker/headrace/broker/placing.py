@@ -81,8 +81,8 @@ class Placer:
                     partition = self._partition(topic, index)
                     if self.tiering.reopen(partition, moves, start_offset, epoch):
                         deferred.add((topic, index))
-                case plan.Keep(topic, index, replicas):
-                    self._keep(self._partition(topic, index), list(replicas))
+                case plan.Keep():
+                    self._keep(self._partition(action.topic, action.index), action)
                 case plan.Lead():
                     self._lead(self._partition(action.topic, action.index), action)
                 case plan.Follow():
@@ -102,20 +102,32 @@ class Placer:
     def _partition(self, topic: str, index: int) -> Partition:
         return self.registry.topics[topic].partitions[index]
 
-    def _keep(self, partition: Partition, replicas: list[int]) -> None:
-        """Same role; the replica set may have changed (a move adds or removes replicas)."""
+    def _keep(self, partition: Partition, a: plan.Keep) -> None:
+        """Same role; the replica set may have changed (a move adds or removes replicas),
+        or a move started (a leader makes the followers it cannot trust fetch again)."""
+        replicas = list(a.replicas)
         changed = partition.replicas != replicas
         partition.replicas = replicas
-        if changed and partition.role is Role.LEADER and partition.replica_set is not None:
-            if partition.replica_set.reassign(replicas, clock.monotonic_ms()):
-                log.info(
-                    "%s: replicas now %s, live replica set %s",
-                    partition.name,
-                    replicas,
-                    sorted(partition.replica_set.lrs),
-                )
-            # a removed follower no longer holds the HW back
-            partition.advance_high_watermark()
+        rs = partition.replica_set
+        if partition.role is not Role.LEADER or rs is None:
+            return
+        new_move = a.move_generation != rs.move_generation
+        if not (changed or new_move):
+            return
+        lrs_changed = rs.reassign(
+            replicas, clock.monotonic_ms(), in_sync=a.lrs, move_generation=a.move_generation
+        )
+        if lrs_changed:
+            log.info(
+                "%s: replicas now %s, live replica set %s", partition.name, replicas, sorted(rs.lrs)
+            )
+        if new_move and a.move_generation:
+            # Followers reset to LEO 0 are known again from their sessions' positions:
+            # have every session look at the partition now (an idle follower names its
+            # position only when it changes), and the heartbeat report it.
+            partition.followers_reset()
+        # a removed follower no longer holds the HW back
+        partition.advance_high_watermark()
 
     def _lead(self, partition: Partition, a: plan.Lead) -> None:
         partition.replicas = list(a.replicas)
@@ -139,6 +151,7 @@ class Placer:
             clock.monotonic_ms(),
             lag_max_ms=self.settings.replica_lag_max_ms,
             fetch_silence_max_ms=self.settings.replica_fetch_silence_max_ms,
+            move_generation=a.move_generation,
         )
         partition.advance_high_watermark()
         log.info(

@@ -342,6 +342,13 @@ class Partition:
         for listener in list(self._cursor_listeners):
             listener(self)
 
+    def followers_reset(self) -> None:
+        """The leader reset some followers' progress (a move started): wake whoever
+        follows the log end, as an append does, so fetch sessions answer with the
+        partition and re-credit their followers' positions."""
+        for listener in list(self._append_listeners):
+            listener(self)
+
     def appended(self) -> None:
         """The log end moved: wake long-polling followers, then recompute the HW."""
         for listener in list(self._append_listeners):

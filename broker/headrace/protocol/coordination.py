@@ -369,9 +369,13 @@ class PartitionPlacement:
     moves: int = 0
     #: where incarnation ``moves`` starts; None after a move: derive it from the object store
     start_offset: int | None = 0
+    #: the topology generation that started the replica move in flight (``control.moves``);
+    #: 0: none. A leader seeing a new one makes followers outside ``lrs`` fetch again to
+    #: count as in sync (``replication.leader``)
+    move_generation: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "partition": self.partition,
             "replicas": list(self.replicas),
             "leader": self.leader,
@@ -381,6 +385,9 @@ class PartitionPlacement:
             "moves": self.moves,
             "startOffset": self.start_offset,
         }
+        if self.move_generation:  # only while a move runs
+            doc["moveGeneration"] = self.move_generation
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> PartitionPlacement:
@@ -398,6 +405,7 @@ class PartitionPlacement:
             optional(doc, "seal", bool, w) or False,
             optional(doc, "moves", int, w) or 0,
             start,
+            optional(doc, "moveGeneration", int, w) or 0,
         )
 
 

@@ -25,7 +25,9 @@ gives this broker (both idempotent)::
                                                  ``plan_reopened`` plans them when it is done
     I lead; role, epoch or leader changed        Lead
     another broker leads (or none); changed      Follow
-    nothing changed                              Keep     (the replica list is refreshed)
+    nothing changed                              Keep     (the replica list is refreshed; a
+                                                          leader resets followers when a
+                                                          move it has not seen starts)
     a seal is asked and I lead                   Seal     (took_over: the role changed now)
     otherwise                                    Unseal   (no-op unless a seal was withdrawn)
 
@@ -77,6 +79,9 @@ class PlacementDoc(Protocol):
 
     @property
     def start_offset(self) -> int | None: ...
+
+    @property
+    def move_generation(self) -> int: ...
 
 
 class TopicDoc(Protocol):
@@ -161,6 +166,8 @@ class Lead:
     epoch: int
     replicas: tuple[int, ...]
     lrs: tuple[int, ...]
+    #: ``PlacementDoc.move_generation``
+    move_generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,6 +185,10 @@ class Keep:
     topic: str
     index: int
     replicas: tuple[int, ...]
+    #: the controller's LRS and ``PlacementDoc.move_generation``: a leader resets the
+    #: progress of followers outside it when a move it has not seen starts
+    lrs: tuple[int, ...] = ()
+    move_generation: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,9 +288,9 @@ def place(h: Hosted, a: PlacementDoc, me: int, *, force: bool = False) -> list[A
     )
     role: Action
     if not changed:
-        role = Keep(h.topic, h.index, tuple(a.replicas))
+        role = Keep(h.topic, h.index, tuple(a.replicas), tuple(a.lrs), a.move_generation)
     elif leads:
-        role = Lead(h.topic, h.index, a.epoch, tuple(a.replicas), tuple(a.lrs))
+        role = Lead(h.topic, h.index, a.epoch, tuple(a.replicas), tuple(a.lrs), a.move_generation)
     else:
         role = Follow(h.topic, h.index, a.leader, a.epoch, tuple(a.replicas))
     if a.seal and leads:

@@ -24,6 +24,8 @@ leader included: every LRS member has every record below it, so it is what
     replica set changes (a move)              an added follower starts outside the LRS at LEO 0
                                               and enters it like any other (fetch at >= HW); a
                                               removed one leaves the LRS and is forgotten
+    a move this leader has not seen starts    every follower outside the controller's LRS
+      (``move_generation`` is new)            starts over as an added one (see ``reassign``)
 
 A fetch session (``protocol.replication``) names a partition only when the
 follower's position in it changed; every fetch over the session is still
@@ -48,7 +50,7 @@ is always caught up, so only the silence bound can notice that it is gone.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 
 
@@ -72,6 +74,9 @@ class LeaderReplicaSet:
     #: a follower that has not fetched for this long leaves the LRS
     fetch_silence_max_ms: int = 3_000
     followers: dict[int, FollowerProgress] = field(default_factory=dict)
+    #: the topology generation that started the partition's move in flight, as last
+    #: pushed (0: no move, or a controller that does not say)
+    move_generation: int = 0
 
     @classmethod
     def become_leader(
@@ -85,6 +90,7 @@ class LeaderReplicaSet:
         lag_max_ms: int = 10_000,
         lag_max_records: int = -1,
         fetch_silence_max_ms: int = 3_000,
+        move_generation: int = 0,
     ) -> LeaderReplicaSet:
         members = {r for r in lrs if r in replicas} | {leader_id}
         followers = {r: FollowerProgress(0, now_ms, now_ms) for r in replicas if r != leader_id}
@@ -97,9 +103,17 @@ class LeaderReplicaSet:
             lag_max_records,
             fetch_silence_max_ms,
             followers,
+            move_generation,
         )
 
-    def reassign(self, replicas: list[int], now_ms: int) -> bool:
+    def reassign(
+        self,
+        replicas: list[int],
+        now_ms: int,
+        *,
+        in_sync: Collection[int] | None = None,
+        move_generation: int = 0,
+    ) -> bool:
         """The replica set changed under this leader (a move, ``control.moves``). True if
         the LRS changed.
 
@@ -107,9 +121,26 @@ class LeaderReplicaSet:
         would hold the HW (and every ``acks=all`` producer) back until it had copied the
         whole log. It enters once it has fetched up to the HW, as a returning follower
         does. A removed follower leaves at once, so the HW no longer waits for it.
+
+        ``move_generation`` and ``in_sync`` (the controller's LRS, pushed with it): when
+        a move this leader has not seen yet starts, every follower outside ``in_sync``
+        starts over as an added one, out of the LRS at LEO 0, and must fetch again to
+        count as in sync. A leader that missed the push removing broker B from the
+        partition, then got the one adding it back, saw B stay a member throughout; B
+        dropped its copy in between and starts empty, but its old progress here would
+        keep it in the LRS, and the move would complete on it (review finding F1). The
+        controller's LRS never names a replica the move adds, so B is reset; an old
+        member the controller had not yet heard was in sync is reset too, and re-enters
+        at its next fetch (its session position, ``broker.replicating``).
         """
         before = set(self.lrs)
         self.replicas = list(replicas)
+        if move_generation and move_generation != self.move_generation and in_sync is not None:
+            for r in self.followers:
+                if r not in in_sync:
+                    self.followers[r] = FollowerProgress(0, now_ms, now_ms)
+                    self.lrs.discard(r)
+        self.move_generation = move_generation
         for r in replicas:
             if r != self.leader_id and r not in self.followers:
                 self.followers[r] = FollowerProgress(0, now_ms, now_ms)

@@ -47,7 +47,7 @@ def operator(
         if failed is not None and failed.failed:
             print(f"--- operator log\n{installed.logs()[-8000:]}", file=sys.stderr)
         # While the operator runs, so that it removes its finalizers: the Topics' first
-        # (their data finalizer needs the brokers), then the clusters' (the garbage
+        # (their data finalizer needs the brokers), then the Users', then the clusters' (the garbage
         # collector then deletes the StatefulSets and the brokers go now, not with the
         # namespace).
         cluster.kubectl_run(
@@ -55,6 +55,11 @@ def operator(
             check=False, timeout=90,
         )  # fmt: skip
         release_stuck_topics(cluster, namespace)
+        # Users carry kopf's finalizer (it takes them out of the ACL file first)
+        cluster.kubectl_run(
+            "delete", "user", "--all", "-n", namespace, "--timeout=60s",
+            check=False, timeout=90,
+        )  # fmt: skip
         cluster.kubectl_run(
             "delete", "brokercluster", "--all", "-n", namespace, "--timeout=60s",
             check=False, timeout=90,

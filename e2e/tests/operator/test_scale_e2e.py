@@ -16,21 +16,17 @@ Test bed only, as ``test_operator_e2e``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
-from collections import defaultdict
 from typing import Any
 
 import pytest
 
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.test_operator_e2e import pod_ips, server_side_apply, topic_status
-from headrace.client import Producer
-from headrace.errors import HeadraceError
+from tests.integration.acked_load import AckedLoad, Stored, check_stored_once, keys
 from tests.integration.reading import read_partition
 
 PARTITIONS = 4
-KEYS = [f"key-{k:02d}".encode() for k in range(16)]
+KEYS = keys(16)
 
 
 def manifests(namespace: str) -> list[dict[str, Any]]:
@@ -54,48 +50,6 @@ def manifests(namespace: str) -> list[dict[str, Any]]:
             },
         },
     ]
-
-
-class Load:
-    """A keyed acks=all producer on its own thread and event loop, until ``stop``."""
-
-    def __init__(self, bootstrap: str, topic: str) -> None:
-        self.bootstrap = bootstrap
-        self.topic = topic
-        self.acked: list[tuple[int, int, bytes, bytes]] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=120)
-
-    async def _run(self) -> None:
-        seq: dict[bytes, int] = defaultdict(int)
-        async with Producer(
-            self.bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=60_000
-        ) as producer:
-            pending: set[asyncio.Task[None]] = set()
-
-            async def settle(receipt: object, key: bytes, value: bytes) -> None:
-                with contextlib.suppress(HeadraceError):
-                    meta = await receipt  # type: ignore[misc]
-                    self.acked.append((meta.partition, meta.offset, key, value))
-
-            while not self._stop.is_set():
-                for key in KEYS:
-                    value = key + b":%08d" % seq[key]
-                    seq[key] += 1
-                    task = asyncio.create_task(
-                        settle(await producer.send(self.topic, value, key=key), key, value)
-                    )
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
-                await asyncio.sleep(0.05)
-            await asyncio.gather(*pending)
 
 
 def conditions(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
@@ -156,8 +110,8 @@ def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: Cluster, namespa
     )
     ips = pod_ips(cluster, namespace)
     bootstrap = ",".join(f"{ip}:9092" for _, ip in sorted(ips.items()))
-    load = Load(bootstrap, topic)
-    load.start()
+    load = AckedLoad(bootstrap, topic, KEYS, linger_ms=5, pause_s=0.05)
+    load.start_thread()
     try:
         wait_for("a first acknowledged record", lambda: load.acked, 60)
 
@@ -198,29 +152,14 @@ def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: Cluster, namespa
         )
         wait_for("more acknowledged records", lambda: len(load.acked) > at_four + 50, 60)
     finally:
-        load.stop()
+        load.stop_thread()
     assert len(load.acked) > at_four > 0
 
-    async def read_all(partition: int) -> list[tuple[int, bytes, bytes]]:
+    async def read_all(partition: int) -> Stored:
         records = await read_partition(bootstrap, topic, partition)
         return [(r.offset, r.key or b"", r.value) for r in records]
 
-    stored: dict[tuple[int, int], tuple[bytes, bytes]] = {}
-    for p in range(PARTITIONS):
-        records = asyncio.run(read_all(p))
-        assert [o for o, _, _ in records] == list(range(len(records))), f"partition {p}"
-        stored.update({(p, o): (k, v) for o, k, v in records})
-        by_key: dict[bytes, list[bytes]] = defaultdict(list)
-        for _, k, v in records:
-            by_key[k].append(v)
-        for k, values in by_key.items():
-            assert values == sorted(values), f"partition {p}: key {k!r} out of order"
-    values = [v for _, v in stored.values()]
-    assert len(values) == len(set(values)), "a record is stored twice"
-    for partition, offset, key, value in load.acked:
-        assert stored.get((partition, offset)) == (key, value), (
-            f"acknowledged {value!r} at {partition}/{offset} lost"
-        )
+    asyncio.run(check_stored_once(read_all, PARTITIONS, load.acked))
     print(f"\n[e2e] scaled 3 -> 4 -> 3 under load: {len(load.acked)} acks=all records, none lost")
 
     # the Topic can still be deleted (deletionPolicy Retain waits for every broker the

@@ -24,7 +24,7 @@ forever. No label anywhere means no evidence of adoption: ``None``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 from headrace.protocol.coordination import Heartbeat
@@ -43,6 +43,16 @@ class Liveness:
     def warming_up(self) -> bool:
         """Some known broker has not been heard from yet: absence proves nothing."""
         return bool(self.unheard)
+
+
+def placeable(liveness: Liveness, members: Collection[int] | None) -> frozenset[int]:
+    """The brokers new replicas may go to: live, not draining, and, when the cluster says
+    which brokers it should have (``members``), one of them. A broker being scaled away
+    gets no new partition from a topic's creation, a repartition's grow, an unload or a
+    move (review finding F3: a grow and an unload once ignored ``members``, so the moves
+    had to take back what they had just placed)."""
+    eligible = liveness.live - liveness.draining
+    return eligible if members is None else eligible & frozenset(members)
 
 
 def is_live(heartbeat: Heartbeat | None, now_ms: int, ttl_ms: int) -> bool:

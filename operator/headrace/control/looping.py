@@ -367,6 +367,8 @@ class ControlLoop:
             repartition_requests=self.repartition_requests(),
             repartition_progress=self.repartition_progress,
             members=self.members,
+            # a move started now records the generation it is pushed at
+            commit_generation=max(self.state.generation + 1, self._floor or 0),
         )
         self.steps += 1
         for event in decision.events:
@@ -571,6 +573,28 @@ class ControlLoop:
             },
             retained=self.retained,
         ).to_json()
+
+    def replica_log_ends(self, topic: str | None = None) -> dict[str, Any]:
+        """Each partition's replica log end offsets as the latest heartbeats of the live
+        brokers report them: what an election ranks its candidates by (``election``,
+        least lag first). ``topic``: that topic only. Built on request, not every step."""
+        decision = self.last_decision
+        live = decision.liveness.live if decision is not None else frozenset()
+        ends: dict[str, dict[int, dict[str, int]]] = {}
+        for broker_id in sorted(live):
+            heartbeat = self.heartbeats.get(broker_id)
+            if heartbeat is None:
+                continue
+            for report in heartbeat.partitions:
+                if topic is None or report.topic == topic:
+                    by_broker = ends.setdefault(report.topic, {}).setdefault(report.partition, {})
+                    by_broker[str(broker_id)] = report.log_end_offset
+        return {
+            "topics": {
+                name: [{"partition": p, "logEndOffsets": ends[name][p]} for p in sorted(ends[name])]
+                for name in sorted(ends)
+            }
+        }
 
     def state_document(self) -> dict[str, Any]:
         decision = self.last_decision

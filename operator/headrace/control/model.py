@@ -122,6 +122,10 @@ class PartitionStatus:
     #: leader first; ``replicas`` is then the old set followed by the adding replicas.
     #: Empty when no move runs.
     target: tuple[int, ...] = ()
+    #: the topology generation that started the move (or last retargeted it): the
+    #: leader's LRS counts for the move only from a heartbeat of a leader that applied
+    #: it (``moves``). 0 with no move, or a move recorded before this field existed
+    target_generation: int = 0
 
     @property
     def replication_factor(self) -> int:
@@ -151,6 +155,8 @@ class PartitionStatus:
         }
         if self.target:  # only while a move runs: documents without one stay as they were
             doc["targetReplicas"] = list(self.target)
+            if self.target_generation:
+                doc["targetGeneration"] = self.target_generation
         return doc
 
     @classmethod
@@ -175,6 +181,7 @@ class PartitionStatus:
             _optional(doc, "moves", int, w) or 0,
             _optional(doc, "startOffset", int, w),
             _ints(doc, "targetReplicas", w, default=True),
+            _optional(doc, "targetGeneration", int, w) or 0,
         )
 
 

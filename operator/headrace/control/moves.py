@@ -22,6 +22,18 @@ restarted controller resumes a move exactly where it was::
                in the target, ONLINE, no seal                         LRS := LRS within target,
                                                                      target := () (Done)
 
+The LRS a phase reads is the leader's report, so it counts only from a leader
+that applied the push that started the move (``target_generation``, persisted
+with the target; its heartbeat's ``generation`` at or past it). A leader that
+missed the push removing broker B from the partition, then got the one adding
+B back, would otherwise still report B in sync with the progress B had before
+it dropped its copy, and the move would complete on an empty replica (review
+finding F1). The push carries the generation too, and a leader seeing a move
+start makes every follower outside the controller's LRS fetch again before it
+counts as in sync (``replication.leader``), so a report from a leader at that
+generation no longer names B until B has caught up. A move recorded without a
+generation (by an older controller) is not fenced.
+
 Removing is one status write: the next topology push names only the target,
 so removed replicas stop serving and drop their copy (``replication.assigning``
 ``Drop``), and the leader forgets their progress. Acknowledged data stays on
@@ -73,7 +85,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from headrace.control.liveness import Liveness
+from headrace.control.liveness import Liveness, placeable
 from headrace.control.model import PartitionState, PartitionStatus, TopicStatus, normalise_lrs
 from headrace.control.settings import ControlSettings
 from headrace.protocol.coordination import PartitionReport
@@ -137,12 +149,16 @@ def step(
     busy: Collection[str],
     now_ms: int,
     settings: ControlSettings,
+    pushed_at: int,
+    applied: Mapping[int, int],
 ) -> Moved:
     """Advance every move in flight, then start new ones (see the module doc).
 
     ``members``: the brokers the cluster should have; None plans no new moves
     (moves in flight still finish). ``busy``: topics an unload or repartition
-    is working on; no move starts there.
+    is working on; no move starts there. ``pushed_at``: the topology generation the
+    result is pushed at (a move started here records it). ``applied``: the generation
+    each live broker's heartbeat says it applied.
     """
     events: list[tuple[str, str, str]] = []
     out = dict(topics)
@@ -153,7 +169,7 @@ def step(
     for _ in range(_MAX_ROUNDS):
         before = dict(out)
         if members is not None:
-            summary = _plan(out, frozenset(members), liveness, busy, settings, events)
+            summary = _plan(out, frozenset(members), liveness, busy, settings, pushed_at, events)
         for name in sorted(out):
             topic = out[name]
             parts = tuple(
@@ -162,6 +178,7 @@ def step(
                     p,
                     liveness,
                     reports.get((name, p.partition), {}),
+                    applied,
                     now_ms,
                     settings,
                     events,
@@ -194,6 +211,7 @@ def _advance(
     p: PartitionStatus,
     liveness: Liveness,
     seen: Mapping[int, PartitionReport],
+    applied: Mapping[int, int],
     now_ms: int,
     settings: ControlSettings,
     events: list[tuple[str, str, str]],
@@ -201,10 +219,12 @@ def _advance(
     if p.target and not set(p.target) <= set(p.replicas):
         # something else reassigned the partition (an unload): the move is void
         events.append(("MoveAbandoned", f"{topic}/{p.partition}", "reassigned meanwhile"))
-        return replace(p, target=())
+        return replace(p, target=(), target_generation=0)
     if not p.target or p.seal or p.state is not ONLINE or p.leader is None:
         return p
     subject = f"{topic}/{p.partition}"
+    if applied.get(p.leader, 0) < p.target_generation:
+        return p  # the leader has not applied the move's push: its LRS may be stale
     if not set(p.target) <= set(p.live_replicas):
         return p  # Adding: the new followers are still catching up
     if p.leader not in p.target:
@@ -246,6 +266,7 @@ def _advance(
         replicas=p.target,
         live_replicas=normalise_lrs(p.target, p.live_replicas, p.leader),
         target=(),
+        target_generation=0,
         deadline_ms=None,
         tried=(),
     )
@@ -298,10 +319,12 @@ def _plan(
     liveness: Liveness,
     busy: Collection[str],
     settings: ControlSettings,
+    pushed_at: int,
     events: list[tuple[str, str, str]],
 ) -> Summary:
-    """Start moves in ``topics`` (updated in place); the summary, minus ``moving``."""
-    eligible = sorted((liveness.live & members) - liveness.draining)
+    """Start moves in ``topics`` (updated in place); the summary, minus ``moving``.
+    ``pushed_at``: the generation the moves started here are pushed at."""
+    eligible = sorted(placeable(liveness, members))
     cluster_holds: Counter[int] = Counter(
         b for t in topics.values() for p in t.partitions for b in _final(p)
     )
@@ -341,7 +364,7 @@ def _plan(
         if not p.target:
             budget -= 1
         parts = list(topic.partitions)
-        parts[i] = _retarget(p, target, load, cluster_holds)
+        parts[i] = _retarget(p, target, load, cluster_holds, pushed_at)
         topics[name] = replace(topic, partitions=tuple(parts))
         events.append(
             (
@@ -371,7 +394,7 @@ def _plan(
                 p = parts[i]
                 target = tuple(dest if b == source else b for b in p.replicas)
                 budget -= 1
-                parts[i] = _retarget(p, target, load, cluster_holds)
+                parts[i] = _retarget(p, target, load, cluster_holds, pushed_at)
                 events.append(
                     (
                         "MoveStarted",
@@ -466,9 +489,14 @@ def _balancing_move(
 
 
 def _retarget(
-    p: PartitionStatus, target: tuple[int, ...], load: _Load, cluster_holds: Counter[int]
+    p: PartitionStatus,
+    target: tuple[int, ...],
+    load: _Load,
+    cluster_holds: Counter[int],
+    pushed_at: int,
 ) -> PartitionStatus:
-    """``p`` moving to ``target``: replicas become the union; counts follow the new target."""
+    """``p`` moving to ``target`` from generation ``pushed_at``: replicas become the union;
+    counts follow the new target."""
     before = _final(p)
     for b in before:
         load.topic_holds[b] -= 1
@@ -480,4 +508,4 @@ def _retarget(
         cluster_holds[b] += 1
     load.topic_leads[target[0]] += 1
     union = (*p.replicas, *(b for b in target if b not in p.replicas))
-    return replace(p, replicas=union, target=target)
+    return replace(p, replicas=union, target=target, target_generation=pushed_at)

@@ -60,7 +60,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from headrace.control import cohort_plans, election, moves, placement, repartitions, unloads
-from headrace.control.liveness import Liveness, adoption_floor, assess
+from headrace.control.liveness import Liveness, adoption_floor, assess, placeable
 from headrace.control.model import (
     ClusterState,
     CohortPlan,
@@ -110,7 +110,8 @@ class Problem:
 class Decision:
     #: the state to persist and to push to brokers (only if ``changed``)
     state: ClusterState
-    #: True iff anything persisted changed; then ``state.generation`` is one higher
+    #: True iff anything persisted changed; then ``state.generation`` is the commit
+    #: generation (by default one higher)
     changed: bool
     liveness: Liveness
     #: lowest topology generation acked by clients of live brokers; None if none acked
@@ -141,6 +142,7 @@ def reconcile(
     repartition_requests: Sequence[RepartitionRequest] = (),
     repartition_progress: Mapping[str, RepartitionProgress] | None = None,
     members: Collection[int] | None = None,
+    commit_generation: int | None = None,
 ) -> Decision:
     """One step. ``observing_since_ms``: when this controller started polling brokers.
 
@@ -149,7 +151,14 @@ def reconcile(
     the Unloads, oldest first; ``unload_progress`` their persisted progress
     by name (see ``unloads``). ``members``: the brokers the cluster should have; when
     given, replicas move off the others and are spread over new members (``moves``).
+    ``commit_generation``: the generation a changed state is committed and pushed at
+    (default one above ``state.generation``; a controller whose last commit failed must
+    go higher).
     """
+    if commit_generation is None:
+        commit_generation = state.generation + 1
+    if commit_generation <= state.generation:
+        raise ValueError(f"commit generation {commit_generation} is not above {state.generation}")
     for broker_id, hb in heartbeats.items():
         if hb.broker_id != broker_id:
             raise ValueError(f"heartbeat of broker {hb.broker_id} filed under {broker_id}")
@@ -202,6 +211,7 @@ def reconcile(
         frozenset(known | set(brokers)),
         now_ms,
         settings,
+        members=members,
     )
     events.extend(Event(kind, subject, message) for kind, subject, message in unload_events)
     problems.extend(_check_seals(topics, progress, unload_requests))
@@ -220,6 +230,7 @@ def reconcile(
         unloading=_unloading(topics, unload_requests, progress),
         now_ms=now_ms,
         settings=settings,
+        members=members,
     )
     topics = moved.topics
     events.extend(Event(kind, subject, message) for kind, subject, message in moved.events)
@@ -235,6 +246,8 @@ def reconcile(
         busy=busy,
         now_ms=now_ms,
         settings=settings,
+        pushed_at=commit_generation,
+        applied={b: heartbeats[b].generation for b in liveness.live},
     )
     topics = reassigned.topics
     events.extend(Event(kind, subject, message) for kind, subject, message in reassigned.events)
@@ -246,7 +259,7 @@ def reconcile(
     result = ClusterState(state.generation, brokers, topics)
     changed = not result.same_content(state)
     if changed:
-        result = replace(result, generation=state.generation + 1)
+        result = replace(result, generation=commit_generation)
     return Decision(
         result,
         changed,
@@ -347,9 +360,8 @@ def _create(
         return None
     others = [p.replicas for t in topics.values() for p in t.partitions]
     try:
-        eligible = liveness.live - liveness.draining
-        if members is not None:  # a broker being removed gets no new topic
-            eligible = eligible & frozenset(members)
+        # a broker being removed gets no new topic
+        eligible = placeable(liveness, members)
         lists = placement.place(spec.partitions, spec.replicas, eligible, others=others)
     except placement.NotEnoughBrokers as exc:
         problems.append(Problem(spec.name, "NotEnoughBrokers", exc.message))

@@ -67,11 +67,11 @@ reads the partitions independently (see ``docs/repartition.md``).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from headrace.control import election, placement
-from headrace.control.liveness import Liveness
+from headrace.control.liveness import Liveness, placeable
 from headrace.control.model import (
     SPEC_EDIT,
     FinalizedBy,
@@ -113,6 +113,7 @@ def step(
     unloading: Mapping[str, str],
     now_ms: int,
     settings: ControlSettings,
+    members: Collection[int] | None = None,
 ) -> Outcome:
     """One step over every topic. ``generation``: the committed topology generation of the
     input state; ``unloading``: topic -> why an Unload makes it busy."""
@@ -191,6 +192,7 @@ def step(
             request.name,
             request.adoption_timeout_ms,
             out_topics,
+            placeable(liveness, members),
             liveness,
             now_ms,
         )
@@ -241,6 +243,7 @@ def step(
             SPEC_EDIT,
             settings.repartition_adoption_timeout_ms,
             out_topics,
+            placeable(liveness, members),
             liveness,
             now_ms,
         )
@@ -287,10 +290,12 @@ def _start(
     request: str,
     timeout_ms: int,
     topics: Mapping[str, TopicStatus],
+    eligible: frozenset[int],
     liveness: Liveness,
     now_ms: int,
 ) -> TopicStatus | str:
-    """The topic with its marker written and its version bumped; or why it must wait."""
+    """The topic with its marker written and its version bumped; or why it must wait.
+    ``eligible``: the brokers a grow may place new partitions on (``liveness.placeable``)."""
     if liveness.warming_up:
         return "waiting to hear from every known broker"
     have = len(topic.partitions)
@@ -298,7 +303,7 @@ def _start(
     if partitions > have:
         others = [p.replicas for n, t in topics.items() if n != topic.name for p in t.partitions]
         try:
-            grown = add_partitions(topic, partitions, liveness.live - liveness.draining, others)
+            grown = add_partitions(topic, partitions, eligible, others)
         except placement.NotEnoughBrokers as exc:
             return f"waiting for brokers: {exc.message}"
     marker = Transition(

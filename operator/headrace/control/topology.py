@@ -77,6 +77,8 @@ def cluster_topology(
                         p.seal,
                         p.moves,
                         p.start_offset,
+                        # a leader seeing a new one resets followers outside ``lrs``
+                        p.target_generation if p.target else 0,
                     )
                     for p in topic.partitions
                 ],

@@ -70,7 +70,9 @@ topic must exist and be tiered, the partitions in range, the target known.
 
 Placement without a target spreads as topic creation does (``placement``,
 counting the topic's other partitions and the other topics), avoiding the
-old owner when enough live, non-draining brokers remain, and never leaves it
+old owner when enough live, non-draining brokers remain (members only, when the
+controller knows the cluster's members: a broker being scaled away gets nothing new;
+``liveness.placeable``), and never leaves it
 leading when another member could. With fewer eligible brokers than
 replicas (some are down) it takes them all and fills up with the old
 replicas, which follow when they come back: a sealed partition is
@@ -81,12 +83,12 @@ replica). The replication factor never changes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Final
 
 from headrace.control import placement
-from headrace.control.liveness import Liveness
+from headrace.control.liveness import Liveness, placeable
 from headrace.control.model import (
     MovePhase,
     MoveProgress,
@@ -123,6 +125,8 @@ class Seen:
     reports: Mapping[int, PartitionReport]
     now_ms: int
     settings: ControlSettings
+    #: the brokers the cluster should have (``reconcile``'s ``members``); None: not known
+    members: frozenset[int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,9 +211,9 @@ def _placement(
         else:  # the old owner makes room
             rest = [b for b in p.replicas if b != m.from_broker][: rf - 1]
         return (target, *rest), ""
-    eligible = seen.liveness.live - seen.liveness.draining
+    eligible = placeable(seen.liveness, seen.members)
     if not eligible:
-        return None, "waiting for a live broker that is not draining to place it on"
+        return None, "waiting for a live member broker that is not draining to place it on"
     without_owner = eligible - {m.from_broker}
     pool = without_owner if len(without_owner) >= rf else eligible
     topic = seen.topics[seen.request.topic]
@@ -655,6 +659,7 @@ def step(
     known: frozenset[int],
     now_ms: int,
     settings: ControlSettings,
+    members: Collection[int] | None = None,
 ) -> tuple[dict[str, UnloadProgress], list[tuple[str, str, str]]]:
     """Advance every requested unload; updates ``topics`` in place (seal markers, reassignments).
 
@@ -672,7 +677,19 @@ def step(
     current = {r.name: progress.get(r.name) or UnloadProgress(r.name) for r in requests}
     for _ in range(len(requests) + 1):
         before = (dict(current), dict(topics))
-        _pass(requests, current, topics, specs, liveness, reports, known, now_ms, settings, events)
+        _pass(
+            requests,
+            current,
+            topics,
+            specs,
+            liveness,
+            reports,
+            known,
+            now_ms,
+            settings,
+            events,
+            None if members is None else frozenset(members),
+        )
         if (current, topics) == before:
             break
     for request in requests:
@@ -698,6 +715,7 @@ def _pass(
     now_ms: int,
     settings: ControlSettings,
     events: list[tuple[str, str, str]],
+    members: frozenset[int] | None,
 ) -> None:
     """One pass over the requests, in order; updates ``current`` and ``topics``."""
     claims: dict[tuple[str, int], str] = {}
@@ -717,6 +735,7 @@ def _pass(
             known,
             now_ms,
             settings,
+            members,
         )
         current[request.name] = new
         events.extend(said)
@@ -733,6 +752,7 @@ def _step_unload(
     known: frozenset[int],
     now_ms: int,
     settings: ControlSettings,
+    members: frozenset[int] | None,
 ) -> tuple[UnloadProgress, list[tuple[str, str, str]]]:
     if before.finished:
         return before, []
@@ -777,6 +797,7 @@ def _step_unload(
                 reports.get(key, {}),
                 now_ms,
                 settings,
+                members,
             )
             new_move, new_partition, _, notes = step_move(m, partitions[m.partition], seen)
             partitions[m.partition] = new_partition

@@ -152,6 +152,7 @@ class ControllerAdmin:
                 web.get("/metrics", self.metrics),
                 web.get("/v1/state", self.state),
                 web.get("/v1/topology", self.topology),
+                web.get("/v1/replicas", self.replicas),
                 web.get("/v1/topics", self.topics),
                 web.post("/v1/apply", self.apply),
                 web.post("/v1/delete", self.delete),
@@ -230,6 +231,12 @@ class ControllerAdmin:
             "files": self.access.files.status(),
         }
         return web.json_response(doc)
+
+    async def replicas(self, request: web.Request) -> web.Response:
+        """``?topic=<namespace/name>``: each replica's log end as the controller last heard
+        it (``Controller.replica_log_ends``)."""
+        topic = request.query.get("topic")
+        return web.json_response(self.controller.replica_log_ends(topic))
 
     async def topology(self, request: web.Request) -> web.Response:
         return web.json_response(self.controller.topology_document())

@@ -250,6 +250,9 @@ class Controller:
     def state_document(self) -> dict[str, Any]:
         return self.loop.state_document()
 
+    def replica_log_ends(self, topic: str | None = None) -> dict[str, Any]:
+        return self.loop.replica_log_ends(topic)
+
     async def step(self) -> Decision:
         started = time.process_time()
         decision = await self.loop.step()

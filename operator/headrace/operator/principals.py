@@ -7,7 +7,13 @@ the User's status: ``secret`` (token users), ``principal`` and a ``Ready`` condi
 A User whose cluster does not exist, or runs without ``spec.auth.enabled``, is not Ready
 and is tried again after ``retry_delay`` (5 s, doubling up to a minute, so a User left
 waiting costs few writes; the cluster's own workload handler renders the
-ACL file too when it appears or turns auth on). A deleted User is taken out of the file.
+ACL file too when it appears or turns auth on). A deleted User is taken out of the file
+before it goes: kopf's finalizer holds it until the file is written without it, and a
+failed write is tried again (review finding F7: an event handler, which kopf does not
+retry, left it in the file until the next sync). kopf puts the finalizer on every User it
+handles, existing ones too, at start-up; a User that goes without it (deleted before, or
+its finalizer removed by hand) is still taken out, once, when its deletion is seen, and
+the cluster's workload handler renders the whole file again at every operator start.
 
 Token rotation (``control.tokens``): a new ``spec.authentication.rotateToken`` value
 makes the next render mint a new token into the User's Secret and list the hashes of
@@ -36,7 +42,7 @@ from headrace.control import tokens
 from headrace.control.documents import condition, condition_time, epoch_ms, rfc3339
 from headrace.operator import auth
 from headrace.operator.handlers import GROUP, VERSION, OperatorContext, parse_cluster
-from headrace.operator.kube import ObjectRef
+from headrace.operator.kube import KubeApiError, ObjectRef
 from headrace.resources.users import AuthenticationType, User
 
 log = logging.getLogger(__name__)
@@ -210,13 +216,32 @@ async def _provision(
     )  # fmt: skip
 
 
+@kopf.on.delete(GROUP, VERSION, "users")
+async def user_removed(
+    body: kopf.Body, namespace: str | None, memo: Any, retry: int = 0, **_: Any
+) -> None:
+    """Take a User being deleted out of its cluster's ACL file (``auth.sync_acl`` leaves out
+    Users with a ``deletionTimestamp``); its finalizer goes only once that is written. Its
+    Secret goes with it: the garbage collector follows the owner reference."""
+    try:
+        await _drop_from_acl(memo.context, body, namespace)
+    except KubeApiError as exc:
+        raise kopf.TemporaryError(
+            f"the ACL file still names the deleted User: {exc}", delay=retry_delay(retry)
+        ) from exc
+
+
 @kopf.on.event(GROUP, VERSION, "users")
 async def user_deleted(body: kopf.Body, namespace: str | None, memo: Any, **kwargs: Any) -> None:
-    """Take a deleted User out of its cluster's ACL file (its Secret goes with it: the
-    garbage collector follows the owner reference)."""
+    """A User gone without the finalizer (see the module doc): taken out once, no retry."""
     if kwargs.get("type") != "DELETED":
         return
-    context: OperatorContext = memo.context
+    await _drop_from_acl(memo.context, body, namespace)
+
+
+async def _drop_from_acl(
+    context: OperatorContext, body: Mapping[str, Any], namespace: str | None
+) -> None:
     cluster_name = ((body.get("spec") or {}).get("clusterRef") or {}).get("name")
     if not cluster_name:
         return

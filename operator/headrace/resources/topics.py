@@ -211,6 +211,12 @@ class PartitionAssignment(Model):
     the adding replicas, which catch up as followers; once every target member is in the
     LRS (and leads, if the leader is leaving) ``replicas`` becomes the target. Empty when no
     move runs."""
+    target_generation: int | None = Field(default=None, ge=1)
+    """While a replica move runs: the topology generation that started it (or last changed
+    its target). The leader's live replica set counts for the move only once the leader
+    reports having applied this generation, so a leader that missed a push cannot complete
+    the move on a stale LRS. Unset when no move runs (and on moves started by an operator
+    that did not record it)."""
 
 
 class CohortPlan(Model):

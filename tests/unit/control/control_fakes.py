@@ -164,4 +164,5 @@ class Fleet:
             broker.draining,
             tuple(reports),
             cohorts,
+            generation=state.generation,  # it answers from the state last pushed
         )

@@ -22,7 +22,15 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from headrace.control import reconcile as rc
-from headrace.control.model import ClusterState, PartitionState, PartitionStatus, TopicSpec
+from headrace.control import topology
+from headrace.control.liveness import Liveness
+from headrace.control.model import (
+    ClusterState,
+    PartitionState,
+    PartitionStatus,
+    TopicSpec,
+    TopicStatus,
+)
 from headrace.control.settings import ControlSettings
 from headrace.protocol.coordination import Heartbeat, PartitionReport
 
@@ -48,6 +56,11 @@ class Node:
     promotes: bool = True
     #: (topic, partition) -> log end offset of the copy held here
     logs: dict[Key, int] = field(default_factory=dict)
+    #: misses the controller's pushes: as a leader it keeps the replica set (and the LRS
+    #: over it) of the last push it applied (review finding F1)
+    deaf: bool = False
+    #: the topology generation it applied last (its heartbeat says so)
+    applied: int = 0
 
 
 @dataclass
@@ -56,6 +69,10 @@ class Leading:
     epoch: int
     lrs: set[int]
     hw: int
+    #: the replica set as this leader last applied it (stale while it is deaf)
+    replicas: tuple[int, ...] = ()
+    #: the move generation it last applied (``replication.leader``)
+    move_generation: int = 0
 
 
 class CopyingFleet:
@@ -80,6 +97,9 @@ class CopyingFleet:
 
     def poll(self, state: ClusterState) -> dict[int, Heartbeat]:
         reports: dict[int, list[PartitionReport]] = {b: [] for b in self.nodes}
+        for node in self.nodes.values():
+            if node.up and not node.deaf:
+                node.applied = state.generation
         for topic in state.topics.values():
             for p in topic.partitions:
                 key = (topic.name, p.partition)
@@ -94,7 +114,13 @@ class CopyingFleet:
         for b, node in self.nodes.items():
             if node.up:
                 self.latest[b] = Heartbeat(
-                    info(b), self.clock.now_ms, None, False, tuple(reports[b]), ()
+                    info(b),
+                    self.clock.now_ms,
+                    None,
+                    False,
+                    tuple(reports[b]),
+                    (),
+                    generation=node.applied,
                 )
         return dict(self.latest)
 
@@ -125,24 +151,39 @@ class CopyingFleet:
                 node = self.nodes[b]
                 if key in node.logs and node.logs[key] > mine:
                     node.logs[key] = mine
-            lead = Leading(acting, p.leader_epoch, set(p.live_replicas) | {acting}, 0)
+            moving = p.target_generation if p.target else 0
+            lead = Leading(
+                acting, p.leader_epoch, set(p.live_replicas) | {acting}, 0, p.replicas, moving
+            )
             lead.lrs &= set(p.replicas)
             lead.hw = min(self.nodes[b].logs.get(key, 0) for b in lead.lrs)
             self.leading[key] = lead
         if lead is None:
             return
+        if not self.nodes[lead.broker].deaf:
+            # the push applied: a move it has not seen makes followers outside the
+            # controller's LRS start over (they re-enter below once they hold the HW)
+            lead.replicas = p.replicas
+            moving = p.target_generation if p.target else 0
+            if moving and moving != lead.move_generation:
+                lead.lrs = {b for b in lead.lrs if b in p.live_replicas} | {lead.broker}
+            lead.move_generation = moving
         leader_log = self.nodes[lead.broker].logs
         for b in p.replicas:
             node = self.nodes[b]
             if b == lead.broker or not node.up:
                 continue
             node.logs[key] = min(leader_log[key], node.logs[key] + self.COPY_RATE)
-        followers_up = {b for b in p.replicas if self.nodes[b].up}
+        # a deaf leader still counts a replica the controller removed (and whose copy is
+        # gone) by its old progress: the controller must not trust that LRS
+        followers_up = {b for b in lead.replicas if self.nodes[b].up}
         lead.lrs = {b for b in lead.lrs if b in followers_up} | {lead.broker}
-        lead.lrs |= {b for b in followers_up if self.nodes[b].logs[key] >= lead.hw}
+        lead.lrs |= {
+            b for b in followers_up if b in p.replicas and self.nodes[b].logs[key] >= lead.hw
+        }
         if len(lead.lrs) >= self.min_in_sync[topic]:
             leader_log[key] += 1  # one produce per poll
-        lead.hw = max(lead.hw, min(self.nodes[b].logs[key] for b in lead.lrs))
+        lead.hw = max(lead.hw, min(self.nodes[b].logs.get(key, 0) for b in lead.lrs))
         if len(lead.lrs) >= self.min_in_sync[topic]:
             self.acked[key] = max(self.acked.get(key, 0), lead.hw)
         for b in p.replicas:
@@ -180,6 +221,7 @@ class Controller:
         self.state = ClusterState()
         self.since = self.clock.now_ms
         self.decisions: list[rc.Decision] = []
+        self.settings = SETTINGS
 
     def step(self, wait: int = POLL) -> rc.Decision:
         self.clock.advance(wait)
@@ -189,7 +231,7 @@ class Controller:
             self.specs,
             heartbeats,
             self.clock.now_ms,
-            SETTINGS,
+            self.settings,
             observing_since_ms=self.since,
             members=frozenset(self.members),
         )
@@ -240,6 +282,19 @@ def check_copies(c: Controller) -> None:
     assert not c.fleet.lost, c.fleet.lost
 
 
+def check_completed(c: Controller, completed: rc.Event) -> None:
+    """A move completed onto replicas that all hold every acknowledged record (review
+    finding F1: not onto one that a stale LRS names after it dropped its copy)."""
+    name, _, index = completed.subject.rpartition("/")
+    key = (name, int(index))
+    # "replicas [old union] -> [target]": a move started in the same step may have made a
+    # new union since, so the target comes from the event
+    target = json.loads(completed.message.split(" -> ")[1].split(" (")[0])
+    acked = c.fleet.acked.get(key, 0)
+    ends = {b: c.fleet.nodes[b].logs.get(key, -1) for b in target}
+    assert all(end >= acked for end in ends.values()), (completed, acked, ends)
+
+
 # --------------------------------------------------------------------------- examples
 
 
@@ -257,6 +312,81 @@ def test_without_members_nothing_moves() -> None:
     )
     assert not any(p.target for t in d.state.topics.values() for p in t.partitions)
     assert d.reassignment == rc.moves.Summary()
+
+
+# Review finding F1: the LRS a move reads is the leader's report, so it counts only from a
+# leader that applied the push that started the move.
+
+LIVE = Liveness(frozenset({0, 1, 2, 3}), frozenset(), frozenset(), frozenset())
+
+
+def stale_lrs_move() -> dict[str, TopicStatus]:
+    """Broker 3 comes back into partition 0 (balancing) at generation 7; the leader's last
+    report still names it in sync, from before it was removed and dropped its copy."""
+    p = PartitionStatus(
+        0,
+        replicas=(0, 1, 2, 3),
+        leader=0,
+        leader_epoch=2,
+        live_replicas=(0, 1, 2, 3),
+        state=ONLINE,
+        target=(0, 1, 3),
+        target_generation=7,
+    )
+    return {T: TopicStatus(T, 1, (p,), {})}
+
+
+def advance(topics: dict[str, TopicStatus], applied: dict[int, int]) -> rc.moves.Moved:
+    return rc.moves.step(
+        topics,
+        members=None,
+        liveness=LIVE,
+        reports={},
+        busy=(),
+        now_ms=0,
+        settings=SETTINGS,
+        pushed_at=8,
+        applied=applied,
+    )
+
+
+def test_a_move_waits_for_a_leader_that_has_not_applied_its_push() -> None:
+    topics = stale_lrs_move()
+    waiting = advance(topics, {0: 6, 1: 7, 2: 7, 3: 7})
+    assert waiting.topics == topics and not waiting.events, "a stale LRS completes nothing"
+    done = advance(topics, {0: 7, 1: 7, 2: 7, 3: 7})
+    (p,) = done.topics[T].partitions
+    assert (p.replicas, p.target, p.target_generation) == ((0, 1, 3), (), 0)
+    assert [e[0] for e in done.events] == ["MoveCompleted"]
+
+
+def test_a_move_recorded_without_a_generation_is_not_fenced() -> None:
+    # a Topic status written by an operator from before the fence
+    topics = stale_lrs_move()
+    (p,) = topics[T].partitions
+    old = {T: replace(topics[T], partitions=(replace(p, target_generation=0),))}
+    assert [e[0] for e in advance(old, {}).events] == ["MoveCompleted"]
+
+
+def test_a_started_move_records_the_generation_it_is_pushed_at_and_keeps_it() -> None:
+    c = Controller()
+    c.run(5)
+    c.members = {0, 1, 2, 3}
+    c.fleet.nodes[3].up = True
+    d = c.step()
+    moving = [p for _, p in c.partitions() if p.target]
+    assert moving and all(p.target_generation == d.state.generation for p in moving)
+    pushed = topology.cluster_topology(d.state, "test")
+    generations = {a.move_generation for t in pushed.topics for a in t.assignments}
+    assert generations == {0, d.state.generation}, "the push tells leaders a move started"
+    doc = json.loads(json.dumps(d.state.to_json()))
+    assert ClusterState.from_json(doc) == d.state, "targetGeneration is persisted"
+    assert all(
+        "targetGeneration" not in p
+        for t in doc["topics"]
+        for p in t["partitions"]
+        if not p.get("targetReplicas")
+    ), "a partition with no move has no targetGeneration"
 
 
 def test_scale_up_moves_replicas_and_some_leaderships_onto_the_new_broker() -> None:
@@ -413,6 +543,41 @@ def test_the_same_inputs_twice_change_nothing_mid_move() -> None:
         assert not again.changed, [e.kind for e in again.events]
 
 
+def test_a_leader_that_missed_the_removal_cannot_complete_the_move_adding_it_back() -> None:
+    # Review finding F1, end to end on the copying fleet: every leader applies the pushes
+    # that start the evacuation of broker 3, then misses every push after (so it keeps 3
+    # in its replica set and LRS while 3 drops its copies); broker 3 is then added back.
+    c = Controller(members={0, 1, 2, 3})
+    c.settings = replace(SETTINGS, max_concurrent_moves=20)  # every evacuation at once
+    c.run(5)
+    held = {p.partition for name, p in c.partitions() if name == T and 3 in p.replicas}
+    c.members = {0, 1, 2}
+    c.step()  # the evacuation starts
+    c.step()  # every leader applies it
+    for b in (0, 1, 2):
+        c.fleet.nodes[b].deaf = True
+    c.settle()
+    assert all(3 not in p.replicas for _, p in c.partitions())
+    c.members = {0, 1, 2, 3}
+    readded = set()
+    for _ in range(15):
+        d = c.step()
+        assert "MoveCompleted" not in [e.kind for e in d.events], "a stale LRS completed it"
+        readded |= {p.partition for name, p in c.partitions() if name == T and 3 in p.target}
+    assert readded & held, "broker 3 comes back into a partition its old copy was in"
+    for b in (0, 1, 2):
+        c.fleet.nodes[b].deaf = False
+    for _ in range(60):
+        d = c.step()
+        for e in d.events:
+            if e.kind == "MoveCompleted":
+                check_completed(c, e)
+        check_copies(c)
+        if not d.reassignment.rebalancing and not any(p.target for _, p in c.partitions()):
+            break
+    assert c.holds(T)[3] >= 4
+
+
 def test_target_round_trips_and_is_absent_without_a_move() -> None:
     p = PartitionStatus(0, (0, 1, 2, 3), 0, 4, (0, 1, 2), ONLINE, target=(3, 1, 2))
     doc = json.loads(json.dumps(p.to_json()))
@@ -466,6 +631,12 @@ class Scaling(RuleBasedStateMachine):
         self.c.members = set(range(len(self.c.members) - 1))
         self.step(wait)
 
+    @rule(b=brokers, deaf=st.booleans(), wait=waits)
+    def miss_pushes(self, b: int, deaf: bool, wait: int) -> None:
+        """Broker ``b`` stops (or resumes) applying the controller's pushes (F1)."""
+        self.c.fleet.nodes[b].deaf = deaf
+        self.step(wait)
+
     @rule(wait=waits)
     def restart(self, wait: int) -> None:
         self.c.restart()
@@ -479,6 +650,8 @@ class Scaling(RuleBasedStateMachine):
         d = self.c.step(wait)
         for e in d.events:
             event(e.kind)
+            if e.kind == "MoveCompleted":
+                check_completed(self.c, e)
         # a released broker holds nothing: stopping it loses nothing
         for b in d.reassignment.released:
             assert all(b not in p.replicas for _, p in self.c.partitions())
@@ -498,6 +671,7 @@ class Scaling(RuleBasedStateMachine):
         # every member (and every broker still holding data) live again: every move finishes
         for node in self.c.fleet.nodes.values():
             node.promotes = True
+            node.deaf = False
             if node.id in self.c.members:
                 node.up = True
         for _ in range(200):
@@ -511,7 +685,10 @@ class Scaling(RuleBasedStateMachine):
                 for b in d.reassignment.evacuating:
                     self.c.fleet.nodes[b].up = True
             moving = any(p.target for _, p in self.c.partitions())
-            if not outside and not moving and not d.reassignment.rebalancing:
+            # warming up (after a restart, a removed broker that stays down is unheard for
+            # one TTL) the controller plans no move: nothing to conclude from that step
+            settled = not outside and not moving and not d.reassignment.rebalancing
+            if settled and not d.liveness.warming_up:
                 break
         else:
             raise AssertionError(f"moves never finished: {self.c.state.to_json()}")

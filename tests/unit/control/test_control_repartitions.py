@@ -54,6 +54,8 @@ class Cluster:
         self.cursor: dict[int, int] | None = None
         self.bumps: list[int] = []
         self.decisions: list[rc.Decision] = []
+        #: the brokers the cluster should have (None: not said)
+        self.members: frozenset[int] | None = None
 
     def _heartbeats(self) -> dict[int, Heartbeat]:
         beats = self.fleet.poll(self.state)
@@ -91,6 +93,7 @@ class Cluster:
             unload_requests=self.unloads,
             repartition_requests=self.requests,
             repartition_progress=self.progress,
+            members=self.members,
         )
         before = self.state.topics.get(T)
         after = d.state.topics.get(T)
@@ -171,6 +174,25 @@ def test_a_grow_cuts_over_once_stamps_the_generation_after_and_finalizes_when_ad
     assert done.cutover_ms is not None and done.drained_ms is not None
     assert done.cutover_ms <= done.drained_ms <= (done.finalized_ms or 0)
     assert c.topic.transition is None and c.bumps == [2]
+
+
+def test_a_grow_places_new_partitions_on_members_only() -> None:
+    # review finding F3: a grow placed on every live broker, members or not, so a broker
+    # being scaled away got new partitions the moves then had to take back
+    c = settled()
+    c.members = frozenset({0, 1})  # broker 2 is being scaled away, still live
+    c.ask(10)
+    c.step()
+    added = c.topic.partitions[4:]
+    assert len(added) == 6
+    assert all(set(p.replicas) <= {0, 1} for p in added), [p.replicas for p in added]
+    # and the spec-edit path
+    c2 = settled()
+    c2.members = frozenset({0, 1})
+    c2.specs = [TopicSpec(T, 10, replicas=1)]
+    c2.step()
+    assert len(c2.topic.partitions) == 10
+    assert all(set(p.replicas) <= {0, 1} for p in c2.topic.partitions[4:])
 
 
 def test_the_adoption_timeout_runs_from_drain_complete() -> None:

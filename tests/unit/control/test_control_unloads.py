@@ -60,6 +60,8 @@ class Controller:
         self.requests: list[UnloadRequest] = []
         self.progress: dict[str, UnloadProgress] = {}
         self.decisions: list[rc.Decision] = []
+        #: the brokers the cluster should have (None: not said, nothing moves)
+        self.members: frozenset[int] | None = None
 
     def reconcile(self, heartbeats: dict[int, Heartbeat]) -> rc.Decision:
         return rc.reconcile(
@@ -71,6 +73,7 @@ class Controller:
             observing_since_ms=self.since,
             unload_requests=self.requests,
             unload_progress=self.progress,
+            members=self.members,
         )
 
     def step(self, wait: int = POLL, heartbeats: dict[int, Heartbeat] | None = None) -> rc.Decision:
@@ -246,6 +249,25 @@ def test_placement_avoids_the_old_owner_and_is_deterministic() -> None:
             assert len(p.replicas) == 2
         results.append((c.state, c.progress))
     assert results[0] == results[1]
+
+
+def test_placement_leaves_out_a_broker_being_scaled_away() -> None:
+    # review finding F3: an unload placed on every live broker, members or not, and the
+    # moves then had to take back what it had just placed
+    c = settled(brokers=4, specs=[TopicSpec(T, 4, replicas=2)])
+    assert any(3 in c.partition(i).replicas for i in range(4))
+    c.members = frozenset({0, 1, 2})  # broker 3 is being scaled away, still live
+    c.unload("all")
+    for _ in range(30):
+        c.step()
+        for i in range(4):
+            p = c.partition(i)
+            if p.moves:  # reassigned by the unload
+                assert 3 not in p.replicas, p
+        if c.of("all").phase is UnloadPhase.COMPLETED:
+            break
+    assert c.of("all").phase is UnloadPhase.COMPLETED
+    assert "MoveStarted" not in c.kinds(), "nothing left on broker 3 to move off"
 
 
 def test_a_single_broker_reopens_the_partition_where_it_is() -> None:

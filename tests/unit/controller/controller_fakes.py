@@ -124,7 +124,13 @@ class ScriptedFleet:
             CohortReport(t, c, tuple(sorted(ms)))
             for (t, c), ms in sorted(self.members.get(broker_id, {}).items())
         )
-        heartbeat = Heartbeat(info, self.clock.now_ms(), partitions=tuple(reports), cohorts=cohorts)
+        heartbeat = Heartbeat(
+            info,
+            self.clock.now_ms(),
+            partitions=tuple(reports),
+            cohorts=cohorts,
+            generation=self.generation(broker_id),  # as a broker reports it
+        )
         return Report(heartbeat, self.generation(broker_id))
 
     async def push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
