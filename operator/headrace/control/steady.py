@@ -68,6 +68,7 @@ class _Inputs:
     repartition_requests: tuple[RepartitionRequest, ...]
     repartition_progress: tuple[tuple[str, RepartitionProgress], ...]
     members: frozenset[int] | None
+    commit_generation: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +101,7 @@ class SteadySteps:
         repartition_requests: Sequence[RepartitionRequest] = (),
         repartition_progress: Mapping[str, RepartitionProgress] | None = None,
         members: Collection[int] | None = None,
+        commit_generation: int | None = None,
     ) -> Decision:
         """The same contract as ``reconcile.reconcile``."""
         specs = tuple(specs)
@@ -117,6 +119,7 @@ class SteadySteps:
             tuple(repartition_requests),
             tuple(sorted((repartition_progress or {}).items())),
             frozenset(members) if members is not None else None,
+            commit_generation,
         )
         last = self._last
         if last is not None and inputs == last.inputs:
@@ -138,6 +141,7 @@ class SteadySteps:
             repartition_requests=repartition_requests,
             repartition_progress=repartition_progress,
             members=members,
+            commit_generation=commit_generation,
         )
         self._last = _Steady(inputs, _known(state), decision) if steady(decision) else None
         return decision
