@@ -31,22 +31,6 @@ from bench import procs
 from bench.peerservers import HeadraceLocal
 
 
-def _create(
-    cluster: HeadraceLocal, name: str, partitions: int, replicas: int, tiered: bool
-) -> None:
-    """``headrace topics create`` (waits for every partition's leader); ``tiered=false``
-    unless asked: a local cluster tiers every topic to its directory object store by
-    default, and that upload (a full copy of the log, fsynced) is not replication."""
-    proc = procs.run_headrace(
-        "topics", "create", name, "--partitions", str(partitions), "--replicas", str(replicas),
-        "--min-in-sync", str(min(2, replicas)), "--config", f"tiered={str(tiered).lower()}",
-        "--controller", cluster.controller_url, "--bootstrap", cluster.bootstrap,
-        "--dir", str(cluster.dir), timeout=120,
-    )  # fmt: skip
-    if proc.returncode != 0:
-        raise RuntimeError(f"create {name}: {proc.stderr.decode()[-2000:]}")
-
-
 def _leaders(cluster: HeadraceLocal, topic: str) -> list[int]:
     return [int(p["leader"]) for p in cluster.partitions(topic) if p.get("leader") is not None]
 
@@ -208,8 +192,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cluster.start()
         pids = cluster.broker_pids()
-        _create(cluster, "rf1", args.partitions, 1, args.tiered)
-        _create(cluster, "rf3", args.partitions, 3, args.tiered)
+        # untiered unless asked: a local cluster tiers every topic to its directory object
+        # store by default, and that upload (a full copy of the log, fsynced) is not
+        # replication
+        cluster.create_topic("rf1", args.partitions, 1, 1, tiered=args.tiered)
+        cluster.create_topic("rf3", args.partitions, 3, 2, tiered=args.tiered)
         print(
             f"brokers {pids}; rf1 leaders {_leaders(cluster, 'rf1')},"
             f" rf3 leaders {_leaders(cluster, 'rf3')}; {args.api} acks={args.acks}"

@@ -187,7 +187,7 @@ class Connection(asyncio.BufferedProtocol):
         self.push(Op.ASSIGNMENT, assignment.encode())
 
     def push_delivery(
-        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes
+        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes | memoryview
     ) -> None:
         if self.transport is None or self.closed:
             return
@@ -424,7 +424,7 @@ class Connection(asyncio.BufferedProtocol):
         self._send_fetched(frame, partition, data)
         return True
 
-    def _send_fetched(self, frame: Frame, partition: Partition, data: bytes) -> None:
+    def _send_fetched(self, frame: Frame, partition: Partition, data: bytes | memoryview) -> None:
         head = msg.FetchResponseHeader(
             partition.high_watermark,
             self.broker.tiering.earliest(partition),
