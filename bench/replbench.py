@@ -5,13 +5,18 @@ topics on it, RF=1 and RF=3 (minInSync 2), and back-to-back runs that
 alternate between them (``--rounds`` pairs), so that a change in the other
 load on this shared machine hits both sides alike. Each run is a fresh
 ``bench.worker`` ``hr_produce`` process. Per run it prints the rate, each
-broker's CPU seconds per million records (from ``/proc``: robust to other
-load, unlike the rate), the client's, and the foreign cores and load average
-at the time; at the end the median of each side and the RF=3 / RF=1 ratios.
+broker's CPU seconds per million records (from ``/proc``), the client's, and
+the foreign cores and load average at the time; at the end the median of each
+side and the RF=3 / RF=1 ratios. CPU per record swings far less with other
+load than the rate does, but it is not immune: on this VM contention and
+first touches of cold memory raise it (``docs/benchmarks.md``, "Replication
+efficiency").
 
 ``--profile`` also runs ``py-spy record`` on the RF=3 leader and on one
 follower during one more RF=3 run and prints each one's top functions by
-own time (py-spy must be installed: ``.venv/bin/pip install py-spy``).
+own time (py-spy must be installed: ``.venv/bin/pip install py-spy``);
+``--perf`` does the same with ``perf record`` (CPU time only, the kernel side
+of syscalls included; needs perf and the rights to attach).
 """
 
 from __future__ import annotations
