@@ -29,6 +29,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,18 @@ from bench.peerservers import HeadraceLocal
 
 def _leaders(cluster: HeadraceLocal, topic: str) -> list[int]:
     return [int(p["leader"]) for p in cluster.partitions(topic) if p.get("leader") is not None]
+
+
+def _replica_fetches(cluster: HeadraceLocal) -> float:
+    """Replica fetches the brokers have served, all together (their /metrics)."""
+    total = 0.0
+    for b in cluster.record["brokers"]:
+        url = f"http://{b['host']}:{b['admin_port']}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith("headrace_replica_fetches_total "):
+                    total += float(line.split()[1])
+    return total
 
 
 def _run(
@@ -56,7 +69,10 @@ def _run(
         **({"max_in_flight": args.max_in_flight} if args.max_in_flight else {}),
     }
     load1 = os.getloadavg()[0]
+    fetches0 = _replica_fetches(cluster)
     result = procs.run_worker(spec, timeout=120 + 4 * args.duration_s)
+    # over the warm-up and the flush too: per second of the whole run, roughly
+    fetches = _replica_fetches(cluster) - fetches0
     rate = float(result["records_per_s"])
     cpu = result["cpu"]
     per_m = {b: round(cpu[f"server{i}_cores"] / rate * 1e6, 3) for i, b in enumerate(sorted(pids))}
@@ -70,6 +86,9 @@ def _run(
         "kernel_cores": cpu.get("kernel_cores"),
         "load1": round(load1, 2),
         "total_sent": result["total_sent"],
+        "replica_fetches_per_mb": round(
+            fetches / max(result["total_sent"] * args.value_bytes / 1e6, 1e-9), 2
+        ),
     }
 
 
@@ -78,7 +97,8 @@ def _say(label: str, row: dict[str, Any]) -> None:
     print(
         f"{label:>4} {row['records_per_s'] / 1e6:6.3f}M/s  server s/M {row['servers_cpu_s_per_m']:.3f}"
         f" ({brokers})  client s/M {row['client_cpu_s_per_m']:.3f}"
-        f"  foreign {row['foreign_cores']}  kernel {row['kernel_cores']}  load1 {row['load1']}",
+        f"  foreign {row['foreign_cores']}  kernel {row['kernel_cores']}  load1 {row['load1']}"
+        f"  replica fetches/MB {row['replica_fetches_per_mb']}",
         flush=True,
     )
 
