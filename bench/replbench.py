@@ -205,6 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         "--perf", action="store_true", help="perf record the RF=3 leader and a follower"
     )
     parser.add_argument(
+        "--fsync", choices=("interval", "always", "none"), default="interval",
+        help="the brokers' fsync policy (the peers comparison uses interval, ~1 s)",
+    )  # fmt: skip
+    parser.add_argument(
         "--tiered", action="store_true", help="tier the topics too (a local cluster's default)"
     )
     parser.add_argument("--top", type=int, default=25)
@@ -212,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     home = procs.temp_dir("replbench")
-    cluster = HeadraceLocal(home / "cluster", 3, "interval")
+    cluster = HeadraceLocal(home / "cluster", 3, args.fsync)
     rows: dict[str, list[dict[str, Any]]] = {"rf1": [], "rf3": []}
     try:
         cluster.start()
