@@ -152,7 +152,8 @@ def replicated_table(doc: dict[str, Any]) -> list[str]:
         "### Replicated: 3 brokers, RF=3, acks=all, minInSync 2 (100 B)",
         "",
         "`headrace local up` (three broker processes and the controller) against a"
-        " 3-node KRaft Kafka (each node broker and controller), fsync every ~1 s on both."
+        " 3-node KRaft Kafka (each node broker and controller), fsync every ~1 s on both;"
+        " headrace's topics untiered, as the RF=1 rows' broker and Kafka are."
         " Server CPU is all three servers' seconds per million records.",
         "",
         "| family | partitions | headrace | Kafka | headrace/Kafka | headrace RF=3 / RF=1"

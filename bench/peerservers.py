@@ -437,14 +437,17 @@ class HeadraceLocal:
         min_in_sync: int,
         timeout: float = 120.0,
         wait: bool = True,
+        tiered: bool = True,
     ) -> None:
         """``headrace topics create``: returns once every partition has a leader (``wait``;
-        the CLI gives up after 15 s), or once applied (then see ``led``)."""
+        the CLI gives up after 15 s), or once applied (then see ``led``). ``tiered``: a
+        local cluster tiers every topic to its object store unless told not to."""
         self._cli(
             "topics",
             "create",
             name,
             *([] if wait else ["--no-wait"]),
+            *([] if tiered else ["--config", "tiered=false"]),
             "--partitions",
             str(partitions),
             "--replicas",

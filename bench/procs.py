@@ -200,6 +200,24 @@ def process_cpu_s(pid: int) -> float:
     return sum(int(x) for x in fields[11:15]) / _CLK_TCK
 
 
+def process_runq_wait_s(pid: int) -> float:
+    """Seconds the threads of ``pid`` spent runnable but waiting for a core (the run-queue
+    delay of ``/proc/PID/task/*/schedstat``). Beside CPU time it tells a process that
+    waits for CPU (other load) from one that waits for I/O or a peer (idle)."""
+    total = 0
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0.0
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as fh:
+                total += int(fh.read().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # the thread ended meanwhile
+    return total / 1e9
+
+
 @dataclass(slots=True)
 class CpuMeter:
     """Where the CPU went over a window: our processes, the kernel, everything else.
@@ -217,9 +235,11 @@ class CpuMeter:
     times0: tuple[int, int, int] = (0, 0, 0)
     kthreads0: dict[str, int] = field(default_factory=dict)
     cpu0: dict[str, float] = field(default_factory=dict)
+    runq0: dict[str, float] = field(default_factory=dict)
 
     def start(self) -> None:
         self.cpu0 = {name: process_cpu_s(pid) for name, pid in self.pids.items()}
+        self.runq0 = {name: process_runq_wait_s(pid) for name, pid in self.pids.items()}
         self.kthreads0 = _kernel_thread_jiffies()
         self.times0 = _cpu_times()
         self.started = time.perf_counter()
@@ -241,6 +261,9 @@ class CpuMeter:
             used = process_cpu_s(pid) - self.cpu0.get(name, 0.0)
             ours += used
             out[f"{name}_cores"] = round(used / elapsed, 3)
+            # named so that no "server*" sum (peerbench) picks it up as CPU
+            waited = process_runq_wait_s(pid) - self.runq0.get(name, 0.0)
+            out[f"runq_{name}_cores"] = round(waited / elapsed, 3)
         out["kernel_cores"] = round((irq + kthreads) / elapsed, 3)
         out["foreign_cores"] = round(max(0.0, tasks - ours - kthreads) / elapsed, 3)
         out["steal_cores"] = round(steal / elapsed, 3)

@@ -74,7 +74,8 @@ async def hr_produce(spec: dict[str, Any]) -> dict[str, Any]:
     value = b"x" * size
     chunk = [value] * int(spec.get("chunk", 10_000))
     per_record = spec["api"] == "send"
-    producer = await Producer(spec["bootstrap"], acks=spec.get("acks", "leader")).start()
+    tuning = {k: spec[k] for k in ("max_in_flight", "batch_bytes", "linger_ms") if k in spec}
+    producer = await Producer(spec["bootstrap"], acks=spec.get("acks", "leader"), **tuning).start()
     sent = 0
 
     async def phase(seconds: float) -> int:

@@ -2,7 +2,9 @@
 #   make peers              build Kafka (Maven jars) and NATS (Go modules) into ~/.cache/headrace
 #   make bench-peers        the full comparison (~25 min on 2 cores); rewrites docs/benchmarks.md
 #   make bench-peers-quick  one small configuration of each scenario (~5 min); docs untouched
-.PHONY: peers bench-deps bench-peers bench-peers-quick
+#   make bench-repl         RF=3 acks=all against RF=1 on one local cluster, back to back
+#                           (issue 16 §7; ~2 min; python -m bench.replbench --help for more)
+.PHONY: peers bench-deps bench-peers bench-peers-quick bench-repl
 
 # the peers' Python clients (confluent-kafka, aiokafka, nats-py): pyproject's `bench` extra, on
 # top of what `make setup` installed (pip keeps the other extras)
@@ -20,5 +22,8 @@ bench-peers: bench-deps peers
 
 bench-peers-quick: bench-deps peers
 	$(PY) -m bench.peerbench --quick
+
+bench-repl: setup
+	$(PY) -m bench.replbench --rounds 3
 
 bench: bench-deps

@@ -416,3 +416,13 @@ def test_decompression_bomb_is_refused_without_inflating_it() -> None:
     finally:
         tracemalloc.stop()
     assert peak < 8 * 1024 * 1024
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.binary(max_size=5000), st.integers(0, 0xFFFF_FFFF))
+def test_the_batch_crc_is_zlibs_crc32(data: bytes, start: int) -> None:
+    """The accelerated CRC (zlib-ng) must give zlib's values: logs written with either
+    stay readable by the other, and by every client."""
+    assert rb.crc32(data) == zlib.crc32(data)
+    assert rb.crc32(data, start) == zlib.crc32(data, start)
+    assert rb.crc32(memoryview(data)[3:]) == zlib.crc32(data[3:])

@@ -174,3 +174,90 @@ def test_fuzzed_stream_yields_consistent_frames_or_a_headrace_error(
     consumed = b"".join(fr.encode_frame(f.op, f.correlation_id, f.body, f.flags) for f in got)
     assert fed.startswith(consumed)
     assert decoder.buffered == len(fed) - len(consumed)
+
+
+def read_into(decoder: fr.FrameDecoder, stream: bytes, reads: list[int]) -> list[fr.Frame]:
+    """Drive ``decoder`` as a BufferedProtocol's transport does: each read fills at most
+    the view ``get_buffer`` lends (``reads`` caps each one), then ``buffer_updated``."""
+    got: list[fr.Frame] = []
+    pos = 0
+    cap = iter(reads)
+    while pos < len(stream):
+        view = decoder.get_buffer(-1)
+        assert len(view) > 0
+        n = min(len(view), len(stream) - pos, next(cap, len(stream)))
+        view[:n] = stream[pos : pos + n]
+        view.release()
+        decoder.buffer_updated(n)
+        pos += n
+        got.extend(drain(decoder))
+    return got
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 0xFFFF), st.integers(0, 9), st.integers(0, 200_000)),
+        min_size=1,
+        max_size=6,
+    ),
+    st.lists(st.integers(1, 300_000), max_size=40),
+)
+def test_reads_into_the_decoders_buffer_reassemble_exactly(
+    specs: list[tuple[int, int, int]], reads: list[int]
+) -> None:
+    """Frames small and large (bigger than one read), read at arbitrary sizes straight
+    into the decoder's buffer, come back byte for byte, and nothing is left over."""
+    bodies = [bytes([i % 251]) * size for i, (_, _, size) in enumerate(specs)]
+    stream = b"".join(
+        fr.encode_frame(op, cid, body) for (op, cid, _), body in zip(specs, bodies, strict=True)
+    )
+    decoder = fr.FrameDecoder()
+    got = read_into(decoder, stream, reads)
+    assert [(f.op, f.correlation_id, f.body) for f in got] == [
+        (op, cid, body) for (op, cid, _), body in zip(specs, bodies, strict=True)
+    ]
+    assert decoder.buffered == 0
+
+
+def test_a_large_frames_rest_is_lent_whole_and_nothing_past_it() -> None:
+    """Once a frame's length is in, the view lent is exactly its missing bytes: the rest
+    arrives in one read, and no byte of the next frame lands behind it (to be moved)."""
+    decoder = fr.FrameDecoder()
+    body = b"r" * 1_000_000
+    stream = fr.encode_frame(fr.Op.REPLICA_FETCH_OK, 3, body) + fr.encode_frame(fr.Op.PONG, 4)
+    first = decoder.get_buffer(-1)
+    assert len(first) == fr.READ_CHUNK
+    first[: fr.READ_CHUNK] = stream[: fr.READ_CHUNK]
+    first.release()
+    decoder.buffer_updated(fr.READ_CHUNK)
+    assert decoder.next_frame() is None
+    rest = decoder.get_buffer(-1)
+    assert len(rest) == fr.FRAME_HEADER_SIZE + len(body) - fr.READ_CHUNK
+    rest[:] = stream[fr.READ_CHUNK : fr.FRAME_HEADER_SIZE + len(body)]
+    rest.release()
+    decoder.buffer_updated(len(body) + fr.FRAME_HEADER_SIZE - fr.READ_CHUNK)
+    frame = decoder.next_frame()
+    assert frame is not None and frame.body == body and decoder.buffered == 0
+    assert read_into(decoder, stream[fr.FRAME_HEADER_SIZE + len(body) :], []) == [
+        fr.Frame(fr.Op.PONG, 0, 4, b"")
+    ]
+
+
+def test_a_lent_view_still_held_does_not_stop_the_next_frame() -> None:
+    """asyncio's transport keeps the view it read into alive while frames are decoded
+    (``buffer_updated``): decoding, and the next ``get_buffer``, must not resize the
+    buffer in place (a BufferError with an export alive)."""
+    decoder = fr.FrameDecoder()
+    stream = fr.encode_frame(1, 1, b"a" * 100) + fr.encode_frame(2, 2, b"b" * 300_000)
+    held = decoder.get_buffer(-1)
+    held[:] = stream[: len(held)]
+    decoder.buffer_updated(len(held))
+    assert drain(decoder)[0].body == b"a" * 100
+    more = decoder.get_buffer(-1)  # must grow past ``held`` without touching it
+    n = len(stream) - len(held)
+    more[:n] = stream[len(held) :]
+    decoder.buffer_updated(n)
+    assert [f.body for f in drain(decoder)] == [b"b" * 300_000]
+    held.release()
+    more.release()

@@ -207,6 +207,24 @@ def test_read_edges(tmp_path: Path, clock: FakeClock) -> None:
     log.close()
 
 
+def test_a_read_cut_at_a_batch_boundary_is_a_view_of_whole_batches(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """A read whose ``max_bytes`` ends inside a batch stops before it, as a view of what
+    was read rather than a copy (a lagging follower's fetches are all cut so)."""
+    log = PartitionLog.open(tmp_path, config(), clock)
+    for tag in range(3):
+        append(log, 4, value_size=100, tag=tag)
+    size = rb.read_header(log.read(0, 1)[0]).size
+    data, hint = log.read(0, 2 * size + size // 2)
+    assert isinstance(data, memoryview)
+    assert [h.base_offset for h in batches_of(bytes(data))] == [0, 4]
+    assert hint == ReadPosition(0, 2 * size, 8)
+    whole, _ = log.read(0, 3 * size)  # nothing cut: the bytes as read
+    assert isinstance(whole, bytes) and whole[: 2 * size] == data
+    log.close()
+
+
 def test_stale_hint_for_another_offset_is_ignored(tmp_path: Path, clock: FakeClock) -> None:
     log = PartitionLog.open(tmp_path, config(), clock)
     for _ in range(5):

@@ -120,7 +120,7 @@ class MemberLink(Protocol):
     def push_assignment(self, assignment: msg.Assignment) -> None: ...
 
     def push_delivery(
-        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes
+        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes | memoryview
     ) -> None: ...
 
     def membership_ended(self) -> None:

@@ -1,4 +1,4 @@
-"""The data port: one ``Connection`` (an asyncio Protocol) per client socket.
+"""The data port: one ``Connection`` (an asyncio BufferedProtocol) per client socket.
 
 Frames are decoded incrementally and dispatched by op code. Produce and fetch
 handlers run synchronously on the loop (validate, append or read, respond);
@@ -71,7 +71,11 @@ class RedirectRequired(Exception):
 Handler = Callable[["Connection", Frame], None]
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
+    """One client's (or a peer broker's) socket. A ``BufferedProtocol``: the socket is
+    read straight into the frame decoder's buffer (``get_buffer``), one copy fewer of
+    every produced and replicated byte than ``data_received`` would take."""
+
     def __init__(self, broker: ConnectionHost) -> None:
         #: the broker, seen through the port a connection needs (``ports.ConnectionHost``)
         self.broker = broker
@@ -131,8 +135,19 @@ class Connection(asyncio.Protocol):
     def writable(self) -> bool:
         return self._writable and not self.closed
 
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self.decoder.get_buffer(sizehint)
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.decoder.buffer_updated(nbytes)
+        self._dispatch_frames()
+
     def data_received(self, data: bytes) -> None:
+        """Bytes from a caller that read them itself (tests drive a connection so)."""
         self.decoder.feed(data)
+        self._dispatch_frames()
+
+    def _dispatch_frames(self) -> None:
         while True:
             try:
                 frame = self.decoder.next_frame()
@@ -172,7 +187,7 @@ class Connection(asyncio.Protocol):
         self.push(Op.ASSIGNMENT, assignment.encode())
 
     def push_delivery(
-        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes
+        self, partition: int, epoch: int, hw: int, first_offset: int, data: bytes | memoryview
     ) -> None:
         if self.transport is None or self.closed:
             return
@@ -409,7 +424,7 @@ class Connection(asyncio.Protocol):
         self._send_fetched(frame, partition, data)
         return True
 
-    def _send_fetched(self, frame: Frame, partition: Partition, data: bytes) -> None:
+    def _send_fetched(self, frame: Frame, partition: Partition, data: bytes | memoryview) -> None:
         head = msg.FetchResponseHeader(
             partition.high_watermark,
             self.broker.tiering.earliest(partition),

@@ -402,10 +402,12 @@ class Tiering:
             truncations = p.log.truncations
             active = p.log.active
             mark = (active.base_offset, active.size)
-            data, _ = await asyncio.to_thread(p.log.read, start, max_bytes, end)
+            read, _ = await asyncio.to_thread(p.log.read, start, max_bytes, end)
             if not self._still(p, epoch, state) or p.log.truncations != truncations:
                 return sent  # leadership or the log changed under the read: drop it
-            data = _below(data, end)  # the thread may have seen a batch appended meanwhile
+            # the thread may have seen a batch appended meanwhile (a view cut short of
+            # the read becomes bytes here, the copy its slicing used to make)
+            data = _below(read if isinstance(read, bytes) else bytes(read), end)
             if not data:
                 break
             first = rb.read_header(data)

@@ -9,8 +9,9 @@ Every frame, in both directions::
     8   4    correlation_id  u32  echoed in the response; 0 on pushes
     12  ...  body
 
-The decoder is fed bytes as they arrive and hands back whole frames; it never
-touches a socket, so tests drive it with arbitrary byte splits.
+The decoder is fed bytes as they arrive (or lends its buffer to the socket's
+reads) and hands back whole frames; it never touches a socket, so tests drive
+it with arbitrary byte splits.
 """
 
 from __future__ import annotations
@@ -114,32 +115,83 @@ def frame_header(op: int, correlation_id: int, body_length: int, flags: int = 0)
     return FRAME_HEADER.pack(MIN_LENGTH + body_length, op, flags, correlation_id)
 
 
+#: bytes a read may bring when no frame is in progress; a frame's rest is read whole
+READ_CHUNK: Final = 64 * 1024
+
+
 class FrameDecoder:
     """Turns a byte stream into frames.
 
-    ``feed`` appends bytes; ``next_frame`` returns the next complete frame or
-    None. A length below the header size or above ``max_frame_bytes`` is a
-    protocol violation the connection cannot recover from (the stream has lost
-    its framing), so those raise; everything else about a frame is the
-    caller's to judge.
+    Bytes come in one of two ways: ``feed`` copies bytes someone else received,
+    or ``get_buffer`` and ``buffer_updated`` (an ``asyncio.BufferedProtocol``'s
+    calls) let the socket read straight into the decoder's buffer. The second
+    saves a copy of every received byte and the allocation of a bytes object per
+    read: on a broker that is the produce path, and on a follower every
+    replicated byte (issue 16 §7). ``next_frame`` returns the next complete frame
+    or None; a frame's body is the one copy out of the buffer.
+
+    A length below the header size or above ``max_frame_bytes`` is a protocol
+    violation the connection cannot recover from (the stream has lost its
+    framing), so those raise; everything else about a frame is the caller's to
+    judge.
+
+    The buffer (``_buf``, bytes in ``[_pos, _end)``) is kept, not freed per
+    frame (re-growing it costs a page fault per page), and never resized in
+    place: a transport may still hold a view of it while frames are decoded.
     """
 
-    __slots__ = ("_buf", "_max", "_pos")
+    __slots__ = ("_buf", "_end", "_max", "_pos", "_want")
 
     def __init__(self, max_frame_bytes: int = DEFAULT_MAX_FRAME_BYTES) -> None:
         self._buf = bytearray()
         self._pos = 0
+        self._end = 0
+        #: the whole length of the frame at ``_pos`` once its length field is in, else 0
+        self._want = 0
         self._max = max_frame_bytes
 
     def feed(self, data: bytes | bytearray | memoryview) -> None:
-        if self._pos and self._pos >= len(self._buf) // 2:
-            del self._buf[: self._pos]
-            self._pos = 0
-        self._buf += data
+        n = len(data)
+        self._make_room(n)
+        self._buf[self._end : self._end + n] = data
+        self._end += n
+
+    def get_buffer(self, sizehint: int = -1) -> memoryview:
+        """Where the next read may put its bytes: the rest of the frame in progress
+        exactly (so no byte of the next frame lands behind it and must be moved), or
+        ``READ_CHUNK`` between frames. ``sizehint`` is ignored, as asyncio allows."""
+        del sizehint
+        pending = self._end - self._pos
+        need = self._want - pending if self._want > pending else READ_CHUNK
+        self._make_room(need)
+        return memoryview(self._buf)[self._end : self._end + need]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        """``nbytes`` were written at the start of the last ``get_buffer``'s view."""
+        self._end += nbytes
+
+    def _make_room(self, n: int) -> None:
+        """At least ``n`` free bytes after ``_end``: start over at the front when the
+        buffer is drained, move a partial frame to the front, or grow (a new buffer)."""
+        pending = self._end - self._pos
+        if pending == 0:
+            self._pos = self._end = 0
+        if len(self._buf) - self._end >= n:
+            return
+        if pending + n <= len(self._buf):
+            view = memoryview(self._buf)[self._pos : self._end]
+            # An overlapping move goes through a temporary (slice assignment is a memcpy).
+            self._buf[:pending] = view if pending <= self._pos else bytes(view)
+            view.release()
+        else:
+            grown = bytearray(max(pending + n, 2 * len(self._buf)))
+            grown[:pending] = memoryview(self._buf)[self._pos : self._end]
+            self._buf = grown
+        self._pos, self._end = 0, pending
 
     @property
     def buffered(self) -> int:
-        return len(self._buf) - self._pos
+        return self._end - self._pos
 
     @property
     def max_frame_bytes(self) -> int:
@@ -153,7 +205,7 @@ class FrameDecoder:
     def next_frame(self) -> Frame | None:
         buf = self._buf
         pos = self._pos
-        available = len(buf) - pos
+        available = self._end - pos
         if available < 4:
             return None
         # Judge the length as soon as it arrives: a bad one must not wait for more bytes.
@@ -169,14 +221,13 @@ class FrameDecoder:
             if length < MIN_LENGTH:
                 raise MalformedFrame(f"frame length {length} is below the minimum {MIN_LENGTH}")
             raise FrameTooLarge(f"frame of {length + 4} bytes exceeds the limit of {self._max}")
-        if available < FRAME_HEADER_SIZE:
+        if available < length + 4:
+            self._want = length + 4
             return None
         _, op, flags, correlation_id = FRAME_HEADER.unpack_from(buf, pos)
         end = pos + 4 + length
-        if len(buf) < end:
-            return None
-        # One copy (bytearray slicing would copy twice). The buffer is kept, not
-        # cleared: freeing and re-growing it per frame costs a page fault per page.
+        # One copy (bytearray slicing would copy twice).
         body = bytes(memoryview(buf)[pos + FRAME_HEADER_SIZE : end])
         self._pos = end
+        self._want = 0
         return Frame(op, flags, correlation_id, body)

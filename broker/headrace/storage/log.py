@@ -403,13 +403,15 @@ class PartitionLog:
         max_bytes: int,
         upper_bound: int | None = None,
         hint: ReadPosition | None = None,
-    ) -> tuple[bytes, ReadPosition | None]:
+    ) -> tuple[bytes | memoryview, ReadPosition | None]:
         """Whole batches starting with the one that holds ``offset``.
 
         Stops before ``max_bytes`` (but returns at least one batch, so a reader
         always progresses) and before any batch at or above ``upper_bound``
         (the high watermark for committed reads). Returns the bytes and where a
-        sequential reader continues.
+        sequential reader continues. Bytes cut short of what was read come as a
+        view of the read (a lagging follower's every fetch is cut at a batch
+        boundary: slicing would copy up to ``max_bytes`` again).
         """
         bound = self.next_offset if upper_bound is None else min(upper_bound, self.next_offset)
         if offset >= bound or offset < self.log_start_offset:
@@ -452,7 +454,7 @@ class PartitionLog:
             data = seg.read(position, header.size)
             end = header.size
             last_next = header.next_offset
-        return data[:end] if end < len(data) else data, ReadPosition(
+        return memoryview(data)[:end] if end < len(data) else data, ReadPosition(
             seg.base_offset, position + end, last_next
         )
 
