@@ -261,3 +261,22 @@ def test_a_lent_view_still_held_does_not_stop_the_next_frame() -> None:
     assert [f.body for f in drain(decoder)] == [b"b" * 300_000]
     held.release()
     more.release()
+
+
+def test_a_length_field_alone_does_not_make_the_decoder_hold_the_whole_frame() -> None:
+    """A peer that sends only the length of a huge (allowed) frame gets at most
+    ``FRAME_RESERVE`` of room ahead of its bytes, not ``max_frame_bytes``; the frame still
+    reassembles when its bytes do come, in reads of at most that much."""
+    decoder = fr.FrameDecoder(max_frame_bytes=64 * 1024 * 1024)
+    body = b"b" * (3 * fr.FRAME_RESERVE + 5)
+    stream = fr.encode_frame(fr.Op.REPLICA_FETCH_OK, 7, body)
+    view = decoder.get_buffer(-1)
+    view[: fr.FRAME_HEADER_SIZE] = stream[: fr.FRAME_HEADER_SIZE]
+    view.release()
+    decoder.buffer_updated(fr.FRAME_HEADER_SIZE)
+    assert decoder.next_frame() is None
+    room = decoder.get_buffer(-1)
+    assert len(room) == fr.FRAME_RESERVE
+    room.release()
+    frames = read_into(decoder, stream[fr.FRAME_HEADER_SIZE :], [])
+    assert frames == [fr.Frame(fr.Op.REPLICA_FETCH_OK, 0, 7, body)]

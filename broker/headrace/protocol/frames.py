@@ -115,8 +115,13 @@ def frame_header(op: int, correlation_id: int, body_length: int, flags: int = 0)
     return FRAME_HEADER.pack(MIN_LENGTH + body_length, op, flags, correlation_id)
 
 
-#: bytes a read may bring when no frame is in progress; a frame's rest is read whole
+#: bytes a read may bring when no frame is in progress
 READ_CHUNK: Final = 64 * 1024
+#: the most room a frame in progress gets ahead of its bytes: a peer that sends only a
+#: length field must not make the decoder hold ``max_frame_bytes`` for it (the buffer
+#: still grows by doubling as the bytes arrive, so a large frame costs no extra copies
+#: beyond the amortised growth)
+FRAME_RESERVE: Final = 1024 * 1024
 
 
 class FrameDecoder:
@@ -157,12 +162,13 @@ class FrameDecoder:
         self._end += n
 
     def get_buffer(self, sizehint: int = -1) -> memoryview:
-        """Where the next read may put its bytes: the rest of the frame in progress
-        exactly (so no byte of the next frame lands behind it and must be moved), or
-        ``READ_CHUNK`` between frames. ``sizehint`` is ignored, as asyncio allows."""
+        """Where the next read may put its bytes: at most the rest of the frame in
+        progress (so no byte of the next frame lands behind it and must be moved), capped
+        at ``FRAME_RESERVE``, or ``READ_CHUNK`` between frames. ``sizehint`` is ignored,
+        as asyncio allows."""
         del sizehint
         pending = self._end - self._pos
-        need = self._want - pending if self._want > pending else READ_CHUNK
+        need = min(self._want - pending, FRAME_RESERVE) if self._want > pending else READ_CHUNK
         self._make_room(need)
         return memoryview(self._buf)[self._end : self._end + need]
 
