@@ -281,8 +281,16 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
     async def reapply(statuses: list[dict[str, Any]]) -> None:
         await apply_workload(desired()[0], context, statuses)
 
+    async def read_tokens() -> tuple[str, ...] | None:
+        """The replication tokens the auth Secret lists now; None while auth is off."""
+        body = desired()[0]
+        if not parse_cluster(body).spec.auth.enabled:
+            return None
+        return await auth.read_replication_tokens(context.api, body)
+
     cluster, topics, unloads, repartitions = desired()
-    # the replication token, for the brokers' admin ports (read once: never rotated)
+    # the replication token for the brokers' admin ports, now and as it rotates (the loop
+    # re-reads the Secret: ``ClusterRuntime.refresh_token``)
     token = (
         await auth.replication_token(context.api, cluster)
         if parse_cluster(cluster).spec.auth.enabled
@@ -300,6 +308,7 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         metrics=context.metrics,
         repartitions=repartitions,
         auth_token=token,
+        read_tokens=read_tokens,
     )
     context.loops[key] = runtime
     context.died.pop(key, None)
