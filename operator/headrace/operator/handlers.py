@@ -34,6 +34,7 @@ import pydantic
 from headrace.control.documents import condition_time, full_name
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
+from headrace.errors import InvalidRequest
 from headrace.operator import auth, finalizing, repartitioning, workloads
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.operator.running import ClusterRuntime, RuntimeSettings, stalled_condition
@@ -182,9 +183,18 @@ async def apply_workload(
     started = time.perf_counter()
     try:
         token = None
+        keep_token = False
         if cluster.spec.auth.enabled:
             # before the pods: they mount both (a missing one keeps them ContainerCreating)
-            token = await auth.replication_token(context.api, body)
+            try:
+                token = await auth.replication_token(context.api, body)
+            except InvalidRequest as exc:
+                # a bad edit of the Secret's token lines: the brokers keep the tokens they
+                # hold, and so does the loop; the workload itself is still applied
+                log.error(
+                    "%s/%s: %s; the token in force stays", meta.get("namespace"), meta["name"], exc
+                )
+                keep_token = True
             await auth.sync_acl(context.api, body, context.clock.now_ms())
             applied += [
                 f"Secret/{auth.auth_secret_name(meta['name'])}",
@@ -196,7 +206,7 @@ async def apply_workload(
             await context.api.apply(manifest)
             applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
         running = context.loops.get((meta.get("namespace", "default"), meta["name"]))
-        if running is not None:
+        if running is not None and not keep_token:
             # auth turned on (or off) while the loop runs: its polls and pushes follow
             running.set_auth_token(token)
     except Exception:

@@ -19,7 +19,7 @@ from headrace.cli import drain
 from headrace.control.reconcile import Event
 from headrace.controller.fleet import HttpFleet
 from headrace.errors import InvalidRequest
-from headrace.operator import auth, running
+from headrace.operator import auth, handlers, running
 from headrace.operator.kube import ClientApi
 from headrace.operator.running import ClusterRuntime, RuntimeSettings
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -194,3 +194,26 @@ def test_drain_tries_the_next_token_when_the_broker_refuses_one() -> None:
         thread.join(5)
         loop.run_until_complete(runner.cleanup())
         loop.close()
+
+
+async def test_a_workload_reconcile_hands_the_running_loop_the_first_token_and_survives_a_bad_edit(
+    server: ApiServer, api: ClientApi
+) -> None:
+    clock = ManualClock()
+    runtime, _ = await runtime_over(api, clock)
+    old = runtime.auth_token
+    context = handlers.OperatorContext(api=api, clock=clock)
+    context.loops["ns", "demo"] = runtime
+    body = {**AUTH_CLUSTER, "apiVersion": "headrace.dev/v1alpha1"}
+    server.put({**body, "kind": "BrokerCluster"})
+
+    write_tokens(server, f"next\n{old}\n")
+    applied = await handlers.apply_workload(body, context)
+    assert "StatefulSet/demo" in applied and runtime.auth_token == "next"
+
+    write_tokens(server, "next\nnext\n")  # a bad edit: still applied, the token stays
+    applied = await handlers.apply_workload(body, context)
+    assert "StatefulSet/demo" in applied and runtime.auth_token == "next"
+    sts = server.body("StatefulSet", "demo")
+    args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--replication-token-file") + 1] == auth.REPLICATION_TOKEN_PATH
