@@ -20,7 +20,9 @@ broker, and after step 2 for the operator's Event too, before the next. Meanwhil
   record is read back;
 * a Topic created after step 3 becomes Ready: the operator's topology push carries the
   new token, the only one left;
-* the broker pods are the same pods with the same restart counts at the end.
+* the broker pods are the same pods with the same restart counts at the end;
+* ``headrace drain``, given the token file as the pods' preStop hook is, is refused
+  with the old token alone and drains with the new one.
 
 Test bed only: the test reaches the brokers' pod IPs from this host.
 """
@@ -33,6 +35,7 @@ import secrets
 import threading
 import time
 import urllib.request
+from pathlib import Path
 
 from bench import procs
 from e2e.support import Cluster, wait_for
@@ -122,7 +125,12 @@ def whole(cluster: Cluster, namespace: str, topic: str) -> bool:
 
 
 def test_the_replication_token_rotates_in_three_steps_under_load_without_restarts(
-    cluster: Cluster, namespace: str, testbed_only: None, crds: None, operator: InstalledOperator
+    cluster: Cluster,
+    namespace: str,
+    testbed_only: None,
+    crds: None,
+    operator: InstalledOperator,
+    tmp_path: Path,
 ) -> None:
     topic_name = "orders"
     topic = f"{namespace}/{topic_name}"
@@ -201,3 +209,24 @@ def test_the_replication_token_rotates_in_three_steps_under_load_without_restart
     print(f"\n[e2e figure] {len(load.acked)} records acknowledged, {watch.polls} status polls")
     assert broker_pods(cluster, namespace) == pods  # same pods, none restarted
     assert token_file(cluster, namespace) == f"{new}\n"
+
+    # ``headrace drain`` as the preStop hook runs it: the token from the file the pod's env
+    # names. The old token alone is refused now; the new one (after a stale first line,
+    # which a 401 skips) drains the broker.
+    admin = f"http://{ips[0]}:9644"
+
+    def drain_with(path: Path, *extra: str) -> str:
+        done = procs.run_headrace(
+            "drain", "--admin-url", admin, "--timeout", "30", *extra, timeout=60,
+            env={"HEADRACE_REPLICATION_TOKEN_FILE": str(path)},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr.decode()
+        return done.stdout.decode()
+
+    stale = tmp_path / "old.token"
+    stale.write_text(f"{old}\n")
+    assert "refused the drain (HTTP 401)" in drain_with(stale)
+    rotated = tmp_path / "replication.token"
+    rotated.write_text(f"{old}\n{new}\n")
+    assert "broker 0: drained" in drain_with(rotated)
+    assert "drain called off" in drain_with(rotated, "--cancel")

@@ -138,6 +138,10 @@ def drain_command(admin_url: str, timeout_s: float, cancel: bool) -> None:
             click.echo(f"broker {report.get('brokerId')}: drain called off")
             return
         finished, report = drain(admin_url, timeout_s)
+    except urllib.error.HTTPError as exc:
+        # up, but it said no: with auth on, most likely a token it does not (yet) accept
+        click.echo(f"drain: broker at {admin_url} refused the drain (HTTP {exc.code}); not drained")
+        return
     except (urllib.error.URLError, OSError, ValueError) as exc:
         # the broker is already gone or not serving: nothing left to drain
         click.echo(f"drain: broker at {admin_url} did not answer ({exc}); nothing to wait for")
