@@ -305,8 +305,12 @@ class Load:
     was acknowledged and what failed (a produce that exits non-zero acknowledged nothing
     it can be held to, but the tests want none: their brokers never stop)."""
 
-    def __init__(self, topic: str, bootstrap: str, prefix: str = "load") -> None:
+    def __init__(
+        self, topic: str, bootstrap: str, prefix: str = "load", token: str | None = None
+    ) -> None:
+        """``token``: the producers' ``HEADRACE_AUTH_TOKEN`` (a cluster with auth on)."""
         self.topic, self.bootstrap, self.prefix = topic, bootstrap, prefix
+        self._env = {"HEADRACE_AUTH_TOKEN": token} if token else {}
         self.acked: list[str] = []
         self.failures: list[str] = []
         self._stop = threading.Event()
@@ -318,7 +322,7 @@ class Load:
             values = [f"{self.prefix}-{batch}-{i}" for i in range(20)]
             done = procs.run_headrace(
                 "produce", self.topic, "--acks", "all", "--bootstrap", self.bootstrap,
-                stdin="".join(f"{v}\n" for v in values).encode(), timeout=60,
+                stdin="".join(f"{v}\n" for v in values).encode(), timeout=60, env=self._env,
             )  # fmt: skip
             if done.returncode == 0:
                 self.acked += values

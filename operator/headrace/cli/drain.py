@@ -21,10 +21,14 @@ import os
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import click
+
+from headrace.errors import InvalidRequest
+from headrace.security import keyrings
 
 #: how often the broker is asked where the drain stands, in seconds
 POLL_INTERVAL_S = 0.25
@@ -36,20 +40,52 @@ def drain_finished(report: Mapping[str, Any]) -> bool:
 
 
 #: a broker with credentials on refuses an unauthenticated drain (a state change on its
-#: admin port); broker pods of a cluster with auth have the replication token here
+#: admin port). Broker pods of a cluster with auth name the replication token file here
+#: (the file the broker reads, kept current by the kubelet, so a rotation reaches it)...
+TOKEN_FILE_ENV = "HEADRACE_REPLICATION_TOKEN_FILE"
+#: ... and pods made before that file carry the token itself here
 TOKEN_ENV = "HEADRACE_REPLICATION_TOKEN"
 
 
-def _call(url: str, method: str, timeout_s: float, token: str | None = None) -> dict[str, Any]:
-    """``token``: the bearer token (default ``$HEADRACE_REPLICATION_TOKEN``)."""
-    token = token if token is not None else os.environ.get(TOKEN_ENV)
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    request = urllib.request.Request(
-        url, method=method, data=b"" if method == "POST" else None, headers=headers
-    )
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
-        doc: dict[str, Any] = json.loads(response.read())
-        return doc
+def default_tokens(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
+    """The replication tokens to present, the one to try first first: the values of
+    ``$HEADRACE_REPLICATION_TOKEN_FILE`` (``keyrings`` format, the broker's own file), or
+    ``$HEADRACE_REPLICATION_TOKEN`` when no file is named or it cannot be read; () for
+    none. A file that does not parse is passed over, as the broker keeps its previous
+    tokens then: the environment's token is the best guess left."""
+    path = environ.get(TOKEN_FILE_ENV)
+    if path:
+        try:
+            return keyrings.parse_tokens(Path(path).read_text(), path)
+        except (OSError, UnicodeDecodeError, InvalidRequest) as exc:
+            click.echo(f"drain: {exc}; trying ${TOKEN_ENV}", err=True)
+    token = environ.get(TOKEN_ENV)
+    return (token,) if token else ()
+
+
+def _call(
+    url: str, method: str, timeout_s: float, tokens: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """``tokens``: bearer tokens to present, in order (default ``default_tokens()``): the
+    next is tried only when the broker answers 401, which is how a drain still gets
+    through while the broker has not re-read a rotated file yet (it accepts every value
+    listed in its copy, and ours may list the new one first already)."""
+    candidates: Sequence[str | None] = tokens if tokens is not None else default_tokens()
+    if not candidates:
+        candidates = (None,)
+    for index, token in enumerate(candidates):
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        request = urllib.request.Request(
+            url, method=method, data=b"" if method == "POST" else None, headers=headers
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                doc: dict[str, Any] = json.loads(response.read())
+                return doc
+        except urllib.error.HTTPError as exc:
+            if exc.code != 401 or index == len(candidates) - 1:
+                raise
+    raise AssertionError("unreachable: the last candidate returns or raises")
 
 
 def drain(
@@ -62,9 +98,9 @@ def drain(
     call: Callable[[str, str, float], dict[str, Any]] | None = None,
 ) -> tuple[bool, dict[str, Any]]:
     """Ask for the drain and wait; (finished, the last report). ``token``: presented to
-    the admin port (default ``$HEADRACE_REPLICATION_TOKEN``)."""
+    the admin port (default: ``default_tokens()``, each in turn)."""
     if call is None:
-        call = functools.partial(_call, token=token)
+        call = functools.partial(_call, tokens=None if token is None else (token,))
     url = admin_url.rstrip("/") + "/v1/drain"
     deadline = clock() + timeout_s
     report = call(url, "POST", max(0.5, min(5.0, timeout_s)))
@@ -102,6 +138,10 @@ def drain_command(admin_url: str, timeout_s: float, cancel: bool) -> None:
             click.echo(f"broker {report.get('brokerId')}: drain called off")
             return
         finished, report = drain(admin_url, timeout_s)
+    except urllib.error.HTTPError as exc:
+        # up, but it said no: with auth on, most likely a token it does not (yet) accept
+        click.echo(f"drain: broker at {admin_url} refused the drain (HTTP {exc.code}); not drained")
+        return
     except (urllib.error.URLError, OSError, ValueError) as exc:
         # the broker is already gone or not serving: nothing left to drain
         click.echo(f"drain: broker at {admin_url} did not answer ({exc}); nothing to wait for")

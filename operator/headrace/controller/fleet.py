@@ -72,6 +72,9 @@ class HttpFleet:
         self._held: dict[int, tuple[ReportJournal, dict[PartitionKey, PartitionReport]]] = {}
         #: body bytes of the last answer from each broker (a benchmark figure)
         self.last_poll_bytes: dict[int, int] = {}
+        #: polls and pushes refused for their credentials (HTTP 401/403), ever: the
+        #: operator re-reads its token when this moves (a rotation it has not seen yet)
+        self.refusals = 0
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.timeout_ms / 1000)
@@ -142,6 +145,7 @@ class HttpFleet:
             self._url(broker, "/v1/heartbeat"), params=params, ssl=self._ssl or True
         ) as resp:
             if resp.status in (401, 403):
+                self.refusals += 1
                 # Not silence: the broker is up and says our credentials are wrong.
                 log.error(
                     "broker %s refused the heartbeat poll (HTTP %s): check the token",
@@ -164,6 +168,8 @@ class HttpFleet:
                 json=topology,
                 timeout=aiohttp.ClientTimeout(total=PUSH_TIMEOUT_S),
             ) as resp:
+                if resp.status in (401, 403):
+                    self.refusals += 1
                 if resp.status != 200:
                     # Loud: a broker that keeps refusing stays on its old topology (a body
                     # over its size limit was once refused as text, every step, at INFO).

@@ -40,7 +40,7 @@ from headrace.control.documents import epoch_ms, rfc3339
 from headrace.errors import InvalidRequest
 from headrace.operator.kube import KubeApi, ObjectRef
 from headrace.resources.users import AuthenticationType, User
-from headrace.security import acl
+from headrace.security import acl, keyrings
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,13 @@ ACL_KEY: Final = "acl.json"
 ACL_DIR: Final = "/etc/headrace/acl"
 AUTH_DIR: Final = "/etc/headrace/auth"
 CLUSTER_KEY_FILE: Final = "cluster.key"
-#: the broker (and ``headrace drain``) read the replication token from here
+#: the broker (``--replication-token-file``) and ``headrace drain`` read the replication
+#: tokens from here, the Secret's ``replicationToken`` as the kubelet keeps it current
+REPLICATION_TOKEN_FILE: Final = "replication.token"
+REPLICATION_TOKEN_PATH: Final = f"{AUTH_DIR}/{REPLICATION_TOKEN_FILE}"
+#: tells ``headrace drain`` where that file is
+REPLICATION_TOKEN_FILE_ENV: Final = "HEADRACE_REPLICATION_TOKEN_FILE"
+#: the token itself, in pods made before the file (``headrace drain`` falls back to it)
 REPLICATION_TOKEN_ENV: Final = "HEADRACE_REPLICATION_TOKEN"
 USER_API_VERSION: Final = "headrace.dev/v1alpha1"
 #: a token User's Secret's annotations: its token's state (``control.tokens.TokenState``)
@@ -276,15 +282,40 @@ async def ensure_user_token(
         return step
 
 
+def replication_tokens_of(secret: Mapping[str, Any]) -> tuple[str, ...]:
+    """The replication tokens an auth Secret lists, the one to present first.
+
+    ``replicationToken`` holds one token, or several one a line while it rotates
+    (``keyrings`` format, as the brokers read it from their mounted copy): every listed
+    token is accepted by the brokers, the first is the one to send. ``InvalidRequest``
+    when it does not parse (the message names lines, never a value); ``LookupError``
+    when the key is missing."""
+    name = secret.get("metadata", {}).get("name", "the auth Secret")
+    value = secret_value(secret, REPLICATION_TOKEN_KEY)
+    if value is None:
+        raise LookupError(f"Secret {name} has no {REPLICATION_TOKEN_KEY}")
+    return keyrings.parse_tokens(value, f"Secret {name} key {REPLICATION_TOKEN_KEY}")
+
+
 async def replication_token(api: KubeApi, cluster_body: Mapping[str, Any]) -> str:
-    """The cluster's replication token (the auth Secret made first if absent)."""
+    """The replication token to present to the cluster's brokers: the first the auth
+    Secret lists (the Secret made first if absent)."""
     secret = await ensure_secret(api, new_auth_secret(cluster_body))
-    token = secret_value(secret, REPLICATION_TOKEN_KEY)
-    if not token:
-        raise LookupError(
-            f"Secret {auth_secret_name(cluster_body['metadata']['name'])} has no {REPLICATION_TOKEN_KEY}"
-        )
-    return token
+    return replication_tokens_of(secret)[0]
+
+
+async def read_replication_tokens(api: KubeApi, cluster_body: Mapping[str, Any]) -> tuple[str, ...]:
+    """The replication tokens the auth Secret lists now (a GET by name, never a create:
+    the cluster's workload handler makes the Secret). ``LookupError`` when it is gone,
+    ``InvalidRequest`` when it does not parse: the caller keeps what it presents."""
+    meta = cluster_body["metadata"]
+    ref = ObjectRef(
+        "v1", "Secret", meta.get("namespace", "default"), auth_secret_name(meta["name"])
+    )
+    secret = await api.get(ref)
+    if secret is None:
+        raise LookupError(f"Secret {ref.namespace}/{ref.name} not found")
+    return replication_tokens_of(secret)
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ import pydantic
 from headrace.control.documents import condition_time, full_name
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
+from headrace.errors import InvalidRequest
 from headrace.operator import auth, finalizing, repartitioning, workloads
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.operator.running import ClusterRuntime, RuntimeSettings, stalled_condition
@@ -182,9 +183,18 @@ async def apply_workload(
     started = time.perf_counter()
     try:
         token = None
+        keep_token = False
         if cluster.spec.auth.enabled:
             # before the pods: they mount both (a missing one keeps them ContainerCreating)
-            token = await auth.replication_token(context.api, body)
+            try:
+                token = await auth.replication_token(context.api, body)
+            except InvalidRequest as exc:
+                # a bad edit of the Secret's token lines: the brokers keep the tokens they
+                # hold, and so does the loop; the workload itself is still applied
+                log.error(
+                    "%s/%s: %s; the token in force stays", meta.get("namespace"), meta["name"], exc
+                )
+                keep_token = True
             await auth.sync_acl(context.api, body, context.clock.now_ms())
             applied += [
                 f"Secret/{auth.auth_secret_name(meta['name'])}",
@@ -196,7 +206,7 @@ async def apply_workload(
             await context.api.apply(manifest)
             applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
         running = context.loops.get((meta.get("namespace", "default"), meta["name"]))
-        if running is not None:
+        if running is not None and not keep_token:
             # auth turned on (or off) while the loop runs: its polls and pushes follow
             running.set_auth_token(token)
     except Exception:
@@ -281,8 +291,16 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
     async def reapply(statuses: list[dict[str, Any]]) -> None:
         await apply_workload(desired()[0], context, statuses)
 
+    async def read_tokens() -> tuple[str, ...] | None:
+        """The replication tokens the auth Secret lists now; None while auth is off."""
+        body = desired()[0]
+        if not parse_cluster(body).spec.auth.enabled:
+            return None
+        return await auth.read_replication_tokens(context.api, body)
+
     cluster, topics, unloads, repartitions = desired()
-    # the replication token, for the brokers' admin ports (read once: never rotated)
+    # the replication token for the brokers' admin ports, now and as it rotates (the loop
+    # re-reads the Secret: ``ClusterRuntime.refresh_token``)
     token = (
         await auth.replication_token(context.api, cluster)
         if parse_cluster(cluster).spec.auth.enabled
@@ -300,6 +318,7 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         metrics=context.metrics,
         repartitions=repartitions,
         auth_token=token,
+        read_tokens=read_tokens,
     )
     context.loops[key] = runtime
     context.died.pop(key, None)

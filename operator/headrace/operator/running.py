@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -48,6 +49,7 @@ from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
+from headrace.errors import HeadraceError
 from headrace.operator import finalizing, objectstores, repartitioning, restarting, workloads
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
@@ -58,6 +60,8 @@ from headrace.resources.clusters import ObjectStore
 log = logging.getLogger(__name__)
 
 PAUSED_ANNOTATION: Final = "headrace.dev/paused"
+#: the Event when the loop starts presenting another replication token (a rotation's step 2)
+TOKEN_CHANGED: Final = "ReplicationTokenChanged"
 
 #: Ready reasons that refuse the spec as it stands (waiting cannot fix them): the object is
 #: also ``Stalled``. Unavailability (PartitionsOffline, BelowMinInSync) is not: it passes;
@@ -90,6 +94,11 @@ class RuntimeSettings:
     transition_poll_interval_ms: int = 100
     #: a poll that takes longer than this counts as a missed heartbeat
     poll_timeout_ms: int = 800
+    #: how often the replication token the loop presents is re-read from the cluster's
+    #: auth Secret (one GET by name), and at once after a broker refused it: well inside
+    #: the kubelet's volume sync (about a minute), so during a rotation the operator sends
+    #: the new first token before the pods have all re-read theirs (docs/security.md §9)
+    token_reread_interval_ms: int = 5000
     control: ControlSettings = field(default_factory=ControlSettings)
 
 
@@ -304,9 +313,12 @@ class ClusterRuntime:
         metrics: OperatorMetrics | None = None,
         repartitions: Iterable[Mapping[str, Any]] = (),
         auth_token: str | None = None,
+        read_tokens: Callable[[], Awaitable[tuple[str, ...] | None]] | None = None,
     ) -> None:
         """``auth_token``: the credentials the operator presents to the brokers (polls,
-        pushes, drains); ``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
+        pushes, drains); ``read_tokens``: the replication tokens listed now (None: auth
+        is off), re-read every ``token_reread_interval_ms`` to present the first
+        (``refresh_token``); ``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
         scale down is carried out once the brokers it would remove hold no replica);
         ``repartitions``: the watched Repartitions (those of this cluster's Topics count)."""
         self.settings = settings or RuntimeSettings()
@@ -363,13 +375,64 @@ class ClusterRuntime:
         #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
         self.last_step_s = time.monotonic()
         self._counted = (0, 0)  # store writes and conflicts already in the metrics
+        self.auth_token = auth_token
+        self.read_tokens = read_tokens
+        #: when the tokens were last read (clock ms), and the refusals seen by then
+        self._tokens_read_ms: int | None = None
+        self._refusals_seen = 0
 
     def set_auth_token(self, auth_token: str | None) -> None:
         """The credentials for the brokers' admin ports from now on (the cluster's
-        ``spec.auth`` changed while this loop ran)."""
+        ``spec.auth`` changed while this loop ran, or its replication token rotated)."""
+        self.auth_token = auth_token
         if self.pods is not None:
             self.pods.http.set_auth_token(auth_token)
         self.rollout.auth_headers = {"Authorization": f"Bearer {auth_token}"} if auth_token else {}
+
+    async def refresh_token(self) -> bool:
+        """Re-read the replication tokens when due (every ``token_reread_interval_ms``, or
+        at once after a broker refused a poll or push) and present the first from now on;
+        whether it changed. A Secret that is gone or does not parse keeps the token in
+        force (the brokers keep theirs too), and says why in the log."""
+        if self.read_tokens is None:
+            return False
+        now = self.clock.now_ms()
+        refusals = self.pods.http.refusals if self.pods is not None else 0
+        due = (
+            self._tokens_read_ms is None
+            or now - self._tokens_read_ms >= self.settings.token_reread_interval_ms
+            or refusals != self._refusals_seen
+        )
+        if not due:
+            return False
+        self._tokens_read_ms, self._refusals_seen = now, refusals
+        try:
+            tokens = await self.read_tokens()
+        except Exception as exc:  # an API error too: the step must still run
+            level = (
+                logging.ERROR if isinstance(exc, LookupError | HeadraceError) else logging.WARNING
+            )
+            log.log(
+                level,
+                "cluster %s/%s: replication token not re-read, the one in force stays: %s: %s",
+                self.namespace, self.name, type(exc).__name__, exc,
+            )  # fmt: skip
+            return False
+        token = tokens[0] if tokens else None
+        if token == self.auth_token:
+            return False
+        self.set_auth_token(token)
+        if token is not None:
+            # a fingerprint, never the token: enough to tell which line is in use
+            fingerprint = hashlib.sha256(token.encode()).hexdigest()[:8]
+            message = (
+                f"presenting the first of {len(tokens or ())} replication tokens"
+                f" (sha256 {fingerprint}...)"
+            )
+            log.info("cluster %s/%s: %s", self.namespace, self.name, message)
+            if self.events is not None:
+                self.events(Event(TOKEN_CHANGED, f"{self.namespace}/{self.name}", message))
+        return True
 
     def owns(self, body: Mapping[str, Any], topics: Iterable[str] = ()) -> bool:
         """Whether a Topic (by its ``clusterRef``) or an Unload (by its topic, one of
@@ -575,6 +638,7 @@ class ClusterRuntime:
             while True:
                 self.kicked.clear()
                 try:
+                    await self.refresh_token()
                     self.sync(*desired())
                     await self.step()
                 except asyncio.CancelledError:

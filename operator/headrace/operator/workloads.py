@@ -182,31 +182,34 @@ def broker_args(cluster: BrokerCluster) -> list[str]:
     if store is not None:
         args += ["--object-store", object_store_url(store)]
     if cluster.spec.auth.enabled:
-        # the replication token comes from the environment (``auth_env``), never argv
+        # credentials come from files the kubelet refreshes (``auth_volumes``), never argv
         args += [
             "--acl-file",
             f"{auth.ACL_DIR}/{auth.ACL_KEY}",
             "--cluster-key-file",
             f"{auth.AUTH_DIR}/{auth.CLUSTER_KEY_FILE}",
+            "--replication-token-file",
+            auth.REPLICATION_TOKEN_PATH,
         ]
     return args
 
 
 def auth_env(cluster: BrokerCluster) -> list[dict[str, Any]]:
-    """The replication token, a ``secretKeyRef`` into the cluster's auth Secret (the
-    broker presents it to its peers; ``headrace drain`` in the preStop hook to its own
-    admin port)."""
+    """Where ``headrace drain`` (the preStop hook) finds the replication token: the file
+    the broker reads too, so a rotated token reaches it without a restart. Not the token
+    itself (an env var a running pod never sees change; pods made before the file carry
+    ``HEADRACE_REPLICATION_TOKEN``, which ``drain`` still reads when the file is absent)."""
     if not cluster.spec.auth.enabled:
         return []
-    ref = {"name": auth.auth_secret_name(cluster.metadata.name), "key": auth.REPLICATION_TOKEN_KEY}
-    return [{"name": auth.REPLICATION_TOKEN_ENV, "valueFrom": {"secretKeyRef": ref}}]
+    return [{"name": auth.REPLICATION_TOKEN_FILE_ENV, "value": auth.REPLICATION_TOKEN_PATH}]
 
 
 def auth_volumes(cluster: BrokerCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The pod's volumes and the container's mounts for the ACL file and the cluster key.
-    The key file is 0400: the broker refuses a key readable by group or others. The ACL
-    file is a ConfigMap (hashes only) mounted as a directory, not with ``subPath``, so the
-    kubelet's updates reach it and the broker reloads it."""
+    """The pod's volumes and the container's mounts for the ACL file, the cluster key and
+    the replication token. The key file is 0400: the broker refuses a key readable by
+    group or others (the token file shares the mode). Each is mounted as a directory,
+    not with ``subPath``, so the kubelet's updates reach running pods and the broker
+    reloads them: that is how the key and the token rotate (docs/security.md §9)."""
     if not cluster.spec.auth.enabled:
         return [], []
     name = cluster.metadata.name
@@ -216,7 +219,10 @@ def auth_volumes(cluster: BrokerCluster) -> tuple[list[dict[str, Any]], list[dic
             "name": "auth",
             "secret": {
                 "secretName": auth.auth_secret_name(name),
-                "items": [{"key": auth.CLUSTER_KEY_KEY, "path": auth.CLUSTER_KEY_FILE}],
+                "items": [
+                    {"key": auth.CLUSTER_KEY_KEY, "path": auth.CLUSTER_KEY_FILE},
+                    {"key": auth.REPLICATION_TOKEN_KEY, "path": auth.REPLICATION_TOKEN_FILE},
+                ],
                 "defaultMode": 0o400,
             },
         },

@@ -127,7 +127,7 @@ def test_a_clusters_users_become_principals_of_its_acl_file_with_token_hashes_on
     assert auth.secret_value(secret(api, "writer"), auth.USER_TOKEN_KEY) == token
 
 
-def test_broker_pods_load_the_acl_file_and_key_and_take_the_token_from_the_secret() -> None:
+def test_broker_pods_load_the_acl_file_the_key_and_the_replication_token_from_files() -> None:
     settings = workloads.WorkloadSettings()
     plain = workloads.statefulset(BrokerCluster.from_manifest(CLUSTER), "uid-1", "ns", settings)
     assert "volumes" not in plain["spec"]["template"]["spec"]
@@ -139,12 +139,23 @@ def test_broker_pods_load_the_acl_file_and_key_and_take_the_token_from_the_secre
     args = container["args"]
     assert args[args.index("--acl-file") + 1] == "/etc/headrace/acl/acl.json"
     assert args[args.index("--cluster-key-file") + 1] == "/etc/headrace/auth/cluster.key"
+    token_file = "/etc/headrace/auth/replication.token"
+    assert args[args.index("--replication-token-file") + 1] == token_file
     env = {e["name"]: e for e in container["env"]}
-    assert env["HEADRACE_REPLICATION_TOKEN"]["valueFrom"]["secretKeyRef"] == {
-        "name": "demo-cluster-auth",
-        "key": "replicationToken",
+    # the token itself is in no env var (a running pod never sees one change): the preStop
+    # hook's ``headrace drain`` is told where the broker's file is
+    assert "HEADRACE_REPLICATION_TOKEN" not in env
+    assert env["HEADRACE_REPLICATION_TOKEN_FILE"] == {
+        "name": "HEADRACE_REPLICATION_TOKEN_FILE",
+        "value": token_file,
     }
     volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["auth"]["secret"]["secretName"] == "demo-cluster-auth"
+    assert {"key": "replicationToken", "path": "replication.token"} in volumes["auth"]["secret"][
+        "items"
+    ]
+    # mounted as a directory, never with subPath: the kubelet's updates must reach the pod
+    assert all("subPath" not in m for m in container["volumeMounts"])
     assert volumes["acl"]["configMap"]["name"] == "demo-acl"
     assert volumes["auth"]["secret"]["defaultMode"] == 0o400  # the broker refuses 0o44x
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
