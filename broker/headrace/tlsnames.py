@@ -43,20 +43,24 @@ def client_context(
     server_name: str | None = None,
     cert_file: Path | None = None,
     key_file: Path | None = None,
+    *,
+    cadata: str | None = None,
 ) -> ssl.SSLContext:
-    """A verifying TLS client context: the chain must lead to ``ca_file`` (the system's
-    CAs when None) and the certificate must name ``server_name`` (the dialled host when
-    None); ``cert_file``/``key_file``: a client certificate for mutual TLS."""
+    """A verifying TLS client context: the chain must lead to ``ca_file`` or ``cadata``
+    (PEM; the system's CAs when neither) and the certificate must name ``server_name``
+    (the dialled host when None); ``cert_file``/``key_file``: a client certificate for
+    mutual TLS."""
     ctx: ssl.SSLContext
+    cafile = str(ca_file) if ca_file else None
     if server_name is None:
-        ctx = ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+        ctx = ssl.create_default_context(cafile=cafile, cadata=cadata)
     else:
         named = _NamedContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies chain and name
         named.server_name = server_name
-        if ca_file is None:
+        if cafile is None and cadata is None:
             named.load_default_certs(ssl.Purpose.SERVER_AUTH)
         else:
-            named.load_verify_locations(cafile=str(ca_file))
+            named.load_verify_locations(cafile=cafile, cadata=cadata)
         ctx = named
     if cert_file is not None and key_file is not None:
         ctx.load_cert_chain(str(cert_file), str(key_file))

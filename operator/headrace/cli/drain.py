@@ -18,13 +18,17 @@ from __future__ import annotations
 import functools
 import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import click
+
+from headrace import tlsnames
 
 #: how often the broker is asked where the drain stands, in seconds
 POLL_INTERVAL_S = 0.25
@@ -38,6 +42,19 @@ def drain_finished(report: Mapping[str, Any]) -> bool:
 #: a broker with credentials on refuses an unauthenticated drain (a state change on its
 #: admin port); broker pods of a cluster with auth have the replication token here
 TOKEN_ENV = "HEADRACE_REPLICATION_TOKEN"
+#: an ``https`` admin URL is verified with this CA and server name (broker pods of a
+#: cluster with ``spec.tls`` have both: ``workloads.tls_env``)
+ADMIN_CA_ENV = "HEADRACE_ADMIN_CA"
+SERVER_NAME_ENV = "HEADRACE_TLS_SERVER_NAME"
+
+
+def _tls_context(url: str) -> ssl.SSLContext | None:
+    if not url.startswith("https:"):
+        return None
+    ca = os.environ.get(ADMIN_CA_ENV)
+    return tlsnames.client_context(
+        Path(ca) if ca else None, os.environ.get(SERVER_NAME_ENV) or None
+    )
 
 
 def _call(url: str, method: str, timeout_s: float, token: str | None = None) -> dict[str, Any]:
@@ -47,7 +64,7 @@ def _call(url: str, method: str, timeout_s: float, token: str | None = None) -> 
     request = urllib.request.Request(
         url, method=method, data=b"" if method == "POST" else None, headers=headers
     )
-    with urllib.request.urlopen(request, timeout=timeout_s) as response:
+    with urllib.request.urlopen(request, timeout=timeout_s, context=_tls_context(url)) as response:
         doc: dict[str, Any] = json.loads(response.read())
         return doc
 
