@@ -192,7 +192,7 @@ class ClusterTls(Model):
     client_auth: ClientAuth = ClientAuth.NONE
     """``required``: every client presents a certificate signed by the client CA;
     ``optional``: one is checked when presented (``tls`` Users), others use tokens."""
-    client_ca_secret_name: SubdomainName | None = None
+    client_ca_secret_name: SubdomainName | None = Field(default=None, alias="clientCASecretName")
     """Secret whose ``ca.crt`` signs client certificates; ``secretName``'s ``ca.crt`` when
     unset. Brokers' own certificates are accepted too (they fetch from one another)."""
     admin_tls: AdminTls = Field(default_factory=AdminTls)
