@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import base64
 import json
+import socket
 import time
 from pathlib import Path
 
+from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from bench import procs
@@ -44,6 +46,7 @@ from e2e.tests.operator.fixtures import (
     pod_ips,
     wait_ready,
 )
+from headrace import tlsnames
 
 
 def tls_secret(name: str, cert: bytes, key: bytes, ca: bytes) -> dict[str, object]:
@@ -99,6 +102,33 @@ def consume(bootstrap: str, topic: str, env: dict[str, str]) -> set[str]:
     return set(done.stdout.decode().split())
 
 
+def served_common_name(ip: str, ca_file: Path, server_name: str) -> str:
+    """The subject CN of the certificate a new connection to a broker's data port gets."""
+    context = tlsnames.client_context(ca_file, server_name)
+    with (
+        socket.create_connection((ip, 9092), timeout=5) as sock,
+        context.wrap_socket(sock) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    name = x509.load_der_x509_certificate(der).subject
+    return str(name.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value)
+
+
+def pod_incarnations(cluster: Cluster, namespace: str) -> dict[str, tuple[str, int]]:
+    """Pod name -> (uid, the broker container's restart count)."""
+    out = cluster.kubectl_run(
+        "get", "pods", "-n", namespace, "-l", "headrace.dev/cluster=demo", "-o", "json"
+    )
+    return {
+        p["metadata"]["name"]: (
+            p["metadata"]["uid"],
+            sum(c.get("restartCount", 0) for c in p["status"].get("containerStatuses", [])),
+        )
+        for p in json.loads(out.stdout)["items"]
+    }
+
+
 def brokers(cluster: Cluster, namespace: str, count: int) -> str:
     ips = wait_for(
         f"{count} broker pod IPs",
@@ -115,7 +145,7 @@ def test_a_chart_installed_cluster_serves_tls_end_to_end(
     operator: InstalledOperator,
     tmp_path: Path,
 ) -> None:
-    _, cert, key, ca_pem = mint(namespace)
+    ca, cert, key, ca_pem = mint(namespace)
     cluster.apply([tls_secret("demo-tls", cert, key, ca_pem)], namespace)
     ca_file = tmp_path / "ca.crt"
     ca_file.write_bytes(ca_pem)
@@ -166,6 +196,30 @@ def test_a_chart_installed_cluster_serves_tls_end_to_end(
     assert "Succeeded" in out, out
     checked = cluster.logs(f"{RELEASE}-headrace-test", namespace, "-c", "roundtrip")
     assert "consumed all 30 records marked" in checked, checked[-2000:]
+
+    # a renewal (what cert-manager does before expiry): the Secret gets a new certificate;
+    # the kubelet updates the volume and every broker serves it, with no pod restarted
+    service = f"demo.{namespace}.svc"
+    ips = list(pod_ips(cluster, namespace).values())
+    assert {served_common_name(ip, ca_file, service) for ip in ips} == {"demo"}
+    before = pod_incarnations(cluster, namespace)
+    renewed_cert, renewed_key = ca.issue(
+        "demo-renewed",
+        server=True,
+        client=True,
+        dns=(service, f"*.demo-brokers.{namespace}.svc"),
+    )
+    renewed = time.monotonic()
+    cluster.apply([tls_secret("demo-tls", renewed_cert, renewed_key, ca_pem)], namespace)
+    wait_for(
+        "every broker serving the renewed certificate",
+        lambda: {served_common_name(ip, ca_file, service) for ip in ips} == {"demo-renewed"},
+        60,
+    )
+    figure("TLS Secret renewed to every broker serving it", time.monotonic() - renewed)
+    assert pod_incarnations(cluster, namespace) == before
+    code, err = produce(bootstrap, topic, ["after-renewal"], tls_env(ca_file, namespace))
+    assert code == 0, err
 
 
 def test_a_missing_secret_then_mutual_tls_with_a_tls_user(
