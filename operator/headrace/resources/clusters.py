@@ -182,7 +182,8 @@ class ClusterTls(Model):
     enabled: bool = False
     """Serve the data port over TLS with the certificate in ``secretName`` (and admin
     HTTP, unless ``adminTls.enabled`` is false). Brokers fetch from one another over TLS,
-    verifying with the Secret's ``ca.crt``."""
+    verifying with the Secret's ``ca.crt``. Set it when the cluster is created: switching
+    a running cluster takes restarting every broker at once (docs/operations.md)."""
     secret_name: SubdomainName | None = None
     """A ``kubernetes.io/tls`` Secret (cert-manager's shape) with ``tls.crt``, ``tls.key``
     and ``ca.crt``. The certificate must name ``<cluster>.<namespace>.svc`` (every client
