@@ -85,7 +85,7 @@ class AdminServer:
             self._runner,
             self.broker.settings.admin_host,
             self.broker.settings.admin_port,
-            ssl_context=admin_access.server_ssl_context(self.broker.settings.admin_tls),
+            ssl_context=self.broker.admin_ssl,
         )
         await site.start()
         # aiohttp has no public accessor for the bound port (needed when asked for port 0)

@@ -19,12 +19,12 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from headrace import files
+from headrace import files, tlsnames
 from headrace.aio import cancel_and_wait
-from headrace.broker import cohort_admin
+from headrace.broker import certificates, cohort_admin
 from headrace.broker.access import Access
 from headrace.broker.cohorting import CohortRuntime
-from headrace.broker.config import BrokerSettings
+from headrace.broker.config import BrokerSettings, TlsSettings
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.placing import Placer, hosted
 from headrace.broker.ports import (
@@ -76,6 +76,9 @@ class Broker:
         self.metrics = BrokerMetrics(self.registry.all_partitions)
         #: principals, grants and member identities (reads the credential files now)
         self.access = Access(settings, self.metrics.acl_denials, reloads=self.metrics.acl_reloads)
+        #: the listeners' TLS contexts, kept so that renewed certificates reload into them
+        self.server_ssl = self._serving(settings.tls, "tls")
+        self.admin_ssl = self._serving(settings.admin_tls, "admin_tls")
         self.committer = GroupCommitter(
             settings.log.fsync,
             settings.log.flush_interval_ms,
@@ -151,7 +154,7 @@ class Broker:
             lambda: Connection(self),
             self.settings.host,
             self.settings.port,
-            ssl=self._ssl_context(),
+            ssl=self.server_ssl,
             reuse_address=True,
             backlog=1024,
         )
@@ -238,15 +241,11 @@ class Broker:
             ) from exc
         self._lock_fd = fd
 
-    def _ssl_context(self) -> ssl.SSLContext | None:
-        tls = self.settings.tls
+    def _serving(self, tls: TlsSettings | None, source: str) -> ssl.SSLContext | None:
         if tls is None:
             return None
-        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-        ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file))
-        if tls.client_ca_file is not None:
-            ctx.load_verify_locations(str(tls.client_ca_file))
-            ctx.verify_mode = ssl.CERT_REQUIRED
+        ctx = certificates.serving_context(tls)
+        certificates.watch(self.access.files, source, tls, ctx)
         return ctx
 
     # ------------------------------------------------------------------ connections and topology
@@ -525,9 +524,12 @@ class Broker:
         tls = self.settings.tls
         if tls is None:
             return None
-        ctx = ssl.create_default_context(cafile=str(tls.client_ca_file or tls.cert_file))
-        ctx.load_cert_chain(str(tls.cert_file), str(tls.key_file))
-        return ctx
+        return tlsnames.client_context(
+            tls.ca_file or tls.client_ca_file or tls.cert_file,
+            tls.server_name,
+            tls.cert_file,
+            tls.key_file,
+        )
 
     def _report_of(self, p: Partition) -> PartitionReport:
         return PartitionReport(

@@ -20,10 +20,20 @@ class AdminReadAccess(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class TlsSettings:
+    #: the serving certificate and its key; both re-read on change (``certificates``)
     cert_file: Path
     key_file: Path
     #: when set, clients must present a certificate signed by this CA (mutual TLS)
     client_ca_file: Path | None = None
+    #: with a client CA: False checks a certificate only when the client presents one
+    #: (others authenticate by token)
+    client_auth_required: bool = True
+    #: the CA this broker verifies the other brokers' certificates with when it fetches
+    #: from them (None: the client CA, else its own certificate)
+    ca_file: Path | None = None
+    #: the name the other brokers' certificates must carry (None: the host dialled);
+    #: on Kubernetes the cluster's Service name, as pods are dialled by IP
+    server_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

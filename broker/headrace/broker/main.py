@@ -180,6 +180,27 @@ def _halt(status: int) -> None:
     "--tls-client-ca", type=click.Path(path_type=Path), default=None, help="Require client certs."
 )
 @click.option(
+    "--tls-client-auth",
+    type=click.Choice(["required", "optional"]),
+    default="required",
+    show_default=True,
+    help="With --tls-client-ca: refuse clients without a certificate, or check one only when"
+    " given (the others authenticate by token).",
+)
+@click.option(
+    "--tls-ca",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="CA the other brokers' certificates are verified with when fetching from them"
+    " (default: --tls-client-ca, else --tls-cert).",
+)
+@click.option(
+    "--tls-server-name",
+    default=None,
+    help="Name the other brokers' certificates must carry (default: the host dialled); on"
+    " Kubernetes the cluster's Service name, as brokers dial one another by pod IP.",
+)
+@click.option(
     "--acl-file",
     type=click.Path(path_type=Path, dir_okay=False),
     default=None,
@@ -260,6 +281,9 @@ def broker(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
+    tls_client_auth: str,
+    tls_ca: Path | None,
+    tls_server_name: str | None,
     acl_file: Path | None,
     acl_reload_interval_ms: int,
     admin_read_access: str,
@@ -276,7 +300,18 @@ def broker(
         raise click.UsageError("choose one of --standalone or --cluster")
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
-    tls = TlsSettings(tls_cert, tls_key, tls_client_ca) if tls_cert and tls_key else None
+    tls = (
+        TlsSettings(
+            tls_cert,
+            tls_key,
+            tls_client_ca,
+            client_auth_required=tls_client_auth == "required",
+            ca_file=tls_ca,
+            server_name=tls_server_name,
+        )
+        if tls_cert and tls_key
+        else None
+    )
     if (admin_tls_cert is None) != (admin_tls_key is None):
         raise click.UsageError("--admin-tls-cert and --admin-tls-key go together")
     admin_tls = (

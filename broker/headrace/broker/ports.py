@@ -290,6 +290,11 @@ class AdminHost(BrokerCore, Protocol):
     def ready(self) -> bool: ...
 
     @property
+    def admin_ssl(self) -> ssl.SSLContext | None:
+        """The admin listener's TLS context (None: plain HTTP); certificates reload into it."""
+        ...
+
+    @property
     def recovery_seconds(self) -> float: ...
 
     draining: bool

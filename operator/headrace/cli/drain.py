@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -29,6 +30,7 @@ import click
 
 from headrace.errors import InvalidRequest
 from headrace.security import keyrings
+from headrace import tlsnames
 
 #: how often the broker is asked where the drain stands, in seconds
 POLL_INTERVAL_S = 0.25
@@ -45,6 +47,19 @@ def drain_finished(report: Mapping[str, Any]) -> bool:
 TOKEN_FILE_ENV = "HEADRACE_REPLICATION_TOKEN_FILE"
 #: ... and pods made before that file carry the token itself here
 TOKEN_ENV = "HEADRACE_REPLICATION_TOKEN"
+#: an ``https`` admin URL is verified with this CA and server name (broker pods of a
+#: cluster with ``spec.tls`` have both: ``workloads.tls_env``)
+ADMIN_CA_ENV = "HEADRACE_ADMIN_CA"
+SERVER_NAME_ENV = "HEADRACE_TLS_SERVER_NAME"
+
+
+def _tls_context(url: str) -> ssl.SSLContext | None:
+    if not url.startswith("https:"):
+        return None
+    ca = os.environ.get(ADMIN_CA_ENV)
+    return tlsnames.client_context(
+        Path(ca) if ca else None, os.environ.get(SERVER_NAME_ENV) or None
+    )
 
 
 def default_tokens(environ: Mapping[str, str] = os.environ) -> tuple[str, ...]:
@@ -79,7 +94,9 @@ def _call(
             url, method=method, data=b"" if method == "POST" else None, headers=headers
         )
         try:
-            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            with urllib.request.urlopen(
+                request, timeout=timeout_s, context=_tls_context(url)
+            ) as response:
                 doc: dict[str, Any] = json.loads(response.read())
                 return doc
         except urllib.error.HTTPError as exc:

@@ -11,7 +11,10 @@ environment variables, and hands the command one ``ClientTarget``:
 - ``--tls``, ``--tls-ca`` / ``$HEADRACE_TLS_CA``, ``--tls-cert`` / ``$HEADRACE_TLS_CERT``,
   ``--tls-key`` / ``$HEADRACE_TLS_KEY``: any of them turns TLS on. The broker's
   certificate is checked against ``--tls-ca`` (the system's CAs without it) and the host
-  dialled; ``--tls-cert`` with ``--tls-key`` is the client certificate for mutual TLS.
+  dialled (or ``--tls-server-name`` / ``$HEADRACE_TLS_SERVER_NAME``: one name for every
+  broker, as on Kubernetes, where brokers advertise pod IPs and certificates name the
+  cluster's Service); ``--tls-cert`` with ``--tls-key`` is the client certificate for
+  mutual TLS.
 
 ``controller_option`` adds ``--controller`` (``$HEADRACE_CONTROLLER``) for commands that
 talk to the local-mode controller; ``controller_known`` decides whether they do.
@@ -34,6 +37,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 from click.core import ParameterSource
 
+from headrace import tlsnames
 from headrace.cli import local as local_mode
 
 if TYPE_CHECKING:
@@ -54,17 +58,17 @@ ENVIRONMENT_HELP = (
 @dataclass(frozen=True, slots=True)
 class TlsFiles:
     """PEM files of a TLS client: the CA to trust (None: the system's) and a client
-    certificate and key for mutual TLS (both or neither)."""
+    certificate and key for mutual TLS (both or neither); ``server_name``: the name every
+    broker's certificate must carry (None: the host dialled; on Kubernetes the cluster's
+    Service name, as the brokers advertise pod IPs)."""
 
     ca: Path | None = None
     cert: Path | None = None
     key: Path | None = None
+    server_name: str | None = None
 
     def context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(self.ca) if self.ca else None)
-        if self.cert is not None and self.key is not None:
-            context.load_cert_chain(str(self.cert), str(self.key))
-        return context
+        return tlsnames.client_context(self.ca, self.server_name, self.cert, self.key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,12 +115,13 @@ def resolve_target(
     tls_cert: Path | None,
     tls_key: Path | None,
     directory: Path,
+    tls_server_name: str | None = None,
 ) -> ClientTarget:
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
     files = None
-    if tls or tls_ca or tls_cert:
-        files = TlsFiles(tls_ca, tls_cert, tls_key)
+    if tls or tls_ca or tls_cert or tls_server_name:
+        files = TlsFiles(tls_ca, tls_cert, tls_key, tls_server_name or None)
     ctx = click.get_current_context(silent=True)
     dir_given = ctx is not None and ctx.get_parameter_source("directory") in (
         ParameterSource.COMMANDLINE,
@@ -171,6 +176,13 @@ _CLIENT_OPTIONS = (
         help="PEM key of --tls-cert.",
     ),
     click.option(
+        "--tls-server-name",
+        envvar="HEADRACE_TLS_SERVER_NAME",
+        default=None,
+        help="Name every broker's certificate must carry, whatever address is dialled"
+        " (implies --tls); on Kubernetes the cluster's Service, NAME.NAMESPACE.svc.",
+    ),
+    click.option(
         "--dir",
         "directory",
         type=click.Path(path_type=Path),
@@ -195,10 +207,13 @@ def client_options(command: Callable[..., R]) -> Callable[..., R]:
         tls_ca: Path | None,
         tls_cert: Path | None,
         tls_key: Path | None,
+        tls_server_name: str | None,
         directory: Path,
         **kwargs: Any,
     ) -> R:
-        target = resolve_target(bootstrap, auth_token, tls, tls_ca, tls_cert, tls_key, directory)
+        target = resolve_target(
+            bootstrap, auth_token, tls, tls_ca, tls_cert, tls_key, directory, tls_server_name
+        )
         local_mode.API_TOKEN.set(target.auth_token)  # the controller's API takes it too
         return command(*args, client=target, **kwargs)
 

@@ -88,6 +88,11 @@ class HttpFleet:
             self._session.headers.pop("Authorization", None)
             self._session.headers.update(self._headers)
 
+    def set_ssl_context(self, ssl_context: ssl.SSLContext | None) -> None:
+        """Speak HTTPS with ``ssl_context`` from the next request on (None: HTTP); the
+        operator's loop of a cluster whose TLS was turned on, or whose CA changed."""
+        self._ssl = ssl_context
+
     def _url(self, broker: BrokerEndpoint, path: str) -> str:
         scheme = "https" if self._ssl is not None else "http"
         return f"{scheme}://{broker.host}:{broker.admin_port}{path}"

@@ -14,6 +14,7 @@ mid-rollout asks again, which is harmless (a drain is idempotent).
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -93,6 +94,8 @@ class Rollout:
         self.last: rollout.Action = rollout.Idle()
         #: the drain calls' credentials (the replication token when the cluster has auth on)
         self.auth_headers: dict[str, str] = {}
+        #: verifies the brokers' admin certificates (None: plain HTTP; ``tlssecrets``)
+        self.ssl_context: ssl.SSLContext | None = None
 
     def _tell(self, kind: str, message: str) -> None:
         log.info("%s/%s: %s", self.namespace, self.name, message)
@@ -184,12 +187,15 @@ class Rollout:
         ip = (pod.get("status") or {}).get("podIP")
         if not ip:
             return
-        url = f"http://{ip}:{workloads.ADMIN_PORT}/v1/drain"
+        scheme = "http" if self.ssl_context is None else "https"
+        url = f"{scheme}://{ip}:{workloads.ADMIN_PORT}/v1/drain"
         timeout = aiohttp.ClientTimeout(total=self.settings.request_timeout_s)
         try:
             async with (
                 aiohttp.ClientSession(timeout=timeout) as session,
-                session.request(method, url, headers=self.auth_headers) as response,
+                session.request(
+                    method, url, headers=self.auth_headers, ssl=self.ssl_context or True
+                ) as response,
             ):
                 response.raise_for_status()
         except (aiohttp.ClientError, TimeoutError) as exc:

@@ -50,12 +50,19 @@ from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
 from headrace.errors import HeadraceError
-from headrace.operator import finalizing, objectstores, repartitioning, restarting, workloads
+from headrace.operator import (
+    finalizing,
+    objectstores,
+    repartitioning,
+    restarting,
+    tlssecrets,
+    workloads,
+)
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore
 from headrace.operator.surfaces import STEP, OperatorMetrics
 from headrace.protocol.endpoints import BrokerEndpoint
-from headrace.resources.clusters import ObjectStore
+from headrace.resources.clusters import BrokerCluster, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +84,8 @@ REFUSALS: Final = frozenset(
         "DuplicateSpec",
         "CompactionUnsupported",
         objectstores.CREDENTIALS_MISSING,
+        tlssecrets.TLS_MISSING,
+        tlssecrets.TLS_INVALID,
     }
 )
 
@@ -184,6 +193,7 @@ def cluster_conditions(
     blockers: Mapping[int, list[str]] | None = None,
     store: objectstores.StoreHealth | None = None,
     reassignment: moves.Summary | None = None,
+    tls: tuple[str, str] | None = None,
 ) -> dict[str, Any]:
     """The BrokerCluster's ``conditions`` and ``observedGeneration`` (the workload's part).
 
@@ -197,7 +207,8 @@ def cluster_conditions(
     (``control.moves``); with it, a scale down whose replicas can move is ``ScalingDown``
     (they move off first), and only one that cannot (it would lose a partition's last
     in-sync replica, or go below a replication factor) is refused as ``ScaleDownBlocked``;
-    a ``Rebalancing`` condition says whether moves are in flight.
+    a ``Rebalancing`` condition says whether moves are in flight. ``tls``: a TLS Secret
+    problem (reason, message: ``tlssecrets``), which makes Ready False.
     """
     generation = generation_of(body)
     previous = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
@@ -220,7 +231,9 @@ def cluster_conditions(
         )
     else:
         missing = sorted(set(range(replicas)) - set(live))
-        if store is not None and store.credentials is not None:
+        if tls is not None:
+            ready = ("False", *tls)
+        elif store is not None and store.credentials is not None:
             ready = ("False", objectstores.CREDENTIALS_MISSING, store.credentials)
         elif blockers and reassignment is not None and not reassignment.blocked:
             ready = (
@@ -370,6 +383,8 @@ class ClusterRuntime:
         self.metrics = metrics
         #: the object store's credentials and endpoint, checked now and then
         self.store_checks = objectstores.StoreChecks()
+        #: the TLS Secrets and the admin CA the polls verify with, checked now and then
+        self.tls_checks = tlssecrets.TlsChecks()
         #: the dashboard's memory of this cluster (rates, last heartbeats), fed every step
         self.dashboard = Observer(self.name)
         #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
@@ -534,6 +549,7 @@ class ClusterRuntime:
             return None
         for name in self.loop.topics:
             await self.store.set_topic_conditions(name, self._topic_conditions(name, now))
+        tls = await self._check_tls()
         # the brokers are the StatefulSet's ordinals: replicas move off higher ones (a scale
         # down) and onto new ones (a scale up) before the StatefulSet shrinks (``moves``)
         spec_replicas = int((self.cluster.get("spec") or {}).get("replicas", 3))
@@ -583,6 +599,7 @@ class ClusterRuntime:
             blockers,
             store=None if store is None else health,
             reassignment=decision.reassignment,
+            tls=tls,
         )
         await self.rollout.step(decision, pods, replicas, self.clock.now_ms())
         previous = {c.get("type"): c for c in self.store.workload_conditions()}
@@ -593,6 +610,25 @@ class ClusterRuntime:
             workload["conditions"].append(restarting_condition)
         await self.store.write_workload_status(workload)
         return decision
+
+    async def _check_tls(self) -> tuple[str, str] | None:
+        """The TLS Secrets' problem (None: fine, or no TLS); before the polls, so that they
+        speak HTTPS with the admin CA as soon as the spec turns TLS on."""
+        spec = self.cluster.get("spec") or {}
+        if not (spec.get("tls") or {}).get("enabled") and self.tls_checks.admin_context is None:
+            return None
+        try:
+            cluster = BrokerCluster.from_manifest(
+                {k: v for k, v in self.cluster.items() if k != "status"}
+            )
+        except ValueError:
+            return None  # the workload handler reports the spec
+        health = await self.tls_checks.check(self.api, cluster)
+        context = self.tls_checks.admin_context
+        if self.pods is not None:
+            self.pods.http.set_ssl_context(context)
+        self.rollout.ssl_context = context
+        return health.problem
 
     def _object_store(self) -> ObjectStore | None:
         doc = (self.cluster.get("spec") or {}).get("objectStore")

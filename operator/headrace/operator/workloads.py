@@ -13,6 +13,9 @@ server-side applies, with no I/O:
 * a **headless Service** (stable pod identities for the StatefulSet) and a
   **client Service**;
 * a **PodDisruptionBudget** (``maxUnavailable: 1``);
+* with ``spec.tls``, the TLS Secret(s) mounted as volumes (``tls_volumes``; never
+  ``subPath``, so a renewal reaches the running brokers, which reload it), the TLS
+  flags (``tls_args``) and HTTPS probes;
 * a **ConfigMap** with the cluster's ``brokerConfig``; its hash is a pod
   template annotation, so a config change makes a new pod revision. The
   StatefulSet's ``updateStrategy`` is ``OnDelete``: the operator rolls the pods
@@ -34,7 +37,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from headrace.operator import auth
-from headrace.resources.clusters import BrokerCluster, ObjectStore
+from headrace.resources.clusters import BrokerCluster, ClientAuth, ObjectStore
 
 #: the broker reads the object store's credentials from these (``headrace.objectstore.urls``;
 #: restated, as the control plane does not import the data plane's adapters)
@@ -50,6 +53,18 @@ DATA_DIR: Final = "/var/lib/headrace"
 POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"
 CLUSTER_LABEL: Final = "headrace.dev/cluster"
 CONFIG_HASH_ANNOTATION: Final = "headrace.dev/config-hash"
+#: where the TLS Secrets are mounted (``tls_volumes``)
+TLS_DIR: Final = "/etc/headrace/tls"
+ADMIN_TLS_DIR: Final = "/etc/headrace/admin-tls"
+CLIENT_CA_DIR: Final = "/etc/headrace/client-ca"
+#: the keys of a ``kubernetes.io/tls`` Secret as cert-manager writes it
+TLS_CERT_KEY: Final = "tls.crt"
+TLS_KEY_KEY: Final = "tls.key"
+CA_KEY: Final = "ca.crt"
+#: ``headrace drain`` and the CLI in a broker pod find the admin CA and server name here
+ADMIN_CA_ENV: Final = "HEADRACE_ADMIN_CA"
+TLS_CA_ENV: Final = "HEADRACE_TLS_CA"
+TLS_SERVER_NAME_ENV: Final = "HEADRACE_TLS_SERVER_NAME"
 #: the image when a BrokerCluster names none (the operator's own, in a real install)
 DEFAULT_IMAGE: Final = "ghcr.io/headrace/headrace:latest"
 #: Spark's executor image (``spark.kubernetes.container.image``): Spark's own
@@ -181,6 +196,7 @@ def broker_args(cluster: BrokerCluster) -> list[str]:
     store = cluster.spec.object_store
     if store is not None:
         args += ["--object-store", object_store_url(store)]
+    args += tls_args(cluster)
     if cluster.spec.auth.enabled:
         # credentials come from files the kubelet refreshes (``auth_volumes``), never argv
         args += [
@@ -234,6 +250,98 @@ def auth_volumes(cluster: BrokerCluster) -> tuple[list[dict[str, Any]], list[dic
     return volumes, mounts
 
 
+def tls_server_name(cluster: BrokerCluster) -> str:
+    """The name every broker's certificate must carry: the client Service's DNS name.
+    Clients verify it whatever pod IP they dial (``headrace.tlsnames``)."""
+    return f"{names(cluster.metadata.name)['client']}.{cluster.metadata.namespace}.svc"
+
+
+def admin_tls_secret(cluster: BrokerCluster) -> str | None:
+    """The Secret admin HTTP serves from (None: plain HTTP)."""
+    tls = cluster.spec.tls
+    if not tls.enabled or not tls.admin_tls.enabled:
+        return None
+    return tls.admin_tls.secret_name or tls.secret_name
+
+
+def tls_secrets(cluster: BrokerCluster) -> list[str]:
+    """Every Secret ``spec.tls`` names, each once: the serving one, the admin one, the
+    client CA's (checked by the operator: ``headrace.operator.certificates``)."""
+    tls = cluster.spec.tls
+    if not tls.enabled or tls.secret_name is None:
+        return []
+    found = [tls.secret_name, admin_tls_secret(cluster), tls.client_ca_secret_name]
+    return list(dict.fromkeys(n for n in found if n is not None))
+
+
+def tls_args(cluster: BrokerCluster) -> list[str]:
+    """The broker's TLS flags: the serving pair and CA from the mounted Secret, the
+    Service name peers' certificates must carry, client certificates as ``clientAuth``
+    asks, and admin HTTP's pair."""
+    tls = cluster.spec.tls
+    if not tls.enabled:
+        return []
+    args = [
+        "--tls-cert", f"{TLS_DIR}/{TLS_CERT_KEY}",
+        "--tls-key", f"{TLS_DIR}/{TLS_KEY_KEY}",
+        "--tls-ca", f"{TLS_DIR}/{CA_KEY}",
+        "--tls-server-name", tls_server_name(cluster),
+    ]  # fmt: skip
+    if tls.client_auth is not ClientAuth.NONE:
+        ca_dir = CLIENT_CA_DIR if tls.client_ca_secret_name else TLS_DIR
+        args += [
+            "--tls-client-ca",
+            f"{ca_dir}/{CA_KEY}",
+            "--tls-client-auth",
+            tls.client_auth.value,
+        ]
+    admin_secret = admin_tls_secret(cluster)
+    if admin_secret is not None:
+        admin_dir = TLS_DIR if admin_secret == tls.secret_name else ADMIN_TLS_DIR
+        args += [
+            "--admin-tls-cert", f"{admin_dir}/{TLS_CERT_KEY}",
+            "--admin-tls-key", f"{admin_dir}/{TLS_KEY_KEY}",
+        ]  # fmt: skip
+    return args
+
+
+def tls_volumes(cluster: BrokerCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The pod's volumes and the container's mounts for the TLS Secrets: whole Secrets as
+    directories (no ``subPath``, no ``items``), so the kubelet's atomic updates of a
+    renewed certificate reach the brokers. Keys are 0400: only the broker reads them."""
+    tls = cluster.spec.tls
+    if not tls.enabled or tls.secret_name is None:
+        return [], []
+    wanted = [("tls", tls.secret_name, TLS_DIR)]
+    admin_secret = admin_tls_secret(cluster)
+    if admin_secret is not None and admin_secret != tls.secret_name:
+        wanted.append(("admin-tls", admin_secret, ADMIN_TLS_DIR))
+    if tls.client_auth is not ClientAuth.NONE and tls.client_ca_secret_name:
+        wanted.append(("client-ca", tls.client_ca_secret_name, CLIENT_CA_DIR))
+    volumes = [
+        {"name": volume, "secret": {"secretName": secret, "defaultMode": 0o400}}
+        for volume, secret, _ in wanted
+    ]
+    mounts = [{"name": volume, "mountPath": path, "readOnly": True} for volume, _, path in wanted]
+    return volumes, mounts
+
+
+def tls_env(cluster: BrokerCluster) -> list[dict[str, str]]:
+    """What a ``headrace`` command in the pod needs to reach the brokers over TLS: the
+    preStop ``headrace drain`` (admin CA), ``kubectl exec ... headrace produce`` (CA)."""
+    admin_secret = admin_tls_secret(cluster)
+    if not cluster.spec.tls.enabled:
+        return []
+    env = [
+        {"name": TLS_CA_ENV, "value": f"{TLS_DIR}/{CA_KEY}"},
+        {"name": TLS_SERVER_NAME_ENV, "value": tls_server_name(cluster)},
+    ]
+    if admin_secret is not None:
+        admin_dir = TLS_DIR if admin_secret == cluster.spec.tls.secret_name else ADMIN_TLS_DIR
+        env.append({"name": ADMIN_CA_ENV, "value": f"{admin_dir}/{CA_KEY}"})
+    return env
+
+
 def object_store_url(store: ObjectStore) -> str:
     """The broker's ``--object-store`` URL (``headrace.objectstore.urls``) of the spec's
     object store; never with credentials (they come from the environment: ``store_env``)."""
@@ -275,7 +383,10 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         # the preStop hook's ``headrace drain`` finds the broker's admin port here
-        {"name": "HEADRACE_ADMIN_URL", "value": f"http://$(POD_IP):{ADMIN_PORT}"},
+        {
+            "name": "HEADRACE_ADMIN_URL",
+            "value": f"{admin_scheme(cluster)}://$(POD_IP):{ADMIN_PORT}",
+        },
         {
             "name": "HEADRACE_BROKER_ID",
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{POD_INDEX_LABEL}']"}},
@@ -283,8 +394,13 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
     ]
     env += store_env(cluster.spec.object_store)
     env += auth_env(cluster)
+    env += tls_env(cluster)
     env += [{"name": k, "value": v} for k, v in sorted(settings.env.items())]
     return env
+
+
+def admin_scheme(cluster: BrokerCluster) -> str:
+    return "http" if admin_tls_secret(cluster) is None else "https"
 
 
 def hosting(topic_statuses: Iterable[Mapping[str, Any]]) -> dict[int, list[str]]:
@@ -322,6 +438,10 @@ def statefulset(
     spec = cluster.spec
     config_hash = hashlib.sha256(broker_config_document(cluster).encode()).hexdigest()[:16]
     auth_volume_list, auth_mounts = auth_volumes(cluster)
+    tls_volume_list, tls_mounts = tls_volumes(cluster)
+    # HTTPS probes with admin TLS (the kubelet does not verify their certificate); no
+    # ``scheme`` otherwise, so a cluster without TLS keeps its pod template
+    https = {"scheme": "HTTPS"} if admin_scheme(cluster) == "https" else {}
     container: dict[str, Any] = {
         "name": "broker",
         "image": spec.image or settings.default_image,
@@ -333,17 +453,17 @@ def statefulset(
             {"name": "admin", "containerPort": ADMIN_PORT},
         ],
         "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": "admin"},
+            "httpGet": {"path": "/readyz", "port": "admin", **https},
             "periodSeconds": 2,
             "failureThreshold": 3,
         },
         "livenessProbe": {
-            "httpGet": {"path": "/healthz", "port": "admin"},
+            "httpGet": {"path": "/healthz", "port": "admin", **https},
             "initialDelaySeconds": 10,
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}, *auth_mounts],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}, *auth_mounts, *tls_mounts],
         # controlled shutdown: move leadership off before SIGTERM (``cli.drain``)
         "lifecycle": {"preStop": {"exec": {"command": drain_command(settings)}}},
     }
@@ -354,8 +474,8 @@ def statefulset(
         "terminationGracePeriodSeconds": settings.termination_grace_seconds,
         "containers": [container],
     }
-    if auth_volume_list:
-        pod_spec["volumes"] = auth_volume_list
+    if auth_volume_list or tls_volume_list:
+        pod_spec["volumes"] = [*auth_volume_list, *tls_volume_list]
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod_spec["nodeSelector"] = dict(scheduling.node_selector)

@@ -8,9 +8,10 @@ test keeps them equal.
 
 from __future__ import annotations
 
+import enum
 from typing import Any, ClassVar, Final, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from headrace.resources.meta import (
@@ -146,6 +147,65 @@ class ClusterAuth(Model):
     ask for no credentials (``User`` objects of the cluster then stay not Ready)."""
 
 
+class ClientAuth(enum.StrEnum):
+    """Whether clients of the data port present a certificate (docs/security.md §10)."""
+
+    NONE = "none"
+    OPTIONAL = "optional"
+    REQUIRED = "required"
+
+
+class AdminTls(Model):
+    """TLS of the brokers' admin HTTP ports (probes, the operator's polls and pushes)."""
+
+    enabled: bool = True
+    """Serve admin HTTP over TLS too (the operator then polls over HTTPS with the CA)."""
+    secret_name: SubdomainName | None = None
+    """A ``kubernetes.io/tls`` Secret of its own (``tls.crt``, ``tls.key``, ``ca.crt``);
+    the data port's Secret when unset."""
+
+
+class ClusterTls(Model):
+    """TLS of the cluster's brokers (docs/security.md §10)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!self.enabled || has(self.secretName)",
+                    "message": "tls.enabled needs tls.secretName",
+                }
+            ]
+        }
+    )
+
+    enabled: bool = False
+    """Serve the data port over TLS with the certificate in ``secretName`` (and admin
+    HTTP, unless ``adminTls.enabled`` is false). Brokers fetch from one another over TLS,
+    verifying with the Secret's ``ca.crt``. Set it when the cluster is created: switching
+    a running cluster takes restarting every broker at once (docs/operations.md)."""
+    secret_name: SubdomainName | None = None
+    """A ``kubernetes.io/tls`` Secret (cert-manager's shape) with ``tls.crt``, ``tls.key``
+    and ``ca.crt``. The certificate must name ``<cluster>.<namespace>.svc`` (every client
+    verifies that name, whatever pod IP it dials) and may name
+    ``*.<cluster>-brokers.<namespace>.svc``. Mounted as a volume, so a renewal reaches
+    running brokers, which reload it."""
+    client_auth: ClientAuth = ClientAuth.NONE
+    """``required``: every client presents a certificate signed by the client CA;
+    ``optional``: one is checked when presented (``tls`` Users), others use tokens."""
+    client_ca_secret_name: SubdomainName | None = Field(default=None, alias="clientCASecretName")
+    """Secret whose ``ca.crt`` signs client certificates; ``secretName``'s ``ca.crt`` when
+    unset. Brokers' own certificates are accepted too (they fetch from one another)."""
+    admin_tls: AdminTls = Field(default_factory=AdminTls)
+    """TLS of the admin ports."""
+
+    @model_validator(mode="after")
+    def _enabled_needs_a_secret(self) -> ClusterTls:
+        if self.enabled and self.secret_name is None:
+            raise ValueError("tls.enabled needs tls.secretName")
+        return self
+
+
 class BrokerClusterSpec(Model):
     """The desired cluster."""
 
@@ -165,6 +225,8 @@ class BrokerClusterSpec(Model):
     """Node selection for broker pods."""
     auth: ClusterAuth = Field(default_factory=ClusterAuth)
     """Client authentication and ACLs from ``User`` objects."""
+    tls: ClusterTls = Field(default_factory=ClusterTls)
+    """TLS of the data and admin ports, from a Secret (cert-manager's shape)."""
 
 
 class BrokerStatus(Model):

@@ -126,3 +126,28 @@ def test_a_controller_is_known_from_the_flag_the_environment_or_the_local_cluste
     assert options.controller_known(None, target(tmp_path, bootstrap_given=True, dir_given=True))
     monkeypatch.setenv("HEADRACE_CONTROLLER", "http://c:1")
     assert options.controller_known(None, target(tmp_path / "elsewhere", bootstrap_given=True))
+
+
+def test_a_server_name_verifies_one_name_whatever_is_dialled(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--tls-server-name`` (and ``headrace drain``'s ``HEADRACE_TLS_SERVER_NAME``): the
+    certificate must carry that name, whatever address the connection dials."""
+    import ssl
+
+    from headrace.cli import drain
+
+    runner = CliRunner()
+    out = runner.invoke(show, ["--tls-server-name", "demo.ns.svc"]).output
+    assert out.endswith("tls=True\n")  # implies TLS
+    context = options.TlsFiles(server_name="demo.ns.svc").context()
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    wrapped = context.wrap_bio(incoming, outgoing, server_hostname="127.3.0.7")
+    assert wrapped.server_hostname == "demo.ns.svc"
+
+    assert drain._tls_context("http://127.0.0.1:9644") is None
+    monkeypatch.setenv(drain.SERVER_NAME_ENV, "demo.ns.svc")
+    https = drain._tls_context("https://127.3.0.7:9644")
+    assert https is not None
+    assert https.wrap_bio(incoming, outgoing, server_hostname="x").server_hostname == "demo.ns.svc"

@@ -62,6 +62,13 @@ COMPLETE: dict[str, dict[str, Any]] = {
                 "affinity": {"podAntiAffinity": {"anything": ["goes", {"here": 1}]}},
             },
             "auth": {"enabled": True},
+            "tls": {
+                "enabled": True,
+                "secretName": "main-tls",
+                "clientAuth": "optional",
+                "clientCASecretName": "main-client-ca",
+                "adminTls": {"enabled": True, "secretName": "main-admin-tls"},
+            },
         },
         "status": {
             "observedGeneration": 2,

@@ -1,0 +1,176 @@
+"""TLS as brokers on Kubernetes use it, against a real broker over real sockets
+(docs/security.md §10): one server name for every address, a renewed certificate served
+without a restart, client certificates optional, plaintext refused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+
+from bench.procs import BrokerProcess
+from e2e.testbed import pki
+from headrace import tlsnames
+from headrace.client.connection import ClientConnection, ConnectOptions
+from headrace.errors import AdminDenied, AuthenticationFailed, ConnectionClosed, HeadraceError
+from headrace.protocol import messages as msg
+from headrace.protocol.frames import Op
+from headrace.security.acl import hash_token
+
+#: the name a Kubernetes cluster's certificate carries (its client Service), never an IP
+SERVICE_NAME = "demo.streams.svc"
+
+
+def _write(path: Path, data: bytes) -> Path:
+    """Replace ``path`` by a rename, as the kubelet updates a Secret volume."""
+    scratch = path.with_suffix(".tmp")
+    scratch.write_bytes(data)
+    os.replace(scratch, path)
+    return path
+
+
+def _issue(ca: pki.CA, tmp_path: Path, cn: str, **kinds: object) -> tuple[Path, Path]:
+    cert, key = ca.issue(cn, **kinds)  # type: ignore[arg-type]
+    return _write(tmp_path / f"{cn}.crt", cert), _write(tmp_path / f"{cn}.key", key)
+
+
+async def _served_cn(broker: BrokerProcess, ctx: object) -> str:
+    """The subject CN of the certificate a new connection is served."""
+    host, _, port = broker.bootstrap.rpartition(":")
+    conn = await ClientConnection.open(host, int(port), ConnectOptions(ssl=ctx))  # type: ignore[arg-type]
+    assert conn.transport is not None
+    der = conn.transport.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    await conn.close()
+    name = x509.load_der_x509_certificate(der).subject
+    return str(name.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value)
+
+
+@pytest.fixture
+def ca(tmp_path: Path) -> tuple[pki.CA, Path]:
+    authority = pki.new_ca()
+    path = _write(tmp_path / "ca.crt", authority.cert.public_bytes(serialization.Encoding.PEM))
+    return authority, path
+
+
+async def test_one_server_name_for_every_address_and_a_renewed_certificate_without_restart(
+    broker_factory: object, tmp_path: Path, ca: tuple[pki.CA, Path]
+) -> None:
+    authority, ca_file = ca
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    first_cert, first_key = authority.issue("first", server=True, dns=(SERVICE_NAME,))
+    _write(cert, first_cert), _write(key, first_key)
+    broker: BrokerProcess = broker_factory(  # type: ignore[operator]
+        extra_args=[
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            "--acl-reload-interval-ms",
+            "100",
+        ]
+    )
+    named = tlsnames.client_context(ca_file, SERVICE_NAME)
+    assert await _served_cn(broker, named) == "first"
+    # the certificate names the Service, not 127.0.0.1: verifying the dialled host fails
+    with pytest.raises(ConnectionClosed, match="certificate"):
+        await _served_cn(broker, tlsnames.client_context(ca_file))
+    # a plaintext client gets a typed error, not a hang
+    host, _, port = broker.bootstrap.rpartition(":")
+    with pytest.raises(HeadraceError):
+        await ClientConnection.open(host, int(port), ConnectOptions(connect_timeout_s=5))
+
+    # a renewal (cert-manager through the kubelet): both files replaced
+    second_cert, second_key = authority.issue("second", server=True, dns=(SERVICE_NAME,))
+    _write(key, second_key), _write(cert, second_cert)
+    await _until(lambda: _served_cn(broker, named), "second")
+
+    # a half-done replacement (a key that does not match) is refused: the pair in force stays
+    _, stray_key = authority.issue("stray", server=True, dns=(SERVICE_NAME,))
+    _write(key, stray_key)
+    await _until(lambda: _status_error(broker), True)
+    assert await _served_cn(broker, named) == "second"
+    _write(key, second_key)
+    await _until(lambda: _status_error(broker), False)
+
+
+async def _status_error(broker: BrokerProcess) -> bool:
+    """Whether the broker's status shows a failed certificate reload."""
+    import urllib.request
+
+    def read() -> bool:
+        with urllib.request.urlopen(f"{broker.admin_url}/v1/status", timeout=5) as answer:
+            files = json.loads(answer.read())["credentials"]["files"]
+        return any(f.get("reload_error") for k, f in files.items() if k.startswith("tls"))
+
+    return await asyncio.to_thread(read)
+
+
+async def _until(probe: object, expected: object, timeout_s: float = 15.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    seen: object = None
+    while asyncio.get_running_loop().time() < deadline:
+        seen = await probe()  # type: ignore[operator]
+        if seen == expected:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"still {seen!r}, expected {expected!r}")
+
+
+async def test_optional_client_certificates_let_token_clients_in(
+    broker_factory: object, tmp_path: Path, ca: tuple[pki.CA, Path]
+) -> None:
+    authority, ca_file = ca
+    cert, key = _issue(authority, tmp_path, "broker", server=True, dns=(SERVICE_NAME,))
+    acl = {
+        "version": 1,
+        "principals": [
+            {
+                "name": "app",
+                "certificates": ["app.example"],
+                "grants": [{"operations": ["admin"], "topics": ["*"]}],
+            },
+            {"name": "writer", "tokens": [hash_token("writer-token-1")], "grants": []},
+        ],
+    }
+    acl_file = tmp_path / "acl.json"
+    acl_file.write_text(json.dumps(acl))
+    broker: BrokerProcess = broker_factory(  # type: ignore[operator]
+        extra_args=[
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            "--tls-client-ca",
+            str(ca_file),
+            "--tls-client-auth",
+            "optional",
+            "--acl-file",
+            str(acl_file),
+        ]
+    )
+    host, _, port = broker.bootstrap.rpartition(":")
+
+    async def connect(ctx: object, token: str | None = None) -> ClientConnection:
+        return await ClientConnection.open(
+            host,
+            int(port),
+            ConnectOptions(ssl=ctx, auth_token=token),  # type: ignore[arg-type]
+        )
+
+    app_cert, app_key = _issue(authority, tmp_path, "app.example", client=True)
+    app = await connect(tlsnames.client_context(ca_file, SERVICE_NAME, app_cert, app_key))
+    # the certificate names the principal: its admin grant creates a topic
+    await app.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    await app.close()
+    without = tlsnames.client_context(ca_file, SERVICE_NAME)
+    writer = await connect(without, "writer-token-1")  # no certificate: the token decides
+    with pytest.raises(AdminDenied):
+        await writer.request(Op.CREATE_TOPIC, msg.CreateTopic("other", 1).encode())
+    await writer.close()
+    with pytest.raises(AuthenticationFailed):
+        await connect(without)
