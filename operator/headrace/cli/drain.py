@@ -28,9 +28,9 @@ from typing import Any
 
 import click
 
+from headrace import tlsnames
 from headrace.errors import InvalidRequest
 from headrace.security import keyrings
-from headrace import tlsnames
 
 #: how often the broker is asked where the drain stands, in seconds
 POLL_INTERVAL_S = 0.25
