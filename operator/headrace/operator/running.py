@@ -117,6 +117,24 @@ class EventSink(Protocol):
         ...
 
 
+def terminating(pod: Mapping[str, Any]) -> bool:
+    """The pod is being deleted (``kubectl delete pod``, an eviction, a rolling restart's
+    or a scale down's delete): its ``preStop`` drain may be running."""
+    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+
+
+def polled(pod: Mapping[str, Any]) -> bool:
+    """Whether the control loop polls the pod's broker: it has an IP and its containers
+    have not all finished. A terminating pod stays polled: its ``preStop`` hook
+    (``headrace drain``) has the broker report ``draining``, and only a loop that still
+    hears it hands its leadership away (``LeaderDraining``) before SIGTERM; dropped at
+    the ``deletionTimestamp``, its partitions would wait out the liveness TTL
+    (``LeaderLost``) instead. Once its process is gone the poll's refused connection
+    counts as down at once, until the pod object goes too."""
+    status = pod.get("status") or {}
+    return bool(status.get("podIP")) and status.get("phase") not in ("Succeeded", "Failed")
+
+
 class PodFleet:
     """A ``BrokerFleet``: the cluster's pods, found through the API before every poll,
     spoken to over HTTP on their pod IPs (``HttpFleet``)."""
@@ -148,16 +166,22 @@ class PodFleet:
     async def refresh(self) -> None:
         pods = await self.api.list("v1", "Pod", self.namespace, self.selector)
         self.listed = pods
-        brokers = {}
+        chosen: dict[int, dict[str, Any]] = {}
         for pod in pods:
             broker_id = workloads.broker_id_of(pod)
-            ip = (pod.get("status") or {}).get("podIP")
-            if broker_id is None or not ip or pod["metadata"].get("deletionTimestamp"):
+            if broker_id is None or not polled(pod):
                 continue
-            brokers[broker_id] = BrokerEndpoint(
-                broker_id, ip, workloads.DATA_PORT, workloads.ADMIN_PORT
+            other = chosen.get(broker_id)
+            # one pod per ordinal under a StatefulSet; should two ever be listed, the one
+            # not being deleted is the broker that stays
+            if other is None or (terminating(other) and not terminating(pod)):
+                chosen[broker_id] = pod
+        self.http.brokers = {
+            broker_id: BrokerEndpoint(
+                broker_id, pod["status"]["podIP"], workloads.DATA_PORT, workloads.ADMIN_PORT
             )
-        self.http.brokers = brokers
+            for broker_id, pod in chosen.items()
+        }
 
     async def poll(self) -> Mapping[int, Report | None]:
         await self.refresh()
