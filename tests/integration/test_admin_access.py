@@ -577,3 +577,38 @@ def test_an_admin_client_certificate_names_its_principal(tmp_path: Path) -> None
             )
     finally:
         broker.kill9()
+
+
+async def test_a_joined_consumer_is_refused_once_its_principal_is_removed(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """A member sends only credit, acks and heartbeats once joined: those frames must
+    authenticate again after a reload too, or a revoked token keeps an open consumer fed."""
+    acl_file = tmp_path / "acl.yaml"
+    write_acl(acl_file, acl())
+    broker: BrokerProcess = broker_factory(
+        extra_args=["--acl-file", str(acl_file), "--acl-reload-interval-ms", "100"]
+    )
+    ops = await connect(broker, OPS)
+    await ops.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    reader = await connect(broker, READER)
+    issued = msg.IdentityOk.decode(
+        (await reader.request(Op.IDENTITY, msg.IdentityRequest("r").encode())).body
+    )
+    join = msg.CohortJoin("team", "orders", issued.member_id, identity=issued.token)
+    await reader.request(Op.COHORT_JOIN, join.encode())
+    await reader.request(Op.COHORT_HEARTBEAT, b"{}")  # a member in good standing
+
+    no_reader = acl(reader=False)
+    write_acl(acl_file, no_reader)
+    procs.wait_until(
+        lambda: (
+            metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 1
+        ),
+        10,
+        "the broker reloads the changed file",
+    )
+    with pytest.raises(AuthenticationFailed):
+        await reader.request(Op.COHORT_HEARTBEAT, b"{}")
+    await reader.close()
+    await ops.close()

@@ -398,6 +398,11 @@ class ConnectionAccess:
                 "the auth token is no longer accepted (the token files were reloaded)"
             )
 
+    @property
+    def stale(self) -> bool:
+        """Whether credentials were reloaded since this connection's last check."""
+        return self._generation != self.access.generation
+
     def require(self, operation: Operation, topic: str) -> None:
         """Raise the typed denial unless the principal may do ``operation`` on ``topic``."""
         if self._generation != self.access.generation:
