@@ -92,6 +92,8 @@ class Connection(asyncio.BufferedProtocol):
         self.cohort: Cohort | None = None
         #: (topic, cohort) as the join named them: what the member's later frames re-check
         self._joined: tuple[str, str] | None = None
+        #: an error that ends the connection (a joined member refused after a reload)
+        self._close_after_error = False
         self._writable = True
         self.closed = False
         #: highest topology generation this connection acked (op 102); None until it acks
@@ -226,7 +228,7 @@ class Connection(asyncio.BufferedProtocol):
             self.broker.metrics.errors.labels(type(exc).__name__).inc()
             if not frame.flags & FLAG_NO_REPLY:
                 self._send_error(frame.correlation_id, exc)
-            if isinstance(exc, AuthenticationFailed):
+            if isinstance(exc, AuthenticationFailed) or self._close_after_error:
                 self.close()
         except Exception:
             log.exception("internal error handling op %s from %s", frame.op, self.peer)
@@ -484,7 +486,13 @@ class Connection(asyncio.BufferedProtocol):
             # Credentials reloaded since the last check: a joined member's credit, acks and
             # heartbeats are all it sends to keep consuming, so they authenticate again
             # too (a revoked token or consume grant must not keep an open consumer fed).
-            self.access.require_cohort(*self._joined)
+            # A refusal closes the connection, which ends the membership: the next frame
+            # would not be checked again (the check is done for this generation).
+            try:
+                self.access.require_cohort(*self._joined)
+            except HeadraceError:
+                self._close_after_error = True
+                raise
         return self.cohort, self.member_id
 
     def on_cohort_join(self, frame: Frame) -> None:
