@@ -20,7 +20,7 @@ import pytest
 from bench import procs
 from bench.procs import BrokerProcess
 from headrace.client.connection import ClientConnection, ConnectOptions
-from headrace.errors import AuthenticationFailed, ProduceDenied
+from headrace.errors import AuthenticationFailed, ConnectionClosed, ConsumeDenied, ProduceDenied
 from headrace.protocol import messages as msg
 from headrace.protocol.coordination import ClusterTopology
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -577,3 +577,72 @@ def test_an_admin_client_certificate_names_its_principal(tmp_path: Path) -> None
             )
     finally:
         broker.kill9()
+
+
+async def test_a_joined_consumer_is_refused_once_its_principal_is_removed(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """A member sends only credit, acks and heartbeats once joined: those frames must
+    authenticate again after a reload too, or a revoked token keeps an open consumer fed."""
+    acl_file = tmp_path / "acl.yaml"
+    write_acl(acl_file, acl())
+    broker: BrokerProcess = broker_factory(
+        extra_args=["--acl-file", str(acl_file), "--acl-reload-interval-ms", "100"]
+    )
+    ops = await connect(broker, OPS)
+    await ops.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    reader = await connect(broker, READER)
+    issued = msg.IdentityOk.decode(
+        (await reader.request(Op.IDENTITY, msg.IdentityRequest("r").encode())).body
+    )
+    join = msg.CohortJoin("team", "orders", issued.member_id, identity=issued.token)
+    await reader.request(Op.COHORT_JOIN, join.encode())
+    await reader.request(Op.COHORT_HEARTBEAT, b"{}")  # a member in good standing
+
+    no_reader = acl(reader=False)
+    write_acl(acl_file, no_reader)
+    procs.wait_until(
+        lambda: (
+            metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 1
+        ),
+        10,
+        "the broker reloads the changed file",
+    )
+    with pytest.raises(AuthenticationFailed):
+        await reader.request(Op.COHORT_HEARTBEAT, b"{}")
+    await reader.close()
+
+    # the token kept but the consume grant gone: refused, and the connection (so the
+    # membership) ends, since a later frame is not checked again
+    write_acl(acl_file, acl())
+    procs.wait_until(
+        lambda: (
+            metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 2
+        ),
+        10,
+        "the broker reloads the file again",
+    )
+    reader = await connect(broker, READER)
+    issued = msg.IdentityOk.decode(
+        (await reader.request(Op.IDENTITY, msg.IdentityRequest("r").encode())).body
+    )
+    join = msg.CohortJoin("team", "orders", issued.member_id, identity=issued.token)
+    await reader.request(Op.COHORT_JOIN, join.encode())
+    no_grant = acl()
+    for principal in no_grant["principals"]:
+        if principal["name"] == "reader":
+            principal["grants"] = []
+    write_acl(acl_file, no_grant)
+    procs.wait_until(
+        lambda: (
+            metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 3
+        ),
+        10,
+        "the broker reloads the file a third time",
+    )
+    with pytest.raises(ConsumeDenied):
+        await reader.request(Op.COHORT_HEARTBEAT, b"{}")
+    with pytest.raises(ConnectionClosed):  # closed: no heartbeat is answered any more
+        await reader.request(Op.COHORT_HEARTBEAT, b"{}")
+    await reader.close()
+    await ops.close()

@@ -85,8 +85,9 @@ def load_acl_file(path: Path) -> AclFile:
     """Read and validate the ACL file (YAML; JSON is YAML too)."""
     try:
         document = yaml.safe_load(path.read_text())
-    except OSError as exc:
-        raise InvalidRequest(f"cannot read the ACL file {path}: {exc.strerror}") from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+        raise InvalidRequest(f"cannot read the ACL file {path}: {reason}") from exc
     except yaml.YAMLError as exc:
         # The parser's message quotes the offending line, which may hold a secret.
         mark = getattr(exc, "problem_mark", None)
@@ -396,6 +397,11 @@ class ConnectionAccess:
             raise AuthenticationFailed(
                 "the auth token is no longer accepted (the token files were reloaded)"
             )
+
+    @property
+    def stale(self) -> bool:
+        """Whether credentials were reloaded since this connection's last check."""
+        return self._generation != self.access.generation
 
     def require(self, operation: Operation, topic: str) -> None:
         """Raise the typed denial unless the principal may do ``operation`` on ``topic``."""

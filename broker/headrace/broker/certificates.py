@@ -13,7 +13,11 @@ force stays.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import ssl
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from headrace.broker.config import TlsSettings
@@ -21,12 +25,16 @@ from headrace.broker.reloading import CredentialFiles
 from headrace.errors import InvalidRequest
 
 
-def _load_pair(ctx: ssl.SSLContext, cert_file: Path, key_file: Path) -> None:
+def _load_pair(
+    ctx: ssl.SSLContext, cert_file: Path, key_file: Path, shown: tuple[Path, Path] | None = None
+) -> None:
+    """``shown``: the files to name in the error (those the bytes came from)."""
+    cert_name, key_name = shown or (cert_file, key_file)
     try:
         ctx.load_cert_chain(str(cert_file), str(key_file))
     except (OSError, ssl.SSLError) as exc:
         raise InvalidRequest(
-            f"cannot load the certificate {cert_file} with the key {key_file}: {exc}"
+            f"cannot load the certificate {cert_name} with the key {key_name}: {exc}"
         ) from exc
 
 
@@ -45,17 +53,57 @@ def serving_context(tls: TlsSettings) -> ssl.SSLContext:
     return ctx
 
 
+@contextlib.contextmanager
+def _as_files(cert_pem: bytes, key_pem: bytes) -> Iterator[tuple[Path, Path]]:
+    """``cert_pem`` and ``key_pem`` as paths ``load_cert_chain`` can read: anonymous
+    in-memory files where the system has them (the key never touches a disk), else a
+    private temporary directory."""
+    if hasattr(os, "memfd_create"):
+        fds = [os.memfd_create("headrace-tls", 0) for _ in range(2)]
+        try:
+            for fd, data in zip(fds, (cert_pem, key_pem), strict=True):
+                os.write(fd, data)
+            yield Path(f"/proc/self/fd/{fds[0]}"), Path(f"/proc/self/fd/{fds[1]}")
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return
+    with tempfile.TemporaryDirectory() as scratch:  # mode 0700
+        cert, key = Path(scratch) / "tls.crt", Path(scratch) / "tls.key"
+        cert.write_bytes(cert_pem)
+        key.touch(0o600)
+        key.write_bytes(key_pem)
+        yield cert, key
+
+
 def watch(files: CredentialFiles, source: str, tls: TlsSettings, ctx: ssl.SSLContext) -> None:
     """Re-read ``tls``'s certificate and key into ``ctx`` when either changes (sources
-    ``<source>_cert`` and ``<source>_key``)."""
+    ``<source>_cert`` and ``<source>_key``).
 
-    def read(_: Path) -> tuple[Path, Path]:
+    The files are read once per re-read, and those bytes are what is checked on a
+    scratch context and then loaded into ``ctx``: ``load_cert_chain`` failing on the
+    context in force leaves it with the new certificate and no usable key (no handshake
+    succeeds), so it must only ever be given a pair already known to load, not the files
+    again (a renewal may land between the check and the load)."""
+
+    shown = (tls.cert_file, tls.key_file)
+
+    def read(_: Path) -> tuple[bytes, bytes]:
+        try:
+            pair = tls.cert_file.read_bytes(), tls.key_file.read_bytes()
+        except OSError as exc:
+            raise InvalidRequest(
+                f"cannot read the certificate {tls.cert_file} or its key {tls.key_file}:"
+                f" {exc.strerror}"
+            ) from exc
         # checked on a scratch context first: a bad pair must not touch the one in force
-        _load_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), tls.cert_file, tls.key_file)
-        return tls.cert_file, tls.key_file
+        with _as_files(*pair) as (cert, key):
+            _load_pair(ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER), cert, key, shown)
+        return pair
 
-    def apply(pair: tuple[Path, Path]) -> None:
-        _load_pair(ctx, *pair)
+    def apply(pair: tuple[bytes, bytes]) -> None:
+        with _as_files(*pair) as (cert, key):
+            _load_pair(ctx, cert, key, shown)
 
     for suffix, path in (("cert", tls.cert_file), ("key", tls.key_file)):
         files.watch(f"{source}_{suffix}", path, read, apply, lambda _: "certificate in force")

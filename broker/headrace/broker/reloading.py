@@ -125,6 +125,19 @@ class CredentialFiles:
                 exc.message,
             )
             return False
+        except Exception as exc:
+            # Not a reader's typed refusal (a bug, or an error a reader does not expect):
+            # still a failed re-read, never the end of the watch loop that called it (an
+            # exception here ended it for good, and no file was read again). The message
+            # is not logged: it is nobody's promise that it holds no secret.
+            entry.error = f"unexpected {type(exc).__name__} while reading the file"
+            self._count(entry.source, "error")
+            log.error(
+                "%s reload failed, the credentials in force stay: %s",
+                _title(entry.source),
+                entry.error,
+            )
+            return False
         entry.error = None
         entry.generation += 1
         self._count(entry.source, "ok")

@@ -90,6 +90,10 @@ class Connection(asyncio.BufferedProtocol):
         self.access = broker.access.session()
         self.member_id: str | None = None
         self.cohort: Cohort | None = None
+        #: (topic, cohort) as the join named them: what the member's later frames re-check
+        self._joined: tuple[str, str] | None = None
+        #: an error that ends the connection (a joined member refused after a reload)
+        self._close_after_error = False
         self._writable = True
         self.closed = False
         #: highest topology generation this connection acked (op 102); None until it acks
@@ -182,6 +186,7 @@ class Connection(asyncio.BufferedProtocol):
     def membership_ended(self) -> None:
         self.cohort = None
         self.member_id = None
+        self._joined = None
 
     def push_assignment(self, assignment: msg.Assignment) -> None:
         self.push(Op.ASSIGNMENT, assignment.encode())
@@ -223,7 +228,7 @@ class Connection(asyncio.BufferedProtocol):
             self.broker.metrics.errors.labels(type(exc).__name__).inc()
             if not frame.flags & FLAG_NO_REPLY:
                 self._send_error(frame.correlation_id, exc)
-            if isinstance(exc, AuthenticationFailed):
+            if isinstance(exc, AuthenticationFailed) or self._close_after_error:
                 self.close()
         except Exception:
             log.exception("internal error handling op %s from %s", frame.op, self.peer)
@@ -477,6 +482,17 @@ class Connection(asyncio.BufferedProtocol):
     def _member(self) -> tuple[Cohort, str]:
         if self.cohort is None or self.member_id is None:
             raise UnknownMember("this connection has not joined a cohort")
+        if self.access.stale and self._joined is not None:
+            # Credentials reloaded since the last check: a joined member's credit, acks and
+            # heartbeats are all it sends to keep consuming, so they authenticate again
+            # too (a revoked token or consume grant must not keep an open consumer fed).
+            # A refusal closes the connection, which ends the membership: the next frame
+            # would not be checked again (the check is done for this generation).
+            try:
+                self.access.require_cohort(*self._joined)
+            except HeadraceError:
+                self._close_after_error = True
+                raise
         return self.cohort, self.member_id
 
     def on_cohort_join(self, frame: Frame) -> None:
@@ -505,6 +521,7 @@ class Connection(asyncio.BufferedProtocol):
             raise
         self.cohort = cohort
         self.member_id = join.member_id
+        self._joined = (join.topic, join.cohort)
         self.respond(frame, Op.COHORT_JOIN_OK, assignment.encode())
 
     def on_identity(self, frame: Frame) -> None:

@@ -76,7 +76,7 @@ Invariants (tested with random failure schedules):
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from headrace.control.liveness import Liveness
@@ -96,6 +96,8 @@ class Seen:
     reports: Mapping[int, PartitionReport]
     now_ms: int
     settings: ControlSettings
+    #: broker id -> the topology generation its heartbeat says it applied (live brokers)
+    applied: Mapping[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,20 +189,35 @@ def _hand_off(s: PartitionStatus, seen: Seen) -> PartitionStatus:
     return nominate(replace(s, tried=()), seen, allow_draining=False)
 
 
-def _lrs_reported(s: PartitionStatus, seen: Seen) -> bool:
+def _reported_lrs(s: PartitionStatus, seen: Seen) -> tuple[int, ...] | None:
+    """The LRS the leader's report supports, None without a report.
+
+    While a move is in flight and the leader has not applied the push that started it
+    (its heartbeat's generation is below ``target_generation``), its LRS may still count
+    a replica the move adds back by the progress it had before it dropped its copy
+    (review finding F1): such a report may take members out, never put any in. Recorded,
+    a stale member would ride every later push as in sync, and a leader applying one of
+    those (having missed the push that started the move) would not make it fetch again.
+    """
     report = _leader_report(s.leader, s, seen)
-    return (
-        report is not None
-        and s.leader is not None
-        and (normalise_lrs(s.replicas, report.live_replicas, s.leader) != s.live_replicas)
-    )
+    if report is None or s.leader is None:
+        return None
+    reported = tuple(report.live_replicas)
+    if s.target and seen.applied.get(s.leader, 0) < s.target_generation:
+        reported = tuple(b for b in reported if b in s.live_replicas)
+    return normalise_lrs(s.replicas, reported, s.leader)
+
+
+def _lrs_reported(s: PartitionStatus, seen: Seen) -> bool:
+    lrs = _reported_lrs(s, seen)
+    return lrs is not None and lrs != s.live_replicas
 
 
 def _record_lrs(s: PartitionStatus, seen: Seen) -> PartitionStatus:
-    report = _leader_report(s.leader, s, seen)
-    if report is None or s.leader is None:  # ruled out by the guard
+    lrs = _reported_lrs(s, seen)
+    if lrs is None:  # ruled out by the guard
         return s
-    return replace(s, live_replicas=normalise_lrs(s.replicas, report.live_replicas, s.leader))
+    return replace(s, live_replicas=lrs)
 
 
 def _preferred_eligible(s: PartitionStatus, seen: Seen) -> bool:
@@ -351,14 +368,17 @@ def step(
     reports: Mapping[int, PartitionReport],
     now_ms: int,
     settings: ControlSettings,
+    applied: Mapping[int, int] | None = None,
 ) -> tuple[PartitionStatus, tuple[Rule, ...]]:
     """The partition's next status, and the rows that fired, in order.
 
     Rows fire until none matches, so one step reaches the status the
     evidence supports (a promotion confirmed in the same heartbeat as a
     nomination, say) and a second step on the same evidence changes nothing.
+    ``applied``: the generation each live broker's heartbeat says it applied (a leader
+    behind a move's start is not trusted to add LRS members: ``_reported_lrs``).
     """
-    seen = Seen(liveness, reports, now_ms, settings)
+    seen = Seen(liveness, reports, now_ms, settings, applied or {})
     fired: list[Rule] = []
     while len(fired) < MAX_ROWS_PER_STEP:
         if status.state is not ONLINE:

@@ -172,6 +172,8 @@ def reconcile(
 
     brokers = _register(state.brokers, live_heartbeats, events)
     reports, connections = _index(live_heartbeats)
+    #: the generation each live broker applied (moves and the LRS a leader reports: F1)
+    applied = {b: heartbeats[b].generation for b in liveness.live}
 
     wanted: dict[str, TopicSpec] = {}
     for spec in specs:
@@ -196,7 +198,7 @@ def reconcile(
                 topics[name] = created
                 events.append(Event("TopicCreated", name, _describe_placement(created)))
             continue
-        topic = _elect(topic, liveness, reports, now_ms, settings, events)
+        topic = _elect(topic, liveness, reports, now_ms, settings, events, applied)
         problems.extend(_check(spec, topic))
         topics[name] = topic
 
@@ -247,7 +249,7 @@ def reconcile(
         now_ms=now_ms,
         settings=settings,
         pushed_at=commit_generation,
-        applied={b: heartbeats[b].generation for b in liveness.live},
+        applied=applied,
     )
     topics = reassigned.topics
     events.extend(Event(kind, subject, message) for kind, subject, message in reassigned.events)
@@ -377,11 +379,12 @@ def _elect(
     now_ms: int,
     settings: ControlSettings,
     events: list[Event],
+    applied: Mapping[int, int],
 ) -> TopicStatus:
     partitions: list[PartitionStatus] = []
     for before in topic.partitions:
         seen = reports.get((topic.name, before.partition), {})
-        after, rules = election.step(before, liveness, seen, now_ms, settings)
+        after, rules = election.step(before, liveness, seen, now_ms, settings, applied)
         if rules:
             subject = f"{topic.name}/{before.partition}"
             chain = "".join(f"{r.name}, then " for r in rules[:-1])

@@ -138,7 +138,13 @@ class TlsChecks:
             self.admin_context, self._context_for = None, None
             return
         if ca is None:
-            return  # not readable now: keep what verified the brokers so far
+            # not readable now: keep what verified the brokers so far; with nothing so far
+            # (an operator started while the Secret is missing), HTTPS that trusts no
+            # certificate, never plain HTTP: the polls carry the replication token, which
+            # must not cross the network in clear to admin ports that serve TLS
+            if self.admin_context is None:
+                self.admin_context = _trusting_nothing()
+            return
         wanted = (ca, workloads.tls_server_name(cluster))
         if wanted == self._context_for:
             return
@@ -146,9 +152,16 @@ class TlsChecks:
             context = tlsnames.client_context(None, wanted[1], cadata=ca)
         except (ssl.SSLError, ValueError) as exc:
             self.health = TlsHealth((TLS_INVALID, f"ca.crt does not load: {exc}"))
+            if self.admin_context is None:
+                self.admin_context = _trusting_nothing()  # as above: never plain HTTP
             return
         self.admin_context, self._context_for = context, wanted
         log.info(
             "%s/%s: admin ports over TLS, verifying %s",
             cluster.metadata.namespace, cluster.metadata.name, wanted[1],
         )  # fmt: skip
+
+
+def _trusting_nothing() -> ssl.SSLContext:
+    """A client context with no CA: every handshake fails before a request is sent."""
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)

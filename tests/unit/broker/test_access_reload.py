@@ -217,3 +217,18 @@ def test_the_cluster_key_file_rotates(tmp_path: Path) -> None:
     member.verify_member(new_id, new_identity)
     assert reloads.by_labels == {("cluster_key", "ok"): 2, ("cluster_key", "error"): 2}
     assert access.files.error("cluster_key") is None
+
+
+def test_an_acl_file_that_is_not_utf8_keeps_the_grants_in_force(
+    setup: tuple[Access, Path, Labels, Labels],
+) -> None:
+    # UnicodeDecodeError is no HeadraceError: it escaped the reload and ended the broker's
+    # watch task for good (no later change of any credential file was read again)
+    access, acl_file, _, reloads = setup
+    writer = access.session()
+    writer.authenticate("w-token", None)
+    acl_file.write_bytes(b"\xff\xfe" + acl_doc(("writer", "w-token", [])).encode())
+    assert not access.reload_if_changed()
+    assert access.reload_error is not None and "UTF-8" in access.reload_error
+    assert reloads.counts == {"error": 1}
+    writer.require(Operation.PRODUCE, "orders")

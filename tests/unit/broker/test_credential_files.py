@@ -81,3 +81,26 @@ def test_a_missing_file_at_start_up_raises_one_typed_error(tmp_path: Path) -> No
     files = CredentialFiles(None, lambda: None)
     with pytest.raises(HeadraceError, match=r"cannot read the token file .*missing"):
         files.watch("tokens", tmp_path / "missing", load_token_file, lambda v: None)
+
+
+def test_an_unexpected_error_is_a_failed_re_read_not_the_end_of_the_watch(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tokens"
+    path.write_text("good\n")
+    in_force: list[tuple[str, ...]] = []
+
+    def read(p: Path) -> tuple[str, ...]:
+        if "boom" in p.read_text():
+            raise RuntimeError("secret-looking detail")
+        return read_tokens(p)
+
+    files = CredentialFiles(None, lambda: None)
+    files.watch("tokens", path, read, in_force.append)
+    path.write_text("boom\n")
+    assert not files.reload_if_changed()
+    error = files.error("tokens")
+    assert error is not None and "RuntimeError" in error and "secret" not in error
+    path.write_text("next\n")
+    assert files.reload_if_changed()
+    assert in_force == [("good",), ("next",)] and files.error("tokens") is None

@@ -578,6 +578,37 @@ def test_a_leader_that_missed_the_removal_cannot_complete_the_move_adding_it_bac
     assert c.holds(T)[3] >= 4
 
 
+def test_a_deaf_leaders_report_does_not_put_a_re_added_replica_in_the_lrs() -> None:
+    # F1's fence, the controller's side: while the leader has not applied the push that
+    # started the move (its heartbeat's generation is below the move's), its report of
+    # the LRS still counts broker 3 by the progress it had before it dropped its copy. If
+    # the controller recorded that LRS, every later push would carry 3 as in sync, and a
+    # leader applying such a push (having missed the one that started the move) would not
+    # reset 3: the move would complete on 3 by its stale progress.
+    c = Controller(members={0, 1, 2, 3})
+    c.settings = replace(SETTINGS, max_concurrent_moves=20)
+    c.run(5)
+    held = {p.partition for name, p in c.partitions() if name == T and 3 in p.replicas}
+    c.members = {0, 1, 2}
+    c.step()
+    c.step()
+    for b in (0, 1, 2):
+        c.fleet.nodes[b].deaf = True
+    c.settle()
+    c.members = {0, 1, 2, 3}
+    readded = set()
+    for _ in range(15):
+        c.step()
+        for name, p in c.partitions():
+            if name != T or 3 not in p.target or p.partition not in held:
+                continue
+            readded.add(p.partition)
+            assert p.leader is not None
+            if c.fleet.nodes[p.leader].applied < p.target_generation:
+                assert 3 not in p.live_replicas, (p, c.fleet.nodes[p.leader].applied)
+    assert readded, "broker 3 comes back into a partition its old copy was in"
+
+
 def test_target_round_trips_and_is_absent_without_a_move() -> None:
     p = PartitionStatus(0, (0, 1, 2, 3), 0, 4, (0, 1, 2), ONLINE, target=(3, 1, 2))
     doc = json.loads(json.dumps(p.to_json()))

@@ -5,6 +5,7 @@ Secret is missing or lacks keys; its polls switch to HTTPS with the Secret's ca.
 from __future__ import annotations
 
 import base64
+import ssl
 from typing import Any
 
 import pytest
@@ -147,7 +148,10 @@ async def test_a_missing_secret_is_a_stalled_condition_and_the_polls_turn_https(
         "TlsSecretMissing",
     )
     assert conditions["Stalled"]["status"] == "True"
-    assert runtime.pods is not None and runtime.pods.http._ssl is None
+    # HTTPS that verifies nothing, never plain HTTP: the polls carry the replication token
+    waiting = runtime.pods.http._ssl if runtime.pods is not None else None
+    assert waiting is not None and waiting.verify_mode == ssl.CERT_REQUIRED
+    assert not waiting.get_ca_certs()
 
     api.put(tls_secret(**GOOD))
     runtime.sync(api.body("BrokerCluster", "demo"), [])
