@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from headrace import clock
+from headrace import clock, files
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.tiering import Tiering
@@ -59,13 +59,23 @@ class Placer:
         }
 
     def execute(self, actions: Iterable[plan.Action]) -> None:
+        # New partitions' directory fsyncs, done together once every action has run
+        # (``files.DirectorySyncs``): nothing runs on the event loop in between, so no
+        # record reaches a new log before its directories are durable.
+        syncs = files.DirectorySyncs()
+        try:
+            self._execute(actions, syncs)
+        finally:
+            syncs.flush()
+
+    def _execute(self, actions: Iterable[plan.Action], syncs: files.DirectorySyncs) -> None:
         deferred: set[tuple[str, int]] = set()
         for action in actions:
             match action:
                 case plan.OpenTopic(name, partitions, version, config):
                     self.registry.ensure_topic(name, partitions, version, dict(config))
                 case plan.Open(topic, index, min_in_sync):
-                    partition = self.registry.open_partition(self.registry.get(topic), index)
+                    partition = self.registry.open_partition(self.registry.get(topic), index, syncs)
                     partition.min_in_sync = min_in_sync
                     self.tiering.attach(partition)
                 case plan.DropTopic(name, retain):

@@ -460,13 +460,17 @@ class TopicRegistry:
                 continue  # a cluster broker hosts only the partitions it replicates
             self.open_partition(topic, p)
 
-    def open_partition(self, topic: Topic, index: int) -> Partition:
+    def open_partition(
+        self, topic: Topic, index: int, syncs: files.DirectorySyncs | None = None
+    ) -> Partition:
+        """Open (creating if needed) a hosted partition. ``syncs``: a new partition's
+        directory fsyncs go there (``PartitionLog.open``); flush it before using it."""
         existing = topic.partitions.get(index)
         if existing is not None:
             return existing
         config = topic_log_config(self._log_config, topic.config, tiered=self.tiered(topic))
         pdir = topic.directory / str(index)
-        log = PartitionLog.open(pdir, config)
+        log = PartitionLog.open(pdir, config, syncs=syncs)
         partition = Partition(topic, index, log, CursorStore(pdir / CURSOR_FILE))
         partition.moves, partition.start_offset, partition.first_epoch = read_placement(pdir)
         topic.partitions[index] = partition
