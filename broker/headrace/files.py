@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
@@ -33,13 +34,53 @@ def fsync_directory(path: Path) -> None:
         os.close(fd)
 
 
-def mkdir_durable(path: Path) -> None:
+class DirectorySyncs:
+    """Directory fsyncs owed by a batch of creations, done together by ``flush``.
+
+    Creating a partition makes entries in two directories (the partition's own in the
+    topic directory, its first segment files in the partition directory), and each
+    needs an fsync of the directory that holds it. Done one partition at a time, every
+    fsync waits for its own journal commit and disk flush: about 5 ms per partition here,
+    50 s for 10,000 (issue 16 §8). Done after all the creations, the first fsync commits
+    them all and the rest find little left to do; the fsyncs also run on a few threads
+    at once, so their flushes overlap. Every directory is still fsynced: the creations
+    are durable once ``flush`` returns, and the caller must not report or use them
+    before that.
+    """
+
+    #: threads fsyncing at once: enough to overlap the flushes, few enough to stay cheap
+    THREADS = 8
+
+    def __init__(self) -> None:
+        self._pending: dict[Path, None] = {}  # insertion-ordered set
+
+    def add(self, directory: Path) -> None:
+        """``directory`` gained or lost an entry: fsync it at ``flush``."""
+        self._pending[directory] = None
+
+    def __len__(self) -> int:
+        return len(self._pending)
+
+    def flush(self) -> None:
+        """Fsync every directory added since the last flush; the first error propagates."""
+        pending, self._pending = list(self._pending), {}
+        if len(pending) <= 2:
+            for directory in pending:
+                fsync_directory(directory)
+            return
+        with ThreadPoolExecutor(min(self.THREADS, len(pending)), "dirsync") as pool:
+            for _ in pool.map(fsync_directory, pending):
+                pass
+
+
+def mkdir_durable(path: Path, syncs: DirectorySyncs | None = None) -> None:
     """``mkdir -p`` whose new entries survive a power loss.
 
     A new directory's name lives in its parent, and only an fsync of the parent
     makes it durable; syncing files inside the new directory does not. So every
     directory created here has its parent fsynced (parents first). Without this
     a power cut may drop a whole partition directory whose segments were synced.
+    With ``syncs`` the parents are added to it instead, for the caller to flush.
     """
     missing: list[Path] = []
     probe = path
@@ -51,7 +92,10 @@ def mkdir_durable(path: Path) -> None:
             directory.mkdir()
         except FileExistsError:
             continue  # made by someone else meanwhile: its parent is theirs to sync
-        fsync_directory(directory.parent)
+        if syncs is None:
+            fsync_directory(directory.parent)
+        else:
+            syncs.add(directory.parent)
 
 
 @contextmanager

@@ -119,3 +119,39 @@ async def test_power_cuts_under_fsync_interval_never_leave_a_torn_log(tmp_path: 
     assert summary["acked"] > 0, summary
     assert summary["corrupt_rounds"] == 0, summary
     assert summary["duplicated"] == 0, summary
+
+
+def test_partitions_created_with_gathered_directory_syncs_survive_a_cut(
+    mount: powerfs.PowerLossMount,
+) -> None:
+    """The cluster broker's creation path (``Placer.execute``): many partitions opened with
+    their directory fsyncs gathered in a ``files.DirectorySyncs`` and flushed at the end.
+    After the flush every partition directory and its first segment are durable; before
+    it, a cut may lose them (so the flush is what makes them durable, not luck)."""
+    from headrace import files
+    from headrace.broker.topics import TopicRegistry
+    from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
+
+    data = mount.mountpoint / "data"
+    config = LogConfig(fsync=FsyncPolicy.INTERVAL)
+
+    def create(name: str, flush: bool) -> None:
+        registry = TopicRegistry(data, config)
+        topic = registry.ensure_topic(name, 20, 1, {})
+        syncs = files.DirectorySyncs()
+        for index in range(20):
+            registry.open_partition(topic, index, syncs)
+        if flush:
+            syncs.flush()
+        registry.close()
+
+    create("kept", flush=True)
+    create("unsynced", flush=False)
+    mount.cut()
+
+    kept = data / "topics" / "default" / "kept"
+    assert sorted(int(p.name) for p in kept.iterdir() if p.is_dir()) == list(range(20))
+    for index in range(20):
+        assert any(n.endswith(".log") for n in os.listdir(kept / str(index)))
+    unsynced = data / "topics" / "default" / "unsynced"
+    assert not any(p.is_dir() for p in unsynced.iterdir())  # nothing made it durable

@@ -103,3 +103,30 @@ def test_mkdir_durable_syncs_the_parent_of_every_directory_it_creates(
     synced.clear()
     files.mkdir_durable(tmp_path / "a" / "b")  # exists already: nothing to make durable
     assert synced == []
+
+
+def test_directory_syncs_fsync_each_directory_once_at_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = _record_fsyncs(monkeypatch)
+    syncs = files.DirectorySyncs()
+    made = [tmp_path / "t" / str(i) for i in range(20)]
+    for directory in made:
+        files.mkdir_durable(directory, syncs)
+        syncs.add(directory)  # as a new segment file in it would
+    assert events == []  # nothing synced yet
+    syncs.flush()
+    # the topic directory's parent, the topic directory (once), each partition directory
+    assert events == ["fsync-dir"] * 22
+    syncs.flush()
+    assert events == ["fsync-dir"] * 22  # nothing owed twice
+
+
+def test_directory_syncs_flush_raises_the_first_error(tmp_path: Path) -> None:
+    syncs = files.DirectorySyncs()
+    for i in range(4):
+        (tmp_path / str(i)).mkdir()
+        syncs.add(tmp_path / str(i))
+    syncs.add(tmp_path / "gone")
+    with pytest.raises(FileNotFoundError):
+        syncs.flush()

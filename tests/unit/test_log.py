@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from headrace import files
 from headrace.errors import OutOfOrderSequence, StorageError
 from headrace.records import batch as rb
 from headrace.storage import bookkeeping as bk
@@ -85,6 +86,60 @@ def segment_bytes_on_disk(directory: Path) -> dict[int, bytes]:
 @pytest.fixture
 def clock() -> FakeClock:
     return FakeClock()
+
+
+# --------------------------------------------------------------------------- creation
+
+
+def test_new_log_owes_no_recovery_point_until_it_changes(tmp_path: Path, clock: FakeClock) -> None:
+    """A brand-new log recovers to itself with no recovery point (one empty segment), so
+    the broker writes none for it until it changes (issue 16 §8)."""
+    log = PartitionLog.open(tmp_path / "p", config(fsync=bk.FsyncPolicy.INTERVAL), clock)
+    assert log.checkpoint_current()
+    assert not (tmp_path / "p" / RECOVERY_POINT_FILE).exists()
+    append(log, 2)
+    assert not log.checkpoint_current()  # the append must reach a recovery point
+    log.mark_synced(log.sync_target())
+    log.write_checkpoint(log.sync_target())
+    assert log.checkpoint_current()
+    log.close()
+    # reopened with a recovery point: current only once this process wrote one again
+    again = PartitionLog.open(tmp_path / "p", config(fsync=bk.FsyncPolicy.INTERVAL), clock)
+    assert not again.checkpoint_current()
+    assert again.next_offset == 2
+    again.close()
+
+
+def test_empty_directory_with_a_recovery_point_is_not_taken_as_current(tmp_path: Path) -> None:
+    """No segment but a recovery point left behind: a new one is written, not assumed."""
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / RECOVERY_POINT_FILE).write_text('{"offset": 9, "segment": 0, "position": 0}')
+    log = PartitionLog.open(tmp_path / "p", config(fsync=bk.FsyncPolicy.INTERVAL))
+    assert not log.checkpoint_current()
+    log.close()
+
+
+def test_creation_with_gathered_syncs_leaves_the_directory_fsyncs_to_flush(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``syncs``: the new directory's entry (in its parent) and its segment files' entries
+    (in itself) are fsynced at ``flush``, not one by one during the opens."""
+    synced: list[Path] = []
+    monkeypatch.setattr(files, "fsync_directory", lambda path: synced.append(Path(path)))
+    syncs = files.DirectorySyncs()
+    topic = tmp_path / "topic"
+    topic.mkdir()
+    logs = [
+        PartitionLog.open(topic / str(i), config(fsync=bk.FsyncPolicy.INTERVAL), syncs=syncs)
+        for i in range(3)
+    ]
+    assert synced == []
+    assert len(syncs) == 4  # the topic directory once, and each partition directory
+    syncs.flush()
+    assert sorted(synced) == sorted([topic, *(topic / str(i) for i in range(3))])
+    assert len(syncs) == 0
+    for log in logs:
+        log.close()
 
 
 # --------------------------------------------------------------------------- append and read

@@ -198,7 +198,7 @@ class AdminServer:
         if not isinstance(doc, dict):
             return _error(InvalidTopicSpec("the topology must be a JSON object"))
         try:
-            applied = self.broker.apply_topology(doc)
+            applied = await self.broker.receive_topology(doc)
         except HeadraceError as exc:
             return _error(exc)
         current = self.broker.cluster_generation

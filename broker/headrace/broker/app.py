@@ -55,6 +55,7 @@ from headrace.protocol.coordination import (
 )
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.replication import assigning
+from headrace.storage.log import PartitionLog
 
 if TYPE_CHECKING:
     from headrace.broker.admin import AdminServer
@@ -105,6 +106,8 @@ class Broker:
         self.halting = asyncio.Event()
         #: cluster mode: the last topology the controller pushed (None until the first)
         self.cluster: ClusterTopology | None = None
+        #: held while a pushed topology is applied (``receive_topology``)
+        self._topology_lock = asyncio.Lock()
         self.replication = Replication(self, self._on_event)
         self.tiering = Tiering(self, _open_object_store(settings.object_store_url), self._on_event)
         self.registry.object_store_configured = self.tiering.enabled
@@ -423,18 +426,50 @@ class Broker:
 
     # ------------------------------------------------------------------ cluster mode
 
-    def apply_topology(self, doc: dict[str, Any]) -> bool:
-        """Make local partitions match a pushed topology. False if it is older than ours."""
+    async def receive_topology(self, doc: dict[str, Any]) -> bool:
+        """``apply_topology``, with the new partitions' logs opened on a worker thread
+        first (``Placer.prepare``), so that creating thousands of partitions leaves the
+        event loop free for heartbeats and replication. One push at a time."""
+        async with self._topology_lock:
+            topology = self._newer_topology(doc)
+            if topology is None:
+                return False
+            prepared = await asyncio.to_thread(
+                self.placer.prepare, topology, self.settings.broker_id
+            )
+            try:
+                return self.apply_topology(doc, topology, prepared)
+            finally:
+                for unused in prepared.values():
+                    unused.close()
+
+    def _newer_topology(self, doc: dict[str, Any]) -> ClusterTopology | None:
         if not self.settings.cluster_mode:
             raise InvalidRequest("this broker is standalone; it takes no pushed topology")
         topology = ClusterTopology.from_json(doc)
         current = self.cluster
         if current is not None and topology.generation <= current.generation:
+            return None
+        return topology
+
+    def apply_topology(
+        self,
+        doc: dict[str, Any],
+        topology: ClusterTopology | None = None,
+        prepared: dict[tuple[str, int], PartitionLog] | None = None,
+    ) -> bool:
+        """Make local partitions match a pushed topology. False if it is older than ours.
+        ``topology``: ``doc`` parsed already; ``prepared``: logs ``Placer.prepare`` opened."""
+        if topology is None:
+            topology = self._newer_topology(doc)
+        elif self.cluster is not None and topology.generation <= self.cluster.generation:
+            topology = None  # a newer one was applied meanwhile
+        if topology is None:
             return False
         me = self.settings.broker_id
         self.cluster = topology  # before attaching: tier prefixes name the cluster
         # Open first: a copy's incarnation is on its disk, and the plan depends on it.
-        self.placer.execute(assigning.hosting(topology, me))
+        self.placer.execute(assigning.hosting(topology, me), prepared)
         self.placer.execute(assigning.plan(self.placer.hosted(), topology, me))
         self._placement_changed()
         return True

@@ -429,6 +429,13 @@ class Tiering:
         version = p.cursors.version
         if version == state.cursors_uploaded_version or self.store is None:
             return
+        if version == 0 and not p.cursors.all():
+            # No cursor was ever set on this copy: nothing for a reopen to restore. An empty
+            # copy was an object write (with fsyncs, in a directory store) per new leader,
+            # 10,000 of them after creating 10,000 partitions (issue 16 §8). An older copy
+            # in the store stays as it is: a cursor behind means redelivery, never loss.
+            state.cursors_uploaded_version = version
+            return
         if not self._still(p, p.leader_epoch, state) or state.checkpoint_epoch != p.leader_epoch:
             return  # a deposed leader must not overwrite the new one's copy
         body = json.dumps({"cursors": p.cursors.all(), "epoch": p.leader_epoch}).encode()

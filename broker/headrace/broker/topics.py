@@ -467,13 +467,36 @@ class TopicRegistry:
                 continue  # a cluster broker hosts only the partitions it replicates
             self.open_partition(topic, p)
 
-    def open_partition(self, topic: Topic, index: int) -> Partition:
+    def directory_of(self, name: str) -> Path:
+        """Where topic ``name``'s files are (whether or not it exists yet)."""
+        return self._root / canonical_topic_name(name)
+
+    def log_config_of(self, topic_config: dict[str, Any]) -> LogConfig:
+        """The log settings of the partitions of a topic with ``topic_config``."""
+        tiered = self.object_store_configured and TierConfig.of(topic_config).enabled
+        return topic_log_config(self._log_config, topic_config, tiered=tiered)
+
+    def open_partition(
+        self,
+        topic: Topic,
+        index: int,
+        syncs: files.DirectorySyncs | None = None,
+        opened: PartitionLog | None = None,
+    ) -> Partition:
+        """Open (creating if needed) a hosted partition. ``syncs``: a new partition's
+        directory fsyncs go there (``PartitionLog.open``); flush it before using it.
+        ``opened``: its log, already opened off the event loop (``Placer.prepare``)."""
         existing = topic.partitions.get(index)
         if existing is not None:
+            if opened is not None:
+                opened.close()
             return existing
-        config = topic_log_config(self._log_config, topic.config, tiered=self.tiered(topic))
+        config = self.log_config_of(topic.config)
         pdir = topic.directory / str(index)
-        log = PartitionLog.open(pdir, config)
+        if opened is not None and (opened.directory, opened.config) != (pdir, config):
+            opened.close()  # opened for other settings: open it again with these
+            opened = None
+        log = opened if opened is not None else PartitionLog.open(pdir, config, syncs=syncs)
         partition = Partition(topic, index, log, CursorStore(pdir / CURSOR_FILE))
         partition.moves, partition.start_offset, partition.first_epoch = read_placement(pdir)
         topic.partitions[index] = partition
