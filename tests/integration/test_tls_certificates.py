@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from bench.procs import BrokerProcess
 from e2e.testbed import pki
@@ -174,3 +175,75 @@ async def test_optional_client_certificates_let_token_clients_in(
     await writer.close()
     with pytest.raises(AuthenticationFailed):
         await connect(without)
+
+
+async def test_only_the_client_ca_names_principals_not_the_serving_ca(
+    broker_factory: object, tmp_path: Path
+) -> None:
+    """The serving CA (often a cluster-wide issuer) is trusted at the handshake so that
+    brokers fetch from one another with their own certificates, but a certificate it
+    issued with a User's CN is not that User: only the client CA's certificates name
+    principals; the brokers' own certificates get in with the replication token."""
+    serving = pki.new_ca("serving-issuer")
+    clients = pki.new_ca("client-issuer")
+    serving_ca = _write(tmp_path / "serving-ca.crt", serving.cert.public_bytes(Encoding.PEM))
+    client_ca = _write(tmp_path / "client-ca.crt", clients.cert.public_bytes(Encoding.PEM))
+    cert, key = _issue(serving, tmp_path, "broker", server=True, client=True, dns=(SERVICE_NAME,))
+    acl = {
+        "version": 1,
+        "principals": [
+            {
+                "name": "app",
+                "certificates": ["app.example"],
+                "grants": [{"operations": ["admin"], "topics": ["*"]}],
+            }
+        ],
+    }
+    acl_file = tmp_path / "acl.json"
+    acl_file.write_text(json.dumps(acl))
+    broker: BrokerProcess = broker_factory(  # type: ignore[operator]
+        extra_args=[
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            "--tls-ca",
+            str(serving_ca),
+            "--tls-client-ca",
+            str(client_ca),
+            "--tls-client-auth",
+            "required",
+            "--tls-server-name",
+            SERVICE_NAME,
+            "--replication-token",
+            "replication-token-1",
+            "--acl-file",
+            str(acl_file),
+        ]
+    )
+    host, _, port = broker.bootstrap.rpartition(":")
+
+    async def connect(cert: Path, key: Path, token: str | None = None) -> ClientConnection:
+        ctx = tlsnames.client_context(serving_ca, SERVICE_NAME, cert, key)
+        return await ClientConnection.open(
+            host,
+            int(port),
+            ConnectOptions(ssl=ctx, auth_token=token),  # type: ignore[arg-type]
+        )
+
+    # the serving CA's certificate with the User's CN passes the handshake, names no one
+    forged_cert, forged_key = _issue(serving, tmp_path, "app.example", client=True)
+    forged_cert = _write(tmp_path / "forged.crt", forged_cert.read_bytes())
+    forged_key = _write(tmp_path / "forged.key", forged_key.read_bytes())
+    with pytest.raises(AuthenticationFailed):
+        await connect(forged_cert, forged_key)
+    # the client CA's certificate with that CN is the User
+    app_cert, app_key = _issue(clients, tmp_path, "app.example", client=True)
+    app = await connect(app_cert, app_key)
+    await app.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    await app.close()
+    # a broker's own certificate (the serving CA) with the replication token gets in
+    peer = await connect(cert, key, "replication-token-1")  # the handshake is accepted
+    await peer.close()
+    with pytest.raises(AuthenticationFailed):
+        await connect(cert, key)  # and without the token it is no one

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from headrace import transports
+from headrace.broker import certificates
 from headrace.broker.fetch_sessions import FetchSession
 from headrace.broker.ports import Cohort, ConnectionHost
 from headrace.errors import (
@@ -244,6 +245,8 @@ class Connection(asyncio.BufferedProtocol):
                 f"protocol version {hello.protocol_version} unsupported; this broker speaks {msg.PROTOCOL_VERSION}"
             )
         peercert = self.transport.get_extra_info("peercert") if self.transport else None
+        # only the client CA's certificates name principals, not the brokers' own CA's
+        peercert = certificates.client_certificate(peercert, self.broker.client_issuers)
         self.access.authenticate(hello.auth_token, peercert)
         if len(hello.client_id) > 256:
             raise InvalidRequest("client_id longer than 256 characters")
