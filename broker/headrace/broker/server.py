@@ -489,8 +489,8 @@ class Connection(asyncio.BufferedProtocol):
             # Credentials reloaded since the last check: a joined member's credit, acks and
             # heartbeats are all it sends to keep consuming, so they authenticate again
             # too (a revoked token or consume grant must not keep an open consumer fed).
-            # A refusal closes the connection, which ends the membership: the next frame
-            # would not be checked again (the check is done for this generation).
+            # A refusal closes the connection, which ends the membership (the session
+            # stays stale and would refuse every later frame too, but the member must go).
             try:
                 self.access.require_cohort(*self._joined)
             except HeadraceError:
