@@ -62,6 +62,9 @@ class OperatorContext:
     loops: dict[tuple[str, str], ClusterRuntime] = field(default_factory=dict)
     #: control loops whose task ended with an error (until kopf restarts them), and why
     died: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: control loops that cannot start until their cluster is fixed (a replication token
+    #: that does not parse), and why: on /healthz, not unhealthy
+    blocked: dict[tuple[str, str], str] = field(default_factory=dict)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     #: /healthz, /metrics and the dashboard, when served (``main``)
     surfaces: Surfaces | None = None
@@ -69,6 +72,8 @@ class OperatorContext:
     def health(self) -> dict[tuple[str, str], LoopHealth]:
         """What ``/healthz`` decides on (call on kopf's event loop)."""
         health = {key: LoopHealth(runtime.last_step_s) for key, runtime in self.loops.items()}
+        for key, why in self.blocked.items():
+            health[key] = LoopHealth(time.monotonic(), blocked=why)
         for key, why in self.died.items():
             health[key] = LoopHealth(time.monotonic(), died=why)
         return health
@@ -310,9 +315,11 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
     except (InvalidRequest, LookupError) as exc:
         # no token to poll the brokers with, so no loop: say so on /healthz and on the
         # BrokerCluster (the message names lines, never a value), and have kopf start the
-        # daemon again soon, which re-reads the Secret: fixing it is all it takes
+        # daemon again soon, which re-reads the Secret: fixing it is all it takes. Not a
+        # death (/healthz stays 200): restarting the operator would not fix the Secret,
+        # and would interrupt every other cluster's loop
         why = f"{type(exc).__name__}: {exc}"
-        context.died[key] = why
+        context.blocked[key] = why
         await _report_token_unreadable(context, cluster, str(exc))
         delay = context.runtime.token_reread_interval_ms / 1000
         raise kopf.TemporaryError(why, delay=delay) from exc
@@ -332,6 +339,7 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
     )
     context.loops[key] = runtime
     context.died.pop(key, None)
+    context.blocked.pop(key, None)
     log.info("control loop of %s/%s started", namespace, name)
     try:
         await runtime.run(desired)

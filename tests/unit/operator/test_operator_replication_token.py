@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -24,6 +25,7 @@ from headrace.errors import InvalidRequest
 from headrace.operator import auth, handlers, running
 from headrace.operator.kube import ClientApi
 from headrace.operator.running import ClusterRuntime, RuntimeSettings
+from headrace.operator.surfaces import loop_health
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock
 
@@ -225,8 +227,8 @@ async def test_a_loop_that_cannot_start_on_a_bad_token_says_so_and_starts_once_i
     server: ApiServer, api: ClientApi
 ) -> None:
     """An operator restart with a bad ``replicationToken`` in the Secret: no token to poll
-    with, so no loop; /healthz and the BrokerCluster say why (a line, never the value),
-    kopf retries soon, and the loop starts once the Secret is fixed."""
+    with, so no loop; /healthz (still 200) and the BrokerCluster say why (a line, never
+    the value), kopf retries soon, and the loop starts once the Secret is fixed."""
     body = server.put(
         {**AUTH_CLUSTER, "apiVersion": "headrace.dev/v1alpha1", "kind": "BrokerCluster"}
     )
@@ -238,8 +240,12 @@ async def test_a_loop_that_cannot_start_on_a_bad_token_says_so_and_starts_once_i
     with pytest.raises(kopf.TemporaryError) as raised:
         await handlers.cluster_loop(namespace="ns", name="demo", memo=memo, **indices)
     assert raised.value.delay == INTERVAL_MS / 1000
-    died = memo.context.health()["ns", "demo"].died
-    assert died is not None and "replicationToken" in died and "secret-one" not in died
+    health = memo.context.health()["ns", "demo"]
+    why = health.blocked
+    assert why is not None and "replicationToken" in why and "secret-one" not in why
+    # shown on /healthz, but alive: restarting the operator would not fix the Secret
+    report = loop_health(memo.context.health(), time.monotonic(), 60)
+    assert report.alive and "ns/demo: loop cannot start" in report.text()
     conditions = {
         c["type"]: c for c in server.body("BrokerCluster", "demo")["status"]["conditions"]
     }
@@ -265,7 +271,7 @@ async def test_a_loop_that_cannot_start_on_a_bad_token_says_so_and_starts_once_i
     try:
         await asyncio.wait_for(recovered(), 10)
         assert memo.context.loops["ns", "demo"].auth_token == "fixed-token"
-        assert memo.context.health()["ns", "demo"].died is None
+        assert memo.context.blocked == {} and memo.context.died == {}
     finally:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
