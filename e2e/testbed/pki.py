@@ -146,11 +146,12 @@ class CA:
         return cert.public_bytes(serialization.Encoding.PEM), _pem_key(key)
 
 
-def new_ca() -> CA:
-    """A fresh CA (the test bed keeps one on disk; tests may want their own)."""
+def new_ca(common_name: str = "headrace-testbed-ca") -> CA:
+    """A fresh CA (the test bed keeps one on disk; tests may want their own, and name
+    it apart when a broker must tell two CAs' certificates apart by issuer)."""
     key = _key()
     now = datetime.datetime.now(datetime.UTC)
-    name = _name("headrace-testbed-ca")
+    name = _name(common_name)
     cert = (
         x509.CertificateBuilder()
         .subject_name(name)

@@ -7,11 +7,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import urllib.request
 from pathlib import Path
 
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import Encoding
 
 from bench.procs import BrokerProcess
 from e2e.testbed import pki
@@ -19,8 +21,12 @@ from headrace import tlsnames
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.errors import AdminDenied, AuthenticationFailed, ConnectionClosed, HeadraceError
 from headrace.protocol import messages as msg
+from headrace.protocol.coordination import ClusterTopology
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Op
+from headrace.records import batch as rb
 from headrace.security.acl import hash_token
+from tests.integration.cluster import Cluster
 
 #: the name a Kubernetes cluster's certificate carries (its client Service), never an IP
 SERVICE_NAME = "demo.streams.svc"
@@ -174,3 +180,144 @@ async def test_optional_client_certificates_let_token_clients_in(
     await writer.close()
     with pytest.raises(AuthenticationFailed):
         await connect(without)
+
+
+async def test_only_the_client_ca_names_principals_not_the_serving_ca(
+    broker_factory: object, tmp_path: Path
+) -> None:
+    """The serving CA (often a cluster-wide issuer) is trusted at the handshake so that
+    brokers fetch from one another with their own certificates, but a certificate it
+    issued with a User's CN is not that User: only the client CA's certificates name
+    principals; the brokers' own certificates get in with the replication token."""
+    serving = pki.new_ca("serving-issuer")
+    clients = pki.new_ca("client-issuer")
+    serving_ca = _write(tmp_path / "serving-ca.crt", serving.cert.public_bytes(Encoding.PEM))
+    client_ca = _write(tmp_path / "client-ca.crt", clients.cert.public_bytes(Encoding.PEM))
+    cert, key = _issue(serving, tmp_path, "broker", server=True, client=True, dns=(SERVICE_NAME,))
+    acl = {
+        "version": 1,
+        "principals": [
+            {
+                "name": "app",
+                "certificates": ["app.example"],
+                "grants": [{"operations": ["admin"], "topics": ["*"]}],
+            }
+        ],
+    }
+    acl_file = tmp_path / "acl.json"
+    acl_file.write_text(json.dumps(acl))
+    broker: BrokerProcess = broker_factory(  # type: ignore[operator]
+        extra_args=[
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            "--tls-ca",
+            str(serving_ca),
+            "--tls-client-ca",
+            str(client_ca),
+            "--tls-client-auth",
+            "required",
+            "--tls-server-name",
+            SERVICE_NAME,
+            "--replication-token",
+            "replication-token-1",
+            "--acl-file",
+            str(acl_file),
+        ]
+    )
+    host, _, port = broker.bootstrap.rpartition(":")
+
+    async def connect(cert: Path, key: Path, token: str | None = None) -> ClientConnection:
+        ctx = tlsnames.client_context(serving_ca, SERVICE_NAME, cert, key)
+        return await ClientConnection.open(
+            host,
+            int(port),
+            ConnectOptions(ssl=ctx, auth_token=token),  # type: ignore[arg-type]
+        )
+
+    # the serving CA's certificate with the User's CN passes the handshake, names no one
+    forged_cert, forged_key = _issue(serving, tmp_path, "app.example", client=True)
+    forged_cert = _write(tmp_path / "forged.crt", forged_cert.read_bytes())
+    forged_key = _write(tmp_path / "forged.key", forged_key.read_bytes())
+    with pytest.raises(AuthenticationFailed):
+        await connect(forged_cert, forged_key)
+    # the client CA's certificate with that CN is the User
+    app_cert, app_key = _issue(clients, tmp_path, "app.example", client=True)
+    app = await connect(app_cert, app_key)
+    await app.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    await app.close()
+    # a broker's own certificate (the serving CA) with the replication token gets in
+    peer = await connect(cert, key, "replication-token-1")  # the handshake is accepted
+    await peer.close()
+    with pytest.raises(AuthenticationFailed):
+        await connect(cert, key)  # and without the token it is no one
+
+
+def _push_topology(admin_url: str, doc: object, token: str) -> None:
+    request = urllib.request.Request(
+        f"{admin_url}/v1/topology",
+        data=json.dumps(doc).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
+    )
+    with urllib.request.urlopen(request, timeout=5):
+        pass
+
+
+async def test_brokers_replicate_with_client_certificates_required(tmp_path: Path) -> None:
+    """Two brokers with ``clientAuth: required`` and a client CA of its own: the follower
+    fetches from the leader with its serving-CA certificate and the replication token
+    (no principal from its CN), so an acks=all write with min in-sync 2 is acknowledged."""
+    serving = pki.new_ca("serving-issuer")
+    clients = pki.new_ca("client-issuer")
+    serving_ca = _write(tmp_path / "serving-ca.crt", serving.cert.public_bytes(Encoding.PEM))
+    client_ca = _write(tmp_path / "client-ca.crt", clients.cert.public_bytes(Encoding.PEM))
+    cert, key = _issue(serving, tmp_path, "broker", server=True, client=True, dns=(SERVICE_NAME,))
+    acl = {
+        "version": 1,
+        "principals": [
+            {
+                "name": "app",
+                "certificates": ["app.example"],
+                "grants": [{"operations": ["produce", "consume"], "topics": ["*"]}],
+            }
+        ],
+    }
+    acl_file = tmp_path / "acl.json"
+    acl_file.write_text(json.dumps(acl))
+    token = "replication-token-1"
+    cluster_key = tmp_path / "cluster.key"
+    cluster_key.write_text("ab" * 32 + "\n")
+    cluster_key.chmod(0o600)
+    cluster = Cluster(
+        tmp_path,
+        size=2,
+        extra_args=[
+            "--tls-cert", str(cert), "--tls-key", str(key), "--tls-ca", str(serving_ca),
+            "--tls-client-ca", str(client_ca), "--tls-client-auth", "required",
+            "--tls-server-name", SERVICE_NAME, "--replication-token", token,
+            "--acl-file", str(acl_file), "--cluster-key-file", str(cluster_key),
+        ],
+    )  # fmt: skip
+    cluster.start()
+    try:
+        cluster.set_topic("default/orders", [([0, 1], 0, 1, [0, 1])], min_in_sync=2)
+        brokers = cluster.brokers
+        endpoints = [
+            BrokerEndpoint(b.broker_id, "127.0.0.1", b.port, b.admin_port) for b in brokers
+        ]
+        doc = ClusterTopology(1, "test", endpoints, list(cluster.topics.values())).to_json()
+        for b in brokers:  # with the replication token, as the operator pushes
+            _push_topology(b.admin_url, doc, token)
+        app_cert, app_key = _issue(clients, tmp_path, "app.example", client=True)
+        leader = cluster.brokers[0]
+        host, _, port = leader.bootstrap.rpartition(":")
+        ctx = tlsnames.client_context(serving_ca, SERVICE_NAME, app_cert, app_key)
+        conn = await ClientConnection.open(host, int(port), ConnectOptions(ssl=ctx))
+        batch = rb.encode([b"replicated"], timestamp_ms=0)
+        request_body = msg.ProduceRequest("orders", 0, 1, msg.Acks.ALL, 20_000, batch).encode()
+        await conn.request(Op.PRODUCE, request_body)  # acknowledged: broker 1 has it too
+        await conn.close()
+    finally:
+        cluster.stop()

@@ -377,26 +377,29 @@ class ConnectionAccess:
         """After a reload: authenticate again with the handshake's credentials under what
         is in force now (``AuthenticationFailed`` if they are no longer accepted)."""
         access = self.access
+        generation = access.generation
         self._decisions.clear()
-        self._generation = access.generation
-        if self._credentials is None:
-            return  # the open mode, or no handshake yet (the server asks for one first)
-        token, common_name = self._credentials
-        if access.authorizer is not None:
-            principal = access.authorizer.authenticate(token, common_name)
-            if principal is None:
+        if self._credentials is not None:
+            token, common_name = self._credentials
+            if access.authorizer is not None:
+                principal = access.authorizer.authenticate(token, common_name)
+                if principal is None:
+                    access.deny("authenticate")
+                    name = self.principal.name if self.principal is not None else "?"
+                    raise AuthenticationFailed(
+                        f"the credentials of principal {name!r} are no longer valid"
+                        " (the ACL file was reloaded)"
+                    )
+                self.principal = principal
+            elif not access.accepts_shared_token(token):
                 access.deny("authenticate")
-                name = self.principal.name if self.principal is not None else "?"
                 raise AuthenticationFailed(
-                    f"the credentials of principal {name!r} are no longer valid"
-                    " (the ACL file was reloaded)"
+                    "the auth token is no longer accepted (the token files were reloaded)"
                 )
-            self.principal = principal
-        elif not access.accepts_shared_token(token):
-            access.deny("authenticate")
-            raise AuthenticationFailed(
-                "the auth token is no longer accepted (the token files were reloaded)"
-            )
+        # (no credentials: the open mode, or no handshake yet, which the server asks for
+        # first.) Only now is the connection current: a refusal above leaves it stale, so
+        # any later check refuses again instead of passing on the old principal.
+        self._generation = generation
 
     @property
     def stale(self) -> bool:

@@ -80,6 +80,10 @@ class Broker:
         #: the listeners' TLS contexts, kept so that renewed certificates reload into them
         self.server_ssl = self._serving(settings.tls, "tls")
         self.admin_ssl = self._serving(settings.admin_tls, "admin_tls")
+        #: the issuers whose client certificates name a principal on the data listener
+        self.client_issuers = (
+            certificates.client_issuers(settings.tls) if settings.tls else frozenset()
+        )
         self.committer = GroupCommitter(
             settings.log.fsync,
             settings.log.flush_interval_ms,

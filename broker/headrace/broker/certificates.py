@@ -53,6 +53,46 @@ def serving_context(tls: TlsSettings) -> ssl.SSLContext:
     return ctx
 
 
+#: a certificate subject or issuer as ``getpeercert()`` spells it: a tuple of RDNs
+DistinguishedName = tuple[tuple[tuple[str, str], ...], ...]
+
+
+def client_issuers(tls: TlsSettings) -> frozenset[DistinguishedName]:
+    """The subjects of the certificates in ``tls``'s client CA file: a client
+    certificate's subject CN names a principal only when the certificate's issuer is one
+    of them (``client_certificate``). The listener also accepts certificates of the
+    brokers' own CA (``tls.ca_file``) at the handshake, so that brokers fetch from one
+    another with theirs; those authenticate by token only, as the serving CA is often a
+    cluster-wide issuer others can request certificates from with any CN. Read at start,
+    as the verify locations are (docs/security.md §10)."""
+    if tls.client_ca_file is None:
+        return frozenset()
+    scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        scratch.load_verify_locations(str(tls.client_ca_file))
+    except (OSError, ssl.SSLError) as exc:
+        raise InvalidRequest(f"cannot load the client CA {tls.client_ca_file}: {exc}") from exc
+    return frozenset(
+        _distinguished_name(cert.get("subject", ())) for cert in scratch.get_ca_certs()
+    )
+
+
+def _distinguished_name(rdns: object) -> DistinguishedName:
+    if not isinstance(rdns, tuple):
+        return ()
+    return tuple(tuple((str(k), str(v)) for k, v in rdn) for rdn in rdns)
+
+
+def client_certificate(peercert: object, issuers: frozenset[DistinguishedName]) -> object:
+    """``peercert`` (``getpeercert()``'s dict) when the client CA issued it, else None:
+    a certificate that chains only to another trusted CA names no principal."""
+    if not isinstance(peercert, dict):
+        return None
+    if _distinguished_name(peercert.get("issuer", ())) not in issuers:
+        return None
+    return peercert
+
+
 @contextlib.contextmanager
 def _as_files(cert_pem: bytes, key_pem: bytes) -> Iterator[tuple[Path, Path]]:
     """``cert_pem`` and ``key_pem`` as paths ``load_cert_chain`` can read: anonymous

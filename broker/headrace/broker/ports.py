@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from headrace.broker.access import Access
+from headrace.broker.certificates import DistinguishedName
 from headrace.broker.config import BrokerSettings
 from headrace.broker.fetch_sessions import FetchSession
 from headrace.broker.metrics import BrokerMetrics
@@ -210,6 +211,11 @@ class ConnectionHost(BrokerCore, Protocol):
 
     @property
     def access(self) -> Access: ...
+
+    @property
+    def client_issuers(self) -> frozenset[DistinguishedName]:
+        """The issuers whose client certificates name principals (``certificates``)."""
+        ...
 
     @property
     def committer(self) -> Durability: ...

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from headrace import transports
+from headrace.broker import certificates
 from headrace.broker.fetch_sessions import FetchSession
 from headrace.broker.ports import Cohort, ConnectionHost
 from headrace.errors import (
@@ -244,6 +245,8 @@ class Connection(asyncio.BufferedProtocol):
                 f"protocol version {hello.protocol_version} unsupported; this broker speaks {msg.PROTOCOL_VERSION}"
             )
         peercert = self.transport.get_extra_info("peercert") if self.transport else None
+        # only the client CA's certificates name principals, not the brokers' own CA's
+        peercert = certificates.client_certificate(peercert, self.broker.client_issuers)
         self.access.authenticate(hello.auth_token, peercert)
         if len(hello.client_id) > 256:
             raise InvalidRequest("client_id longer than 256 characters")
@@ -486,8 +489,8 @@ class Connection(asyncio.BufferedProtocol):
             # Credentials reloaded since the last check: a joined member's credit, acks and
             # heartbeats are all it sends to keep consuming, so they authenticate again
             # too (a revoked token or consume grant must not keep an open consumer fed).
-            # A refusal closes the connection, which ends the membership: the next frame
-            # would not be checked again (the check is done for this generation).
+            # A refusal closes the connection, which ends the membership (the session
+            # stays stale and would refuse every later frame too, but the member must go).
             try:
                 self.access.require_cohort(*self._joined)
             except HeadraceError:

@@ -8,7 +8,8 @@ With ``spec.auth.enabled`` the operator keeps, per cluster (docs/security.md §8
 * one Secret per token ``User``, named after it, holding a random token (key ``token``)
   and, in its annotations, the token's generation, the ``rotateToken`` value it answers,
   when it was rotated in and the hash of the previous token during its grace
-  (``control.tokens`` decides; ``ensure_user_token`` stores);
+  (``control.tokens`` decides; ``plan_user_token`` and ``write_user_token`` store,
+  after the ConfigMap lists the new hash);
 * the ConfigMap ``<cluster>-acl`` with ``acl.json``: every ``User`` of the cluster as an
   ACL file principal (token hashes only, never a token), which the brokers load with
   ``--acl-file`` and reload when the kubelet updates the mounted file.
@@ -246,40 +247,57 @@ def _owned_or_absent(
     return found
 
 
-async def ensure_user_token(
-    api: KubeApi, user_body: Mapping[str, Any], user: User, now_ms: int
-) -> tokens.TokenPlan:
-    """A token User's Secret made, rotated or its previous token expired, as
-    ``control.tokens`` plans it; the plan says which token hashes the brokers accept.
+@dataclass(frozen=True, slots=True)
+class TokenWrite:
+    """The change a User's token plan makes to its Secret, not written yet."""
 
-    Written only on a change: a creation or a rotation applies the whole Secret (the new
-    token and its state, in one write); an expiry only removes the previous token's hash
-    from the annotations (a merge patch). Refuses a Secret the User does not own
-    (``ForeignSecret``), as ``ensure_secret`` does."""
+    ref: ObjectRef
+    #: the whole Secret to apply (a creation or a rotation), else None: an expiry, which
+    #: only drops the previous token's hash from the annotations
+    secret: dict[str, Any] | None
+    plan: tokens.TokenPlan
+
+
+async def plan_user_token(
+    api: KubeApi, user_body: Mapping[str, Any], user: User, now_ms: int
+) -> tuple[tokens.TokenPlan, TokenWrite | None]:
+    """A token User's Secret made, rotated or its previous token expired, as
+    ``control.tokens`` plans it: the plan (which token hashes the brokers accept) and the
+    write it takes (None: no change), for ``write_user_token`` once the ACL ConfigMap
+    lists the hashes. Refuses a Secret the User does not own (``ForeignSecret``), as
+    ``ensure_secret`` does."""
     authentication = user.spec.authentication
     placeholder = user_secret(user_body, tokens.TokenState(token=""))
     ref = ObjectRef.of(placeholder)
+    found = _owned_or_absent(await api.get(ref), placeholder)
+    step = tokens.plan(
+        None if found is None else token_state(found),
+        authentication.rotate_token,
+        authentication.previous_token_grace_period_seconds * 1000,
+        now_ms,
+        secrets.token_urlsafe(32),
+    )
+    if not step.changed:
+        return step, None
+    renewed = tokens.TokenEvent.CREATED in step.events or tokens.TokenEvent.ROTATED in step.events
+    return step, TokenWrite(ref, user_secret(user_body, step.state) if renewed else None, step)
+
+
+async def write_user_token(api: KubeApi, write: TokenWrite) -> None:
+    """Store a planned token change: a creation or a rotation applies the whole Secret
+    (the new token and its state, in one write); an expiry only removes the previous
+    token's hash from the annotations (a merge patch)."""
+    ref, step = write.ref, write.plan
     async with _SECRET_LOCKS.setdefault(ref, asyncio.Lock()):
-        found = _owned_or_absent(await api.get(ref), placeholder)
-        step = tokens.plan(
-            None if found is None else token_state(found),
-            authentication.rotate_token,
-            authentication.previous_token_grace_period_seconds * 1000,
-            now_ms,
-            secrets.token_urlsafe(32),
-        )
-        if not step.changed:
-            return step
-        if tokens.TokenEvent.CREATED in step.events or tokens.TokenEvent.ROTATED in step.events:
-            await api.apply(user_secret(user_body, step.state))
+        if write.secret is not None:
+            await api.apply(write.secret)
         else:
             await api.patch_metadata(ref, {"annotations": {PREVIOUS_TOKEN_HASH_ANNOTATION: None}})
-        for event in step.events:
-            log.info(
-                "User %s/%s: %s (token generation %d)",
-                ref.namespace, ref.name, event.value, step.state.generation,
-            )  # fmt: skip
-        return step
+    for event in step.events:
+        log.info(
+            "User %s/%s: %s (token generation %d)",
+            ref.namespace, ref.name, event.value, step.state.generation,
+        )  # fmt: skip
 
 
 def replication_tokens_of(secret: Mapping[str, Any]) -> tuple[str, ...]:
@@ -330,39 +348,59 @@ class AclSync:
     token_plans: dict[str, tokens.TokenPlan] = field(default_factory=dict)
 
 
+#: one lock per cluster: its ACL ConfigMap and its Users' Secrets are planned and
+#: written as one step (two concurrent syncs could otherwise each rotate a token and
+#: leave one's ConfigMap beside the other's Secret)
+_ACL_LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
+
+
 async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any], now_ms: int) -> AclSync:
     """Make, rotate or expire the tokens of every token User of the cluster
-    (``ensure_user_token``) and apply the ACL ConfigMap with all its Users: a User in the
+    (``plan_user_token``) and apply the ACL ConfigMap with all its Users: a User in the
     grace of a rotation is listed with both its tokens' hashes. A User whose spec does not
-    parse is left out (its own handler reports why)."""
+    parse is left out (its own handler reports why).
+
+    The ConfigMap is written before the Users' Secrets: the kubelet syncs the two volumes
+    independently, and a client that reads a rotated token from its Secret must find its
+    hash already on its way to the brokers. (A Secret write that then fails leaves a hash
+    no one holds a token for; the next sync plans again.)"""
     meta = cluster_body["metadata"]
     namespace = meta.get("namespace", "default")
-    bodies = users_of(await api.list(USER_API_VERSION, "User", namespace), meta["name"])
-    principals: list[acl.PrincipalSpec] = []
-    synced = AclSync({}, {})
-    for body in bodies:
-        try:
-            user = User.from_manifest({k: v for k, v in body.items() if k != "status"})
-        except ValueError as exc:
-            log.warning(
-                "User %s/%s left out of the ACL file: %s", namespace, body["metadata"]["name"], exc
-            )
-            continue
-        hashes: list[str] = []
-        if user.spec.authentication.type is AuthenticationType.TOKEN:
+    async with _ACL_LOCKS.setdefault((namespace, meta["name"]), asyncio.Lock()):
+        bodies = users_of(await api.list(USER_API_VERSION, "User", namespace), meta["name"])
+        principals: list[acl.PrincipalSpec] = []
+        synced = AclSync({}, {})
+        writes: list[TokenWrite] = []
+        for body in bodies:
             try:
-                step = await ensure_user_token(api, body, user, now_ms)
-            except ForeignSecret as exc:
-                # left out, not the whole file: one squatted name must not lock every User out
+                user = User.from_manifest({k: v for k, v in body.items() if k != "status"})
+            except ValueError as exc:
                 log.warning(
-                    "User %s/%s left out of the ACL file: %s", namespace, user.metadata.name, exc
-                )
-                synced.refused[user.metadata.name] = str(exc)
+                    "User %s/%s left out of the ACL file: %s",
+                    namespace, body["metadata"]["name"], exc,
+                )  # fmt: skip
                 continue
-            hashes = list(step.accepted_hashes)
-            synced.secrets[user.metadata.name] = user.metadata.name
-            synced.token_plans[user.metadata.name] = step
-        principals.append(user.acl_principal(hashes))
-        synced.principals[user.metadata.name] = user.principal_name
-    await api.apply(acl_config(cluster_body, acl_document(principals)))
+            hashes: list[str] = []
+            if user.spec.authentication.type is AuthenticationType.TOKEN:
+                try:
+                    step, write = await plan_user_token(api, body, user, now_ms)
+                except ForeignSecret as exc:
+                    # left out, not the whole file: one squatted name must not lock every
+                    # User out
+                    log.warning(
+                        "User %s/%s left out of the ACL file: %s",
+                        namespace, user.metadata.name, exc,
+                    )  # fmt: skip
+                    synced.refused[user.metadata.name] = str(exc)
+                    continue
+                if write is not None:
+                    writes.append(write)
+                hashes = list(step.accepted_hashes)
+                synced.secrets[user.metadata.name] = user.metadata.name
+                synced.token_plans[user.metadata.name] = step
+            principals.append(user.acl_principal(hashes))
+            synced.principals[user.metadata.name] = user.principal_name
+        await api.apply(acl_config(cluster_body, acl_document(principals)))
+        for write in writes:
+            await write_user_token(api, write)
     return synced

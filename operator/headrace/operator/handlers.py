@@ -31,7 +31,7 @@ from typing import Any, Final
 import kopf
 import pydantic
 
-from headrace.control.documents import condition_time, full_name
+from headrace.control.documents import condition, condition_time, full_name
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
 from headrace.errors import InvalidRequest
@@ -62,6 +62,9 @@ class OperatorContext:
     loops: dict[tuple[str, str], ClusterRuntime] = field(default_factory=dict)
     #: control loops whose task ended with an error (until kopf restarts them), and why
     died: dict[tuple[str, str], str] = field(default_factory=dict)
+    #: control loops that cannot start until their cluster is fixed (a replication token
+    #: that does not parse), and why: on /healthz, not unhealthy
+    blocked: dict[tuple[str, str], str] = field(default_factory=dict)
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     #: /healthz, /metrics and the dashboard, when served (``main``)
     surfaces: Surfaces | None = None
@@ -69,6 +72,8 @@ class OperatorContext:
     def health(self) -> dict[tuple[str, str], LoopHealth]:
         """What ``/healthz`` decides on (call on kopf's event loop)."""
         health = {key: LoopHealth(runtime.last_step_s) for key, runtime in self.loops.items()}
+        for key, why in self.blocked.items():
+            health[key] = LoopHealth(time.monotonic(), blocked=why)
         for key, why in self.died.items():
             health[key] = LoopHealth(time.monotonic(), died=why)
         return health
@@ -301,11 +306,23 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
     cluster, topics, unloads, repartitions = desired()
     # the replication token for the brokers' admin ports, now and as it rotates (the loop
     # re-reads the Secret: ``ClusterRuntime.refresh_token``)
-    token = (
-        await auth.replication_token(context.api, cluster)
-        if parse_cluster(cluster).spec.auth.enabled
-        else None
-    )
+    try:
+        token = (
+            await auth.replication_token(context.api, cluster)
+            if parse_cluster(cluster).spec.auth.enabled
+            else None
+        )
+    except (InvalidRequest, LookupError) as exc:
+        # no token to poll the brokers with, so no loop: say so on /healthz and on the
+        # BrokerCluster (the message names lines, never a value), and have kopf start the
+        # daemon again soon, which re-reads the Secret: fixing it is all it takes. Not a
+        # death (/healthz stays 200): restarting the operator would not fix the Secret,
+        # and would interrupt every other cluster's loop
+        why = f"{type(exc).__name__}: {exc}"
+        context.blocked[key] = why
+        await _report_token_unreadable(context, cluster, str(exc))
+        delay = context.runtime.token_reread_interval_ms / 1000
+        raise kopf.TemporaryError(why, delay=delay) from exc
     runtime = ClusterRuntime(
         context.api,
         cluster,
@@ -322,6 +339,7 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
     )
     context.loops[key] = runtime
     context.died.pop(key, None)
+    context.blocked.pop(key, None)
     log.info("control loop of %s/%s started", namespace, name)
     try:
         await runtime.run(desired)
@@ -331,6 +349,51 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         raise
     finally:
         context.loops.pop(key, None)
+
+
+#: the BrokerCluster's Ready reason while its auth Secret's replication token does not parse
+TOKEN_UNREADABLE: Final = "ReplicationTokenInvalid"
+
+
+def token_unreadable_status(body: Mapping[str, Any], why: str, now: str) -> dict[str, Any] | None:
+    """The BrokerCluster's status with ``Ready=False`` (and ``Stalled``: waiting does not
+    fix a bad edit) because its control loop cannot start: the auth Secret's replication
+    token does not parse (``why``: which line, never a value). None if it already says so.
+    The loop's first status write, once it starts, replaces both conditions."""
+    status = dict(body.get("status") or {})
+    generation = int(body.get("metadata", {}).get("generation") or 1)
+    previous = {c.get("type"): c for c in status.get("conditions") or []}
+    message = f"the control loop cannot start: {why}"
+    ready = condition(
+        "Ready", "False", TOKEN_UNREADABLE, message, generation, previous.get("Ready"), now
+    )
+    stalled = stalled_condition(ready, previous.get("Stalled"), now)
+    others = [
+        c for c in status.get("conditions") or [] if c.get("type") not in {"Ready", "Stalled"}
+    ]
+    wanted = {**status, "conditions": [ready, *([stalled] if stalled else []), *others]}
+    return None if wanted == status else wanted
+
+
+async def _report_token_unreadable(
+    context: OperatorContext, cluster: Mapping[str, Any], why: str
+) -> None:
+    log.error(
+        "control loop of %s/%s cannot start: %s", cluster["metadata"].get("namespace"),
+        cluster["metadata"]["name"], why,
+    )  # fmt: skip
+    ref = ObjectRef.of(cluster)
+    try:
+        body = await context.api.get(ref)
+        if body is None:
+            return
+        status = token_unreadable_status(body, why, condition_time(context.clock.now_ms()))
+        if status is not None:
+            await context.api.replace_status(ref, str(body["metadata"]["resourceVersion"]), status)
+    except StaleResourceVersion:
+        pass  # changed meanwhile: the daemon's next start writes it again
+    except Exception:  # the report is best effort; /healthz says it anyway
+        log.exception("cannot write the Ready condition of %s/%s", ref.namespace, ref.name)
 
 
 # ---------------------------------------------------------------------- kicks

@@ -86,6 +86,8 @@ REFUSALS: Final = frozenset(
         objectstores.CREDENTIALS_MISSING,
         tlssecrets.TLS_MISSING,
         tlssecrets.TLS_INVALID,
+        #: the auth Secret's replication token does not parse (``handlers.cluster_loop``)
+        "ReplicationTokenInvalid",
     }
 )
 

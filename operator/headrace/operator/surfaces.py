@@ -10,7 +10,10 @@ not alive.
 
 ``/healthz``  200 while alive: a standby, or the leader whose kopf loop answers and
               whose cluster loops are all stepping; 503 if a loop died (its task ended
-              with an error) or has not finished a step for ``stall_after_s``.
+              with an error) or has not finished a step for ``stall_after_s``; a loop
+              that cannot start until a person fixes its cluster (a replication token
+              that does not parse) is listed, but not unhealthy: restarting the
+              operator would not fix it.
 ``/readyz``   200 once the process plays its part: a standby waiting for the Lease,
               or the leader once kopf has started (a standby is ready so that
               ``helm --wait`` and rollouts of several replicas finish).
@@ -106,6 +109,9 @@ class LoopHealth:
 
     last_step_s: float
     died: str | None = None
+    #: why the loop cannot start (a bad auth Secret): shown, but not unhealthy, as a
+    #: restart of the operator would not fix it (the BrokerCluster's Ready says so too)
+    blocked: str | None = None
 
 
 @dataclass
@@ -126,6 +132,8 @@ def loop_health(
         if health.died is not None:
             report.alive = False
             report.lines.append(f"{namespace}/{name}: loop died: {health.died}")
+        elif health.blocked is not None:
+            report.lines.append(f"{namespace}/{name}: loop cannot start: {health.blocked}")
         elif now_s - health.last_step_s > stall_after_s:
             report.alive = False
             report.lines.append(

@@ -232,3 +232,26 @@ def test_an_acl_file_that_is_not_utf8_keeps_the_grants_in_force(
     assert access.reload_error is not None and "UTF-8" in access.reload_error
     assert reloads.counts == {"error": 1}
     writer.require(Operation.PRODUCE, "orders")
+
+
+def test_a_session_refused_at_its_catch_up_stays_refused(
+    setup: tuple[Access, Path, Labels, Labels],
+) -> None:
+    """A reload that drops a session's principal refuses it at every later check, not
+    only the first: the session is marked current only after it passes."""
+    access, acl_file, denials, _ = setup
+    writer = access.session()
+    writer.authenticate("w-token", None)
+    writer.require(Operation.PRODUCE, "orders")
+    acl_file.write_text(acl_doc(("ops", "o-token", ["admin"])))
+    assert access.reload()
+    for _ in range(2):
+        with pytest.raises(AuthenticationFailed, match="no longer valid"):
+            writer.require(Operation.PRODUCE, "orders")
+        assert writer.stale
+    assert denials.counts["authenticate"] == 2
+    # put back: the next check catches up and passes
+    acl_file.write_text(acl_doc(("writer", "w-token", ["produce"]), ("ops", "o-token", ["admin"])))
+    assert access.reload()
+    writer.require(Operation.PRODUCE, "orders")
+    assert not writer.stale

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import aiohttp.web
+import kopf
 import pytest
 from kube_server import ApiServer
 from operator_fakes import CLUSTER
@@ -22,6 +25,7 @@ from headrace.errors import InvalidRequest
 from headrace.operator import auth, handlers, running
 from headrace.operator.kube import ClientApi
 from headrace.operator.running import ClusterRuntime, RuntimeSettings
+from headrace.operator.surfaces import loop_health
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock
 
@@ -217,3 +221,58 @@ async def test_a_workload_reconcile_hands_the_running_loop_the_first_token_and_s
     sts = server.body("StatefulSet", "demo")
     args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--replication-token-file") + 1] == auth.REPLICATION_TOKEN_PATH
+
+
+async def test_a_loop_that_cannot_start_on_a_bad_token_says_so_and_starts_once_it_is_fixed(
+    server: ApiServer, api: ClientApi
+) -> None:
+    """An operator restart with a bad ``replicationToken`` in the Secret: no token to poll
+    with, so no loop; /healthz (still 200) and the BrokerCluster say why (a line, never
+    the value), kopf retries soon, and the loop starts once the Secret is fixed."""
+    body = server.put(
+        {**AUTH_CLUSTER, "apiVersion": "headrace.dev/v1alpha1", "kind": "BrokerCluster"}
+    )
+    await auth.replication_token(api, AUTH_CLUSTER)  # the Secret, as the workload handler
+    write_tokens(server, "secret-one secret-two\n")
+    memo = SimpleNamespace(context=handlers.OperatorContext(api=api, clock=ManualClock()))
+    indices = {"clusters_index": {("ns", "demo"): [body]}, "topics_index": {}, "unloads_index": {}}
+
+    with pytest.raises(kopf.TemporaryError) as raised:
+        await handlers.cluster_loop(namespace="ns", name="demo", memo=memo, **indices)
+    assert raised.value.delay == INTERVAL_MS / 1000
+    health = memo.context.health()["ns", "demo"]
+    why = health.blocked
+    assert why is not None and "replicationToken" in why and "secret-one" not in why
+    # shown on /healthz, but alive: restarting the operator would not fix the Secret
+    report = loop_health(memo.context.health(), time.monotonic(), 60)
+    assert report.alive and "ns/demo: loop cannot start" in report.text()
+    conditions = {
+        c["type"]: c for c in server.body("BrokerCluster", "demo")["status"]["conditions"]
+    }
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Ready"]["reason"] == handlers.TOKEN_UNREADABLE
+    assert "line" in conditions["Ready"]["message"]
+    assert "secret-one" not in conditions["Ready"]["message"]
+    assert conditions["Stalled"]["status"] == "True"
+
+    write_tokens(server, "fixed-token\n")  # kopf starts the daemon again after the delay
+    task = asyncio.create_task(
+        handlers.cluster_loop(namespace="ns", name="demo", memo=memo, **indices)
+    )
+
+    async def recovered() -> None:
+        while True:
+            status = server.body("BrokerCluster", "demo").get("status") or {}
+            reasons = {c["type"]: c["reason"] for c in status.get("conditions") or []}
+            if reasons.get("Ready") != handlers.TOKEN_UNREADABLE and "Stalled" not in reasons:
+                return
+            await asyncio.sleep(0.01)
+
+    try:
+        await asyncio.wait_for(recovered(), 10)
+        assert memo.context.loops["ns", "demo"].auth_token == "fixed-token"
+        assert memo.context.blocked == {} and memo.context.died == {}
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task

@@ -151,3 +151,30 @@ def test_a_tls_user_cannot_ask_for_a_token_rotation() -> None:
     body["spec"]["authentication"] = {"type": "tls", "rotateToken": "x"}
     with pytest.raises(ValueError, match="rotateToken"):
         principals.User.from_manifest(body)
+
+
+async def test_the_acl_configmap_lists_a_new_token_before_its_secret_holds_it(
+    server: ApiServer, api: ClientApi
+) -> None:
+    """The kubelet syncs the ConfigMap and the Secret volumes independently: the new
+    token's hash is written to the brokers' ACL file first, so a client that reads the
+    rotated token is not refused for want of it (creation and rotation alike)."""
+    clock = ManualClock(1_795_000_000_000)
+    server.put(AUTH_CLUSTER)
+
+    def written() -> list[str]:
+        return [
+            request.url.path.rsplit("/", 2)[-2]
+            for request in server
+            if request.method.value not in ("GET", "HEAD")
+            and request.url.path.rsplit("/", 2)[-2] in ("configmaps", "secrets")
+        ]
+
+    server.put(user())
+    status = await changed(server, api, clock)
+    assert written()[-2:] == ["configmaps", "secrets"]  # a creation too
+    before = len(written())
+    server.put({**user(rotate="ticket-1"), "status": status})
+    await changed(server, api, clock)
+    assert written()[before:] == ["configmaps", "secrets"]
+    assert accepted_hashes(server)[0] == acl.hash_token(token(server))
