@@ -12,7 +12,6 @@ one flame graph each.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import shutil
@@ -24,8 +23,6 @@ from typing import Any
 
 from bench import peerbench, procs
 from bench.peerservers import HeadraceLocal
-
-PER_TOPIC = 4096
 
 
 def _py_spy(pid: int, out: Path, native: bool) -> subprocess.Popen[bytes]:
@@ -56,16 +53,7 @@ def create(
         meter = procs.CpuMeter(pids)
         meter.start()
         started = time.perf_counter()
-        left, n = total, 0
-        while left > 0:
-            count = min(PER_TOPIC, left)
-            cluster.create_topic(f"idle-{n}", count, 3, 2, wait=False)
-            left -= count
-            n += 1
-        names = [f"idle-{i}" for i in range(n)]
-        procs.wait_until(
-            functools.partial(cluster.led, names, total), 1200, f"{total} led", poll_s=0.5
-        )
+        names = peerbench.create_idle_topics(cluster, total)
         led_s = time.perf_counter() - started
         led_cpu = {name: procs.process_cpu_s(pid) - meter.cpu0[name] for name, pid in pids.items()}
         settled_s = peerbench._wait_settled(cluster.controller_url, 600) + led_s
@@ -77,7 +65,7 @@ def create(
             spy.wait(60)
         row = {
             "partitions": total,
-            "topics": n,
+            "topics": len(names),
             "led_s": round(led_s, 2),
             "settled_s": round(settled_s, 2),
             "cpu_s_until_led": {k: round(v, 2) for k, v in led_cpu.items()},

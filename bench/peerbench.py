@@ -886,6 +886,24 @@ def _controller_steps(controller_url: str) -> tuple[float, float]:
     )
 
 
+#: the most partitions one idle topic of the scale scenarios gets
+IDLE_TOPIC_PARTITIONS = 4096
+
+
+def create_idle_topics(cluster: HeadraceLocal, total: int) -> list[str]:
+    """Create ``total`` partitions (RF=3, minInSync 2) in topics of at most
+    ``IDLE_TOPIC_PARTITIONS`` and wait until every one has a leader; the topic names."""
+    names: list[str] = []
+    left = total
+    while left > 0:
+        count = min(IDLE_TOPIC_PARTITIONS, left)
+        names.append(f"idle-{len(names)}")
+        cluster.create_topic(names[-1], count, 3, 2, wait=False)
+        left -= count
+    procs.wait_until(functools.partial(cluster.led, names, total), 1200, f"{total} led", poll_s=0.5)
+    return names
+
+
 def scale(settings: Settings) -> list[dict[str, Any]]:
     """Idle cost against partition count, headrace only: a 3-broker local cluster holding
     ``scale_partitions`` partitions (RF=3, topics of at most 4,096), no traffic. Per size:
@@ -894,22 +912,12 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
     for once a second), the controller's CPU per step, broker RSS, and acks=all
     ``send_many`` throughput to one more 8-partition topic beside them."""
     rows: list[dict[str, Any]] = []
-    per_topic = 4096
     for total in settings.scale_partitions:
         with headrace_local(f"peers-scale-{total}") as cluster:
             record = cluster.record
             brokers = {int(b["id"]): int(b["pid"]) for b in record["brokers"]}
             started = time.perf_counter()
-            left, n = total, 0
-            while left > 0:
-                count = min(per_topic, left)
-                cluster.create_topic(f"idle-{n}", count, 3, 2, wait=False)
-                left -= count
-                n += 1
-            names = [f"idle-{i}" for i in range(n)]
-            procs.wait_until(
-                functools.partial(cluster.led, names, total), 1200, f"{total} led", poll_s=0.5
-            )
+            names = create_idle_topics(cluster, total)
             online_s = time.perf_counter() - started
             settled_s = _wait_settled(cluster.controller_url, 600) + online_s
             cluster.create_topic("scale-produce", 8, 3, 2)
@@ -956,7 +964,7 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
             row = {
                 "system": "headrace",
                 "partitions": total,
-                "topics": n,
+                "topics": len(names),
                 "replicas": 3,
                 "online_s": round(online_s, 2),
                 "settled_s": round(settled_s, 2),
