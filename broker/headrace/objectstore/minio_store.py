@@ -10,6 +10,7 @@ server should surface as ``ObjectStoreUnavailable`` in about a connect timeout.
 from __future__ import annotations
 
 import base64
+import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ except ImportError:  # pragma: no cover - no zlib-ng wheel for this platform: sa
     from zlib import crc32
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 #: The header that carries a body's CRC-32 (big-endian, base64), which the server
 #: checks before it stores the body (S3 "additional checksums").
@@ -143,6 +145,8 @@ class MinioStore(ObjectStore):
         )
         self.bucket = settings.bucket
         self._bucket_ready = not settings.create_bucket
+        #: the store answered a PUT with a CRC-32 without echoing it (``_single_put``)
+        self._checksums_ignored = False
         self._lock = threading.Lock()
 
     def _call(self, key: str, fn: Callable[[], T], *, setup: bool = True) -> T:
@@ -188,8 +192,9 @@ class MinioStore(ObjectStore):
         # One request with the body's CRC-32 (``_Client``), not put_object's multipart
         # upload of 5 MiB parts: the body is in memory already, and a compaction's 64 MiB
         # object went as 15 requests (create, 13 parts, complete).
-        headers = {"Content-Type": "application/octet-stream", **checksum_header(data)}
-        self._call(key, lambda: self.client._put_object(self.bucket, key, data, headers))
+        if not self._call(key, lambda: self._single_put(key, data, {})):
+            # the store ignored the CRC, so nothing checked the body: send it again, signed
+            self._call(key, lambda: self._single_put(key, data, {}))
 
     def put_if_version(self, key: str, data: bytes, version: str | None) -> bool:
         keys.validate_key(key)
@@ -197,25 +202,49 @@ class MinioStore(ObjectStore):
 
         def put() -> bool:
             try:
-                # put_object would turn these headers into user metadata; the
-                # client's single-request put sends them as they are
-                self.client._put_object(
-                    self.bucket,
-                    key,
-                    data,
-                    headers={
-                        "Content-Type": "application/octet-stream",
-                        **condition,
-                        **checksum_header(data),
-                    },
-                )
+                checked = self._single_put(key, data, condition)
             except minio.error.S3Error as exc:
                 if exc.code in _CONDITION_FAILED:
                     return False
                 raise
+            if not checked:
+                # The store ignored the CRC, and the condition is spent: read the object
+                # back, and if it is not what was sent, replace it (signed) while it is
+                # still the version this put made.
+                stored, stored_version = self.get_versioned(key)
+                if stored != data:
+                    self._single_put(key, data, {"If-Match": stored_version})
             return True
 
         return self._call(key, put)
+
+    def _single_put(self, key: str, data: bytes, headers: dict[str, str]) -> bool:
+        """One PUT request (``put_object`` would turn ``headers`` into user metadata).
+
+        With a CRC-32 unless this store is known to ignore it, in which case the body is
+        signed. False when the body went with a CRC the answer does not echo: a store
+        that does not implement S3's additional checksums (older MinIO, some
+        S3-compatible servers) stored it unchecked; from then on this client signs
+        every body instead."""
+        sent = {} if self._checksums_ignored else checksum_header(data)
+        result = self.client._put_object(
+            self.bucket,
+            key,
+            data,
+            headers={"Content-Type": "application/octet-stream", **headers, **sent},
+        )
+        if not sent:
+            return True  # signed: the server checked the body's SHA-256
+        if result.http_headers.get(CHECKSUM_HEADER) == sent[CHECKSUM_HEADER]:
+            return True
+        if not self._checksums_ignored:
+            log.warning(
+                "%s does not check x-amz-checksum-crc32 (S3 additional checksums): signing"
+                " every PUT body from now on",
+                self.settings.endpoint,
+            )
+        self._checksums_ignored = True
+        return False
 
     def put_stream(self, key: str, stream: BinaryIO, size: int | None = None) -> None:
         keys.validate_key(key)
