@@ -79,7 +79,9 @@ class Settings:
     latency_linger_ms: float = 1.0
     #: ProducerPerformance: MB of warm-up records (its JVM's JIT), then MB measured
     pp_warmup_mb: int = 500
-    pp_measure_mb: int = 500
+    #: long enough that the steady part outlasts the tool's first 5 s report (which is
+    #: where it says "In steady state.", and so where the CPU meter starts)
+    pp_measure_mb: int = 3000
     failover_kill_after_s: float = 4.0
     #: Kafka notices a dead broker after broker.session.timeout.ms (9 s by default)
     failover_probe_s: float = 30.0
@@ -213,6 +215,10 @@ def headrace_local(prefix: str) -> Iterator[HeadraceLocal]:
         procs.remove_dir(home)
 
 
+#: the shortest steady sending a ProducerPerformance row's CPU may be metered over
+PP_MIN_WINDOW_S = 3.0
+#: ProducerPerformance's report interval: it says "In steady state." at the first one
+_PP_REPORT_S = 5.0
 _PERF_STEADY = re.compile(
     r"(\d+) steady state records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\)"
 )
@@ -226,8 +232,10 @@ def producer_performance(
 
     A fresh JVM needs seconds of JIT before it runs at speed (on this machine the rate
     climbed from 0.1M to 0.6M records/s over 15 s), so a short run would measure the
-    JIT. Server and client CPU are metered over the steady-state part only: the meter
-    starts when the tool prints "In steady state." and stops at its steady summary.
+    JIT. Server and client CPU are metered over the steady-state part: the meter starts
+    when the tool prints "In steady state." (its first report in that part, 5 s in) and
+    stops at its steady summary; a steady part too short to report is metered over
+    the whole run instead (``cpu_window``).
     """
     import subprocess
 
@@ -240,45 +248,76 @@ def producer_performance(
         "--command-property", f"bootstrap.servers={kafka_.bootstrap}", f"acks={acks}",
     )  # fmt: skip
     proc = procs.spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    meter = procs.CpuMeter(
-        {**{f"server{i}": pid for i, pid in enumerate(kafka_.pids)}, "client": proc.pid}
-    )
-    raw: dict[str, float] | None = None
+    pids = {**{f"server{i}": pid for i, pid in enumerate(kafka_.pids)}, "client": proc.pid}
+    # The tool says "In steady state." at its first 5 s report after the warm-up, so the
+    # steady meter covers the steady part from 5 s in to its summary. A steady part too
+    # short for that is metered over the whole run instead (JIT warm-up included), and
+    # the row says which (``cpu_window``).
+    whole, steady_meter = procs.CpuMeter(pids), procs.CpuMeter(pids)
+    whole.start()
+    whole_from = time.perf_counter()
+    whole_raw: dict[str, float] | None = None
+    steady_raw: dict[str, float] | None = None
     steady: tuple[str, ...] | None = None
     tail: list[str] = []
-    started_at = window_s = 0.0
+    steady_from = window_s = whole_s = 0.0
     try:
         assert proc.stdout is not None
         for raw_line in proc.stdout:
             line = raw_line.decode(errors="replace").strip()
             tail = [*tail[-5:], line]
             if line.startswith("In steady state"):
-                meter.start()
-                started_at = time.perf_counter()
+                steady_meter.start()
+                steady_from = time.perf_counter()
             found = _PERF_STEADY.search(line)
-            if found and started_at:
-                raw = meter.stop()
-                window_s = time.perf_counter() - started_at
+            if found:
+                whole_raw = whole.stop()
+                whole_s = time.perf_counter() - whole_from
+                if steady_from:
+                    steady_raw = steady_meter.stop()
+                    window_s = time.perf_counter() - steady_from
                 steady = found.groups()
         proc.wait(600)
     finally:
         procs.reap(proc)
-    if raw is None or steady is None:
+    if whole_raw is None or steady is None:
         raise RuntimeError(f"ProducerPerformance printed no steady-state summary: {tail}")
     sent, rate_s, mb = steady
     records, rate = int(sent), float(rate_s)
-    cpu = {k: v for k, v in raw.items() if not k.startswith("server")}
-    server_s = sum(v for k, v in raw.items() if k.startswith("server")) * window_s
-    sending_s = records / rate
-    # the meter's window includes the tool's summary printing: charge the servers' CPU
-    # to the sending time the tool reports
-    cpu["server_cores"] = round(server_s / sending_s, 3)
+    # the part of the steady window that overlaps sending: the window opens 5 s into the
+    # steady part and closes at the summary, after the last send
+    sending_in_window = records / rate - _PP_REPORT_S
+    if steady_raw is not None and sending_in_window >= PP_MIN_WINDOW_S:
+        raw, cpu_window = steady_raw, "steady state"
+        cpu = {k: v for k, v in raw.items() if not k.startswith("server")}
+        # cores over the window, all servers together (per record: over the rate)
+        cpu["server_cores"] = round(sum(v for k, v in raw.items() if k.startswith("server")), 3)
+    else:
+        # CPU seconds over every record sent, warm-up included, as cores at the steady
+        # rate, so that per_million gives CPU seconds per record of the whole run
+        raw, cpu_window = whole_raw, "whole run"
+        scale = whole_s / (warm + measured) * rate
+        cpu = {
+            k: (
+                round(v * scale, 3)
+                if k.endswith("_cores")
+                and not k.startswith(("runq_", "foreign", "kernel", "steal", "machine"))
+                else v
+            )
+            for k, v in raw.items()
+            if not k.startswith("server")
+        }
+        cpu["server_cores"] = round(
+            sum(v for k, v in raw.items() if k.startswith("server")) * scale, 3
+        )
     return {
         "records": records,
         "records_per_s": rate,
         "mb_per_s": float(mb),
         "warmup_records": warm,
         "cpu": cpu,
+        "cpu_window": cpu_window,
+        "cpu_window_s": round(window_s if cpu_window == "steady state" else whole_s, 2),
         "total_sent": warm + measured,
     }
 
@@ -292,7 +331,10 @@ def nats_bench(server: NatsServer, stream: str, size: int, seconds: float) -> di
         _out, tool_cpu = procs.run_tool(
             [cli, "-s", server.url, "bench", "js", "pub", "async", f"{stream}.s",
              "--create", "--storage", "file", "--stream", stream, "--msgs", str(records),
-             "--size", str(size), "--no-progress", "--csv", str(csv_path)],
+             "--size", str(size), "--no-progress", "--csv", str(csv_path),
+             # the stream keeps the probe's records too: its default 1 GB cap refused
+             # the measured run's at 1 KiB (code 10077) once the machine was quiet
+             "--maxbytes", "4GB"],
             timeout=600,
         )  # fmt: skip
         header, line = csv_path.read_text().strip().splitlines()[-2:]
@@ -380,8 +422,7 @@ def _say(settings: Settings, row: dict[str, Any]) -> None:
     )
 
 
-def produce(settings: Settings) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+def produce(settings: Settings, rows: list[dict[str, Any]]) -> None:
     common = {"warmup_s": settings.produce_warmup_s, "duration_s": settings.produce_s}
     timeout = 180 + 4 * settings.produce_s
     n = 0
@@ -490,7 +531,6 @@ def produce(settings: Settings) -> list[dict[str, Any]]:
             )  # fmt: skip
             rows.append(row)
             _say(settings, row)
-    return rows
 
 
 def _stored_hr(broker: procs.BrokerProcess, topic: str) -> int:
@@ -503,9 +543,8 @@ def _stored_hr(broker: procs.BrokerProcess, topic: str) -> int:
 # ---------------------------------------------------------------------------- 2. replicated
 
 
-def replicated(settings: Settings) -> list[dict[str, Any]]:
+def replicated(settings: Settings, rows: list[dict[str, Any]]) -> None:
     """RF=3, acks=all, minInSync 2, 100 B records: headrace local cluster vs 3-node Kafka."""
-    rows: list[dict[str, Any]] = []
     common = {"warmup_s": settings.produce_warmup_s, "duration_s": settings.produce_s}
     timeout = 240 + 4 * settings.produce_s
     size = 100
@@ -569,15 +608,13 @@ def replicated(settings: Settings) -> list[dict[str, Any]]:
                            **load, **result)  # fmt: skip
                 rows.append(row)
                 _say(settings, row)
-    return rows
 
 
 # ---------------------------------------------------------------------------- 3. consume
 
 
-def consume(settings: Settings) -> list[dict[str, Any]]:
+def consume(settings: Settings, rows: list[dict[str, Any]]) -> None:
     """Catch-up of ``consume_records`` 100 B records on one partition, from the earliest."""
-    rows: list[dict[str, Any]] = []
     total = settings.consume_records
     size = 100
     limit_s = 600.0
@@ -645,7 +682,6 @@ def consume(settings: Settings) -> list[dict[str, Any]]:
         row = _row("kafka", "per-record", "confluent-kafka consume", "-", 1, size, **load, **result)
         rows.append(row)
         _say(settings, row)
-    return rows
 
 
 def _consumer_performance(out: str) -> dict[str, float]:
@@ -665,9 +701,8 @@ def _consumer_performance(out: str) -> dict[str, float]:
 # ---------------------------------------------------------------------------- 4. latency
 
 
-def latency(settings: Settings) -> list[dict[str, Any]]:
+def latency(settings: Settings, rows: list[dict[str, Any]]) -> None:
     """Produce-to-consume percentiles at fixed rates, acks=1, one partition, 100 B."""
-    rows: list[dict[str, Any]] = []
     common = {
         "value_bytes": 100,
         "warmup_s": settings.latency_warmup_s,
@@ -716,7 +751,6 @@ def latency(settings: Settings) -> list[dict[str, Any]]:
                    "acks": "1", **load, **result}  # fmt: skip
             rows.append(row)
             note(row)
-    return rows
 
 
 # ---------------------------------------------------------------------------- 5. failover
@@ -748,10 +782,9 @@ def _alive(pid: int) -> bool:
     return not Path(f"/proc/{pid}/stat").read_text().split(") ")[-1].startswith("Z")
 
 
-def failover(settings: Settings) -> list[dict[str, Any]]:
+def failover(settings: Settings, rows: list[dict[str, Any]]) -> None:
     """kill -9 the partition leader of a 3-node cluster under acks=all load (one record in
     flight at a time), RF=3, minInSync 2; both systems at their defaults otherwise."""
-    rows: list[dict[str, Any]] = []
     spec = {"value_bytes": 100, "duration_s": settings.failover_probe_s}
     timeout = 120 + settings.failover_probe_s
 
@@ -806,7 +839,6 @@ def failover(settings: Settings) -> list[dict[str, Any]]:
                **_failover_gap(result, killed_at)}  # fmt: skip
         rows.append(row)
         settings.log(f"  kafka failover: {row}")
-    return rows
 
 
 # ---------------------------------------------------------------------------- 6. scale
@@ -904,14 +936,13 @@ def create_idle_topics(cluster: HeadraceLocal, total: int) -> list[str]:
     return names
 
 
-def scale(settings: Settings) -> list[dict[str, Any]]:
+def scale(settings: Settings, rows: list[dict[str, Any]]) -> None:
     """Idle cost against partition count, headrace only: a 3-broker local cluster holding
     ``scale_partitions`` partitions (RF=3, topics of at most 4,096), no traffic. Per size:
     time until every partition has a leader, idle CPU of each broker and the controller,
     heartbeat body bytes (a full report, and the delta the controller polls each broker
     for once a second), the controller's CPU per step, broker RSS, and acks=all
     ``send_many`` throughput to one more 8-partition topic beside them."""
-    rows: list[dict[str, Any]] = []
     for total in settings.scale_partitions:
         with headrace_local(f"peers-scale-{total}") as cluster:
             record = cluster.record
@@ -990,10 +1021,10 @@ def scale(settings: Settings) -> list[dict[str, Any]]:
                 f" controller step {step_ms} ms CPU, RSS {rss} MB,"
                 f" acks=all produce {result['records_per_s']}/s {result.get('error', '')}"
             )
-    return rows
 
 
-SCENARIOS: dict[str, Callable[[Settings], list[dict[str, Any]]]] = {
+#: each appends its rows as it measures them, so a failure keeps what came before it
+SCENARIOS: dict[str, Callable[[Settings, list[dict[str, Any]]], None]] = {
     "produce": produce,
     "replicated": replicated,
     "consume": consume,
@@ -1065,20 +1096,27 @@ def main(argv: list[str] | None = None) -> int:
         for name in args.only or list(SCENARIOS):
             log(f"== {name}")
             started = time.monotonic()
+            rows: list[dict[str, Any]] = []
+            error = None
             try:
-                rows = SCENARIOS[name](settings)
+                SCENARIOS[name](settings, rows)
             except Exception as exc:
-                log(f"   {name} FAILED: {type(exc).__name__}: {exc}")
+                error = f"{type(exc).__name__}: {exc}"
+                log(f"   {name} FAILED: {error}")
                 log(traceback.format_exc())
                 failed.append(name)
-                continue
+            except BaseException:
+                error = "interrupted"  # a TERM or ^C: keep what it measured, then stop
+                raise
             finally:
                 procs.kill_all()
-            doc["scenarios"][name] = {
-                "run_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "seconds": round(time.monotonic() - started, 1),
-                "rows": rows,
-            }
+                if error is None or rows:  # nothing measured: the previous rows stay
+                    doc["scenarios"][name] = {
+                        "run_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                        "seconds": round(time.monotonic() - started, 1),
+                        "rows": rows,
+                        **({"failed": error} if error is not None else {}),
+                    }
     except KeyboardInterrupt:
         log("interrupted: writing what was measured")
     finally:

@@ -228,7 +228,7 @@ def latency_table(doc: dict[str, Any]) -> list[str]:
         "",
         "| rate/s | headrace p50 | p99 | p99.9 | max | Kafka p50 | p99 | p99.9 | max"
         " | Kafka p99 / headrace p99 | busy cores |",
-        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in rows:
         if r["system"] != "headrace":
@@ -312,15 +312,27 @@ def scale_table(doc: dict[str, Any]) -> list[str]:
     return out
 
 
+def _reason(error: str) -> str:
+    """A failure's last non-empty line (a tool's own last words), safe in italics."""
+    said = [line.strip() for line in error.splitlines() if line.strip()]
+    last = said[-1] if said else error
+    return last.replace("\\", "\\\\").replace("_", "\\_").replace("*", "\\*")
+
+
 def markdown(doc: dict[str, Any]) -> str:
     versions = doc.get("versions", {})
     clients = ", ".join(f"{k} {v}" for k, v in versions.get("clients", {}).items())
+    # scenarios may come from different runs (``--only`` keeps the others'): say when
+    when = ", ".join(
+        f"{name} {scenario.get('run_utc', '?')}"
+        for name, scenario in doc.get("scenarios", {}).items()
+    )
     lines = [
         f"_Run {doc['run_utc']}{' (quick)' if doc.get('quick') else ''}: Kafka"
         f" {versions.get('kafka')} (KRaft), nats-server {versions.get('nats_server')};"
         f" {clients}. *busy cores* is other processes' CPU just before a measurement"
-        " (the largest over the row's systems). Each scenario's run time is in"
-        " `bench/results/peers.json`._",
+        " (the largest over the row's systems). Each scenario's time (UTC): "
+        f"{when}._",
         "",
     ]
     for part in (
@@ -334,6 +346,10 @@ def markdown(doc: dict[str, Any]) -> str:
         block = part(doc)
         if block:
             lines += [*block, ""]
+    for name, scenario in doc.get("scenarios", {}).items():
+        if scenario.get("failed"):
+            lines += [f"_The {name} scenario stopped early ({_reason(scenario['failed'])}):"
+                      " its tables hold the rows measured before that._", ""]  # fmt: skip
     lines.append("![headrace against Kafka and NATS](../bench/results/peers.png)")
     return "\n".join(lines)
 
@@ -366,7 +382,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
             if system != "nats":
                 match["acks"] = acks
             r = _find(rows, **match)
-            values.append(r["records_per_s"] / 1e6 if r else 0.0)
+            # a row not measured (a failed run) is no bar, not a zero
+            values.append(r["records_per_s"] / 1e6 if r else float("nan"))
         ax.bar([x + i * width for x in range(len(configs))], values, width, label=label,
                color=colour)  # fmt: skip
     ax.set_xticks([x + 0.4 - width / 2 for x in range(len(configs))])

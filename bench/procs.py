@@ -262,8 +262,10 @@ class CpuMeter:
             ours += used
             out[f"{name}_cores"] = round(used / elapsed, 3)
             # named so that no "server*" sum (peerbench) picks it up as CPU
+            # threads that ended in between take their wait with them (the sum can
+            # fall): a lower bound, never below zero
             waited = process_runq_wait_s(pid) - self.runq0.get(name, 0.0)
-            out[f"runq_{name}_cores"] = round(waited / elapsed, 3)
+            out[f"runq_{name}_cores"] = round(max(0.0, waited) / elapsed, 3)
         out["kernel_cores"] = round((irq + kthreads) / elapsed, 3)
         out["foreign_cores"] = round(max(0.0, tasks - ours - kthreads) / elapsed, 3)
         out["steal_cores"] = round(steal / elapsed, 3)
@@ -632,15 +634,17 @@ def run_worker(
 def run_tool(argv: list[str], timeout: float) -> tuple[str, float]:
     """Run a command-line tool (redis-benchmark) to completion; (stdout, its CPU seconds)."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    proc = spawn(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
         raise TimeoutError(f"{argv[0]} exceeded {timeout}s") from exc
     finally:
         reap(proc)
     if proc.returncode != 0:
-        raise RuntimeError(f"{argv[0]} exited with {proc.returncode}")
+        # the tool's own last words (both streams: Java tools log errors to stdout)
+        said = (out + err).decode(errors="replace").strip().splitlines()[-15:]
+        raise RuntimeError(f"{argv[0]} exited with {proc.returncode}:\n" + "\n".join(said))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return out.decode(errors="replace"), cpu

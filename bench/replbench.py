@@ -76,7 +76,14 @@ def _run(
     rate = float(result["records_per_s"])
     cpu = result["cpu"]
     per_m = {b: round(cpu[f"server{i}_cores"] / rate * 1e6, 3) for i, b in enumerate(sorted(pids))}
+    # Each process's cores on a CPU and cores runnable but waiting for one (schedstat):
+    # a chain of processes that are neither is waiting on one another (issue 16 §7).
+    names = {f"server{i}": f"b{b}" for i, b in enumerate(sorted(pids))} | {"client": "client"}
+    busy = {label: cpu[f"{name}_cores"] for name, label in names.items()}
+    runq = {label: cpu.get(f"runq_{name}_cores") for name, label in names.items()}
     return {
+        "busy_cores": busy,
+        "runq_cores": runq,
         "topic": topic,
         "records_per_s": rate,
         "server_cpu_s_per_m": per_m,
@@ -99,6 +106,13 @@ def _say(label: str, row: dict[str, Any]) -> None:
         f" ({brokers})  client s/M {row['client_cpu_s_per_m']:.3f}"
         f"  foreign {row['foreign_cores']}  kernel {row['kernel_cores']}  load1 {row['load1']}"
         f"  replica fetches/MB {row['replica_fetches_per_mb']}",
+        flush=True,
+    )
+    print(
+        "     on a CPU "
+        + " ".join(f"{k}={v:.2f}" for k, v in row["busy_cores"].items())
+        + "  waiting for one "
+        + " ".join(f"{k}={v:.2f}" for k, v in row["runq_cores"].items() if v is not None),
         flush=True,
     )
 

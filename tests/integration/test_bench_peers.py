@@ -4,6 +4,7 @@ worker path the replicated scenario uses (several server pids, the stored-count 
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -78,6 +79,26 @@ def test_the_tables_carry_a_ratio_for_every_peer(tmp_path: Path) -> None:
     assert "old" not in page.read_text() and page.read_text().endswith("b\n")
     peerreport.plot(_doc(), tmp_path / "peers.png")
     assert (tmp_path / "peers.png").stat().st_size > 0
+
+
+def test_every_table_has_as_many_columns_as_its_header() -> None:
+    lines = peerreport.markdown(_doc()).splitlines()
+    tables = 0
+    for header, rule in itertools.pairwise(lines):
+        if header.startswith("|") and rule.startswith("|-"):
+            tables += 1
+            assert header.count("|") == rule.count("|"), header
+    assert tables >= 4
+
+
+def test_a_scenario_that_stopped_early_says_so_with_the_tools_last_words() -> None:
+    doc = _doc()
+    doc["scenarios"]["produce"]["failed"] = (
+        "RuntimeError: nats exited with 1:\nstarting\nnats: error: maximum_bytes exceeded\n"
+    )
+    text = peerreport.markdown(doc)
+    assert "produce scenario stopped early (nats: error: maximum\\_bytes exceeded)" in text
+    assert "4.000M" in text  # the rows measured before the failure are still shown
 
 
 def test_failover_counts_from_the_first_record_sent_after_the_kill() -> None:

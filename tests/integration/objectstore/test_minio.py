@@ -206,3 +206,39 @@ def test_a_taken_port_is_replaced_on_first_start_only(
         with pytest.raises(minio_server.MinioServerError, match="exited"):
             fixed.start()
         assert not fixed.running
+
+
+def test_a_put_goes_unsigned_with_a_crc_the_server_checks(
+    minio: minio_server.MinioServer,
+) -> None:
+    """``put`` sends one request whose body is not hashed for the signature but carries a
+    CRC-32 (``minio_store._Client``); the server refuses a body that does not match it,
+    and stores nothing."""
+    store = minio_store.MinioStore(minio.settings(new_bucket(), create_bucket=True))
+    data = os.urandom(6 * MIB)  # above minio-py's 5 MiB part size: one request all the same
+    store.ensure_bucket()  # its own PUT, before the trace
+    trace = io.StringIO()
+    store.client.trace_on(trace)
+    store.put("crc/object", data)
+    store.client.trace_off()
+    requests = [line for line in trace.getvalue().splitlines() if line.startswith("PUT ")]
+    assert len(requests) == 1, requests  # not a multipart upload
+    assert "x-amz-content-sha256: unsigned-payload" in trace.getvalue().lower()
+    assert store.get("crc/object") == data
+
+    # a body that does not match its CRC (as one damaged on the way would not): refused,
+    # nothing stored, and retriable, since sending it again is the cure
+    wrong = minio_store.checksum_header(data + b"x")
+    with pytest.raises(ObjectStoreUnavailable) as info:
+        store._call(
+            "crc/bad",
+            lambda: store.client._put_object(store.bucket, "crc/bad", data, dict(wrong)),
+        )
+    assert "crc/bad" in str(info.value) and "damaged" in str(info.value)
+    assert info.value.retriable
+    assert [o.key for o in store.list("crc/")] == ["crc/object"]
+
+    # a conditional put carries the CRC as well, and its condition still holds
+    assert store.put_if_version("crc/cond", data, None)
+    assert not store.put_if_version("crc/cond", data, None)
+    store.close()

@@ -41,3 +41,32 @@ def test_translation(exc: BaseException, expected: type[errors.ObjectStoreError]
     err = minio_store.translate(exc, "k")
     assert type(err) is expected
     assert err.retriable == expected.retriable
+
+
+class _StoreThatIgnoresChecksums:
+    """The client side of an S3-compatible server without S3's additional checksums:
+    it stores whatever arrives and answers without echoing ``x-amz-checksum-crc32``."""
+
+    def __init__(self) -> None:
+        self.puts: list[dict[str, object]] = []
+
+    def _put_object(
+        self, bucket: str, key: str, data: bytes, headers: dict[str, object]
+    ) -> object:
+        self.puts.append(dict(headers))
+        return type("Result", (), {"http_headers": {}})()
+
+
+def test_a_store_that_ignores_the_crc_gets_the_body_again_signed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    fake = _StoreThatIgnoresChecksums()
+    settings = minio_store.MinioSettings("127.0.0.1:9", "bucket", "key", "secret")
+    store = minio_store.MinioStore(settings, client=fake)  # type: ignore[arg-type]
+    store.put("a/b", b"body")
+    # first with the CRC (not echoed: nothing checked it), then again without, which the
+    # client signs with the body's SHA-256
+    assert [minio_store.CHECKSUM_HEADER in p for p in fake.puts] == [True, False]
+    assert "does not check x-amz-checksum-crc32" in caplog.text
+    store.put("a/c", b"more")  # from then on signed at once
+    assert [minio_store.CHECKSUM_HEADER in p for p in fake.puts] == [True, False, False]
