@@ -14,12 +14,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from io import BytesIO
 from typing import BinaryIO, TypeVar
 
 import minio
 import minio.error
 import urllib3
+from minio.credentials.credentials import Credentials
+from minio.helpers import DictType
 
 from headrace.objectstore import interface, keys
 from headrace.objectstore.errors import (
@@ -109,19 +112,19 @@ class _Client(minio.Minio):
     def _build_headers(
         self,
         host: str,
-        headers: dict[str, str | list[str] | tuple[str]] | None = None,
+        headers: DictType | None = None,
         body: bytes | None = None,
-        creds: object | None = None,
-    ) -> tuple[dict[str, str | list[str] | tuple[str]], object]:
+        creds: Credentials | None = None,
+    ) -> tuple[DictType, datetime]:
         if body is None or creds is None or headers is None or CHECKSUM_HEADER not in headers:
-            return super()._build_headers(host, headers, body, creds)  # type: ignore[arg-type]
-        built, date = super()._build_headers(host, headers, None, creds)  # type: ignore[arg-type]
+            return super()._build_headers(host, headers, body, creds)
+        built, date = super()._build_headers(host, headers, None, creds)
         built["Content-Length"] = str(len(body))
         built["x-amz-content-sha256"] = "UNSIGNED-PAYLOAD"
         return built, date
 
 
-def checksum_header(data: bytes) -> dict[str, str | list[str] | tuple[str]]:
+def checksum_header(data: bytes) -> DictType:
     """The ``CHECKSUM_HEADER`` of ``data``."""
     value = base64.b64encode((crc32(data) & 0xFFFFFFFF).to_bytes(4, "big")).decode()
     return {CHECKSUM_HEADER: value}

@@ -50,9 +50,7 @@ class _StoreThatIgnoresChecksums:
     def __init__(self) -> None:
         self.puts: list[dict[str, object]] = []
 
-    def _put_object(
-        self, bucket: str, key: str, data: bytes, headers: dict[str, object]
-    ) -> object:
+    def _put_object(self, bucket: str, key: str, data: bytes, headers: dict[str, object]) -> object:
         self.puts.append(dict(headers))
         return type("Result", (), {"http_headers": {}})()
 
