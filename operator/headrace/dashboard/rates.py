@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from headrace.protocol.coordination import Heartbeat, PartitionReport
@@ -122,17 +122,34 @@ class RateHistory:
         self.interval_ms = interval_ms
         self.points: deque[Point] = deque(maxlen=window_ms // interval_ms)
         self._last: Offsets | None = None
+        #: the heartbeats' reports ``_last`` was taken from
+        self._reports: list[tuple[PartitionReport, ...]] = []
 
     def observe(self, now_ms: int, heartbeats: Iterable[Heartbeat]) -> Point | None:
         """Take a sample if ``interval_ms`` has passed since the last; the new point, if any."""
         if self._last is not None and now_ms - self._last.at_ms < self.interval_ms:
             return None
-        offsets = offsets_of(heartbeats, now_ms)
-        previous, self._last = self._last, offsets
-        if previous is None:
-            return None
-        point = point_between(previous, offsets)
-        self.points.append(point)
+        heartbeats = list(heartbeats)
+        # Each broker's reports as they came: the controller's fleet hands back the same
+        # report objects for partitions that did not change, so while nothing moves this
+        # compares pointers, and the sample is the last one again, with zero rates, at no
+        # cost per partition (it walked every partition twice a second: most of an idle
+        # controller's CPU at 10,000 partitions; issue 16 §8).
+        reports = [hb.partitions for hb in heartbeats]
+        previous = self._last
+        point: Point | None
+        if previous is not None and self.points and reports == self._reports:
+            offsets = replace(previous, at_ms=now_ms)
+            last = self.points[-1]  # the point that ended at ``previous``
+            point = Point(
+                now_ms, dict.fromkeys(last.produce, 0.0), dict.fromkeys(last.consume, 0.0), last.lag
+            )
+        else:
+            offsets = offsets_of(heartbeats, now_ms)
+            point = point_between(previous, offsets) if previous is not None else None
+        self._last, self._reports = offsets, reports
+        if point is not None:
+            self.points.append(point)
         return point
 
     def charts(self, now_ms: int) -> dict[str, Any]:

@@ -90,3 +90,35 @@ def test_point_between_never_divides_by_zero() -> None:
 def test_bad_settings_are_refused() -> None:
     with pytest.raises(ValueError, match="interval_ms"):
         RateHistory(window_ms=500, interval_ms=1_000)
+
+
+def test_unchanged_reports_give_the_same_points_as_a_full_sample() -> None:
+    """The shortcut for reports that did not change (the same objects, as the fleet hands
+    them back, or equal ones) gives exactly the points a full walk gives."""
+    moving = [
+        heartbeat(0, (0, "leader", 1, 100, {"r": 40}), (1, "leader", 1, 7, {})),
+        heartbeat(1, (0, "follower", 1, 100, {"r": 40}), (1, "follower", 1, 7, {})),
+    ]
+    same_objects = [Heartbeat(hb.broker, partitions=hb.partitions) for hb in moving]
+    equal_copies = [
+        heartbeat(0, (0, "leader", 1, 100, {"r": 40}), (1, "leader", 1, 7, {})),
+        heartbeat(1, (0, "follower", 1, 100, {"r": 40}), (1, "follower", 1, 7, {})),
+    ]
+    moved = [heartbeat(0, (0, "leader", 1, 160, {"r": 100}), (1, "leader", 1, 9, {}))]
+    steps = [moving, same_objects, equal_copies, moved, moved, moving]
+    history = RateHistory(window_ms=60_000, interval_ms=1_000)
+    got = [history.observe(i * 1_000, hbs) for i, hbs in enumerate(steps)]
+    # the same steps with the shortcut unable to fire: every sample a full walk
+    full = []
+    for i in range(len(steps)):
+        fresh = RateHistory(window_ms=60_000, interval_ms=1_000)
+        if i:
+            fresh.observe((i - 1) * 1_000, steps[i - 1])
+        full.append(fresh.observe(i * 1_000, steps[i]))
+    assert got == full
+    assert (
+        got[1] is not None
+        and got[1].produce == {T: 0.0}
+        and got[1].lag == {cohort_series(T, "r"): 60}
+    )
+    assert got[3] is not None and got[3].produce == {T: 62.0}
