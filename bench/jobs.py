@@ -242,7 +242,10 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
 
         if "compact" in wanted:
             args = ["compact", *base, "--topic", "default/small", "--grace-seconds", "0"]
+            load = os.getloadavg()[0]
+            cpu_before = _process_tree_cpu()
             status, report = run.run_job(run.parse_args(args), spark)
+            cpu = _cpu_by_kind(cpu_before)
             assert status == 0, report
             read = report["summary"]["bytesRead"]
             results["compact"] = {
@@ -253,6 +256,9 @@ def measure(url: str, opts: argparse.Namespace) -> dict[str, Any]:
                     report["summary"]["segmentsBefore"],
                     report["summary"]["segmentsAfter"],
                 ],
+                "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "load_before": load,
+                "cpu": cpu,
             }
 
         if "compact_keyed" in wanted:

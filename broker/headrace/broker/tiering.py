@@ -180,9 +180,10 @@ class Tiering:
 
         def remove() -> None:
             keys = [o.key for o in store.list(prefix)]
-            keys.sort(key=lambda k: not k.endswith(MANIFEST_NAME))
-            for key in keys:
+            manifests = [k for k in keys if k.endswith(MANIFEST_NAME)]
+            for key in manifests:
                 store.delete(key)
+            store.delete_many(k for k in keys if not k.endswith(MANIFEST_NAME))
 
         task = asyncio.get_running_loop().create_task(asyncio.to_thread(remove))
         self._forgetting.add(task)

@@ -341,19 +341,16 @@ def _compact_locked(
         else:
             raise CompactionFenced("old objects kept reappearing in the manifest")
     except CompactionFenced as exc:
-        for seg in written:
-            if read_manifest(store, manifest_key).find(seg.key) is None:
-                store.delete(seg.key)
-                store.delete(layout.index_key_for(seg.key))
+        now_listed = read_manifest(store, manifest_key)
+        unlisted = [seg.key for seg in written if now_listed.find(seg.key) is None]
+        store.delete_many([*unlisted, *map(layout.index_key_for, unlisted)])
         result.outcome = f"fenced: {exc}"
         result.written = []
         result.objects_written = 0
         return result
     keep = {s.key for s in final.segments}
     result.deleted = sorted(k for k in replaced if k not in keep)
-    with ThreadPoolExecutor(IO_THREADS) as pool:
-        gone = [*result.deleted, *(layout.index_key_for(k) for k in result.deleted)]
-        list(pool.map(store.delete, gone))
+    store.delete_many([*result.deleted, *map(layout.index_key_for, result.deleted)])
     result.objects_deleted = len(result.deleted)
     result.segments_after = len(final.segments)
     result.bytes_after = sum(s.size for s in final.segments)

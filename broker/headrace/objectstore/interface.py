@@ -20,7 +20,10 @@ Contract, for every implementation:
 - ``list(prefix)`` yields every object whose key starts with ``prefix`` (a raw
   string prefix, not only whole segments), in lexicographic order of the key's
   code points (which is also S3's UTF-8 byte order), with sizes.
-- ``delete`` is idempotent: deleting a missing key succeeds.
+- ``delete`` is idempotent: deleting a missing key succeeds. ``delete_many``
+  is the same for several keys, in no particular order (S3's multi-object
+  delete: one request per 1,000 keys); when it fails, some of the keys may be
+  gone already, so callers that care about order delete in steps.
 - ``get_versioned`` and ``put_if_version`` are the one conditional write: a put
   that happens only if the object is still the version read (S3's ``If-Match``
   on the ETag; ``None`` means "only if absent", ``If-None-Match: *``). A store
@@ -37,12 +40,13 @@ broker's uploader runs it in a worker thread (``asyncio.to_thread``).
 from __future__ import annotations
 
 import abc
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from headrace.objectstore.errors import ObjectNotFound, ObjectStoreRejected
+from headrace.objectstore.keys import validate_key
 
 # --- the interface ---
 
@@ -95,6 +99,12 @@ class ObjectStore(abc.ABC):
     @abc.abstractmethod
     def delete(self, key: str) -> None:
         """Remove the object; a missing key is not an error."""
+
+    def delete_many(self, object_keys: Iterable[str]) -> None:
+        """Remove every object of ``object_keys``, in any order; missing keys are
+        not an error. Every key is checked before any is deleted."""
+        for key in [validate_key(key) for key in object_keys]:
+            self.delete(key)
 
     @abc.abstractmethod
     def stat(self, key: str) -> ObjectInfo:

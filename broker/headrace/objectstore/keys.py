@@ -6,10 +6,16 @@ names without importing a store.
 
 from __future__ import annotations
 
+import re
+
 from headrace.objectstore.errors import InvalidObjectKey
 
 #: S3's limit on a key's length, in UTF-8 bytes.
 MAX_KEY_BYTES = 1024
+
+# every object call checks its key: a regex scan, not a Python loop per character
+_CONTROL_OR_BACKSLASH = re.compile(r"[\x00-\x1f\x7f\\]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def validate_key(key: str) -> str:
@@ -26,9 +32,9 @@ def validate_key(key: str) -> str:
         raise InvalidObjectKey("object key is empty")
     if len(key.encode("utf-8", "surrogatepass")) > MAX_KEY_BYTES:
         raise InvalidObjectKey(f"object key is longer than {MAX_KEY_BYTES} bytes")
-    if any(ord(c) < 0x20 or c == "\x7f" or c == "\\" for c in key):
+    if _CONTROL_OR_BACKSLASH.search(key):
         raise InvalidObjectKey(f"object key {key!r} has a control character or backslash")
-    if any(0xD800 <= ord(c) <= 0xDFFF for c in key):
+    if _SURROGATE.search(key):
         raise InvalidObjectKey(f"object key {key!r} is not valid UTF-8")
     for segment in key.split("/"):
         if not segment:

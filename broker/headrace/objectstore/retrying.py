@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, TypeVar
@@ -157,6 +157,10 @@ class RetryingStore(ObjectStore):
 
     def delete(self, key: str) -> None:
         self.retrier.call("delete", lambda: self.inner.delete(key))
+
+    def delete_many(self, object_keys: Iterable[str]) -> None:
+        batch = list(object_keys)  # a retry deletes all of them again: deleting is idempotent
+        self.retrier.call("delete", lambda: self.inner.delete_many(batch))
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         keys.validate_prefix(prefix)

@@ -87,6 +87,26 @@ def test_delete_is_idempotent(store: ObjectStore) -> None:
     assert list(store.list("d/")) == []
 
 
+def test_delete_many_removes_every_key_past_one_request(store: ObjectStore) -> None:
+    # more than S3's 1,000 keys per multi-object delete, and keys that never existed
+    doomed = [f"dm/{i:05d}" for i in range(1005)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda k: store.put(k, b"x"), doomed))
+    store.put("dm-kept", b"y")
+    store.delete_many([*doomed, "dm/never", "dm/also-never"])
+    assert list(store.list("dm/")) == []
+    assert store.get("dm-kept") == b"y"
+    store.delete_many([])
+    store.delete_many(iter(["dm/00001"]))  # a generator; already gone
+
+
+def test_delete_many_checks_every_key_first(store: ObjectStore) -> None:
+    store.put("dv/a", b"x")
+    with pytest.raises(InvalidObjectKey):
+        store.delete_many(["dv/a", "dv/../escape"])
+    assert store.exists("dv/a")
+
+
 def test_listing_order_and_prefixes(store: ObjectStore) -> None:
     keys = ["a-c", "a/b/c", "a/b0", "a/z", "a0", "ab/c", "b", "a/ä", "a/日本"]
     for k in keys:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import urllib3
+from minio.deleteobjects import DeleteError, DeleteObject
 from minio.error import S3Error, ServerError
 
 from headrace.objectstore import errors, minio_store
@@ -68,3 +71,38 @@ def test_a_store_that_ignores_the_crc_gets_the_body_again_signed(
     assert "does not check x-amz-checksum-crc32" in caplog.text
     store.put("a/c", b"more")  # from then on signed at once
     assert [minio_store.CHECKSUM_HEADER in p for p in fake.puts] == [True, False, False]
+
+
+class _StoreThatRefusesOneDelete:
+    """The client side of a multi-object delete that removes every key but one, which
+    it answers with ``code`` (S3 reports failures per key, in a 200 response)."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+        self.asked: list[str] = []
+
+    def remove_objects(self, bucket: str, objects: list[DeleteObject]) -> Iterator[DeleteError]:
+        self.asked = [o.name for o in objects]
+        yield DeleteError(self.code, "message", self.asked[-1], None)
+
+
+@pytest.mark.parametrize(
+    ("code", "expected"),
+    [
+        ("AccessDenied", errors.ObjectStoreAccessDenied),
+        ("InternalError", errors.ObjectStoreUnavailable),
+        ("NoSuchKey", None),  # deleting what is not there is not an error
+    ],
+)
+def test_a_key_the_multi_object_delete_refused_is_raised(
+    code: str, expected: type[errors.ObjectStoreError] | None
+) -> None:
+    fake = _StoreThatRefusesOneDelete(code)
+    settings = minio_store.MinioSettings("127.0.0.1:9", "bucket", "key", "secret")
+    store = minio_store.MinioStore(settings, client=fake)  # type: ignore[arg-type]
+    if expected is None:
+        store.delete_many(["a/1", "a/2"])
+    else:
+        with pytest.raises(expected, match="a/2"):
+            store.delete_many(["a/1", "a/2"])
+    assert fake.asked == ["a/1", "a/2"]
