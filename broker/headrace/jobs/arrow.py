@@ -277,12 +277,16 @@ def _assemble(pieces: list[_Columns], partition: int, include_headers: bool) -> 
     ]
     if not include_headers:
         return pa.RecordBatch.from_arrays(columns, schema=schema)
+    # a record without headers has null, not an empty list: what Spark's Kafka source
+    # gives, and the JVM turns a null into a row faster than an empty array<struct>
+    # (a read about 10% faster; docs/spark.md, "Throughput")
     if any(p.headers is not None for p in pieces):
-        rows: list[list[dict[str, Any]]] = []
+        rows: list[list[dict[str, Any]] | None] = []
         for p in pieces:
-            rows.extend(p.headers if p.headers is not None else [[]] * len(p.offsets))
+            rows.extend(
+                [h or None for h in p.headers] if p.headers is not None else [None] * len(p.offsets)
+            )
         headers = pa.array(rows, type=HEADER_TYPE)
     else:
-        empty = pa.array([], type=HEADER_TYPE.value_type)
-        headers = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), empty)
+        headers = pa.nulls(n, type=HEADER_TYPE)
     return pa.RecordBatch.from_arrays([*columns, headers], schema=schema)

@@ -21,7 +21,7 @@ environment), ``topic`` (``namespace/name``, required), ``cluster`` (default
 ``local``), ``partitions`` (comma-separated, default all), ``startingOffset``
 and ``endingOffset`` (inclusive start, exclusive end, per partition), ``checkCrc``
 (default ``true``), ``includeHeaders`` (default ``true``; ``false`` drops the
-``headers`` column, which Spark's side pays for on every row even when empty).
+``headers`` column, which Spark's side pays for on every row even when null).
 """
 
 from __future__ import annotations
