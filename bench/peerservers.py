@@ -23,6 +23,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,17 @@ class KafkaNode:
         return self.proc is not None and self.proc.poll() is None
 
 
+def kafka_cluster_id(draw: Callable[[], bytes] = lambda: uuid.uuid4().bytes) -> str:
+    """A random cluster id as Kafka's own ``Uuid.randomUuid`` makes them: URL-safe
+    base64 of 16 random bytes, drawn again when it would start with ``-``, which the
+    storage tool's argument parser takes for an option (one id in 64 did, and the
+    tool failed with "argument --cluster-id/-t: expected one argument")."""
+    while True:
+        text = base64.urlsafe_b64encode(draw()).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
+
+
 class KafkaCluster:
     """``nodes`` Kafka processes in KRaft combined mode (each broker and controller).
 
@@ -167,7 +179,7 @@ class KafkaCluster:
         self.home = home
         self.flush = flush
         self.nodes = [KafkaNode(i + 1, home / f"node-{i + 1}") for i in range(nodes)]
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        self.cluster_id = kafka_cluster_id()
 
     @property
     def bootstrap(self) -> str:
