@@ -25,6 +25,7 @@ from minio.credentials.credentials import Credentials
 from minio.deleteobjects import DeleteError, DeleteObject
 from minio.helpers import DictType
 
+from headrace.checksums import crc32
 from headrace.objectstore import interface, keys
 from headrace.objectstore.errors import (
     ObjectNotFound,
@@ -34,12 +35,6 @@ from headrace.objectstore.errors import (
     ObjectStoreUnavailable,
 )
 from headrace.objectstore.interface import ObjectInfo, ObjectStore
-
-try:
-    # the same CRC-32 as zlib's, SIMD: a 64 MiB body in a few milliseconds
-    from zlib_ng.zlib_ng import crc32
-except ImportError:  # pragma: no cover - no zlib-ng wheel for this platform: same values
-    from zlib import crc32
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)

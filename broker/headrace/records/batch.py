@@ -45,16 +45,9 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final, NamedTuple
 
+from headrace.checksums import crc32
 from headrace.errors import BatchTooLarge, CorruptBatch
 from headrace.records import codecs
-
-try:
-    # The same CRC-32 as zlib's, with carry-less multiply (PCLMUL/VPCLMULQDQ, ARMv8 CRC):
-    # about 20x faster than CPython's zlib here, which had become the largest single item
-    # of a broker's CPU on the produce and replica paths (issue 16 §7).
-    from zlib_ng.zlib_ng import crc32
-except ImportError:  # pragma: no cover - no zlib-ng wheel for this platform: same values
-    from zlib import crc32
 
 MAGIC: Final = 1
 
