@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-async def cancel_and_wait(*tasks: asyncio.Task[None] | None) -> None:
+async def cancel_and_wait(*tasks: asyncio.Task[Any] | None) -> None:
     """Cancel background tasks and wait until each has actually stopped."""
     live = [t for t in tasks if t is not None]
     for task in live:

@@ -104,7 +104,11 @@ class BrokerFleet(Protocol):
         ...
 
     async def push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
-        """Send the topology document to one broker: the generation it now holds, or None."""
+        """Send the topology document to one broker: the generation it now holds, or None.
+
+        Promptly: the step pushes to one broker after another. A broker that has not
+        answered soon gets None (the adapter may let the push finish in the background;
+        its next heartbeat shows the generation it holds)."""
         ...
 
 

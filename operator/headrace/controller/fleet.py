@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import aiohttp
 
+from headrace.aio import cancel_and_wait
 from headrace.control.looping import Clock, Report
 from headrace.errors import HeadraceError
 from headrace.protocol.coordination import (
@@ -41,6 +42,12 @@ log = logging.getLogger(__name__)
 #: 10,000) and the broker applies it before it answers. The poll timeout (under a second)
 #: failed such pushes and each retry started over (issue 16 §8). Pushes are idempotent.
 PUSH_TIMEOUT_S = 30.0
+#: how long ``push`` waits for the broker's answer. A push still going then finishes in
+#: the background (the broker's next heartbeat shows the generation it holds) and the
+#: control step moves on: one broker that accepts the connection and never answers
+#: (paused, swapping, a hung disk) held every later broker's push and the whole control
+#: loop for PUSH_TIMEOUT_S, so no election ran for 30 s (issue 16: failover ≤ 3 s).
+PUSH_WAIT_S = 0.5
 
 
 class CredentialsRefused(ValueError):
@@ -75,6 +82,10 @@ class HttpFleet:
         #: polls and pushes refused for their credentials (HTTP 401/403), ever: the
         #: operator re-reads its token when this moves (a rotation it has not seen yet)
         self.refusals = 0
+        #: the push still going to each broker, if any (one at a time per broker)
+        self._pushing: dict[int, asyncio.Task[int | None]] = {}
+        #: those of them ``push`` stopped waiting for
+        self._unawaited: set[asyncio.Task[int | None]] = set()
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.timeout_ms / 1000)
@@ -98,6 +109,7 @@ class HttpFleet:
         return f"{scheme}://{broker.host}:{broker.admin_port}{path}"
 
     async def close(self) -> None:
+        await cancel_and_wait(*self._pushing.values())
         if self._session is not None:
             await self._session.close()
 
@@ -163,6 +175,39 @@ class HttpFleet:
         return Heartbeat.from_json(json.loads(body), received_ms=self.clock.now_ms())
 
     async def push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
+        """The generation the broker holds after the push; None if it refused, failed,
+        or has not answered within ``PUSH_WAIT_S`` (the push goes on meanwhile, and
+        the next ones to that broker answer None until it ends)."""
+        running = self._pushing.get(broker_id)
+        if running is not None and not running.done():
+            return None
+        task = asyncio.get_running_loop().create_task(
+            self._push(broker_id, topology), name=f"topology push to broker {broker_id}"
+        )
+        self._pushing[broker_id] = task
+        task.add_done_callback(lambda done: self._pushed(broker_id, done))
+        finished, _ = await asyncio.wait({task}, timeout=PUSH_WAIT_S)
+        if not finished:
+            self._unawaited.add(task)
+            log.info(
+                "broker %s has not answered the push of generation %s within %.1f s;"
+                " it goes on in the background",
+                broker_id,
+                topology.get("generation"),
+                PUSH_WAIT_S,
+            )
+            return None
+        return task.result()
+
+    def _pushed(self, broker_id: int, task: asyncio.Task[int | None]) -> None:
+        if self._pushing.get(broker_id) is task:
+            del self._pushing[broker_id]
+        if task in self._unawaited:  # nobody will read its outcome: say what went wrong
+            self._unawaited.discard(task)
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                log.error("push to broker %s failed: %s: %s", broker_id, type(exc).__name__, exc)
+
+    async def _push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
         assert self._session is not None, "start() first"
         broker = self.brokers[broker_id]
         generation = topology.get("generation")
