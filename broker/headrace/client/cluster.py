@@ -15,9 +15,9 @@ from headrace.protocol.frames import Frame, Op
 
 log = logging.getLogger(__name__)
 
-#: how many brokers one topology refresh asks: the first reachable one, and up to two
-#: more. One broker's view can be stale -- a leader cut off from the controller still
-#: names itself leader, and a client that reaches it would follow it forever.
+#: how many brokers one topology refresh asks, at once. One broker's view can be stale --
+#: a leader cut off from the controller still names itself leader, and a client that
+#: reaches it would follow it forever -- and one may never answer.
 REFRESH_FANOUT = 3
 #: after the first broker answered, how long a refresh waits for the others (seconds):
 #: a broker behind a dead link must not hold the refresh up
@@ -136,25 +136,67 @@ class ClusterClient:
             backoff = min(backoff * 2, 0.5)
 
     async def _refresh(self) -> None:
-        """Ask a reachable broker, and briefly up to ``REFRESH_FANOUT - 1`` others, for the
-        topology; keep the newest (the highest generation, as the controller numbers them)."""
-        conn = await self.bootstrap_connection()
-        snapshots = [await self._topology(conn)]
-        asked = {key for key, pooled in self._pool.items() if pooled is conn}
-        others = [key for key in self._candidates() if key not in asked][: REFRESH_FANOUT - 1]
-        if others:
-            tasks = [asyncio.create_task(self._topology_at(key)) for key in others]
-            done, pending = await asyncio.wait(tasks, timeout=REFRESH_GRACE_S)
-            for task in pending:
+        """Ask ``REFRESH_FANOUT`` brokers at once for the topology (another one in place of
+        each that fails), and keep the newest (the highest generation, as the controller
+        numbers them) of those that answer within ``REFRESH_GRACE_S`` of the first.
+
+        At once, not the first one and then others: a broker that accepts connections and
+        never answers (paused, or hung on its disk) held every refresh for the whole
+        request timeout, so a producer whose leader was paused retried there for 60 s."""
+        waiting = self._candidates()
+        asking: set[asyncio.Task[msg.TopologySnapshot]] = set()
+        snapshots: list[msg.TopologySnapshot] = []
+        errors: list[HeadraceError] = []
+
+        def ask_next() -> None:
+            if waiting:
+                asking.add(asyncio.create_task(self._topology_at(waiting.pop(0))))
+
+        for _ in range(REFRESH_FANOUT):
+            ask_next()
+        try:
+            grace: float | None = None  # no limit until the first answer
+            while asking:
+                done, _ = await asyncio.wait(
+                    asking, timeout=grace, return_when=asyncio.FIRST_COMPLETED
+                )
+                if not done:
+                    break  # the grace after the first answer is over
+                for task in done:
+                    asking.discard(task)
+                    exc = task.exception()
+                    if exc is None:
+                        snapshots.append(task.result())
+                    elif isinstance(exc, HeadraceError):
+                        errors.append(exc)
+                        if not snapshots:
+                            ask_next()
+                    else:
+                        raise exc
+                if snapshots and grace is None:
+                    grace = REFRESH_GRACE_S
+        finally:
+            for task in asking:
                 self._side_refreshes.add(task)  # left to finish (its connection is pooled)
-                task.add_done_callback(self._side_refreshes.discard)
-            snapshots += [t.result() for t in done if t.exception() is None]
+                task.add_done_callback(self._side_done)
+        if not snapshots:
+            for exc in errors:
+                if not exc.retriable:
+                    raise exc  # bad credentials or protocol version: another broker won't differ
+            if len(errors) == 1:
+                raise errors[0]  # the one broker asked: its own error (a timeout, say)
+            raise ConnectionClosed("no broker reachable: " + "; ".join(map(str, errors)))
         newest = max(snapshots, key=lambda snap: snap.generation)
         if not self.routing.apply(newest) and newest.generation == self.routing.generation:
             # Same generation (e.g. a Redirect patched the cache): take the broker's view.
             self.routing.topics = None
             self.routing.apply(newest)
         self._notify()
+
+    def _side_done(self, task: asyncio.Task[msg.TopologySnapshot]) -> None:
+        self._side_refreshes.discard(task)
+        if not task.cancelled():
+            task.exception()  # nobody waits for it: a failure is no news
 
     def _candidates(self) -> list[tuple[str, int]]:
         """Every broker address we know: pooled, bootstrap, then the topology's."""

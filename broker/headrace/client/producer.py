@@ -31,6 +31,7 @@ from headrace.errors import (
     ConnectionClosed,
     HeadraceError,
     NotEnoughReplicas,
+    NotLeader,
     OutOfOrderSequence,
     RequestTimedOut,
 )
@@ -42,6 +43,13 @@ from headrace.records import codecs
 log = logging.getLogger(__name__)
 
 _SEQ_MOD = 1 << 32
+#: a produce request unanswered this long (seconds) makes its sender ask whether the
+#: partition still has the leader it went to; if not, it stops waiting and resends there
+LEADER_CHECK_S = 1.0
+
+
+class _LeaderMoved(NotLeader):
+    """The broker a batch went to has not answered, and the topology names another leader."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +154,8 @@ class _Batch:
     #: the partitioning version its records were routed under (sent with it: the fence)
     version: int = 0
     explicit: bool = False
+    #: the broker its last attempt went to (None: not known from the routing)
+    sent_to: int | None = None
 
 
 class _PartitionSender:
@@ -200,7 +210,11 @@ class _PartitionSender:
                 # A response that never comes (a half-dead connection) must not stall the
                 # partition: time out and resend; the broker answers a resent batch it already
                 # has with its original offset.
-                frame = await asyncio.wait_for(asyncio.shield(fut), p.request_timeout_ms / 1000)
+                frame = await self._answer(batch, fut)
+            except _LeaderMoved as exc:
+                log.info("%s/%s: %s; resending there", self.topic, self.partition, exc)
+                await self._on_error(batch, exc)
+                continue
             except TimeoutError:
                 log.warning(
                     "%s/%s: no produce response in %d ms; resending",
@@ -225,9 +239,40 @@ class _PartitionSender:
             if not batch.future.done():
                 batch.future.set_result(result)
 
+    async def _answer(self, batch: _Batch, fut: asyncio.Future[Any]) -> Any:
+        """The response to the oldest batch in flight, within the request timeout
+        (``TimeoutError`` after it). Each ``LEADER_CHECK_S`` without it, the topology
+        is refreshed: a new leader elsewhere raises ``_LeaderMoved`` at once. A leader that
+        accepts connections and never answers (paused, or hung on its disk) otherwise
+        held the partition for the whole timeout after it had failed over."""
+        p = self.producer
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + p.request_timeout_ms / 1000
+        while True:
+            wait = min(LEADER_CHECK_S, deadline - loop.time())
+            try:
+                return await asyncio.wait_for(asyncio.shield(fut), max(wait, 0.0))
+            except TimeoutError:
+                if loop.time() >= deadline:
+                    raise
+            with contextlib.suppress(HeadraceError, TimeoutError):
+                await asyncio.wait_for(p.cluster.refresh(), max(deadline - loop.time(), 0.0))
+            now_at = self._owner_id()
+            if batch.sent_to is not None and now_at is not None and now_at != batch.sent_to:
+                raise _LeaderMoved(
+                    f"no answer from broker {batch.sent_to}, and broker {now_at} leads now"
+                )
+
+    def _owner_id(self) -> int | None:
+        with contextlib.suppress(HeadraceError):
+            owner = self.producer.cluster.routing.owner(self.topic, self.partition)
+            return owner.id if owner is not None else None
+        return None
+
     async def _send(self, batch: _Batch) -> asyncio.Future[Any]:
         p = self.producer
         batch.attempts += 1
+        batch.sent_to = self._owner_id()
         conn = await p.cluster.connection_for(self.topic, self.partition)
         # The version the records were routed under, never the current one: a batch routed
         # under an old version must be fenced (and re-routed), not accepted where it is.
