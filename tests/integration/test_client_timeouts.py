@@ -24,7 +24,12 @@ HANG_GUARD_S = 10
 OPTIONS = ConnectOptions(request_timeout_s=0.3)
 
 
-async def start_mute_server(*, answer_handshake: bool) -> tuple[asyncio.Server, int]:
+async def start_mute_server(
+    *, answer_handshake: bool, topology: msg.TopologySnapshot | None = None
+) -> tuple[asyncio.Server, int]:
+    """Answers the handshake (or not), and topology requests with ``topology`` if given;
+    swallows everything else."""
+
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         decoder = FrameDecoder(1 << 20)
         while data := await reader.read(65536):
@@ -34,6 +39,11 @@ async def start_mute_server(*, answer_handshake: bool) -> tuple[asyncio.Server, 
                     ok = msg.HandshakeOk(msg.PROTOCOL_VERSION, 0, "mute", 1 << 20, 1 << 20).encode()
                     writer.write(
                         encode_frame(Op.HANDSHAKE_OK, frame.correlation_id, ok, FLAG_RESPONSE)
+                    )
+                elif frame.op == Op.TOPOLOGY and topology is not None:
+                    body = topology.encode()
+                    writer.write(
+                        encode_frame(Op.TOPOLOGY_OK, frame.correlation_id, body, FLAG_RESPONSE)
                     )
         writer.close()
 
@@ -93,3 +103,21 @@ async def test_cluster_start_and_consumer_start_time_out(mute_after_handshake: i
     with pytest.raises(RequestTimedOut):
         await asyncio.wait_for(consumer.start(), HANG_GUARD_S)
     await consumer.cluster.close()
+
+
+async def test_a_refresh_is_not_held_by_a_broker_that_never_answers(
+    mute_after_handshake: int,
+) -> None:
+    """A paused broker first in the list: the refresh asked it alone and waited out the
+    request timeout before asking anyone else. Now it asks three at once."""
+    answering, port = await start_mute_server(
+        answer_handshake=True, topology=msg.TopologySnapshot(5, "c", [], [])
+    )
+    async with answering:
+        patient = ConnectOptions(request_timeout_s=HANG_GUARD_S)  # the old code waited this
+        cluster = ClusterClient(f"127.0.0.1:{mute_after_handshake},127.0.0.1:{port}", patient)
+        try:
+            await asyncio.wait_for(cluster.refresh(), HANG_GUARD_S / 2)
+            assert cluster.routing.generation == 5
+        finally:
+            await cluster.close()

@@ -143,6 +143,7 @@ class ClusterClient:
         At once, not the first one and then others: a broker that accepts connections and
         never answers (paused, or hung on its disk) held every refresh for the whole
         request timeout, so a producer whose leader was paused retried there for 60 s."""
+        loop = asyncio.get_running_loop()
         waiting = self._candidates()
         asking: set[asyncio.Task[msg.TopologySnapshot]] = set()
         snapshots: list[msg.TopologySnapshot] = []
@@ -155,36 +156,39 @@ class ClusterClient:
         for _ in range(REFRESH_FANOUT):
             ask_next()
         try:
-            grace: float | None = None  # no limit until the first answer
+            grace_ends: float | None = None  # no limit until the first answer
             while asking:
+                timeout = None if grace_ends is None else max(grace_ends - loop.time(), 0.0)
                 done, _ = await asyncio.wait(
-                    asking, timeout=grace, return_when=asyncio.FIRST_COMPLETED
+                    asking, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
                 )
                 if not done:
                     break  # the grace after the first answer is over
                 for task in done:
                     asking.discard(task)
+                    if task.cancelled():  # the client is closing
+                        errors.append(ConnectionClosed("a topology request was cancelled"))
+                        continue
                     exc = task.exception()
                     if exc is None:
                         snapshots.append(task.result())
-                    elif isinstance(exc, HeadraceError):
+                    elif not isinstance(exc, HeadraceError):
+                        raise exc  # a bug: the rest are retrieved below
+                    elif not snapshots and not exc.retriable:
+                        raise exc  # bad credentials or protocol version: another broker won't differ
+                    else:
                         errors.append(exc)
                         if not snapshots:
                             ask_next()
-                    else:
-                        raise exc
-                if snapshots and grace is None:
-                    grace = REFRESH_GRACE_S
+                if snapshots and grace_ends is None:
+                    grace_ends = loop.time() + REFRESH_GRACE_S
         finally:
             for task in asking:
                 self._side_refreshes.add(task)  # left to finish (its connection is pooled)
                 task.add_done_callback(self._side_done)
         if not snapshots:
-            for exc in errors:
-                if not exc.retriable:
-                    raise exc  # bad credentials or protocol version: another broker won't differ
-            if len(errors) == 1:
-                raise errors[0]  # the one broker asked: its own error (a timeout, say)
+            if len({type(e) for e in errors}) == 1:
+                raise errors[0]  # one kind of failure (a timeout, say): that one
             raise ConnectionClosed("no broker reachable: " + "; ".join(map(str, errors)))
         newest = max(snapshots, key=lambda snap: snap.generation)
         if not self.routing.apply(newest) and newest.generation == self.routing.generation:
@@ -199,10 +203,14 @@ class ClusterClient:
             task.exception()  # nobody waits for it: a failure is no news
 
     def _candidates(self) -> list[tuple[str, int]]:
-        """Every broker address we know: pooled, bootstrap, then the topology's."""
+        """Every broker address we know: open connections first, then the topology's
+        brokers, the bootstrap list, and last the addresses whose connections closed
+        (a broker gone or moved: a refresh must not spend its first tries there)."""
         out: list[tuple[str, int]] = []
         known = [(b.host, b.port) for b in (self.routing.brokers or {}).values()]
-        for key in [*self._pool, *self._bootstrap, *known]:
+        open_ = [key for key, conn in self._pool.items() if not conn.is_closed]
+        closed = [key for key, conn in self._pool.items() if conn.is_closed]
+        for key in [*open_, *known, *self._bootstrap, *closed]:
             if key not in out:
                 out.append(key)
         return out
@@ -238,6 +246,9 @@ class ClusterClient:
             handler(conn, frame)
 
     async def close(self) -> None:
+        if self._refreshing is not None:  # before the pool goes: it may still connect
+            self._refreshing.cancel()
+            await asyncio.gather(self._refreshing, return_exceptions=True)
         for side in list(self._side_refreshes):
             side.cancel()
         for task in self._connecting.values():

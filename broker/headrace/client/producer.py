@@ -52,6 +52,12 @@ class _LeaderMoved(NotLeader):
     """The broker a batch went to has not answered, and the topology names another leader."""
 
 
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    """A done callback for a task nobody awaits to the end: its failure is no news."""
+    if not task.cancelled():
+        task.exception()
+
+
 @dataclass(frozen=True, slots=True)
 class RecordMetadata:
     topic: str
@@ -241,22 +247,35 @@ class _PartitionSender:
 
     async def _answer(self, batch: _Batch, fut: asyncio.Future[Any]) -> Any:
         """The response to the oldest batch in flight, within the request timeout
-        (``TimeoutError`` after it). Each ``LEADER_CHECK_S`` without it, the topology
-        is refreshed: a new leader elsewhere raises ``_LeaderMoved`` at once. A leader that
-        accepts connections and never answers (paused, or hung on its disk) otherwise
-        held the partition for the whole timeout after it had failed over."""
+        (``TimeoutError`` after it). Each ``LEADER_CHECK_S`` without it, this asks
+        where the partition's leader is (the routing cache, refreshed at most once per
+        ``LEADER_CHECK_S`` per producer): a new leader elsewhere raises ``_LeaderMoved``.
+        A leader that accepts connections and never answers (paused, or hung on its
+        disk) otherwise held the partition for the whole timeout after it had failed
+        over. An answer that arrives meanwhile always wins."""
         p = self.producer
         loop = asyncio.get_running_loop()
         deadline = loop.time() + p.request_timeout_ms / 1000
         while True:
             wait = min(LEADER_CHECK_S, deadline - loop.time())
-            try:
-                return await asyncio.wait_for(asyncio.shield(fut), max(wait, 0.0))
-            except TimeoutError:
-                if loop.time() >= deadline:
-                    raise
-            with contextlib.suppress(HeadraceError, TimeoutError):
-                await asyncio.wait_for(p.cluster.refresh(), max(deadline - loop.time(), 0.0))
+            done, _ = await asyncio.wait({fut}, timeout=max(wait, 0.0))
+            if done:
+                return fut.result()
+            if loop.time() >= deadline:
+                raise TimeoutError
+            if self._owner_id() == batch.sent_to and p._may_refresh_for_leaders(loop.time()):
+                # a topology push may have told the cache already; else ask the brokers,
+                # while still listening for the answer
+                refresh = asyncio.ensure_future(p.cluster.refresh())
+                refresh.add_done_callback(_retrieve)
+                await asyncio.wait(
+                    {refresh, fut},
+                    timeout=max(deadline - loop.time(), 0.0),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                refresh.cancel()  # only this wait: the shared refresh goes on for others
+                if fut.done():
+                    return fut.result()
             now_at = self._owner_id()
             if batch.sent_to is not None and now_at is not None and now_at != batch.sent_to:
                 raise _LeaderMoved(
@@ -337,7 +356,7 @@ class _PartitionSender:
                 await asyncio.sleep(min(p.retry_backoff_ms * batch.attempts, 2000) / 1000)
             self.queue.extendleft(reversed(pending))
             return
-        if retriable and isinstance(exc, ConnectionClosed | RedirectReceived):
+        if retriable and isinstance(exc, ConnectionClosed | RedirectReceived | _LeaderMoved):
             # Out of time while the broker was unreachable or moving: say so.
             exc = RequestTimedOut(
                 f"batch for {self.topic}/{self.partition} not acknowledged in time: {exc}"
@@ -438,6 +457,9 @@ class Producer:
         self.retry_backoff_ms = retry_backoff_ms
         self.delivery_timeout_s = delivery_timeout_ms / 1000
         self.request_timeout_ms = request_timeout_ms
+        #: loop time of the last topology refresh a leader check started (``_answer``):
+        #: every sender waiting on a slow cluster checks, the brokers get one a second
+        self._leader_refresh_at = float("-inf")
         #: the batch codec id (records/codecs.py); a name ("lz4") or an id, checked here so
         #: a bad choice fails at construction with UnknownCodec, not on the first batch
         self.compression = (
@@ -791,6 +813,14 @@ class Producer:
                 explicit=acc.explicit,
             )
         )
+
+    def _may_refresh_for_leaders(self, now: float) -> bool:
+        """Whether a leader check may refresh the topology now (one a ``LEADER_CHECK_S``
+        per producer, however many senders are waiting)."""
+        if now - self._leader_refresh_at < LEADER_CHECK_S:
+            return False
+        self._leader_refresh_at = now
+        return True
 
     def _release(self, nbytes: int) -> None:
         self._buffered -= nbytes

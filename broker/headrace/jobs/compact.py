@@ -59,7 +59,7 @@ import pyarrow as pa
 from headrace.errors import CorruptBatch, HeadraceError
 from headrace.jobs import keyed
 from headrace.jobs.topics import TopicRef, read_manifest, read_manifest_versioned, read_sealed
-from headrace.objectstore.errors import ObjectNotFound
+from headrace.objectstore.errors import ObjectNotFound, ObjectStoreError
 from headrace.objectstore.interface import ObjectStore
 from headrace.records import batch as rb
 from headrace.tiered import index, layout
@@ -124,7 +124,8 @@ class CompactResult:
     objects_written: int = 0
     objects_deleted: int = 0
     records_removed: int = 0
-    #: "compacted", "unchanged", "skipped: <why>" or "fenced: <why>"
+    #: "compacted", "unchanged", "skipped: <why>" or "fenced: <why>"; "compacted; some of
+    #: N unlisted objects were not deleted (...)" when deleting the old ones failed
     outcome: str = "unchanged"
     written: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
@@ -224,7 +225,13 @@ def compact_partition(
     try:
         return _compact_locked(store, prefix, partition, settings, now_ms, sleep, log)
     finally:
-        store.delete(lock_key)
+        try:
+            store.delete(lock_key)
+        except ObjectStoreError as exc:  # must not hide the outcome (or the error) above
+            log(
+                f"partition {partition}: the lock {lock_key} was not released ({exc}); the"
+                f" next compaction takes it over after {settings.lock_ttl_ms // 1000} s"
+            )
 
 
 def _lock(store: ObjectStore, key: str, now_ms: int, ttl_ms: int) -> None:
@@ -343,19 +350,34 @@ def _compact_locked(
     except CompactionFenced as exc:
         now_listed = read_manifest(store, manifest_key)
         unlisted = [seg.key for seg in written if now_listed.find(seg.key) is None]
-        store.delete_many([*unlisted, *map(layout.index_key_for, unlisted)])
-        result.outcome = f"fenced: {exc}"
+        left = _delete_old(store, [*unlisted, *map(layout.index_key_for, unlisted)])
+        result.outcome = f"fenced: {exc}{left}"
         result.written = []
         result.objects_written = 0
         return result
     keep = {s.key for s in final.segments}
     result.deleted = sorted(k for k in replaced if k not in keep)
-    store.delete_many([*result.deleted, *map(layout.index_key_for, result.deleted)])
+    left = _delete_old(store, [*result.deleted, *map(layout.index_key_for, result.deleted)])
+    if left:
+        log(f"partition {partition}: {left.removeprefix('; ')}")
+        result.deleted = []  # which of them went is not known
     result.objects_deleted = len(result.deleted)
     result.segments_after = len(final.segments)
     result.bytes_after = sum(s.size for s in final.segments)
-    result.outcome = "compacted"
+    result.outcome = f"compacted{left}"
     return result
+
+
+def _delete_old(store: ObjectStore, keys: list[str]) -> str:
+    """Delete objects no manifest lists any more: '' when all went, else what to add to
+    the outcome. The manifest is swapped already, so a failure here loses nothing and
+    must not fail the job: the objects stay as orphans, which the verify job reports
+    by key."""
+    try:
+        store.delete_many(keys)
+    except ObjectStoreError as exc:
+        return f"; some of {len(keys)} unlisted objects were not deleted ({exc}): orphans"
+    return ""
 
 
 def _put_object(store: ObjectStore, key: str, data: bytes, sparse: index.SparseIndex) -> None:

@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from headrace.objectstore.errors import ObjectNotFound, ObjectStoreRejected
+from headrace.objectstore.errors import ObjectNotFound, ObjectStoreError, ObjectStoreRejected
 from headrace.objectstore.keys import validate_key
 
 # --- the interface ---
@@ -102,9 +102,16 @@ class ObjectStore(abc.ABC):
 
     def delete_many(self, object_keys: Iterable[str]) -> None:
         """Remove every object of ``object_keys``, in any order; missing keys are
-        not an error. Every key is checked before any is deleted."""
+        not an error. Every key is checked before any is deleted, and every one is
+        tried: the first failure is raised at the end."""
+        failed: ObjectStoreError | None = None
         for key in [validate_key(key) for key in object_keys]:
-            self.delete(key)
+            try:
+                self.delete(key)
+            except ObjectStoreError as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
 
     @abc.abstractmethod
     def stat(self, key: str) -> ObjectInfo:

@@ -276,9 +276,16 @@ class MinioStore(ObjectStore):
             return list(self.client.remove_objects(self.bucket, objects))  # lazy: drain it
 
         described = batch[0] if len(batch) == 1 else f"{batch[0]} and {len(batch) - 1} more"
-        for error in self._call(described, remove):
-            if error.code not in _NOT_FOUND:
-                raise _translate_code(error.code, error.message, error.name or "?", 0)
+        refused = [e for e in self._call(described, remove) if e.code not in _NOT_FOUND]
+        for error in refused:
+            log.warning("multi-object delete: %s: %s: %s", error.name, error.code, error.message)
+        if refused:
+            first = refused[0]
+            failed = _translate_code(first.code, first.message, first.name or "?", 0)
+            if isinstance(failed, ObjectStoreRejected):
+                # no HTTP status per key to tell; deleting again is harmless, so retriable
+                failed = ObjectStoreUnavailable(str(failed))
+            raise failed
 
     # --- reading ---
 

@@ -160,7 +160,7 @@ class RetryingStore(ObjectStore):
 
     def delete_many(self, object_keys: Iterable[str]) -> None:
         batch = list(object_keys)  # a retry deletes all of them again: deleting is idempotent
-        self.retrier.call("delete", lambda: self.inner.delete_many(batch))
+        self.retrier.call("delete_many", lambda: self.inner.delete_many(batch))
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         keys.validate_prefix(prefix)

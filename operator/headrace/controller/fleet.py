@@ -24,7 +24,6 @@ from typing import Any, Literal
 
 import aiohttp
 
-from headrace.aio import cancel_and_wait
 from headrace.control.looping import Clock, Report
 from headrace.errors import HeadraceError
 from headrace.protocol.coordination import (
@@ -82,8 +81,9 @@ class HttpFleet:
         #: polls and pushes refused for their credentials (HTTP 401/403), ever: the
         #: operator re-reads its token when this moves (a rotation it has not seen yet)
         self.refusals = 0
-        #: the push still going to each broker, if any (one at a time per broker)
-        self._pushing: dict[int, asyncio.Task[int | None]] = {}
+        #: the push still going to each broker, if any (one at a time per broker), and
+        #: the address it went to
+        self._pushing: dict[int, tuple[BrokerEndpoint, asyncio.Task[int | None]]] = {}
         #: those of them ``push`` stopped waiting for
         self._unawaited: set[asyncio.Task[int | None]] = set()
 
@@ -109,7 +109,10 @@ class HttpFleet:
         return f"{scheme}://{broker.host}:{broker.admin_port}{path}"
 
     async def close(self) -> None:
-        await cancel_and_wait(*self._pushing.values())
+        pending = [task for _, task in self._pushing.values()]
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         if self._session is not None:
             await self._session.close()
 
@@ -178,15 +181,22 @@ class HttpFleet:
         """The generation the broker holds after the push; None if it refused, failed,
         or has not answered within ``PUSH_WAIT_S`` (the push goes on meanwhile, and
         the next ones to that broker answer None until it ends)."""
+        broker = self.brokers[broker_id]
         running = self._pushing.get(broker_id)
-        if running is not None and not running.done():
-            return None
+        if running is not None and not running[1].done():
+            if running[0] == broker:
+                return None
+            running[1].cancel()  # the broker moved (a new pod, a new IP): push there now
         task = asyncio.get_running_loop().create_task(
             self._push(broker_id, topology), name=f"topology push to broker {broker_id}"
         )
-        self._pushing[broker_id] = task
+        self._pushing[broker_id] = (broker, task)
         task.add_done_callback(lambda done: self._pushed(broker_id, done))
-        finished, _ = await asyncio.wait({task}, timeout=PUSH_WAIT_S)
+        try:
+            finished, _ = await asyncio.wait({task}, timeout=PUSH_WAIT_S)
+        except asyncio.CancelledError:
+            self._unawaited.add(task)
+            raise
         if not finished:
             self._unawaited.add(task)
             log.info(
@@ -200,7 +210,8 @@ class HttpFleet:
         return task.result()
 
     def _pushed(self, broker_id: int, task: asyncio.Task[int | None]) -> None:
-        if self._pushing.get(broker_id) is task:
+        running = self._pushing.get(broker_id)
+        if running is not None and running[1] is task:
             del self._pushing[broker_id]
         if task in self._unawaited:  # nobody will read its outcome: say what went wrong
             self._unawaited.discard(task)

@@ -3,11 +3,13 @@ objects, their sparse indexes and the manifest it writes, compacting twice."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from headrace.jobs import compact, verify
 from headrace.jobs.topics import TopicRef
 from headrace.objectstore.directory import DirectoryStore
+from headrace.objectstore.errors import ObjectStoreUnavailable
 from headrace.records import batch as rb
 from headrace.tiered import index, layout
 from headrace.tiered.tier import PartitionTier
@@ -84,3 +86,35 @@ def test_compacting_twice_keeps_the_last_per_key_with_a_usable_index(tmp_path: P
     report = verify.verify_partition(store, REF, 0, compacted=True)
     assert report.ok, report.to_doc()
     tier.close()
+
+
+class _StoreThatCannotDelete(DirectoryStore):
+    """A store whose deletes fail: it went away right after the manifest swap."""
+
+    def delete_many(self, object_keys: Iterable[str]) -> None:
+        raise ObjectStoreUnavailable("the store is down")
+
+    def delete(self, key: str) -> None:
+        raise ObjectStoreUnavailable(f"{key}: the store is down")
+
+
+def test_old_objects_that_cannot_be_deleted_are_left_as_orphans_and_the_job_succeeds(
+    tmp_path: Path,
+) -> None:
+    store = _StoreThatCannotDelete(tmp_path / "objects")
+    tier = PartitionTier(store, REF.partition_prefix(0))
+    written: Written = []
+    for n in range(3):
+        written += upload(tier, n * 8, [b"k%d" % i for i in range(8)], [b"v%d" % n] * 8)
+    result = compact.compact_partition(
+        store, REF, 0, compact.CompactSettings(grace_seconds=0), now_ms=NOW_MS
+    )
+    # the manifest was swapped: readers get everything from the merged object
+    assert result.outcome.startswith("compacted; some of 6 unlisted objects were not deleted")
+    assert result.objects_deleted == 0 and result.deleted == []
+    assert len(tier.manifest(refresh=True).segments) == 1
+    assert [(o, k, v) for o, k, v, _ in written] == stored(tier, 0)
+    # and the old objects are still there, which verification reports as orphans
+    report = verify.verify_partition(store, REF, 0)
+    orphans = {f.key for f in report.findings if f.kind == "orphan-object"}
+    assert len(orphans) == 3, report.findings  # the three old segments (indexes not listed)

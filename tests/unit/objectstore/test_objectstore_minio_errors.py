@@ -91,6 +91,8 @@ class _StoreThatRefusesOneDelete:
     [
         ("AccessDenied", errors.ObjectStoreAccessDenied),
         ("InternalError", errors.ObjectStoreUnavailable),
+        # no HTTP status comes per key: an unknown refusal is retriable (deleting is idempotent)
+        ("SomethingNew", errors.ObjectStoreUnavailable),
         ("NoSuchKey", None),  # deleting what is not there is not an error
     ],
 )
