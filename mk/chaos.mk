@@ -2,7 +2,7 @@
 # acks=all load and a consuming cohort, one kill -9 per round, an independent checker at the end.
 #   make chaos                      100 rounds, a random seed (printed); report in bench/results/chaos.json
 #   make chaos CHAOS_ROUNDS=20 CHAOS_SEED=7
-# `make test` runs a 5-round version (tests/integration/test_chaos.py).
+# `make test` runs a 6-round version (tests/integration/test_chaos.py).
 CHAOS_ROUNDS ?= 100
 CHAOS_SEED ?=
 .PHONY: chaos

@@ -1,4 +1,5 @@
-"""The fault campaign's driver: a real local cluster, keyed acks=all load, a cohort, kill -9.
+"""The fault campaign's driver: a real local cluster, keyed acks=all load, a cohort, kill -9
+and SIGSTOP.
 
 One run:
 
@@ -14,8 +15,11 @@ One run:
    (an Unload of a random partition; its leader is killed while the seal marker
    is set, if the poll catches it), or ``cutover`` (a Repartition growing the
    topic by one partition; the leader of a random old partition is killed while
-   the transition marker is set, if the poll catches it). The victim is kill
-   -9'd, restarted after a random delay, and the round ends when every
+   the transition marker is set, if the poll catches it), or ``pause`` (the
+   leader of a random partition is stopped with SIGSTOP: it keeps accepting
+   connections and answers nothing, then resumes with whatever it had
+   received). The victim is kill -9'd (or paused), restarted (or resumed) after
+   a random delay, and the round ends when every
    partition is back to a full live replica set (and the Unload, if any,
    finished): that time is measured. A cutover round then waits for its
    Repartition to finalize before the next round.
@@ -35,6 +39,7 @@ import contextlib
 import json
 import logging
 import random
+import signal
 import statistics
 import time
 import urllib.error
@@ -56,7 +61,7 @@ log = logging.getLogger("chaos")
 TOPIC_NAME = "chaos"
 TOPIC = f"default/{TOPIC_NAME}"
 COHORT = "chaos-readers"
-TARGETS = ("leader", "follower", "controller", "unload", "cutover")
+TARGETS = ("leader", "follower", "controller", "unload", "cutover", "pause")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +76,10 @@ class Settings:
     tick_s: float = 0.02
     #: the victim stays dead for uniform(min, max) seconds
     restart_delay_s: tuple[float, float] = (0.2, 3.0)
+    #: a paused leader stays stopped for uniform(min, max) seconds: around the 3 s liveness
+    #: TTL, so some pauses end before a failover and some after it (the old leader then
+    #: resumes holding produce requests that were resent to the new one)
+    pause_s: tuple[float, float] = (1.0, 10.0)
     #: a round fails if the cluster is not back to full LRS within this (the target is 10 s)
     recovery_timeout_s: float = 60.0
     #: after the load stops: how long the cohort may take to deliver everything acknowledged
@@ -368,6 +377,9 @@ class Campaign:
         partition = self.rng.randrange(self.partitions)
         down_s = self.rng.uniform(*s.restart_delay_s)
         follower_pick = self.rng.random()
+        if target == "pause":  # the same draw, stretched: a seed draws what it always drew
+            (lo, hi), (plo, phi) = s.restart_delay_s, s.pause_s
+            down_s = plo + (down_s - lo) / ((hi - lo) or 1.0) * (phi - plo)
         parts = await asyncio.to_thread(c.partitions, TOPIC)
         part = parts[partition]
         r = Round(index, target, partition, "", down_s)
@@ -396,7 +408,12 @@ class Campaign:
             if victim is None:
                 victim = part["replicas"][0]
             r.victim = f"broker {victim}"
-            c.kill_broker(victim)
+            if target == "pause":
+                # a leader that accepts connections and never answers (SIGSTOP), then
+                # resumes with the requests it had received: it must serve none of them
+                c.signal_broker(victim, signal.SIGSTOP)
+            else:
+                c.kill_broker(victim)
         if target == "controller":
             await asyncio.sleep(down_s)  # the fault: how long the controller stays dead
         else:
@@ -405,6 +422,8 @@ class Campaign:
             r.left_lrs = await asyncio.to_thread(self._watch_drop, victim, down_s)
         if target == "controller":
             await asyncio.to_thread(c.restart_controller)
+        elif target == "pause":
+            c.signal_broker(victim, signal.SIGCONT)
         else:
             await asyncio.to_thread(c.restart_broker, victim)
         restarted = time.monotonic()
