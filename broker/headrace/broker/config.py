@@ -106,7 +106,3 @@ class BrokerSettings:
     #: a sealing partition waits this long for cohort members to ack in-flight records
     #: before it snapshots the cursors (acks after it may be redelivered by the new owner)
     seal_ack_wait_ms: int = 1000
-
-    @property
-    def advertised(self) -> tuple[str, int]:
-        return (self.advertised_host or self.host, self.port)

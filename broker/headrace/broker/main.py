@@ -142,6 +142,13 @@ def _halt(status: int) -> None:
     show_default=True,
 )
 @click.option("--flush-interval-ms", type=int, default=1000, show_default=True)
+@click.option(
+    "--checkpoint-interval-ms",
+    type=click.IntRange(min=1),
+    default=LogConfig().checkpoint_interval_ms,
+    show_default=True,
+    help="How often recovery points are written: bounds what a restart after a crash scans.",
+)
 @click.option("--segment-bytes", type=int, default=LogConfig().segment_bytes, show_default=True)
 @click.option(
     "--cohort-grace-ms",
@@ -272,6 +279,7 @@ def broker(
     broker_id: int,
     fsync: str,
     flush_interval_ms: int,
+    checkpoint_interval_ms: int,
     segment_bytes: int,
     cohort_grace_ms: int,
     cursor_flush_interval_ms: int,
@@ -330,6 +338,7 @@ def broker(
         log=LogConfig(
             fsync=FsyncPolicy(fsync),
             flush_interval_ms=flush_interval_ms,
+            checkpoint_interval_ms=checkpoint_interval_ms,
             segment_bytes=segment_bytes,
         ),
         cluster_mode=cluster_mode,
