@@ -325,7 +325,18 @@ def test_sequence_checks() -> None:
     table.record(7, 3, 2, 103, 0)
     assert table.check(7, 3, 2) == (DUP, 103)
     assert table.check(7, 0, 3) == (DUP, 100)
-    assert table.check(8, 42, 1) == (APPEND, -1)  # unknown producer: first batch accepted
+    assert table.check(8, 0, 1) == (APPEND, -1)  # an unknown producer starts at 0
+
+
+def test_an_unknown_producer_is_accepted_only_from_sequence_zero() -> None:
+    # Its first batch (0..2) was refused before it was appended (no replicas yet) and the
+    # pipelined second one (3..4) arrives: appending it would store it before the first
+    # one's retry, out of order.
+    table = bk.ProducerStateTable()
+    assert table.check(8, 3, 2) == (OOO, -1)
+    assert table.check(8, 0, 3) == (APPEND, -1)
+    table.record(8, 0, 3, 50, 0)
+    assert table.check(8, 3, 2) == (APPEND, -1)
 
 
 def test_window_remembers_the_last_eight_batches() -> None:
@@ -355,6 +366,22 @@ def test_forget_from_drops_truncated_batches() -> None:
     assert table.check(1, 0, 1) == (DUP, 10)
     assert table.check(1, 1, 1) == (APPEND, -1)  # its batch is gone: appending again is right
     assert len(table) == 1  # producer 2 had nothing left
+
+
+def test_a_truncation_of_every_remembered_batch_keeps_where_the_log_continues() -> None:
+    table = bk.ProducerStateTable()
+    for i in range(bk.PRODUCER_WINDOW + 3):
+        table.record(1, i * 2, 2, 100 + i * 2, 0)
+    first_kept = 3 * 2  # the window holds the batches from sequence 6 on
+    table.forget_from(100 + first_kept)
+    # batches below sequence 6 are still in the log: the producer resumes at 6, nowhere else
+    assert table.check(1, first_kept + 2, 2) == (OOO, -1)
+    assert table.check(1, 0, 2) == (OOO, -1)
+    assert table.check(1, first_kept, 2) == (APPEND, -1)
+    restored = bk.ProducerStateTable()
+    restored.restore(table.snapshot())
+    assert restored.check(1, first_kept, 2) == (APPEND, -1)
+    assert restored.check(1, first_kept + 2, 2) == (OOO, -1)
 
 
 def test_snapshot_restore_round_trip() -> None:

@@ -327,18 +327,8 @@ class _PartitionSender:
             await asyncio.sleep(p.retry_backoff_ms / 1000)
         if isinstance(exc, OutOfOrderSequence) and batch.attempts >= 3:
             # Resending in order did not close the gap: the broker lost batches it had
-            # acknowledged (a crash under fsync=interval). Continue as a new producer
-            # identity, which the broker has no sequence history for.
-            p.producer_id = secrets.randbits(63) | 1
-            log.warning(
-                "%s/%s: sequence gap persists; continuing as producer %d",
-                self.topic,
-                self.partition,
-                p.producer_id,
-            )
-            for b in pending:
-                b.data = rb.restamp_producer(b.data, p.producer_id, b.sequence)
-                b.attempts = 0
+            # acknowledged (a crash under fsync=interval), or its state for this producer.
+            self._continue_as_new_producer(pending)
         if retriable and time.monotonic() < batch.deadline:
             if isinstance(exc, RedirectReceived):
                 r = exc.redirect
@@ -382,6 +372,32 @@ class _PartitionSender:
         # the rest keep their numbers. If it was appended they follow it; if not, the
         # broker reports the gap and they move to a fresh producer identity.
         self.queue.extend(rest)
+
+    def _continue_as_new_producer(self, pending: list[_Batch]) -> None:
+        """Go on under a new producer identity on this partition, which the broker has no
+        sequence history for: every batch of the partition not yet acknowledged, in flight
+        (``pending``) or queued, is renumbered from sequence 0 under it.
+
+        All of them, and on this partition only: the broker checks a batch's sequence
+        only against earlier batches of the same identity. A pipeline that mixed two
+        identities would let a later batch be appended while an earlier one of the other
+        identity was refused, and the earlier one's retry would land after it."""
+        p = self.producer
+        key = (self.topic, self.partition)
+        producer_id = p._new_producer_id(key)
+        log.warning(
+            "%s/%s: sequence gap persists; continuing as producer %d",
+            self.topic,
+            self.partition,
+            producer_id,
+        )
+        seq = 0
+        for b in [*pending, *self.queue]:
+            b.data = rb.restamp_producer(b.data, producer_id, seq)
+            b.sequence = seq
+            b.attempts = 0
+            seq = (seq + b.record_count) % _SEQ_MOD
+        p._sequences[key] = seq
 
     async def _reroute(self, pending: list[_Batch], redirect: msg.Redirect) -> bool:
         """A repartition's fence refused ``pending[0]``: route this partition's batches of
@@ -467,6 +483,9 @@ class Producer:
         )
         codecs.check_known(self.compression)
         self.producer_id = (secrets.randbits(63) | 1) if idempotent else 0
+        #: partitions that continue under an identity of their own (a sequence gap that
+        #: resending could not close); every other partition uses ``producer_id``
+        self._producer_ids: dict[tuple[str, int], int] = {}
         self._accumulators: dict[tuple[str, int], _Accumulator] = {}
         self._senders: dict[tuple[str, int], _PartitionSender] = {}
         self._sequences: dict[tuple[str, int], int] = {}
@@ -781,7 +800,7 @@ class Producer:
             # without per-record timestamps, every record carries the time the batch is sealed
             timestamp_ms=None if acc.timestamps is not None else self._clock(),
             compression=self.compression,
-            producer_id=self.producer_id,
+            producer_id=self._producer_ids.get(k, self.producer_id),
             base_sequence=seq,
         )
         assert acc.future is not None
@@ -813,6 +832,12 @@ class Producer:
                 explicit=acc.explicit,
             )
         )
+
+    def _new_producer_id(self, key: tuple[str, int]) -> int:
+        """A fresh identity for one partition's batches from now on."""
+        producer_id = secrets.randbits(63) | 1
+        self._producer_ids[key] = producer_id
+        return producer_id
 
     def _may_refresh_for_leaders(self, now: float) -> bool:
         """Whether a leader check may refresh the topology now (one a ``LEADER_CHECK_S``

@@ -238,11 +238,19 @@ class ProducerEntry:
     #: (base_sequence, record_count, base_offset) of recent batches, oldest first
     batches: list[tuple[int, int, int]] = field(default_factory=list)
     last_seen_ms: int = 0
+    #: with no batch left (a truncation took them all): the sequence the log continues at
+    resume_sequence: int = 0
 
     @property
     def next_sequence(self) -> int:
+        if not self.batches:
+            return self.resume_sequence
         seq, count, _ = self.batches[-1]
         return (seq + count) % _SEQ_MOD
+
+
+#: a producer with no state here: its log starts at sequence 0
+_UNKNOWN: Final = ProducerEntry()
 
 
 class ProducerStateTable:
@@ -253,6 +261,13 @@ class ProducerStateTable:
     time. A batch that skips ahead means an earlier one was lost: reject it so
     the producer resends in order. Rebuilt on recovery from the checkpoint
     snapshot plus the batch headers scanned after it.
+
+    A producer this table does not know starts at sequence 0, and only there.
+    Accepting any first sequence would let a pipelined batch be appended while
+    the one before it was refused (no replicas yet, not the leader yet): the
+    retry of the earlier batch then lands after it, and a key's records are
+    stored out of order. A producer whose state was lost (expiry, eviction)
+    gets ``OUT_OF_ORDER`` and continues under a new identity from 0.
     """
 
     def __init__(self, max_producers: int = 10_000, idle_expiry_ms: int = 3600_000) -> None:
@@ -270,8 +285,8 @@ class ProducerStateTable:
         if producer_id == 0:
             return SequenceVerdict.APPEND, -1
         entry = self._entries.get(producer_id)
-        if entry is None or not entry.batches:
-            return SequenceVerdict.APPEND, -1
+        if entry is None:
+            entry = _UNKNOWN
         for seq, n, base in entry.batches:
             if seq == base_sequence and n == count:
                 return SequenceVerdict.DUPLICATE, base
@@ -301,13 +316,25 @@ class ProducerStateTable:
         """The log was truncated at ``offset``: forget batches stored at or after it."""
         for pid in list(self._entries):
             entry = self._entries[pid]
-            entry.batches = [b for b in entry.batches if b[2] < offset]
-            if not entry.batches:
-                del self._entries[pid]
+            kept = [b for b in entry.batches if b[2] < offset]
+            if len(kept) == len(entry.batches):
+                continue
+            if not kept:
+                # The log continues at the first forgotten batch: older batches of this
+                # producer may still be in the log, below what the window remembered.
+                entry.resume_sequence = entry.batches[0][0]
+                if entry.resume_sequence == 0:
+                    del self._entries[pid]  # the same as a producer never seen
+                    continue
+            entry.batches = kept
 
     def snapshot(self) -> dict[str, object]:
         return {
-            str(pid): {"batches": [list(b) for b in e.batches], "last_seen_ms": e.last_seen_ms}
+            str(pid): {
+                "batches": [list(b) for b in e.batches],
+                "last_seen_ms": e.last_seen_ms,
+                "resume_sequence": e.resume_sequence,
+            }
             for pid, e in self._entries.items()
         }
 
@@ -317,4 +344,6 @@ class ProducerStateTable:
             if not isinstance(raw, dict):
                 continue
             batches = [(int(b[0]), int(b[1]), int(b[2])) for b in raw.get("batches", [])]
-            self._entries[int(pid)] = ProducerEntry(batches, int(raw.get("last_seen_ms", 0)))
+            self._entries[int(pid)] = ProducerEntry(
+                batches, int(raw.get("last_seen_ms", 0)), int(raw.get("resume_sequence", 0))
+            )

@@ -37,9 +37,9 @@ class HealthReport:
     source: str
     brokers_up: list[int] = field(default_factory=list)
     brokers_down: list[int] = field(default_factory=list)
-    #: "topic/partition" with no leader
+    #: "topic/partition" with no leader, or a leader on a broker that is down
     offline: list[str] = field(default_factory=list)
-    #: "topic/partition" whose live replica set is smaller than its replica set
+    #: "topic/partition" with fewer live replicas on brokers that are up than replicas
     under_replicated: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     #: False when replication is unknown (no controller)
@@ -79,12 +79,18 @@ def health_report(state: dict[str, Any], source: str) -> HealthReport:
     report = HealthReport(source)
     report.brokers_up = sorted(live)
     report.brokers_down = [b for b in known if b not in live]
+    down = set(report.brokers_down)
     for topic in cluster_doc.get("topics", []):
         for p in topic["partitions"]:
             name = f"{topic['name']}/{p['partition']}"
-            if p.get("leader") is None or p.get("state") == "Offline":
+            # A broker that stopped answering still sits in the live replica sets (and may
+            # still be named leader) until the leaders and the controller act on it, a few
+            # seconds later: the report judges by the brokers it knows are down, at once.
+            leader = p.get("leader")
+            live_replicas = [r for r in p.get("liveReplicas", []) if int(r) not in down]
+            if leader is None or int(leader) in down or p.get("state") == "Offline":
                 report.offline.append(name)
-            elif len(p.get("liveReplicas", [])) < len(p.get("replicas", [])):
+            elif len(live_replicas) < len(p.get("replicas", [])):
                 report.under_replicated.append(name)
     report.problems = [
         f"{p['topic']}: {p['reason']}: {p['message']}" for p in state.get("problems", [])

@@ -59,3 +59,23 @@ def test_a_dead_broker_an_offline_and_an_under_replicated_partition_are_reported
         "under_replicated_partitions",
         "problems",
     ]
+
+
+def test_a_replica_on_a_down_broker_counts_before_the_live_replica_sets_shrink() -> None:
+    # Broker 2 has just missed its heartbeats: the leaders have not yet dropped it from
+    # their live replica sets, and broker 2 led partition 1. Neither partition is whole.
+    report = health_report(
+        _state(
+            [0, 1],
+            [
+                _p(0, 0, [0, 1, 2], [0, 1, 2], "Online"),
+                _p(1, 2, [2, 0, 1], [2, 0, 1], "Online"),
+                _p(2, 1, [1, 0], [1, 0], "Online"),
+            ],
+            [],
+        ),
+        "c",
+    )
+    assert report.brokers_down == [2]
+    assert report.offline == ["default/t/1"]
+    assert report.under_replicated == ["default/t/0"]
