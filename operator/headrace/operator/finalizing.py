@@ -21,8 +21,13 @@ back (the topology no longer names the topic), so ``Delete`` does not wait
 for it. A Topic whose BrokerCluster does not exist has nothing placed: its
 finalizer is removed at once (``handlers``).
 
+The held Topics are also the loop's only deletion requests (``deletions``): the loop
+takes no other topic out of its state, so a Topic that merely left the cluster's
+index (a ``clusterRef`` edit) keeps its data where it is.
+
 Removing the finalizer by hand (``docs/operations.md``) makes the Topic go at
-once; the data then goes as for a broker that was down: deleted.
+once; unless the loop had already taken the topic out of its state, no deletion
+was asked for and the data stays (the topic is unclaimed).
 
 The decisions here are pure (``needs_finalizer``, ``progress``); ``TopicFinalizer``
 is the thin adapter a cluster's runtime calls after each step.
