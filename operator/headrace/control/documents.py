@@ -410,6 +410,8 @@ def _core_status(status: TopicStatus) -> dict[str, Any]:
     doc = status.to_json()
     del doc["name"]
     doc["partitions"] = [_without_none(p) for p in doc["partitions"]]
+    # for people (``kubectl get topics``): after a Repartition the spec may lag the count
+    doc["partitionCount"] = len(status.partitions)
     return _without_none(doc)
 
 

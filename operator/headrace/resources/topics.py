@@ -328,6 +328,9 @@ class TopicStatus(Status):
     spec_partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
     """The ``spec.partitions`` the controller last acted on: an edit of the spec starts a
     repartition, while a Repartition changes the count and leaves the spec as it was."""
+    partition_count: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
+    """How many partitions the topic has now (the length of ``partitions``): what it is
+    routed over, which after a Repartition may differ from ``spec.partitions``."""
     topology_generation: int | None = Field(default=None, ge=0)
     """The topology generation this status was written for. The controller writes every
     Topic's status before the BrokerCluster's, so a status stamped above the cluster's
@@ -343,7 +346,9 @@ class Topic(Resource):
         singular="topic",
         short_names=("hrt",),
         columns=(
-            PrinterColumn("Partitions", "integer", ".spec.partitions", "Desired partitions"),
+            PrinterColumn(
+                "Partitions", "integer", ".status.partitionCount", "Partitions the topic has now"
+            ),
             PrinterColumn("Replicas", "integer", ".spec.replicas", "Copies of each partition"),
             PrinterColumn(
                 "Version", "integer", ".status.partitioningVersion", "Partitioning version"
