@@ -49,7 +49,8 @@ The controller loop
         specs = [spec_of(topic) for each Topic]       # one that fails: that Topic's InvalidSpec
         decision = reconcile(state, specs, latest, clock.now_ms(), settings,
                              observing_since_ms=since,
-                             unload_requests=unloads, unload_progress=progress)
+                             unload_requests=unloads, unload_progress=progress,
+                             deletions=requested)  # a topic leaves only when asked
         if floor and decision.state.generation < floor:
             raise decision.state.generation to floor  # never reuse a stamped generation
         if decision.changed or the problems changed or a Topic's generation is unobserved:

@@ -42,8 +42,8 @@ content for good.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import pydantic
@@ -410,6 +410,8 @@ def _core_status(status: TopicStatus) -> dict[str, Any]:
     doc = status.to_json()
     del doc["name"]
     doc["partitions"] = [_without_none(p) for p in doc["partitions"]]
+    # for people (``kubectl get topics``): after a Repartition the spec may lag the count
+    doc["partitionCount"] = len(status.partitions)
     return _without_none(doc)
 
 
@@ -418,14 +420,17 @@ def status_of(name: str, status: Mapping[str, Any]) -> TopicStatus:
     return TopicStatus.from_json({**status, "name": name})
 
 
-def cluster_status(state: ClusterState, liveness: Liveness | None = None) -> dict[str, Any]:
+def cluster_status(
+    state: ClusterState, liveness: Liveness | None = None, set_aside: Collection[str] = ()
+) -> dict[str, Any]:
     """The cluster document, written last: the commit record of ``state.generation``.
 
     It is the BrokerCluster status (``headrace.resources.clusters.BrokerClusterStatus``),
     built through that model so that it is one the CRD accepts: ``topologyGeneration``,
     the committed ``topics``, and per broker what it advertised (``host``, ``port``,
     ``adminPort``; a port nobody told the controller is left out) with ``address`` for
-    people and ``live``/``draining`` from ``liveness`` (none live when not given). No
+    people and ``live``/``draining`` from ``liveness`` (none live when not given);
+    ``retainedTopics``: the topics set aside (``Restored.set_aside``), if any. No
     ``conditions``: those belong to whoever reconciles the BrokerCluster's workload.
     """
     live = frozenset() if liveness is None else liveness.live
@@ -433,6 +438,7 @@ def cluster_status(state: ClusterState, liveness: Liveness | None = None) -> dic
     status = cluster_models.BrokerClusterStatus(
         topology_generation=state.generation,
         topics=sorted(state.topics),
+        retained_topics=sorted(set_aside) or None,
         brokers=[
             cluster_models.BrokerStatus(
                 id=b.id,
@@ -510,6 +516,10 @@ class Restored:
     torn: bool
     #: the highest generation any persisted document names
     highest: int
+    #: topics whose copies the brokers must keep aside: committed without a status to
+    #: restore their placement from (no deletion was requested: that would have taken
+    #: them out of the record first), or set aside before (``retainedTopics``)
+    set_aside: frozenset[str] = field(default_factory=frozenset)
 
 
 def restore(
@@ -541,7 +551,9 @@ def restore(
     committed = record.topics
     # No commit record (none written yet, or a store older than it): trust only an empty state.
     torn = torn or (bool(topics) if committed is None else set(committed) != set(topics))
-    return Restored(ClusterState(generation, brokers, topics), torn, highest)
+    unrestorable = set(committed or ()) - set(topics)
+    set_aside = frozenset(unrestorable | set(record.retained_topics or ()))
+    return Restored(ClusterState(generation, brokers, topics), torn, highest, set_aside)
 
 
 # --------------------------------------------------------------------------- repartitions

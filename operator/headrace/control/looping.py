@@ -60,6 +60,7 @@ from headrace.control import documents, moves, repartitions, topology
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
     ClusterState,
+    DeletionRequest,
     RepartitionProgress,
     RepartitionRequest,
     TopicSpec,
@@ -187,6 +188,16 @@ class ControlLoop:
                 self._topic_status[name] = status
         restored = documents.restore(stored.cluster, self._topic_status)
         self.state: ClusterState = restored.state
+        #: topics whose copies the brokers keep aside though no deletion was requested: the
+        #: restore found no placement for them (``documents.Restored.set_aside``)
+        self.set_aside: frozenset[str] = restored.set_aside
+        if self.set_aside - set(self.state.topics):
+            log.warning(
+                "topics %s are committed but their placement is gone (their Topic names"
+                " another cluster, or is gone without its finalizer): the brokers keep their"
+                " copies aside",
+                sorted(self.set_aside - set(self.state.topics)),
+            )
         self._cluster_status = dict(stored.cluster) if stored.cluster is not None else None
         #: the generation the next commit must reach: set when the persisted state may hold
         #: content that no generation was pushed with (a torn commit), or a commit failed
@@ -236,11 +247,16 @@ class ControlLoop:
         self._reconciler = SteadySteps()
         self.generation_bumps = 0
         self.pushes = 0
-        #: deleted topics whose copies the brokers keep (``deletionPolicy: Retain``); the
-        #: caller keeps a name here until every broker has moved its copy aside
-        self.retained: frozenset[str] = frozenset()
-        #: the last spec of each Topic that parsed (one that stops parsing keeps it)
+        #: the topics whose deletion was asked for explicitly: the only way a topic leaves
+        #: the state (``reconcile``). The caller sets it: the operator from the Topics being
+        #: deleted, the local controller from ``topics delete``; a name with ``retain`` stays
+        #: here until every broker has moved its copy aside
+        self.deletions: frozenset[DeletionRequest] = frozenset()
+        #: the last spec of each Topic that parsed (one that stops parsing keeps it; an
+        #: unclaimed topic too, so that it is served as it was)
         self._parsed: dict[str, TopicSpec] = {}
+        #: the last broker settings of each Topic (an unclaimed topic keeps its retention)
+        self._configs: dict[str, dict[str, Any]] = {}
         #: the problems behind the Ready conditions last written (rewrite only on change)
         self._saved_problems: dict[str, tuple[str, str]] | None = None
 
@@ -274,10 +290,19 @@ class ControlLoop:
                     specs.append(held)
                 continue
             self._parsed[name] = spec
+            self._configs[name] = documents.topic_config(resource)
             specs.append(spec)
-        for name in set(self._parsed) - set(self.topics):
+        for name in set(self._parsed) - set(self.topics) - set(self.state.topics):
             del self._parsed[name]
+        for name in set(self._configs) - set(self.topics) - set(self.state.topics):
+            del self._configs[name]
         return specs, invalid
+
+    @property
+    def retained(self) -> frozenset[str]:
+        """The topics not in the state whose copies the brokers keep: deleted ones with
+        ``deletionPolicy: Retain``, and those set aside (the push's ``retained``)."""
+        return frozenset(d.topic for d in self.deletions if d.retain) | self.set_aside
 
     def unload_requests(self) -> list[UnloadRequest]:
         """The Unloads, oldest first (a partition's moves are served in this order)."""
@@ -373,7 +398,10 @@ class ControlLoop:
             members=self.members,
             # a move started now records the generation it is pushed at
             commit_generation=max(self.state.generation + 1, self._floor or 0),
+            deletions=self.deletions,
         )
+        # a deletion that does not retain ends the setting aside of its name
+        self.set_aside -= {d.topic for d in self.deletions if not d.retain}
         self.steps += 1
         for event in decision.events:
             log.info("%s %s: %s", event.kind, event.subject, event.message)
@@ -441,7 +469,7 @@ class ControlLoop:
                     self._topic_status[name] = status
             for name in set(self._topic_status) - set(self.topics):
                 del self._topic_status[name]  # its resource is gone, and the status with it
-            cluster = documents.cluster_status(state, liveness)
+            cluster = documents.cluster_status(state, liveness, self.set_aside)
             if cluster != self._cluster_status:
                 await self.store.write_cluster_status(cluster)
                 self._cluster_status = cluster
@@ -569,11 +597,17 @@ class ControlLoop:
             self.state,
             self.settings.cluster_id,
             live=decision.liveness.live if decision is not None else None,
-            min_in_sync={spec.name: spec.min_in_sync for spec in self.specs},
+            # an unclaimed topic keeps the settings of its last spec (its retention above all)
+            min_in_sync={
+                **{name: spec.min_in_sync for name, spec in self._parsed.items()},
+                **{spec.name: spec.min_in_sync for spec in self.specs},
+            },
             configs={
                 name: documents.topic_config(self.topics[name])
-                for name in self.state.topics
                 if name in self.topics
+                else self._configs[name]
+                for name in self.state.topics
+                if name in self.topics or name in self._configs
             },
             retained=self.retained,
         ).to_json()

@@ -434,6 +434,25 @@ def _enum(doc: Mapping[str, Any], key: str, kind: type[_E], where: str) -> _E:
 
 
 @dataclass(frozen=True, slots=True)
+class DeletionRequest:
+    """A topic's deletion, asked for explicitly: the one input that lets a topic leave a
+    cluster's state (``reconcile``), and with it its brokers' copies.
+
+    The operator makes one for each of a cluster's Topics whose object is being deleted
+    (``metadata.deletionTimestamp``, the data finalizer holding it); the local controller
+    for each name of ``topics delete``. A topic that is merely missing from the desired
+    specs (its Topic now names another cluster, a watch that has not delivered it) is
+    never deleted.
+    """
+
+    #: "<namespace>/<name>" of the topic
+    topic: str
+    #: the brokers move their copies aside instead of removing them (``deletionPolicy:
+    #: Retain``)
+    retain: bool
+
+
+@dataclass(frozen=True, slots=True)
 class UnloadRequest:
     """An Unload's spec, as the core needs it (the controller reads it, never writes it)."""
 

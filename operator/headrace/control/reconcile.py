@@ -11,7 +11,9 @@ The step:
    (``liveness``) and computes the adoption floor from live brokers only;
 2. **brokers**: records the advertised address of every live broker, so
    known brokers survive restarts and can be waited for;
-3. **topics**: deletes topics no spec asks for; places and creates new ones
+3. **topics**: deletes the topics whose deletion was requested (``deletions``, and only
+   those: a topic no spec asks for and no request names is *unclaimed*, kept as placed,
+   its elections run, reported as ``TopicUnclaimed``); places and creates new ones
    (every partition ONLINE under its first replica at epoch 1, partitioning
    version 1); runs every partition's election table (``election``), which
    also records the LRS its leader reports;
@@ -64,6 +66,7 @@ from headrace.control.liveness import Liveness, adoption_floor, assess, placeabl
 from headrace.control.model import (
     ClusterState,
     CohortPlan,
+    DeletionRequest,
     PartitionState,
     PartitionStatus,
     RepartitionProgress,
@@ -78,6 +81,14 @@ from headrace.protocol.coordination import Heartbeat, PartitionReport
 from headrace.protocol.endpoints import BrokerEndpoint
 
 DEFAULT_SETTINGS: Final = ControlSettings()
+
+#: why an unclaimed topic is kept (its Problem's message)
+UNCLAIMED: Final = (
+    "no spec of this cluster asks for it and no deletion of it was requested (its Topic"
+    " names another cluster, or is gone without its finalizer): its data is kept and served"
+    " as placed; apply a Topic of this name for this cluster to claim it again, and delete"
+    " that Topic to delete the data"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +111,7 @@ class Problem:
     topic: str
     #: CamelCase: WaitingForBrokers, NotEnoughBrokers, Repartitioning, RepartitionWaiting,
     #: ReplicasChange, PartitionsOffline, BelowMinInSync, DuplicateSpec,
-    #: PartitionsMoving, UnclaimedSeal; and InvalidSpec, which the control loop adds for a
+    #: PartitionsMoving, UnclaimedSeal, TopicUnclaimed; and InvalidSpec, which the control loop adds for a
     #: Topic whose stored spec does not parse
     reason: str
     message: str
@@ -143,6 +154,7 @@ def reconcile(
     repartition_progress: Mapping[str, RepartitionProgress] | None = None,
     members: Collection[int] | None = None,
     commit_generation: int | None = None,
+    deletions: Collection[DeletionRequest] = (),
 ) -> Decision:
     """One step. ``observing_since_ms``: when this controller started polling brokers.
 
@@ -153,7 +165,9 @@ def reconcile(
     given, replicas move off the others and are spread over new members (``moves``).
     ``commit_generation``: the generation a changed state is committed and pushed at
     (default one above ``state.generation``; a controller whose last commit failed must
-    go higher).
+    go higher). ``deletions``: the topics whose deletion was asked for explicitly; a topic
+    leaves the state (and its brokers' copies go, or move aside) only when named there and
+    asked for by no spec. Absence from ``specs`` alone deletes nothing (see the module).
     """
     if commit_generation is None:
         commit_generation = state.generation + 1
@@ -182,11 +196,18 @@ def reconcile(
         else:
             wanted[spec.name] = spec
 
+    # The one place a topic leaves the state: its deletion was requested, no spec asks for
+    # it. A topic that is only missing from the specs keeps its data where it is.
+    deleted = {d.topic for d in deletions}
     topics: dict[str, TopicStatus] = {}
+    unclaimed: list[str] = []
     for name in sorted(state.topics):
-        if name not in wanted:
-            events.append(Event("TopicDeleted", name, "no spec asks for it"))
+        if name in wanted:
+            topics[name] = state.topics[name]
+        elif name in deleted:
+            events.append(Event("TopicDeleted", name, "its deletion was requested"))
         else:
+            unclaimed.append(name)
             topics[name] = state.topics[name]
 
     for name in sorted(wanted):
@@ -201,6 +222,10 @@ def reconcile(
         topic = _elect(topic, liveness, reports, now_ms, settings, events, applied)
         problems.extend(_check(spec, topic))
         topics[name] = topic
+    for name in unclaimed:
+        # served as placed (leaders still fail over), never deleted for being unasked
+        topics[name] = _elect(topics[name], liveness, reports, now_ms, settings, events, applied)
+        problems.append(Problem(name, "TopicUnclaimed", UNCLAIMED))
 
     before_unloads = dict(unload_progress or {})
     progress, unload_events = unloads.step(

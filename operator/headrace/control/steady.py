@@ -40,6 +40,7 @@ from dataclasses import dataclass, replace
 from headrace.control.liveness import assess
 from headrace.control.model import (
     ClusterState,
+    DeletionRequest,
     PartitionState,
     RepartitionProgress,
     RepartitionRequest,
@@ -69,6 +70,7 @@ class _Inputs:
     repartition_progress: tuple[tuple[str, RepartitionProgress], ...]
     members: frozenset[int] | None
     commit_generation: int | None
+    deletions: frozenset[DeletionRequest]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +104,7 @@ class SteadySteps:
         repartition_progress: Mapping[str, RepartitionProgress] | None = None,
         members: Collection[int] | None = None,
         commit_generation: int | None = None,
+        deletions: Collection[DeletionRequest] = (),
     ) -> Decision:
         """The same contract as ``reconcile.reconcile``."""
         specs = tuple(specs)
@@ -120,6 +123,7 @@ class SteadySteps:
             tuple(sorted((repartition_progress or {}).items())),
             frozenset(members) if members is not None else None,
             commit_generation,
+            frozenset(deletions),
         )
         last = self._last
         if last is not None and inputs == last.inputs:
@@ -142,6 +146,7 @@ class SteadySteps:
             repartition_progress=repartition_progress,
             members=members,
             commit_generation=commit_generation,
+            deletions=deletions,
         )
         self._last = _Steady(inputs, _known(state), decision) if steady(decision) else None
         return decision

@@ -33,7 +33,7 @@ from headrace.broker.config import AdminReadAccess, TlsSettings
 from headrace.control import admission, documents, moves
 from headrace.control.documents import full_name, rfc3339, spec_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, StatusStore
-from headrace.control.model import ClusterState, UnloadProgress
+from headrace.control.model import ClusterState, DeletionRequest, UnloadProgress
 from headrace.control.reconcile import Decision
 from headrace.control.settings import ControlSettings
 from headrace.controller.fleet import HttpFleet
@@ -256,6 +256,10 @@ class Controller:
     async def step(self) -> Decision:
         started = time.process_time()
         decision = await self.loop.step()
+        # a deletion is done once the state no longer holds the topic (the push without it
+        # follows in the same step)
+        placed = self.loop.state.topics
+        self.loop.deletions = frozenset(d for d in self.loop.deletions if d.topic in placed)
         self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
         self.steps_run += 1
         self.step_cpu_seconds += time.process_time() - started
@@ -302,13 +306,20 @@ class Controller:
             doc = admitted(resource, self.loop.topics.get(spec.name), now)
             self.files.put("topics", doc)
             self.loop.topics[spec.name] = doc
+        applied = {s.name for s in specs}
+        # applied again before its deletion ran: it is wanted, not deleted
+        self.loop.deletions = frozenset(d for d in self.loop.deletions if d.topic not in applied)
         self.kick()
         return [s.name for s in specs]
 
     def delete(self, names: list[str]) -> list[str]:
+        """Delete Topics: the request the loop needs to take a topic (and its brokers'
+        copies) away; the brokers remove their copies."""
         gone = [n for n in names if self.loop.topics.pop(n, None) is not None]
         for name in gone:
             self.files.remove("topics", name)
+        requested = {DeletionRequest(name, retain=False) for name in gone}
+        self.loop.deletions = self.loop.deletions | requested
         self.kick()
         return gone
 

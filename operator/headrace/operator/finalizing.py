@@ -21,8 +21,13 @@ back (the topology no longer names the topic), so ``Delete`` does not wait
 for it. A Topic whose BrokerCluster does not exist has nothing placed: its
 finalizer is removed at once (``handlers``).
 
+The held Topics are also the loop's only deletion requests (``deletions``): the loop
+takes no other topic out of its state, so a Topic that merely left the cluster's
+index (a ``clusterRef`` edit) keeps its data where it is.
+
 Removing the finalizer by hand (``docs/operations.md``) makes the Topic go at
-once; the data then goes as for a broker that was down: deleted.
+once; unless the loop had already taken the topic out of its state, no deletion
+was asked for and the data stays (the topic is unclaimed).
 
 The decisions here are pure (``needs_finalizer``, ``progress``); ``TopicFinalizer``
 is the thin adapter a cluster's runtime calls after each step.
@@ -31,11 +36,12 @@ is the thin adapter a cluster's runtime calls after each step.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
 from headrace.control.documents import full_name
+from headrace.control.model import DeletionRequest
 from headrace.control.reconcile import Event
 from headrace.operator.kube import KubeApi, ObjectRef
 from headrace.protocol.coordination import Heartbeat
@@ -71,6 +77,17 @@ def policy_of(body: Mapping[str, Any]) -> DeletionPolicy:
         return DeletionPolicy(value) if value is not None else DeletionPolicy.RETAIN
     except ValueError:
         return DeletionPolicy.RETAIN
+
+
+def deletions(topics: Iterable[Mapping[str, Any]]) -> frozenset[DeletionRequest]:
+    """The deletions a cluster's Topics ask for: one per Topic being deleted, as its
+    ``deletionPolicy`` says. The control loop deletes no other topic: a Topic that is not
+    being deleted never becomes one, whatever index it left."""
+    return frozenset(
+        DeletionRequest(full_name(t), retain=policy_of(t) is DeletionPolicy.RETAIN)
+        for t in topics
+        if deleting(t)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,13 +187,6 @@ class TopicFinalizer:
         self.held = {full_name(t): t for t in topics if held(t)}
         for name in set(self._told) - set(self.held):
             del self._told[name]
-
-    @property
-    def retained(self) -> frozenset[str]:
-        """The held Topics whose brokers must keep their copies."""
-        return frozenset(
-            name for name, t in self.held.items() if policy_of(t) is DeletionPolicy.RETAIN
-        )
 
     async def release_finished(
         self,

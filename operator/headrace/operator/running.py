@@ -504,7 +504,9 @@ class ClusterRuntime:
         wanted: dict[str, dict[str, Any]] = {}
         topics = list(topics)
         self.finalizer.sync([t for t in topics if self.owns(t)])
-        self.loop.retained = self.finalizer.retained
+        # the only deletions the loop may carry out: this cluster's Topics being deleted
+        # (a Topic that left the index, or names another cluster now, is not one of them)
+        self.loop.deletions = finalizing.deletions([t for t in topics if self.owns(t)])
         for body in topics:
             if not self.owns(body) or finalizing.deleting(body):
                 continue  # a deleted Topic leaves the state (its finalizer waits for that)

@@ -261,6 +261,13 @@ class BrokerClusterStatus(Status):
     topics: list[str] | None = None
     """The Topics (``namespace/name``) whose status ``topologyGeneration`` covers, written
     after their statuses: the commit record a restarted controller checks them against."""
+    retained_topics: list[str] | None = None
+    """Topics (``namespace/name``) whose copies this cluster's brokers keep aside
+    (``retained/`` in their data directories) although no deletion of them was requested:
+    a restarted controller found them committed but could not read their placement (their
+    Topic names another cluster, or is gone without its finalizer). Listed until a
+    deletion of that name with ``deletionPolicy: Delete``, so that a broker that was down
+    moves its copy aside too instead of deleting it."""
 
 
 class BrokerCluster(Resource):

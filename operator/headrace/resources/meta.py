@@ -297,6 +297,12 @@ IMMUTABLE_SPEC: Final[dict[str, Any]] = {
 }
 
 
+def immutable(message: str) -> dict[str, Any]:
+    """Schema extras of one field the API server refuses to change once it is set: a CEL
+    transition rule (checked on updates only), refused with ``message``."""
+    return {"x-kubernetes-validations": [{"rule": "self == oldSelf", "message": message}]}
+
+
 # --- conditions and status ---
 
 

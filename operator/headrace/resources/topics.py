@@ -12,7 +12,7 @@ structural pruning keeps all of it (``docs/decisions.md``).
 from __future__ import annotations
 
 import enum
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, ClassVar, Final, Literal
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -27,6 +27,7 @@ from headrace.resources.meta import (
     PrinterColumn,
     Resource,
     Status,
+    immutable,
     list_map,
 )
 
@@ -90,6 +91,17 @@ class DeletionPolicy(enum.StrEnum):
     DELETE = "Delete"
 
 
+#: the API server's refusal of a ``clusterRef`` edit (the CRD's CEL rule)
+CLUSTER_REF_IMMUTABLE: Final = (
+    "clusterRef is immutable: a Topic cannot move to another BrokerCluster"
+    " (its data stays on this one); apply a Topic for the other cluster instead"
+)
+#: the API server's refusal of a ``replicas`` edit (the CRD's CEL rule)
+REPLICAS_IMMUTABLE: Final = (
+    "replicas is immutable: changing a topic's replication factor is not supported"
+)
+
+
 def _default_min_in_sync(data: dict[str, object]) -> int:
     replicas = data.get("replicas", 3)
     return min(2, replicas) if isinstance(replicas, int) else 2
@@ -111,12 +123,16 @@ class TopicSpec(Model):
         }
     )
 
-    cluster_ref: ClusterReference
-    """The BrokerCluster that hosts the topic."""
+    cluster_ref: ClusterReference = Field(json_schema_extra=immutable(CLUSTER_REF_IMMUTABLE))
+    """The BrokerCluster that hosts the topic. Immutable: a topic's data lives on its
+    cluster's brokers, so a Topic cannot move to another cluster (apply a Topic there)."""
     partitions: int = Field(ge=1, le=MAX_PARTITIONS)
     """The desired partition count; a change is carried out as a repartition."""
-    replicas: int = Field(default=3, ge=1, le=MAX_REPLICAS)
-    """Copies of each partition, on distinct brokers."""
+    replicas: int = Field(
+        default=3, ge=1, le=MAX_REPLICAS, json_schema_extra=immutable(REPLICAS_IMMUTABLE)
+    )
+    """Copies of each partition, on distinct brokers. Immutable: changing a topic's
+    replication factor is not supported."""
     min_in_sync: int = Field(default_factory=_default_min_in_sync, ge=1, le=MAX_REPLICAS)
     """Live replicas an ``acks=all`` produce needs; with fewer it fails fast instead of
     acknowledging. At most ``replicas``; default ``min(2, replicas)``."""
@@ -312,6 +328,9 @@ class TopicStatus(Status):
     spec_partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
     """The ``spec.partitions`` the controller last acted on: an edit of the spec starts a
     repartition, while a Repartition changes the count and leaves the spec as it was."""
+    partition_count: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
+    """How many partitions the topic has now (the length of ``partitions``): what it is
+    routed over, which after a Repartition may differ from ``spec.partitions``."""
     topology_generation: int | None = Field(default=None, ge=0)
     """The topology generation this status was written for. The controller writes every
     Topic's status before the BrokerCluster's, so a status stamped above the cluster's
@@ -327,7 +346,9 @@ class Topic(Resource):
         singular="topic",
         short_names=("hrt",),
         columns=(
-            PrinterColumn("Partitions", "integer", ".spec.partitions", "Desired partitions"),
+            PrinterColumn(
+                "Partitions", "integer", ".status.partitionCount", "Partitions the topic has now"
+            ),
             PrinterColumn("Replicas", "integer", ".spec.replicas", "Copies of each partition"),
             PrinterColumn(
                 "Version", "integer", ".status.partitioningVersion", "Partitioning version"

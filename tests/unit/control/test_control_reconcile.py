@@ -17,7 +17,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from headrace.control import reconcile as rc
-from headrace.control.model import ClusterState, PartitionState, PartitionStatus, TopicSpec
+from headrace.control.model import (
+    ClusterState,
+    DeletionRequest,
+    PartitionState,
+    PartitionStatus,
+    TopicSpec,
+)
 from headrace.control.settings import ControlSettings
 from headrace.control.topology import cluster_topology, snapshot
 from headrace.protocol.coordination import NO_OWNER, ClusterTopology
@@ -39,6 +45,7 @@ class Controller:
         self.state = ClusterState()
         self.since = self.clock.now_ms
         self.decisions: list[rc.Decision] = []
+        self.deletions: set[DeletionRequest] = set()
 
     def step(self, wait: int = POLL) -> rc.Decision:
         self.clock.advance(wait)
@@ -50,6 +57,7 @@ class Controller:
             self.clock.now_ms,
             SETTINGS,
             observing_since_ms=self.since,
+            deletions=self.deletions,
         )
         assert decision.state.generation == self.state.generation + decision.changed
         self.state = decision.state
@@ -322,16 +330,45 @@ def test_a_restart_mid_election_carries_on() -> None:
 # --------------------------------------------------------------------------- topics and brokers
 
 
-def test_a_topic_without_a_spec_is_deleted() -> None:
+def test_a_topic_whose_deletion_is_requested_is_deleted() -> None:
     c = settled(specs=[TopicSpec(T, 1), TopicSpec("default/other", 1)])
     c.fleet.brokers[0].members[("default/other", "c")] = {"m"}
     c.step()
     generation = c.state.generation
     c.specs = [TopicSpec(T, 1)]
+    c.deletions = {DeletionRequest("default/other", retain=False)}
     d = c.step()
     assert set(d.state.topics) == {T}
     assert d.state.generation == generation + 1
     assert ("TopicDeleted", "default/other") in [(e.kind, e.subject) for e in d.events]
+
+
+def test_a_topic_no_spec_asks_for_is_kept_unless_its_deletion_is_requested() -> None:
+    """Its Topic may name another cluster now, or a watch may have lost it: absence from
+    the specs is never a deletion (the push without it would delete the brokers' copies)."""
+    other = TopicSpec("default/other", 1, replicas=3, min_in_sync=2)
+    c = settled(specs=[TopicSpec(T, 1), other])
+    placed = c.state.topics["default/other"]
+    c.specs = [TopicSpec(T, 1)]
+    d = c.step()
+    assert set(d.state.topics) == {T, "default/other"}
+    assert d.state.topics["default/other"] == placed
+    assert "TopicDeleted" not in [e.kind for e in d.events]
+    assert [(p.topic, p.reason) for p in d.problems] == [("default/other", "TopicUnclaimed")]
+    # its leader dies: it is still served (elections run), and still not deleted
+    leader = c.partition(0, "default/other").leader
+    assert leader is not None
+    c.fleet.brokers[leader].up = False
+    c.run(10)
+    assert c.partition(0, "default/other").leader not in (None, leader)
+    # a request for another topic changes nothing for it
+    c.deletions = {DeletionRequest("default/third", retain=True)}
+    assert "default/other" in c.step().state.topics
+    # claimed again: it keeps its placement and loses the problem
+    c.specs = [TopicSpec(T, 1), other]
+    d = c.step()
+    assert d.state.topics["default/other"].partitions[0].replicas == placed.partitions[0].replicas
+    assert not [p for p in d.problems if p.reason == "TopicUnclaimed"]
 
 
 def test_a_replica_change_is_a_problem_not_an_action() -> None:

@@ -135,12 +135,28 @@ async def test_a_deleted_topic_leaves_the_loop() -> None:
     runtime, _ = runtime_over(api, clock)
     await settle(runtime, api, clock)
     assert "ns/orders" in runtime.loop.state.topics
+    deleted = api.body("Topic", "orders")
+    deleted["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     for _ in range(3):
-        runtime.sync(api.body("BrokerCluster", "demo"), [])
+        runtime.sync(api.body("BrokerCluster", "demo"), [deleted])
         await runtime.step()
         clock.advance(1000)
     assert "ns/orders" not in runtime.loop.state.topics
     assert "ns/orders" not in api.body("BrokerCluster", "demo")["status"]["topics"]
+
+
+async def test_a_topic_that_only_left_the_index_stays_in_the_loop() -> None:
+    """Not a deletion: its Topic names another cluster now, or the watch lost it."""
+    api = FakeApi(CLUSTER, topic())
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    await settle(runtime, api, clock)
+    for _ in range(3):
+        runtime.sync(api.body("BrokerCluster", "demo"), [])
+        await runtime.step()
+        clock.advance(1000)
+    assert "ns/orders" in runtime.loop.state.topics
+    assert "ns/orders" in api.body("BrokerCluster", "demo")["status"]["topics"]
 
 
 async def test_topics_of_other_clusters_and_namespaces_are_not_this_loops() -> None:

@@ -18,6 +18,7 @@ from headrace.resources.crdgen import (
     generated,
     structural_problems,
 )
+from headrace.resources.topics import CLUSTER_REF_IMMUTABLE, REPLICAS_IMMUTABLE
 
 KIND_NAMES = sorted(KINDS)
 
@@ -115,7 +116,7 @@ def test_topic_columns() -> None:
     crd = custom_resource_definition(KINDS["Topic"])
     columns = crd["spec"]["versions"][0]["additionalPrinterColumns"]
     assert [(c["name"], c["jsonPath"]) for c in columns] == [
-        ("Partitions", ".spec.partitions"),
+        ("Partitions", ".status.partitionCount"),  # the spec lags after a Repartition
         ("Replicas", ".spec.replicas"),
         ("Version", ".status.partitioningVersion"),
         ("Ready", '.status.conditions[?(@.type=="Ready")].status'),
@@ -187,6 +188,25 @@ def test_quantities_are_int_or_string() -> None:
 def test_one_shot_specs_are_immutable(kind: str) -> None:
     rules = schema_of(kind)["properties"]["spec"]["x-kubernetes-validations"]
     assert {"rule": "self == oldSelf"}.items() <= rules[0].items()
+
+
+@pytest.mark.parametrize(
+    ("field", "message"),
+    [("clusterRef", CLUSTER_REF_IMMUTABLE), ("replicas", REPLICAS_IMMUTABLE)],
+)
+def test_topic_cluster_ref_and_replicas_are_immutable(field: str, message: str) -> None:
+    """The API server refuses an edit of them: a clusterRef edit would have the old cluster
+    stop serving the topic's data, and no replica-count change exists."""
+    rule = {"rule": "self == oldSelf", "message": message}
+    generated_rules = schema_of("Topic")["properties"]["spec"]["properties"][field]
+    assert generated_rules["x-kubernetes-validations"] == [rule]
+    for crds in (CRDS, ROOT / "charts" / "headrace" / "crds"):
+        crd = yaml.safe_load((crds / file_name(KINDS["Topic"])).read_text())
+        spec = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        assert spec["properties"][field]["x-kubernetes-validations"] == [rule]
+    # an edit of partitions stays allowed: it is a repartition
+    partitions = schema_of("Topic")["properties"]["spec"]["properties"]["partitions"]
+    assert "x-kubernetes-validations" not in partitions
 
 
 @pytest.mark.parametrize(

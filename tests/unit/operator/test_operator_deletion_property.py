@@ -1,0 +1,214 @@
+"""No sequence of spec edits, index changes or operator restarts deletes a topic's data on
+a cluster unless that Topic's deletion asked for it.
+
+A cluster's loop (``ClusterRuntime``) is driven as the operator drives it: its desired
+Topics are its entry of the Topics index (``handlers.topics_index``, keyed by
+``clusterRef``), its statuses live on the objects of a fake API, its brokers are a
+scripted fleet that applies what is pushed. Hypothesis then edits specs, moves Topics to
+another cluster and back (an API server with an older CRD lets ``clusterRef`` change),
+deletes Topics with either policy, removes finalizers by hand, loses Topics from the watch
+for a step, stops brokers and restarts the operator, in any order.
+
+What deletes data is a push: a topology that names neither the topic nor, under
+``retained``, the topic to keep aside makes every broker that holds it remove its copies
+(and the leaders its objects). So the check is on every pushed topology: a topic it
+pushed before may go missing from one only if a ``deletionPolicy: Delete`` deletion of
+that Topic on this cluster was asked for, or if it was retained and its deletion (either
+policy) was asked for (the Retain finalizer then lets it go once every broker moved its
+copy aside).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from operator_fakes import CLUSTER, FakeApi, topic
+
+from headrace.operator import finalizing, handlers
+from headrace.operator.kube import ObjectRef
+from headrace.operator.running import ClusterRuntime
+from headrace.protocol.endpoints import BrokerEndpoint
+from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
+
+NAMES = ("a", "b", "c")
+names = st.sampled_from(NAMES)
+policies = st.sampled_from(["Retain", "Delete"])
+
+
+def ref(name: str) -> ObjectRef:
+    return ObjectRef("headrace.dev/v1alpha1", "Topic", "ns", name)
+
+
+class Deletions(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = ManualClock()
+        self.api = FakeApi(CLUSTER)
+        endpoints = tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(3))
+        self.fleet = ScriptedFleet(endpoints, self.clock)
+        self.runtime = self._start()
+        #: pushes checked so far
+        self.checked = 0
+        #: topics some push named (placed or retained): the brokers may hold them
+        self.placed: set[str] = set()
+        self.aside: set[str] = set()
+        #: Topics of this cluster whose deletion was asked for (with Delete / any policy)
+        self.delete_asked: set[str] = set()
+        self.deletion_asked: set[str] = set()
+
+    # ------------------------------------------------------------------ the world
+
+    def _topics(self) -> list[dict[str, Any]]:
+        return [copy.deepcopy(b) for r, b in self.api.objects.items() if r.kind == "Topic"]
+
+    def _index(self) -> list[dict[str, Any]]:
+        """This cluster's entry of the Topics index, as kopf builds it."""
+        mine = []
+        for body in self._topics():
+            entry = handlers.topics_index(namespace="ns", spec=body["spec"], body=body)
+            mine += [b for key, b in entry.items() if key == ("ns", "demo")]
+        return mine
+
+    def _start(self) -> ClusterRuntime:
+        """The operator (re)starts: a new loop from what the API holds now."""
+        cluster = self.api.body("BrokerCluster", "demo")
+        return ClusterRuntime(self.api, cluster, self._index(), [], self.clock, fleet=self.fleet)
+
+    def _existing(self, name: str) -> dict[str, Any] | None:
+        body = self.api.objects.get(ref(name))
+        return copy.deepcopy(body) if body is not None else None
+
+    def _edit(self, body: dict[str, Any]) -> None:
+        body["metadata"]["generation"] = int(body["metadata"].get("generation", 1)) + 1
+        self.api.put(body)
+
+    async def _steps(self, count: int, index: list[dict[str, Any]] | None) -> None:
+        for _ in range(count):
+            wanted = self._index() if index is None else index
+            self.runtime.sync(self.api.body("BrokerCluster", "demo"), wanted)
+            await self.runtime.step()
+            self.clock.advance(1000)
+            # the API server lets a deleted object go with its last finalizer
+            for body in self._topics():
+                if finalizing.deleting(body) and not finalizing.finalizers(body):
+                    self.api.objects.pop(ObjectRef.of(body), None)
+
+    def _run(self, count: int, index: list[dict[str, Any]] | None = None) -> None:
+        asyncio.run(self._steps(count, index))
+        self._check_pushes()
+
+    def _check_pushes(self) -> None:
+        for doc in self.fleet.pushed[self.checked :]:
+            named = {t["name"] for t in doc["topics"]}
+            retained = set(doc.get("retained", []))
+            for name in sorted(self.placed | self.aside):
+                if name in named or name in retained:
+                    continue
+                may = name in self.delete_asked or (
+                    name in self.aside and name in self.deletion_asked
+                )
+                assert may, (
+                    f"generation {doc['generation']} deletes {name}'s data: no deletion of it"
+                    " was asked for"
+                )
+                self.placed.discard(name)
+                self.aside.discard(name)
+            self.placed = (self.placed - retained) | named
+            self.aside |= retained - named
+        self.checked = len(self.fleet.pushed)
+
+    # ------------------------------------------------------------------ what people do
+
+    @rule(name=names, partitions=st.integers(1, 3), policy=policies)
+    def apply(self, name: str, partitions: int, policy: str) -> None:
+        """kubectl apply: create the Topic on this cluster, or edit its spec."""
+        body = self._existing(name)
+        if body is None:
+            body = topic(name, partitions)
+            body["spec"]["deletionPolicy"] = policy
+            # the handler gives a new Topic the data finalizer before the loop serves it
+            body["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER]
+            self.api.put(body)
+            self.delete_asked.discard(f"ns/{name}")
+            self.deletion_asked.discard(f"ns/{name}")
+        elif not finalizing.deleting(body):
+            body["spec"]["partitions"] = partitions
+            body["spec"]["deletionPolicy"] = policy
+            self._edit(body)
+        self._run(1)
+
+    @rule(name=names, cluster=st.sampled_from(["other", "demo"]), wipe=st.booleans())
+    def move(self, name: str, cluster: str, wipe: bool) -> None:
+        """kubectl patch of clusterRef (an API server whose CRD lacks the CEL rule)."""
+        body = self._existing(name)
+        if body is None or finalizing.deleting(body):
+            return
+        body["spec"]["clusterRef"] = {"name": cluster}
+        if wipe and cluster != "demo":
+            body.pop("status", None)  # the other cluster's loop rewrote it
+        self._edit(body)
+        self._run(1)
+
+    @rule(name=names)
+    def delete(self, name: str) -> None:
+        """kubectl delete topic: the finalizer holds it while the loop lets the data go."""
+        body = self._existing(name)
+        if body is None or finalizing.deleting(body):
+            return
+        if body["spec"]["clusterRef"]["name"] == "demo":
+            self.deletion_asked.add(f"ns/{name}")
+            if finalizing.policy_of(body).value == "Delete":
+                self.delete_asked.add(f"ns/{name}")
+        body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        self.api.put(body)
+        self._run(1)
+
+    @rule(name=names)
+    def remove_finalizer_by_hand(self, name: str) -> None:
+        body = self._existing(name)
+        if body is not None and finalizing.deleting(body):
+            self.api.objects.pop(ref(name))
+        self._run(1)
+
+    @rule()
+    def watch_loses_topics(self) -> None:
+        """A step from an index that lacks every Topic (a relist in progress)."""
+        self._run(1, index=[])
+
+    @rule(broker=st.integers(0, 2), up=st.booleans())
+    def broker(self, broker: int, up: bool) -> None:
+        (self.fleet.down.discard if up else self.fleet.down.add)(broker)
+        self._run(1)
+
+    @rule()
+    def restart(self) -> None:
+        self.runtime = self._start()
+        self._run(1)
+
+    @rule(steps=st.integers(1, 8))
+    def wait(self, steps: int) -> None:
+        self._run(steps)
+
+    @invariant()
+    def placed_topics_of_this_cluster_stay_placed(self) -> None:
+        """A Topic of this cluster that is not being deleted is never out of the state
+        once placed (the loop keeps what it placed until a deletion asks otherwise)."""
+        for name in self.placed:
+            body = self._existing(name.partition("/")[2])
+            ours = body is not None and body["spec"]["clusterRef"]["name"] == "demo"
+            if ours and body is not None and not finalizing.deleting(body):
+                assert name in self.runtime.loop.state.topics
+
+
+TestDeletions = Deletions.TestCase
+TestDeletions.settings = settings(
+    max_examples=60,
+    stateful_step_count=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
