@@ -6,7 +6,7 @@ resource and subresource. Point it at a cluster where the operator runs a
 BrokerCluster and Topics and nothing else changes them: the ``headrace.dev``
 rows are then the operator's writes (nobody else writes those objects; kubectl
 applies are not idle). The apps/v1 and core rows show the workload's objects;
-``leases`` mixes the operator's Lease renewals (one per ``duration/3``) with
+``leases`` mixes the operator's Lease renewals (one per ``duration/6``) with
 the nodes' heartbeats, so it is reported apart.
 
     python -m bench.operator_idle --kubeconfig PATH --seconds 600

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -48,6 +48,16 @@ class KubeApiError(Exception):
 
 class StaleResourceVersion(KubeApiError):
     """409 Conflict: the object changed since the ``resourceVersion`` the write named."""
+
+
+class NotLeading(KubeApiError):
+    """This replica does not hold the Lease (or has not renewed it within its deadline):
+    it must not write."""
+
+
+#: seconds: the longest one API call may take. A hung connection must not hold a step (or
+#: the handler that waits for it) forever; the next step tries again
+REQUEST_TIMEOUT_S = 30.0
 
 
 class KubeApi(Protocol):
@@ -101,11 +111,14 @@ class ClientApi:
     """``KubeApi`` over the official client's dynamic client (configured from KUBECONFIG or
     the in-cluster service account)."""
 
-    def __init__(self, kubeconfig: str | None = None) -> None:
+    def __init__(
+        self, kubeconfig: str | None = None, request_timeout_s: float = REQUEST_TIMEOUT_S
+    ) -> None:
         import kubernetes
 
         k8s: Any = kubernetes
         self._dynamic: Any = k8s.dynamic.DynamicClient(api_client(kubeconfig))
+        self._timeout = request_timeout_s
 
     def _resource(self, api_version: str, kind: str) -> Any:
         return self._dynamic.resources.get(api_version=api_version, kind=kind)
@@ -116,7 +129,7 @@ class ClientApi:
         def call() -> dict[str, Any] | None:
             try:
                 found = self._resource(ref.api_version, ref.kind).get(
-                    name=ref.name, namespace=ref.namespace
+                    name=ref.name, namespace=ref.namespace, _request_timeout=self._timeout
                 )
             except exceptions.NotFoundError:
                 return None
@@ -143,7 +156,9 @@ class ClientApi:
         def call() -> dict[str, Any] | None:
             resource = self._resource(ref.api_version, ref.kind)
             try:
-                stored = resource.status.replace(body=body, namespace=ref.namespace)
+                stored = resource.status.replace(
+                    body=body, namespace=ref.namespace, _request_timeout=self._timeout
+                )
             except exceptions.NotFoundError:
                 return None
             except exceptions.ConflictError as exc:
@@ -170,6 +185,7 @@ class ClientApi:
                     namespace=meta.get("namespace"),
                     field_manager=FIELD_MANAGER,
                     force_conflicts=True,
+                    _request_timeout=self._timeout,
                 )
             except exceptions.DynamicApiError as exc:
                 raise KubeApiError(f"apply {manifest['kind']} {meta['name']}: {exc}") from exc
@@ -181,7 +197,9 @@ class ClientApi:
     ) -> list[dict[str, Any]]:
         def call() -> list[dict[str, Any]]:
             found = self._resource(api_version, kind).get(
-                namespace=namespace, label_selector=label_selector or None
+                namespace=namespace,
+                label_selector=label_selector or None,
+                _request_timeout=self._timeout,
             )
             return [item.to_dict() for item in found.items]
 
@@ -197,6 +215,7 @@ class ClientApi:
                     name=ref.name,
                     namespace=ref.namespace,
                     content_type="application/merge-patch+json",
+                    _request_timeout=self._timeout,
                 )
             except exceptions.NotFoundError:
                 return
@@ -215,7 +234,7 @@ class ClientApi:
         def call() -> None:
             try:
                 self._resource(ref.api_version, ref.kind).delete(
-                    name=ref.name, namespace=ref.namespace
+                    name=ref.name, namespace=ref.namespace, _request_timeout=self._timeout
                 )
             except exceptions.NotFoundError:
                 return
@@ -223,3 +242,47 @@ class ClientApi:
                 raise KubeApiError(f"delete {ref.kind} {ref.namespace}/{ref.name}: {exc}") from exc
 
         await asyncio.to_thread(call)
+
+
+class FencedApi:
+    """A ``KubeApi`` that writes only while ``leading()`` says this replica leads.
+
+    Reads pass through. Every write first asks ``leading`` (the Lease elector's: a
+    renewal within its deadline, by this process's monotonic clock) and raises
+    ``NotLeading`` instead of writing when it does not. A replica paused past its
+    deadline (SIGSTOP, a frozen VM) thus writes nothing when it wakes, even before its
+    renewal thread has found the Lease taken."""
+
+    def __init__(self, inner: KubeApi, leading: Callable[[], bool]) -> None:
+        self.inner = inner
+        self._leading = leading
+
+    def _check(self, what: str) -> None:
+        if not self._leading():
+            raise NotLeading(f"{what}: this replica does not hold the Lease")
+
+    async def get(self, ref: ObjectRef) -> dict[str, Any] | None:
+        return await self.inner.get(ref)
+
+    async def list(
+        self, api_version: str, kind: str, namespace: str, label_selector: str = ""
+    ) -> list[dict[str, Any]]:
+        return await self.inner.list(api_version, kind, namespace, label_selector)
+
+    async def replace_status(
+        self, ref: ObjectRef, resource_version: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        self._check(f"status of {ref.kind} {ref.namespace}/{ref.name}")
+        return await self.inner.replace_status(ref, resource_version, status)
+
+    async def apply(self, manifest: Mapping[str, Any]) -> None:
+        self._check(f"apply {manifest['kind']} {manifest['metadata']['name']}")
+        await self.inner.apply(manifest)
+
+    async def patch_metadata(self, ref: ObjectRef, patch: Mapping[str, Any]) -> None:
+        self._check(f"metadata of {ref.kind} {ref.namespace}/{ref.name}")
+        await self.inner.patch_metadata(ref, patch)
+
+    async def delete(self, ref: ObjectRef) -> None:
+        self._check(f"delete {ref.kind} {ref.namespace}/{ref.name}")
+        await self.inner.delete(ref)

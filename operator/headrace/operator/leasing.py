@@ -8,8 +8,27 @@ unexpired Lease is active; another one that starts waits, retrying, until the
 holder stops renewing. The Lease is written with the ``resourceVersion`` it
 was read at, so two replicas racing for an expired Lease cannot both win.
 
-A Lease is not a fence either (a replica may be paused past its expiry with a
-write in flight), which is why every status write is also compare-and-swap
+The rules are client-go's ``leaderelection``:
+
+- **Expiry is judged by the observer's own clock.** A waiting replica notes
+  when it first saw the Lease record it holds now (its ``resourceVersion``);
+  the holder is presumed gone once that record has not changed for
+  ``duration_seconds`` on the waiting replica's monotonic clock. The holder's
+  ``renewTime`` is another machine's wall clock and is never compared with
+  ours.
+- **The holder stops acting before anyone may take over.** It counts as
+  leading only while its last successful renewal is younger than
+  ``renew_deadline_seconds``, which is shorter than the duration. A renewal
+  that fails is retried every ``retry_seconds`` until that deadline; then the
+  holder gives up (``lost``). ``leading()`` is checked before every write
+  the operator makes (``FencedApi``), so a replica that was paused (SIGSTOP,
+  a frozen VM) past its deadline writes nothing when it wakes, even before
+  its renewal thread has run.
+- **Every Lease call has a timeout**, so a hung connection cannot keep the
+  holder from learning that it can no longer renew.
+
+A Lease is still not a perfect fence (a write can be in flight when the
+holder is paused), which is why every status write is also compare-and-swap
 (``statuses``). The holder renews every ``renew_seconds``: those renewals are
 the operator's only writes on an idle cluster.
 
@@ -23,7 +42,7 @@ import datetime as dt
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,19 +61,43 @@ def _time(value: Any) -> dt.datetime | None:
     return None
 
 
-def may_acquire(spec: Mapping[str, Any] | None, identity: str, now: dt.datetime) -> bool:
-    """Whether ``identity`` may take (or keep) a Lease whose spec is ``spec``.
+@dataclass(frozen=True, slots=True)
+class LeaseRecord:
+    """The Lease as read: who holds it, and the version that identifies this record."""
 
-    Its own Lease, a Lease nobody holds, or one whose holder has not renewed it within
-    ``leaseDurationSeconds``.
+    resource_version: str
+    holder: str | None
+    duration_seconds: int
+    acquire_time: dt.datetime | None
+    transitions: int
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """A Lease record and when this replica first saw it (its own monotonic clock)."""
+
+    record: LeaseRecord
+    seen_at: float
+
+
+def observe(previous: Observation | None, record: LeaseRecord, now: float) -> Observation:
+    """The observation after reading ``record`` at ``now``: a record unchanged since the
+    last read keeps its first sighting, a changed one (a renewal) starts anew."""
+    if previous is not None and previous.record.resource_version == record.resource_version:
+        return previous
+    return Observation(record, now)
+
+
+def may_acquire(seen: Observation, identity: str, now: float) -> bool:
+    """Whether ``identity`` may take (or keep) the Lease it observed as ``seen``.
+
+    Its own Lease, a Lease nobody holds, or one whose record has not changed for its
+    ``leaseDurationSeconds`` since this replica first saw it.
     """
-    if not spec or not spec.get("holderIdentity"):
+    holder = seen.record.holder
+    if not holder or holder == identity:
         return True
-    if spec["holderIdentity"] == identity:
-        return True
-    renewed = _time(spec.get("renewTime")) or _time(spec.get("acquireTime"))
-    duration = int(spec.get("leaseDurationSeconds") or 0)
-    return renewed is None or renewed + dt.timedelta(seconds=duration) < now
+    return now - seen.seen_at > seen.record.duration_seconds
 
 
 #: a holder that has not renewed for this long is presumed gone: long enough that a busy
@@ -66,36 +109,109 @@ DEFAULT_LEASE_SECONDS = 60
 class LeaseSettings:
     namespace: str = "default"
     name: str = "headrace-operator"
-    #: a holder that has not renewed for this long is presumed gone
+    #: seconds: a holder whose record has not changed for this long is presumed gone
     duration_seconds: int = DEFAULT_LEASE_SECONDS
-    #: renew this often (well inside the duration, so one slow renewal does not lose it)
-    renew_seconds: float = 20.0
-    #: how often a waiting replica retries
+    #: seconds: the holder stops acting once its last successful renewal is this old.
+    #: Shorter than the duration by more than a renewal's timeout, so the holder has
+    #: stopped before any successor may start (client-go uses 2/3 of the duration)
+    renew_deadline_seconds: float = DEFAULT_LEASE_SECONDS * 2 / 3
+    #: seconds: renew this often (several tries fit before the deadline)
+    renew_seconds: float = DEFAULT_LEASE_SECONDS / 6
+    #: seconds: how often a waiting replica retries, and a failed renewal is retried
     retry_seconds: float = 2.0
+    #: seconds: the longest one Lease API call may take
+    request_timeout_seconds: float = 5.0
+
+    @classmethod
+    def for_duration(cls, namespace: str, name: str, duration_seconds: int) -> LeaseSettings:
+        """Settings whose deadline and periods scale with ``duration_seconds``."""
+        return cls(
+            namespace=namespace,
+            name=name,
+            duration_seconds=duration_seconds,
+            renew_deadline_seconds=duration_seconds * 2 / 3,
+            renew_seconds=duration_seconds / 6,
+            retry_seconds=min(2.0, duration_seconds / 10),
+            request_timeout_seconds=min(5.0, duration_seconds / 6),
+        )
+
+    def __post_init__(self) -> None:
+        if not (self.request_timeout_seconds < self.renew_deadline_seconds < self.duration_seconds):
+            raise ValueError(
+                "lease settings need request timeout < renew deadline < duration, got"
+                f" {self.request_timeout_seconds} s, {self.renew_deadline_seconds} s and"
+                f" {self.duration_seconds} s"
+            )
 
 
 class LeaseElector:
-    def __init__(self, api_client: Any, identity: str, settings: LeaseSettings) -> None:
-        from kubernetes import client
-
+    def __init__(
+        self,
+        coordination: Any,
+        identity: str,
+        settings: LeaseSettings,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """``coordination``: the official client's ``CoordinationV1Api`` (``over``), or
+        anything with its three Lease calls."""
         # the client's generated models are only partly typed: treat it as untyped
-        self.api: Any = client.CoordinationV1Api(api_client)
+        self.api: Any = coordination
         self.identity = identity
         self.settings = settings
+        self._monotonic = monotonic
         #: Lease writes made (acquisitions and renewals), for the idle-writes figure
         self.writes = 0
+        #: the Lease record as this replica last read it, and when it first saw it
+        self._seen: Observation | None = None
+        #: monotonic time of the last successful acquisition or renewal (None: never)
+        self._renewed_at: float | None = None
+
+    @classmethod
+    def over(cls, api_client: Any, identity: str, settings: LeaseSettings) -> LeaseElector:
+        """An elector over an official-client ``ApiClient``."""
+        from kubernetes import client
+
+        return cls(client.CoordinationV1Api(api_client), identity, settings)
+
+    def leading(self) -> bool:
+        """Whether this replica may act: it holds the Lease and renewed it within the
+        renew deadline, by its own monotonic clock."""
+        renewed = self._renewed_at
+        return (
+            renewed is not None
+            and self._monotonic() - renewed < self.settings.renew_deadline_seconds
+        )
+
+    def _read(self) -> LeaseRecord | None:
+        from kubernetes.client.exceptions import ApiException
+
+        s = self.settings
+        try:
+            lease = self.api.read_namespaced_lease(
+                s.name, s.namespace, _request_timeout=s.request_timeout_seconds
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+        spec = lease.spec
+        return LeaseRecord(
+            resource_version=str(lease.metadata.resource_version),
+            holder=getattr(spec, "holder_identity", None),
+            duration_seconds=int(getattr(spec, "lease_duration_seconds", None) or 0),
+            acquire_time=_time(getattr(spec, "acquire_time", None)),
+            transitions=int(getattr(spec, "lease_transitions", None) or 0),
+        )
 
     def try_acquire(self) -> bool:
         """Take or renew the Lease if ``may_acquire``; False if another replica holds it."""
         from kubernetes.client.exceptions import ApiException
 
         s = self.settings
+        started = self._monotonic()
         now = _now()
-        try:
-            lease = self.api.read_namespaced_lease(s.name, s.namespace)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
+        record = self._read()
+        if record is None:
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
                 "kind": "Lease",
@@ -103,44 +219,48 @@ class LeaseElector:
                 "spec": self._spec(now, now, 0),
             }
             try:
-                self.api.create_namespaced_lease(s.namespace, body)
+                self.api.create_namespaced_lease(
+                    s.namespace, body, _request_timeout=s.request_timeout_seconds
+                )
             except ApiException as create_exc:
                 if create_exc.status == 409:
                     return False  # another replica created it first
                 raise
-            self.writes += 1
+            self._won(started)
             return True
-        spec = lease.spec.to_dict() if lease.spec else {}
-        spec = {
-            "holderIdentity": spec.get("holder_identity"),
-            "renewTime": spec.get("renew_time"),
-            "acquireTime": spec.get("acquire_time"),
-            "leaseDurationSeconds": spec.get("lease_duration_seconds"),
-            "leaseTransitions": spec.get("lease_transitions") or 0,
-        }
-        if not may_acquire(spec, self.identity, now):
+        self._seen = observe(self._seen, record, started)
+        if not may_acquire(self._seen, self.identity, started):
             return False
-        ours = spec["holderIdentity"] == self.identity
-        acquired = _time(spec["acquireTime"]) if ours else now
-        transitions = spec["leaseTransitions"] + (0 if ours else 1)
+        ours = record.holder == self.identity
+        acquired = record.acquire_time if ours else now
+        transitions = record.transitions + (0 if ours else 1)
         body = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {
                 "name": s.name,
                 "namespace": s.namespace,
-                "resourceVersion": lease.metadata.resource_version,
+                "resourceVersion": record.resource_version,
             },
             "spec": self._spec(acquired or now, now, transitions),
         }
         try:
-            self.api.replace_namespaced_lease(s.name, s.namespace, body)
+            self.api.replace_namespaced_lease(
+                s.name, s.namespace, body, _request_timeout=s.request_timeout_seconds
+            )
         except ApiException as exc:
             if exc.status == 409:
                 return False  # changed meanwhile: someone else renewed or took it
             raise
-        self.writes += 1
+        self._won(started)
         return True
+
+    def _won(self, started: float) -> None:
+        """A write of ours was accepted: leading counts from when the attempt *started*
+        (the renewal may have taken up to its timeout)."""
+        self.writes += 1
+        self._renewed_at = started
+        self._seen = None
 
     def _spec(
         self, acquired: dt.datetime, renewed: dt.datetime, transitions: int
@@ -161,9 +281,10 @@ class LeaseElector:
         from kubernetes.client.exceptions import ApiException
 
         s = self.settings
+        self._renewed_at = None  # acts no more, whatever the release's outcome
         try:
-            lease = self.api.read_namespaced_lease(s.name, s.namespace)
-            if lease.spec is None or lease.spec.holder_identity != self.identity:
+            record = self._read()
+            if record is None or record.holder != self.identity:
                 return
             body = {
                 "apiVersion": "coordination.k8s.io/v1",
@@ -171,11 +292,13 @@ class LeaseElector:
                 "metadata": {
                     "name": s.name,
                     "namespace": s.namespace,
-                    "resourceVersion": lease.metadata.resource_version,
+                    "resourceVersion": record.resource_version,
                 },
                 "spec": {**self._spec(_now(), _now(), 0), "holderIdentity": None},
             }
-            self.api.replace_namespaced_lease(s.name, s.namespace, body)
+            self.api.replace_namespaced_lease(
+                s.name, s.namespace, body, _request_timeout=s.request_timeout_seconds
+            )
             self.writes += 1
             log.info("lease %s released", s.name)
         except (ApiException, OSError) as exc:
@@ -198,23 +321,30 @@ class LeaseElector:
         return False
 
     def keep(self, lost: Callable[[], None], stop: threading.Event) -> threading.Thread:
-        """Renew in a thread; call ``lost`` once a renewal is refused or the Lease expires."""
-
-        def renew() -> None:
-            last = time.monotonic()
-            while not stop.wait(self.settings.renew_seconds):
-                try:
-                    if self.try_acquire():
-                        last = time.monotonic()
-                        continue
-                    log.error("lease %s was taken by another replica", self.settings.name)
-                except Exception:
-                    log.exception("lease %s: renewal failed", self.settings.name)
-                    if time.monotonic() - last < self.settings.duration_seconds:
-                        continue
-                lost()
-                return
-
-        thread = threading.Thread(target=renew, name="lease", daemon=True)
+        """Renew in a thread; call ``lost`` once a renewal is refused, or once the renew
+        deadline passes without a successful renewal."""
+        thread = threading.Thread(target=self.renew_until_lost, args=(lost, stop), daemon=True)
+        thread.name = "lease"
         thread.start()
         return thread
+
+    def renew_until_lost(self, lost: Callable[[], None], stop: threading.Event) -> None:
+        s = self.settings
+        wait = s.renew_seconds
+        while not stop.wait(wait):
+            try:
+                if self.try_acquire():
+                    wait = s.renew_seconds
+                    continue
+                log.error("lease %s was taken by another replica", s.name)
+            except Exception:
+                log.exception("lease %s: renewal failed", s.name)
+                if self.leading():
+                    renewed = self._renewed_at or 0.0
+                    left = s.renew_deadline_seconds - (self._monotonic() - renewed)
+                    wait = max(0.0, min(s.retry_seconds, left))
+                    continue
+            self._renewed_at = None
+            lost()
+            return
+        return

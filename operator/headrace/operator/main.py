@@ -14,7 +14,7 @@ import threading
 
 import click
 
-from headrace.operator.kube import ClientApi, api_client
+from headrace.operator.kube import ClientApi, FencedApi, api_client
 from headrace.operator.leasing import DEFAULT_LEASE_SECONDS, LeaseElector, LeaseSettings
 from headrace.operator.running import RuntimeSettings
 from headrace.operator.surfaces import DEFAULT_PORT, Surfaces
@@ -136,15 +136,10 @@ def operator(
         server = Surfaces(*address, interval_s=poll_interval_ms / 1000)
         server.start()
         log.info("surfaces on http://%s:%d/", address[0], server.port)
-    elector = LeaseElector(
+    elector = LeaseElector.over(
         api_client(kubeconfig),
         identity,
-        LeaseSettings(
-            namespace=lease_namespace,
-            name=lease_name,
-            duration_seconds=lease_duration_seconds,
-            renew_seconds=lease_duration_seconds / 3,
-        ),
+        LeaseSettings.for_duration(lease_namespace, lease_name, lease_duration_seconds),
     )
     stop = threading.Event()
     elector.acquire(stop)
@@ -156,7 +151,7 @@ def operator(
 
     elector.keep(lost, stop)
     context = handlers.OperatorContext(
-        api=ClientApi(kubeconfig),
+        api=FencedApi(ClientApi(kubeconfig), elector.leading),
         clock=SystemClock(),
         workload=WorkloadSettings(
             broker_command=tuple(shlex.split(broker_command)),

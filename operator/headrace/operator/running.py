@@ -59,7 +59,7 @@ from headrace.operator import (
     workloads,
 )
 from headrace.operator.kube import KubeApi
-from headrace.operator.statuses import KubeStatusStore
+from headrace.operator.statuses import KubeStatusStore, Superseded
 from headrace.operator.surfaces import STEP, OperatorMetrics
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources.clusters import BrokerCluster, ObjectStore
@@ -705,7 +705,9 @@ class ClusterRuntime:
                     await self.refresh_token()
                     self.sync(*desired())
                     await self.step()
-                except asyncio.CancelledError:
+                except (asyncio.CancelledError, Superseded):
+                    # Superseded: another controller wrote what this one was about to;
+                    # kopf starts this loop again, and it loads what is stored
                     raise
                 except Exception:
                     log.exception("cluster %s/%s: step failed", self.namespace, self.name)

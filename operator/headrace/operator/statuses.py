@@ -15,7 +15,16 @@ object, and the API server refuses it (409) if the object changed since. On
 a conflict the store re-reads the object and tries again with the fresh
 version, unless what it read is a *newer* commit than the one being written
 (a higher ``topologyGeneration``): then another controller is ahead, and the
-write fails with ``Superseded`` instead of rolling the cluster back.
+write fails with ``Superseded`` instead of rolling the cluster back. The same
+holds for a BrokerCluster commit (the cluster document, which carries the
+generation) at the *same* generation that differs from the one this store last
+wrote or loaded: another controller committed it, and overwriting it would let
+two controllers take turns. ``Superseded`` ends the control loop's run;
+kopf starts it again, and the new run loads what is stored.
+
+A watch event can deliver an object older than the store's own last write
+(the index lags). ``remember`` ignores a version it has already seen, so the
+store never moves back to it and pays a 409 for nothing.
 
 No-op writes
 ------------
@@ -33,6 +42,7 @@ writes its part and the object gets both.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -46,6 +56,8 @@ log = logging.getLogger(__name__)
 
 #: conflicts in a row after which a write gives up (the next step tries again)
 MAX_CONFLICTS: Final = 5
+#: versions remembered per object to recognise a stale watch event (see the module)
+SEEN_VERSIONS: Final = 64
 
 #: the BrokerCluster status fields the workload reconciler owns, not the control loop
 WORKLOAD_FIELDS: Final = ("conditions", "observedGeneration")
@@ -71,6 +83,11 @@ def _generation(status: Mapping[str, Any] | None) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+def _commit(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The control loop's commit in a BrokerCluster status: all but the workload fields."""
+    return {k: v for k, v in status.items() if k not in WORKLOAD_FIELDS}
+
+
 class KubeStatusStore:
     """The documents of one BrokerCluster and its Topics and Unloads; a ``StatusStore``."""
 
@@ -91,6 +108,10 @@ class KubeStatusStore:
         self.finalizer = finalizer
         self.cluster_ref = ObjectRef.of(cluster)
         self._known: dict[ObjectRef, Known] = {}
+        #: the versions of each object seen so far, newest last (``remember``)
+        self._seen: dict[ObjectRef, deque[str]] = {}
+        #: the status of each object as this store loaded or last wrote it
+        self._ours: dict[ObjectRef, dict[str, Any]] = {}
         self._topics = {full_name(t): dict(t) for t in topics}
         self._unloads = {full_name(u): dict(u) for u in unloads}
         self._repartitions = {full_name(r): dict(r) for r in repartitions}
@@ -101,6 +122,7 @@ class KubeStatusStore:
             *self._repartitions.values(),
         ):
             self.remember(body)
+        self._ours = {ref: dict(known.status) for ref, known in self._known.items()}
         status = dict(cluster.get("status") or {})
         self._workload = {k: status.pop(k) for k in WORKLOAD_FIELDS if k in status}
         self._cluster_doc: dict[str, Any] | None = status or None
@@ -114,8 +136,21 @@ class KubeStatusStore:
     def remember(self, body: Mapping[str, Any]) -> None:
         """Take ``body``'s version and status as the latest known (a watch event, a read)."""
         version = body.get("metadata", {}).get("resourceVersion")
-        if version is not None:
-            self._known[ObjectRef.of(body)] = Known(str(version), dict(body.get("status") or {}))
+        if version is None:
+            return
+        ref = ObjectRef.of(body)
+        if not self._saw(ref, str(version)):
+            return  # a version seen before: older than what the store knows now
+        self._known[ref] = Known(str(version), dict(body.get("status") or {}))
+
+    def _saw(self, ref: ObjectRef, version: str) -> bool:
+        """Note ``version`` of ``ref``; False if it was seen before (resourceVersions are
+        opaque, so "seen" is the only order the store relies on)."""
+        seen = self._seen.setdefault(ref, deque(maxlen=SEEN_VERSIONS))
+        if version in seen:
+            return False
+        seen.append(version)
+        return True
 
     # ------------------------------------------------------------------ StatusStore
 
@@ -185,6 +220,29 @@ class KubeStatusStore:
         namespace, _, short = name.partition("/")
         return ObjectRef(API_VERSION, kind, namespace, short)
 
+    def _refuse_if_superseded(
+        self, ref: ObjectRef, stored: Mapping[str, Any], status: Mapping[str, Any]
+    ) -> None:
+        """Raise ``Superseded`` if ``stored`` (the object's status as last seen) is a newer
+        commit than ``status``, or one at the same generation that this store did not
+        write: another controller is active."""
+        if _generation(stored) > _generation(status):
+            raise Superseded(
+                f"{ref.kind} {ref.namespace}/{ref.name} holds topology generation"
+                f" {_generation(stored)}, newer than {_generation(status)}"
+            )
+        ours = self._ours.get(ref)
+        if (
+            ref == self.cluster_ref
+            and ours is not None
+            and _generation(stored) == _generation(status)
+            and _commit(stored) != _commit(ours)
+        ):
+            raise Superseded(
+                f"{ref.kind} {ref.namespace}/{ref.name}: another controller committed topology"
+                f" generation {_generation(status)}"
+            )
+
     async def _write(self, ref: ObjectRef, status: Mapping[str, Any]) -> None:
         """Replace ``ref``'s status with ``status`` unless it already is; see the module."""
         status = dict(status)
@@ -196,15 +254,13 @@ class KubeStatusStore:
                 body = await self.api.get(ref)
                 if body is None:
                     return  # deleted meanwhile: its status went with it
-                self.remember(body)
-                known = self._known[ref]
+                # read just now, so the newest there is, even if a watch event showed it first
+                version = str(body.get("metadata", {}).get("resourceVersion"))
+                self._saw(ref, version)
+                known = self._known[ref] = Known(version, dict(body.get("status") or {}))
                 if known.status == status:
                     return
-                if _generation(known.status) > _generation(status):
-                    raise Superseded(
-                        f"{ref.kind} {ref.namespace}/{ref.name} holds topology generation"
-                        f" {_generation(known.status)}, newer than {_generation(status)}"
-                    )
+            self._refuse_if_superseded(ref, known.status, status)
             try:
                 stored = await self.api.replace_status(ref, known.resource_version, status)
             except StaleResourceVersion:
@@ -219,8 +275,10 @@ class KubeStatusStore:
             if stored is None:
                 self._known.pop(ref, None)
                 return
-            version = stored.get("metadata", {}).get("resourceVersion")
-            self._known[ref] = Known(str(version), status)
+            version = str(stored.get("metadata", {}).get("resourceVersion"))
+            self._saw(ref, version)
+            self._known[ref] = Known(version, status)
+            self._ours[ref] = status
             return
         raise KubeApiError(
             f"{ref.kind} {ref.namespace}/{ref.name}: {MAX_CONFLICTS} conflicts in a row"

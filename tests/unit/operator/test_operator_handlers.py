@@ -6,7 +6,6 @@ status of an orphan Topic; and the Lease rule."""
 from __future__ import annotations
 
 import asyncio
-import datetime as dt
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,7 +16,6 @@ from operator_fakes import CLUSTER, topic
 
 from headrace.operator import finalizing, handlers, running, workloads
 from headrace.operator.kube import ClientApi
-from headrace.operator.leasing import may_acquire
 from headrace.operator.running import ClusterRuntime
 from tests.unit.controller.controller_fakes import ManualClock
 
@@ -281,32 +279,6 @@ async def pods_listed(server: ApiServer) -> None:
     selector = f"{workloads.CLUSTER_LABEL}=demo"
     while not any(r.params.get("labelSelector") == selector for r in server["get"]):
         await asyncio.sleep(0.01)
-
-
-NOW = dt.datetime(2026, 1, 1, 12, 0, 0, tzinfo=dt.UTC)
-
-
-@pytest.mark.parametrize(
-    ("spec", "may"),
-    [
-        (None, True),
-        ({"holderIdentity": ""}, True),
-        ({"holderIdentity": "me", "renewTime": NOW, "leaseDurationSeconds": 60}, True),
-        ({"holderIdentity": "other", "renewTime": NOW, "leaseDurationSeconds": 60}, False),
-        (
-            {
-                "holderIdentity": "other",
-                "renewTime": "2026-01-01T11:58:59.000000Z",
-                "leaseDurationSeconds": 60,
-            },
-            True,
-        ),
-    ],
-)
-def test_the_lease_goes_to_its_holder_or_to_anyone_once_it_expired(
-    spec: dict[str, Any] | None, may: bool
-) -> None:
-    assert may_acquire(spec, "me", NOW) is may
 
 
 async def test_a_deleted_topic_of_a_missing_cluster_is_let_go_at_once(

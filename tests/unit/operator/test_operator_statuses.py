@@ -154,3 +154,55 @@ async def test_an_unload_is_released_by_removing_the_operators_finalizer_only(
     stored = server.body("Unload", "u")
     assert stored["metadata"]["finalizers"] == ["someone.else/f"]
     assert store.writes == 1
+
+
+COMMIT = {"topologyGeneration": 4, "topics": [], "brokers": [{"id": 0}]}
+
+
+async def test_another_commit_at_the_same_generation_is_never_overwritten(
+    server: ApiServer, api: ClientApi, objects: None
+) -> None:
+    store = store_over(server, api)
+    await store.write_cluster_status(COMMIT)
+    # a second controller (the Lease's old holder, woken from a pause) commits generation 5
+    theirs = {**COMMIT, "topologyGeneration": 5, "brokers": [{"id": 1}]}
+    server.put({**server.body("BrokerCluster", "demo"), "status": theirs})
+    with pytest.raises(Superseded, match="another controller committed"):
+        await store.write_cluster_status({**COMMIT, "topologyGeneration": 5})
+    assert server.body("BrokerCluster", "demo")["status"] == theirs
+
+
+async def test_a_commit_seen_through_the_watch_is_not_overwritten_either(
+    server: ApiServer, api: ClientApi, objects: None
+) -> None:
+    store = store_over(server, api)
+    await store.write_cluster_status(COMMIT)
+    theirs = {**COMMIT, "topologyGeneration": 5, "brokers": [{"id": 1}]}
+    store.remember(server.put({**server.body("BrokerCluster", "demo"), "status": theirs}))
+    with pytest.raises(Superseded):
+        await store.write_cluster_status({**COMMIT, "topologyGeneration": 5})
+    assert server.body("BrokerCluster", "demo")["status"] == theirs
+
+
+async def test_the_workload_conditions_written_beside_a_commit_are_no_rival_commit(
+    server: ApiServer, api: ClientApi, objects: None
+) -> None:
+    store = store_over(server, api)
+    await store.write_cluster_status(COMMIT)
+    body = server.body("BrokerCluster", "demo")
+    conditions = [{"type": "Ready", "status": "False", "reason": "TokenUnreadable"}]
+    server.put({**body, "status": {**body["status"], "conditions": conditions}})
+    await store.write_cluster_status({**COMMIT, "topologyGeneration": 5})
+    assert server.body("BrokerCluster", "demo")["status"]["topologyGeneration"] == 5
+
+
+async def test_a_late_watch_event_does_not_move_the_store_back(
+    server: ApiServer, api: ClientApi, objects: None
+) -> None:
+    store = store_over(server, api)
+    before = server.body("Topic", "orders")
+    await store.write_topic_status("ns/orders", STATUS)
+    store.remember(before)  # the index delivers the object as it was before that write
+    await store.write_topic_status("ns/orders", {**STATUS, "topologyGeneration": 3})
+    assert store.conflicts == 0
+    assert server.body("Topic", "orders")["status"]["topologyGeneration"] == 3
