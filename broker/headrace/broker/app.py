@@ -311,6 +311,7 @@ class Broker:
                 self.settings.cluster_id,
                 [BrokerEndpoint(me, host, port)],
                 routing,
+                self.registry.generation_epoch,
             )
         content = (
             tuple(snapshot.brokers),
