@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import zlib
 
 import pytest
@@ -94,6 +96,26 @@ def test_generation_never_goes_back(generations: list[int]) -> None:
         applied = cache.apply(snapshot(gen))
         assert applied == (i == 0 or gen > max(generations[:i]))
     assert cache.generation == max(generations)
+
+
+def test_a_counter_that_started_again_is_newer_than_the_old_one() -> None:
+    cache = routing.RoutingCache()
+    assert cache.apply(snapshot(40, [1, 1, 1]))  # a counter kept since before epochs
+    restarted = dataclasses.replace(snapshot(2, [2, 2, 2]), epoch=1_700_000_000_000)
+    assert cache.apply(restarted)
+    assert (cache.epoch, cache.generation) == (1_700_000_000_000, 2)
+    assert cache.owner("orders", 0) == B2
+    # the old counter's late pushes, however high, stay older
+    assert not cache.apply(snapshot(41, [1, 1, 1]))
+    assert cache.apply(dataclasses.replace(snapshot(3, [1, 2, 1]), epoch=1_700_000_000_000))
+
+
+def test_the_epoch_travels_in_the_snapshot_and_defaults_to_zero() -> None:
+    with_epoch = dataclasses.replace(snapshot(7), epoch=123)
+    assert TopologySnapshot.decode(with_epoch.encode()).order == (123, 7)
+    legacy = json.loads(snapshot(7).encode())
+    del legacy["epoch"]  # what a broker from before epochs sends
+    assert TopologySnapshot.decode(json.dumps(legacy).encode()).order == (0, 7)
 
 
 # --------------------------------------------------------------------------- lookups

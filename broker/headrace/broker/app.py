@@ -311,6 +311,7 @@ class Broker:
                 self.settings.cluster_id,
                 [BrokerEndpoint(me, host, port)],
                 routing,
+                self.registry.generation_epoch,
             )
         content = (
             tuple(snapshot.brokers),
@@ -720,12 +721,16 @@ class Broker:
                 epoch_floor=self.gate_epoch_floor,
             )
             runtime.on_delivered = self.metrics.delivered_bytes.inc
+            runtime.on_skipped = functools.partial(self._count_skipped, topic.name, name)
             plan = self.cohort_plan(topic.name, name)
             if plan is not None:
                 runtime.gates.plan = {m: frozenset(ps) for m, ps in plan.items()}
             runtime.start()
             self.cohorts[key] = runtime
         return runtime
+
+    def _count_skipped(self, topic: str, cohort: str, partition: int, records: int) -> None:
+        self.metrics.cohort_skipped_records.labels(topic, str(partition), cohort).inc(records)
 
     def maybe_drop_cohort(self, cohort: Cohort) -> None:
         key = (cohort.topic.name, cohort.name)

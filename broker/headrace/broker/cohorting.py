@@ -69,6 +69,9 @@ class CohortRuntime:
         self._chunk = chunk_bytes
         #: called with the bytes of each delivery (metrics)
         self.on_delivered: Callable[[int], None] | None = None
+        #: called with (partition, records) when retention deleted records before this
+        #: cohort was delivered them and delivery skips them (metrics)
+        self.on_skipped: Callable[[int, int], None] | None = None
         #: orders every view sent to members (see Assignment.sequence)
         self._view_sequence = 0
         self._wake = asyncio.Event()
@@ -360,16 +363,9 @@ class CohortRuntime:
                     progressed = progressed or sent > 0
                     continue
                 if pos.next_offset < part.log.log_start_offset:
-                    # Retention deleted what this cohort had not read: skip to what exists.
-                    log.warning(
-                        "cohort %s skips %s from %d to log start %d (retention)",
-                        self.name,
-                        part.name,
-                        pos.next_offset,
-                        part.log.log_start_offset,
-                    )
-                    pos.next_offset = part.log.log_start_offset
-                    pos.hint = None
+                    # Retention deleted what this cohort had not read: skip to what exists,
+                    # where a fresh member would start.
+                    self._skip(part, pos, part.log.log_start_offset, "retention")
                 if pos.next_offset >= bound:
                     continue
                 data, hint = part.log.read(
@@ -391,6 +387,23 @@ class CohortRuntime:
                 progressed = True
             self._credits[member_id] = credit
         return progressed
+
+    def _skip(self, part: Partition, pos: DeliveryPosition, to: int, why: str) -> None:
+        """Move delivery past records that no longer exist anywhere, counting them."""
+        skipped = to - pos.next_offset
+        log.warning(
+            "cohort %s skips %d records of %s, from %d to %d: %s",
+            self.name,
+            skipped,
+            part.name,
+            pos.next_offset,
+            to,
+            why,
+        )
+        if self.on_skipped is not None and skipped > 0:
+            self.on_skipped(part.index, skipped)
+        pos.next_offset = to
+        pos.hint = None
 
     def _deliver_stored(
         self,
@@ -420,17 +433,7 @@ class CohortRuntime:
         if isinstance(error, OffsetOutOfRange):
             # Neither the object store nor the disk holds these offsets any more: skip to
             # what exists, as for local retention.
-            skip_to = self._next_held_offset(part, pos.next_offset)
-            log.warning(
-                "cohort %s skips %s from %d to %d: %s",
-                self.name,
-                part.name,
-                pos.next_offset,
-                skip_to,
-                error,
-            )
-            pos.next_offset = skip_to
-            pos.hint = None
+            self._skip(part, pos, self._next_held_offset(part, pos.next_offset), str(error))
             self._wake.set()
             return 0
         if task.cancelled() or error is not None:

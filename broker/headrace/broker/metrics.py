@@ -85,6 +85,13 @@ class BrokerMetrics:
         self.delivered_bytes = Counter(
             "headrace_delivered_bytes", "Bytes pushed to cohort members", registry=r
         )
+        self.cohort_skipped_records = Counter(
+            "headrace_cohort_skipped_records",
+            "Records a cohort never received because retention deleted them first (its"
+            " delivery position was below the log start)",
+            ["topic", "partition", "cohort"],
+            registry=r,
+        )
         self.errors = Counter("headrace_errors", "Errors answered, by type", ["type"], registry=r)
         self.redirects = Counter("headrace_redirects", "Redirects answered", registry=r)
         self.acl_denials = Counter(

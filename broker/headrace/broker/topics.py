@@ -439,6 +439,11 @@ class TopicRegistry:
         #: it never goes back across restarts and clients keep accepting pushes)
         self._generation_file = data_dir / "topology-generation"
         self.generation = 1
+        #: when the generation counter began (Unix ms; 0 for one kept since before epochs
+        #: were): a counter that starts again, its file lost, still orders after the old
+        #: one's generations at the clients (``TopologySnapshot.order``)
+        self._epoch_file = data_dir / "topology-epoch"
+        self.generation_epoch = 0
         #: set by the broker when it has an object store (tiered topics upload to it)
         self.object_store_configured = False
 
@@ -457,9 +462,20 @@ class TopicRegistry:
             self.topics[topic.name] = topic
         try:
             self.generation = max(1, int(self._generation_file.read_text()))
+            self.generation_epoch = self._read_epoch()
         except (FileNotFoundError, ValueError):
+            # The counter starts again: numbers it already gave out may come again, so it
+            # takes a new epoch, and clients order its generations after the old ones.
             self.generation = 1 + len(self.topics)
+            self.generation_epoch = max(clock.wall_ms(), self._read_epoch() + 1)
+            files.write_json_atomic(self._epoch_file, self.generation_epoch)
         self.bump_generation()
+
+    def _read_epoch(self) -> int:
+        try:
+            return max(0, int(self._epoch_file.read_text()))
+        except (FileNotFoundError, ValueError):
+            return 0  # a counter older than epochs: clients saw it as epoch 0
 
     def _open_partitions(self, topic: Topic, *, only_existing: bool = False) -> None:
         for p in range(topic.partition_count):

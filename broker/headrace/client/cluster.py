@@ -137,7 +137,7 @@ class ClusterClient:
 
     async def _refresh(self) -> None:
         """Ask ``REFRESH_FANOUT`` brokers at once for the topology (another one in place of
-        each that fails), and keep the newest (the highest generation, as the controller
+        each that fails), and keep the newest (the highest epoch and generation, as the controller
         numbers them) of those that answer within ``REFRESH_GRACE_S`` of the first.
 
         At once, not the first one and then others: a broker that accepts connections and
@@ -190,8 +190,8 @@ class ClusterClient:
             if len({type(e) for e in errors}) == 1:
                 raise errors[0]  # one kind of failure (a timeout, say): that one
             raise ConnectionClosed("no broker reachable: " + "; ".join(map(str, errors)))
-        newest = max(snapshots, key=lambda snap: snap.generation)
-        if not self.routing.apply(newest) and newest.generation == self.routing.generation:
+        newest = max(snapshots, key=lambda snap: snap.order)
+        if not self.routing.apply(newest) and newest.order == self.routing.order:
             # Same generation (e.g. a Redirect patched the cache): take the broker's view.
             self.routing.topics = None
             self.routing.apply(newest)

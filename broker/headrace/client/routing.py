@@ -1,8 +1,9 @@
 """The client's routing cache (pure): who owns each partition, under which version.
 
 Filled from ``TopologyOk`` and kept current by ``TopologyUpdate`` pushes. A
-push is applied only if its generation is newer than what the cache holds, so
-a late or reordered push can never roll routing back.
+push is applied only if it is newer than what the cache holds (its epoch, then
+its generation), so a late or reordered push can never roll routing back, and a
+generation counter that started again is not mistaken for an old one.
 """
 
 from __future__ import annotations
@@ -30,19 +31,26 @@ def canonical(name: str) -> str:
 @dataclass(slots=True)
 class RoutingCache:
     generation: int = 0
+    #: the epoch of the generation counter ``generation`` was numbered by
+    epoch: int = 0
     cluster_id: str = ""
     brokers: dict[int, BrokerEndpoint] | None = None
     topics: dict[str, TopicRouting] | None = None
 
     def apply(self, snapshot: TopologySnapshot) -> bool:
         """Replace the cache with ``snapshot`` if it is newer; True if applied."""
-        if self.topics is not None and snapshot.generation <= self.generation:
+        if self.topics is not None and snapshot.order <= self.order:
             return False
         self.generation = snapshot.generation
+        self.epoch = snapshot.epoch
         self.cluster_id = snapshot.cluster_id
         self.brokers = {b.id: b for b in snapshot.brokers}
         self.topics = {t.name: t for t in snapshot.topics}
         return True
+
+    @property
+    def order(self) -> tuple[int, int]:
+        return (self.epoch, self.generation)
 
     def topic(self, name: str) -> TopicRouting:
         if self.topics is None or canonical(name) not in self.topics:

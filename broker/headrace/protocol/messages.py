@@ -351,15 +351,28 @@ class TopicRouting(JsonBody):
 
 @dataclass(frozen=True, slots=True)
 class TopologySnapshot(JsonBody):
-    """Body of TopologyOk (op 7) and TopologyUpdate (op 101)."""
+    """Body of TopologyOk (op 7) and TopologyUpdate (op 101).
+
+    Snapshots are ordered by ``(epoch, generation)``: ``epoch`` is when the
+    generation counter began (Unix ms; 0 for a counter that has always been
+    kept, and for the controller's, which is durable), so a counter that lost its
+    history and started again is still newer than everything the old one numbered.
+    """
 
     generation: int
     cluster_id: str
     brokers: list[BrokerEndpoint]
     topics: list[TopicRouting]
+    epoch: int = 0
+
+    @property
+    def order(self) -> tuple[int, int]:
+        """What "newer" compares: the counter's epoch first, then its generation."""
+        return (self.epoch, self.generation)
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "epoch": self.epoch,
             "generation": self.generation,
             "cluster_id": self.cluster_id,
             "brokers": [_address_json(b) for b in self.brokers],
@@ -388,7 +401,11 @@ class TopologySnapshot(JsonBody):
         except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise MalformedFrame(f"malformed topology: {exc}") from exc
         return cls(
-            field_of(obj, "generation", int), field_of(obj, "cluster_id", str), brokers, topics
+            field_of(obj, "generation", int),
+            field_of(obj, "cluster_id", str),
+            brokers,
+            topics,
+            field_of(obj, "epoch", int, 0),
         )
 
 
