@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import urllib.error
@@ -40,13 +41,41 @@ HEADRACE_SRC: Path | None = None
 HEADRACE_CLI = (sys.executable, "-m", "headrace.cli.main")
 
 
-def child_env() -> dict[str, str]:
-    """The environment for every child: PYTHONPATH first names the headrace under test."""
+def child_env(src: Path | None = None) -> dict[str, str]:
+    """The environment for every child: PYTHONPATH first names the headrace under test
+    (``src``, else ``HEADRACE_SRC``; neither: the installed one)."""
     env = dict(os.environ)
-    if HEADRACE_SRC is not None:
-        roots = [str(HEADRACE_SRC / root) for root in CODE_ROOTS]
+    src = src or HEADRACE_SRC
+    if src is not None:
+        roots = [str(src / root) for root in CODE_ROOTS]
         env["PYTHONPATH"] = os.pathsep.join(p for p in (*roots, env.get("PYTHONPATH", "")) if p)
     return env
+
+
+def export_ref(ref: str, into: Path) -> str:
+    """Export the code roots at git ``ref`` of this repository into ``into`` (no worktree;
+    .git untouched); the commit's sha. Children run that headrace with ``child_env(into)``."""
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", sha, *CODE_ROOTS],
+        cwd=REPO,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    into.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile() as fh:
+        fh.write(archive)
+        fh.seek(0)
+        with tarfile.open(fileobj=fh) as tar:
+            tar.extractall(into, filter="data")
+    return sha
 
 
 # ---------------------------------------------------------------------------- housekeeping
@@ -73,17 +102,22 @@ def remove_dir(path: Path) -> None:
 
 
 def run_headrace(
-    *args: str, stdin: bytes = b"", timeout: float = 120.0, env: dict[str, str] | None = None
+    *args: str,
+    stdin: bytes = b"",
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+    src: Path | None = None,
 ) -> subprocess.CompletedProcess[bytes]:
     """Run the ``headrace`` CLI of the headrace under test to completion (output captured;
-    the caller checks the return code). ``env``: added to its environment (secrets)."""
+    the caller checks the return code). ``env``: added to its environment (secrets);
+    ``src``: run the headrace exported there instead (``export_ref``)."""
     return subprocess.run(
         [*HEADRACE_CLI, *args],
         input=stdin,
         capture_output=True,
         timeout=timeout,
         check=False,
-        env={**child_env(), **(env or {})},
+        env={**child_env(src), **(env or {})},
     )
 
 

@@ -17,7 +17,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 import traceback
@@ -119,21 +118,8 @@ def checkout_ref(ref: str) -> tuple[Path, str]:
 
     The caller removes the dir when done.
     """
-    sha = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
     root = Path(tempfile.mkdtemp(prefix="headrace-bench-src-"))
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", sha, *procs.CODE_ROOTS],
-        cwd=procs.REPO,
-        capture_output=True,
-        timeout=120,
-        check=True,
-    ).stdout
-    with tempfile.TemporaryFile() as fh:
-        fh.write(archive)
-        fh.seek(0)
-        with tarfile.open(fileobj=fh) as tar:
-            tar.extractall(root, filter="data")
-    return root, sha
+    return root, procs.export_ref(ref, root)
 
 
 def machine_info(ref_sha: str | None) -> dict[str, Any]:

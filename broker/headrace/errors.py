@@ -290,6 +290,13 @@ class InvalidMemberIdentity(HeadraceError):
     CODE = 46
 
 
+class UnsupportedDocument(HeadraceError):
+    """An admin document (the controller's topology push) in a format newer than this
+    broker reads: the controller runs a newer release than the broker."""
+
+    CODE = 47
+
+
 # --- client side only (never on the wire) ---
 
 

@@ -51,6 +51,8 @@ class AckedLoad:
         #: between rounds: the load is steady, not as fast as the producer can go
         self.pause_s = pause_s
         self.acked: list[Acked] = []
+        #: loop time of each acknowledgement, in the order they came (stalls: the gaps)
+        self.acked_at: list[float] = []
         # a thread's Event: set from the test's thread or its event loop alike
         self._stop = threading.Event()
         self._task: asyncio.Task[None] | None = None
@@ -65,6 +67,11 @@ class AckedLoad:
         self._stop.set()
         if self._task is not None:
             await self._task
+
+    def longest_stall_s(self) -> float:
+        """The longest time without an acknowledgement while the load ran."""
+        gaps = [b - a for a, b in zip(self.acked_at, self.acked_at[1:], strict=False)]
+        return max(gaps, default=0.0)
 
     async def wait_for_more(self, count: int, timeout: float = 60.0) -> None:
         """Until ``count`` more records than now are acknowledged (the load is flowing)."""
@@ -99,6 +106,7 @@ class AckedLoad:
                 with contextlib.suppress(HeadraceError):  # not acknowledged: not counted
                     meta = await receipt  # type: ignore[misc]
                     self.acked.append((meta.partition, meta.offset, key, value))
+                    self.acked_at.append(asyncio.get_running_loop().time())
 
             while not self._stop.is_set():
                 for key in self.keys:

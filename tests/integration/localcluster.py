@@ -24,8 +24,17 @@ from headrace.cli.local import (
 
 
 class LocalCluster:
-    def __init__(self, directory: Path, brokers: int = 3, object_store: str = "dir") -> None:
+    def __init__(
+        self,
+        directory: Path,
+        brokers: int = 3,
+        object_store: str = "dir",
+        src: Path | None = None,
+    ) -> None:
         self.dir = directory
+        #: the headrace its CLI runs (and so every process ``local`` starts): an exported
+        #: release (``procs.export_ref``); None for the one under test
+        self.src = src
         self.count = brokers
         self.object_store = object_store
         self.port = free_port()
@@ -38,7 +47,7 @@ class LocalCluster:
         self, *args: str, stdin: bytes = b"", check: bool = True
     ) -> subprocess.CompletedProcess[bytes]:
         env = {"HEADRACE_AUTH_TOKEN": self.api_token} if self.api_token else None
-        proc = procs.run_headrace(*args, stdin=stdin, env=env)
+        proc = procs.run_headrace(*args, stdin=stdin, env=env, src=self.src)
         if check and proc.returncode != 0:
             raise AssertionError(f"headrace {' '.join(args)} failed: {proc.stderr.decode()}")
         return proc
@@ -124,6 +133,9 @@ class LocalCluster:
     def signal_broker(self, broker_id: int, sig: signal.Signals) -> None:
         pid = next(b["pid"] for b in self.record["brokers"] if b["id"] == broker_id)
         os.killpg(pid, sig)
+
+    def signal_controller(self, sig: signal.Signals) -> None:
+        os.killpg(self.record["controller_pid"], sig)
 
     def kill_controller(self) -> None:
         os.killpg(self.record["controller_pid"], signal.SIGKILL)

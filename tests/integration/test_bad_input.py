@@ -154,6 +154,10 @@ async def test_request_before_handshake_is_refused(
     assert err.code == errors.NotAuthenticated.CODE
     err = error_of(conn.call(Op.HANDSHAKE, msg.Handshake(99, "future").encode()))
     assert err.code == errors.UnsupportedVersion.CODE
+    # a newer client that still speaks this broker's version is answered in it
+    newer = RawConnection(broker.bootstrap, handshake=False)
+    ok = newer.call(Op.HANDSHAKE, msg.Handshake(99, "newer", None, 1).encode())
+    assert msg.HandshakeOk.decode(ok.body).protocol_version == msg.PROTOCOL_VERSION
 
 
 async def test_frame_below_minimum_length_closes_only_that_connection(

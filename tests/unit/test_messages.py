@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.errors import InvalidRequest, MalformedFrame
+from headrace.errors import InvalidRequest, MalformedFrame, UnsupportedVersion
 from headrace.protocol import messages as m
 from headrace.protocol.endpoints import BrokerEndpoint
 
@@ -252,7 +252,7 @@ VOCABULARY = sorted(
         "host", "port", "name", "partitions", "partitioning_version", "owners", "epochs",
         "topic", "partition", "owner", "reason", "cohort", "member_id", "start",
         "session_timeout_ms", "isolation", "revoked", "grace_ms", "offset", "config",
-        "identity", "member_identities", "hint", "token",
+        "identity", "member_identities", "hint", "token", "min_protocol_version",
     }
 )  # fmt: skip
 hostile_scalars = (
@@ -345,3 +345,22 @@ def test_json_bombs_are_malformed_frames(decoder: Callable[[bytes], object], bod
 def test_infinite_numbers_are_malformed_frames(cls: Any, body: dict[str, Any]) -> None:
     with pytest.raises(MalformedFrame):
         cls.decode(json.dumps(body).encode())
+
+
+def test_a_handshake_settles_on_the_highest_version_both_sides_speak() -> None:
+    assert m.negotiate(1, 1, 1, 1) == 1
+    assert m.negotiate(1, 3, 1, 2) == 2  # a newer client: the broker's newest
+    assert m.negotiate(1, 2, 2, 4) == 2  # a newer broker: the client's newest
+    for lowest, highest in ((3, 4), (0, 0), (2, 1)):
+        with pytest.raises(UnsupportedVersion, match="upgrade the older side"):
+            m.negotiate(lowest, highest, 1, 2)
+
+
+def test_a_handshake_from_before_negotiation_offers_its_one_version() -> None:
+    old = m.Handshake.decode(b'{"protocol_version":1,"client_id":"old"}')
+    assert (old.lowest_version, old.protocol_version) == (1, 1)
+    new = m.Handshake(m.PROTOCOL_VERSION, "new", None, m.MIN_PROTOCOL_VERSION)
+    decoded = m.Handshake.decode(new.encode())
+    assert decoded == new and decoded.lowest_version == m.MIN_PROTOCOL_VERSION
+    with pytest.raises(MalformedFrame, match="min_protocol_version"):
+        m.Handshake.decode(b'{"protocol_version":1,"min_protocol_version":"1"}')

@@ -25,6 +25,7 @@ from headrace.errors import (
     InvalidTopicSpec,
     TopicAlreadyExists,
     UnknownTopic,
+    UnsupportedDocument,
 )
 from headrace.protocol.coordination import TopologyReply
 from headrace.security.acl import Operation
@@ -41,6 +42,7 @@ _STATUS: dict[type[HeadraceError], int] = {
     UnknownTopic: 404,
     TopicAlreadyExists: 409,
     InvalidTopicSpec: 422,
+    UnsupportedDocument: 422,
     AuthenticationFailed: 401,
     AccessDenied: 403,
 }

@@ -42,10 +42,17 @@ from headrace.broker.syncing import GroupCommitter
 from headrace.broker.tiering import Tiering
 from headrace.broker.topics import Partition, Role, Topic, TopicRegistry
 from headrace.cohorts.gates import validate_cohort_name
-from headrace.errors import InvalidRequest, PartitionMoving, StorageError, UnknownPartition
+from headrace.errors import (
+    InvalidRequest,
+    PartitionMoving,
+    StorageError,
+    UnknownPartition,
+    UnsupportedDocument,
+)
 from headrace.objectstore.interface import ObjectStore
 from headrace.protocol import messages as msg
 from headrace.protocol.coordination import (
+    TOPOLOGY_FORMAT,
     ClusterTopology,
     CohortReport,
     Heartbeat,
@@ -104,6 +111,8 @@ class Broker:
         #: asked to drain (``POST /v1/drain``, a pod's preStop): the heartbeat says so, and
         #: the controller moves every leadership it can to another in-sync replica
         self.draining = False
+        #: the format of the last topology push refused as too new (heartbeat); None: none
+        self.refused_topology_format: int | None = None
         #: the first log whose data fdatasync failed: the broker must halt (see ``halting``)
         self.fatal: LogSyncFailed | None = None
         #: set once ``fatal`` is: the entry point stops the process and exits non-zero
@@ -436,7 +445,20 @@ class Broker:
         first (``Placer.prepare``), so that creating thousands of partitions leaves the
         event loop free for heartbeats and replication. One push at a time."""
         async with self._topology_lock:
-            topology = self._newer_topology(doc)
+            try:
+                topology = self._newer_topology(doc)
+            except UnsupportedDocument:
+                fmt = doc.get("format")
+                self.refused_topology_format = fmt if isinstance(fmt, int) else None
+                self.metrics.refused_documents.labels("topology").inc()
+                log.error(
+                    "refused a topology push in format %s (this broker reads up to %d): the"
+                    " controller is newer; this broker keeps its topology until it is upgraded",
+                    fmt,
+                    TOPOLOGY_FORMAT,
+                )
+                raise
+            self.refused_topology_format = None
             if topology is None:
                 return False
             prepared = await asyncio.to_thread(
@@ -617,6 +639,8 @@ class Broker:
             connections=len(self.connections),
             journal=journal,
             removed=removed,
+            topology_format=TOPOLOGY_FORMAT,
+            refused_topology_format=self.refused_topology_format,
         )
 
     def drain_report(self) -> dict[str, Any]:

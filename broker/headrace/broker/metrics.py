@@ -92,6 +92,13 @@ class BrokerMetrics:
             ["topic", "partition", "cohort"],
             registry=r,
         )
+        self.refused_documents = Counter(
+            "headrace_admin_documents_refused",
+            "Controller documents refused because their format is newer than this broker"
+            " reads (the controller runs a newer release: upgrade the brokers first)",
+            ["document"],
+            registry=r,
+        )
         self.errors = Counter("headrace_errors", "Errors answered, by type", ["type"], registry=r)
         self.redirects = Counter("headrace_redirects", "Redirects answered", registry=r)
         self.acl_denials = Counter(

@@ -32,7 +32,6 @@ from headrace.errors import (
     RequestTimedOut,
     UnknownMember,
     UnknownOperation,
-    UnsupportedVersion,
 )
 from headrace.protocol import messages as msg
 from headrace.protocol import replication as rp
@@ -240,10 +239,7 @@ class Connection(asyncio.BufferedProtocol):
 
     def on_handshake(self, frame: Frame) -> None:
         hello = msg.Handshake.decode(frame.body)
-        if hello.protocol_version != msg.PROTOCOL_VERSION:
-            raise UnsupportedVersion(
-                f"protocol version {hello.protocol_version} unsupported; this broker speaks {msg.PROTOCOL_VERSION}"
-            )
+        version = msg.negotiate(hello.lowest_version, hello.protocol_version)
         peercert = self.transport.get_extra_info("peercert") if self.transport else None
         # only the client CA's certificates name principals, not the brokers' own CA's
         peercert = certificates.client_certificate(peercert, self.broker.client_issuers)
@@ -255,7 +251,7 @@ class Connection(asyncio.BufferedProtocol):
         self.decoder.max_frame_bytes = self.broker.settings.max_frame_bytes
         s = self.broker.settings
         ok = msg.HandshakeOk(
-            msg.PROTOCOL_VERSION,
+            version,
             s.broker_id,
             s.cluster_id,
             s.max_frame_bytes,

@@ -97,14 +97,21 @@ class ClientConnection(asyncio.BufferedProtocol):
             )
         except (OSError, TimeoutError) as exc:
             raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc}") from exc
-        hello = msg.Handshake(msg.PROTOCOL_VERSION, options.client_id, options.auth_token)
+        hello = msg.Handshake(
+            msg.PROTOCOL_VERSION,
+            options.client_id,
+            options.auth_token,
+            min_protocol_version=msg.MIN_PROTOCOL_VERSION,
+        )
         try:
             frame = await conn.request(Op.HANDSHAKE, hello.encode())
+            conn.handshake = msg.HandshakeOk.decode(frame.body)
+            # a broker from before negotiation answers with its own (only) version
+            msg.negotiate(conn.handshake.protocol_version, conn.handshake.protocol_version)
         except HeadraceError:
             if conn.transport is not None:
                 conn.transport.close()  # a handshake that failed or never came: hang up
             raise
-        conn.handshake = msg.HandshakeOk.decode(frame.body)
         return conn
 
     # ------------------------------------------------------------------ protocol callbacks

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from headrace.errors import InvalidRequest
+from headrace.errors import InvalidRequest, UnsupportedDocument
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.jsonfields import ints, mapping, objects, optional, required
 from headrace.protocol.messages import TopicRouting, TopologySnapshot
@@ -40,6 +40,13 @@ Role = Literal["leader", "follower"]
 
 #: a partition's owner in the client snapshot while it is Offline
 NO_OWNER = -1
+
+#: the format of the pushed topology this build writes, and the newest it reads. Fields are
+#: added without a new format (a reader ignores keys it does not know, and a field it
+#: misses takes its default); the format moves only when an older reader would apply a
+#: document wrongly. A broker refuses a newer format (``UnsupportedDocument``) and says so
+#: in its heartbeat (``refusedTopologyFormat``) instead of applying what it cannot read.
+TOPOLOGY_FORMAT = 1
 
 
 # --------------------------------------------------------------------------- broker → controller
@@ -285,6 +292,10 @@ class Heartbeat:
     journal: ReportJournal | None = None
     #: a delta only: the partitions this broker stopped hosting since ``journal.since``
     removed: tuple[PartitionKey, ...] = ()
+    #: the newest topology format this broker reads (1 from a broker before formats)
+    topology_format: int = 1
+    #: the format of the last push it refused as too new; None: none refused
+    refused_topology_format: int | None = None
 
     @property
     def broker_id(self) -> int:
@@ -299,6 +310,8 @@ class Heartbeat:
             "partitions": [p.to_json() for p in self.partitions],
             "cohorts": [c.to_json() for c in self.cohorts],
             "connections": self.connections,
+            "topologyFormat": self.topology_format,
+            "refusedTopologyFormat": self.refused_topology_format,
         }
         if self.journal is not None:
             doc["journal"] = self.journal.to_json()
@@ -345,6 +358,8 @@ class Heartbeat:
                 (required(r, "topic", str, w), required(r, "partition", int, w))
                 for r in objects(doc, "removed", w)
             ),
+            optional(doc, "topologyFormat", int, w) or 1,
+            optional(doc, "refusedTopologyFormat", int, w),
         )
 
 
@@ -538,6 +553,8 @@ class ClusterTopology:
     #: Retain`` being deleted): a broker hosting one closes it and moves its files aside
     #: instead of removing them. Absent: every topic the document does not name is deleted.
     retained: list[str] = field(default_factory=list)
+    #: the document's format (``TOPOLOGY_FORMAT``); absent in a push from before formats: 1
+    format: int = TOPOLOGY_FORMAT
 
     def broker(self, broker_id: int) -> BrokerEndpoint | None:
         return next((b for b in self.brokers if b.id == broker_id), None)
@@ -564,6 +581,7 @@ class ClusterTopology:
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "format": self.format,
             "generation": self.generation,
             "clusterId": self.cluster_id,
             "brokers": [b.to_json() for b in self.brokers],
@@ -573,13 +591,22 @@ class ClusterTopology:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ClusterTopology:
+        """Raises ``UnsupportedDocument`` for a format newer than ``TOPOLOGY_FORMAT``,
+        before anything else is read: such a document may mean something else."""
         w = "cluster topology"
+        fmt = optional(doc, "format", int, w) or 1
+        if fmt > TOPOLOGY_FORMAT:
+            raise UnsupportedDocument(
+                f"topology format {fmt}; this broker reads formats up to {TOPOLOGY_FORMAT}:"
+                " upgrade it (brokers first, then the controller)"
+            )
         return cls(
             required(doc, "generation", int, w),
             optional(doc, "clusterId", str, w) or "local",
             [BrokerEndpoint.from_json(b) for b in required_objects(doc, "brokers", w)],
             [TopicPlacement.from_json(t) for t in objects(doc, "topics", w)],
             [str(n) for n in optional(doc, "retained", list, w) or []],
+            fmt,
         )
 
 

@@ -16,10 +16,15 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final, TypeVar
 
-from headrace.errors import InvalidRequest, MalformedFrame
+from headrace.errors import InvalidRequest, MalformedFrame, UnsupportedVersion
 from headrace.protocol.endpoints import BrokerEndpoint
 
+#: the newest wire protocol version this build speaks; a handshake settles on the highest
+#: version both sides speak (``negotiate``), so a client and a broker one version apart
+#: work together and a cluster upgrades one process at a time
 PROTOCOL_VERSION: Final = 1
+#: the oldest version this build still speaks (raise it one release after a change)
+MIN_PROTOCOL_VERSION: Final = 1
 MAX_TOPIC_NAME_BYTES: Final = 255
 
 
@@ -283,11 +288,40 @@ class JsonBody:
         return encode_json(self.to_json())
 
 
+def negotiate(
+    lowest: int,
+    highest: int,
+    own_lowest: int = MIN_PROTOCOL_VERSION,
+    own_highest: int = PROTOCOL_VERSION,
+) -> int:
+    """The highest protocol version in both ranges (inclusive), as Kafka's ApiVersions
+    settles each API's version; ``UnsupportedVersion`` naming both ranges if none."""
+    version = min(highest, own_highest)
+    if version < max(lowest, own_lowest) or lowest > highest:
+        raise UnsupportedVersion(
+            f"protocol versions {lowest}..{highest} offered, {own_lowest}..{own_highest}"
+            " spoken here: upgrade the older side"
+        )
+    return version
+
+
 @dataclass(frozen=True, slots=True)
 class Handshake(JsonBody):
+    #: the newest version the client speaks
     protocol_version: int
     client_id: str
     auth_token: str | None = None
+    #: the oldest version the client speaks; None (a client from before negotiation): it
+    #: speaks ``protocol_version`` only
+    min_protocol_version: int | None = None
+
+    @property
+    def lowest_version(self) -> int:
+        return (
+            self.protocol_version
+            if self.min_protocol_version is None
+            else self.min_protocol_version
+        )
 
     @classmethod
     def decode(cls, body: bytes) -> Handshake:
@@ -295,15 +329,20 @@ class Handshake(JsonBody):
         token = obj.get("auth_token")
         if token is not None and not isinstance(token, str):
             raise MalformedFrame("field 'auth_token' must be a string")
+        lowest = obj.get("min_protocol_version")
+        if lowest is not None and (not isinstance(lowest, int) or isinstance(lowest, bool)):
+            raise MalformedFrame("field 'min_protocol_version' must be an integer")
         return cls(
             field_of(obj, "protocol_version", int),
             field_of(obj, "client_id", str, ""),
             token,
+            lowest,
         )
 
 
 @dataclass(frozen=True, slots=True)
 class HandshakeOk(JsonBody):
+    #: the version this connection speaks: the highest both sides do (``negotiate``)
     protocol_version: int
     broker_id: int
     cluster_id: str

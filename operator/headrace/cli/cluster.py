@@ -94,6 +94,11 @@ def health_report(state: dict[str, Any], source: str) -> HealthReport:
                 report.under_replicated.append(name)
     report.problems = [
         f"{p['topic']}: {p['reason']}: {p['message']}" for p in state.get("problems", [])
+    ] + [
+        f"broker {b['broker']}: refused topology format {b['refusedTopologyFormat']} (reads up"
+        f" to {b['readsTopologyFormat']}): it runs an older release than the controller;"
+        " upgrade it"
+        for b in state.get("brokersBehind", [])
     ]
     return report
 

@@ -646,6 +646,17 @@ class ControlLoop:
             ]
             if decision
             else [],
+            # brokers of an older release than the controller's topology format (upgrade
+            # brokers first): they keep their last topology until upgraded
+            "brokersBehind": [
+                {
+                    "broker": broker_id,
+                    "refusedTopologyFormat": heartbeat.refused_topology_format,
+                    "readsTopologyFormat": heartbeat.topology_format,
+                }
+                for broker_id, heartbeat in sorted(self.heartbeats.items())
+                if heartbeat.refused_topology_format is not None
+            ],
             "unloads": self.unload_documents(),
             "repartitions": self.repartition_documents(),
             "transitions": self.transitions(),

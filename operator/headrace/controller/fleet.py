@@ -25,7 +25,7 @@ from typing import Any, Literal
 import aiohttp
 
 from headrace.control.looping import Clock, Report
-from headrace.errors import HeadraceError
+from headrace.errors import HeadraceError, UnsupportedDocument
 from headrace.protocol.coordination import (
     Heartbeat,
     PartitionKey,
@@ -47,6 +47,10 @@ PUSH_TIMEOUT_S = 30.0
 #: (paused, swapping, a hung disk) held every later broker's push and the whole control
 #: loop for PUSH_TIMEOUT_S, so no election ran for 30 s (issue 16: failover ≤ 3 s).
 PUSH_WAIT_S = 0.5
+#: a broker that refused a push's format as too new (it runs an older release) gets no
+#: push in that format again for this long: it cannot take one until it is upgraded, and
+#: one refusal a minute (logged) says so without a refused request every step
+BEHIND_RETRY_MS = 60_000
 
 
 class CredentialsRefused(ValueError):
@@ -86,6 +90,8 @@ class HttpFleet:
         self._pushing: dict[int, tuple[BrokerEndpoint, asyncio.Task[int | None]]] = {}
         #: those of them ``push`` stopped waiting for
         self._unawaited: set[asyncio.Task[int | None]] = set()
+        #: per broker that refused a push's format as too new: (that format, when)
+        self._behind: dict[int, tuple[int, int]] = {}
 
     async def start(self) -> None:
         timeout = aiohttp.ClientTimeout(total=self.timeout_ms / 1000)
@@ -182,6 +188,13 @@ class HttpFleet:
         or has not answered within ``PUSH_WAIT_S`` (the push goes on meanwhile, and
         the next ones to that broker answer None until it ends)."""
         broker = self.brokers[broker_id]
+        behind = self._behind.get(broker_id)
+        if (
+            behind is not None
+            and topology.get("format") == behind[0]
+            and self.clock.now_ms() - behind[1] < BEHIND_RETRY_MS
+        ):
+            return None  # it reads no such format yet (its refusal was logged)
         running = self._pushing.get(broker_id)
         if running is not None and not running[1].done():
             if running[0] == broker:
@@ -236,6 +249,10 @@ class HttpFleet:
                     # over its size limit was once refused as text, every step, at INFO).
                     text = (await resp.text())[:500]
                     log.warning("broker %s refused topology %s: %s", broker.id, generation, text)
+                    if resp.status == 422 and UnsupportedDocument.__name__ in text:
+                        fmt = topology.get("format")
+                        if isinstance(fmt, int):
+                            self._behind[broker_id] = (fmt, self.clock.now_ms())
                     return None
                 body = await resp.json()
             return TopologyReply.from_json(body).generation or 0

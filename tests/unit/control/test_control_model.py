@@ -24,8 +24,10 @@ from headrace.control.model import (
     UnloadProgress,
     normalise_lrs,
 )
-from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.errors import InvalidRequest, InvalidTopicSpec, UnsupportedDocument
 from headrace.protocol.coordination import (
+    TOPOLOGY_FORMAT,
+    ClusterTopology,
     CohortReport,
     Heartbeat,
     PartitionReport,
@@ -132,6 +134,8 @@ def test_heartbeat_document_shape_and_round_trip() -> None:
         ],
         "cohorts": [{"topic": "default/t", "cohort": "c", "members": ["m1", "m2"]}],
         "connections": 0,
+        "topologyFormat": 1,
+        "refusedTopologyFormat": None,
     }
     assert "receivedMs" not in doc, "the controller stamps the receive time, not the broker"
     assert Heartbeat.from_json(json.loads(json.dumps(doc)), received_ms=55) == hb
@@ -141,6 +145,8 @@ def test_heartbeat_optional_fields_default() -> None:
     doc = {"broker": {"id": 0, "host": "h", "port": 1, "adminPort": 2}}
     hb = Heartbeat.from_json(doc, received_ms=7)
     assert (hb.adoption, hb.draining, hb.partitions, hb.cohorts) == (None, False, (), ())
+    # a broker from before topology formats reads format 1 and has refused none
+    assert (hb.topology_format, hb.refused_topology_format) == (1, None)
     assert hb.broker_id == 0
     follower = {
         "topic": "t/t",
@@ -437,3 +443,12 @@ def test_any_cluster_state_round_trips(
     brokers = {b: replace(i, id=b) for b, i in brokers.items()}
     state = ClusterState(generation, brokers, {"ns/t": topic})
     assert ClusterState.from_json(json.loads(json.dumps(state.to_json()))) == state
+
+
+def test_a_topology_in_a_newer_format_is_refused_before_it_is_read() -> None:
+    doc = {"generation": 3, "brokers": [], "topics": []}
+    assert ClusterTopology.from_json(doc).format == 1  # from before formats
+    assert ClusterTopology.from_json({**doc, "format": TOPOLOGY_FORMAT}).to_json()["format"] == 1
+    with pytest.raises(UnsupportedDocument, match="upgrade it"):
+        # a newer format may mean something else by the same keys: nothing is read
+        ClusterTopology.from_json({"format": TOPOLOGY_FORMAT + 1, "generation": "?"})

@@ -109,3 +109,36 @@ async def test_a_late_answer_lands_in_the_background_and_frees_the_broker(
     assert await asyncio.wait_for(answered(), 10) == 4
     assert late.requests == 2
     assert not late.dropped.is_set()
+
+
+async def test_a_broker_that_reads_no_such_format_gets_no_push_in_it_again_soon() -> None:
+    requests = 0
+
+    async def topology(request: web.Request) -> web.Response:
+        nonlocal requests
+        requests += 1
+        error = {"error": "UnsupportedDocument", "code": 47, "message": "format 2"}
+        return web.json_response(error, status=422)
+
+    app = web.Application()
+    app.router.add_post("/v1/topology", topology)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    fleet = fleets.HttpFleet(
+        [BrokerEndpoint(0, "127.0.0.1", 9092, admin_port=port)], SystemClock(), 1000
+    )
+    await fleet.start()
+    try:
+        assert await fleet.push(0, {"format": 2, "generation": 7}) is None
+        for generation in (8, 9, 10):  # the next steps: no request, no refusal to log
+            assert await fleet.push(0, {"format": 2, "generation": generation}) is None
+        assert requests == 1
+        # a push in another format (the controller rolled back) goes out at once
+        assert await fleet.push(0, {"format": 1, "generation": 11}) is None
+        assert requests == 2
+    finally:
+        await fleet.close()
+        await runner.cleanup()

@@ -1,0 +1,171 @@
+"""A rolling upgrade from the previous release to this one, under load (local mode).
+
+A 3-broker cluster of the previous release (``PREVIOUS_RELEASE``, a commit of this
+repository exported with ``git archive`` and run from its sources on the same Python)
+serves a topic with RF=3 and minInSync 2. A producer of this release writes keyed
+records with acks=all and a cohort consumer of this release reads them, the whole
+time, neither ever restarted. Each broker is then stopped (drained, SIGTERM) and
+started again at this release, one after another; then the controller.
+
+Afterwards: every acknowledged record is stored exactly once where it was
+acknowledged, each key in order; every acknowledged record reached the consumer,
+each key's first deliveries in order. The figures (acknowledged, redelivered, the
+longest time without an acknowledgement) are printed.
+
+The releases share this interpreter's dependencies: what the test checks is that the
+two versions' processes, wire protocol, admin documents and on-disk formats work
+together, which is what a rolling upgrade crosses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from bench import procs
+from headrace.cli.local import alive
+from headrace.client import Consumer
+from tests.integration.acked_load import AckedLoad, check_stored_once, keys
+from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.reading import read_partition
+
+#: the release a cluster is upgraded from: the last commit of main before the version
+#: negotiation (move it forward when a release stops being supported)
+PREVIOUS_RELEASE = "4ddf8aadcdf98f592b816510bcd7500d1b64e7b8"
+TOPIC = "default/upgrade"
+PARTITIONS = 4
+#: acknowledged records between two steps of the upgrade (a few seconds of load)
+LOAD_PER_STEP = 200
+
+
+@pytest.fixture
+def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("previous-release")
+    procs.export_ref(PREVIOUS_RELEASE, src)
+    return src
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, previous: Path) -> Iterator[LocalCluster]:
+    c = LocalCluster(tmp_path / "local", src=previous)
+    c.up()
+    try:
+        yield c
+    finally:
+        c.src = None  # whichever release runs now, this one's `local down` stops it
+        c.down()
+
+
+async def until(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Poll ``predicate`` off the event loop (it does blocking HTTP) until it holds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await asyncio.to_thread(_holds, predicate):
+        if loop.time() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        await asyncio.sleep(0.1)
+
+
+def _holds(predicate: Callable[[], object]) -> bool:
+    try:
+        return bool(predicate())
+    except OSError:
+        return False  # the controller is restarting: not yet
+
+
+def all_in_sync(c: LocalCluster) -> bool:
+    parts = c.partitions(TOPIC)
+    return len(parts) == PARTITIONS and all(
+        p["state"] == "Online" and len(p["liveReplicas"]) == 3 for p in parts
+    )
+
+
+def runs_release(c: LocalCluster, pid: int, src: Path | None) -> bool:
+    """Whether process ``pid`` imports headrace from ``src`` (None: not from an export)."""
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    pythonpath = next((v[11:] for v in environ if v.startswith(b"PYTHONPATH=")), b"")
+    return (src is not None and str(src).encode() in pythonpath) or (
+        src is None and b"previous-release" not in pythonpath
+    )
+
+
+async def test_brokers_then_the_controller_upgrade_one_by_one_under_load(
+    cluster: LocalCluster, previous: Path
+) -> None:
+    assert cluster.apply(topic_manifest("upgrade", PARTITIONS)).returncode == 0
+    await until(lambda: all_in_sync(cluster), "topic online and in sync")
+    record = cluster.record
+    assert runs_release(cluster, record["controller_pid"], previous)
+    assert all(runs_release(cluster, b["pid"], previous) for b in record["brokers"])
+
+    load = AckedLoad(cluster.bootstrap, TOPIC, keys(12))
+    deliveries: list[tuple[int, int, bytes]] = []
+    done = asyncio.Event()
+
+    async def consume(consumer: Consumer) -> None:
+        while not done.is_set():
+            for batch in await consumer.getmany(timeout_s=0.2):
+                for offset, value in zip(batch.offsets(), batch.values(), strict=True):
+                    deliveries.append((batch.partition, offset, value))
+                consumer.ack_batch(batch)
+
+    consumer = Consumer(cluster.bootstrap, TOPIC, "upgrading", start="earliest")
+    await consumer.start()
+    consuming = asyncio.create_task(consume(consumer))
+    load.start()
+    try:
+        await load.wait_for_more(LOAD_PER_STEP)
+        # this release's CLI from now on: `local stop` drains through the old controller,
+        # `local start` starts this release's broker with the same data and addresses
+        cluster.src = None
+        for broker in (0, 1, 2):
+            cluster.cli("local", "stop", str(broker), "--dir", str(cluster.dir))
+            cluster.cli("local", "start", str(broker), "--dir", str(cluster.dir))
+            pid = next(b["pid"] for b in cluster.record["brokers"] if b["id"] == broker)
+            assert runs_release(cluster, pid, None)
+            await until(lambda: all_in_sync(cluster), f"broker {broker} upgraded and in sync")
+            await load.wait_for_more(LOAD_PER_STEP)
+        old_controller = cluster.record["controller_pid"]
+        cluster.signal_controller(signal.SIGTERM)
+        await until(lambda: not alive(old_controller), "the old controller stopped")
+        cluster.restart_controller()
+        assert runs_release(cluster, cluster.record["controller_pid"], None)
+        await until(lambda: all_in_sync(cluster), "the new controller sees every replica")
+        await load.wait_for_more(LOAD_PER_STEP)
+    finally:
+        await load.stop()
+    try:
+        wanted = {value for _, _, _, value in load.acked}
+        await until(
+            lambda: wanted <= {value for _, _, value in deliveries},
+            "every acknowledged record delivered to the consumer",
+        )
+    finally:
+        done.set()
+        await consuming
+        await consumer.close()
+
+    async def read(partition: int) -> list[tuple[int, bytes, bytes]]:
+        records = await read_partition(cluster.bootstrap, TOPIC, partition)
+        return [(r.offset, r.key or b"", r.value) for r in records]
+
+    await check_stored_once(read, PARTITIONS, load.acked)
+    # each key's first deliveries come in the order its records were sent
+    first: dict[tuple[int, int], bytes] = {}
+    for partition, offset, value in deliveries:
+        first.setdefault((partition, offset), value)
+    last_seq: dict[bytes, bytes] = {}
+    for value in first.values():
+        key, _, seq = value.partition(b":")
+        assert seq > last_seq.get(key, b""), f"key {key!r}: {seq!r} after {last_seq[key]!r}"
+        last_seq[key] = seq
+    print(
+        f"\nrolling upgrade {PREVIOUS_RELEASE[:10]} -> this release, 3 brokers then the"
+        f" controller: {len(load.acked)} acknowledged, 0 lost,"
+        f" {len(deliveries) - len(first)} redelivered, longest produce stall"
+        f" {load.longest_stall_s():.2f} s"
+    )
