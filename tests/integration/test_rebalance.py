@@ -181,3 +181,44 @@ async def test_an_expired_member_rejoins_and_keeps_consuming(broker: BrokerProce
     )
     await consumer.close(grace_s=1)
     await producer.close()
+
+
+async def test_a_member_closing_with_nothing_in_flight_hands_its_partitions_over_at_once(
+    broker_factory: object,
+) -> None:
+    # A grace far longer than the waits below: waiting it out cannot pass this test.
+    broker: BrokerProcess = broker_factory(extra_args=["--cohort-grace-ms", "60000"])  # type: ignore[operator]
+    await create_topic(broker.bootstrap, "handover", 4)
+    producer = await Producer(broker.bootstrap).start()
+    for p in range(4):
+        await produce(broker.bootstrap, "handover", p, 100, producer)  # one batch each
+    a = await Consumer(broker.bootstrap, "handover", "g", member_id="a", start="earliest").start()
+    b = Recorder(
+        await Consumer(broker.bootstrap, "handover", "g", member_id="b", start="earliest").start()
+    )
+    await until(lambda: len(a.assignment) == 2 and len(b.consumer.assignment) == 2, b.drain)
+    mine = set(a.assignment)
+    # a takes 30 records, less than a batch, and acks every one it took
+    taken: list[tuple[int, int]] = []
+
+    async def take() -> None:
+        for batch in await a.getmany(timeout_s=0.1, max_records=30 - len(taken)):
+            taken.extend((batch.partition, offset) for offset in batch.offsets())
+            a.ack_batch(batch)
+
+    await until(lambda: len(taken) == 30, take)
+    (cut,) = {p for p, _ in taken}
+    assert [offset for _, offset in taken] == list(range(30))
+    # Nothing in flight: close returns without waiting for the grace, and by then the
+    # broker has let a go and given its partitions to b.
+    await asyncio.wait_for(a.close(grace_s=60), 20)
+    (cohort,) = broker.get_json("/v1/status")["cohorts"]  # type: ignore[misc]
+    assert cohort["members"] == ["b"]
+    assert set(cohort["holders"].values()) == {"b"}
+    await until(lambda: set(b.consumer.assignment) == {0, 1, 2, 3}, b.drain, timeout=20)
+    await until(lambda: sum(b.count(p) for p in range(4)) == 400 - 30, b.drain, timeout=20)
+    assert b.offsets[cut] == list(range(30, 100)), "b starts after a's acked records, none lost"
+    for p in mine - {cut}:
+        assert b.offsets[p] == list(range(100))
+    await b.consumer.close(grace_s=0)
+    await producer.close()

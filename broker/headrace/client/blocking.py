@@ -95,8 +95,13 @@ class BlockingConsumer:
 
         self._consumer = self._runner.call(make())
 
-    def poll(self, timeout_s: float = 1.0, max_batches: int = 100) -> list[ConsumedBatch]:
-        return self._runner.call(self._consumer.getmany(max_batches, timeout_s))
+    def poll(
+        self, timeout_s: float = 1.0, max_batches: int = 100, *, max_records: int | None = None
+    ) -> list[ConsumedBatch]:
+        """See ``Consumer.getmany``: ``max_records`` caps the records handed out."""
+        return self._runner.call(
+            self._consumer.getmany(max_batches, timeout_s, max_records=max_records)
+        )
 
     def ack(self, partition: int, offset: int) -> None:
         self._runner.loop.call_soon_threadsafe(self._consumer.ack, partition, offset)

@@ -7,21 +7,35 @@ partition per loop iteration). When the broker revokes a partition, queued
 records of it are dropped (never handed out) and the partition is released
 as soon as everything already handed out is acked: a rebalance without a
 crash delivers nothing twice.
+
+Records handed out and not yet acked are *in flight*: a revoked partition, and
+``close``, wait for them (within the grace period). ``getmany(max_records=N)``
+hands out no more than N records, splitting a batch if it must, so that an
+application that stops after N records has nothing in flight it will not ack.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import functools
 import logging
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.client.routing import canonical
-from headrace.errors import ConnectionClosed, HeadraceError, InvalidMemberIdentity, UnknownMember
+from headrace.errors import (
+    ConnectionClosed,
+    HeadraceError,
+    InvalidMemberIdentity,
+    InvalidRequest,
+    UnknownMember,
+)
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 from headrace.records import batch as rb
@@ -31,7 +45,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(slots=True)
 class ConsumedBatch:
-    """One record batch as delivered; decoding is lazy and skips records below ``first_offset``."""
+    """One record batch as delivered, or a piece of one (``getmany(max_records=...)``);
+    decoding is lazy and skips records below ``first_offset`` and from ``end_offset`` on."""
 
     topic: str
     partition: int
@@ -42,11 +57,19 @@ class ConsumedBatch:
     #: which broker session delivered it: gate epochs are per broker, so an epoch alone
     #: cannot tell a batch from an old owner apart from the new owner's
     session_id: int = 0
+    #: one past the last record of this piece; None: the batch's end
+    end_offset: int | None = None
     _decoded: rb.DecodedBatch | None = field(default=None, repr=False)
+    #: the batch's bytes were given back as credit (once, whichever piece is admitted first)
+    _credited: bool = field(default=False, repr=False)
+
+    @property
+    def next_offset(self) -> int:
+        return self.header.next_offset if self.end_offset is None else self.end_offset
 
     @property
     def last_offset(self) -> int:
-        return self.header.last_offset
+        return self.next_offset - 1
 
     @property
     def start(self) -> int:
@@ -54,7 +77,7 @@ class ConsumedBatch:
 
     @property
     def record_count(self) -> int:
-        return self.header.next_offset - self.start
+        return self.next_offset - self.start
 
     def decoded(self) -> rb.DecodedBatch:
         if self._decoded is None:
@@ -64,13 +87,24 @@ class ConsumedBatch:
     def values(self) -> list[bytes]:
         skip = self.start - self.header.base_offset
         values = self.decoded().values
+        if self.end_offset is not None:
+            return values[skip : self.end_offset - self.header.base_offset]
         return values[skip:] if skip else values
 
     def offsets(self) -> range:
-        return range(self.start, self.header.next_offset)
+        return range(self.start, self.next_offset)
 
     def records(self) -> list[rb.Record]:
-        return self.decoded().records(self.start)
+        records = self.decoded().records(self.start)
+        return records if self.end_offset is None else records[: self.record_count]
+
+    def split(self, count: int) -> tuple[ConsumedBatch, ConsumedBatch]:
+        """The first ``count`` records (fewer than ``record_count``) and the rest."""
+        cut = self.start + count
+        return (
+            dataclasses.replace(self, end_offset=cut),
+            dataclasses.replace(self, first_offset=cut),
+        )
 
 
 @dataclass(slots=True)
@@ -84,6 +118,9 @@ class _Session:
     #: the newest view applied (Assignment.sequence); older views arriving late are ignored
     sequence: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    #: releases sent and not yet answered: ``close`` waits for them, so that when it
+    #: returns the broker has freed the gates and moved them to other members
+    releasing: set[asyncio.Future[Frame]] = field(default_factory=set)
 
 
 class Consumer:
@@ -118,6 +155,8 @@ class Consumer:
         self._sessions: dict[int, _Session] = {}
         self._session_of: dict[int, _Session] = {}
         self._queue: asyncio.Queue[ConsumedBatch | None] = asyncio.Queue()
+        #: the rest of a batch ``getmany(max_records=...)`` split: handed out before the queue
+        self._leftovers: deque[ConsumedBatch] = deque()
         self._handed: dict[int, int] = {}
         self._acked: dict[int, int] = {}
         self._pending_acks: dict[int, int] = {}
@@ -257,7 +296,15 @@ class Consumer:
         conn.send_no_reply(Op.CREDIT, msg.CREDIT.pack(self.credit_bytes))
 
     async def close(self, *, grace_s: float = 10.0) -> None:
-        """Leave politely: ack what was handed out, release, then disconnect."""
+        """Leave politely: send the pending acks, leave, release each partition once the
+        records handed out of it are acked, then disconnect.
+
+        Returns as soon as nothing is in flight and every broker answered the releases
+        (the member is out of the cohort there, its partitions already given to other
+        members where the broker assigns them itself), or after ``grace_s`` seconds of
+        waiting for acks of records still in flight; the broker frees those partitions
+        when the connection closes, and their unacked records go to the next holder.
+        """
         if self._closed:
             return
         self._closed = True
@@ -269,7 +316,7 @@ class Consumer:
         deadline = loop.time() + grace_s
         for session in self._sessions.values():
             while (
-                (session.held or session.revoking)
+                (session.held or session.revoking or session.releasing)
                 and loop.time() < deadline
                 and not session.conn.is_closed
             ):
@@ -387,7 +434,7 @@ class Consumer:
     async def batches(self) -> AsyncIterator[ConsumedBatch]:
         """Yield delivered batches in per-partition offset order until closed."""
         while True:
-            item = await self._queue.get()
+            item = self._leftovers.popleft() if self._leftovers else await self._queue.get()
             if item is None:
                 self._queue.put_nowait(None)
                 return
@@ -395,24 +442,31 @@ class Consumer:
             if admitted is not None:
                 yield admitted
 
-    def _admit(self, item: ConsumedBatch) -> ConsumedBatch | None:
-        """Hand a dequeued batch to the application, or drop it if it may not be.
+    def _admit(self, item: ConsumedBatch, limit: int | None = None) -> ConsumedBatch | None:
+        """Hand a dequeued batch (its first ``limit`` records at most) to the application,
+        or drop it if it may not be.
 
         Dropped: batches of a tenure this member no longer has (revoked or
-        re-seated while queued) and records it has already handed out.
+        re-seated while queued) and records it has already handed out. The rest of
+        a batch cut at ``limit`` waits in ``_leftovers``, not handed out.
         """
         # The session that delivered it, not whichever one last claimed the partition: while
         # a partition moves, the old and the new owner's views may arrive in either order.
         session = next((s for s in self._sessions.values() if id(s) == item.session_id), None)
-        self._return_credit(session, item.header.size)
+        if not item._credited:
+            self._return_credit(session, item.header.size)
+            item._credited = True
         if session is None or session.held.get(item.partition) != item.epoch:
             return None
         handed = self._handed.get(item.partition)
-        if handed is not None and item.header.last_offset <= handed:
+        if handed is not None and item.last_offset <= handed:
             return None
         if handed is not None and item.start <= handed:
             item.first_offset = handed + 1
-        self._handed[item.partition] = item.header.last_offset
+        if limit is not None and item.record_count > limit:
+            item, rest = item.split(limit)
+            self._leftovers.appendleft(rest)
+        self._handed[item.partition] = item.last_offset
         if self._session_of.get(item.partition) is not session:
             self._session_of[item.partition] = session  # acks go where the records came from
             self._epochs[item.partition] = item.epoch
@@ -426,19 +480,31 @@ class Consumer:
             for record in batch.records():
                 yield record
 
-    async def getmany(self, max_batches: int = 100, timeout_s: float = 1.0) -> list[ConsumedBatch]:
+    async def getmany(
+        self, max_batches: int = 100, timeout_s: float = 1.0, *, max_records: int | None = None
+    ) -> list[ConsumedBatch]:
         """Up to ``max_batches`` batches, waiting at most ``timeout_s`` for the first.
 
         Only the first wait blocks; the rest is taken from what is already
         queued. (A blocking wait after batches were taken could hold them back
         forever if the queued items turned out to be revoked, and a held-back
         batch is never acked.)
+
+        ``max_records`` (Kafka's ``max.poll.records``): at most that many records in
+        all; a batch that would pass it is cut, and its rest comes first next time.
+        What is handed out is in flight until acked, so an application that will stop
+        after N records asks for no more, and ``close`` need not wait for the others.
         """
+        if max_records is not None and max_records < 1:
+            raise InvalidRequest(f"max_records must be at least 1, got {max_records}")
+        left = max_records
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         out: list[ConsumedBatch] = []
         while not out:
-            if self._queue.empty():
+            if self._leftovers:
+                item: ConsumedBatch | None = self._leftovers.popleft()
+            elif self._queue.empty():
                 remaining = deadline - loop.time()
                 if remaining <= 0:
                     return out
@@ -453,20 +519,25 @@ class Consumer:
             if item is None:
                 self._queue.put_nowait(None)
                 return out
-            admitted = self._admit(item)
+            admitted = self._admit(item, left)
             if admitted is not None:
                 out.append(admitted)
-        while len(out) < max_batches:
-            try:
-                item = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                break
+                left = None if left is None else left - admitted.record_count
+        while len(out) < max_batches and (left is None or left > 0):
+            if self._leftovers:
+                item = self._leftovers.popleft()
+            else:
+                try:
+                    item = self._queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
             if item is None:
                 self._queue.put_nowait(None)
                 break
-            admitted = self._admit(item)
+            admitted = self._admit(item, left)
             if admitted is not None:
                 out.append(admitted)
+                left = None if left is None else left - admitted.record_count
         return out
 
     def _return_credit(self, session: _Session | None, nbytes: int) -> None:
@@ -530,6 +601,8 @@ class Consumer:
             session.revoking -= set(ready)
             fut = session.conn.request(Op.RELEASE, msg.Release(sorted(ready)).encode())
             fut.add_done_callback(_log_failure("release"))
+            session.releasing.add(fut)
+            fut.add_done_callback(functools.partial(_answered, session))
 
     async def seek(self, partition: int, offset: int) -> None:
         """Restart delivery of a held partition at ``offset``."""
@@ -548,6 +621,11 @@ class Consumer:
         for session in self._sessions.values():
             out.update(session.held)
         return out
+
+
+def _answered(session: _Session, release: asyncio.Future[Frame]) -> None:
+    session.releasing.discard(release)
+    session.changed.set()
 
 
 def _log_failure(what: str):  # type: ignore[no-untyped-def]

@@ -131,6 +131,21 @@ class _Accumulator:
 
 
 @dataclass(slots=True)
+class _StickyTurn:
+    """One turn of a topic's unkeyed records at one partition.
+
+    A turn ends once ``bytes_left`` is spent (or the partition's batch is full);
+    the next turn goes to the next partition. An ended turn is never restarted:
+    a new one replaces it, so a cursor holding an ended turn sees
+    ``bytes_left <= 0`` and takes the slow path.
+    """
+
+    partition: int
+    #: bytes (values plus 8 per record, as accumulators count them) still to go here
+    bytes_left: int
+
+
+@dataclass(slots=True)
 class _TopicCursor:
     """Per topic (as the caller spells it): where its next unkeyed record goes.
 
@@ -138,13 +153,14 @@ class _TopicCursor:
     sticky choice while nothing about them changed: ``routing`` is the routing
     entry the choice was made under (entries are immutable and replaced on any
     change, so identity says "unchanged"), ``accumulator`` the sticky partition's
-    open accumulator.
+    open accumulator, ``turn`` the sticky turn that chose it.
     """
 
     name: str
     routing: msg.TopicRouting | None = None
     partition: int = 0
     accumulator: _Accumulator | None = None
+    turn: _StickyTurn | None = None
 
 
 @dataclass(slots=True)
@@ -451,6 +467,7 @@ class Producer:
         *,
         acks: msg.Acks | str = msg.Acks.LEADER,
         batch_bytes: int = 512 * 1024,
+        sticky_bytes: int = 64 * 1024,
         linger_ms: float = 2.0,
         max_in_flight: int = 8,
         buffer_bytes: int = 64 * 1024 * 1024,
@@ -467,6 +484,15 @@ class Producer:
         self._clock = clock
         self.acks = msg.Acks[acks.upper()] if isinstance(acks, str) else acks
         self.batch_bytes = batch_bytes
+        #: bytes of unkeyed records sent to one partition before the next one takes over
+        #: (at most ``batch_bytes``). Counted in bytes, not batches, so the spread does not
+        #: depend on how fast records arrive: a batch sealed by ``linger_ms`` does not end
+        #: the turn (a slow stream would otherwise stay on one partition, or hop per record).
+        #: Smaller than a batch, so a megabyte of small records reaches every partition of
+        #: a topic; a fast stream still fills whole batches, since each partition's
+        #: accumulator stays open while the others take their turns. Kafka's uniform
+        #: sticky partitioner (KIP-794) does the same with ``batch.size`` (16 KiB).
+        self.sticky_bytes = max(1, min(sticky_bytes, batch_bytes))
         self.linger_s = linger_ms / 1000
         self.max_in_flight = max_in_flight
         self.buffer_bytes = buffer_bytes
@@ -489,7 +515,8 @@ class Producer:
         self._accumulators: dict[tuple[str, int], _Accumulator] = {}
         self._senders: dict[tuple[str, int], _PartitionSender] = {}
         self._sequences: dict[tuple[str, int], int] = {}
-        self._sticky: dict[str, int] = {}
+        #: topic -> the turn its unkeyed records are taking now
+        self._turns: dict[str, _StickyTurn] = {}
         self._cursors: dict[str, _TopicCursor] = {}
         #: topic -> the partitioning version records are being routed under now
         self._routed: dict[str, int] = {}
@@ -500,7 +527,9 @@ class Producer:
         self._unanswered: set[asyncio.Future[BatchResult]] = set()
         #: the same, per topic: what ``_settle`` waits for before routing under a new version
         self._unanswered_by_topic: dict[str, set[asyncio.Future[BatchResult]]] = {}
-        self._round_robin = itertools.count()
+        #: where a topic's first turn goes: a random start, so that many short-lived
+        #: producers (one ``headrace produce`` per small file) do not all begin at partition 0
+        self._round_robin = itertools.count(secrets.randbelow(1 << 16))
         self._buffered = 0
         self._space = asyncio.Event()
         self._space.set()
@@ -555,7 +584,7 @@ class Producer:
         count, version = routing.route_count, routing.partitioning_version
         parts: list[RecordReceipt] = []
         for r in records:
-            p = self._choose(batch.topic, count, r.key, None, len(r.value))
+            p = self._choose(batch.topic, count, r.key, None, len(r.value) + 8)
             acc = self._accumulator(batch.topic, p, version)
             parts.append(self._append(acc, r.value, r.key, r.headers or None, r.timestamp_ms))
             if acc.size >= self.batch_bytes:
@@ -584,20 +613,32 @@ class Producer:
     def _choose(
         self, topic: str, count: int, key: bytes | None, partition: int | None, size: int
     ) -> int:
+        """The partition of a record of ``size`` bytes (value plus 8); an unkeyed one is
+        charged to the topic's sticky turn."""
         if partition is not None:
             return partition
         if key is not None:
             return partition_for_key(key, count)
-        # Unkeyed: stick to one partition until its batch fills, then move on.
-        sticky = self._sticky.get(topic)
-        if sticky is None or sticky >= count:
-            sticky = next(self._round_robin) % count
-            self._sticky[topic] = sticky
-        acc = self._accumulators.get((topic, sticky))
-        if acc is not None and acc.size + size > self.batch_bytes:
-            sticky = (sticky + 1) % count
-            self._sticky[topic] = sticky
-        return sticky
+        turn = self._turn(topic, count, size)
+        turn.bytes_left -= size
+        return turn.partition
+
+    def _turn(self, topic: str, count: int, size: int) -> _StickyTurn:
+        """The topic's sticky turn, a new one at the next partition if the current one is
+        spent or its partition's batch has no room for ``size`` more bytes."""
+        turn = self._turns.get(topic)
+        if turn is not None and turn.partition < count and turn.bytes_left > 0:
+            acc = self._accumulators.get((topic, turn.partition))
+            if acc is None or acc.size + size <= self.batch_bytes:
+                return turn
+        if turn is not None:
+            turn.bytes_left = 0  # a cursor still holding it must not append there
+        if turn is None or turn.partition >= count:
+            partition = next(self._round_robin) % count
+        else:
+            partition = (turn.partition + 1) % count
+        turn = self._turns[topic] = _StickyTurn(partition, self.sticky_bytes)
+        return turn
 
     # ------------------------------------------------------------------ sending
 
@@ -626,9 +667,12 @@ class Producer:
             and self._buffered < self.buffer_bytes
         ):
             acc = cursor.accumulator
+            turn = cursor.turn
             topics = self.cluster.routing.topics
             if (
                 acc is not None
+                and turn is not None
+                and turn.bytes_left > 0
                 and not acc.sealed
                 and acc.keys is None
                 and acc.headers is None
@@ -636,12 +680,13 @@ class Producer:
                 and topics is not None
                 and topics.get(cursor.name) is cursor.routing
             ):
-                size = len(value)
+                size = len(value) + 8
                 if acc.size + size <= self.batch_bytes:
                     values = acc.values
                     receipt = RecordReceipt(acc.future, len(values))  # type: ignore[arg-type]
                     values.append(value)
-                    acc.size += size + 8
+                    acc.size += size
+                    turn.bytes_left -= size
                     if acc.size >= self.batch_bytes:
                         self._drain(cursor.name, cursor.partition)
                         await _yield_to_senders()
@@ -667,7 +712,7 @@ class Producer:
             await self._wait_space()
         # Last before routing (no await after it): the count and the version belong together.
         count = await self._partitions(topic)
-        p = self._choose(topic, count, key, partition, len(value))
+        p = self._choose(topic, count, key, partition, len(value) + 8)
         acc = self._accumulator(topic, p)
         acc.explicit = acc.explicit or partition is not None
         receipt = self._append(acc, value, key, headers, timestamp_ms)
@@ -682,6 +727,7 @@ class Producer:
             cursor.routing = topics.get(topic) if topics is not None else None
             cursor.partition = p
             cursor.accumulator = acc
+            cursor.turn = self._turns[topic]
         if acc.size >= self.batch_bytes:
             self._drain(topic, p)
             await _yield_to_senders()
@@ -737,6 +783,7 @@ class Producer:
             if self._buffered >= self.buffer_bytes:
                 await self._wait_space()
             count = await self._partitions(topic)
+            # Unkeyed: the turn is charged below, for the whole slice.
             p = self._choose(topic, count, key, partition, 0)
             acc = self._accumulator(topic, p)
             acc.explicit = acc.explicit or partition is not None
@@ -747,6 +794,10 @@ class Producer:
             # Estimate how many values fit from the first one's size; exactness is not needed.
             per = len(values[pos]) + 8
             take = max(1, min(total - pos, room // per))
+            if partition is None and key is None:
+                turn = self._turns[topic]
+                take = max(1, min(take, -(-turn.bytes_left // per)))
+                turn.bytes_left -= take * per
             chunk = values[pos : pos + take]
             if key is not None:
                 acc.keys = acc.keys or [None] * len(acc.values)
@@ -759,8 +810,6 @@ class Producer:
             pos += take
             if acc.size >= self.batch_bytes:
                 self._drain(topic, p)
-                if partition is None and key is None:
-                    self._sticky[topic] = (p + 1) % count
         return futures
 
     def _accumulator(self, topic: str, partition: int, version: int | None = None) -> _Accumulator:

@@ -116,13 +116,16 @@ def consume(
         out = sys.stdout.buffer
         try:
             while count is None or seen < count:
-                batches = await consumer.getmany(timeout_s=idle_timeout or 3600.0)
+                # Never more than it will print: a record handed out and not acked would
+                # hold up the close below for the grace period.
+                batches = await consumer.getmany(
+                    timeout_s=idle_timeout or 3600.0,
+                    max_records=None if count is None else count - seen,
+                )
                 if not batches:
                     break
                 for b in batches:
                     for record in b.records():
-                        if count is not None and seen >= count:
-                            break
                         if as_json:
                             out.write(json_line(b.partition, record))
                         else:
