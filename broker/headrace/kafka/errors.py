@@ -47,6 +47,7 @@ _FROM_HEADRACE: tuple[tuple[type[hr.HeadraceError], ErrorCode], ...] = (
     (hr.InvalidRecordBatch, ErrorCode.INVALID_RECORD),
     (hr.CorruptBatch, ErrorCode.CORRUPT_MESSAGE),
     (hr.UnknownTopic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    (hr.InvalidTopicSpec, ErrorCode.INVALID_TOPIC_EXCEPTION),
     (hr.UnknownPartition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
     (hr.OffsetOutOfRange, ErrorCode.OFFSET_OUT_OF_RANGE),
     (hr.NotLeader, ErrorCode.NOT_LEADER_OR_FOLLOWER),
