@@ -416,7 +416,8 @@ class KafkaConnection(asyncio.Protocol):
                     result.error_code = code_of(exc)
                     continue
                 result.leader_epoch = part.leader_epoch
-                earliest = self.broker.tiering.earliest(part)
+                # the local log's start: fetches are not served from the object store yet
+                earliest = part.log.log_start_offset
                 if asked.timestamp == km.EARLIEST_TIMESTAMP:
                     result.offset = earliest
                 elif asked.timestamp == km.LATEST_TIMESTAMP:
@@ -505,8 +506,9 @@ class KafkaConnection(asyncio.Protocol):
                 data.last_stable_offset = hw
                 data.log_start_offset = part.log.log_start_offset
                 offset = asked.fetch_offset
-                if not part.log.log_start_offset <= offset <= hw:
-                    # Below the local log (tiered reads are not served here yet) or past the HW.
+                if not part.log.log_start_offset <= offset <= part.log.next_offset:
+                    # Below the local log (tiered reads are not served here yet) or past its
+                    # end; between the HW and the end it waits, as against Kafka.
                     data.error_code = code_of(OffsetOutOfRange())
                     errored = True
                     continue
