@@ -159,7 +159,10 @@ class KafkaConnection(asyncio.Protocol):
             self._send_error_only(frame[4:8], ErrorCode.INVALID_REQUEST)
             return
         if isinstance(body, km.ProduceRequest) and body.acks == _ACKS_NONE:
-            self._produce(header, body, None)  # Kafka sends no answer to acks=0
+            try:
+                self._produce(header, body, None)  # Kafka sends no answer to acks=0
+            except Exception:
+                log.exception("kafka: acks=0 produce from %s failed", self.peer)
             return
         slot = _Slot()
         self._slots.append(slot)

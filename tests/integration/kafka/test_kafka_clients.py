@@ -238,3 +238,56 @@ async def test_records_produced_natively_are_readable_by_kafka_consumers(
         assert [r.value for r in records] == [b"native"]
     finally:
         await consumer.stop()
+
+
+async def test_answers_keep_request_order_behind_a_long_poll_and_acks_0_gets_none(
+    kafka: KafkaBroker,
+) -> None:
+    """Kafka clients pair answers with requests by order: an ApiVersions sent behind a
+    parked fetch is answered after it; an acks=0 produce is answered never, yet stored."""
+    await create_topic(kafka.broker.bootstrap, TOPIC, 1)
+    fetch = km.SUPPORTED[km.ApiKey.FETCH]
+    versions = km.SUPPORTED[km.ApiKey.API_VERSIONS]
+    produce = km.SUPPORTED[km.ApiKey.PRODUCE]
+    parked = km.FetchRequest(
+        max_wait_ms=1000,
+        min_bytes=1,
+        topics=[
+            km.FetchTopic(
+                TOPIC,
+                partitions=[km.FetchPartition(0, fetch_offset=0, partition_max_bytes=1 << 20)],
+            )
+        ],
+    )
+    fire_and_forget = km.ProduceRequest(
+        None,
+        0,
+        5000,
+        [km.TopicProduceData(TOPIC, [km.PartitionProduceData(0, memoryview(_batch(2)))])],
+    )
+    with socket.create_connection(("127.0.0.1", kafka.kafka_port), timeout=10) as sock:
+        sock.sendall(
+            km.encode_request(fetch, 11, 1, "t", parked)
+            + km.encode_request(versions, 3, 2, "t", km.ApiVersionsRequest("t", "1"))
+            + km.encode_request(produce, 8, 3, "t", fire_and_forget)
+            + km.encode_request(versions, 0, 4, "t", km.ApiVersionsRequest())
+        )
+        answers = []
+        for _ in range(3):
+            size = struct.unpack(">i", _read_exactly(sock, 4))[0]
+            answers.append(_read_exactly(sock, size))
+    assert [struct.unpack_from(">i", a)[0] for a in answers] == [1, 2, 4]
+    _, fetched = km.decode_response(fetch, 11, answers[0])
+    assert fetched.responses[0].partitions[0].error_code == 0
+    end = await _end_offset(kafka)
+    assert end == 2
+
+
+async def _end_offset(kafka: KafkaBroker) -> int:
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap)
+    await consumer.start()
+    try:
+        tp = TopicPartition(TOPIC, 0)
+        return int((await consumer.end_offsets([tp]))[tp])
+    finally:
+        await consumer.stop()
