@@ -63,6 +63,13 @@ class DecompressionFailed(CorruptBatch):
     CODE = 12
 
 
+class InvalidRecordBatch(CorruptBatch):
+    """A batch that is intact (its CRC holds) but that this broker refuses to store: a
+    Kafka batch that is transactional, a control batch, or whose offsets are not contiguous."""
+
+    CODE = 18
+
+
 class CodecUnavailable(HeadraceError):
     """Client side: a known codec whose library is not installed (the ``compression`` extra)."""
 

@@ -66,6 +66,7 @@ from headrace.storage.log import PartitionLog
 
 if TYPE_CHECKING:
     from headrace.broker.admin import AdminServer
+    from headrace.broker.kafka_listener import KafkaConnection
 
 log = logging.getLogger(__name__)
 
@@ -134,6 +135,9 @@ class Broker:
         self.recovery_seconds = 0.0
         self.port = settings.port
         self.admin: AdminServer | None = None
+        self._kafka_server: asyncio.Server | None = None
+        self.kafka_port = settings.kafka_port
+        self.kafka_connections: set[KafkaConnection] = set()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -175,6 +179,8 @@ class Broker:
             backlog=1024,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        if self.settings.kafka_port >= 0:
+            await self._start_kafka_listener()
         self._tasks.append(loop.create_task(self._flush_cursors_forever(), name="cursor-flush"))
         self._tasks.append(loop.create_task(self._tick_cohorts_forever(), name="cohort-tick"))
         self._tasks.append(loop.create_task(self._retention_forever(), name="retention"))
@@ -197,6 +203,34 @@ class Broker:
             self.recovery_seconds,
         )
 
+    async def _start_kafka_listener(self) -> None:
+        from headrace.broker.kafka_listener import KafkaConnection
+
+        if self.settings.cluster_mode:
+            # Metadata would have to name the other brokers' Kafka addresses, which the
+            # topology does not carry yet (docs/kafka.md, not built yet).
+            raise InvalidRequest("the Kafka listener runs on standalone brokers only, for now")
+        if self.access.asks_credentials:
+            # No SASL yet: a Kafka connection could not say who it is, and must not pass
+            # as anyone.
+            raise InvalidRequest("the Kafka listener cannot serve a broker that asks credentials")
+        self._kafka_server = await asyncio.get_running_loop().create_server(
+            lambda: KafkaConnection(self, self.kafka_advertised, self.kafka_connections),
+            self.settings.kafka_host or self.settings.host,
+            self.settings.kafka_port,
+            ssl=self.server_ssl,
+            reuse_address=True,
+            backlog=1024,
+        )
+        self.kafka_port = self._kafka_server.sockets[0].getsockname()[1]
+        log.info("broker %s: Kafka listener on port %d", self.settings.broker_id, self.kafka_port)
+
+    def kafka_advertised(self) -> tuple[str, int]:
+        """Where Kafka clients should connect (Metadata's broker list)."""
+        s = self.settings
+        host = s.kafka_advertised_host or s.advertised_host or s.kafka_host or s.host
+        return (host, s.kafka_advertised_port or self.kafka_port)
+
     async def _watch_credential_files(self) -> None:
         """Reload the credential files when they change (SIGHUP reloads at once: ``main``)."""
         interval = self.settings.acl_reload_interval_ms / 1000
@@ -208,6 +242,10 @@ class Broker:
         self.ready = False
         if self._server is not None:
             self._server.close()
+        if self._kafka_server is not None:
+            self._kafka_server.close()
+        for kafka_conn in list(self.kafka_connections):
+            kafka_conn.close()
         for conn in list(self.connections):
             conn.close()
         await cancel_and_wait(*self._tasks)

@@ -47,6 +47,14 @@ class BrokerSettings:
     admin_port: int = 9644
     #: the host:port clients are told to use (defaults to host:port)
     advertised_host: str | None = None
+    #: the Kafka listener (docs/kafka.md): its own port, -1 = off; 0 picks a free one
+    kafka_port: int = -1
+    #: the address the Kafka listener binds to (None: ``host``)
+    kafka_host: str | None = None
+    #: where Kafka clients are told to connect in Metadata (None: ``advertised_host``, then
+    #: the bind address; the bound port)
+    kafka_advertised_host: str | None = None
+    kafka_advertised_port: int | None = None
     broker_id: int = 0
     cluster_id: str = "standalone"
     log: LogConfig = field(default_factory=LogConfig)

@@ -134,6 +134,25 @@ def _halt(status: int) -> None:
     "--admin-port", type=int, default=9644, show_default=True, help="-1 disables admin HTTP."
 )
 @click.option("--advertised-host", default=None, help="Host clients are told to connect to.")
+@click.option(
+    "--kafka-port",
+    type=int,
+    default=-1,
+    show_default=True,
+    help="The Kafka listener's port (docs/kafka.md); -1 = off, 0 = a free one.",
+)
+@click.option(
+    "--kafka-host", default=None, help="Address the Kafka listener binds to (default --host)."
+)
+@click.option(
+    "--kafka-advertised-host", default=None, help="Host Kafka clients are told to connect to."
+)
+@click.option(
+    "--kafka-advertised-port",
+    type=int,
+    default=None,
+    help="Port Kafka clients are told to connect to (default: the bound one).",
+)
 @click.option("--broker-id", type=int, default=0, show_default=True)
 @click.option(
     "--fsync",
@@ -276,6 +295,10 @@ def broker(
     admin_host: str,
     admin_port: int,
     advertised_host: str | None,
+    kafka_port: int,
+    kafka_host: str | None,
+    kafka_advertised_host: str | None,
+    kafka_advertised_port: int | None,
     broker_id: int,
     fsync: str,
     flush_interval_ms: int,
@@ -334,6 +357,10 @@ def broker(
         admin_host=admin_host,
         admin_port=admin_port,
         advertised_host=advertised_host,
+        kafka_port=kafka_port,
+        kafka_host=kafka_host,
+        kafka_advertised_host=kafka_advertised_host,
+        kafka_advertised_port=kafka_advertised_port,
         broker_id=broker_id,
         log=LogConfig(
             fsync=FsyncPolicy(fsync),
@@ -382,7 +409,13 @@ def broker(
             admin = f"{scheme}://{admin_host}:{b.admin.port}" if b.admin else "(disabled)"
             click.echo(
                 f"\nheadrace standalone broker ready\n"
-                f"  data port   {host}:{b.port}\n  admin HTTP  {admin}  (/healthz /readyz /metrics /v1/topics)\n"
+                f"  data port   {host}:{b.port}\n"
+                + (
+                    f"  Kafka port  {b.kafka_advertised()[0]}:{b.kafka_port}\n"
+                    if kafka_port >= 0
+                    else ""
+                )
+                + f"  admin HTTP  {admin}  (/healthz /readyz /metrics /v1/topics)\n"
                 f"  data dir    {data_dir}\n\nTry, in another shell:\n"
                 f"  .venv/bin/headrace topics create demo --partitions 4\n"
                 f"  seq 1 10 | .venv/bin/headrace produce demo\n"

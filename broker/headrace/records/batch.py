@@ -28,6 +28,14 @@ Record section, every integer little-endian::
     [u32 * n] header block lengths                      (only when bit 4 is set)
     keys blob | values blob | header blocks
 
+A second format shares the log (``KAFKA_MAGIC`` = 2): Kafka's v2 record batch as a
+Kafka producer sent it, from byte 16 on, behind our little-endian 16-byte prefix.
+Kafka laid its batch out like ours up to the magic byte, and the fields the
+broker needs sit at the same offsets after it (``_KAFKA_FIELDS``), so every
+header reader here serves both formats with one byte of dispatch per batch;
+only the record section differs, which the broker never reads.
+``docs/storage-format.md`` §1.1 and ``docs/decisions.md`` say why.
+
 Why columnar: the producer builds the length arrays with ``array(map(len, ...))``
 and the blobs with ``bytes.join`` -- loops that run in C, so a Python producer
 encodes millions of records per second; the consumer slices values the same way.
@@ -45,11 +53,14 @@ from dataclasses import dataclass
 from itertools import accumulate
 from typing import Final, NamedTuple
 
-from headrace.checksums import crc32
-from headrace.errors import BatchTooLarge, CorruptBatch
+from headrace.checksums import crc32, crc32c
+from headrace.errors import BatchTooLarge, CorruptBatch, InvalidRecordBatch, UnknownCodec
 from headrace.records import codecs
 
 MAGIC: Final = 1
+#: Kafka's record batch v2, stored as received behind our prefix (see the module docstring)
+KAFKA_MAGIC: Final = 2
+MAGIC_OFFSET: Final = 16
 
 #: base_offset u64, batch_length u32, leader_epoch i32, magic u8, crc u32,
 #: attributes u16, record_count u32, first_timestamp i64, max_timestamp i64,
@@ -70,6 +81,23 @@ SEQUENCE_FIELD: Final = struct.Struct("<I")
 SEQUENCE_FIELD_OFFSET: Final = 51
 COUNT_FIELD: Final = struct.Struct("<I")
 COUNT_FIELD_OFFSET: Final = 23
+
+#: base_offset u64, batch_length u32, leader_epoch i32: ours, little-endian, in both formats
+STAMPED_PREFIX: Final = struct.Struct("<QIi")
+#: Kafka's v2 batch from the magic byte, big-endian: magic i8, crc u32 (CRC-32C over
+#: [21, end)), attributes i16, last_offset_delta i32, base_timestamp i64, max_timestamp
+#: i64, producer_id i64, producer_epoch i16, base_sequence i32 (then records_count i32,
+#: at 57, which the broker never needs: last_offset_delta gives the count)
+_KAFKA_FIELDS: Final = struct.Struct(">BIhiqqqhi")
+#: Kafka's prefix as its clients send and expect it: base_offset, batch_length, leader_epoch
+KAFKA_PREFIX: Final = struct.Struct(">qii")
+KAFKA_HEADER_SIZE: Final = 61
+#: Kafka attributes: bits 0-2 codec (none, gzip, snappy, lz4, zstd), bit 3 log-append time,
+#: bit 4 transactional, bit 5 control batch, bit 6 delete horizon
+KAFKA_CODECS: Final = 5
+KAFKA_TRANSACTIONAL: Final = 1 << 4
+KAFKA_CONTROL: Final = 1 << 5
+KAFKA_KNOWN_ATTRIBUTES: Final = 0x07 | (1 << 3) | KAFKA_TRANSACTIONAL | KAFKA_CONTROL | (1 << 6)
 
 COMPRESSION_MASK: Final = 0x07
 COMPRESSION_NONE: Final = codecs.NONE
@@ -122,10 +150,55 @@ class BatchHeader(NamedTuple):
 
 
 def read_header(buf: bytes | bytearray | memoryview, pos: int = 0) -> BatchHeader:
-    """Parse the fixed header at ``pos``; raises CorruptBatch if too short."""
+    """Parse the fixed header at ``pos`` (either format); raises CorruptBatch if too short."""
     if len(buf) - pos < HEADER_SIZE:
         raise CorruptBatch(f"batch header needs {HEADER_SIZE} bytes, {len(buf) - pos} left")
+    if buf[pos + MAGIC_OFFSET] == KAFKA_MAGIC:
+        base_offset, batch_length, leader_epoch = STAMPED_PREFIX.unpack_from(buf, pos)
+        return _kafka_header(buf, pos, base_offset, batch_length, leader_epoch)
     return BatchHeader._make(HEADER.unpack_from(buf, pos))
+
+
+def _kafka_header(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    base_offset: int,
+    batch_length: int,
+    leader_epoch: int,
+) -> BatchHeader:
+    """A Kafka v2 batch's fields in our header's terms.
+
+    A producer id below 0 (Kafka's "none") is our 0, with sequence 0. ``attributes``
+    stay Kafka's: only ``KAFKA_MAGIC``-aware code reads them."""
+    (magic, crc, attributes, last_delta, first_ts, max_ts, producer_id, _, sequence) = (
+        _KAFKA_FIELDS.unpack_from(buf, pos + MAGIC_OFFSET)
+    )
+    if producer_id < 0:
+        producer_id, sequence = 0, 0
+    return BatchHeader(
+        base_offset,
+        batch_length,
+        leader_epoch,
+        magic,
+        crc,
+        attributes & 0xFFFF,
+        last_delta + 1,
+        first_ts,
+        max_ts,
+        producer_id,
+        sequence,
+        batch_length + LENGTH_OVERHEAD - KAFKA_HEADER_SIZE,
+    )
+
+
+def read_kafka_wire_header(buf: bytes | bytearray | memoryview) -> BatchHeader:
+    """The header of a Kafka v2 batch as a Kafka client sends it (big-endian prefix)."""
+    if len(buf) < KAFKA_HEADER_SIZE:
+        raise CorruptBatch(f"Kafka batch header needs {KAFKA_HEADER_SIZE} bytes, {len(buf)} given")
+    base_offset, batch_length, leader_epoch = KAFKA_PREFIX.unpack_from(buf, 0)
+    if buf[MAGIC_OFFSET] != KAFKA_MAGIC:
+        raise CorruptBatch(f"Kafka record batch magic {buf[MAGIC_OFFSET]}, only 2 is supported")
+    return _kafka_header(buf, 0, base_offset, batch_length, leader_epoch)
 
 
 def validate(
@@ -142,6 +215,8 @@ def validate(
     header = read_header(buf)
     if header.size != total:
         raise CorruptBatch(f"batch_length says {header.size} bytes, frame holds {total}")
+    if header.magic != MAGIC:  # Kafka's batches come through ``validate_kafka`` only
+        raise CorruptBatch(f"unknown batch magic {header.magic}")
     check_header(header)
     crc = crc32(memoryview(buf)[CRC_START:])
     if crc != header.crc:
@@ -149,8 +224,46 @@ def validate(
     return header
 
 
+def validate_kafka(
+    buf: bytes | bytearray | memoryview, *, max_batch_bytes: int | None = None
+) -> BatchHeader:
+    """``validate`` for the records of a Kafka produce: exactly one v2 batch, as sent.
+
+    Header work and one CRC-32C pass, nothing per record. Raises ``BatchTooLarge``,
+    ``CorruptBatch`` (bad size, magic, codec or CRC) or ``InvalidRecordBatch`` (an
+    intact batch this broker will not store)."""
+    total = len(buf)
+    if max_batch_bytes is not None and total > max_batch_bytes:
+        raise BatchTooLarge(f"batch of {total} bytes exceeds the limit of {max_batch_bytes}")
+    header = read_kafka_wire_header(buf)
+    if header.size != total:
+        raise CorruptBatch(f"batch_length says {header.size} bytes, the records hold {total}")
+    check_kafka_header(header)
+    if not crc_ok(buf, header):
+        raise CorruptBatch("CRC-32C mismatch")
+    (records_count,) = _KAFKA_COUNT.unpack_from(buf, 57)
+    if records_count != header.record_count:
+        raise InvalidRecordBatch(
+            f"records_count {records_count} disagrees with last_offset_delta"
+            f" {header.record_count - 1}: a produced batch has contiguous offsets"
+        )
+    (producer_id,) = _KAFKA_PRODUCER.unpack_from(buf, 43)
+    if producer_id >= 0:
+        raise InvalidRecordBatch(
+            "idempotent Kafka producers (InitProducerId) are not supported yet"
+        )
+    return header
+
+
+_KAFKA_COUNT: Final = struct.Struct(">i")
+_KAFKA_PRODUCER: Final = struct.Struct(">q")
+
+
 def check_header(header: BatchHeader) -> None:
     """Header-only sanity checks shared by produce validation and log recovery."""
+    if header.magic == KAFKA_MAGIC:
+        check_kafka_header(header)
+        return
     if header.magic != MAGIC:
         raise CorruptBatch(f"unknown batch magic {header.magic}")
     if header.attributes & ~KNOWN_ATTRIBUTES:
@@ -170,10 +283,40 @@ def check_header(header: BatchHeader) -> None:
         raise CorruptBatch("section_length disagrees with batch_length")
 
 
+def check_kafka_header(header: BatchHeader) -> None:
+    """``check_header`` for a Kafka v2 batch. Transactional and control batches are refused:
+    this broker has no transactions yet, and a control batch is the broker's to write."""
+    if header.attributes & ~KAFKA_KNOWN_ATTRIBUTES:
+        raise CorruptBatch(f"unknown Kafka batch attributes {header.attributes:#06x}")
+    if header.compression >= KAFKA_CODECS:
+        raise UnknownCodec(f"unknown Kafka compression codec {header.compression}")
+    if header.attributes & (KAFKA_TRANSACTIONAL | KAFKA_CONTROL):
+        raise InvalidRecordBatch("transactional and control batches are not supported")
+    if header.record_count < 1:
+        raise CorruptBatch("batch holds no records")
+    if header.size < KAFKA_HEADER_SIZE:
+        raise CorruptBatch(f"batch_length {header.batch_length} is shorter than a Kafka header")
+
+
 def crc_ok(buf: bytes | bytearray | memoryview, header: BatchHeader, pos: int = 0) -> bool:
-    """CRC check of a batch that sits at ``pos`` inside a larger buffer."""
+    """CRC check of a batch that sits at ``pos`` inside a larger buffer (either format)."""
     view = memoryview(buf)[pos + CRC_START : pos + header.size]
+    if header.magic == KAFKA_MAGIC:
+        return crc32c(view) == header.crc
     return crc32(view) == header.crc
+
+
+def stamp_prefix(header: BatchHeader, base_offset: int, leader_epoch: int) -> bytes:
+    """The 16 bytes a stored batch starts with: ours, little-endian, in both formats.
+
+    ``header.batch_length`` rather than the batch's own bytes 8-12: a Kafka batch
+    arrives with them big-endian."""
+    return STAMPED_PREFIX.pack(base_offset, header.batch_length, leader_epoch)
+
+
+def kafka_prefix(header: BatchHeader) -> bytes:
+    """A stored Kafka batch's 16-byte prefix as Kafka's clients read it (big-endian)."""
+    return KAFKA_PREFIX.pack(header.base_offset, header.batch_length, header.leader_epoch)
 
 
 def stamp(batch: bytearray, base_offset: int, leader_epoch: int) -> None:
@@ -222,7 +365,11 @@ def scan(buf: bytes | bytearray | memoryview, pos: int = 0) -> Iterator[tuple[in
     end = len(buf)
     unpack = HEADER.unpack_from
     while end - pos >= HEADER_SIZE:
-        header = BatchHeader._make(unpack(buf, pos))
+        if buf[pos + MAGIC_OFFSET] == KAFKA_MAGIC:
+            base, length, epoch = STAMPED_PREFIX.unpack_from(buf, pos)
+            header = _kafka_header(buf, pos, base, length, epoch)
+        else:
+            header = BatchHeader._make(unpack(buf, pos))
         size = header.batch_length + LENGTH_OVERHEAD
         if size < HEADER_SIZE or pos + size > end:
             return

@@ -357,7 +357,7 @@ class PartitionLog:
         if bk.should_roll(self.active.stats, header.size, now, self.config):
             self.roll()
         base = self.next_offset
-        prefix = rb.stamped_prefix(batch, base, leader_epoch)
+        prefix = rb.stamp_prefix(header, base, leader_epoch)
         self.active.append(prefix, memoryview(batch), header, base)
         self.producers.record(
             header.producer_id, header.base_sequence, header.record_count, base, now

@@ -1,0 +1,1 @@
+"""The Kafka protocol: a sans-I/O codec (``wire``, ``schema``, ``messages``, ``batches``)."""

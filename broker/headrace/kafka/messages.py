@@ -1,0 +1,449 @@
+"""The Kafka requests and responses this broker implements, and their headers (pure).
+
+Field lists follow Kafka's message schemas field for field (names in snake
+case); only the versions in ``SUPPORTED`` are served, and ``ApiVersions``
+advertises exactly that table. A request for anything else is answered with
+``UNSUPPORTED_VERSION`` (``errors.py``).
+
+Headers: a request header is v1 (api key, version, correlation id, a nullable
+non-compact client id) in a non-flexible version and v2 (v1 plus tagged fields)
+in a flexible one. A response header is v0 (correlation id) or v1 (plus tagged
+fields) likewise, except that ``ApiVersions`` always answers with v0 so that a
+client that does not know the broker's versions yet can parse it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Final
+
+from headrace.kafka import schema
+from headrace.kafka.schema import Array, Kind, kfield
+from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
+
+
+class ApiKey(IntEnum):
+    PRODUCE = 0
+    FETCH = 1
+    LIST_OFFSETS = 2
+    METADATA = 3
+    API_VERSIONS = 18
+
+
+# --------------------------------------------------------------------------- headers
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+def decode_request_header(r: Reader) -> RequestHeader:
+    """The header of a request frame; leaves ``r`` at its tagged fields or body.
+
+    Whether tagged fields follow depends on the API and version (``skip_header_tags``).
+    """
+    api_key = r.int16()
+    api_version = r.int16()
+    correlation_id = r.int32()
+    client_id = r.string(compact=False)
+    return RequestHeader(api_key, api_version, correlation_id, client_id)
+
+
+def skip_header_tags(r: Reader) -> None:
+    """The request header v2's tagged fields: none are defined, all are skipped."""
+    for _ in range(r.uvarint()):
+        r.uvarint()
+        r.take(r.uvarint())
+
+
+def encode_request_header(w: Writer, header: RequestHeader, flexible: bool) -> None:
+    """A client's side of the header (tests and tools drive the broker with it)."""
+    w.int16(header.api_key)
+    w.int16(header.api_version)
+    w.int32(header.correlation_id)
+    w.string(header.client_id, compact=False)
+    if flexible:
+        w.uvarint(0)
+
+
+def encode_response_header(w: Writer, correlation_id: int, flexible_header: bool) -> None:
+    w.int32(correlation_id)
+    if flexible_header:
+        w.uvarint(0)
+
+
+# --------------------------------------------------------------------------- ApiVersions (18)
+
+
+@dataclass(slots=True)
+class ApiVersionsRequest:
+    client_software_name: str = kfield(Kind.STRING, "3+")
+    client_software_version: str = kfield(Kind.STRING, "3+")
+
+
+@dataclass(slots=True)
+class ApiVersion:
+    api_key: int = kfield(Kind.INT16)
+    min_version: int = kfield(Kind.INT16)
+    max_version: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class ApiVersionsResponse:
+    error_code: int = kfield(Kind.INT16)
+    api_keys: list[ApiVersion] = kfield(Array(ApiVersion))
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+
+
+# --------------------------------------------------------------------------- Metadata (3)
+
+
+@dataclass(slots=True)
+class MetadataRequestTopic:
+    topic_id: bytes = kfield(Kind.UUID, "10+")
+    name: str | None = kfield(Kind.STRING, nullable="10+")
+
+
+@dataclass(slots=True)
+class MetadataRequest:
+    #: None (v1+) = every topic; v0's empty list means the same
+    topics: list[MetadataRequestTopic] | None = kfield(Array(MetadataRequestTopic), nullable="1+")
+    allow_auto_topic_creation: bool = kfield(Kind.BOOL, "4+", default=True)
+    include_cluster_authorized_operations: bool = kfield(Kind.BOOL, "8-10")
+    include_topic_authorized_operations: bool = kfield(Kind.BOOL, "8+")
+
+
+@dataclass(slots=True)
+class MetadataResponseBroker:
+    node_id: int = kfield(Kind.INT32)
+    host: str = kfield(Kind.STRING)
+    port: int = kfield(Kind.INT32)
+    rack: str | None = kfield(Kind.STRING, "1+", nullable="1+", default=None)
+
+
+@dataclass(slots=True)
+class MetadataResponsePartition:
+    error_code: int = kfield(Kind.INT16)
+    partition_index: int = kfield(Kind.INT32)
+    leader_id: int = kfield(Kind.INT32)
+    leader_epoch: int = kfield(Kind.INT32, "7+", default=-1)
+    replica_nodes: list[int] = kfield(Array(Kind.INT32))
+    isr_nodes: list[int] = kfield(Array(Kind.INT32))
+    offline_replicas: list[int] = kfield(Array(Kind.INT32), "5+")
+
+
+#: "not requested" for the authorized-operations bitfields
+AUTHORIZED_OPERATIONS_OMITTED: Final = -(2**31)
+
+
+@dataclass(slots=True)
+class MetadataResponseTopic:
+    error_code: int = kfield(Kind.INT16)
+    name: str | None = kfield(Kind.STRING, nullable="12+")
+    topic_id: bytes = kfield(Kind.UUID, "10+")
+    is_internal: bool = kfield(Kind.BOOL, "1+")
+    partitions: list[MetadataResponsePartition] = kfield(Array(MetadataResponsePartition))
+    topic_authorized_operations: int = kfield(
+        Kind.INT32, "8+", default=AUTHORIZED_OPERATIONS_OMITTED
+    )
+
+
+@dataclass(slots=True)
+class MetadataResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "3+")
+    brokers: list[MetadataResponseBroker] = kfield(Array(MetadataResponseBroker))
+    cluster_id: str | None = kfield(Kind.STRING, "2+", nullable="2+", default=None)
+    controller_id: int = kfield(Kind.INT32, "1+", default=-1)
+    topics: list[MetadataResponseTopic] = kfield(Array(MetadataResponseTopic))
+    cluster_authorized_operations: int = kfield(
+        Kind.INT32, "8-10", default=AUTHORIZED_OPERATIONS_OMITTED
+    )
+
+
+# --------------------------------------------------------------------------- Produce (0)
+
+
+@dataclass(slots=True)
+class PartitionProduceData:
+    index: int = kfield(Kind.INT32)
+    records: memoryview | None = kfield(Kind.RECORDS, nullable="0+")
+
+
+@dataclass(slots=True)
+class TopicProduceData:
+    name: str = kfield(Kind.STRING)
+    partition_data: list[PartitionProduceData] = kfield(Array(PartitionProduceData))
+
+
+@dataclass(slots=True)
+class ProduceRequest:
+    transactional_id: str | None = kfield(Kind.STRING, "3+", nullable="3+", default=None)
+    acks: int = kfield(Kind.INT16)
+    timeout_ms: int = kfield(Kind.INT32)
+    topic_data: list[TopicProduceData] = kfield(Array(TopicProduceData))
+
+
+@dataclass(slots=True)
+class BatchIndexAndErrorMessage:
+    batch_index: int = kfield(Kind.INT32, "8+")
+    batch_index_error_message: str | None = kfield(Kind.STRING, "8+", nullable="8+", default=None)
+
+
+@dataclass(slots=True)
+class PartitionProduceResponse:
+    index: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+    base_offset: int = kfield(Kind.INT64)
+    log_append_time_ms: int = kfield(Kind.INT64, "2+", default=-1)
+    log_start_offset: int = kfield(Kind.INT64, "5+", default=-1)
+    record_errors: list[BatchIndexAndErrorMessage] = kfield(Array(BatchIndexAndErrorMessage), "8+")
+    error_message: str | None = kfield(Kind.STRING, "8+", nullable="8+", default=None)
+
+
+@dataclass(slots=True)
+class TopicProduceResponse:
+    name: str = kfield(Kind.STRING)
+    partition_responses: list[PartitionProduceResponse] = kfield(Array(PartitionProduceResponse))
+
+
+@dataclass(slots=True)
+class ProduceResponse:
+    responses: list[TopicProduceResponse] = kfield(Array(TopicProduceResponse))
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+
+
+# --------------------------------------------------------------------------- Fetch (1)
+
+
+@dataclass(slots=True)
+class FetchPartition:
+    partition: int = kfield(Kind.INT32)
+    current_leader_epoch: int = kfield(Kind.INT32, "9+", default=-1)
+    fetch_offset: int = kfield(Kind.INT64)
+    last_fetched_epoch: int = kfield(Kind.INT32, "12+", default=-1)
+    log_start_offset: int = kfield(Kind.INT64, "5+", default=-1)
+    partition_max_bytes: int = kfield(Kind.INT32)
+
+
+@dataclass(slots=True)
+class FetchTopic:
+    topic: str = kfield(Kind.STRING, "0-12")
+    topic_id: bytes = kfield(Kind.UUID, "13+")
+    partitions: list[FetchPartition] = kfield(Array(FetchPartition))
+
+
+@dataclass(slots=True)
+class ForgottenTopic:
+    topic: str = kfield(Kind.STRING, "7-12")
+    topic_id: bytes = kfield(Kind.UUID, "13+")
+    partitions: list[int] = kfield(Array(Kind.INT32), "7+")
+
+
+class IsolationLevel(IntEnum):
+    READ_UNCOMMITTED = 0
+    READ_COMMITTED = 1
+
+
+@dataclass(slots=True)
+class FetchRequest:
+    cluster_id: str | None = kfield(
+        Kind.STRING, "12+", nullable="12+", tag=0, tagged="12+", default=None
+    )
+    replica_id: int = kfield(Kind.INT32, "0-14", default=-1)
+    max_wait_ms: int = kfield(Kind.INT32)
+    min_bytes: int = kfield(Kind.INT32)
+    max_bytes: int = kfield(Kind.INT32, "3+", default=0x7FFFFFFF)
+    isolation_level: int = kfield(Kind.INT8, "4+")
+    session_id: int = kfield(Kind.INT32, "7+")
+    session_epoch: int = kfield(Kind.INT32, "7+", default=-1)
+    topics: list[FetchTopic] = kfield(Array(FetchTopic))
+    forgotten_topics_data: list[ForgottenTopic] = kfield(Array(ForgottenTopic), "7+")
+    rack_id: str = kfield(Kind.STRING, "11+")
+
+
+@dataclass(slots=True)
+class LeaderIdAndEpoch:
+    leader_id: int = kfield(Kind.INT32, "12+", default=-1)
+    leader_epoch: int = kfield(Kind.INT32, "12+", default=-1)
+
+
+@dataclass(slots=True)
+class AbortedTransaction:
+    producer_id: int = kfield(Kind.INT64, "4+")
+    first_offset: int = kfield(Kind.INT64, "4+")
+
+
+@dataclass(slots=True)
+class FetchPartitionData:
+    partition_index: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+    high_watermark: int = kfield(Kind.INT64)
+    last_stable_offset: int = kfield(Kind.INT64, "4+", default=-1)
+    log_start_offset: int = kfield(Kind.INT64, "5+", default=-1)
+    current_leader: LeaderIdAndEpoch | None = kfield(LeaderIdAndEpoch, "12+", tag=1, tagged="12+")
+    aborted_transactions: list[AbortedTransaction] | None = kfield(
+        Array(AbortedTransaction), "4+", nullable="4+", default=None
+    )
+    preferred_read_replica: int = kfield(Kind.INT32, "11+", default=-1)
+    #: the batches: one buffer, or several sent without joining them
+    records: Any = kfield(Kind.RECORDS, nullable="0+")
+
+
+@dataclass(slots=True)
+class FetchableTopicResponse:
+    topic: str = kfield(Kind.STRING, "0-12")
+    topic_id: bytes = kfield(Kind.UUID, "13+")
+    partitions: list[FetchPartitionData] = kfield(Array(FetchPartitionData))
+
+
+@dataclass(slots=True)
+class FetchResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16, "7+")
+    session_id: int = kfield(Kind.INT32, "7+")
+    responses: list[FetchableTopicResponse] = kfield(Array(FetchableTopicResponse))
+
+
+# --------------------------------------------------------------------------- ListOffsets (2)
+
+#: ListOffsets' special timestamps
+LATEST_TIMESTAMP: Final = -1
+EARLIEST_TIMESTAMP: Final = -2
+
+
+@dataclass(slots=True)
+class ListOffsetsPartition:
+    partition_index: int = kfield(Kind.INT32)
+    current_leader_epoch: int = kfield(Kind.INT32, "4+", default=-1)
+    timestamp: int = kfield(Kind.INT64)
+    max_num_offsets: int = kfield(Kind.INT32, "0", default=1)
+
+
+@dataclass(slots=True)
+class ListOffsetsTopic:
+    name: str = kfield(Kind.STRING)
+    partitions: list[ListOffsetsPartition] = kfield(Array(ListOffsetsPartition))
+
+
+@dataclass(slots=True)
+class ListOffsetsRequest:
+    replica_id: int = kfield(Kind.INT32, default=-1)
+    isolation_level: int = kfield(Kind.INT8, "2+")
+    topics: list[ListOffsetsTopic] = kfield(Array(ListOffsetsTopic))
+
+
+@dataclass(slots=True)
+class ListOffsetsPartitionResponse:
+    partition_index: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+    old_style_offsets: list[int] = kfield(Array(Kind.INT64), "0")
+    timestamp: int = kfield(Kind.INT64, "1+", default=-1)
+    offset: int = kfield(Kind.INT64, "1+", default=-1)
+    leader_epoch: int = kfield(Kind.INT32, "4+", default=-1)
+
+
+@dataclass(slots=True)
+class ListOffsetsTopicResponse:
+    name: str = kfield(Kind.STRING)
+    partitions: list[ListOffsetsPartitionResponse] = kfield(Array(ListOffsetsPartitionResponse))
+
+
+@dataclass(slots=True)
+class ListOffsetsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "2+")
+    topics: list[ListOffsetsTopicResponse] = kfield(Array(ListOffsetsTopicResponse))
+
+
+# --------------------------------------------------------------------------- the API table
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    key: ApiKey
+    request: type[Any]
+    response: type[Any]
+    #: the versions this broker serves (a subset of Kafka's valid versions)
+    min_version: int
+    max_version: int
+    #: Kafka's first flexible version of this API
+    flexible_from: int
+
+    def flexible(self, version: int) -> bool:
+        return version >= self.flexible_from
+
+    def supports(self, version: int) -> bool:
+        return self.min_version <= version <= self.max_version
+
+    def response_header_flexible(self, version: int) -> bool:
+        # ApiVersions answers with header v0 in every version (see the module docstring)
+        return self.flexible(version) and self.key is not ApiKey.API_VERSIONS
+
+
+SUPPORTED: Final[dict[int, Api]] = {
+    api.key: api
+    for api in (
+        Api(ApiKey.PRODUCE, ProduceRequest, ProduceResponse, 3, 9, 9),
+        Api(ApiKey.FETCH, FetchRequest, FetchResponse, 4, 12, 12),
+        Api(ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, 1, 6, 6),
+        Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, 0, 12, 9),
+        Api(ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3),
+    )
+}
+
+
+def advertised_versions() -> list[ApiVersion]:
+    """What ``ApiVersions`` answers: exactly ``SUPPORTED``."""
+    return [ApiVersion(api.key, api.min_version, api.max_version) for api in SUPPORTED.values()]
+
+
+def decode_request(api: Api, version: int, r: Reader) -> Any:
+    """The body of a request whose header has been read (tags included)."""
+    # Bytes after the body are ignored, as Kafka's brokers ignore them: librdkafka's
+    # all-topics Metadata (v9+) leaves a 4-byte array count slot where a 1-byte null goes.
+    return schema.decode_from(r, api.request, version, api.flexible(version))
+
+
+def encode_response(
+    api: Api, version: int, correlation_id: int, body: Any
+) -> list[bytes | bytearray | memoryview]:
+    """A whole response frame (size prefix, header, body) as buffers to write in order."""
+    w = Writer()
+    w.int32(0)  # the size, patched below
+    encode_response_header(w, correlation_id, api.response_header_flexible(version))
+    schema.encode_into(w, body, version, api.flexible(version))
+    parts = w.parts()
+    size = w.size() - 4
+    first = bytearray(parts[0])
+    first[0:4] = size.to_bytes(4, "big")
+    parts[0] = first
+    return parts
+
+
+def encode_request(
+    api: Api, version: int, correlation_id: int, client_id: str | None, body: Any
+) -> bytes:
+    """A whole request frame, as a client sends it (tests and tools)."""
+    w = Writer()
+    encode_request_header(
+        w, RequestHeader(api.key, version, correlation_id, client_id), api.flexible(version)
+    )
+    schema.encode_into(w, body, version, api.flexible(version))
+    payload = w.getvalue()
+    return len(payload).to_bytes(4, "big") + payload
+
+
+def decode_response(api: Api, version: int, frame: bytes | memoryview) -> tuple[int, Any]:
+    """(correlation id, body) of a response frame without its size prefix (tests, tools)."""
+    r = Reader(frame)
+    correlation_id = r.int32()
+    if api.response_header_flexible(version):
+        skip_header_tags(r)
+    body = schema.decode_from(r, api.response, version, api.flexible(version))
+    if r.remaining:
+        raise MalformedKafkaRequest(f"{r.remaining} bytes after the {api.key.name} response")
+    return correlation_id, body

@@ -1,0 +1,24 @@
+from __future__ import annotations
+
+import pytest
+
+from bench.procs import BrokerProcess, free_port
+
+
+class KafkaBroker:
+    """A standalone broker with its Kafka listener on."""
+
+    def __init__(self, broker: BrokerProcess, kafka_port: int) -> None:
+        self.broker = broker
+        self.kafka_port = kafka_port
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+
+@pytest.fixture
+def kafka(broker_factory: object) -> KafkaBroker:
+    port = free_port()
+    broker = broker_factory(extra_args=["--kafka-port", str(port)])  # type: ignore[operator]
+    return KafkaBroker(broker, port)

@@ -1,0 +1,190 @@
+"""The Kafka codec against bytes written out by hand from Kafka's message schemas."""
+
+from __future__ import annotations
+
+import pytest
+
+from headrace.kafka import messages as km
+from headrace.kafka import schema
+from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
+
+API_VERSIONS = km.SUPPORTED[km.ApiKey.API_VERSIONS]
+METADATA = km.SUPPORTED[km.ApiKey.METADATA]
+FETCH = km.SUPPORTED[km.ApiKey.FETCH]
+
+
+@pytest.mark.parametrize(
+    ("value", "encoded"),
+    [(0, "00"), (1, "01"), (127, "7f"), (128, "8001"), (300, "ac02"), (2**32 - 1, "ffffffff0f")],
+)
+def test_unsigned_varints(value: int, encoded: str) -> None:
+    w = Writer()
+    w.uvarint(value)
+    assert w.getvalue().hex() == encoded
+    assert Reader(bytes.fromhex(encoded)).uvarint() == value
+
+
+def test_a_varint_longer_than_five_bytes_is_malformed() -> None:
+    with pytest.raises(MalformedKafkaRequest):
+        Reader(bytes.fromhex("ffffffffff01")).uvarint()
+
+
+def test_api_versions_v3_request_has_a_v2_header_and_compact_strings() -> None:
+    frame = km.encode_request(API_VERSIONS, 3, 7, "c", km.ApiVersionsRequest("x", "1"))
+    # size | key 18 | version 3 | correlation 7 | client id "c" (int16 length) | no header tags
+    # | compact "x" | compact "1" | no body tags
+    assert frame.hex() == ("000000110012000300000007000163000278023100")
+    r = Reader(frame[4:])
+    header = km.decode_request_header(r)
+    assert header == km.RequestHeader(18, 3, 7, "c")
+    km.skip_header_tags(r)
+    assert km.decode_request(API_VERSIONS, 3, r) == km.ApiVersionsRequest("x", "1")
+
+
+def test_api_versions_v3_response_keeps_header_v0() -> None:
+    body = km.ApiVersionsResponse(0, [km.ApiVersion(18, 0, 4)], 0)
+    frame = b"".join(km.encode_response(API_VERSIONS, 3, 7, body))
+    # size | correlation 7 (header v0: no tags) | error 0 | compact array of 1
+    # | key 18, min 0, max 4, tags | throttle 0 | tags
+    assert frame.hex() == "0000001300000007000002001200000004000000000000"
+    assert km.decode_response(API_VERSIONS, 3, frame[4:]) == (7, body)
+
+
+def test_api_versions_v0_response_has_no_throttle_time() -> None:
+    body = km.ApiVersionsResponse(35, [km.ApiVersion(0, 3, 9)])
+    frame = b"".join(km.encode_response(API_VERSIONS, 0, 1, body))
+    assert frame.hex() == "0000001000000001002300000001000000030009"
+
+
+def test_metadata_v0_request_and_v1_null_topics() -> None:
+    frame = km.encode_request(
+        METADATA, 0, 2, None, km.MetadataRequest([km.MetadataRequestTopic(name="t")])
+    )
+    # client id null = int16 -1; topics int32 count 1; name int16 length 1
+    assert frame.hex() == "000000110003000000000002ffff00000001000174"
+    frame = km.encode_request(METADATA, 1, 2, None, km.MetadataRequest(None))
+    assert frame[-4:].hex() == "ffffffff"  # a null array: every topic
+
+
+def test_metadata_v9_response_is_flexible() -> None:
+    body = km.MetadataResponse(
+        brokers=[km.MetadataResponseBroker(1, "h", 9)],
+        cluster_id="c",
+        controller_id=1,
+        topics=[
+            km.MetadataResponseTopic(
+                name="t",
+                partitions=[km.MetadataResponsePartition(0, 0, 1, 5, [1], [1], [])],
+            )
+        ],
+    )
+    frame = b"".join(km.encode_response(METADATA, 9, 3, body))
+    expected = (
+        "00000003"
+        "00"  # header v1: correlation, no tags
+        "00000000"  # throttle
+        "02"
+        "00000001"
+        "0268"
+        "00000009"
+        "00"
+        "00"  # 1 broker: id, "h", port, null rack, tags
+        "0263"  # cluster id "c"
+        "00000001"  # controller
+        "02"
+        "0000"
+        "0274"
+        "00"  # 1 topic: error, "t", not internal
+        "02"
+        "0000"
+        "00000000"
+        "00000001"
+        "00000005"
+        "0200000001"
+        "0200000001"
+        "01"
+        "00"
+        "80000000"
+        "00"  # authorized operations omitted, topic tags
+        "80000000"  # cluster authorized operations (v8-10) omitted
+        "00"  # body tags
+    )
+    assert frame[4:].hex() == expected
+    assert km.decode_response(METADATA, 9, frame[4:]) == (3, body)
+
+
+def test_tagged_fields_are_written_only_when_set_and_read_back() -> None:
+    part = km.FetchPartitionData(partition_index=0, high_watermark=5, records=b"")
+    w = Writer()
+    schema.encode_into(w, part, 12, True)
+    plain = w.getvalue()
+    assert plain.endswith(bytes.fromhex("ffffffff0100"))  # preferred replica, records, 0 tags
+    part.current_leader = km.LeaderIdAndEpoch(2, 7)
+    w = Writer()
+    schema.encode_into(w, part, 12, True)
+    tagged = w.getvalue()
+    # one tag: number 1, 9 bytes (leader, epoch, the struct's own empty tags)
+    assert tagged.endswith(bytes.fromhex("010109000000020000000700"))
+    decoded = schema.decode_from(Reader(tagged), km.FetchPartitionData, 12, True)
+    assert decoded.current_leader == km.LeaderIdAndEpoch(2, 7)
+
+
+def test_unknown_tags_are_skipped() -> None:
+    w = Writer()
+    schema.encode_into(w, km.ApiVersionsRequest("a", "b"), 3, True)
+    raw = w.getvalue()[:-1] + bytes.fromhex("010502abcd")  # tag 5, 2 bytes
+    assert schema.decode_from(Reader(raw), km.ApiVersionsRequest, 3, True) == km.ApiVersionsRequest(
+        "a", "b"
+    )
+
+
+def test_fetch_v4_request_round_trip() -> None:
+    request = km.FetchRequest(
+        max_wait_ms=500,
+        min_bytes=1,
+        max_bytes=1024,
+        isolation_level=1,
+        topics=[
+            km.FetchTopic(
+                "t", partitions=[km.FetchPartition(0, fetch_offset=3, partition_max_bytes=99)]
+            )
+        ],
+    )
+    frame = km.encode_request(FETCH, 4, 9, "id", request)
+    r = Reader(frame[4:])
+    km.decode_request_header(r)
+    body = km.decode_request(FETCH, 4, r)
+    assert body.topics[0].partitions[0].fetch_offset == 3
+    assert body.isolation_level == 1 and body.max_bytes == 1024
+    # v4: replica -1, wait, min, max, isolation, 1 topic "t", 1 partition (index, offset, max)
+    assert frame[4 + 12 :].hex() == (
+        "ffffffff000001f4000000010000040001000000010001740000000100000000000000000000000300000063"
+    )
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "",  # nothing
+        "0000",  # a short header
+        "00000001",  # topics count 1, nothing after it
+        "7fffffff",  # two billion topics in four bytes
+        "00000001fffe",  # a string length of -2
+    ],
+)
+def test_malformed_bodies_raise_a_typed_error(raw: str) -> None:
+    with pytest.raises(MalformedKafkaRequest):
+        km.decode_request(METADATA, 0, Reader(bytes.fromhex(raw)))
+
+
+def test_trailing_bytes_after_a_request_are_ignored_as_kafka_does() -> None:
+    # librdkafka's all-topics Metadata v12, as it sends it: a 4-byte slot for the null
+    # topics array, so allow_auto_topic_creation reads 0 and three bytes are left over
+    raw = bytes.fromhex("00000000010000")
+    body = km.decode_request(METADATA, 12, Reader(raw))
+    assert body.topics is None
+
+
+def test_api_versions_advertises_exactly_the_supported_table() -> None:
+    advertised = {(v.api_key, v.min_version, v.max_version) for v in km.advertised_versions()}
+    assert advertised == {(0, 3, 9), (1, 4, 12), (2, 1, 6), (3, 0, 12), (18, 0, 4)}
