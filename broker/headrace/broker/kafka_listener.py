@@ -349,9 +349,10 @@ class KafkaConnection(asyncio.Protocol):
                 f" minInSync {partition.min_in_sync}"
             )
         result = partition.log.append(data.records, header, partition.leader_epoch)
-        metrics = self.broker.metrics
-        metrics.produced_records.inc(header.record_count)
-        metrics.produced_bytes.inc(header.size)
+        if not result.duplicate:  # a retry answered with its first offset appended nothing
+            metrics = self.broker.metrics
+            metrics.produced_records.inc(header.record_count)
+            metrics.produced_bytes.inc(header.size)
         self.broker.committer.appended(partition)
         partition.appended()
         answer.base_offset = result.base_offset

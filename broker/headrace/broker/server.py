@@ -299,9 +299,10 @@ class Connection(asyncio.BufferedProtocol):
                 f" minInSync {partition.min_in_sync}"
             )
         result = partition.log.append(req.batch, header, partition.leader_epoch)
-        metrics = self.broker.metrics
-        metrics.produced_records.inc(header.record_count)
-        metrics.produced_bytes.inc(header.size)
+        if not result.duplicate:  # a retry answered with its first offset appended nothing
+            metrics = self.broker.metrics
+            metrics.produced_records.inc(header.record_count)
+            metrics.produced_bytes.inc(header.size)
         self.broker.committer.appended(partition)
         partition.appended()
         end = result.base_offset + header.record_count
