@@ -30,10 +30,21 @@ def main() -> int:
         help="do not wait for a restarted broker to be ready before the next round",
     )
     parser.add_argument("--keep", action="store_true", help="keep the cluster directory and logs")
+    parser.add_argument(
+        "--targets",
+        default=",".join(campaign.TARGETS),
+        help=f"comma-separated targets to draw rounds from (default: {','.join(campaign.TARGETS)})",
+    )
     args = parser.parse_args()
     seed = args.seed if args.seed is not None else random.randrange(1 << 32)
     logging.basicConfig(level=logging.ERROR)
-    settings = campaign.Settings(rounds=args.rounds, seed=seed, wait_ready=not args.overlap_faults)
+    targets = tuple(t for t in args.targets.split(",") if t)
+    unknown = set(targets) - set(campaign.TARGETS)
+    if unknown or not targets:
+        parser.error(f"unknown targets {sorted(unknown)}; choose from {campaign.TARGETS}")
+    settings = campaign.Settings(
+        rounds=args.rounds, seed=seed, wait_ready=not args.overlap_faults, targets=targets
+    )
     directory = Path(tempfile.mkdtemp(prefix="headrace-chaos-"))
     try:
         report = asyncio.run(campaign.Campaign(directory, settings).run())

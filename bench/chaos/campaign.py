@@ -61,7 +61,14 @@ log = logging.getLogger("chaos")
 TOPIC_NAME = "chaos"
 TOPIC = f"default/{TOPIC_NAME}"
 COHORT = "chaos-readers"
-TARGETS = ("leader", "follower", "controller", "unload", "cutover", "pause")
+#: the targets of every campaign before ``repartition`` existed: a seed still draws the same
+#: rounds from them (``Settings.targets``)
+CLASSIC_TARGETS = ("leader", "follower", "controller", "unload", "cutover", "pause")
+#: a repartition round runs one of these (drawn by the seed): a grow with two brokers killed
+#: at once mid-transition, a shrink with the controller killed mid-transition, or a shrink
+#: then a grow back to the same count (the retired partition numbers come back)
+REPARTITION_KINDS = ("grow-double-kill", "shrink-controller-kill", "shrink-grow-back")
+TARGETS = (*CLASSIC_TARGETS, "repartition")
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +106,13 @@ class Settings:
     adoption_timeout_s: int = 5
     #: how long a cutover round waits for its Repartition to finalize
     finalize_timeout_s: float = 120.0
+    #: the targets rounds are drawn from
+    targets: tuple[str, ...] = TARGETS
+    #: a repartition round shrinks the topic to no fewer partitions than this
+    min_partitions: int = 2
+    #: after the checks of the running cohort: a fresh cohort reads everything from the
+    #: earliest offsets, within this long
+    fresh_cohort_timeout_s: float = 120.0
 
 
 @dataclass(slots=True)
@@ -122,6 +136,10 @@ class Round:
     #: broker rounds: whether the controller dropped the victim from an LRS while it was dead
     #: (if not, the cluster never left a full LRS and ``recovery_s`` is about 0)
     left_lrs: bool | None = None
+    #: repartition rounds: which kind (``REPARTITION_KINDS``)
+    kind: str | None = None
+    #: from the restart (or the round's end of faults) to the next acknowledged produce
+    produce_resumed_s: float | None = None
     note: str = ""
 
 
@@ -220,8 +238,15 @@ class Campaign:
         #: every delivery of every member in the order the campaign's one event loop
         #: processed them: a key's records cross partitions at a cutover
         self._delivery_order: list[checking.Delivery] = []
-        #: the topic's partition count (cutover rounds grow it)
+        #: the topic's partition count (cutover and repartition rounds change it)
         self.partitions = settings.partitions
+        #: the most partitions the topic ever had: a shrink retires partitions for routing,
+        #: not for reading, so every one of them is read back at the end
+        self.partitions_ever = settings.partitions
+        #: time of every acknowledged batch, in order (produce stalls: the gaps), and per
+        #: partition (a partition that takes nothing while the others do is a stall too)
+        self._acked_at: list[float] = []
+        self._acked_at_by_partition: dict[int, list[float]] = {}
         #: set to end ``_catch_transition`` early (its Repartition was refused)
         self._stop_watch = False
         self.member_errors: list[str] = []
@@ -306,14 +331,53 @@ class Campaign:
         for m in members:
             await m.consumer.close(grace_s=2.0)
         stored = {}
-        for p in range(self.partitions):
-            records = await read_partition(c.bootstrap, TOPIC, p)
+        for p in range(self.partitions_ever):
+            try:
+                records = await read_partition(c.bootstrap, TOPIC, p)
+            except HeadraceError as exc:  # a retired partition dropped: its records are lost
+                self.progress(f"partition {p} unreadable: {exc}")
+                records = []
             stored[p] = [(r.offset, r.value) for r in records]
         deliveries = [d for m in members for d in read_delivery_log(m.path, m.name)]
         verdict = checking.check(
             acked, stored, deliveries, failed_sends=failed, in_order=self._delivery_order
         )
+        fresh = await self._fresh_cohort(acked, stored)
+        verdict["fresh_cohort"] = fresh
+        verdict["ok"] = verdict["ok"] and fresh["undelivered"] == 0 and not fresh["key_order"]
         return self._report(verdict, time.monotonic() - started)
+
+    async def _fresh_cohort(
+        self, acked: list[checking.Acked], stored: dict[int, list[tuple[int, bytes]]]
+    ) -> dict[str, Any]:
+        """A cohort that did not exist during the campaign reads the topic from the earliest
+        offsets: every acknowledged record, each key in order (its history included)."""
+        wanted = {a.value for a in acked}
+        seen: set[bytes] = set()
+        order: list[checking.Delivery] = []
+        consumer = Consumer(self.cluster.bootstrap, TOPIC, "chaos-fresh", start="earliest")
+        await consumer.start()
+        deadline = time.monotonic() + self.settings.fresh_cohort_timeout_s
+        try:
+            while not wanted <= seen and time.monotonic() < deadline:
+                for b in await consumer.getmany(timeout_s=0.5):
+                    for r in b.records():
+                        seen.add(r.value)
+                        order.append(checking.Delivery("fresh", b.partition, r.offset, r.value))
+                    consumer.ack_batch(b)
+        finally:
+            await consumer.close(grace_s=2.0)
+        verdict = checking.check(acked, stored, order, in_order=order)
+        return {
+            "deliveries": len(order),
+            "undelivered": verdict["counts"]["undelivered"],
+            "key_order": verdict["counts"]["key_order_violations"],
+            "examples": {
+                k: v
+                for k, v in verdict["examples"].items()
+                if k in ("undelivered", "key_order_violations")
+            },
+        }
 
     # ------------------------------------------------------------------ load and cohort
 
@@ -333,8 +397,43 @@ class Campaign:
                 except HeadraceError as exc:
                     log.warning("send refused: %s", exc)
                     continue
+                previous = self._sent[-1][0].batch if self._sent else None
                 self._sent.append((receipt, value))
+                if receipt.batch is not previous:  # one callback a batch
+                    receipt.batch.add_done_callback(self._note_ack)
             await asyncio.sleep(s.tick_s)
+
+    def _note_ack(self, batch: asyncio.Future[Any]) -> None:
+        if batch.cancelled() or batch.exception() is not None:
+            return
+        now = time.monotonic()
+        self._acked_at.append(now)
+        result = batch.result()
+        # a batch re-routed by a repartition resolves with each record's place
+        partitions = (
+            {result.partition} if result.records is None else {m.partition for m in result.records}
+        )
+        for p in partitions:
+            self._acked_at_by_partition.setdefault(p, []).append(now)
+
+    def _longest_partition_stall(self) -> tuple[int | None, float]:
+        """The partition that went longest without an acknowledgement while the load ran
+        (the campaign's end counts as one for a partition that stopped taking records)."""
+        worst: tuple[int | None, float] = (None, 0.0)
+        end = self._acked_at[-1] if self._acked_at else 0.0
+        for p, times in self._acked_at_by_partition.items():
+            if p >= self.partitions:
+                continue  # retired: it takes no records any more, by design
+            gaps = [b - a for a, b in zip(times, [*times[1:], end], strict=False)]
+            gap = max(gaps, default=0.0)
+            if gap > worst[1]:
+                worst = (p, gap)
+        return worst
+
+    def _first_ack_after(self, since: float) -> float | None:
+        """Seconds from ``since`` to the first acknowledgement after it (None: none yet)."""
+        later = [t for t in self._acked_at if t >= since]
+        return min(later) - since if later else None
 
     async def _outcomes(self) -> tuple[list[checking.Acked], int]:
         acked: list[checking.Acked] = []
@@ -373,13 +472,15 @@ class Campaign:
     async def _round(self, index: int) -> Round:
         s = self.settings
         c = self.cluster
-        target = self.rng.choice(TARGETS)
+        target = self.rng.choice(s.targets)
         partition = self.rng.randrange(self.partitions)
         down_s = self.rng.uniform(*s.restart_delay_s)
         follower_pick = self.rng.random()
         if target == "pause":  # the same draw, stretched: a seed draws what it always drew
             (lo, hi), (plo, phi) = s.restart_delay_s, s.pause_s
             down_s = plo + (down_s - lo) / ((hi - lo) or 1.0) * (phi - plo)
+        if target == "repartition":
+            return await self._repartition_round(index, partition, down_s)
         parts = await asyncio.to_thread(c.partitions, TOPIC)
         part = parts[partition]
         r = Round(index, target, partition, "", down_s)
@@ -450,6 +551,107 @@ class Campaign:
         except TimeoutError as exc:
             r.note = str(exc)
         return r
+
+    async def _repartition_round(self, index: int, partition: int, down_s: float) -> Round:
+        """One of ``REPARTITION_KINDS``; the round ends when every Repartition it applied
+        has finalized and every partition is back to a full live replica set."""
+        s = self.settings
+        c = self.cluster
+        kind = self.rng.choice(REPARTITION_KINDS)
+        second_pick = self.rng.random()
+        r = Round(index, "repartition", partition, "", down_s, kind=kind)
+        r.partitions_before = self.partitions
+        shrunk = max(s.min_partitions, self.partitions - 1 - int(second_pick * 2))
+        try:
+            if kind == "grow-double-kill":
+                if self.partitions >= s.max_partitions:
+                    r.note = f"at {self.partitions} partitions: a shrink instead"
+                    await self._repartition_to(r, shrunk, f"chaos-shrink-{index}")
+                else:
+                    name = f"chaos-grow-{index}"
+                    grown = min(s.max_partitions, self.partitions + 1 + int(second_pick * 3))
+                    applied = await self._repartition_to(r, grown, name, wait=False)
+                    part = (await asyncio.to_thread(c.partitions, TOPIC))[partition]
+                    leader = part["leader"] if part["leader"] is not None else part["replicas"][0]
+                    other = next(b["id"] for b in c.record["brokers"] if b["id"] != leader)
+                    r.victim = f"brokers {leader}+{other}"
+                    c.kill_broker(leader)
+                    c.kill_broker(other)
+                    await asyncio.sleep(down_s)
+                    await asyncio.to_thread(c.restart_broker, leader)
+                    await asyncio.to_thread(c.restart_broker, other)
+                    restarted = time.monotonic()
+                    await self._recovered(r, restarted, applied)
+            elif kind == "shrink-controller-kill":
+                name = f"chaos-shrink-{index}"
+                applied = await self._repartition_to(r, shrunk, name, wait=False)
+                r.victim = "controller"
+                c.kill_controller()
+                await asyncio.sleep(down_s)
+                await asyncio.to_thread(c.restart_controller)
+                await self._recovered(r, time.monotonic(), applied)
+            else:  # shrink-grow-back
+                back = self.partitions
+                await self._repartition_to(r, shrunk, f"chaos-shrink-{index}")
+                applied = await self._repartition_to(r, back, f"chaos-back-{index}", wait=False)
+                await self._recovered(r, time.monotonic(), applied)
+        except TimeoutError as exc:
+            r.note = str(exc)
+        r.partitions_after = self.partitions
+        return r
+
+    async def _repartition_to(
+        self, r: Round, partitions: int, name: str, *, wait: bool = True
+    ) -> str | None:
+        """Apply a Repartition of the topic to ``partitions`` and wait for its transition
+        marker (``r.mid_cutover``), then (``wait``) for it to finalize. Its name; None when
+        it was refused or not needed."""
+        if partitions == self.partitions:
+            return None
+        watching = asyncio.ensure_future(asyncio.to_thread(self._catch_transition, name))
+        manifest = repartition_manifest(name, partitions, self.settings.adoption_timeout_s)
+        status, answer = await asyncio.to_thread(
+            post_manifest, self.cluster.controller_url, manifest
+        )
+        if status != 200:
+            self._stop_watch = True
+            await watching
+            self._stop_watch = False
+            r.note = f"repartition to {partitions} refused: HTTP {status} {answer}"
+            return None
+        self.partitions = partitions
+        self.partitions_ever = max(self.partitions_ever, partitions)
+        r.mid_cutover = r.mid_cutover or await watching
+        if wait:
+            await self._finalized(r, name)
+        return name
+
+    async def _finalized(self, r: Round, name: str) -> None:
+        c = self.cluster
+        await asyncio.to_thread(
+            c.wait,
+            lambda: repartition_phase(c, name) in ("Finalized", "Failed"),
+            self.settings.finalize_timeout_s,
+            f"repartition {name} finished",
+        )
+        phase = await asyncio.to_thread(repartition_phase, c, name)
+        if phase != "Finalized":
+            r.note = f"repartition {name} {phase}"
+
+    async def _recovered(self, r: Round, since: float, repartition: str | None) -> None:
+        """Wait for a full LRS and the Repartition's finalize; note the times from ``since``,
+        and how long acknowledged produce took to resume after it."""
+        c = self.cluster
+        s = self.settings
+        await asyncio.to_thread(c.wait, lambda: full_lrs(c), s.recovery_timeout_s, "full LRS")
+        r.recovery_s = time.monotonic() - since
+        if repartition is not None:
+            await self._finalized(r, repartition)
+            r.finalize_s = time.monotonic() - since
+        deadline = time.monotonic() + s.recovery_timeout_s
+        while (resumed := self._first_ack_after(since)) is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        r.produce_resumed_s = resumed
 
     async def _cut_over(self, r: Round) -> str | None:
         """Apply a Repartition growing the topic by one and wait for its transition marker
@@ -573,8 +775,25 @@ class Campaign:
             "member_tasks": self.member_tasks,
             "cohort_delivered_up_to": {
                 p: max((o for q, o in self._delivered if q == p), default=-1)
-                for p in range(self.partitions)
+                for p in range(self.partitions_ever)
             },
+            "partitions_ever": self.partitions_ever,
+            "repartition_rounds_by_kind": {
+                kind: sum(1 for r in self.rounds if r.kind == kind) for kind in REPARTITION_KINDS
+            },
+            "produce_resumed_after_faults_s": distribution(
+                [r.produce_resumed_s for r in self.rounds if r.produce_resumed_s is not None]
+            ),
+            "longest_partition_stall": dict(
+                zip(("partition", "seconds"), self._longest_partition_stall(), strict=True)
+            ),
+            "longest_produce_stall_s": round(
+                max(
+                    (b - a for a, b in zip(self._acked_at, self._acked_at[1:], strict=False)),
+                    default=0.0,
+                ),
+                2,
+            ),
             **verdict,
             "round_log": [asdict(r) for r in self.rounds],
         }
@@ -628,6 +847,10 @@ def table(report: dict[str, Any]) -> str:
         ("offsets reused", c["offsets_reused"]),
         ("undelivered to the cohort", c["undelivered"]),
         (
+            "a fresh cohort from the earliest: undelivered / key order violations",
+            f"{report['fresh_cohort']['undelivered']} / {report['fresh_cohort']['key_order']}",
+        ),
+        (
             "redeliveries",
             f"{c['redeliveries']} (max {c['max_redeliveries_of_one_record']} of one record)",
         ),
@@ -642,6 +865,18 @@ def table(report: dict[str, Any]) -> str:
         (
             "rounds over 10 s / not back",
             f"{report['rounds_over_10s']} / {report['rounds_not_recovered']}",
+        ),
+        ("repartition rounds", str(report["repartition_rounds_by_kind"])),
+        (
+            "produce resumed after a repartition round's faults (s)",
+            f"median {report['produce_resumed_after_faults_s']['median']},"
+            f" max {report['produce_resumed_after_faults_s']['max']}",
+        ),
+        ("longest produce stall (s)", report["longest_produce_stall_s"]),
+        (
+            "longest time one partition took no acknowledged record (s)",
+            f"{report['longest_partition_stall']['seconds']:.2f}"
+            f" (partition {report['longest_partition_stall']['partition']})",
         ),
         ("verdict", "PASS" if report["ok"] else "FAIL"),
         ("elapsed", f"{report['elapsed_s']} s"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -9,6 +10,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -189,3 +191,29 @@ spec:
   replicas: {replicas}
   minInSync: {min_in_sync}
 {tiered}"""
+
+
+async def until(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
+    """Poll ``predicate`` off the event loop (it may do blocking HTTP) until it holds; a
+    controller that does not answer (busy, restarting) counts as not yet."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await asyncio.to_thread(_holds, predicate):
+        if loop.time() > deadline:
+            raise AssertionError(f"{what}: not within {timeout:.0f}s")
+        await asyncio.sleep(0.1)
+
+
+def _holds(predicate: Callable[[], object]) -> bool:
+    try:
+        return bool(predicate())
+    except OSError:
+        return False
+
+
+def all_in_sync(c: LocalCluster, topic: str, partitions: int, replicas: int = 3) -> bool:
+    """Every partition of ``topic`` Online with all its replicas in the live replica set."""
+    parts = c.partitions(topic)
+    return len(parts) == partitions and all(
+        p["state"] == "Online" and len(p["liveReplicas"]) == replicas for p in parts
+    )

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ import pytest
 from headrace.cli.local import alive
 from headrace.client import Consumer
 from tests.integration.acked_load import AckedLoad, keys
-from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.localcluster import LocalCluster, all_in_sync, topic_manifest, until
 
 TOPIC = "default/restarts"
 PARTITIONS = 6
@@ -43,30 +43,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         c.down()
 
 
-async def until(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
-    """Poll ``predicate`` off the event loop (it does blocking HTTP) until it holds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await asyncio.to_thread(_holds, predicate):
-        if loop.time() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s")
-        await asyncio.sleep(0.1)
-
-
-def _holds(predicate: Callable[[], object]) -> bool:
-    try:
-        return bool(predicate())
-    except OSError:
-        return False  # the controller is busy or restarting: not yet
-
-
-def all_in_sync(c: LocalCluster) -> bool:
-    parts = c.partitions(TOPIC)
-    return len(parts) == PARTITIONS and all(
-        p["state"] == "Online" and len(p["liveReplicas"]) == 3 for p in parts
-    )
-
-
 def leads_nothing(c: LocalCluster, broker: int) -> bool:
     return all(p["leader"] not in (broker, None) for p in c.partitions(TOPIC))
 
@@ -79,7 +55,7 @@ async def test_a_consumer_kept_open_across_every_broker_restart_receives_every_a
     cluster: LocalCluster,
 ) -> None:
     assert cluster.apply(topic_manifest("restarts", PARTITIONS)).returncode == 0
-    await until(lambda: all_in_sync(cluster), "topic online and in sync")
+    await until(lambda: all_in_sync(cluster, TOPIC, PARTITIONS), "topic online and in sync")
     load = AckedLoad(cluster.bootstrap, "restarts", keys(12))
     #: (partition, offset, value, restarts before this delivery)
     deliveries: list[tuple[int, int, bytes, int]] = []
@@ -108,7 +84,10 @@ async def test_a_consumer_kept_open_across_every_broker_restart_receives_every_a
         await until(lambda: leads_nothing(cluster, broker), f"leaders moved off broker {broker}")
         await load.wait_for_more(LOAD_PER_STEP)
         cluster.restart_broker(broker)
-        await until(lambda: all_in_sync(cluster), f"broker {broker} back in every replica set")
+        await until(
+            lambda: all_in_sync(cluster, TOPIC, PARTITIONS),
+            f"broker {broker} back in every replica set",
+        )
         await load.wait_for_more(LOAD_PER_STEP)
 
     consumer = Consumer(cluster.bootstrap, "restarts", "survivors", start="earliest")

@@ -209,3 +209,31 @@ async def test_delivery_and_sync_round_metrics_move(broker_factory: object) -> N
     # Under fsync=always acks=all waited for a group-commit round that synced its batch.
     assert metrics["headrace_fsync_round_seconds_count"] >= 1
     assert metrics["headrace_fsync_round_seconds_sum"] > 0
+
+
+def test_a_retried_batch_is_counted_once_and_the_generation_shows_after_a_restart(
+    broker_factory: object,
+) -> None:
+    broker: BrokerProcess = broker_factory()  # type: ignore[operator]
+    conn = RawConnection(broker.bootstrap)
+    assert conn.call(Op.CREATE_TOPIC, msg.CreateTopic("counted", 1).encode()).op == (
+        Op.CREATE_TOPIC_OK
+    )
+    batch = rb.encode([b"a", b"b", b"c"], timestamp_ms=0, producer_id=11, base_sequence=0)
+    body = msg.ProduceRequest("counted", 0, 1, msg.Acks.LEADER, 5000, batch).encode()
+    first = msg.ProduceResponse.decode(conn.call(Op.PRODUCE, body).body)
+    retried = msg.ProduceResponse.decode(conn.call(Op.PRODUCE, body).body)  # a lost answer
+    assert retried.base_offset == first.base_offset  # answered as the duplicate it is
+    metrics = scrape(broker)
+    assert metrics["headrace_produced_records_total"] == 3
+    assert metrics["headrace_produced_bytes_total"] == len(batch)
+    assert (
+        metrics["headrace_topology_generation"]
+        == broker.get_json("/v1/status")["topology_generation"]
+    )
+    broker.stop()
+    broker.start()
+    # after a start, before any topic changes: the generation the broker serves, not 0
+    generation = broker.get_json("/v1/status")["topology_generation"]
+    assert isinstance(generation, int) and generation >= 1
+    assert scrape(broker)["headrace_topology_generation"] == generation

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from headrace import transports
+from headrace.broker import appending
 from headrace.broker.cohort_admin import offset_for_timestamp
 from headrace.broker.server import RedirectRequired
 from headrace.broker.topics import DEFAULT_NAMESPACE, Role
@@ -31,7 +32,6 @@ from headrace.errors import (
     CorruptBatch,
     HeadraceError,
     InvalidRecordBatch,
-    NotEnoughReplicas,
     OffsetOutOfRange,
     RequestTimedOut,
 )
@@ -338,22 +338,9 @@ class KafkaConnection(asyncio.Protocol):
         header = rb.validate_kafka(
             data.records, max_batch_bytes=partition.log.config.max_batch_bytes
         )
-        replica_set = partition.replica_set
-        if (
-            req.acks == _ACKS_ALL
-            and replica_set is not None
-            and len(replica_set.lrs) < partition.min_in_sync
-        ):
-            raise NotEnoughReplicas(
-                f"{partition.name}: live replica set {sorted(replica_set.lrs)} is smaller than"
-                f" minInSync {partition.min_in_sync}"
-            )
-        result = partition.log.append(data.records, header, partition.leader_epoch)
-        metrics = self.broker.metrics
-        metrics.produced_records.inc(header.record_count)
-        metrics.produced_bytes.inc(header.size)
-        self.broker.committer.appended(partition)
-        partition.appended()
+        result = appending.append_produced(
+            self.broker, partition, data.records, header, all_replicas=req.acks == _ACKS_ALL
+        )
         answer.base_offset = result.base_offset
         answer.log_start_offset = partition.log.log_start_offset
         end = result.base_offset + header.record_count

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from headrace import transports
-from headrace.broker import certificates
+from headrace.broker import appending, certificates
 from headrace.broker.fetch_sessions import FetchSession
 from headrace.broker.ports import Cohort, ConnectionHost
 from headrace.errors import (
@@ -287,23 +287,9 @@ class Connection(asyncio.BufferedProtocol):
                 raise
             partition = stored  # answered below with the offset it got the first time
         header = rb.validate(req.batch, max_batch_bytes=partition.log.config.max_batch_bytes)
-        replica_set = partition.replica_set
-        if (
-            req.acks is msg.Acks.ALL
-            and replica_set is not None
-            and len(replica_set.lrs) < partition.min_in_sync
-        ):
-            # Fail fast rather than acknowledge with fewer copies than promised.
-            raise NotEnoughReplicas(
-                f"{partition.name}: live replica set {sorted(replica_set.lrs)} is smaller than"
-                f" minInSync {partition.min_in_sync}"
-            )
-        result = partition.log.append(req.batch, header, partition.leader_epoch)
-        metrics = self.broker.metrics
-        metrics.produced_records.inc(header.record_count)
-        metrics.produced_bytes.inc(header.size)
-        self.broker.committer.appended(partition)
-        partition.appended()
+        result = appending.append_produced(
+            self.broker, partition, req.batch, header, all_replicas=req.acks is msg.Acks.ALL
+        )
         end = result.base_offset + header.record_count
         if req.acks is msg.Acks.NONE or frame.flags & FLAG_NO_REPLY:
             return

@@ -79,10 +79,6 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
-# one active replica
-- apiGroups: [coordination.k8s.io]
-  resources: [leases]
-  verbs: [get, create, update]
 # Compaction and CompactionSchedule: watched, their status written
 - apiGroups: [headrace.dev]
   resources: [compactions, compactionschedules]

@@ -62,8 +62,37 @@ def test_lint_and_template(scenario: Path) -> None:
 
 
 def operator_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The operator's Roles (not the Spark drivers', ``test_spark_drivers_...``)."""
-    return [d for d in docs if d["kind"] == "Role" and not d["metadata"]["name"].endswith("-spark")]
+    """The operator's Roles (not the Spark drivers', ``test_spark_drivers_...``, nor its
+    Lease's, ``test_the_lease_is_granted_...``)."""
+    return [
+        d
+        for d in docs
+        if d["kind"] == "Role" and not d["metadata"]["name"].endswith(("-spark", "-lease"))
+    ]
+
+
+def test_the_lease_is_granted_by_name_in_the_release_namespace_only() -> None:
+    # a cluster-wide grant on leases could rewrite kube-system's leader elections
+    from headrace.operator.install import lease_rules
+
+    for values in ((), (str(CHART / "ci" / "namespaced-values.yaml"),)):
+        docs = render(*values)
+        for d in docs:
+            if d["kind"] in ("ClusterRole", "Role") and not d["metadata"]["name"].endswith(
+                "-lease"
+            ):
+                assert all("leases" not in rule["resources"] for rule in d["rules"]), d
+        (lease,) = [
+            d for d in docs if d["kind"] == "Role" and d["metadata"]["name"].endswith("-lease")
+        ]
+        assert lease["metadata"]["namespace"] == NAMESPACE
+        assert lease["rules"] == lease_rules()
+        (binding,) = [
+            d
+            for d in docs
+            if d["kind"] == "RoleBinding" and d["metadata"]["name"].endswith("-lease")
+        ]
+        assert binding["roleRef"]["name"] == lease["metadata"]["name"]
 
 
 def test_cluster_wide_mode_binds_one_cluster_role() -> None:
@@ -71,7 +100,7 @@ def test_cluster_wide_mode_binds_one_cluster_role() -> None:
     assert not operator_roles(by_kind.get("Role", []))
     (role,) = by_kind["ClusterRole"]
     resources = {r for rule in role["rules"] for r in rule["resources"]}
-    assert {"brokerclusters", "statefulsets", "leases", "namespaces"} <= resources
+    assert {"brokerclusters", "statefulsets", "namespaces"} <= resources
     # never a wildcard; Secrets only by name: the operator creates its clusters' auth
     # Secrets and Users' token Secrets and reads back those it made, but may never list or
     # watch Secrets (it would then see every Secret in the namespace)
@@ -85,9 +114,13 @@ def test_cluster_wide_mode_binds_one_cluster_role() -> None:
 
 def test_namespaced_mode_grants_writes_only_in_watched_namespaces() -> None:
     by_kind = kinds(render(str(CHART / "ci" / "namespaced-values.yaml")))
-    roles = {r["metadata"]["namespace"] for r in by_kind["Role"]}
-    assert roles == {"team-a", "team-b", NAMESPACE}
-    bindings = {b["metadata"]["namespace"] for b in by_kind["RoleBinding"]}
+    roles = {r["metadata"]["namespace"] for r in operator_roles(by_kind["Role"])}
+    assert roles == {"team-a", "team-b"}
+    bindings = {
+        b["metadata"]["namespace"]
+        for b in by_kind["RoleBinding"]
+        if not b["metadata"]["name"].endswith(("-spark", "-lease"))
+    }
     assert bindings == roles
     (cluster_role,) = by_kind["ClusterRole"]
     # cluster-wide, only kopf's reads of CRDs and namespaces

@@ -79,6 +79,14 @@ class OperatorContext:
         return health
 
 
+#: seconds: the API server ends each watch after this long, and kopf opens it again
+WATCH_SERVER_TIMEOUT_S: Final = 600
+#: seconds: a connection to the API server that takes longer is given up and retried
+CONNECT_TIMEOUT_S: Final = 30
+#: seconds: one request of kopf's (a patch, a list), as the operator's own (``kube``)
+REQUEST_TIMEOUT_S: Final = 60
+
+
 def configure(settings: kopf.OperatorSettings) -> None:
     """kopf settings that keep the operator's writes to what it decides."""
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
@@ -90,6 +98,15 @@ def configure(settings: kopf.OperatorSettings) -> None:
     settings.persistence.finalizer = f"{ANNOTATION_PREFIX}/finalizer"
     # kopf's "Handler ... succeeded" Events are noise; ours (elections, moves) are posted
     settings.posting.level = logging.WARNING
+    # Every watch ends and is opened again within WATCH_SERVER_TIMEOUT_S, and a connection
+    # that hangs is given up: a watch that silently stops delivering (a dropped connection
+    # the client never hears of) would otherwise leave the indices, and so the loops'
+    # desired state, frozen while everything looks healthy
+    settings.watching.server_timeout = WATCH_SERVER_TIMEOUT_S
+    settings.watching.client_timeout = WATCH_SERVER_TIMEOUT_S + 60
+    settings.watching.connect_timeout = CONNECT_TIMEOUT_S
+    settings.networking.connect_timeout = CONNECT_TIMEOUT_S
+    settings.networking.request_timeout = REQUEST_TIMEOUT_S
 
 
 def _snapshot(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -49,8 +49,6 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     (("",), ("pods",), ("list", "delete")),
     # elections, moves, failures as Events
     (("", "events.k8s.io"), ("events",), ("create", "patch")),
-    # one active replica
-    (("coordination.k8s.io",), ("leases",), ("get", "create", "update")),
     # Compaction and CompactionSchedule (``compacting``): watched, their status written
     (
         ("headrace.dev",),
@@ -72,6 +70,25 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     # listed, watched, updated or deleted (owner references let the GC delete them)
     (("",), ("secrets",), ("get", "create", "patch")),
 )
+
+
+#: the Lease of one active replica (``leasing``): in the operator's own namespace only, and
+#: its one Lease by name (RBAC cannot name what ``create`` makes, so that rule stays by
+#: namespace). A cluster-wide grant would let the operator rewrite any Lease, kube-system's
+#: leader elections among them.
+LEASE_NAME: Final = "headrace-operator"
+
+
+def lease_rules(lease_name: str = LEASE_NAME) -> list[dict[str, Any]]:
+    return [
+        {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "resourceNames": [lease_name],
+            "verbs": ["get", "update"],
+        },
+    ]
 
 
 #: cluster-scoped reads kopf makes in every mode: it watches CRDs (to notice its resources'
@@ -146,9 +163,28 @@ def manifests(
             "metadata": {"name": NAME, "namespace": namespace},
         }
     ]
+    lease_role = f"{NAME}-lease"
+    docs += [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": lease_role, "namespace": namespace},
+            "rules": lease_rules(),
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": lease_role, "namespace": namespace},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "Role",
+                "name": lease_role,
+            },
+            "subjects": [subject],
+        },
+    ]
     if watch:
-        # the Lease lives in the operator's own namespace: grant the rules there too
-        for ns in dict.fromkeys((*watch, namespace)):
+        for ns in watch:
             docs += [
                 {
                     "apiVersion": "rbac.authorization.k8s.io/v1",

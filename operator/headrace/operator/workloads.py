@@ -115,6 +115,27 @@ def labels(cluster_name: str) -> dict[str, str]:
     }
 
 
+#: the topology keys broker pods spread over by default: nodes, then zones
+SPREAD_KEYS: Final = ("kubernetes.io/hostname", "topology.kubernetes.io/zone")
+
+
+def spread_constraints(cluster_name: str) -> list[dict[str, Any]]:
+    """A cluster's brokers spread across nodes and across zones, one apart at most.
+
+    ``ScheduleAnyway``: a preference the scheduler scores, never a refusal, so a cluster
+    with fewer nodes (or zones) than brokers still runs, as compact as it must be; a node
+    without a zone label is simply not counted for the zone spread."""
+    return [
+        {
+            "maxSkew": 1,
+            "topologyKey": key,
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": _selector(cluster_name)},
+        }
+        for key in SPREAD_KEYS
+    ]
+
+
 def _selector(cluster_name: str) -> dict[str, str]:
     return {"app.kubernetes.io/name": "headrace", CLUSTER_LABEL: cluster_name}
 
@@ -483,6 +504,8 @@ def statefulset(
         pod_spec["tolerations"] = list(scheduling.tolerations)
     if scheduling.affinity is not None:
         pod_spec["affinity"] = scheduling.affinity
+    else:
+        pod_spec["topologySpreadConstraints"] = spread_constraints(name)
     claim: dict[str, Any] = {
         "metadata": {"name": "data", "labels": labels(name)},
         "spec": {

@@ -132,8 +132,9 @@ class Scheduling(Model):
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     """Pod tolerations, as in a pod spec."""
     affinity: dict[str, Any] | None = None
-    """Pod affinity, as in a pod spec; the operator adds a preferred anti-affinity that
-    spreads brokers across nodes when unset."""
+    """Pod affinity, as in a pod spec. When unset the operator spreads the brokers across
+    nodes and across zones (``topologySpreadConstraints``, max skew 1, a preference:
+    ``ScheduleAnyway``)."""
 
 
 class ClusterAuth(Model):

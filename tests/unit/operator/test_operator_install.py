@@ -13,10 +13,10 @@ def test_a_namespaced_install_grants_roles_where_it_watches_and_where_its_lease_
     docs = install.manifests("ops", watch=("apps",))
     assert kinds(docs) == [
         ("ServiceAccount", "ops"),
+        ("Role", "ops"),  # its Lease, by name
+        ("RoleBinding", "ops"),
         ("Role", "apps"),
         ("RoleBinding", "apps"),
-        ("Role", "ops"),
-        ("RoleBinding", "ops"),
         ("ClusterRole", None),
         ("ClusterRoleBinding", None),
         ("Deployment", "ops"),
@@ -25,7 +25,8 @@ def test_a_namespaced_install_grants_roles_where_it_watches_and_where_its_lease_
         ("Role", "apps"),
         ("RoleBinding", "apps"),
     ]
-    role = docs[1]
+    assert docs[1]["rules"] == install.lease_rules()
+    role = docs[3]
     status_rule = next(r for r in role["rules"] if "topics/status" in r["resources"])
     assert "update" in status_rule["verbs"]
     assert not any("namespaces" in r["resources"] for r in role["rules"])
@@ -46,6 +47,8 @@ def test_a_cluster_wide_install_grants_one_cluster_role() -> None:
     docs = install.manifests("ops")
     assert kinds(docs) == [
         ("ServiceAccount", "ops"),
+        ("Role", "ops"),  # its Lease, by name: never a cluster-wide grant on leases
+        ("RoleBinding", "ops"),
         ("ClusterRole", None),
         ("ClusterRoleBinding", None),
         ("Deployment", "ops"),
@@ -53,8 +56,9 @@ def test_a_cluster_wide_install_grants_one_cluster_role() -> None:
         ("Role", "ops"),
         ("RoleBinding", "ops"),
     ]
-    (container,) = docs[3]["spec"]["template"]["spec"]["containers"]
+    (container,) = docs[5]["spec"]["template"]["spec"]["containers"]
     assert "--namespace" not in container["args"]
+    assert not any("leases" in rule["resources"] for rule in docs[3]["rules"])
 
 
 def test_the_operator_may_watch_repartitions_and_write_their_status() -> None:
