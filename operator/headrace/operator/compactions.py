@@ -231,6 +231,7 @@ def job_spec(
     labels: Mapping[str, str],
 ) -> dict[str, Any]:
     """A Job's ``spec`` (also a CronJob's ``jobTemplate.spec``)."""
+    scratch, scratch_mount = workloads.scratch_volume()
     container: dict[str, Any] = {
         "name": "compact",
         "image": run.cluster.spec.image or workload.default_image,
@@ -242,12 +243,15 @@ def job_spec(
         ],
         "terminationMessagePath": RESULT_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "work", "mountPath": WORK_DIR}],
+        # the driver's JVM writes its scratch (spark.local.dir, java.io.tmpdir) to /tmp
+        "securityContext": workloads.container_security_context(),
+        "volumeMounts": [{"name": "work", "mountPath": WORK_DIR}, scratch_mount],
     }
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
+        "securityContext": workloads.pod_security_context(),
         "containers": [container],
-        "volumes": [{"name": "work", "emptyDir": {}}],
+        "volumes": [{"name": "work", "emptyDir": {}}, scratch],
     }
     if settings.spark.master == SparkMaster.KUBERNETES:
         # the driver talks to the API server as the Spark service account, and tells

@@ -49,6 +49,21 @@ DATA_PORT: Final = 9092
 ADMIN_PORT: Final = 9644
 #: where the broker's volume is mounted in its container
 DATA_DIR: Final = "/var/lib/headrace"
+#: the image's user and group (Containerfile: ``USER 10001:10001``); pods run as them and
+#: own their volumes through ``fsGroup`` (a fresh cloud disk's root is ``root:root 0755``)
+IMAGE_UID: Final = 10001
+#: the one writable path outside the data volume (the root filesystem is read-only): an
+#: emptyDir for temporary files (the broker's certificate checks, Spark's scratch)
+SCRATCH_DIR: Final = "/tmp"
+SCRATCH_VOLUME: Final = "tmp"
+#: CPU and memory a broker is given when its cluster's ``spec.resources`` names neither a
+#: request nor a limit for them: enough that the scheduler never packs brokers onto a
+#: node that cannot run them, small enough for an evaluation cluster
+DEFAULT_REQUESTS: Final[Mapping[str, str]] = {"cpu": "250m", "memory": "512Mi"}
+#: how long a broker may take to start before the kubelet restarts it: the startup probe
+#: holds liveness off while the broker recovers its logs (it answers /healthz only after)
+STARTUP_PERIOD_SECONDS: Final = 5
+STARTUP_BUDGET_SECONDS: Final = 30 * 60
 #: the label the StatefulSet controller puts on each pod (Kubernetes >= 1.28)
 POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"
 CLUSTER_LABEL: Final = "headrace.dev/cluster"
@@ -399,6 +414,53 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
     return env
 
 
+def pod_security_context(uid: int = IMAGE_UID) -> dict[str, Any]:
+    """Pod Security "restricted" at the pod level: a non-root numeric user (the image's),
+    its group owning the volumes (``fsGroup``; changed only when the volume's root does
+    not have it yet, so a large log is not walked at every start), the runtime's seccomp
+    profile."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "fsGroup": uid,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    """Pod Security "restricted" at the container level, and a read-only root filesystem
+    (what a container writes goes to its volumes: the data volume and ``SCRATCH_DIR``)."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def scratch_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pod's scratch emptyDir and the container's mount of it at ``SCRATCH_DIR``."""
+    return (
+        {"name": SCRATCH_VOLUME, "emptyDir": {}},
+        {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR},
+    )
+
+
+def broker_resources(cluster: BrokerCluster) -> dict[str, Any]:
+    """The spec's resources, with ``DEFAULT_REQUESTS`` for each resource it names neither a
+    request nor a limit of (a limit alone is also the request, as Kubernetes defaults it)."""
+    requirements: dict[str, Any] = cluster.spec.resources.model_dump(
+        mode="json", by_alias=True, exclude_defaults=True
+    )
+    requests = dict(requirements.get("requests", {}))
+    limits = requirements.get("limits", {})
+    for resource, amount in DEFAULT_REQUESTS.items():
+        if resource not in requests and resource not in limits:
+            requests[resource] = amount
+    return {**requirements, "requests": requests}
+
+
 def admin_scheme(cluster: BrokerCluster) -> str:
     return "http" if admin_tls_secret(cluster) is None else "https"
 
@@ -439,6 +501,7 @@ def statefulset(
     config_hash = hashlib.sha256(broker_config_document(cluster).encode()).hexdigest()[:16]
     auth_volume_list, auth_mounts = auth_volumes(cluster)
     tls_volume_list, tls_mounts = tls_volumes(cluster)
+    scratch, scratch_mount = scratch_volume()
     # HTTPS probes with admin TLS (the kubelet does not verify their certificate); no
     # ``scheme`` otherwise, so a cluster without TLS keeps its pod template
     https = {"scheme": "HTTPS"} if admin_scheme(cluster) == "https" else {}
@@ -452,6 +515,13 @@ def statefulset(
             {"name": "data", "containerPort": DATA_PORT},
             {"name": "admin", "containerPort": ADMIN_PORT},
         ],
+        # admin HTTP answers only once the logs are recovered: until then the startup
+        # probe, not liveness, decides, and it waits as long as a large log may take
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": "admin", **https},
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "failureThreshold": STARTUP_BUDGET_SECONDS // STARTUP_PERIOD_SECONDS,
+        },
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "admin", **https},
             "periodSeconds": 2,
@@ -459,23 +529,26 @@ def statefulset(
         },
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "admin", **https},
-            "initialDelaySeconds": 10,
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}, *auth_mounts, *tls_mounts],
+        "resources": broker_resources(cluster),
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            scratch_mount,
+            *auth_mounts,
+            *tls_mounts,
+        ],
         # controlled shutdown: move leadership off before SIGTERM (``cli.drain``)
         "lifecycle": {"preStop": {"exec": {"command": drain_command(settings)}}},
     }
-    requirements = spec.resources.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    if requirements:
-        container["resources"] = requirements
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+        "securityContext": pod_security_context(),
         "containers": [container],
+        "volumes": [scratch, *auth_volume_list, *tls_volume_list],
     }
-    if auth_volume_list or tls_volume_list:
-        pod_spec["volumes"] = [*auth_volume_list, *tls_volume_list]
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod_spec["nodeSelector"] = dict(scheduling.node_selector)
