@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from operator_fakes import CLUSTER
 
-from headrace.operator import compactions, workloads
+from headrace.operator import compactions, install, workloads
 from headrace.resources.clusters import BrokerCluster
 from headrace.resources.compactions import Compaction, CompactionSchedule
 from tests.podsecurity import pod_spec_of, violations, writable_roots
@@ -75,6 +75,10 @@ def operator_workloads() -> dict[str, dict[str, Any]]:
         )
     schedule = CompactionSchedule.from_manifest(schedule_body())
     objects["cronjob"] = compactions.cronjob_manifest(schedule, "uid-s", run_target(), SETTINGS)
+    # the operator's own Deployment, as ``python -m headrace.operator.install`` writes it
+    (objects["operator-install"],) = [
+        d for d in install.manifests("ops") if d["kind"] == "Deployment"
+    ]
     return objects
 
 
