@@ -120,6 +120,8 @@ def test_bad_values_are_refused_by_the_schema() -> None:
     assert done.returncode != 0 and "replicas" in done.stderr
     done = helm("template", "hr", str(CHART), "--set", "operator.nosuchvalue=1")
     assert done.returncode != 0 and "nosuchvalue" in done.stderr
+    done = helm("template", "hr", str(CHART), "--set", "operator.brokerAdvertise=nodePort")
+    assert done.returncode != 0 and "brokerAdvertise" in done.stderr
     done = helm(
         "template",
         "hr",
@@ -130,6 +132,16 @@ def test_bad_values_are_refused_by_the_schema() -> None:
         "exampleCluster.tieredStorage=true",
     )
     assert done.returncode != 0 and "minio.enabled" in done.stderr
+
+
+def test_brokers_advertise_stable_names_unless_told_pod_ips() -> None:
+    for values, advertise in (((), "dns"), (("operator.brokerAdvertise=podIP",), "podIP")):
+        (operator,) = kinds(render(*values))["Deployment"]
+        env = {
+            e["name"]: e.get("value")
+            for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["HEADRACE_ADVERTISE"] == advertise
 
 
 def test_dashboard_config_map_carries_the_sidecar_label() -> None:

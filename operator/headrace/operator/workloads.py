@@ -7,8 +7,11 @@ server-side applies, with no I/O:
   ``apps.kubernetes.io/pod-index`` label), one PVC per pod from
   ``volumeClaimTemplates``, readiness on ``/readyz`` and liveness on
   ``/healthz``; every broker runs ``headrace broker --cluster`` and binds its
-  pod IP (which it also advertises), so the operator can poll its heartbeat
-  on that IP with the same protocol as local mode; a ``preStop`` hook
+  pod IP, so the operator can poll its heartbeat on that IP with the same
+  protocol as local mode; it advertises its stable DNS name through the
+  headless Service (``Advertise``; its pod IP where there is no cluster DNS);
+  it runs as the image's user under Pod Security "restricted", with a
+  read-only root and ``/tmp`` as an emptyDir; a ``preStop`` hook
   (``headrace drain``) moves the broker's leadership away before it stops;
 * a **headless Service** (stable pod identities for the StatefulSet) and a
   **client Service**;
@@ -29,6 +32,7 @@ StatefulSet's ``persistentVolumeClaimRetentionPolicy``: kept, as data is).
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -90,6 +94,18 @@ DEFAULT_SPARK_IMAGE: Final = "apache/spark:4.3.0-python3"
 DEFAULT_SPARK_SERVICE_ACCOUNT: Final = "headrace-spark"
 
 
+class Advertise(enum.StrEnum):
+    """What each broker tells clients and its peers to dial (``--advertised-host``)."""
+
+    #: its stable name through the headless Service, ``<pod>.<headless>.<namespace>.svc``
+    #: (``stable_host``): it outlives the pod's IP, certificates can name it, and the
+    #: Service publishes it before the pod is ready (``publishNotReadyAddresses``)
+    DNS = "dns"
+    #: its pod IP: for a cluster whose pods' and clients' resolvers do not know the
+    #: Service's names (the test bed has no cluster DNS: docs/testbed.md)
+    POD_IP = "podIP"
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadSettings:
     """How the operator runs brokers (operator-wide, not per cluster)."""
@@ -108,6 +124,8 @@ class WorkloadSettings:
     #: the service account of those Compactions' driver pods, in each watched namespace
     #: (the chart creates it with its Role); executors run as the namespace's `default`
     spark_service_account: str = DEFAULT_SPARK_SERVICE_ACCOUNT
+    #: what brokers advertise: their stable DNS names, or their pod IPs
+    advertise: Advertise = Advertise.DNS
 
 
 def names(cluster_name: str) -> dict[str, str]:
@@ -175,8 +193,23 @@ def config_data(cluster: BrokerCluster) -> dict[str, str]:
     return data
 
 
-def broker_args(cluster: BrokerCluster) -> list[str]:
-    """``headrace broker`` arguments; ``$(VAR)`` is expanded from the container's env."""
+def stable_host(cluster: BrokerCluster, pod: str) -> str:
+    """A broker pod's DNS name through the headless Service (``<pod>.<headless>.<ns>.svc``),
+    the same whatever IP the pod has."""
+    headless = names(cluster.metadata.name)["headless"]
+    return f"{pod}.{headless}.{cluster.metadata.namespace}.svc"
+
+
+def advertised_host(cluster: BrokerCluster, advertise: Advertise) -> str:
+    """The broker's ``--advertised-host``, from the container's env (``$(VAR)``)."""
+    if advertise is Advertise.POD_IP:
+        return "$(POD_IP)"
+    return stable_host(cluster, "$(POD_NAME)")
+
+
+def broker_args(cluster: BrokerCluster, advertise: Advertise = Advertise.DNS) -> list[str]:
+    """``headrace broker`` arguments; ``$(VAR)`` is expanded from the container's env. It
+    binds its pod IP and advertises ``advertised_host``."""
     config = cluster.spec.broker_config
     args = [
         "broker",
@@ -192,7 +225,7 @@ def broker_args(cluster: BrokerCluster) -> list[str]:
         "--admin-port",
         str(ADMIN_PORT),
         "--advertised-host",
-        "$(POD_IP)",
+        advertised_host(cluster, advertise),
         "--data-dir",
         DATA_DIR,
         "--cluster-id",
@@ -397,6 +430,7 @@ def drain_command(settings: WorkloadSettings) -> list[str]:
 def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         # the preStop hook's ``headrace drain`` finds the broker's admin port here
         {
             "name": "HEADRACE_ADMIN_URL",
@@ -509,7 +543,7 @@ def statefulset(
         "name": "broker",
         "image": spec.image or settings.default_image,
         "command": list(settings.broker_command),
-        "args": broker_args(cluster),
+        "args": broker_args(cluster, settings.advertise),
         "env": _env(cluster, settings),
         "ports": [
             {"name": "data", "containerPort": DATA_PORT},
