@@ -90,6 +90,11 @@ DEFAULT_IMAGE: Final = "ghcr.io/headrace/headrace:latest"
 #: ``entrypoint.sh executor``, with headrace's ``jobs`` extra installed (docs/spark.md);
 #: its Spark must be the driver's (pyspark's) version
 DEFAULT_SPARK_IMAGE: Final = "apache/spark:4.3.0-python3"
+#: the Spark image's user and group (its Dockerfile's ``spark`` user, uid 185); executor
+#: pods run as them
+SPARK_IMAGE_UID: Final = 185
+#: the Spark image's working directory: executors fetch the application's files into it
+SPARK_WORK_DIR: Final = "/opt/spark/work-dir"
 #: the service account the chart gives Spark drivers (pods, services, configmaps)
 DEFAULT_SPARK_SERVICE_ACCOUNT: Final = "headrace-spark"
 

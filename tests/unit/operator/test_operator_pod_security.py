@@ -8,6 +8,7 @@ is ``e2e/tests/operator/test_pod_security_e2e.py``."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,8 @@ def operator_workloads() -> dict[str, dict[str, Any]]:
         )
     schedule = CompactionSchedule.from_manifest(schedule_body())
     objects["cronjob"] = compactions.cronjob_manifest(schedule, "uid-s", run_target(), SETTINGS)
+    # what Spark's driver makes executor pods from (Spark adds its own container fields)
+    objects["spark-executor-template"] = compactions.executor_pod_template()
     # the operator's own Deployment, as ``python -m headrace.operator.install`` writes it
     (objects["operator-install"],) = [
         d for d in install.manifests("ops") if d["kind"] == "Deployment"
@@ -129,6 +132,25 @@ def test_every_pod_the_operator_makes_fits_restricted(shape: str) -> None:
     for container in pod["containers"]:
         mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
         assert "emptyDir" in volumes[mounts[workloads.SCRATCH_DIR]]
+
+
+def test_spark_executors_get_their_pod_template_from_the_driver() -> None:
+    compaction = Compaction.from_manifest(compaction_body(spark={"master": "kubernetes"}))
+    job = compactions.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
+    args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    template = json.loads(args[args.index("--executor-pod-template") + 1])
+    assert template == compactions.executor_pod_template()
+    # the Spark image's user, not headrace's
+    assert template["spec"]["securityContext"]["runAsUser"] == workloads.SPARK_IMAGE_UID
+    conf = [args[i + 1] for i, word in enumerate(args) if word == "--conf"]
+    assert "spark.kubernetes.executor.podTemplateContainerName=executor" in conf
+    # in local mode there are no executor pods
+    local = compactions.job_manifest(
+        Compaction.from_manifest(compaction_body()), "uid-once", run_target(), SETTINGS
+    )
+    assert (
+        "--executor-pod-template" not in local["spec"]["template"]["spec"]["containers"][0]["args"]
+    )
 
 
 def test_pods_run_as_the_images_user_and_own_their_volumes() -> None:
