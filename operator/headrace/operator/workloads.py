@@ -61,9 +61,10 @@ IMAGE_UID: Final = 10001
 SCRATCH_DIR: Final = "/tmp"
 SCRATCH_VOLUME: Final = "tmp"
 #: CPU and memory a broker is given when its cluster's ``spec.resources`` names neither a
-#: request nor a limit for them: enough that the scheduler never packs brokers onto a
-#: node that cannot run them, small enough for an evaluation cluster
-DEFAULT_REQUESTS: Final[Mapping[str, str]] = {"cpu": "250m", "memory": "512Mi"}
+#: request nor a limit for them: no broker is BestEffort (the first evicted under memory
+#: pressure) and the scheduler counts its memory; the CPU floor is small, so an
+#: evaluation cluster (or the 2-core test bed running several suites) still fits
+DEFAULT_REQUESTS: Final[Mapping[str, str]] = {"cpu": "100m", "memory": "512Mi"}
 #: how long a broker may take to start before the kubelet restarts it: the startup probe
 #: holds liveness off while the broker recovers its logs (it answers /healthz only after)
 STARTUP_PERIOD_SECONDS: Final = 5
