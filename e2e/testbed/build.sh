@@ -3,6 +3,8 @@
 #
 #   e2e/testbed/build.sh            build what is missing, print the bin directory
 #   e2e/testbed/build.sh --bin-dir  print the bin directory only
+#   TESTBED_NODE=1 e2e/testbed/build.sh   also a real node's kubelet and kube-proxy (opt-in:
+#                                   nothing runs them yet; no container runtime here)
 #
 # Binaries go to ${TESTBED_BIN:-${HEADRACE_CACHE:-$HOME/.cache/headrace}/testbed/<k8s-version>/bin},
 # outside the repository. A group (kube, etcd, helm) is rebuilt only when a binary is missing
@@ -50,12 +52,12 @@ done
 helm_ldflags="-s -w -X helm.sh/helm/${HELM_VERSION%%.*}/internal/version.version=$HELM_VERSION"
 etcd_ldflags="-s -w"
 
-# build GROUP LDFLAGS NAME=PACKAGE...
+# build GROUP MODULE LDFLAGS NAME=PACKAGE...   (MODULE: the wrapper module's directory)
 build() {
-	local group=$1 ldflags=$2
-	shift 2
+	local group=$1 module=$2 ldflags=$3
+	shift 3
 	local stamp
-	stamp=$(cat "$here/$group/go.mod" "$here/$group/go.sum" <(go version) <(echo "$ldflags $GOFLAGS") | sha256sum | cut -c1-16)
+	stamp=$(cat "$here/$module/go.mod" "$here/$module/go.sum" <(go version) <(echo "$ldflags $GOFLAGS") | sha256sum | cut -c1-16)
 	local missing=()
 	local spec
 	for spec in "$@"; do
@@ -70,7 +72,7 @@ build() {
 	echo "building $group: ${*%%=*}" >&2
 	local pkgs=()
 	for spec in "$@"; do pkgs+=("${spec#*=}"); done
-	(cd "$here/$group" && nice -n "$nice" go build -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
+	(cd "$here/$module" && nice -n "$nice" go build -ldflags "$ldflags" -o "$tmp/" "${pkgs[@]}")
 	for spec in "$@"; do
 		local name=${spec%%=*} pkg=${spec#*=}
 		mv -f "$tmp/${pkg##*/}" "$bin/$name"
@@ -80,12 +82,18 @@ build() {
 	echo "built $group in $(($(date +%s) - start)) s" >&2
 }
 
-build etcd "$etcd_ldflags" etcd=headrace.dev/testbed/etcd
-build helm "$helm_ldflags" helm="helm.sh/helm/${HELM_VERSION%%.*}/cmd/helm"
-build kube "$kube_ldflags" \
+build etcd etcd "$etcd_ldflags" etcd=headrace.dev/testbed/etcd
+build helm helm "$helm_ldflags" helm="helm.sh/helm/${HELM_VERSION%%.*}/cmd/helm"
+build kube kube "$kube_ldflags" \
 	kube-apiserver=k8s.io/kubernetes/cmd/kube-apiserver \
 	kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
 	kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
 	kubectl=k8s.io/kubernetes/cmd/kubectl
+# the same module and version as the control plane; static (CGO_ENABLED=0) like the rest
+if [[ ${TESTBED_NODE:-0} == 1 ]]; then
+	build node kube "$kube_ldflags" \
+		kubelet=k8s.io/kubernetes/cmd/kubelet \
+		kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
+fi
 
 echo "$bin"

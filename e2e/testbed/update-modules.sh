@@ -31,7 +31,9 @@ mapfile -t staging < <(sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\
 	echo "go 1.26.0"
 	echo
 	echo "tool ("
-	for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+	# the control plane and kubectl (always built), and a real node's kubelet and
+	# kube-proxy (built only with TESTBED_NODE=1: build.sh's `node` group)
+	for cmd in kube-apiserver kube-controller-manager kube-scheduler kubectl kubelet kube-proxy; do
 		echo "	k8s.io/kubernetes/cmd/$cmd"
 	done
 	echo ")"

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from e2e.testbed.settings import Settings
+from tests.podsecurity import pod_spec_of, violations, writable_roots
 
 CHART = Path(__file__).resolve().parents[3] / "charts" / "headrace"
 SCENARIOS = sorted((CHART / "ci").glob("*-values.yaml"))
@@ -59,6 +60,20 @@ def test_lint_and_template(scenario: Path) -> None:
         )
         container = operator["spec"]["template"]["spec"]["containers"][0]
         assert container["command"][-1] == "headrace.operator"
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda p: p.name)
+def test_every_pod_fits_restricted(scenario: Path) -> None:
+    # every scenario's pods (operator, MinIO, the helm test pod) pass a namespace that
+    # enforces Pod Security "restricted", and write only to their volumes
+    docs = render(str(scenario), "minio.enabled=true", "exampleCluster.enabled=true")
+    pods = {f"{d['kind']}/{d['metadata']['name']}": pod_spec_of(d) for d in docs}
+    checked = {name: pod for name, pod in pods.items() if pod is not None}
+    assert {"Deployment/hr-headrace-operator", "Deployment/hr-headrace-minio"} <= set(checked)
+    assert any(name.startswith("Pod/") for name in checked)
+    for name, pod in checked.items():
+        assert violations(pod) == [], name
+        assert writable_roots(pod) == [], name
 
 
 def operator_roles(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -138,6 +153,8 @@ def test_bad_values_are_refused_by_the_schema() -> None:
     assert done.returncode != 0 and "replicas" in done.stderr
     done = helm("template", "hr", str(CHART), "--set", "operator.nosuchvalue=1")
     assert done.returncode != 0 and "nosuchvalue" in done.stderr
+    done = helm("template", "hr", str(CHART), "--set", "operator.brokerAdvertise=nodePort")
+    assert done.returncode != 0 and "brokerAdvertise" in done.stderr
     done = helm(
         "template",
         "hr",
@@ -148,6 +165,16 @@ def test_bad_values_are_refused_by_the_schema() -> None:
         "exampleCluster.tieredStorage=true",
     )
     assert done.returncode != 0 and "minio.enabled" in done.stderr
+
+
+def test_brokers_advertise_stable_names_unless_told_pod_ips() -> None:
+    for values, advertise in (((), "dns"), (("operator.brokerAdvertise=podIP",), "podIP")):
+        (operator,) = kinds(render(*values))["Deployment"]
+        env = {
+            e["name"]: e.get("value")
+            for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
+        }
+        assert env["HEADRACE_ADVERTISE"] == advertise
 
 
 def test_dashboard_config_map_carries_the_sidecar_label() -> None:

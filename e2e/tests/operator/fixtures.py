@@ -79,6 +79,9 @@ def operator_values(cluster: Cluster, namespace: str) -> list[str]:
             "--set-json", f"operator.command={json.dumps([sys.executable, '-m', 'headrace.operator'])}",
             "--set", f"operator.brokerCommand={' '.join(HEADRACE)}",
             "--set-json", f"test.command={json.dumps(HEADRACE)}",
+            # no cluster DNS: brokers (host processes) and this host's clients resolve
+            # names through the host's resolver, which knows no Service (docs/testbed.md)
+            "--set", "operator.brokerAdvertise=podIP",
         ]  # fmt: skip
     else:
         repository, _, tag = os.environ.get("E2E_HEADRACE_IMAGE", "headrace:e2e").rpartition(":")

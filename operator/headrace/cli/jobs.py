@@ -93,10 +93,17 @@ def _run(
     job_args: list[str],
     verbose: bool,
     spark_conf: tuple[str, ...] = (),
+    executor_pod_template: str | None = None,
 ) -> tuple[int, dict[str, Any] | None, Path]:
     url, cluster_id, env = _target(directory, store, cluster)
     logs = directory / "jobs"
     logs.mkdir(parents=True, exist_ok=True)
+    if executor_pod_template is not None:
+        # Spark's driver reads the template from a file; the given --conf come after this
+        # one, so a spark.kubernetes.executor.podTemplateFile of their own wins
+        template = directory / "executor-pod-template.json"
+        template.write_text(executor_pod_template)
+        spark_conf = (f"spark.kubernetes.executor.podTemplateFile={template}", *spark_conf)
     log_path = logs / f"{job}-{time.strftime('%Y%m%dT%H%M%S')}.log"
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as tmp:
         report_path = Path(tmp.name)
@@ -220,6 +227,20 @@ def _write_result(
     path.write_text(json.dumps(result, separators=(",", ":")))
 
 
+def _json_object(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """The option's text, once it is known to be a JSON object (Spark would otherwise fail
+    late, when it asks for its first executor)."""
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise click.BadParameter("must be a JSON object (a Pod)")
+    return value
+
+
 def _common(f: Any) -> Any:
     for option in reversed(
         [
@@ -243,6 +264,14 @@ def _common(f: Any) -> Any:
                 multiple=True,
                 metavar="KEY=VALUE",
                 help="A Spark property for spark-submit (repeatable).",
+            ),
+            click.option(
+                "--executor-pod-template",
+                default=None,
+                metavar="JSON",
+                callback=_json_object,
+                help="A pod (JSON) Spark's Kubernetes executors are made from"
+                " (spark.kubernetes.executor.podTemplateFile); written under --dir.",
             ),
             click.option(
                 "--result-file",
@@ -274,6 +303,7 @@ def verify(
     partitions: str,
     verbose: bool,
     spark_conf: tuple[str, ...],
+    executor_pod_template: str | None,
     result_file: Path | None,
     compacted: bool,
     bootstrap: str | None,
@@ -287,7 +317,16 @@ def verify(
     if bootstrap:
         args += ["--bootstrap", bootstrap]
     status, report, log_path = _run(
-        "verify", topic, directory, store, cluster, master, args, verbose, spark_conf
+        "verify",
+        topic,
+        directory,
+        store,
+        cluster,
+        master,
+        args,
+        verbose,
+        spark_conf,
+        executor_pod_template,
     )
     _write_result(result_file, "verify", status, report, log_path)
     _summarize("verify", status, report, log_path)
@@ -314,6 +353,7 @@ def compact(
     partitions: str,
     verbose: bool,
     spark_conf: tuple[str, ...],
+    executor_pod_template: str | None,
     result_file: Path | None,
     target_bytes: int,
     keep_last_per_key: bool,
@@ -337,7 +377,16 @@ def compact(
     if then_verify:
         args.append("--verify")
     status, report, log_path = _run(
-        "compact", topic, directory, store, cluster, master, args, verbose, spark_conf
+        "compact",
+        topic,
+        directory,
+        store,
+        cluster,
+        master,
+        args,
+        verbose,
+        spark_conf,
+        executor_pod_template,
     )
     _write_result(result_file, "compact", status, report, log_path)
     _summarize("compact", status, report, log_path)

@@ -73,6 +73,8 @@ SERVICE_ACCOUNT_DIR: Final = "/var/run/secrets/kubernetes.io/serviceaccount"
 #: the driver pod's own name and IP, from the downward API, for Spark's settings
 POD_NAME_ENV: Final = "HEADRACE_POD_NAME"
 POD_IP_ENV: Final = "HEADRACE_POD_IP"
+#: the executor container's name in ``executor_pod_template``
+EXECUTOR_CONTAINER: Final = "executor"
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +147,33 @@ def _owner(kind: str, api_version: str, name: str, uid: str) -> dict[str, Any]:
     }
 
 
+def executor_pod_template() -> dict[str, Any]:
+    """The pod template Spark's driver builds each executor pod on
+    (``spark.kubernetes.executor.podTemplateFile``): Pod Security "restricted", as the
+    Spark image's user, with a read-only root and emptyDirs for what an executor writes
+    outside the local directories Spark mounts itself (``/tmp``; the fetched application
+    files in the image's working directory). Spark fills in the rest of the container."""
+    scratch, scratch_mount = workloads.scratch_volume()
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "spec": {
+            "securityContext": workloads.pod_security_context(workloads.SPARK_IMAGE_UID),
+            "containers": [
+                {
+                    "name": EXECUTOR_CONTAINER,
+                    "securityContext": workloads.container_security_context(),
+                    "volumeMounts": [
+                        scratch_mount,
+                        {"name": "work-dir", "mountPath": workloads.SPARK_WORK_DIR},
+                    ],
+                }
+            ],
+            "volumes": [scratch, {"name": "work-dir", "emptyDir": {}}],
+        },
+    }
+
+
 def kubernetes_conf(
     settings: CompactionSettings, run: Target, workload: workloads.WorkloadSettings
 ) -> list[tuple[str, str]]:
@@ -170,6 +199,8 @@ def kubernetes_conf(
         # any (so its Role needs no rights on them)
         ("spark.kubernetes.driver.ownPersistentVolumeClaim", "false"),
         ("spark.kubernetes.driver.reusePersistentVolumeClaim", "false"),
+        # the executor's container in the template (``headrace compact`` writes the file)
+        ("spark.kubernetes.executor.podTemplateContainerName", EXECUTOR_CONTAINER),
     ]
     for env in workloads.store_env(run.cluster.spec.object_store):
         ref = env["valueFrom"]["secretKeyRef"]
@@ -219,6 +250,11 @@ def job_args(
         args += ["--partitions", ",".join(str(p) for p in sorted(settings.partitions))]
     if run.key_compacted:
         args.append("--keep-last-per-key")
+    if settings.spark.master == SparkMaster.KUBERNETES:
+        args += [
+            "--executor-pod-template",
+            json.dumps(executor_pod_template(), sort_keys=True, separators=(",", ":")),
+        ]
     for key, value in conf:
         args += ["--conf", f"{key}={value}"]
     return args
@@ -231,6 +267,7 @@ def job_spec(
     labels: Mapping[str, str],
 ) -> dict[str, Any]:
     """A Job's ``spec`` (also a CronJob's ``jobTemplate.spec``)."""
+    scratch, scratch_mount = workloads.scratch_volume()
     container: dict[str, Any] = {
         "name": "compact",
         "image": run.cluster.spec.image or workload.default_image,
@@ -242,12 +279,15 @@ def job_spec(
         ],
         "terminationMessagePath": RESULT_PATH,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": "work", "mountPath": WORK_DIR}],
+        # the driver's JVM writes its scratch (spark.local.dir, java.io.tmpdir) to /tmp
+        "securityContext": workloads.container_security_context(),
+        "volumeMounts": [{"name": "work", "mountPath": WORK_DIR}, scratch_mount],
     }
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
+        "securityContext": workloads.pod_security_context(),
         "containers": [container],
-        "volumes": [{"name": "work", "emptyDir": {}}],
+        "volumes": [{"name": "work", "emptyDir": {}}, scratch],
     }
     if settings.spark.master == SparkMaster.KUBERNETES:
         # the driver talks to the API server as the Spark service account, and tells

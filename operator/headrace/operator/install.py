@@ -24,6 +24,9 @@ from headrace.operator.workloads import (
     DEFAULT_IMAGE,
     DEFAULT_SPARK_IMAGE,
     DEFAULT_SPARK_SERVICE_ACCOUNT,
+    container_security_context,
+    pod_security_context,
+    scratch_volume,
 )
 
 NAME: Final = "headrace-operator"
@@ -223,6 +226,7 @@ def manifests(
     ]
     for ns in watch:
         args += ["--namespace", ns]
+    scratch, scratch_mount = scratch_volume()
     docs.append(
         {
             "apiVersion": "apps/v1",
@@ -238,12 +242,15 @@ def manifests(
                     "metadata": {"labels": labels},
                     "spec": {
                         "serviceAccountName": NAME,
+                        "securityContext": pod_security_context(),
                         "containers": [
                             {
                                 "name": "operator",
                                 "image": image,
                                 "command": list(command),
                                 "args": args,
+                                "securityContext": container_security_context(),
+                                "volumeMounts": [scratch_mount],
                                 "env": [
                                     {
                                         "name": "POD_IP",
@@ -276,6 +283,7 @@ def manifests(
                                 },
                             }
                         ],
+                        "volumes": [scratch],
                     },
                 },
             },

@@ -22,6 +22,7 @@ from headrace.operator.workloads import (
     DEFAULT_IMAGE,
     DEFAULT_SPARK_IMAGE,
     DEFAULT_SPARK_SERVICE_ACCOUNT,
+    Advertise,
     WorkloadSettings,
 )
 
@@ -58,6 +59,15 @@ def parse_address(text: str) -> tuple[str, int] | None:
     help="The program that runs `headrace` in broker pods (shell words).",
 )
 @click.option("--image", envvar="HEADRACE_IMAGE", default=DEFAULT_IMAGE)
+@click.option(
+    "--advertise",
+    envvar="HEADRACE_ADVERTISE",
+    type=click.Choice([a.value for a in Advertise]),
+    default=Advertise.DNS.value,
+    show_default=True,
+    help="What brokers tell clients and one another to dial: their stable names"
+    " (<pod>.<cluster>-brokers.<namespace>.svc) or their pod IPs (a cluster without DNS).",
+)
 @click.option(
     "--spark-image",
     envvar="HEADRACE_SPARK_IMAGE",
@@ -97,6 +107,7 @@ def operator(
     namespaces: tuple[str, ...],
     broker_command: str,
     image: str,
+    advertise: str,
     spark_image: str,
     spark_service_account: str,
     lease_namespace: str,
@@ -158,6 +169,7 @@ def operator(
             default_image=image,
             spark_image=spark_image,
             spark_service_account=spark_service_account,
+            advertise=Advertise(advertise),
         ),
         runtime=RuntimeSettings(poll_interval_ms=poll_interval_ms),
     )

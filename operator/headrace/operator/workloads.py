@@ -7,8 +7,11 @@ server-side applies, with no I/O:
   ``apps.kubernetes.io/pod-index`` label), one PVC per pod from
   ``volumeClaimTemplates``, readiness on ``/readyz`` and liveness on
   ``/healthz``; every broker runs ``headrace broker --cluster`` and binds its
-  pod IP (which it also advertises), so the operator can poll its heartbeat
-  on that IP with the same protocol as local mode; a ``preStop`` hook
+  pod IP, so the operator can poll its heartbeat on that IP with the same
+  protocol as local mode; it advertises its stable DNS name through the
+  headless Service (``Advertise``; its pod IP where there is no cluster DNS);
+  it runs as the image's user under Pod Security "restricted", with a
+  read-only root and ``/tmp`` as an emptyDir; a ``preStop`` hook
   (``headrace drain``) moves the broker's leadership away before it stops;
 * a **headless Service** (stable pod identities for the StatefulSet) and a
   **client Service**;
@@ -29,6 +32,7 @@ StatefulSet's ``persistentVolumeClaimRetentionPolicy``: kept, as data is).
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
@@ -49,6 +53,22 @@ DATA_PORT: Final = 9092
 ADMIN_PORT: Final = 9644
 #: where the broker's volume is mounted in its container
 DATA_DIR: Final = "/var/lib/headrace"
+#: the image's user and group (Containerfile: ``USER 10001:10001``); pods run as them and
+#: own their volumes through ``fsGroup`` (a fresh cloud disk's root is ``root:root 0755``)
+IMAGE_UID: Final = 10001
+#: the one writable path outside the data volume (the root filesystem is read-only): an
+#: emptyDir for temporary files (the broker's certificate checks, Spark's scratch)
+SCRATCH_DIR: Final = "/tmp"
+SCRATCH_VOLUME: Final = "tmp"
+#: CPU and memory a broker is given when its cluster's ``spec.resources`` names neither a
+#: request nor a limit for them: no broker is BestEffort (the first evicted under memory
+#: pressure) and the scheduler counts its memory; the CPU floor is small, so an
+#: evaluation cluster (or the 2-core test bed running several suites) still fits
+DEFAULT_REQUESTS: Final[Mapping[str, str]] = {"cpu": "100m", "memory": "512Mi"}
+#: how long a broker may take to start before the kubelet restarts it: the startup probe
+#: holds liveness off while the broker recovers its logs (it answers /healthz only after)
+STARTUP_PERIOD_SECONDS: Final = 5
+STARTUP_BUDGET_SECONDS: Final = 30 * 60
 #: the label the StatefulSet controller puts on each pod (Kubernetes >= 1.28)
 POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"
 CLUSTER_LABEL: Final = "headrace.dev/cluster"
@@ -71,8 +91,25 @@ DEFAULT_IMAGE: Final = "ghcr.io/headrace/headrace:latest"
 #: ``entrypoint.sh executor``, with headrace's ``jobs`` extra installed (docs/spark.md);
 #: its Spark must be the driver's (pyspark's) version
 DEFAULT_SPARK_IMAGE: Final = "apache/spark:4.3.0-python3"
+#: the Spark image's user and group (its Dockerfile's ``spark`` user, uid 185); executor
+#: pods run as them
+SPARK_IMAGE_UID: Final = 185
+#: the Spark image's working directory: executors fetch the application's files into it
+SPARK_WORK_DIR: Final = "/opt/spark/work-dir"
 #: the service account the chart gives Spark drivers (pods, services, configmaps)
 DEFAULT_SPARK_SERVICE_ACCOUNT: Final = "headrace-spark"
+
+
+class Advertise(enum.StrEnum):
+    """What each broker tells clients and its peers to dial (``--advertised-host``)."""
+
+    #: its stable name through the headless Service, ``<pod>.<headless>.<namespace>.svc``
+    #: (``stable_host``): it outlives the pod's IP, certificates can name it, and the
+    #: Service publishes it before the pod is ready (``publishNotReadyAddresses``)
+    DNS = "dns"
+    #: its pod IP: for a cluster whose pods' and clients' resolvers do not know the
+    #: Service's names (the test bed has no cluster DNS: docs/testbed.md)
+    POD_IP = "podIP"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +130,8 @@ class WorkloadSettings:
     #: the service account of those Compactions' driver pods, in each watched namespace
     #: (the chart creates it with its Role); executors run as the namespace's `default`
     spark_service_account: str = DEFAULT_SPARK_SERVICE_ACCOUNT
+    #: what brokers advertise: their stable DNS names, or their pod IPs
+    advertise: Advertise = Advertise.DNS
 
 
 def names(cluster_name: str) -> dict[str, str]:
@@ -181,8 +220,23 @@ def config_data(cluster: BrokerCluster) -> dict[str, str]:
     return data
 
 
-def broker_args(cluster: BrokerCluster) -> list[str]:
-    """``headrace broker`` arguments; ``$(VAR)`` is expanded from the container's env."""
+def stable_host(cluster: BrokerCluster, pod: str) -> str:
+    """A broker pod's DNS name through the headless Service (``<pod>.<headless>.<ns>.svc``),
+    the same whatever IP the pod has."""
+    headless = names(cluster.metadata.name)["headless"]
+    return f"{pod}.{headless}.{cluster.metadata.namespace}.svc"
+
+
+def advertised_host(cluster: BrokerCluster, advertise: Advertise) -> str:
+    """The broker's ``--advertised-host``, from the container's env (``$(VAR)``)."""
+    if advertise is Advertise.POD_IP:
+        return "$(POD_IP)"
+    return stable_host(cluster, "$(POD_NAME)")
+
+
+def broker_args(cluster: BrokerCluster, advertise: Advertise = Advertise.DNS) -> list[str]:
+    """``headrace broker`` arguments; ``$(VAR)`` is expanded from the container's env. It
+    binds its pod IP and advertises ``advertised_host``."""
     config = cluster.spec.broker_config
     args = [
         "broker",
@@ -198,7 +252,7 @@ def broker_args(cluster: BrokerCluster) -> list[str]:
         "--admin-port",
         str(ADMIN_PORT),
         "--advertised-host",
-        "$(POD_IP)",
+        advertised_host(cluster, advertise),
         "--data-dir",
         DATA_DIR,
         "--cluster-id",
@@ -403,6 +457,7 @@ def drain_command(settings: WorkloadSettings) -> list[str]:
 def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+        {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
         # the preStop hook's ``headrace drain`` finds the broker's admin port here
         {
             "name": "HEADRACE_ADMIN_URL",
@@ -418,6 +473,53 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
     env += tls_env(cluster)
     env += [{"name": k, "value": v} for k, v in sorted(settings.env.items())]
     return env
+
+
+def pod_security_context(uid: int = IMAGE_UID) -> dict[str, Any]:
+    """Pod Security "restricted" at the pod level: a non-root numeric user (the image's),
+    its group owning the volumes (``fsGroup``; changed only when the volume's root does
+    not have it yet, so a large log is not walked at every start), the runtime's seccomp
+    profile."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "fsGroup": uid,
+        "fsGroupChangePolicy": "OnRootMismatch",
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def container_security_context() -> dict[str, Any]:
+    """Pod Security "restricted" at the container level, and a read-only root filesystem
+    (what a container writes goes to its volumes: the data volume and ``SCRATCH_DIR``)."""
+    return {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+
+
+def scratch_volume() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The pod's scratch emptyDir and the container's mount of it at ``SCRATCH_DIR``."""
+    return (
+        {"name": SCRATCH_VOLUME, "emptyDir": {}},
+        {"name": SCRATCH_VOLUME, "mountPath": SCRATCH_DIR},
+    )
+
+
+def broker_resources(cluster: BrokerCluster) -> dict[str, Any]:
+    """The spec's resources, with ``DEFAULT_REQUESTS`` for each resource it names neither a
+    request nor a limit of (a limit alone is also the request, as Kubernetes defaults it)."""
+    requirements: dict[str, Any] = cluster.spec.resources.model_dump(
+        mode="json", by_alias=True, exclude_defaults=True
+    )
+    requests = dict(requirements.get("requests", {}))
+    limits = requirements.get("limits", {})
+    for resource, amount in DEFAULT_REQUESTS.items():
+        if resource not in requests and resource not in limits:
+            requests[resource] = amount
+    return {**requirements, "requests": requests}
 
 
 def admin_scheme(cluster: BrokerCluster) -> str:
@@ -460,6 +562,7 @@ def statefulset(
     config_hash = hashlib.sha256(broker_config_document(cluster).encode()).hexdigest()[:16]
     auth_volume_list, auth_mounts = auth_volumes(cluster)
     tls_volume_list, tls_mounts = tls_volumes(cluster)
+    scratch, scratch_mount = scratch_volume()
     # HTTPS probes with admin TLS (the kubelet does not verify their certificate); no
     # ``scheme`` otherwise, so a cluster without TLS keeps its pod template
     https = {"scheme": "HTTPS"} if admin_scheme(cluster) == "https" else {}
@@ -467,12 +570,19 @@ def statefulset(
         "name": "broker",
         "image": spec.image or settings.default_image,
         "command": list(settings.broker_command),
-        "args": broker_args(cluster),
+        "args": broker_args(cluster, settings.advertise),
         "env": _env(cluster, settings),
         "ports": [
             {"name": "data", "containerPort": DATA_PORT},
             {"name": "admin", "containerPort": ADMIN_PORT},
         ],
+        # admin HTTP answers only once the logs are recovered: until then the startup
+        # probe, not liveness, decides, and it waits as long as a large log may take
+        "startupProbe": {
+            "httpGet": {"path": "/healthz", "port": "admin", **https},
+            "periodSeconds": STARTUP_PERIOD_SECONDS,
+            "failureThreshold": STARTUP_BUDGET_SECONDS // STARTUP_PERIOD_SECONDS,
+        },
         "readinessProbe": {
             "httpGet": {"path": "/readyz", "port": "admin", **https},
             "periodSeconds": 2,
@@ -480,23 +590,26 @@ def statefulset(
         },
         "livenessProbe": {
             "httpGet": {"path": "/healthz", "port": "admin", **https},
-            "initialDelaySeconds": 10,
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}, *auth_mounts, *tls_mounts],
+        "resources": broker_resources(cluster),
+        "securityContext": container_security_context(),
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            scratch_mount,
+            *auth_mounts,
+            *tls_mounts,
+        ],
         # controlled shutdown: move leadership off before SIGTERM (``cli.drain``)
         "lifecycle": {"preStop": {"exec": {"command": drain_command(settings)}}},
     }
-    requirements = spec.resources.model_dump(mode="json", by_alias=True, exclude_defaults=True)
-    if requirements:
-        container["resources"] = requirements
     pod_spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": settings.termination_grace_seconds,
+        "securityContext": pod_security_context(),
         "containers": [container],
+        "volumes": [scratch, *auth_volume_list, *tls_volume_list],
     }
-    if auth_volume_list or tls_volume_list:
-        pod_spec["volumes"] = [*auth_volume_list, *tls_volume_list]
     scheduling = spec.scheduling
     if scheduling.node_selector:
         pod_spec["nodeSelector"] = dict(scheduling.node_selector)

@@ -16,10 +16,16 @@ def test_verify_a_local_clusters_directory_store_then_find_a_flipped_byte(tmp_pa
     (tmp_path / "local.json").write_text(json.dumps({"object_store": "dir"}))
     store = DirectoryStore(tmp_path / "objects")
     write_partition(store, "local", "default/demo", 0, objects=4)
-    ok = run_headrace("verify", "demo", "--dir", str(tmp_path), "--master", "local[2]", timeout=300)
+    # an executor pod template is written for Spark's driver (which ignores it locally)
+    template = '{"apiVersion":"v1","kind":"Pod","spec":{}}'
+    ok = run_headrace(
+        "verify", "demo", "--dir", str(tmp_path), "--master", "local[2]",
+        "--executor-pod-template", template, timeout=300,
+    )  # fmt: skip
     out = ok.stdout.decode()
     assert ok.returncode == 0, ok.stderr.decode()[-3000:]
     assert "verified 4 objects, 40 records" in out and out.rstrip().endswith("OK")
+    assert (tmp_path / "executor-pod-template.json").read_text() == template
 
     seg = manifest(store, "local", "default/demo", 0).segments[3]
     data = bytearray(store.get(seg.key))

@@ -41,6 +41,8 @@ PASSTHROUGH = {
     "operator.resources",
     "operator.podSecurityContext",
     "operator.securityContext",
+    "minio.podSecurityContext",
+    "minio.securityContext",
 }
 
 

@@ -130,7 +130,8 @@ def test_a_clusters_users_become_principals_of_its_acl_file_with_token_hashes_on
 def test_broker_pods_load_the_acl_file_the_key_and_the_replication_token_from_files() -> None:
     settings = workloads.WorkloadSettings()
     plain = workloads.statefulset(BrokerCluster.from_manifest(CLUSTER), "uid-1", "ns", settings)
-    assert "volumes" not in plain["spec"]["template"]["spec"]
+    # only the scratch emptyDir: no ACL, key or token volume
+    assert [v["name"] for v in plain["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
     assert "--acl-file" not in plain["spec"]["template"]["spec"]["containers"][0]["args"]
 
     sts = workloads.statefulset(BrokerCluster.from_manifest(AUTH_CLUSTER), "uid-1", "ns", settings)

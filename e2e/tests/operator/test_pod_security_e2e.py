@@ -1,0 +1,85 @@
+"""A namespace enforcing Pod Security "restricted": the chart's operator and a BrokerCluster's
+brokers are admitted and the cluster gets Ready (before the brokers had a securityContext
+the StatefulSet's pods were refused at creation and the cluster never got Ready).
+
+Admission is the API server's own (the ``PodSecurity`` admission plugin, on by default),
+so this holds on the test bed as on any cluster, although the test bed's runner ignores
+``securityContext`` when it runs the processes. The profile's field-by-field check of
+every pod the operator and the chart make is in the unit tests (``tests/podsecurity.py``).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from e2e.support import Cluster, wait_for
+from e2e.tests.operator.fixtures import (
+    InstalledOperator,
+    cluster_manifests,
+    consume,
+    pod_ips,
+    produce,
+    wait_ready,
+)
+
+ENFORCE = "pod-security.kubernetes.io/enforce"
+
+
+@pytest.fixture
+def namespace(cluster: Cluster, namespace: str) -> str:
+    """The test's namespace, enforcing "restricted" before anything runs in it (the
+    ``operator`` fixture installs the chart into it)."""
+    cluster.kubectl_run(
+        "label", "namespace", namespace, f"{ENFORCE}=restricted", f"{ENFORCE}-version=latest"
+    )
+    return namespace
+
+
+def refused_pod(cluster: Cluster, namespace: str) -> str:
+    """The API server's answer to a pod with no securityContext (empty if it was admitted)."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "unrestricted", "namespace": namespace},
+        "spec": {"containers": [{"name": "c", "image": "x", "command": ["true"]}]},
+    }
+    done = cluster.kubectl_run(
+        "create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False
+    )
+    return done.stderr if done.returncode != 0 else ""
+
+
+def refusals(cluster: Cluster, namespace: str) -> list[str]:
+    """The StatefulSet controller's ``FailedCreate`` messages (admission's refusals)."""
+    out = cluster.kubectl_run(
+        "get", "events", "-n", namespace, "--field-selector", "reason=FailedCreate", "-o", "json"
+    ).stdout
+    return sorted({e["message"] for e in json.loads(out)["items"]})
+
+
+def test_a_broker_cluster_gets_ready_where_restricted_is_enforced(
+    cluster: Cluster, namespace: str, operator: InstalledOperator
+) -> None:
+    # admission is on: a pod without the profile's settings is refused here
+    assert "violates PodSecurity" in refused_pod(cluster, namespace)
+    cluster.apply(cluster_manifests(namespace, replicas=3), namespace)
+    try:
+        wait_ready(cluster, "brokercluster", "demo", namespace, timeout=180)
+    except AssertionError as not_ready:
+        raise AssertionError(
+            f"not Ready; the StatefulSet's refusals: {refusals(cluster, namespace)}"
+        ) from not_ready
+    wait_ready(cluster, "topic", "orders", namespace)
+    # every broker pod was admitted and is Ready (the StatefulSet's count trails the pods')
+    wait_for(
+        "3 ready broker pods",
+        lambda: cluster.get("statefulset", "demo", namespace)["status"].get("readyReplicas") == 3,
+        60,
+    )
+    if cluster.is_testbed:  # the host reaches pod IPs only on the test bed
+        bootstrap = ",".join(f"{ip}:9092" for ip in pod_ips(cluster, namespace).values())
+        values = [f"restricted-{i}" for i in range(20)]
+        produce(bootstrap, f"{namespace}/orders", values)
+        assert consume(bootstrap, f"{namespace}/orders") == set(values)
