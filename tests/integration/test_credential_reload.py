@@ -305,6 +305,89 @@ async def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
             raise AssertionError(f"timed out: {what}")
 
 
+# ---------------------------------------------------------------------------- a client's own token
+
+
+async def _token_rotation_broker(broker_factory: Any, tmp_path: Path) -> tuple[BrokerProcess, Path]:
+    """A broker accepting FIRST and SECOND (step 1 of a client-token rotation done), with
+    topic ``orders`` holding one record; the file is re-read every 100 ms."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"{FIRST}\n{SECOND}\n")
+    broker: BrokerProcess = broker_factory(
+        extra_args=["--auth-token-file", str(tokens), "--acl-reload-interval-ms", "100"]
+    )
+    conn = await connect(broker, SECOND)
+    await conn.request(Op.CREATE_TOPIC, msg.CreateTopic("orders", 1).encode())
+    await produce(conn, b"before")
+    await conn.close()
+    return broker, tokens
+
+
+def _remove_first(broker: BrokerProcess, tokens: Path) -> None:
+    """The last step of the rotation: FIRST is no longer accepted."""
+    replace(tokens, f"{SECOND}\n")
+    procs.wait_until(
+        lambda: reloads(broker.admin_url, "auth_tokens") == 1, 10, "the token file re-read"
+    )
+
+
+async def test_a_producer_whose_token_was_removed_fails_and_a_new_one_goes_on(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """A client takes its token when it is made: once the broker stops accepting it, every
+    send fails with the typed, non-retriable AuthenticationFailed (not a silent stall), and
+    the application goes on with a new Producer made with the new token."""
+    broker, tokens = await _token_rotation_broker(broker_factory, tmp_path)
+    async with Producer(broker.bootstrap, options=ConnectOptions(auth_token=FIRST)) as old:
+        await (await old.send("orders", b"first-1"))
+        _remove_first(broker, tokens)
+        with pytest.raises(AuthenticationFailed):
+            await (await old.send("orders", b"first-2"))
+    async with Producer(broker.bootstrap, options=ConnectOptions(auth_token=SECOND)) as new:
+        await (await new.send("orders", b"second-1"))
+    stored = await read_partition(
+        broker.bootstrap, "orders", 0, options=ConnectOptions(auth_token=SECOND)
+    )
+    assert [r.value for r in stored] == [b"before", b"first-1", b"second-1"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Consumer._follow_topology retries a non-retriable error (here AuthenticationFailed"
+    " on every reconnect) for ever and logs it at INFO: getmany keeps returning nothing",
+)
+async def test_a_consumer_whose_token_was_removed_is_told_so(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """Removing a token a consumer still uses closes its connections; it cannot join again
+    with that token. The application must learn it (to make a consumer with the new token),
+    not wait for records that will never come."""
+    broker, tokens = await _token_rotation_broker(broker_factory, tmp_path)
+    consumer = await Consumer(
+        broker.bootstrap,
+        "orders",
+        "readers",
+        start="earliest",
+        options=ConnectOptions(auth_token=FIRST),
+    ).start()
+    try:
+        await wait_for(lambda: _poll(consumer, []), "the first record delivered")
+        _remove_first(broker, tokens)
+        with pytest.raises(AuthenticationFailed):
+            await _read_for(consumer, 15)
+    finally:
+        await consumer.close(grace_s=0)
+
+
+async def _read_for(consumer: Consumer, seconds: float) -> None:
+    """Take what is delivered for ``seconds`` (whatever ``getmany`` raises goes through)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while loop.time() < deadline:
+        for batch in await consumer.getmany(timeout_s=0.5):
+            consumer.ack_batch(batch)
+
+
 # ---------------------------------------------------------------------------- rotation on a cluster
 
 TOPIC = "default/rotation"
