@@ -106,6 +106,16 @@ def names(cluster_name: str) -> dict[str, str]:
     }
 
 
+#: the StatefulSet's volume claim template: each broker's data directory
+DATA_CLAIM: Final = "data"
+
+
+def data_claim_name(cluster_name: str, broker: int) -> str:
+    """The PersistentVolumeClaim of ``broker`` (the StatefulSet controller names it
+    ``<template>-<statefulset>-<ordinal>``)."""
+    return f"{DATA_CLAIM}-{names(cluster_name)['statefulset']}-{broker}"
+
+
 def labels(cluster_name: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "headrace",
@@ -463,7 +473,7 @@ def statefulset(
             "periodSeconds": 10,
             "failureThreshold": 6,
         },
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}, *auth_mounts, *tls_mounts],
+        "volumeMounts": [{"name": DATA_CLAIM, "mountPath": DATA_DIR}, *auth_mounts, *tls_mounts],
         # controlled shutdown: move leadership off before SIGTERM (``cli.drain``)
         "lifecycle": {"preStop": {"exec": {"command": drain_command(settings)}}},
     }
@@ -484,7 +494,7 @@ def statefulset(
     if scheduling.affinity is not None:
         pod_spec["affinity"] = scheduling.affinity
     claim: dict[str, Any] = {
-        "metadata": {"name": "data", "labels": labels(name)},
+        "metadata": {"name": DATA_CLAIM, "labels": labels(name)},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": spec.storage.size}},
