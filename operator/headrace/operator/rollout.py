@@ -15,8 +15,8 @@ ordinal first (as the StatefulSet controller would), one at a time:
 
     situation (first match wins)                              action
     --------------------------------------------------------  --------------------------------
-    an outdated pod is stuck: not Ready, not terminating, and Delete it (highest ordinal
-      not the pod this rollout just deleted                   first), without a drain or wait
+    an outdated pod is stuck: not Ready, its broker not live, Delete it (highest ordinal
+      not terminating, not the pod this rollout just deleted  first), without a drain or wait
     a pod this rollout deleted is not back (a new pod, ready, Wait
       its broker live and no longer draining)
     no outdated pod                                           Idle
@@ -31,13 +31,16 @@ ordinal first (as the StatefulSet controller would), one at a time:
     otherwise                                                 Delete (the preStop hook finds
                                                               nothing left to drain)
 
-A stuck pod is replaced first, as Strimzi's KafkaRoller does: it serves nothing, so
-deleting it costs no availability, and waiting for it would wait forever when its
+A stuck pod is replaced first, as Strimzi's KafkaRoller does: it serves nothing (its
+broker is not live: crash-looping, unschedulable, image not pulled), so deleting it costs
+no availability, and waiting for it would wait forever when its
 revision cannot start (a bad image or ``brokerConfig``: reverting the spec makes a new
 ``updateRevision``, and ``OnDelete`` replaces the crash-looping pod only when it is
 deleted). One broker that stays down would otherwise also block every later rollout,
 the one that fixes it included. A stuck pod at the current revision is waited for
-(rolling more pods onto a revision that does not start would take the cluster down).
+(rolling more pods onto a revision that does not start would take the cluster down). A
+pod that is not Ready yet but whose broker is live is starting (recovering its logs),
+not stuck: it may lead partitions, so it waits for its turn and is drained first.
 
 Every other restart starts only when the previous one is over: its pod recreated,
 ready, its broker live and back in every partition's live replica set. A
@@ -141,14 +144,15 @@ def outdated(seen: Seen) -> list[int]:
 
 
 def stuck(seen: Seen) -> list[int]:
-    """Outdated brokers whose pods are not Ready (crash-looping, unschedulable, still
-    starting at an old revision), in restart order (highest first). A terminating pod is
-    on its way out already, and the pod this rollout deleted (until it goes) is not
-    deleted twice."""
+    """Outdated brokers whose pods are not Ready and whose brokers are not live
+    (crash-looping, unschedulable, an image that is not pulled), in restart order
+    (highest first). A terminating pod is on its way out already, and the pod this
+    rollout deleted (until it goes) is not deleted twice."""
     return [
         b
         for b in outdated(seen)
         if not (pod := seen.pods[b]).ready
+        and b not in seen.live
         and not pod.terminating
         and seen.restarted.get(b) != pod.uid
     ]

@@ -104,17 +104,26 @@ def test_a_stuck_outdated_pod_is_replaced_first_without_a_drain_or_a_wait() -> N
     assert rollout.next_action(waiting) == Delete(2, stuck=True)
 
 
-def test_only_outdated_pods_that_are_not_ready_and_not_going_are_stuck() -> None:
+def test_only_outdated_pods_not_ready_whose_brokers_are_down_are_stuck() -> None:
     pods = {
         0: PodView(0, "old", ready=False, terminating=False, uid="a"),  # stuck
         1: PodView(1, "old", ready=False, terminating=True, uid="b"),  # going already
         2: PodView(2, "new", ready=False, terminating=False, uid="c"),  # current: waited for
     }
-    assert rollout.stuck(seen(pods=pods)) == [0]
-    assert rollout.stuck(seen(pods=pods, restarted={0: "a"})) == []  # deleted by this rollout
-    assert rollout.stuck(seen(pods=updated())) == []  # ready: drained and restarted in turn
-    action = rollout.next_action(seen(pods=pods))
+    down = frozenset({2})
+    assert rollout.stuck(seen(pods=pods, live=down)) == [0]
+    assert rollout.stuck(seen(pods=pods, live=down, restarted={0: "a"})) == []  # deleted by us
+    assert rollout.stuck(seen(pods=updated(), live=down)) == []  # ready: restarted in turn
+    action = rollout.next_action(seen(pods=pods, live=down))
     assert isinstance(action, Delete) and (action.broker, action.stuck) == (0, True)
+
+
+def test_a_pod_still_starting_at_an_outdated_revision_is_drained_in_its_turn() -> None:
+    # its broker is live (it may lead) and its readiness is not there yet: not stuck
+    starting = {**updated(), 2: PodView(2, "old", ready=False, terminating=False, uid="u")}
+    assert rollout.stuck(seen(pods=starting)) == []
+    assert isinstance(rollout.next_action(seen(pods=starting)), Wait)
+    assert rollout.next_action(seen()) == Drain(2)  # once Ready, drained first
 
 
 def test_a_stuck_pod_at_the_current_revision_holds_the_rollout() -> None:
