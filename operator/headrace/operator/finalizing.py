@@ -26,8 +26,8 @@ left to take its data off the brokers: kopf stops the cluster's loop as soon as 
 cluster's deletion starts, and nothing would run the table above again. Its finalizer
 is removed at once (``handlers``: on the Topic's event, and on the cluster's deletion
 for the Topics already held), whatever its policy, and its data stays where it is: on
-the brokers' volumes (the StatefulSet's PersistentVolumeClaims, which outlive it) and,
-for a tiered topic, in the object store. An Event on the Topic says where
+the brokers' volumes (the StatefulSet's PersistentVolumeClaims, which outlive it, though
+not a namespace delete) and, for a tiered topic, in the object store. An Event on the Topic says where
 (``left_behind``): ``TopicDataRetained`` for ``Retain``, the Warning
 ``TopicDataNotDeleted`` for ``Delete``.
 
@@ -257,8 +257,9 @@ def left_behind(
     if holders:
         claims = ", ".join(workloads.data_claim_name(cluster_name, b) for b in holders)
         volumes = (
-            f"on the volumes of brokers {holders} (PersistentVolumeClaims {claims}; the"
-            " StatefulSet leaves them when it goes), in topics/"
+            f"on the volumes of brokers {holders} (PersistentVolumeClaims {claims}: the"
+            " StatefulSet leaves them when it goes, a namespace delete takes them and"
+            " their volumes go as their reclaim policy says), in topics/"
             f"{namespace}/{short} of each, or under retained/ where a broker had already"
             " moved it aside"
         )
