@@ -18,8 +18,18 @@ data:
 
 A broker that is down while a ``Delete`` runs removes its copy when it comes
 back (the topology no longer names the topic), so ``Delete`` does not wait
-for it. A Topic whose BrokerCluster does not exist has nothing placed: its
-finalizer is removed at once (``handlers``).
+for it.
+
+A held Topic whose BrokerCluster does not exist, or is being deleted (a namespace
+delete, an Argo CD app delete: the Topics and their cluster go together), has no loop
+left to take its data off the brokers: kopf stops the cluster's loop as soon as the
+cluster's deletion starts, and nothing would run the table above again. Its finalizer
+is removed at once (``handlers``: on the Topic's event, and on the cluster's deletion
+for the Topics already held), whatever its policy, and its data stays where it is: on
+the brokers' volumes (the StatefulSet's PersistentVolumeClaims, which outlive it, though
+not a namespace delete) and, for a tiered topic, in the object store. An Event on the Topic says where
+(``left_behind``): ``TopicDataRetained`` for ``Retain``, the Warning
+``TopicDataNotDeleted`` for ``Delete``.
 
 The held Topics are also the loop's only deletion requests (``deletions``): the loop
 takes no other topic out of its state, so a Topic that merely left the cluster's
@@ -43,6 +53,7 @@ from typing import Any, Final
 from headrace.control.documents import full_name
 from headrace.control.model import DeletionRequest
 from headrace.control.reconcile import Event
+from headrace.operator import workloads
 from headrace.operator.kube import KubeApi, ObjectRef
 from headrace.protocol.coordination import Heartbeat
 from headrace.resources.topics import DeletionPolicy
@@ -50,6 +61,9 @@ from headrace.resources.topics import DeletionPolicy
 log = logging.getLogger(__name__)
 
 TOPIC_FINALIZER: Final = "headrace.dev/topic-data"
+#: an Unload deleted mid-move stays until its moves in flight finish: a partition it
+#: sealed is reassigned and opened again, never left sealed (``ControlLoop`` releases it)
+UNLOAD_FINALIZER: Final = "headrace.dev/unload-moves"
 
 
 def deleting(body: Mapping[str, Any]) -> bool:
@@ -60,14 +74,20 @@ def finalizers(body: Mapping[str, Any]) -> list[str]:
     return list((body.get("metadata") or {}).get("finalizers") or [])
 
 
-def needs_finalizer(body: Mapping[str, Any]) -> bool:
-    """A live Topic without the finalizer (a deleted one is never given it again)."""
-    return not deleting(body) and TOPIC_FINALIZER not in finalizers(body)
+def needs_finalizer(body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> bool:
+    """A live object without ``finalizer`` (a deleted one is never given it again)."""
+    return not deleting(body) and finalizer not in finalizers(body)
 
 
-def held(body: Mapping[str, Any]) -> bool:
-    """A deleted Topic the finalizer still holds."""
-    return deleting(body) and TOPIC_FINALIZER in finalizers(body)
+def held(body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> bool:
+    """A deleted object ``finalizer`` still holds."""
+    return deleting(body) and finalizer in finalizers(body)
+
+
+def gone_or_going(cluster: Mapping[str, Any] | None) -> bool:
+    """A BrokerCluster (as its index holds it) that does not exist or is being deleted:
+    its loop is not running and will not run again."""
+    return cluster is None or deleting(cluster)
 
 
 def policy_of(body: Mapping[str, Any]) -> DeletionPolicy:
@@ -225,18 +245,61 @@ class TopicFinalizer:
         return released
 
 
-async def release(api: KubeApi, body: Mapping[str, Any]) -> None:
-    """Remove the finalizer (a merge patch of the list; the object may be gone already)."""
-    kept = [f for f in finalizers(body) if f != TOPIC_FINALIZER]
+def left_behind(
+    body: Mapping[str, Any], cluster_name: str, cluster: Mapping[str, Any] | None
+) -> Progress:
+    """What a held Topic whose BrokerCluster ``cluster_name`` is gone or being deleted
+    (``cluster``: its body, None once gone) leaves behind, and where: the Event its
+    finalizer's removal posts (see the module)."""
+    name = full_name(body)
+    namespace, _, short = name.partition("/")
+    holders = sorted(replica_holders(body))
+    if holders:
+        claims = ", ".join(workloads.data_claim_name(cluster_name, b) for b in holders)
+        volumes = (
+            f"on the volumes of brokers {holders} (PersistentVolumeClaims {claims}: the"
+            " StatefulSet leaves them when it goes, a namespace delete takes them and"
+            " their volumes go as their reclaim policy says), in topics/"
+            f"{namespace}/{short} of each, or under retained/ where a broker had already"
+            " moved it aside"
+        )
+    else:
+        volumes = "nowhere on the brokers (it was never placed)"
+    tiered = bool(((body.get("spec") or {}).get("tieredStorage") or {}).get("enabled"))
+    store = ((cluster or {}).get("spec") or {}).get("objectStore") or {}
+    objects = ""
+    if tiered:
+        bucket = f"bucket {store['bucket']}" if store.get("bucket") else "the cluster's bucket"
+        objects = f", and in the object store ({bucket}, under {cluster_name}/{name}/)"
+    going = "was deleted" if cluster is None else "is being deleted"
+    where = f"its data stays where it is: {volumes}{objects}"
+    if policy_of(body) is DeletionPolicy.RETAIN:
+        return Progress(
+            True,
+            "TopicDataRetained",
+            f"deletionPolicy Retain: BrokerCluster {cluster_name} {going}, so no broker"
+            f" is told anything more; {where}",
+        )
+    return Progress(
+        True,
+        "TopicDataNotDeleted",
+        f"deletionPolicy Delete: BrokerCluster {cluster_name} {going}, so nothing is left to"
+        f" delete the data; {where}. Delete the volumes (and objects) by hand",
+    )
+
+
+async def release(api: KubeApi, body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> None:
+    """Remove ``finalizer`` (a merge patch of the list; the object may be gone already)."""
+    kept = [f for f in finalizers(body) if f != finalizer]
     await api.patch_metadata(ObjectRef.of(body), {"finalizers": kept})
 
 
-async def attach(api: KubeApi, body: Mapping[str, Any]) -> None:
-    """Add the finalizer, fenced on the resourceVersion seen (a 409 comes back as the
+async def attach(api: KubeApi, body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> None:
+    """Add ``finalizer``, fenced on the resourceVersion seen (a 409 comes back as the
     next watch event, which tries again)."""
     meta = body.get("metadata") or {}
     patch = {
-        "finalizers": [*finalizers(body), TOPIC_FINALIZER],
+        "finalizers": [*finalizers(body), finalizer],
         "resourceVersion": meta.get("resourceVersion"),
     }
     await api.patch_metadata(ObjectRef.of(body), patch)

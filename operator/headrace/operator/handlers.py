@@ -12,7 +12,12 @@
   never spec.
 * **kicks** (``@kopf.on.event`` of Topics, Unloads and Repartitions): run the
   owning cluster's step now instead of at its next poll. A Repartition of a
-  Topic that does not exist is failed there (``repartitioning``).
+  Topic that does not exist is failed there (``repartitioning``). Topics and
+  Unloads get their finalizers there (``finalizing``); a held one that no
+  cluster's loop will serve again is let go there.
+* **the cluster's deletion** (``@kopf.on.delete`` of a BrokerCluster): kopf stops
+  its loop as the deletion starts, so the Topics and Unloads it held are let go
+  (their data stays where it is, ``finalizing.left_behind``).
 
 What the handlers need (the API wrapper, the clock, settings, the running
 loops) is the ``OperatorContext`` in kopf's ``memo``, set by ``main``.
@@ -24,7 +29,7 @@ import asyncio
 import copy
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -50,6 +55,13 @@ VERSION: Final = "v1alpha1"
 ANNOTATION_PREFIX: Final = "operator.headrace.dev"
 
 
+def post_kopf_event(body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+    """Post an Event on the object ``body`` through kopf's poster (``kind``: Normal or
+    Warning)."""
+    raw: Any = dict(body)
+    kopf.event(kopf.Body(raw), type=kind, reason=reason, message=message)
+
+
 @dataclass
 class OperatorContext:
     """What every handler reaches through ``memo.context``."""
@@ -68,6 +80,8 @@ class OperatorContext:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     #: /healthz, /metrics and the dashboard, when served (``main``)
     surfaces: Surfaces | None = None
+    #: posts an Event on an object: (body, Normal | Warning, reason, message)
+    post_event: Callable[[Mapping[str, Any], str, str, str], None] = post_kopf_event
 
     def health(self) -> dict[tuple[str, str], LoopHealth]:
         """What ``/healthz`` decides on (call on kopf's event loop)."""
@@ -451,14 +465,30 @@ def orphan_status(body: Mapping[str, Any], now: str) -> dict[str, Any] | None:
     return None if wanted == status else wanted
 
 
+async def release_left_behind(
+    context: OperatorContext,
+    topic: Mapping[str, Any],
+    cluster_name: str,
+    cluster: Mapping[str, Any] | None,
+) -> None:
+    """Let a held Topic whose BrokerCluster is gone or going go, its data where it is, and
+    say where on the Topic (``finalizing.left_behind``)."""
+    verdict = finalizing.left_behind(topic, cluster_name, cluster)
+    await finalizing.release(context.api, topic)
+    log.warning("topic %s: %s", full_name(topic), verdict.message)
+    kind = "Normal" if verdict.reason == "TopicDataRetained" else "Warning"
+    context.post_event(topic, kind, verdict.reason, verdict.message)
+
+
 @kopf.on.event(GROUP, VERSION, "topics")
 async def topic_changed(
     namespace: str | None, spec: kopf.Spec, body: kopf.Body, memo: Any, **kwargs: Any
 ) -> None:
     """Kick the owning cluster's loop; a Topic whose cluster does not exist is told so.
 
-    A Topic gets the data finalizer (``finalizing``) the first time it is seen; a deleted
-    one whose cluster does not exist has nothing placed and is let go at once.
+    A Topic gets the data finalizer (``finalizing``) the first time it is seen. A deleted
+    one whose cluster does not exist, or is being deleted (its loop stopped), is let go
+    at once: its data stays where it is, and an Event says where.
     """
     context = _context(memo)
     key = (namespace or "default", str((spec.get("clusterRef") or {}).get("name")))
@@ -469,15 +499,17 @@ async def topic_changed(
         except StaleResourceVersion:
             pass
         return  # either way the Topic changed: its next event brings this handler back
+    clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
+    cluster = _only(clusters.get(key)) if clusters is not None and key in clusters else None
+    loop_gone = clusters is not None and finalizing.gone_or_going(cluster)
+    if not gone and loop_gone and finalizing.held(body):
+        await release_left_behind(context, body, key[1], cluster)
+        return
     runtime = context.loops.get(key)
     if runtime is not None:
         runtime.kick()
         return
-    clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
     if clusters is None or key in clusters or gone:
-        return
-    if finalizing.held(body):
-        await finalizing.release(context.api, body)
         return
     status = orphan_status(body, condition_time(context.clock.now_ms()))
     if status is None:
@@ -490,11 +522,101 @@ async def topic_changed(
         pass  # it changed: its next event brings this handler back
 
 
+def unload_topic(body: Mapping[str, Any]) -> str:
+    """The 'namespace/name' of the Topic an Unload moves partitions of."""
+    namespace = (body.get("metadata") or {}).get("namespace") or "default"
+    return f"{namespace}/{((body.get('spec') or {}).get('topicRef') or {}).get('name')}"
+
+
+def unserved(
+    unload: Mapping[str, Any],
+    topics: Mapping[Any, Iterable[Mapping[str, Any]]],
+    clusters: Mapping[Any, Iterable[Mapping[str, Any]]],
+) -> str | None:
+    """Why no cluster's loop will ever serve the Unload (so nothing would release it), or
+    None when one does or will: its Topic's cluster exists and is not being deleted (a
+    loop not running yet loads it when it starts)."""
+    wanted = unload_topic(unload)
+    namespace = wanted.partition("/")[0]
+    owner, topic = next(
+        (
+            (key, t)
+            for key, bodies in topics.items()
+            if key[0] == namespace
+            for t in bodies
+            if full_name(t) == wanted
+        ),
+        (None, None),
+    )
+    if owner is None or topic is None:
+        return f"its topic {wanted} does not exist"
+    if finalizing.deleting(topic):
+        return f"its topic {wanted} is being deleted"
+    cluster = _only(clusters.get(owner)) if owner in clusters else None
+    if finalizing.gone_or_going(cluster):
+        going = "does not exist" if cluster is None else "is being deleted"
+        return f"BrokerCluster {owner[1]} of its topic {wanted} {going}"
+    return None
+
+
+async def release_unserved(context: OperatorContext, unload: Mapping[str, Any], why: str) -> None:
+    message = f"released at once: {why}, so no cluster's loop moves its partitions any more"
+    await finalizing.release(context.api, unload, finalizing.UNLOAD_FINALIZER)
+    log.info("unload %s: %s", full_name(unload), message)
+    context.post_event(unload, "Normal", "UnloadReleased", message)
+
+
 @kopf.on.event(GROUP, VERSION, "unloads")
-def unload_changed(namespace: str | None, memo: Any, **_: Any) -> None:
-    for (loop_namespace, _name), runtime in _context(memo).loops.items():
+async def unload_changed(namespace: str | None, body: kopf.Body, memo: Any, **kwargs: Any) -> None:
+    """Kick the namespace's loops. An Unload gets the move finalizer (``finalizing``) the
+    first time it is seen: deleted mid-move, it stays until its cluster's loop has
+    finished the moves in flight (it never leaves a partition sealed), and the loop
+    releases it. A deleted one that no loop will serve (``unserved``) is let go at once."""
+    context = _context(memo)
+    gone = kwargs.get("type") == "DELETED"
+    if not gone and finalizing.needs_finalizer(body, finalizing.UNLOAD_FINALIZER):
+        try:
+            await finalizing.attach(context.api, body, finalizing.UNLOAD_FINALIZER)
+        except StaleResourceVersion:
+            pass
+        return  # either way the Unload changed: its next event brings this handler back
+    for (loop_namespace, _name), runtime in context.loops.items():
         if loop_namespace == namespace:
             runtime.kick()
+    topics: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
+    clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
+    if gone or topics is None or clusters is None:
+        return
+    if finalizing.held(body, finalizing.UNLOAD_FINALIZER):
+        why = unserved(body, topics, clusters)
+        if why is not None:
+            await release_unserved(context, body, why)
+
+
+# ---------------------------------------------------------------------- a cluster's deletion
+
+
+@kopf.on.delete(GROUP, VERSION, "brokerclusters")
+async def cluster_deleted(
+    namespace: str | None, name: str, body: kopf.Body, memo: Any, **kwargs: Any
+) -> None:
+    """Let go of the Topics and Unloads the deleted cluster holds: kopf stopped its loop
+    as the deletion started, and no later event of theirs need come (a namespace delete
+    marks them all at once). A Topic or Unload deleted later finds the cluster gone or
+    going in its own event (``topic_changed``, ``unload_changed``)."""
+    context = _context(memo)
+    key = (namespace or "default", name)
+    topics_index: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
+    unloads_index: kopf.Index[Any, Any] | None = kwargs.get("unloads_index")
+    topics = list(topics_index.get(key, [])) if topics_index is not None else []
+    for topic in topics:
+        if finalizing.held(topic):
+            await release_left_behind(context, topic, name, body)
+    names = {full_name(t) for t in topics}
+    unloads = list(unloads_index.get(key[0], [])) if unloads_index is not None else []
+    for unload in unloads:
+        if finalizing.held(unload, finalizing.UNLOAD_FINALIZER) and unload_topic(unload) in names:
+            await release_unserved(context, unload, f"BrokerCluster {name} is being deleted")
 
 
 @kopf.on.event(GROUP, VERSION, "repartitions")

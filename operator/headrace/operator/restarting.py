@@ -147,18 +147,22 @@ class Rollout:
                 self.drains_started_ms.setdefault(broker, now_ms)
                 if action != self.last:
                     self._tell("RollingRestart", f"broker {broker}: draining its leadership")
-            case rollout.Delete(broker, still_leading):
+            case rollout.Delete(broker, still_leading, stuck):
                 pod = next(p for p in listed if workloads.broker_id_of(p) == broker)
                 meta = pod["metadata"]
                 await self.api.delete(ObjectRef("v1", "Pod", self.namespace, meta["name"]))
                 self.drains_started_ms.pop(broker, None)
                 self.asked.discard(broker)
                 self.restarted[broker] = str(meta.get("uid", ""))
-                note = (
-                    f"; the drain timed out, {len(still_leading)} partitions fail over"
-                    if still_leading
-                    else ", leading nothing"
-                )
+                if stuck:
+                    note = (
+                        ": it is not Ready at an outdated revision, so it is replaced first,"
+                        " without a drain"
+                    )
+                elif still_leading:
+                    note = f"; the drain timed out, {len(still_leading)} partitions fail over"
+                else:
+                    note = ", leading nothing"
                 self._tell("RollingRestart", f"broker {broker}: deleting pod {meta['name']}{note}")
             case rollout.Idle() if not isinstance(self.last, rollout.Idle):
                 self.drains_started_ms.clear()
@@ -224,7 +228,9 @@ class Rollout:
                     message = why
                 case rollout.Drain(broker):
                     message = f"draining broker {broker}"
-                case rollout.Delete(broker, _):
+                case rollout.Delete(broker, _, True):
+                    message = f"replacing broker {broker}'s pod: not Ready at an outdated revision"
+                case rollout.Delete(broker, _, _):
                     message = f"restarting broker {broker}"
         since = now
         if previous is not None and previous.get("status") == status:

@@ -15,6 +15,8 @@ ordinal first (as the StatefulSet controller would), one at a time:
 
     situation (first match wins)                              action
     --------------------------------------------------------  --------------------------------
+    an outdated pod is stuck: not Ready, its broker not live, Delete it (highest ordinal
+      not terminating, not the pod this rollout just deleted  first), without a drain or wait
     a pod this rollout deleted is not back (a new pod, ready, Wait
       its broker live and no longer draining)
     no outdated pod                                           Idle
@@ -29,7 +31,18 @@ ordinal first (as the StatefulSet controller would), one at a time:
     otherwise                                                 Delete (the preStop hook finds
                                                               nothing left to drain)
 
-So a restart starts only when the previous one is over: its pod recreated,
+A stuck pod is replaced first, as Strimzi's KafkaRoller does: it serves nothing (its
+broker is not live: crash-looping, unschedulable, image not pulled), so deleting it costs
+no availability, and waiting for it would wait forever when its
+revision cannot start (a bad image or ``brokerConfig``: reverting the spec makes a new
+``updateRevision``, and ``OnDelete`` replaces the crash-looping pod only when it is
+deleted). One broker that stays down would otherwise also block every later rollout,
+the one that fixes it included. A stuck pod at the current revision is waited for
+(rolling more pods onto a revision that does not start would take the cluster down). A
+pod that is not Ready yet but whose broker is live is starting (recovering its logs),
+not stuck: it may lead partitions, so it waits for its turn and is drained first.
+
+Every other restart starts only when the previous one is over: its pod recreated,
 ready, its broker live and back in every partition's live replica set. A
 drain that does not finish in time (a partition whose other replicas are
 behind) is no reason to stop: the pod is deleted, and that partition fails
@@ -113,6 +126,8 @@ class Delete:
     broker: int
     #: partitions it still led (a drain that timed out): they fail over
     still_leading: tuple[str, ...] = ()
+    #: its pod was stuck (not Ready at an outdated revision): replaced without a drain
+    stuck: bool = False
 
 
 Action = Idle | Wait | Drain | Delete
@@ -126,6 +141,21 @@ def outdated(seen: Seen) -> list[int]:
         (b for b, pod in seen.pods.items() if pod.revision != seen.update_revision),
         reverse=True,
     )
+
+
+def stuck(seen: Seen) -> list[int]:
+    """Outdated brokers whose pods are not Ready and whose brokers are not live
+    (crash-looping, unschedulable, an image that is not pulled), in restart order
+    (highest first). A terminating pod is on its way out already, and the pod this
+    rollout deleted (until it goes) is not deleted twice."""
+    return [
+        b
+        for b in outdated(seen)
+        if not (pod := seen.pods[b]).ready
+        and b not in seen.live
+        and not pod.terminating
+        and seen.restarted.get(b) != pod.uid
+    ]
 
 
 def movable_leaderships(seen: Seen, broker: int) -> list[str]:
@@ -154,6 +184,10 @@ def back(seen: Seen) -> set[int]:
 def next_action(seen: Seen) -> Action:
     """The one thing to do now; see the module's table."""
     pending = outdated(seen)
+    replaceable = stuck(seen)
+    if replaceable:
+        broker = replaceable[0]
+        return Delete(broker, tuple(movable_leaderships(seen, broker)), stuck=True)
     returning = sorted(set(seen.restarted) - back(seen))
     if returning:
         b = returning[0]

@@ -373,6 +373,8 @@ class ClusterRuntime:
             cluster,
             mine,
             [u for u in unloads if self.owns(u, names)],
+            # a deleted Unload stays until its moves in flight finish (the loop releases it)
+            finalizer=finalizing.UNLOAD_FINALIZER,
             repartitions=repartitioning.owned(repartitions, names),
         )
         self.pods: PodFleet | None = None

@@ -145,6 +145,16 @@ def names(cluster_name: str) -> dict[str, str]:
     }
 
 
+#: the StatefulSet's volume claim template: each broker's data directory
+DATA_CLAIM: Final = "data"
+
+
+def data_claim_name(cluster_name: str, broker: int) -> str:
+    """The PersistentVolumeClaim of ``broker`` (the StatefulSet controller names it
+    ``<template>-<statefulset>-<ordinal>``)."""
+    return f"{DATA_CLAIM}-{names(cluster_name)['statefulset']}-{broker}"
+
+
 def labels(cluster_name: str) -> dict[str, str]:
     return {
         "app.kubernetes.io/name": "headrace",
@@ -596,7 +606,7 @@ def statefulset(
         "resources": broker_resources(cluster),
         "securityContext": container_security_context(),
         "volumeMounts": [
-            {"name": "data", "mountPath": DATA_DIR},
+            {"name": DATA_CLAIM, "mountPath": DATA_DIR},
             scratch_mount,
             *auth_mounts,
             *tls_mounts,
@@ -620,7 +630,7 @@ def statefulset(
     else:
         pod_spec["topologySpreadConstraints"] = spread_constraints(name)
     claim: dict[str, Any] = {
-        "metadata": {"name": "data", "labels": labels(name)},
+        "metadata": {"name": DATA_CLAIM, "labels": labels(name)},
         "spec": {
             "accessModes": ["ReadWriteOnce"],
             "resources": {"requests": {"storage": spec.storage.size}},

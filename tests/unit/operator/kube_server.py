@@ -22,6 +22,9 @@ server rules the operator relies on, as kmock's docs suggest (inherit and implem
 * ``put`` (the test's own write, as another client's) gives the object a new
   ``resourceVersion`` too.
 
+A ``DELETE`` of an object with finalizers only marks it (``deletionTimestamp``), and a
+patch that removes its last finalizer lets it go: kmock's own emulation of both.
+
 Where a test wants the server to misbehave it declares a reaction, which comes before
 these defaults (they are kmock fallbacks): ``server["put", kmock.subresource("status")]
 << kmock.KubernetesError(409, "Conflict")`` conflicts every status write.
@@ -192,6 +195,8 @@ class ApiServer(kmock.KubernetesEmulator):
         # every merge or apply patch moves the version on; watches see the object at its
         # new version (after the emulator's own event, which still carries the old one)
         moved = self.objects[key]
+        if moved.deleted:
+            return response  # the patch removed its last finalizer: kmock let it go, as the API server does
         moved.patch({"metadata": {"resourceVersion": self._next_version()}})
         assert request.resource is not None
         await self._buses[request.resource].put({"type": "MODIFIED", "object": moved.raw})

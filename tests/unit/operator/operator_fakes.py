@@ -13,9 +13,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
-from headrace.operator.kube import ObjectRef, StaleResourceVersion
+from headrace.operator import handlers
+from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
+from tests.unit.controller.controller_fakes import ManualClock
 
 CLUSTER = {
     "apiVersion": "headrace.dev/v1alpha1",
@@ -109,3 +113,26 @@ class FakeApi:
         self.writes.append(("DELETE", ref.kind, ref.name))
         self.objects.pop(ref, None)
         self.pods = [p for p in self.pods if p["metadata"]["name"] != ref.name]
+
+
+@dataclass(frozen=True, slots=True)
+class PostedEvent:
+    """An Event a handler posted: on which object (kind, name), of which type and reason."""
+
+    kind: str
+    name: str
+    type: str
+    reason: str
+    message: str
+
+
+def memo_over(api: KubeApi) -> Any:
+    """kopf's ``memo`` for a handler called directly: an ``OperatorContext`` over ``api``;
+    the Events its handlers post land in ``memo.events``."""
+    events: list[PostedEvent] = []
+
+    def post(body: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+        events.append(PostedEvent(body["kind"], body["metadata"]["name"], kind, reason, message))
+
+    context = handlers.OperatorContext(api=api, clock=ManualClock(), post_event=post)
+    return SimpleNamespace(context=context, events=events)

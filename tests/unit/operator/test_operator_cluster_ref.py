@@ -30,12 +30,10 @@ ORDERS = "ns/orders"
 def topics_index(server: ApiServer) -> dict[Any, list[dict[str, Any]]]:
     """The Topics index as kopf builds it from the stored Topics (``handlers.topics_index``)."""
     index: dict[Any, list[dict[str, Any]]] = defaultdict(list)
-    for (plural, namespace, name), _stored in list(server.objects.items()):
-        if plural != "headrace.dev/v1alpha1/topics":
-            continue
+    for (plural, namespace, name), stored in list(server.objects.items()):
+        if plural != "headrace.dev/v1alpha1/topics" or stored.deleted:
+            continue  # (deleted: gone with its last finalizer)
         body = server.body("Topic", name, namespace)
-        if "spec" not in body:
-            continue  # gone with its last finalizer (the emulator keeps a metadata stub)
         entry = handlers.topics_index(namespace=namespace, spec=body["spec"], body=body)
         for key, value in entry.items():
             index[key].append(value)

@@ -6,22 +6,17 @@ status of an orphan Topic; and the Lease rule."""
 from __future__ import annotations
 
 import asyncio
-from types import SimpleNamespace
 from typing import Any
 
 import kopf
 import pytest
 from kube_server import ApiServer
-from operator_fakes import CLUSTER, topic
+from operator_fakes import CLUSTER, memo_over, topic
 
 from headrace.operator import finalizing, handlers, running, workloads
 from headrace.operator.kube import ClientApi
 from headrace.operator.running import ClusterRuntime
 from tests.unit.controller.controller_fakes import ManualClock
-
-
-def memo_over(api: ClientApi) -> Any:
-    return SimpleNamespace(context=handlers.OperatorContext(api=api, clock=ManualClock()))
 
 
 def applied(server: ApiServer) -> list[dict[str, Any]]:

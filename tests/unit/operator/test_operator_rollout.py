@@ -6,10 +6,12 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from kube_server import ApiServer
 from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.control.looping import Report
-from headrace.operator import rollout
+from headrace.operator import rollout, workloads
+from headrace.operator.kube import ClientApi
 from headrace.operator.rollout import Delete, Drain, Idle, PartitionView, PodView, Seen, Wait
 from headrace.operator.running import ClusterRuntime
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -86,6 +88,56 @@ def test_a_deleted_pod_must_come_back_as_a_new_process_before_anything_else() ->
     assert isinstance(rollout.next_action(stale), Wait)  # the old process's heartbeat
     fresh = seen(pods=pods, restarted={2: "u-old"})
     assert rollout.back(fresh) == {2}
+
+
+def test_a_stuck_outdated_pod_is_replaced_first_without_a_drain_or_a_wait() -> None:
+    # a bad image rolled to broker 2 crash-loops; the spec goes back to the old revision
+    crashing = {**updated(), 2: PodView(2, "bad", ready=False, terminating=False, uid="u-bad")}
+    failed_over = [PartitionView("ns/t/0", True, 0, (2, 0, 1), (0, 1))]
+    reverted = seen(
+        update_revision="old", pods=crashing, live=frozenset({0, 1}), partitions=failed_over
+    )
+    assert rollout.stuck(reverted) == [2]
+    assert rollout.next_action(reverted) == Delete(2, stuck=True)
+    # ... also while this rollout still waits for that broker to come back
+    waiting = dataclasses.replace(reverted, restarted={2: "u-good"})
+    assert rollout.next_action(waiting) == Delete(2, stuck=True)
+
+
+def test_only_outdated_pods_not_ready_whose_brokers_are_down_are_stuck() -> None:
+    pods = {
+        0: PodView(0, "old", ready=False, terminating=False, uid="a"),  # stuck
+        1: PodView(1, "old", ready=False, terminating=True, uid="b"),  # going already
+        2: PodView(2, "new", ready=False, terminating=False, uid="c"),  # current: waited for
+    }
+    down = frozenset({2})
+    assert rollout.stuck(seen(pods=pods, live=down)) == [0]
+    assert rollout.stuck(seen(pods=pods, live=down, restarted={0: "a"})) == []  # deleted by us
+    assert rollout.stuck(seen(pods=updated(), live=down)) == []  # ready: restarted in turn
+    action = rollout.next_action(seen(pods=pods, live=down))
+    assert isinstance(action, Delete) and (action.broker, action.stuck) == (0, True)
+
+
+def test_a_pod_still_starting_at_an_outdated_revision_is_drained_in_its_turn() -> None:
+    # its broker is live (it may lead) and its readiness is not there yet: not stuck
+    starting = {**updated(), 2: PodView(2, "old", ready=False, terminating=False, uid="u")}
+    assert rollout.stuck(seen(pods=starting)) == []
+    assert isinstance(rollout.next_action(seen(pods=starting)), Wait)
+    assert rollout.next_action(seen()) == Drain(2)  # once Ready, drained first
+
+
+def test_a_stuck_pod_at_the_current_revision_holds_the_rollout() -> None:
+    # the new revision does not start: rolling more pods onto it would take the cluster down
+    pods = {**updated(), 2: PodView(2, "new", ready=False, terminating=False, uid="u-new")}
+    action = rollout.next_action(seen(pods=pods, live=frozenset({0, 1}), restarted={2: "u-old"}))
+    assert isinstance(action, Wait) and action.broker == 2
+
+
+def test_a_permanently_dead_broker_does_not_block_the_rollout_that_fixes_it() -> None:
+    dead = {**updated(), 0: PodView(0, "old", ready=False, terminating=False, uid="u-0")}
+    failed_over = [PartitionView("ns/t/1", True, 1, (0, 1, 2), (1, 2))]
+    action = rollout.next_action(seen(pods=dead, live=frozenset({1, 2}), partitions=failed_over))
+    assert action == Delete(0, stuck=True)
 
 
 # --------------------------------------------------------------------------- the runtime
@@ -214,3 +266,82 @@ async def test_a_new_revision_rolls_every_pod_one_at_a_time_draining_each_first(
     assert [e.kind for e in events if e.kind.startswith("RollingRestart")][
         -1
     ] == "RollingRestartDone"
+
+
+def listed_pod(broker: int, revision: str, *, ready: bool = True, uid: str = "") -> dict[str, Any]:
+    """A broker pod as the API server lists it (``ready`` False: its container crash-loops)."""
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", **pod(broker, revision)}
+    body["metadata"]["labels"][workloads.CLUSTER_LABEL] = "demo"
+    body["metadata"]["namespace"] = "ns"
+    if uid:
+        body["metadata"]["uid"] = uid
+    if not ready:
+        body["status"] = {"conditions": [{"type": "Ready", "status": "False"}]}
+    return body
+
+
+async def test_a_bad_revision_is_rolled_back_by_reverting_the_spec_alone(
+    server: ApiServer, api: ClientApi
+) -> None:
+    """A pod template that cannot start (a bad image) rolls to the first pod and stops there;
+    reverting the spec replaces that crash-looping pod, and no other pod is touched. Runs
+    the runtime over the operator's real API client, against kmock's API server."""
+    server.put(CLUSTER)
+    server.put(topic(partitions=3))
+    server.put(statefulset_at("r1"))
+    for b in range(3):
+        server.put(listed_pod(b, "r1"))
+    clock = ManualClock()
+    fleet = DrainingFleet(
+        tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(3)), clock
+    )
+    fleet.draining = set()
+    runtime = ClusterRuntime(
+        api,
+        server.body("BrokerCluster", "demo"),
+        [server.body("Topic", "orders")],
+        [],
+        clock,
+        fleet=fleet,
+    )
+
+    def deleted_pods() -> list[str]:
+        return [r.name for r in server if r.method.value == "DELETE" and r.resource is not None]
+
+    async def step() -> rollout.Action:
+        runtime.sync(server.body("BrokerCluster", "demo"), [server.body("Topic", "orders")])
+        await runtime.step()
+        clock.advance(500)
+        action = runtime.rollout.last
+        if isinstance(action, Drain):
+            fleet.draining.add(action.broker)
+        return action
+
+    for _ in range(4):
+        assert await step() == Idle()
+    server.put(statefulset_at("r2"))  # spec.image: an image that cannot start
+    for _ in range(30):
+        if isinstance(await step(), Delete):
+            break
+    assert deleted_pods() == ["demo-2"]
+    fleet.draining.discard(2)
+    fleet.down.add(2)  # the StatefulSet recreates it at r2, and it crash-loops
+    server.put(listed_pod(2, "r2", ready=False))
+    for _ in range(10):
+        action = await step()
+        assert isinstance(action, Wait) and action.broker == 2, action
+    server.put(statefulset_at("r1"))  # the spec reverted: the old revision is current again
+    action = await step()
+    assert isinstance(action, Delete) and (action.broker, action.stuck) == (2, True)
+    assert deleted_pods() == ["demo-2", "demo-2"]
+    fleet.down.discard(2)
+    # recreated from r1 again: the StatefulSet reuses the revision of an identical template
+    server.put(listed_pod(2, "r1", uid="uid-2-back"))
+    for _ in range(20):
+        if await step() == Idle():
+            break
+    assert runtime.rollout.last == Idle()
+    assert deleted_pods() == ["demo-2", "demo-2"]  # pods 0 and 1 were never restarted
+    status = server.body("BrokerCluster", "demo")["status"]
+    restarting = next(c for c in status["conditions"] if c["type"] == "Restarting")
+    assert (restarting["status"], restarting["reason"]) == ("False", "RolloutComplete")

@@ -1,0 +1,165 @@
+"""A Topic held by its data finalizer when its BrokerCluster is deleted with it (a namespace
+delete, an Argo CD app delete). kopf stops the cluster's loop as the cluster's deletion
+starts, so no step of it will release the Topic, and no later event of the Topic need
+come: it would stay Terminating for ever. What happens instead: its finalizer is removed,
+its data stays where it is (the brokers' PersistentVolumeClaims, the object store), and
+an Event on the Topic says where.
+
+Handlers called as kopf calls them, over the operator's real API client against kmock's
+API server (``kube_server``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kube_server import ApiServer
+from operator_fakes import CLUSTER, memo_over, topic
+
+from headrace.operator import finalizing, handlers
+from headrace.operator.kube import ClientApi, ObjectRef
+from headrace.operator.running import ClusterRuntime
+
+DELETED_AT = "2026-11-28T10:00:00Z"
+KOPF_FINALIZER = "operator.headrace.dev/finalizer"
+
+
+def deleted(body: dict[str, Any], *finalizers: str) -> dict[str, Any]:
+    meta = {**body["metadata"], "deletionTimestamp": DELETED_AT, "finalizers": list(finalizers)}
+    return {**body, "metadata": meta}
+
+
+def topic_ref(name: str) -> ObjectRef:
+    return ObjectRef("headrace.dev/v1alpha1", "Topic", "ns", name)
+
+
+def held_topic(name: str = "orders", **spec: Any) -> dict[str, Any]:
+    """A Topic placed on brokers 0-2 whose deletion its finalizer holds."""
+    body = topic(name, partitions=2)
+    body["spec"].update(spec)
+    body["status"] = {
+        "partitions": [
+            {"partition": 0, "replicas": [0, 1, 2]},
+            {"partition": 1, "replicas": [1, 2, 0]},
+        ]
+    }
+    return deleted(body, finalizing.TOPIC_FINALIZER)
+
+
+async def test_a_retain_topic_held_when_its_cluster_is_deleted_is_let_go_where_its_data_is(
+    server: ApiServer, api: ClientApi
+) -> None:
+    going = server.put(deleted(CLUSTER, KOPF_FINALIZER))
+    held = server.put(held_topic())
+    memo = memo_over(api)
+    await handlers.cluster_deleted(
+        namespace="ns",
+        name="demo",
+        body=going,
+        memo=memo,
+        topics_index={("ns", "demo"): [held]},
+        unloads_index={},
+    )
+    (patch,) = server["patch"]  # only our finalizer goes; the Topic with it
+    assert patch.data == {"metadata": {"finalizers": []}}
+    assert await api.get(topic_ref("orders")) is None
+    (event,) = memo.events
+    assert (event.kind, event.name, event.type, event.reason) == (
+        "Topic",
+        "orders",
+        "Normal",
+        "TopicDataRetained",
+    )
+    for where in ("data-demo-0", "data-demo-1", "data-demo-2", "topics/ns/orders", "retained/"):
+        assert where in event.message
+    assert "BrokerCluster demo is being deleted" in event.message
+
+
+async def test_a_topic_deleted_as_its_cluster_goes_is_let_go_though_the_loop_is_registered(
+    server: ApiServer, api: ClientApi
+) -> None:
+    """The namespace delete marked the Topic after the cluster: its event finds the cluster
+    going (its loop stopping, still registered) rather than gone."""
+    going = server.put(deleted(CLUSTER, KOPF_FINALIZER))
+    body = server.put(held_topic())
+    memo = memo_over(api)
+    stopping = ClusterRuntime(api, going, [], [], memo.context.clock, fleet=object())  # type: ignore[arg-type]
+    memo.context.loops[("ns", "demo")] = stopping
+    await handlers.topic_changed(
+        namespace="ns",
+        spec=body["spec"],
+        body=body,
+        memo=memo,
+        type="MODIFIED",
+        clusters_index={("ns", "demo"): [going]},
+    )
+    assert await api.get(topic_ref("orders")) is None
+    assert [e.reason for e in memo.events] == ["TopicDataRetained"]
+
+
+async def test_a_delete_topic_whose_cluster_is_gone_keeps_its_data_and_says_so(
+    server: ApiServer, api: ClientApi
+) -> None:
+    store = {"endpoint": "http://minio:9000", "bucket": "tiers"}
+    going = server.put(deleted({**CLUSTER, "spec": {"replicas": 3, "objectStore": store}}))
+    body = server.put(held_topic(deletionPolicy="Delete", tieredStorage={"enabled": True}))
+    memo = memo_over(api)
+    await handlers.cluster_deleted(
+        namespace="ns",
+        name="demo",
+        body=going,
+        memo=memo,
+        topics_index={("ns", "demo"): [body]},
+        unloads_index={},
+    )
+    assert await api.get(topic_ref("orders")) is None
+    (event,) = memo.events
+    assert (event.type, event.reason) == ("Warning", "TopicDataNotDeleted")
+    assert "bucket tiers, under demo/ns/orders/" in event.message
+    assert "data-demo-0" in event.message
+    # gone already: the Topic's own event lets it go, with the same Event
+    later = server.put(held_topic("late", deletionPolicy="Delete"))
+    await handlers.topic_changed(
+        namespace="ns",
+        spec=later["spec"],
+        body=later,
+        memo=memo,
+        type="MODIFIED",
+        clusters_index={},
+    )
+    assert await api.get(topic_ref("late")) is None
+    assert memo.events[-1].reason == "TopicDataNotDeleted"
+    assert "BrokerCluster demo was deleted" in memo.events[-1].message
+
+
+async def test_unloads_held_when_their_cluster_is_deleted_are_let_go(
+    server: ApiServer, api: ClientApi
+) -> None:
+    going = server.put(deleted(CLUSTER, KOPF_FINALIZER))
+    orders = server.put(topic())
+    mine = server.put(
+        deleted(
+            {
+                "apiVersion": "headrace.dev/v1alpha1",
+                "kind": "Unload",
+                "metadata": {"name": "move", "namespace": "ns"},
+                "spec": {"topicRef": {"name": "orders"}, "partitions": [0]},
+            },
+            finalizing.UNLOAD_FINALIZER,
+        )
+    )
+    other = server.put(
+        {**mine, "metadata": {**mine["metadata"], "name": "other"}, "spec": {
+            "topicRef": {"name": "elsewhere"}, "partitions": [0]}}
+    )  # fmt: skip
+    memo = memo_over(api)
+    await handlers.cluster_deleted(
+        namespace="ns",
+        name="demo",
+        body=going,
+        memo=memo,
+        topics_index={("ns", "demo"): [orders]},
+        unloads_index={"ns": [mine, other]},
+    )
+    assert [(e.name, e.reason) for e in memo.events] == [("move", "UnloadReleased")]
+    unloads = "/apis/headrace.dev/v1alpha1/namespaces/ns/unloads"
+    assert [r.url.path for r in server["patch"]] == [f"{unloads}/move"]
