@@ -228,7 +228,7 @@ def manifests(
                                     }
                                 ],
                                 "livenessProbe": {
-                                    "httpGet": {"path": "/healthz", "port": "http-surfaces"},
+                                    "httpGet": {"path": "/livez", "port": "http-surfaces"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 8,
                                     "failureThreshold": 6,
