@@ -202,7 +202,8 @@ async def apply_workload(
         outcome.failure = _failure(generation, exc)
         if running is not None:
             running.kick()  # its status says so now, not at its next poll
-        if isinstance(exc, KubeApiError) and exc.code in PERMANENT_CODES:
+        refused = isinstance(exc, KubeApiError) and exc.code in PERMANENT_CODES
+        if refused or isinstance(exc, workloads.StorageRefused):
             # the same spec is refused the same way: kopf waits for the next spec change
             raise kopf.PermanentError(str(exc)) from exc
         raise
