@@ -129,7 +129,7 @@ def test_dashboard_config_map_carries_the_sidecar_label() -> None:
 def test_operator_probes_and_optional_service_monitor() -> None:
     (deployment,) = kinds(render())["Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert "$(POD_IP):8081" in container["args"]
     assert "ServiceMonitor" not in kinds(render())
