@@ -80,7 +80,11 @@ class OperatorContext:
 
     def health(self) -> dict[tuple[str, str], LoopHealth]:
         """What ``/healthz`` decides on (call on kopf's event loop)."""
-        health = {key: LoopHealth(runtime.last_step_s) for key, runtime in self.loops.items()}
+        health = {}
+        for key, runtime in self.loops.items():
+            failure = self.workloads[key].failure if key in self.workloads else None
+            unapplied = None if failure is None else f"{failure.reason}: {failure.message}"
+            health[key] = LoopHealth(runtime.last_step_s, unapplied=unapplied)
         for key, why in self.blocked.items():
             health[key] = LoopHealth(time.monotonic(), blocked=why)
         for key, why in self.died.items():

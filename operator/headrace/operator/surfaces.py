@@ -11,9 +11,10 @@ not alive.
 ``/healthz``  200 while every cluster loop reconciles: a standby, or the leader whose
               kopf loop answers and whose cluster loops are all stepping; 503, with
               one line per loop, if one is not: it died (its task ended with an
-              error), has not finished a step for ``stall_after_s``, or cannot start
+              error), has not finished a step for ``stall_after_s``, cannot start
               until a person fixes its cluster (a spec the model refuses, a
-              replication token that does not parse). For monitors and people.
+              replication token that does not parse), or steps on an older spec
+              because its cluster's workload was not applied. For monitors and people.
 ``/livez``    the liveness probe's: 503 only for what restarting the operator can fix
               (kopf's loop does not answer, a loop died or is stuck); a loop blocked
               by its cluster's spec or Secret is listed but stays 200, since a
@@ -117,6 +118,9 @@ class LoopHealth:
     #: on /healthz, but alive on /livez, as a restart of the operator would not fix it
     #: (the BrokerCluster's Ready says so too)
     blocked: str | None = None
+    #: why the loop steps on a spec older than the cluster's (its workload was not
+    #: applied): unhealthy on /healthz, alive on /livez, for the same reason
+    unapplied: str | None = None
 
 
 @dataclass
@@ -149,6 +153,11 @@ def loop_health(
             report.alive = report.healthy = False
             report.lines.append(
                 f"{namespace}/{name}: no step finished for {now_s - health.last_step_s:.0f} s"
+            )
+        elif health.unapplied is not None:
+            report.healthy = False
+            report.lines.append(
+                f"{namespace}/{name}: stepping, spec not applied: {health.unapplied}"
             )
         else:
             report.lines.append(f"{namespace}/{name}: stepping")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import time
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -31,7 +32,7 @@ from operator_fakes import CLUSTER
 
 from headrace.operator import handlers
 from headrace.operator.kube import ClientApi
-from headrace.operator.surfaces import Surfaces
+from headrace.operator.surfaces import Surfaces, loop_health
 from tests.unit.controller.controller_fakes import ManualClock
 
 #: what ``kubectl patch`` of a StatefulSet's volumeClaimTemplates gets back
@@ -186,6 +187,9 @@ async def test_an_apply_the_api_server_refuses_is_not_observed_and_says_why(
         assert ready["observedGeneration"] == 2
         assert status_of(server)["observedGeneration"] == 1, "generation 2 was not applied"
         assert conditions_of(server)["Stalled"]["reason"] == "Invalid"
+        report = loop_health(context.health(), time.monotonic(), 60)
+        assert report.alive and not report.healthy  # /livez 200, /healthz 503
+        assert "ns/demo: stepping, spec not applied: Invalid: " in report.text()
         # kopf does not retry it: the same spec would be refused again (the next edit runs it)
         assert isinstance(failed.value, kopf.PermanentError), failed.value
 
@@ -197,3 +201,4 @@ async def test_an_apply_the_api_server_refuses_is_not_observed_and_says_why(
         )
         assert conditions_of(server)["Ready"]["reason"] != "Invalid"
         assert "Stalled" not in conditions_of(server)
+        assert loop_health(context.health(), time.monotonic(), 60).healthy
