@@ -41,8 +41,10 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     # Repartitions: watched (no kopf handler that patches them); their status CAS-PUT
     (("headrace.dev",), ("repartitions",), ("get", "list", "watch")),
     (("headrace.dev",), ("repartitions/status",), ("get", "update", "patch")),
-    # a BrokerCluster's workload, server-side applied
-    (("apps",), ("statefulsets",), ("get", "create", "patch")),
+    # a BrokerCluster's workload, server-side applied; its StatefulSet deleted without its
+    # pods (orphaned) to take a larger volume size, its brokers' claims grown first
+    (("apps",), ("statefulsets",), ("get", "create", "patch", "delete")),
+    (("",), ("persistentvolumeclaims",), ("list", "patch")),
     (("",), ("services", "configmaps"), ("get", "create", "patch")),
     (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
     # the brokers' pod IPs; a rolling restart deletes one pod at a time
@@ -79,6 +81,8 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
 CLUSTER_RULES: Final = (
     (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("get", "list", "watch")),
     (("",), ("namespaces",), ("get", "list", "watch")),
+    # whether the brokers' StorageClass allows volume expansion (a larger storage.size)
+    (("storage.k8s.io",), ("storageclasses",), ("get", "list")),
 )
 
 
