@@ -90,10 +90,14 @@ def test_namespaced_mode_grants_writes_only_in_watched_namespaces() -> None:
     bindings = {b["metadata"]["namespace"] for b in by_kind["RoleBinding"]}
     assert bindings == roles
     (cluster_role,) = by_kind["ClusterRole"]
-    # cluster-wide, only kopf's reads of CRDs and namespaces
+    # cluster-wide, only reads: kopf's of CRDs and namespaces, StorageClasses (expansion)
     for rule in cluster_role["rules"]:
         assert set(rule["verbs"]) <= {"get", "list", "watch"}
-        assert set(rule["resources"]) <= {"customresourcedefinitions", "namespaces"}
+        assert set(rule["resources"]) <= {
+            "customresourcedefinitions",
+            "namespaces",
+            "storageclasses",
+        }
     (operator,) = by_kind["Deployment"]
     args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--namespace") + 1] == "team-a"
