@@ -61,10 +61,14 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [headrace.dev]
   resources: [repartitions/status]
   verbs: [get, update, patch]
-# a BrokerCluster's workload, server-side applied
+# a BrokerCluster's workload, server-side applied; its StatefulSet deleted without its
+# pods (orphaned) to take a larger volume size, its brokers' claims grown first
 - apiGroups: [apps]
   resources: [statefulsets]
-  verbs: [get, create, patch]
+  verbs: [get, create, patch, delete]
+- apiGroups: [""]
+  resources: [persistentvolumeclaims]
+  verbs: [list, patch]
 - apiGroups: [""]
   resources: [services, configmaps]
   verbs: [get, create, patch]
@@ -112,6 +116,10 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [""]
   resources: [namespaces]
   verbs: [get, list, watch]
+# whether the brokers' StorageClass allows volume expansion (a larger storage.size)
+- apiGroups: [storage.k8s.io]
+  resources: [storageclasses]
+  verbs: [get, list]
 {{- end -}}
 
 {{/* The client Service of the example cluster, or test.bootstrap. */}}

@@ -138,10 +138,14 @@ def test_namespaced_mode_grants_writes_only_in_watched_namespaces() -> None:
     }
     assert bindings == roles
     (cluster_role,) = by_kind["ClusterRole"]
-    # cluster-wide, only kopf's reads of CRDs and namespaces
+    # cluster-wide, only reads: kopf's of CRDs and namespaces, StorageClasses (expansion)
     for rule in cluster_role["rules"]:
         assert set(rule["verbs"]) <= {"get", "list", "watch"}
-        assert set(rule["resources"]) <= {"customresourcedefinitions", "namespaces"}
+        assert set(rule["resources"]) <= {
+            "customresourcedefinitions",
+            "namespaces",
+            "storageclasses",
+        }
     (operator,) = by_kind["Deployment"]
     args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--namespace") + 1] == "team-a"
@@ -189,7 +193,7 @@ def test_dashboard_config_map_carries_the_sidecar_label() -> None:
 def test_operator_probes_and_optional_service_monitor() -> None:
     (deployment,) = kinds(render())["Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/livez"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
     assert "$(POD_IP):8081" in container["args"]
     assert "ServiceMonitor" not in kinds(render())

@@ -95,10 +95,11 @@ def http_get(url: str) -> tuple[int, str]:
 
 
 def check_surfaces(operator: InstalledOperator) -> None:
-    """/healthz (the kubelet's liveness probe too), /metrics with the Topic's readiness and
+    """/healthz and /livez (the kubelet's liveness probe), /metrics with the Topic's readiness and
     the Lease, the dashboard's view of the cluster; all on the pod IP."""
     namespace = operator.namespace
     assert http_get(operator.url("/healthz")) == (200, f"ok\n{namespace}/demo: stepping\n")
+    assert http_get(operator.url("/livez")) == (200, f"ok\n{namespace}/demo: stepping\n")
     ready = (
         f'headrace_operator_object_ready{{kind="Topic",name="orders",namespace="{namespace}"}} 1.0'
     )

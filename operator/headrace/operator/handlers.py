@@ -28,21 +28,28 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import kopf
 import pydantic
 
-from headrace.control.documents import condition, condition_time, full_name
+from headrace.control.documents import condition, condition_time, full_name, generation_of
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
 from headrace.errors import InvalidRequest
 from headrace.operator import auth, finalizing, repartitioning, workloads
-from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
-from headrace.operator.running import ClusterRuntime, RuntimeSettings, stalled_condition
+from headrace.operator.kube import KubeApi, KubeApiError, ObjectRef, StaleResourceVersion
+from headrace.operator.running import (
+    ApplyFailure,
+    ClusterRuntime,
+    RuntimeSettings,
+    WorkloadOutcome,
+    stalled_condition,
+)
 from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
 from headrace.resources import BrokerCluster
 
@@ -72,6 +79,8 @@ class OperatorContext:
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
     #: the running control loops, by (namespace, cluster name)
     loops: dict[tuple[str, str], ClusterRuntime] = field(default_factory=dict)
+    #: what the applies of each cluster's workload came to (its ``observedGeneration``)
+    workloads: dict[tuple[str, str], WorkloadOutcome] = field(default_factory=dict)
     #: control loops whose task ended with an error (until kopf restarts them), and why
     died: dict[tuple[str, str], str] = field(default_factory=dict)
     #: control loops that cannot start until their cluster is fixed (a replication token
@@ -85,7 +94,11 @@ class OperatorContext:
 
     def health(self) -> dict[tuple[str, str], LoopHealth]:
         """What ``/healthz`` decides on (call on kopf's event loop)."""
-        health = {key: LoopHealth(runtime.last_step_s) for key, runtime in self.loops.items()}
+        health = {}
+        for key, runtime in self.loops.items():
+            failure = self.workloads[key].failure if key in self.workloads else None
+            unapplied = None if failure is None else f"{failure.reason}: {failure.message}"
+            health[key] = LoopHealth(runtime.last_step_s, unapplied=unapplied)
         for key, why in self.blocked.items():
             health[key] = LoopHealth(time.monotonic(), blocked=why)
         for key, why in self.died.items():
@@ -174,14 +187,25 @@ def repartitions_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
 # ---------------------------------------------------------------------- the workload
 
 
+def spec_problem(body: Mapping[str, Any]) -> str | None:
+    """Why the BrokerCluster model refuses ``body`` (each field and its rule), or None.
+
+    The CRD's CEL twins of the model's rules make the API server refuse such a spec; one
+    stored before (an older CRD) still reaches the operator, which must say so."""
+    try:
+        BrokerCluster.from_manifest(without_status(body))
+    except pydantic.ValidationError as exc:
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return None
+
+
 def parse_cluster(body: Mapping[str, Any]) -> BrokerCluster:
     """The BrokerCluster model of ``body``; a spec that does not parse is a permanent error
-    (retrying the same spec cannot help), reported on the object by kopf."""
+    (retrying the same spec cannot help): the cluster's loop reports it in status."""
     try:
         return BrokerCluster.from_manifest(without_status(body))
-    except pydantic.ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise kopf.PermanentError(f"invalid BrokerCluster: {problems}") from None
+    except pydantic.ValidationError:
+        raise kopf.PermanentError(f"invalid BrokerCluster: {spec_problem(body)}") from None
 
 
 def topic_statuses(topics: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -200,8 +224,55 @@ async def apply_workload(
     statuses, see ``topic_statuses``) keeps those brokers (the cluster's loop reports it
     as ``ScaleDownBlocked``, and applies again once they are free).
     """
+    meta = body["metadata"]
+    key = (meta.get("namespace", "default"), meta["name"])
+    generation = generation_of(body)
+    outcome = context.workloads.setdefault(key, WorkloadOutcome())
+    running = context.loops.get(key)
+    try:
+        applied = await _apply_workload(body, context, statuses)
+    except kopf.TemporaryError:
+        raise  # a step of a change under way (the StatefulSet being replaced)
+    except Exception as exc:
+        outcome.failure = _failure(generation, exc)
+        if running is not None:
+            running.kick()  # its status says so now, not at its next poll
+        refused = isinstance(exc, KubeApiError) and exc.code in PERMANENT_CODES
+        if refused or isinstance(exc, workloads.StorageRefused):
+            # the same spec is refused the same way: kopf waits for the next spec change
+            raise kopf.PermanentError(str(exc)) from exc
+        raise
+    outcome.applied, outcome.failure = generation, None
+    if running is not None:
+        running.kick()
+    return applied
+
+
+#: HTTP codes of an apply the API server refuses for what it says (retrying cannot help)
+PERMANENT_CODES: Final = frozenset({400, 403, 404, 422})
+
+
+def _failure(generation: int, exc: Exception) -> ApplyFailure:
+    """What the BrokerCluster's Ready says of a failed apply of ``generation``'s workload."""
+    if isinstance(exc, workloads.StorageRefused):
+        return ApplyFailure(generation, exc.reason, str(exc))
+    if isinstance(exc, kopf.PermanentError):  # the spec does not parse
+        return ApplyFailure(generation, INVALID_SPEC, str(exc))
+    if isinstance(exc, KubeApiError) and exc.reason and REASON.fullmatch(exc.reason):
+        return ApplyFailure(generation, exc.reason, f"the API server refused {exc}")
+    return ApplyFailure(generation, "ApplyFailed", f"{type(exc).__name__}: {exc}")
+
+
+#: a condition reason (metav1.Condition's rule)
+REASON: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
+
+
+async def _apply_workload(
+    body: Mapping[str, Any], context: OperatorContext, statuses: Iterable[Mapping[str, Any]]
+) -> list[str]:
     cluster = parse_cluster(body)
     meta = body["metadata"]
+    await _resize_storage(context, cluster, meta.get("namespace", "default"))
     blockers = workloads.scale_down_blockers(cluster.spec.replicas, statuses)
     replicas = max([cluster.spec.replicas, *(b + 1 for b in blockers)])
     if blockers:
@@ -251,6 +322,71 @@ async def apply_workload(
     finally:
         metrics.durations.labels(WORKLOAD).observe(time.perf_counter() - started)
     return applied
+
+
+async def _resize_storage(context: OperatorContext, cluster: BrokerCluster, namespace: str) -> None:
+    """Carry out a change of ``storage.size`` before the StatefulSet is applied, whose
+    ``volumeClaimTemplates`` the API server refuses to change (422).
+
+    Growth, where the claims' StorageClass allows expansion: every broker's claim is
+    grown in place (the volume expands under the running broker), then the StatefulSet
+    is deleted without its pods (``propagationPolicy: Orphan``) and applied again with
+    the new template, which adopts them (as Elastic's ECK does): nothing restarts. The
+    apply is retried (``kopf.TemporaryError``) until the old StatefulSet is gone.
+    A shrink, or growth whose class does not allow expansion: ``StorageRefused``."""
+    name = cluster.metadata.name
+    sts_ref = ObjectRef("apps/v1", "StatefulSet", namespace, name)
+    statefulset = await context.api.get(sts_ref)
+    if statefulset is None:
+        return
+    if (statefulset.get("metadata") or {}).get("deletionTimestamp"):
+        raise kopf.TemporaryError("the StatefulSet is being replaced", delay=1)
+    stored, wanted = workloads.claim_size(statefulset), cluster.spec.storage.size
+    change = workloads.storage_change(stored, wanted)
+    if change == 0:
+        return
+    if change < 0:
+        raise workloads.StorageRefused(
+            workloads.STORAGE_SHRINK,
+            f"storage.size {wanted} is smaller than the brokers' volumes ({stored}):"
+            f" a volume cannot shrink; set it back to at least {stored}",
+        )
+    class_name = cluster.spec.storage.storage_class_name or await _default_class(context)
+    storage_class = (
+        None
+        if class_name is None
+        else await context.api.get(ObjectRef("storage.k8s.io/v1", "StorageClass", "", class_name))
+    )
+    if not workloads.expandable(storage_class):
+        raise workloads.StorageRefused(
+            workloads.STORAGE_NOT_EXPANDABLE,
+            f"storage.size {wanted} needs the brokers' volumes ({stored}) expanded, and"
+            f" StorageClass {class_name!r} does not allow it (allowVolumeExpansion);"
+            f" set it back to {stored}",
+        )
+    claims = await context.api.list(
+        "v1", "PersistentVolumeClaim", namespace, f"{workloads.CLUSTER_LABEL}={name}"
+    )
+    for claim in claims:
+        if not claim["metadata"]["name"].startswith(f"data-{name}-"):
+            continue
+        patch = workloads.claim_patch(claim, wanted)
+        if patch is not None:
+            await context.api.apply(patch)
+            log.info("%s/%s: claim %s grows to %s", namespace, name, claim["metadata"]["name"],
+                     wanted)  # fmt: skip
+    await context.api.delete(sts_ref, orphan=True)
+    raise kopf.TemporaryError(f"replacing the StatefulSet for volumes of {wanted}", delay=1)
+
+
+async def _default_class(context: OperatorContext) -> str | None:
+    """The name of the cluster's default StorageClass, if it has one."""
+    classes = await context.api.list("storage.k8s.io/v1", "StorageClass", "")
+    for storage_class in classes:
+        annotations = storage_class.get("metadata", {}).get("annotations") or {}
+        if annotations.get(workloads.DEFAULT_CLASS_ANNOTATION) == "true":
+            return str(storage_class["metadata"]["name"])
+    return None
 
 
 @kopf.on.resume(GROUP, VERSION, "brokerclusters")
@@ -334,40 +470,15 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
             return None
         return await auth.read_replication_tokens(context.api, body)
 
-    cluster, topics, unloads, repartitions = desired()
-    # the replication token for the brokers' admin ports, now and as it rotates (the loop
-    # re-reads the Secret: ``ClusterRuntime.refresh_token``)
     try:
-        token = (
-            await auth.replication_token(context.api, cluster)
-            if parse_cluster(cluster).spec.auth.enabled
-            else None
-        )
-    except (InvalidRequest, LookupError) as exc:
-        # no token to poll the brokers with, so no loop: say so on /healthz and on the
-        # BrokerCluster (the message names lines, never a value), and have kopf start the
-        # daemon again soon, which re-reads the Secret: fixing it is all it takes. Not a
-        # death (/healthz stays 200): restarting the operator would not fix the Secret,
-        # and would interrupt every other cluster's loop
-        why = f"{type(exc).__name__}: {exc}"
-        context.blocked[key] = why
-        await _report_token_unreadable(context, cluster, str(exc))
-        delay = context.runtime.token_reread_interval_ms / 1000
-        raise kopf.TemporaryError(why, delay=delay) from exc
-    runtime = ClusterRuntime(
-        context.api,
-        cluster,
-        topics,
-        unloads,
-        context.clock,
-        context.runtime,
-        events=event_sink(key, topics_index, clusters_index),
-        reapply=reapply,
-        metrics=context.metrics,
-        repartitions=repartitions,
-        auth_token=token,
-        read_tokens=read_tokens,
-    )
+        runtime = await _start_runtime(context, key, desired, reapply, read_tokens, kwargs)
+    except kopf.TemporaryError:
+        raise  # blocked until its cluster is fixed: said on /healthz and in its status
+    except Exception as exc:
+        # a loop that cannot start is not running either: /healthz says so until kopf
+        # starts the daemon again
+        context.died[key] = f"{type(exc).__name__}: {exc}"
+        raise
     context.loops[key] = runtime
     context.died.pop(key, None)
     context.blocked.pop(key, None)
@@ -382,22 +493,78 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         context.loops.pop(key, None)
 
 
+async def _start_runtime(
+    context: OperatorContext,
+    key: tuple[str, str],
+    desired: Callable[[], tuple[dict[str, Any], list[Any], list[Any], list[Any]]],
+    reapply: Callable[[list[dict[str, Any]]], Awaitable[None]],
+    read_tokens: Callable[[], Awaitable[tuple[str, ...] | None]],
+    indices: Mapping[str, Any],
+) -> ClusterRuntime:
+    """The cluster's runtime, ready to run; ``kopf.TemporaryError`` while its cluster
+    blocks it (a spec the model refuses, a replication token that does not parse): said on
+    /healthz and in the BrokerCluster's status, and kopf starts the daemon again soon,
+    which looks again: fixing the spec or the Secret is all it takes. Not a death (the
+    operator's liveness stays): restarting the operator would fix neither, and would
+    interrupt every other cluster's loop."""
+    cluster, topics, unloads, repartitions = desired()
+    delay = context.runtime.token_reread_interval_ms / 1000
+    problem = spec_problem(cluster)
+    if problem is not None:
+        why = f"invalid spec: {problem}"
+        context.blocked[key] = why
+        await _report_cannot_start(context, cluster, INVALID_SPEC, problem)
+        raise kopf.TemporaryError(why, delay=delay)
+    # the replication token for the brokers' admin ports, now and as it rotates (the loop
+    # re-reads the Secret: ``ClusterRuntime.refresh_token``)
+    try:
+        token = (
+            await auth.replication_token(context.api, cluster)
+            if parse_cluster(cluster).spec.auth.enabled
+            else None
+        )
+    except (InvalidRequest, LookupError) as exc:
+        # no token to poll the brokers with, so no loop (the message names lines, never a
+        # value)
+        why = f"{type(exc).__name__}: {exc}"
+        context.blocked[key] = why
+        await _report_cannot_start(context, cluster, TOKEN_UNREADABLE, str(exc))
+        raise kopf.TemporaryError(why, delay=delay) from exc
+    return ClusterRuntime(
+        context.api,
+        cluster,
+        topics,
+        unloads,
+        context.clock,
+        context.runtime,
+        events=event_sink(key, indices["topics_index"], indices["clusters_index"]),
+        reapply=reapply,
+        metrics=context.metrics,
+        repartitions=repartitions,
+        auth_token=token,
+        read_tokens=read_tokens,
+        workload=lambda: context.workloads.get(key),
+    )
+
+
 #: the BrokerCluster's Ready reason while its auth Secret's replication token does not parse
 TOKEN_UNREADABLE: Final = "ReplicationTokenInvalid"
+#: the BrokerCluster's Ready reason while the model refuses its spec
+INVALID_SPEC: Final = "InvalidSpec"
 
 
-def token_unreadable_status(body: Mapping[str, Any], why: str, now: str) -> dict[str, Any] | None:
+def cannot_start_status(
+    body: Mapping[str, Any], reason: str, why: str, now: str
+) -> dict[str, Any] | None:
     """The BrokerCluster's status with ``Ready=False`` (and ``Stalled``: waiting does not
-    fix a bad edit) because its control loop cannot start: the auth Secret's replication
-    token does not parse (``why``: which line, never a value). None if it already says so.
-    The loop's first status write, once it starts, replaces both conditions."""
+    fix a bad edit) because its control loop cannot start, for ``reason`` (``why``: for a
+    token, which line, never a value). None if it already says so. The loop's first
+    status write, once it starts, replaces both conditions."""
     status = dict(body.get("status") or {})
     generation = int(body.get("metadata", {}).get("generation") or 1)
     previous = {c.get("type"): c for c in status.get("conditions") or []}
     message = f"the control loop cannot start: {why}"
-    ready = condition(
-        "Ready", "False", TOKEN_UNREADABLE, message, generation, previous.get("Ready"), now
-    )
+    ready = condition("Ready", "False", reason, message, generation, previous.get("Ready"), now)
     stalled = stalled_condition(ready, previous.get("Stalled"), now)
     others = [
         c for c in status.get("conditions") or [] if c.get("type") not in {"Ready", "Stalled"}
@@ -406,8 +573,8 @@ def token_unreadable_status(body: Mapping[str, Any], why: str, now: str) -> dict
     return None if wanted == status else wanted
 
 
-async def _report_token_unreadable(
-    context: OperatorContext, cluster: Mapping[str, Any], why: str
+async def _report_cannot_start(
+    context: OperatorContext, cluster: Mapping[str, Any], reason: str, why: str
 ) -> None:
     log.error(
         "control loop of %s/%s cannot start: %s", cluster["metadata"].get("namespace"),
@@ -418,7 +585,7 @@ async def _report_token_unreadable(
         body = await context.api.get(ref)
         if body is None:
             return
-        status = token_unreadable_status(body, why, condition_time(context.clock.now_ms()))
+        status = cannot_start_status(body, reason, why, condition_time(context.clock.now_ms()))
         if status is not None:
             await context.api.replace_status(ref, str(body["metadata"]["resourceVersion"]), status)
     except StaleResourceVersion:

@@ -44,8 +44,10 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     # Repartitions: watched (no kopf handler that patches them); their status CAS-PUT
     (("headrace.dev",), ("repartitions",), ("get", "list", "watch")),
     (("headrace.dev",), ("repartitions/status",), ("get", "update", "patch")),
-    # a BrokerCluster's workload, server-side applied
-    (("apps",), ("statefulsets",), ("get", "create", "patch")),
+    # a BrokerCluster's workload, server-side applied; its StatefulSet deleted without its
+    # pods (orphaned) to take a larger volume size, its brokers' claims grown first
+    (("apps",), ("statefulsets",), ("get", "create", "patch", "delete")),
+    (("",), ("persistentvolumeclaims",), ("list", "patch")),
     (("",), ("services", "configmaps"), ("get", "create", "patch")),
     (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
     # the brokers' pod IPs; a rolling restart deletes one pod at a time
@@ -99,6 +101,8 @@ def lease_rules(lease_name: str = LEASE_NAME) -> list[dict[str, Any]]:
 CLUSTER_RULES: Final = (
     (("apiextensions.k8s.io",), ("customresourcedefinitions",), ("get", "list", "watch")),
     (("",), ("namespaces",), ("get", "list", "watch")),
+    # whether the brokers' StorageClass allows volume expansion (a larger storage.size)
+    (("storage.k8s.io",), ("storageclasses",), ("get", "list")),
 )
 
 
@@ -271,7 +275,7 @@ def manifests(
                                     }
                                 ],
                                 "livenessProbe": {
-                                    "httpGet": {"path": "/healthz", "port": "http-surfaces"},
+                                    "httpGet": {"path": "/livez", "port": "http-surfaces"},
                                     "periodSeconds": 10,
                                     "timeoutSeconds": 8,
                                     "failureThreshold": 6,

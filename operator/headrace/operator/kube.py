@@ -17,6 +17,7 @@ here, at the edge: ``StaleResourceVersion`` for a 409, None for a 404.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,7 +44,39 @@ class ObjectRef:
 
 
 class KubeApiError(Exception):
-    """The API server refused a request (other than the two outcomes callers expect)."""
+    """The API server refused a request (other than the two outcomes callers expect).
+
+    ``code``, ``reason`` and ``detail`` are the HTTP status and the API server's
+    ``Status.reason`` (``Invalid``, ``Forbidden``) and ``Status.message``, when it said."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int | None = None,
+        reason: str | None = None,
+        detail: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.detail = detail
+
+    @classmethod
+    def of(cls, what: str, exc: Any) -> KubeApiError:
+        """``what`` refused, from the official client's ``ApiException`` ``exc``."""
+        code = getattr(exc, "status", None)
+        reason, detail = None, None
+        try:
+            status = json.loads(getattr(exc, "body", None) or "")
+        except (TypeError, ValueError):
+            status = None
+        if isinstance(status, Mapping):
+            reason = status.get("reason") if isinstance(status.get("reason"), str) else None
+            detail = status.get("message") if isinstance(status.get("message"), str) else None
+        summary = detail or getattr(exc, "reason", None) or "refused"
+        return cls(f"{what}: {code} {reason or ''}: {summary}", code=code, reason=reason,
+                   detail=detail)  # fmt: skip
 
 
 class StaleResourceVersion(KubeApiError):
@@ -88,8 +121,9 @@ class KubeApi(Protocol):
         """JSON merge patch of ``metadata`` (finalizers, annotations); a gone object is fine."""
         ...
 
-    async def delete(self, ref: ObjectRef) -> None:
-        """Delete the object (a pod of a rolling restart); a gone object is fine."""
+    async def delete(self, ref: ObjectRef, *, orphan: bool = False) -> None:
+        """Delete the object (a pod of a rolling restart); a gone object is fine.
+        ``orphan``: its dependents stay (a StatefulSet's pods, while it is replaced)."""
         ...
 
 
@@ -188,7 +222,7 @@ class ClientApi:
                     _request_timeout=self._timeout,
                 )
             except exceptions.DynamicApiError as exc:
-                raise KubeApiError(f"apply {manifest['kind']} {meta['name']}: {exc}") from exc
+                raise KubeApiError.of(f"apply {manifest['kind']} {meta['name']}", exc) from exc
 
         await asyncio.to_thread(call)
 
@@ -228,13 +262,16 @@ class ClientApi:
 
         await asyncio.to_thread(call)
 
-    async def delete(self, ref: ObjectRef) -> None:
+    async def delete(self, ref: ObjectRef, *, orphan: bool = False) -> None:
         from kubernetes.dynamic import exceptions
 
         def call() -> None:
             try:
                 self._resource(ref.api_version, ref.kind).delete(
-                    name=ref.name, namespace=ref.namespace, _request_timeout=self._timeout
+                    name=ref.name,
+                    namespace=ref.namespace,
+                    body={"propagationPolicy": "Orphan"} if orphan else None,
+                    _request_timeout=self._timeout,
                 )
             except exceptions.NotFoundError:
                 return
@@ -283,6 +320,6 @@ class FencedApi:
         self._check(f"metadata of {ref.kind} {ref.namespace}/{ref.name}")
         await self.inner.patch_metadata(ref, patch)
 
-    async def delete(self, ref: ObjectRef) -> None:
+    async def delete(self, ref: ObjectRef, *, orphan: bool = False) -> None:
         self._check(f"delete {ref.kind} {ref.namespace}/{ref.name}")
-        await self.inner.delete(ref)
+        await self.inner.delete(ref, orphan=orphan)

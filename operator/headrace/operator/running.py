@@ -88,8 +88,36 @@ REFUSALS: Final = frozenset(
         tlssecrets.TLS_INVALID,
         #: the auth Secret's replication token does not parse (``handlers.cluster_loop``)
         "ReplicationTokenInvalid",
+        #: the API server refused the workload for the spec as it stands (``ApplyFailure``)
+        "Invalid",
+        "Forbidden",
+        "BadRequest",
+        workloads.STORAGE_SHRINK,
+        workloads.STORAGE_NOT_EXPANDABLE,
     }
 )
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyFailure:
+    """An apply of the cluster's workload that failed: for which generation, and why
+    (``reason``: the API server's, such as ``Invalid``, or the operator's own refusal)."""
+
+    generation: int
+    reason: str
+    message: str
+
+
+@dataclass
+class WorkloadOutcome:
+    """What the applies of one cluster's workload came to since the operator started
+    (``handlers.apply_workload`` records it). The BrokerCluster's ``observedGeneration``
+    is ``applied``: a generation counts as observed once its workload is applied."""
+
+    #: the latest generation whose workload the API server took; None: none yet
+    applied: int | None = None
+    #: the latest apply's failure; None once an apply succeeds
+    failure: ApplyFailure | None = None
 
 
 def paused(body: Mapping[str, Any]) -> bool:
@@ -220,8 +248,15 @@ def cluster_conditions(
     store: objectstores.StoreHealth | None = None,
     reassignment: moves.Summary | None = None,
     tls: tuple[str, str] | None = None,
+    workload: WorkloadOutcome | None = None,
 ) -> dict[str, Any]:
     """The BrokerCluster's ``conditions`` and ``observedGeneration`` (the workload's part).
+
+    ``workload``: what the applies of its workload came to (None: not tracked, and the
+    body's generation counts as observed). ``observedGeneration`` is then the generation
+    last applied (as stored while none was applied since the operator started), and a
+    failed apply makes Ready False with its reason: kstatus and Argo CD must not call a
+    cluster current whose workload the API server refused.
 
     ``store``: the object store's health (``objectstores``), None when the cluster has no
     object store: a missing credentials Secret makes Ready False, an unreachable endpoint
@@ -237,8 +272,16 @@ def cluster_conditions(
     problem (reason, message: ``tlssecrets``), which makes Ready False.
     """
     generation = generation_of(body)
-    previous = {c.get("type"): c for c in (body.get("status") or {}).get("conditions") or []}
+    stored = body.get("status") or {}
+    previous = {c.get("type"): c for c in stored.get("conditions") or []}
     replicas = int((body.get("spec") or {}).get("replicas", 3))
+    observed: int | None = generation
+    failure = None
+    if workload is not None:
+        observed = workload.applied
+        if observed is None and isinstance(stored.get("observedGeneration"), int):
+            observed = stored["observedGeneration"]
+        failure = workload.failure
     conditions = []
     if live is None:
         old = previous.get("Ready")
@@ -257,7 +300,9 @@ def cluster_conditions(
         )
     else:
         missing = sorted(set(range(replicas)) - set(live))
-        if tls is not None:
+        if failure is not None:
+            ready = ("False", failure.reason, failure.message)
+        elif tls is not None:
             ready = ("False", *tls)
         elif store is not None and store.credentials is not None:
             ready = ("False", objectstores.CREDENTIALS_MISSING, store.credentials)
@@ -320,7 +365,9 @@ def cluster_conditions(
                     now,
                 )
             )
-    return {"observedGeneration": generation, "conditions": conditions}
+    if observed is None:
+        return {"conditions": conditions}
+    return {"observedGeneration": observed, "conditions": conditions}
 
 
 def _rebalancing(summary: moves.Summary) -> tuple[str, str, str]:
@@ -353,13 +400,18 @@ class ClusterRuntime:
         repartitions: Iterable[Mapping[str, Any]] = (),
         auth_token: str | None = None,
         read_tokens: Callable[[], Awaitable[tuple[str, ...] | None]] | None = None,
+        workload: Callable[[], WorkloadOutcome | None] | None = None,
     ) -> None:
         """``auth_token``: the credentials the operator presents to the brokers (polls,
         pushes, drains); ``read_tokens``: the replication tokens listed now (None: auth
         is off), re-read every ``token_reread_interval_ms`` to present the first
         (``refresh_token``); ``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
         scale down is carried out once the brokers it would remove hold no replica);
-        ``repartitions``: the watched Repartitions (those of this cluster's Topics count)."""
+        ``repartitions``: the watched Repartitions (those of this cluster's Topics count);
+        ``workload``: what the applies of the cluster's workload came to (``cluster_conditions``;
+        None: not tracked)."""
+        self.workload = workload
+        self._refused_generation: int | None = None
         self.settings = settings or RuntimeSettings()
         self.clock = clock
         self.cluster = dict(cluster)
@@ -500,8 +552,11 @@ class ClusterRuntime:
         unloads: Iterable[Mapping[str, Any]] = (),
         repartitions: Iterable[Mapping[str, Any]] = (),
     ) -> None:
-        """Take the watched objects as the desired state (see the module)."""
-        self.cluster = dict(cluster)
+        """Take the watched objects as the desired state (see the module). A cluster spec
+        the model refuses is not taken: the loop goes on with the last one it accepted
+        (partitions keep failing over), and the cluster's Ready says why (the workload's
+        apply fails on it, ``WorkloadOutcome``)."""
+        self.cluster = self._accepted(cluster)
         self.store.remember(cluster)
         wanted: dict[str, dict[str, Any]] = {}
         topics = list(topics)
@@ -542,6 +597,21 @@ class ClusterRuntime:
             self.loop.forget_unload(name)
         repartitioning.sync(self.loop, self.store, repartitions, wanted)
 
+    def _accepted(self, cluster: Mapping[str, Any]) -> dict[str, Any]:
+        """``cluster``, with the spec last accepted if the model refuses its own."""
+        try:
+            BrokerCluster.from_manifest({k: v for k, v in cluster.items() if k != "status"})
+        except ValueError:
+            if self._refused_generation != generation_of(cluster):
+                self._refused_generation = generation_of(cluster)
+                log.warning(
+                    "cluster %s/%s: generation %d has a spec the model refuses; the loop"
+                    " goes on with the last one it accepted", self.namespace, self.name,
+                    self._refused_generation,
+                )  # fmt: skip
+            return {**cluster, "spec": copy.deepcopy(self.cluster.get("spec"))}
+        return dict(cluster)
+
     # ------------------------------------------------------------------ the loop
 
     async def step(self) -> Decision | None:
@@ -575,7 +645,10 @@ class ClusterRuntime:
     async def _step(self) -> Decision | None:
         now = condition_time(self.clock.now_ms())
         if paused(self.cluster):
-            await self.store.write_workload_status(cluster_conditions(self.cluster, None, now))
+            outcome = self.workload() if self.workload is not None else None
+            await self.store.write_workload_status(
+                cluster_conditions(self.cluster, None, now, workload=outcome)
+            )
             return None
         for name in self.loop.topics:
             await self.store.set_topic_conditions(name, self._topic_conditions(name, now))
@@ -630,6 +703,7 @@ class ClusterRuntime:
             store=None if store is None else health,
             reassignment=decision.reassignment,
             tls=tls,
+            workload=self.workload() if self.workload is not None else None,
         )
         await self.rollout.step(decision, pods, replicas, self.clock.now_ms())
         previous = {c.get("type"): c for c in self.store.workload_conditions()}

@@ -8,12 +8,17 @@ concerns the running cluster loops is computed *on kopf's event loop*
 liveness check: a kopf loop that does not answer within ``KOPF_TIMEOUT_S`` is
 not alive.
 
-``/healthz``  200 while alive: a standby, or the leader whose kopf loop answers and
-              whose cluster loops are all stepping; 503 if a loop died (its task ended
-              with an error) or has not finished a step for ``stall_after_s``; a loop
-              that cannot start until a person fixes its cluster (a replication token
-              that does not parse) is listed, but not unhealthy: restarting the
-              operator would not fix it.
+``/healthz``  200 while every cluster loop reconciles: a standby, or the leader whose
+              kopf loop answers and whose cluster loops are all stepping; 503, with
+              one line per loop, if one is not: it died (its task ended with an
+              error), has not finished a step for ``stall_after_s``, cannot start
+              until a person fixes its cluster (a spec the model refuses, a
+              replication token that does not parse), or steps on an older spec
+              because its cluster's workload was not applied. For monitors and people.
+``/livez``    the liveness probe's: 503 only for what restarting the operator can fix
+              (kopf's loop does not answer, a loop died or is stuck); a loop blocked
+              by its cluster's spec or Secret is listed but stays 200, since a
+              restart would not fix it and would interrupt every other loop.
 ``/readyz``   200 once the process plays its part: a standby waiting for the Lease,
               or the leader once kopf has started (a standby is ready so that
               ``helm --wait`` and rollouts of several replicas finish).
@@ -109,35 +114,50 @@ class LoopHealth:
 
     last_step_s: float
     died: str | None = None
-    #: why the loop cannot start (a bad auth Secret): shown, but not unhealthy, as a
-    #: restart of the operator would not fix it (the BrokerCluster's Ready says so too)
+    #: why the loop cannot start (a spec the model refuses, a bad auth Secret): unhealthy
+    #: on /healthz, but alive on /livez, as a restart of the operator would not fix it
+    #: (the BrokerCluster's Ready says so too)
     blocked: str | None = None
+    #: why the loop steps on a spec older than the cluster's (its workload was not
+    #: applied): unhealthy on /healthz, alive on /livez, for the same reason
+    unapplied: str | None = None
 
 
 @dataclass
 class HealthReport:
+    #: nothing a restart of the operator could fix is wrong (``/livez``)
     alive: bool
+    #: every cluster loop reconciles (``/healthz``)
+    healthy: bool = True
     lines: list[str] = field(default_factory=list)
 
-    def text(self) -> str:
-        return "\n".join(["ok" if self.alive else "unhealthy", *self.lines]) + "\n"
+    def text(self, healthy: bool | None = None) -> str:
+        ok = self.alive and self.healthy if healthy is None else healthy
+        return "\n".join(["ok" if ok else "unhealthy", *self.lines]) + "\n"
 
 
 def loop_health(
     loops: Mapping[tuple[str, str], LoopHealth], now_s: float, stall_after_s: float
 ) -> HealthReport:
-    """Whether every cluster loop is running (pure: the decision ``/healthz`` serves)."""
+    """Whether every cluster loop is running (pure: the decision ``/healthz`` and
+    ``/livez`` serve)."""
     report = HealthReport(alive=True)
     for (namespace, name), health in sorted(loops.items()):
         if health.died is not None:
-            report.alive = False
+            report.alive = report.healthy = False
             report.lines.append(f"{namespace}/{name}: loop died: {health.died}")
         elif health.blocked is not None:
+            report.healthy = False
             report.lines.append(f"{namespace}/{name}: loop cannot start: {health.blocked}")
         elif now_s - health.last_step_s > stall_after_s:
-            report.alive = False
+            report.alive = report.healthy = False
             report.lines.append(
                 f"{namespace}/{name}: no step finished for {now_s - health.last_step_s:.0f} s"
+            )
+        elif health.unapplied is not None:
+            report.healthy = False
+            report.lines.append(
+                f"{namespace}/{name}: stepping, spec not applied: {health.unapplied}"
             )
         else:
             report.lines.append(f"{namespace}/{name}: stepping")
@@ -291,6 +311,7 @@ class Surfaces:
         app.add_routes(
             [
                 web.get("/healthz", self.healthz),
+                web.get("/livez", self.livez),
                 web.get("/readyz", self.readyz),
                 web.get("/metrics", self.metrics_page),
             ]
@@ -302,6 +323,12 @@ class Surfaces:
         return app
 
     async def healthz(self, request: web.Request) -> web.Response:
+        return await self._health(live=False)
+
+    async def livez(self, request: web.Request) -> web.Response:
+        return await self._health(live=True)
+
+    async def _health(self, live: bool) -> web.Response:
         if self.kopf_loop is None or self.health is None:
             return web.Response(text="ok\nstandby: waiting for the Lease\n")
         health = self.health
@@ -310,7 +337,8 @@ class Surfaces:
         except TimeoutError:
             return web.Response(status=503, text="unhealthy\nkopf's event loop does not answer\n")
         report = loop_health(loops, time.monotonic(), self.stall_after_s)
-        return web.Response(status=200 if report.alive else 503, text=report.text())
+        ok = report.alive if live else report.alive and report.healthy
+        return web.Response(status=200 if ok else 503, text=report.text(ok))
 
     async def readyz(self, request: web.Request) -> web.Response:
         return web.Response(text="ready\n" + ("leader\n" if self.leader else "standby\n"))

@@ -42,6 +42,7 @@ from urllib.parse import quote
 
 from headrace.operator import auth
 from headrace.resources.clusters import BrokerCluster, ClientAuth, ObjectStore
+from headrace.resources.meta import parse_quantity
 
 #: the broker reads the object store's credentials from these (``headrace.objectstore.urls``;
 #: restated, as the control plane does not import the data plane's adapters)
@@ -716,3 +717,63 @@ def broker_id_of(pod: Mapping[str, Any]) -> int | None:
     if index is None:
         index = str(meta.get("name", "")).rpartition("-")[2]
     return int(index) if str(index).isdigit() else None
+
+
+# ---------------------------------------------------------------------- storage size
+
+#: Ready reasons of a ``storage.size`` the operator refuses (the spec as it stands)
+STORAGE_SHRINK: Final = "StorageShrinkRefused"
+STORAGE_NOT_EXPANDABLE: Final = "StorageNotExpandable"
+#: the annotation that makes a StorageClass the cluster's default
+DEFAULT_CLASS_ANNOTATION: Final = "storageclass.kubernetes.io/is-default-class"
+
+
+class StorageRefused(Exception):
+    """A ``storage.size`` the operator cannot carry out: ``reason`` is the Ready reason."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def claim_size(statefulset: Mapping[str, Any]) -> str | None:
+    """The size the StatefulSet's ``data`` claim template asks for, as stored."""
+    for claim in (statefulset.get("spec") or {}).get("volumeClaimTemplates") or []:
+        if (claim.get("metadata") or {}).get("name") == "data":
+            size = (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(
+                "storage"
+            )
+            return None if size is None else str(size)
+    return None
+
+
+def storage_change(stored: str | None, wanted: str) -> int:
+    """-1 (a shrink), 0 (the same size) or 1 (growth) from ``stored`` to ``wanted``.
+
+    ``volumeClaimTemplates`` are immutable, so neither can go through the StatefulSet:
+    growth is an expansion of every claim (where their class allows it), a shrink is
+    refused (a volume cannot be made smaller)."""
+    if stored is None:
+        return 0
+    before, after = parse_quantity(stored), parse_quantity(wanted)
+    return (after > before) - (after < before)
+
+
+def expandable(storage_class: Mapping[str, Any] | None) -> bool:
+    return bool((storage_class or {}).get("allowVolumeExpansion"))
+
+
+def claim_patch(claim: Mapping[str, Any], size: str) -> dict[str, Any] | None:
+    """The apply that grows one broker's claim to ``size``; None if it is that big already."""
+    requested = (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get(
+        "storage"
+    )
+    if requested is not None and parse_quantity(str(requested)) >= parse_quantity(size):
+        return None
+    meta = claim["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": meta["name"], "namespace": meta.get("namespace")},
+        "spec": {"resources": {"requests": {"storage": size}}},
+    }

@@ -9,13 +9,15 @@ test keeps them equal.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Any, ClassVar, Final, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 from pydantic_core import PydanticCustomError
 
 from headrace.resources.meta import (
     READY_COLUMNS,
+    CelRule,
     ClusterMeta,
     KindNames,
     Model,
@@ -28,6 +30,7 @@ from headrace.resources.meta import (
     SubdomainName,
     list_map,
     parse_quantity,
+    validations,
 )
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
@@ -43,9 +46,39 @@ class Storage(Model):
     """Each broker's PersistentVolumeClaim (one per pod, kept across restarts)."""
 
     size: PositiveQuantity = "10Gi"
-    """Requested volume size, a Kubernetes quantity."""
+    """Requested volume size, a Kubernetes quantity. It may grow: the operator expands
+    every broker's claim when their StorageClass allows volume expansion
+    (``allowVolumeExpansion``), and refuses the change in status otherwise. It may not
+    shrink."""
     storage_class_name: SubdomainName | None = None
-    """StorageClass of the claims; the cluster's default class when unset."""
+    """StorageClass of the claims; the cluster's default class when unset. Immutable:
+    a claim's class cannot change."""
+
+
+#: the API server's refusal of a smaller ``storage.size`` (a volume cannot shrink)
+STORAGE_SHRINK_REFUSED: Final = (
+    "storage.size cannot shrink: a volume cannot be made smaller (a larger size expands it)"
+)
+#: the API server's refusal of a ``storage.storageClassName`` edit
+STORAGE_CLASS_IMMUTABLE: Final = (
+    "storage.storageClassName is immutable: the brokers' claims cannot change class"
+)
+#: transition rules (checked on updates, while ``storage`` was and is set)
+STORAGE_RULES: Final = (
+    CelRule(
+        "!has(self.size) || !has(oldSelf.size) || !isQuantity(string(self.size))"
+        " || !isQuantity(string(oldSelf.size))"
+        " || quantity(string(self.size)).compareTo(quantity(string(oldSelf.size))) >= 0",
+        STORAGE_SHRINK_REFUSED,
+        ".size",
+    ),
+    CelRule(
+        "has(self.storageClassName) == has(oldSelf.storageClassName)"
+        " && (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)",
+        STORAGE_CLASS_IMMUTABLE,
+        ".storageClassName",
+    ),
+)
 
 
 class CredentialsSecretReference(SecretReference):
@@ -73,12 +106,30 @@ class ObjectStore(Model):
     credentials, so a cluster without one has no working tiered storage."""
 
 
+#: the API server's refusal of a request above its limit (``ResourceRequirements``)
+REQUEST_ABOVE_LIMIT: Final = "resources: each of requests must be at most its limits"
+#: resource names a container may list (cpu, memory, ephemeral-storage, hugepages-*, ...):
+#: a bound, so that the API server can bound the cost of the CEL rule over them
+MAX_RESOURCE_NAMES: Final = 16
+
+
 class ResourceRequirements(Model):
     """CPU and memory for each broker container, as in a pod spec."""
 
-    requests: dict[str, Quantity] = Field(default_factory=dict)
+    CEL_TWINS: ClassVar[Mapping[str, CelRule]] = {
+        "_requests_within_limits": CelRule(
+            "!has(self.requests) || !has(self.limits) || self.requests.all(name,"
+            " !(name in self.limits) || !isQuantity(string(self.requests[name]))"
+            " || !isQuantity(string(self.limits[name]))"
+            " || quantity(string(self.requests[name]))"
+            ".compareTo(quantity(string(self.limits[name]))) <= 0)",
+            REQUEST_ABOVE_LIMIT,
+        )
+    }
+
+    requests: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_RESOURCE_NAMES)
     """Guaranteed amounts, e.g. ``cpu: 500m``, ``memory: 1Gi``."""
-    limits: dict[str, Quantity] = Field(default_factory=dict)
+    limits: dict[str, Quantity] = Field(default_factory=dict, max_length=MAX_RESOURCE_NAMES)
     """Upper bounds; each at least its request."""
 
     @model_validator(mode="after")
@@ -169,16 +220,11 @@ class AdminTls(Model):
 class ClusterTls(Model):
     """TLS of the cluster's brokers (docs/security.md §10)."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!self.enabled || has(self.secretName)",
-                    "message": "tls.enabled needs tls.secretName",
-                }
-            ]
-        }
-    )
+    CEL_TWINS: ClassVar[Mapping[str, CelRule]] = {
+        "_enabled_needs_a_secret": CelRule(
+            "!self.enabled || has(self.secretName)", "tls.enabled needs tls.secretName"
+        )
+    }
 
     enabled: bool = False
     """Serve the data port over TLS with the certificate in ``secretName`` (and admin
@@ -214,7 +260,7 @@ class BrokerClusterSpec(Model):
     """How many brokers (pods of the StatefulSet); broker ids are 0..replicas-1."""
     image: str | None = Field(default=None, min_length=1, max_length=1024)
     """Broker container image; the operator's own image when unset."""
-    storage: Storage = Field(default_factory=Storage)
+    storage: Storage = Field(default_factory=Storage, json_schema_extra=validations(*STORAGE_RULES))
     """Each broker's volume."""
     object_store: ObjectStore | None = None
     """Where partitions are tiered; without one, tiered storage and Unload are unavailable."""

@@ -12,14 +12,16 @@ structural pruning keeps all of it (``docs/decisions.md``).
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Annotated, ClassVar, Final, Literal
 
-from pydantic import ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from headrace.resources.meta import (
     MAX_PARTITIONS,
     READY_COLUMNS,
+    CelRule,
     ClusterReference,
     KindNames,
     Model,
@@ -110,18 +112,14 @@ def _default_min_in_sync(data: dict[str, object]) -> int:
 class TopicSpec(Model):
     """The desired topic."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    # replicas always has a value (its default); minInSync's is computed
-                    "rule": "!has(self.minInSync) || self.minInSync <= self.replicas",
-                    "message": "minInSync must not exceed replicas",
-                    "fieldPath": ".minInSync",
-                }
-            ]
-        }
-    )
+    CEL_TWINS: ClassVar[Mapping[str, CelRule]] = {
+        # replicas always has a value (its default); minInSync's is computed
+        "_within_replicas": CelRule(
+            "!has(self.minInSync) || self.minInSync <= self.replicas",
+            "minInSync must not exceed replicas",
+            ".minInSync",
+        )
+    }
 
     cluster_ref: ClusterReference = Field(json_schema_extra=immutable(CLUSTER_REF_IMMUTABLE))
     """The BrokerCluster that hosts the topic. Immutable: a topic's data lives on its

@@ -12,12 +12,14 @@ accepts is one the brokers accept.
 from __future__ import annotations
 
 import enum
-from typing import Annotated, ClassVar, Literal
+from collections.abc import Mapping
+from typing import Annotated, ClassVar, Final, Literal
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from headrace.resources.meta import (
     READY_COLUMNS,
+    CelRule,
     ClusterReference,
     KindNames,
     Model,
@@ -38,16 +40,12 @@ class AuthenticationType(enum.StrEnum):
 class UserAuthentication(Model):
     """How the principal proves who it is."""
 
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.type == 'token' || !has(self.rotateToken)",
-                    "message": "rotateToken rotates a token; a tls User has none",
-                }
-            ]
-        }
-    )
+    CEL_TWINS: ClassVar[Mapping[str, CelRule]] = {
+        "_rotation_needs_a_token": CelRule(
+            "self.type == 'token' || !has(self.rotateToken)",
+            "rotateToken rotates a token; a tls User has none",
+        )
+    }
 
     type: AuthenticationType
     """``token``: the operator generates a token into a Secret named after the User;
@@ -78,10 +76,23 @@ class UserOperation(enum.StrEnum):
     ADMIN = "admin"
 
 
+#: grants a User may list: a bound, so that the API server can bound the cost of the
+#: CEL rule each grant carries
+MAX_GRANTS: Final = 256
+
+
 class UserGrant(Model):
     """Operations on the topics whose names match ``topics``."""
 
-    operations: Annotated[list[UserOperation], Field(min_length=1)]
+    CEL_TWINS: ClassVar[Mapping[str, CelRule]] = {
+        "_cohorts_narrow_consume": CelRule(
+            "!has(self.cohorts) || self.operations.exists(o, o == 'consume')",
+            "cohorts narrows a consume grant; this grant has no consume",
+            ".cohorts",
+        )
+    }
+
+    operations: Annotated[list[UserOperation], Field(min_length=1, max_length=len(UserOperation))]
     """Any of ``produce``, ``consume``, ``admin``."""
     topics: Annotated[list[str], Field(min_length=1)]
     """Topic patterns matched against ``namespace/name``: ``*``, a prefix ending in ``*``
@@ -107,7 +118,7 @@ class UserGrant(Model):
 class UserAuthorization(Model):
     """What the principal may do."""
 
-    grants: list[UserGrant] = Field(default_factory=list)
+    grants: list[UserGrant] = Field(default_factory=list, max_length=MAX_GRANTS)
     """The principal's grants; none means it may connect and do nothing else."""
 
 

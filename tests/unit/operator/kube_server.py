@@ -64,13 +64,14 @@ RESOURCES: dict[str, kmock.ResourceInfo] = {
     )
 } | {
     resource: kmock.ResourceInfo(
-        kind=kind, namespaced=True, verbs={"get", "list", "create", "patch"}
+        kind=kind, namespaced=True, verbs={"get", "list", "create", "patch", "delete"}
     )
     for resource, kind in (
         ("v1/pods", "Pod"),
         ("v1/events", "Event"),
         ("v1/configmaps", "ConfigMap"),
         ("v1/secrets", "Secret"),
+        ("v1/persistentvolumeclaims", "PersistentVolumeClaim"),
         ("v1/services", "Service"),
         ("apps/v1/statefulsets", "StatefulSet"),
         ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
@@ -82,6 +83,7 @@ RESOURCES |= {
     resource: kmock.ResourceInfo(kind=kind, namespaced=False, verbs={"get", "list", "watch"})
     for resource, kind in (
         ("v1/namespaces", "Namespace"),
+        ("storage.k8s.io/v1/storageclasses", "StorageClass"),
         ("apiextensions.k8s.io/v1/customresourcedefinitions", "CustomResourceDefinition"),
     )
 }

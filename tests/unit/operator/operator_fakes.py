@@ -109,7 +109,7 @@ class FakeApi:
         if found is not None:  # a JSON merge patch (RFC 7386): None removes a key
             self.put({**found, "metadata": _merge_patch(found["metadata"], patch)})
 
-    async def delete(self, ref: ObjectRef) -> None:
+    async def delete(self, ref: ObjectRef, *, orphan: bool = False) -> None:
         self.writes.append(("DELETE", ref.kind, ref.name))
         self.objects.pop(ref, None)
         self.pods = [p for p in self.pods if p["metadata"]["name"] != ref.name]

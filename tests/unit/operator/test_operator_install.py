@@ -34,7 +34,9 @@ def test_a_namespaced_install_grants_roles_where_it_watches_and_where_its_lease_
     assert {r for rule in cluster_role["rules"] for r in rule["resources"]} == {
         "customresourcedefinitions",
         "namespaces",
+        "storageclasses",
     }
+    assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in cluster_role["rules"])
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["args"][-2:] == ["--namespace", "apps"]

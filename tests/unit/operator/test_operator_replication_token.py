@@ -227,8 +227,9 @@ async def test_a_loop_that_cannot_start_on_a_bad_token_says_so_and_starts_once_i
     server: ApiServer, api: ClientApi
 ) -> None:
     """An operator restart with a bad ``replicationToken`` in the Secret: no token to poll
-    with, so no loop; /healthz (still 200) and the BrokerCluster say why (a line, never
-    the value), kopf retries soon, and the loop starts once the Secret is fixed."""
+    with, so no loop; /healthz (503, while /livez stays 200) and the BrokerCluster say why
+    (a line, never the value), kopf retries soon, and the loop starts once the Secret is
+    fixed."""
     body = server.put(
         {**AUTH_CLUSTER, "apiVersion": "headrace.dev/v1alpha1", "kind": "BrokerCluster"}
     )
@@ -243,9 +244,11 @@ async def test_a_loop_that_cannot_start_on_a_bad_token_says_so_and_starts_once_i
     health = memo.context.health()["ns", "demo"]
     why = health.blocked
     assert why is not None and "replicationToken" in why and "secret-one" not in why
-    # shown on /healthz, but alive: restarting the operator would not fix the Secret
+    # unhealthy on /healthz, but alive on /livez: restarting the operator would not fix
+    # the Secret
     report = loop_health(memo.context.health(), time.monotonic(), 60)
-    assert report.alive and "ns/demo: loop cannot start" in report.text()
+    assert report.alive and not report.healthy
+    assert "ns/demo: loop cannot start" in report.text()
     conditions = {
         c["type"]: c for c in server.body("BrokerCluster", "demo")["status"]["conditions"]
     }

@@ -35,10 +35,12 @@ def test_health_is_every_loop_stepping() -> None:
     assert "ns/b: no step finished for 61 s" in report.text()
     died = {("ns", "a"): LoopHealth(now, died="RuntimeError: boom")}
     assert "ns/a: loop died: RuntimeError: boom" in loop_health(died, now, 60).text()
-    # a loop that waits for its cluster to be fixed is listed, but a restart would not help
+    # a loop that waits for its cluster to be fixed is not healthy (/healthz), but alive
+    # (/livez): a restart would not help
     blocked = {("ns", "a"): LoopHealth(now - 600, blocked="InvalidRequest: line 1: ...")}
     report = loop_health(blocked, now, 60)
-    assert report.alive and "ns/a: loop cannot start: InvalidRequest" in report.text()
+    assert report.alive and not report.healthy
+    assert "ns/a: loop cannot start: InvalidRequest" in report.text()
 
 
 @pytest.fixture
