@@ -126,7 +126,7 @@ def holding_spec(name: str, status: TopicStatus) -> TopicSpec:
         {"clusterRef": {"name": "unread"}, "partitions": 1, "replicas": replicas}
     )
     # The count last asked for, so that holding the topic is never read as an edit of it.
-    partitions = status.spec_partitions or len(status.partitions)
+    partitions = status.spec_partitions or status.routing_partitions
     return TopicSpec(name, partitions, replicas, defaults.min_in_sync, tiered=False)
 
 
