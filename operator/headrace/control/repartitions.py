@@ -31,8 +31,10 @@ cohorts keep running:
 4. **finalize** when ``drained and (adopted or adoption timed out)``:
    ``adopted`` is the fleet's adoption floor (live brokers only) at or above
    ``adoptionGeneration``; the timeout runs from drain-complete. A shrink
-   retires the partitions beyond the new count here, and only here; the
-   marker is cleared, and with it every hold.
+   retires the partitions beyond the new count here, and only here, for
+   routing, not for reading: they stay placed, led and readable
+   (``TopicStatus.active_partitions``), and a later grow continues their logs.
+   The marker is cleared, and with it every hold.
 
 The table, per topic; a step fires at most one start and advances a marker
 once (a marker started in this step is advanced from the next)::
