@@ -144,6 +144,7 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
     finally:
         load.stop.set()
         cohort.stop.set()
+        cohort.running.set()  # a paused member waits for this before it sees ``stop``
         await asyncio.gather(*tasks, return_exceptions=True)
         await cohort.close()
         await producer.close()
@@ -250,8 +251,27 @@ async def test_a_shrink_keeps_every_acknowledged_record_readable(cluster: LocalC
     missing = [(k, s, p, o) for k, s, p, o in acked if (k, s) not in got]
     assert not missing, f"{len(missing)} of {len(acked)} acknowledged records lost: {missing[:3]}"
     assert len(cluster.partitions("default/retire")) == 4
-    topic = next(t for t in cluster.state()["cluster"]["topics"] if t["name"] == "default/retire")
-    assert topic["activePartitions"] == 2
+    assert routed_partitions(cluster, "default/retire") == 2
+    # Read-only: its leader refuses a publish with the typed Redirect, storing nothing.
+    leader = cluster.partitions("default/retire")[3]["leader"]
+    before = len(await read_partition(cluster.bootstrap, "default/retire", 3))
+    raw = RawConnection(broker_address(cluster, leader))
+    try:
+        version = int(
+            next(
+                t["partitioningVersion"]
+                for t in cluster.state()["cluster"]["topics"]
+                if t["name"] == "default/retire"
+            )
+        )
+        request = msg.ProduceRequest("default/retire", 3, version, msg.Acks.ALL, 5_000, b"")
+        batch = rb.encode([b"late"], keys=[b"k"], timestamp_ms=1)
+        answer = await asyncio.to_thread(raw.call, Op.PRODUCE, request.encode_prefix() + batch)
+    finally:
+        raw.close()
+    assert answer.op == Op.REDIRECT, answer
+    assert "default/retire/3 is retired" in msg.Redirect.decode(answer.body).reason
+    assert len(await read_partition(cluster.bootstrap, "default/retire", 3)) == before
 
 
 async def test_a_partition_number_that_comes_back_never_reuses_an_offset(
