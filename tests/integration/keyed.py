@@ -29,6 +29,8 @@ class KeyedLoad:
         self.topic = topic
         self.keys = keys
         self.acked: dict[str, int] = {}  # key -> highest acked sequence
+        #: every acknowledged record: key, sequence number, partition, offset
+        self.positions: list[Delivery] = []
         self.rounds = 0
         self.stop = asyncio.Event()
         self.failures: list[BaseException] = []
@@ -48,10 +50,11 @@ class KeyedLoad:
                 )
             for key, s, receipt in receipts:
                 try:
-                    await receipt
+                    where = await receipt
                 except Exception as exc:  # recorded: the test fails on any
                     self.failures.append(exc)
                     continue
+                self.positions.append((key, s, where.partition, where.offset))
                 self.acked[key] = max(self.acked.get(key, -1), s)
             seq += 1
             self.rounds += 1

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from headrace.protocol.coordination import (
     PartitionPlacement,
     TopicPlacement,
     TopologyReply,
+    TransitionPlacement,
 )
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.json_edits import broken
@@ -112,6 +114,7 @@ def test_topology_optional_fields_default() -> None:
     assert parsed.cluster_id == "local"
     (t,) = parsed.topics
     assert (t.min_in_sync, t.config, t.cohort_plans) == (1, {}, {})
+    assert (t.active_partitions, t.routing_partitions) == (0, 1)
     (a,) = t.assignments
     assert (a.lrs, a.seal, a.moves, a.start_offset) == ([0, 1], False, 0, 0)
     assert ClusterTopology.from_json({"generation": 0, "brokers": []}).topics == []
@@ -137,6 +140,17 @@ def test_topology_optional_fields_default() -> None:
 def test_bad_topologies_are_rejected(path: list[str | int], value: object, words: str) -> None:
     with pytest.raises(InvalidRequest, match=words):
         ClusterTopology.from_json(broken(topology().to_json(), path, value))
+
+
+def test_retired_partitions_lower_the_routing_count_and_survive_json() -> None:
+    placement = TopicPlacement("a/b", 4, 2, 1, {}, [], active_partitions=2)
+    doc = json.loads(json.dumps(placement.to_json()))
+    assert doc["activePartitions"] == 2
+    assert TopicPlacement.from_json(doc) == placement
+    assert placement.routing_partitions == 2
+    # A transition in flight routes by its target count, whatever is retired.
+    moving = replace(placement, transition=TransitionPlacement(2, 3, 3))
+    assert moving.routing_partitions == 3
 
 
 def test_topology_reply_round_trip() -> None:

@@ -451,9 +451,10 @@ class Broker:
             raise self._redirect(t, partition, reason)
         placement = self._placement(t.name)
         if placement is not None and partition >= placement.routing_partitions:
-            # A shrink drains the partitions it retires: they take no new records.
+            # A shrink retires partitions for routing, not for reading: they take no new
+            # records (while it drains and after), and stay readable.
             reason = (
-                f"{t.name}/{partition} is being retired: version {version} routes to"
+                f"{t.name}/{partition} is retired: version {version} routes to"
                 f" {placement.routing_partitions} partitions"
             )
             raise self._redirect(t, partition, reason)

@@ -441,11 +441,18 @@ class TopicPlacement:
     cohort_plans: dict[str, dict[str, list[int]]] = field(default_factory=dict)
     #: a repartition in flight (``control.repartitions``); None: none
     transition: TransitionPlacement | None = None
+    #: after a shrink, the partitions keys are routed to (``0..active_partitions-1``); the
+    #: ones above are retired: readable, led and replicated, but they take no produce.
+    #: 0: all of them
+    active_partitions: int = 0
 
     @property
     def routing_partitions(self) -> int:
-        """What keys are spread over: fewer than ``partitions`` while a shrink drains."""
-        return self.transition.to_partitions if self.transition is not None else self.partitions
+        """What keys are spread over: fewer than ``partitions`` while a shrink drains, and
+        after it while its retired partitions stay readable."""
+        if self.transition is not None:
+            return self.transition.to_partitions
+        return self.active_partitions or self.partitions
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -459,6 +466,7 @@ class TopicPlacement:
                 c: {m: list(ps) for m, ps in plan.items()} for c, plan in self.cohort_plans.items()
             },
             **({} if self.transition is None else {"transition": self.transition.to_json()}),
+            **({"activePartitions": self.active_partitions} if self.active_partitions else {}),
         }
 
     @classmethod
@@ -479,6 +487,7 @@ class TopicPlacement:
             [PartitionPlacement.from_json(a) for a in required_objects(doc, "assignments", w)],
             plans,
             None if transition is None else TransitionPlacement.from_json(transition),
+            optional(doc, "activePartitions", int, w) or 0,
         )
 
 

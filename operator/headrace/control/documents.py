@@ -126,7 +126,7 @@ def holding_spec(name: str, status: TopicStatus) -> TopicSpec:
         {"clusterRef": {"name": "unread"}, "partitions": 1, "replicas": replicas}
     )
     # The count last asked for, so that holding the topic is never read as an edit of it.
-    partitions = status.spec_partitions or len(status.partitions)
+    partitions = status.spec_partitions or status.routing_partitions
     return TopicSpec(name, partitions, replicas, defaults.min_in_sync, tiered=False)
 
 
@@ -410,8 +410,9 @@ def _core_status(status: TopicStatus) -> dict[str, Any]:
     doc = status.to_json()
     del doc["name"]
     doc["partitions"] = [_without_none(p) for p in doc["partitions"]]
-    # for people (``kubectl get topics``): after a Repartition the spec may lag the count
-    doc["partitionCount"] = len(status.partitions)
+    # for people (``kubectl get topics``): after a Repartition the spec may lag the count;
+    # retired partitions (after a shrink) are not routed to, so not counted
+    doc["partitionCount"] = status.active_partitions or len(status.partitions)
     return _without_none(doc)
 
 

@@ -321,13 +321,18 @@ class TopicStatus:
     #: the ``spec.partitions`` last acted on: an *edit* of it starts a transition (a
     #: Repartition changes the count without touching the spec); None: the partition count
     spec_partitions: int | None = None
+    #: after a shrink, the partitions ``0..active_partitions-1`` that keys are routed to;
+    #: the ones above are *retired*: they take no produce but stay placed, led and
+    #: readable, and a grow routes to them again, continuing their offsets. None: all
+    active_partitions: int | None = None
 
     @property
     def routing_partitions(self) -> int:
-        """How many partitions keys are spread over (fewer than exist while a shrink drains)."""
+        """How many partitions keys are spread over: fewer than exist while a shrink drains,
+        and after it while its retired partitions are kept readable."""
         if self.transition is not None:
             return self.transition.to_partitions
-        return len(self.partitions)
+        return self.active_partitions or len(self.partitions)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -340,6 +345,8 @@ class TopicStatus:
             doc["transition"] = self.transition.to_json()
         if self.spec_partitions is not None:
             doc["specPartitions"] = self.spec_partitions
+        if self.active_partitions is not None:
+            doc["activePartitions"] = self.active_partitions
         return doc
 
     @classmethod
@@ -350,6 +357,12 @@ class TopicStatus:
             raise InvalidRequest(f"{w}: partitions must be listed in order from 0")
         plans = [CohortPlan.from_json(c) for c in _objects(doc, "cohortPlans", w)]
         marker = _optional(doc, "transition", dict, w)
+        active = _optional(doc, "activePartitions", int, w)
+        if active is not None and not 1 <= active < len(partitions):
+            raise InvalidRequest(
+                f"{w}: activePartitions must be between 1 and the partitions listed less one,"
+                f" not {active}"
+            )
         return cls(
             _field(doc, "name", str, w),
             _field(doc, "partitioningVersion", int, w),
@@ -357,6 +370,7 @@ class TopicStatus:
             {p.cohort: p for p in plans},
             None if marker is None else Transition.from_json(marker),
             _optional(doc, "specPartitions", int, w),
+            active,
         )
 
 

@@ -31,8 +31,10 @@ cohorts keep running:
 4. **finalize** when ``drained and (adopted or adoption timed out)``:
    ``adopted`` is the fleet's adoption floor (live brokers only) at or above
    ``adoptionGeneration``; the timeout runs from drain-complete. A shrink
-   retires the partitions beyond the new count here, and only here; the
-   marker is cleared, and with it every hold.
+   retires the partitions beyond the new count here, and only here, for
+   routing, not for reading: they stay placed, led and readable
+   (``TopicStatus.active_partitions``), and a later grow continues their logs.
+   The marker is cleared, and with it every hold.
 
 The table, per topic; a step fires at most one start and advances a marker
 once (a marker started in this step is advanced from the next)::
@@ -214,7 +216,9 @@ def step(
             continue
         topic = current
         desired = wanted[name].partitions
-        seen = topic.spec_partitions if topic.spec_partitions is not None else len(topic.partitions)
+        seen = (
+            topic.spec_partitions if topic.spec_partitions is not None else topic.routing_partitions
+        )
         if desired == seen:
             if topic.spec_partitions is None:
                 out_topics[name] = replace(topic, spec_partitions=desired)
@@ -234,7 +238,7 @@ def step(
                 f"spec asks for {desired} partitions: waiting for {unloading[name]}",
             )
             continue
-        if desired == len(topic.partitions):
+        if desired == topic.routing_partitions:
             out_topics[name] = replace(topic, spec_partitions=desired)
             continue
         started = _start(
@@ -274,7 +278,7 @@ def _invalid(
         return f"topic {request.topic} does not exist"
     if topic is None:
         return None  # asked for, not placed yet: the request waits
-    if request.partitions == len(topic.partitions) and topic.transition is None:
+    if request.partitions == topic.routing_partitions and topic.transition is None:
         return f"topic {request.topic} already has {request.partitions} partitions"
     if request.topic in unloading:
         return (
@@ -298,9 +302,11 @@ def _start(
     ``eligible``: the brokers a grow may place new partitions on (``liveness.placeable``)."""
     if liveness.warming_up:
         return "waiting to hear from every known broker"
-    have = len(topic.partitions)
+    have = topic.routing_partitions
     grown = topic
-    if partitions > have:
+    # A grow routes to retired partitions again (their logs continue) and places only
+    # the partitions that never existed.
+    if partitions > len(topic.partitions):
         others = [p.replicas for n, t in topics.items() if n != topic.name for p in t.partitions]
         try:
             grown = add_partitions(topic, partitions, eligible, others)
@@ -321,7 +327,8 @@ def _start(
 def add_partitions(
     topic: TopicStatus, partitions: int, brokers: Iterable[int], others: Iterable[Sequence[int]]
 ) -> TopicStatus:
-    """The topic with partitions ``len..partitions-1`` placed (existing ones stay)."""
+    """The topic with partitions ``len..partitions-1`` placed (existing ones stay, retired
+    ones included)."""
     replicas = topic.partitions[0].replication_factor if topic.partitions else 1
     lists = placement.place(
         partitions,
@@ -409,8 +416,15 @@ def _drained(
 
 
 def _retire(topic: TopicStatus, marker: Transition) -> TopicStatus:
-    """Finalize: drop the partitions a shrink routes nothing to any more, clear the marker."""
-    return replace(topic, partitions=topic.partitions[: marker.to_partitions], transition=None)
+    """Finalize: clear the marker; the partitions beyond the new count stay, *retired*.
+
+    Retired is for routing, not for reading: they take no produce but stay placed, led
+    and readable by every cohort, replay and tiered read, so no acknowledged record goes
+    before retention removes it; a grow that routes to one again continues its log, so
+    no offset is used twice (see ``docs/repartition.md``)."""
+    count = len(topic.partitions)
+    active = marker.to_partitions if marker.to_partitions < count else None
+    return replace(topic, active_partitions=active, transition=None)
 
 
 def phase_of(marker: Transition) -> RepartitionPhase:

@@ -95,6 +95,7 @@ def cluster_topology(
                     dict(topic.transition.cutover_offsets),
                     {c: list(qs) for c, qs in topic.transition.released.items()},
                 ),
+                topic.active_partitions or 0,
             )
             for name, topic in sorted(state.topics.items())
         ],

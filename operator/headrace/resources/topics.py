@@ -196,7 +196,7 @@ class PartitionAssignment(Model):
     """``Online`` (a leader serves it), ``Electing`` (its leader is gone and a successor is
     being promoted), ``Offline`` (no live replica can lead it), ``Moving`` (being unloaded
     to another broker) or ``Retiring`` (shrunk away by a repartition, draining its backlog
-    before it is retired)."""
+    before it is retired; a retired partition stays readable, see ``activePartitions``)."""
     candidate: int | None = Field(default=None, ge=0)
     """While ``Electing``: the broker nominated to lead at ``leaderEpoch``. It promotes itself
     and says so in its heartbeat; until then clients are routed to it."""
@@ -327,8 +327,13 @@ class TopicStatus(Status):
     """The ``spec.partitions`` the controller last acted on: an edit of the spec starts a
     repartition, while a Repartition changes the count and leaves the spec as it was."""
     partition_count: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
-    """How many partitions the topic has now (the length of ``partitions``): what it is
-    routed over, which after a Repartition may differ from ``spec.partitions``."""
+    """How many partitions keys are routed over now, which after a Repartition may differ
+    from ``spec.partitions`` (retired partitions, ``activePartitions``, not counted)."""
+    active_partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
+    """After a shrink: the partitions keys are routed to (``0`` to ``activePartitions - 1``).
+    The partitions above it are retired: they take no produce, but stay placed, led and
+    readable until the topic is deleted, and a grow routes to them again, continuing their
+    offsets. Unset: every partition is routed to."""
     topology_generation: int | None = Field(default=None, ge=0)
     """The topology generation this status was written for. The controller writes every
     Topic's status before the BrokerCluster's, so a status stamped above the cluster's

@@ -100,6 +100,17 @@ def test_cluster_state_survives_json() -> None:
     assert ClusterState.from_json(json.loads(json.dumps(state.to_json()))) == state
 
 
+def test_retired_partitions_survive_json_and_lower_the_routing_count() -> None:
+    topic = TopicStatus(
+        "default/orders", 3, (partition_status(0), partition_status(1), partition_status(2))
+    )
+    shrunk = replace(topic, active_partitions=2)
+    doc = json.loads(json.dumps(shrunk.to_json()))
+    assert doc["activePartitions"] == 2 and "activePartitions" not in topic.to_json()
+    assert TopicStatus.from_json(doc) == shrunk
+    assert (shrunk.routing_partitions, topic.routing_partitions) == (2, 3)
+
+
 def test_heartbeat_document_shape_and_round_trip() -> None:
     hb = Heartbeat(
         BrokerEndpoint(3, "h3", 9092, 9644),
@@ -332,6 +343,8 @@ def test_bad_unload_progress_is_rejected(path: list[str | int], value: object, w
         (["topics", 0, "partitions", 0, "partition"], 1, "in order from 0"),
         (["topics", 0, "cohortPlans", 0, "assignment"], {"m": ["0"]}, "list of integers"),
         (["topics", 0, "partitions"], [3], "list of objects"),
+        (["topics", 0, "activePartitions"], 1, "activePartitions must be between 1"),
+        (["topics", 0, "activePartitions"], 0, "activePartitions must be between 1"),
     ],
 )
 def test_bad_cluster_documents_are_rejected(

@@ -27,6 +27,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.control.settings import ControlSettings
+from headrace.control.topology import cluster_topology
 from headrace.protocol.coordination import Heartbeat
 
 SETTINGS = ControlSettings(liveness_ttl_ms=3_000, repartition_adoption_timeout_ms=10_000)
@@ -209,7 +210,7 @@ def test_the_adoption_timeout_runs_from_drain_complete() -> None:
     assert c.progress["rp"].finalized_by is FinalizedBy.ADOPTION_TIMED_OUT
 
 
-def test_a_shrink_keeps_every_partition_until_finalize_then_retires_them() -> None:
+def test_a_shrink_retires_partitions_for_routing_and_keeps_them_placed_and_led() -> None:
     c = settled(12)
     c.ask(6)
     c.step()
@@ -219,7 +220,46 @@ def test_a_shrink_keeps_every_partition_until_finalize_then_retires_them() -> No
     c.adopt(c.topic.transition.adoption_generation)  # type: ignore[union-attr]
     c.step()
     assert c.progress["rp"].phase is PHASE.FINALIZED
-    assert len(c.topic.partitions) == 6 and c.topic.routing_partitions == 6
+    # Retired, not dropped: still placed and led (readable), routed to by nobody.
+    assert len(c.topic.partitions) == 12 and c.topic.routing_partitions == 6
+    assert c.topic.active_partitions == 6 and c.topic.transition is None
+    assert all(p.leader is not None for p in c.topic.partitions)
+    pushed = next(t for t in cluster_topology(c.state, "local").topics if t.name == T)
+    assert pushed.partitions == 12 and pushed.routing_partitions == 6
+    assert pushed.active_partitions == 6
+    # It survives a restart (persisted), and the count it has is the routing count.
+    c.restart()
+    assert c.topic.active_partitions == 6
+    c.ask(6, name="same")
+    c.step()
+    assert c.progress["same"].phase is PHASE.FAILED
+    assert "already has 6 partitions" in c.progress["same"].message
+
+
+def test_a_grow_after_a_shrink_routes_to_the_retired_partitions_again() -> None:
+    c = settled(6)
+    c.ask(4)
+    c.run_until(PHASE.AWAITING_ADOPTION)
+    c.adopt(c.topic.transition.adoption_generation)  # type: ignore[union-attr]
+    c.run_until(PHASE.FINALIZED)
+    retired = c.topic.partitions[4:]
+    c.ask(8, name="back")
+    c.step()
+    marker = c.topic.transition
+    assert marker is not None and (marker.from_partitions, marker.to_partitions) == (4, 8)
+    # 4 and 5 are the same partitions (same replicas and epochs: their logs continue);
+    # only 6 and 7 are placed anew.
+    assert c.topic.partitions[4:6] == retired and len(c.topic.partitions) == 8
+    c.run_until(PHASE.AWAITING_ADOPTION, name="back")
+    c.adopt(c.topic.transition.adoption_generation)  # type: ignore[union-attr]
+    c.run_until(PHASE.FINALIZED, name="back")
+    assert c.topic.active_partitions is None and c.topic.routing_partitions == 8
+    # Back to fewer than exist: only 6 and 7 are retired again.
+    c.ask(7, name="some")
+    c.run_until(PHASE.AWAITING_ADOPTION, name="some")
+    c.adopt(c.topic.transition.adoption_generation)  # type: ignore[union-attr]
+    c.run_until(PHASE.FINALIZED, name="some")
+    assert c.topic.active_partitions == 7 and len(c.topic.partitions) == 8
 
 
 def test_a_cohort_is_released_per_new_partition_once_its_feeders_pass_their_cutover() -> None:
@@ -307,7 +347,9 @@ def test_one_transition_at_a_time_the_second_waits_then_runs() -> None:
     c.adopt(10**9)
     c.run_until(PHASE.FINALIZED, "first")
     c.run_until(PHASE.FINALIZED, "second")
-    assert len(c.topic.partitions) == 6 and c.bumps == [2, 3]
+    # 4 -> 8 -> 6: 6 and 7 are retired, not dropped.
+    assert c.topic.routing_partitions == 6 and len(c.topic.partitions) == 8
+    assert c.bumps == [2, 3]
 
 
 def test_a_repartition_deleted_mid_flight_rolls_forward() -> None:
@@ -349,6 +391,7 @@ class Schedules(RuleBasedStateMachine):
         self.c.cursor = {}
         self.asked = 0
         self.started_versions: list[int] = []
+        self.most_partitions = len(self.c.topic.partitions)
 
     @precondition(lambda self: self.asked < 3)
     @rule(partitions=st.integers(1, 12))
@@ -390,11 +433,21 @@ class Schedules(RuleBasedStateMachine):
         if marker is None:
             return
         assert topic.partitioning_version == marker.to_version == marker.from_version + 1
-        assert len(topic.partitions) == max(marker.from_partitions, marker.to_partitions)
+        assert len(topic.partitions) >= max(marker.from_partitions, marker.to_partitions)
+        assert topic.routing_partitions == marker.to_partitions
         if marker.adoption_generation is not None:
             assert marker.adoption_generation <= self.c.state.generation
         for qs in marker.released.values():
             assert all(0 <= q < marker.to_partitions for q in qs)
+
+    @invariant()
+    def no_partition_is_ever_dropped(self) -> None:
+        # A shrink retires partitions for routing only: their records stay readable and
+        # a grow back continues their offsets.
+        count = len(self.c.topic.partitions)
+        assert count >= self.most_partitions
+        self.most_partitions = count
+        assert 1 <= self.c.topic.routing_partitions <= count
 
     @invariant()
     def finalized_ones_were_drained(self) -> None:
