@@ -608,6 +608,8 @@ class Campaign:
         it was refused or not needed."""
         if partitions == self.partitions:
             return None
+        # Watch from before the apply, and apply over HTTP rather than with the CLI: a small
+        # topic's whole transition can be over within the CLI process's exit.
         watching = asyncio.ensure_future(asyncio.to_thread(self._catch_transition, name))
         manifest = repartition_manifest(name, partitions, self.settings.adoption_timeout_s)
         status, answer = await asyncio.to_thread(
@@ -656,28 +658,14 @@ class Campaign:
     async def _cut_over(self, r: Round) -> str | None:
         """Apply a Repartition growing the topic by one and wait for its transition marker
         (``r.mid_cutover``: the phase seen). Returns its name; None when not applied."""
-        s = self.settings
         r.partitions_before = self.partitions
-        if self.partitions >= s.max_partitions:
+        if self.partitions >= self.settings.max_partitions:
             r.note = f"at {self.partitions} partitions: killed the leader without a repartition"
             return None
         name = f"chaos-grow-{r.index}"
-        manifest = repartition_manifest(name, self.partitions + 1, s.adoption_timeout_s)
-        # Watch from before the apply, and apply over HTTP rather than with the CLI: a small
-        # topic's whole transition can be over within the CLI process's exit.
-        watching = asyncio.ensure_future(asyncio.to_thread(self._catch_transition, name))
-        status, answer = await asyncio.to_thread(
-            post_manifest, self.cluster.controller_url, manifest
-        )
-        if status != 200:
-            self._stop_watch = True
-            await watching
-            self._stop_watch = False
-            r.note = f"repartition refused: HTTP {status} {answer}"
+        if await self._repartition_to(r, self.partitions + 1, name, wait=False) is None:
             return None
-        self.partitions += 1
         r.partitions_after = self.partitions
-        r.mid_cutover = await watching
         if r.mid_cutover is None:
             r.note = "transition not seen: killed the leader after the repartition"
         return name

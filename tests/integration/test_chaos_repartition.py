@@ -29,6 +29,7 @@ async def test_repartitions_under_faults_lose_skip_and_reorder_nothing(tmp_path:
     for kind in ("lost", "duplicated", "gaps", "order_violations", "offsets_reused", "undelivered"):
         assert counts[kind] == 0, (kind, report["examples"].get(kind))
     assert counts["key_order_violations"] == 0, report["examples"].get("key_order_violations")
+    assert counts["corrupt"] == 0, report["examples"].get("corrupt")
     assert report["fresh_cohort"]["undelivered"] == 0, report["fresh_cohort"]
     # A cohort created after a shrink does not yet get each key in order across the
     # topic's history (the history holds are not built): the campaign reports it, and
