@@ -294,5 +294,10 @@ async def test_a_deleted_topic_of_a_missing_cluster_is_let_go_at_once(
     )
     (patch,) = server["patch"]  # a merge patch of the list: ours gone, the other kept
     assert patch.headers["Content-Type"].startswith("application/merge-patch+json")
-    assert patch.data == {"metadata": {"finalizers": ["example.com/other"]}}
+    assert patch.data == {
+        "metadata": {
+            "finalizers": ["example.com/other"],
+            "resourceVersion": body["metadata"]["resourceVersion"],  # fenced
+        }
+    }
     assert server.body("Topic", "orders")["metadata"]["finalizers"] == ["example.com/other"]
