@@ -5,8 +5,8 @@ epoch, and no acknowledged record is lost.
 The chart runs two operator replicas with a 6 s Lease (renew deadline 4 s). The holder is
 stopped with SIGSTOP (a frozen VM, a long GC pause, a hung node) while keyed acks=all load
 runs; the standby takes the Lease once its own observation of the record is 6 s old, and
-then must act: a broker that leads partitions is killed, and the new holder elects new
-leaders. The old holder is then resumed (SIGCONT): its renew deadline passed while it was
+then must act: a broker that leads partitions is paused (SIGSTOP), and the new holder
+elects new leaders. The old holder is then resumed (SIGCONT): its renew deadline passed while it was
 stopped, so it writes nothing (``FencedApi``) and exits once it finds the Lease taken; its
 container restarts as a standby.
 
@@ -103,7 +103,9 @@ def test_a_frozen_lease_holder_is_replaced_and_acts_no_more_when_it_wakes(
             LEASE_S * 6,
         )
         took_over_s = time.monotonic() - frozen_at
-        # the new holder must act: a broker leading partitions dies, it elects new leaders
+        # the new holder must act: a broker leading partitions stops answering (SIGSTOP: a
+        # killed one's container would be back before its liveness lapsed), it elects new
+        # leaders
         status = cluster.get("topic", "handover", namespace)["status"]
         led = [p["leader"] for p in status["partitions"] if p.get("leader") is not None]
         victim = max(set(led), key=led.count)
@@ -116,14 +118,18 @@ def test_a_frozen_lease_holder_is_replaced_and_acts_no_more_when_it_wakes(
             check=False,
         ).stdout.split()
         assert len(victim_pid) == 1, victim_pid
-        os.kill(int(victim_pid[0]), signal.SIGKILL)
+        paused_broker = int(victim_pid[0])
+        os.kill(paused_broker, signal.SIGSTOP)
 
         def reelected() -> bool:
             parts = cluster.get("topic", "handover", namespace)["status"]["partitions"]
             moved = [p for p in parts if p["leaderEpoch"] > epochs_before[p["partition"]]]
             return bool(moved) and all(p.get("leader") not in (None, victim) for p in moved)
 
-        wait_for("the new holder elected new leaders", reelected, 90)
+        try:
+            wait_for("the new holder elected new leaders", reelected, 90)
+        finally:
+            os.kill(paused_broker, signal.SIGCONT)
         at_wake = len(load.acked)
         os.kill(stopped, signal.SIGCONT)
         stopped = None
