@@ -7,7 +7,7 @@ import contextlib
 import json
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -226,35 +226,55 @@ async def test_controller_restart_mid_load_bumps_nothing_and_moves_no_leader(
 async def test_cohort_across_brokers_never_double_delivers(cluster: LocalCluster) -> None:
     assert cluster.apply(topic_manifest("shared", 6)).returncode == 0
     cluster.wait(lambda: online(cluster, "default/shared", 6), what="topic online")
-    total = 30_000
     deliveries: list[tuple[str, int, int]] = []
+    produced = 0
+    finished = asyncio.Event()
 
-    async def member(name: str, lifetime: float) -> None:
+    def served(name: str) -> bool:
+        return any(m == name for m, _, _ in deliveries)
+
+    async def member(name: str, *, leaves: bool = False) -> None:
         async with Consumer(
             cluster.bootstrap, "shared", "team", member_id=name, start="earliest"
         ) as c:
-            deadline = time.monotonic() + lifetime
-            while time.monotonic() < deadline and len(deliveries) < total:
+            # a leaving member goes once it has taken part, while records still flow
+            while not finished.is_set() and not (leaves and served(name)):
                 for batch in await c.getmany(timeout_s=0.2):
                     deliveries.extend((name, batch.partition, o) for o in batch.offsets())
                     c.ack_batch(batch)
 
+    async def until(what: str, condition: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 60
+        while not condition():
+            assert time.monotonic() < deadline, f"{what}: not within 60 s"
+            await asyncio.sleep(0.1)
+
+    stop_producing = asyncio.Event()
+
     async def produce() -> None:
+        nonlocal produced
         async with Producer(cluster.bootstrap, acks="all", linger_ms=5) as producer:
-            for i in range(0, total, 1000):
-                await producer.send_many("shared", [f"r{j}".encode() for j in range(i, i + 1000)])
+            while not stop_producing.is_set() or produced < 30_000:
+                batch = [f"r{j}".encode() for j in range(produced, produced + 1000)]
+                await producer.send_many("shared", batch)
+                produced += len(batch)
                 await asyncio.sleep(0.1)
             await producer.flush()
 
-    tasks = [asyncio.create_task(produce()), asyncio.create_task(member("a", 60))]
-    await asyncio.sleep(1)
-    tasks.append(asyncio.create_task(member("b", 3)))  # joins, then leaves while records flow
-    await asyncio.sleep(1)
-    tasks.append(asyncio.create_task(member("c", 60)))
-    deadline = time.monotonic() + 60
-    while len(deliveries) < total and time.monotonic() < deadline:
-        await asyncio.sleep(0.2)
+    # Records flow the whole time; b joins once a is consuming, takes part and leaves; then
+    # c joins: every change of the cohort happens while records flow.
+    tasks = [asyncio.create_task(produce()), asyncio.create_task(member("a"))]
+    await until("a consuming", lambda: served("a"))
+    tasks.append(asyncio.create_task(member("b", leaves=True)))
+    await until("b given partitions and gone", lambda: served("b") and tasks[-1].done())
+    tasks.append(asyncio.create_task(member("c")))
+    await until("c given partitions", lambda: served("c"))
+    stop_producing.set()
+    await tasks[0]
+    await until("every record delivered", lambda: len(deliveries) >= produced)
+    finished.set()
     await asyncio.gather(*tasks)
+    total = produced
     by_partition: dict[int, list[int]] = defaultdict(list)
     for _, p, o in deliveries:
         by_partition[p].append(o)

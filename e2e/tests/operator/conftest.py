@@ -37,9 +37,10 @@ def crds(cluster: Cluster) -> None:
 def operator(
     request: pytest.FixtureRequest, cluster: Cluster, namespace: str
 ) -> Iterator[InstalledOperator]:
-    """``helm install`` of the chart in the test's namespace, watching only it."""
+    """``helm install`` of the chart in the test's namespace, watching only it (with the
+    helm flags a test gives it by indirect parametrization, if any)."""
     installed = InstalledOperator(cluster, namespace)
-    installed.install()
+    installed.install(*getattr(request, "param", ()))
     try:
         yield installed
     finally:

@@ -54,7 +54,7 @@ from headrace.control.documents import full_name
 from headrace.control.model import DeletionRequest
 from headrace.control.reconcile import Event
 from headrace.operator import workloads
-from headrace.operator.kube import KubeApi, ObjectRef
+from headrace.operator.kube import KubeApi, KubeApiError, ObjectRef, StaleResourceVersion
 from headrace.protocol.coordination import Heartbeat
 from headrace.resources.topics import DeletionPolicy
 
@@ -288,10 +288,37 @@ def left_behind(
     )
 
 
+#: a release whose object keeps changing under it gives up after this many tries (the next
+#: event or step tries again)
+MAX_RELEASE_TRIES: Final = 5
+
+
 async def release(api: KubeApi, body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> None:
-    """Remove ``finalizer`` (a merge patch of the list; the object may be gone already)."""
-    kept = [f for f in finalizers(body) if f != finalizer]
-    await api.patch_metadata(ObjectRef.of(body), {"finalizers": kept})
+    """Remove ``finalizer``: a merge patch of the list, fenced on the ``resourceVersion``
+    it was computed from. A merge patch replaces the whole list, so without the fence a
+    finalizer another controller added meanwhile would be dropped; with it, a 409 re-reads
+    the object and computes the list again. The object may be gone already."""
+    ref = ObjectRef.of(body)
+    for _ in range(MAX_RELEASE_TRIES):
+        held = finalizers(body)
+        if finalizer not in held:
+            return
+        patch: dict[str, Any] = {"finalizers": [f for f in held if f != finalizer]}
+        version = (body.get("metadata") or {}).get("resourceVersion")
+        if version is not None:
+            patch["resourceVersion"] = version
+        try:
+            await api.patch_metadata(ref, patch)
+            return
+        except StaleResourceVersion:
+            fresh = await api.get(ref)
+            if fresh is None:
+                return
+            body = fresh
+    raise KubeApiError(
+        f"{ref.kind} {ref.namespace}/{ref.name}: its finalizers changed {MAX_RELEASE_TRIES}"
+        " times while one was being removed"
+    )
 
 
 async def attach(api: KubeApi, body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> None:

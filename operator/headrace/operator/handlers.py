@@ -48,6 +48,7 @@ from headrace.operator.running import (
     ClusterRuntime,
     RuntimeSettings,
     WorkloadOutcome,
+    paused,
     stalled_condition,
 )
 from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
@@ -105,6 +106,9 @@ class OperatorContext:
             health[key] = LoopHealth(time.monotonic(), died=why)
         return health
 
+
+#: seconds: how often a paused BrokerCluster's workload handler looks again
+PAUSED_RETRY_S: Final = 10
 
 #: seconds: the API server ends each watch after this long, and kopf opens it again
 WATCH_SERVER_TIMEOUT_S: Final = 600
@@ -395,6 +399,12 @@ async def _default_class(context: OperatorContext) -> str | None:
 async def cluster_workload(
     body: kopf.Body, namespace: str | None, name: str, memo: Any, **kwargs: Any
 ) -> None:
+    if paused(body):
+        # A paused cluster is left as it is, its workload too; retried until the pause is
+        # lifted, when the spec it has then is applied (a change made meanwhile included)
+        raise kopf.TemporaryError(
+            f"BrokerCluster {namespace}/{name} is paused: its workload waits", delay=PAUSED_RETRY_S
+        )
     topics: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
     mine = list(topics.get((namespace or "default", name), [])) if topics is not None else []
     applied = await apply_workload(body, _context(memo), topic_statuses(mine))

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from kube_server import ApiServer
 from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.operator import finalizing
+from headrace.operator.kube import ClientApi
 from headrace.operator.running import ClusterRuntime
 from headrace.protocol.coordination import Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -124,3 +126,19 @@ def test_retain_does_not_wait_for_a_broker_the_cluster_scaled_away() -> None:
     assert not blocked.done and "[3]" in blocked.message
     body = {"status": {"partitions": [{"replicas": [0, 3], "targetReplicas": [0, 1]}]}}
     assert finalizing.replica_holders(body) == {0, 1, 3}
+
+
+async def test_a_release_keeps_a_finalizer_added_after_the_object_was_read(
+    server: ApiServer, api: ClientApi
+) -> None:
+    # A merge patch replaces the whole list: computed from a stale read, it would drop a
+    # finalizer another controller added since. Fenced on the version it was computed
+    # from, it is refused (409) and computed again from a fresh read.
+    seen = server.put(
+        {**topic(), "metadata": {**topic()["metadata"], "finalizers": [finalizing.TOPIC_FINALIZER]}}
+    )
+    now = server.body("Topic", "orders")
+    now["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER, "example.com/backup"]
+    server.put(now)
+    await finalizing.release(api, seen)
+    assert server.body("Topic", "orders")["metadata"]["finalizers"] == ["example.com/backup"]

@@ -294,5 +294,25 @@ async def test_a_deleted_topic_of_a_missing_cluster_is_let_go_at_once(
     )
     (patch,) = server["patch"]  # a merge patch of the list: ours gone, the other kept
     assert patch.headers["Content-Type"].startswith("application/merge-patch+json")
-    assert patch.data == {"metadata": {"finalizers": ["example.com/other"]}}
+    assert patch.data == {
+        "metadata": {
+            "finalizers": ["example.com/other"],
+            "resourceVersion": body["metadata"]["resourceVersion"],  # fenced
+        }
+    }
     assert server.body("Topic", "orders")["metadata"]["finalizers"] == ["example.com/other"]
+
+
+async def test_a_paused_cluster_keeps_its_workload_until_the_pause_is_lifted(
+    server: ApiServer, api: ClientApi
+) -> None:
+    memo = memo_over(api)
+    body = cluster(replicas=5)
+    body["metadata"] = {**body["metadata"], "annotations": {running.PAUSED_ANNOTATION: "true"}}
+    with pytest.raises(kopf.TemporaryError, match="paused"):  # kopf retries it
+        await handlers.cluster_workload(body=body, namespace="ns", name="demo", memo=memo)
+    assert applied(server) == []  # nothing touched while paused
+    body["metadata"]["annotations"] = {}
+    await handlers.cluster_workload(body=body, namespace="ns", name="demo", memo=memo)
+    (sts,) = [m for m in applied(server) if m["kind"] == "StatefulSet"]
+    assert sts["spec"]["replicas"] == 5  # the spec it has now, a change made while paused
