@@ -38,6 +38,8 @@ T = TypeVar("T")
 
 #: Upper bound for anything a test waits on unless it says otherwise.
 WAIT_S = 120.0
+#: the CRDs of this checkout (the chart's copy of ``crds/``)
+CHART_CRDS = Path(__file__).resolve().parent.parent / "charts" / "headrace" / "crds"
 
 
 def wait_for(

@@ -354,15 +354,24 @@ def process(
     if extra_env:
         env.update(extra_env)
     ms = mounts(container, volume_dirs, pinned)
-    env = {k: rewrite(v, ms) for k, v in env.items()}
+
+    def mapped(word: str) -> str:
+        # A command line handed on to the pod (the broker command the operator is given)
+        # starts with a program on the host: the test bed runs pods as host processes, so
+        # it stays, even under a mount path (a checkout under /tmp, where pods mount an
+        # emptyDir). Any other path under a mount is the pod's view of that volume.
+        program, space, _ = word.partition(" ")
+        return word if space and on_host(program) else rewrite(word, ms)
+
+    env = {k: mapped(v) for k, v in env.items()}
     if not container.get("command"):
         assert image_entrypoint is not None
-        args = [rewrite(expand(str(w), env), ms) for w in container.get("args", [])]
+        args = [mapped(expand(str(w), env)) for w in container.get("args", [])]
         argv, image_env = image_entrypoint(container, args, env)
         env = {**env, **image_env}
     else:
         words = [expand(str(w), env) for w in [*container["command"], *container.get("args", [])]]
-        argv = [w if i == 0 and on_host(w) else rewrite(w, ms) for i, w in enumerate(words)]
+        argv = [w if i == 0 and on_host(w) else mapped(w) for i, w in enumerate(words)]
     wd = container.get("workingDir")
     cwd = Path(rewrite(wd, ms)) if wd else None
     return Process(argv, env, cwd, ms)

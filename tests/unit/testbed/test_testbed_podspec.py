@@ -163,6 +163,25 @@ def test_program_path_is_kept_when_it_exists_on_the_host(tmp_path: Path) -> None
     assert moved.argv[0] == f"{tmp_path}/venv/python"
 
 
+def test_a_command_line_handed_on_keeps_its_host_program_under_a_mount(tmp_path: Path) -> None:
+    # the operator pod mounts an emptyDir at /tmp and is given the brokers' command, whose
+    # interpreter lives in a checkout under /tmp: a host program, not the pod's /tmp
+    container = {
+        "name": "c",
+        "command": ["/usr/bin/python3", "--broker-command", "/tmp/co/venv/python -m x"],
+        "env": [
+            {"name": "CMD", "value": "/tmp/co/venv/python -m x"},
+            {"name": "D", "value": "/tmp/d"},
+        ],
+        "volumeMounts": [{"name": "v", "mountPath": "/tmp"}],
+    }
+    host = {"/usr/bin/python3", "/tmp/co/venv/python"}
+    proc = podspec.process(POD, container, WORLD, {"v": tmp_path}, on_host=host.__contains__)
+    assert proc.argv[2] == "/tmp/co/venv/python -m x"
+    assert proc.env["CMD"] == "/tmp/co/venv/python -m x"
+    assert proc.env["D"] == f"{tmp_path}/d"  # a path of the pod's own /tmp is still mapped
+
+
 def test_container_without_command_cannot_run() -> None:
     with pytest.raises(podspec.ConfigError, match="no command"):
         podspec.process(POD, {"name": "c", "image": "nginx"}, WORLD, {})
