@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.netdelay [--phase-s 8] [--out bench/results/netdelay.json]
 
-Issue 14's scenario "200 ms delay and 5% loss on one broker", as figures. For
+The scenario "200 ms delay and 5% loss on one broker", as figures. For
 each victim role (the partition's leader, then a follower) it starts a fresh
 ``NetnsCluster`` (3 brokers, each in its own network namespace; topic with 1
 partition, RF=3, minInSync=2), runs one acks=all producer from the root

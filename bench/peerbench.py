@@ -557,7 +557,7 @@ def replicated(settings: Settings, rows: list[dict[str, Any]]) -> None:
                 topic = f"rep-{n}"
                 # Untiered, like the RF=1 rows' standalone broker and Kafka: a local cluster
                 # tiers by default, and uploading every segment (a copy and an fsync on the
-                # leader) is not replication (issue 16 §7).
+                # leader) is not replication.
                 cluster.create_topic(topic, parts, 3, 2, tiered=False)
                 load = settle(settings)
                 result = _hr(

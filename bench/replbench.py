@@ -1,4 +1,4 @@
-"""``python -m bench.replbench``: what replication costs, RF=3 acks=all against RF=1 (issue 16 §7).
+"""``python -m bench.replbench``: what replication costs, RF=3 acks=all against RF=1.
 
 One ``headrace local up`` cluster (three brokers and the controller), two
 topics on it, RF=1 and RF=3 (minInSync 2), and back-to-back runs that

@@ -1,4 +1,4 @@
-"""The fault campaign (issue 14 §1): ``python -m bench.chaos`` / ``make chaos``.
+"""The fault campaign: ``python -m bench.chaos`` / ``make chaos``.
 
 ``campaign`` drives a real local cluster through rounds of kill -9 under keyed
 acks=all load with a consuming cohort; ``checking`` is the independent checker

@@ -1,4 +1,4 @@
-"""Live fuzzing of a running broker (issue 14 §5): ``python -m bench.fuzz`` / ``make fuzz``.
+"""Live fuzzing of a running broker: ``python -m bench.fuzz`` / ``make fuzz``.
 
 ``inputs`` builds the seed frames, the fallback mutator and the shadow decode;
 ``sender`` is the fuzzer process (atheris when it is installed, else a seeded
