@@ -77,7 +77,7 @@ def _run(
     cpu = result["cpu"]
     per_m = {b: round(cpu[f"server{i}_cores"] / rate * 1e6, 3) for i, b in enumerate(sorted(pids))}
     # Each process's cores on a CPU and cores runnable but waiting for one (schedstat):
-    # a chain of processes that are neither is waiting on one another (issue 16 §7).
+    # a chain of processes that are neither is waiting on one another.
     names = {f"server{i}": f"b{b}" for i, b in enumerate(sorted(pids))} | {"client": "client"}
     busy = {label: cpu[f"{name}_cores"] for name, label in names.items()}
     runq = {label: cpu.get(f"runq_{name}_cores") for name, label in names.items()}
