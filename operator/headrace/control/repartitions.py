@@ -35,6 +35,14 @@ cohorts keep running:
    routing, not for reading: they stay placed, led and readable
    (``TopicStatus.active_partitions``), and a later grow continues their logs.
    The marker is cleared, and with it every hold.
+5. **history**: the finalized transition joins the topic's partitioning history
+   (``PartitioningHistory``), kept while a record below one of its cutover
+   offsets is readable. A cohort that was not there (created later, or idle
+   during it) is held by each kept transition from its position on as a live
+   one holds it, and released transition by transition (``advance_history``).
+   A grow also measures the retired partitions it routes to again: one held
+   from 0 instead of its own log end would deadlock a cohort created after the
+   shrink that retired it (see ``docs/repartition.md``).
 
 The table, per topic; a step fires at most one start and advances a marker
 once (a marker started in this step is advanced from the next)::
@@ -47,14 +55,15 @@ once (a marker started in this step is advanced from the next)::
                            last one acted on) and not the count now      ``Topic.spec.partitions``
     adoptionGeneration ∅   -                                            stamp := input generation
                                                                         (Draining)
-    cutover offset ∅       the leader at the current epoch reports one   record it
-                           for ``toVersion``
+    cutover offset ∅       the leader at the current epoch reports one   record it (old partitions
+                           for ``toVersion``                             and retired ones routed to
+                                                                        again)
     cohort not released    its cursors on q's feeders >= their cutover   release q for it
                            offsets
     drainedMs ∅            every cutover offset known, every tracked     drainedMs := now
                            cohort released on every new partition        (AwaitingAdoption)
-    drained                floor >= adoptionGeneration, or now >=        retire, clear (Finalized)
-                           drainedMs + adoption timeout
+    drained                floor >= adoptionGeneration, or now >=        retire, clear, add to the
+                           drainedMs + adoption timeout                  history (Finalized)
 
 Bad requests fail with a message and change nothing: a missing topic, the
 count it already has, a topic with an Unload in flight. A second request for
@@ -63,8 +72,8 @@ Repartition deleted before its cutover fails; one deleted after rolls forward
 to Finalized (the marker carries all it needs), so nothing is left half done.
 
 Cohorts idle at the time (no members) are not waited for; one that comes
-back before finalize is held like the others, one that comes back after
-reads the partitions independently (see ``docs/repartition.md``).
+back before finalize is held like the others, one that comes back after is
+held by the history, as a cohort created after finalize.
 """
 
 from __future__ import annotations
