@@ -31,9 +31,10 @@ async def test_six_rounds_of_faults_lose_duplicate_and_reorder_nothing(tmp_path:
         assert counts[kind] == 0, (kind, report["examples"].get(kind))
     assert counts["key_order_violations"] == 0, report["examples"].get("key_order_violations")
     assert counts["corrupt"] == 0, report["examples"].get("corrupt")
-    # a cohort created afterwards reads every acknowledged record; its keys' order across
-    # the topic's history is the open gap of test_repartition.py's strict xfail
+    # a cohort created afterwards reads every acknowledged record, each key in order across
+    # the topic's history (the cutover round's grow)
     assert report["fresh_cohort"]["undelivered"] == 0, report["fresh_cohort"]
+    assert report["fresh_cohort"]["key_order"] == 0, report["fresh_cohort"]
     assert report["rounds_not_recovered"] == 0, report["round_log"]
     cutover = next(r for r in report["round_log"] if r["target"] == "cutover")
     assert (cutover["partitions_before"], cutover["partitions_after"]) == (3, 4), cutover

@@ -30,10 +30,9 @@ async def test_repartitions_under_faults_lose_skip_and_reorder_nothing(tmp_path:
         assert counts[kind] == 0, (kind, report["examples"].get(kind))
     assert counts["key_order_violations"] == 0, report["examples"].get("key_order_violations")
     assert counts["corrupt"] == 0, report["examples"].get("corrupt")
+    # a cohort created after them all reads every acknowledged record, each key in order
+    # across the topic's history (the shrink and the grow back included)
     assert report["fresh_cohort"]["undelivered"] == 0, report["fresh_cohort"]
-    # A cohort created after a shrink does not yet get each key in order across the
-    # topic's history (the history holds are not built): the campaign reports it, and
-    # test_repartition.py::test_a_cohort_created_after_a_shrink_gets_each_key_in_order is
-    # its strict xfail
+    assert report["fresh_cohort"]["key_order"] == 0, report["fresh_cohort"]
     assert report["rounds_not_recovered"] == 0, report["round_log"]
     assert all(not r["note"] for r in report["round_log"]), report["round_log"]

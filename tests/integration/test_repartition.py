@@ -289,21 +289,14 @@ async def test_a_partition_number_that_comes_back_never_reuses_an_offset(
     assert not wrong, f"{len(wrong)} acknowledged records not read where acked: {wrong[:3]}"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="history holds are not built yet: a cohort created after a shrink has no hold"
-    " across its cutover (docs/repartition.md, 'A cohort created after a transition')",
-)
-async def test_a_cohort_created_after_a_shrink_gets_each_key_in_order(
-    cluster: LocalCluster,
-) -> None:
-    """4 -> 2 under keyed load, then a new cohort from the earliest offsets. Its member
-    processes what it is delivered from the partitions keys are routed to at once, and
-    what it is delivered from the retired ones only when a round brings nothing else:
-    a legal member, so only delivery holds can keep each key in order for it."""
-    topic = "default/history"
-    acked = await keyed_load_through(cluster, "history", [4, 2])
-    reader = Consumer(cluster.bootstrap, topic, "late", member_id="late", start="earliest")
+async def read_deferring(
+    cluster: LocalCluster, topic: str, cohort: str, acked: Sequence[Delivery], first: set[int]
+) -> list[Delivery]:
+    """What one new member of a new cohort, from the earliest offsets, processes until it
+    has every acknowledged record: what it is delivered from the partitions in ``first``
+    at once, what it is delivered from the others only when a round brings nothing from
+    ``first``. A legal member, so only delivery holds can keep each key in order for it."""
+    reader = Consumer(cluster.bootstrap, topic, cohort, member_id=cohort, start="earliest")
     await reader.start()
     log: list[Delivery] = []
     aside: list[ConsumedBatch] = []
@@ -319,21 +312,49 @@ async def test_a_cohort_created_after_a_shrink_gets_each_key_in_order(
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
         while not wanted <= {(key, seq) for key, seq, _, _ in log}:
-            assert loop.time() < deadline, "the late cohort never read every acked record"
-            routed = 0
+            assert loop.time() < deadline, f"{cohort} never read every acked record"
+            processed = 0
             for batch in await reader.getmany(timeout_s=0.2):
-                if batch.partition < 2:
+                if batch.partition in first:
                     process(batch)
-                    routed += 1
+                    processed += 1
                 else:
                     aside.append(batch)
-            if not routed:
+            if not processed:
                 for batch in aside:
                     process(batch)
                 aside.clear()
     finally:
         await reader.close(grace_s=1)
+    return log
+
+
+async def test_a_cohort_created_after_a_shrink_gets_each_key_in_order(
+    cluster: LocalCluster,
+) -> None:
+    """4 -> 2 under keyed load, then a new cohort from the earliest offsets that processes
+    the partitions keys are routed to first: the history's holds keep each key in order
+    (without them: a key's newer records from 0 or 1 before its older ones from 2 or 3)."""
+    acked = await keyed_load_through(cluster, "history", [4, 2])
+    log = await read_deferring(cluster, "default/history", "late", acked, first={0, 1})
     check_keyed_order(log, {})
+
+
+async def test_a_cohort_created_after_a_shrink_and_a_grow_back_gets_each_key_in_order(
+    cluster: LocalCluster,
+) -> None:
+    """4 -> 2 -> 4 under keyed load: partitions 2 and 3 are retired and then routed to
+    again. New cohorts after it, one processing 2 and 3 first and one 0 and 1 first, read
+    every acknowledged record, each key in order across both transitions, and neither
+    waits for ever (the grow holds 2 and 3 at their own log ends, not from 0)."""
+    acked = await keyed_load_through(cluster, "backagain", [4, 2, 4])
+    topic = next(
+        t for t in cluster.state()["cluster"]["topics"] if t["name"] == "default/backagain"
+    )
+    assert [t["toPartitions"] for t in topic["history"]["transitions"]] == [2, 4]
+    for cohort, first in (("late-high", {2, 3}), ("late-low", {0, 1})):
+        log = await read_deferring(cluster, "default/backagain", cohort, acked, first)
+        check_keyed_order(log, {})
 
 
 def test_bad_repartitions_are_refused_and_change_nothing(

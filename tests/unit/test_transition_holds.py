@@ -41,6 +41,17 @@ def test_holds_start_at_the_cutover_and_end_when_released() -> None:
     assert shrink.hold("other", 8, None) is None  # retiring: only pre-cutover records
 
 
+def test_a_grow_holds_a_retired_partition_it_routes_to_again_at_its_own_log_end() -> None:
+    # 4 -> 2 -> 4: 2 and 3 come back with their older records, which a cohort created
+    # after the shrink must be able to read (the shrink's history waits for them).
+    grow = TransitionPlacement(2, 4, 3, {0: 50, 1: 40, 2: 30})
+    assert grow.hold("c", 2, 25) == 30  # measured by the controller
+    assert grow.hold("c", 3, 20) == 20  # not reported yet: the leader's own record
+    assert grow.hold("c", 3, None) == 0  # nothing known: hold everything
+    assert grow.routed_anew_from(2, None) == 30 and grow.routed_anew_from(3, 20) == 20
+    assert grow.routed_anew_from(1, 40) is None  # routed to before the grow too
+
+
 def test_the_routing_count_and_the_transition_travel_in_the_topology() -> None:
     placement = TopicPlacement(
         "default/t", 12, 3, 1, {}, [], {}, TransitionPlacement(12, 6, 3, {0: 5}, {"c": [1]})

@@ -420,21 +420,41 @@ class Broker:
 
     def delivery_hold(self, topic: str, cohort: str, partition: int) -> int | None:
         """The first offset of ``partition`` the cohort may not be delivered yet (a
-        repartition holds a new partition's post-cutover records until the cohort drained
-        the old partitions feeding it); None: no hold."""
+        repartition, in flight or in the topic's history, holds a new partition's
+        post-cutover records until the cohort drained the old partitions feeding it);
+        None: no hold."""
+        placement = self._placement(topic)
+        if placement is None:
+            return None
+        holds: list[int] = []
+        if placement.history is not None:
+            held = placement.history.hold(cohort, partition)
+            if held is not None:
+                holds.append(held)
+        t = placement.transition
+        if t is not None:
+            held = t.hold(cohort, partition, self._local_cutover(topic, partition, t.to_version))
+            if held is not None:
+                holds.append(held)
+        return min(holds, default=None)
+
+    def routed_anew_from(self, topic: str, partition: int) -> int | None:
+        """While a grow is in flight, for a partition it routes keys to anew: where its
+        post-cutover records begin (a cohort's member without a cursor there starts at
+        the latest there, whatever its start: they are all newer than the cohort)."""
         placement = self._placement(topic)
         if placement is None or placement.transition is None:
             return None
         t = placement.transition
-        part = (
-            self.registry.topics[topic].partitions.get(partition)
-            if topic in self.registry.topics
-            else None
-        )
-        local = None
-        if part is not None and part.cutover is not None and part.cutover[0] == t.to_version:
-            local = part.cutover[1]
-        return t.hold(cohort, partition, local)
+        return t.routed_anew_from(partition, self._local_cutover(topic, partition, t.to_version))
+
+    def _local_cutover(self, topic: str, partition: int, version: int) -> int | None:
+        """This copy's own record of where ``version`` began in ``partition``, if any."""
+        t = self.registry.topics.get(topic)
+        part = None if t is None else t.partitions.get(partition)
+        if part is not None and part.cutover is not None and part.cutover[0] == version:
+            return part.cutover[1]
+        return None
 
     def _not_leader(self, topic: Topic, partition: int) -> RedirectRequired:
         me = self.settings.broker_id
@@ -649,7 +669,14 @@ class Broker:
             p.cursors.all(),
             p.cutover if p.role is Role.LEADER else None,
             upload_error=self.tiering.upload_error(p),
+            stored_from=self._stored_from(p),
         )
+
+    def _stored_from(self, p: Partition) -> int | None:
+        """The object store's first offset when it holds records the local log no longer
+        does (the controller keeps a repartition's history while they are readable)."""
+        stored = self.tiering.stored_start(p)
+        return stored if stored is not None and stored < p.log.log_start_offset else None
 
     def _hosted(self, topic: str, index: int) -> Partition | None:
         t = self.registry.topics.get(topic)
@@ -781,6 +808,7 @@ class Broker:
                 chunk_bytes=self.settings.delivery_chunk_bytes,
                 tiering=self.tiering,
                 hold=functools.partial(self.delivery_hold, topic.name, name),
+                routed_anew_from=functools.partial(self.routed_anew_from, topic.name),
                 epoch_floor=self.gate_epoch_floor,
             )
             runtime.on_delivered = self.metrics.delivered_bytes.inc

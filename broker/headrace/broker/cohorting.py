@@ -48,12 +48,16 @@ class CohortRuntime:
         chunk_bytes: int,
         tiering: TieredReads | None = None,
         hold: Callable[[int], int | None] | None = None,
+        routed_anew_from: Callable[[int], int | None] | None = None,
         epoch_floor: int = 0,
     ) -> None:
         self.topic = topic
         #: partition -> the first offset this cohort may not be delivered yet (a
         #: repartition's per-key order hold, ``Broker.delivery_hold``); None: no hold
         self.hold = hold or (lambda partition: None)
+        #: partition -> where the post-cutover records of a partition a grow in flight
+        #: routes to anew begin (``Broker.routed_anew_from``); None: not such a partition
+        self.routed_anew_from = routed_anew_from or (lambda partition: None)
         #: reads below a partition's local log start go to the object store through it
         self.tiering = tiering
         self.name = name
@@ -307,12 +311,15 @@ class CohortRuntime:
         earliest = self._earliest(part)
         if cursor is not None and cursor >= earliest:
             return min(cursor, part.log.next_offset)
-        # A partition a repartition's grow added holds only post-cutover records, all newer
-        # than the cohort's start: a "latest" member must not skip them.
-        grown = self.hold(partition) == 0
-        start = (
-            earliest if grown or self._start.get(member_id) == "earliest" else part.high_watermark
-        )
+        # A partition a grow in flight routes to anew holds from its cutover on only records
+        # newer than the cohort's start: a "latest" member must not skip them.
+        anew = self.routed_anew_from(partition)
+        if self._start.get(member_id) == "earliest":
+            start = earliest
+        elif anew is not None:
+            start = max(earliest, min(anew, part.high_watermark))
+        else:
+            start = part.high_watermark
         part.cursors.set(self.name, start)
         return start
 

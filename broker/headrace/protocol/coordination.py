@@ -26,6 +26,7 @@ would leave out have the defaults noted on them.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -126,6 +127,14 @@ class PartitionReport:
     #: row), None while they succeed; on the wire only when set (the operator's
     #: ``ObjectStoreReachable`` condition)
     upload_error: str | None = None
+    #: the first offset a reader can still get, the object store included, when that is
+    #: below ``log_start_offset``; None: ``log_start_offset`` (on the wire only when set)
+    stored_from: int | None = None
+
+    @property
+    def readable_from(self) -> int:
+        """The first offset any reader can still get (retention removed what is below)."""
+        return self.log_start_offset if self.stored_from is None else self.stored_from
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -147,6 +156,8 @@ class PartitionReport:
             doc["cutover"] = {"version": self.cutover[0], "offset": self.cutover[1]}
         if self.upload_error is not None:
             doc["uploadError"] = self.upload_error
+        if self.stored_from is not None:
+            doc["storedFrom"] = self.stored_from
         return doc
 
     @classmethod
@@ -182,6 +193,7 @@ class PartitionReport:
             dict(cursors),
             _cutover(optional(doc, "cutover", dict, w), w),
             optional(doc, "uploadError", str, w),
+            optional(doc, "storedFrom", int, w),
         )
 
 
@@ -445,6 +457,9 @@ class TopicPlacement:
     #: ones above are retired: readable, led and replicated, but they take no produce.
     #: 0: all of them
     active_partitions: int = 0
+    #: the finished transitions whose pre-cutover records are still readable, and the
+    #: holds they keep on cohorts (``PartitioningHistory``); None: none
+    history: PartitioningHistory | None = None
 
     @property
     def routing_partitions(self) -> int:
@@ -467,6 +482,7 @@ class TopicPlacement:
             },
             **({} if self.transition is None else {"transition": self.transition.to_json()}),
             **({"activePartitions": self.active_partitions} if self.active_partitions else {}),
+            **({} if self.history is None else {"history": self.history.to_json()}),
         }
 
     @classmethod
@@ -474,6 +490,7 @@ class TopicPlacement:
         w = "topic placement"
         config = optional(doc, "config", dict, w) or {}
         transition = optional(doc, "transition", dict, w)
+        history = optional(doc, "history", dict, w)
         plans: dict[str, dict[str, list[int]]] = {}
         for cohort, plan in (optional(doc, "cohortPlans", dict, w) or {}).items():
             where = f"{w}: cohort plan {cohort!r}"
@@ -488,6 +505,7 @@ class TopicPlacement:
             plans,
             None if transition is None else TransitionPlacement.from_json(transition),
             optional(doc, "activePartitions", int, w) or 0,
+            None if history is None else PartitioningHistory.from_json(history),
         )
 
 
@@ -496,7 +514,8 @@ class TransitionPlacement:
     """What a broker needs of a repartition in flight: the routing count, and the holds.
 
     A cohort is held on new partition ``q`` from ``q``'s cutover offset (0 for a
-    partition the grow added) until ``released`` names ``q`` for it; see
+    partition the grow added; a retired partition a grow routes to again is held at
+    its own log end) until ``released`` names ``q`` for it; see
     ``control.repartitions`` for why that keeps each key in order.
     """
 
@@ -514,8 +533,19 @@ class TransitionPlacement:
         controller has one (0 when neither knows: hold everything)."""
         if partition >= self.to_partitions or partition in self.released.get(cohort, ()):
             return None
-        if partition >= self.from_partitions:
-            return 0
+        # A partition the grow added has cutover 0; a retired one routed to again has its
+        # log end (held from 0, a new cohort could never read its older records: the
+        # history's holds on the partitions they feed would wait for them for ever).
+        known = self.cutover_offsets.get(partition)
+        if known is not None:
+            return known
+        return local_cutover if local_cutover is not None else 0
+
+    def routed_anew_from(self, partition: int, local_cutover: int | None) -> int | None:
+        """For a partition the grow routes keys to anew (added, or retired and routed to
+        again): where its post-cutover records begin; None for any other partition."""
+        if not self.from_partitions <= partition < self.to_partitions:
+            return None
         known = self.cutover_offsets.get(partition)
         if known is not None:
             return known
@@ -547,6 +577,147 @@ class TransitionPlacement:
             cut,
             rel,
         )
+
+
+def feeders(from_partitions: int, to_partitions: int, partition: int) -> tuple[int, ...]:
+    """The old partitions holding pre-cutover records of keys that new ``partition`` gets:
+    ``crc32(key) % from == p`` and ``% to == partition`` have a solution exactly when ``p``
+    and ``partition`` agree modulo gcd(from, to)."""
+    g = math.gcd(from_partitions, to_partitions)
+    return tuple(p for p in range(from_partitions) if p % g == partition % g)
+
+
+@dataclass(frozen=True, slots=True)
+class PastTransition:
+    """A finalized repartition, kept as part of its topic's partitioning history.
+
+    ``cutover_offsets`` holds, for every partition the transition measured (each old
+    partition, and each retired partition a grow routed to again), its log end when it
+    cut over; a partition the grow placed new is absent (it started empty: 0).
+    """
+
+    from_partitions: int
+    to_partitions: int
+    to_version: int
+    cutover_offsets: Mapping[int, int] = field(default_factory=dict)
+
+    def feeders(self, partition: int) -> tuple[int, ...]:
+        return feeders(self.from_partitions, self.to_partitions, partition)
+
+    def held_from(self, partition: int) -> int | None:
+        """Where this transition's post-cutover records of ``partition`` begin; None: it
+        routes nothing to ``partition`` (retired by it, or not there yet)."""
+        if partition >= self.to_partitions:
+            return None
+        return self.cutover_offsets.get(partition, 0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "fromPartitions": self.from_partitions,
+            "toPartitions": self.to_partitions,
+            "toVersion": self.to_version,
+            "cutoverOffsets": [
+                {"partition": p, "offset": self.cutover_offsets[p]}
+                for p in sorted(self.cutover_offsets)
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PastTransition:
+        w = "past transition"
+        return cls(
+            required(doc, "fromPartitions", int, w),
+            required(doc, "toPartitions", int, w),
+            required(doc, "toVersion", int, w),
+            {
+                required(o, "partition", int, w): required(o, "offset", int, w)
+                for o in objects(doc, "cutoverOffsets", w)
+            },
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class CohortPosition:
+    """How far one cohort has come through a topic's partitioning history."""
+
+    #: the ``to_version`` of the oldest kept transition that may still hold the cohort
+    #: back (one above the newest's: past the whole history)
+    version: int
+    #: the partitions that transition no longer holds the cohort on
+    released: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class PartitioningHistory:
+    """A topic's finished transitions whose pre-cutover records are still readable, and
+    how far each cohort has come through them (``control.repartitions``).
+
+    A cohort is held by every kept transition from its position on, as a live
+    transition holds it: new partition ``q`` from ``q``'s own cutover offset until the
+    controller released ``q`` for it. A cohort the history does not name (one created
+    after, or idle during, a transition) starts at the oldest kept transition with
+    nothing released; one past the whole history is held by nothing.
+    """
+
+    #: oldest first, by ``to_version``
+    transitions: tuple[PastTransition, ...]
+    cohorts: Mapping[str, CohortPosition] = field(default_factory=dict)
+
+    @property
+    def past(self) -> int:
+        """The position of a cohort past every kept transition."""
+        return self.transitions[-1].to_version + 1 if self.transitions else 0
+
+    def position(self, cohort: str) -> CohortPosition:
+        found = self.cohorts.get(cohort)
+        if found is not None:
+            return found
+        return CohortPosition(self.transitions[0].to_version if self.transitions else 0)
+
+    def holds(self, cohort: str) -> bool:
+        """Some kept transition may still hold ``cohort`` back."""
+        return self.position(cohort).version < self.past
+
+    def hold(self, cohort: str, partition: int) -> int | None:
+        """The first offset of ``partition`` that ``cohort`` may not be delivered yet;
+        None: no hold. The oldest transition holding it decides: a later one's cutover
+        offset of the same partition is never below it."""
+        at = self.position(cohort)
+        for t in self.transitions:
+            if t.to_version < at.version:
+                continue
+            if t.to_version == at.version and partition in at.released:
+                continue
+            held = t.held_from(partition)
+            if held is not None:
+                return held
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "transitions": [t.to_json() for t in self.transitions],
+            "cohorts": [
+                {"cohort": c, "version": p.version, "released": list(p.released)}
+                for c, p in sorted(self.cohorts.items())
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> PartitioningHistory:
+        w = "partitioning history"
+        transitions = tuple(
+            sorted(
+                (PastTransition.from_json(t) for t in objects(doc, "transitions", w)),
+                key=lambda t: t.to_version,
+            )
+        )
+        cohorts = {
+            required(c, "cohort", str, w): CohortPosition(
+                required(c, "version", int, w), tuple(sorted(ints(c, "released", w, default=True)))
+            )
+            for c in objects(doc, "cohorts", w)
+        }
+        return cls(transitions, cohorts)
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ from headrace.control.model import (
     RepartitionProgress,
     RepartitionRequest,
     TopicSpec,
+    TopicStatus,
     UnloadProgress,
     UnloadRequest,
 )
@@ -326,8 +327,9 @@ class ControlLoop:
 
     @property
     def transitioning(self) -> bool:
-        """An unload or a repartition is unfinished, or a partition sealed: poll fast (a
-        repartition holds moved keys back until the controller releases them)."""
+        """An unload or a repartition is unfinished, or a partition sealed, or a cohort with
+        members is held by a topic's history: poll fast (a repartition holds moved keys
+        back until the controller releases them)."""
         return (
             any(
                 name not in self.progress or not self.progress[name].finished
@@ -335,6 +337,7 @@ class ControlLoop:
             )
             or any(p.seal for t in self.state.topics.values() for p in t.partitions)
             or any(t.transition is not None for t in self.state.topics.values())
+            or any(_held_by_history(t) for t in self.state.topics.values())
             or any(
                 name not in self.repartition_progress
                 or not self.repartition_progress[name].finished
@@ -671,3 +674,11 @@ class ControlLoop:
 
 def _unstamped(status: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in status.items() if k != "topologyGeneration"}
+
+
+def _held_by_history(topic: TopicStatus) -> bool:
+    """A cohort with members may still be held back by the topic's partitioning history."""
+    history = topic.history
+    return history is not None and any(
+        plan.assignment and history.holds(cohort) for cohort, plan in topic.cohort_plans.items()
+    )

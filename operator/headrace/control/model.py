@@ -22,12 +22,12 @@ of the wrong shape with ``InvalidRequest`` naming the field.
 from __future__ import annotations
 
 import enum
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.protocol.coordination import PartitioningHistory, PastTransition, feeders
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.jsonfields import ints as _ints
 from headrace.protocol.jsonfields import objects as _objects
@@ -252,13 +252,32 @@ class Transition:
     released: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     #: when every tracked cohort had drained every old partition's pre-cutover backlog
     drained_ms: int | None = None
+    #: the partitions the topic had at the cutover, retired ones included (None in a
+    #: marker written before it was recorded: ``from_partitions``)
+    existing_partitions: int | None = None
+
+    @property
+    def measured(self) -> int:
+        """The partitions ``0..measured-1`` whose cutover offsets the marker collects: every
+        old partition, and every retired one a grow routes to again. The history needs the
+        latter (``PastTransition``); a partition the grow places new starts empty."""
+        existing = self.existing_partitions or self.from_partitions
+        return max(self.from_partitions, min(self.to_partitions, existing))
 
     def feeders(self, partition: int) -> tuple[int, ...]:
         """The old partitions holding pre-cutover records of keys that ``partition`` now
         gets: ``crc32(key) % from == p`` and ``% to == partition`` have a solution exactly
         when ``p`` and ``partition`` agree modulo gcd(from, to)."""
-        g = math.gcd(self.from_partitions, self.to_partitions)
-        return tuple(p for p in range(self.from_partitions) if p % g == partition % g)
+        return feeders(self.from_partitions, self.to_partitions, partition)
+
+    def past(self) -> PastTransition:
+        """What the history keeps of it once it finalized."""
+        return PastTransition(
+            self.from_partitions,
+            self.to_partitions,
+            self.to_version,
+            {p: o for p, o in self.cutover_offsets.items() if o > 0},
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -279,6 +298,11 @@ class Transition:
                 {"cohort": c, "partitions": list(self.released[c])} for c in sorted(self.released)
             ],
             "drainedMs": self.drained_ms,
+            **(
+                {}
+                if self.existing_partitions is None
+                else {"existingPartitions": self.existing_partitions}
+            ),
         }
 
     @classmethod
@@ -304,6 +328,7 @@ class Transition:
             offsets,
             released,
             _optional(doc, "drainedMs", int, w),
+            _optional(doc, "existingPartitions", int, w),
         )
 
 
@@ -325,6 +350,10 @@ class TopicStatus:
     #: the ones above are *retired*: they take no produce but stay placed, led and
     #: readable, and a grow routes to them again, continuing their offsets. None: all
     active_partitions: int | None = None
+    #: the finished transitions whose pre-cutover records are still readable, and how far
+    #: each cohort has come through them: what keeps each key in order for a cohort that
+    #: was not there during a transition (``repartitions``). None: nothing to keep
+    history: PartitioningHistory | None = None
 
     @property
     def routing_partitions(self) -> int:
@@ -347,6 +376,8 @@ class TopicStatus:
             doc["specPartitions"] = self.spec_partitions
         if self.active_partitions is not None:
             doc["activePartitions"] = self.active_partitions
+        if self.history is not None:
+            doc["history"] = self.history.to_json()
         return doc
 
     @classmethod
@@ -358,6 +389,7 @@ class TopicStatus:
         plans = [CohortPlan.from_json(c) for c in _objects(doc, "cohortPlans", w)]
         marker = _optional(doc, "transition", dict, w)
         active = _optional(doc, "activePartitions", int, w)
+        history = _optional(doc, "history", dict, w)
         if active is not None and not 1 <= active < len(partitions):
             raise InvalidRequest(
                 f"{w}: activePartitions must be between 1 and the partitions listed less one,"
@@ -371,6 +403,7 @@ class TopicStatus:
             None if marker is None else Transition.from_json(marker),
             _optional(doc, "specPartitions", int, w),
             active,
+            None if history is None else PartitioningHistory.from_json(history),
         )
 
 

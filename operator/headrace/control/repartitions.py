@@ -35,6 +35,14 @@ cohorts keep running:
    routing, not for reading: they stay placed, led and readable
    (``TopicStatus.active_partitions``), and a later grow continues their logs.
    The marker is cleared, and with it every hold.
+5. **history**: the finalized transition joins the topic's partitioning history
+   (``PartitioningHistory``), kept while a record below one of its cutover
+   offsets is readable. A cohort that was not there (created later, or idle
+   during it) is held by each kept transition from its position on as a live
+   one holds it, and released transition by transition (``advance_history``).
+   A grow also measures the retired partitions it routes to again: one held
+   from 0 instead of its own log end would deadlock a cohort created after the
+   shrink that retired it (see ``docs/repartition.md``).
 
 The table, per topic; a step fires at most one start and advances a marker
 once (a marker started in this step is advanced from the next)::
@@ -47,14 +55,15 @@ once (a marker started in this step is advanced from the next)::
                            last one acted on) and not the count now      ``Topic.spec.partitions``
     adoptionGeneration ∅   -                                            stamp := input generation
                                                                         (Draining)
-    cutover offset ∅       the leader at the current epoch reports one   record it
-                           for ``toVersion``
+    cutover offset ∅       the leader at the current epoch reports one   record it (old partitions
+                           for ``toVersion``                             and retired ones routed to
+                                                                        again)
     cohort not released    its cursors on q's feeders >= their cutover   release q for it
                            offsets
     drainedMs ∅            every cutover offset known, every tracked     drainedMs := now
                            cohort released on every new partition        (AwaitingAdoption)
-    drained                floor >= adoptionGeneration, or now >=        retire, clear (Finalized)
-                           drainedMs + adoption timeout
+    drained                floor >= adoptionGeneration, or now >=        retire, clear, add to the
+                           drainedMs + adoption timeout                  history (Finalized)
 
 Bad requests fail with a message and change nothing: a missing topic, the
 count it already has, a topic with an Unload in flight. A second request for
@@ -63,8 +72,8 @@ Repartition deleted before its cutover fails; one deleted after rolls forward
 to Finalized (the marker carries all it needs), so nothing is left half done.
 
 Cohorts idle at the time (no members) are not waited for; one that comes
-back before finalize is held like the others, one that comes back after
-reads the partitions independently (see ``docs/repartition.md``).
+back before finalize is held like the others, one that comes back after is
+held by the history, as a cohort created after finalize.
 """
 
 from __future__ import annotations
@@ -85,7 +94,12 @@ from headrace.control.model import (
     Transition,
 )
 from headrace.control.settings import ControlSettings
-from headrace.protocol.coordination import PartitionReport
+from headrace.protocol.coordination import (
+    CohortPosition,
+    PartitioningHistory,
+    PartitionReport,
+    PastTransition,
+)
 
 #: (kind, subject, message), as the reconcile step's events
 EventTuple = tuple[str, str, str]
@@ -151,7 +165,11 @@ def step(
                 events.append(("RepartitionDrained", name, "pre-cutover backlog delivered"))
         out_topics[name] = after
 
-    # 2. requests, oldest first
+    # 2. the history every finished transition leaves, while its records are readable
+    for name in sorted(out_topics):
+        out_topics[name] = advance_history(out_topics[name], reports)
+
+    # 3. requests, oldest first
     for request in requests:
         before = progress.get(request.name, RepartitionProgress(request.name))
         target = out_topics.get(request.topic)
@@ -209,7 +227,7 @@ def step(
         events.append(("RepartitionStarted", request.topic, _describe(started.transition)))
         problems[request.topic] = ("Repartitioning", _describe(started.transition))
 
-    # 3. spec edits
+    # 4. spec edits
     for name in sorted(wanted):
         current = out_topics.get(name)
         if current is None:
@@ -320,6 +338,7 @@ def _start(
         topic.partitioning_version + 1,
         now_ms,
         timeout_ms,
+        existing_partitions=len(topic.partitions),
     )
     return replace(grown, partitioning_version=marker.to_version, transition=marker)
 
@@ -356,13 +375,7 @@ def _advance(
     if marker.adoption_generation is None:
         # Eager: the input is the state the cutover committed in (see the docstring).
         marker = replace(marker, adoption_generation=generation)
-    leaders: dict[int, PartitionReport] = {}
-    for p in topic.partitions[: marker.from_partitions]:
-        if p.leader is None:
-            continue
-        report = reports.get((topic.name, p.partition), {}).get(p.leader)
-        if report is not None and report.role == "leader" and report.leader_epoch == p.leader_epoch:
-            leaders[p.partition] = report
+    leaders = _leader_reports(topic, reports, marker.measured)
     offsets = dict(marker.cutover_offsets)
     for index, report in leaders.items():
         if index not in offsets and report.cutover is not None:
@@ -388,7 +401,7 @@ def _advance(
     everything = set(range(marker.to_partitions))
     if (
         marker.drained_ms is None
-        and len(offsets) == marker.from_partitions
+        and all(p in offsets for p in range(marker.measured))
         and all(set(qs) == everything for qs in marker.released.values())
     ):
         marker = replace(marker, drained_ms=now_ms)
@@ -399,6 +412,20 @@ def _advance(
         if now_ms - marker.drained_ms >= marker.adoption_timeout_ms:
             return _retire(topic, marker), marker, FinalizedBy.ADOPTION_TIMED_OUT
     return replace(topic, transition=marker), marker, None
+
+
+def _leader_reports(
+    topic: TopicStatus, reports: Reports, below: int | None = None
+) -> dict[int, PartitionReport]:
+    """The report of each partition's leader at its current epoch (of ``0..below-1``)."""
+    leaders: dict[int, PartitionReport] = {}
+    for p in topic.partitions[:below]:
+        if p.leader is None:
+            continue
+        report = reports.get((topic.name, p.partition), {}).get(p.leader)
+        if report is not None and report.role == "leader" and report.leader_epoch == p.leader_epoch:
+            leaders[p.partition] = report
+    return leaders
 
 
 def _drained(
@@ -424,7 +451,100 @@ def _retire(topic: TopicStatus, marker: Transition) -> TopicStatus:
     no offset is used twice (see ``docs/repartition.md``)."""
     count = len(topic.partitions)
     active = marker.to_partitions if marker.to_partitions < count else None
-    return replace(topic, active_partitions=active, transition=None)
+    return replace(
+        topic, active_partitions=active, transition=None, history=_remember(topic, marker)
+    )
+
+
+# --------------------------------------------------------------------------- the history
+
+
+def _remember(topic: TopicStatus, marker: Transition) -> PartitioningHistory | None:
+    """The topic's history with ``marker``, finalizing, added.
+
+    Every cohort the marker tracked is released everywhere under it; one that had passed
+    every older kept transition is past the new one too. Any other cohort (idle during
+    the transition, or still held by an older one) is held by it from now on."""
+    before = topic.history or PartitioningHistory(())
+    cohorts = dict(before.cohorts)
+    for cohort in marker.released:
+        if before.position(cohort).version >= before.past:
+            cohorts[cohort] = CohortPosition(marker.to_version + 1)
+    return _compact(PartitioningHistory((*before.transitions, marker.past()), cohorts))
+
+
+def advance_history(topic: TopicStatus, reports: Reports) -> TopicStatus:
+    """One step of the topic's partitioning history: forget the transitions none of whose
+    pre-cutover records is readable any more, and release each cohort, transition by
+    transition, as ``_advance`` releases it from a live one: new partition ``q`` once the
+    cohort's cursors on every feeder of ``q`` reached their cutover offsets."""
+    history = topic.history
+    if history is None:
+        return topic
+    leaders = _leader_reports(topic, reports)
+    kept = tuple(t for t in history.transitions if _readable(t, leaders))
+    history = replace(history, transitions=kept)
+    named = set(history.cohorts) | {c for c, plan in topic.cohort_plans.items() if plan.assignment}
+    named |= {c for report in leaders.values() for c in report.cursors}
+    cohorts: dict[str, CohortPosition] = {}
+    for cohort in sorted(named):
+        at = _aligned(history, history.position(cohort))
+        for t in history.transitions:
+            if t.to_version < at.version:
+                continue
+            done = set(at.released)
+            for q in range(t.to_partitions):
+                if q not in done and all(_passed(t, p, cohort, leaders) for p in t.feeders(q)):
+                    done.add(q)
+            if len(done) < t.to_partitions:
+                at = CohortPosition(t.to_version, tuple(sorted(done)))
+                break
+            at = CohortPosition(t.to_version + 1)
+        cohorts[cohort] = at
+    return replace(topic, history=_compact(replace(history, cohorts=cohorts)))
+
+
+def _passed(
+    t: PastTransition, partition: int, cohort: str, leaders: Mapping[int, PartitionReport]
+) -> bool:
+    """The cohort has nothing left to read of ``partition``'s records from before ``t``:
+    its cursor reached the cutover offset, or retention removed every such record."""
+    cut = t.cutover_offsets.get(partition, 0)
+    if cut == 0:
+        return True
+    report = leaders.get(partition)
+    if report is None:
+        return False
+    cursor = report.cursors.get(cohort)
+    return report.readable_from >= cut or (cursor is not None and cursor >= cut)
+
+
+def _readable(t: PastTransition, leaders: Mapping[int, PartitionReport]) -> bool:
+    """A pre-cutover record of ``t`` may still be readable (its leader's report says
+    where reading starts; a partition with no report counts as readable)."""
+    return any(
+        p not in leaders or leaders[p].readable_from < offset
+        for p, offset in t.cutover_offsets.items()
+    )
+
+
+def _aligned(history: PartitioningHistory, at: CohortPosition) -> CohortPosition:
+    """``at`` moved to the oldest kept transition it may still be held by: what it had
+    released counts only while that transition is still kept."""
+    for t in history.transitions:
+        if t.to_version >= at.version:
+            return at if t.to_version == at.version else CohortPosition(t.to_version)
+    return CohortPosition(history.past)
+
+
+def _compact(history: PartitioningHistory) -> PartitioningHistory | None:
+    """None for an empty history; otherwise without the positions that say only what a
+    cohort the history does not name is told anyway (held from the oldest transition)."""
+    if not history.transitions:
+        return None
+    start = CohortPosition(history.transitions[0].to_version)
+    aligned = {c: _aligned(history, at) for c, at in history.cohorts.items()}
+    return replace(history, cohorts={c: at for c, at in aligned.items() if at != start})
 
 
 def phase_of(marker: Transition) -> RepartitionPhase:
@@ -475,7 +595,7 @@ def _describe(marker: Transition) -> str:
         f" {marker.from_version} -> {marker.to_version}: {phase.value}"
     )
     if phase is RepartitionPhase.DRAINING:
-        missing = marker.from_partitions - len(marker.cutover_offsets)
+        missing = sum(1 for p in range(marker.measured) if p not in marker.cutover_offsets)
         held = sorted(c for c, qs in marker.released.items() if len(qs) < marker.to_partitions)
         parts = []
         if missing:

@@ -305,6 +305,53 @@ class TransitionMarker(Model):
     """Per cohort, the new partitions it is no longer held on."""
     drained_ms: int | None = Field(default=None, ge=0)
     """When the pre-cutover backlog of the old partitions finished draining."""
+    existing_partitions: int | None = Field(default=None, ge=1, le=MAX_PARTITIONS)
+    """The partitions the topic had at the cutover, retired ones included: a grow collects
+    the cutover offsets of the retired ones it routes to again too."""
+
+
+class PastTransition(Model):
+    """A finished repartition kept in the topic's history."""
+
+    from_partitions: int = Field(ge=1, le=MAX_PARTITIONS)
+    """Partition count before its cutover."""
+    to_partitions: int = Field(ge=1, le=MAX_PARTITIONS)
+    """Partition count after its cutover."""
+    to_version: int = Field(ge=0)
+    """The partitioning version its cutover moved to."""
+    cutover_offsets: list[CutoverOffset] = Field(
+        default_factory=list, json_schema_extra=list_map("partition")
+    )
+    """Per partition it measured (each old partition, and each retired partition a grow
+    routed to again), where its post-cutover records begin; a partition left out starts at
+    0."""
+
+
+class CohortPosition(Model):
+    """How far one cohort has come through the topic's history."""
+
+    cohort: str = Field(max_length=253)
+    """Cohort name."""
+    version: int = Field(ge=0)
+    """The ``toVersion`` of the oldest kept transition that may still hold it back (one
+    above the newest's: past the whole history)."""
+    released: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
+    """The partitions that transition no longer holds it on."""
+
+
+class PartitioningHistory(Model):
+    """The finished repartitions whose pre-cutover records are still readable: a cohort
+    created after one (or idle during it) is held by them as by a live one, so it gets each
+    key in order across the topic's history."""
+
+    transitions: list[PastTransition] = Field(default_factory=list)
+    """Oldest first. One is forgotten once retention removed every record below its
+    cutover offsets."""
+    cohorts: list[CohortPosition] = Field(
+        default_factory=list, json_schema_extra=list_map("cohort")
+    )
+    """Per cohort, how far it has come; a cohort not listed starts at the oldest
+    transition."""
 
 
 class TopicStatus(Status):
@@ -334,6 +381,9 @@ class TopicStatus(Status):
     The partitions above it are retired: they take no produce, but stay placed, led and
     readable until the topic is deleted, and a grow routes to them again, continuing their
     offsets. Unset: every partition is routed to."""
+    history: PartitioningHistory | None = None
+    """The topic's partitioning history, while a finished repartition's pre-cutover records
+    are readable."""
     topology_generation: int | None = Field(default=None, ge=0)
     """The topology generation this status was written for. The controller writes every
     Topic's status before the BrokerCluster's, so a status stamped above the cluster's
