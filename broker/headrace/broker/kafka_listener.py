@@ -36,6 +36,7 @@ from headrace.errors import (
     RequestTimedOut,
 )
 from headrace.kafka import messages as km
+from headrace.kafka.convert import to_kafka
 from headrace.kafka.errors import ErrorCode, code_of
 from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
 from headrace.records import batch as rb
@@ -508,9 +509,11 @@ class KafkaConnection(asyncio.Protocol):
                 # Both isolation levels read up to the HW, as in Kafka: there are no
                 # transactions, so the last stable offset is the HW.
                 raw, _ = part.log.read(offset, max(limit, 1), hw)
-                parts, size, foreign = _as_kafka_batches(raw)
-                if foreign and not parts:
-                    data.error_code = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+                try:
+                    parts, size = _as_kafka_batches(raw)
+                except CorruptBatch as exc:
+                    log.error("%s/%d at %d: %s", topic.topic, asked.partition, offset, exc)
+                    data.error_code = ErrorCode.CORRUPT_MESSAGE
                     errored = True
                     continue
                 data.records = parts
@@ -519,21 +522,22 @@ class KafkaConnection(asyncio.Protocol):
         return km.FetchResponse(0, 0, 0, responses), total, errored
 
 
-def _as_kafka_batches(raw: bytes | memoryview) -> tuple[Parts, int, bool]:
-    """The Kafka batches at the start of ``raw`` with Kafka's prefix, as buffers (no body copy).
-
-    Stops at the first native batch (``foreign``): converting it would be per-record work,
-    and Kafka's clients would read magic 1 as their own legacy format."""
+def _as_kafka_batches(raw: bytes | memoryview) -> tuple[Parts, int]:
+    """The batches of ``raw`` as Kafka's: a Kafka batch is served as stored, with Kafka's
+    prefix (no body copy); one of ours is converted (``kafka.convert``: column by column)."""
     view = memoryview(raw)
     parts: Parts = []
     size = 0
     for pos, header in rb.scan(view):
-        if header.magic != rb.KAFKA_MAGIC:
-            return parts, size, True
-        parts.append(rb.kafka_prefix(header))
-        parts.append(view[pos + 16 : pos + header.size])
-        size += header.size
-    return parts, size, False
+        if header.magic == rb.KAFKA_MAGIC:
+            parts.append(rb.kafka_prefix(header))
+            parts.append(view[pos + 16 : pos + header.size])
+            size += header.size
+        else:
+            converted = to_kafka(view[pos : pos + header.size])
+            parts.append(converted)
+            size += len(converted)
+    return parts, size
 
 
 def _error_only(correlation_id: int, code: ErrorCode) -> Parts:
