@@ -20,7 +20,7 @@ import asyncio
 import hashlib
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from headrace import transports
@@ -35,6 +35,7 @@ from headrace.errors import (
     OffsetOutOfRange,
     RequestTimedOut,
 )
+from headrace.kafka import groups
 from headrace.kafka import messages as km
 from headrace.kafka.convert import to_kafka
 from headrace.kafka.errors import ErrorCode, code_of
@@ -44,6 +45,7 @@ from headrace.security.acl import Operation
 from headrace.storage.bookkeeping import FsyncPolicy
 
 if TYPE_CHECKING:
+    from headrace.broker.kafka_groups import KafkaGroups
     from headrace.broker.ports import ConnectionHost
     from headrace.broker.topics import Partition
 
@@ -82,8 +84,10 @@ class KafkaConnection(asyncio.Protocol):
         broker: ConnectionHost,
         advertised: Callable[[], tuple[str, int]],
         connections: set[KafkaConnection],
+        groups: KafkaGroups,
     ) -> None:
         self.broker = broker
+        self.groups = groups
         self.connections = connections
         self.advertised = advertised
         self.transport: asyncio.Transport | None = None
@@ -178,15 +182,24 @@ class KafkaConnection(asyncio.Protocol):
             elif isinstance(body, km.ListOffsetsRequest):
                 self._complete(slot, api, header, self._list_offsets(body))
             elif isinstance(body, km.FetchRequest):
-                task = asyncio.get_running_loop().create_task(self._fetch(slot, api, header, body))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._fetch(slot, api, header, body))
+            elif isinstance(body, km.JoinGroupRequest):
+                self._spawn(self._join_group(slot, api, header, body))
+            elif isinstance(body, km.SyncGroupRequest):
+                self._spawn(self._sync_group(slot, api, header, body))
+            else:
+                self._complete(slot, api, header, self._group_request(header, body))
         except Exception:
             log.exception(
                 "kafka: %s v%d from %s failed", api.key.name, header.api_version, self.peer
             )
             slot.parts = _error_only(header.correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR)
             self._flush()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _unsupported(self, header: km.RequestHeader) -> None:
         if header.api_key == km.ApiKey.API_VERSIONS:
@@ -279,6 +292,162 @@ class KafkaConnection(asyncio.Protocol):
             cluster_id=settings.cluster_id,
             controller_id=me,
             topics=topics,
+        )
+
+    # ------------------------------------------------------------------ groups
+
+    async def _join_group(
+        self, slot: _Slot, api: km.Api, header: km.RequestHeader, req: km.JoinGroupRequest
+    ) -> None:
+        ask = groups.JoinAsk(
+            req.group_id,
+            req.member_id,
+            header.client_id or "",
+            self.peer.rpartition(":")[0],
+            req.session_timeout_ms,
+            # v0 has no rebalance timeout: Kafka takes the session timeout
+            req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else req.session_timeout_ms,
+            req.protocol_type,
+            tuple((p.name, p.metadata) for p in req.protocols),
+        )
+        answer = await self.groups.join(ask)
+        members = [km.JoinGroupResponseMember(m, None, meta) for m, meta in answer.members]
+        body = km.JoinGroupResponse(
+            0,
+            answer.error,
+            answer.generation,
+            answer.protocol_name,
+            answer.leader,
+            answer.member_id,
+            members,
+        )
+        self._complete(slot, api, header, body)
+
+    async def _sync_group(
+        self, slot: _Slot, api: km.Api, header: km.RequestHeader, req: km.SyncGroupRequest
+    ) -> None:
+        assignments = {a.member_id: a.assignment for a in req.assignments}
+        answer = await self.groups.sync(req.group_id, req.generation_id, req.member_id, assignments)
+        self._complete(slot, api, header, km.SyncGroupResponse(0, answer.error, answer.assignment))
+
+    def _group_request(self, header: km.RequestHeader, req: Any) -> Any:
+        """The group requests answered at once."""
+        core = self.groups.core
+        if isinstance(req, km.FindCoordinatorRequest):
+            host, port = self.advertised()
+            if req.key_type != 0:  # transactions have no coordinator here
+                return km.FindCoordinatorResponse(
+                    0, ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported", -1
+                )
+            return km.FindCoordinatorResponse(
+                0, ErrorCode.NONE, None, self.broker.settings.broker_id, host, port
+            )
+        if isinstance(req, km.HeartbeatRequest):
+            code = self.groups.heartbeat(req.group_id, req.generation_id, req.member_id)
+            return km.HeartbeatResponse(0, code)
+        if isinstance(req, km.LeaveGroupRequest):
+            return km.LeaveGroupResponse(0, self.groups.leave(req.group_id, req.member_id))
+        if isinstance(req, km.OffsetCommitRequest):
+            return self._offset_commit(req)
+        if isinstance(req, km.OffsetFetchRequest):
+            return self._offset_fetch(req)
+        if isinstance(req, km.ListGroupsRequest):
+            listed = [km.ListedGroup(g.group_id, g.protocol_type) for g in core.groups.values()]
+            return km.ListGroupsResponse(0, ErrorCode.NONE, listed)
+        if isinstance(req, km.DescribeGroupsRequest):
+            return km.DescribeGroupsResponse(0, [self._describe(g) for g in req.groups])
+        if isinstance(req, km.DeleteGroupsRequest):
+            results = [km.DeletableGroupResult(g, self.groups.delete(g)) for g in req.groups_names]
+            return km.DeleteGroupsResponse(0, results)
+        raise AssertionError(f"no handler for {type(req).__name__}")
+
+    def _offset_commit(self, req: km.OffsetCommitRequest) -> km.OffsetCommitResponse:
+        allowed = self.groups.core.may_commit(req.group_id, req.generation_id, req.member_id)
+        accepted: dict[tuple[str, int], groups.Committed] = {}
+        topics = []
+        for topic in req.topics:
+            answer = km.OffsetCommitResponseTopic(topic.name)
+            topics.append(answer)
+            code = allowed
+            if code == ErrorCode.NONE:
+                try:
+                    self.access.require(Operation.CONSUME, topic.name)
+                    self.broker.registry.get(topic.name)
+                except HeadraceError as exc:
+                    code = code_of(exc)
+            for part in topic.partitions:
+                answer.partitions.append(
+                    km.OffsetCommitResponsePartition(part.partition_index, code)
+                )
+                if code == ErrorCode.NONE:
+                    accepted[(topic.name, part.partition_index)] = groups.Committed(
+                        part.committed_offset,
+                        part.committed_leader_epoch,
+                        part.committed_metadata or "",
+                    )
+        if accepted:
+            try:
+                self.groups.commit(req.group_id, accepted)
+            except (OSError, HeadraceError) as exc:
+                log.error("kafka: committing offsets of group %r: %s", req.group_id, exc)
+                for answer in topics:
+                    for part_answer in answer.partitions:
+                        part_answer.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        return km.OffsetCommitResponse(0, topics)
+
+    def _offset_fetch(self, req: km.OffsetFetchRequest) -> km.OffsetFetchResponse:
+        committed = self.groups.core.committed(req.group_id)
+        if req.topics is None:
+            asked: dict[str, list[int]] = {}
+            for topic, partition in sorted(committed):
+                asked.setdefault(topic, []).append(partition)
+        else:
+            asked = {t.name: list(t.partition_indexes) for t in req.topics}
+        topics = []
+        for name, partitions in asked.items():
+            answer = km.OffsetFetchResponseTopic(name)
+            topics.append(answer)
+            try:
+                self.access.require(Operation.CONSUME, name)
+                denied = ErrorCode.NONE
+            except HeadraceError as exc:
+                denied = code_of(exc)
+            for index in partitions:
+                found = committed.get((name, index))
+                if denied != ErrorCode.NONE or found is None:
+                    answer.partitions.append(
+                        km.OffsetFetchResponsePartition(index, -1, -1, "", denied)
+                    )
+                else:
+                    answer.partitions.append(
+                        km.OffsetFetchResponsePartition(
+                            index, found.offset, found.leader_epoch, found.metadata, ErrorCode.NONE
+                        )
+                    )
+        return km.OffsetFetchResponse(0, topics, ErrorCode.NONE)
+
+    def _describe(self, group_id: str) -> km.DescribedGroup:
+        group = self.groups.core.groups.get(group_id)
+        if group is None:
+            return km.DescribedGroup(ErrorCode.NONE, group_id, "Dead", "", "", [])
+        members = [
+            km.DescribedGroupMember(
+                m.member_id,
+                None,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(group.protocol_name) if group.protocol_name else b"",
+                m.assignment,
+            )
+            for m in group.members.values()
+        ]
+        return km.DescribedGroup(
+            ErrorCode.NONE,
+            group_id,
+            group.state.value,
+            group.protocol_type,
+            group.protocol_name,
+            members,
         )
 
     # ------------------------------------------------------------------ Produce

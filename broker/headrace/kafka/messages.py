@@ -28,7 +28,17 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
     API_VERSIONS = 18
+    DELETE_GROUPS = 42
 
 
 # --------------------------------------------------------------------------- headers
@@ -359,6 +369,257 @@ class ListOffsetsResponse:
     topics: list[ListOffsetsTopicResponse] = kfield(Array(ListOffsetsTopicResponse))
 
 
+# --------------------------------------------------------------------------- groups (8-16, 42)
+# The classic group protocol, in its versions before flexible encoding.
+
+
+@dataclass(slots=True)
+class FindCoordinatorRequest:
+    key: str = kfield(Kind.STRING)
+    #: 0 = a group, 1 = a transactional id
+    key_type: int = kfield(Kind.INT8, "1+")
+
+
+@dataclass(slots=True)
+class FindCoordinatorResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, "1+", nullable="1+", default=None)
+    node_id: int = kfield(Kind.INT32)
+    host: str = kfield(Kind.STRING)
+    port: int = kfield(Kind.INT32)
+
+
+@dataclass(slots=True)
+class JoinGroupRequestProtocol:
+    name: str = kfield(Kind.STRING)
+    metadata: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class JoinGroupRequest:
+    group_id: str = kfield(Kind.STRING)
+    session_timeout_ms: int = kfield(Kind.INT32)
+    rebalance_timeout_ms: int = kfield(Kind.INT32, "1+", default=-1)
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "5+", nullable="5+", default=None)
+    protocol_type: str = kfield(Kind.STRING)
+    protocols: list[JoinGroupRequestProtocol] = kfield(Array(JoinGroupRequestProtocol))
+
+
+@dataclass(slots=True)
+class JoinGroupResponseMember:
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "5+", nullable="5+", default=None)
+    metadata: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class JoinGroupResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "2+")
+    error_code: int = kfield(Kind.INT16)
+    generation_id: int = kfield(Kind.INT32, default=-1)
+    protocol_name: str = kfield(Kind.STRING)
+    leader: str = kfield(Kind.STRING)
+    member_id: str = kfield(Kind.STRING)
+    members: list[JoinGroupResponseMember] = kfield(Array(JoinGroupResponseMember))
+
+
+@dataclass(slots=True)
+class HeartbeatRequest:
+    group_id: str = kfield(Kind.STRING)
+    generation_id: int = kfield(Kind.INT32)
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "3+", nullable="3+", default=None)
+
+
+@dataclass(slots=True)
+class HeartbeatResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class LeaveGroupRequest:
+    group_id: str = kfield(Kind.STRING)
+    member_id: str = kfield(Kind.STRING)
+
+
+@dataclass(slots=True)
+class LeaveGroupResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class SyncGroupRequestAssignment:
+    member_id: str = kfield(Kind.STRING)
+    assignment: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class SyncGroupRequest:
+    group_id: str = kfield(Kind.STRING)
+    generation_id: int = kfield(Kind.INT32)
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "3+", nullable="3+", default=None)
+    assignments: list[SyncGroupRequestAssignment] = kfield(Array(SyncGroupRequestAssignment))
+
+
+@dataclass(slots=True)
+class SyncGroupResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+    assignment: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class DescribeGroupsRequest:
+    groups: list[str] = kfield(Array(Kind.STRING))
+    include_authorized_operations: bool = kfield(Kind.BOOL, "3+")
+
+
+@dataclass(slots=True)
+class DescribedGroupMember:
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "4+", nullable="4+", default=None)
+    client_id: str = kfield(Kind.STRING)
+    client_host: str = kfield(Kind.STRING)
+    member_metadata: bytes = kfield(Kind.BYTES)
+    member_assignment: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class DescribedGroup:
+    error_code: int = kfield(Kind.INT16)
+    group_id: str = kfield(Kind.STRING)
+    group_state: str = kfield(Kind.STRING)
+    protocol_type: str = kfield(Kind.STRING)
+    protocol_data: str = kfield(Kind.STRING)
+    members: list[DescribedGroupMember] = kfield(Array(DescribedGroupMember))
+    authorized_operations: int = kfield(Kind.INT32, "3+", default=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+@dataclass(slots=True)
+class DescribeGroupsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    groups: list[DescribedGroup] = kfield(Array(DescribedGroup))
+
+
+@dataclass(slots=True)
+class ListGroupsRequest:
+    pass
+
+
+@dataclass(slots=True)
+class ListedGroup:
+    group_id: str = kfield(Kind.STRING)
+    protocol_type: str = kfield(Kind.STRING)
+
+
+@dataclass(slots=True)
+class ListGroupsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+    groups: list[ListedGroup] = kfield(Array(ListedGroup))
+
+
+@dataclass(slots=True)
+class OffsetCommitRequestPartition:
+    partition_index: int = kfield(Kind.INT32)
+    committed_offset: int = kfield(Kind.INT64)
+    committed_leader_epoch: int = kfield(Kind.INT32, "6+", default=-1)
+    committed_metadata: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class OffsetCommitRequestTopic:
+    name: str = kfield(Kind.STRING)
+    partitions: list[OffsetCommitRequestPartition] = kfield(Array(OffsetCommitRequestPartition))
+
+
+@dataclass(slots=True)
+class OffsetCommitRequest:
+    group_id: str = kfield(Kind.STRING)
+    generation_id: int = kfield(Kind.INT32, "1+", default=-1)
+    member_id: str = kfield(Kind.STRING, "1+")
+    group_instance_id: str | None = kfield(Kind.STRING, "7+", nullable="7+", default=None)
+    retention_time_ms: int = kfield(Kind.INT64, "2-4", default=-1)
+    topics: list[OffsetCommitRequestTopic] = kfield(Array(OffsetCommitRequestTopic))
+
+
+@dataclass(slots=True)
+class OffsetCommitResponsePartition:
+    partition_index: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class OffsetCommitResponseTopic:
+    name: str = kfield(Kind.STRING)
+    partitions: list[OffsetCommitResponsePartition] = kfield(Array(OffsetCommitResponsePartition))
+
+
+@dataclass(slots=True)
+class OffsetCommitResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "3+")
+    topics: list[OffsetCommitResponseTopic] = kfield(Array(OffsetCommitResponseTopic))
+
+
+@dataclass(slots=True)
+class OffsetFetchRequestTopic:
+    name: str = kfield(Kind.STRING)
+    partition_indexes: list[int] = kfield(Array(Kind.INT32))
+
+
+@dataclass(slots=True)
+class OffsetFetchRequest:
+    group_id: str = kfield(Kind.STRING)
+    #: None (v2+) = every partition the group has committed
+    topics: list[OffsetFetchRequestTopic] | None = kfield(
+        Array(OffsetFetchRequestTopic), nullable="2+"
+    )
+
+
+@dataclass(slots=True)
+class OffsetFetchResponsePartition:
+    partition_index: int = kfield(Kind.INT32)
+    committed_offset: int = kfield(Kind.INT64, default=-1)
+    committed_leader_epoch: int = kfield(Kind.INT32, "5+", default=-1)
+    metadata: str | None = kfield(Kind.STRING, nullable="0+", default="")
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class OffsetFetchResponseTopic:
+    name: str = kfield(Kind.STRING)
+    partitions: list[OffsetFetchResponsePartition] = kfield(Array(OffsetFetchResponsePartition))
+
+
+@dataclass(slots=True)
+class OffsetFetchResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "3+")
+    topics: list[OffsetFetchResponseTopic] = kfield(Array(OffsetFetchResponseTopic))
+    error_code: int = kfield(Kind.INT16, "2+")
+
+
+@dataclass(slots=True)
+class DeleteGroupsRequest:
+    groups_names: list[str] = kfield(Array(Kind.STRING))
+
+
+@dataclass(slots=True)
+class DeletableGroupResult:
+    group_id: str = kfield(Kind.STRING)
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class DeleteGroupsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    results: list[DeletableGroupResult] = kfield(Array(DeletableGroupResult))
+
+
 # --------------------------------------------------------------------------- the API table
 
 
@@ -392,6 +653,16 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, 1, 6, 6),
         Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, 0, 12, 9),
         Api(ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3),
+        Api(ApiKey.OFFSET_COMMIT, OffsetCommitRequest, OffsetCommitResponse, 2, 7, 8),
+        Api(ApiKey.OFFSET_FETCH, OffsetFetchRequest, OffsetFetchResponse, 1, 5, 6),
+        Api(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2, 3),
+        Api(ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, 0, 5, 6),
+        Api(ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, 0, 3, 4),
+        Api(ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, 0, 2, 4),
+        Api(ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, 0, 3, 4),
+        Api(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4, 5),
+        Api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 2, 3),
+        Api(ApiKey.DELETE_GROUPS, DeleteGroupsRequest, DeleteGroupsResponse, 0, 1, 2),
     )
 }
 
