@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import secrets
 from collections import deque
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
@@ -188,7 +189,7 @@ class KafkaConnection(asyncio.Protocol):
             elif isinstance(body, km.SyncGroupRequest):
                 self._spawn(self._sync_group(slot, api, header, body))
             else:
-                self._complete(slot, api, header, self._group_request(header, body))
+                self._complete(slot, api, header, self._answer_at_once(body))
         except Exception:
             log.exception(
                 "kafka: %s v%d from %s failed", api.key.name, header.api_version, self.peer
@@ -330,8 +331,8 @@ class KafkaConnection(asyncio.Protocol):
         answer = await self.groups.sync(req.group_id, req.generation_id, req.member_id, assignments)
         self._complete(slot, api, header, km.SyncGroupResponse(0, answer.error, answer.assignment))
 
-    def _group_request(self, header: km.RequestHeader, req: Any) -> Any:
-        """The group requests answered at once."""
+    def _answer_at_once(self, req: Any) -> Any:
+        """The requests answered at once: most of the group APIs, and InitProducerId."""
         core = self.groups.core
         if isinstance(req, km.FindCoordinatorRequest):
             host, port = self.advertised()
@@ -356,6 +357,8 @@ class KafkaConnection(asyncio.Protocol):
             return km.ListGroupsResponse(0, ErrorCode.NONE, listed)
         if isinstance(req, km.DescribeGroupsRequest):
             return km.DescribeGroupsResponse(0, [self._describe(g) for g in req.groups])
+        if isinstance(req, km.InitProducerIdRequest):
+            return _init_producer_id(req)
         if isinstance(req, km.DeleteGroupsRequest):
             results = [km.DeletableGroupResult(g, self.groups.delete(g)) for g in req.groups_names]
             return km.DeleteGroupsResponse(0, results)
@@ -707,6 +710,15 @@ def _as_kafka_batches(raw: bytes | memoryview) -> tuple[Parts, int]:
             parts.append(converted)
             size += len(converted)
     return parts, size
+
+
+def _init_producer_id(req: km.InitProducerIdRequest) -> km.InitProducerIdResponse:
+    """A fresh producer id, epoch 0, for an idempotent producer. Our producer state is per
+    producer id, as for our own producers (random, never 0); a producer that asks again
+    (KIP-360, after a sequence error) gets a new id and starts again at sequence 0."""
+    if req.transactional_id is not None:
+        return km.InitProducerIdResponse(0, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    return km.InitProducerIdResponse(0, ErrorCode.NONE, secrets.randbits(62) | 1, 0)
 
 
 def _error_only(correlation_id: int, code: ErrorCode) -> Parts:

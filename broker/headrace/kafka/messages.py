@@ -38,6 +38,7 @@ class ApiKey(IntEnum):
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
     API_VERSIONS = 18
+    INIT_PRODUCER_ID = 22
     DELETE_GROUPS = 42
 
 
@@ -620,6 +621,25 @@ class DeleteGroupsResponse:
     results: list[DeletableGroupResult] = kfield(Array(DeletableGroupResult))
 
 
+# --------------------------------------------------------------------------- InitProducerId (22)
+
+
+@dataclass(slots=True)
+class InitProducerIdRequest:
+    transactional_id: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    transaction_timeout_ms: int = kfield(Kind.INT32)
+    producer_id: int = kfield(Kind.INT64, "3+", default=-1)
+    producer_epoch: int = kfield(Kind.INT16, "3+", default=-1)
+
+
+@dataclass(slots=True)
+class InitProducerIdResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+    producer_id: int = kfield(Kind.INT64, default=-1)
+    producer_epoch: int = kfield(Kind.INT16, default=-1)
+
+
 # --------------------------------------------------------------------------- the API table
 
 
@@ -663,6 +683,7 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4, 5),
         Api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 2, 3),
         Api(ApiKey.DELETE_GROUPS, DeleteGroupsRequest, DeleteGroupsResponse, 0, 1, 2),
+        Api(ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest, InitProducerIdResponse, 0, 4, 2),
     )
 }
 

@@ -248,10 +248,9 @@ def validate_kafka(
             f" {header.record_count - 1}: a produced batch has contiguous offsets"
         )
     (producer_id,) = _KAFKA_PRODUCER.unpack_from(buf, 43)
-    if producer_id >= 0:
-        raise InvalidRecordBatch(
-            "idempotent Kafka producers (InitProducerId) are not supported yet"
-        )
+    if producer_id == 0:
+        # 0 is our "not idempotent": InitProducerId never hands it out
+        raise InvalidRecordBatch("producer id 0 was not issued by this broker")
     return header
 
 

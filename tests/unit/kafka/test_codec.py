@@ -202,6 +202,7 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (15, 0, 4),
         (16, 0, 2),
         (18, 0, 4),
+        (22, 0, 4),
         (42, 0, 1),
     }
 
