@@ -28,22 +28,29 @@ from headrace import transports
 from headrace.broker import appending
 from headrace.broker.cohort_admin import offset_for_timestamp
 from headrace.broker.server import RedirectRequired
-from headrace.broker.topics import DEFAULT_NAMESPACE, Role
+from headrace.broker.topics import (
+    DEFAULT_NAMESPACE,
+    MAX_PARTITIONS,
+    Role,
+    canonical_topic_name,
+    topic_log_config,
+)
 from headrace.errors import (
     CorruptBatch,
     HeadraceError,
     InvalidRecordBatch,
+    InvalidTopicSpec,
     OffsetOutOfRange,
     RequestTimedOut,
 )
-from headrace.kafka import groups
+from headrace.kafka import configs, groups
 from headrace.kafka import messages as km
 from headrace.kafka.convert import to_kafka
 from headrace.kafka.errors import ErrorCode, code_of
 from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
 from headrace.records import batch as rb
 from headrace.security.acl import Operation
-from headrace.storage.bookkeeping import FsyncPolicy
+from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
 if TYPE_CHECKING:
     from headrace.broker.kafka_groups import KafkaGroups
@@ -359,10 +366,113 @@ class KafkaConnection(asyncio.Protocol):
             return km.DescribeGroupsResponse(0, [self._describe(g) for g in req.groups])
         if isinstance(req, km.InitProducerIdRequest):
             return _init_producer_id(req)
+        if isinstance(req, km.CreateTopicsRequest):
+            return km.CreateTopicsResponse(0, [self._create_topic(t, req) for t in req.topics])
+        if isinstance(req, km.DeleteTopicsRequest):
+            return km.DeleteTopicsResponse(0, [self._delete_topic(n) for n in req.topic_names])
+        if isinstance(req, km.DescribeConfigsRequest):
+            return km.DescribeConfigsResponse(0, [self._describe_configs(r) for r in req.resources])
+        if isinstance(req, km.DescribeClusterRequest):
+            host, port = self.advertised()
+            me = self.broker.settings.broker_id
+            return km.DescribeClusterResponse(
+                0,
+                ErrorCode.NONE,
+                None,
+                self.broker.settings.cluster_id or "",
+                me,
+                [km.DescribeClusterBroker(me, host, port)],
+            )
         if isinstance(req, km.DeleteGroupsRequest):
             results = [km.DeletableGroupResult(g, self.groups.delete(g)) for g in req.groups_names]
             return km.DeleteGroupsResponse(0, results)
         raise AssertionError(f"no handler for {type(req).__name__}")
+
+    # ------------------------------------------------------------------ topic admin
+
+    def _create_topic(
+        self, topic: km.CreatableTopic, req: km.CreateTopicsRequest
+    ) -> km.CreatableTopicResult:
+        def refused(code: ErrorCode, why: str) -> km.CreatableTopicResult:
+            return km.CreatableTopicResult(topic.name, code, why)
+
+        partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            return refused(
+                ErrorCode.INVALID_PARTITIONS, f"partitions must be between 1 and {MAX_PARTITIONS}"
+            )
+        if topic.replication_factor not in (-1, 1):
+            return refused(
+                ErrorCode.INVALID_REPLICATION_FACTOR, "a standalone broker keeps one replica"
+            )
+        if topic.assignments:
+            return refused(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT, "replica assignments are not supported"
+            )
+        try:
+            canonical_topic_name(topic.name)
+            self.access.require(Operation.ADMIN, topic.name)
+        except HeadraceError as exc:
+            return refused(code_of(exc), exc.message)
+        try:
+            settings = configs.topic_settings((c.name, c.value) for c in topic.configs)
+            topic_log_config(LogConfig(), dict(settings))
+        except InvalidTopicSpec as exc:
+            return refused(ErrorCode.INVALID_CONFIG, exc.message)
+        if req.validate_only:
+            if kafka_topic_name(canonical_topic_name(topic.name)) in self._topic_names():
+                return refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"{topic.name} exists")
+            return km.CreatableTopicResult(topic.name, ErrorCode.NONE)
+        try:
+            self.broker.create_topic(topic.name, partitions, dict(settings))
+        except HeadraceError as exc:
+            return refused(code_of(exc), exc.message)
+        return km.CreatableTopicResult(topic.name, ErrorCode.NONE)
+
+    def _topic_names(self) -> set[str]:
+        return {kafka_topic_name(name) for name in self.broker.registry.topics}
+
+    def _delete_topic(self, name: str) -> km.DeletableTopicResult:
+        try:
+            self.access.require(Operation.ADMIN, name)
+            self.broker.delete_topic(name)
+        except HeadraceError as exc:
+            return km.DeletableTopicResult(name, code_of(exc))
+        return km.DeletableTopicResult(name, ErrorCode.NONE)
+
+    def _describe_configs(self, asked: km.DescribeConfigsResource) -> km.DescribeConfigsResult:
+        result = km.DescribeConfigsResult(
+            ErrorCode.NONE, None, asked.resource_type, asked.resource_name
+        )
+        if asked.resource_type == km.RESOURCE_BROKER:
+            return result  # no broker setting is described: an empty, truthful list
+        if asked.resource_type != km.RESOURCE_TOPIC:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"resource type {asked.resource_type} is not described"
+            return result
+        try:
+            self.access.require(Operation.CONSUME, asked.resource_name)
+            topic = self.broker.registry.get(asked.resource_name)
+        except HeadraceError as exc:
+            result.error_code = code_of(exc)
+            result.error_message = exc.message
+            return result
+        log_config = next(iter(topic.partitions.values())).log.config
+        effective = {ours: getattr(log_config, ours) for ours in configs.KAFKA_TO_OURS.values()}
+        for entry in configs.describe(effective, topic.config, asked.configuration_keys):
+            source = km.SOURCE_DEFAULT if entry.is_default else km.SOURCE_TOPIC
+            result.configs.append(
+                km.DescribeConfigsResourceResult(
+                    entry.name,
+                    entry.value,
+                    read_only=True,  # IncrementalAlterConfigs is not served
+                    is_default=entry.is_default,
+                    config_source=source,
+                    is_sensitive=False,
+                    synonyms=[km.DescribeConfigsSynonym(entry.name, entry.value, source)],
+                )
+            )
+        return result
 
     def _offset_commit(self, req: km.OffsetCommitRequest) -> km.OffsetCommitResponse:
         allowed = self.groups.core.may_commit(req.group_id, req.generation_id, req.member_id)

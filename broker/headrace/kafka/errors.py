@@ -39,6 +39,11 @@ class ErrorCode(IntEnum):
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
     UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REPLICA_ASSIGNMENT = 39
+    INVALID_CONFIG = 40
     INVALID_REQUEST = 42
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -59,6 +64,7 @@ _FROM_HEADRACE: tuple[tuple[type[hr.HeadraceError], ErrorCode], ...] = (
     (hr.InvalidRecordBatch, ErrorCode.INVALID_RECORD),
     (hr.CorruptBatch, ErrorCode.CORRUPT_MESSAGE),
     (hr.UnknownTopic, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    (hr.TopicAlreadyExists, ErrorCode.TOPIC_ALREADY_EXISTS),
     (hr.InvalidTopicSpec, ErrorCode.INVALID_TOPIC_EXCEPTION),
     (hr.UnknownPartition, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
     (hr.OffsetOutOfRange, ErrorCode.OFFSET_OUT_OF_RANGE),

@@ -38,8 +38,12 @@ class ApiKey(IntEnum):
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    DESCRIBE_CONFIGS = 32
     DELETE_GROUPS = 42
+    DESCRIBE_CLUSTER = 60
 
 
 # --------------------------------------------------------------------------- headers
@@ -640,6 +644,150 @@ class InitProducerIdResponse:
     producer_epoch: int = kfield(Kind.INT16, default=-1)
 
 
+# --------------------------------------------------------------------------- admin (19, 20, 32, 60)
+
+
+@dataclass(slots=True)
+class CreatableReplicaAssignment:
+    partition_index: int = kfield(Kind.INT32)
+    broker_ids: list[int] = kfield(Array(Kind.INT32))
+
+
+@dataclass(slots=True)
+class CreatableTopicConfig:
+    name: str = kfield(Kind.STRING)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class CreatableTopic:
+    name: str = kfield(Kind.STRING)
+    num_partitions: int = kfield(Kind.INT32)
+    replication_factor: int = kfield(Kind.INT16)
+    assignments: list[CreatableReplicaAssignment] = kfield(Array(CreatableReplicaAssignment))
+    configs: list[CreatableTopicConfig] = kfield(Array(CreatableTopicConfig))
+
+
+@dataclass(slots=True)
+class CreateTopicsRequest:
+    topics: list[CreatableTopic] = kfield(Array(CreatableTopic))
+    timeout_ms: int = kfield(Kind.INT32)
+    validate_only: bool = kfield(Kind.BOOL, "1+")
+
+
+@dataclass(slots=True)
+class CreatableTopicResult:
+    name: str = kfield(Kind.STRING)
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, "1+", nullable="1+", default=None)
+
+
+@dataclass(slots=True)
+class CreateTopicsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "2+")
+    topics: list[CreatableTopicResult] = kfield(Array(CreatableTopicResult))
+
+
+@dataclass(slots=True)
+class DeleteTopicsRequest:
+    topic_names: list[str] = kfield(Array(Kind.STRING))
+    timeout_ms: int = kfield(Kind.INT32)
+
+
+@dataclass(slots=True)
+class DeletableTopicResult:
+    name: str = kfield(Kind.STRING)
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class DeleteTopicsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    responses: list[DeletableTopicResult] = kfield(Array(DeletableTopicResult))
+
+
+#: DescribeConfigs resource types
+RESOURCE_TOPIC: Final = 2
+RESOURCE_BROKER: Final = 4
+#: DescribeConfigs config sources
+SOURCE_TOPIC: Final = 1
+SOURCE_DEFAULT: Final = 5
+
+
+@dataclass(slots=True)
+class DescribeConfigsResource:
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+    configuration_keys: list[str] | None = kfield(Array(Kind.STRING), nullable="0+")
+
+
+@dataclass(slots=True)
+class DescribeConfigsRequest:
+    resources: list[DescribeConfigsResource] = kfield(Array(DescribeConfigsResource))
+    include_synonyms: bool = kfield(Kind.BOOL, "1+")
+    include_documentation: bool = kfield(Kind.BOOL, "3+")
+
+
+@dataclass(slots=True)
+class DescribeConfigsSynonym:
+    name: str = kfield(Kind.STRING)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    source: int = kfield(Kind.INT8)
+
+
+@dataclass(slots=True)
+class DescribeConfigsResourceResult:
+    name: str = kfield(Kind.STRING)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    read_only: bool = kfield(Kind.BOOL)
+    is_default: bool = kfield(Kind.BOOL, "0")
+    config_source: int = kfield(Kind.INT8, "1+", default=-1)
+    is_sensitive: bool = kfield(Kind.BOOL)
+    synonyms: list[DescribeConfigsSynonym] = kfield(Array(DescribeConfigsSynonym), "1+")
+    #: 0 = unknown
+    config_type: int = kfield(Kind.INT8, "3+")
+    documentation: str | None = kfield(Kind.STRING, "3+", nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class DescribeConfigsResult:
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+    configs: list[DescribeConfigsResourceResult] = kfield(Array(DescribeConfigsResourceResult))
+
+
+@dataclass(slots=True)
+class DescribeConfigsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    results: list[DescribeConfigsResult] = kfield(Array(DescribeConfigsResult))
+
+
+@dataclass(slots=True)
+class DescribeClusterRequest:
+    include_cluster_authorized_operations: bool = kfield(Kind.BOOL)
+
+
+@dataclass(slots=True)
+class DescribeClusterBroker:
+    broker_id: int = kfield(Kind.INT32)
+    host: str = kfield(Kind.STRING)
+    port: int = kfield(Kind.INT32)
+    rack: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class DescribeClusterResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    cluster_id: str = kfield(Kind.STRING)
+    controller_id: int = kfield(Kind.INT32, default=-1)
+    brokers: list[DescribeClusterBroker] = kfield(Array(DescribeClusterBroker))
+    cluster_authorized_operations: int = kfield(Kind.INT32, default=AUTHORIZED_OPERATIONS_OMITTED)
+
+
 # --------------------------------------------------------------------------- the API table
 
 
@@ -684,6 +832,10 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 2, 3),
         Api(ApiKey.DELETE_GROUPS, DeleteGroupsRequest, DeleteGroupsResponse, 0, 1, 2),
         Api(ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest, InitProducerIdResponse, 0, 4, 2),
+        Api(ApiKey.CREATE_TOPICS, CreateTopicsRequest, CreateTopicsResponse, 0, 4, 5),
+        Api(ApiKey.DELETE_TOPICS, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, 4),
+        Api(ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest, DescribeConfigsResponse, 0, 3, 4),
+        Api(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest, DescribeClusterResponse, 0, 0, 0),
     )
 }
 

@@ -202,8 +202,12 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (15, 0, 4),
         (16, 0, 2),
         (18, 0, 4),
+        (19, 0, 4),
+        (20, 0, 3),
         (22, 0, 4),
+        (32, 0, 3),
         (42, 0, 1),
+        (60, 0, 0),
     }
 
 
