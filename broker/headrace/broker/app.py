@@ -213,10 +213,6 @@ class Broker:
             # Metadata would have to name the other brokers' Kafka addresses, which the
             # topology does not carry yet (docs/kafka.md, not built yet).
             raise InvalidRequest("the Kafka listener runs on standalone brokers only, for now")
-        if self.access.asks_credentials:
-            # No SASL yet: a Kafka connection could not say who it is, and must not pass
-            # as anyone.
-            raise InvalidRequest("the Kafka listener cannot serve a broker that asks credentials")
         self.kafka_groups = KafkaGroups(self.settings.data_dir / "kafka-groups")
         self.kafka_groups.start()
         groups = self.kafka_groups

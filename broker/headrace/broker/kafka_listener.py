@@ -22,10 +22,10 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from headrace import transports
-from headrace.broker import appending
+from headrace.broker import appending, certificates
 from headrace.broker.cohort_admin import offset_for_timestamp
 from headrace.broker.server import RedirectRequired
 from headrace.broker.topics import (
@@ -36,6 +36,7 @@ from headrace.broker.topics import (
     topic_log_config,
 )
 from headrace.errors import (
+    AuthenticationFailed,
     CorruptBatch,
     HeadraceError,
     InvalidRecordBatch,
@@ -60,6 +61,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Parts = list[bytes | bytearray | memoryview]
+
+#: what a connection may ask before it has authenticated (as Kafka's SASL listeners)
+_BEFORE_AUTHENTICATION: Final = frozenset(
+    {km.ApiKey.API_VERSIONS, km.ApiKey.SASL_HANDSHAKE, km.ApiKey.SASL_AUTHENTICATE}
+)
+_PLAIN: Final = "PLAIN"
 
 #: Kafka's acks: none, the leader, every live replica (then minInSync applies)
 _ACKS_NONE, _ACKS_LEADER, _ACKS_ALL = 0, 1, -1
@@ -105,6 +112,10 @@ class KafkaConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
         self.access = broker.access.session()
+        #: until a credential is accepted (SASL, or a client certificate) only
+        #: ``_BEFORE_AUTHENTICATION`` is served; without credentials to check, at once
+        self.authenticated = not broker.access.asks_credentials
+        self.sasl_mechanism: str | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -113,6 +124,20 @@ class KafkaConnection(asyncio.Protocol):
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.connections.add(self)
+        certificate = self._client_certificate()
+        if not self.authenticated and certificate is not None:
+            # a client certificate names a principal as Kafka's SSL listeners take it
+            try:
+                self.access.authenticate(None, certificate)
+                self.authenticated = True
+            except AuthenticationFailed:
+                pass  # SASL may still name one
+
+    def _client_certificate(self) -> object:
+        assert self.transport is not None
+        peercert = self.transport.get_extra_info("peercert")
+        # only the client CA's certificates name principals, not the brokers' own CA's
+        return certificates.client_certificate(peercert, self.broker.client_issuers)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -123,6 +148,8 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._buffer += data
         limit = self.broker.settings.max_frame_bytes
+        if not self.authenticated:
+            limit = self.broker.access.max_frame_bytes_before_handshake(limit)
         while len(self._buffer) >= 4:
             size = int.from_bytes(self._buffer[:4], "big", signed=True)
             if size < 8 or size > limit:
@@ -171,6 +198,11 @@ class KafkaConnection(asyncio.Protocol):
             )
             self._send_error_only(frame[4:8], ErrorCode.INVALID_REQUEST)
             return
+        if not self.authenticated and api.key not in _BEFORE_AUTHENTICATION:
+            log.info("kafka: %s sent %s before authenticating; closing", self.peer, api.key.name)
+            self._send_error_only(frame[4:8], ErrorCode.ILLEGAL_SASL_STATE)
+            self.close()
+            return
         if isinstance(body, km.ProduceRequest) and body.acks == _ACKS_NONE:
             try:
                 self._produce(header, body, None)  # Kafka sends no answer to acks=0
@@ -191,6 +223,13 @@ class KafkaConnection(asyncio.Protocol):
                 self._complete(slot, api, header, self._list_offsets(body))
             elif isinstance(body, km.FetchRequest):
                 self._spawn(self._fetch(slot, api, header, body))
+            elif isinstance(body, km.SaslHandshakeRequest):
+                self._complete(slot, api, header, self._sasl_handshake(body))
+            elif isinstance(body, km.SaslAuthenticateRequest):
+                outcome = self._sasl_authenticate(body)
+                self._complete(slot, api, header, outcome)
+                if outcome.error_code != ErrorCode.NONE:
+                    self.close()  # as Kafka: a failed authentication ends the connection
             elif isinstance(body, km.JoinGroupRequest):
                 self._spawn(self._join_group(slot, api, header, body))
             elif isinstance(body, km.SyncGroupRequest):
@@ -301,6 +340,49 @@ class KafkaConnection(asyncio.Protocol):
             controller_id=me,
             topics=topics,
         )
+
+    # ------------------------------------------------------------------ SASL
+
+    def _sasl_handshake(self, req: km.SaslHandshakeRequest) -> km.SaslHandshakeResponse:
+        if req.mechanism != _PLAIN:
+            return km.SaslHandshakeResponse(ErrorCode.UNSUPPORTED_SASL_MECHANISM, [_PLAIN])
+        self.sasl_mechanism = _PLAIN
+        return km.SaslHandshakeResponse(ErrorCode.NONE, [_PLAIN])
+
+    def _sasl_authenticate(self, req: km.SaslAuthenticateRequest) -> km.SaslAuthenticateResponse:
+        """PLAIN (RFC 4616): the password is one of our tokens. With an ACL file the user
+        name must be the token's principal; with shared tokens it is not checked."""
+
+        def refused(code: ErrorCode, why: str) -> km.SaslAuthenticateResponse:
+            log.info("kafka: %s: authentication refused: %s", self.peer, why)
+            return km.SaslAuthenticateResponse(code, why)
+
+        if self.sasl_mechanism is None:
+            return refused(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate before SaslHandshake")
+        fields = bytes(req.auth_bytes).split(b"\0")
+        if len(fields) != 3:
+            return refused(ErrorCode.SASL_AUTHENTICATION_FAILED, "malformed PLAIN credentials")
+        try:
+            authzid, user, password = (f.decode() for f in fields)
+        except UnicodeDecodeError:
+            return refused(ErrorCode.SASL_AUTHENTICATION_FAILED, "malformed PLAIN credentials")
+        if authzid and authzid != user:
+            return refused(
+                ErrorCode.SASL_AUTHENTICATION_FAILED, "acting as another user is not supported"
+            )
+        try:
+            self.access.authenticate(password, self._client_certificate())
+        except AuthenticationFailed as exc:
+            return refused(ErrorCode.SASL_AUTHENTICATION_FAILED, exc.message)
+        principal = self.access.principal
+        if principal is not None and principal.name != user:
+            self.access.principal = None
+            return refused(
+                ErrorCode.SASL_AUTHENTICATION_FAILED,
+                f"the password is not a token of user {user!r}",
+            )
+        self.authenticated = True
+        return km.SaslAuthenticateResponse(ErrorCode.NONE, None, b"", 0)
 
     # ------------------------------------------------------------------ groups
 
@@ -484,7 +566,8 @@ class KafkaConnection(asyncio.Protocol):
             code = allowed
             if code == ErrorCode.NONE:
                 try:
-                    self.access.require(Operation.CONSUME, topic.name)
+                    # a group's offsets are a cohort's: the grant must cover the group's name
+                    self.access.require_cohort(topic.name, req.group_id)
                     self.broker.registry.get(topic.name)
                 except HeadraceError as exc:
                     code = code_of(exc)
@@ -521,7 +604,7 @@ class KafkaConnection(asyncio.Protocol):
             answer = km.OffsetFetchResponseTopic(name)
             topics.append(answer)
             try:
-                self.access.require(Operation.CONSUME, name)
+                self.access.require_cohort(name, req.group_id)
                 denied = ErrorCode.NONE
             except HeadraceError as exc:
                 denied = code_of(exc)

@@ -38,6 +38,8 @@ class ErrorCode(IntEnum):
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -50,6 +52,7 @@ class ErrorCode(IntEnum):
     DUPLICATE_SEQUENCE_NUMBER = 46
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     FENCED_LEADER_EPOCH = 74
@@ -81,6 +84,7 @@ _FROM_HEADRACE: tuple[tuple[type[hr.HeadraceError], ErrorCode], ...] = (
     (hr.ProduceDenied, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
     (hr.ConsumeDenied, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
     (hr.AccessDenied, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    (hr.AuthenticationFailed, ErrorCode.SASL_AUTHENTICATION_FAILED),
     (hr.UnsupportedVersion, ErrorCode.UNSUPPORTED_VERSION),
     (hr.MalformedFrame, ErrorCode.INVALID_REQUEST),
     (hr.InvalidRequest, ErrorCode.INVALID_REQUEST),

@@ -37,11 +37,13 @@ class ApiKey(IntEnum):
     SYNC_GROUP = 14
     DESCRIBE_GROUPS = 15
     LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
     DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
     DESCRIBE_CLUSTER = 60
 
@@ -788,7 +790,37 @@ class DescribeClusterResponse:
     cluster_authorized_operations: int = kfield(Kind.INT32, default=AUTHORIZED_OPERATIONS_OMITTED)
 
 
+# --------------------------------------------------------------------------- SASL (17, 36)
+
+
+@dataclass(slots=True)
+class SaslHandshakeRequest:
+    mechanism: str = kfield(Kind.STRING)
+
+
+@dataclass(slots=True)
+class SaslHandshakeResponse:
+    error_code: int = kfield(Kind.INT16)
+    mechanisms: list[str] = kfield(Array(Kind.STRING))
+
+
+@dataclass(slots=True)
+class SaslAuthenticateRequest:
+    auth_bytes: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class SaslAuthenticateResponse:
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    auth_bytes: bytes = kfield(Kind.BYTES)
+    session_lifetime_ms: int = kfield(Kind.INT64, "1+")
+
+
 # --------------------------------------------------------------------------- the API table
+
+#: ``flexible_from`` of an API that has no flexible version
+NEVER: Final = 0x7FFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -836,6 +868,10 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.DELETE_TOPICS, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest, DescribeConfigsResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest, DescribeClusterResponse, 0, 0, 0),
+        # v0 of the handshake is followed by raw SASL frames outside Kafka's framing: only
+        # v1, whose tokens travel in SaslAuthenticate
+        Api(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, 1, 1, NEVER),
+        Api(ApiKey.SASL_AUTHENTICATE, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1, 2),
     )
 }
 
