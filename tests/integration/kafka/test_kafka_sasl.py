@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import struct
 import time
 from pathlib import Path
@@ -15,8 +16,10 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, TopicAuthorizationFailedError
 from confluent_kafka import KafkaError as CKafkaError
 from confluent_kafka import KafkaException, Producer
+from cryptography.hazmat.primitives import serialization
 
 from bench.procs import BrokerProcess, free_port
+from e2e.testbed import pki
 from headrace.kafka import messages as km
 from headrace.kafka.errors import ErrorCode
 from headrace.security.acl import hash_token
@@ -166,3 +169,70 @@ def test_librdkafka_authenticates_with_plain(secured: KafkaBroker) -> None:
         stranger.poll(0.5)
     refusal = next(e for e in failures if e.code() == CKafkaError._AUTHENTICATION)
     assert "invalid or missing credentials" in refusal.str()
+
+
+async def test_a_client_certificate_names_the_principal_over_tls(
+    broker_factory: object, tmp_path: Path
+) -> None:
+    """A broker with TLS, optional client certificates and an ACL: aiokafka with the
+    certificate of a principal is that principal at once (no SASL), and gets its grants;
+    one with a certificate naming no principal must still authenticate."""
+    authority = pki.new_ca()
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(authority.cert.public_bytes(serialization.Encoding.PEM))
+
+    def issue(cn: str, **kinds: object) -> tuple[Path, Path]:
+        cert, key = authority.issue(cn, **kinds)  # type: ignore[arg-type]
+        (tmp_path / f"{cn}.crt").write_bytes(cert)
+        (tmp_path / f"{cn}.key").write_bytes(key)
+        return tmp_path / f"{cn}.crt", tmp_path / f"{cn}.key"
+
+    server_cert, server_key = issue("broker", server=True, ips=("127.0.0.1",))
+    acl = dict(ACL)
+    acl["principals"] = [
+        *ACL["principals"],  # type: ignore[list-item]
+        {
+            "name": "app",
+            "certificates": ["app.example"],
+            "grants": [{"operations": ["admin", "produce"], "topics": ["*"]}],
+        },
+    ]
+    (tmp_path / "acl.json").write_text(json.dumps(acl))
+    port = free_port()
+    broker_factory(  # type: ignore[operator]
+        extra_args=[
+            "--kafka-port", str(port), "--acl-file", str(tmp_path / "acl.json"),
+            "--tls-cert", str(server_cert), "--tls-key", str(server_key),
+            "--tls-client-ca", str(ca_file), "--tls-client-auth", "optional",
+        ]
+    )  # fmt: skip
+
+    def context(cn: str | None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(ca_file))
+        if cn is not None:
+            cert, key = issue(cn, client=True)
+            ctx.load_cert_chain(cert, key)
+        return ctx
+
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=f"127.0.0.1:{port}",
+        security_protocol="SSL",
+        ssl_context=context("app.example"),
+    )
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic("orders", 1, 1)])
+        assert "orders" in await admin.list_topics()
+    finally:
+        await admin.close()
+
+    nobody = AIOKafkaProducer(
+        bootstrap_servers=f"127.0.0.1:{port}",
+        security_protocol="SSL",
+        ssl_context=context("nobody.example"),
+    )
+    with pytest.raises(KafkaError):  # a certificate naming no principal, and no SASL
+        await nobody.start()
+    await nobody.stop()
