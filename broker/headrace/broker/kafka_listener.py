@@ -448,6 +448,16 @@ class KafkaConnection(asyncio.Protocol):
             return km.DescribeGroupsResponse(0, [self._describe(g) for g in req.groups])
         if isinstance(req, km.InitProducerIdRequest):
             return _init_producer_id(req)
+        if isinstance(req, km.OffsetForLeaderEpochRequest):
+            return km.OffsetForLeaderEpochResponse(
+                0,
+                [
+                    km.OffsetForLeaderTopicResult(
+                        t.topic, [self._epoch_end(t.topic, p) for p in t.partitions]
+                    )
+                    for t in req.topics
+                ],
+            )
         if isinstance(req, km.CreateTopicsRequest):
             return km.CreateTopicsResponse(0, [self._create_topic(t, req) for t in req.topics])
         if isinstance(req, km.DeleteTopicsRequest):
@@ -469,6 +479,29 @@ class KafkaConnection(asyncio.Protocol):
             results = [km.DeletableGroupResult(g, self.groups.delete(g)) for g in req.groups_names]
             return km.DeleteGroupsResponse(0, results)
         raise AssertionError(f"no handler for {type(req).__name__}")
+
+    def _epoch_end(self, topic: str, asked: km.OffsetForLeaderPartition) -> km.EpochEndOffset:
+        """Where ``asked.leader_epoch`` ended in this leader's log: the start of the next
+        epoch, or the log end for the current one (what a consumer checks its position
+        against after a leader change, KIP-320)."""
+        try:
+            self.access.require(Operation.CONSUME, topic)
+            part = self.broker.partition_for_read(topic, asked.partition)
+        except RedirectRequired:
+            return km.EpochEndOffset(ErrorCode.NOT_LEADER_OR_FOLLOWER, asked.partition)
+        except HeadraceError as exc:
+            return km.EpochEndOffset(code_of(exc), asked.partition)
+        current = part.leader_epoch
+        if asked.current_leader_epoch > current:
+            return km.EpochEndOffset(ErrorCode.UNKNOWN_LEADER_EPOCH, asked.partition)
+        if 0 <= asked.current_leader_epoch < current:
+            return km.EpochEndOffset(ErrorCode.FENCED_LEADER_EPOCH, asked.partition)
+        if asked.leader_epoch < 0 or asked.leader_epoch > current:
+            return km.EpochEndOffset(ErrorCode.NONE, asked.partition)  # undefined: -1, -1
+        if part.log.epochs is None:  # a standalone log has one epoch, its leader's
+            return km.EpochEndOffset(ErrorCode.NONE, asked.partition, current, part.log.next_offset)
+        epoch, end = part.log.epochs.end_offset_for(asked.leader_epoch, part.log.next_offset)
+        return km.EpochEndOffset(ErrorCode.NONE, asked.partition, epoch, end)
 
     # ------------------------------------------------------------------ topic admin
 

@@ -42,6 +42,7 @@ class ApiKey(IntEnum):
     CREATE_TOPICS = 19
     DELETE_TOPICS = 20
     INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
@@ -817,6 +818,49 @@ class SaslAuthenticateResponse:
     session_lifetime_ms: int = kfield(Kind.INT64, "1+")
 
 
+# --------------------------------------------------------------------------- OffsetForLeaderEpoch (23)
+
+
+@dataclass(slots=True)
+class OffsetForLeaderPartition:
+    partition: int = kfield(Kind.INT32)
+    #: the epoch the client knows the leader by (-1: unchecked), fenced like a fetch's
+    current_leader_epoch: int = kfield(Kind.INT32, "2+", default=-1)
+    leader_epoch: int = kfield(Kind.INT32)
+
+
+@dataclass(slots=True)
+class OffsetForLeaderTopic:
+    topic: str = kfield(Kind.STRING)
+    partitions: list[OffsetForLeaderPartition] = kfield(Array(OffsetForLeaderPartition))
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochRequest:
+    replica_id: int = kfield(Kind.INT32, "3+", default=-2)
+    topics: list[OffsetForLeaderTopic] = kfield(Array(OffsetForLeaderTopic))
+
+
+@dataclass(slots=True)
+class EpochEndOffset:
+    error_code: int = kfield(Kind.INT16)
+    partition: int = kfield(Kind.INT32)
+    leader_epoch: int = kfield(Kind.INT32, "1+", default=-1)
+    end_offset: int = kfield(Kind.INT64, default=-1)
+
+
+@dataclass(slots=True)
+class OffsetForLeaderTopicResult:
+    topic: str = kfield(Kind.STRING)
+    partitions: list[EpochEndOffset] = kfield(Array(EpochEndOffset))
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "2+")
+    topics: list[OffsetForLeaderTopicResult] = kfield(Array(OffsetForLeaderTopicResult))
+
+
 # --------------------------------------------------------------------------- the API table
 
 #: ``flexible_from`` of an API that has no flexible version
@@ -864,6 +908,14 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 2, 3),
         Api(ApiKey.DELETE_GROUPS, DeleteGroupsRequest, DeleteGroupsResponse, 0, 1, 2),
         Api(ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest, InitProducerIdResponse, 0, 4, 2),
+        Api(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            OffsetForLeaderEpochRequest,
+            OffsetForLeaderEpochResponse,
+            0,
+            3,
+            4,
+        ),
         Api(ApiKey.CREATE_TOPICS, CreateTopicsRequest, CreateTopicsResponse, 0, 4, 5),
         Api(ApiKey.DELETE_TOPICS, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest, DescribeConfigsResponse, 0, 3, 4),

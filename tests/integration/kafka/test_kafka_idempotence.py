@@ -108,3 +108,28 @@ async def test_aiokafka_and_librdkafka_produce_with_idempotence_on(kafka: KafkaB
     assert [r.value for r in records] == [b"aio-%d" % i for i in range(300)] + [
         b"rd-%d" % i for i in range(300)
     ]
+
+
+async def test_offset_for_leader_epoch_names_where_an_epoch_ends(kafka: KafkaBroker) -> None:
+    """What a consumer asks after a leader change (KIP-320): the current epoch ends at the
+    log end; an epoch from the future is unknown; a stale current epoch is fenced."""
+    await create_topic(kafka.broker.bootstrap, TOPIC, 1)
+    assert produce(kafka.kafka_port, batch(-1, -1, [b"a", b"b", b"c"])).error_code == 0
+
+    def ask(leader_epoch: int, current: int = -1) -> km.EpochEndOffset:
+        request = km.OffsetForLeaderEpochRequest(
+            -1,
+            [
+                km.OffsetForLeaderTopic(
+                    TOPIC, [km.OffsetForLeaderPartition(0, current, leader_epoch)]
+                )
+            ],
+        )
+        answer = call(kafka.kafka_port, km.ApiKey.OFFSET_FOR_LEADER_EPOCH, 3, request)
+        assert isinstance(answer, km.OffsetForLeaderEpochResponse)
+        return answer.topics[0].partitions[0]
+
+    assert ask(0) == km.EpochEndOffset(ErrorCode.NONE, 0, 0, 3)
+    assert ask(0, current=0) == km.EpochEndOffset(ErrorCode.NONE, 0, 0, 3)
+    assert ask(7) == km.EpochEndOffset(ErrorCode.NONE, 0, -1, -1)
+    assert ask(0, current=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH

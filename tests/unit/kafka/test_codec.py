@@ -206,6 +206,7 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (19, 0, 4),
         (20, 0, 3),
         (22, 0, 4),
+        (23, 0, 3),
         (32, 0, 3),
         (36, 0, 1),
         (42, 0, 1),
