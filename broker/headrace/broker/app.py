@@ -66,6 +66,7 @@ from headrace.storage.log import PartitionLog
 
 if TYPE_CHECKING:
     from headrace.broker.admin import AdminServer
+    from headrace.broker.kafka_groups import KafkaGroups
     from headrace.broker.kafka_listener import KafkaConnection
 
 log = logging.getLogger(__name__)
@@ -138,6 +139,7 @@ class Broker:
         self._kafka_server: asyncio.Server | None = None
         self.kafka_port = settings.kafka_port
         self.kafka_connections: set[KafkaConnection] = set()
+        self.kafka_groups: KafkaGroups | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -204,18 +206,18 @@ class Broker:
         )
 
     async def _start_kafka_listener(self) -> None:
+        from headrace.broker.kafka_groups import KafkaGroups
         from headrace.broker.kafka_listener import KafkaConnection
 
         if self.settings.cluster_mode:
             # Metadata would have to name the other brokers' Kafka addresses, which the
             # topology does not carry yet (docs/kafka.md, not built yet).
             raise InvalidRequest("the Kafka listener runs on standalone brokers only, for now")
-        if self.access.asks_credentials:
-            # No SASL yet: a Kafka connection could not say who it is, and must not pass
-            # as anyone.
-            raise InvalidRequest("the Kafka listener cannot serve a broker that asks credentials")
+        self.kafka_groups = KafkaGroups(self.settings.data_dir / "kafka-groups")
+        self.kafka_groups.start()
+        groups = self.kafka_groups
         self._kafka_server = await asyncio.get_running_loop().create_server(
-            lambda: KafkaConnection(self, self.kafka_advertised, self.kafka_connections),
+            lambda: KafkaConnection(self, self.kafka_advertised, self.kafka_connections, groups),
             self.settings.kafka_host or self.settings.host,
             self.settings.kafka_port,
             ssl=self.server_ssl,
@@ -246,6 +248,8 @@ class Broker:
             self._kafka_server.close()
         for kafka_conn in list(self.kafka_connections):
             kafka_conn.close()
+        if self.kafka_groups is not None:
+            await self.kafka_groups.close()
         for conn in list(self.connections):
             conn.close()
         await cancel_and_wait(*self._tasks)

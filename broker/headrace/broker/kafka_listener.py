@@ -19,36 +19,54 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import secrets
 from collections import deque
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Any, Final
 
 from headrace import transports
-from headrace.broker import appending
+from headrace.broker import appending, certificates
 from headrace.broker.cohort_admin import offset_for_timestamp
 from headrace.broker.server import RedirectRequired
-from headrace.broker.topics import DEFAULT_NAMESPACE, Role
+from headrace.broker.topics import (
+    DEFAULT_NAMESPACE,
+    MAX_PARTITIONS,
+    Role,
+    canonical_topic_name,
+    topic_log_config,
+)
 from headrace.errors import (
+    AuthenticationFailed,
     CorruptBatch,
     HeadraceError,
     InvalidRecordBatch,
+    InvalidTopicSpec,
     OffsetOutOfRange,
     RequestTimedOut,
 )
+from headrace.kafka import configs, groups
 from headrace.kafka import messages as km
+from headrace.kafka.convert import to_kafka
 from headrace.kafka.errors import ErrorCode, code_of
 from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
 from headrace.records import batch as rb
 from headrace.security.acl import Operation
-from headrace.storage.bookkeeping import FsyncPolicy
+from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
 if TYPE_CHECKING:
+    from headrace.broker.kafka_groups import KafkaGroups
     from headrace.broker.ports import ConnectionHost
     from headrace.broker.topics import Partition
 
 log = logging.getLogger(__name__)
 
 Parts = list[bytes | bytearray | memoryview]
+
+#: what a connection may ask before it has authenticated (as Kafka's SASL listeners)
+_BEFORE_AUTHENTICATION: Final = frozenset(
+    {km.ApiKey.API_VERSIONS, km.ApiKey.SASL_HANDSHAKE, km.ApiKey.SASL_AUTHENTICATE}
+)
+_PLAIN: Final = "PLAIN"
 
 #: Kafka's acks: none, the leader, every live replica (then minInSync applies)
 _ACKS_NONE, _ACKS_LEADER, _ACKS_ALL = 0, 1, -1
@@ -81,8 +99,10 @@ class KafkaConnection(asyncio.Protocol):
         broker: ConnectionHost,
         advertised: Callable[[], tuple[str, int]],
         connections: set[KafkaConnection],
+        groups: KafkaGroups,
     ) -> None:
         self.broker = broker
+        self.groups = groups
         self.connections = connections
         self.advertised = advertised
         self.transport: asyncio.Transport | None = None
@@ -92,6 +112,10 @@ class KafkaConnection(asyncio.Protocol):
         self._tasks: set[asyncio.Task[None]] = set()
         self.closed = False
         self.access = broker.access.session()
+        #: until a credential is accepted (SASL, or a client certificate) only
+        #: ``_BEFORE_AUTHENTICATION`` is served; without credentials to check, at once
+        self.authenticated = not broker.access.asks_credentials
+        self.sasl_mechanism: str | None = None
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -100,6 +124,20 @@ class KafkaConnection(asyncio.Protocol):
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.connections.add(self)
+        certificate = self._client_certificate()
+        if not self.authenticated and certificate is not None:
+            # a client certificate names a principal as Kafka's SSL listeners take it
+            try:
+                self.access.authenticate(None, certificate)
+                self.authenticated = True
+            except AuthenticationFailed:
+                pass  # SASL may still name one
+
+    def _client_certificate(self) -> object:
+        assert self.transport is not None
+        peercert = self.transport.get_extra_info("peercert")
+        # only the client CA's certificates name principals, not the brokers' own CA's
+        return certificates.client_certificate(peercert, self.broker.client_issuers)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
@@ -110,6 +148,8 @@ class KafkaConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._buffer += data
         limit = self.broker.settings.max_frame_bytes
+        if not self.authenticated:
+            limit = self.broker.access.max_frame_bytes_before_handshake(limit)
         while len(self._buffer) >= 4:
             size = int.from_bytes(self._buffer[:4], "big", signed=True)
             if size < 8 or size > limit:
@@ -158,6 +198,11 @@ class KafkaConnection(asyncio.Protocol):
             )
             self._send_error_only(frame[4:8], ErrorCode.INVALID_REQUEST)
             return
+        if not self.authenticated and api.key not in _BEFORE_AUTHENTICATION:
+            log.info("kafka: %s sent %s before authenticating; closing", self.peer, api.key.name)
+            self._send_error_only(frame[4:8], ErrorCode.ILLEGAL_SASL_STATE)
+            self.close()
+            return
         if isinstance(body, km.ProduceRequest) and body.acks == _ACKS_NONE:
             try:
                 self._produce(header, body, None)  # Kafka sends no answer to acks=0
@@ -177,15 +222,31 @@ class KafkaConnection(asyncio.Protocol):
             elif isinstance(body, km.ListOffsetsRequest):
                 self._complete(slot, api, header, self._list_offsets(body))
             elif isinstance(body, km.FetchRequest):
-                task = asyncio.get_running_loop().create_task(self._fetch(slot, api, header, body))
-                self._tasks.add(task)
-                task.add_done_callback(self._tasks.discard)
+                self._spawn(self._fetch(slot, api, header, body))
+            elif isinstance(body, km.SaslHandshakeRequest):
+                self._complete(slot, api, header, self._sasl_handshake(body))
+            elif isinstance(body, km.SaslAuthenticateRequest):
+                outcome = self._sasl_authenticate(body)
+                self._complete(slot, api, header, outcome)
+                if outcome.error_code != ErrorCode.NONE:
+                    self.close()  # as Kafka: a failed authentication ends the connection
+            elif isinstance(body, km.JoinGroupRequest):
+                self._spawn(self._join_group(slot, api, header, body))
+            elif isinstance(body, km.SyncGroupRequest):
+                self._spawn(self._sync_group(slot, api, header, body))
+            else:
+                self._complete(slot, api, header, self._answer_at_once(body))
         except Exception:
             log.exception(
                 "kafka: %s v%d from %s failed", api.key.name, header.api_version, self.peer
             )
             slot.parts = _error_only(header.correlation_id, ErrorCode.UNKNOWN_SERVER_ERROR)
             self._flush()
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _unsupported(self, header: km.RequestHeader) -> None:
         if header.api_key == km.ApiKey.API_VERSIONS:
@@ -278,6 +339,344 @@ class KafkaConnection(asyncio.Protocol):
             cluster_id=settings.cluster_id,
             controller_id=me,
             topics=topics,
+        )
+
+    # ------------------------------------------------------------------ SASL
+
+    def _sasl_handshake(self, req: km.SaslHandshakeRequest) -> km.SaslHandshakeResponse:
+        if req.mechanism != _PLAIN:
+            return km.SaslHandshakeResponse(ErrorCode.UNSUPPORTED_SASL_MECHANISM, [_PLAIN])
+        self.sasl_mechanism = _PLAIN
+        return km.SaslHandshakeResponse(ErrorCode.NONE, [_PLAIN])
+
+    def _sasl_authenticate(self, req: km.SaslAuthenticateRequest) -> km.SaslAuthenticateResponse:
+        """PLAIN (RFC 4616): the password is one of our tokens. With an ACL file the user
+        name must be the token's principal; with shared tokens it is not checked."""
+
+        def refused(code: ErrorCode, why: str) -> km.SaslAuthenticateResponse:
+            log.info("kafka: %s: authentication refused: %s", self.peer, why)
+            return km.SaslAuthenticateResponse(code, why)
+
+        if self.sasl_mechanism is None:
+            return refused(ErrorCode.ILLEGAL_SASL_STATE, "SaslAuthenticate before SaslHandshake")
+        fields = bytes(req.auth_bytes).split(b"\0")
+        if len(fields) != 3:
+            return refused(ErrorCode.SASL_AUTHENTICATION_FAILED, "malformed PLAIN credentials")
+        try:
+            authzid, user, password = (f.decode() for f in fields)
+        except UnicodeDecodeError:
+            return refused(ErrorCode.SASL_AUTHENTICATION_FAILED, "malformed PLAIN credentials")
+        if authzid and authzid != user:
+            return refused(
+                ErrorCode.SASL_AUTHENTICATION_FAILED, "acting as another user is not supported"
+            )
+        try:
+            self.access.authenticate(password, self._client_certificate())
+        except AuthenticationFailed as exc:
+            return refused(ErrorCode.SASL_AUTHENTICATION_FAILED, exc.message)
+        principal = self.access.principal
+        if principal is not None and principal.name != user:
+            self.access.principal = None
+            return refused(
+                ErrorCode.SASL_AUTHENTICATION_FAILED,
+                f"the password is not a token of user {user!r}",
+            )
+        self.authenticated = True
+        return km.SaslAuthenticateResponse(ErrorCode.NONE, None, b"", 0)
+
+    # ------------------------------------------------------------------ groups
+
+    async def _join_group(
+        self, slot: _Slot, api: km.Api, header: km.RequestHeader, req: km.JoinGroupRequest
+    ) -> None:
+        ask = groups.JoinAsk(
+            req.group_id,
+            req.member_id,
+            header.client_id or "",
+            self.peer.rpartition(":")[0],
+            req.session_timeout_ms,
+            # v0 has no rebalance timeout: Kafka takes the session timeout
+            req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else req.session_timeout_ms,
+            req.protocol_type,
+            tuple((p.name, p.metadata) for p in req.protocols),
+        )
+        answer = await self.groups.join(ask)
+        members = [km.JoinGroupResponseMember(m, None, meta) for m, meta in answer.members]
+        body = km.JoinGroupResponse(
+            0,
+            answer.error,
+            answer.generation,
+            answer.protocol_name,
+            answer.leader,
+            answer.member_id,
+            members,
+        )
+        self._complete(slot, api, header, body)
+
+    async def _sync_group(
+        self, slot: _Slot, api: km.Api, header: km.RequestHeader, req: km.SyncGroupRequest
+    ) -> None:
+        assignments = {a.member_id: a.assignment for a in req.assignments}
+        answer = await self.groups.sync(req.group_id, req.generation_id, req.member_id, assignments)
+        self._complete(slot, api, header, km.SyncGroupResponse(0, answer.error, answer.assignment))
+
+    def _answer_at_once(self, req: Any) -> Any:
+        """The requests answered at once: most of the group APIs, and InitProducerId."""
+        core = self.groups.core
+        if isinstance(req, km.FindCoordinatorRequest):
+            host, port = self.advertised()
+            if req.key_type != 0:  # transactions have no coordinator here
+                return km.FindCoordinatorResponse(
+                    0, ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported", -1
+                )
+            return km.FindCoordinatorResponse(
+                0, ErrorCode.NONE, None, self.broker.settings.broker_id, host, port
+            )
+        if isinstance(req, km.HeartbeatRequest):
+            code = self.groups.heartbeat(req.group_id, req.generation_id, req.member_id)
+            return km.HeartbeatResponse(0, code)
+        if isinstance(req, km.LeaveGroupRequest):
+            return km.LeaveGroupResponse(0, self.groups.leave(req.group_id, req.member_id))
+        if isinstance(req, km.OffsetCommitRequest):
+            return self._offset_commit(req)
+        if isinstance(req, km.OffsetFetchRequest):
+            return self._offset_fetch(req)
+        if isinstance(req, km.ListGroupsRequest):
+            listed = [km.ListedGroup(g.group_id, g.protocol_type) for g in core.groups.values()]
+            return km.ListGroupsResponse(0, ErrorCode.NONE, listed)
+        if isinstance(req, km.DescribeGroupsRequest):
+            return km.DescribeGroupsResponse(0, [self._describe(g) for g in req.groups])
+        if isinstance(req, km.InitProducerIdRequest):
+            return _init_producer_id(req)
+        if isinstance(req, km.OffsetForLeaderEpochRequest):
+            return km.OffsetForLeaderEpochResponse(
+                0,
+                [
+                    km.OffsetForLeaderTopicResult(
+                        t.topic, [self._epoch_end(t.topic, p) for p in t.partitions]
+                    )
+                    for t in req.topics
+                ],
+            )
+        if isinstance(req, km.CreateTopicsRequest):
+            return km.CreateTopicsResponse(0, [self._create_topic(t, req) for t in req.topics])
+        if isinstance(req, km.DeleteTopicsRequest):
+            return km.DeleteTopicsResponse(0, [self._delete_topic(n) for n in req.topic_names])
+        if isinstance(req, km.DescribeConfigsRequest):
+            return km.DescribeConfigsResponse(0, [self._describe_configs(r) for r in req.resources])
+        if isinstance(req, km.DescribeClusterRequest):
+            host, port = self.advertised()
+            me = self.broker.settings.broker_id
+            return km.DescribeClusterResponse(
+                0,
+                ErrorCode.NONE,
+                None,
+                self.broker.settings.cluster_id or "",
+                me,
+                [km.DescribeClusterBroker(me, host, port)],
+            )
+        if isinstance(req, km.DeleteGroupsRequest):
+            results = [km.DeletableGroupResult(g, self.groups.delete(g)) for g in req.groups_names]
+            return km.DeleteGroupsResponse(0, results)
+        raise AssertionError(f"no handler for {type(req).__name__}")
+
+    def _epoch_end(self, topic: str, asked: km.OffsetForLeaderPartition) -> km.EpochEndOffset:
+        """Where ``asked.leader_epoch`` ended in this leader's log: the start of the next
+        epoch, or the log end for the current one (what a consumer checks its position
+        against after a leader change, KIP-320)."""
+        try:
+            self.access.require(Operation.CONSUME, topic)
+            part = self.broker.partition_for_read(topic, asked.partition)
+        except RedirectRequired:
+            return km.EpochEndOffset(ErrorCode.NOT_LEADER_OR_FOLLOWER, asked.partition)
+        except HeadraceError as exc:
+            return km.EpochEndOffset(code_of(exc), asked.partition)
+        current = part.leader_epoch
+        if asked.current_leader_epoch > current:
+            return km.EpochEndOffset(ErrorCode.UNKNOWN_LEADER_EPOCH, asked.partition)
+        if 0 <= asked.current_leader_epoch < current:
+            return km.EpochEndOffset(ErrorCode.FENCED_LEADER_EPOCH, asked.partition)
+        if asked.leader_epoch < 0 or asked.leader_epoch > current:
+            return km.EpochEndOffset(ErrorCode.NONE, asked.partition)  # undefined: -1, -1
+        if part.log.epochs is None:  # a standalone log has one epoch, its leader's
+            return km.EpochEndOffset(ErrorCode.NONE, asked.partition, current, part.log.next_offset)
+        epoch, end = part.log.epochs.end_offset_for(asked.leader_epoch, part.log.next_offset)
+        return km.EpochEndOffset(ErrorCode.NONE, asked.partition, epoch, end)
+
+    # ------------------------------------------------------------------ topic admin
+
+    def _create_topic(
+        self, topic: km.CreatableTopic, req: km.CreateTopicsRequest
+    ) -> km.CreatableTopicResult:
+        def refused(code: ErrorCode, why: str) -> km.CreatableTopicResult:
+            return km.CreatableTopicResult(topic.name, code, why)
+
+        partitions = 1 if topic.num_partitions == -1 else topic.num_partitions
+        if not 1 <= partitions <= MAX_PARTITIONS:
+            return refused(
+                ErrorCode.INVALID_PARTITIONS, f"partitions must be between 1 and {MAX_PARTITIONS}"
+            )
+        if topic.replication_factor not in (-1, 1):
+            return refused(
+                ErrorCode.INVALID_REPLICATION_FACTOR, "a standalone broker keeps one replica"
+            )
+        if topic.assignments:
+            return refused(
+                ErrorCode.INVALID_REPLICA_ASSIGNMENT, "replica assignments are not supported"
+            )
+        try:
+            canonical_topic_name(topic.name)
+            self.access.require(Operation.ADMIN, topic.name)
+        except HeadraceError as exc:
+            return refused(code_of(exc), exc.message)
+        try:
+            settings = configs.topic_settings((c.name, c.value) for c in topic.configs)
+            topic_log_config(LogConfig(), dict(settings))
+        except InvalidTopicSpec as exc:
+            return refused(ErrorCode.INVALID_CONFIG, exc.message)
+        if req.validate_only:
+            if kafka_topic_name(canonical_topic_name(topic.name)) in self._topic_names():
+                return refused(ErrorCode.TOPIC_ALREADY_EXISTS, f"{topic.name} exists")
+            return km.CreatableTopicResult(topic.name, ErrorCode.NONE)
+        try:
+            self.broker.create_topic(topic.name, partitions, dict(settings))
+        except HeadraceError as exc:
+            return refused(code_of(exc), exc.message)
+        return km.CreatableTopicResult(topic.name, ErrorCode.NONE)
+
+    def _topic_names(self) -> set[str]:
+        return {kafka_topic_name(name) for name in self.broker.registry.topics}
+
+    def _delete_topic(self, name: str) -> km.DeletableTopicResult:
+        try:
+            self.access.require(Operation.ADMIN, name)
+            self.broker.delete_topic(name)
+        except HeadraceError as exc:
+            return km.DeletableTopicResult(name, code_of(exc))
+        return km.DeletableTopicResult(name, ErrorCode.NONE)
+
+    def _describe_configs(self, asked: km.DescribeConfigsResource) -> km.DescribeConfigsResult:
+        result = km.DescribeConfigsResult(
+            ErrorCode.NONE, None, asked.resource_type, asked.resource_name
+        )
+        if asked.resource_type == km.RESOURCE_BROKER:
+            return result  # no broker setting is described: an empty, truthful list
+        if asked.resource_type != km.RESOURCE_TOPIC:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"resource type {asked.resource_type} is not described"
+            return result
+        try:
+            self.access.require(Operation.CONSUME, asked.resource_name)
+            topic = self.broker.registry.get(asked.resource_name)
+        except HeadraceError as exc:
+            result.error_code = code_of(exc)
+            result.error_message = exc.message
+            return result
+        log_config = next(iter(topic.partitions.values())).log.config
+        effective = {ours: getattr(log_config, ours) for ours in configs.KAFKA_TO_OURS.values()}
+        for entry in configs.describe(effective, topic.config, asked.configuration_keys):
+            source = km.SOURCE_DEFAULT if entry.is_default else km.SOURCE_TOPIC
+            result.configs.append(
+                km.DescribeConfigsResourceResult(
+                    entry.name,
+                    entry.value,
+                    read_only=True,  # IncrementalAlterConfigs is not served
+                    is_default=entry.is_default,
+                    config_source=source,
+                    is_sensitive=False,
+                    synonyms=[km.DescribeConfigsSynonym(entry.name, entry.value, source)],
+                )
+            )
+        return result
+
+    def _offset_commit(self, req: km.OffsetCommitRequest) -> km.OffsetCommitResponse:
+        allowed = self.groups.core.may_commit(req.group_id, req.generation_id, req.member_id)
+        accepted: dict[tuple[str, int], groups.Committed] = {}
+        topics = []
+        for topic in req.topics:
+            answer = km.OffsetCommitResponseTopic(topic.name)
+            topics.append(answer)
+            code = allowed
+            if code == ErrorCode.NONE:
+                try:
+                    # a group's offsets are a cohort's: the grant must cover the group's name
+                    self.access.require_cohort(topic.name, req.group_id)
+                    self.broker.registry.get(topic.name)
+                except HeadraceError as exc:
+                    code = code_of(exc)
+            for part in topic.partitions:
+                answer.partitions.append(
+                    km.OffsetCommitResponsePartition(part.partition_index, code)
+                )
+                if code == ErrorCode.NONE:
+                    accepted[(topic.name, part.partition_index)] = groups.Committed(
+                        part.committed_offset,
+                        part.committed_leader_epoch,
+                        part.committed_metadata or "",
+                    )
+        if accepted:
+            try:
+                self.groups.commit(req.group_id, accepted)
+            except (OSError, HeadraceError) as exc:
+                log.error("kafka: committing offsets of group %r: %s", req.group_id, exc)
+                for answer in topics:
+                    for part_answer in answer.partitions:
+                        part_answer.error_code = ErrorCode.KAFKA_STORAGE_ERROR
+        return km.OffsetCommitResponse(0, topics)
+
+    def _offset_fetch(self, req: km.OffsetFetchRequest) -> km.OffsetFetchResponse:
+        committed = self.groups.core.committed(req.group_id)
+        if req.topics is None:
+            asked: dict[str, list[int]] = {}
+            for topic, partition in sorted(committed):
+                asked.setdefault(topic, []).append(partition)
+        else:
+            asked = {t.name: list(t.partition_indexes) for t in req.topics}
+        topics = []
+        for name, partitions in asked.items():
+            answer = km.OffsetFetchResponseTopic(name)
+            topics.append(answer)
+            try:
+                self.access.require_cohort(name, req.group_id)
+                denied = ErrorCode.NONE
+            except HeadraceError as exc:
+                denied = code_of(exc)
+            for index in partitions:
+                found = committed.get((name, index))
+                if denied != ErrorCode.NONE or found is None:
+                    answer.partitions.append(
+                        km.OffsetFetchResponsePartition(index, -1, -1, "", denied)
+                    )
+                else:
+                    answer.partitions.append(
+                        km.OffsetFetchResponsePartition(
+                            index, found.offset, found.leader_epoch, found.metadata, ErrorCode.NONE
+                        )
+                    )
+        return km.OffsetFetchResponse(0, topics, ErrorCode.NONE)
+
+    def _describe(self, group_id: str) -> km.DescribedGroup:
+        group = self.groups.core.groups.get(group_id)
+        if group is None:
+            return km.DescribedGroup(ErrorCode.NONE, group_id, "Dead", "", "", [])
+        members = [
+            km.DescribedGroupMember(
+                m.member_id,
+                None,
+                m.client_id,
+                m.client_host,
+                m.metadata_for(group.protocol_name) if group.protocol_name else b"",
+                m.assignment,
+            )
+            for m in group.members.values()
+        ]
+        return km.DescribedGroup(
+            ErrorCode.NONE,
+            group_id,
+            group.state.value,
+            group.protocol_type,
+            group.protocol_name,
+            members,
         )
 
     # ------------------------------------------------------------------ Produce
@@ -508,9 +907,11 @@ class KafkaConnection(asyncio.Protocol):
                 # Both isolation levels read up to the HW, as in Kafka: there are no
                 # transactions, so the last stable offset is the HW.
                 raw, _ = part.log.read(offset, max(limit, 1), hw)
-                parts, size, foreign = _as_kafka_batches(raw)
-                if foreign and not parts:
-                    data.error_code = ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+                try:
+                    parts, size = _as_kafka_batches(raw)
+                except CorruptBatch as exc:
+                    log.error("%s/%d at %d: %s", topic.topic, asked.partition, offset, exc)
+                    data.error_code = ErrorCode.CORRUPT_MESSAGE
                     errored = True
                     continue
                 data.records = parts
@@ -519,21 +920,31 @@ class KafkaConnection(asyncio.Protocol):
         return km.FetchResponse(0, 0, 0, responses), total, errored
 
 
-def _as_kafka_batches(raw: bytes | memoryview) -> tuple[Parts, int, bool]:
-    """The Kafka batches at the start of ``raw`` with Kafka's prefix, as buffers (no body copy).
-
-    Stops at the first native batch (``foreign``): converting it would be per-record work,
-    and Kafka's clients would read magic 1 as their own legacy format."""
+def _as_kafka_batches(raw: bytes | memoryview) -> tuple[Parts, int]:
+    """The batches of ``raw`` as Kafka's: a Kafka batch is served as stored, with Kafka's
+    prefix (no body copy); one of ours is converted (``kafka.convert``: column by column)."""
     view = memoryview(raw)
     parts: Parts = []
     size = 0
     for pos, header in rb.scan(view):
-        if header.magic != rb.KAFKA_MAGIC:
-            return parts, size, True
-        parts.append(rb.kafka_prefix(header))
-        parts.append(view[pos + 16 : pos + header.size])
-        size += header.size
-    return parts, size, False
+        if header.magic == rb.KAFKA_MAGIC:
+            parts.append(rb.kafka_prefix(header))
+            parts.append(view[pos + 16 : pos + header.size])
+            size += header.size
+        else:
+            converted = to_kafka(view[pos : pos + header.size])
+            parts.append(converted)
+            size += len(converted)
+    return parts, size
+
+
+def _init_producer_id(req: km.InitProducerIdRequest) -> km.InitProducerIdResponse:
+    """A fresh producer id, epoch 0, for an idempotent producer. Our producer state is per
+    producer id, as for our own producers (random, never 0); a producer that asks again
+    (KIP-360, after a sequence error) gets a new id and starts again at sequence 0."""
+    if req.transactional_id is not None:
+        return km.InitProducerIdResponse(0, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+    return km.InitProducerIdResponse(0, ErrorCode.NONE, secrets.randbits(62) | 1, 0)
 
 
 def _error_only(correlation_id: int, code: ErrorCode) -> Parts:

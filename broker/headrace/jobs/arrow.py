@@ -7,9 +7,10 @@ offsets of ``key`` and ``value``; the key and value blobs are sliced as numpy
 views and concatenated once per object. The Python loop runs once per *batch*
 (header, bounds), never per record.
 
-Two cases go through the records module's own decoder (``DecodedBatch``) at
+Three cases go through the records module's own decoder (``DecodedBatch``) at
 batch granularity instead: compressed batches (whatever codecs ``records``
-knows, so new codecs work here without a change) and the ``headers`` column of
+knows, so new codecs work here without a change), Kafka batches (their records
+are varint-framed: ``records.kafka_records`` reads them one by one) and the ``headers`` column of
 batches that carry headers (header blocks are variable-length structures; that
 column is built per record, and only for batches with headers).
 """
@@ -144,42 +145,18 @@ def _section_columns(
     )
 
 
-def _decoded_columns(
-    view: memoryview, header: rb.BatchHeader, lo: int, hi: int, include_headers: bool
-) -> _Columns:
-    """Columns of a compressed batch: the records module inflates the section (at batch
-    granularity, whatever the codec) and the columns are read from the result."""
+def _decoded_columns(view: memoryview, lo: int, hi: int, include_headers: bool) -> _Columns:
+    """Columns of a compressed or a Kafka batch: the records module inflates and reads the
+    section (at batch granularity, whatever the codec or format) and the columns are read
+    from the result."""
     decoded = rb.DecodedBatch(view)
-    inflated = _inflated_section(decoded)
-    plain = header._replace(
-        attributes=header.attributes & ~rb.COMPRESSION_MASK,
+    inflated = decoded.columnar_section()
+    plain = decoded.header._replace(
+        attributes=decoded.header.attributes & ~rb.COMPRESSION_MASK,
         section_length=len(inflated),
     )
     section = np.frombuffer(inflated, dtype=np.uint8)
     return _section_columns(plain, section, lo, hi, include_headers)
-
-
-def _inflated_section(decoded: rb.DecodedBatch) -> bytes:
-    """The uncompressed record section, rebuilt from a decoded batch's columns with
-    C-level joins (the records module exposes records, not its inflated buffer)."""
-    h = decoded.header
-    parts: list[bytes] = []
-    n = h.record_count
-    if h.attributes & rb.ATTR_TIMESTAMPS:
-        ts = np.asarray(decoded.timestamps, dtype=np.int64) - h.first_timestamp
-        parts.append(ts.astype(_U32).tobytes())
-    if h.attributes & rb.ATTR_KEYS:
-        assert decoded.key_lengths is not None
-        parts.append(np.asarray(decoded.key_lengths, dtype=_I32).tobytes())
-    parts.append(np.fromiter(map(len, decoded.values), dtype=_U32, count=n).tobytes())
-    blocks: list[bytes] = []
-    if h.attributes & rb.ATTR_HEADERS:
-        blocks = [rb.encode_header_block(hs) for hs in decoded.headers()]
-        parts.append(np.fromiter(map(len, blocks), dtype=_U32, count=n).tobytes())
-    parts.append(b"".join(k for k in decoded.keys if k is not None))
-    parts.append(b"".join(decoded.values))
-    parts.append(b"".join(blocks))
-    return b"".join(parts)
 
 
 def to_record_batch(
@@ -217,12 +194,12 @@ def to_record_batch(
                 raise CorruptBatch("CRC mismatch")
             lo = max(0, start - header.base_offset)
             hi = min(header.record_count, end - header.base_offset)
-            if header.compression == rb.COMPRESSION_NONE:
+            if header.magic == rb.MAGIC and header.compression == rb.COMPRESSION_NONE:
                 section = buf[pos + rb.HEADER_SIZE : pos + header.size]
                 pieces.append(_section_columns(header, section, lo, hi, include_headers))
             else:
                 frame = view[pos : pos + header.size]
-                pieces.append(_decoded_columns(frame, header, lo, hi, include_headers))
+                pieces.append(_decoded_columns(frame, lo, hi, include_headers))
         except CorruptBatch as exc:
             raise CorruptBatch(f"offset {header.base_offset} (byte {pos}): {exc.message}") from exc
     if not stopped and consumed != len(view):

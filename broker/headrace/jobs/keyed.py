@@ -146,6 +146,16 @@ def parse(data: bytes | memoryview) -> Records:
             rb.check_header(header)
             if not rb.crc_ok(view, header, pos):
                 raise CorruptBatch("CRC mismatch")
+            if header.magic == rb.KAFKA_MAGIC:
+                # a Kafka producer's batch: its records in our columns, read like ours
+                decoded = rb.DecodedBatch(view[pos : pos + header.size])
+                columnar = decoded.columnar_section()
+                header = decoded.header._replace(section_length=len(columnar))
+                inflated.append(columnar)
+                section_starts.append(extra)
+                extra += len(columnar)
+                headers.append((pos, header))
+                continue
             columns = 1 + sum(
                 bool(header.attributes & a)
                 for a in (rb.ATTR_TIMESTAMPS, rb.ATTR_KEYS, rb.ATTR_HEADERS)

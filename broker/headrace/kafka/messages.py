@@ -28,7 +28,25 @@ class ApiKey(IntEnum):
     FETCH = 1
     LIST_OFFSETS = 2
     METADATA = 3
+    OFFSET_COMMIT = 8
+    OFFSET_FETCH = 9
+    FIND_COORDINATOR = 10
+    JOIN_GROUP = 11
+    HEARTBEAT = 12
+    LEAVE_GROUP = 13
+    SYNC_GROUP = 14
+    DESCRIBE_GROUPS = 15
+    LIST_GROUPS = 16
+    SASL_HANDSHAKE = 17
     API_VERSIONS = 18
+    CREATE_TOPICS = 19
+    DELETE_TOPICS = 20
+    INIT_PRODUCER_ID = 22
+    OFFSET_FOR_LEADER_EPOCH = 23
+    DESCRIBE_CONFIGS = 32
+    SASL_AUTHENTICATE = 36
+    DELETE_GROUPS = 42
+    DESCRIBE_CLUSTER = 60
 
 
 # --------------------------------------------------------------------------- headers
@@ -359,7 +377,494 @@ class ListOffsetsResponse:
     topics: list[ListOffsetsTopicResponse] = kfield(Array(ListOffsetsTopicResponse))
 
 
+# --------------------------------------------------------------------------- groups (8-16, 42)
+# The classic group protocol, in its versions before flexible encoding.
+
+
+@dataclass(slots=True)
+class FindCoordinatorRequest:
+    key: str = kfield(Kind.STRING)
+    #: 0 = a group, 1 = a transactional id
+    key_type: int = kfield(Kind.INT8, "1+")
+
+
+@dataclass(slots=True)
+class FindCoordinatorResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, "1+", nullable="1+", default=None)
+    node_id: int = kfield(Kind.INT32)
+    host: str = kfield(Kind.STRING)
+    port: int = kfield(Kind.INT32)
+
+
+@dataclass(slots=True)
+class JoinGroupRequestProtocol:
+    name: str = kfield(Kind.STRING)
+    metadata: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class JoinGroupRequest:
+    group_id: str = kfield(Kind.STRING)
+    session_timeout_ms: int = kfield(Kind.INT32)
+    rebalance_timeout_ms: int = kfield(Kind.INT32, "1+", default=-1)
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "5+", nullable="5+", default=None)
+    protocol_type: str = kfield(Kind.STRING)
+    protocols: list[JoinGroupRequestProtocol] = kfield(Array(JoinGroupRequestProtocol))
+
+
+@dataclass(slots=True)
+class JoinGroupResponseMember:
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "5+", nullable="5+", default=None)
+    metadata: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class JoinGroupResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "2+")
+    error_code: int = kfield(Kind.INT16)
+    generation_id: int = kfield(Kind.INT32, default=-1)
+    protocol_name: str = kfield(Kind.STRING)
+    leader: str = kfield(Kind.STRING)
+    member_id: str = kfield(Kind.STRING)
+    members: list[JoinGroupResponseMember] = kfield(Array(JoinGroupResponseMember))
+
+
+@dataclass(slots=True)
+class HeartbeatRequest:
+    group_id: str = kfield(Kind.STRING)
+    generation_id: int = kfield(Kind.INT32)
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "3+", nullable="3+", default=None)
+
+
+@dataclass(slots=True)
+class HeartbeatResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class LeaveGroupRequest:
+    group_id: str = kfield(Kind.STRING)
+    member_id: str = kfield(Kind.STRING)
+
+
+@dataclass(slots=True)
+class LeaveGroupResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class SyncGroupRequestAssignment:
+    member_id: str = kfield(Kind.STRING)
+    assignment: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class SyncGroupRequest:
+    group_id: str = kfield(Kind.STRING)
+    generation_id: int = kfield(Kind.INT32)
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "3+", nullable="3+", default=None)
+    assignments: list[SyncGroupRequestAssignment] = kfield(Array(SyncGroupRequestAssignment))
+
+
+@dataclass(slots=True)
+class SyncGroupResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+    assignment: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class DescribeGroupsRequest:
+    groups: list[str] = kfield(Array(Kind.STRING))
+    include_authorized_operations: bool = kfield(Kind.BOOL, "3+")
+
+
+@dataclass(slots=True)
+class DescribedGroupMember:
+    member_id: str = kfield(Kind.STRING)
+    group_instance_id: str | None = kfield(Kind.STRING, "4+", nullable="4+", default=None)
+    client_id: str = kfield(Kind.STRING)
+    client_host: str = kfield(Kind.STRING)
+    member_metadata: bytes = kfield(Kind.BYTES)
+    member_assignment: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class DescribedGroup:
+    error_code: int = kfield(Kind.INT16)
+    group_id: str = kfield(Kind.STRING)
+    group_state: str = kfield(Kind.STRING)
+    protocol_type: str = kfield(Kind.STRING)
+    protocol_data: str = kfield(Kind.STRING)
+    members: list[DescribedGroupMember] = kfield(Array(DescribedGroupMember))
+    authorized_operations: int = kfield(Kind.INT32, "3+", default=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+@dataclass(slots=True)
+class DescribeGroupsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    groups: list[DescribedGroup] = kfield(Array(DescribedGroup))
+
+
+@dataclass(slots=True)
+class ListGroupsRequest:
+    pass
+
+
+@dataclass(slots=True)
+class ListedGroup:
+    group_id: str = kfield(Kind.STRING)
+    protocol_type: str = kfield(Kind.STRING)
+
+
+@dataclass(slots=True)
+class ListGroupsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    error_code: int = kfield(Kind.INT16)
+    groups: list[ListedGroup] = kfield(Array(ListedGroup))
+
+
+@dataclass(slots=True)
+class OffsetCommitRequestPartition:
+    partition_index: int = kfield(Kind.INT32)
+    committed_offset: int = kfield(Kind.INT64)
+    committed_leader_epoch: int = kfield(Kind.INT32, "6+", default=-1)
+    committed_metadata: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class OffsetCommitRequestTopic:
+    name: str = kfield(Kind.STRING)
+    partitions: list[OffsetCommitRequestPartition] = kfield(Array(OffsetCommitRequestPartition))
+
+
+@dataclass(slots=True)
+class OffsetCommitRequest:
+    group_id: str = kfield(Kind.STRING)
+    generation_id: int = kfield(Kind.INT32, "1+", default=-1)
+    member_id: str = kfield(Kind.STRING, "1+")
+    group_instance_id: str | None = kfield(Kind.STRING, "7+", nullable="7+", default=None)
+    retention_time_ms: int = kfield(Kind.INT64, "2-4", default=-1)
+    topics: list[OffsetCommitRequestTopic] = kfield(Array(OffsetCommitRequestTopic))
+
+
+@dataclass(slots=True)
+class OffsetCommitResponsePartition:
+    partition_index: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class OffsetCommitResponseTopic:
+    name: str = kfield(Kind.STRING)
+    partitions: list[OffsetCommitResponsePartition] = kfield(Array(OffsetCommitResponsePartition))
+
+
+@dataclass(slots=True)
+class OffsetCommitResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "3+")
+    topics: list[OffsetCommitResponseTopic] = kfield(Array(OffsetCommitResponseTopic))
+
+
+@dataclass(slots=True)
+class OffsetFetchRequestTopic:
+    name: str = kfield(Kind.STRING)
+    partition_indexes: list[int] = kfield(Array(Kind.INT32))
+
+
+@dataclass(slots=True)
+class OffsetFetchRequest:
+    group_id: str = kfield(Kind.STRING)
+    #: None (v2+) = every partition the group has committed
+    topics: list[OffsetFetchRequestTopic] | None = kfield(
+        Array(OffsetFetchRequestTopic), nullable="2+"
+    )
+
+
+@dataclass(slots=True)
+class OffsetFetchResponsePartition:
+    partition_index: int = kfield(Kind.INT32)
+    committed_offset: int = kfield(Kind.INT64, default=-1)
+    committed_leader_epoch: int = kfield(Kind.INT32, "5+", default=-1)
+    metadata: str | None = kfield(Kind.STRING, nullable="0+", default="")
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class OffsetFetchResponseTopic:
+    name: str = kfield(Kind.STRING)
+    partitions: list[OffsetFetchResponsePartition] = kfield(Array(OffsetFetchResponsePartition))
+
+
+@dataclass(slots=True)
+class OffsetFetchResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "3+")
+    topics: list[OffsetFetchResponseTopic] = kfield(Array(OffsetFetchResponseTopic))
+    error_code: int = kfield(Kind.INT16, "2+")
+
+
+@dataclass(slots=True)
+class DeleteGroupsRequest:
+    groups_names: list[str] = kfield(Array(Kind.STRING))
+
+
+@dataclass(slots=True)
+class DeletableGroupResult:
+    group_id: str = kfield(Kind.STRING)
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class DeleteGroupsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    results: list[DeletableGroupResult] = kfield(Array(DeletableGroupResult))
+
+
+# --------------------------------------------------------------------------- InitProducerId (22)
+
+
+@dataclass(slots=True)
+class InitProducerIdRequest:
+    transactional_id: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    transaction_timeout_ms: int = kfield(Kind.INT32)
+    producer_id: int = kfield(Kind.INT64, "3+", default=-1)
+    producer_epoch: int = kfield(Kind.INT16, "3+", default=-1)
+
+
+@dataclass(slots=True)
+class InitProducerIdResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+    producer_id: int = kfield(Kind.INT64, default=-1)
+    producer_epoch: int = kfield(Kind.INT16, default=-1)
+
+
+# --------------------------------------------------------------------------- admin (19, 20, 32, 60)
+
+
+@dataclass(slots=True)
+class CreatableReplicaAssignment:
+    partition_index: int = kfield(Kind.INT32)
+    broker_ids: list[int] = kfield(Array(Kind.INT32))
+
+
+@dataclass(slots=True)
+class CreatableTopicConfig:
+    name: str = kfield(Kind.STRING)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class CreatableTopic:
+    name: str = kfield(Kind.STRING)
+    num_partitions: int = kfield(Kind.INT32)
+    replication_factor: int = kfield(Kind.INT16)
+    assignments: list[CreatableReplicaAssignment] = kfield(Array(CreatableReplicaAssignment))
+    configs: list[CreatableTopicConfig] = kfield(Array(CreatableTopicConfig))
+
+
+@dataclass(slots=True)
+class CreateTopicsRequest:
+    topics: list[CreatableTopic] = kfield(Array(CreatableTopic))
+    timeout_ms: int = kfield(Kind.INT32)
+    validate_only: bool = kfield(Kind.BOOL, "1+")
+
+
+@dataclass(slots=True)
+class CreatableTopicResult:
+    name: str = kfield(Kind.STRING)
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, "1+", nullable="1+", default=None)
+
+
+@dataclass(slots=True)
+class CreateTopicsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "2+")
+    topics: list[CreatableTopicResult] = kfield(Array(CreatableTopicResult))
+
+
+@dataclass(slots=True)
+class DeleteTopicsRequest:
+    topic_names: list[str] = kfield(Array(Kind.STRING))
+    timeout_ms: int = kfield(Kind.INT32)
+
+
+@dataclass(slots=True)
+class DeletableTopicResult:
+    name: str = kfield(Kind.STRING)
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class DeleteTopicsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "1+")
+    responses: list[DeletableTopicResult] = kfield(Array(DeletableTopicResult))
+
+
+#: DescribeConfigs resource types
+RESOURCE_TOPIC: Final = 2
+RESOURCE_BROKER: Final = 4
+#: DescribeConfigs config sources
+SOURCE_TOPIC: Final = 1
+SOURCE_DEFAULT: Final = 5
+
+
+@dataclass(slots=True)
+class DescribeConfigsResource:
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+    configuration_keys: list[str] | None = kfield(Array(Kind.STRING), nullable="0+")
+
+
+@dataclass(slots=True)
+class DescribeConfigsRequest:
+    resources: list[DescribeConfigsResource] = kfield(Array(DescribeConfigsResource))
+    include_synonyms: bool = kfield(Kind.BOOL, "1+")
+    include_documentation: bool = kfield(Kind.BOOL, "3+")
+
+
+@dataclass(slots=True)
+class DescribeConfigsSynonym:
+    name: str = kfield(Kind.STRING)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    source: int = kfield(Kind.INT8)
+
+
+@dataclass(slots=True)
+class DescribeConfigsResourceResult:
+    name: str = kfield(Kind.STRING)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    read_only: bool = kfield(Kind.BOOL)
+    is_default: bool = kfield(Kind.BOOL, "0")
+    config_source: int = kfield(Kind.INT8, "1+", default=-1)
+    is_sensitive: bool = kfield(Kind.BOOL)
+    synonyms: list[DescribeConfigsSynonym] = kfield(Array(DescribeConfigsSynonym), "1+")
+    #: 0 = unknown
+    config_type: int = kfield(Kind.INT8, "3+")
+    documentation: str | None = kfield(Kind.STRING, "3+", nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class DescribeConfigsResult:
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+    configs: list[DescribeConfigsResourceResult] = kfield(Array(DescribeConfigsResourceResult))
+
+
+@dataclass(slots=True)
+class DescribeConfigsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    results: list[DescribeConfigsResult] = kfield(Array(DescribeConfigsResult))
+
+
+@dataclass(slots=True)
+class DescribeClusterRequest:
+    include_cluster_authorized_operations: bool = kfield(Kind.BOOL)
+
+
+@dataclass(slots=True)
+class DescribeClusterBroker:
+    broker_id: int = kfield(Kind.INT32)
+    host: str = kfield(Kind.STRING)
+    port: int = kfield(Kind.INT32)
+    rack: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class DescribeClusterResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    cluster_id: str = kfield(Kind.STRING)
+    controller_id: int = kfield(Kind.INT32, default=-1)
+    brokers: list[DescribeClusterBroker] = kfield(Array(DescribeClusterBroker))
+    cluster_authorized_operations: int = kfield(Kind.INT32, default=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+# --------------------------------------------------------------------------- SASL (17, 36)
+
+
+@dataclass(slots=True)
+class SaslHandshakeRequest:
+    mechanism: str = kfield(Kind.STRING)
+
+
+@dataclass(slots=True)
+class SaslHandshakeResponse:
+    error_code: int = kfield(Kind.INT16)
+    mechanisms: list[str] = kfield(Array(Kind.STRING))
+
+
+@dataclass(slots=True)
+class SaslAuthenticateRequest:
+    auth_bytes: bytes = kfield(Kind.BYTES)
+
+
+@dataclass(slots=True)
+class SaslAuthenticateResponse:
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    auth_bytes: bytes = kfield(Kind.BYTES)
+    session_lifetime_ms: int = kfield(Kind.INT64, "1+")
+
+
+# --------------------------------------------------------------------------- OffsetForLeaderEpoch (23)
+
+
+@dataclass(slots=True)
+class OffsetForLeaderPartition:
+    partition: int = kfield(Kind.INT32)
+    #: the epoch the client knows the leader by (-1: unchecked), fenced like a fetch's
+    current_leader_epoch: int = kfield(Kind.INT32, "2+", default=-1)
+    leader_epoch: int = kfield(Kind.INT32)
+
+
+@dataclass(slots=True)
+class OffsetForLeaderTopic:
+    topic: str = kfield(Kind.STRING)
+    partitions: list[OffsetForLeaderPartition] = kfield(Array(OffsetForLeaderPartition))
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochRequest:
+    replica_id: int = kfield(Kind.INT32, "3+", default=-2)
+    topics: list[OffsetForLeaderTopic] = kfield(Array(OffsetForLeaderTopic))
+
+
+@dataclass(slots=True)
+class EpochEndOffset:
+    error_code: int = kfield(Kind.INT16)
+    partition: int = kfield(Kind.INT32)
+    leader_epoch: int = kfield(Kind.INT32, "1+", default=-1)
+    end_offset: int = kfield(Kind.INT64, default=-1)
+
+
+@dataclass(slots=True)
+class OffsetForLeaderTopicResult:
+    topic: str = kfield(Kind.STRING)
+    partitions: list[EpochEndOffset] = kfield(Array(EpochEndOffset))
+
+
+@dataclass(slots=True)
+class OffsetForLeaderEpochResponse:
+    throttle_time_ms: int = kfield(Kind.INT32, "2+")
+    topics: list[OffsetForLeaderTopicResult] = kfield(Array(OffsetForLeaderTopicResult))
+
+
 # --------------------------------------------------------------------------- the API table
+
+#: ``flexible_from`` of an API that has no flexible version
+NEVER: Final = 0x7FFF
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,6 +897,33 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, 1, 6, 6),
         Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, 0, 12, 9),
         Api(ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3),
+        Api(ApiKey.OFFSET_COMMIT, OffsetCommitRequest, OffsetCommitResponse, 2, 7, 8),
+        Api(ApiKey.OFFSET_FETCH, OffsetFetchRequest, OffsetFetchResponse, 1, 5, 6),
+        Api(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2, 3),
+        Api(ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, 0, 5, 6),
+        Api(ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, 0, 3, 4),
+        Api(ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, 0, 2, 4),
+        Api(ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, 0, 3, 4),
+        Api(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4, 5),
+        Api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 2, 3),
+        Api(ApiKey.DELETE_GROUPS, DeleteGroupsRequest, DeleteGroupsResponse, 0, 1, 2),
+        Api(ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest, InitProducerIdResponse, 0, 4, 2),
+        Api(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH,
+            OffsetForLeaderEpochRequest,
+            OffsetForLeaderEpochResponse,
+            0,
+            3,
+            4,
+        ),
+        Api(ApiKey.CREATE_TOPICS, CreateTopicsRequest, CreateTopicsResponse, 0, 4, 5),
+        Api(ApiKey.DELETE_TOPICS, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, 4),
+        Api(ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest, DescribeConfigsResponse, 0, 3, 4),
+        Api(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest, DescribeClusterResponse, 0, 0, 0),
+        # v0 of the handshake is followed by raw SASL frames outside Kafka's framing: only
+        # v1, whose tokens travel in SaslAuthenticate
+        Api(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, 1, 1, NEVER),
+        Api(ApiKey.SASL_AUTHENTICATE, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1, 2),
     )
 }
 

@@ -55,7 +55,7 @@ from typing import Final, NamedTuple
 
 from headrace.checksums import crc32, crc32c
 from headrace.errors import BatchTooLarge, CorruptBatch, InvalidRecordBatch, UnknownCodec
-from headrace.records import codecs
+from headrace.records import codecs, kafka_records
 
 MAGIC: Final = 1
 #: Kafka's record batch v2, stored as received behind our prefix (see the module docstring)
@@ -248,10 +248,9 @@ def validate_kafka(
             f" {header.record_count - 1}: a produced batch has contiguous offsets"
         )
     (producer_id,) = _KAFKA_PRODUCER.unpack_from(buf, 43)
-    if producer_id >= 0:
-        raise InvalidRecordBatch(
-            "idempotent Kafka producers (InitProducerId) are not supported yet"
-        )
+    if producer_id == 0:
+        # 0 is our "not idempotent": InitProducerId never hands it out
+        raise InvalidRecordBatch("producer id 0 was not issued by this broker")
     return header
 
 
@@ -558,11 +557,17 @@ class DecodedBatch:
 
     ``values`` and ``keys`` are lists built by C-level slicing; ``records()``
     builds per-record objects for callers that want them.
+
+    A Kafka batch (``KAFKA_MAGIC``) is read too, record by record
+    (``kafka_records``). Its ``header`` is then given in our terms: the attributes
+    say keys, headers and per-record timestamps, and no compression (the columns
+    are inflated); offsets, epoch, counts and timestamps are the batch's own.
     """
 
     __slots__ = (
         "_header_lengths",
         "_headers_blob",
+        "_kafka_headers",
         "header",
         "key_lengths",
         "keys",
@@ -573,6 +578,10 @@ class DecodedBatch:
     def __init__(self, batch: bytes | bytearray | memoryview) -> None:
         header = read_header(batch)
         self.header = header
+        self._kafka_headers: list[tuple[tuple[str, bytes], ...]] | None = None
+        if header.magic == KAFKA_MAGIC:
+            self._read_kafka(batch, header)
+            return
         n = header.record_count
         raw = memoryview(batch)[HEADER_SIZE : header.size]
         # bounded by section_length: a small batch that inflates to gigabytes is
@@ -627,11 +636,52 @@ class DecodedBatch:
         except (ValueError, IndexError, StopIteration) as exc:
             raise CorruptBatch(f"malformed record section: {exc}") from exc
 
+    def _read_kafka(self, batch: bytes | bytearray | memoryview, header: BatchHeader) -> None:
+        raw = memoryview(batch)[KAFKA_HEADER_SIZE : header.size]
+        section = kafka_records.inflate(header.compression, raw)
+        records = kafka_records.decode_records(section, header.record_count, header.first_timestamp)
+        self.timestamps = records.timestamps
+        self.keys = records.keys
+        self.values = records.values
+        self.key_lengths = array("i", [-1 if k is None else len(k) for k in records.keys])
+        self._header_lengths = None
+        self._headers_blob = b""
+        self._kafka_headers = records.headers
+        # Kafka's base timestamp is the first record's, and later ones may be earlier: ours
+        # is the smallest, so every delta from it is non-negative
+        self.header = header._replace(
+            attributes=ATTR_TIMESTAMPS | ATTR_KEYS | (ATTR_HEADERS if any(records.headers) else 0),
+            first_timestamp=min(records.timestamps),
+        )
+
     @property
     def base_offset(self) -> int:
         return self.header.base_offset
 
+    def columnar_section(self) -> bytes:
+        """The record section in our columnar form (§2), uncompressed, with the columns
+        ``self.header``'s attributes name: what a reader of our format takes from a
+        compressed or a Kafka batch. Built with C-level joins over the decoded columns."""
+        h = self.header
+        parts: list[bytes] = []
+        if h.attributes & ATTR_TIMESTAMPS:
+            parts.append(_u32_array([t - h.first_timestamp for t in self.timestamps]))
+        if h.attributes & ATTR_KEYS:
+            assert self.key_lengths is not None
+            parts.append(_i32_array(self.key_lengths))
+        parts.append(_u32_array(list(map(len, self.values))))
+        blocks: list[bytes] = []
+        if h.attributes & ATTR_HEADERS:
+            blocks = [encode_header_block(hs) for hs in self.headers()]
+            parts.append(_u32_array(list(map(len, blocks))))
+        parts.append(b"".join([k for k in self.keys if k is not None]))
+        parts.append(b"".join(self.values))
+        parts.append(b"".join(blocks))
+        return b"".join(parts)
+
     def headers(self) -> list[tuple[tuple[str, bytes], ...]]:
+        if self._kafka_headers is not None:
+            return self._kafka_headers
         if self._header_lengths is None:
             return [()] * self.header.record_count
         blocks = _slices(memoryview(self._headers_blob), self._header_lengths)

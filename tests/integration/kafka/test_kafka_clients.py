@@ -8,15 +8,16 @@ import asyncio
 import socket
 import struct
 
-import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 
 from headrace.client import Producer as HeadraceProducer
+from headrace.client.consumer import Consumer as HeadraceConsumer
 from headrace.kafka import messages as km
 from headrace.kafka.wire import Reader
+from headrace.records.batch import Record
 from tests.integration.kafka.conftest import KafkaBroker
 from tests.integration.reading import create_topic, read_partition
 
@@ -207,7 +208,6 @@ async def test_bad_input_gets_error_answers_and_changes_nothing(kafka: KafkaBrok
         await consumer.stop()
 
 
-@pytest.mark.xfail(strict=True, reason="one storage, two protocols: not built yet (docs/kafka.md)")
 async def test_records_produced_through_kafka_are_readable_by_native_consumers(
     kafka: KafkaBroker,
 ) -> None:
@@ -217,7 +217,6 @@ async def test_records_produced_through_kafka_are_readable_by_native_consumers(
     assert [r.value for r in records] == [b"x0", b"x1", b"x2"]
 
 
-@pytest.mark.xfail(strict=True, reason="one storage, two protocols: not built yet (docs/kafka.md)")
 async def test_records_produced_natively_are_readable_by_kafka_consumers(
     kafka: KafkaBroker,
 ) -> None:
@@ -291,3 +290,88 @@ async def _end_offset(kafka: KafkaBroker) -> int:
         return int((await consumer.end_offsets([tp]))[tp])
     finally:
         await consumer.stop()
+
+
+async def test_one_log_written_by_both_protocols_reads_whole_through_each(
+    kafka: KafkaBroker,
+) -> None:
+    """Our producer (zstd, then zlib) and librdkafka (lz4) take turns on one partition, with
+    keys and headers. librdkafka then reads every record through the Kafka listener (ours
+    converted, its own as sent), and a cohort of ours reads them all through our API."""
+    await create_topic(kafka.broker.bootstrap, TOPIC, 1)
+    expected: list[tuple[bytes, bytes, tuple[tuple[str, bytes], ...]]] = []
+
+    async def ours(codec: str, start: int) -> None:
+        producer = await HeadraceProducer(kafka.broker.bootstrap, compression=codec).start()
+        try:
+            for i in range(start, start + 300):
+                headers = (("n", b"%d" % i),) if i % 2 else ()
+                expected.append((b"k%d" % (i % 7), b"native-%d" % i, headers))
+                await producer.send(TOPIC, b"native-%d" % i, key=b"k%d" % (i % 7), headers=headers)
+            await producer.flush()
+        finally:
+            await producer.close()
+
+    def theirs(start: int) -> None:
+        producer = Producer(
+            {
+                "bootstrap.servers": kafka.bootstrap,
+                "acks": "all",
+                "enable.idempotence": False,
+                "compression.type": "lz4",
+                "linger.ms": 20,
+            }
+        )
+        for i in range(start, start + 300):
+            headers = (("n", b"%d" % i),) if i % 2 else ()
+            expected.append((b"k%d" % (i % 7), b"kafka-%d" % i, headers))
+            producer.produce(
+                TOPIC,
+                value=b"kafka-%d" % i,
+                key=b"k%d" % (i % 7),
+                partition=0,
+                headers=list(headers),
+            )
+        assert producer.flush(30) == 0
+
+    await ours("zstd", 0)
+    await asyncio.to_thread(theirs, 300)
+    await ours("zlib", 600)
+
+    def read_through_kafka() -> list[tuple[int, bytes, bytes, tuple[tuple[str, bytes], ...]]]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": kafka.bootstrap,
+                "group.id": "unused",
+                "enable.auto.commit": False,
+            }
+        )
+        got = []
+        try:
+            consumer.assign([CTopicPartition(TOPIC, 0, 0)])
+            while len(got) < 900:
+                msg = consumer.poll(10)
+                assert msg is not None, f"librdkafka stopped after {len(got)} records"
+                assert msg.error() is None, msg.error()
+                got.append((msg.offset(), msg.key(), msg.value(), tuple(msg.headers() or ())))
+        finally:
+            consumer.close()
+        return got
+
+    through_kafka = await asyncio.to_thread(read_through_kafka)
+    assert [o for o, *_ in through_kafka] == list(range(900))
+    assert [(k, v, h) for _, k, v, h in through_kafka] == expected
+
+    cohort = HeadraceConsumer(kafka.broker.bootstrap, TOPIC, "mixed", start="earliest")
+    await cohort.start()
+    records: list[Record] = []
+    try:
+        async with asyncio.timeout(30):
+            while len(records) < 900:
+                for batch in await cohort.getmany(timeout_s=1.0):
+                    records.extend(batch.records())
+                    cohort.ack_batch(batch)
+    finally:
+        await cohort.close()
+    assert [r.offset for r in records] == list(range(900))
+    assert [(r.key, r.value, r.headers) for r in records] == expected

@@ -187,4 +187,85 @@ def test_trailing_bytes_after_a_request_are_ignored_as_kafka_does() -> None:
 
 def test_api_versions_advertises_exactly_the_supported_table() -> None:
     advertised = {(v.api_key, v.min_version, v.max_version) for v in km.advertised_versions()}
-    assert advertised == {(0, 3, 9), (1, 4, 12), (2, 1, 6), (3, 0, 12), (18, 0, 4)}
+    assert advertised == {
+        (0, 3, 9),
+        (1, 4, 12),
+        (2, 1, 6),
+        (3, 0, 12),
+        (8, 2, 7),
+        (9, 1, 5),
+        (10, 0, 2),
+        (11, 0, 5),
+        (12, 0, 3),
+        (13, 0, 2),
+        (14, 0, 3),
+        (15, 0, 4),
+        (16, 0, 2),
+        (17, 1, 1),
+        (18, 0, 4),
+        (19, 0, 4),
+        (20, 0, 3),
+        (22, 0, 4),
+        (23, 0, 3),
+        (32, 0, 3),
+        (36, 0, 1),
+        (42, 0, 1),
+        (60, 0, 0),
+    }
+
+
+def test_group_requests_read_as_aiokafka_writes_them() -> None:
+    """aiokafka's own structs encode; ours decode (the groups' schemas, field by field)."""
+    from aiokafka.protocol.commit import OffsetCommitRequest_v3, OffsetFetchRequest_v3
+    from aiokafka.protocol.group import JoinGroupRequest_v5, SyncGroupRequest_v3
+
+    def ours(key: km.ApiKey, version: int, raw: bytes) -> object:
+        return schema.decode_from(Reader(raw), km.SUPPORTED[key].request, version, False)
+
+    join = JoinGroupRequest_v5("g", 6000, 30000, "m", "static-1", "consumer", [("range", b"md")])
+    assert ours(km.ApiKey.JOIN_GROUP, 5, join.encode()) == km.JoinGroupRequest(
+        "g", 6000, 30000, "m", "static-1", "consumer", [km.JoinGroupRequestProtocol("range", b"md")]
+    )
+    sync = SyncGroupRequest_v3("g", 4, "m", None, [("m", b"assigned")])
+    assert ours(km.ApiKey.SYNC_GROUP, 3, sync.encode()) == km.SyncGroupRequest(
+        "g", 4, "m", None, [km.SyncGroupRequestAssignment("m", b"assigned")]
+    )
+    commit = OffsetCommitRequest_v3("g", 4, "m", -1, [("t", [(0, 42, "meta")])])
+    assert ours(km.ApiKey.OFFSET_COMMIT, 3, commit.encode()) == km.OffsetCommitRequest(
+        "g",
+        4,
+        "m",
+        None,
+        -1,
+        [km.OffsetCommitRequestTopic("t", [km.OffsetCommitRequestPartition(0, 42, -1, "meta")])],
+    )
+    fetch = OffsetFetchRequest_v3("g", None)
+    assert ours(km.ApiKey.OFFSET_FETCH, 3, fetch.encode()) == km.OffsetFetchRequest("g", None)
+
+
+def test_group_responses_read_as_aiokafka_reads_them() -> None:
+    from aiokafka.protocol.commit import OffsetFetchResponse_v3
+    from aiokafka.protocol.group import JoinGroupResponse_v5
+
+    join = km.JoinGroupResponse(
+        0, 0, 3, "range", "m1", "m2", [km.JoinGroupResponseMember("m1", None, b"md")]
+    )
+    w = Writer()
+    schema.encode_into(w, join, 5, False)
+    theirs = JoinGroupResponse_v5.decode(w.getvalue())
+    assert (theirs.generation_id, theirs.group_protocol, theirs.leader_id, theirs.member_id) == (
+        3,
+        "range",
+        "m1",
+        "m2",
+    )
+    assert [tuple(m) for m in theirs.members] == [("m1", None, b"md")]
+    fetched = km.OffsetFetchResponse(
+        0,
+        [km.OffsetFetchResponseTopic("t", [km.OffsetFetchResponsePartition(0, 42, -1, "", 0)])],
+        0,
+    )
+    w = Writer()
+    schema.encode_into(w, fetched, 3, False)
+    decoded = OffsetFetchResponse_v3.decode(w.getvalue())
+    assert decoded.topics[0][1][0][:2] == (0, 42)

@@ -86,11 +86,16 @@ def test_wrong_length_magic_and_size_limits() -> None:
         rb.validate_kafka(raw, max_batch_bytes=len(raw) - 1)
 
 
-def test_transactional_and_idempotent_batches_are_refused_as_invalid_records() -> None:
+def test_transactional_batches_and_producer_id_0_are_refused_as_invalid_records() -> None:
     with pytest.raises(InvalidRecordBatch):
         rb.validate_kafka(kafka_batch(transactional=True, producer_id=5))
     with pytest.raises(InvalidRecordBatch):
-        rb.validate_kafka(kafka_batch(producer_id=5))
+        rb.validate_kafka(kafka_batch(producer_id=0))
+
+
+def test_an_idempotent_batch_reads_as_our_producer_and_sequence() -> None:
+    header = rb.validate_kafka(kafka_batch(4, producer_id=5))
+    assert (header.producer_id, header.base_sequence, header.record_count) == (5, 0, 4)
 
 
 def test_the_native_validator_refuses_a_kafka_batch() -> None:

@@ -1,0 +1,156 @@
+"""Kafka consumer groups through real clients: aiokafka and librdkafka subscribe, share the
+partitions, rebalance when a member leaves, commit offsets, and find them again after
+the broker restarts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from confluent_kafka import Consumer, KafkaException
+
+from tests.integration.kafka.conftest import KafkaBroker
+from tests.integration.reading import create_topic
+
+TOPIC = "events"
+PARTITIONS = 4
+
+
+async def produce(kafka: KafkaBroker, start: int, count: int) -> None:
+    producer = AIOKafkaProducer(
+        bootstrap_servers=kafka.bootstrap, acks="all", enable_idempotence=False
+    )
+    await producer.start()
+    try:
+        for i in range(start, start + count):
+            await producer.send(TOPIC, b"e%d" % i, partition=i % PARTITIONS)
+        await producer.flush()
+    finally:
+        await producer.stop()
+
+
+def member(kafka: KafkaBroker, group: str) -> AIOKafkaConsumer:
+    return AIOKafkaConsumer(
+        TOPIC,
+        bootstrap_servers=kafka.bootstrap,
+        group_id=group,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        session_timeout_ms=6_000,
+        heartbeat_interval_ms=300,
+    )
+
+
+async def take(consumer: AIOKafkaConsumer, got: list[bytes], until: int) -> None:
+    async with asyncio.timeout(60):
+        while len(got) < until:
+            for records in (await consumer.getmany(timeout_ms=200)).values():
+                got.extend(r.value for r in records)
+
+
+async def test_two_aiokafka_members_share_rebalance_and_resume_from_commits(
+    kafka: KafkaBroker,
+) -> None:
+    await create_topic(kafka.broker.bootstrap, TOPIC, PARTITIONS)
+    await produce(kafka, 0, 400)
+    first, second = member(kafka, "billing"), member(kafka, "billing")
+    await first.start()
+    await second.start()
+    got_first: list[bytes] = []
+    got_second: list[bytes] = []
+    try:
+        # both members hold partitions of one generation, and between them read all 400
+        async with asyncio.timeout(60):
+            while not (first.assignment() and second.assignment()):
+                await asyncio.gather(first.getmany(timeout_ms=100), second.getmany(timeout_ms=100))
+        assert not (first.assignment() & second.assignment())
+        assert len(first.assignment() | second.assignment()) == PARTITIONS
+        for consumer in (first, second):
+            for tp in consumer.assignment():
+                consumer.seek(tp, 0)
+        async with asyncio.timeout(60):
+            while len(got_first) + len(got_second) < 400:
+                a, b = await asyncio.gather(
+                    first.getmany(timeout_ms=100), second.getmany(timeout_ms=100)
+                )
+                got_first.extend(r.value for rs in a.values() for r in rs)
+                got_second.extend(r.value for rs in b.values() for r in rs)
+        assert Counter(got_first + got_second) == Counter(b"e%d" % i for i in range(400))
+        await first.commit()
+        await second.commit()
+    finally:
+        await second.stop()  # leaves the group: the first takes every partition
+    try:
+        async with asyncio.timeout(60):
+            while len(first.assignment()) < PARTITIONS:
+                await first.getmany(timeout_ms=100)
+        await produce(kafka, 400, 100)
+        after: list[bytes] = []
+        await take(first, after, 100)
+        assert sorted(after) == sorted(b"e%d" % i for i in range(400, 500))
+        await first.commit()
+    finally:
+        await first.stop()
+
+    # the offsets outlive the broker: a new member resumes where the group stopped
+    kafka.broker.stop()
+    kafka.broker.start()
+    await produce(kafka, 500, 40)
+    late = member(kafka, "billing")
+    await late.start()
+    try:
+        resumed: list[bytes] = []
+        await take(late, resumed, 40)
+        assert sorted(resumed) == sorted(b"e%d" % i for i in range(500, 540))
+        committed = {tp: await late.committed(tp) for tp in late.assignment()}
+        assert committed == {TopicPartition(TOPIC, p): 125 for p in range(PARTITIONS)}
+    finally:
+        await late.stop()
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+    await admin.start()
+    try:
+        assert ("billing", "consumer") in [(g[0], g[1]) for g in await admin.list_consumer_groups()]
+        (described,) = await admin.describe_consumer_groups(["billing"])
+        assert described.groups[0][2] == "Empty"  # no members left
+    finally:
+        await admin.close()
+
+
+def test_librdkafka_subscribes_commits_and_a_second_group_starts_over(
+    kafka: KafkaBroker,
+) -> None:
+    asyncio.run(create_topic(kafka.broker.bootstrap, TOPIC, PARTITIONS))
+    asyncio.run(produce(kafka, 0, 200))
+
+    def consume(group: str, count: int) -> list[bytes]:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": kafka.bootstrap,
+                "group.id": group,
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+                "session.timeout.ms": 6000,
+            }
+        )
+        got: list[bytes] = []
+        try:
+            consumer.subscribe([TOPIC])
+            while len(got) < count:
+                msg = consumer.poll(15)
+                assert msg is not None, f"{group}: nothing after {len(got)} records"
+                if msg.error():
+                    raise KafkaException(msg.error())
+                got.append(msg.value())
+            consumer.commit(asynchronous=False)
+        finally:
+            consumer.close()
+        return got
+
+    assert sorted(consume("audit", 200)) == sorted(b"e%d" % i for i in range(200))
+    asyncio.run(produce(kafka, 200, 20))
+    # the group resumes from its commits; another group reads from the beginning
+    assert sorted(consume("audit", 20)) == sorted(b"e%d" % i for i in range(200, 220))
+    assert len(consume("replay", 220)) == 220

@@ -1,0 +1,238 @@
+"""SASL/PLAIN on the Kafka listener of a broker with an ACL file: a Kafka client names a
+principal with one of its tokens, and gets exactly that principal's grants, group
+names included; anything else is refused and the connection closed."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError, TopicAuthorizationFailedError
+from confluent_kafka import KafkaError as CKafkaError
+from confluent_kafka import KafkaException, Producer
+from cryptography.hazmat.primitives import serialization
+
+from bench.procs import BrokerProcess, free_port
+from e2e.testbed import pki
+from headrace.kafka import messages as km
+from headrace.kafka.errors import ErrorCode
+from headrace.security.acl import hash_token
+from tests.integration.kafka.conftest import KafkaBroker
+
+WRITER, READER = "writer-token-7a1c", "reader-token-2e9f"
+ACL = {
+    "version": 1,
+    "principals": [
+        {
+            "name": "writer",
+            "tokens": [hash_token(WRITER)],
+            "grants": [{"operations": ["admin", "produce", "consume"], "topics": ["*"]}],
+        },
+        {
+            "name": "reader",
+            "tokens": [hash_token(READER)],
+            "grants": [{"operations": ["consume"], "topics": ["orders"], "cohorts": ["audit-*"]}],
+        },
+    ],
+}
+
+
+@pytest.fixture
+def secured(broker_factory: object, tmp_path: Path) -> KafkaBroker:
+    acl = tmp_path / "acl.json"
+    acl.write_text(json.dumps(ACL))
+    port = free_port()
+    broker: BrokerProcess = broker_factory(  # type: ignore[operator]
+        extra_args=["--kafka-port", str(port), "--acl-file", str(acl)]
+    )
+    return KafkaBroker(broker, port)
+
+
+def plain(user: str, password: str) -> dict[str, str]:
+    return {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": user,
+        "sasl_plain_password": password,
+    }
+
+
+async def test_a_principal_gets_its_grants_and_nothing_else(secured: KafkaBroker) -> None:
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(bootstrap_servers=secured.bootstrap, **plain("writer", WRITER))
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic("orders", 1, 1)])
+    finally:
+        await admin.close()
+    writer = AIOKafkaProducer(
+        bootstrap_servers=secured.bootstrap, enable_idempotence=True, **plain("writer", WRITER)
+    )
+    await writer.start()
+    try:
+        for i in range(10):
+            await writer.send_and_wait("orders", b"o%d" % i, partition=0)
+    finally:
+        await writer.stop()
+
+    reader_producer = AIOKafkaProducer(
+        bootstrap_servers=secured.bootstrap, **plain("reader", READER)
+    )
+    await reader_producer.start()
+    try:
+        with pytest.raises(TopicAuthorizationFailedError):
+            await reader_producer.send_and_wait("orders", b"nope", partition=0)
+    finally:
+        await reader_producer.stop()
+
+    async def read_as_group(group: str) -> list[bytes]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=secured.bootstrap,
+            group_id=group,
+            enable_auto_commit=False,
+            **plain("reader", READER),
+        )
+        await consumer.start()
+        try:
+            tp = TopicPartition("orders", 0)
+            consumer.assign([tp])
+            await consumer.seek_to_beginning(tp)
+            records = (await consumer.getmany(tp, timeout_ms=10_000))[tp]
+            await consumer.commit({tp: records[-1].offset + 1})
+            return [r.value for r in records]
+        finally:
+            await consumer.stop()
+
+    assert await read_as_group("audit-eu") == [b"o%d" % i for i in range(10)]
+    with pytest.raises(KafkaError):  # the grant names audit-* groups only
+        await read_as_group("billing")
+
+
+async def test_wrong_credentials_and_requests_before_them_are_refused(
+    secured: KafkaBroker,
+) -> None:
+    for user, password in (("writer", "guess"), ("writer", READER)):
+        producer = AIOKafkaProducer(bootstrap_servers=secured.bootstrap, **plain(user, password))
+        with pytest.raises(KafkaError):
+            await producer.start()
+        await producer.stop()
+
+    # a Metadata request before any SASL exchange: an ILLEGAL_SASL_STATE answer, then EOF
+    api = km.SUPPORTED[km.ApiKey.METADATA]
+    with socket.create_connection(("127.0.0.1", secured.kafka_port), timeout=10) as sock:
+        sock.sendall(km.encode_request(api, 1, 5, "t", km.MetadataRequest(None)))
+        size = struct.unpack(">i", sock.recv(4, socket.MSG_WAITALL))[0]
+        frame = sock.recv(size, socket.MSG_WAITALL)
+        assert struct.unpack(">ih", frame) == (5, ErrorCode.ILLEGAL_SASL_STATE)
+        assert sock.recv(1) == b""
+
+
+def test_librdkafka_authenticates_with_plain(secured: KafkaBroker) -> None:
+    failures: list[CKafkaError] = []
+    producer = Producer(
+        {
+            "bootstrap.servers": secured.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "writer",
+            "sasl.password": WRITER,
+            "error_cb": failures.append,
+        }
+    )
+    metadata = producer.list_topics(timeout=10)
+    assert metadata.brokers and not failures
+
+    stranger = Producer(
+        {
+            "bootstrap.servers": secured.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": "writer",
+            "sasl.password": "guess",
+            "error_cb": failures.append,
+        }
+    )
+    with pytest.raises(KafkaException):
+        stranger.list_topics(timeout=5)
+    # librdkafka reports the refusal through its error callback (served by poll), with
+    # our reason
+    deadline = time.monotonic() + 30
+    while not any(e.code() == CKafkaError._AUTHENTICATION for e in failures):
+        assert time.monotonic() < deadline, f"no authentication error reported: {failures}"
+        stranger.poll(0.5)
+    refusal = next(e for e in failures if e.code() == CKafkaError._AUTHENTICATION)
+    assert "invalid or missing credentials" in refusal.str()
+
+
+async def test_a_client_certificate_names_the_principal_over_tls(
+    broker_factory: object, tmp_path: Path
+) -> None:
+    """A broker with TLS, optional client certificates and an ACL: aiokafka with the
+    certificate of a principal is that principal at once (no SASL), and gets its grants;
+    one with a certificate naming no principal must still authenticate."""
+    authority = pki.new_ca()
+    ca_file = tmp_path / "ca.crt"
+    ca_file.write_bytes(authority.cert.public_bytes(serialization.Encoding.PEM))
+
+    def issue(cn: str, **kinds: object) -> tuple[Path, Path]:
+        cert, key = authority.issue(cn, **kinds)  # type: ignore[arg-type]
+        (tmp_path / f"{cn}.crt").write_bytes(cert)
+        (tmp_path / f"{cn}.key").write_bytes(key)
+        return tmp_path / f"{cn}.crt", tmp_path / f"{cn}.key"
+
+    server_cert, server_key = issue("broker", server=True, ips=("127.0.0.1",))
+    acl = dict(ACL)
+    acl["principals"] = [
+        *ACL["principals"],  # type: ignore[list-item]
+        {
+            "name": "app",
+            "certificates": ["app.example"],
+            "grants": [{"operations": ["admin", "produce"], "topics": ["*"]}],
+        },
+    ]
+    (tmp_path / "acl.json").write_text(json.dumps(acl))
+    port = free_port()
+    broker_factory(  # type: ignore[operator]
+        extra_args=[
+            "--kafka-port", str(port), "--acl-file", str(tmp_path / "acl.json"),
+            "--tls-cert", str(server_cert), "--tls-key", str(server_key),
+            "--tls-client-ca", str(ca_file), "--tls-client-auth", "optional",
+        ]
+    )  # fmt: skip
+
+    def context(cn: str | None) -> ssl.SSLContext:
+        ctx = ssl.create_default_context(cafile=str(ca_file))
+        if cn is not None:
+            cert, key = issue(cn, client=True)
+            ctx.load_cert_chain(cert, key)
+        return ctx
+
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=f"127.0.0.1:{port}",
+        security_protocol="SSL",
+        ssl_context=context("app.example"),
+    )
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic("orders", 1, 1)])
+        assert "orders" in await admin.list_topics()
+    finally:
+        await admin.close()
+
+    nobody = AIOKafkaProducer(
+        bootstrap_servers=f"127.0.0.1:{port}",
+        security_protocol="SSL",
+        ssl_context=context("nobody.example"),
+    )
+    with pytest.raises(KafkaError):  # a certificate naming no principal, and no SASL
+        await nobody.start()
+    await nobody.stop()

@@ -1,0 +1,122 @@
+"""The classic group protocol's core: joins, syncs, heartbeats, expiry and commits."""
+
+from __future__ import annotations
+
+from headrace.kafka.errors import ErrorCode
+from headrace.kafka.groups import (
+    Committed,
+    Coordinator,
+    GroupState,
+    JoinAnswer,
+    JoinAsk,
+    Reply,
+    SyncAnswer,
+)
+
+SESSION_MS = 10_000
+
+
+def ask(member_id: str = "", *, protocols: tuple[str, ...] = ("range",)) -> JoinAsk:
+    return JoinAsk(
+        "g",
+        member_id,
+        "client",
+        "127.0.0.1",
+        SESSION_MS,
+        SESSION_MS,
+        "consumer",
+        tuple((name, name.encode()) for name in protocols),
+    )
+
+
+def answers(replies: list[Reply]) -> dict[object, JoinAnswer | SyncAnswer]:
+    return {reply.token: reply.answer for reply in replies}
+
+
+def test_a_lone_member_joins_syncs_and_is_stable() -> None:
+    core = Coordinator()
+    (joined,) = core.join(0, "j1", ask(), "m1")
+    assert joined.token == "j1"
+    assert joined.answer == JoinAnswer(ErrorCode.NONE, 1, "range", "m1", "m1", (("m1", b"range"),))
+    (synced,) = core.sync(0, "s1", "g", 1, "m1", {"m1": b"all"})
+    assert synced.answer == SyncAnswer(ErrorCode.NONE, b"all")
+    assert core.groups["g"].state is GroupState.STABLE
+    assert core.heartbeat(1, "g", 1, "m1") == ErrorCode.NONE
+
+
+def test_a_second_member_makes_the_first_rejoin_and_both_get_the_new_generation() -> None:
+    core = Coordinator()
+    core.join(0, "j1", ask(), "m1")
+    core.sync(0, "s1", "g", 1, "m1", {"m1": b"all"})
+    assert core.join(1, "j2", ask(), "m2") == []  # parked until m1 rejoins
+    assert core.heartbeat(1, "g", 1, "m1") == ErrorCode.REBALANCE_IN_PROGRESS
+    got = answers(core.join(2, "j1b", ask("m1"), "unused"))
+    assert got["j1b"] == JoinAnswer(
+        ErrorCode.NONE, 2, "range", "m1", "m1", (("m1", b"range"), ("m2", b"range"))
+    )
+    assert got["j2"] == JoinAnswer(ErrorCode.NONE, 2, "range", "m1", "m2", ())
+    assert core.sync(2, "s2", "g", 2, "m2", {}) == []  # the follower waits for the leader
+    got = answers(core.sync(2, "s1", "g", 2, "m1", {"m1": b"a", "m2": b"b"}))
+    assert got == {"s1": SyncAnswer(ErrorCode.NONE, b"a"), "s2": SyncAnswer(ErrorCode.NONE, b"b")}
+
+
+def test_a_member_that_stops_heartbeating_is_removed_and_the_group_rebalances() -> None:
+    core = Coordinator()
+    core.join(0, "j1", ask(), "m1")
+    core.join(0, "j2", ask(), "m2")  # m1's first join already completed generation 1
+    core.join(0, "j1b", ask("m1"), "unused")  # gen 2: m1 and m2
+    core.sync(0, "s1", "g", 2, "m1", {"m1": b"a", "m2": b"b"})
+    core.heartbeat(9, "g", 2, "m1")
+    assert core.tick(SESSION_MS / 1000 + 1) == []  # m2 expired; m1 must rejoin
+    assert set(core.groups["g"].members) == {"m1"}
+    assert core.heartbeat(11, "g", 2, "m1") == ErrorCode.REBALANCE_IN_PROGRESS
+    (rejoined,) = core.join(11, "j1c", ask("m1"), "unused")
+    assert isinstance(rejoined.answer, JoinAnswer) and rejoined.answer.generation == 3
+
+
+def test_a_member_that_does_not_rejoin_in_time_is_dropped_from_the_generation() -> None:
+    core = Coordinator()
+    core.join(0, "j1", ask(), "m1")
+    core.join(0, "j2", ask(), "m2")
+    core.join(0, "j1b", ask("m1"), "unused")
+    core.sync(0, "s1", "g", 2, "m1", {})
+    core.join(1, "j3", ask(), "m3")  # m1 and m2 must rejoin within the rebalance timeout
+    core.heartbeat(2, "g", 2, "m2")  # alive, but never rejoins
+    core.join(2, "j1c", ask("m1"), "unused")
+    got = answers(core.tick(1 + SESSION_MS / 1000))
+    assert {a.member_id for a in got.values() if isinstance(a, JoinAnswer)} == {"m1", "m3"}
+    assert set(core.groups["g"].members) == {"m1", "m3"}
+    assert core.heartbeat(12, "g", 3, "m2") == ErrorCode.UNKNOWN_MEMBER_ID
+
+
+def test_refusals() -> None:
+    core = Coordinator()
+    core.join(0, "j1", ask(), "m1")
+    (bad,) = core.join(0, "x", ask(protocols=("sticky",)), "m9")
+    assert bad.answer == JoinAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL)
+    (unknown,) = core.join(0, "y", ask("ghost"), "m9")
+    assert isinstance(unknown.answer, JoinAnswer)
+    assert unknown.answer.error == ErrorCode.UNKNOWN_MEMBER_ID
+    short = JoinAsk("g", "", "c", "h", 10, 10, "consumer", (("range", b""),))
+    assert core.join(0, "z", short, "m9")[0].answer == JoinAnswer(ErrorCode.INVALID_SESSION_TIMEOUT)
+    (stale,) = core.sync(0, "s", "g", 7, "m1", {})
+    assert stale.answer == SyncAnswer(ErrorCode.ILLEGAL_GENERATION)
+    assert core.delete("g") == ErrorCode.NON_EMPTY_GROUP
+    assert core.delete("nope") == ErrorCode.GROUP_ID_NOT_FOUND
+
+
+def test_commits_come_from_the_current_generation_or_from_outside_an_empty_group() -> None:
+    core = Coordinator()
+    assert core.may_commit("solo", -1, "") == ErrorCode.NONE  # assign(): no membership
+    core.join(0, "j1", ask(), "m1")
+    assert core.may_commit("g", -1, "") == ErrorCode.ILLEGAL_GENERATION
+    assert core.may_commit("g", 0, "m1") == ErrorCode.ILLEGAL_GENERATION
+    assert core.may_commit("g", 1, "m2") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert core.may_commit("g", 1, "m1") == ErrorCode.NONE
+    core.commit("g", "t", 0, Committed(42, 3, "meta"))
+    assert core.committed("g") == {("t", 0): Committed(42, 3, "meta")}
+    code, _ = core.leave(1, "g", "m1")
+    assert code == ErrorCode.NONE
+    assert core.groups["g"].state is GroupState.EMPTY
+    assert core.delete("g") == ErrorCode.NONE
+    assert core.committed("g") == {}
