@@ -17,6 +17,7 @@ what differs from Kafka.
 from __future__ import annotations
 
 import asyncio
+import enum
 import hashlib
 import logging
 import secrets
@@ -67,6 +68,15 @@ _BEFORE_AUTHENTICATION: Final = frozenset(
     {km.ApiKey.API_VERSIONS, km.ApiKey.SASL_HANDSHAKE, km.ApiKey.SASL_AUTHENTICATE}
 )
 _PLAIN: Final = "PLAIN"
+#: fresh object-store reads one fetch may make when retention overtakes it
+_TIERED_RETRIES: Final = 3
+
+
+class _Pass(enum.Enum):
+    OK = "ok"
+    ERROR = "error"
+    TIERED = "tiered"
+
 
 #: Kafka's acks: none, the leader, every live replica (then minInSync applies)
 _ACKS_NONE, _ACKS_LEADER, _ACKS_ALL = 0, 1, -1
@@ -805,8 +815,8 @@ class KafkaConnection(asyncio.Protocol):
                     result.error_code = code_of(exc)
                     continue
                 result.leader_epoch = part.leader_epoch
-                # the local log's start: fetches are not served from the object store yet
-                earliest = part.log.log_start_offset
+                # the object store's first offset when it holds older records than the disk
+                earliest = self.broker.tiering.earliest(part)
                 if asked.timestamp == km.EARLIEST_TIMESTAMP:
                     result.offset = earliest
                 elif asked.timestamp == km.LATEST_TIMESTAMP:
@@ -844,11 +854,22 @@ class KafkaConnection(asyncio.Protocol):
             wake.set()
 
         watched: list[Partition] = []
+        # Offsets below a local log are read from the object store once, before the first
+        # pass: they exist, so nothing about them waits.
+        tiered = await self._read_tiered(req)
+        retries = _TIERED_RETRIES
         try:
             while True:
                 wake.clear()
-                body, size, ready = self._read_all(req, watched)
-                if ready or size >= max(req.min_bytes, 1) or loop.time() >= deadline:
+                body, size, found = self._read_all(req, watched, tiered, retries > 0)
+                if found is _Pass.TIERED:
+                    # retention moved a local log start past an asked offset since the
+                    # object store was read: read it there again
+                    retries -= 1
+                    watched.clear()
+                    tiered = await self._read_tiered(req)
+                    continue
+                if found is _Pass.ERROR or size >= max(req.min_bytes, 1) or loop.time() >= deadline:
                     return body
                 for part in watched:
                     part.add_listener(on_change)
@@ -864,10 +885,38 @@ class KafkaConnection(asyncio.Protocol):
             for part in watched:
                 part.remove_listener(on_change)
 
+    async def _read_tiered(self, req: km.FetchRequest) -> dict[tuple[str, int], bytes]:
+        """The object store's batches for each asked offset older than its local log (an
+        error is left for ``_read_all`` to answer, as for any offset out of range)."""
+        out: dict[tuple[str, int], bytes] = {}
+        for topic in req.topics:
+            for asked in topic.partitions:
+                try:
+                    self.access.require(Operation.CONSUME, topic.topic)
+                    part = self.broker.partition_for_read(topic.topic, asked.partition)
+                except (RedirectRequired, HeadraceError):
+                    continue
+                if part.tiering is None or asked.fetch_offset >= part.log.log_start_offset:
+                    continue
+                try:
+                    out[(topic.topic, asked.partition)] = await self.broker.tiering.read(
+                        part, asked.fetch_offset, max(asked.partition_max_bytes, 1)
+                    )
+                except HeadraceError as exc:
+                    log.info(
+                        "kafka: tiered read of %s at %d: %s", part.name, asked.fetch_offset, exc
+                    )
+        return out
+
     def _read_all(
-        self, req: km.FetchRequest, watched: list[Partition]
-    ) -> tuple[km.FetchResponse, int, bool]:
-        """One pass over the asked partitions: (response, record bytes, an error to report)."""
+        self,
+        req: km.FetchRequest,
+        watched: list[Partition],
+        tiered: dict[tuple[str, int], bytes],
+        may_retier: bool,
+    ) -> tuple[km.FetchResponse, int, _Pass]:
+        """One pass over the asked partitions: (response, record bytes, what the pass found:
+        an error to report, an offset to read from the object store first, or neither)."""
         budget = req.max_bytes if req.max_bytes > 0 else 0x7FFFFFFF
         total = 0
         errored = False
@@ -893,20 +942,30 @@ class KafkaConnection(asyncio.Protocol):
                 hw = part.high_watermark
                 data.high_watermark = hw
                 data.last_stable_offset = hw
-                data.log_start_offset = part.log.log_start_offset
+                data.log_start_offset = self.broker.tiering.earliest(part)
                 offset = asked.fetch_offset
-                if not part.log.log_start_offset <= offset <= part.log.next_offset:
-                    # Below the local log (tiered reads are not served here yet) or past its
-                    # end; between the HW and the end it waits, as against Kafka.
+                stored = tiered.get((topic.topic, asked.partition))
+                below = offset < part.log.log_start_offset
+                if stored is None and below and part.tiering is not None and may_retier:
+                    return km.FetchResponse(0, 0, 0, []), 0, _Pass.TIERED
+                if (
+                    stored is None
+                    and not part.log.log_start_offset <= offset <= part.log.next_offset
+                ):
+                    # Below every copy, or past the log end; between the HW and the end it
+                    # waits, as against Kafka.
                     data.error_code = code_of(OffsetOutOfRange())
                     errored = True
                     continue
                 limit = min(asked.partition_max_bytes, budget - total)
                 if limit <= 0 and total > 0:
                     continue
-                # Both isolation levels read up to the HW, as in Kafka: there are no
-                # transactions, so the last stable offset is the HW.
-                raw, _ = part.log.read(offset, max(limit, 1), hw)
+                if stored is not None:
+                    raw: bytes | memoryview = stored  # below the local log: the object store's
+                else:
+                    # Both isolation levels read up to the HW, as in Kafka: there are no
+                    # transactions, so the last stable offset is the HW.
+                    raw, _ = part.log.read(offset, max(limit, 1), hw)
                 try:
                     parts, size = _as_kafka_batches(raw)
                 except CorruptBatch as exc:
@@ -917,7 +976,7 @@ class KafkaConnection(asyncio.Protocol):
                 data.records = parts
                 total += size
         self.broker.metrics.fetched_bytes.inc(total)
-        return km.FetchResponse(0, 0, 0, responses), total, errored
+        return km.FetchResponse(0, 0, 0, responses), total, _Pass.ERROR if errored else _Pass.OK
 
 
 def _as_kafka_batches(raw: bytes | memoryview) -> tuple[Parts, int]:
