@@ -18,7 +18,9 @@ import json
 import os
 import re
 import signal
+import subprocess
 import threading
+import time
 import urllib.request
 from collections import Counter
 from collections.abc import Iterator
@@ -30,6 +32,7 @@ import pytest
 from bench import procs
 from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
+from headrace.client.blocking import BlockingConsumer, BlockingProducer
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.errors import AuthenticationFailed
 from headrace.protocol import messages as msg
@@ -351,11 +354,6 @@ async def test_a_producer_whose_token_was_removed_fails_and_a_new_one_goes_on(
     assert [r.value for r in stored] == [b"before", b"first-1", b"second-1"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Consumer._follow_topology retries a non-retriable error (here AuthenticationFailed"
-    " on every reconnect) for ever and logs it at INFO: getmany keeps returning nothing",
-)
 async def test_a_consumer_whose_token_was_removed_is_told_so(
     broker_factory: Any, tmp_path: Path
 ) -> None:
@@ -375,8 +373,79 @@ async def test_a_consumer_whose_token_was_removed_is_told_so(
         _remove_first(broker, tokens)
         with pytest.raises(AuthenticationFailed):
             await _read_for(consumer, 15)
+        with pytest.raises(AuthenticationFailed):  # and every later call: it has ended
+            await consumer.getmany(timeout_s=0.1)
     finally:
         await consumer.close(grace_s=0)
+
+
+def test_blocking_clients_whose_token_was_removed_raise_it(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """The blocking facade hands on what its async clients raise: once the token is
+    removed, ``BlockingProducer.send`` and ``BlockingConsumer.poll`` raise
+    AuthenticationFailed, not a timeout or an empty poll for ever."""
+    broker, tokens = asyncio.run(_token_rotation_broker(broker_factory, tmp_path))
+    first = ConnectOptions(auth_token=FIRST)
+    with (
+        BlockingProducer(broker.bootstrap, options=first) as producer,
+        BlockingConsumer(
+            broker.bootstrap, "orders", "readers", start="earliest", options=first
+        ) as consumer,
+    ):
+        producer.send("orders", b"first-1")
+        got: list[bytes] = []
+        procs.wait_until(
+            lambda: _poll_blocking(consumer, got, b"first-1"), 30, "the records delivered"
+        )
+        _remove_first(broker, tokens)
+        with pytest.raises(AuthenticationFailed):
+            producer.send("orders", b"first-2")
+        with pytest.raises(AuthenticationFailed):
+            _poll_for(consumer, got, 15)
+        with pytest.raises(AuthenticationFailed):
+            consumer.poll(timeout_s=0.1)  # and keeps raising: the consumer has ended
+    assert got == [b"before", b"first-1"]
+
+
+def test_headrace_consume_whose_token_was_removed_exits_with_the_error(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """``headrace consume`` is one Consumer: once its token is removed it prints the error
+    and exits 1, not idle until ``--idle-timeout`` (here longer than the test waits)."""
+    broker, tokens = asyncio.run(_token_rotation_broker(broker_factory, tmp_path))
+    command = [
+        *procs.HEADRACE_CLI, "consume", "orders", "--cohort", "readers", "--from-beginning",
+        "--idle-timeout", "600", "--bootstrap", broker.bootstrap,
+    ]  # fmt: skip
+    env = {**procs.child_env(), "HEADRACE_AUTH_TOKEN": FIRST}
+    consume = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    try:
+        assert consume.stdout is not None
+        assert consume.stdout.readline() == b"before\n"
+        _remove_first(broker, tokens)
+        _, stderr = consume.communicate(timeout=60)
+    finally:
+        if consume.poll() is None:
+            consume.kill()
+            consume.wait()
+    assert consume.returncode == 1, stderr.decode()
+    assert b"error: AuthenticationFailed" in stderr, stderr.decode()
+
+
+def _poll_blocking(consumer: BlockingConsumer, got: list[bytes], want: bytes) -> bool:
+    """Take what ``poll`` delivers into ``got`` and ack it; whether ``want`` came."""
+    for batch in consumer.poll(timeout_s=0.5):
+        got.extend(batch.values())
+        consumer.ack(batch.partition, batch.last_offset)
+    return want in got
+
+
+def _poll_for(consumer: BlockingConsumer, got: list[bytes], seconds: float) -> None:
+    """Poll for ``seconds`` (whatever ``poll`` raises goes through)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        _poll_blocking(consumer, got, b"")
 
 
 async def _read_for(consumer: Consumer, seconds: float) -> None:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
+
 from headrace.client import Consumer
-from headrace.errors import ConnectionClosed
+from headrace.errors import ConnectionClosed, ConsumeDenied, UnknownTopic
 
 
 async def test_a_change_during_a_sync_triggers_another_sync() -> None:
@@ -69,3 +71,41 @@ async def test_a_failed_sync_is_retried_without_a_further_change() -> None:
     finally:
         following.cancel()
         await asyncio.gather(following, return_exceptions=True)
+
+
+async def test_a_refusal_no_rejoin_can_pass_ends_the_consumer_and_getmany_raises_it() -> None:
+    """A topic re-created meanwhile (``UnknownTopic``) is retried; a principal that may no
+    longer consume (``ConsumeDenied``) is not: getmany raises it instead of returning
+    nothing for ever."""
+    consumer = Consumer("127.0.0.1:9", "t", "c")
+    refusals = [UnknownTopic("t is being re-created"), ConsumeDenied("no consume grant on t")]
+    syncs = 0
+
+    async def sync_sessions() -> None:
+        nonlocal syncs
+        syncs += 1
+        raise refusals[min(syncs, len(refusals)) - 1]
+
+    async def refresh() -> None:
+        return None
+
+    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
+    following = asyncio.create_task(consumer._follow_topology())
+    try:
+        consumer._topology_changed.set()
+        with pytest.raises(ConsumeDenied, match="no consume grant"):
+            await _get_until_raised(consumer)
+        assert syncs == 2  # retried once after UnknownTopic, never after the denial
+        await asyncio.wait_for(following, 5)  # the rejoin loop is over
+        with pytest.raises(ConsumeDenied):
+            await consumer.getmany(timeout_s=0)
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)
+
+
+async def _get_until_raised(consumer: Consumer) -> None:
+    """``getmany`` until it raises; bounded (the retry after UnknownTopic backs off 0.1 s)."""
+    for _ in range(100):
+        assert await consumer.getmany(timeout_s=0.05) == []

@@ -30,17 +30,34 @@ from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.client.routing import canonical
 from headrace.errors import (
+    AccessDenied,
+    AuthenticationFailed,
     ConnectionClosed,
     HeadraceError,
     InvalidMemberIdentity,
     InvalidRequest,
+    NotAuthenticated,
     UnknownMember,
+    UnsupportedVersion,
 )
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 from headrace.records import batch as rb
 
 log = logging.getLogger(__name__)
+
+#: What no rejoin can get past: the brokers refuse this consumer's credentials (its token
+#: removed) or its protocol version, or its principal may no longer consume the topic.
+#: Only a new consumer, made with other credentials or after an operator's change, can
+#: go on; retrying would leave ``getmany`` returning nothing for ever. These end the
+#: consumer: ``getmany`` and ``batches`` raise them. (Other errors a rejoin meets, such
+#: as ``UnknownTopic`` while a topic is re-created, pass and are retried.)
+ENDS_THE_CONSUMER: tuple[type[HeadraceError], ...] = (
+    AuthenticationFailed,
+    NotAuthenticated,
+    AccessDenied,
+    UnsupportedVersion,
+)
 
 
 @dataclass(slots=True)
@@ -164,6 +181,9 @@ class Consumer:
         self._unreturned: dict[int, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._closed = False
+        #: the error that ended this consumer (one of ``ENDS_THE_CONSUMER``), raised to the
+        #: application by ``getmany`` and ``batches``
+        self._failure: HeadraceError | None = None
         self._topology_changed = asyncio.Event()
         #: last epoch this member held each partition under (acks of a revoking partition use it)
         self._epochs: dict[int, int] = {}
@@ -205,6 +225,8 @@ class Consumer:
                 conn = await self.cluster.connect(addr.host, addr.port)
                 await self._join(owner_id, conn)
             except HeadraceError as exc:
+                if isinstance(exc, ENDS_THE_CONSUMER):
+                    raise  # the other owners will not differ
                 failed = failed or exc  # an unreachable owner must not keep us off the others
         if failed is not None:
             raise failed
@@ -246,6 +268,9 @@ class Consumer:
                 await self._sync_sessions()
                 backoff = 0.1
             except HeadraceError as exc:
+                if isinstance(exc, ENDS_THE_CONSUMER):
+                    self._fail(exc)
+                    return
                 log.info("rejoining cohort %s after a topology change failed: %s", self.cohort, exc)
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -254,6 +279,23 @@ class Consumer:
                 with contextlib.suppress(HeadraceError):
                     await self.cluster.refresh()
                 self._topology_changed.set()
+
+    def _fail(self, exc: HeadraceError) -> None:
+        """End the consumer with ``exc``: the application's next ``getmany`` (or its
+        ``batches`` loop) raises it, once what was queued before is handed out."""
+        if self._closed or self._failure is not None:
+            return
+        log.error("cohort %s: consumer ended, it cannot join again: %s", self.cohort, exc)
+        self._failure = exc
+        self._queue.put_nowait(None)  # wakes a waiting getmany
+
+    def _end_of_deliveries(self) -> None:
+        """The queue's end was reached: raise what ended the consumer, if anything did
+        (else it was closed). The marker stays queued for the next caller."""
+        self._queue.put_nowait(None)
+        if self._failure is not None and not self._closed:
+            failure = self._failure
+            raise type(failure)(failure.message) from failure
 
     async def _join(self, owner_id: int, conn: ClientConnection) -> None:
         if (
@@ -432,11 +474,12 @@ class Consumer:
     # ------------------------------------------------------------------ consuming
 
     async def batches(self) -> AsyncIterator[ConsumedBatch]:
-        """Yield delivered batches in per-partition offset order until closed."""
+        """Yield delivered batches in per-partition offset order until closed; raises
+        the error that ended the consumer (``ENDS_THE_CONSUMER``), if one did."""
         while True:
             item = self._leftovers.popleft() if self._leftovers else await self._queue.get()
             if item is None:
-                self._queue.put_nowait(None)
+                self._end_of_deliveries()
                 return
             admitted = self._admit(item)
             if admitted is not None:
@@ -494,6 +537,9 @@ class Consumer:
         all; a batch that would pass it is cut, and its rest comes first next time.
         What is handed out is in flight until acked, so an application that will stop
         after N records asks for no more, and ``close`` need not wait for the others.
+
+        Raises the error that ended the consumer, once it cannot join again
+        (``ENDS_THE_CONSUMER``: its token removed, say); every later call raises it too.
         """
         if max_records is not None and max_records < 1:
             raise InvalidRequest(f"max_records must be at least 1, got {max_records}")
@@ -517,7 +563,7 @@ class Consumer:
             else:
                 item = self._queue.get_nowait()
             if item is None:
-                self._queue.put_nowait(None)
+                self._end_of_deliveries()
                 return out
             admitted = self._admit(item, left)
             if admitted is not None:

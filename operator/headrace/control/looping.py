@@ -26,7 +26,11 @@ with the generation it is written for, and the cluster document last (the
 commit record); see ``documents`` for how a restart finds a commit that
 stopped part-way, and why it then commits again above every persisted
 generation before it pushes. A commit that fails in this process is treated
-the same way: the next one goes above the generation it tried.
+the same way: the next one goes above the generation it tried. Every commit
+also goes above every generation a broker reports holding
+(``_next_generation``): a generation numbers one topology only, whatever was
+lost of the documents (unless a broker hosts a topic the controller does not
+know: then its fence keeps the brokers' data from the controller's state).
 
 A Topic's status says which spec it reflects: ``observedGeneration`` (in
 the status and in its Ready condition) is the ``metadata.generation`` the
@@ -240,6 +244,8 @@ class ControlLoop:
         self.members: frozenset[int] | None = None
         #: the topology generation each broker last reported
         self.broker_generations: dict[int, int] = {}
+        #: topics the brokers host that this controller does not know, last logged
+        self._unknown_hosted: list[str] = []
         self.observing_since_ms = clock.now_ms()
         self.last_decision: Decision | None = None
         self.steps = 0
@@ -382,6 +388,7 @@ class ControlLoop:
                 continue
             self.heartbeats[broker_id] = report.heartbeat
             self.broker_generations[broker_id] = report.generation
+        next_generation = self._next_generation()
         now = self.clock.now_ms()
         # The specs this step reconciles, by the generation each was applied at: what the
         # statuses written for it have observed (an apply may land while a write awaits).
@@ -400,7 +407,7 @@ class ControlLoop:
             repartition_progress=self.repartition_progress,
             members=self.members,
             # a move started now records the generation it is pushed at
-            commit_generation=max(self.state.generation + 1, self._floor or 0),
+            commit_generation=next_generation,
             deletions=self.deletions,
         )
         # a deletion that does not retain ends the setting aside of its name
@@ -410,7 +417,7 @@ class ControlLoop:
             log.info("%s %s: %s", event.kind, event.subject, event.message)
         if self._floor is not None and decision.state.generation < self._floor:
             decision = replace(
-                decision, state=replace(decision.state, generation=self._floor), changed=True
+                decision, state=replace(decision.state, generation=next_generation), changed=True
             )
         if invalid:  # first, so that it is the reason a Topic's Ready condition gives
             unreadable = tuple(Problem(n, *invalid[n]) for n in sorted(invalid))
@@ -442,6 +449,46 @@ class ControlLoop:
         await self._release_finished_deletions()
         await self._push(decision)
         return decision
+
+    def _next_generation(self) -> int:
+        """The generation the next commit is numbered: above the state's, the floor of a
+        torn or failed commit, and every generation a broker holds.
+
+        A broker holding a generation above the state's means this controller's numbering
+        fell behind the cluster's: its commit record was lost (the Topic statuses it is
+        restored from carry no stamp of a commit that changed no Topic, a deletion say),
+        or replaced by an older copy. Numbering a commit at or below it would give two
+        topologies one generation: the brokers would ignore the push as not newer, their
+        clients the snapshots, and the controller would count the brokers' old topology
+        as its own applied (its promotions and moves go by the generation a broker
+        reports applied).
+
+        Not while a broker hosts a topic this controller does not know (its state lost
+        or older than the cluster's): a push deletes every hosted topic it does not
+        name, and the brokers' fence on generations is what keeps their data from a
+        controller that knows less than they do."""
+        own = max(self.state.generation + 1, self._floor or 0)
+        held = max(self.broker_generations.values(), default=0)
+        if held < own:
+            return own
+        known = set(self.state.topics) | self.retained | {d.topic for d in self.deletions}
+        unknown = sorted(
+            {p.topic for hb in self.heartbeats.values() for p in hb.partitions} - known
+        )
+        if unknown:
+            if unknown != self._unknown_hosted:
+                log.error(
+                    "brokers hold topology generation %d, above this controller's %d, and"
+                    " host topics it does not know (%s): its state is lost or older than"
+                    " the cluster's; numbering its commits below theirs, which they ignore",
+                    held,
+                    self.state.generation,
+                    ", ".join(unknown[:5]),
+                )
+            self._unknown_hosted = unknown
+            return own
+        self._unknown_hosted = []
+        return held + 1
 
     async def _commit(
         self,

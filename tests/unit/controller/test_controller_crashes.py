@@ -14,6 +14,7 @@ different contents.
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from controller_fakes import (
 from headrace.control import documents
 from headrace.control.settings import ControlSettings
 from headrace.controller.store import FileStore
+from headrace.protocol.endpoints import BrokerEndpoint
 
 TTL = ControlSettings().liveness_ttl_ms
 
@@ -201,3 +203,54 @@ async def test_a_failed_commit_in_a_running_controller_is_not_reused(
     await c.step()
     assert c.state.generation > stamped, "not under the generation the failed commit stamped"
     assert_consistent(c, tmp_path / "state", stamped)
+
+
+@pytest.mark.parametrize("last", ["delete", "broker moved"])
+async def test_a_lost_commit_record_is_recommitted_above_what_the_brokers_hold(
+    tmp_path: Path, last: str
+) -> None:
+    """The cluster document lost after a commit that stamped no Topic status (a deletion,
+    a broker's new address): the Topic statuses restore an older generation than the
+    brokers hold. The controller must number its commits above the brokers' (else they
+    ignore its pushes, and it counts their old topology as its own applied), so a topic
+    created afterwards reaches them."""
+    fleet, clock, _ = await prepared(tmp_path)
+    c = make(tmp_path, fleet=fleet, clock=clock)
+    await c.step()
+    if last == "delete":
+        c.delete(["default/c"])
+    else:
+        moved = fleet.endpoints[2]
+        fleet.endpoints[2] = BrokerEndpoint(2, "127.0.0.9", moved.port, moved.admin_port)
+    await c.step()
+    held = c.state.generation
+    assert {fleet.generation(b) for b in range(3)} == {held}
+    assert max(stamps(tmp_path / "state")[1:]) < held  # no Topic status names it
+    (tmp_path / "state" / "cluster.json").unlink()
+
+    again = make(tmp_path, fleet=fleet, clock=clock)
+    again.apply([topic("d")])
+    for _ in range(4):
+        clock.advance(TTL // 2)
+        await again.step()
+    assert again.state.generation > held
+    for b in range(3):
+        assert fleet.held[b] == again.topology_document(), f"broker {b} holds other content"
+    assert "default/d" in [t["name"] for t in fleet.held[0]["topics"]]
+
+
+async def test_a_controller_that_lost_its_whole_state_does_not_push_over_the_brokers(
+    tmp_path: Path,
+) -> None:
+    """Its state directory gone, a controller knows none of the topics the brokers host: a
+    push of its state would delete them all, so it does not number its commits above
+    the brokers' (which then ignore them, as they always did)."""
+    fleet, clock, generation = await prepared(tmp_path)
+    held = {b: fleet.held[b] for b in range(3)}
+    shutil.rmtree(tmp_path / "state")
+    again = make(tmp_path, fleet=fleet, clock=clock)
+    for _ in range(4):
+        clock.advance(TTL // 2)
+        await again.step()
+    assert again.state.generation <= generation
+    assert {b: fleet.held[b] for b in range(3)} == held, "the brokers' topics are kept"
