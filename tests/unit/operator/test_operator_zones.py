@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from operator_fakes import FakeApi
+from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.operator.kube import KubeApiError, ObjectRef
+from headrace.operator.running import ClusterRuntime, RuntimeSettings
 from headrace.operator.zones import ZONE_LABEL, NodeZones
+from tests.unit.controller.controller_fakes import ManualClock
 
 
 def node(name: str, zone: str | None) -> dict[str, Any]:
@@ -56,3 +58,29 @@ class ForbiddenNodes(FakeApi):
 async def test_nodes_the_operator_may_not_read_give_no_rack() -> None:
     zones = NodeZones(ForbiddenNodes())
     assert await zones.racks([broker_pod(0, "n1")], 0) == {}
+
+
+async def test_the_runtime_hands_the_loop_each_brokers_zone() -> None:
+    api = api_with_nodes(node("n1", "eu-1a"), node("n2", "eu-1b"))
+    api.put(CLUSTER)
+    api.put(topic())
+    # nothing listens on the pods' address: the polls are refused at once
+    api.pods = [
+        {**broker_pod(i, n), "status": {"podIP": "127.0.0.1"}}
+        for i, n in enumerate(["n1", "n2", "n1"])
+    ]
+    runtime = ClusterRuntime(
+        api,
+        api.body("BrokerCluster", "demo"),
+        [api.body("Topic", "orders")],
+        [],
+        ManualClock(),
+        RuntimeSettings(poll_timeout_ms=500),
+    )
+    assert runtime.pods is not None
+    await runtime.pods.start()
+    try:
+        await runtime.step()
+    finally:
+        await runtime.pods.close()
+    assert runtime.loop.racks == {0: "eu-1a", 1: "eu-1b", 2: "eu-1a"}
