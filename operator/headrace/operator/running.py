@@ -649,7 +649,11 @@ class ClusterRuntime:
             self._counted = (writes, conflicts)
 
     async def _post_events(self) -> None:
-        """The step's Events, one per object and kind (``eventing``)."""
+        """The step's Events, one per object and kind (``eventing``); none while the loop
+        is being cancelled (its stop must not wait on API calls)."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            return
         if isinstance(self.events, eventing.EventPoster):
             await self.events.flush()
 
