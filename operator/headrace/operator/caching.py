@@ -142,13 +142,14 @@ class Versions:
             self.gone -= seen
             for uid in set(self.floors) - seen:
                 del self.floors[uid]
+        if not read:
+            # a view is taken only when it shows no object found gone: it agrees
+            self.gone.clear()
         for uid in set(self.current) - seen:
             del self.current[uid]
-            if not read:
-                self.gone.discard(uid)  # the cache agrees that it is gone
-                if uid not in self.acted:
-                    self.past.pop(uid, None)
-                    self.generations.pop(uid, None)
+            if not read and uid not in self.acted:
+                self.past.pop(uid, None)
+                self.generations.pop(uid, None)
 
     def acted_on(self, body: Mapping[str, Any]) -> None:
         """The operator changed (or deleted) the object from this state: it is past."""
@@ -158,7 +159,11 @@ class Versions:
             self.acted.add(ident[0])
             self._acted_order.append(ident[0])
             while len(self._acted_order) > ACTED_OBJECTS:
-                self.acted.discard(self._acted_order.pop(0))
+                oldest = self._acted_order.pop(0)
+                if oldest not in self._acted_order:
+                    self.acted.discard(oldest)
+                    if oldest not in self.current:
+                        self.past.pop(oldest, None)
 
     def _pass(self, uid: str, version: str) -> None:
         history = self.past.setdefault(uid, [])
