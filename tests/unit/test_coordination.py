@@ -97,6 +97,14 @@ def test_heartbeat_keys_are_camel_case() -> None:
     )
 
 
+def test_a_heartbeat_carries_its_brokers_rack_and_an_older_one_none() -> None:
+    doc = Heartbeat(BrokerEndpoint(0, "h", 1, 2), rack="eu-1a").to_json()
+    assert doc["rack"] == "eu-1a"
+    assert Heartbeat.from_json(doc, received_ms=1).rack == "eu-1a"
+    del doc["rack"]  # a broker of an older release
+    assert Heartbeat.from_json(doc, received_ms=1).rack is None
+
+
 def test_topology_optional_fields_default() -> None:
     doc = {
         "generation": 1,

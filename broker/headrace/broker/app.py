@@ -711,6 +711,7 @@ class Broker:
             removed=removed,
             topology_format=TOPOLOGY_FORMAT,
             refused_topology_format=self.refused_topology_format,
+            rack=self.settings.rack,
         )
 
     def drain_report(self) -> dict[str, Any]:

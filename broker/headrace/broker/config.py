@@ -56,6 +56,9 @@ class BrokerSettings:
     kafka_advertised_host: str | None = None
     kafka_advertised_port: int | None = None
     broker_id: int = 0
+    #: the rack (zone) this broker runs in, reported in heartbeats; the controller spreads
+    #: a partition's replicas over racks (Kafka's ``broker.rack``). None: not in a rack
+    rack: str | None = None
     cluster_id: str = "standalone"
     log: LogConfig = field(default_factory=LogConfig)
     #: frames larger than this close the connection (16 MiB fits the largest batch plus headers)

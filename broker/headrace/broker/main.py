@@ -135,6 +135,13 @@ def _halt(status: int) -> None:
 )
 @click.option("--advertised-host", default=None, help="Host clients are told to connect to.")
 @click.option(
+    "--rack",
+    default=None,
+    envvar="HEADRACE_RACK",
+    help="The rack (zone) this broker runs in: the controller spreads each partition's"
+    " replicas over racks.",
+)
+@click.option(
     "--kafka-port",
     type=int,
     default=-1,
@@ -295,6 +302,7 @@ def broker(
     admin_host: str,
     admin_port: int,
     advertised_host: str | None,
+    rack: str | None,
     kafka_port: int,
     kafka_host: str | None,
     kafka_advertised_host: str | None,
@@ -357,6 +365,7 @@ def broker(
         admin_host=admin_host,
         admin_port=admin_port,
         advertised_host=advertised_host,
+        rack=rack or None,
         kafka_port=kafka_port,
         kafka_host=kafka_host,
         kafka_advertised_host=kafka_advertised_host,

@@ -308,6 +308,9 @@ class Heartbeat:
     topology_format: int = 1
     #: the format of the last push it refused as too new; None: none refused
     refused_topology_format: int | None = None
+    #: the rack (zone) the broker runs in (``--rack``); placement spreads a partition's
+    #: replicas over racks. None: not told (a rack of its own)
+    rack: str | None = None
 
     @property
     def broker_id(self) -> int:
@@ -325,6 +328,8 @@ class Heartbeat:
             "topologyFormat": self.topology_format,
             "refusedTopologyFormat": self.refused_topology_format,
         }
+        if self.rack is not None:
+            doc["rack"] = self.rack
         if self.journal is not None:
             doc["journal"] = self.journal.to_json()
             doc["removed"] = [{"topic": t, "partition": i} for t, i in self.removed]
@@ -372,6 +377,7 @@ class Heartbeat:
             ),
             optional(doc, "topologyFormat", int, w) or 1,
             optional(doc, "refusedTopologyFormat", int, w),
+            optional(doc, "rack", str, w) or None,
         )
 
 

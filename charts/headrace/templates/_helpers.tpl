@@ -63,9 +63,10 @@ headrace.operator.install.RULES (a unit test keeps them equal).
   verbs: [get, update, patch]
 # a BrokerCluster's workload, server-side applied; its StatefulSet deleted without its
 # pods (orphaned) to take a larger volume size, its brokers' claims grown first
+# (and watched: each step reads it from the watch cache)
 - apiGroups: [apps]
   resources: [statefulsets]
-  verbs: [get, create, patch, delete]
+  verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [""]
   resources: [persistentvolumeclaims]
   verbs: [list, patch]
@@ -75,10 +76,10 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, create, patch]
-# the brokers' pod IPs; a rolling restart deletes one pod at a time
+# the brokers' pod IPs, watched into a cache; a rolling restart deletes one pod at a time
 - apiGroups: [""]
   resources: [pods]
-  verbs: [list, delete]
+  verbs: [list, watch, delete]
 # elections, moves, failures as Events
 - apiGroups: ["", events.k8s.io]
   resources: [events]
@@ -120,6 +121,10 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [storage.k8s.io]
   resources: [storageclasses]
   verbs: [get, list]
+# the zone of each broker pod's node: the rack placement spreads replicas over
+- apiGroups: [""]
+  resources: [nodes]
+  verbs: [get]
 {{- end -}}
 
 {{/* The client Service of the example cluster, or test.bootstrap. */}}

@@ -138,13 +138,15 @@ def test_namespaced_mode_grants_writes_only_in_watched_namespaces() -> None:
     }
     assert bindings == roles
     (cluster_role,) = by_kind["ClusterRole"]
-    # cluster-wide, only reads: kopf's of CRDs and namespaces, StorageClasses (expansion)
+    # cluster-wide, only reads: kopf's of CRDs and namespaces, StorageClasses (expansion),
+    # nodes (each broker pod's zone, by name)
     for rule in cluster_role["rules"]:
         assert set(rule["verbs"]) <= {"get", "list", "watch"}
         assert set(rule["resources"]) <= {
             "customresourcedefinitions",
             "namespaces",
             "storageclasses",
+            "nodes",
         }
     (operator,) = by_kind["Deployment"]
     args = operator["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -53,7 +53,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -616,7 +616,28 @@ def broker_args(b: Mapping[str, Any], directory: Path, fsync: str | None = None)
     ]
     if fsync is not None:
         args += ["--fsync", fsync]
+    if b.get("rack"):
+        args += ["--rack", str(b["rack"])]
     return args
+
+
+def rack_for(broker_id: int, racks: Sequence[str]) -> str | None:
+    """The rack of broker ``broker_id`` in a local cluster with ``racks``: round the list,
+    so consecutive brokers land in different racks; None without racks."""
+    return racks[broker_id % len(racks)] if racks else None
+
+
+def parse_racks(text: str | None) -> list[str]:
+    """``--racks a,b,c`` as a list; refuses an empty name or one twice."""
+    if not text:
+        return []
+    racks = [r.strip() for r in text.split(",")]
+    if any(not r for r in racks) or len(set(racks)) != len(racks):
+        raise click.BadParameter(
+            f"{text!r}: expected distinct, non-empty names separated by commas",
+            param_hint="--racks",
+        )
+    return racks
 
 
 def _write_state(state_file: Path, record: Mapping[str, Any]) -> None:
@@ -759,6 +780,13 @@ def _wait_own(pid: int, url: str, what: str, log_path: Path, timeout: float) -> 
     help="Principals and grants (docs/security.md): every broker checks them, and cohort"
     " members need signed identities (the key is DIR/cluster.key).",
 )
+@click.option(
+    "--racks",
+    default=None,
+    metavar="RACK,RACK,...",
+    help="Put broker i in the (i mod N)-th of these racks (each broker's --rack): the"
+    " controller spreads every partition's replicas over the racks.",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C brings the cluster down.")
 def local_up(
     count: int,
@@ -771,6 +799,7 @@ def local_up(
     object_store: str,
     preferred_leader_quiet_ms: int | None,
     acl_file: Path | None,
+    racks: str | None,
     foreground: bool,
 ) -> None:
     """Start the controller and COUNT brokers (and MinIO with --object-store minio).
@@ -780,6 +809,7 @@ def local_up(
     with one line, stops what it started and removes DIR/local.json."""
     if not 1 <= count <= 9:
         raise click.BadParameter("between 1 and 9 brokers", param_hint="--brokers")
+    rack_names = parse_racks(racks)
     if port_base is not None and not 1 <= port_base <= 65533:
         raise click.BadParameter("between 1 and 65533", param_hint="--port-base")
     if port is None:
@@ -802,6 +832,8 @@ def local_up(
         "fsync": fsync,
         "brokers": [],
     }
+    if rack_names:
+        record["racks"] = rack_names
     if acl_file is not None:
         prepare_access(record, directory, acl_file)
     if preferred_leader_quiet_ms is not None:
@@ -839,6 +871,8 @@ def _start(
     for i in range(count):
         host = f"127.0.0.{2 + i}"
         b: dict[str, Any] = {"id": i, "host": host, "port": port, "admin_port": admin_port}
+        if rack := rack_for(i, record.get("racks", [])):
+            b["rack"] = rack
         b["pid"] = spawn_headrace(
             [*broker_args(b, directory, fsync), *store_args],
             directory / "logs" / f"broker-{i}.log",

@@ -35,6 +35,7 @@ from headrace.cli.local import (
     alive,
     checked_dir_option,
     local,
+    rack_for,
 )
 
 
@@ -115,6 +116,8 @@ def add_broker(directory: Path, controller_url: str | None, wait: bool, timeout:
         "admin_port": first["admin_port"],
         "pid": None,
     }
+    if rack := rack_for(new_id, record.get("racks", [])):
+        b["rack"] = rack
     record["brokers"] = [*brokers, b]
     _write_state(directory / STATE_FILE, record)
     _start_broker(directory, new_id)

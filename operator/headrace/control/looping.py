@@ -242,6 +242,9 @@ class ControlLoop:
         #: the brokers the cluster should have (replicas move off the others and onto new
         #: ones, ``control.moves``); None: no moves are planned (the adapter sets it)
         self.members: frozenset[int] | None = None
+        #: the rack of each broker as the adapter knows it (the operator: the zone of the
+        #: node each broker pod runs on); it wins over the rack a heartbeat reports
+        self.racks: dict[int, str] = {}
         #: the topology generation each broker last reported
         self.broker_generations: dict[int, int] = {}
         #: topics the brokers host that this controller does not know, last logged
@@ -304,6 +307,12 @@ class ControlLoop:
         for name in set(self._configs) - set(self.topics) - set(self.state.topics):
             del self._configs[name]
         return specs, invalid
+
+    def broker_racks(self) -> dict[int, str]:
+        """Where each broker runs (``placement.Racks``): the rack its heartbeat reports
+        (``--rack``), unless the adapter knows better (``racks``)."""
+        reported = {b: hb.rack for b, hb in self.heartbeats.items() if hb.rack}
+        return dict(sorted({**reported, **self.racks}.items()))
 
     @property
     def retained(self) -> frozenset[str]:
@@ -409,6 +418,7 @@ class ControlLoop:
             # a move started now records the generation it is pushed at
             commit_generation=next_generation,
             deletions=self.deletions,
+            racks=self.broker_racks(),
         )
         # a deletion that does not retain ends the setting aside of its name
         self.set_aside -= {d.topic for d in self.deletions if not d.retain}
@@ -711,6 +721,7 @@ class ControlLoop:
             "repartitions": self.repartition_documents(),
             "transitions": self.transitions(),
             "members": None if self.members is None else sorted(self.members),
+            "racks": {str(b): rack for b, rack in self.broker_racks().items()},
             "reassignment": (decision.reassignment if decision else moves.Summary()).to_json(),
             "steps": self.steps,
             "stepsSkipped": self._reconciler.skipped,

@@ -58,7 +58,8 @@ ordinals ``0..replicas-1``, or the brokers of a local cluster). Then:
 
 1. **Evacuate**: a partition holding a replica on a non-member (a broker being
    removed) gets a target that replaces each such replica, in place, by the
-   eligible member (live, not draining) holding fewest of the topic's
+   eligible member (live, not draining) in a rack none of the partition's other
+   replicas is in (``placement.Racks``), then holding fewest of the topic's
    replicas, then fewest cluster-wide, then the lowest id. If no member can
    take it, or the partition's only in-sync replica is on a removed broker
    that is down (its data cannot be copied), the scale-down is *blocked* and
@@ -70,7 +71,12 @@ ordinals ``0..replicas-1``, or the brokers of a local cluster). Then:
    new broker inherits the position, and the preferred leadership when it was
    first). Among the candidates a partition the source leads is chosen when
    it leads more of the topic than the destination, so new brokers also get
-   leaderships; then the lowest partition.
+   leaderships; then the lowest partition. A move that would leave a partition
+   over fewer racks than it covers is never a balancing move (a broker alone in
+   its rack holds more than the others, by design of ``placement``).
+
+Only the replicas that must go (evacuation) or that even out a topic move:
+every other replica stays where it is when brokers join or leave.
 
 A move whose target names a broker that stopped being a member is retargeted
 from its current union. At most ``max_concurrent_moves`` moves run at once
@@ -85,6 +91,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from headrace.control import placement
 from headrace.control.liveness import Liveness, placeable
 from headrace.control.model import PartitionState, PartitionStatus, TopicStatus, normalise_lrs
 from headrace.control.settings import ControlSettings
@@ -151,6 +158,7 @@ def step(
     settings: ControlSettings,
     pushed_at: int,
     applied: Mapping[int, int],
+    racks: placement.Racks = placement.NO_RACKS,
 ) -> Moved:
     """Advance every move in flight, then start new ones (see the module doc).
 
@@ -158,7 +166,7 @@ def step(
     (moves in flight still finish). ``busy``: topics an unload or repartition
     is working on; no move starts there. ``pushed_at``: the topology generation the
     result is pushed at (a move started here records it). ``applied``: the generation
-    each live broker's heartbeat says it applied.
+    each live broker's heartbeat says it applied. ``racks``: where the brokers run.
     """
     events: list[tuple[str, str, str]] = []
     out = dict(topics)
@@ -169,7 +177,9 @@ def step(
     for _ in range(_MAX_ROUNDS):
         before = dict(out)
         if members is not None:
-            summary = _plan(out, frozenset(members), liveness, busy, settings, pushed_at, events)
+            summary = _plan(
+                out, frozenset(members), liveness, busy, settings, pushed_at, events, racks
+            )
         for name in sorted(out):
             topic = out[name]
             parts = tuple(
@@ -321,6 +331,7 @@ def _plan(
     settings: ControlSettings,
     pushed_at: int,
     events: list[tuple[str, str, str]],
+    racks: placement.Racks,
 ) -> Summary:
     """Start moves in ``topics`` (updated in place); the summary, minus ``moving``.
     ``pushed_at``: the generation the moves started here are pushed at."""
@@ -358,7 +369,7 @@ def _plan(
             waiting += 1
             continue
         load = _load(topic, cluster_holds)
-        target = _evacuation_target(p, members, eligible, load)
+        target = _evacuation_target(p, members, eligible, load, racks)
         if target is None:  # ruled out by _too_few
             continue
         if not p.target:
@@ -384,7 +395,7 @@ def _plan(
             parts = list(topic.partitions)
             load = _load(topic, cluster_holds)
             while True:
-                move = _balancing_move(parts, members, load)
+                move = _balancing_move(parts, members, load, racks)
                 if move is None:
                     break
                 if budget == 0:
@@ -442,7 +453,11 @@ def _too_few(p: PartitionStatus, members: frozenset[int], eligible: list[int]) -
 
 
 def _evacuation_target(
-    p: PartitionStatus, members: frozenset[int], eligible: list[int], load: _Load
+    p: PartitionStatus,
+    members: frozenset[int],
+    eligible: list[int],
+    load: _Load,
+    racks: placement.Racks,
 ) -> tuple[int, ...] | None:
     """``p``'s target with every non-member replaced in place, or None if too few members."""
     rf = len(p.target) if p.target else len(p.replicas)
@@ -461,31 +476,51 @@ def _evacuation_target(
         pool = [b for b in eligible if b not in result]
         if not pool:
             return None
-        best = min(pool, key=lambda b: (load.topic_holds[b], load.cluster_holds[b], b))
+        used = {placement.rack_of(b, racks) for b in result if b is not None}
+        best = min(
+            pool,
+            key=lambda b: (
+                placement.rack_of(b, racks) in used,
+                load.topic_holds[b],
+                load.cluster_holds[b],
+                b,
+            ),
+        )
         result[slot] = best
     final = tuple(b for b in result if b is not None)
     return final if len(final) == rf else None
 
 
 def _balancing_move(
-    parts: list[PartitionStatus], members: frozenset[int], load: _Load
+    parts: list[PartitionStatus], members: frozenset[int], load: _Load, racks: placement.Racks
 ) -> tuple[int, int, int] | None:
-    """(partition index, source, destination) of the next balancing move, or None."""
-    ordered = sorted(members)
-    most = max(ordered, key=lambda b: (load.topic_holds[b], -b))
-    least = min(ordered, key=lambda b: (load.topic_holds[b], b))
-    if load.topic_holds[most] - load.topic_holds[least] <= 1:
-        return None
-    prefer_lead = load.topic_leads[most] > load.topic_leads[least]
-    candidates = [
-        i
-        for i, p in enumerate(parts)
-        if not p.target and not p.seal and most in p.replicas and least not in p.replicas
-    ]
-    if not candidates:
-        return None
-    best = min(candidates, key=lambda i: ((parts[i].replicas[0] == most) != prefer_lead, i))
-    return best, most, least
+    """(partition index, source, destination) of the next balancing move, or None.
+
+    The most loaded member gives to the least loaded; when no partition can go between
+    them without covering fewer racks, the next pair two or more apart is tried."""
+    sources = sorted(members, key=lambda b: (-load.topic_holds[b], b))
+    destinations = sorted(members, key=lambda b: (load.topic_holds[b], b))
+    for most in sources:
+        for least in destinations:
+            if load.topic_holds[most] - load.topic_holds[least] <= 1:
+                break
+            prefer_lead = load.topic_leads[most] > load.topic_leads[least]
+            candidates = [
+                i
+                for i, p in enumerate(parts)
+                if not p.target
+                and not p.seal
+                and most in p.replicas
+                and least not in p.replicas
+                and placement.rack_span((least if b == most else b for b in p.replicas), racks)
+                >= placement.rack_span(p.replicas, racks)
+            ]
+            if candidates:
+                best = min(
+                    candidates, key=lambda i: ((parts[i].replicas[0] == most) != prefer_lead, i)
+                )
+                return best, most, least
+    return None
 
 
 def _retarget(

@@ -155,6 +155,7 @@ def reconcile(
     members: Collection[int] | None = None,
     commit_generation: int | None = None,
     deletions: Collection[DeletionRequest] = (),
+    racks: placement.Racks = placement.NO_RACKS,
 ) -> Decision:
     """One step. ``observing_since_ms``: when this controller started polling brokers.
 
@@ -168,6 +169,7 @@ def reconcile(
     go higher). ``deletions``: the topics whose deletion was asked for explicitly; a topic
     leaves the state (and its brokers' copies go, or move aside) only when named there and
     asked for by no spec. Absence from ``specs`` alone deletes nothing (see the module).
+    ``racks``: where the brokers run (``placement.Racks``); new replica sets span them.
     """
     if commit_generation is None:
         commit_generation = state.generation + 1
@@ -214,7 +216,7 @@ def reconcile(
         spec = wanted[name]
         topic = topics.get(name)
         if topic is None:
-            created = _create(spec, topics, liveness, problems, members)
+            created = _create(spec, topics, liveness, problems, members, racks)
             if created is not None:
                 topics[name] = created
                 events.append(Event("TopicCreated", name, _describe_placement(created)))
@@ -239,6 +241,7 @@ def reconcile(
         now_ms,
         settings,
         members=members,
+        racks=racks,
     )
     events.extend(Event(kind, subject, message) for kind, subject, message in unload_events)
     problems.extend(_check_seals(topics, progress, unload_requests))
@@ -258,6 +261,7 @@ def reconcile(
         now_ms=now_ms,
         settings=settings,
         members=members,
+        racks=racks,
     )
     topics = moved.topics
     events.extend(Event(kind, subject, message) for kind, subject, message in moved.events)
@@ -275,6 +279,7 @@ def reconcile(
         settings=settings,
         pushed_at=commit_generation,
         applied=applied,
+        racks=racks,
     )
     topics = reassigned.topics
     events.extend(Event(kind, subject, message) for kind, subject, message in reassigned.events)
@@ -379,6 +384,7 @@ def _create(
     liveness: Liveness,
     problems: list[Problem],
     members: Collection[int] | None,
+    racks: placement.Racks,
 ) -> TopicStatus | None:
     if liveness.warming_up:
         problems.append(
@@ -389,7 +395,9 @@ def _create(
     try:
         # a broker being removed gets no new topic
         eligible = placeable(liveness, members)
-        lists = placement.place(spec.partitions, spec.replicas, eligible, others=others)
+        lists = placement.place(
+            spec.partitions, spec.replicas, eligible, others=others, racks=racks
+        )
     except placement.NotEnoughBrokers as exc:
         problems.append(Problem(spec.name, "NotEnoughBrokers", exc.message))
         return None

@@ -130,6 +130,7 @@ def step(
     now_ms: int,
     settings: ControlSettings,
     members: Collection[int] | None = None,
+    racks: placement.Racks = placement.NO_RACKS,
 ) -> Outcome:
     """One step over every topic. ``generation``: the committed topology generation of the
     input state; ``unloading``: topic -> why an Unload makes it busy."""
@@ -215,6 +216,7 @@ def step(
             placeable(liveness, members),
             liveness,
             now_ms,
+            racks,
         )
         if isinstance(started, str):
             out[request.name] = replace(before, message=started)
@@ -268,6 +270,7 @@ def step(
             placeable(liveness, members),
             liveness,
             now_ms,
+            racks,
         )
         if isinstance(started, str):
             problems[name] = ("RepartitionWaiting", started)
@@ -315,6 +318,7 @@ def _start(
     eligible: frozenset[int],
     liveness: Liveness,
     now_ms: int,
+    racks: placement.Racks,
 ) -> TopicStatus | str:
     """The topic with its marker written and its version bumped; or why it must wait.
     ``eligible``: the brokers a grow may place new partitions on (``liveness.placeable``)."""
@@ -327,7 +331,7 @@ def _start(
     if partitions > len(topic.partitions):
         others = [p.replicas for n, t in topics.items() if n != topic.name for p in t.partitions]
         try:
-            grown = add_partitions(topic, partitions, eligible, others)
+            grown = add_partitions(topic, partitions, eligible, others, racks)
         except placement.NotEnoughBrokers as exc:
             return f"waiting for brokers: {exc.message}"
     marker = Transition(
@@ -344,7 +348,11 @@ def _start(
 
 
 def add_partitions(
-    topic: TopicStatus, partitions: int, brokers: Iterable[int], others: Iterable[Sequence[int]]
+    topic: TopicStatus,
+    partitions: int,
+    brokers: Iterable[int],
+    others: Iterable[Sequence[int]],
+    racks: placement.Racks = placement.NO_RACKS,
 ) -> TopicStatus:
     """The topic with partitions ``len..partitions-1`` placed (existing ones stay, retired
     ones included)."""
@@ -355,6 +363,7 @@ def add_partitions(
         brokers,
         existing=[p.replicas for p in topic.partitions],
         others=others,
+        racks=racks,
     )
     added = tuple(
         election.first_status(i, lists[i]) for i in range(len(topic.partitions), partitions)

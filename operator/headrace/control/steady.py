@@ -48,6 +48,7 @@ from headrace.control.model import (
     UnloadProgress,
     UnloadRequest,
 )
+from headrace.control.placement import NO_RACKS, Racks
 from headrace.control.reconcile import DEFAULT_SETTINGS, Decision, reconcile
 from headrace.control.settings import ControlSettings
 from headrace.protocol.coordination import Heartbeat
@@ -71,6 +72,7 @@ class _Inputs:
     members: frozenset[int] | None
     commit_generation: int | None
     deletions: frozenset[DeletionRequest]
+    racks: tuple[tuple[int, str], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +107,7 @@ class SteadySteps:
         members: Collection[int] | None = None,
         commit_generation: int | None = None,
         deletions: Collection[DeletionRequest] = (),
+        racks: Racks = NO_RACKS,
     ) -> Decision:
         """The same contract as ``reconcile.reconcile``."""
         specs = tuple(specs)
@@ -124,6 +127,7 @@ class SteadySteps:
             frozenset(members) if members is not None else None,
             commit_generation,
             frozenset(deletions),
+            tuple(sorted(racks.items())),
         )
         last = self._last
         if last is not None and inputs == last.inputs:
@@ -147,6 +151,7 @@ class SteadySteps:
             members=members,
             commit_generation=commit_generation,
             deletions=deletions,
+            racks=racks,
         )
         self._last = _Steady(inputs, _known(state), decision) if steady(decision) else None
         return decision

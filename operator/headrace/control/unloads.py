@@ -84,7 +84,7 @@ replica). The replication factor never changes.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from headrace.control import placement
@@ -127,6 +127,8 @@ class Seen:
     settings: ControlSettings
     #: the brokers the cluster should have (``reconcile``'s ``members``); None: not known
     members: frozenset[int] | None = None
+    #: where the brokers run (``placement.Racks``): a new replica set spans the racks
+    racks: placement.Racks = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +227,9 @@ def _placement(
     # (they follow when they come back). A sealed partition must not wait for a full set.
     take = min(rf, len(pool))
     chosen = list(
-        placement.place(len(siblings) + 1, take, pool, existing=siblings, others=others)[-1]
+        placement.place(
+            len(siblings) + 1, take, pool, existing=siblings, others=others, racks=seen.racks
+        )[-1]
     )
     chosen += [b for b in p.replicas if b not in chosen and b != m.from_broker]
     if m.from_broker in p.replicas and m.from_broker not in chosen:
@@ -660,6 +664,7 @@ def step(
     now_ms: int,
     settings: ControlSettings,
     members: Collection[int] | None = None,
+    racks: placement.Racks = placement.NO_RACKS,
 ) -> tuple[dict[str, UnloadProgress], list[tuple[str, str, str]]]:
     """Advance every requested unload; updates ``topics`` in place (seal markers, reassignments).
 
@@ -689,6 +694,7 @@ def step(
             settings,
             events,
             None if members is None else frozenset(members),
+            racks,
         )
         if (current, topics) == before:
             break
@@ -716,6 +722,7 @@ def _pass(
     settings: ControlSettings,
     events: list[tuple[str, str, str]],
     members: frozenset[int] | None,
+    racks: placement.Racks,
 ) -> None:
     """One pass over the requests, in order; updates ``current`` and ``topics``."""
     claims: dict[tuple[str, int], str] = {}
@@ -736,6 +743,7 @@ def _pass(
             now_ms,
             settings,
             members,
+            racks,
         )
         current[request.name] = new
         events.extend(said)
@@ -753,6 +761,7 @@ def _step_unload(
     now_ms: int,
     settings: ControlSettings,
     members: frozenset[int] | None,
+    racks: placement.Racks,
 ) -> tuple[UnloadProgress, list[tuple[str, str, str]]]:
     if before.finished:
         return before, []
@@ -798,6 +807,7 @@ def _step_unload(
                 now_ms,
                 settings,
                 members,
+                racks,
             )
             new_move, new_partition, _, notes = step_move(m, partitions[m.partition], seen)
             partitions[m.partition] = new_partition

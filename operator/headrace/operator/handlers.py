@@ -41,7 +41,7 @@ from headrace.control.documents import condition, condition_time, full_name, gen
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
 from headrace.errors import InvalidRequest
-from headrace.operator import auth, finalizing, repartitioning, workloads
+from headrace.operator import auth, caching, eventing, finalizing, repartitioning, workloads
 from headrace.operator.kube import KubeApi, KubeApiError, ObjectRef, StaleResourceVersion
 from headrace.operator.running import (
     ApplyFailure,
@@ -186,6 +186,20 @@ def unloads_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
 @kopf.index(GROUP, VERSION, "repartitions")
 def repartitions_index(namespace: str | None, body: kopf.Body, **_: Any) -> Any:
     return {namespace: _snapshot(body)}
+
+
+# The workload each loop step reads (``caching``): the watches keep them, so a step lists
+# no pods and gets no StatefulSet of its own.
+@kopf.index("v1", "pods", labels={workloads.CLUSTER_LABEL: kopf.PRESENT})
+def pods_index(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> Any:
+    return {(namespace, labels[workloads.CLUSTER_LABEL]): _snapshot(body)}
+
+
+@kopf.index("apps", "v1", "statefulsets", labels={workloads.CLUSTER_LABEL: kopf.PRESENT})
+def statefulsets_index(
+    namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any
+) -> Any:
+    return {(namespace, labels[workloads.CLUSTER_LABEL]): _snapshot(body)}
 
 
 # ---------------------------------------------------------------------- the workload
@@ -419,31 +433,38 @@ def _only(store: Any) -> dict[str, Any] | None:
 
 
 def event_sink(
-    cluster_key: tuple[str, str], topics: kopf.Index[Any, Any], clusters: kopf.Index[Any, Any]
-) -> Any:
-    """Post a decision's event on the Topic it names, else on the BrokerCluster."""
+    context: OperatorContext,
+    cluster_key: tuple[str, str],
+    topics: Mapping[Any, Any],
+    clusters: Mapping[Any, Any],
+) -> eventing.EventPoster:
+    """Post a step's decisions as Events on the Topic each names, else on the
+    BrokerCluster: one Event per object and kind, counted again when it repeats
+    (``eventing``)."""
 
-    def post(event: Event) -> None:
-        target: Any
+    def target_of(event: Event) -> Mapping[str, Any] | None:
         namespace, _, rest = event.subject.partition("/")
         topic_name = rest.split("/")[0].split(":")[0]
-        target = None
         for body in topics.get(cluster_key, []):
             meta = body["metadata"]
             if meta.get("namespace") == namespace and meta.get("name") == topic_name:
-                target = body
-        if target is None:
-            target = _only(clusters.get(cluster_key))
-        if target is not None:
-            kind = "Warning" if "Fail" in event.kind or "Offline" in event.kind else "Normal"
-            kopf.event(
-                kopf.Body(target),
-                type=kind,
-                reason=event.kind,
-                message=f"{event.subject}: {event.message}",
-            )
+                return dict(body)
+        return _only(clusters.get(cluster_key))
 
-    return post
+    return eventing.EventPoster(context.api, target_of, context.clock.now_ms)
+
+
+def watched_workload(
+    cluster_key: tuple[str, str], pods: Mapping[Any, Any], statefulsets: Mapping[Any, Any]
+) -> Callable[[], caching.Watched]:
+    """The cluster's pods and StatefulSet as the watches last delivered them."""
+
+    def view() -> caching.Watched:
+        return caching.Watched(
+            tuple(pods.get(cluster_key, [])), _only(statefulsets.get(cluster_key))
+        )
+
+    return view
 
 
 @kopf.daemon(GROUP, VERSION, "brokerclusters", cancellation_timeout=10.0)
@@ -547,13 +568,17 @@ async def _start_runtime(
         unloads,
         context.clock,
         context.runtime,
-        events=event_sink(key, indices["topics_index"], indices["clusters_index"]),
+        events=event_sink(context, key, indices["topics_index"], indices["clusters_index"]),
         reapply=reapply,
         metrics=context.metrics,
         repartitions=repartitions,
         auth_token=token,
         read_tokens=read_tokens,
         workload=lambda: context.workloads.get(key),
+        # (no index: handlers called outside kopf read the API every step)
+        watched=watched_workload(key, indices["pods_index"], indices["statefulsets_index"])
+        if "pods_index" in indices and "statefulsets_index" in indices
+        else None,
     )
 
 

@@ -46,12 +46,14 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     (("headrace.dev",), ("repartitions/status",), ("get", "update", "patch")),
     # a BrokerCluster's workload, server-side applied; its StatefulSet deleted without its
     # pods (orphaned) to take a larger volume size, its brokers' claims grown first
-    (("apps",), ("statefulsets",), ("get", "create", "patch", "delete")),
+    # (and watched: each step reads it from the watch cache, ``caching``)
+    (("apps",), ("statefulsets",), ("get", "list", "watch", "create", "patch", "delete")),
     (("",), ("persistentvolumeclaims",), ("list", "patch")),
     (("",), ("services", "configmaps"), ("get", "create", "patch")),
     (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
-    # the brokers' pod IPs; a rolling restart deletes one pod at a time
-    (("",), ("pods",), ("list", "delete")),
+    # the brokers' pod IPs, watched into a cache (``caching``); a rolling restart deletes
+    # one pod at a time
+    (("",), ("pods",), ("list", "watch", "delete")),
     # elections, moves, failures as Events
     (("", "events.k8s.io"), ("events",), ("create", "patch")),
     # Compaction and CompactionSchedule (``compacting``): watched, their status written
@@ -103,6 +105,9 @@ CLUSTER_RULES: Final = (
     (("",), ("namespaces",), ("get", "list", "watch")),
     # whether the brokers' StorageClass allows volume expansion (a larger storage.size)
     (("storage.k8s.io",), ("storageclasses",), ("get", "list")),
+    # the zone of each broker pod's node: the rack placement spreads replicas over
+    # (``zones``); read by name, never listed, and the brokers need no API access for it
+    (("",), ("nodes",), ("get",)),
 )
 
 

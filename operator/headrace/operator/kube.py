@@ -167,6 +167,8 @@ class ClientApi:
                 )
             except exceptions.NotFoundError:
                 return None
+            except exceptions.DynamicApiError as exc:  # a 403 above all: translated here
+                raise KubeApiError.of(f"get {ref.kind} {ref.namespace}/{ref.name}", exc) from exc
             return found.to_dict()  # type: ignore[no-any-return]
 
         return await asyncio.to_thread(call)

@@ -1,7 +1,7 @@
 """Carries out a BrokerCluster's rolling restart (the adapter of ``rollout``).
 
 After every step of the cluster's loop, ``Rollout.step`` reads the
-StatefulSet (its ``updateRevision``), builds ``rollout.Seen`` from the pods
+StatefulSet (its ``updateRevision``; from the watch cache, ``caching``), builds ``rollout.Seen`` from the pods
 and the loop's decision, and does what ``rollout.next_action`` says: ask a
 broker to drain (``POST /v1/drain`` on its pod IP), or delete its pod. It
 returns the BrokerCluster's ``Restarting`` condition: True while pods are
@@ -23,7 +23,7 @@ import aiohttp
 
 from headrace.control.model import PartitionState
 from headrace.control.reconcile import Decision, Event
-from headrace.operator import rollout, workloads
+from headrace.operator import caching, rollout, workloads
 from headrace.operator.kube import KubeApi, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -80,8 +80,12 @@ class Rollout:
         cluster_name: str,
         events: Callable[[Event], None] | None = None,
         settings: RolloutSettings | None = None,
+        reads: caching.WorkloadReads | None = None,
     ) -> None:
+        """``reads``: where the StatefulSet comes from, and learns of the pods deleted
+        (default: read through ``api`` every step)."""
         self.api = api
+        self.reads = reads or caching.WorkloadReads(api, namespace, cluster_name)
         self.namespace = namespace
         self.name = cluster_name
         self.events = events
@@ -109,11 +113,7 @@ class Rollout:
         replicas: int,
         now_ms: int,
     ) -> rollout.Action:
-        statefulset = await self.api.get(
-            ObjectRef(
-                "apps/v1", "StatefulSet", self.namespace, workloads.names(self.name)["statefulset"]
-            )
-        )
+        statefulset = await self.reads.statefulset()
         revision = ((statefulset or {}).get("status") or {}).get("updateRevision")
         # the pods it really has (a refused scale down keeps more than the spec asks)
         replicas = int(((statefulset or {}).get("spec") or {}).get("replicas") or replicas)
@@ -151,6 +151,7 @@ class Rollout:
                 pod = next(p for p in listed if workloads.broker_id_of(p) == broker)
                 meta = pod["metadata"]
                 await self.api.delete(ObjectRef("v1", "Pod", self.namespace, meta["name"]))
+                self.reads.acted_on_pod(pod)
                 self.drains_started_ms.pop(broker, None)
                 self.asked.discard(broker)
                 self.restarted[broker] = str(meta.get("uid", ""))

@@ -51,12 +51,15 @@ from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
 from headrace.errors import HeadraceError
 from headrace.operator import (
+    caching,
+    eventing,
     finalizing,
     objectstores,
     repartitioning,
     restarting,
     tlssecrets,
     workloads,
+    zones,
 )
 from headrace.operator.kube import KubeApi
 from headrace.operator.statuses import KubeStatusStore, Superseded
@@ -166,8 +169,8 @@ def polled(pod: Mapping[str, Any]) -> bool:
 
 
 class PodFleet:
-    """A ``BrokerFleet``: the cluster's pods, found through the API before every poll,
-    spoken to over HTTP on their pod IPs (``HttpFleet``)."""
+    """A ``BrokerFleet``: the cluster's pods, found before every poll (from the watch cache
+    when there is one: ``caching``), spoken to over HTTP on their pod IPs (``HttpFleet``)."""
 
     def __init__(
         self,
@@ -177,12 +180,12 @@ class PodFleet:
         clock: Clock,
         timeout_ms: int,
         auth_token: str | None = None,
+        reads: caching.WorkloadReads | None = None,
     ) -> None:
         """``auth_token``: presented on every poll and push (the cluster's replication
-        token when its brokers run with ACLs)."""
-        self.api = api
-        self.namespace = namespace
-        self.selector = f"{workloads.CLUSTER_LABEL}={cluster_name}"
+        token when its brokers run with ACLs); ``reads``: where the pods come from
+        (default: listed through ``api`` every time)."""
+        self.reads = reads or caching.WorkloadReads(api, namespace, cluster_name)
         self.http = HttpFleet([], clock, timeout_ms, auth_token=auth_token)
         #: the cluster's pods as last listed (their waiting reasons: ``objectstores``)
         self.listed: list[dict[str, Any]] = []
@@ -194,7 +197,7 @@ class PodFleet:
         await self.http.close()
 
     async def refresh(self) -> None:
-        pods = await self.api.list("v1", "Pod", self.namespace, self.selector)
+        pods = await self.reads.pods()
         self.listed = pods
         chosen: dict[int, dict[str, Any]] = {}
         for pod in pods:
@@ -401,6 +404,7 @@ class ClusterRuntime:
         auth_token: str | None = None,
         read_tokens: Callable[[], Awaitable[tuple[str, ...] | None]] | None = None,
         workload: Callable[[], WorkloadOutcome | None] | None = None,
+        watched: Callable[[], caching.Watched] | None = None,
     ) -> None:
         """``auth_token``: the credentials the operator presents to the brokers (polls,
         pushes, drains); ``read_tokens``: the replication tokens listed now (None: auth
@@ -409,7 +413,10 @@ class ClusterRuntime:
         scale down is carried out once the brokers it would remove hold no replica);
         ``repartitions``: the watched Repartitions (those of this cluster's Topics count);
         ``workload``: what the applies of the cluster's workload came to (``cluster_conditions``;
-        None: not tracked)."""
+        None: not tracked); ``watched``: the cluster's pods and StatefulSet as the watches
+        deliver them (``caching``; None: read through ``api`` every step). An ``events``
+        sink that is an ``eventing.EventPoster`` is flushed after every step: one Event
+        per object and kind."""
         self.workload = workload
         self._refused_generation: int | None = None
         self.settings = settings or RuntimeSettings()
@@ -429,6 +436,10 @@ class ClusterRuntime:
             finalizer=finalizing.UNLOAD_FINALIZER,
             repartitions=repartitioning.owned(repartitions, names),
         )
+        #: the pods and StatefulSet each step acts on
+        self.reads = caching.WorkloadReads(api, self.namespace, self.name, watched)
+        #: the zone of each broker's node (its rack)
+        self.zones = zones.NodeZones(api)
         self.pods: PodFleet | None = None
         if fleet is None:
             self.pods = PodFleet(
@@ -438,6 +449,7 @@ class ClusterRuntime:
                 clock,
                 self.settings.poll_timeout_ms,
                 auth_token=auth_token,
+                reads=self.reads,
             )
             fleet = self.pods
         self.loop = ControlLoop(
@@ -451,7 +463,7 @@ class ClusterRuntime:
         #: deleted Topics the finalizer holds until the brokers let their data go
         self.finalizer = finalizing.TopicFinalizer(api, events)
         #: the rolling restart of the pods (a changed pod template: brokerConfig, image)
-        self.rollout = restarting.Rollout(api, self.namespace, self.name, events)
+        self.rollout = restarting.Rollout(api, self.namespace, self.name, events, reads=self.reads)
         if auth_token:
             self.rollout.auth_headers = {"Authorization": f"Bearer {auth_token}"}
         self.api = api
@@ -617,7 +629,10 @@ class ClusterRuntime:
     async def step(self) -> Decision | None:
         """One round: a loop step and the cluster's conditions; None while paused."""
         if self.metrics is None:
-            return await self._step()
+            try:
+                return await self._step()
+            finally:
+                await self._post_events()
         started = time.perf_counter()
         self.metrics.reconciles.labels(STEP).inc()
         try:
@@ -626,11 +641,21 @@ class ClusterRuntime:
             self.metrics.errors.labels(STEP).inc()
             raise
         finally:
+            await self._post_events()
             self.metrics.durations.labels(STEP).observe(time.perf_counter() - started)
             writes, conflicts = self.store.writes, self.store.conflicts
             self.metrics.status_writes.inc(writes - self._counted[0])
             self.metrics.status_conflicts.inc(conflicts - self._counted[1])
             self._counted = (writes, conflicts)
+
+    async def _post_events(self) -> None:
+        """The step's Events, one per object and kind (``eventing``); none while the loop
+        is being cancelled (its stop must not wait on API calls)."""
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
+            return
+        if isinstance(self.events, eventing.EventPoster):
+            await self.events.flush()
 
     def view(self) -> dict[str, Any]:
         """The dashboard's view model of this cluster now (``dashboard.views``)."""
@@ -657,6 +682,10 @@ class ClusterRuntime:
         # down) and onto new ones (a scale up) before the StatefulSet shrinks (``moves``)
         spec_replicas = int((self.cluster.get("spec") or {}).get("replicas", 3))
         self.loop.members = frozenset(range(spec_replicas))
+        if self.pods is not None:
+            # the zone of each broker's node: placement spreads replicas over zones
+            pods = await self.reads.pods()
+            self.loop.racks = await self.zones.racks(pods, self.clock.now_ms())
         decision = await self.loop.step()
         self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
         for event in decision.events:
@@ -687,13 +716,7 @@ class ClusterRuntime:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
         self.blockers = blockers
         store = self._object_store()
-        pods = (
-            self.pods.listed
-            if self.pods is not None
-            else await self.api.list(
-                "v1", "Pod", self.namespace, f"{workloads.CLUSTER_LABEL}={self.name}"
-            )
-        )
+        pods = self.pods.listed if self.pods is not None else await self.reads.pods()
         health = await self.store_checks.check(store, pods, self.loop.heartbeats)
         workload = cluster_conditions(
             self.cluster,

@@ -730,3 +730,50 @@ class Scaling(RuleBasedStateMachine):
 
 TestScaling = Scaling.TestCase
 TestScaling.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+# --------------------------------------------------------------------------- racks
+
+
+def plan(
+    partitions: list[tuple[int, ...]], members: set[int], racks: dict[int, str]
+) -> dict[int, tuple[int, ...]]:
+    """The targets ``moves.step`` starts on one topic placed as ``partitions``."""
+    topic = TopicStatus(
+        T,
+        1,
+        tuple(PartitionStatus(i, r, r[0], 1, r, ONLINE) for i, r in enumerate(partitions)),
+        {},
+    )
+    moved = rc.moves.step(
+        {T: topic},
+        members=members,
+        liveness=LIVE,
+        reports={},
+        busy=(),
+        now_ms=0,
+        settings=replace(SETTINGS, max_concurrent_moves=100),
+        pushed_at=8,
+        applied={b: 7 for b in LIVE.live},
+        racks=racks,
+    )
+    return {p.partition: p.target for p in moved.topics[T].partitions if p.target}
+
+
+def test_an_evacuated_replica_goes_to_the_rack_the_partition_lacks() -> None:
+    # broker 1 (rack b) leaves: its replacement is 3, the other broker of rack b, though
+    # 2 (rack a) has the lower id and holds as few
+    racks = {0: "a", 1: "b", 2: "a", 3: "b"}
+    assert plan([(0, 1)], {0, 2, 3}, racks) == {0: (0, 3)}
+    assert plan([(0, 1)], {0, 2, 3}, {}) == {0: (0, 2)}, "without racks, the lowest id"
+
+
+def test_balancing_never_narrows_a_partition_over_racks() -> None:
+    # broker 2 is alone in rack b, so it holds every partition by design; rack a's
+    # brokers even out between themselves, and 2 keeps its replicas
+    racks = {0: "a", 1: "a", 2: "b"}
+    targets = plan([(2, 0), (2, 0), (2, 0), (1, 2)], {0, 1, 2}, racks)
+    assert targets == {0: (2, 1)}
+    assert all(len({racks[b] for b in t}) == 2 for t in targets.values())
+    # without racks, broker 2 gives up replicas to broker 1
+    assert any(2 not in t for t in plan([(2, 0), (2, 0), (2, 0), (1, 2)], {0, 1, 2}, {}).values())

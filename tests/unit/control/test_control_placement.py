@@ -1,4 +1,4 @@
-"""Placement: distinct brokers, balance, determinism, stickiness when a topic grows."""
+"""Placement: distinct brokers, balance, determinism, stickiness when a topic grows, racks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from headrace.control.placement import NotEnoughBrokers, place
+from headrace.control.placement import (
+    NotEnoughBrokers,
+    Racks,
+    place,
+    rack_of,
+    rack_span,
+    wanted_span,
+)
 
 SETTINGS = settings(max_examples=300, deadline=None)
 
@@ -125,3 +132,92 @@ def test_nothing_new_to_place_needs_no_brokers() -> None:
 def test_nonsense_is_a_value_error(partitions: int, replicas: int, words: str) -> None:
     with pytest.raises(ValueError, match=words):
         place(partitions, replicas, [0], existing=[(0,)])
+
+
+# --------------------------------------------------------------------------- racks
+
+
+@st.composite
+def even_racks(draw: st.DrawFn) -> tuple[list[int], Racks, int, int]:
+    """Brokers in racks of one size (zones of a cloud region), numbered round the racks."""
+    count = draw(st.integers(1, 4))
+    size = draw(st.integers(1, 3))
+    brokers = list(range(count * size))
+    racks = {b: f"zone-{b % count}" for b in brokers}
+    replicas = draw(st.integers(1, min(len(brokers), 4)))
+    return brokers, racks, replicas, draw(st.integers(1, 40))
+
+
+@st.composite
+def any_racks(draw: st.DrawFn) -> tuple[list[int], Racks, int, int]:
+    """Racks of any sizes; some brokers may have none (each is then a rack of its own)."""
+    brokers = draw(broker_sets)
+    named = {b: draw(st.sampled_from(["a", "b", "c", ""])) for b in brokers}
+    racks = {b: r for b, r in named.items() if r}
+    replicas = draw(st.integers(1, min(len(brokers), 4)))
+    return brokers, racks, replicas, draw(st.integers(1, 40))
+
+
+@SETTINGS
+@given(any_racks(), other_topics)
+def test_every_partition_spans_as_many_racks_as_it_can(
+    layout: tuple[list[int], Racks, int, int], others: list[tuple[int, ...]]
+) -> None:
+    brokers, racks, replicas, partitions = layout
+    result = place(partitions, replicas, brokers, others=others, racks=racks)
+    span = wanted_span(replicas, brokers, racks)
+    assert span == min(replicas, len({rack_of(b, racks) for b in brokers}))
+    for r in result:
+        assert len(set(r)) == replicas
+        assert rack_span(r, racks) == span, f"{r} covers too few racks of {racks}"
+    # a rack's brokers share its load within one (a small rack's brokers may hold more)
+    holds = Counter(b for r in result for b in r)
+    by_rack: dict[tuple[str, int], list[int]] = {}
+    for b in brokers:
+        by_rack.setdefault(rack_of(b, racks), []).append(holds[b])
+    for counts in by_rack.values():
+        assert max(counts) - min(counts) <= 1
+
+
+@SETTINGS
+@given(even_racks())
+def test_racks_of_one_size_keep_brokers_within_one(
+    layout: tuple[list[int], Racks, int, int],
+) -> None:
+    brokers, racks, replicas, partitions = layout
+    result = place(partitions, replicas, brokers, racks=racks)
+    assert all(rack_span(r, racks) == wanted_span(replicas, brokers, racks) for r in result)
+    assert spread(Counter(b for r in result for b in r), brokers) <= 1
+    assert spread(Counter(r[0] for r in result), brokers) <= 1
+
+
+@SETTINGS
+@given(even_racks(), st.integers(0, 30))
+def test_growing_with_racks_keeps_existing_and_spans_racks(
+    layout: tuple[list[int], Racks, int, int], more: int
+) -> None:
+    brokers, racks, replicas, partitions = layout
+    before = place(partitions, replicas, brokers, racks=racks)
+    after = place(partitions + more, replicas, brokers, existing=before, racks=racks)
+    assert after[:partitions] == before
+    assert all(rack_span(r, racks) == wanted_span(replicas, brokers, racks) for r in after)
+    assert spread(Counter(b for r in after for b in r), brokers) <= 1
+
+
+@SETTINGS
+@given(layouts(), other_topics)
+def test_no_racks_places_as_before(
+    layout: tuple[list[int], int, int], others: list[tuple[int, ...]]
+) -> None:
+    # a broker without a rack is a rack of its own, so naming no racks changes nothing
+    brokers, replicas, partitions = layout
+    one_each = {b: f"rack-of-{b}" for b in brokers}
+    assert place(partitions, replicas, brokers, others=others) == place(
+        partitions, replicas, brokers, others=others, racks=one_each
+    )
+
+
+def test_three_replicas_over_three_zones_of_two_brokers() -> None:
+    racks = {0: "a", 1: "b", 2: "c", 3: "a", 4: "b", 5: "c"}
+    result = place(6, 3, range(6), racks=racks)
+    assert all(sorted(racks[b] for b in r) == ["a", "b", "c"] for r in result)

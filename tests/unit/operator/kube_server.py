@@ -48,35 +48,43 @@ GROUP_VERSION = "headrace.dev/v1alpha1"
 APPLY_PATCH = "application/apply-patch+yaml"
 
 #: what discovery says about the kinds the operator reads and writes
-RESOURCES: dict[str, kmock.ResourceInfo] = {
-    f"{GROUP_VERSION}/{plural}": kmock.ResourceInfo(
-        kind=kind,
-        namespaced=True,
-        subresources={"status"},
-        verbs={"get", "list", "watch", "patch", "update"},
-    )
-    for plural, kind in (
-        ("brokerclusters", "BrokerCluster"),
-        ("topics", "Topic"),
-        ("unloads", "Unload"),
-        ("repartitions", "Repartition"),
-        ("users", "User"),
-    )
-} | {
-    resource: kmock.ResourceInfo(
-        kind=kind, namespaced=True, verbs={"get", "list", "create", "patch", "delete"}
-    )
-    for resource, kind in (
-        ("v1/pods", "Pod"),
-        ("v1/events", "Event"),
-        ("v1/configmaps", "ConfigMap"),
-        ("v1/secrets", "Secret"),
-        ("v1/persistentvolumeclaims", "PersistentVolumeClaim"),
-        ("v1/services", "Service"),
-        ("apps/v1/statefulsets", "StatefulSet"),
-        ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
-    )
-}
+RESOURCES: dict[str, kmock.ResourceInfo] = (
+    {
+        f"{GROUP_VERSION}/{plural}": kmock.ResourceInfo(
+            kind=kind,
+            namespaced=True,
+            subresources={"status"},
+            verbs={"get", "list", "watch", "patch", "update"},
+        )
+        for plural, kind in (
+            ("brokerclusters", "BrokerCluster"),
+            ("topics", "Topic"),
+            ("unloads", "Unload"),
+            ("repartitions", "Repartition"),
+            ("users", "User"),
+        )
+    }
+    | {
+        resource: kmock.ResourceInfo(
+            kind=kind, namespaced=True, verbs={"get", "list", "create", "patch", "delete"}
+        )
+        for resource, kind in (
+            ("v1/events", "Event"),
+            ("v1/configmaps", "ConfigMap"),
+            ("v1/secrets", "Secret"),
+            ("v1/persistentvolumeclaims", "PersistentVolumeClaim"),
+            ("v1/services", "Service"),
+            ("policy/v1/poddisruptionbudgets", "PodDisruptionBudget"),
+        )
+    }
+    | {
+        # watched as well: the loop's watch cache of the brokers' workload (``caching``)
+        resource: kmock.ResourceInfo(
+            kind=kind, namespaced=True, verbs={"get", "list", "watch", "create", "patch", "delete"}
+        )
+        for resource, kind in (("v1/pods", "Pod"), ("apps/v1/statefulsets", "StatefulSet"))
+    }
+)
 
 #: what kopf reads cluster-wide in every mode: namespaces, and CRDs (to follow resources)
 RESOURCES |= {
@@ -189,6 +197,21 @@ class ApiServer(kmock.KubernetesEmulator):
             sent = (request.data.get("metadata") or {}).get("resourceVersion")
             if sent is not None and sent != stored.raw["metadata"].get("resourceVersion"):
                 raise kmock.KubernetesError(status=409, reason="Conflict", message="modified")
+        elif stored is not None and isinstance(request.data, list):
+            # a JSON patch's failed ``test`` is 422, as the API server answers (kopf then
+            # tries again on the object's next event; kmock would answer 500, which kopf
+            # retries with the same stale test for a minute)
+            current = stored.raw["metadata"].get("resourceVersion")
+            for op in request.data:
+                if (
+                    isinstance(op, Mapping)
+                    and op.get("op") == "test"
+                    and op.get("path") == "/metadata/resourceVersion"
+                    and op.get("value") != current
+                ):
+                    raise kmock.KubernetesError(
+                        status=422, reason="Invalid", message="the test operation failed"
+                    )
         response = await super()._handle(request)
         if not isinstance(request.data, Mapping):
             # kopf's JSON patches test the version they saw (``test`` operations) and kmock

@@ -35,6 +35,7 @@ def test_a_namespaced_install_grants_roles_where_it_watches_and_where_its_lease_
         "customresourcedefinitions",
         "namespaces",
         "storageclasses",
+        "nodes",  # read by name: the zone of each broker pod's node
     }
     assert all(set(rule["verbs"]) <= {"get", "list", "watch"} for rule in cluster_role["rules"])
     (deployment,) = [d for d in docs if d["kind"] == "Deployment"]

@@ -20,14 +20,15 @@ from kopf._cogs.structs.credentials import Vault
 from kube_server import ApiServer
 from operator_fakes import CLUSTER, topic
 
-from headrace.operator import handlers, workloads
+from headrace.operator import handlers
 from headrace.operator.kube import ClientApi
+from headrace.operator.running import RuntimeSettings
 from tests.unit.controller.controller_fakes import ManualClock
 
 
 @contextlib.asynccontextmanager
 async def kopf_running(
-    server: ApiServer, api: ClientApi
+    server: ApiServer, api: ClientApi, runtime: RuntimeSettings | None = None
 ) -> AsyncIterator[handlers.OperatorContext]:
     """kopf with the headrace handlers, watching namespace ``ns`` of ``server``. (kmock's
     watch streams what is stored when kopf connects; objects stored later by the test
@@ -42,7 +43,9 @@ async def kopf_running(
     # kmock 0.8 cannot parse a list of namespaces (GET /api/v1/namespaces answers 500), so
     # kopf is told its namespace instead of finding it (the operator lists them for real)
     settings.scanning.disabled = True
-    context = handlers.OperatorContext(api=api, clock=ManualClock())
+    context = handlers.OperatorContext(
+        api=api, clock=ManualClock(), runtime=runtime or RuntimeSettings()
+    )
     stop, ready = asyncio.Event(), asyncio.Event()
     task = asyncio.create_task(
         kopf.operator(
@@ -101,12 +104,57 @@ async def handled(server: ApiServer, context: handlers.OperatorContext) -> None:
     await until("the StatefulSet applied", statefulset)
     assert statefulset()["replicas"] == 3
     await until("the control loop", lambda: ("ns", "demo") in context.loops)
-    selector = f"{workloads.CLUSTER_LABEL}=demo"
-    await until(
-        "a list of the cluster's pods",
-        lambda: any(r.params.get("labelSelector") == selector for r in server["get"]),
+    # the brokers' pods are watched (the loop reads them from the watch cache)
+    assert any(
+        r.resource is not None and r.resource.plural == "pods" and r.params.get("watch")
+        for r in server["get"]
     )
     # kopf's own writes go to its annotations and finalizer, never to the spec
     body = server.body("BrokerCluster", "demo")
     assert body["spec"] == CLUSTER["spec"]
     assert f"{handlers.ANNOTATION_PREFIX}/finalizer" in body["metadata"].get("finalizers", [])
+
+
+def statefulset_of(server: ApiServer) -> Any:
+    try:  # stored once the apply is through (the request is recorded as it arrives)
+        return server.objects["apps/v1/statefulsets", "ns", "demo"].raw.get("spec")
+    except KeyError:
+        return None
+
+
+def reads_by_the_loop(server: ApiServer, plural: str) -> int:
+    """Requests for ``plural`` the operator's own client made (kopf's watches and lists,
+    which feed its indices, are not counted)."""
+    return sum(
+        1
+        for r in server["get"]
+        if r.resource is not None
+        and r.resource.plural == plural
+        and not r.headers.get("User-Agent", "").startswith("kopf/")
+    )
+
+
+async def test_a_step_reads_pods_and_the_statefulset_from_the_watch_cache(
+    server: ApiServer, api: ClientApi
+) -> None:
+    # every step used to list the cluster's pods and get its StatefulSet: two calls a step,
+    # about 20 a second per cluster while a transition polls fast
+    server.put(CLUSTER)
+    fast = RuntimeSettings(poll_interval_ms=20, transition_poll_interval_ms=20)
+    async with kopf_running(server, api, fast) as context:
+        await until("the control loop", lambda: ("ns", "demo") in context.loops)
+        runtime = context.loops[("ns", "demo")]
+        await until("the StatefulSet applied", lambda: statefulset_of(server) is not None)
+        steps = runtime.loop.steps
+        # a few steps for the watch to deliver it
+        await until("five steps after that", lambda: runtime.loop.steps >= steps + 5)
+        pods, statefulsets = (
+            reads_by_the_loop(server, "pods"),
+            reads_by_the_loop(server, "statefulsets"),
+        )
+        steps = runtime.loop.steps
+        await until("ten more steps", lambda: runtime.loop.steps >= steps + 10)
+        assert reads_by_the_loop(server, "pods") == pods, "a step listed the pods"
+        assert reads_by_the_loop(server, "statefulsets") == statefulsets, (
+            "a step read the StatefulSet"
+        )
