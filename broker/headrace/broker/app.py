@@ -534,6 +534,14 @@ class Broker:
             return False
         me = self.settings.broker_id
         self.cluster = topology  # before attaching: tier prefixes name the cluster
+        stale = assigning.superseded(self.placer.hosted(), self.placer.creation_ids(), topology)
+        if stale:
+            gone = {a.name for a in stale if isinstance(a, assigning.DropTopic)}
+            log.warning("dropping copies of deleted incarnations of %s", ", ".join(sorted(gone)))
+            for key in [k for k in prepared or {} if k[0] in gone]:
+                # opened in the old incarnation's directory, which the drop removes
+                (prepared or {}).pop(key).close()
+            self.placer.execute(stale)
         # Open first: a copy's incarnation is on its disk, and the plan depends on it.
         self.placer.execute(assigning.hosting(topology, me), prepared)
         self.placer.execute(assigning.plan(self.placer.hosted(), topology, me))

@@ -445,6 +445,10 @@ class TopicPlacement:
     #: ones above are retired: readable, led and replicated, but they take no produce.
     #: 0: all of them
     active_partitions: int = 0
+    #: which incarnation of the topic this is (``TopicStatus.creation_id``): its objects'
+    #: prefix (``tiered.layout``). "" (left out): a topic from before creation ids, whose
+    #: objects keep the legacy layout
+    creation_id: str = ""
 
     @property
     def routing_partitions(self) -> int:
@@ -467,6 +471,7 @@ class TopicPlacement:
             },
             **({} if self.transition is None else {"transition": self.transition.to_json()}),
             **({"activePartitions": self.active_partitions} if self.active_partitions else {}),
+            **({"creationId": self.creation_id} if self.creation_id else {}),
         }
 
     @classmethod
@@ -488,6 +493,7 @@ class TopicPlacement:
             plans,
             None if transition is None else TransitionPlacement.from_json(transition),
             optional(doc, "activePartitions", int, w) or 0,
+            optional(doc, "creationId", str, w) or "",
         )
 
 

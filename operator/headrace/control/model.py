@@ -58,6 +58,10 @@ class TopicSpec:
     min_in_sync: int = 1
     #: segments go to the object store (``tieredStorage.enabled``); an Unload needs it
     tiered: bool = True
+    #: names this incarnation of the topic (the Topic's ``metadata.uid``; the local
+    #: controller assigns one when a Topic is first applied); stamped on the status at
+    #: creation. "": none (a spec read without one)
+    creation_id: str = ""
 
     def __post_init__(self) -> None:
         ns, _, short = self.name.partition("/")
@@ -325,6 +329,10 @@ class TopicStatus:
     #: the ones above are *retired*: they take no produce but stay placed, led and
     #: readable, and a grow routes to them again, continuing their offsets. None: all
     active_partitions: int | None = None
+    #: the incarnation this status belongs to (``TopicSpec.creation_id`` when it was
+    #: created): its objects live under it (``tiered.layout``). "": a topic created before
+    #: creation ids, whose objects keep the legacy layout. Never changes
+    creation_id: str = ""
 
     @property
     def routing_partitions(self) -> int:
@@ -347,6 +355,8 @@ class TopicStatus:
             doc["specPartitions"] = self.spec_partitions
         if self.active_partitions is not None:
             doc["activePartitions"] = self.active_partitions
+        if self.creation_id:
+            doc["creationId"] = self.creation_id
         return doc
 
     @classmethod
@@ -371,6 +381,7 @@ class TopicStatus:
             None if marker is None else Transition.from_json(marker),
             _optional(doc, "specPartitions", int, w),
             active,
+            _optional(doc, "creationId", str, w) or "",
         )
 
 

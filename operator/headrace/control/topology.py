@@ -96,6 +96,7 @@ def cluster_topology(
                     {c: list(qs) for c, qs in topic.transition.released.items()},
                 ),
                 topic.active_partitions or 0,
+                topic.creation_id,
             )
             for name, topic in sorted(state.topics.items())
         ],
