@@ -8,7 +8,7 @@
 The driver lists the topic's partitions; each partition is one Spark task that
 opens the store on its executor and runs ``verify.verify_partition`` or
 ``compact.compact_partition``. The driver gathers the results into one JSON
-report, writes it to the store under ``<cluster>/<namespace>/<topic>/reports/``
+report, writes it to the store under ``<cluster>/<namespace>/<topic>/<creation id>/reports/``
 (and to ``--report-file``), and prints one progress line per partition to
 stderr as each finishes. Partitions run concurrently, as many at once as Spark
 has cores (``defaultParallelism``): each is its own small Spark job, submitted
