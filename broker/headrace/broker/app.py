@@ -331,6 +331,7 @@ class Broker:
                         t.partitioning_version,
                         [-1] * t.partition_count,
                         [0] * t.partition_count,
+                        creation_id=t.creation_id,
                     )
                     for t in sorted(self.registry.topics.values(), key=lambda t: t.name)
                 ],
@@ -351,6 +352,7 @@ class Broker:
                         topic.partitioning_version,
                         [me] * topic.partition_count,
                         epochs,
+                        creation_id=topic.creation_id,
                     )
                 )
             snapshot = msg.TopologySnapshot(
@@ -621,9 +623,20 @@ class Broker:
         return None if placement is None else placement.cohort_plans.get(cohort)
 
     def refresh_cohorts(self) -> None:
-        for (topic, cohort), runtime in self.cohorts.items():
+        for (topic, cohort), runtime in list(self.cohorts.items()):
+            if self.registry.topics.get(topic) is not runtime.topic:
+                self._end_cohort((topic, cohort))  # its topic was deleted (or created again)
+                continue
             runtime.refresh_partitions()
             runtime.set_plan(self.cohort_plan(topic, cohort))
+
+    def _end_cohort(self, key: tuple[str, str]) -> None:
+        """The cohort's topic is gone: end every membership in it (a member's next request
+        gets ``UnknownMember``, and it joins again, the topic's next incarnation if one
+        comes), then stop it."""
+        runtime = self.cohorts.pop(key)
+        runtime.end_memberships()
+        asyncio.get_running_loop().create_task(runtime.close())
 
     @property
     def replication_token(self) -> str | None:
@@ -731,8 +744,7 @@ class Broker:
             )
         topic = self.registry.get(name)
         for key in [k for k in self.cohorts if k[0] == topic.name]:
-            cohort = self.cohorts.pop(key)
-            asyncio.get_running_loop().create_task(cohort.close())
+            self._end_cohort(key)
         for partition in topic.partitions.values():
             self.tiering.forget(partition)
             self.tiering.detach(partition)

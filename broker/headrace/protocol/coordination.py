@@ -589,6 +589,7 @@ class ClusterTopology:
                     [NO_OWNER if a.leader is None else a.leader for a in ordered],
                     [a.epoch for a in ordered],
                     t.routing_partitions,
+                    t.creation_id,
                 )
             )
         brokers = [BrokerEndpoint(b.id, b.host, b.port) for b in self.brokers]
