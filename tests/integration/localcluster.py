@@ -116,6 +116,13 @@ class LocalCluster:
                 return list(t["partitions"])
         return []
 
+    def creation_id(self, topic: str) -> str:
+        """The creation id the controller gave ``topic``: its objects' prefix."""
+        for t in self.state()["cluster"].get("topics", []):
+            if t["name"] == topic:
+                return str(t.get("creationId", ""))
+        raise AssertionError(f"{topic} is not placed")
+
     def kill_broker(self, broker_id: int) -> None:
         pid = next(b["pid"] for b in self.record["brokers"] if b["id"] == broker_id)
         os.killpg(pid, signal.SIGKILL)

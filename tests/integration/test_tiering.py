@@ -67,12 +67,15 @@ def broker(tmp_path: Path, minio: MinioServer) -> Iterator[BrokerProcess]:
     b.stop()
 
 
-def tier_of(minio: MinioServer) -> PartitionTier:
-    return PartitionTier(MinioStore(minio.settings(BUCKET)), partition_prefix("t", TOPIC, 0))
+def tier_of(minio: MinioServer, b: BrokerProcess) -> PartitionTier:
+    """Partition 0's tier, under the creation id the broker gave the topic."""
+    creation_id = str(b.get_json(f"/v1/topics/{TOPIC}")["creation_id"])
+    prefix = partition_prefix("t", TOPIC, 0, creation_id)
+    return PartitionTier(MinioStore(minio.settings(BUCKET)), prefix)
 
 
-def manifest(minio: MinioServer) -> Manifest:
-    return tier_of(minio).manifest(refresh=True)
+def manifest(minio: MinioServer, b: BrokerProcess) -> Manifest:
+    return tier_of(minio, b).manifest(refresh=True)
 
 
 def describe(b: BrokerProcess) -> dict[str, int]:
@@ -102,7 +105,7 @@ async def test_minio_outage_keeps_local_segments_until_uploaded_and_leaves_no_ga
         broker.bootstrap, TOPIC, 1, {"retention_bytes": 128 * 1024, "upload_interval_ms": 300}
     )
     await produce(broker, 0, 3000)
-    wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "first records uploaded")
+    wait_for(lambda: manifest(minio, broker).checkpoint == 2999, 20, "first records uploaded")
     wait_for(lambda: describe(broker)["log_start_offset"] > 0, 20, "retention after upload")
 
     minio.stop()
@@ -117,8 +120,10 @@ async def test_minio_outage_keeps_local_segments_until_uploaded_and_leaves_no_ga
     )
 
     minio.start()
-    wait_for(lambda: manifest(minio).checkpoint == 8999, 60, "uploads resumed after the outage")
-    final = manifest(minio)
+    wait_for(
+        lambda: manifest(minio, broker).checkpoint == 8999, 60, "uploads resumed after the outage"
+    )
+    final = manifest(minio, broker)
     assert final.gaps() == () and final.start_offset == 0, final
     wait_for(
         lambda: describe(broker)["log_start_offset"] > stored_before + 1,
@@ -138,7 +143,7 @@ async def test_topics_list_counts_the_records_in_the_object_store_too(
         broker.bootstrap, TOPIC, 1, {"retention_bytes": 128 * 1024, "upload_interval_ms": 300}
     )
     await produce(broker, 0, 3000)
-    wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "records uploaded")
+    wait_for(lambda: manifest(minio, broker).checkpoint == 2999, 20, "records uploaded")
     wait_for(lambda: describe(broker)["log_start_offset"] > 0, 20, "retention after upload")
     listing = procs.run_headrace("topics", "list", "--bootstrap", broker.bootstrap, timeout=60)
     assert listing.returncode == 0, listing.stderr
@@ -153,9 +158,9 @@ async def test_corrupt_segment_object_is_reported_with_its_key_and_not_delivered
         broker.bootstrap, TOPIC, 1, {"retention_bytes": 64 * 1024, "upload_interval_ms": 300}
     )
     await produce(broker, 0, 4000)
-    wait_for(lambda: manifest(minio).checkpoint == 3999, 20, "records uploaded")
+    wait_for(lambda: manifest(minio, broker).checkpoint == 3999, 20, "records uploaded")
     wait_for(lambda: describe(broker)["log_start_offset"] > 0, 20, "local copy of offset 0 gone")
-    first = manifest(minio).segments[0]
+    first = manifest(minio, broker).segments[0]
     store = MinioStore(minio.settings(BUCKET))
     data = bytearray(store.get(first.key))
     data[len(data) // 2] ^= 0x40
@@ -188,9 +193,9 @@ async def test_deleting_a_tiered_topic_removes_its_objects(
 ) -> None:
     await create_topic(broker.bootstrap, TOPIC, 1, {"upload_interval_ms": 300})
     await produce(broker, 0, 500)
-    wait_for(lambda: manifest(minio).checkpoint == 499, 20, "records uploaded")
+    wait_for(lambda: manifest(minio, broker).checkpoint == 499, 20, "records uploaded")
     store = MinioStore(minio.settings(BUCKET))
-    prefix = partition_prefix("t", TOPIC, 0)
+    prefix = tier_of(minio, broker).prefix
     assert any(True for _ in store.list(prefix))
     assert await asyncio.to_thread(delete_topic, broker) == 200
     wait_for(lambda: not any(True for _ in store.list(prefix)), 20, "objects deleted")
@@ -209,7 +214,7 @@ async def test_a_tail_lost_locally_but_stored_is_restored_before_new_appends(
     broker copies it back from the store instead of giving its offsets to new records."""
     await create_topic(broker.bootstrap, TOPIC, 1, {"upload_interval_ms": 300})
     await produce(broker, 0, 3000)
-    wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "records uploaded")
+    wait_for(lambda: manifest(minio, broker).checkpoint == 2999, 20, "records uploaded")
     broker.stop()
     segments = sorted((broker.data_dir / "topics" / TOPIC / "0").glob("*.log"))
     last = segments[-1]

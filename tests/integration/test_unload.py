@@ -72,7 +72,8 @@ def store_of(c: LocalCluster) -> MinioStore:
 
 
 def manifest_of(c: LocalCluster, topic: str, partition: int) -> Manifest:
-    tier = PartitionTier(store_of(c), partition_prefix("local", topic, partition))
+    prefix = partition_prefix("local", topic, partition, c.creation_id(topic))
+    tier = PartitionTier(store_of(c), prefix)
     return tier.manifest(refresh=True)
 
 

@@ -338,3 +338,33 @@ def test_carrying_out_a_plan_reaches_a_fixed_point(
     assert all(isinstance(a, Keep | Seal | Unseal) for a in again), again
     assert not any(isinstance(a, Seal) and a.took_over for a in again)
     assert {h.index for hs in now.values() for h in hs} == mine
+
+
+# --------------------------------------------------------------------------- incarnations
+
+
+def test_hosting_passes_the_creation_id_on_to_the_topic() -> None:
+    doc = topology({**topic(T, assignment(0)), "creationId": "uid-2"})
+    assert plan.hosting(doc, ME)[0] == OpenTopic(T, 1, 1, {"retention_ms": 1000}, "uid-2")
+
+
+def test_a_copy_of_a_deleted_incarnation_is_dropped_before_the_new_one_opens() -> None:
+    doc = topology({**topic(T, assignment(0), assignment(1)), "creationId": "uid-2"})
+    hosted_now = {T: [hosted(0, leader=True, leader_id=ME), hosted(1, leader_id=2)]}
+    assert plan.superseded(hosted_now, {T: "uid-1"}, doc) == [
+        Drop(T, 0, forget=True),
+        Drop(T, 1, forget=False),
+        DropTopic(T),
+    ]
+
+
+def test_the_same_incarnation_or_one_without_an_id_is_never_superseded() -> None:
+    with_id = topology({**topic(T, assignment(0)), "creationId": "uid-1"})
+    without_id = topology(topic(T, assignment(0)))
+    hosted_now = {T: [hosted(0, leader=True, leader_id=ME)]}
+    assert plan.superseded(hosted_now, {T: "uid-1"}, with_id) == []
+    # a copy from before creation ids, or a controller that sends none: the same topic
+    # as often as not, so it is kept
+    assert plan.superseded(hosted_now, {T: ""}, with_id) == []
+    assert plan.superseded(hosted_now, {T: "uid-1"}, without_id) == []
+    assert plan.superseded({}, {}, with_id) == []

@@ -161,6 +161,16 @@ def test_retired_partitions_lower_the_routing_count_and_survive_json() -> None:
     assert moving.routing_partitions == 3
 
 
+def test_the_creation_id_survives_json_and_is_left_out_when_there_is_none() -> None:
+    placement = TopicPlacement("a/b", 1, 1, 1, {}, [], creation_id="uid-1")
+    doc = json.loads(json.dumps(placement.to_json()))
+    assert doc["creationId"] == "uid-1"
+    assert TopicPlacement.from_json(doc) == placement
+    legacy = replace(placement, creation_id="")
+    assert "creationId" not in legacy.to_json()
+    assert TopicPlacement.from_json(legacy.to_json()).creation_id == ""
+
+
 def test_topology_reply_round_trip() -> None:
     for reply in (TopologyReply(True, 7), TopologyReply(False, None)):
         assert TopologyReply.from_json(json.loads(json.dumps(reply.to_json()))) == reply

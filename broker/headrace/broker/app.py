@@ -335,6 +335,7 @@ class Broker:
                         t.partitioning_version,
                         [-1] * t.partition_count,
                         [0] * t.partition_count,
+                        creation_id=t.creation_id,
                     )
                     for t in sorted(self.registry.topics.values(), key=lambda t: t.name)
                 ],
@@ -355,6 +356,7 @@ class Broker:
                         topic.partitioning_version,
                         [me] * topic.partition_count,
                         epochs,
+                        creation_id=topic.creation_id,
                     )
                 )
             snapshot = msg.TopologySnapshot(
@@ -558,6 +560,14 @@ class Broker:
             return False
         me = self.settings.broker_id
         self.cluster = topology  # before attaching: tier prefixes name the cluster
+        stale = assigning.superseded(self.placer.hosted(), self.placer.creation_ids(), topology)
+        if stale:
+            gone = {a.name for a in stale if isinstance(a, assigning.DropTopic)}
+            log.warning("dropping copies of deleted incarnations of %s", ", ".join(sorted(gone)))
+            for key in [k for k in prepared or {} if k[0] in gone]:
+                # opened in the old incarnation's directory, which the drop removes
+                (prepared or {}).pop(key).close()
+            self.placer.execute(stale)
         # Open first: a copy's incarnation is on its disk, and the plan depends on it.
         self.placer.execute(assigning.hosting(topology, me), prepared)
         self.placer.execute(assigning.plan(self.placer.hosted(), topology, me))
@@ -637,9 +647,20 @@ class Broker:
         return None if placement is None else placement.cohort_plans.get(cohort)
 
     def refresh_cohorts(self) -> None:
-        for (topic, cohort), runtime in self.cohorts.items():
+        for (topic, cohort), runtime in list(self.cohorts.items()):
+            if self.registry.topics.get(topic) is not runtime.topic:
+                self._end_cohort((topic, cohort))  # its topic was deleted (or created again)
+                continue
             runtime.refresh_partitions()
             runtime.set_plan(self.cohort_plan(topic, cohort))
+
+    def _end_cohort(self, key: tuple[str, str]) -> None:
+        """The cohort's topic is gone: end every membership in it (a member's next request
+        gets ``UnknownMember``, and it joins again, the topic's next incarnation if one
+        comes), then stop it."""
+        runtime = self.cohorts.pop(key)
+        runtime.end_memberships()
+        asyncio.get_running_loop().create_task(runtime.close())
 
     @property
     def replication_token(self) -> str | None:
@@ -755,8 +776,7 @@ class Broker:
             )
         topic = self.registry.get(name)
         for key in [k for k in self.cohorts if k[0] == topic.name]:
-            cohort = self.cohorts.pop(key)
-            asyncio.get_running_loop().create_task(cohort.close())
+            self._end_cohort(key)
         for partition in topic.partitions.values():
             self.tiering.forget(partition)
             self.tiering.detach(partition)

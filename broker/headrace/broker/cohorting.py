@@ -175,6 +175,12 @@ class CohortRuntime:
     def heartbeat(self, member_id: str) -> None:
         self.gates.heartbeat(member_id, clock.monotonic_ms())
 
+    def end_memberships(self) -> None:
+        """The topic is gone: free every member's connection to join again (see ``_publish``)."""
+        for member_id, link in list(self._links.items()):
+            self._forget(member_id)
+            link.membership_ended()
+
     def leave(self, member_id: str) -> None:
         self.gates.leave(member_id, clock.monotonic_ms())
         self._publish()

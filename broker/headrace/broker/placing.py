@@ -59,6 +59,10 @@ class Placer:
             for name, topic in self.registry.topics.items()
         }
 
+    def creation_ids(self) -> dict[str, str]:
+        """Every topic in the registry -> the creation id of its copy here."""
+        return {name: topic.creation_id for name, topic in self.registry.topics.items()}
+
     def prepare(self, topology: plan.TopologyDoc, me: int) -> dict[tuple[str, int], PartitionLog]:
         """Blocking, for a worker thread: open (creating them, durably) the logs of the
         partitions ``topology`` gives broker ``me`` that it does not host yet, by
@@ -116,8 +120,8 @@ class Placer:
         deferred: set[tuple[str, int]] = set()
         for action in actions:
             match action:
-                case plan.OpenTopic(name, partitions, version, config):
-                    self.registry.ensure_topic(name, partitions, version, dict(config))
+                case plan.OpenTopic(name, partitions, version, config, creation_id):
+                    self.registry.ensure_topic(name, partitions, version, dict(config), creation_id)
                 case plan.Open(topic, index, min_in_sync):
                     opened = prepared.pop((topic, index), None)
                     partition = self.registry.open_partition(

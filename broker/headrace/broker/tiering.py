@@ -159,7 +159,8 @@ class Tiering:
             return _state(partition)
         if self.store is None or not self.broker.registry.tiered(partition.topic):
             return None
-        prefix = partition_prefix(self.cluster_id, partition.topic.name, partition.index)
+        topic = partition.topic
+        prefix = partition_prefix(self.cluster_id, topic.name, partition.index, topic.creation_id)
         tier = PartitionTier(self.store, prefix, executor=self._prefetch_pool)
         state = PartitionTiering(tier, TierConfig.of(partition.topic.config))
         partition.tiering = state
@@ -169,9 +170,8 @@ class Tiering:
         """The partition's topic was deleted: remove its objects, in the background.
 
         The manifest goes first, so a reader sees no history rather than part of one.
-        Re-creating a topic of the same name before this finishes can lose the new
-        topic's first uploads (documented; the Kubernetes operator will key prefixes
-        by the resource's uid).
+        A topic created again under the same name meanwhile has another creation id, so
+        its objects are under another prefix (``tiered.layout``): this never touches them.
         """
         state = _state(partition)
         if state is None or self.store is None:

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -410,6 +411,9 @@ class Topic:
     created_ms: int
     #: the partitions hosted on this broker (all of them on a standalone broker)
     partitions: dict[int, Partition] = field(default_factory=dict)
+    #: which incarnation of the topic this is: the prefix of its objects
+    #: (``tiered.layout``); "" for a topic from before creation ids (the legacy layout)
+    creation_id: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -418,6 +422,7 @@ class Topic:
             "partitioning_version": self.partitioning_version,
             "config": self.config,
             "created_ms": self.created_ms,
+            **({"creation_id": self.creation_id} if self.creation_id else {}),
         }
 
     def partition(self, index: int) -> Partition:
@@ -457,6 +462,7 @@ class TopicRegistry:
                 int(raw["partitioning_version"]),
                 dict(raw.get("config", {})),
                 int(raw.get("created_ms", 0)),
+                creation_id=str(raw.get("creation_id", "")),
             )
             self._open_partitions(topic, only_existing=True)
             self.topics[topic.name] = topic
@@ -570,15 +576,29 @@ class TopicRegistry:
         return target
 
     def ensure_topic(
-        self, name: str, partition_count: int, version: int, config: dict[str, Any]
+        self,
+        name: str,
+        partition_count: int,
+        version: int,
+        config: dict[str, Any],
+        creation_id: str = "",
     ) -> Topic:
-        """Create or update a topic's metadata as the controller dictates (no partitions opened)."""
+        """Create or update a topic's metadata as the controller dictates (no partitions
+        opened). ``creation_id`` is taken when the topic is created here; it never changes."""
         key = canonical_topic_name(name)
         topic = self.topics.get(key)
         if topic is None:
             directory = self._root / key
             files.mkdir_durable(directory)
-            topic = Topic(key, directory, partition_count, version, dict(config), clock.wall_ms())
+            topic = Topic(
+                key,
+                directory,
+                partition_count,
+                version,
+                dict(config),
+                clock.wall_ms(),
+                creation_id=creation_id,
+            )
             self.topics[key] = topic
         elif (topic.partition_count, topic.partitioning_version, topic.config) == (
             partition_count,
@@ -621,7 +641,10 @@ class TopicRegistry:
         if directory.exists():
             shutil.rmtree(directory)
         files.mkdir_durable(directory)  # the namespace directory may be new too
-        topic = Topic(key, directory, partitions, 1, config, clock.wall_ms())
+        # a standalone broker is its own controller: it names the incarnation
+        topic = Topic(
+            key, directory, partitions, 1, config, clock.wall_ms(), creation_id=str(uuid.uuid4())
+        )
         self._open_partitions(topic)
         files.write_json_atomic(directory / TOPIC_FILE, topic.to_json(), sort_keys=True)
         files.fsync_directory(directory.parent)

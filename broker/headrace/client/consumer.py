@@ -76,6 +76,8 @@ class ConsumedBatch:
     session_id: int = 0
     #: one past the last record of this piece; None: the batch's end
     end_offset: int | None = None
+    #: the incarnation of the topic it was delivered from (``Consumer._new_incarnation``)
+    creation_id: str = ""
     _decoded: rb.DecodedBatch | None = field(default=None, repr=False)
     #: the batch's bytes were given back as credit (once, whichever piece is admitted first)
     _credited: bool = field(default=False, repr=False)
@@ -187,6 +189,12 @@ class Consumer:
         self._topology_changed = asyncio.Event()
         #: last epoch this member held each partition under (acks of a revoking partition use it)
         self._epochs: dict[int, int] = {}
+        #: the incarnation of the topic this member consumes (``TopicRouting.creation_id``;
+        #: None until the routing is first read)
+        self._creation_id: str | None = None
+        #: where a join starts on partitions the cohort has no cursor for: ``start``, until
+        #: the topic is created again, whose records are all new to this member
+        self._join_start = start
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -211,6 +219,10 @@ class Consumer:
     async def _sync_sessions(self) -> None:
         """Be a member on every broker that leads a partition of the topic, and only there."""
         routing = self.cluster.routing.topic(self.topic)
+        if self._creation_id is None:
+            self._creation_id = routing.creation_id
+        elif routing.creation_id and routing.creation_id != self._creation_id:
+            self._new_incarnation(routing.creation_id)
         owners = {o for o in routing.owners if o >= 0}
         for owner_id in list(self._sessions):
             session = self._sessions[owner_id]
@@ -230,6 +242,28 @@ class Consumer:
                 failed = failed or exc  # an unreachable owner must not keep us off the others
         if failed is not None:
             raise failed
+
+    def _new_incarnation(self, creation_id: str) -> None:
+        """The topic was deleted and created again under its name: what this member held,
+        was handed and acked belongs to the old one. Join the new one from its start."""
+        log.warning(
+            "cohort %s: topic %s was deleted and created again (creation id %s, was %s);"
+            " joining it from its start",
+            self.cohort,
+            self.topic,
+            creation_id,
+            self._creation_id,
+        )
+        for owner_id in list(self._sessions):
+            # the broker ended these memberships with the old topic; a leave has nowhere to go
+            self._drop_session(owner_id, leave=False)
+        self._handed.clear()
+        self._acked.clear()
+        self._pending_acks.clear()
+        self._epochs.clear()
+        self._leftovers.clear()  # queued batches are dropped as their sessions are gone
+        self._creation_id = creation_id
+        self._join_start = "earliest"
 
     def _drop_session(self, owner_id: int, *, leave: bool = True) -> None:
         session = self._sessions.pop(owner_id)
@@ -313,7 +347,7 @@ class Consumer:
             self.cohort,
             self.topic,
             self.member_id,
-            self.start_from,
+            self._join_start,
             self.session_timeout_ms,
             int(self.isolation),
             self.identity,
@@ -464,6 +498,7 @@ class Consumer:
                     chunk,
                     header,
                     id(session),
+                    creation_id=self._creation_id or "",
                 )
             )
         if remaining:
@@ -608,6 +643,8 @@ class Consumer:
             asyncio.get_running_loop().call_soon(self._flush_acks)
 
     def ack_batch(self, batch: ConsumedBatch) -> None:
+        if batch.creation_id != (self._creation_id or ""):
+            return  # a record of the deleted topic: its offsets mean nothing in the new one
         self.ack(batch.partition, batch.last_offset)
 
     def ack_record(self, record: rb.Record, partition: int) -> None:

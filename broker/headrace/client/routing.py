@@ -85,4 +85,5 @@ class RoutingCache:
                 owners,
                 routing.epochs,
                 routing.routing_partitions,
+                routing.creation_id,
             )

@@ -8,7 +8,7 @@
 The driver lists the topic's partitions; each partition is one Spark task that
 opens the store on its executor and runs ``verify.verify_partition`` or
 ``compact.compact_partition``. The driver gathers the results into one JSON
-report, writes it to the store under ``<cluster>/<namespace>/<topic>/reports/``
+report, writes it to the store under ``<cluster>/<namespace>/<topic>/<creation id>/reports/``
 (and to ``--report-file``), and prints one progress line per partition to
 stderr as each finishes. Partitions run concurrently, as many at once as Spark
 has cores (``defaultParallelism``): each is its own small Spark job, submitted
@@ -89,6 +89,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--store", required=True, help="object store URL")
     parser.add_argument("--topic", required=True, help="namespace/name")
     parser.add_argument("--cluster", default="local")
+    parser.add_argument(
+        "--creation-id",
+        default="",
+        help="the topic's status.creationId (leave out for a topic without one: legacy layout)",
+    )
     parser.add_argument("--partitions", default="", help="comma-separated; default all")
     parser.add_argument("--report-file", default=None)
     parser.add_argument("--no-report-object", action="store_true")
@@ -110,7 +115,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
 def run_job(args: argparse.Namespace, spark: Any) -> tuple[int, dict[str, Any]]:
     """Run the job on ``spark``; (exit status, report)."""
     started = time.time()
-    ref = TopicRef(args.cluster, args.topic)
+    ref = TopicRef(args.cluster, args.topic, args.creation_id)
     store = open_store(args.store)
     try:
         partitions = stored_partitions(store, ref)

@@ -18,7 +18,8 @@ prune topic partitions and objects and cut offset ranges.
 Options: ``store`` (object store URL, required; S3 credentials from
 ``HEADRACE_OBJECT_STORE_ACCESS_KEY``/``_SECRET_KEY`` in the executors'
 environment), ``topic`` (``namespace/name``, required), ``cluster`` (default
-``local``), ``partitions`` (comma-separated, default all), ``startingOffset``
+``local``), ``creationId`` (the topic's ``status.creationId``; leave it out for a
+topic without one, whose objects keep the legacy layout), ``partitions`` (comma-separated, default all), ``startingOffset``
 and ``endingOffset`` (inclusive start, exclusive end, per partition), ``checkCrc``
 (default ``true``), ``includeHeaders`` (default ``true``; ``false`` drops the
 ``headers`` column, which Spark's side pays for on every row even when null).
@@ -162,7 +163,9 @@ class HeadraceReader(DataSourceReader):
                 raise InvalidSourceOption(f"the headrace data source needs option {required!r}")
         self.url = lowered["store"]
         try:
-            self.ref = TopicRef(lowered.get("cluster", "local"), lowered["topic"])
+            self.ref = TopicRef(
+                lowered.get("cluster", "local"), lowered["topic"], lowered.get("creationid", "")
+            )
         except ValueError as exc:
             raise InvalidSourceOption(str(exc)) from exc
         self.check_crc = lowered.get("checkcrc", "true").lower() not in ("0", "false", "no")

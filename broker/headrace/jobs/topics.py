@@ -12,20 +12,24 @@ from headrace.tiered.manifest import InvalidManifest, Manifest, SealedState
 
 @dataclass(frozen=True, slots=True)
 class TopicRef:
-    """Which topic of which cluster: its objects live under ``<cluster>/<namespace>/<name>/``."""
+    """Which incarnation of which topic of which cluster: its objects live under
+    ``<cluster>/<namespace>/<name>/<creation id>/`` (``layout.topic_prefix``)."""
 
     cluster_id: str
     topic: str  # "namespace/name"
+    #: the topic's creation id (its status's ``creationId``); "" for a topic created
+    #: before creation ids, whose objects keep the legacy layout
+    creation_id: str = ""
 
     def __post_init__(self) -> None:
-        layout.partition_prefix(self.cluster_id, self.topic, 0)  # ValueError if malformed
+        layout.topic_prefix(self.cluster_id, self.topic, self.creation_id)  # ValueError if bad
 
     @property
     def prefix(self) -> str:
-        return layout.partition_prefix(self.cluster_id, self.topic, 0).removesuffix("0/")
+        return layout.topic_prefix(self.cluster_id, self.topic, self.creation_id)
 
     def partition_prefix(self, partition: int) -> str:
-        return layout.partition_prefix(self.cluster_id, self.topic, partition)
+        return layout.partition_prefix(self.cluster_id, self.topic, partition, self.creation_id)
 
 
 def stored_partitions(store: ObjectStore, ref: TopicRef) -> list[int]:

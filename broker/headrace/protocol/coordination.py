@@ -466,6 +466,10 @@ class TopicPlacement:
     #: the finished transitions whose pre-cutover records are still readable, and the
     #: holds they keep on cohorts (``PartitioningHistory``); None: none
     history: PartitioningHistory | None = None
+    #: which incarnation of the topic this is (``TopicStatus.creation_id``): its objects'
+    #: prefix (``tiered.layout``). "" (left out): a topic from before creation ids, whose
+    #: objects keep the legacy layout
+    creation_id: str = ""
 
     @property
     def routing_partitions(self) -> int:
@@ -489,6 +493,7 @@ class TopicPlacement:
             **({} if self.transition is None else {"transition": self.transition.to_json()}),
             **({"activePartitions": self.active_partitions} if self.active_partitions else {}),
             **({} if self.history is None else {"history": self.history.to_json()}),
+            **({"creationId": self.creation_id} if self.creation_id else {}),
         }
 
     @classmethod
@@ -512,6 +517,7 @@ class TopicPlacement:
             None if transition is None else TransitionPlacement.from_json(transition),
             optional(doc, "activePartitions", int, w) or 0,
             None if history is None else PartitioningHistory.from_json(history),
+            optional(doc, "creationId", str, w) or "",
         )
 
 
@@ -760,6 +766,7 @@ class ClusterTopology:
                     [NO_OWNER if a.leader is None else a.leader for a in ordered],
                     [a.epoch for a in ordered],
                     t.routing_partitions,
+                    t.creation_id,
                 )
             )
         brokers = [BrokerEndpoint(b.id, b.host, b.port) for b in self.brokers]

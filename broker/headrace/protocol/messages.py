@@ -381,6 +381,9 @@ class TopicRouting(JsonBody):
     #: keys are spread over partitions ``0..routing_partitions-1``: fewer than
     #: ``partitions`` while a shrink drains the partitions it retires (0: all of them)
     routing_partitions: int = 0
+    #: which incarnation of the topic this is: another one after the topic was deleted and
+    #: created again under the same name ("": unknown, a topic from before creation ids)
+    creation_id: str = ""
 
     @property
     def route_count(self) -> int:
@@ -434,6 +437,7 @@ class TopologySnapshot(JsonBody):
                     [int(o) for o in t["owners"]],
                     [int(e) for e in t["epochs"]],
                     int(t.get("routing_partitions") or 0),
+                    str(t.get("creation_id") or ""),
                 )
                 for t in field_of(obj, "topics", list)
             ]

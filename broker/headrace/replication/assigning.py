@@ -10,7 +10,11 @@ disk or a socket, so every decision is tested on plain values
 (``tests/unit/test_assigning.py``).
 
 Applying a push takes two plans, because a copy's incarnation (how many moves
-it has seen) is on its disk and known only once it is open:
+it has seen) is on its disk and known only once it is open. First, though,
+``superseded(hosted, creation_ids, topology)`` drops (``Drop``, ``DropTopic``) the
+copies of a topic the topology names under another creation id: it was deleted
+and created again under the same name while this broker did not hear of it, and
+those copies belong to the deleted one.
 
 ``hosting(topology, me)``: every topic the topology names, then every partition it
 gives this broker (both idempotent)::
@@ -105,6 +109,9 @@ class TopicDoc(Protocol):
     @property
     def assignments(self) -> Sequence[PlacementDoc]: ...
 
+    @property
+    def creation_id(self) -> str: ...
+
 
 class TopologyDoc(Protocol):
     """The pushed topology (``protocol.coordination.ClusterTopology``)."""
@@ -139,6 +146,8 @@ class OpenTopic:
     partitions: int
     partitioning_version: int
     config: Mapping[str, Any]
+    #: ``TopicDoc.creation_id``: the prefix of its objects ("" for the legacy layout)
+    creation_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,11 +237,31 @@ Action = OpenTopic | Open | Reopen | Lead | Follow | Keep | Seal | Unseal | Drop
 # --------------------------------------------------------------------------- planning
 
 
+def superseded(
+    hosted: Mapping[str, Sequence[Hosted]], creation_ids: Mapping[str, str], topology: TopologyDoc
+) -> list[Drop | DropTopic]:
+    """Drop the topics hosted here whose creation id (``creation_ids``: topic -> its id on
+    this broker) is not the one the topology names: copies of a deleted incarnation, as
+    its delete would have dropped them. A topic without an id on either side (the legacy
+    layout, or a controller from before creation ids) is never superseded: it would be a
+    copy of the same topic as often as of an older one, and dropping it loses records."""
+    actions: list[Drop | DropTopic] = []
+    for t in topology.topics:
+        mine = creation_ids.get(t.name, "")
+        if not mine or not t.creation_id or mine == t.creation_id:
+            continue
+        actions.extend(Drop(t.name, h.index, forget=h.leader) for h in hosted.get(t.name, ()))
+        actions.append(DropTopic(t.name))
+    return actions
+
+
 def hosting(topology: TopologyDoc, me: int) -> list[OpenTopic | Open]:
     """Open every topic the topology names and every partition it gives broker ``me``."""
     actions: list[OpenTopic | Open] = []
     for t in topology.topics:
-        actions.append(OpenTopic(t.name, t.partitions, t.partitioning_version, t.config))
+        actions.append(
+            OpenTopic(t.name, t.partitions, t.partitioning_version, t.config, t.creation_id)
+        )
         actions.extend(
             Open(t.name, a.partition, t.min_in_sync) for a in t.assignments if me in a.replicas
         )

@@ -1,7 +1,7 @@
 """Where a partition's tiered objects live in the object store (pure: names only).
 
-One prefix per partition, ``<cluster>/<namespace>/<topic>/<partition>/``, and
-under it::
+One prefix per partition, ``<cluster>/<namespace>/<topic>/<creation id>/<partition>/``,
+and under it::
 
     <base:020d>-<last:020d>.log     a segment object: whole stamped batches, offsets base..last
     <base:020d>-<last:020d>.index   its sparse offset -> position index
@@ -13,6 +13,14 @@ order is offset order: a listing of the prefix returns segments in offset
 order, and the base and last offsets can be read back from the key alone.
 A segment's key depends only on its offset range, so uploading the same
 range twice writes the same key (uploads are idempotent).
+
+The *creation id* names one incarnation of a topic (the Topic resource's
+``metadata.uid``): a topic deleted and created again under the same name gets
+a new one, so it never meets objects the old one left behind (their removal
+runs in the background, and a leader that died never runs it). A topic created
+before creation ids existed has none (``""``) and keeps the *legacy* prefix
+``<cluster>/<namespace>/<topic>/<partition>/``; a creation id is never all
+digits, so the two layouts cannot be mistaken for each other in a listing.
 """
 
 from __future__ import annotations
@@ -39,11 +47,25 @@ class SegmentRange(NamedTuple):
     last: int
 
 
-def partition_prefix(cluster_id: str, topic: str, partition: int) -> str:
-    """``"<cluster>/<namespace>/<topic>/<partition>/"`` for a ``"namespace/name"`` topic.
+def topic_prefix(cluster_id: str, topic: str, creation_id: str = "") -> str:
+    """``"<cluster>/<namespace>/<topic>/<creation id>/"`` for a ``"namespace/name"`` topic
+    (``"<cluster>/<namespace>/<topic>/"``, the legacy layout, for ``creation_id=""``).
 
-    Raises ``ValueError`` for a topic without exactly one ``/`` or a negative
-    partition, and ``InvalidObjectKey`` for names no object key may hold.
+    Raises ``ValueError`` for a topic without exactly one ``/``, or a cluster or creation
+    id that could not be one part of a key, and ``InvalidObjectKey`` for names no object
+    key may hold.
+    """
+    return partition_prefix(cluster_id, topic, 0, creation_id).removesuffix("0/")
+
+
+def partition_prefix(cluster_id: str, topic: str, partition: int, creation_id: str = "") -> str:
+    """``"<cluster>/<namespace>/<topic>/<creation id>/<partition>/"`` for a
+    ``"namespace/name"`` topic; without a creation id, the legacy
+    ``"<cluster>/<namespace>/<topic>/<partition>/"``.
+
+    Raises ``ValueError`` for a topic without exactly one ``/``, a negative partition,
+    or a cluster or creation id that could not be one part of a key, and
+    ``InvalidObjectKey`` for names no object key may hold.
     """
     namespace, slash, name = topic.partition("/")
     if not slash or "/" in name:
@@ -52,7 +74,11 @@ def partition_prefix(cluster_id: str, topic: str, partition: int) -> str:
         raise ValueError(f"cluster id {cluster_id!r} contains '/'")
     if partition < 0:
         raise ValueError(f"partition {partition} is negative")
-    prefix = f"{cluster_id}/{namespace}/{name}/{partition}/"
+    if "/" in creation_id or creation_id.isdigit():
+        # all digits would read as a partition of the legacy layout
+        raise ValueError(f"creation id {creation_id!r} contains '/' or is all digits")
+    incarnation = f"{creation_id}/" if creation_id else ""
+    prefix = f"{cluster_id}/{namespace}/{name}/{incarnation}{partition}/"
     validate_key(prefix + MANIFEST_NAME)  # every name below the prefix is then valid too
     return prefix
 

@@ -165,9 +165,19 @@ def consume_all(servers: str, topic: str, cohort: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in done.stdout.decode().splitlines() if line.strip()]
 
 
+def topic_ref(store: ObjectStore, cluster_name: str, topic: str) -> TopicRef:
+    """The topic's objects as stored: under the one creation id (its Topic's uid) found
+    below its name (each test creates its topics once), else the legacy layout."""
+    legacy = TopicRef(cluster_name, topic)
+    heads = {o.key[len(legacy.prefix) :].partition("/")[0] for o in store.list(legacy.prefix)}
+    ids = sorted(h for h in heads if not h.isdigit())
+    assert len(ids) <= 1, f"{topic}: objects of {len(ids)} incarnations: {ids}"
+    return TopicRef(cluster_name, topic, ids[0]) if ids else legacy
+
+
 def manifest(store: ObjectStore, cluster_name: str, topic: str, partition: int) -> Manifest:
     """The partition's manifest as stored now (empty if none yet)."""
-    ref = TopicRef(cluster_name, topic)
+    ref = topic_ref(store, cluster_name, topic)
     return read_manifest(store, ref.partition_prefix(partition) + layout.MANIFEST_NAME)
 
 

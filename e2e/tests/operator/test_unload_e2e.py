@@ -24,7 +24,7 @@ from pathlib import Path
 
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator import storage
-from headrace.jobs.topics import TopicRef, read_sealed
+from headrace.jobs.topics import read_sealed
 from headrace.tiered import layout
 
 
@@ -107,7 +107,8 @@ def test_an_unload_seals_through_the_clusters_object_store(
             stored = storage.manifest(store, "tier", topic, 0)
             assert stored.checkpoint >= move["sealedOffset"]
             sealed = read_sealed(
-                store, TopicRef("tier", topic).partition_prefix(0) + layout.SEALED_NAME
+                store,
+                storage.topic_ref(store, "tier", topic).partition_prefix(0) + layout.SEALED_NAME,
             )
             assert sealed is not None
         finally:

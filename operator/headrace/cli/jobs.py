@@ -3,7 +3,9 @@
 Each command runs ``headrace/jobs/run.py`` with pyspark's bundled ``spark-submit``
 (``--master local[*]`` by default) against the local cluster's object store (the
 one ``<dir>/local.json`` records, with its credentials), or against ``--store``
-and ``--cluster``. It shows the job's per-partition progress, prints a summary
+and ``--cluster``. The topic's objects are found under its creation id
+(``--creation-id``; with a local cluster, the one its controller gave the topic).
+It shows the job's per-partition progress, prints a summary
 and exits with the job's status: 0 ok, 1 verification found a problem, 2 the job
 could not run. Spark's own log goes to ``<dir>/jobs/<job>-<time>.log``.
 
@@ -65,6 +67,25 @@ def _local_bootstrap(directory: Path) -> str | None:
     return ",".join(f"{b['host']}:{b['port']}" for b in brokers) or None
 
 
+def _creation_id(topic: str, directory: Path, store: str | None, explicit: str | None) -> str:
+    """The creation id the topic's objects are stored under: ``--creation-id``, else the
+    one in the local cluster's controller's state ("" with ``--store``, or for a topic
+    without one: the legacy layout)."""
+    if explicit is not None or store is not None:
+        return explicit or ""
+    try:
+        record = json.loads((directory / local_mode.STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return ""
+    if not record.get("controller_url"):
+        return ""
+    url = local_mode._controller_url(None, directory)
+    state = local_mode._http("GET", f"{url}/v1/state")
+    name = _qualified(topic)
+    placed = next((t for t in state["cluster"].get("topics", []) if t["name"] == name), None)
+    return str((placed or {}).get("creationId") or "")
+
+
 def _target(
     directory: Path, store: str | None, cluster: str | None
 ) -> tuple[str, str, dict[str, str]]:
@@ -94,8 +115,10 @@ def _run(
     verbose: bool,
     spark_conf: tuple[str, ...] = (),
     executor_pod_template: str | None = None,
+    creation_id: str | None = None,
 ) -> tuple[int, dict[str, Any] | None, Path]:
     url, cluster_id, env = _target(directory, store, cluster)
+    incarnation = _creation_id(topic, directory, store, creation_id)
     logs = directory / "jobs"
     logs.mkdir(parents=True, exist_ok=True)
     if executor_pod_template is not None:
@@ -124,6 +147,7 @@ def _run(
         cluster_id,
         "--topic",
         _qualified(topic),
+        *(["--creation-id", incarnation] if incarnation else []),
         "--report-file",
         str(report_path),
         *job_args,
@@ -255,6 +279,12 @@ def _common(f: Any) -> Any:
             ),
             click.option("--store", default=None, help="Object store URL instead of --dir's."),
             click.option("--cluster", default=None, help="Cluster id (default: local)."),
+            click.option(
+                "--creation-id",
+                default=None,
+                help="The topic's status.creationId (default: the local cluster's"
+                " controller's; none with --store: the legacy layout).",
+            ),
             click.option("--master", default="local[*]", show_default=True),
             click.option("--partitions", default="", help="Comma-separated; default all."),
             click.option("-v", "--verbose", is_flag=True, help="Show Spark's log too."),
@@ -299,6 +329,7 @@ def verify(
     directory: Path,
     store: str | None,
     cluster: str | None,
+    creation_id: str | None,
     master: str,
     partitions: str,
     verbose: bool,
@@ -327,6 +358,7 @@ def verify(
         verbose,
         spark_conf,
         executor_pod_template,
+        creation_id,
     )
     _write_result(result_file, "verify", status, report, log_path)
     _summarize("verify", status, report, log_path)
@@ -349,6 +381,7 @@ def compact(
     directory: Path,
     store: str | None,
     cluster: str | None,
+    creation_id: str | None,
     master: str,
     partitions: str,
     verbose: bool,
@@ -387,6 +420,7 @@ def compact(
         verbose,
         spark_conf,
         executor_pod_template,
+        creation_id,
     )
     _write_result(result_file, "compact", status, report, log_path)
     _summarize("compact", status, report, log_path)

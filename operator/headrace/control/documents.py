@@ -112,6 +112,7 @@ def spec_of(resource: Mapping[str, Any]) -> TopicSpec:
         spec.replicas,
         spec.min_in_sync,
         spec.tiered_storage.enabled,
+        str(resource.get("metadata", {}).get("uid") or ""),
     )
 
 

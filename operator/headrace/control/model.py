@@ -58,6 +58,10 @@ class TopicSpec:
     min_in_sync: int = 1
     #: segments go to the object store (``tieredStorage.enabled``); an Unload needs it
     tiered: bool = True
+    #: names this incarnation of the topic (the Topic's ``metadata.uid``; the local
+    #: controller assigns one when a Topic is first applied); stamped on the status at
+    #: creation. "": none (a spec read without one)
+    creation_id: str = ""
 
     def __post_init__(self) -> None:
         ns, _, short = self.name.partition("/")
@@ -354,6 +358,10 @@ class TopicStatus:
     #: each cohort has come through them: what keeps each key in order for a cohort that
     #: was not there during a transition (``repartitions``). None: nothing to keep
     history: PartitioningHistory | None = None
+    #: the incarnation this status belongs to (``TopicSpec.creation_id`` when it was
+    #: created): its objects live under it (``tiered.layout``). "": a topic created before
+    #: creation ids, whose objects keep the legacy layout. Never changes
+    creation_id: str = ""
 
     @property
     def routing_partitions(self) -> int:
@@ -378,6 +386,8 @@ class TopicStatus:
             doc["activePartitions"] = self.active_partitions
         if self.history is not None:
             doc["history"] = self.history.to_json()
+        if self.creation_id:
+            doc["creationId"] = self.creation_id
         return doc
 
     @classmethod
@@ -404,6 +414,7 @@ class TopicStatus:
             _optional(doc, "specPartitions", int, w),
             active,
             None if history is None else PartitioningHistory.from_json(history),
+            _optional(doc, "creationId", str, w) or "",
         )
 
 

@@ -402,7 +402,14 @@ def _create(
         problems.append(Problem(spec.name, "NotEnoughBrokers", exc.message))
         return None
     partitions = tuple(election.first_status(i, r) for i, r in enumerate(lists))
-    return TopicStatus(spec.name, 1, partitions, {}, spec_partitions=spec.partitions)
+    return TopicStatus(
+        spec.name,
+        1,
+        partitions,
+        {},
+        spec_partitions=spec.partitions,
+        creation_id=spec.creation_id,
+    )
 
 
 def _elect(

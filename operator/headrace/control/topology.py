@@ -97,6 +97,7 @@ def cluster_topology(
                 ),
                 topic.active_partitions or 0,
                 topic.history,
+                topic.creation_id,
             )
             for name, topic in sorted(state.topics.items())
         ],

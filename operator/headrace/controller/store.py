@@ -34,6 +34,7 @@ the controller has acted on.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -54,13 +55,18 @@ def admitted(
     """``resource`` as the API server would store it over ``previous`` (None: a new object).
 
     ``metadata.generation`` is 1 at creation and bumped by one when the spec changes;
-    ``creationTimestamp`` is set at creation and kept. Whatever the caller put in either
-    is ignored, as the API server ignores it. The status is not the caller's to set.
+    ``creationTimestamp`` is set at creation and kept; ``uid`` (a new one for every
+    object, so a Topic deleted and applied again is another incarnation: the prefix of
+    its objects, ``tiered.layout``) is given at creation and kept. Whatever the caller put
+    in these is ignored, as the API server ignores it. The status is not the caller's
+    to set.
     """
     doc: dict[str, Any] = json.loads(json.dumps(resource))
     doc.pop("status", None)
     meta = doc.setdefault("metadata", {})
     meta.setdefault("namespace", "default")
+    kept_uid = (previous or {}).get("metadata", {}).get("uid")
+    meta["uid"] = str(kept_uid) if kept_uid else str(uuid.uuid4())
     if previous is None:
         meta["generation"] = 1
         meta["creationTimestamp"] = now

@@ -85,6 +85,9 @@ class Target:
     topic: str  # "namespace/name", as brokers and the object store name it
     segment_bytes: int
     key_compacted: bool
+    #: the topic's ``status.creationId``: its objects' prefix ("" for a topic created
+    #: before creation ids, whose objects keep the legacy layout)
+    creation_id: str = ""
 
 
 class NotRunnable(Exception):
@@ -128,11 +131,13 @@ def target(
     if not topic.spec.tiered_storage.enabled:
         raise NotRunnable("NotTiered", f"Topic {name!r} does not have tieredStorage enabled")
     segment_bytes = topic.spec.segments.bytes or cluster.spec.broker_config.segment_bytes
+    status = topic_body.get("status") or {}
     return Target(
         cluster,
         f"{namespace}/{name}",
         segment_bytes,
         topic.spec.cleanup_policy == CleanupPolicy.COMPACT,
+        str(status.get("creationId") or ""),
     )
 
 
@@ -234,6 +239,7 @@ def job_args(
         workloads.object_store_url(store),
         "--cluster",
         run.cluster.metadata.name,
+        *(["--creation-id", run.creation_id] if run.creation_id else []),
         "--master",
         master,
         "--dir",

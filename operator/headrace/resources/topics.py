@@ -388,6 +388,12 @@ class TopicStatus(Status):
     """The topology generation this status was written for. The controller writes every
     Topic's status before the BrokerCluster's, so a status stamped above the cluster's
     ``topologyGeneration`` is from a commit that stopped part-way."""
+    creation_id: str | None = Field(default=None, min_length=1, max_length=128)
+    """Which incarnation of the topic this is: the Topic's ``metadata.uid`` when it was
+    first placed (in local mode, an id the controller gave it). Its objects in the object
+    store are kept under it, so a Topic deleted and created again under the same name
+    never meets the objects of the old one. Unset for a topic placed before creation ids
+    existed: its objects keep the legacy layout. It never changes."""
 
 
 class Topic(Resource):

@@ -103,3 +103,19 @@ def test_headers_and_compressed_batches_and_the_include_headers_option(
     lean = _load(spark, store_url, cluster_id, includeHeaders="false")
     assert lean.columns == ["partition", "offset", "timestamp", "key", "value"]
     assert lean.count() == 5
+
+
+def test_reads_the_incarnation_its_creation_id_names_and_the_legacy_layout_without_one(
+    spark: Any, store: ObjectStore, store_url: str, cluster_id: str
+) -> None:
+    # the same name twice: a topic from before creation ids, deleted (its objects left
+    # behind) and created again under creation id "second"
+    write_partition(store, cluster_id, TOPIC, 0, objects=2)
+    write_partition(store, cluster_id, TOPIC, 0, objects=1, creation_id="second")
+    write_partition(store, cluster_id, TOPIC, 1, objects=1, creation_id="second")
+    legacy = _load(spark, store_url, cluster_id).collect()
+    assert sorted((r.partition, r.offset) for r in legacy) == [(0, o) for o in range(20)]
+    second = _load(spark, store_url, cluster_id, creationId="second").collect()
+    assert sorted((r.partition, r.offset) for r in second) == [
+        (p, o) for p in (0, 1) for o in range(10)
+    ]

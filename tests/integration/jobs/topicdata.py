@@ -30,11 +30,14 @@ def write_partition(
     records_per_batch: int = 5,
     keys: Sequence[bytes] | None = None,
     epoch: int = 0,
+    creation_id: str = "",
 ) -> int:
     """Upload ``objects`` segment objects of consecutive offsets; returns the next offset.
 
-    Values are ``p<partition>-o<offset>``; keys cycle through ``keys`` when given."""
-    tier = PartitionTier(store, layout.partition_prefix(cluster_id, topic, partition))
+    Values are ``p<partition>-o<offset>``; keys cycle through ``keys`` when given. Stored
+    under ``creation_id`` (default none: the legacy layout)."""
+    prefix = layout.partition_prefix(cluster_id, topic, partition, creation_id)
+    tier = PartitionTier(store, prefix)
     offset = 0
     try:
         for _ in range(objects):

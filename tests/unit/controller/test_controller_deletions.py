@@ -47,3 +47,34 @@ async def test_a_topic_applied_again_before_its_deletion_ran_stays(tmp_path: Pat
     c.apply([topic("a")])
     await settle(c)
     assert c.state.topics["default/a"].partitions == placed.partitions
+
+
+async def test_each_creation_of_a_name_is_its_own_incarnation(tmp_path: Path) -> None:
+    c = make(tmp_path)
+    c.apply([topic("a")])
+    await settle(c)
+    first = c.state.topics["default/a"].creation_id
+    assert first, "the controller names the incarnation when the topic is first applied"
+    assert c.pushed[-1]["topics"][0]["creationId"] == first
+    c.apply([topic("a")])  # applied again: the same object, the same incarnation
+    await settle(c)
+    assert c.state.topics["default/a"].creation_id == first
+    c.delete(["default/a"])
+    await settle(c)
+    c.apply([topic("a")])
+    await settle(c)
+    second = c.state.topics["default/a"].creation_id
+    assert second and second != first
+    assert c.pushed[-1]["topics"][0]["creationId"] == second
+    # persisted: a restarted controller reads it back from the topic's status
+    stored = json.loads((tmp_path / "state" / "topics" / "default.a.json").read_text())
+    assert stored["status"]["creationId"] == second
+
+
+async def test_a_caller_cannot_choose_the_creation_id(tmp_path: Path) -> None:
+    c = make(tmp_path)
+    chosen = topic("a")
+    chosen["metadata"]["uid"] = "mine"
+    c.apply([chosen])
+    await settle(c)
+    assert c.state.topics["default/a"].creation_id not in ("", "mine")

@@ -107,6 +107,16 @@ def test_a_key_compacted_topic_keeps_the_last_record_per_key() -> None:
     assert args[args.index("--target-bytes") + 1] == "99"
 
 
+def test_the_job_reads_the_topics_incarnation_or_the_legacy_layout_without_one() -> None:
+    spec = Compaction.from_manifest(compaction_body()).spec
+    placed = {**topic_body(), "status": {"creationId": "uid-topic"}}
+    run = compactions.target("ns", spec, placed, cluster_body())
+    args = compactions.job_args(spec, run)
+    assert args[args.index("--creation-id") + 1] == "uid-topic"
+    # a topic placed before creation ids: its objects are where they always were
+    assert "--creation-id" not in compactions.job_args(spec, run_target())
+
+
 @pytest.mark.parametrize(
     ("topic", "cluster", "reason"),
     [

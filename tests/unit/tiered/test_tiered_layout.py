@@ -86,3 +86,28 @@ def test_parse_segment_key_reads_back_the_range(x: int, y: int) -> None:
 )
 def test_parse_segment_key_ignores_other_names(key: str) -> None:
     assert layout.parse_segment_key(key) is None
+
+
+def test_a_creation_id_names_the_incarnation_between_topic_and_partition() -> None:
+    assert layout.partition_prefix("prod", "payments/orders", 3, "4f1c-9a") == (
+        "prod/payments/orders/4f1c-9a/3/"
+    )
+    assert layout.topic_prefix("prod", "payments/orders", "4f1c-9a") == (
+        "prod/payments/orders/4f1c-9a/"
+    )
+    # without one: the legacy layout, as stored before creation ids
+    assert layout.topic_prefix("prod", "payments/orders") == "prod/payments/orders/"
+
+
+@pytest.mark.parametrize("creation_id", ["a/b", "12", "0"])
+def test_a_creation_id_that_could_be_read_as_a_path_or_partition_is_refused(
+    creation_id: str,
+) -> None:
+    with pytest.raises(ValueError, match="creation id"):
+        layout.partition_prefix("prod", "a/b", 0, creation_id)
+
+
+@pytest.mark.parametrize("creation_id", [".hidden", "a\\b"])
+def test_a_creation_id_no_key_may_hold_is_refused(creation_id: str) -> None:
+    with pytest.raises(InvalidObjectKey):
+        layout.partition_prefix("prod", "a/b", 0, creation_id)
