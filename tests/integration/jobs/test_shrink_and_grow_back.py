@@ -109,8 +109,11 @@ def wrong_reads(acked: Iterable[Delivery], read: Iterable[Delivery]) -> list[str
     twice = [at for at, n in Counter((p, o) for _, _, p, o in read).items() if n > 1]
     at: Placed = {(p, o): (key, seq) for key, seq, p, o in read}
     wanted: Placed = {(p, o): (key, seq) for key, seq, p, o in acked}
-    wrong = [f"{at.get(where)} at {where}, acked {rec}" for where, rec in wanted.items()
-             if at.get(where) != rec]  # fmt: skip
+    wrong = [
+        f"{at.get(where)} at {where}, acked {rec}"
+        for where, rec in wanted.items()
+        if at.get(where) != rec
+    ]
     extra = [f"{rec} at {where}, never acked" for where, rec in at.items() if where not in wanted]
     return [f"{where} read twice" for where in twice] + wrong + extra
 
@@ -142,6 +145,7 @@ async def tiered_reads(c: LocalCluster) -> list[Delivery]:
     return out
 
 
+@pytest.mark.slow  # a cluster, a retention round (brokers check every 30 s) and a Spark read
 async def test_a_shrink_and_a_grow_back_read_three_ways_return_each_acked_record_once(
     cluster: LocalCluster, spark: Any, jobs_minio: minio_server.MinioServer
 ) -> None:
@@ -175,6 +179,8 @@ async def test_a_shrink_and_a_grow_back_read_three_ways_return_each_acked_record
     acked = await keyed_load_through(
         cluster, SHORT, COUNTS, manifest=manifest, after_step=keep_the_first_life
     )
+    twice = [at for at, n in Counter((p, o) for _, _, p, o in acked).items() if n > 1]
+    assert not twice, f"(partition, offset) pairs acknowledged twice: {twice[:5]}"
     first_end = first_manifest.checkpoint + 1
     assert first_end > 0 and first_manifest.start_offset == 0
     per_partition = Counter(p for _, _, p, _ in acked)
