@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,11 @@ from headrace.cli.local import (
     object_store_args,
     spawn_headrace,
 )
+from headrace.objectstore.minio_store import MinioSettings, MinioStore
+from headrace.tiered.layout import partition_prefix
+from headrace.tiered.manifest import Manifest
+from headrace.tiered.tier import PartitionTier
+from tests.integration.objectstore import servers
 
 
 class LocalCluster:
@@ -175,6 +181,38 @@ class LocalCluster:
         procs.wait_until(predicate, timeout, what, retry_on=(OSError,), poll_s=0.1)
 
 
+@contextlib.contextmanager
+def minio_cluster(directory: Path) -> Iterator[LocalCluster]:
+    """A local cluster up in ``directory`` whose tiered topics upload to a MinIO server
+    started for it; down again after."""
+    servers.minio_binary()  # built before the cluster starts (cold builds take minutes)
+    c = LocalCluster(directory, object_store="minio")
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+def store_of(c: LocalCluster) -> MinioStore:
+    """The bucket of a cluster's MinIO, with its root credentials."""
+    m = c.record["minio"]
+    return MinioStore(
+        MinioSettings(
+            endpoint=f"{m['host']}:{m['port']}",
+            bucket=m["bucket"],
+            access_key=m["access_key"],
+            secret_key=m["secret_key"],
+        )
+    )
+
+
+def manifest_of(c: LocalCluster, topic: str, partition: int) -> Manifest:
+    prefix = partition_prefix("local", topic, partition, c.creation_id(topic))
+    tier = PartitionTier(store_of(c), prefix)
+    return tier.manifest(refresh=True)
+
+
 def topic_manifest(
     name: str,
     partitions: int,
@@ -182,12 +220,17 @@ def topic_manifest(
     min_in_sync: int = 2,
     *,
     upload_interval_s: int | None = None,
+    local_retention_bytes: int | None = None,
+    segment_bytes: int | None = None,
 ) -> str:
-    tiered = (
-        f"  tieredStorage:\n    uploadIntervalSeconds: {upload_interval_s}\n"
-        if upload_interval_s is not None
-        else ""
-    )
+    """``upload_interval_s`` tiers the topic; ``local_retention_bytes`` then bounds what
+    stays on the brokers' disks once uploaded."""
+    tiered = ""
+    if upload_interval_s is not None:
+        tiered = f"  tieredStorage:\n    uploadIntervalSeconds: {upload_interval_s}\n"
+        if local_retention_bytes is not None:
+            tiered += f"    localRetentionBytes: {local_retention_bytes}\n"
+    segments = f"  segments: {{bytes: {segment_bytes}}}\n" if segment_bytes is not None else ""
     return f"""apiVersion: headrace.dev/v1alpha1
 kind: Topic
 metadata:
@@ -197,7 +240,7 @@ spec:
   partitions: {partitions}
   replicas: {replicas}
   minInSync: {min_in_sync}
-{tiered}"""
+{segments}{tiered}"""
 
 
 async def until(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:

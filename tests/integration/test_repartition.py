@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -154,15 +154,25 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
 
 
 async def keyed_load_through(
-    cluster: LocalCluster, short: str, counts: Sequence[int], keys: int = 150
+    cluster: LocalCluster,
+    short: str,
+    counts: Sequence[int],
+    keys: int = 150,
+    *,
+    manifest: str | None = None,
+    after_step: Callable[[int], Awaitable[None]] | None = None,
 ) -> list[Delivery]:
     """Keyed acks=all load on a new topic of ``counts[0]`` partitions, through a
     Repartition to each later count in turn (load before, during and after each, each
-    finalized before the next): the acknowledged records. No cohort reads meanwhile."""
+    finalized before the next): the acknowledged records. No cohort reads meanwhile.
+
+    ``manifest``: the Topic to apply (default: RF=3, minInSync 2, ``counts[0]``
+    partitions). ``after_step(count)`` runs, under load, once the Repartition to
+    ``count`` has finalized and rounds have followed it."""
     topic = f"default/{short}"
-    assert (
-        cluster.apply(topic_manifest(short, counts[0], replicas=3, min_in_sync=2)).returncode == 0
-    )
+    if manifest is None:
+        manifest = topic_manifest(short, counts[0], replicas=3, min_in_sync=2)
+    assert cluster.apply(manifest).returncode == 0
     cluster.wait(
         lambda: (
             len(cluster.partitions(topic)) == counts[0]
@@ -186,6 +196,8 @@ async def keyed_load_through(
             )
             start = load.rounds
             await wait_async(lambda s=start: load.rounds >= s + 2, f"rounds after {name}", [task])
+            if after_step is not None:
+                await after_step(count)
         load.stop.set()
         await task
     finally:

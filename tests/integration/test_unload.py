@@ -23,12 +23,12 @@ import pytest
 from headrace.client import Consumer, Producer
 from headrace.client.producer import RecordMetadata
 from headrace.errors import HeadraceError
-from headrace.objectstore.minio_store import MinioSettings, MinioStore
-from headrace.tiered.layout import partition_prefix
-from headrace.tiered.manifest import Manifest
-from headrace.tiered.tier import PartitionTier
-from tests.integration.localcluster import LocalCluster, topic_manifest
-from tests.integration.objectstore import servers
+from tests.integration.localcluster import (
+    LocalCluster,
+    manifest_of,
+    minio_cluster,
+    topic_manifest,
+)
 from tests.integration.reading import read_partition
 
 
@@ -50,31 +50,8 @@ spec:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    servers.minio_binary()  # built before the cluster starts (cold builds take minutes)
-    c = LocalCluster(tmp_path / "local", object_store="minio")
-    c.up()
-    try:
+    with minio_cluster(tmp_path / "local") as c:
         yield c
-    finally:
-        c.down()
-
-
-def store_of(c: LocalCluster) -> MinioStore:
-    m = c.record["minio"]
-    return MinioStore(
-        MinioSettings(
-            endpoint=f"{m['host']}:{m['port']}",
-            bucket=m["bucket"],
-            access_key=m["access_key"],
-            secret_key=m["secret_key"],
-        )
-    )
-
-
-def manifest_of(c: LocalCluster, topic: str, partition: int) -> Manifest:
-    prefix = partition_prefix("local", topic, partition, c.creation_id(topic))
-    tier = PartitionTier(store_of(c), prefix)
-    return tier.manifest(refresh=True)
 
 
 def unload_status(c: LocalCluster, name: str) -> dict[str, Any]:
