@@ -8,6 +8,8 @@ what the broker claims.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,7 +21,7 @@ from bench.procs import BrokerProcess
 from headrace.client import Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection
-from headrace.errors import CorruptSegmentObject
+from headrace.errors import CorruptSegmentObject, OffsetOutOfRange
 from headrace.objectstore.minio_server import MinioServer
 from headrace.objectstore.minio_store import MinioStore
 from headrace.protocol import messages as msg
@@ -56,6 +58,8 @@ def broker(tmp_path: Path, minio: MinioServer) -> Iterator[BrokerProcess]:
             str(64 * 1024),
             "--retention-check-interval-ms",
             "200",
+            "--tier-delete-grace-ms",
+            "1000",
         ],
         env={
             "HEADRACE_OBJECT_STORE_ACCESS_KEY": minio.access_key,
@@ -99,7 +103,7 @@ async def test_minio_outage_keeps_local_segments_until_uploaded_and_leaves_no_ga
     broker: BrokerProcess, minio: MinioServer
 ) -> None:
     await create_topic(
-        broker.bootstrap, TOPIC, 1, {"retention_bytes": 128 * 1024, "upload_interval_ms": 300}
+        broker.bootstrap, TOPIC, 1, {"local_retention_bytes": 128 * 1024, "upload_interval_ms": 300}
     )
     await produce(broker, 0, 3000)
     wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "first records uploaded")
@@ -135,7 +139,7 @@ async def test_topics_list_counts_the_records_in_the_object_store_too(
     broker: BrokerProcess, minio: MinioServer
 ) -> None:
     await create_topic(
-        broker.bootstrap, TOPIC, 1, {"retention_bytes": 128 * 1024, "upload_interval_ms": 300}
+        broker.bootstrap, TOPIC, 1, {"local_retention_bytes": 128 * 1024, "upload_interval_ms": 300}
     )
     await produce(broker, 0, 3000)
     wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "records uploaded")
@@ -150,7 +154,7 @@ async def test_corrupt_segment_object_is_reported_with_its_key_and_not_delivered
     broker: BrokerProcess, minio: MinioServer
 ) -> None:
     await create_topic(
-        broker.bootstrap, TOPIC, 1, {"retention_bytes": 64 * 1024, "upload_interval_ms": 300}
+        broker.bootstrap, TOPIC, 1, {"local_retention_bytes": 64 * 1024, "upload_interval_ms": 300}
     )
     await produce(broker, 0, 4000)
     wait_for(lambda: manifest(minio).checkpoint == 3999, 20, "records uploaded")
@@ -221,3 +225,133 @@ async def test_a_tail_lost_locally_but_stored_is_restored_before_new_appends(
     records = await read_partition(broker.bootstrap, TOPIC, 0)
     assert [r.offset for r in records] == list(range(3100))
     assert [r.value for r in records] == [f"r{n:07d}".encode() * 10 for n in range(3100)]
+
+
+async def first_offset(b: BrokerProcess) -> int:
+    """The offset a fresh consumer starts from (``earliest``): the log start a fetch
+    answer carries, asked at the log end so that no record has to exist."""
+    end = describe(b)["log_end_offset"]
+    cluster = ClusterClient(b.bootstrap)
+    try:
+        await cluster.start()
+        conn = await cluster.connection_for(TOPIC, 0)
+        req = msg.FetchRequest(TOPIC, 0, end, 1024, 0, msg.Isolation.UNCOMMITTED)
+        frame = await conn.request(Op.FETCH, req.encode())
+        return msg.FetchResponseHeader.decode(frame.body)[0].log_start_offset
+    finally:
+        await cluster.close()
+
+
+class ListedObjectsWatch:
+    """Reads the manifest over and over while the broker works, from a thread: every
+    segment object it lists must exist (one missing is re-checked against a fresh
+    manifest, since retention may have removed it since), and it remembers every key
+    ever listed."""
+
+    def __init__(self, minio: MinioServer) -> None:
+        self.store = MinioStore(minio.settings(BUCKET))
+        self.tier = PartitionTier(self.store, partition_prefix("t", TOPIC, 0))
+        self.ever_listed: set[str] = set()
+        self.violations: list[str] = []
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ListedObjectsWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            listed = self.tier.manifest(refresh=True).segments
+            self.ever_listed.update(s.key for s in listed)
+            for seg in listed:
+                if not self.store.exists(seg.key) and self.tier.manifest(refresh=True).find(
+                    seg.key
+                ):
+                    self.violations.append(seg.key)
+            self.rounds += 1
+
+    def segment_objects(self) -> list[str]:
+        prefix = partition_prefix("t", TOPIC, 0)
+        return [o.key for o in self.store.list(prefix) if o.key.endswith(".log")]
+
+
+async def test_retention_covers_the_tier_moves_the_log_start_and_bounds_the_objects(
+    broker: BrokerProcess, minio: MinioServer
+) -> None:
+    retention_ms = 2000
+    await create_topic(
+        broker.bootstrap,
+        TOPIC,
+        1,
+        {
+            "retention_ms": retention_ms,
+            "local_retention_bytes": 64 * 1024,
+            "upload_interval_ms": 200,
+        },
+    )
+    periods = 6
+    per_tick = 100
+    produced = 0
+    samples: list[tuple[int, int]] = []  # (segment objects stored, first offset) per period
+    with ListedObjectsWatch(minio) as watch:
+        async with Producer(broker.bootstrap, acks="leader", linger_ms=1) as producer:
+            started = time.monotonic()
+            for period in range(1, periods + 1):
+                # a steady rate: 100 records every 100 ms (pacing, not synchronisation)
+                while time.monotonic() < started + period * retention_ms / 1000:
+                    await producer.send_many(
+                        TOPIC,
+                        [f"r{n:07d}".encode() * 10 for n in range(produced, produced + per_tick)],
+                        partition=0,
+                    )
+                    await producer.flush()
+                    produced += per_tick
+                    await asyncio.sleep(0.1)
+                samples.append((len(watch.segment_objects()), await first_offset(broker)))
+        wait_for(lambda: watch.rounds > 3, 30, "the watch looked at the final manifests")
+    assert watch.violations == [], f"listed objects missing from the store: {watch.violations}"
+    counts = [count for count, _ in samples]
+    firsts = [first for _, first in samples]
+    # the first offset a fresh consumer gets moves with retention, period after period
+    assert firsts[1] > 0 and firsts[-1] > firsts[2] > firsts[1], samples
+    # objects are deleted as fast as they come: the count levels off instead of growing
+    # with the log (the watch saw every object ever listed)
+    assert len(watch.ever_listed) > 2 * counts[-1], (len(watch.ever_listed), samples)
+    assert counts[-1] <= 2 * max(counts[1:3]) + 4, samples
+    # what a consumer reads from its first offset runs to the end with no gap
+    for _ in range(5):
+        first = await first_offset(broker)
+        try:
+            records = await read_partition_from(broker.bootstrap, first)
+        except OffsetOutOfRange:
+            continue  # retention moved the start while the read ran: read again
+        break
+    assert [r.offset for r in records] == list(range(first, produced))
+    assert records[-1].value == f"r{produced - 1:07d}".encode() * 10
+
+
+async def read_partition_from(bootstrap: str, first: int) -> list[rb.Record]:
+    cluster = ClusterClient(bootstrap)
+    records: list[rb.Record] = []
+    try:
+        await cluster.start()
+        conn = await cluster.connection_for(TOPIC, 0)
+        offset = first
+        while True:
+            req = msg.FetchRequest(TOPIC, 0, offset, 4 * 1024 * 1024, 0, msg.Isolation.COMMITTED)
+            frame = await conn.request(Op.FETCH, req.encode())
+            head, data = msg.FetchResponseHeader.decode(frame.body)
+            for pos, header in rb.scan(data):
+                records.extend(rb.decode(bytes(data[pos : pos + header.size])).records(offset))
+                offset = header.next_offset
+            if not data or offset >= head.high_watermark:
+                break
+    finally:
+        await cluster.close()
+    return records
