@@ -8,6 +8,7 @@ what the broker claims.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import urllib.request
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bench import procs
-from bench.procs import BrokerProcess
+from bench.procs import BrokerProcess, run_headrace
 from headrace.client import Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection
@@ -27,11 +28,13 @@ from headrace.objectstore.minio_store import MinioStore
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
+from headrace.tiered import layout
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
 from tests.integration.objectstore import servers
 from tests.integration.reading import create_topic, read_partition
+from tests.integration.tiered.batches import run
 
 BUCKET = "tiering"
 TOPIC = "default/tiered"
@@ -355,3 +358,123 @@ async def read_partition_from(bootstrap: str, first: int) -> list[rb.Record]:
     finally:
         await cluster.close()
     return records
+
+
+def sweep(minio: MinioServer, topic: str, *flags: str) -> dict[str, object]:
+    """``headrace tier sweep`` against the test's bucket, as an operator runs it."""
+    done = run_headrace(
+        "tier",
+        "sweep",
+        topic,
+        "--store",
+        f"s3://{minio.endpoint}/{BUCKET}",
+        "--cluster",
+        "t",
+        "--grace-seconds",
+        str(SWEEP_GRACE_S),
+        "--json",
+        *flags,
+        env={
+            "HEADRACE_OBJECT_STORE_ACCESS_KEY": minio.access_key,
+            "HEADRACE_OBJECT_STORE_SECRET_KEY": minio.secret_key,
+        },
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return dict(json.loads(done.stdout))
+
+
+SWEEP_GRACE_S = 2
+
+
+def plant_orphans(store: MinioStore, live: Manifest) -> list[str]:
+    """One orphan of each kind, with the bytes such a writer leaves: returns their keys."""
+    prefix = partition_prefix("t", TOPIC, 0)
+    first, second = live.segments[0], live.segments[1]
+    planted: dict[str, bytes] = {}
+    # a failed upload: objects put, the manifest put never came
+    failed = run(10**6, [50, 50])
+    planted[layout.segment_key(prefix, 10**6, 10**6 + 99)] = failed
+    # a fenced upload: a deposed leader cut the stored range at other batch boundaries
+    # and lost the conditional manifest write to the new leader
+    planted[layout.segment_key(prefix, first.base, first.base + 9)] = run(first.base, [10])
+    # a compaction's leftovers: the merged object of two listed ones, never swapped in
+    merged = store.get(first.key) + store.get(second.key)
+    planted[layout.segment_key(prefix, first.base, second.last)] = merged
+    # a deleted topic's remains: the broker died after deleting the manifest
+    gone = partition_prefix("t", "default/gone", 0)
+    planted[layout.segment_key(gone, 0, 99)] = run(0, [100])
+    planted[gone + "cursors.json"] = b'{"cursors": {"c": 100}, "epoch": 1}'
+    for key, data in planted.items():
+        store.put(key, data)
+        if key.endswith(layout.SEGMENT_SUFFIX):
+            store.put(layout.index_key_for(key), b"index of " + key.encode())
+    return sorted([*planted, *(layout.index_key_for(k) for k in planted if k.endswith(".log"))])
+
+
+async def test_the_sweep_removes_orphans_of_every_kind_and_nothing_else_under_load(
+    broker: BrokerProcess, minio: MinioServer
+) -> None:
+    await create_topic(
+        broker.bootstrap,
+        TOPIC,
+        1,
+        {"local_retention_bytes": 64 * 1024, "upload_interval_ms": 200},
+    )
+    await produce(broker, 0, 3000)
+    wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "first records uploaded")
+    store = MinioStore(minio.settings(BUCKET))
+    planted = plant_orphans(store, manifest(minio))
+    wait_for(
+        lambda: all(
+            time.time() * 1000 - (store.stat(k).modified_ms or 0) > SWEEP_GRACE_S * 1000
+            for k in planted
+        ),
+        30,
+        "planted objects older than the grace period",
+    )
+
+    def keys(topic: str) -> set[str]:
+        return {o.key for o in store.list(partition_prefix("t", topic, 0))}
+
+    before = keys(TOPIC) | keys("default/gone")
+    dry = sweep(minio, TOPIC)
+    assert dry["applied"] is False and dry["deleted"] == []
+    assert keys(TOPIC) | keys("default/gone") >= before  # a dry run deletes nothing
+
+    # the sweep runs while the broker uploads new records and a reader reads stored ones
+    produced = 3000
+    reads = 0
+
+    async def load() -> None:
+        nonlocal produced, reads
+        while True:
+            await produce(broker, produced, 300)
+            produced += 300
+            records = await read_partition(broker.bootstrap, TOPIC, 0)
+            assert [r.offset for r in records] == list(range(len(records)))
+            reads += 1
+
+    loader = asyncio.create_task(load())
+    try:
+        applied = await asyncio.to_thread(sweep, minio, TOPIC, "--apply")
+        gone = await asyncio.to_thread(sweep, minio, "default/gone", "--apply")
+    finally:
+        loader.cancel()
+        await asyncio.gather(loader, return_exceptions=True)
+    assert reads >= 1
+    deleted = sorted([*applied["deleted"], *gone["deleted"]])  # type: ignore[list-item]
+    assert deleted == planted
+    after = keys(TOPIC) | keys("default/gone")
+    assert not after & set(planted)
+    # nothing else went: every object there before is there still, but the orphans
+    assert before - set(planted) <= after
+    final = manifest(minio)
+    for seg in final.segments:
+        assert store.exists(seg.key), seg.key
+    print(
+        f"objects before the sweep: {len(before)} ({len(planted)} planted orphans);"
+        f" after: {len(after)} (uploads went on: {len(after - before)} new)"
+    )
+    wait_for(lambda: manifest(minio).checkpoint == produced - 1, 30, "the last records stored")
+    records = await read_partition(broker.bootstrap, TOPIC, 0)
+    assert [r.offset for r in records] == list(range(produced))

@@ -9,7 +9,8 @@ Order of work, so that a listed object is never deleted:
    older than the grace period are orphans.
 4. With ``apply`` only: per partition, read the manifest again and ``stat``
    each orphan; one listed again (the same range uploaded anew) or written
-   again since step 1 is kept. Then delete the rest.
+   again since step 1 is kept, and so are a cursors' copy or lock whose
+   partition has a manifest by now. Then delete the rest.
 
 A dry run (the default) only reports. The grace period must exceed the
 longest upload round (objects put, manifest not yet) and a compaction's run
@@ -26,7 +27,14 @@ from headrace.jobs.topics import TopicRef, read_manifest
 from headrace.objectstore.errors import ObjectNotFound
 from headrace.objectstore.interface import ObjectStore
 from headrace.tiered import layout
-from headrace.tiered.orphans import PartitionSweep, StoredObject, Verdict, classify
+from headrace.tiered.orphans import (
+    PartitionSweep,
+    StoredObject,
+    Verdict,
+    classify,
+    is_swept_kind,
+    listed_keys,
+)
 
 #: unlisted objects younger than this are never orphans, ms
 DEFAULT_GRACE_MS = 3600 * 1000
@@ -95,9 +103,9 @@ def sweep_topic(
 def _delete(
     store: ObjectStore, found: PartitionSweep, now_ms: int, grace_ms: int, report: SweepReport
 ) -> None:
-    manifest = read_manifest(store, layout.manifest_key(found.prefix))
-    listed = {s.key for s in manifest.segments}
-    listed |= {layout.index_key_for(k) for k in listed}
+    manifest_key = layout.manifest_key(found.prefix)
+    has_manifest = store.exists(manifest_key)
+    listed = listed_keys(read_manifest(store, manifest_key))
     doomed: list[str] = []
     for orphan in found.orphans:
         try:
@@ -105,7 +113,9 @@ def _delete(
         except ObjectNotFound:
             continue  # gone already
         rewritten = now.modified_ms is None or now_ms - now.modified_ms < grace_ms
-        if orphan.key in listed or rewritten:
+        # a first upload landed since: the cursors' copy means something again
+        revived = has_manifest and not is_swept_kind(orphan.key[len(found.prefix) :])
+        if orphan.key in listed or rewritten or revived:
             report.spared.append(orphan.key)
         else:
             doomed.append(orphan.key)

@@ -13,9 +13,12 @@ behind, an unlisted ``.log`` (and its ``.index``):
 
 An unlisted object is an orphan only once it is older than a grace period: an
 upload in flight puts its objects before the manifest, and a compaction writes
-its new objects before its swap. Only segment and index objects are ever
-orphans; anything else under the prefix (the manifest, the sealed state, the
-cursors' copy, a compaction lock) is left alone and counted as kept.
+its new objects before its swap. Segment and index objects are the orphans;
+in a partition with no manifest (a deleted topic's remains) so are the
+uploader's copy of the cursors and a compaction lock, which mean nothing
+without one: the cursors' copy is clamped to the stored checkpoint on restore,
+and that is -1 with no manifest. The manifest and the sealed state are never
+swept, nor anything this module does not know.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ from typing import Any
 from headrace.objectstore.keys import validate_key
 from headrace.tiered import layout
 from headrace.tiered.manifest import Manifest
+
+#: what else a partition's prefix holds (``broker.tiering.CURSORS_NAME``,
+#: ``jobs.compact.LOCK_NAME``): orphans only where there is no manifest
+WITHOUT_MANIFEST_ORPHANS = frozenset({"cursors.json", "compaction.lock"})
 
 
 class Verdict(enum.Enum):
@@ -108,9 +115,10 @@ def classify(
     for obj in objects:
         if not obj.key.startswith(prefix):
             raise ValueError(f"{obj.key!r} is not under {prefix!r}")
+        name = obj.key[len(prefix) :]
         if obj.key in listed:
             verdict = Verdict.LISTED
-        elif not is_swept_kind(obj.key[len(prefix) :]):
+        elif not (is_swept_kind(name) or (manifest is None and name in WITHOUT_MANIFEST_ORPHANS)):
             verdict = Verdict.OTHER
         elif obj.modified_ms is None or now_ms - obj.modified_ms < grace_ms:
             verdict = Verdict.YOUNG

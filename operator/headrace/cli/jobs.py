@@ -471,7 +471,6 @@ def sweep_cmd(
         click.echo("dry run: nothing deleted (--apply deletes the orphans)")
 
 
-
 def register(group: click.Group) -> None:
     group.add_command(verify)
     group.add_command(compact)

@@ -50,11 +50,21 @@ def test_unlisted_old_segments_and_indexes_are_orphans_and_nothing_else_is() -> 
     }
 
 
-def test_a_partition_without_a_manifest_has_only_orphans_among_its_segments() -> None:
-    objects = [obj(layout.segment_key(PREFIX, 0, 9)), obj(PREFIX + "cursors.json")]
+def test_without_a_manifest_the_cursors_copy_and_a_lock_are_remains_too() -> None:
+    objects = [
+        obj(layout.segment_key(PREFIX, 0, 9)),
+        obj(PREFIX + "compaction.lock"),
+        obj(PREFIX + "cursors.json"),
+        obj(layout.sealed_key(PREFIX)),
+    ]
     found = classify(PREFIX, objects, None, NOW, GRACE)
     assert not found.has_manifest
-    assert [o.key for o in found.orphans] == [layout.segment_key(PREFIX, 0, 9)]
+    assert [o.key for o in found.orphans] == [
+        layout.segment_key(PREFIX, 0, 9),
+        PREFIX + "compaction.lock",
+        PREFIX + "cursors.json",
+    ]
+    assert found.counts[Verdict.OTHER] == 1  # the sealed state is never swept
 
 
 def test_objects_outside_the_prefix_and_a_negative_grace_are_refused() -> None:
