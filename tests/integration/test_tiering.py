@@ -8,6 +8,7 @@ what the broker claims.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import threading
 import time
@@ -19,7 +20,7 @@ import pytest
 
 from bench import procs
 from bench.procs import BrokerProcess, run_headrace
-from headrace.client import Producer
+from headrace.client import Consumer, Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection
 from headrace.errors import CorruptSegmentObject, OffsetOutOfRange
@@ -337,6 +338,18 @@ async def test_retention_covers_the_tier_moves_the_log_start_and_bounds_the_obje
         break
     assert [r.offset for r in records] == list(range(first, produced))
     assert records[-1].value == f"r{produced - 1:07d}".encode() * 10
+    # a fresh cohort member starts at the moved log start too, and follows it to the end
+    delivered: list[int] = []
+    async with Consumer(broker.bootstrap, TOPIC, "fresh", start="earliest") as consumer:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not delivered or delivered[-1] < produced - 1:
+            assert loop.time() < deadline, f"the member stalled at {delivered[-1:]}"
+            for batch in await consumer.getmany(timeout_s=0.5):
+                delivered.extend(batch.offsets())
+                consumer.ack_batch(batch)
+    assert delivered[0] >= firsts[-1] > 0
+    assert all(b > a for a, b in itertools.pairwise(delivered))
 
 
 async def read_partition_from(bootstrap: str, first: int) -> list[rb.Record]:
