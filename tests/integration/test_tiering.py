@@ -8,6 +8,10 @@ what the broker claims.
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
+import threading
+import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -15,21 +19,23 @@ from pathlib import Path
 import pytest
 
 from bench import procs
-from bench.procs import BrokerProcess
-from headrace.client import Producer
+from bench.procs import BrokerProcess, run_headrace
+from headrace.client import Consumer, Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection
-from headrace.errors import CorruptSegmentObject
+from headrace.errors import CorruptSegmentObject, OffsetOutOfRange
 from headrace.objectstore.minio_server import MinioServer
 from headrace.objectstore.minio_store import MinioStore
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
+from headrace.tiered import layout
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
 from tests.integration.objectstore import servers
 from tests.integration.reading import create_topic, read_partition
+from tests.integration.tiered.batches import run
 
 BUCKET = "tiering"
 TOPIC = "default/tiered"
@@ -56,6 +62,8 @@ def broker(tmp_path: Path, minio: MinioServer) -> Iterator[BrokerProcess]:
             str(64 * 1024),
             "--retention-check-interval-ms",
             "200",
+            "--tier-delete-grace-ms",
+            "1000",
         ],
         env={
             "HEADRACE_OBJECT_STORE_ACCESS_KEY": minio.access_key,
@@ -102,7 +110,7 @@ async def test_minio_outage_keeps_local_segments_until_uploaded_and_leaves_no_ga
     broker: BrokerProcess, minio: MinioServer
 ) -> None:
     await create_topic(
-        broker.bootstrap, TOPIC, 1, {"retention_bytes": 128 * 1024, "upload_interval_ms": 300}
+        broker.bootstrap, TOPIC, 1, {"local_retention_bytes": 128 * 1024, "upload_interval_ms": 300}
     )
     await produce(broker, 0, 3000)
     wait_for(lambda: manifest(minio, broker).checkpoint == 2999, 20, "first records uploaded")
@@ -140,7 +148,7 @@ async def test_topics_list_counts_the_records_in_the_object_store_too(
     broker: BrokerProcess, minio: MinioServer
 ) -> None:
     await create_topic(
-        broker.bootstrap, TOPIC, 1, {"retention_bytes": 128 * 1024, "upload_interval_ms": 300}
+        broker.bootstrap, TOPIC, 1, {"local_retention_bytes": 128 * 1024, "upload_interval_ms": 300}
     )
     await produce(broker, 0, 3000)
     wait_for(lambda: manifest(minio, broker).checkpoint == 2999, 20, "records uploaded")
@@ -155,7 +163,7 @@ async def test_corrupt_segment_object_is_reported_with_its_key_and_not_delivered
     broker: BrokerProcess, minio: MinioServer
 ) -> None:
     await create_topic(
-        broker.bootstrap, TOPIC, 1, {"retention_bytes": 64 * 1024, "upload_interval_ms": 300}
+        broker.bootstrap, TOPIC, 1, {"local_retention_bytes": 64 * 1024, "upload_interval_ms": 300}
     )
     await produce(broker, 0, 4000)
     wait_for(lambda: manifest(minio, broker).checkpoint == 3999, 20, "records uploaded")
@@ -226,3 +234,265 @@ async def test_a_tail_lost_locally_but_stored_is_restored_before_new_appends(
     records = await read_partition(broker.bootstrap, TOPIC, 0)
     assert [r.offset for r in records] == list(range(3100))
     assert [r.value for r in records] == [f"r{n:07d}".encode() * 10 for n in range(3100)]
+
+
+async def first_offset(b: BrokerProcess) -> int:
+    """The offset a fresh consumer starts from (``earliest``): the log start a fetch
+    answer carries, asked at the log end so that no record has to exist."""
+    end = describe(b)["log_end_offset"]
+    cluster = ClusterClient(b.bootstrap)
+    try:
+        await cluster.start()
+        conn = await cluster.connection_for(TOPIC, 0)
+        req = msg.FetchRequest(TOPIC, 0, end, 1024, 0, msg.Isolation.UNCOMMITTED)
+        frame = await conn.request(Op.FETCH, req.encode())
+        return msg.FetchResponseHeader.decode(frame.body)[0].log_start_offset
+    finally:
+        await cluster.close()
+
+
+class ListedObjectsWatch:
+    """Reads the manifest over and over while the broker works, from a thread: every
+    segment object it lists must exist (one missing is re-checked against a fresh
+    manifest, since retention may have removed it since), and it remembers every key
+    ever listed."""
+
+    def __init__(self, minio: MinioServer) -> None:
+        self.store = MinioStore(minio.settings(BUCKET))
+        self.tier = PartitionTier(self.store, partition_prefix("t", TOPIC, 0))
+        self.ever_listed: set[str] = set()
+        self.violations: list[str] = []
+        self.rounds = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> ListedObjectsWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            listed = self.tier.manifest(refresh=True).segments
+            self.ever_listed.update(s.key for s in listed)
+            for seg in listed:
+                if not self.store.exists(seg.key) and self.tier.manifest(refresh=True).find(
+                    seg.key
+                ):
+                    self.violations.append(seg.key)
+            self.rounds += 1
+
+    def segment_objects(self) -> list[str]:
+        prefix = partition_prefix("t", TOPIC, 0)
+        return [o.key for o in self.store.list(prefix) if o.key.endswith(".log")]
+
+
+async def test_retention_covers_the_tier_moves_the_log_start_and_bounds_the_objects(
+    broker: BrokerProcess, minio: MinioServer
+) -> None:
+    retention_ms = 2000
+    await create_topic(
+        broker.bootstrap,
+        TOPIC,
+        1,
+        {
+            "retention_ms": retention_ms,
+            "local_retention_bytes": 64 * 1024,
+            "upload_interval_ms": 200,
+        },
+    )
+    periods = 6
+    per_tick = 100
+    produced = 0
+    samples: list[tuple[int, int]] = []  # (segment objects stored, first offset) per period
+    with ListedObjectsWatch(minio) as watch:
+        async with Producer(broker.bootstrap, acks="leader", linger_ms=1) as producer:
+            started = time.monotonic()
+            for period in range(1, periods + 1):
+                # a steady rate: 100 records every 100 ms (pacing, not synchronisation)
+                while time.monotonic() < started + period * retention_ms / 1000:
+                    await producer.send_many(
+                        TOPIC,
+                        [f"r{n:07d}".encode() * 10 for n in range(produced, produced + per_tick)],
+                        partition=0,
+                    )
+                    await producer.flush()
+                    produced += per_tick
+                    await asyncio.sleep(0.1)
+                samples.append((len(watch.segment_objects()), await first_offset(broker)))
+        wait_for(lambda: watch.rounds > 3, 30, "the watch looked at the final manifests")
+    assert watch.violations == [], f"listed objects missing from the store: {watch.violations}"
+    counts = [count for count, _ in samples]
+    firsts = [first for _, first in samples]
+    # the first offset a fresh consumer gets moves with retention, period after period
+    assert firsts[1] > 0 and firsts[-1] > firsts[2] > firsts[1], samples
+    # objects are deleted as fast as they come: the count levels off instead of growing
+    # with the log (the watch saw every object ever listed)
+    assert len(watch.ever_listed) > 2 * counts[-1], (len(watch.ever_listed), samples)
+    assert counts[-1] <= 2 * max(counts[1:3]) + 4, samples
+    # what a consumer reads from its first offset runs to the end with no gap
+    for _ in range(5):
+        first = await first_offset(broker)
+        try:
+            records = await read_partition_from(broker.bootstrap, first)
+        except OffsetOutOfRange:
+            continue  # retention moved the start while the read ran: read again
+        break
+    assert [r.offset for r in records] == list(range(first, produced))
+    assert records[-1].value == f"r{produced - 1:07d}".encode() * 10
+    # a fresh cohort member starts at the moved log start too, and follows it to the end
+    delivered: list[int] = []
+    async with Consumer(broker.bootstrap, TOPIC, "fresh", start="earliest") as consumer:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 30
+        while not delivered or delivered[-1] < produced - 1:
+            assert loop.time() < deadline, f"the member stalled at {delivered[-1:]}"
+            for batch in await consumer.getmany(timeout_s=0.5):
+                delivered.extend(batch.offsets())
+                consumer.ack_batch(batch)
+    assert delivered[0] >= firsts[-1] > 0
+    assert all(b > a for a, b in itertools.pairwise(delivered))
+
+
+async def read_partition_from(bootstrap: str, first: int) -> list[rb.Record]:
+    cluster = ClusterClient(bootstrap)
+    records: list[rb.Record] = []
+    try:
+        await cluster.start()
+        conn = await cluster.connection_for(TOPIC, 0)
+        offset = first
+        while True:
+            req = msg.FetchRequest(TOPIC, 0, offset, 4 * 1024 * 1024, 0, msg.Isolation.COMMITTED)
+            frame = await conn.request(Op.FETCH, req.encode())
+            head, data = msg.FetchResponseHeader.decode(frame.body)
+            for pos, header in rb.scan(data):
+                records.extend(rb.decode(bytes(data[pos : pos + header.size])).records(offset))
+                offset = header.next_offset
+            if not data or offset >= head.high_watermark:
+                break
+    finally:
+        await cluster.close()
+    return records
+
+
+def sweep(minio: MinioServer, topic: str, *flags: str) -> dict[str, object]:
+    """``headrace tier sweep`` against the test's bucket, as an operator runs it."""
+    done = run_headrace(
+        "tier",
+        "sweep",
+        topic,
+        "--store",
+        f"s3://{minio.endpoint}/{BUCKET}",
+        "--cluster",
+        "t",
+        "--grace-seconds",
+        str(SWEEP_GRACE_S),
+        "--json",
+        *flags,
+        env={
+            "HEADRACE_OBJECT_STORE_ACCESS_KEY": minio.access_key,
+            "HEADRACE_OBJECT_STORE_SECRET_KEY": minio.secret_key,
+        },
+    )
+    assert done.returncode == 0, done.stderr.decode()
+    return dict(json.loads(done.stdout))
+
+
+SWEEP_GRACE_S = 2
+
+
+def plant_orphans(store: MinioStore, live: Manifest) -> list[str]:
+    """One orphan of each kind, with the bytes such a writer leaves: returns their keys."""
+    prefix = partition_prefix("t", TOPIC, 0)
+    first, second = live.segments[0], live.segments[1]
+    planted: dict[str, bytes] = {}
+    # a failed upload: objects put, the manifest put never came
+    failed = run(10**6, [50, 50])
+    planted[layout.segment_key(prefix, 10**6, 10**6 + 99)] = failed
+    # a fenced upload: a deposed leader cut the stored range at other batch boundaries
+    # and lost the conditional manifest write to the new leader
+    planted[layout.segment_key(prefix, first.base, first.base + 9)] = run(first.base, [10])
+    # a compaction's leftovers: the merged object of two listed ones, never swapped in
+    merged = store.get(first.key) + store.get(second.key)
+    planted[layout.segment_key(prefix, first.base, second.last)] = merged
+    # a deleted topic's remains: the broker died after deleting the manifest
+    gone = partition_prefix("t", "default/gone", 0)
+    planted[layout.segment_key(gone, 0, 99)] = run(0, [100])
+    planted[gone + "cursors.json"] = b'{"cursors": {"c": 100}, "epoch": 1}'
+    for key, data in planted.items():
+        store.put(key, data)
+        if key.endswith(layout.SEGMENT_SUFFIX):
+            store.put(layout.index_key_for(key), b"index of " + key.encode())
+    return sorted([*planted, *(layout.index_key_for(k) for k in planted if k.endswith(".log"))])
+
+
+async def test_the_sweep_removes_orphans_of_every_kind_and_nothing_else_under_load(
+    broker: BrokerProcess, minio: MinioServer
+) -> None:
+    await create_topic(
+        broker.bootstrap,
+        TOPIC,
+        1,
+        {"local_retention_bytes": 64 * 1024, "upload_interval_ms": 200},
+    )
+    await produce(broker, 0, 3000)
+    wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "first records uploaded")
+    store = MinioStore(minio.settings(BUCKET))
+    planted = plant_orphans(store, manifest(minio))
+    wait_for(
+        lambda: all(
+            time.time() * 1000 - (store.stat(k).modified_ms or 0) > SWEEP_GRACE_S * 1000
+            for k in planted
+        ),
+        30,
+        "planted objects older than the grace period",
+    )
+
+    def keys(topic: str) -> set[str]:
+        return {o.key for o in store.list(partition_prefix("t", topic, 0))}
+
+    before = keys(TOPIC) | keys("default/gone")
+    dry = sweep(minio, TOPIC)
+    assert dry["applied"] is False and dry["deleted"] == []
+    assert keys(TOPIC) | keys("default/gone") >= before  # a dry run deletes nothing
+
+    # the sweep runs while the broker uploads new records and a reader reads stored ones
+    produced = 3000
+    reads = 0
+
+    async def load() -> None:
+        nonlocal produced, reads
+        while True:
+            await produce(broker, produced, 300)
+            produced += 300
+            records = await read_partition(broker.bootstrap, TOPIC, 0)
+            assert [r.offset for r in records] == list(range(len(records)))
+            reads += 1
+
+    loader = asyncio.create_task(load())
+    try:
+        applied = await asyncio.to_thread(sweep, minio, TOPIC, "--apply")
+        gone = await asyncio.to_thread(sweep, minio, "default/gone", "--apply")
+    finally:
+        loader.cancel()
+        await asyncio.gather(loader, return_exceptions=True)
+    assert reads >= 1
+    deleted = sorted([*applied["deleted"], *gone["deleted"]])  # type: ignore[list-item]
+    assert deleted == planted
+    after = keys(TOPIC) | keys("default/gone")
+    assert not after & set(planted)
+    # nothing else went: every object there before is there still, but the orphans
+    assert before - set(planted) <= after
+    final = manifest(minio)
+    for seg in final.segments:
+        assert store.exists(seg.key), seg.key
+    print(
+        f"objects before the sweep: {len(before)} ({len(planted)} planted orphans);"
+        f" after: {len(after)} (uploads went on: {len(after - before)} new)"
+    )
+    wait_for(lambda: manifest(minio).checkpoint == produced - 1, 30, "the last records stored")
+    records = await read_partition(broker.bootstrap, TOPIC, 0)
+    assert [r.offset for r in records] == list(range(produced))

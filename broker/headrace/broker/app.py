@@ -43,6 +43,7 @@ from headrace.broker.tiering import Tiering
 from headrace.broker.topics import Partition, Role, Topic, TopicRegistry
 from headrace.cohorts.gates import validate_cohort_name
 from headrace.errors import (
+    HeadraceError,
     InvalidRequest,
     PartitionMoving,
     StorageError,
@@ -913,6 +914,19 @@ class Broker:
         while True:
             await asyncio.sleep(self.settings.retention_check_interval_ms / 1000)
             for p in self.registry.all_partitions():
+                if p.tiering is not None and not p.moving:
+                    try:
+                        # the whole log's retention, in the object store (leaders only)
+                        if await self.tiering.apply_retention(p):
+                            self.reports.mark(p)  # the log start clients see moved
+                    except Exception as exc:
+                        expected = isinstance(exc, HeadraceError)
+                        log.warning(
+                            "retention in the tier on %s failed: %s",
+                            p.name,
+                            exc,
+                            exc_info=not expected,
+                        )
                 if p.moving or not p.log.retention_due():
                     continue  # nothing to delete: no manifest read
                 try:

@@ -275,8 +275,8 @@ class CohortRuntime:
         if part.tiering is None:
             return local
         manifest: Manifest = part.tiering.tier.manifest()  # cached: no I/O
-        later = [s.base for s in manifest.segments if s.base > offset]
-        return min([*later, local])
+        bases = (max(s.base, manifest.retained_from) for s in manifest.segments)
+        return min([*(b for b in bases if b > offset), local])
 
     def _on_hw(self, partition: Partition) -> None:
         self._wake.set()

@@ -114,6 +114,9 @@ class BrokerSettings:
     tier_object_max_bytes: int = 64 * 1024 * 1024
     #: upload the active segment's tail early once this much is pending, before the interval
     tier_upload_threshold_bytes: int = 16 * 1024 * 1024
+    #: objects retention removed from the manifest are deleted this long after, ms: a reader
+    #: that holds the manifest from before reads them until then (compaction's 30 s)
+    tier_delete_grace_ms: int = 30_000
     #: a sealing partition waits this long for cohort members to ack in-flight records
     #: before it snapshots the cursors (acks after it may be redelivered by the new owner)
     seal_ack_wait_ms: int = 1000

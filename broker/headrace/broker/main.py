@@ -191,6 +191,14 @@ def _halt(status: int) -> None:
     help="How often retention deletes segments beyond the topic's time and size bounds.",
 )
 @click.option(
+    "--tier-delete-grace-ms",
+    type=int,
+    default=30_000,
+    show_default=True,
+    help="How long objects that retention removed from a manifest stay for readers that"
+    " hold the old manifest, before they are deleted.",
+)
+@click.option(
     "--cursor-flush-interval-ms",
     type=int,
     default=200,
@@ -315,6 +323,7 @@ def broker(
     cohort_grace_ms: int,
     cursor_flush_interval_ms: int,
     retention_check_interval_ms: int,
+    tier_delete_grace_ms: int,
     auth_tokens: tuple[str, ...],
     auth_token_file: Path | None,
     tls_cert: Path | None,
@@ -386,6 +395,7 @@ def broker(
         cohort_grace_ms=cohort_grace_ms,
         cursor_flush_interval_ms=cursor_flush_interval_ms,
         retention_check_interval_ms=retention_check_interval_ms,
+        tier_delete_grace_ms=tier_delete_grace_ms,
         auth_tokens=frozenset(auth_tokens),
         auth_token_file=auth_token_file,
         tls=tls,

@@ -154,6 +154,11 @@ class BrokerMetrics:
         self.tier_uploaded_objects = Counter(
             "headrace_tier_uploaded_objects", "Segment objects uploaded", registry=r
         )
+        self.tier_retention_deleted_objects = Counter(
+            "headrace_tier_retention_deleted_objects",
+            "Segment objects retention removed from the tier and deleted",
+            registry=r,
+        )
         self.tier_upload_errors = Counter(
             "headrace_tier_upload_errors", "Upload rounds that failed (retried)", registry=r
         )

@@ -53,7 +53,8 @@ from headrace.objectstore.interface import ObjectStore
 from headrace.protocol.coordination import SealReport
 from headrace.records import batch as rb
 from headrace.tiered.layout import MANIFEST_NAME, partition_prefix
-from headrace.tiered.manifest import Manifest, SealedState
+from headrace.tiered.manifest import Manifest, SealedState, SegmentObject
+from headrace.tiered.retention import Bounds, retained_start
 from headrace.tiered.tier import PartitionTier
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,9 @@ class PartitionTiering:
     #: a move's reopen is in progress: (moves, start offset or None) it reopens to
     reopening: tuple[int, int | None] | None = None
     reopen_task: asyncio.Task[None] | None = None
+    #: objects retention removed from the manifest: (monotonic ms when they may be
+    #: deleted, their entries), oldest first
+    doomed: list[tuple[int, tuple[SegmentObject, ...]]] = field(default_factory=list)
     #: upload rounds failed in a row, and the last one's error
     errors: int = 0
     last_error: str = ""
@@ -353,7 +357,7 @@ class Tiering:
         kept = tuple(
             s for s in manifest.segments if s.last < p.start_offset or s.epoch >= p.first_epoch
         )
-        return Manifest(kept, manifest.epoch, manifest.version).checkpoint
+        return Manifest(kept, manifest.epoch, manifest.version, manifest.retained_from).checkpoint
 
     async def _upload_round(self, p: Partition, state: PartitionTiering, end: int) -> None:
         """Upload committed records below ``end`` (and the cursors if they moved)."""
@@ -458,10 +462,9 @@ class Tiering:
         """The upload floor for retention, checked against the stored manifest; None: the
         partition is not tiered here, so retention has no floor.
 
-        Only a manifest written at this replica's leader epoch or later counts: a deposed
-        leader's late manifest write could have dropped entries that a newer one listed,
-        and deleting local segments on the strength of such a manifest could leave offsets
-        on no disk and in no listed object.
+        Only a manifest written at this replica's leader epoch or later counts: until the
+        current leader has confirmed the stored checkpoint, local segments stay (a
+        conservative rule: the uploaders' conditional writes never drop an entry).
         """
         state: PartitionTiering | None = self.attach(p)
         if state is None:
@@ -476,6 +479,80 @@ class Tiering:
         if manifest.epoch < epoch:
             return 0  # not yet confirmed by this epoch's leader: keep everything
         return min(state.upload_floor, manifest.checkpoint + 1)
+
+    # ------------------------------------------------------------------ retention in the tier
+
+    async def apply_retention(self, p: Partition) -> bool:
+        """The topic's retention over its whole log, on the leader: raise the manifest's
+        start past the objects it no longer keeps (a conditional write fenced at this
+        leader's epoch), and delete removed objects once ``tier_delete_grace_ms`` has
+        passed (readers holding the old manifest read them until then). Returns whether
+        the stored start moved.
+
+        Deleting what an earlier trim removed does not need the leadership: the trim is
+        in the manifest already, and only objects it still does not list go. A broker
+        that dies before then leaves them as orphans for the sweep (``tiered.orphans``).
+        """
+        state = _state(p)
+        if state is None or self.store is None:
+            return False
+        moved = False
+        epoch = p.leader_epoch
+        if (
+            self._still(p, epoch, state)
+            and state.checkpoint_epoch == epoch
+            and state.seal_stage is None
+            and state.reopening is None
+        ):
+            moved = await self._trim(p, state, epoch)
+        await self._delete_doomed(p, state)
+        return moved
+
+    async def _trim(self, p: Partition, state: PartitionTiering, epoch: int) -> bool:
+        config = self.broker.registry.whole_log_config_of(p.topic.config)
+        bounds = Bounds(config.retention_ms, config.retention_bytes)
+        now = clock.wall_ms()
+        cached = state.tier.manifest()  # kept current by the uploader: no I/O when idle
+        # local bytes not stored yet count towards retention_bytes too: the segments wholly
+        # above the checkpoint (an undercount by at most one segment: retention keeps more,
+        # never less, than the bound)
+        unstored = sum(s.stats.size for s in p.log.segments if s.base_offset > cached.checkpoint)
+        if retained_start(cached, bounds, now, unstored) is None:
+            return False
+        removed = await asyncio.to_thread(
+            state.tier.trim, lambda stored: retained_start(stored, bounds, now, unstored), epoch
+        )
+        if not removed:
+            return False
+        grace = self.broker.settings.tier_delete_grace_ms
+        state.doomed.append((clock.monotonic_ms() + grace, removed))
+        manifest = state.tier.manifest()
+        state.stored_start = manifest.start_offset
+        log.info(
+            "%s: retention moved the stored log start to %d (%d objects removed, deleted"
+            " after %d ms)",
+            p.name,
+            manifest.retained_from,
+            len(removed),
+            grace,
+        )
+        return True
+
+    async def _delete_doomed(self, p: Partition, state: PartitionTiering) -> None:
+        now = clock.monotonic_ms()
+        due = [entries for at, entries in state.doomed if at <= now]
+        if not due:
+            return
+        segments = [s for entries in due for s in entries]
+        try:
+            deleted = await asyncio.to_thread(state.tier.delete_unlisted, segments)
+        except HeadraceError as exc:
+            log.warning(
+                "%s: deleting %d retired objects failed, retrying: %s", p.name, len(segments), exc
+            )
+            return
+        state.doomed = [(at, entries) for at, entries in state.doomed if at > now]
+        self.metrics.tier_retention_deleted_objects.inc(len(deleted))
 
     # ------------------------------------------------------------------ reads
 

@@ -498,6 +498,11 @@ class TopicRegistry:
         tiered = self.object_store_configured and TierConfig.of(topic_config).enabled
         return topic_log_config(self._log_config, topic_config, tiered=tiered)
 
+    def whole_log_config_of(self, topic_config: dict[str, Any]) -> LogConfig:
+        """The settings that bound a topic's whole log, local and tiered: its own
+        retention, not ``tieredStorage.localRetention*`` (``tiered.retention``)."""
+        return topic_log_config(self._log_config, topic_config, tiered=False)
+
     def open_partition(
         self,
         topic: Topic,

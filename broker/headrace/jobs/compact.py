@@ -25,12 +25,12 @@ Order of work, so that a reader never sees a gap or a duplicate:
    ones, at the same epoch, *only if it is still that version*
    (``put_if_version``, S3 ``If-Match``); if a leader's upload changed it in
    between, read and merge again. So a leader's entry is never dropped by the
-   swap. The other way round, a leader's put that read before our swap and
-   lands after it (plain put: the broker does not use conditions) drops our
-   new objects and re-lists the old ones; nothing is lost, and step 4 sees it.
-4. **Grace period**, then re-read the manifest: an old object listed again (a
-   leader's put that read before our swap and landed after our read-back) gets
-   the swap applied again and another grace period. Only when the manifest
+   swap, and the leader's uploads and retention trims are conditional writes
+   too, so they never drop ours. Retention that removed an old object first
+   makes the swap give up (the object is gone from the manifest).
+4. **Grace period**, then re-read the manifest: an old object listed again
+   (only a writer that does not use conditional writes could do that) gets the
+   swap applied again and another grace period. Only when the manifest
    lists none of them are the old objects (and their indexes) deleted. Readers
    holding the old manifest read the old objects until then; readers that
    re-read get the new ones (the broker's tier re-reads the manifest when an
@@ -313,7 +313,18 @@ def _compact_locked(
                 continue  # the same range is already one object
             result.records_removed += removed
             epoch = max(p.segment.epoch for p in group.pieces)
-            new = SegmentObject(group.base, group.last, len(data), key, epoch, compacted=holes)
+            newest = max(p.segment.max_timestamp for p in group.pieces)
+            if min(p.segment.max_timestamp for p in group.pieces) < 0:
+                newest = -1  # one piece's age is unknown: so is the whole object's
+            new = SegmentObject(
+                group.base,
+                group.last,
+                len(data),
+                key,
+                epoch,
+                compacted=holes,
+                max_timestamp=newest,
+            )
             pending.append(uploads.submit(_put_object, store, key, data, sparse))
             written.append(new)
             for p in group.pieces:
@@ -418,7 +429,9 @@ def _swap(
             gone = sorted(set(replaced) - listed)
             raise CompactionFenced(f"{manifest_key}: {gone[0]} was removed by another writer")
         kept = tuple(s for s in current.segments if s.key not in replaced and s.key not in new_keys)
-        swapped = Manifest((*kept, *written), current.epoch, current.version + 1)
+        swapped = Manifest(
+            (*kept, *written), current.epoch, current.version + 1, current.retained_from
+        )
         if store.put_if_version(manifest_key, swapped.to_json(), version):
             return swapped
         # a leader's upload changed the manifest since our read: merge again

@@ -298,7 +298,11 @@ class HeadraceStreamReader(DataSourceStreamReader):
     def initialOffset(self) -> dict[str, int]:
         if self.starting == "latest":
             return {str(p): end for p, end in self._ends({}).items()}
-        starts = {p: m.start_offset or 0 for p, m in self._manifests().items()}
+        # a manifest retention trimmed empty starts after what it removed
+        starts = {
+            p: m.checkpoint + 1 if m.start_offset is None else m.start_offset
+            for p, m in self._manifests().items()
+        }
         return {str(p): starts.get(p, 0) for p in self._ends({})}
 
     def latestOffset(self, start: dict[str, int], limit: Any) -> dict[str, int]:

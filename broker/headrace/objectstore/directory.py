@@ -193,7 +193,7 @@ class DirectoryStore(ObjectStore):
             raise _translate(exc, key) from exc
         if not os.path.isfile(path):
             raise ObjectNotFound(key)
-        return ObjectInfo(key, st.st_size)
+        return ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         keys.validate_prefix(prefix)
@@ -225,10 +225,10 @@ class DirectoryStore(ObjectStore):
                     yield from self._walk(Path(e.path), key, prefix)
             elif key.startswith(prefix):
                 try:
-                    size = e.stat(follow_symlinks=False).st_size
+                    st = e.stat(follow_symlinks=False)
                 except FileNotFoundError:
                     continue  # deleted since the scan
-                yield ObjectInfo(key, size)
+                yield ObjectInfo(key, st.st_size, st.st_mtime_ns // 1_000_000)
 
 
 def _translate(exc: OSError, key: str) -> ObjectStoreError:

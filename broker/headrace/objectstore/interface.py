@@ -19,7 +19,8 @@ Contract, for every implementation:
   short at the end of the object, empty at or past it.
 - ``list(prefix)`` yields every object whose key starts with ``prefix`` (a raw
   string prefix, not only whole segments), in lexicographic order of the key's
-  code points (which is also S3's UTF-8 byte order), with sizes.
+  code points (which is also S3's UTF-8 byte order), with sizes and, where the
+  store keeps it, the time of the last write.
 - ``delete`` is idempotent: deleting a missing key succeeds. ``delete_many``
   is the same for several keys, in no particular order (S3's multi-object
   delete: one request per 1,000 keys); when it fails, some of the keys may be
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -58,6 +59,9 @@ class ObjectInfo:
     key: str
     #: Length of the object in bytes.
     size: int
+    #: When it was last written, ms since the Unix epoch (S3's Last-Modified, a file's
+    #: mtime); None if the store did not say. The orphan sweep's grace period needs it.
+    modified_ms: int | None = field(default=None, compare=False)
 
 
 class ObjectStore(abc.ABC):

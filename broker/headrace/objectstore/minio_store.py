@@ -334,7 +334,7 @@ class MinioStore(ObjectStore):
     def stat(self, key: str) -> ObjectInfo:
         keys.validate_key(key)
         obj = self._call(key, lambda: self.client.stat_object(self.bucket, key))
-        return ObjectInfo(key, obj.size or 0)
+        return ObjectInfo(key, obj.size or 0, _ms(obj.last_modified))
 
     def list(self, prefix: str = "") -> Iterator[ObjectInfo]:
         keys.validate_prefix(prefix)
@@ -350,10 +350,14 @@ class MinioStore(ObjectStore):
                 return
             if obj.object_name is None or obj.is_dir:
                 continue
-            yield ObjectInfo(obj.object_name, obj.size or 0)
+            yield ObjectInfo(obj.object_name, obj.size or 0, _ms(obj.last_modified))
 
     def close(self) -> None:
         self._http.clear()
+
+
+def _ms(when: datetime | None) -> int | None:
+    return None if when is None else int(when.timestamp() * 1000)
 
 
 def translate(exc: BaseException, key: str) -> ObjectStoreError:

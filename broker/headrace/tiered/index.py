@@ -129,6 +129,8 @@ class Summary:
     last: int
     size: int
     index: SparseIndex
+    #: the largest record timestamp of any batch, ms since the Unix epoch (retention by age)
+    max_timestamp: int = -1
 
 
 def summarize(data: bytes | bytearray | memoryview, interval: int = DEFAULT_INTERVAL) -> Summary:
@@ -149,6 +151,7 @@ def summarize(data: bytes | bytearray | memoryview, interval: int = DEFAULT_INTE
     positions: list[int] = []
     expected = -1  # the offset the next batch must start at; -1 before the first
     consumed = 0  # bytes of whole batches checked so far
+    max_timestamp = -1
     for pos, header in rb.scan(view):
         rb.check_header(header)
         if expected >= 0 and header.base_offset != expected:
@@ -165,10 +168,12 @@ def summarize(data: bytes | bytearray | memoryview, interval: int = DEFAULT_INTE
             positions.append(pos)
         expected = header.next_offset
         consumed = pos + header.size
+        max_timestamp = max(max_timestamp, header.max_timestamp)
     if consumed != end:
         raise CorruptBatch(f"{end - consumed} bytes at byte {consumed} are not a complete batch")
     base = offsets[0]
     last = expected - 1
     if last > MAX_OFFSET:
         raise CorruptBatch(f"last offset {last} does not fit in 64 bits")
-    return Summary(base, last, end, SparseIndex(base, last, end, tuple(offsets), tuple(positions)))
+    sparse = SparseIndex(base, last, end, tuple(offsets), tuple(positions))
+    return Summary(base, last, end, sparse, max_timestamp)

@@ -5,14 +5,20 @@ it does not exist for them, whatever a listing of the bucket shows. It is
 replaced as a whole (``ObjectStore.put`` is atomic), so the rules for changing
 it live here, apart from the I/O (``tier.PartitionTier`` does that):
 
-- **Merge, never overwrite.** A writer re-reads the stored manifest and puts
-  ``stored.merged(mine)``: the union of both by object key. Two uploads that
-  race therefore lose nothing unless their read-modify-write cycles overlap,
-  and the writer re-reads after its put to find out (see docs/tiered-storage.md
-  for the race that remains and why it is harmless).
+- **Merge, and put only over the version read.** A writer reads the stored
+  manifest with its version and puts ``stored.merged(mine)`` with a
+  conditional write (``ObjectStore.put_if_version``): if anyone wrote in
+  between, the put is refused and the writer reads and merges again. No
+  writer's entry is ever overwritten.
 - **Fencing.** The manifest carries the highest leader epoch that wrote it. A
   writer whose epoch is lower has been deposed and must stop:
-  ``admitting`` raises ``FencedUploader`` instead of merging.
+  ``admitting`` and ``trimmed`` raise ``FencedUploader`` instead of merging.
+- **Retention trims the start.** ``retained_from`` is the lowest offset the
+  tier still keeps: retention raises it (``trimmed``) and drops the entries
+  wholly below it; their objects are deleted after a grace period, by the
+  writer that trimmed. Offsets below it are gone for every reader, and the
+  checkpoint of a manifest trimmed empty is ``retained_from - 1``, so a new
+  leader never hands out those offsets again.
 - **Overlaps are allowed.** After a leadership change two leaders may upload
   overlapping ranges of the same committed log. Committed records are the
   same bytes on every replica, so any object that holds an offset is a correct
@@ -86,6 +92,9 @@ class SegmentObject:
     #: written by key compaction (keep the last record per key): the batches'
     #: offsets rise but have holes where records were dropped
     compacted: bool = False
+    #: the largest record timestamp in the object, ms since the Unix epoch; -1:
+    #: unknown (written before it was recorded), so retention by age skips it
+    max_timestamp: int = -1
 
     def __post_init__(self) -> None:
         _check_int("base", self.base, 0)
@@ -97,6 +106,7 @@ class SegmentObject:
             raise InvalidManifest(f"key: expected a string, got {self.key!r}")
         if not isinstance(self.compacted, bool):
             raise InvalidManifest(f"compacted: expected true or false, got {self.compacted!r}")
+        _check_int("maxTimestamp", self.max_timestamp, -1, 2**63 - 1)
         try:
             validate_key(self.key)
         except InvalidObjectKey as exc:
@@ -121,6 +131,8 @@ class SegmentObject:
             self.compacted
         ):  # absent when false: the documents of uncompacted topics stay as they were
             doc["compacted"] = True
+        if self.max_timestamp >= 0:
+            doc["maxTimestamp"] = self.max_timestamp
         return doc
 
     @classmethod
@@ -133,6 +145,7 @@ class SegmentObject:
             key=fields["key"],
             epoch=fields["epoch"],
             compacted=fields.get("compacted", False),
+            max_timestamp=fields.get("maxTimestamp", -1),
         )
 
 
@@ -147,13 +160,16 @@ class Manifest:
     """The live segment objects of one partition, sorted by base offset.
 
     ``epoch`` is the highest leader epoch that wrote this manifest (-1: none
-    yet); ``version`` counts writes, for diagnostics. Objects may overlap (see
-    the module docstring); keys are unique.
+    yet); ``version`` counts writes, for diagnostics; ``retained_from`` is the
+    lowest offset retention keeps (0: never trimmed). Objects may overlap (see
+    the module docstring); keys are unique; none lies wholly below
+    ``retained_from``.
     """
 
     segments: tuple[SegmentObject, ...] = ()
     epoch: int = -1
     version: int = 0
+    retained_from: int = 0
     _bases: tuple[int, ...] = field(init=False, repr=False, compare=False)
     #: _reach[i]: the highest ``last`` among segments[0..i]; bounds covering's scan
     _reach: tuple[int, ...] = field(init=False, repr=False, compare=False)
@@ -162,18 +178,24 @@ class Manifest:
     def __post_init__(self) -> None:
         _check_int("epoch", self.epoch, -1, 2**31 - 1)
         _check_int("version", self.version, 0)
+        _check_int("retainedFrom", self.retained_from, 0)
         segments = tuple(sorted(self.segments, key=_order))
         keys = {s.key for s in segments}
         if len(keys) != len(segments):
             raise InvalidManifest("segments: the same key is listed twice")
+        for s in segments:
+            if s.last < self.retained_from:
+                raise InvalidManifest(
+                    f"segments: {s.key} lies below retainedFrom {self.retained_from}"
+                )
         reach: list[int] = []
         high = -1
         for s in segments:
             high = max(high, s.last)
             reach.append(high)
-        checkpoint = -1
+        checkpoint = self.retained_from - 1
         if segments:
-            checkpoint = segments[0].base - 1
+            checkpoint = max(segments[0].base, self.retained_from) - 1
             for s in segments:
                 if s.base > checkpoint + 1:
                     break
@@ -187,14 +209,17 @@ class Manifest:
 
     @property
     def start_offset(self) -> int | None:
-        """The lowest offset any object holds; None for an empty manifest."""
-        return self.segments[0].base if self.segments else None
+        """The lowest offset a reader can get from the tier; None for an empty manifest."""
+        if not self.segments:
+            return None
+        return max(self.segments[0].base, self.retained_from)
 
     @property
     def checkpoint(self) -> int:
         """The last offset of the contiguous run of objects from ``start_offset``
-        (-1 when empty): everything up to here is in the tier with no hole. This
-        is the uploader's checkpoint; it resumes at ``checkpoint + 1``."""
+        (``retained_from - 1`` when empty): everything up to here is in the tier
+        with no hole, or was and retention removed it. This is the uploader's
+        checkpoint; it resumes at ``checkpoint + 1``."""
         return self._checkpoint
 
     @property
@@ -205,7 +230,10 @@ class Manifest:
 
     def covering(self, offset: int) -> SegmentObject | None:
         """The object to read ``offset`` from: among those holding it, the one with
-        the largest base (ties: newest epoch, then longest); None if none holds it."""
+        the largest base (ties: newest epoch, then longest); None if none holds it
+        (or retention removed it)."""
+        if offset < self.retained_from:
+            return None
         i = bisect_right(self._bases, offset) - 1
         while i >= 0 and self._reach[i] >= offset:
             seg = self.segments[i]
@@ -234,11 +262,26 @@ class Manifest:
 
     # --- changes (each returns a new manifest) ---
 
+    def chain(self) -> tuple[SegmentObject, ...]:
+        """The objects a reader reads from ``start_offset`` to the checkpoint, in
+        order (``covering`` of each next offset): overlapped leftovers are skipped."""
+        found: list[SegmentObject] = []
+        offset = self.start_offset
+        if offset is None:
+            return ()
+        while offset <= self.checkpoint:
+            seg = self.covering(offset)
+            if seg is None:  # cannot happen below the checkpoint
+                break
+            found.append(seg)
+            offset = seg.last + 1
+        return tuple(found)
+
     def with_segment(self, seg: SegmentObject) -> Manifest:
         """This manifest with ``seg`` added (replacing an entry with the same key);
         epoch and version unchanged."""
         kept = tuple(s for s in self.segments if s.key != seg.key)
-        return Manifest((*kept, seg), self.epoch, self.version)
+        return Manifest((*kept, seg), self.epoch, self.version, self.retained_from)
 
     def merged(self, other: Manifest) -> Manifest:
         """The union of both by key, at the higher epoch and the next version.
@@ -246,17 +289,20 @@ class Manifest:
         For a key listed in both, the entry with the higher epoch wins, and
         ``other``'s on a tie: a key names an offset range, and committed records
         are the same bytes whoever uploaded them, so the entries differ at most
-        in who wrote them.
+        in who wrote them. The higher ``retained_from`` wins, and entries wholly
+        below it are dropped: what retention removed does not come back.
         """
+        retained = max(self.retained_from, other.retained_from)
         by_key = {s.key: s for s in self.segments}
         for seg in other.segments:
             mine = by_key.get(seg.key)
             if mine is None or seg.epoch >= mine.epoch:
                 by_key[seg.key] = seg
         return Manifest(
-            tuple(by_key.values()),
+            tuple(s for s in by_key.values() if s.last >= retained),
             max(self.epoch, other.epoch),
             max(self.version, other.version) + 1,
+            retained,
         )
 
     def admitting(self, seg: SegmentObject, epoch: int) -> Manifest:
@@ -264,6 +310,30 @@ class Manifest:
         is the manifest it just read; ``FencedUploader`` if a newer leader wrote it."""
         self.check_fence(epoch)
         return self.merged(Manifest((seg,), epoch, self.version))
+
+    def trimmed(self, start: int, epoch: int) -> Manifest:
+        """What a leader at ``epoch`` puts to make ``start`` the lowest offset kept:
+        the entries wholly below it dropped (``removed_by`` names them), the next
+        version; ``FencedUploader`` if a newer leader wrote this manifest. ``start``
+        may not pass the checkpoint's next offset: the tier never skips offsets it
+        has not stored."""
+        self.check_fence(epoch)
+        if start > self.checkpoint + 1:
+            raise InvalidManifest(
+                f"retainedFrom: {start} is past the stored checkpoint {self.checkpoint}"
+            )
+        retained = max(self.retained_from, start)
+        return Manifest(
+            tuple(s for s in self.segments if s.last >= retained),
+            max(self.epoch, epoch),
+            self.version + 1,
+            retained,
+        )
+
+    def removed_by(self, newer: Manifest) -> tuple[SegmentObject, ...]:
+        """This manifest's entries that ``newer`` no longer lists."""
+        kept = {s.key for s in newer.segments}
+        return tuple(s for s in self.segments if s.key not in kept)
 
     def check_fence(self, epoch: int) -> None:
         if self.epoch > epoch:
@@ -275,12 +345,15 @@ class Manifest:
     # --- JSON ---
 
     def to_doc(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "format": FORMAT,
             "version": self.version,
             "epoch": self.epoch,
             "segments": [s.to_doc() for s in self.segments],
         }
+        if self.retained_from:  # absent until trimmed: untrimmed documents stay as they were
+            doc["retainedFrom"] = self.retained_from
+        return doc
 
     def to_json(self) -> bytes:
         return _dump(self.to_doc())
@@ -298,7 +371,9 @@ class Manifest:
                 segments.append(SegmentObject.from_doc(item))
             except InvalidManifest as exc:
                 raise InvalidManifest(f"segments[{i}].{exc.message}") from exc
-        return cls(tuple(segments), fields["epoch"], fields["version"])
+        return cls(
+            tuple(segments), fields["epoch"], fields["version"], fields.get("retainedFrom", 0)
+        )
 
     @classmethod
     def from_json(cls, raw: bytes | str) -> Manifest:

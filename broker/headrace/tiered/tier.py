@@ -7,9 +7,10 @@ every method is thread-safe.
 
 Writing (``upload``): the batches are checked first and nothing is uploaded
 if any is damaged. Then the index object, the segment object, and last the
-manifest, merged into what is stored and read back to confirm. A range is
-durable when ``upload`` returns, not before: until the manifest lists it, no
-reader will look at the objects.
+manifest, with a conditional write (``put_if_version``: only if the manifest
+is still the version read; else read and merge again). A range is durable when
+``upload`` returns, not before: until the manifest lists it, no reader will
+look at the objects.
 
 Reading (``read``): the manifest says which object holds an offset, its index
 object where in the object to start, and ranged GETs of ``readahead_bytes``
@@ -29,6 +30,7 @@ import contextlib
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -51,8 +53,9 @@ INDEX_CACHE_ENTRIES = 256
 
 
 class ManifestConflict(HeadraceError):
-    """Other writers kept replacing the manifest without this upload's entry; the
-    objects are uploaded but not listed, so the range is not durable yet. Retry."""
+    """Other writers kept changing the manifest between this upload's read and its
+    conditional put; the objects are uploaded but not listed, so the range is not
+    durable yet. Retry."""
 
     CODE = 82
     retriable = True
@@ -104,8 +107,8 @@ class PartitionTier:
         this tier writes; a reader scans at most this many bytes of batch
         headers to find an offset.
 
-        ``manifest_attempts``: how many times an upload merges its entry into
-        the manifest when a concurrent writer keeps dropping it.
+        ``manifest_attempts``: how many times an upload reads the manifest and
+        tries its conditional put when other writers keep changing it in between.
 
         ``executor``: where prefetches run; by default a pool of
         ``prefetch_chunks`` threads of this tier's own. A broker with many
@@ -129,7 +132,7 @@ class PartitionTier:
         self._manifest = Manifest()
         self._manifest_loaded = False
         self._manifest_lock = threading.Lock()  # guards the cached manifest
-        self._commit_lock = threading.Lock()  # one manifest read-modify-write at a time
+        self._commit_lock = threading.Lock()  # one manifest read-and-conditional-put at a time
         self._cache_lock = threading.Lock()  # guards the chunk and index caches
         #: (object key, object size, chunk number) -> chunk; the size tells a replaced object apart
         self._chunks: OrderedDict[tuple[str, int, int], _Chunk] = OrderedDict()
@@ -184,7 +187,14 @@ class PartitionTier:
         """
         summary = index.summarize(data, self.index_interval_bytes)
         key = layout.segment_key(self.prefix, summary.base, summary.last)
-        seg = SegmentObject(summary.base, summary.last, summary.size, key, epoch)
+        seg = SegmentObject(
+            summary.base,
+            summary.last,
+            summary.size,
+            key,
+            epoch,
+            max_timestamp=summary.max_timestamp,
+        )
         stored = self.manifest(refresh=True)
         stored.check_fence(epoch)  # a deposed leader writes no objects at all
         listed = stored.find(key)
@@ -195,28 +205,86 @@ class PartitionTier:
         return self._commit(seg, epoch)
 
     def _commit(self, seg: SegmentObject, epoch: int) -> SegmentObject:
-        """Merge ``seg`` into the stored manifest until a re-read shows it listed."""
+        """List ``seg`` in the manifest with a conditional write: put only if the
+        manifest is still the version read (``put_if_version``), else read again.
+
+        So no other writer's entry is ever overwritten (a compaction's swap, a newer
+        leader's upload), and a newer leader's write fences this one for good: the
+        next read shows its epoch and ``admitting`` raises ``FencedUploader``."""
         with self._commit_lock:
             for attempt in range(1, self.manifest_attempts + 1):
-                stored = self._load_manifest()
-                updated = stored.admitting(seg, epoch)  # FencedUploader if deposed
-                self.store.put(self._manifest_key, updated.to_json())
-                check = self._load_manifest()
-                listed = check.find(seg.key)
+                stored, version = self._load_versioned()
+                stored.check_fence(epoch)  # a newer leader wrote it: stop
+                listed = stored.find(seg.key)
                 if listed is not None and listed.size == seg.size:
-                    return listed
-                check.check_fence(epoch)  # replaced by a newer leader without our entry
-                log.warning(
-                    "%s: a concurrent writer dropped %s from the manifest (attempt %d of %d)",
+                    return listed  # an earlier attempt's put landed, its answer was lost
+                updated = stored.admitting(seg, epoch)
+                if self.store.put_if_version(self._manifest_key, updated.to_json(), version):
+                    self._remember(updated)
+                    return seg
+                log.info(
+                    "%s: changed by another writer since it was read; merging %s again"
+                    " (attempt %d of %d)",
                     self._manifest_key,
                     seg.key,
                     attempt,
                     self.manifest_attempts,
                 )
         raise ManifestConflict(
-            f"{self._manifest_key}: {seg.key} was dropped by concurrent writers"
-            f" {self.manifest_attempts} times"
+            f"{self._manifest_key}: changed by other writers between each of"
+            f" {self.manifest_attempts} reads and puts; {seg.key} is not listed yet"
         )
+
+    def trim(
+        self, start_of: Callable[[Manifest], int | None], epoch: int
+    ) -> tuple[SegmentObject, ...]:
+        """Retention: raise the manifest's start to ``start_of(stored manifest)``
+        (None: nothing to remove) as the leader at ``epoch``, with the same
+        conditional write as an upload. Returns the entries it removed; their
+        objects are still in the store, for readers that hold the old manifest
+        (``delete_unlisted`` removes them after a grace period).
+
+        ``FencedUploader`` if a newer leader wrote the manifest, ``ManifestConflict``
+        if other writers kept changing it."""
+        with self._commit_lock:
+            for _ in range(self.manifest_attempts):
+                stored, version = self._load_versioned()
+                stored.check_fence(epoch)
+                start = start_of(stored)
+                if start is None or start <= stored.retained_from:
+                    return ()
+                updated = stored.trimmed(start, epoch)
+                if self.store.put_if_version(self._manifest_key, updated.to_json(), version):
+                    self._remember(updated)
+                    return stored.removed_by(updated)
+        raise ManifestConflict(
+            f"{self._manifest_key}: changed by other writers between each of"
+            f" {self.manifest_attempts} reads and puts; retention did not trim it"
+        )
+
+    def delete_unlisted(self, segments: Iterable[SegmentObject]) -> list[str]:
+        """Delete the objects (and index objects) of ``segments`` that the stored
+        manifest does not list; returns the segment keys deleted. A key listed again
+        (the same range uploaded anew) is kept."""
+        listed = {s.key for s in self.manifest(refresh=True).segments}
+        doomed = [s.key for s in segments if s.key not in listed]
+        self.store.delete_many([*doomed, *map(layout.index_key_for, doomed)])
+        return doomed
+
+    def _load_versioned(self) -> tuple[Manifest, str | None]:
+        """The stored manifest and its version for ``put_if_version`` (missing: empty, None)."""
+        try:
+            raw, version = self.store.get_versioned(self._manifest_key)
+        except ObjectNotFound:
+            fresh, found = Manifest(), None
+        else:
+            try:
+                fresh = Manifest.from_json(raw)
+            except InvalidManifest as exc:
+                raise InvalidManifest(f"{self._manifest_key}: {exc.message}") from exc
+            found = version
+        self._remember(fresh)
+        return fresh, found
 
     # ------------------------------------------------------------------ read
 

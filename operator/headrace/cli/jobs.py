@@ -1,4 +1,5 @@
-"""``headrace verify TOPIC`` and ``headrace compact TOPIC``: the Spark jobs, run locally.
+"""``headrace verify TOPIC`` and ``headrace compact TOPIC``: the Spark jobs, run locally;
+``headrace tier sweep TOPIC``: the orphan sweep, run in this process.
 
 Each command runs ``headrace/jobs/run.py`` with pyspark's bundled ``spark-submit``
 (``--master local[*]`` by default) against the local cluster's object store (the
@@ -28,6 +29,7 @@ from typing import Any
 import click
 
 from headrace.cli import local as local_mode
+from headrace.jobs import sweep
 
 _PROGRESS_PREFIXES = ("verify ", "compact ", "  partition ")
 
@@ -427,6 +429,83 @@ def compact(
     sys.exit(status)
 
 
+@click.group()
+def tier() -> None:
+    """The object store's tier of a topic."""
+
+
+@tier.command("sweep")
+@click.argument("topic")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(path_type=Path),
+    default=local_mode.DEFAULT_DIR,
+    show_default=True,
+    help="The local cluster's directory (its local.json names the object store).",
+)
+@click.option("--store", default=None, help="Object store URL instead of --dir's.")
+@click.option("--cluster", default=None, help="Cluster id (default: local).")
+@click.option(
+    "--grace-seconds",
+    type=click.IntRange(min=0),
+    default=sweep.DEFAULT_GRACE_MS // 1000,
+    show_default=True,
+    help="Unlisted objects written more recently than this are kept: an upload or a"
+    " compaction may still list them.",
+)
+@click.option("--apply", is_flag=True, help="Delete the orphans (default: only report them).")
+@click.option("--json", "as_json", is_flag=True, help="Print the whole report as JSON.")
+def sweep_cmd(
+    topic: str,
+    directory: Path,
+    store: str | None,
+    cluster: str | None,
+    grace_seconds: int,
+    apply: bool,
+    as_json: bool,
+) -> None:
+    """Find the objects under TOPIC's prefix that no manifest lists (failed or fenced
+    uploads, a compaction's or retention's leftovers, a deleted topic's remains) and
+    are older than --grace-seconds; with --apply, delete them."""
+    from headrace.jobs.topics import TopicRef
+    from headrace.objectstore.urls import open_store
+
+    url, cluster_id, env = _target(directory, store, cluster)
+    try:
+        ref = TopicRef(cluster_id, _qualified(topic))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="TOPIC") from exc
+    opened = open_store(url, {**os.environ, **env})
+    try:
+        report = sweep.sweep_topic(
+            opened,
+            ref,
+            now_ms=int(time.time() * 1000),
+            grace_ms=grace_seconds * 1000,
+            apply=apply,
+        )
+    finally:
+        opened.close()
+    doc = report.to_doc()
+    if as_json:
+        click.echo(json.dumps(doc, indent=2))
+        return
+    counts = doc["objects"]
+    click.echo(
+        f"{ref.topic}: {sum(counts.values())} objects: {counts['listed']} listed,"
+        f" {counts['other']} other, {counts['young']} unlisted but younger than"
+        f" {grace_seconds} s, {counts['orphan']} orphans ({doc['orphanBytes']} bytes)"
+    )
+    for orphan in report.orphans:
+        click.echo(f"  orphan {orphan.key} ({orphan.size} bytes)")
+    if apply:
+        click.echo(f"deleted {len(report.deleted)}; kept {len(report.spared)} listed or rewritten")
+    elif report.orphans:
+        click.echo("dry run: nothing deleted (--apply deletes the orphans)")
+
+
 def register(group: click.Group) -> None:
     group.add_command(verify)
     group.add_command(compact)
+    group.add_command(tier)

@@ -38,13 +38,15 @@ MAX_REPLICAS = 7
 
 
 class Retention(Model):
-    """How long records are kept. Unset fields take the cluster's ``brokerConfig``."""
+    """How long records are kept, on broker disks and, for a tiered topic, in the object
+    store too (the whole log). Unset fields take the cluster's ``brokerConfig``."""
 
     ms: int | None = Field(default=None, ge=-1)
-    """Delete segments whose newest record is older than this many milliseconds; -1 keeps
-    them forever."""
+    """Delete segments (on a tiered topic, stored objects too) whose newest record is older
+    than this many milliseconds; -1 keeps them forever."""
     bytes: int | None = Field(default=None, ge=-1)
-    """Delete the oldest segments while a partition is larger than this; -1 is unlimited."""
+    """Delete the oldest segments while a partition is larger than this (on a tiered topic,
+    its stored objects and local segments together); -1 is unlimited."""
 
 
 class Segments(Model):

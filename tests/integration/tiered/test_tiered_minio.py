@@ -11,6 +11,7 @@ from headrace.errors import CorruptSegmentObject
 from headrace.objectstore import minio_server, minio_store, retrying
 from headrace.objectstore.errors import ObjectStoreUnavailable
 from headrace.tiered import layout
+from headrace.tiered.manifest import FencedUploader
 from headrace.tiered.tier import PartitionTier
 from tests.integration.objectstore.servers import new_bucket
 from tests.integration.tiered.batches import boundaries, run
@@ -126,6 +127,12 @@ class InterruptibleStore(minio_store.MinioStore):
             hook()
         super().put(key, data)
 
+    def put_if_version(self, key: str, data: bytes, version: str | None) -> bool:
+        hook = self.hooks.pop(key, None)
+        if hook is not None:
+            hook()
+        return super().put_if_version(key, data, version)
+
 
 @pytest.mark.parametrize("stop_before", ["index", "segment", "manifest", "upload"])
 def test_minio_stopped_during_uploads_loses_nothing_and_leaves_no_gap(
@@ -173,3 +180,66 @@ def test_minio_stopped_during_uploads_loses_nothing_and_leaves_no_gap(
     assert tier.read(base, 1 << 30) == third
     tier.close()
     store.close()
+
+
+class InterleavingStore(minio_store.MinioStore):
+    """A real MinioStore that runs ``hook`` once, right after the ``at``-th read of
+    the manifest: a newer leader's write lands exactly between an uploader's read
+    of the manifest and its put."""
+
+    def __init__(self, settings: minio_store.MinioSettings, at: int) -> None:
+        super().__init__(settings)
+        self.at = at
+        self.reads = 0
+        self.hook: Callable[[], None] = lambda: None
+
+    def _after_manifest_read(self, key: str) -> None:
+        if key == layout.manifest_key(PREFIX):
+            self.reads += 1
+            if self.reads == self.at:
+                self.hook()
+
+    def get(self, key: str) -> bytes:
+        try:
+            return super().get(key)
+        finally:
+            self._after_manifest_read(key)
+
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        try:
+            return super().get_versioned(key)
+        finally:
+            self._after_manifest_read(key)
+
+
+def test_a_stale_epoch_uploader_loses_the_race_with_a_typed_error_in_minio(
+    minio: minio_server.MinioServer,
+) -> None:
+    bucket = new_bucket()
+    first, second, third = objects([40 * KIB] * 3, value_bytes=200, seed=3)
+    leader = PartitionTier(minio_store.MinioStore(minio.settings(bucket)), PREFIX)
+    leader.upload(first, epoch=3)
+    # the deposed leader (epoch 3) reads the manifest to list its next object (its
+    # second manifest read: the first is upload's fence check); the new leader
+    # (epoch 4) lists its own object right then
+    racing = InterleavingStore(minio.settings(bucket), at=2)
+    deposed = PartitionTier(racing, PREFIX)
+    new_leader = PartitionTier(minio_store.MinioStore(minio.settings(bucket)), PREFIX)
+    landed = []
+    racing.hook = lambda: landed.append(new_leader.upload(second, epoch=4))
+    with pytest.raises(FencedUploader) as info:
+        deposed.upload(third, epoch=3)
+    assert not info.value.retriable and landed
+    stored = PartitionTier(minio_store.MinioStore(minio.settings(bucket)), PREFIX)
+    m = stored.manifest(refresh=True)  # parses: not corrupt
+    assert m.epoch == 4 and m.gaps() == ()
+    assert [s.key for s in m.segments] == [
+        layout.segment_key(PREFIX, 0, boundaries(first)[-1][2] - 1),
+        landed[0].key,
+    ]
+    assert all(s.epoch in (3, 4) for s in m.segments) and m.segments[1].epoch == 4
+    # the new leader keeps writing: nothing the deposed one did stands in its way
+    assert new_leader.upload(third, epoch=4).epoch == 4
+    assert stored.manifest(refresh=True).checkpoint == boundaries(third)[-1][2] - 1
+    for t in (leader, deposed, new_leader, stored):
+        t.close()

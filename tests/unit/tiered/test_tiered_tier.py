@@ -60,7 +60,10 @@ def test_upload_lists_the_object_and_writes_object_and_index(
 ) -> None:
     data = run(0, [10, 20, 5])
     seg = tier.upload(data, epoch=1)
-    assert seg == SegmentObject(0, 34, len(data), layout.segment_key(PREFIX, 0, 34), 1)
+    newest = max(h.max_timestamp for _, h in rb.scan(data))
+    assert seg == SegmentObject(
+        0, 34, len(data), layout.segment_key(PREFIX, 0, 34), 1, max_timestamp=newest
+    )
     assert store.get(seg.key) == data
     assert store.exists(layout.index_key(PREFIX, 0, 34))
     stored = Manifest.from_json(store.get(layout.manifest_key(PREFIX)))
@@ -171,14 +174,14 @@ def test_an_upload_whose_manifest_put_failed_can_be_repeated(
     tier = PartitionTier(flaky, PREFIX)
     data = run(0, [10])
 
-    def fail_manifest_put(key: str) -> None:
+    def fail_before_manifest_put(key: str) -> None:
         raise OSError("disk went away")
 
-    flaky.before_put[layout.manifest_key(PREFIX)] = fail_manifest_put
+    flaky.after_read[layout.manifest_key(PREFIX)] = fail_before_manifest_put
     with pytest.raises(OSError, match="disk went away"):
         tier.upload(data, epoch=1)
     assert tier.manifest(refresh=True).segments == ()  # objects there, range not durable
-    flaky.before_put.clear()
+    flaky.after_read.clear()
     seg = tier.upload(data, epoch=1)
     assert tier.manifest(refresh=True).segments == (seg,)
     tier.close()
@@ -363,60 +366,64 @@ def test_concurrent_uploads_from_one_tier_are_all_listed(tier: PartitionTier) ->
 
 
 class FaultyStore(DirectoryStore):
-    """A real DirectoryStore with hooks that run before a put of a given key: a
-    way to interleave another writer, or a failure, at an exact moment."""
+    """A real DirectoryStore with hooks that run right after a versioned read of a
+    given key: a way to interleave another writer between an uploader's read of the
+    manifest and its conditional put."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(root, fsync=False)
-        self.before_put: dict[str, Callable[[str], None]] = {}
-        self.after_put: dict[str, Callable[[str], None]] = {}
+        self.after_read: dict[str, Callable[[str], None]] = {}
 
-    def put(self, key: str, data: bytes) -> None:
-        hook = self.before_put.get(key)
-        if hook is not None:
-            hook(key)
-        super().put(key, data)
-        hook = self.after_put.get(key)
-        if hook is not None:
-            hook(key)
+    def get_versioned(self, key: str) -> tuple[bytes, str]:
+        try:
+            return super().get_versioned(key)
+        finally:  # a missing manifest was read too
+            hook = self.after_read.get(key)
+            if hook is not None:
+                hook(key)
 
 
-def test_an_entry_dropped_by_a_concurrent_writer_is_merged_again(tmp_path: Path) -> None:
+def test_a_write_between_read_and_put_is_merged_not_overwritten(tmp_path: Path) -> None:
     store = FaultyStore(tmp_path / "objects")
     tier = PartitionTier(store, PREFIX)
-    a, b = log_of([[10], [10]])
+    a, b, c = log_of([[10], [10], [10]])
     seg_a = tier.upload(a, epoch=1)
     manifest_key = layout.manifest_key(PREFIX)
-    stale = store.get(manifest_key)  # what a slower writer read before our next put
+    other = PartitionTier(store, PREFIX)  # another writer at the same epoch
     rounds = []
 
-    def overwrite_once(key: str) -> None:
+    def other_writes_once(key: str) -> None:
         if not rounds:
             rounds.append(1)
-            DirectoryStore.put(store, key, stale)  # its put lands right after ours
+            rounds.append(other.upload(c, epoch=1))  # lands between our read and our put
 
-    store.after_put[manifest_key] = overwrite_once
+    store.after_read[manifest_key] = other_writes_once
     seg_b = tier.upload(b, epoch=1)
     m = tier.manifest(refresh=True)
-    assert m.segments == (seg_a, seg_b)
-    assert rounds == [1]
+    assert m.segments == (seg_a, seg_b, rounds[1])
 
 
-def test_a_newer_leader_replacing_the_manifest_fences_the_commit(tmp_path: Path) -> None:
+def test_a_newer_leader_writing_between_read_and_put_fences_the_commit(tmp_path: Path) -> None:
     store = FaultyStore(tmp_path / "objects")
     tier = PartitionTier(store, PREFIX)
-    a, b = log_of([[10], [10]])
+    a, b, c = log_of([[10], [10], [10]])
     seg_a = tier.upload(a, epoch=1)
     manifest_key = layout.manifest_key(PREFIX)
+    newer = PartitionTier(store, PREFIX)
+    landed = []
 
     def newer_leader(key: str) -> None:
-        store.after_put.clear()
-        DirectoryStore.put(store, key, Manifest((seg_a,), epoch=2, version=50).to_json())
+        if not landed:
+            landed.append(None)  # once: the newer leader's own reads come here too
+            landed[0] = newer.upload(b, epoch=2)
 
-    store.after_put[manifest_key] = newer_leader
+    store.after_read[manifest_key] = newer_leader
     with pytest.raises(FencedUploader):
-        tier.upload(b, epoch=1)
-    assert tier.manifest(refresh=True).segments == (seg_a,)
+        tier.upload(c, epoch=1)
+    stored = tier.manifest(refresh=True)
+    assert stored.segments == (seg_a, landed[0]) and stored.epoch == 2
+    tier.close()
+    newer.close()
 
 
 def test_endless_interference_ends_in_a_retriable_conflict(tmp_path: Path) -> None:
@@ -424,11 +431,18 @@ def test_endless_interference_ends_in_a_retriable_conflict(tmp_path: Path) -> No
     tier = PartitionTier(store, PREFIX, manifest_attempts=3)
     tier.upload(run(0, [10]), epoch=1)
     manifest_key = layout.manifest_key(PREFIX)
-    stale = store.get(manifest_key)
-    store.after_put[manifest_key] = lambda key: DirectoryStore.put(store, key, stale)
-    with pytest.raises(ManifestConflict, match="3 times") as info:
+    other = PartitionTier(store, PREFIX)
+    touched = []
+
+    def another_write(key: str) -> None:
+        touched.append(1)
+        stored = other.manifest(refresh=True)
+        store.put(key, stored.merged(Manifest((), 1, stored.version)).to_json())
+
+    store.after_read[manifest_key] = another_write
+    with pytest.raises(ManifestConflict, match="3 reads and puts") as info:
         tier.upload(run(10, [10]), epoch=1)
-    assert info.value.retriable
+    assert info.value.retriable and len(touched) == 3
 
 
 # --------------------------------------------------------------------------- sealed state
