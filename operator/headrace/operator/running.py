@@ -691,8 +691,8 @@ class ClusterRuntime:
         # operator (its resume, before a restart) may have kept brokers this loop never
         # saw hold anything, and no later change of ``blockers`` would ever let them go.
         outcome = self.workload() if self.workload is not None else None
-        pods = max([replicas, *(b + 1 for b in blockers)])
-        stale = outcome is not None and outcome.replicas not in (None, pods)
+        kept_pods = max([replicas, *(b + 1 for b in blockers)])
+        stale = outcome is not None and outcome.replicas not in (None, kept_pods)
         if (stale or set(blockers) != set(self.blockers)) and self.reapply is not None:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
         self.blockers = blockers
