@@ -27,13 +27,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.testbed import ipam, kubeapi, kubeconfig, pki, processes
+from e2e.testbed import ipam, kubeapi, kubeconfig, pki, processes, realnode
 from e2e.testbed.settings import REPO_ROOT, Settings
 from headrace.files import write_atomic
 
 #: Start order; ``down`` stops in reverse, the runner first so pods get their SIGTERM
 #: while the API server can still record their end.
 DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "runner")
+#: Every daemon either kind of node may have started, in the order ``down`` reverses:
+#: the real node's last, so its kubelet stops first and containerd after its containers.
+ALL_DAEMONS = DAEMONS + realnode.DAEMONS
+
+
+def daemons(settings: Settings) -> tuple[str, ...]:
+    """The daemons of this test bed: the control plane and its kind of node."""
+    if settings.real_node:
+        return DAEMONS[:-1] + realnode.DAEMONS
+    return DAEMONS
+
 
 #: The default StorageClass; its provisioner is the runner (see :mod:`.provisioning`).
 STORAGE_CLASS: dict[str, Any] = {
@@ -162,15 +173,18 @@ def check(settings: Settings, name: str) -> bool:
         return _https_ok(f"https://127.0.0.1:{ports.controller_manager}/healthz", _insecure_ctx())
     if name == "kube-scheduler":
         return _https_ok(f"https://127.0.0.1:{ports.scheduler}/healthz", _insecure_ctx())
-    if name == "runner":
+    if name in ("runner", "kubelet"):
+        # the real kubelet serves on the runner's port, with the same client CA
         ctx = _client_ctx(settings, "apiserver-kubelet-client")
         return _https_ok(f"https://127.0.0.1:{ports.runner}/healthz", ctx)
+    if name == "containerd":
+        return realnode.containerd_ok(settings)
     raise ValueError(name)
 
 
 def health(settings: Settings) -> dict[str, bool]:
     """Every daemon's :func:`check`."""
-    return {name: check(settings, name) for name in DAEMONS}
+    return {name: check(settings, name) for name in daemons(settings)}
 
 
 def _wait(
@@ -180,7 +194,7 @@ def _wait(
         if time.monotonic() > deadline:
             tail = _tail(settings.log_dir / f"{log}.log")
             raise TestbedError(f"timed out waiting for {what}; last lines of {log}.log:\n{tail}")
-        if log in DAEMONS and not _daemon(settings, log).running():
+        if log in ALL_DAEMONS and not _daemon(settings, log).running():
             tail = _tail(settings.log_dir / f"{log}.log")
             raise TestbedError(f"{log} exited while waiting for {what}:\n{tail}")
         time.sleep(0.2)
@@ -327,7 +341,7 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
     if is_up(settings):
         log("test bed already up")
         return 0.0
-    if any(_daemon(settings, name).running() for name in DAEMONS):
+    if any(_daemon(settings, name).running() for name in ALL_DAEMONS):
         log("test bed partly up; restarting it")
         down(settings)
     missing = [
@@ -369,20 +383,24 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
     )
     for name in ("kube-controller-manager", "kube-scheduler"):
         launch(name)
-    runner_env = dict(env)
-    runner_env.update(_python_env())
-    settings.run_dir.mkdir(parents=True, exist_ok=True)
-    _daemon(settings, "runner").start(
-        argv["runner"],
-        log_file=settings.log_dir / "runner.log",
-        env=runner_env,
-        cwd=settings.state_dir,
-    )
+    if settings.real_node:
+        node = _start_real_node(settings, ports, env, deadline, log)
+    else:
+        node = "runner"
+        runner_env = dict(env)
+        runner_env.update(_python_env())
+        settings.run_dir.mkdir(parents=True, exist_ok=True)
+        _daemon(settings, "runner").start(
+            argv["runner"],
+            log_file=settings.log_dir / "runner.log",
+            env=runner_env,
+            cwd=settings.state_dir,
+        )
     api = admin_client(settings)
     _ensure(api, "/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS)
-    for name in ("kube-controller-manager", "kube-scheduler", "runner"):
+    for name in ("kube-controller-manager", "kube-scheduler", node):
         _wait(f"{name} health", health_of(name), deadline, settings, name)
-    _wait("node Ready", lambda: _node_ready(api, settings.node_name), deadline, settings, "runner")
+    _wait("node Ready", lambda: _node_ready(api, settings.node_name), deadline, settings, node)
     # Pods are rejected until their namespace's default ServiceAccount exists.
     _wait(
         "default ServiceAccount",
@@ -392,8 +410,38 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
         "kube-controller-manager",
     )
     took = time.monotonic() - start
-    log(f"test bed up in {took:.1f} s; KUBECONFIG={settings.admin_kubeconfig}")
+    log(
+        f"test bed up in {took:.1f} s ({settings.node_kind} node);"
+        f" KUBECONFIG={settings.admin_kubeconfig}"
+    )
     return took
+
+
+def _start_real_node(
+    settings: Settings,
+    ports: Ports,
+    env: dict[str, str],
+    deadline: float,
+    log: Callable[[str], None],
+) -> str:
+    """containerd, the images it needs, then the kubelet; returns the daemon to wait for."""
+    try:
+        realnode.prepare(settings, ports.runner)
+    except realnode.NodeError as exc:
+        raise TestbedError(str(exc)) from exc
+    argv = realnode.argv(settings)
+    # runc, iptables, mount and the shims live in the sbin directories
+    node_env = {**env, "PATH": f"/usr/local/sbin:/usr/sbin:/sbin:{env['PATH']}"}
+    for name in realnode.DAEMONS:
+        if name == "kubelet":
+            realnode.import_images(settings, log)
+        _daemon(settings, name).start(
+            argv[name], log_file=settings.log_dir / f"{name}.log", env=node_env,
+            cwd=settings.state_dir,
+        )  # fmt: skip
+        if name == "containerd":
+            _wait("containerd", lambda: check(settings, "containerd"), deadline, settings, name)
+    return "kubelet"
 
 
 def _python_env() -> dict[str, str]:
@@ -436,7 +484,10 @@ def down(
     settings: Settings, purge: bool = False, log: Callable[[str], None] = lambda _: None
 ) -> None:
     """Stop everything (idempotent); with ``purge`` also delete all state."""
-    for name in reversed(DAEMONS):
+    for name in reversed(ALL_DAEMONS):
+        if name == "containerd":
+            # the kubelet leaves its containers running, and their shims outlive containerd
+            realnode.kill_containers(settings)
         if _daemon(settings, name).stop(settings.stop_timeout_s):
             log(f"stopped {name}")
     _kill_leftover_pods(settings)
@@ -460,21 +511,21 @@ def _kill_leftover_pods(settings: Settings) -> None:
 def status(settings: Settings) -> dict[str, Any]:
     """Per-daemon pid, health and resident memory, plus where the kubeconfig is."""
     h = health(settings)
-    daemons: dict[str, Any] = {}
+    by_name: dict[str, Any] = {}
     total = 0
-    for name in DAEMONS:
+    for name in daemons(settings):
         pid = _daemon(settings, name).pid()
         rss = processes.rss_kib(pid) if pid is not None else 0
         total += rss
-        daemons[name] = {"pid": pid, "healthy": h[name], "rss_mib": round(rss / 1024, 1)}
+        by_name[name] = {"pid": pid, "healthy": h[name], "rss_mib": round(rss / 1024, 1)}
         if name == "runner" and pid is not None:
             pods = sum(processes.rss_kib(c) for c in processes.descendants(pid))
-            daemons[name]["pods_rss_mib"] = round(pods / 1024, 1)
+            by_name[name]["pods_rss_mib"] = round(pods / 1024, 1)
     return {
         "up": all(h.values()),
         "kubeconfig": str(settings.admin_kubeconfig),
         "state_dir": str(settings.state_dir),
         "bin_dir": str(settings.bin_dir),
-        "daemons": daemons,
+        "daemons": by_name,
         "total_rss_mib": round(total / 1024, 1),  # control plane + runner, not pods
     }

@@ -1,0 +1,336 @@
+"""A real node for the test bed: containerd, runc, CNI and the kubelet (I/O adapter).
+
+Chosen with ``E2E_NODE=real`` in place of the stand-in runner (:mod:`.kubelet`). The
+binaries come from ``e2e/testbed/build.sh`` with ``TESTBED_NODE=1``: the kubelet from
+the control plane's ``k8s.io/kubernetes`` module, containerd, runc and the CNI plugins
+from Debian, and the pause and busybox images built from source
+(``e2e/testbed/node/build.sh``) and imported into containerd, which never pulls.
+
+Everything of the node lives in ``<state>/node``: containerd's root, state, socket and
+config, the CNI configuration and its address leases, and the kubelet's root directory
+and config. The host keeps what a node needs of it: the pod bridge, the cgroups under
+``/kubepods`` and the pod network namespaces; so one real node runs on a machine at a
+time (a second one's kubelet would share ``/kubepods``).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.testbed import ipam, pki
+from e2e.testbed.settings import Settings
+from headrace.files import write_atomic
+
+#: The node's daemons, in start order (``down`` stops them in reverse).
+DAEMONS = ("containerd", "kubelet")
+
+#: The images ``e2e/testbed/node/build.sh`` builds, by archive name, and their references.
+PAUSE_IMAGE = "localhost/testbed-pause:1"
+BUSYBOX_IMAGE = "localhost/testbed-busybox:1"
+IMAGE_ARCHIVES = {"pause.tar": PAUSE_IMAGE, "busybox.tar": BUSYBOX_IMAGE}
+
+#: Debian's runc and CNI plugins.
+RUNC = "/usr/sbin/runc"
+CNI_BIN_DIR = "/usr/lib/cni"
+#: containerd's namespace for the CRI's containers and images.
+CRI_NAMESPACE = "k8s.io"
+
+
+class NodeError(Exception):
+    """The real node cannot run here; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class NodeLayout:
+    """Where the real node's files live: all under ``<state>/node``."""
+
+    root: Path
+
+    @classmethod
+    def of(cls, settings: Settings) -> NodeLayout:
+        return cls(settings.state_dir / "node")
+
+    @property
+    def containerd_config(self) -> Path:
+        return self.root / "containerd.toml"
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.root / "containerd.sock"
+
+    @property
+    def containerd_root(self) -> Path:
+        return self.root / "containerd"
+
+    @property
+    def containerd_state(self) -> Path:
+        # shims put their sockets under here: keep it short (a socket path has 108 bytes)
+        return self.root / "run"
+
+    @property
+    def cni_conf_dir(self) -> Path:
+        return self.root / "cni"
+
+    @property
+    def cni_ipam_dir(self) -> Path:
+        return self.root / "cni-leases"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.root / "kubelet"
+
+    @property
+    def kubelet_config(self) -> Path:
+        return self.root / "kubelet.json"
+
+
+@dataclass(frozen=True)
+class PodNetwork:
+    """The node's pod network: one bridge and one /24, both derived from the state
+    directory like the stand-in's loopback block, so two test beds' names differ."""
+
+    block: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> PodNetwork:
+        return cls(ipam.block_for(str(settings.state_dir.resolve())))
+
+    @property
+    def bridge(self) -> str:
+        return f"hrtb{self.block}"
+
+    @property
+    def subnet(self) -> str:
+        return f"10.244.{self.block}.0/24"
+
+    @property
+    def gateway(self) -> str:
+        return f"10.244.{self.block}.1"
+
+
+def host_ip() -> str:
+    """The address the host's default route leaves from: the node's InternalIP (the
+    kubelet refuses a loopback node IP). A UDP connect sends nothing."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.connect(("198.51.100.1", 9))
+        return str(s.getsockname()[0])
+
+
+def images_dir(settings: Settings) -> Path:
+    """The image archives ``e2e/testbed/node/build.sh`` writes, beside the binaries."""
+    return settings.bin_dir.parent / "images"
+
+
+def missing_pieces(settings: Settings) -> list[str]:
+    """What the real node needs and does not find (empty when it can start)."""
+    missing = [str(settings.binary("kubelet"))] if not settings.binary("kubelet").exists() else []
+    for program in ("containerd", "ctr", RUNC, f"{CNI_BIN_DIR}/bridge", "iptables"):
+        if shutil.which(program) is None:
+            missing.append(program)
+    missing += [
+        str(images_dir(settings) / a)
+        for a in IMAGE_ARCHIVES
+        if not (images_dir(settings) / a).exists()
+    ]
+    return missing
+
+
+# Configuration ----------------------------------------------------------------------
+def containerd_config(layout: NodeLayout) -> str:
+    """containerd 1.6's config (version 2): its own root, state and socket, runc with
+    cgroupfs (this machine has no systemd), the CNI config of this node, and the pause
+    image built here as the sandbox image."""
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    return "\n".join(
+        [
+            "version = 2",
+            f'root = "{layout.containerd_root}"',
+            f'state = "{layout.containerd_state}"',
+            "[grpc]",
+            f'  address = "{layout.containerd_socket}"',
+            "[ttrpc]",
+            f'  address = "{layout.containerd_socket}.ttrpc"',
+            f"[{cri}]",
+            f'  sandbox_image = "{PAUSE_IMAGE}"',
+            # no CAP_SYS_RESOURCE here: runc cannot lower oom_score_adj (the sandbox's
+            # -998, guaranteed pods' -997) and fails the container; clamp to containerd's
+            "  restrict_oom_score_adj = true",
+            # the streaming server (exec, attach, port-forward) on loopback, any free port
+            '  stream_server_address = "127.0.0.1"',
+            '  stream_server_port = "0"',
+            f"[{cri}.containerd]",
+            '  snapshotter = "overlayfs"',
+            '  default_runtime_name = "runc"',
+            f"[{cri}.containerd.runtimes.runc]",
+            '  runtime_type = "io.containerd.runc.v2"',
+            f"[{cri}.containerd.runtimes.runc.options]",
+            "  SystemdCgroup = false",
+            f'  BinaryName = "{RUNC}"',
+            f"[{cri}.cni]",
+            f'  bin_dir = "{CNI_BIN_DIR}"',
+            f'  conf_dir = "{layout.cni_conf_dir}"',
+            "",
+        ]
+    )
+
+
+def cni_config(layout: NodeLayout, net: PodNetwork) -> dict[str, object]:
+    """A bridge with the node's /24 (host-local leases in the node's directory), masquerade
+    for traffic leaving it, and portmap for hostPorts. containerd adds loopback itself."""
+    return {
+        "cniVersion": "0.4.0",
+        "name": "testbed",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": net.bridge,
+                "isGateway": True,
+                "ipMasq": True,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(layout.cni_ipam_dir),
+                    "ranges": [[{"subnet": net.subnet, "gateway": net.gateway}]],
+                    "routes": [{"dst": "0.0.0.0/0"}],
+                },
+            },
+            {"type": "portmap", "capabilities": {"portMappings": True}},
+        ],
+    }
+
+
+def kubelet_config(settings: Settings, layout: NodeLayout, port: int) -> dict[str, object]:
+    """The KubeletConfiguration. ``failCgroupV1: false``: this machine has cgroup v1
+    (hybrid), which the kubelet refuses from 1.35 unless told. Its server uses the
+    test bed's CA for client certificates (the API server's kubelet client) and allows
+    every authenticated caller, as the stand-in does. Eviction thresholds are low so a
+    shared machine's disk does not evict test pods."""
+    p = settings.pki_dir
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "failCgroupV1": False,
+        "cgroupDriver": "cgroupfs",
+        "containerRuntimeEndpoint": f"unix://{layout.containerd_socket}",
+        "address": "0.0.0.0",
+        "port": port,
+        "readOnlyPort": 0,
+        "healthzPort": 0,
+        "tlsCertFile": str(p / "node-server.crt"),
+        "tlsPrivateKeyFile": str(p / "node-server.key"),
+        "authentication": {
+            "x509": {"clientCAFile": str(p / "ca.crt")},
+            "webhook": {"enabled": False},
+            "anonymous": {"enabled": False},
+        },
+        "authorization": {"mode": "AlwaysAllow"},
+        "clusterDomain": "cluster.local",
+        "resolvConf": "/etc/resolv.conf",
+        "failSwapOn": False,
+        # its own -999 would need CAP_SYS_RESOURCE, which this machine does not grant
+        "oomScoreAdj": 0,
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "imagefs.available": "1%",
+        },
+        "imageGCHighThresholdPercent": 99,
+        "imageGCLowThresholdPercent": 98,
+        "serializeImagePulls": False,
+        "registerNode": True,
+    }
+
+
+def prepare(settings: Settings, kubelet_port: int) -> None:
+    """Write the node's configuration and its serving certificate (idempotent)."""
+    missing = missing_pieces(settings)
+    if missing:
+        raise NodeError(f"the real node lacks {missing}; run TESTBED_NODE=1 e2e/testbed/build.sh")
+    layout, net = NodeLayout.of(settings), PodNetwork.of(settings)
+    for d in (layout.root, layout.cni_conf_dir, layout.kubelet_root):
+        d.mkdir(parents=True, exist_ok=True)
+    node_ip = host_ip()
+    pki.ensure_serving(
+        settings.pki_dir, "node-server", ("localhost", settings.node_name), ("127.0.0.1", node_ip)
+    )
+    write_atomic(layout.containerd_config, containerd_config(layout).encode(), sync=False)
+    conflist = json.dumps(cni_config(layout, net), indent=2) + "\n"
+    write_atomic(layout.cni_conf_dir / "10-testbed.conflist", conflist.encode(), sync=False)
+    config = json.dumps(kubelet_config(settings, layout, kubelet_port), indent=2) + "\n"
+    write_atomic(layout.kubelet_config, config.encode(), sync=False)
+
+
+def argv(settings: Settings) -> dict[str, list[str]]:
+    layout = NodeLayout.of(settings)
+    return {
+        "containerd": ["containerd", f"--config={layout.containerd_config}"],
+        "kubelet": [
+            str(settings.binary("kubelet")),
+            f"--config={layout.kubelet_config}",
+            f"--kubeconfig={settings.state_dir / 'kubeconfig' / 'runner.kubeconfig'}",
+            f"--root-dir={layout.kubelet_root}",
+            f"--hostname-override={settings.node_name}",
+            f"--node-ip={host_ip()}",
+            "--v=1",
+        ],
+    }
+
+
+# containerd -------------------------------------------------------------------------
+def ctr(settings: Settings, *args: str, timeout_s: float = 60.0) -> str:
+    """``ctr`` against this node's containerd, in the CRI's namespace."""
+    sock = NodeLayout.of(settings).containerd_socket
+    out = subprocess.run(
+        ["ctr", "--address", str(sock), "--namespace", CRI_NAMESPACE, *args],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+    return out.stdout
+
+
+def containerd_ok(settings: Settings) -> bool:
+    try:
+        ctr(settings, "version", timeout_s=5)
+    except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError):
+        return False
+    return True
+
+
+def import_images(settings: Settings, log: Callable[[str], None] = lambda _: None) -> None:
+    """Import the built image archives that containerd does not have yet."""
+    have = set(ctr(settings, "images", "list", "--quiet").split())
+    for archive, ref in IMAGE_ARCHIVES.items():
+        if ref not in have:
+            ctr(settings, "images", "import", str(images_dir(settings) / archive), timeout_s=300)
+            log(f"imported {ref} into containerd")
+
+
+def kill_containers(settings: Settings) -> None:
+    """SIGKILL every container's task and delete it: the kubelet leaves its pods running
+    when it stops, and containerd's shims outlive containerd. Sandboxes whose task is
+    gone are torn down (CNI included) by the next kubelet, or deleted with the state."""
+    if not containerd_ok(settings):
+        return
+    tasks = [
+        line.split()[0] for line in ctr(settings, "tasks", "list").splitlines()[1:] if line.strip()
+    ]
+    for task in tasks:
+        subprocess.run(
+            ["ctr", "--address", str(NodeLayout.of(settings).containerd_socket),
+             "--namespace", CRI_NAMESPACE, "tasks", "kill", "--signal", "SIGKILL", task],
+            capture_output=True, timeout=30, check=False,
+        )  # fmt: skip
+    for task in tasks:
+        subprocess.run(
+            ["ctr", "--address", str(NodeLayout.of(settings).containerd_socket),
+             "--namespace", CRI_NAMESPACE, "tasks", "delete", "--force", task],
+            capture_output=True, timeout=30, check=False,
+        )  # fmt: skip
