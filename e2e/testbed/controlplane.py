@@ -60,6 +60,11 @@ STORAGE_CLASS: dict[str, Any] = {
 }
 
 
+#: The Services' ClusterIPs; the first is the "kubernetes" Service's.
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
+
+
 class TestbedError(Exception):
     """The test bed could not be brought to the requested state."""
 
@@ -74,16 +79,18 @@ class Ports:
     controller_manager: int
     scheduler: int
     runner: int
+    #: the real node's kube-proxy health endpoint (0 in a file written before it existed)
+    kube_proxy: int = 0
 
     @classmethod
     def load_or_choose(cls, path: Path) -> Ports:
         try:
             ports = cls(**json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
-            ports = cls(*(_free_port() for _ in range(6)))
+            ports = cls(*(_free_port() for _ in range(7)))
         # A recorded port that something else took since is replaced.
         for name, port in asdict(ports).items():
-            if not _port_free(port):
+            if port == 0 or not _port_free(port):
                 setattr(ports, name, _free_port())
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(ports)) + "\n")
@@ -138,6 +145,14 @@ def _https_ok(url: str, ctx: ssl.SSLContext, timeout_s: float = 2.0) -> bool:
         return False
 
 
+def _http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return 200 <= int(resp.status) < 300
+    except (urllib.error.URLError, OSError):
+        return False
+
+
 def _client_ctx(settings: Settings, identity: str) -> ssl.SSLContext:
     ctx = ssl.create_default_context(cafile=str(settings.pki_dir / "ca.crt"))
     ctx.load_cert_chain(
@@ -179,6 +194,10 @@ def check(settings: Settings, name: str) -> bool:
         return _https_ok(f"https://127.0.0.1:{ports.runner}/healthz", ctx)
     if name == "containerd":
         return realnode.containerd_ok(settings)
+    if name == "kube-proxy":
+        return _http_ok(f"http://127.0.0.1:{ports.kube_proxy}/healthz")
+    if name == "provisioner":
+        return True  # running is all it shows; its passes log to provisioner.log
     raise ValueError(name)
 
 
@@ -214,6 +233,16 @@ def _argv(settings: Settings, ports: Ports) -> dict[str, list[str]]:
     etcd_url = f"https://127.0.0.1:{ports.etcd}"
     peer_url = f"http://127.0.0.1:{ports.etcd_peer}"
     kc = settings.state_dir / "kubeconfig"
+    apiserver_address = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"]
+    # The "kubernetes" Endpoints would hold 127.0.0.1, which Endpoints validation
+    # rejects as loopback; in-pod clients get the address from env instead.
+    endpoints = "--endpoint-reconciler-type=none"
+    if settings.real_node:
+        # pods reach the API server through the "kubernetes" Service (kube-proxy) at the
+        # host's address, which the Endpoints may hold; the kubelet's pods are not on
+        # loopback, so the server listens on every address
+        apiserver_address = ["--bind-address=0.0.0.0", f"--advertise-address={realnode.host_ip()}"]
+        endpoints = "--endpoint-reconciler-type=lease"
     return {
         "etcd": [
             str(b("etcd")),
@@ -234,8 +263,7 @@ def _argv(settings: Settings, ports: Ports) -> dict[str, list[str]]:
         ],
         "kube-apiserver": [
             str(b("kube-apiserver")),
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *apiserver_address,
             f"--secure-port={ports.apiserver}",
             f"--etcd-servers={etcd_url}",
             f"--etcd-cafile={p / 'ca.crt'}",
@@ -248,11 +276,9 @@ def _argv(settings: Settings, ports: Ports) -> dict[str, list[str]]:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={p / 'sa.pub'}",
             f"--service-account-signing-key-file={p / 'sa.key'}",
-            # ClusterIPs are allocated from here but never routed: there is no kube-proxy.
-            "--service-cluster-ip-range=10.96.0.0/16",
-            # The "kubernetes" Endpoints would hold 127.0.0.1, which Endpoints validation
-            # rejects as loopback; in-pod clients get the address from env instead.
-            "--endpoint-reconciler-type=none",
+            # ClusterIPs are allocated from here; only a real node's kube-proxy routes them.
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            endpoints,
             f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
             f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
             f"--kubelet-certificate-authority={p / 'ca.crt'}",
@@ -357,6 +383,12 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
     for d in (settings.state_dir, settings.log_dir, settings.run_dir, settings.volumes_dir):
         d.mkdir(parents=True, exist_ok=True)
     pki.ensure(settings.pki_dir)
+    if settings.real_node:
+        # pods dial the API server at the "kubernetes" Service's ClusterIP (and its names)
+        pki.ensure_serving(
+            settings.pki_dir, "apiserver", pki.APISERVER_DNS,
+            ("127.0.0.1", realnode.host_ip(), KUBERNETES_SERVICE_IP),
+        )  # fmt: skip
     ports = Ports.load_or_choose(_ports_file(settings))
     _write_kubeconfigs(settings, ports)
     argv = _argv(settings, ports)
@@ -398,7 +430,8 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
         )
     api = admin_client(settings)
     _ensure(api, "/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS)
-    for name in ("kube-controller-manager", "kube-scheduler", node):
+    node_daemons = realnode.DAEMONS if settings.real_node else ("runner",)
+    for name in ("kube-controller-manager", "kube-scheduler", *node_daemons):
         _wait(f"{name} health", health_of(name), deadline, settings, name)
     _wait("node Ready", lambda: _node_ready(api, settings.node_name), deadline, settings, node)
     # Pods are rejected until their namespace's default ServiceAccount exists.
@@ -429,14 +462,15 @@ def _start_real_node(
         realnode.prepare(settings, ports.runner)
     except realnode.NodeError as exc:
         raise TestbedError(str(exc)) from exc
-    argv = realnode.argv(settings)
+    argv = realnode.argv(settings, ports.kube_proxy)
     # runc, iptables, mount and the shims live in the sbin directories
     node_env = {**env, "PATH": f"/usr/local/sbin:/usr/sbin:/sbin:{env['PATH']}"}
     for name in realnode.DAEMONS:
         if name == "kubelet":
             realnode.import_images(settings, log)
+        daemon_env = {**node_env, **_python_env()} if name == "provisioner" else node_env
         _daemon(settings, name).start(
-            argv[name], log_file=settings.log_dir / f"{name}.log", env=node_env,
+            argv[name], log_file=settings.log_dir / f"{name}.log", env=daemon_env,
             cwd=settings.state_dir,
         )  # fmt: skip
         if name == "containerd":

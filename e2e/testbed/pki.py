@@ -238,6 +238,6 @@ def ensure_serving(pki_dir: Path, stem: str, dns: tuple[str, ...], ips: tuple[st
         have = {str(n.value) for n in sans}
         if have == wanted:
             return
-    cert_pem, key_pem = _load_ca(pki_dir).issue(stem, server=True, dns=dns, ips=ips)
+    cert_pem, key_pem = _load_ca(pki_dir).issue(stem, server=True, client=True, dns=dns, ips=ips)
     _write(pki_dir / f"{stem}.key", key_pem, private=True)
     _write(crt, cert_pem)

@@ -19,6 +19,7 @@ import json
 import shutil
 import socket
 import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +28,10 @@ from e2e.testbed import ipam, pki
 from e2e.testbed.settings import Settings
 from headrace.files import write_atomic
 
-#: The node's daemons, in start order (``down`` stops them in reverse).
-DAEMONS = ("containerd", "kubelet")
+#: The node's daemons, in start order (``down`` stops them in reverse): the runtime, the
+#: kubelet, kube-proxy (Services' ClusterIPs and NodePorts, in the host's iptables) and
+#: the provisioner of ``local`` PersistentVolumes (the stand-in runner's, as a daemon).
+DAEMONS = ("containerd", "kubelet", "kube-proxy", "provisioner")
 
 #: The images ``e2e/testbed/node/build.sh`` builds, by archive name, and their references.
 PAUSE_IMAGE = "localhost/testbed-pause:1"
@@ -129,7 +132,11 @@ def images_dir(settings: Settings) -> Path:
 
 def missing_pieces(settings: Settings) -> list[str]:
     """What the real node needs and does not find (empty when it can start)."""
-    missing = [str(settings.binary("kubelet"))] if not settings.binary("kubelet").exists() else []
+    missing = [
+        str(settings.binary(b))
+        for b in ("kubelet", "kube-proxy")
+        if not settings.binary(b).exists()
+    ]
     for program in ("containerd", "ctr", RUNC, f"{CNI_BIN_DIR}/bridge", "iptables"):
         if shutil.which(program) is None:
             missing.append(program)
@@ -266,18 +273,38 @@ def prepare(settings: Settings, kubelet_port: int) -> None:
     write_atomic(layout.kubelet_config, config.encode(), sync=False)
 
 
-def argv(settings: Settings) -> dict[str, list[str]]:
+def argv(settings: Settings, kube_proxy_port: int) -> dict[str, list[str]]:
     layout = NodeLayout.of(settings)
+    kubeconfig = settings.state_dir / "kubeconfig" / "runner.kubeconfig"
     return {
         "containerd": ["containerd", f"--config={layout.containerd_config}"],
         "kubelet": [
             str(settings.binary("kubelet")),
             f"--config={layout.kubelet_config}",
-            f"--kubeconfig={settings.state_dir / 'kubeconfig' / 'runner.kubeconfig'}",
+            f"--kubeconfig={kubeconfig}",
             f"--root-dir={layout.kubelet_root}",
             f"--hostname-override={settings.node_name}",
             f"--node-ip={host_ip()}",
             "--v=1",
+        ],
+        "kube-proxy": [
+            str(settings.binary("kube-proxy")),
+            f"--kubeconfig={kubeconfig}",
+            f"--hostname-override={settings.node_name}",
+            "--proxy-mode=iptables",
+            f"--cluster-cidr={PodNetwork.of(settings).subnet}",
+            f"--healthz-bind-address=127.0.0.1:{kube_proxy_port}",
+            "--metrics-bind-address=",
+            # leave the host's conntrack table size alone (it is shared)
+            "--conntrack-max-per-core=0",
+            "--v=1",
+        ],
+        "provisioner": [
+            sys.executable,
+            "-m",
+            "e2e.testbed.provisioning",
+            f"--state-dir={settings.state_dir}",
+            f"--node-name={settings.node_name}",
         ],
     }
 
