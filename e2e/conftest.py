@@ -27,6 +27,15 @@ MINIO_TESTS = frozenset(
 _build_error: str | None = None
 
 
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which cluster and which kind of node the run uses; never left to guess."""
+    if PROVIDER != "testbed":
+        return f"e2e: provider {PROVIDER}"
+    from e2e.testbed.settings import Settings
+
+    return f"e2e: provider testbed, {Settings.from_env().node_kind} node (E2E_NODE)"
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     global _build_error
     wants_e2e = any("/e2e/" in str(item.path) for item in session.items)

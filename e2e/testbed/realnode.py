@@ -16,6 +16,7 @@ time (a second one's kubelet would share ``/kubepods``).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -361,3 +362,33 @@ def kill_containers(settings: Settings) -> None:
              "--namespace", CRI_NAMESPACE, "tasks", "delete", "--force", task],
             capture_output=True, timeout=30, check=False,
         )  # fmt: skip
+
+
+def import_local_image(
+    settings: Settings, ref: str, log: Callable[[str], None] = lambda _: None
+) -> None:
+    """Import ``ref`` from buildah's store (``make image``) into containerd, unless
+    containerd has that image already: the CRI names every image by its config digest
+    too, which is buildah's image id."""
+    storage = ["buildah", "--storage-driver", os.environ.get("STORAGE_DRIVER", "vfs")]
+    found = subprocess.run(
+        [*storage, "images", "--no-trunc", "--format", "{{.ID}}", ref],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if found.returncode != 0 or not found.stdout.strip():
+        raise NodeError(f"image {ref} is not in buildah's store; build it with `make image`")
+    image_id = found.stdout.split()[0]
+    digest = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+    if digest in ctr(settings, "images", "list", "--quiet").split():
+        return
+    archive = images_dir(settings) / "local-image.tar"
+    archive.unlink(missing_ok=True)
+    subprocess.run(
+        [*storage, "push", "--quiet", ref, f"docker-archive:{archive}:{ref}"],
+        check=True, capture_output=True, timeout=600,
+    )  # fmt: skip
+    try:
+        ctr(settings, "images", "import", str(archive), timeout_s=600)
+    finally:
+        archive.unlink(missing_ok=True)
+    log(f"imported {ref} into containerd")
