@@ -252,6 +252,8 @@ def kubelet_config(settings: Settings, layout: NodeLayout, port: int) -> dict[st
         "imageGCLowThresholdPercent": 98,
         "serializeImagePulls": False,
         "registerNode": True,
+        # containers' logs with the node's state, not in the host's /var/log/pods
+        "podLogsDir": str(layout.root / "pod-logs"),
     }
 
 
