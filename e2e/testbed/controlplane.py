@@ -117,6 +117,11 @@ def _daemon(settings: Settings, name: str) -> processes.Daemon:
     return processes.Daemon(name, settings.run_dir)
 
 
+def _daemon_running_in(state_dir: Path, name: str) -> bool:
+    """Whether the test bed whose state is ``state_dir`` runs daemon ``name``."""
+    return processes.Daemon(name, state_dir / "run").running()
+
+
 def _ports_file(settings: Settings) -> Path:
     return settings.run_dir / "ports.json"
 
@@ -459,6 +464,7 @@ def _start_real_node(
 ) -> str:
     """containerd, the images it needs, then the kubelet; returns the daemon to wait for."""
     try:
+        realnode.claim(settings, lambda state: _daemon_running_in(state, "kubelet"))
         realnode.prepare(settings, ports.runner)
     except realnode.NodeError as exc:
         raise TestbedError(str(exc)) from exc
@@ -524,6 +530,9 @@ def down(
             realnode.kill_containers(settings)
         if _daemon(settings, name).stop(settings.stop_timeout_s):
             log(f"stopped {name}")
+        if name == "containerd":
+            realnode.unmount_all(settings)
+            realnode.release(settings)
     _kill_leftover_pods(settings)
     if purge and settings.state_dir.exists():
         shutil.rmtree(settings.state_dir)

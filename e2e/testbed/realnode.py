@@ -15,6 +15,7 @@ time (a second one's kubelet would share ``/kubepods``).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -394,3 +395,50 @@ def import_local_image(
     finally:
         archive.unlink(missing_ok=True)
     log(f"imported {ref} into containerd")
+
+
+# One real node per machine ----------------------------------------------------------
+#: Which state directory's real node runs on this machine: two would share the cgroups
+#: under /kubepods and fight over kube-proxy's iptables chains (seen: a second node's
+#: kube-proxy sent the first's pods' "kubernetes" Service to its own API server, gone
+#: with it: "Connection refused").
+CLAIM = Path("/run/headrace-testbed-real-node")
+
+
+def claim(settings: Settings, running: Callable[[Path], bool]) -> None:
+    """Record this test bed as the machine's real node, unless another one's still runs
+    (``running(state_dir)`` tells)."""
+    mine = str(settings.state_dir.resolve())
+    try:
+        holder = CLAIM.read_text().strip()
+    except OSError:
+        holder = ""
+    if holder and holder != mine and running(Path(holder)):
+        raise NodeError(
+            f"the real node of {holder} runs on this machine; one real node per machine "
+            f"(bring it down first: HEADRACE_TESTBED_STATE={holder} python -m e2e.testbed down)"
+        )
+    write_atomic(CLAIM, f"{mine}\n".encode(), sync=False)
+
+
+def release(settings: Settings) -> None:
+    with contextlib.suppress(OSError):
+        if CLAIM.read_text().strip() == str(settings.state_dir.resolve()):
+            CLAIM.unlink()
+
+
+def unmount_all(settings: Settings) -> None:
+    """Unmount what the kubelet left mounted under the node's directory (its root dir's
+    bind mount, pods' secret and token tmpfs): it unmounts nothing when it stops, and
+    ``down --purge`` could not remove them ("Device or resource busy")."""
+    root = str(NodeLayout.of(settings).root.resolve())
+    points = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        # field 5 is the mount point, with space, tab, newline and backslash octal-escaped
+        point = line.split()[4].encode().decode("unicode_escape")
+        if point == root or point.startswith(root + "/"):
+            points.append(point)
+    for point in sorted(points, key=len, reverse=True):
+        done = subprocess.run(["umount", point], capture_output=True, check=False)
+        if done.returncode != 0:
+            subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
