@@ -55,3 +55,42 @@ def test_pod_network_names_fit_the_kernel(tmp_path: Path) -> None:
         assert len(net.bridge) <= 15  # IFNAMSIZ - 1
         assert net.subnet == f"10.244.{block}.0/24"
         assert net.gateway == f"10.244.{block}.1"
+
+
+def test_the_real_nodes_volumes_are_local_and_pinned_to_it(tmp_path: Path) -> None:
+    from e2e.testbed import provisioning
+
+    claim = {
+        "metadata": {"name": "data-demo-0", "namespace": "ns", "uid": "u1"},
+        "spec": {"resources": {"requests": {"storage": "64Mi"}}},
+    }
+    storage_class = {"metadata": {"name": "standard"}, "reclaimPolicy": "Delete"}
+    pv = provisioning.volume_for_claim(claim, storage_class, tmp_path, node="testbed-node")
+    # fsGroup applies to local volumes, never to hostPath ones
+    assert pv["spec"]["local"] == {"path": str(tmp_path / "pvc-u1")}
+    assert "hostPath" not in pv["spec"]
+    (term,) = pv["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+    assert term["matchExpressions"][0]["values"] == ["testbed-node"]
+    assert provisioning.volume_path(pv) == tmp_path / "pvc-u1"
+    # the stand-in's stay hostPath
+    assert "hostPath" in provisioning.volume_for_claim(claim, storage_class, tmp_path)["spec"]
+
+
+def test_a_serving_certificate_is_reissued_when_its_names_change(tmp_path: Path) -> None:
+    from cryptography import x509
+
+    from e2e.testbed import pki
+
+    pki.ensure(tmp_path)
+
+    def names() -> set[str]:
+        cert = x509.load_pem_x509_certificate((tmp_path / "node.crt").read_bytes())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        return {str(n.value) for n in sans}
+
+    pki.ensure_serving(tmp_path, "node", ("localhost",), ("127.0.0.1", "192.0.2.2"))
+    first = (tmp_path / "node.crt").read_bytes()
+    pki.ensure_serving(tmp_path, "node", ("localhost",), ("127.0.0.1", "192.0.2.2"))
+    assert (tmp_path / "node.crt").read_bytes() == first  # same names: kept
+    pki.ensure_serving(tmp_path, "node", ("localhost",), ("127.0.0.1", "192.0.2.9"))
+    assert names() == {"localhost", "127.0.0.1", "192.0.2.9"}
