@@ -524,14 +524,21 @@ def down(
     settings: Settings, purge: bool = False, log: Callable[[str], None] = lambda _: None
 ) -> None:
     """Stop everything (idempotent); with ``purge`` also delete all state."""
+    node_ran = False
     for name in reversed(ALL_DAEMONS):
         if name == "containerd":
             # the kubelet leaves its containers running, and their shims outlive containerd
             realnode.kill_containers(settings)
         if _daemon(settings, name).stop(settings.stop_timeout_s):
             log(f"stopped {name}")
+            node_ran = node_ran or name in realnode.DAEMONS
         if name == "containerd":
+            # the real node's last daemon: what it leaves on the host goes now
             realnode.unmount_all(settings)
+            if node_ran:
+                realnode.clean_host_rules(settings)
+            if purge:
+                realnode.remove_bridge(settings)
             realnode.release(settings)
     _kill_leftover_pods(settings)
     if purge and settings.state_dir.exists():

@@ -442,3 +442,43 @@ def unmount_all(settings: Settings) -> None:
         done = subprocess.run(["umount", point], capture_output=True, check=False)
         if done.returncode != 0:
             subprocess.run(["umount", "--lazy", point], capture_output=True, check=False)
+
+
+#: The kubelet's own iptables chains (per table), which it keeps while it runs and leaves
+#: behind; its KUBE-FIREWALL drops packets to 127.0.0.0/8 from other sources, on the host.
+KUBELET_CHAINS = {
+    "filter": ("KUBE-FIREWALL", "KUBE-KUBELET-CANARY"),
+    "mangle": ("KUBE-IPTABLES-HINT", "KUBE-KUBELET-CANARY"),
+    "nat": ("KUBE-KUBELET-CANARY",),
+}
+
+
+def clean_host_rules(settings: Settings) -> None:
+    """Take the node's iptables rules off the host once it has stopped: kube-proxy's (its
+    own ``--cleanup``) and the kubelet's."""
+    if settings.binary("kube-proxy").exists():
+        subprocess.run(
+            [str(settings.binary("kube-proxy")), "--cleanup", "--proxy-mode=iptables"],
+            capture_output=True, timeout=60, check=False,
+        )  # fmt: skip
+    for tool in ("iptables", "ip6tables"):
+        if shutil.which(tool) is None:
+            continue
+
+        def rule(*args: str, tool: str = tool) -> None:
+            subprocess.run([tool, "-w", *args], capture_output=True, timeout=30, check=False)
+
+        for hook in ("INPUT", "OUTPUT"):
+            rule("-t", "filter", "-D", hook, "-j", "KUBE-FIREWALL")
+        for table, chains in KUBELET_CHAINS.items():
+            for chain in chains:
+                rule("-t", table, "-F", chain)
+                rule("-t", table, "-X", chain)
+
+
+def remove_bridge(settings: Settings) -> None:
+    """Delete the node's pod bridge (kept between ``up``s; gone with the state)."""
+    subprocess.run(
+        ["ip", "link", "delete", PodNetwork.of(settings).bridge],
+        capture_output=True, timeout=30, check=False,
+    )  # fmt: skip
