@@ -128,6 +128,11 @@ def test_java_tools_topics_console_round_trip_group_lag_and_reset(kafka: KafkaBr
     assert {current for current, _, _ in table.values()} == {0}, out
     assert sum(lag for *_, lag in table.values()) == 35
 
+    # forget the group's offsets of the topic (OffsetDelete): the group has none left
+    out = _java(GROUPS, *server, "--delete-offsets", "--group", "java-readers", "--topic", topic)
+    assert len(re.findall(rf"{topic}\s+\d+\s+Successful", out)) == 3, out
+    assert _group_table(_java(GROUPS, *server, "--describe", "--group", "java-readers")) == {}
+
     _java(GROUPS, *server, "--delete", "--group", "java-readers")
     assert "java-readers" not in _java(GROUPS, *server, "--list").split()
     _java(f"{TOOLS}.TopicCommand", *server, "--delete", "--topic", topic)
