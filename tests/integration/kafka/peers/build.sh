@@ -19,8 +19,8 @@ build_java() {
 build_franzgo() {
 	# a static binary; never download a toolchain (go.mod's go line is the machine's)
 	export CGO_ENABLED=0 GOTOOLCHAIN=local
-	local stamp dir
-	stamp=$( (cat "$here/franzgo/go.mod" "$here/franzgo/go.sum" "$here/franzgo/main.go" && go version) | sha256sum | cut -c1-16)
+	local stamp dir flags=(-trimpath -buildvcs=false -ldflags "-s -w")
+	stamp=$( (cat "$here/franzgo/go.mod" "$here/franzgo/go.sum" "$here/franzgo/main.go" && go version && echo "${flags[*]}") | sha256sum | cut -c1-16)
 	dir=$cache/kafka-peers/franzgo/$stamp
 	mkdir -p "$dir"
 	exec 9>"$dir/.build.lock"
@@ -29,7 +29,7 @@ build_franzgo() {
 		local start
 		start=$(date +%s)
 		echo "building franzgo (franz-go from the Go module proxy; one-time)" >&2
-		(cd "$here/franzgo" && nice -n "$nice" go build -trimpath -ldflags "-s -w" -o "$dir/franzgo.tmp" .)
+		(cd "$here/franzgo" && nice -n "$nice" go build "${flags[@]}" -o "$dir/franzgo.tmp" .)
 		mv -f "$dir/franzgo.tmp" "$dir/franzgo"
 		echo "built franzgo in $(($(date +%s) - start)) s" >&2
 	fi
