@@ -451,6 +451,8 @@ class KafkaConnection(asyncio.Protocol):
             return self._offset_commit(req)
         if isinstance(req, km.OffsetFetchRequest):
             return self._offset_fetch(req)
+        if isinstance(req, km.OffsetDeleteRequest):
+            return self._offset_delete(req)
         if isinstance(req, km.ListGroupsRequest):
             listed = [km.ListedGroup(g.group_id, g.protocol_type) for g in core.groups.values()]
             return km.ListGroupsResponse(0, ErrorCode.NONE, listed)
@@ -633,6 +635,35 @@ class KafkaConnection(asyncio.Protocol):
                     for part_answer in answer.partitions:
                         part_answer.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         return km.OffsetCommitResponse(0, topics)
+
+    def _offset_delete(self, req: km.OffsetDeleteRequest) -> km.OffsetDeleteResponse:
+        refused: dict[tuple[str, int], ErrorCode] = {}
+        asked: list[tuple[str, int]] = []
+        for topic in req.topics:
+            try:
+                # as for commits: the grant must cover the group's name
+                self.access.require_cohort(topic.name, req.group_id)
+                self.broker.registry.get(topic.name)
+                code = ErrorCode.NONE
+            except HeadraceError as exc:
+                code = code_of(exc)
+            for part in topic.partitions:
+                if code == ErrorCode.NONE:
+                    asked.append((topic.name, part.partition_index))
+                else:
+                    refused[(topic.name, part.partition_index)] = code
+        try:
+            code, deleted = self.groups.delete_offsets(req.group_id, asked)
+        except (OSError, HeadraceError) as exc:
+            log.error("kafka: deleting offsets of group %r: %s", req.group_id, exc)
+            return km.OffsetDeleteResponse(ErrorCode.KAFKA_STORAGE_ERROR, 0)
+        if code != ErrorCode.NONE:
+            return km.OffsetDeleteResponse(code, 0)
+        topics: dict[str, km.OffsetDeleteResponseTopic] = {}
+        for (name, index), result in {**deleted, **refused}.items():
+            answer = topics.setdefault(name, km.OffsetDeleteResponseTopic(name))
+            answer.partitions.append(km.OffsetDeleteResponsePartition(index, result))
+        return km.OffsetDeleteResponse(ErrorCode.NONE, 0, list(topics.values()))
 
     def _offset_fetch(self, req: km.OffsetFetchRequest) -> km.OffsetFetchResponse:
         committed = self.groups.core.committed(req.group_id)
