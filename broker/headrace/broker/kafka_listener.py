@@ -488,7 +488,7 @@ class KafkaConnection(asyncio.Protocol):
                 [km.DescribeClusterBroker(me, host, port)],
             )
         if isinstance(req, km.DeleteGroupsRequest):
-            results = [km.DeletableGroupResult(g, self.groups.delete(g)) for g in req.groups_names]
+            results = [km.DeletableGroupResult(g, self._delete_group(g)) for g in req.groups_names]
             return km.DeleteGroupsResponse(0, results)
         raise AssertionError(f"no handler for {type(req).__name__}")
 
@@ -600,6 +600,16 @@ class KafkaConnection(asyncio.Protocol):
                 )
             )
         return result
+
+    def _delete_group(self, group_id: str) -> int:
+        """Deleting a group forgets its committed offsets: it needs what committing them
+        needs, on every topic it has offsets for."""
+        for topic in sorted({t for t, _ in self.groups.core.committed(group_id)}):
+            try:
+                self.access.require_cohort(topic, group_id)
+            except HeadraceError:
+                return ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return self.groups.delete(group_id)
 
     def _offset_commit(self, req: km.OffsetCommitRequest) -> km.OffsetCommitResponse:
         allowed = self.groups.core.may_commit(req.group_id, req.generation_id, req.member_id)
