@@ -230,6 +230,9 @@ class Campaign:
         #: the most partitions the topic ever had: a shrink retires partitions for routing,
         #: not for reading, so every one of them is read back at the end
         self.partitions_ever = settings.partitions
+        #: (monotonic time, routing count) at every applied Repartition: a partition takes
+        #: no records while retired, which is no stall
+        self.routing_counts: list[tuple[float, int]] = [(0.0, settings.partitions)]
         #: set to end ``_catch_transition`` early (its Repartition was refused)
         self._stop_watch = False
         #: each member's gates (partition -> epoch) when the drain ended
@@ -341,11 +344,25 @@ class Campaign:
         for p, times in self.traffic.acked_at_by_partition.items():
             if p >= self.partitions:
                 continue  # retired: it takes no records any more, by design
-            gaps = [b - a for a, b in zip(times, [*times[1:], end], strict=False)]
+            gaps = [
+                self._routed_gap(p, a, b) for a, b in zip(times, [*times[1:], end], strict=False)
+            ]
             gap = max(gaps, default=0.0)
             if gap > worst[1]:
                 worst = (p, gap)
         return worst
+
+    def _routed_gap(self, partition: int, start: float, end: float) -> float:
+        """``end - start`` less the time ``partition`` spent retired in between: from its
+        last return to the routing (0: not routed at ``end``)."""
+        routed = [n for t, n in self.routing_counts if t <= start][-1] > partition
+        since = start
+        for t, n in self.routing_counts:
+            if start < t <= end:
+                if n > partition and not routed:
+                    since = t
+                routed = n > partition
+        return end - since if routed else 0.0
 
     # ------------------------------------------------------------------ faults
 
@@ -502,6 +519,7 @@ class Campaign:
             r.note = f"repartition to {partitions} refused: HTTP {status} {answer}"
             return None
         self.partitions = partitions
+        self.routing_counts.append((time.monotonic(), partitions))
         self.partitions_ever = max(self.partitions_ever, partitions)
         r.mid_cutover = r.mid_cutover or await watching
         if wait:

@@ -98,6 +98,10 @@ class Seen:
     settings: ControlSettings
     #: broker id -> the topology generation its heartbeat says it applied (live brokers)
     applied: Mapping[int, int] = field(default_factory=dict)
+    #: a repartition in flight still needs this partition's cutover offset, which only the
+    #: leader that moved the fence knows (``control.repartitions``): the leadership is not
+    #: handed over by choice until the marker has it
+    cutover_pending: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,8 +184,10 @@ def _new_round(s: PartitionStatus, seen: Seen) -> PartitionStatus:
 
 
 def _leader_draining_with_successor(s: PartitionStatus, seen: Seen) -> bool:
-    return s.leader in seen.liveness.draining and any(
-        b not in seen.liveness.draining for b in lag_order(replace(s, tried=()), seen)
+    return (
+        not seen.cutover_pending
+        and s.leader in seen.liveness.draining
+        and any(b not in seen.liveness.draining for b in lag_order(replace(s, tried=()), seen))
     )
 
 
@@ -242,11 +248,14 @@ def _preferred_eligible(s: PartitionStatus, seen: Seen) -> bool:
 def _rebalance_due(s: PartitionStatus, seen: Seen) -> bool:
     # A partition an unload is sealing waits: the seal must finish under this leader. The
     # seal does not touch the quiet period (the unload step runs after this table and
-    # may set it in the same step; a second step must change nothing).
+    # may set it in the same step; a second step must change nothing). So does one whose
+    # cutover offset a repartition still needs: a new leader would report its own log end,
+    # which may hold post-cutover records, and the offset would come out high.
     return (
         s.deadline_ms is not None
         and seen.now_ms >= s.deadline_ms
         and not s.seal
+        and not seen.cutover_pending
         and _preferred_eligible(s, seen)
         and _preferred_holds_leader_hw(s, seen)
     )
@@ -369,6 +378,8 @@ def step(
     now_ms: int,
     settings: ControlSettings,
     applied: Mapping[int, int] | None = None,
+    *,
+    cutover_pending: bool = False,
 ) -> tuple[PartitionStatus, tuple[Rule, ...]]:
     """The partition's next status, and the rows that fired, in order.
 
@@ -377,8 +388,10 @@ def step(
     nomination, say) and a second step on the same evidence changes nothing.
     ``applied``: the generation each live broker's heartbeat says it applied (a leader
     behind a move's start is not trusted to add LRS members: ``_reported_lrs``).
+    ``cutover_pending``: a repartition in flight still needs the partition's cutover offset
+    from its leader (no hand-back or drain hand-off until it has it).
     """
-    seen = Seen(liveness, reports, now_ms, settings, applied or {})
+    seen = Seen(liveness, reports, now_ms, settings, applied or {}, cutover_pending)
     fired: list[Rule] = []
     while len(fired) < MAX_ROWS_PER_STEP:
         if status.state is not ONLINE:

@@ -421,10 +421,23 @@ def _elect(
     events: list[Event],
     applied: Mapping[int, int],
 ) -> TopicStatus:
+    marker = topic.transition
+    # only the leader that moved a repartition's fence knows the partition's cutover offset
+    unmeasured = (
+        set() if marker is None else set(range(marker.measured)) - set(marker.cutover_offsets)
+    )
     partitions: list[PartitionStatus] = []
     for before in topic.partitions:
         seen = reports.get((topic.name, before.partition), {})
-        after, rules = election.step(before, liveness, seen, now_ms, settings, applied)
+        after, rules = election.step(
+            before,
+            liveness,
+            seen,
+            now_ms,
+            settings,
+            applied,
+            cutover_pending=before.partition in unmeasured,
+        )
         if rules:
             subject = f"{topic.name}/{before.partition}"
             chain = "".join(f"{r.name}, then " for r in rules[:-1])
