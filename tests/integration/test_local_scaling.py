@@ -16,15 +16,18 @@ import asyncio
 import contextlib
 import json
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.procs import run_headrace
+from headrace.client.producer import Producer
 from headrace.errors import HeadraceError
+from headrace.protocol import messages as msg
 from tests.integration.acked_load import Acked, AckedLoad, check_stored_once, keys
+from tests.integration.keyed import KeyedCohort, KeyedLoad
 from tests.integration.localcluster import LocalCluster, topic_manifest
 from tests.integration.reading import read_partition
 
@@ -149,3 +152,78 @@ async def test_a_controller_killed_mid_move_resumes_and_loses_nothing(
     finally:
         await load.stop()
     await check_nothing_lost(cluster, load.acked)
+
+
+async def test_a_cohort_kept_open_across_a_scale_up_and_down_receives_every_ack(
+    cluster: LocalCluster,
+) -> None:
+    """Replicas, and with them leaderships, move onto an added broker and off it again
+    while a three-member cohort consumes under acks=all keyed load: every acknowledged
+    record of every partition must still reach the cohort, whichever broker leads it
+    after the moves, and every member must be a member on every leader (the operator
+    campaign's scale round, in local mode)."""
+    partitions = 4  # as the campaign's topic then: leaders move, not only replicas
+    assert cluster.apply(topic_manifest("scaling", partitions)).returncode == 0
+    cluster.wait(
+        lambda: (
+            len(parts := cluster.partitions(TOPIC)) == partitions
+            and all(p["state"] == "Online" for p in parts)
+        ),
+        what="topic online",
+    )
+    producer = await Producer(cluster.bootstrap, acks=msg.Acks.ALL, linger_ms=2).start()
+    cohort = KeyedCohort(cluster.bootstrap, TOPIC)
+    await cohort.start()
+    load = KeyedLoad(producer, TOPIC, len(KEYS))
+    tasks = [asyncio.create_task(load.run())]
+    tasks += [asyncio.create_task(cohort.run(m)) for m in cohort.members]
+    loop = asyncio.get_running_loop()
+
+    async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
+        deadline = loop.time() + timeout
+        while not predicate():
+            for task in tasks:
+                if task.done():
+                    task.result()  # a member or the load failed: its error, now
+            if loop.time() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.1)
+
+    def undelivered(acked: set[tuple[int, int]]) -> dict[int, int]:
+        """Partition -> how many acknowledged records the cohort has not been delivered."""
+        missing = acked - {(p, o) for _, _, p, o in cohort.log}
+        return {p: sum(1 for q, _ in missing if q == p) for p in sorted({p for p, _ in missing})}
+
+    try:
+        await wait_for(lambda: load.rounds >= 5, "the first rounds")
+        code, err = await asyncio.to_thread(headrace, cluster, "add-broker", "--timeout", "120")
+        assert code == 0, err
+        assert any(p["leader"] == 3 for p in cluster.partitions(TOPIC)), "broker 3 leads nothing"
+        rounds = load.rounds
+        await wait_for(lambda: load.rounds >= rounds + 5, "rounds on 4 brokers")
+        code, err = await asyncio.to_thread(headrace, cluster, "remove-broker", "--timeout", "120")
+        assert code == 0, err
+        rounds = load.rounds
+        await wait_for(lambda: load.rounds >= rounds + 5, "rounds on 3 brokers again")
+        load.stop.set()
+        await tasks[0]
+        assert not load.failures, load.failures[:3]
+        acked = {(p, o) for _, _, p, o in load.positions}
+        try:
+            await wait_for(lambda: not undelivered(acked), "every acknowledged record delivered")
+        except AssertionError as exc:
+            leaders = {p["partition"]: p["leader"] for p in cluster.partitions(TOPIC)}
+            raise AssertionError(
+                f"{exc}: undelivered per partition {undelivered(acked)}, leaders {leaders},"
+                f" not a member on (leader: partitions)"
+                f" {[m.unjoined_partitions for m in cohort.members]}"
+            ) from None
+        assert all(not m.unjoined_partitions for m in cohort.members), [
+            m.unjoined_partitions for m in cohort.members
+        ]
+    finally:
+        load.stop.set()
+        cohort.stop.set()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await cohort.close()
+        await producer.close()

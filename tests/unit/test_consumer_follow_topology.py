@@ -9,11 +9,15 @@ cohort stopped receiving those partitions. No sockets here: the sync is a stub.
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 
 from headrace.client import Consumer
+from headrace.client import consumer as consumer_module
 from headrace.errors import ConnectionClosed, ConsumeDenied, UnknownTopic
+from headrace.protocol import messages as msg
+from headrace.protocol.endpoints import BrokerEndpoint
 
 
 async def test_a_change_during_a_sync_triggers_another_sync() -> None:
@@ -109,3 +113,49 @@ async def _get_until_raised(consumer: Consumer) -> None:
     """``getmany`` until it raises; bounded (the retry after UnknownTopic backs off 0.1 s)."""
     for _ in range(100):
         assert await consumer.getmany(timeout_s=0.05) == []
+
+
+async def test_a_join_that_keeps_failing_is_warned_once_naming_the_partitions(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A member that cannot join a leader gets nothing of its partitions: once that has
+    lasted through the backoff, say which partitions and which broker (at INFO, as every
+    retry is, it went unnoticed), and do not repeat it every retry."""
+    monkeypatch.setattr(consumer_module, "MAX_REJOIN_BACKOFF_S", 0.2)
+    consumer = Consumer("127.0.0.1:9", "t", "c")
+    consumer.cluster.routing.apply(
+        msg.TopologySnapshot(
+            7,
+            "local",
+            [BrokerEndpoint(0, "127.0.0.1", 9), BrokerEndpoint(1, "127.0.0.1", 10)],
+            [msg.TopicRouting("default/t", 3, 1, [0, 1, 0], [1, 1, 1])],
+        )
+    )
+    assert consumer.unjoined_partitions == {0: [0, 2], 1: [1]}
+    syncs = 0
+
+    async def sync_sessions() -> None:
+        nonlocal syncs
+        syncs += 1
+        raise ConnectionClosed("cannot connect to 127.0.0.1:9")
+
+    async def refresh() -> None:
+        return None
+
+    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
+    following = asyncio.create_task(consumer._follow_topology())
+    try:
+        with caplog.at_level(logging.INFO, logger="headrace.client.consumer"):
+            consumer._topology_changed.set()
+            for _ in range(300):  # bounded poll (the retries back off 0.1 s, then 0.2 s)
+                if syncs >= 5:
+                    break
+                await asyncio.sleep(0.01)
+        assert syncs >= 5
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warnings) == 1, warnings
+        assert "{0: [0, 2], 1: [1]}" in warnings[0] and "cannot connect" in warnings[0]
+    finally:
+        following.cancel()
+        await asyncio.gather(following, return_exceptions=True)

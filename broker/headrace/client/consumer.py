@@ -60,6 +60,10 @@ ENDS_THE_CONSUMER: tuple[type[HeadraceError], ...] = (
 )
 
 
+#: the longest wait between two tries to join the leaders this member is not a member on
+MAX_REJOIN_BACKOFF_S = 2.0
+
+
 @dataclass(slots=True)
 class ConsumedBatch:
     """One record batch as delivered, or a piece of one (``getmany(max_records=...)``);
@@ -232,6 +236,15 @@ class Consumer:
         for owner_id in sorted(owners - set(self._sessions)):
             addr = (self.cluster.routing.brokers or {}).get(owner_id)
             if addr is None:
+                # Retried at the next topology change, which should name it.
+                log.warning(
+                    "cohort %s: the topology names broker %s as the leader of partitions %s"
+                    " of %s but gives no address for it",
+                    self.cohort,
+                    owner_id,
+                    self.unjoined_partitions.get(owner_id, []),
+                    self.topic,
+                )
                 continue
             try:
                 conn = await self.cluster.connect(addr.host, addr.port)
@@ -279,6 +292,8 @@ class Consumer:
     async def _follow_topology(self) -> None:
         """Rejoin where leadership moved; reconnect after a broker dies (failover)."""
         backoff = 0.1
+        # what the last warning about failing joins named: logged again only if it changes
+        warned: tuple[dict[int, list[int]], type[HeadraceError]] | None = None
         while True:
             closed = [s for s in self._sessions.values() if s.conn.is_closed]
             if not closed and not self._topology_changed.is_set():
@@ -301,13 +316,31 @@ class Consumer:
                     await self.cluster.refresh()
                 await self._sync_sessions()
                 backoff = 0.1
+                warned = None
             except HeadraceError as exc:
                 if isinstance(exc, ENDS_THE_CONSUMER):
                     self._fail(exc)
                     return
-                log.info("rejoining cohort %s after a topology change failed: %s", self.cohort, exc)
+                unjoined = self.unjoined_partitions
+                if backoff < MAX_REJOIN_BACKOFF_S or warned == (unjoined, type(exc)):
+                    log.info(
+                        "rejoining cohort %s after a topology change failed: %s", self.cohort, exc
+                    )
+                else:
+                    # Failing for seconds: nothing of these partitions reaches this member.
+                    # Said once (again if what is missing or why changes), not every retry.
+                    warned = (unjoined, type(exc))
+                    log.warning(
+                        "cohort %s: no membership on the leaders of %s (leader broker:"
+                        " partitions %s); the join keeps failing, retried every %g s: %s",
+                        self.cohort,
+                        self.topic,
+                        unjoined,
+                        MAX_REJOIN_BACKOFF_S,
+                        exc,
+                    )
                 await asyncio.sleep(backoff)
-                backoff = min(backoff * 2, 2.0)
+                backoff = min(backoff * 2, MAX_REJOIN_BACKOFF_S)
                 # Try again even if no further change comes: the owner we could not reach
                 # (a broker still starting) may be the last change there is.
                 with contextlib.suppress(HeadraceError):
@@ -697,6 +730,22 @@ class Consumer:
         session.held[partition] = epoch
         self._handed.pop(partition, None)
         self._acked.pop(partition, None)
+
+    @property
+    def unjoined_partitions(self) -> dict[int, list[int]]:
+        """Leader broker -> the partitions it leads (as this member's routing says) on
+        which this member has no membership: nothing of them is delivered to it, and its
+        cohort gets them from no one unless another member joined there. Empty while
+        every leader has this member's membership (or the topic's routing is unknown)."""
+        try:
+            routing = self.cluster.routing.topic(self.topic)
+        except HeadraceError:
+            return {}
+        out: dict[int, list[int]] = {}
+        for partition, owner in enumerate(routing.owners):
+            if owner >= 0 and owner not in self._sessions:
+                out.setdefault(owner, []).append(partition)
+        return out
 
     @property
     def assignment(self) -> dict[int, int]:

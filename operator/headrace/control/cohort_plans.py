@@ -136,3 +136,22 @@ def plan(
         return previous
     generation = previous.generation + 1 if previous is not None else 1
     return CohortPlan(cohort, generation, assignment)
+
+
+def uncovered(owners: Sequence[int | None], connections: Connections) -> dict[int, list[int]]:
+    """Owner -> the partitions it serves that no member of the cohort is connected to.
+
+    Nobody can be delivered those partitions: a plan gives them to a member, but each
+    broker only admits members connected to it, so they wait until one joins there. A
+    cohort with no members at all is left out (nobody consumes; nothing is stuck).
+    Moments of this are normal while a leader moves (the members join the new one);
+    lasting, it means the members never joined that broker.
+    """
+    if not connections:
+        return {}
+    reached = frozenset().union(*connections.values())
+    out: dict[int, list[int]] = {}
+    for partition, owner in enumerate(owners):
+        if owner is not None and owner not in reached:
+            out.setdefault(owner, []).append(partition)
+    return out

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -77,6 +77,11 @@ from headrace.control.settings import ControlSettings
 from headrace.control.steady import SteadySteps
 from headrace.errors import InvalidTopicSpec
 from headrace.protocol.coordination import Heartbeat
+
+#: how long a cohort may have no member on a partition's leader before it is logged as a
+#: warning: longer than a member's rejoin after a leader change (a topology push, then a
+#: join; a refused join is retried with backoff up to 2 s) and than a session timeout
+UNCOVERED_WARN_MS = 15_000
 
 log = logging.getLogger(__name__)
 
@@ -252,6 +257,11 @@ class ControlLoop:
         self.observing_since_ms = clock.now_ms()
         self.last_decision: Decision | None = None
         self.steps = 0
+        #: "<topic>:<cohort>" -> when (ms) the cohort was first seen with partitions whose
+        #: leader none of its members is connected to (``Decision.uncovered``)
+        self._uncovered_since: dict[str, int] = {}
+        #: of those, the ones already logged as a warning, with what was logged
+        self._uncovered_warned: dict[str, Mapping[int, Sequence[int]]] = {}
         #: reconcile, skipped while nothing changes (``steady``: idle cost that does not grow
         #: with the partition count)
         self._reconciler = SteadySteps()
@@ -433,6 +443,7 @@ class ControlLoop:
             unreadable = tuple(Problem(n, *invalid[n]) for n in sorted(invalid))
             decision = replace(decision, problems=(*unreadable, *decision.problems))
         self.last_decision = decision
+        self._note_uncovered(decision.uncovered, now)
         problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
         if decision.changed or problems != self._saved_problems or self.unobserved():
             await self._commit(decision.state, decision.liveness, problems, observed, now)
@@ -459,6 +470,34 @@ class ControlLoop:
         await self._release_finished_deletions()
         await self._push(decision)
         return decision
+
+    def _note_uncovered(
+        self, uncovered: Mapping[str, Mapping[int, Sequence[int]]], now: int
+    ) -> None:
+        """Log the cohorts that have members but none on some partition's leader: nothing
+        delivers those partitions to the cohort. A warning once it lasts (a leader change
+        causes it for a moment), naming the partitions and their leaders; again if the set
+        changes; and a note when it is over."""
+        for key in [k for k in self._uncovered_since if k not in uncovered]:
+            del self._uncovered_since[key]
+            if self._uncovered_warned.pop(key, None) is not None:
+                log.info("cohort %s has a member on every partition's leader again", key)
+        for key, missing in uncovered.items():
+            since = self._uncovered_since.setdefault(key, now)
+            if now - since < UNCOVERED_WARN_MS or self._uncovered_warned.get(key) == missing:
+                continue
+            self._uncovered_warned[key] = missing
+            where = "; ".join(
+                f"partitions {', '.join(map(str, ps))} (leader broker {b})"
+                for b, ps in sorted(missing.items())
+            )
+            log.warning(
+                "cohort %s has no member on the leader of %s for %.0f s: nothing is delivered"
+                " to it from there until a member joins that broker",
+                key,
+                where,
+                (now - since) / 1000,
+            )
 
     def _next_generation(self) -> int:
         """The generation the next commit is numbered: above the state's, the floor of a

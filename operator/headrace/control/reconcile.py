@@ -138,6 +138,10 @@ class Decision:
     repartitions_changed: bool = False
     #: how replica moves are going (scale up/down); derived, never persisted by itself
     reassignment: moves.Summary = field(default_factory=moves.Summary)
+    #: "<ns>/<topic>:<cohort>" -> owner -> the partitions it serves that no member of
+    #: that cohort is connected to (``cohort_plans.uncovered``); only cohorts with such
+    #: partitions. Derived from the heartbeats, never persisted.
+    uncovered: Mapping[str, Mapping[int, Sequence[int]]] = field(default_factory=dict)
 
 
 def reconcile(
@@ -284,9 +288,14 @@ def reconcile(
     topics = reassigned.topics
     events.extend(Event(kind, subject, message) for kind, subject, message in reassigned.events)
 
+    uncovered: dict[str, dict[int, list[int]]] = {}
     if not liveness.warming_up:
         for name in sorted(topics):
             topics[name] = _replan(topics[name], connections, events)
+            owners = [p.owner for p in topics[name].partitions]
+            for (of_topic, cohort), connected in sorted(connections.items()):
+                if of_topic == name and (missing := cohort_plans.uncovered(owners, connected)):
+                    uncovered[f"{name}:{cohort}"] = missing
 
     result = ClusterState(state.generation, brokers, topics)
     changed = not result.same_content(state)
@@ -304,6 +313,7 @@ def reconcile(
         moved.progress,
         any(before_repartitions.get(name) != p for name, p in moved.progress.items()),
         reassigned.summary,
+        uncovered,
     )
 
 

@@ -92,6 +92,16 @@ class _ControllerCollector(Collector):
         in_flight = [t["phase"] for t in c.loop.transitions()]
         for phase in ("CuttingOver", "Draining", "AwaitingAdoption"):
             transitions.add_metric([phase], in_flight.count(phase))
+        uncovered = GaugeMetricFamily(
+            "headrace_controller_cohort_uncovered_partitions",
+            "Partitions of a cohort's topic whose leader no member of the cohort is connected"
+            " to (nothing delivers them to it); only cohorts with members",
+            labels=["topic", "cohort"],
+        )
+        if c.last_decision is not None:
+            for key, missing in sorted(c.last_decision.uncovered.items()):
+                topic_name, _, cohort = key.rpartition(":")
+                uncovered.add_metric([topic_name, cohort], sum(len(ps) for ps in missing.values()))
         steps = CounterMetricFamily("headrace_controller_steps", "Control loop steps run")
         steps.add_metric([], c.steps_run)
         step_cpu = CounterMetricFamily(
@@ -99,7 +109,19 @@ class _ControllerCollector(Collector):
             "Process CPU seconds spent in control loop steps (polls parsed, reconcile, writes)",
         )
         step_cpu.add_metric([], c.step_cpu_seconds)
-        return [gen, bumps, live, offline, epochs, sealed, unloads, transitions, steps, step_cpu]
+        return [
+            gen,
+            bumps,
+            live,
+            offline,
+            epochs,
+            sealed,
+            unloads,
+            transitions,
+            uncovered,
+            steps,
+            step_cpu,
+        ]
 
 
 class ControllerAdmin:

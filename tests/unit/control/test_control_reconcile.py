@@ -460,6 +460,25 @@ def test_cohort_plans_follow_members_and_bump_only_on_change() -> None:
     assert "PlanChanged" in [e.kind for e in d.events]
 
 
+def test_a_cohort_with_no_member_on_a_leader_names_those_partitions() -> None:
+    c = settled()
+    leaders = {p.partition: p.leader for p in c.state.topics[T].partitions}
+    c.fleet.brokers[1].members[(T, "c")] = {"a", "b"}
+    d = c.step()
+    missing = dict(d.uncovered[f"{T}:c"])
+    assert missing, "the partitions brokers 0 and 2 lead have no member"
+    assert missing == {
+        b: sorted(p for p, leader in leaders.items() if leader == b)
+        for b in sorted({leader for leader in leaders.values() if leader != 1})
+    }
+    for b in c.fleet.brokers.values():
+        b.members[(T, "c")] = {"a"}
+    assert c.step().uncovered == {}, "a member on every leader: nothing uncovered"
+    for b in c.fleet.brokers.values():
+        b.members.pop((T, "c"))
+    assert c.step().uncovered == {}, "a cohort nobody consumes is not stuck"
+
+
 def test_topology_snapshot_routes_to_leaders_or_candidates() -> None:
     c = settled()
     for b in c.fleet.brokers.values():
