@@ -68,7 +68,7 @@ class FaultProxy:
         self.port = port or free_port()
         self.faults = NONE
         #: requests seen, by what happened to them (``forwarded``, ``slowdown``, ``reset``,
-        #: ``delayed``, ``lost-answer``, ``upstream-down``)
+        #: ``delayed``, ``lost-answer``, ``upstream-down``, ``client-gone``)
         self.counts: Counter[str] = Counter()
         self._rng = random.Random(seed)
         self._loop = asyncio.new_event_loop()
@@ -137,7 +137,11 @@ class FaultProxy:
                 await asyncio.sleep(faults.delay_s)
         assert self._session is not None
         headers = [(k, v) for k, v in request.headers.items() if k.lower() not in _HOP]
-        body = await request.read()
+        try:
+            body = await request.read()
+        except (ConnectionResetError, aiohttp.ClientPayloadError):
+            self.counts["client-gone"] += 1  # it gave up while the request was held
+            return web.Response(status=499)
         url = URL(f"http://{self.upstream}{request.raw_path}", encoded=True)
         try:
             async with self._session.request(

@@ -103,6 +103,11 @@ class ObjectStoreCampaign(campaign.Campaign):
         self.user: TierUser | None = None
         self.store_rounds: list[StoreRound] = []
         self.sweep_errors: list[str] = []
+        #: refused-deletes rounds: objects planted as a deleted incarnation's remains, how
+        #: many of them the sweep left while deletes were refused, and deleted after the lift
+        self.remains_planted = 0
+        self.remains_kept_while_refused = 0
+        self.remains_deleted_after_lift = 0
 
     async def run(self) -> dict[str, Any]:
         try:
@@ -200,10 +205,23 @@ class ObjectStoreCampaign(campaign.Campaign):
             await asyncio.sleep(seconds)
             await asyncio.to_thread(self.minio.start)
         elif fault == "refuse-deletes":
+            remains = TopicRef(CLUSTER_ID, campaign.TOPIC, f"chaos-remains-{index}")
+            planted = await asyncio.to_thread(self._plant_remains, remains)
             await asyncio.to_thread(self.user.refuse_deletes, True)
-            r.sweep = await asyncio.to_thread(self._sweep)
+            refused = await asyncio.to_thread(self._sweep, remains, 0.0)
+            live = await asyncio.to_thread(self._sweep, self.topic_ref(), f.sweep_grace_s)
+            kept = await asyncio.to_thread(self._present, planted)
             await asyncio.sleep(seconds)
             await asyncio.to_thread(self.user.refuse_deletes, False)
+            lifted = await asyncio.to_thread(self._sweep, remains, 0.0)
+            gone = not await asyncio.to_thread(self._present, planted)
+            self.remains_planted += len(planted)
+            self.remains_kept_while_refused += len(kept)
+            self.remains_deleted_after_lift += len(planted) if gone else 0
+            r.sweep = (
+                f"remains while refused: {refused}, {len(kept)}/{len(planted)} kept;"
+                f" live topic: {live}; after the lift: {lifted}"
+            )
         else:
             self.proxy.faults = {
                 "throttle": Faults(slowdown=f.slowdown),
@@ -256,9 +274,29 @@ class ObjectStoreCampaign(campaign.Campaign):
         finally:
             store.close()
 
-    def _sweep(self) -> str:
-        """The orphan sweep (``headrace tier sweep --apply``) as the brokers' user, while
-        deletes are refused: it must delete nothing, and say why if it tried."""
+    def _plant_remains(self, remains: TopicRef) -> list[str]:
+        """A deleted incarnation's remains (no broker writes under its prefix): a segment
+        object and its index, unlisted, for the sweep to find."""
+        store = self.direct_store()
+        try:
+            key = layout.segment_key(remains.partition_prefix(0), 0, 99)
+            planted = [key, layout.index_key_for(key)]
+            for k in planted:
+                store.put(k, b"remains")
+            return planted
+        finally:
+            store.close()
+
+    def _present(self, object_keys: list[str]) -> list[str]:
+        store = self.direct_store()
+        try:
+            return [k for k in object_keys if store.exists(k)]
+        finally:
+            store.close()
+
+    def _sweep(self, ref: TopicRef, grace_s: float) -> str:
+        """The orphan sweep (``headrace tier sweep --apply``) as the brokers' user: while
+        deletes are refused it deletes nothing and fails with ``ObjectStoreAccessDenied``."""
         from headrace.objectstore.urls import open_store  # as the CLI opens it
 
         m = self.cluster.record["minio"]
@@ -270,11 +308,7 @@ class ObjectStoreCampaign(campaign.Campaign):
         store = open_store(url, env)
         try:
             report = sweep_topic(
-                store,
-                self.topic_ref(),
-                now_ms=int(time.time() * 1000),
-                grace_ms=int(self.faults.sweep_grace_s * 1000),
-                apply=True,
+                store, ref, now_ms=int(time.time() * 1000), grace_ms=int(grace_s * 1000), apply=True
             )
         except ObjectStoreAccessDenied as exc:
             self.sweep_errors.append(exc.message)
@@ -318,6 +352,9 @@ class ObjectStoreCampaign(campaign.Campaign):
             "rounds_not_resumed": sum(1 for r in self.store_rounds if r.resumed_s is None),
             "uploads_resumed_s": campaign.distribution(resumed),
             "sweeps_refused": len(self.sweep_errors),
+            "remains_planted": self.remains_planted,
+            "remains_kept_while_refused": self.remains_kept_while_refused,
+            "remains_deleted_after_lift": self.remains_deleted_after_lift,
             "partitions": [c.to_doc() for c in checks],
             "round_log": [asdict(r) for r in self.store_rounds],
         }
@@ -328,6 +365,8 @@ class ObjectStoreCampaign(campaign.Campaign):
             and summary["manifest_gaps"] == 0
             and summary["listed_objects_missing"] == 0
             and summary["rounds_not_resumed"] == 0
+            and self.remains_kept_while_refused == self.remains_planted
+            and self.remains_deleted_after_lift == self.remains_planted
         )
         return report
 
@@ -352,6 +391,11 @@ def table(report: dict[str, Any]) -> str:
         ),
         ("rounds whose uploads did not resume", s["rounds_not_resumed"]),
         ("sweeps refused by the delete policy", s["sweeps_refused"]),
+        (
+            "planted orphans: kept while refused / deleted after the lift / planted",
+            f"{s['remains_kept_while_refused']} / {s['remains_deleted_after_lift']}"
+            f" / {s['remains_planted']}",
+        ),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

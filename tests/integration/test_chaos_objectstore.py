@@ -43,6 +43,11 @@ async def test_object_store_faults_lose_no_record_and_corrupt_no_manifest(
     assert store["listed_objects"] > 0
     assert store["listed_objects_missing"] == 0, store["partitions"]
     assert store["rounds_not_resumed"] == 0, store["round_log"]
+    # the sweep deleted nothing while the policy refused deletes, and the orphans it was
+    # refused (a deleted incarnation's remains) once the policy was lifted
+    assert store["sweeps_refused"] > 0
+    assert store["remains_kept_while_refused"] == store["remains_planted"] > 0, store
+    assert store["remains_deleted_after_lift"] == store["remains_planted"], store
     faulted = store["requests_faulted"]
     assert faulted.get("slowdown", 0) > 0 and faulted.get("reset", 0) > 0, faulted
     assert report["ok"], report["examples"]
