@@ -59,8 +59,8 @@ class StoreFaults:
     #: shares of requests reset before, and answered then reset after, reaching MinIO
     reset: float = 0.15
     lost_answer: float = 0.15
-    #: a hang round holds this share of requests longer than the brokers' read timeout
-    #: (``MinioSettings.read_timeout``, 60 s)
+    #: a hang round holds this share of requests longer than any read timeout of the
+    #: brokers' (``open_store``: half the retry deadline, 15 s; at most 60 s)
     hang_share: float = 0.2
     hang_s: float = 65.0
     #: MinIO stays dead uniform(min, max) s in a kill round
