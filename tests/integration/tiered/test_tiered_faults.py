@@ -117,7 +117,7 @@ def test_throttled_reset_and_unanswered_requests_are_retried_and_the_manifest_st
         store.close()
     assert proxy.counts["slowdown"] > 0 and proxy.counts["reset"] > 0
     assert proxy.counts["lost-answer"] > 0
-    assert slept and all(s >= 0 for s in slept)  # 503s were retried after a backoff
+    assert slept and max(slept) > 0  # failed calls were retried after a backoff
     assert_whole(direct, len(segs))
 
 
