@@ -205,6 +205,12 @@ def test_refused_deletes_keep_every_object_and_succeed_once_the_policy_is_lifted
         *(s.key for s in listed),
         *(layout.index_key_for(s.key) for s in listed),
     }
+    # the checker the chaos campaign trusts sees a listed object gone and a damaged manifest
+    direct.delete(listed[0].key)
+    assert check_partition(direct, PREFIX).missing == [listed[0].key]
+    direct.put(layout.manifest_key(PREFIX), b'{"format": 1, "segments": [')
+    damaged = check_partition(direct, PREFIX)
+    assert damaged.corrupt is not None and not damaged.ok
     tier.close()
     store.close()
 
