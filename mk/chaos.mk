@@ -2,19 +2,30 @@
 # acks=all load and a consuming cohort, one kill -9 per round, an independent checker at the end.
 #   make chaos                      100 rounds, a random seed (printed); report in bench/results/chaos.json
 #   make chaos CHAOS_ROUNDS=20 CHAOS_SEED=7
+#   make chaos CHAOS_TARGETS=leader,pause   rounds drawn from these targets only
 #   make chaos-repartition          the repartition target alone (grow under a double kill,
 #                                   shrink under a controller kill, shrink then grow back), 40 rounds
-# `make test` runs a 6-round version (tests/integration/test_chaos.py).
+#   make chaos-objectstore          the objectstore target (= make chaos CHAOS_TARGETS=objectstore):
+#                                   MinIO behind a fault proxy under a tiered topic (503 SlowDown,
+#                                   resets, hangs past the read timeout, deletes refused by policy,
+#                                   MinIO kill -9'd), 20 rounds; report in bench/results/chaos-objectstore.json
+# `make test` runs a 6-round version (tests/integration/test_chaos.py) and a 4-round objectstore
+# one (tests/integration/test_chaos_objectstore.py).
 CHAOS_ROUNDS ?= 100
 CHAOS_SEED ?=
-.PHONY: chaos chaos-repartition
+CHAOS_TARGETS ?=
+.PHONY: chaos chaos-repartition chaos-objectstore
 
 chaos: setup
-	$(PY) -m bench.chaos --rounds $(CHAOS_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED))
+	$(PY) -m bench.chaos --rounds $(CHAOS_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) $(if $(CHAOS_TARGETS),--targets $(CHAOS_TARGETS))
 
 CHAOS_REPARTITION_ROUNDS ?= 40
 chaos-repartition: setup
 	$(PY) -m bench.chaos --targets repartition --rounds $(CHAOS_REPARTITION_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --out bench/results/chaos-repartition.json
+
+CHAOS_OBJECTSTORE_ROUNDS ?= 20
+chaos-objectstore: setup minio
+	$(PY) -m bench.chaos --targets objectstore --rounds $(CHAOS_OBJECTSTORE_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED)) --out bench/results/chaos-objectstore.json
 
 # The operator fault campaign (docs/reliability.md, "The operator campaign"): on the
 # Kubernetes test bed, two operator replicas under keyed acks=all load and a consuming

@@ -255,9 +255,8 @@ class Campaign:
     async def _run_on_cluster(self, started: float) -> dict[str, Any]:
         s = self.settings
         c = self.cluster
-        proc = await asyncio.to_thread(
-            c.apply, topic_manifest(TOPIC_NAME, s.partitions, replicas=3, min_in_sync=2)
-        )
+        await self._prepare()
+        proc = await asyncio.to_thread(c.apply, self._topic_manifest())
         if proc.returncode != 0:
             raise RuntimeError(f"apply topic: {proc.stderr.decode()}")
         await asyncio.to_thread(c.wait, lambda: full_lrs(c), 60.0, "topic online")
@@ -333,6 +332,12 @@ class Campaign:
         verdict["fresh_cohort"] = fresh
         verdict["ok"] = verdict["ok"] and fresh["undelivered"] == 0 and not fresh["key_order"]
         return self._report(verdict, time.monotonic() - started)
+
+    async def _prepare(self) -> None:
+        """Runs once the cluster is up, before the topic is created (a hook)."""
+
+    def _topic_manifest(self) -> str:
+        return topic_manifest(TOPIC_NAME, self.settings.partitions, replicas=3, min_in_sync=2)
 
     # ------------------------------------------------------------------ load and cohort
 

@@ -162,6 +162,11 @@ class BrokerMetrics:
         self.tier_upload_errors = Counter(
             "headrace_tier_upload_errors", "Upload rounds that failed (retried)", registry=r
         )
+        self.tier_delete_errors = Counter(
+            "headrace_tier_delete_errors",
+            "Deletes of objects retention removed that the store refused or failed (retried)",
+            registry=r,
+        )
         self.tier_read_bytes = Counter(
             "headrace_tier_read_bytes", "Bytes read from the object store for readers", registry=r
         )

@@ -547,6 +547,9 @@ class Tiering:
         try:
             deleted = await asyncio.to_thread(state.tier.delete_unlisted, segments)
         except HeadraceError as exc:
+            # a policy refusing deletes (AccessDenied) or a store that is down: the objects
+            # are unlisted already, so they stay until a later round deletes them
+            self.metrics.tier_delete_errors.inc()
             log.warning(
                 "%s: deleting %d retired objects failed, retrying: %s", p.name, len(segments), exc
             )

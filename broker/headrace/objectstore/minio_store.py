@@ -61,6 +61,10 @@ _BUSY = {
 }
 
 
+#: seconds a request may wait for the server's next bytes, unless the settings say otherwise
+DEFAULT_READ_TIMEOUT = 60.0
+
+
 @dataclass(frozen=True, slots=True)
 class MinioSettings:
     """Where the bucket is and how to talk to it."""
@@ -85,8 +89,9 @@ class MinioSettings:
     #: Seconds to wait for a TCP connection: a stopped local server refuses at
     #: once, an unreachable remote one should fail well before a retry budget.
     connect_timeout: float = 5.0
-    #: Seconds to wait for each read from the socket.
-    read_timeout: float = 60.0
+    #: Seconds to wait for each read from the socket (``open_store`` lowers it to fit the
+    #: retry deadline).
+    read_timeout: float = DEFAULT_READ_TIMEOUT
     #: Pooled connections per host; the broker uploads from a few threads.
     max_connections: int = 10
 

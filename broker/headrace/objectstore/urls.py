@@ -53,10 +53,22 @@ def open_store(
 ) -> ObjectStore:
     """The store ``url`` names, wrapped in a ``RetryingStore`` (``retry``: its
     settings, default ``RetrySettings()``). Opens no connection yet."""
-    return retrying.RetryingStore(_open(url, env), retrying.Retrier(retry))
+    settings = retry or retrying.RetrySettings()
+    return retrying.RetryingStore(_open(url, env, settings), retrying.Retrier(settings))
 
 
-def _open(url: str, env: Mapping[str, str]) -> ObjectStore:
+def read_timeout_within(retry: retrying.RetrySettings) -> float:
+    """Each S3 request's read timeout under ``retry``: half its deadline, at most the
+    client's default. The deadline is only looked at between tries, so a server that
+    accepts a request and never answers holds a try for the whole read timeout; with
+    half the deadline, a hung server costs two tries and the call ends near the deadline
+    instead of one read timeout (60 s) past it."""
+    if retry.deadline is None:
+        return minio_store.DEFAULT_READ_TIMEOUT
+    return min(minio_store.DEFAULT_READ_TIMEOUT, retry.deadline / 2)
+
+
+def _open(url: str, env: Mapping[str, str], retry: retrying.RetrySettings) -> ObjectStore:
     try:
         parts = urlsplit(url)
         port = parts.port  # parsing it raises ValueError for a bad one
@@ -111,6 +123,7 @@ def _open(url: str, env: Mapping[str, str]) -> ObjectStore:
                 secure=scheme == "s3+https",
                 region=region or None,
                 create_bucket=create,
+                read_timeout=read_timeout_within(retry),
             )
         )
     raise InvalidStoreUrl(

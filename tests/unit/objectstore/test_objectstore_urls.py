@@ -122,3 +122,21 @@ def test_minio_settings_repr_hides_the_secret_key() -> None:
     settings = MinioSettings("127.0.0.1:9000", "bucket", "access", "very-secret-value")
     assert "very-secret-value" not in repr(settings)
     assert "access" in repr(settings)
+
+
+def test_a_hung_request_cannot_outlast_the_retry_deadline() -> None:
+    # The deadline is only looked at between tries: a server that accepts a request and
+    # never answers holds a try for the whole read timeout. Two such tries must fit in the
+    # deadline, or one hung request holds an upload past it.
+    for deadline in (30.0, 4.0):
+        retry = retrying.RetrySettings(deadline=deadline)
+        store = inner(urls.open_store("s3://minio:9000/bucket", env=CREDS, retry=retry))
+        assert isinstance(store, minio_store.MinioStore)
+        assert store.settings.read_timeout * 2 <= deadline
+    default = inner(urls.open_store("s3://minio:9000/bucket", env=CREDS))
+    assert isinstance(default, minio_store.MinioStore)
+    assert default.settings.read_timeout * 2 <= retrying.RetrySettings().deadline  # type: ignore[operator]
+    unbounded = retrying.RetrySettings(deadline=None)
+    store = inner(urls.open_store("s3://minio:9000/bucket", env=CREDS, retry=unbounded))
+    assert isinstance(store, minio_store.MinioStore)
+    assert store.settings.read_timeout == minio_store.DEFAULT_READ_TIMEOUT
