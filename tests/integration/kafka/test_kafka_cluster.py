@@ -11,6 +11,8 @@ where the group committed.
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +20,10 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
+from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
+from headrace.kafka import messages as km
+from headrace.kafka.errors import ErrorCode
 from tests.integration.localcluster import LocalCluster, topic_manifest, until
 
 TOPIC = "orders"
@@ -195,3 +200,85 @@ async def test_a_group_survives_the_loss_of_a_leader_and_of_its_coordinator(
             assert stored is not None and offset <= stored <= read_end
     finally:
         await fresh.stop()
+
+
+def raw_produce(address: tuple[str, int], topic: str, partition: int) -> int:
+    """One Kafka Produce (v7, acks=all) of a 2-record batch; its error code."""
+    api = km.SUPPORTED[km.ApiKey.PRODUCE]
+    builder = DefaultRecordBatchBuilder(2, 0, False, -1, -1, -1, 1 << 20)
+    for i in range(2):
+        builder.append(i, timestamp=1_700_000_000_000, key=None, value=b"x%d" % i, headers=[])
+    data = km.PartitionProduceData(partition, memoryview(bytes(builder.build())))
+    request = km.ProduceRequest(None, -1, 10_000, [km.TopicProduceData(topic, [data])])
+    with socket.create_connection(address, timeout=15) as sock:
+        sock.sendall(km.encode_request(api, 7, 1, "t", request))
+        size = struct.unpack(">i", read_exactly(sock, 4))[0]
+        _, body = km.decode_response(api, 7, read_exactly(sock, size))
+    return int(body.responses[0].partition_responses[0].error_code)
+
+
+def raw_latest_offset(address: tuple[str, int], topic: str, partition: int) -> int:
+    """ListOffsets (v5) latest: the partition's high watermark at its leader."""
+    api = km.SUPPORTED[km.ApiKey.LIST_OFFSETS]
+    asked = km.ListOffsetsPartition(partition, -1, km.LATEST_TIMESTAMP)
+    request = km.ListOffsetsRequest(-1, 0, [km.ListOffsetsTopic(topic, [asked])])
+    with socket.create_connection(address, timeout=15) as sock:
+        sock.sendall(km.encode_request(api, 5, 1, "t", request))
+        size = struct.unpack(">i", read_exactly(sock, 4))[0]
+        _, body = km.decode_response(api, 5, read_exactly(sock, size))
+    answer = body.topics[0].partitions[0]
+    assert answer.error_code == ErrorCode.NONE
+    return int(answer.offset)
+
+
+def read_exactly(sock: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        assert chunk, "the broker closed the connection instead of answering"
+        out += chunk
+    return out
+
+
+async def test_after_a_shrink_metadata_lists_the_active_partitions_and_retired_take_nothing(
+    cluster: LocalCluster,
+) -> None:
+    topic = "shrinking"
+    assert cluster.apply(topic_manifest(topic, 4, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(lambda: all_led(cluster, f"default/{topic}", 4), 60, "4 partitions placed")
+    kafka_of = {b["id"]: (b["host"], b["kafka_port"]) for b in cluster.record["brokers"]}
+    retired_leader = leader(cluster, f"default/{topic}", 3)
+    assert retired_leader is not None
+    assert raw_produce(kafka_of[retired_leader], topic, 3) == ErrorCode.NONE
+
+    shrink = f"""apiVersion: headrace.dev/v1alpha1
+kind: Repartition
+metadata: {{name: {topic}-to-2}}
+spec: {{topicRef: {{name: {topic}}}, partitions: 2, adoptionTimeoutSeconds: 5}}
+"""
+    assert cluster.apply(shrink).returncode == 0
+
+    producer = AIOKafkaProducer(bootstrap_servers=cluster.kafka_bootstrap, metadata_max_age_ms=500)
+    await producer.start()
+    try:
+
+        async def partitions() -> set[int]:
+            await producer.client.force_metadata_update()
+            return producer.client.cluster.partitions_for_topic(topic) or set()
+
+        deadline = asyncio.get_running_loop().time() + 60
+        while await partitions() != {0, 1}:
+            assert asyncio.get_running_loop().time() < deadline, "Metadata still lists 4"
+            await asyncio.sleep(0.2)
+        # a producer routing by the new count writes as before
+        sent = await producer.send_and_wait(topic, b"after", key=b"k")
+        assert sent.partition in (0, 1)
+    finally:
+        await producer.stop()
+    # one still routing by the old count is refused, and nothing is written
+    retired_leader = leader(cluster, f"default/{topic}", 3)
+    assert retired_leader is not None
+    assert raw_produce(kafka_of[retired_leader], topic, 3) == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    # nothing was written: the retired partition's log still ends after the two records
+    # it took before the shrink (a ListOffsets by index, which it still answers)
+    assert raw_latest_offset(kafka_of[retired_leader], topic, 3) == 2
