@@ -157,7 +157,8 @@ class KafkaGroups:
         finally:
             self._waiting.pop(token, None)
             self._parked_in.pop(token, None)
-        assert isinstance(answer, SyncAnswer)
+        if isinstance(answer, JoinAnswer):  # the group moved to another coordinator
+            return SyncAnswer(answer.error)
         return answer
 
     def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
@@ -176,16 +177,14 @@ class KafkaGroups:
                 self.core.commit(group_id, topic, partition, committed)
             self._write(group_id)
             return
+        # kept while the group is coordinated here (``_give_up`` drops it): a lock
+        # dropped while a commit waits on it would let the next one run beside it
         lock = self._commit_locks.setdefault(group_id, asyncio.Lock())
-        try:
-            async with lock:
-                batch = offsets_log.commit_batch(group_id, offsets, clock.wall_ms())
-                await self._append(group_id, batch)
-                for (topic, partition), committed in offsets.items():
-                    self.core.commit(group_id, topic, partition, committed)
-        finally:
-            if not lock.locked() and self._commit_locks.get(group_id) is lock:
-                del self._commit_locks[group_id]
+        async with lock:
+            batch = offsets_log.commit_batch(group_id, offsets, clock.wall_ms())
+            await self._append(group_id, batch)
+            for (topic, partition), committed in offsets.items():
+                self.core.commit(group_id, topic, partition, committed)
 
     async def delete(self, group_id: str) -> int:
         kept = self.core.committed(group_id)
@@ -320,6 +319,9 @@ class KafkaGroups:
                 fut.set_result(JoinAnswer(ErrorCode.NOT_COORDINATOR))
         for group_id in gone:
             self.core.groups.pop(group_id, None)
+        for group_id in [g for g in self._commit_locks if g not in self.core.groups]:
+            if not self._commit_locks[group_id].locked():
+                del self._commit_locks[group_id]
         if gone:
             log.info(
                 "kafka: no longer coordinating %d groups (offsets partition %d)", len(gone), index
