@@ -48,6 +48,8 @@ class LocalCluster:
         self.port = free_port()
         self.admin_port = free_port()
         self.controller_port = free_port()
+        #: every broker's Kafka listener (its own port, so clusters run side by side)
+        self.kafka_port = free_port()
         #: the CLI's token (``$HEADRACE_AUTH_TOKEN``) when the cluster has ACLs
         self.api_token: str | None = None
 
@@ -62,10 +64,13 @@ class LocalCluster:
 
     def up(self, *extra: str) -> None:
         """``headrace local up`` with this cluster's ports, and ``extra`` options."""
+        # an exported release from before the Kafka listener has no --kafka-port
+        kafka = [] if self.src is not None else ["--kafka-port", str(self.kafka_port)]
         self.cli(
             "local",
             "up",
             *extra,
+            *kafka,
             "--dir",
             str(self.dir),
             "--brokers",
@@ -90,6 +95,12 @@ class LocalCluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(f"{b['host']}:{b['port']}" for b in self.record["brokers"])
+
+    @property
+    def kafka_bootstrap(self) -> str:
+        return ",".join(
+            f"{b['host']}:{b['kafka_port']}" for b in self.record["brokers"] if "kafka_port" in b
+        )
 
     @property
     def controller_url(self) -> str:

@@ -21,7 +21,7 @@ from headrace.protocol.coordination import (
     TopologyReply,
     TransitionPlacement,
 )
-from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress
 from tests.unit.json_edits import broken
 
 _SNAKE = re.compile(r"[a-z0-9]_[a-z]")
@@ -176,3 +176,31 @@ def test_topology_reply_round_trip() -> None:
         assert TopologyReply.from_json(json.loads(json.dumps(reply.to_json()))) == reply
     with pytest.raises(InvalidRequest, match="applied"):
         TopologyReply.from_json({"generation": 1})
+
+
+def test_a_heartbeat_carries_its_kafka_listener_and_one_without_says_none() -> None:
+    endpoint = BrokerEndpoint(0, "h", 1, 2, KafkaAddress("k.example", 9093))
+    doc = Heartbeat(endpoint).to_json()
+    assert doc["broker"]["kafka"] == {"host": "k.example", "port": 9093}
+    assert Heartbeat.from_json(doc, received_ms=1).broker == endpoint
+    del doc["broker"]["kafka"]  # no listener, or a broker of an older release
+    assert Heartbeat.from_json(doc, received_ms=1).broker.kafka is None
+    assert "kafka" not in BrokerEndpoint(0, "h", 1, 2).to_json()
+
+
+def test_the_topology_carries_the_brokers_kafka_listeners() -> None:
+    with_kafka = BrokerEndpoint(1, "h1", 9092, 9645, KafkaAddress("h1", 9093))
+    pushed = replace(topology(), brokers=[BrokerEndpoint(0, "h0", 9092, 9644), with_kafka])
+    parsed = ClusterTopology.from_json(json.loads(json.dumps(pushed.to_json())))
+    assert parsed.broker(1) == with_kafka
+    assert parsed.broker(0) is not None and parsed.broker(0).kafka is None  # type: ignore[union-attr]
+    # the client snapshot's endpoints are the data port's only
+    assert all(b.kafka is None for b in parsed.client_snapshot().brokers)
+
+
+@pytest.mark.parametrize("kafka", [{"host": "h"}, {"port": 1}, {"host": 1, "port": 1}, "h:1"])
+def test_a_malformed_kafka_address_is_refused(kafka: object) -> None:
+    doc = BrokerEndpoint(0, "h", 1, 2).to_json()
+    doc["kafka"] = kafka
+    with pytest.raises(InvalidRequest, match="kafka"):
+        BrokerEndpoint.from_json(doc)

@@ -61,7 +61,7 @@ from headrace.protocol.coordination import (
     TopicPlacement,
     parse_since,
 )
-from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress
 from headrace.replication import assigning
 from headrace.storage.log import PartitionLog
 
@@ -210,12 +210,11 @@ class Broker:
         from headrace.broker.kafka_groups import KafkaGroups
         from headrace.broker.kafka_listener import KafkaConnection
 
-        if self.settings.cluster_mode:
-            # Metadata would have to name the other brokers' Kafka addresses, which the
-            # topology does not carry yet (docs/kafka.md, not built yet).
-            raise InvalidRequest("the Kafka listener runs on standalone brokers only, for now")
-        self.kafka_groups = KafkaGroups(self.settings.data_dir / "kafka-groups")
-        self.kafka_groups.start()
+        # In a cluster, group offsets live in the offsets topic and the heartbeat carries
+        # this listener's address (Metadata names every broker's): docs/kafka.md.
+        self.kafka_groups = KafkaGroups(
+            self.settings.data_dir / "kafka-groups", self if self.settings.cluster_mode else None
+        )
         groups = self.kafka_groups
         self._kafka_server = await asyncio.get_running_loop().create_server(
             lambda: KafkaConnection(self, self.kafka_advertised, self.kafka_connections, groups),
@@ -226,6 +225,7 @@ class Broker:
             backlog=1024,
         )
         self.kafka_port = self._kafka_server.sockets[0].getsockname()[1]
+        groups.start()
         log.info("broker %s: Kafka listener on port %d", self.settings.broker_id, self.kafka_port)
 
     def kafka_advertised(self) -> tuple[str, int]:
@@ -620,6 +620,8 @@ class Broker:
         self.replication.reconcile()
         self.refresh_cohorts()
         self.push_topology()
+        if self.kafka_groups is not None:
+            self.kafka_groups.placement_changed()
 
     @property
     def cluster_id(self) -> str:
@@ -716,8 +718,11 @@ class Broker:
         built = self.reports.rebuilt
         partitions, removed, journal = self.reports.answer(parse_since(since))
         self.metrics.heartbeat_reports.inc(self.reports.rebuilt - built)
+        kafka = None
+        if self._kafka_server is not None:
+            kafka = KafkaAddress(*self.kafka_advertised())
         return Heartbeat(
-            BrokerEndpoint(self.settings.broker_id, host, port, admin_port=admin_port),
+            BrokerEndpoint(self.settings.broker_id, host, port, admin_port, kafka),
             adoption=self.adoption_floor(),
             draining=self.draining or not self.ready,
             partitions=partitions,

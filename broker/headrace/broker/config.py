@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 
+from headrace.kafka.offsets_log import DEFAULT_OFFSETS_TOPIC
 from headrace.storage.bookkeeping import LogConfig
 
 
@@ -55,6 +56,9 @@ class BrokerSettings:
     #: the bind address; the bound port)
     kafka_advertised_host: str | None = None
     kafka_advertised_port: int | None = None
+    #: cluster mode: the topic Kafka groups' committed offsets are kept in, whose partition
+    #: leaders coordinate the groups (``kafka.offsets_log``; docs/kafka.md)
+    kafka_offsets_topic: str = DEFAULT_OFFSETS_TOPIC
     broker_id: int = 0
     #: the rack (zone) this broker runs in, reported in heartbeats; the controller spreads
     #: a partition's replicas over racks (Kafka's ``broker.rack``). None: not in a rack

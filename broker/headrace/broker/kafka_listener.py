@@ -44,12 +44,15 @@ from headrace.errors import (
     InvalidTopicSpec,
     OffsetOutOfRange,
     RequestTimedOut,
+    UnknownPartition,
+    UnknownTopic,
 )
 from headrace.kafka import configs, groups
 from headrace.kafka import messages as km
 from headrace.kafka.convert import to_kafka
-from headrace.kafka.errors import ErrorCode, code_of
+from headrace.kafka.errors import ErrorCode, code_of, commit_code_of
 from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
+from headrace.protocol.endpoints import KafkaAddress
 from headrace.records import batch as rb
 from headrace.security.acl import Operation
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
@@ -58,6 +61,7 @@ if TYPE_CHECKING:
     from headrace.broker.kafka_groups import KafkaGroups
     from headrace.broker.ports import ConnectionHost
     from headrace.broker.topics import Partition
+    from headrace.protocol.coordination import ClusterTopology
 
 log = logging.getLogger(__name__)
 
@@ -244,6 +248,12 @@ class KafkaConnection(asyncio.Protocol):
                 self._spawn(self._join_group(slot, api, header, body))
             elif isinstance(body, km.SyncGroupRequest):
                 self._spawn(self._sync_group(slot, api, header, body))
+            elif isinstance(body, km.OffsetCommitRequest):
+                self._spawn(self._offset_commit(slot, api, header, body))
+            elif isinstance(body, km.DeleteGroupsRequest):
+                self._spawn(self._delete_groups(slot, api, header, body))
+            elif isinstance(body, km.OffsetDeleteRequest):
+                self._spawn(self._offset_delete(slot, api, header, body))
             else:
                 self._complete(slot, api, header, self._answer_at_once(body))
         except Exception:
@@ -300,6 +310,8 @@ class KafkaConnection(asyncio.Protocol):
     # ------------------------------------------------------------------ Metadata
 
     def _metadata(self, header: km.RequestHeader, req: km.MetadataRequest) -> km.MetadataResponse:
+        if self.broker.cluster is not None:
+            return self._cluster_metadata(header, req, self.broker.cluster)
         settings = self.broker.settings
         me = settings.broker_id
         host, port = self.advertised()
@@ -351,6 +363,77 @@ class KafkaConnection(asyncio.Protocol):
             topics=topics,
         )
 
+    def _cluster_metadata(
+        self, header: km.RequestHeader, req: km.MetadataRequest, cluster: ClusterTopology
+    ) -> km.MetadataResponse:
+        """Metadata from the pushed topology: every broker with a Kafka listener, and each
+        partition's leader, epoch, replicas and ISR (the controller's live replica set,
+        or this leader's own when it leads the partition). A topic lists its active
+        partitions only: a shrink's retired partitions take no produce, and a Kafka
+        producer spreads keys over every partition Metadata gives (docs/kafka.md)."""
+        me = self.broker.settings.broker_id
+        kafka_brokers = {b.id: b.kafka for b in cluster.brokers if b.kafka is not None}
+        placements = {kafka_topic_name(t.name): t for t in cluster.topics}
+        if req.topics is None or (header.api_version == 0 and not req.topics):
+            names = sorted(placements)
+        else:
+            names = [t.name or "" for t in req.topics]
+        internal = kafka_topic_name(canonical_topic_name(self.broker.settings.kafka_offsets_topic))
+        topics = []
+        for name in names:
+            placement = placements.get(name)
+            if placement is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                topics.append(km.MetadataResponseTopic(code, name, bytes(16)))
+                continue
+            try:
+                self.access.require(Operation.CONSUME, name)
+            except HeadraceError as exc:
+                topics.append(km.MetadataResponseTopic(code_of(exc), name, topic_id(name)))
+                continue
+            local = self.broker.registry.topics.get(placement.name)
+            partitions = []
+            for a in sorted(placement.assignments, key=lambda a: a.partition):
+                if a.partition >= placement.routing_partitions:
+                    continue
+                if a.leader is None or a.leader not in kafka_brokers:
+                    partitions.append(
+                        km.MetadataResponsePartition(
+                            ErrorCode.LEADER_NOT_AVAILABLE,
+                            a.partition,
+                            -1,
+                            a.epoch,
+                            list(a.replicas),
+                            list(a.lrs),
+                            [],
+                        )
+                    )
+                    continue
+                isr = list(a.lrs)
+                part = None if local is None else local.partitions.get(a.partition)
+                if a.leader == me and part is not None and part.replica_set is not None:
+                    isr = sorted(part.lrs)
+                partitions.append(
+                    km.MetadataResponsePartition(
+                        ErrorCode.NONE, a.partition, a.leader, a.epoch, list(a.replicas), isr, []
+                    )
+                )
+            topics.append(
+                km.MetadataResponseTopic(
+                    ErrorCode.NONE, name, topic_id(name), name == internal, partitions
+                )
+            )
+        return km.MetadataResponse(
+            brokers=[
+                km.MetadataResponseBroker(b, address.host, address.port)
+                for b, address in sorted(kafka_brokers.items())
+            ],
+            cluster_id=cluster.cluster_id,
+            # admin requests go to the controller id: any broker answers them alike
+            controller_id=me if me in kafka_brokers else min(kafka_brokers, default=-1),
+            topics=topics,
+        )
+
     # ------------------------------------------------------------------ SASL
 
     def _sasl_handshake(self, req: km.SaslHandshakeRequest) -> km.SaslHandshakeResponse:
@@ -399,6 +482,11 @@ class KafkaConnection(asyncio.Protocol):
     async def _join_group(
         self, slot: _Slot, api: km.Api, header: km.RequestHeader, req: km.JoinGroupRequest
     ) -> None:
+        owner = self.groups.owner_error(req.group_id)
+        if owner != ErrorCode.NONE:
+            body = km.JoinGroupResponse(0, owner, -1, "", "", req.member_id, [])
+            self._complete(slot, api, header, body)
+            return
         ask = groups.JoinAsk(
             req.group_id,
             req.member_id,
@@ -426,6 +514,10 @@ class KafkaConnection(asyncio.Protocol):
     async def _sync_group(
         self, slot: _Slot, api: km.Api, header: km.RequestHeader, req: km.SyncGroupRequest
     ) -> None:
+        owner = self.groups.owner_error(req.group_id)
+        if owner != ErrorCode.NONE:
+            self._complete(slot, api, header, km.SyncGroupResponse(0, owner, b""))
+            return
         assignments = {a.member_id: a.assignment for a in req.assignments}
         answer = await self.groups.sync(req.group_id, req.generation_id, req.member_id, assignments)
         self._complete(slot, api, header, km.SyncGroupResponse(0, answer.error, answer.assignment))
@@ -434,25 +526,27 @@ class KafkaConnection(asyncio.Protocol):
         """The requests answered at once: most of the group APIs, and InitProducerId."""
         core = self.groups.core
         if isinstance(req, km.FindCoordinatorRequest):
-            host, port = self.advertised()
             if req.key_type != 0:  # transactions have no coordinator here
                 return km.FindCoordinatorResponse(
                     0, ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported", -1
                 )
-            return km.FindCoordinatorResponse(
-                0, ErrorCode.NONE, None, self.broker.settings.broker_id, host, port
-            )
+            mine = (self.broker.settings.broker_id, KafkaAddress(*self.advertised()))
+            found, why, node, address = self.groups.find(req.key, mine)
+            if address is None:
+                return km.FindCoordinatorResponse(0, found, why, -1)
+            return km.FindCoordinatorResponse(0, found, why, node, address.host, address.port)
         if isinstance(req, km.HeartbeatRequest):
-            code = self.groups.heartbeat(req.group_id, req.generation_id, req.member_id)
+            code: int = self.groups.owner_error(req.group_id)
+            if code == ErrorCode.NONE:
+                code = self.groups.heartbeat(req.group_id, req.generation_id, req.member_id)
             return km.HeartbeatResponse(0, code)
         if isinstance(req, km.LeaveGroupRequest):
-            return km.LeaveGroupResponse(0, self.groups.leave(req.group_id, req.member_id))
-        if isinstance(req, km.OffsetCommitRequest):
-            return self._offset_commit(req)
+            code = self.groups.owner_error(req.group_id)
+            if code == ErrorCode.NONE:
+                code = self.groups.leave(req.group_id, req.member_id)
+            return km.LeaveGroupResponse(0, code)
         if isinstance(req, km.OffsetFetchRequest):
             return self._offset_fetch(req)
-        if isinstance(req, km.OffsetDeleteRequest):
-            return self._offset_delete(req)
         if isinstance(req, km.ListGroupsRequest):
             listed = [km.ListedGroup(g.group_id, g.protocol_type) for g in core.groups.values()]
             return km.ListGroupsResponse(0, ErrorCode.NONE, listed)
@@ -479,17 +573,24 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(req, km.DescribeClusterRequest):
             host, port = self.advertised()
             me = self.broker.settings.broker_id
+            described = [km.DescribeClusterBroker(me, host, port)]
+            cluster = self.broker.cluster
+            if cluster is not None:
+                described = [
+                    km.DescribeClusterBroker(b.id, b.kafka.host, b.kafka.port)
+                    for b in cluster.brokers
+                    if b.kafka is not None
+                ]
             return km.DescribeClusterResponse(
                 0,
                 ErrorCode.NONE,
                 None,
-                self.broker.settings.cluster_id or "",
+                cluster.cluster_id
+                if cluster is not None
+                else self.broker.settings.cluster_id or "",
                 me,
-                [km.DescribeClusterBroker(me, host, port)],
+                described,
             )
-        if isinstance(req, km.DeleteGroupsRequest):
-            results = [km.DeletableGroupResult(g, self._delete_group(g)) for g in req.groups_names]
-            return km.DeleteGroupsResponse(0, results)
         raise AssertionError(f"no handler for {type(req).__name__}")
 
     def _epoch_end(self, topic: str, asked: km.OffsetForLeaderPartition) -> km.EpochEndOffset:
@@ -601,7 +702,7 @@ class KafkaConnection(asyncio.Protocol):
             )
         return result
 
-    def _delete_group(self, group_id: str) -> int:
+    def _may_delete_group(self, group_id: str) -> int:
         """Deleting a group forgets its committed offsets: it needs what committing them
         needs, on every topic it has offsets for."""
         for topic in sorted({t for t, _ in self.groups.core.committed(group_id)}):
@@ -609,10 +710,14 @@ class KafkaConnection(asyncio.Protocol):
                 self.access.require_cohort(topic, group_id)
             except HeadraceError:
                 return ErrorCode.GROUP_AUTHORIZATION_FAILED
-        return self.groups.delete(group_id)
+        return ErrorCode.NONE
 
-    def _offset_commit(self, req: km.OffsetCommitRequest) -> km.OffsetCommitResponse:
-        allowed = self.groups.core.may_commit(req.group_id, req.generation_id, req.member_id)
+    async def _offset_commit(
+        self, slot: _Slot, api: km.Api, header: km.RequestHeader, req: km.OffsetCommitRequest
+    ) -> None:
+        allowed = self.groups.owner_error(req.group_id)
+        if allowed == ErrorCode.NONE:
+            allowed = self.groups.core.may_commit(req.group_id, req.generation_id, req.member_id)
         accepted: dict[tuple[str, int], groups.Committed] = {}
         topics = []
         for topic in req.topics:
@@ -623,7 +728,7 @@ class KafkaConnection(asyncio.Protocol):
                 try:
                     # a group's offsets are a cohort's: the grant must cover the group's name
                     self.access.require_cohort(topic.name, req.group_id)
-                    self.broker.registry.get(topic.name)
+                    self._known_topic(topic.name)
                 except HeadraceError as exc:
                     code = code_of(exc)
             for part in topic.partitions:
@@ -638,22 +743,55 @@ class KafkaConnection(asyncio.Protocol):
                     )
         if accepted:
             try:
-                self.groups.commit(req.group_id, accepted)
+                await self.groups.commit(req.group_id, accepted)
             except (OSError, HeadraceError) as exc:
                 log.error("kafka: committing offsets of group %r: %s", req.group_id, exc)
+                failed = commit_code_of(exc) if isinstance(exc, HeadraceError) else None
                 for answer in topics:
                     for part_answer in answer.partitions:
-                        part_answer.error_code = ErrorCode.KAFKA_STORAGE_ERROR
-        return km.OffsetCommitResponse(0, topics)
+                        part_answer.error_code = failed or ErrorCode.KAFKA_STORAGE_ERROR
+        self._complete(slot, api, header, km.OffsetCommitResponse(0, topics))
 
-    def _offset_delete(self, req: km.OffsetDeleteRequest) -> km.OffsetDeleteResponse:
+    def _known_topic(self, name: str) -> None:
+        """Raises ``UnknownTopic`` unless the topic exists (in a cluster: in the pushed
+        topology; this broker need not host it)."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            self.broker.registry.get(name)
+            return
+        canonical = canonical_topic_name(name)
+        if not any(t.name == canonical for t in cluster.topics):
+            raise UnknownTopic(f"no topic {canonical!r}")
+
+    async def _delete_groups(
+        self, slot: _Slot, api: km.Api, header: km.RequestHeader, req: km.DeleteGroupsRequest
+    ) -> None:
+        results = []
+        for group_id in req.groups_names:
+            code: int = self.groups.owner_error(group_id)
+            if code == ErrorCode.NONE:
+                code = self._may_delete_group(group_id)
+            if code == ErrorCode.NONE:
+                code = await self.groups.delete(group_id)
+            results.append(km.DeletableGroupResult(group_id, code))
+        self._complete(slot, api, header, km.DeleteGroupsResponse(0, results))
+
+    async def _offset_delete(
+        self, slot: _Slot, api: km.Api, header: km.RequestHeader, req: km.OffsetDeleteRequest
+    ) -> None:
+        self._complete(slot, api, header, await self._delete_offsets(req))
+
+    async def _delete_offsets(self, req: km.OffsetDeleteRequest) -> km.OffsetDeleteResponse:
+        owner = self.groups.owner_error(req.group_id)
+        if owner != ErrorCode.NONE:
+            return km.OffsetDeleteResponse(owner, 0)
         refused: dict[tuple[str, int], ErrorCode] = {}
         asked: list[tuple[str, int]] = []
         for topic in req.topics:
             try:
                 # as for commits: the grant must cover the group's name
                 self.access.require_cohort(topic.name, req.group_id)
-                self.broker.registry.get(topic.name)
+                self._known_topic(topic.name)
                 code = ErrorCode.NONE
             except HeadraceError as exc:
                 code = code_of(exc)
@@ -663,7 +801,7 @@ class KafkaConnection(asyncio.Protocol):
                 else:
                     refused[(topic.name, part.partition_index)] = code
         try:
-            code, deleted = self.groups.delete_offsets(req.group_id, asked)
+            code, deleted = await self.groups.delete_offsets(req.group_id, asked)
         except (OSError, HeadraceError) as exc:
             log.error("kafka: deleting offsets of group %r: %s", req.group_id, exc)
             return km.OffsetDeleteResponse(ErrorCode.KAFKA_STORAGE_ERROR, 0)
@@ -676,6 +814,20 @@ class KafkaConnection(asyncio.Protocol):
         return km.OffsetDeleteResponse(ErrorCode.NONE, 0, list(topics.values()))
 
     def _offset_fetch(self, req: km.OffsetFetchRequest) -> km.OffsetFetchResponse:
+        owner = self.groups.owner_error(req.group_id)
+        if owner != ErrorCode.NONE:
+            # v1 has no group-level code: every partition carries it too
+            refused = [
+                km.OffsetFetchResponseTopic(
+                    t.name,
+                    [
+                        km.OffsetFetchResponsePartition(i, -1, -1, "", owner)
+                        for i in t.partition_indexes
+                    ],
+                )
+                for t in req.topics or []
+            ]
+            return km.OffsetFetchResponse(0, refused, owner)
         committed = self.groups.core.committed(req.group_id)
         if req.topics is None:
             asked: dict[str, list[int]] = {}
@@ -707,6 +859,9 @@ class KafkaConnection(asyncio.Protocol):
         return km.OffsetFetchResponse(0, topics, ErrorCode.NONE)
 
     def _describe(self, group_id: str) -> km.DescribedGroup:
+        owner = self.groups.owner_error(group_id)
+        if owner != ErrorCode.NONE:
+            return km.DescribedGroup(owner, group_id, "", "", "", [])
         group = self.groups.core.groups.get(group_id)
         if group is None:
             return km.DescribedGroup(ErrorCode.NONE, group_id, "Dead", "", "", [])
@@ -778,6 +933,16 @@ class KafkaConnection(asyncio.Protocol):
             return None
         self.access.require(Operation.PRODUCE, topic_name)
         topic = self.broker.registry.get(topic_name)
+        placement = None
+        if self.broker.cluster is not None:
+            placement = next((t for t in self.broker.cluster.topics if t.name == topic.name), None)
+        if placement is not None and data.index >= placement.routing_partitions:
+            # Retired by a shrink (readable, never written again); Metadata no longer lists
+            # it, so the producer's refreshed metadata routes its next records elsewhere.
+            raise UnknownPartition(
+                f"{topic.name}/{data.index} is retired: the topic takes records on"
+                f" {placement.routing_partitions} partitions"
+            )
         # Kafka producers route by the partition count in Metadata and know no partitioning
         # version: the current one is theirs (docs/kafka.md, repartitions).
         partition = self.broker.partition_for_write(

@@ -23,6 +23,7 @@ from headrace.aio import run
 from headrace.broker.app import Broker
 from headrace.broker.config import AdminReadAccess, BrokerSettings, TlsSettings
 from headrace.commands import one_line_errors
+from headrace.kafka.offsets_log import DEFAULT_OFFSETS_TOPIC
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
 log = logging.getLogger(__name__)
@@ -159,6 +160,13 @@ def _halt(status: int) -> None:
     type=int,
     default=None,
     help="Port Kafka clients are told to connect to (default: the bound one).",
+)
+@click.option(
+    "--kafka-offsets-topic",
+    default=DEFAULT_OFFSETS_TOPIC,
+    show_default=True,
+    help="Cluster mode: the topic Kafka groups' committed offsets are kept in; the leader"
+    " of a group's partition of it coordinates the group.",
 )
 @click.option("--broker-id", type=int, default=0, show_default=True)
 @click.option(
@@ -315,6 +323,7 @@ def broker(
     kafka_host: str | None,
     kafka_advertised_host: str | None,
     kafka_advertised_port: int | None,
+    kafka_offsets_topic: str,
     broker_id: int,
     fsync: str,
     flush_interval_ms: int,
@@ -379,6 +388,7 @@ def broker(
         kafka_host=kafka_host,
         kafka_advertised_host=kafka_advertised_host,
         kafka_advertised_port=kafka_advertised_port,
+        kafka_offsets_topic=kafka_offsets_topic,
         broker_id=broker_id,
         log=LogConfig(
             fsync=FsyncPolicy(fsync),

@@ -35,7 +35,7 @@ from headrace.cohorts.gates import CohortGates
 from headrace.errors import StorageError
 from headrace.protocol import messages as msg
 from headrace.protocol import replication as rp
-from headrace.protocol.coordination import Heartbeat
+from headrace.protocol.coordination import ClusterTopology, Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
 
 # --------------------------------------------------------------------------- lifecycle events
@@ -229,6 +229,11 @@ class ConnectionHost(BrokerCore, Protocol):
     def connection_opened(self, conn: ClientLink) -> None: ...
 
     def connection_closed(self, conn: ClientLink) -> None: ...
+
+    @property
+    def cluster(self) -> ClusterTopology | None:
+        """Cluster mode: the last topology the controller pushed (None: standalone, or
+        before the first push)."""
 
     def topology(self) -> tuple[msg.TopologySnapshot, object]: ...
 

@@ -23,6 +23,7 @@ class ErrorCode(IntEnum):
     MESSAGE_TOO_LARGE = 10
     OFFSET_METADATA_TOO_LARGE = 12
     NETWORK_EXCEPTION = 13
+    COORDINATOR_LOAD_IN_PROGRESS = 14
     COORDINATOR_NOT_AVAILABLE = 15
     NOT_COORDINATOR = 16
     INVALID_TOPIC_EXCEPTION = 17
@@ -90,6 +91,23 @@ _FROM_HEADRACE: tuple[tuple[type[hr.HeadraceError], ErrorCode], ...] = (
     (hr.MalformedFrame, ErrorCode.INVALID_REQUEST),
     (hr.InvalidRequest, ErrorCode.INVALID_REQUEST),
 )
+
+
+def commit_code_of(exc: BaseException) -> ErrorCode:
+    """The code for an offset commit (or group deletion) whose record was not stored, as
+    Kafka's coordinator maps it: each one tells the client to retry, or to find the
+    coordinator again."""
+    code = code_of(exc)
+    if code in (
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.NOT_ENOUGH_REPLICAS,
+        ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
+        ErrorCode.REQUEST_TIMED_OUT,
+    ):
+        return ErrorCode.COORDINATOR_NOT_AVAILABLE
+    if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.KAFKA_STORAGE_ERROR):
+        return ErrorCode.NOT_COORDINATOR
+    return code
 
 
 def code_of(exc: BaseException) -> ErrorCode:

@@ -1,7 +1,7 @@
 """Where a broker listens (pure): the one endpoint type of both planes.
 
 A broker advertises its id, host, client port and admin port in every
-heartbeat; the controller keeps them in its cluster state and pushes them to
+heartbeat (and, with a Kafka listener, that listener's ``KafkaAddress``); the controller keeps them in its cluster state and pushes them to
 the brokers, which route replication and redirects by them; clients learn
 the id, host and client port from the topology snapshot. Each holder knows
 what it was told: the controller's ``--broker ID=HOST:ADMIN_PORT`` list names
@@ -19,10 +19,26 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from headrace.protocol.jsonfields import required
+from headrace.protocol.jsonfields import optional, required
 
 #: a port the holder of the endpoint was not told
 UNKNOWN_PORT = -1
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaAddress:
+    """Where a broker's Kafka listener is reached (its advertised host and port): what
+    Kafka's ``Metadata`` and ``FindCoordinator`` name for that broker."""
+
+    host: str
+    port: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"host": self.host, "port": self.port}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any], where: str = "kafka address") -> KafkaAddress:
+        return cls(required(doc, "host", str, where), required(doc, "port", int, where))
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,20 +49,33 @@ class BrokerEndpoint:
     port: int = UNKNOWN_PORT
     #: the admin HTTP port: heartbeats, topology pushes, metrics
     admin_port: int = UNKNOWN_PORT
+    #: its Kafka listener; None: it runs none (or runs a release from before this field)
+    kafka: KafkaAddress | None = None
 
     @property
     def admin_url(self) -> str:
         return f"http://{self.host}:{self.admin_port}"
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "host": self.host, "port": self.port, "adminPort": self.admin_port}
+        doc: dict[str, Any] = {
+            "id": self.id,
+            "host": self.host,
+            "port": self.port,
+            "adminPort": self.admin_port,
+        }
+        if self.kafka is not None:
+            doc["kafka"] = self.kafka.to_json()
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any], where: str = "broker") -> BrokerEndpoint:
-        """Every field is required; raises ``InvalidRequest`` naming ``where``."""
+        """Every field but ``kafka`` is required (absent: no Kafka listener); raises
+        ``InvalidRequest`` naming ``where``."""
+        kafka = optional(doc, "kafka", dict, where)
         return cls(
             required(doc, "id", int, where),
             required(doc, "host", str, where),
             required(doc, "port", int, where),
             required(doc, "adminPort", int, where),
+            None if kafka is None else KafkaAddress.from_json(kafka, f"{where}: kafka"),
         )

@@ -71,6 +71,12 @@ STATE_FILE = "local.json"
 CLUSTER_ID = "local"
 #: ports when neither --port-base nor the port options are given
 DEFAULT_PORT, DEFAULT_ADMIN_PORT, DEFAULT_CONTROLLER_PORT = 9092, 9644, 9700
+#: every broker's Kafka listener when neither --port-base nor --kafka-port is given
+DEFAULT_KAFKA_PORT = 9093
+#: the Topic keeping Kafka groups' committed offsets (the brokers' default
+#: ``--kafka-offsets-topic``); ``local up`` applies it with the Kafka listener on
+KAFKA_OFFSETS_TOPIC = "kafka.group-offsets"
+KAFKA_OFFSETS_PARTITIONS = 3
 MINIO_BUCKET = "headrace"
 ACCESS_KEY_ENV = "HEADRACE_OBJECT_STORE_ACCESS_KEY"
 SECRET_KEY_ENV = "HEADRACE_OBJECT_STORE_SECRET_KEY"
@@ -616,6 +622,8 @@ def broker_args(b: Mapping[str, Any], directory: Path, fsync: str | None = None)
     ]
     if fsync is not None:
         args += ["--fsync", fsync]
+    if b.get("kafka_port") is not None:
+        args += ["--kafka-port", str(b["kafka_port"])]
     if b.get("rack"):
         args += ["--rack", str(b["rack"])]
     return args
@@ -730,8 +738,9 @@ def _wait_own(pid: int, url: str, what: str, log_path: Path, timeout: float) -> 
     "--port-base",
     type=int,
     default=None,
-    help="Ports from N: brokers' data port N, their admin port N+1, the controller N+2"
-    " (so clusters with other --dir and --port-base run side by side).",
+    help="Ports from N: brokers' data port N, their admin port N+1, the controller N+2,"
+    " the brokers' Kafka listeners N+3 (so clusters with other --dir and --port-base run"
+    " side by side).",
 )
 @click.option(
     "--port",
@@ -787,6 +796,13 @@ def _wait_own(pid: int, url: str, what: str, log_path: Path, timeout: float) -> 
     help="Put broker i in the (i mod N)-th of these racks (each broker's --rack): the"
     " controller spreads every partition's replicas over the racks.",
 )
+@click.option(
+    "--kafka-port",
+    type=int,
+    default=None,
+    help=f"Every broker's Kafka listener (docs/kafka.md) [default: {DEFAULT_KAFKA_PORT}, or"
+    " port base + 3]; -1 turns it off.",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C brings the cluster down.")
 def local_up(
     count: int,
@@ -800,9 +816,14 @@ def local_up(
     preferred_leader_quiet_ms: int | None,
     acl_file: Path | None,
     racks: str | None,
+    kafka_port: int | None,
     foreground: bool,
 ) -> None:
     """Start the controller and COUNT brokers (and MinIO with --object-store minio).
+
+    Each broker serves Kafka's protocol too (--kafka-port), and the Topic keeping Kafka
+    groups' committed offsets is applied (kafka.group-offsets: 3 partitions, replicated
+    on up to 3 brokers, minInSync 2 of 3, no retention).
 
     Waits until each process it started answers on its address; if one exits (say, its
     address is in use by another cluster) or another process answers there, it fails
@@ -818,6 +839,10 @@ def local_up(
         admin_port = DEFAULT_ADMIN_PORT if port_base is None else port_base + 1
     if controller_port is None:
         controller_port = DEFAULT_CONTROLLER_PORT if port_base is None else port_base + 2
+    if kafka_port is None:
+        kafka_port = DEFAULT_KAFKA_PORT if port_base is None else port_base + 3
+    if not -1 <= kafka_port <= 65535:
+        raise click.BadParameter("a port, or -1 for none", param_hint="--kafka-port")
     state_file = directory / STATE_FILE
     if state_file.exists():
         existing = json.loads(state_file.read_text())
@@ -836,6 +861,8 @@ def local_up(
         record["racks"] = rack_names
     if acl_file is not None:
         prepare_access(record, directory, acl_file)
+    if kafka_port >= 0:
+        record["kafka_port"] = kafka_port
     if preferred_leader_quiet_ms is not None:
         record["controller_args"] = ["--preferred-leader-quiet-ms", str(preferred_leader_quiet_ms)]
     if object_store == "minio":
@@ -843,6 +870,8 @@ def local_up(
         _write_state(state_file, record)  # so `local down` finds MinIO if a later step fails
     try:
         _start(record, directory, count, port, admin_port, controller_port, fsync)
+        if kafka_port >= 0:
+            _apply_offsets_topic(record["controller_url"], count)
     except BaseException:
         _stop([pid for pid in _pids(record) if pid != record.get("minio", {}).get("pid")])
         if "minio" in record:
@@ -871,6 +900,8 @@ def _start(
     for i in range(count):
         host = f"127.0.0.{2 + i}"
         b: dict[str, Any] = {"id": i, "host": host, "port": port, "admin_port": admin_port}
+        if record.get("kafka_port") is not None:
+            b["kafka_port"] = record["kafka_port"]
         if rack := rack_for(i, record.get("racks", [])):
             b["rack"] = rack
         b["pid"] = spawn_headrace(
@@ -917,11 +948,46 @@ def _start(
     _wait_own(controller_pid, controller_url, "controller", controller_log, 30)
 
 
+def offsets_topic_manifest(brokers: int) -> dict[str, Any]:
+    """The Topic of Kafka groups' committed offsets for a local cluster of ``brokers``:
+    replicated as widely as the cluster allows (up to 3, minInSync 2 of them), and never
+    trimmed (a coordinator rebuilds its groups from the whole log)."""
+    replicas = min(3, brokers)
+    return {
+        "apiVersion": "headrace.dev/v1alpha1",
+        "kind": "Topic",
+        "metadata": {"name": KAFKA_OFFSETS_TOPIC, "namespace": "default"},
+        "spec": {
+            "clusterRef": {"name": CLUSTER_ID},
+            "partitions": KAFKA_OFFSETS_PARTITIONS,
+            "replicas": replicas,
+            "minInSync": min(2, replicas),
+            "retention": {"ms": -1, "bytes": -1},
+            "tieredStorage": {"enabled": False},
+        },
+    }
+
+
+def _apply_offsets_topic(controller_url: str, brokers: int) -> None:
+    """Apply it, or say how to: without it Kafka groups have no coordinator (the cluster
+    is still up; an ACL-protected controller may refuse this command's credentials)."""
+    manifest = json.dumps(offsets_topic_manifest(brokers))
+    try:
+        _http("POST", f"{controller_url}/v1/apply", manifest.encode(), "application/yaml")
+    except (ControllerRefusal, click.ClickException) as exc:
+        click.echo(
+            f"warning: the Topic {KAFKA_OFFSETS_TOPIC} was not applied ({exc.message}); Kafka"
+            f" groups have no coordinator until it is: headrace apply -f <(echo '{manifest}')",
+            err=True,
+        )
+
+
 def _report(
     record: Mapping[str, Any], directory: Path, count: int, controller_url: str, foreground: bool
 ) -> None:
     brokers = record["brokers"]
     bootstrap = ",".join(f"{b['host']}:{b['port']}" for b in brokers)
+    kafka = ",".join(f"{b['host']}:{b['kafka_port']}" for b in brokers if "kafka_port" in b)
     store = (
         f"MinIO at {record['minio']['host']}:{record['minio']['port']}, bucket {MINIO_BUCKET}"
         if "minio" in record
@@ -929,7 +995,9 @@ def _report(
     )
     click.echo(
         f"local cluster up: {count} brokers, controller {controller_url} (dashboard: {controller_url}/)\n"
-        f"  bootstrap   {bootstrap}\n  objects     {store}\n  logs        {directory / 'logs'}\n",
+        f"  bootstrap   {bootstrap}\n"
+        + (f"  kafka       {kafka}\n" if kafka else "")
+        + f"  objects     {store}\n  logs        {directory / 'logs'}\n",
         err=True,
     )
     click.echo(bootstrap)
@@ -1221,6 +1289,7 @@ def local_brokers(directory: Path, live: list[int]) -> list[dict[str, Any]]:
             {
                 "id": b["id"],
                 "address": f"{b['host']}:{b['port']}",
+                "kafka": f"{b['host']}:{b['kafka_port']}" if "kafka_port" in b else None,
                 "process": process,
                 "pid": pid,
                 "live": b["id"] in live,
@@ -1232,10 +1301,15 @@ def local_brokers(directory: Path, live: list[int]) -> list[dict[str, Any]]:
 def broker_lines(directory: Path, live: list[int]) -> list[str]:
     """``local status`` lines of the brokers (``local_brokers``)."""
     lines = []
-    for b in local_brokers(directory, live):
+    brokers = local_brokers(directory, live)
+    for b in brokers:
         process = b["process"] if b["pid"] is None else f"{b['process']} (pid {b['pid']})"
         seen = "live" if b["live"] else "not live"
-        lines.append(f"broker {b['id']}  {b['address']}  {process}  {seen}")
+        kafka = f"  kafka {b['kafka']}" if b["kafka"] else ""
+        lines.append(f"broker {b['id']}  {b['address']}{kafka}  {process}  {seen}")
+    kafka_bootstrap = ",".join(b["kafka"] for b in brokers if b["kafka"])
+    if kafka_bootstrap:
+        lines.append(f"kafka bootstrap {kafka_bootstrap}")
     return lines
 
 

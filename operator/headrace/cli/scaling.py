@@ -116,6 +116,8 @@ def add_broker(directory: Path, controller_url: str | None, wait: bool, timeout:
         "admin_port": first["admin_port"],
         "pid": None,
     }
+    if record.get("kafka_port") is not None:
+        b["kafka_port"] = record["kafka_port"]
     if rack := rack_for(new_id, record.get("racks", [])):
         b["rack"] = rack
     record["brokers"] = [*brokers, b]

@@ -65,7 +65,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.errors import InvalidRequest, InvalidTopicSpec
-from headrace.protocol.endpoints import UNKNOWN_PORT, BrokerEndpoint
+from headrace.protocol.endpoints import UNKNOWN_PORT, BrokerEndpoint, KafkaAddress
 from headrace.resources import clusters as cluster_models
 from headrace.resources import topics as topic_models
 
@@ -430,7 +430,8 @@ def cluster_status(
     It is the BrokerCluster status (``headrace.resources.clusters.BrokerClusterStatus``),
     built through that model so that it is one the CRD accepts: ``topologyGeneration``,
     the committed ``topics``, and per broker what it advertised (``host``, ``port``,
-    ``adminPort``; a port nobody told the controller is left out) with ``address`` for
+    ``adminPort``, and ``kafkaHost``/``kafkaPort`` with a Kafka listener; a port nobody
+    told the controller is left out) with ``address`` for
     people and ``live``/``draining`` from ``liveness`` (none live when not given);
     ``retainedTopics``: the topics set aside (``Restored.set_aside``), if any. No
     ``conditions``: those belong to whoever reconciles the BrokerCluster's workload.
@@ -450,6 +451,8 @@ def cluster_status(
                 host=b.host,
                 port=_known(b.port),
                 admin_port=_known(b.admin_port),
+                kafka_host=None if b.kafka is None else b.kafka.host,
+                kafka_port=None if b.kafka is None else b.kafka.port,
             )
             for _, b in sorted(state.brokers.items())
         ],
@@ -485,11 +488,15 @@ def _address(broker: BrokerEndpoint) -> str:
 def _endpoint(broker: cluster_models.BrokerStatus) -> BrokerEndpoint:
     if broker.host is None:
         raise InvalidRequest(f"cluster document: broker {broker.id} has no host")
+    kafka = None
+    if broker.kafka_host is not None and broker.kafka_port is not None:
+        kafka = KafkaAddress(broker.kafka_host, broker.kafka_port)
     return BrokerEndpoint(
         broker.id,
         broker.host,
         UNKNOWN_PORT if broker.port is None else broker.port,
         UNKNOWN_PORT if broker.admin_port is None else broker.admin_port,
+        kafka,
     )
 
 

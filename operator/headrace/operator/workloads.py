@@ -282,6 +282,16 @@ def broker_args(cluster: BrokerCluster, advertise: Advertise = Advertise.DNS) ->
     store = cluster.spec.object_store
     if store is not None:
         args += ["--object-store", object_store_url(store)]
+    kafka = cluster.spec.kafka
+    if kafka is not None:
+        # advertised as the broker's own stable name (``--advertised-host``); the offsets
+        # topic is a Topic of the cluster's namespace
+        args += [
+            "--kafka-port",
+            str(kafka.port),
+            "--kafka-offsets-topic",
+            f"{cluster.metadata.namespace}/{kafka.offsets_topic}",
+        ]
     args += tls_args(cluster)
     if cluster.spec.auth.enabled:
         # credentials come from files the kubelet refreshes (``auth_volumes``), never argv
@@ -586,6 +596,7 @@ def statefulset(
         "ports": [
             {"name": "data", "containerPort": DATA_PORT},
             {"name": "admin", "containerPort": ADMIN_PORT},
+            *_kafka_ports(cluster, "containerPort"),
         ],
         # admin HTTP answers only once the logs are recovered: until then the startup
         # probe, not liveness, decides, and it waits as long as a large log may take
@@ -663,6 +674,17 @@ def statefulset(
     }
 
 
+def _kafka_ports(cluster: BrokerCluster, key: str) -> list[dict[str, Any]]:
+    """The Kafka listener's port, if the cluster has one (a container's or a Service's)."""
+    kafka = cluster.spec.kafka
+    if kafka is None:
+        return []
+    port: dict[str, Any] = {"name": "kafka", key: kafka.port}
+    if key == "port":
+        port["targetPort"] = "kafka"
+    return [port]
+
+
 def manifests(
     cluster: BrokerCluster,
     uid: str,
@@ -676,6 +698,7 @@ def manifests(
         {"name": "data", "port": DATA_PORT, "targetPort": "data"},
         {"name": "admin", "port": ADMIN_PORT, "targetPort": "admin"},
     ]
+    headless_ports = [*ports, *_kafka_ports(cluster, "port")]
     return [
         {
             "apiVersion": "v1",
@@ -691,7 +714,7 @@ def manifests(
                 "clusterIP": "None",
                 "publishNotReadyAddresses": True,
                 "selector": _selector(name),
-                "ports": ports,
+                "ports": headless_ports,
             },
         },
         {

@@ -145,6 +145,21 @@ class ResourceRequirements(Model):
         return self
 
 
+class KafkaListener(Model):
+    """A Kafka listener on every broker (docs/kafka.md): Kafka's clients and tools reach
+    the cluster's topics on this port, through each broker's stable name."""
+
+    port: int = Field(default=9093, ge=1, le=65535)
+    """The port every broker serves Kafka's protocol on (its pod IP; the headless Service
+    names it ``kafka``). Not the data port (9092) nor the admin port (9644)."""
+    offsets_topic: str = Field(
+        default="kafka.group-offsets", pattern=r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
+    )
+    """The Topic (in the cluster's namespace) that keeps Kafka groups' committed offsets;
+    its partitions' leaders coordinate the groups. Create it with ``replicas`` and
+    ``minInSync`` as for any data you must not lose, and retention off."""
+
+
 class BrokerConfig(Model):
     """Broker settings, passed to every broker of the cluster.
 
@@ -274,6 +289,8 @@ class BrokerClusterSpec(Model):
     """Client authentication and ACLs from ``User`` objects."""
     tls: ClusterTls = Field(default_factory=ClusterTls)
     """TLS of the data and admin ports, from a Secret (cert-manager's shape)."""
+    kafka: KafkaListener | None = None
+    """Serve Kafka's protocol on every broker too; unset: no Kafka listener."""
 
 
 class BrokerStatus(Model):
@@ -293,6 +310,10 @@ class BrokerStatus(Model):
     """Its client (and replication) port; unset while the controller was not told it."""
     admin_port: int | None = Field(default=None, ge=0, le=65535)
     """Its admin HTTP port (heartbeats, topology pushes); unset while not told."""
+    kafka_host: str | None = Field(default=None, min_length=1, max_length=253)
+    """The host its Kafka listener advertises; unset: it runs no Kafka listener."""
+    kafka_port: int | None = Field(default=None, ge=0, le=65535)
+    """The port its Kafka listener advertises; unset: it runs no Kafka listener."""
 
 
 class BrokerClusterStatus(Status):

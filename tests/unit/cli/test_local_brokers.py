@@ -82,12 +82,45 @@ def test_status_json_records_each_broker_process(tmp_path: Path) -> None:
         {
             "id": 0,
             "address": "127.0.0.2:9092",
+            "kafka": None,
             "process": "running",
             "pid": os.getpid(),
             "live": True,
         },
-        {"id": 1, "address": "127.0.0.3:9092", "process": "stopped", "pid": None, "live": False},
+        {
+            "id": 1,
+            "address": "127.0.0.3:9092",
+            "kafka": None,
+            "process": "stopped",
+            "pid": None,
+            "live": False,
+        },
     ]
+
+
+def test_status_names_each_brokers_kafka_listener_and_the_kafka_bootstrap(
+    tmp_path: Path,
+) -> None:
+    record(tmp_path, [os.getpid(), None])
+    doc = json.loads((tmp_path / local.STATE_FILE).read_text())
+    for b in doc["brokers"]:
+        b["kafka_port"] = 9093
+    local._write_state(tmp_path / local.STATE_FILE, doc)
+    assert [b["kafka"] for b in local.local_brokers(tmp_path, live=[0])] == [
+        "127.0.0.2:9093",
+        "127.0.0.3:9093",
+    ]
+    lines = local.broker_lines(tmp_path, live=[0])
+    assert lines[0].startswith("broker 0  127.0.0.2:9092  kafka 127.0.0.2:9093  running")
+    assert lines[-1] == "kafka bootstrap 127.0.0.2:9093,127.0.0.3:9093"
+
+
+def test_the_offsets_topic_is_replicated_as_widely_as_the_cluster_allows() -> None:
+    one, three, five = (local.offsets_topic_manifest(n)["spec"] for n in (1, 3, 5))
+    assert (one["replicas"], one["minInSync"]) == (1, 1)
+    assert (three["replicas"], three["minInSync"]) == (3, 2)
+    assert (five["replicas"], five["minInSync"]) == (3, 2)
+    assert three["retention"] == {"ms": -1, "bytes": -1}, "a coordinator replays the whole log"
 
 
 def test_a_zombie_is_not_alive() -> None:

@@ -16,7 +16,7 @@ from headrace.control.model import (
     TopicStatus,
 )
 from headrace.errors import InvalidRequest
-from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress
 from headrace.resources.clusters import BrokerClusterStatus
 
 NOW = "2026-01-02T03:04:05Z"
@@ -98,7 +98,7 @@ def liveness(live: set[int], draining: frozenset[int] = frozenset()) -> Liveness
 def test_the_cluster_document_is_a_broker_cluster_status() -> None:
     brokers = {
         0: BrokerEndpoint(0, "h", 9092, 9644),
-        1: BrokerEndpoint(1, "::1", 9093, 9645),
+        1: BrokerEndpoint(1, "::1", 9093, 9645, KafkaAddress("k1", 19093)),
         2: BrokerEndpoint(2, "10.0.0.2", admin_port=9644),  # no client port told
     }
     s = ClusterState(7, brokers, state(7, "ns/a").topics)
@@ -110,7 +110,8 @@ def test_the_cluster_document_is_a_broker_cluster_status() -> None:
             {"id": 0, "address": "h:9092", "live": True, "draining": False}
             | {"host": "h", "port": 9092, "adminPort": 9644},
             {"id": 1, "address": "[::1]:9093", "live": True, "draining": True}
-            | {"host": "::1", "port": 9093, "adminPort": 9645},
+            | {"host": "::1", "port": 9093, "adminPort": 9645}
+            | {"kafkaHost": "k1", "kafkaPort": 19093},
             {"id": 2, "address": "10.0.0.2", "live": False, "draining": False}
             | {"host": "10.0.0.2", "adminPort": 9644},
         ],

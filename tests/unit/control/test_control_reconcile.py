@@ -27,7 +27,7 @@ from headrace.control.model import (
 from headrace.control.settings import ControlSettings
 from headrace.control.topology import cluster_topology, snapshot
 from headrace.protocol.coordination import NO_OWNER, ClusterTopology
-from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress
 
 ONLINE, ELECTING, OFFLINE = PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE
 SETTINGS = ControlSettings(liveness_ttl_ms=3_000, candidate_wait_ms=5_000, offline_retry_ms=30_000)
@@ -409,6 +409,23 @@ def test_a_new_address_is_a_committed_change() -> None:
     assert d.changed
     assert d.state.brokers[1] == moved
     assert [e.kind for e in d.events] == ["BrokerAddressChanged"]
+
+
+def test_a_kafka_listener_in_a_heartbeat_is_committed_and_pushed() -> None:
+    c = settled()
+    listening = BrokerEndpoint(1, "h1", 9092, 9644, KafkaAddress("h1", 9093))
+    heartbeats = c.fleet.poll(c.state)
+    heartbeats[1] = replace(
+        heartbeats[1], broker=replace(heartbeats[1].broker, kafka=listening.kafka)
+    )
+    d = rc.reconcile(
+        c.state, c.specs, heartbeats, c.clock.now_ms, SETTINGS, observing_since_ms=c.since
+    )
+    assert d.changed and d.state.generation == c.state.generation + 1
+    assert d.state.brokers[1].kafka == KafkaAddress("h1", 9093)
+    pushed = cluster_topology(d.state, "local")
+    assert pushed.broker(1) is not None and pushed.broker(1).kafka == KafkaAddress("h1", 9093)  # type: ignore[union-attr]
+    assert pushed.broker(0) is not None and pushed.broker(0).kafka is None  # type: ignore[union-attr]
 
 
 def test_a_heartbeat_filed_under_the_wrong_id_is_a_bug() -> None:
