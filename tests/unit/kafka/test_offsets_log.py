@@ -64,6 +64,20 @@ def test_a_deletion_forgets_what_came_before_it_only() -> None:
     assert replayed.groups == {"g": {("t", 2): Committed(7, 1, "")}}
 
 
+def test_an_offset_deletion_forgets_those_partitions_and_keeps_the_others() -> None:
+    replayed = offsets_log.Replayed()
+    replayed.apply(
+        values(
+            offsets_log.commit_batch(
+                "g", {("t", 0): Committed(5, 1, ""), ("t", 1): Committed(6, 1, "")}, 1
+            )
+        )
+    )
+    replayed.apply(values(offsets_log.offsets_deletion_batch("g", [("t", 0), ("u", 3)], 2)))
+    assert replayed.groups == {"g": {("t", 1): Committed(6, 1, "")}}
+    assert replayed.skipped == 0
+
+
 def test_records_keyed_by_group_in_one_batch_per_commit() -> None:
     batch = offsets_log.commit_batch(
         "g", {("t", 1): Committed(1, 0, ""), ("t", 0): Committed(0, 0, "")}, 1
