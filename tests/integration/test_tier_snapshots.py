@@ -17,10 +17,15 @@ import pytest
 
 from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
+from headrace.client.cluster import ClusterClient
 from headrace.jobs.snapshot import check_objects, read_cursors, restore_snapshot, take_snapshot
 from headrace.jobs.topics import TopicRef, read_manifest
 from headrace.objectstore.minio_server import MinioServer
 from headrace.objectstore.minio_store import MinioStore
+from headrace.protocol import messages as msg
+from headrace.protocol.coordination import ClusterTopology, PartitionPlacement, TopicPlacement
+from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.tiered import layout
 from headrace.tiered.manifest import SealedState
@@ -111,7 +116,7 @@ async def keyed_load(b: BrokerProcess, stop: asyncio.Event) -> int:
 
 
 async def test_a_snapshot_under_keyed_load_survives_retention_and_restores_the_same_records(
-    broker: BrokerProcess, minio: MinioServer
+    broker: BrokerProcess, minio: MinioServer, tmp_path: Path
 ) -> None:
     await create_topic(
         broker.bootstrap,
@@ -211,3 +216,77 @@ async def test_a_snapshot_under_keyed_load_survives_retention_and_restores_the_s
         sealed = SealedState.from_json(store.get(layout.sealed_key(prefix)))
         assert sealed.next_offset == p.cut + 1
         assert sealed.cursors.get("billing") == acked.get(p.partition)
+
+    # a broker given the restored topic at incarnation 1 (as a controller would place it)
+    # opens it from the restore: a consumer reads the same records at the same offsets,
+    # and the cohort resumes at its cursors
+    restored = BrokerProcess(
+        tmp_path / "restored" / "data",
+        mode="cluster",
+        broker_id=0,
+        extra_args=["--object-store", f"s3://{minio.endpoint}/{BUCKET}", "--cluster-id", "t"],
+        env={
+            "HEADRACE_OBJECT_STORE_ACCESS_KEY": minio.access_key,
+            "HEADRACE_OBJECT_STORE_SECRET_KEY": minio.secret_key,
+        },
+    )
+    restored.data_dir.parent.mkdir(parents=True)
+    restored.start()
+    try:
+        placement = TopicPlacement(
+            RESTORED.topic,
+            PARTITIONS,
+            1,
+            1,
+            {},
+            [
+                PartitionPlacement(p, [0], 0, 1, [0], moves=1, start_offset=None)
+                for p in range(PARTITIONS)
+            ],
+            creation_id=RESTORED.creation_id,
+        )
+        endpoint = BrokerEndpoint(0, "127.0.0.1", restored.port, restored.admin_port)
+        restored.post_json(
+            "/v1/topology", ClusterTopology(1, "t", [endpoint], [placement]).to_json()
+        )
+
+        def reopened() -> bool:
+            doc = restored.get_json(f"/v1/topics/{RESTORED.topic}")
+            ends = {int(d["partition"]): int(d["high_watermark"]) for d in doc["partition_details"]}  # type: ignore[index,union-attr]
+            return ends == {p: cuts[p] + 1 for p in range(PARTITIONS)}
+
+        await until(reopened, 30, "the restored topic reopened at its cuts")
+        for p in snap.partitions:
+            fetched = await fetch_from(restored.bootstrap, RESTORED.topic, p.partition, p.start)
+            assert [(r.offset, r.key, r.value) for r in fetched] == taken[p.partition]
+        resumed: dict[int, int] = {}
+        async with Consumer(restored.bootstrap, RESTORED.topic, "billing") as consumer:
+            deadline = time.monotonic() + 30
+            while not set(acked) <= set(resumed):
+                assert time.monotonic() < deadline, f"the cohort resumed only {resumed}"
+                for batch in await consumer.getmany(timeout_s=0.5):
+                    resumed.setdefault(batch.partition, batch.offsets()[0])
+        assert {p: resumed[p] for p in acked} == acked
+    finally:
+        restored.stop()
+
+
+async def fetch_from(bootstrap: str, topic: str, partition: int, first: int) -> list[rb.Record]:
+    """Every committed record of the partition from ``first``, fetched from its leader."""
+    cluster = ClusterClient(bootstrap)
+    out: list[rb.Record] = []
+    try:
+        await cluster.start()
+        conn = await cluster.connection_for(topic, partition)
+        offset = first
+        while True:
+            req = msg.FetchRequest(topic, partition, offset, 4 << 20, 0, msg.Isolation.COMMITTED)
+            frame = await conn.request(Op.FETCH, req.encode())
+            head, data = msg.FetchResponseHeader.decode(frame.body)
+            for pos, header in rb.scan(data):
+                out.extend(rb.decode(bytes(data[pos : pos + header.size])).records(offset))
+                offset = header.next_offset
+            if not data or offset >= head.high_watermark:
+                return out
+    finally:
+        await cluster.close()
