@@ -502,7 +502,8 @@ def sweep_cmd(
     counts = doc["objects"]
     click.echo(
         f"{ref.topic}: {sum(counts.values())} objects: {counts['listed']} listed,"
-        f" {counts['other']} other, {counts['young']} unlisted but younger than"
+        f" {counts['other']} other, {counts['pinned']} kept for snapshots,"
+        f" {counts['young']} unlisted but younger than"
         f" {grace_seconds} s, {counts['orphan']} orphans ({doc['orphanBytes']} bytes)"
     )
     for orphan in report.orphans:
