@@ -17,7 +17,8 @@ one upload interval). Produce never stops. The cursors are the uploader's copy
 cohort may see up to those seconds again, never a gap.
 
 **Restore** (``restore_snapshot``): copy the objects into the new incarnation's
-prefix (the last one cut to the snapshot's cut, with a new index), write its
+prefix (every batch checked: headers, CRCs, offsets; the last object cut to the
+snapshot's cut), write its
 manifest (only where none exists) and a sealed state that says where the log
 continues and the cohorts' cursors: the state an Unload leaves for a partition's
 next owner, which reopens it at ``cut + 1`` reading everything below from the
@@ -30,7 +31,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from headrace.errors import HeadraceError
+from headrace.errors import CorruptBatch, CorruptSegmentObject, HeadraceError
 from headrace.jobs.topics import TopicRef, read_manifest
 from headrace.objectstore.errors import ObjectNotFound
 from headrace.objectstore.interface import ObjectStore
@@ -160,29 +161,51 @@ def restore_snapshot(
 
 
 def _copy(store: ObjectStore, seg: SegmentObject, prefix: str, cut: int) -> SegmentObject:
-    """Copy one object under ``prefix``, without the batches past ``cut``."""
+    """Copy one object under ``prefix``, without the batches past ``cut``, checking every
+    batch on the way (``CorruptSegmentObject`` naming the key: nothing is copied)."""
     data = store.get(seg.key)
     last = seg.last
-    index_bytes: bytes | None = None
     if seg.last > cut:
         kept = [(pos + h.size, h.last_offset) for pos, h in rb.scan(data) if h.last_offset <= cut]
         # a key-compacted object may lack the cut's record itself (compaction dropped it)
         if not kept or (kept[-1][1] != cut and not seg.compacted):
             raise InvalidSnapshot(f"{seg.key}: no batch ends at the cut {cut}")
         data, last = data[: kept[-1][0]], cut
-    else:
-        try:
-            index_bytes = store.get(layout.index_key_for(seg.key))
-        except ObjectNotFound:
-            pass  # only a shortcut for readers: build one below
-    if index_bytes is None:
-        if seg.compacted:  # offsets with holes: the index every object has without one
-            index_bytes = index.SparseIndex.trivial(seg.base, last, len(data)).encode()
-        else:
-            index_bytes = index.summarize(data).index.encode()
+    index_bytes = _checked_index(store, seg, data, last)
     key = layout.segment_key(prefix, seg.base, last)
     store.put(layout.index_key_for(key), index_bytes)
     store.put(key, data)
     return SegmentObject(
         seg.base, last, len(data), key, 0, compacted=seg.compacted, max_timestamp=seg.max_timestamp
     )
+
+
+def _checked_index(store: ObjectStore, seg: SegmentObject, data: bytes, last: int) -> bytes:
+    """Check every batch of ``data`` (headers, CRCs, offsets within ``seg.base..last``,
+    contiguous unless key-compacted) and return the index object to store with it."""
+    try:
+        if not seg.compacted:
+            summary = index.summarize(data)
+            if (summary.base, summary.last) != (seg.base, last):
+                raise CorruptBatch(f"holds offsets {summary.base}..{summary.last}")
+            return summary.index.encode()
+        expected, end = seg.base, 0
+        for pos, header in rb.scan(data):
+            rb.check_header(header)
+            if header.base_offset < expected or header.last_offset > last:
+                raise CorruptBatch(f"batch at byte {pos} holds offset {header.base_offset}")
+            if not rb.crc_ok(data, header, pos):
+                raise CorruptBatch(f"CRC mismatch in the batch at byte {pos}")
+            expected, end = header.next_offset, pos + header.size
+        if end != len(data) or end == 0:
+            raise CorruptBatch(f"{len(data) - end} bytes at byte {end} are not a whole batch")
+    except CorruptBatch as exc:
+        raise CorruptSegmentObject(
+            f"snapshot object {seg.key}: {exc.message}; the restore copied nothing of it"
+        ) from exc
+    if last == seg.last:  # offsets with holes: keep the compaction's index, a shortcut
+        try:
+            return store.get(layout.index_key_for(seg.key))
+        except ObjectNotFound:
+            pass
+    return index.SparseIndex.trivial(seg.base, last, len(data)).encode()

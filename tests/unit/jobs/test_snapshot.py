@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from headrace.errors import CorruptSegmentObject
 from headrace.jobs import compact
 from headrace.jobs.snapshot import RestoreRefused, restore_snapshot, take_snapshot
 from headrace.jobs.sweep import sweep_topic
@@ -172,3 +173,18 @@ def test_a_restore_reads_the_same_records_at_the_same_offsets(store: DirectorySt
     assert records(restored, 10, 24)[0][0] == 10
     with pytest.raises(RestoreRefused):
         restore_snapshot(store, snap, TARGET, now_ms=NOW_MS)
+
+
+def test_a_restore_checks_every_batch_and_copies_nothing_of_a_damaged_object(
+    store: DirectoryStore,
+) -> None:
+    source = tier_with(store, SOURCE, 0, 2)
+    snap = take_snapshot(store, SOURCE, "s1", [0], now_ms=NOW_MS)
+    damaged = source.manifest(refresh=True).segments[1].key
+    data = bytearray(store.get(damaged))
+    data[-1] ^= 0xFF  # a flipped bit in the last record: its batch's CRC no longer matches
+    store.put(damaged, bytes(data))
+    with pytest.raises(CorruptSegmentObject, match=damaged):
+        restore_snapshot(store, snap, TARGET, now_ms=NOW_MS)
+    assert not store.exists(layout.manifest_key(TARGET.partition_prefix(0)))
+    assert layout.segment_key(TARGET.partition_prefix(0), 10, 19) not in keys(store, TARGET.prefix)
