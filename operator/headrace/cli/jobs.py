@@ -1,5 +1,6 @@
 """``headrace verify TOPIC`` and ``headrace compact TOPIC``: the Spark jobs, run locally;
-``headrace tier sweep TOPIC``: the orphan sweep, run in this process.
+``headrace tier sweep TOPIC``: the orphan sweep, run in this process (``tier snapshot``
+and ``tier restore`` are in ``cli.snapshots``).
 
 Each command runs ``headrace/jobs/run.py`` with pyspark's bundled ``spark-submit``
 (``--master local[*]`` by default) against the local cluster's object store (the
@@ -515,6 +516,10 @@ def sweep_cmd(
 
 
 def register(group: click.Group) -> None:
+    from headrace.cli.snapshots import restore_cmd, snapshot_cmd
+
+    tier.add_command(snapshot_cmd)
+    tier.add_command(restore_cmd)
     group.add_command(verify)
     group.add_command(compact)
     group.add_command(tier)
