@@ -1,4 +1,4 @@
-"""``headrace tier snapshot`` and ``headrace tier restore`` on a local cluster with MinIO.
+"""TopicSnapshot and TopicRestore through ``headrace apply -f`` on a local cluster with MinIO.
 
 The snapshot is taken while a keyed producer runs; the restore creates a new topic
 through the controller (held while the restore is written, then placed at incarnation 1):
@@ -9,6 +9,7 @@ replica's leader, and the cohort resumes at the cursors it had.
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,6 +40,28 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
         yield c
     finally:
         c.down()
+
+
+SNAPSHOT = """apiVersion: headrace.dev/v1alpha1
+kind: TopicSnapshot
+metadata: {name: s1}
+spec:
+  topicRef: {name: orders}
+"""
+RESTORE = """apiVersion: headrace.dev/v1alpha1
+kind: TopicRestore
+metadata: {name: copy}
+spec:
+  snapshotRef: {name: s1}
+  topic: orders-restored
+"""
+
+
+def apply(c: LocalCluster, manifest: str) -> subprocess.CompletedProcess[bytes]:
+    """``headrace apply -f`` against the local cluster's directory (its store and controller)."""
+    path = c.dir / f"manifest-{time.monotonic_ns()}.yaml"
+    path.write_text(manifest)
+    return c.cli("apply", "-f", str(path), "--dir", str(c.dir))
 
 
 async def keyed_load(c: LocalCluster, stop: asyncio.Event) -> None:
@@ -85,27 +108,19 @@ async def test_snapshot_under_load_then_restore_into_a_new_topic(cluster: LocalC
             "the cohort's cursors in the store",
         )
         # under load: the producer keeps going while the snapshot is cut and written
-        await asyncio.to_thread(
-            cluster.cli, "tier", "snapshot", NAME, "s1", "--dir", str(cluster.dir)
-        )
+        taken = await asyncio.to_thread(apply, cluster, SNAPSHOT)
+        assert b"topicsnapshot default/s1 taken" in taken.stdout
     finally:
         stop.set()
         await load
     snap = pins.read_snapshot(store, source.prefix, "s1")
     assert {p.partition: p.cursors.get("billing") for p in snap.partitions} == acked
 
-    done = await asyncio.to_thread(
-        cluster.cli,
-        "tier",
-        "restore",
-        NAME,
-        "s1",
-        "--to",
-        "orders-restored",
-        "--dir",
-        str(cluster.dir),
-    )
-    assert b"restored default/orders-restored" in done.stdout
+    done = await asyncio.to_thread(apply, cluster, RESTORE)
+    assert b"topicrestore default/copy restored default/orders-restored" in done.stdout
+    again = await asyncio.to_thread(apply, cluster, SNAPSHOT + "---\n" + RESTORE)
+    assert b"topicsnapshot default/s1 unchanged" in again.stdout
+    assert b"topicrestore default/copy unchanged" in again.stdout
     assert cluster.creation_id(RESTORED) not in ("", source.creation_id)
     await until(lambda: online(cluster, RESTORED, PARTITIONS), 30, "restored topic online")
 
@@ -129,3 +144,31 @@ async def test_snapshot_under_load_then_restore_into_a_new_topic(cluster: LocalC
             for batch in await consumer.getmany(timeout_s=0.5):
                 resumed.setdefault(batch.partition, batch.offsets()[0])
     assert {p: resumed[p] for p in acked} == acked
+
+    # the same through the tier commands, after the load stopped: the cut is the log end
+    directory = str(cluster.dir)
+    out = (
+        await asyncio.to_thread(cluster.cli, "tier", "snapshot", NAME, "s2", "--dir", directory)
+    ).stdout
+    assert b"snapshot s2 of default/orders" in out
+    second = pins.read_snapshot(store, source.prefix, "s2")
+    out = (
+        await asyncio.to_thread(
+            cluster.cli, "tier", "restore", NAME, "s2", "--to", "second", "--dir", directory
+        )
+    ).stdout
+    assert b"restored default/second" in out
+    for part in second.partitions:
+        records = await read_partition(cluster.bootstrap, "default/second", part.partition)
+        assert [r.offset for r in records] == list(range(part.cut + 1))
+
+    # deleting the snapshot releases its objects (nothing else changes)
+    deleted = await asyncio.to_thread(apply_delete, cluster, SNAPSHOT)
+    assert b"topicsnapshot default/s1 deleted" in deleted.stdout
+    assert [s.name for s in pins.read_snapshots(store, source.prefix)] == ["s2"]
+
+
+def apply_delete(c: LocalCluster, manifest: str) -> subprocess.CompletedProcess[bytes]:
+    path = c.dir / f"manifest-{time.monotonic_ns()}.yaml"
+    path.write_text(manifest)
+    return c.cli("delete", "-f", str(path), "--dir", str(c.dir))

@@ -68,14 +68,9 @@ def _open(directory: Path) -> tuple[Any, str]:
     return open_store(url, {**os.environ, **env}), cluster_id
 
 
-@click.command("snapshot")
-@click.argument("topic")
-@click.argument("name")
-@_dir_option
-def snapshot_cmd(topic: str, name: str, directory: Path) -> None:
-    """Snapshot TOPIC as NAME: every partition up to the high watermark at one moment,
-    and the cohorts' cursors. Its objects are kept (against retention, compaction, the
-    sweep and the topic's deletion) until the snapshot is deleted."""
+def take_local(directory: Path, topic: str, name: str) -> Any:
+    """Snapshot ``topic`` of the local cluster in ``directory`` as ``name`` (a
+    ``tiered.snapshots.Snapshot``); ``SnapshotExists`` if the name is taken."""
     from headrace.jobs.snapshot import take_snapshot
     from headrace.jobs.topics import TopicRef
     from headrace.tiered.snapshots import SnapshotNotReady
@@ -90,41 +85,47 @@ def snapshot_cmd(topic: str, name: str, directory: Path) -> None:
             p: hw - 1
             for p, hw in asyncio.run(_high_watermarks(bootstrap.split(","), ref.topic)).items()
         }
+        if not cuts:
+            raise click.ClickException(f"no broker reports topic {ref.topic}")
         deadline = time.monotonic() + STORED_TIMEOUT_S
         while True:
             try:
-                snap = take_snapshot(
+                return take_snapshot(
                     store, ref, name, sorted(cuts), now_ms=int(time.time() * 1000), cuts=cuts
                 )
-                break
             except SnapshotNotReady as exc:
                 if time.monotonic() > deadline:
                     raise click.ClickException(str(exc)) from exc
                 time.sleep(0.5)  # the next upload round stores more
     finally:
         store.close()
-    click.echo(f"snapshot {name} of {ref.topic}: {snap.objects} objects, {snap.size_bytes} bytes")
-    for part in snap.partitions:
-        cursors = ",".join(f"{c}={o}" for c, o in sorted(part.cursors.items())) or "-"
-        click.echo(f"  partition {part.partition}: offsets {part.start}..{part.cut}  {cursors}")
 
 
-@click.command("restore")
-@click.argument("topic")
-@click.argument("name")
-@click.option("--to", "new_topic", required=True, help="The new topic to create from it.")
-@click.option(
-    "--creation-id",
-    default=None,
-    help="TOPIC's incarnation the snapshot belongs to (default: the controller's; needed"
-    " once TOPIC is deleted).",
-)
-@_dir_option
-def restore_cmd(
-    topic: str, name: str, new_topic: str, creation_id: str | None, directory: Path
-) -> None:
-    """Create topic --to from TOPIC's snapshot NAME: the same offsets, the same records,
-    and each cohort resumes at its cursor."""
+def find_snapshot(directory: Path, namespace: str, name: str) -> tuple[str, str]:
+    """(topic, creation id) of the one snapshot called ``name`` in ``namespace`` of the
+    local cluster's store (a TopicRestore names only the snapshot)."""
+    from headrace.tiered.snapshots import SNAPSHOT_SUFFIX, SNAPSHOTS_DIR
+
+    store, cluster_id = _open(directory)
+    try:
+        tail = f"/{SNAPSHOTS_DIR}{name}{SNAPSHOT_SUFFIX}"
+        found = [o.key for o in store.list(f"{cluster_id}/{namespace}/") if o.key.endswith(tail)]
+    finally:
+        store.close()
+    if len(found) != 1:
+        where = ", ".join(found) if found else "none"
+        raise click.ClickException(
+            f"snapshot {namespace}/{name}: expected one in the object store, found {where}"
+        )
+    parts = found[0].removesuffix(tail).split("/")  # cluster, namespace, topic[, creation id]
+    return f"{namespace}/{parts[2]}", (parts[3] if len(parts) > 3 else "")
+
+
+def restore_local(
+    directory: Path, topic: str, name: str, new_topic: str, creation_id: str | None
+) -> Any:
+    """Create ``new_topic`` from ``topic``'s snapshot ``name`` through the local controller;
+    returns the ``jobs.snapshot.RestoreResult`` once the new topic is placed."""
     from headrace.cli.topics import _applied_topics, _apply, _wait_placed
     from headrace.control.documents import API_VERSION, RESTORE_ANNOTATION
     from headrace.jobs.snapshot import restore_snapshot
@@ -174,8 +175,43 @@ def restore_cmd(
     problems = _wait_placed(controller, target_name)
     if problems:
         raise click.ClickException(f"topic {target_name} not placed: {'; '.join(problems)}")
+    return result
+
+
+@click.command("snapshot")
+@click.argument("topic")
+@click.argument("name")
+@_dir_option
+def snapshot_cmd(topic: str, name: str, directory: Path) -> None:
+    """Snapshot TOPIC as NAME: every partition up to the high watermark at one moment,
+    and the cohorts' cursors. Its objects are kept (against retention, compaction, the
+    sweep and the topic's deletion) until the snapshot is deleted."""
+    snap = take_local(directory, topic, name)
+    click.echo(f"snapshot {name} of {snap.topic}: {snap.objects} objects, {snap.size_bytes} bytes")
+    for part in snap.partitions:
+        cursors = ",".join(f"{c}={o}" for c, o in sorted(part.cursors.items())) or "-"
+        click.echo(f"  partition {part.partition}: offsets {part.start}..{part.cut}  {cursors}")
+
+
+@click.command("restore")
+@click.argument("topic")
+@click.argument("name")
+@click.option("--to", "new_topic", required=True, help="The new topic to create from it.")
+@click.option(
+    "--creation-id",
+    default=None,
+    help="TOPIC's incarnation the snapshot belongs to (default: the controller's; needed"
+    " once TOPIC is deleted).",
+)
+@_dir_option
+def restore_cmd(
+    topic: str, name: str, new_topic: str, creation_id: str | None, directory: Path
+) -> None:
+    """Create topic --to from TOPIC's snapshot NAME: the same offsets, the same records,
+    and each cohort resumes at its cursor."""
+    result = restore_local(directory, topic, name, new_topic, creation_id)
     click.echo(
-        f"restored {target_name} from snapshot {name} of {source.topic}:"
+        f"restored {_qualified(new_topic)} from snapshot {name} of {_qualified(topic)}:"
         f" {result.objects} objects, {result.bytes} bytes copied"
     )
     for partition, next_offset in sorted(result.next_offsets.items()):
