@@ -160,6 +160,23 @@ def restore_snapshot(
     return result
 
 
+def verify_restore(store: ObjectStore, target: TopicRef, partitions: Sequence[int]) -> list[str]:
+    """The verify job's checks (``jobs.verify.verify_partition``: every object there at
+    its size, every batch's header and CRC, offsets without gap, the sealed state covered)
+    over a restore, run here before its topic is placed: one line per error, [] if none."""
+    from headrace.jobs.verify import verify_partition
+
+    problems: list[str] = []
+    for partition in partitions:
+        result = verify_partition(store, target, partition)
+        problems.extend(
+            f"partition {partition}: {f.kind} at {f.key}: {f.message}"
+            for f in result.findings
+            if f.severity == "error"
+        )
+    return problems
+
+
 def _copy(store: ObjectStore, seg: SegmentObject, prefix: str, cut: int) -> SegmentObject:
     """Copy one object under ``prefix``, without the batches past ``cut``, checking every
     batch on the way (``CorruptSegmentObject`` naming the key: nothing is copied)."""

@@ -128,7 +128,7 @@ def restore_local(
     returns the ``jobs.snapshot.RestoreResult`` once the new topic is placed."""
     from headrace.cli.topics import _applied_topics, _apply, _wait_placed
     from headrace.control.documents import API_VERSION, RESTORE_ANNOTATION
-    from headrace.jobs.snapshot import restore_snapshot
+    from headrace.jobs.snapshot import restore_snapshot, verify_restore
     from headrace.jobs.topics import TopicRef
     from headrace.objectstore.errors import ObjectNotFound
     from headrace.tiered import pins
@@ -165,11 +165,16 @@ def restore_local(
         }
         _apply(controller, doc)  # held: not placed while pending
         uid = str(_applied_topics(controller)[target_name]["metadata"]["uid"])
-        result = restore_snapshot(
-            store, snap, TopicRef(cluster_id, target_name, uid), now_ms=int(time.time() * 1000)
-        )
+        target = TopicRef(cluster_id, target_name, uid)
+        result = restore_snapshot(store, snap, target, now_ms=int(time.time() * 1000))
+        problems = verify_restore(store, target, [p.partition for p in snap.partitions])
     finally:
         store.close()
+    if problems:
+        raise click.ClickException(
+            f"the restore of {target_name} failed verification; the topic stays pending"
+            f" (delete it): {'; '.join(problems[:5])}"
+        )
     doc["metadata"]["annotations"][RESTORE_ANNOTATION] = "written"
     _apply(controller, doc)
     problems = _wait_placed(controller, target_name)

@@ -11,7 +11,12 @@ import pytest
 
 from headrace.errors import CorruptSegmentObject
 from headrace.jobs import compact
-from headrace.jobs.snapshot import RestoreRefused, restore_snapshot, take_snapshot
+from headrace.jobs.snapshot import (
+    RestoreRefused,
+    restore_snapshot,
+    take_snapshot,
+    verify_restore,
+)
 from headrace.jobs.sweep import sweep_topic
 from headrace.jobs.topics import TopicRef
 from headrace.objectstore.directory import DirectoryStore
@@ -188,3 +193,18 @@ def test_a_restore_checks_every_batch_and_copies_nothing_of_a_damaged_object(
         restore_snapshot(store, snap, TARGET, now_ms=NOW_MS)
     assert not store.exists(layout.manifest_key(TARGET.partition_prefix(0)))
     assert layout.segment_key(TARGET.partition_prefix(0), 10, 19) not in keys(store, TARGET.prefix)
+
+
+def test_the_verify_jobs_checks_pass_on_a_restore_and_name_a_damaged_object(
+    store: DirectoryStore,
+) -> None:
+    tier_with(store, SOURCE, 0, 3)
+    snap = take_snapshot(store, SOURCE, "s1", [0, 1], now_ms=NOW_MS, cuts={0: 24, 1: -1})
+    restore_snapshot(store, snap, TARGET, now_ms=NOW_MS)
+    assert verify_restore(store, TARGET, [0, 1]) == []
+    damaged = layout.segment_key(TARGET.partition_prefix(0), 10, 19)
+    data = bytearray(store.get(damaged))
+    data[-1] ^= 0xFF
+    store.put(damaged, bytes(data))
+    [problem] = verify_restore(store, TARGET, [0, 1])
+    assert problem.startswith(f"partition 0: crc-mismatch at {damaged}")
