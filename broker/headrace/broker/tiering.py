@@ -52,7 +52,8 @@ from headrace.objectstore.errors import ObjectNotFound
 from headrace.objectstore.interface import ObjectStore
 from headrace.protocol.coordination import SealReport
 from headrace.records import batch as rb
-from headrace.tiered.layout import MANIFEST_NAME, partition_prefix
+from headrace.tiered import pins
+from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest, SealedState, SegmentObject
 from headrace.tiered.retention import Bounds, retained_start
 from headrace.tiered.tier import PartitionTier
@@ -173,7 +174,8 @@ class Tiering:
     def forget(self, partition: Partition) -> None:
         """The partition's topic was deleted: remove its objects, in the background.
 
-        The manifest goes first, so a reader sees no history rather than part of one.
+        The manifest goes first, so a reader sees no history rather than part of one;
+        objects a snapshot of the topic lists stay (``tiered.pins.remove_partition``).
         A topic created again under the same name meanwhile has another creation id, so
         its objects are under another prefix (``tiered.layout``): this never touches them.
         """
@@ -183,11 +185,9 @@ class Tiering:
         store, prefix = self.store, state.tier.prefix
 
         def remove() -> None:
-            keys = [o.key for o in store.list(prefix)]
-            manifests = [k for k in keys if k.endswith(MANIFEST_NAME)]
-            for key in manifests:
-                store.delete(key)
-            store.delete_many(k for k in keys if not k.endswith(MANIFEST_NAME))
+            kept = pins.remove_partition(store, prefix)
+            if kept:
+                log.info("%s: kept %d objects that snapshots list", prefix, len(kept))
 
         task = asyncio.get_running_loop().create_task(asyncio.to_thread(remove))
         self._forgetting.add(task)

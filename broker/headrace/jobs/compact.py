@@ -31,7 +31,8 @@ Order of work, so that a reader never sees a gap or a duplicate:
 4. **Grace period**, then re-read the manifest: an old object listed again
    (only a writer that does not use conditional writes could do that) gets the
    swap applied again and another grace period. Only when the manifest
-   lists none of them are the old objects (and their indexes) deleted. Readers
+   lists none of them are the old objects (and their indexes) deleted, except
+   those a topic snapshot lists (``tiered.pins``): they stay until it is. Readers
    holding the old manifest read the old objects until then; readers that
    re-read get the new ones (the broker's tier re-reads the manifest when an
    object is gone).
@@ -62,8 +63,9 @@ from headrace.jobs.topics import TopicRef, read_manifest, read_manifest_versione
 from headrace.objectstore.errors import ObjectNotFound, ObjectStoreError
 from headrace.objectstore.interface import ObjectStore
 from headrace.records import batch as rb
-from headrace.tiered import index, layout
+from headrace.tiered import index, layout, pins
 from headrace.tiered.manifest import Manifest, SegmentObject
+from headrace.tiered.snapshots import InvalidSnapshot
 
 DEFAULT_TARGET_BYTES = 64 << 20
 #: concurrent GETs and DELETEs of one partition's task (small objects: round trips dominate)
@@ -129,6 +131,8 @@ class CompactResult:
     outcome: str = "unchanged"
     written: list[str] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
+    #: replaced objects kept because a snapshot lists them (deleted with their snapshot)
+    pinned: list[str] = field(default_factory=list)
 
     def to_doc(self) -> dict[str, Any]:
         return {
@@ -145,6 +149,7 @@ class CompactResult:
             "outcome": self.outcome,
             "written": self.written,
             "deleted": self.deleted,
+            "pinned": self.pinned,
         }
 
 
@@ -361,14 +366,16 @@ def _compact_locked(
     except CompactionFenced as exc:
         now_listed = read_manifest(store, manifest_key)
         unlisted = [seg.key for seg in written if now_listed.find(seg.key) is None]
-        left = _delete_old(store, [*unlisted, *map(layout.index_key_for, unlisted)])
+        left = _delete_old(store, prefix, [*unlisted, *map(layout.index_key_for, unlisted)])
         result.outcome = f"fenced: {exc}{left}"
         result.written = []
         result.objects_written = 0
         return result
     keep = {s.key for s in final.segments}
     result.deleted = sorted(k for k in replaced if k not in keep)
-    left = _delete_old(store, [*result.deleted, *map(layout.index_key_for, result.deleted)])
+    left = _delete_old(store, prefix, [*result.deleted, *map(layout.index_key_for, result.deleted)])
+    result.pinned = sorted(k for k in result.deleted if k in _pinned_now(store, prefix))
+    result.deleted = [k for k in result.deleted if k not in result.pinned]
     if left:
         log(f"partition {partition}: {left.removeprefix('; ')}")
         result.deleted = []  # which of them went is not known
@@ -379,16 +386,25 @@ def _compact_locked(
     return result
 
 
-def _delete_old(store: ObjectStore, keys: list[str]) -> str:
-    """Delete objects no manifest lists any more: '' when all went, else what to add to
-    the outcome. The manifest is swapped already, so a failure here loses nothing and
-    must not fail the job: the objects stay as orphans, which the verify job reports
-    by key."""
+def _delete_old(store: ObjectStore, prefix: str, keys: list[str]) -> str:
+    """Delete objects no manifest lists any more and no snapshot pins: '' when all went,
+    else what to add to the outcome. The manifest is swapped already, so a failure here
+    loses nothing and must not fail the job: the objects stay as orphans, which the
+    verify job reports by key. A pinned object stays until its snapshot is deleted."""
     try:
-        store.delete_many(keys)
-    except ObjectStoreError as exc:
+        store.delete_many(pins.unpinned(keys, pins.pinned_for_partition(store, prefix)))
+    except (ObjectStoreError, InvalidSnapshot) as exc:
         return f"; some of {len(keys)} unlisted objects were not deleted ({exc}): orphans"
     return ""
+
+
+def _pinned_now(store: ObjectStore, prefix: str) -> frozenset[str]:
+    """The partition's keys snapshots pin, for the report (empty if unreadable: the
+    delete above then deleted nothing and said so)."""
+    try:
+        return pins.pinned_for_partition(store, prefix)
+    except (ObjectStoreError, InvalidSnapshot):
+        return frozenset()
 
 
 def _put_object(store: ObjectStore, key: str, data: bytes, sparse: index.SparseIndex) -> None:

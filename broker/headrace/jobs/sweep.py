@@ -6,11 +6,13 @@ Order of work, so that a listed object is never deleted:
 2. **Read** each partition's manifest, after the listing: an object an upload
    or compaction listed in between counts as listed.
 3. **Classify** (``tiered.orphans``, pure): unlisted segment and index objects
-   older than the grace period are orphans.
+   older than the grace period are orphans, unless a snapshot of the topic lists
+   them (its documents are read after the listing too): those are pinned.
 4. With ``apply`` only: per partition, read the manifest again and ``stat``
    each orphan; one listed again (the same range uploaded anew) or written
    again since step 1 is kept, and so are a cursors' copy or lock whose
-   partition has a manifest by now. Then delete the rest.
+   partition has a manifest by now, and any object a snapshot taken since
+   pins. Then delete the rest.
 
 A dry run (the default) only reports. The grace period must exceed the
 longest upload round (objects put, manifest not yet) and a compaction's run
@@ -26,7 +28,7 @@ from typing import Any
 from headrace.jobs.topics import TopicRef, read_manifest
 from headrace.objectstore.errors import ObjectNotFound
 from headrace.objectstore.interface import ObjectStore
-from headrace.tiered import layout
+from headrace.tiered import layout, pins
 from headrace.tiered.orphans import (
     PartitionSweep,
     StoredObject,
@@ -86,12 +88,13 @@ def sweep_topic(
         if head.isdigit():
             by_partition[int(head)].append(StoredObject(info.key, info.size, info.modified_ms))
     report = SweepReport(ref.topic, apply, grace_ms)
+    pinned = pins.pinned_in(store, ref.prefix)
     for partition in sorted(by_partition):
         prefix = ref.partition_prefix(partition)
         manifest_key = layout.manifest_key(prefix)
         manifest = read_manifest(store, manifest_key) if store.exists(manifest_key) else None
         report.partitions.append(
-            classify(prefix, by_partition[partition], manifest, now_ms, grace_ms)
+            classify(prefix, by_partition[partition], manifest, now_ms, grace_ms, pinned)
         )
     if apply:
         for found in report.partitions:
@@ -106,6 +109,7 @@ def _delete(
     manifest_key = layout.manifest_key(found.prefix)
     has_manifest = store.exists(manifest_key)
     listed = listed_keys(read_manifest(store, manifest_key))
+    pinned = pins.pinned_for_partition(store, found.prefix)
     doomed: list[str] = []
     for orphan in found.orphans:
         try:
@@ -115,7 +119,7 @@ def _delete(
         rewritten = now.modified_ms is None or now_ms - now.modified_ms < grace_ms
         # a first upload landed since: the cursors' copy means something again
         revived = has_manifest and not is_swept_kind(orphan.key[len(found.prefix) :])
-        if orphan.key in listed or rewritten or revived:
+        if orphan.key in listed or orphan.key in pinned or rewritten or revived:
             report.spared.append(orphan.key)
         else:
             doomed.append(orphan.key)

@@ -11,6 +11,9 @@ behind, an unlisted ``.log`` (and its ``.index``):
 - retention's leftovers: the leader died during the grace period;
 - a deleted topic's remains: the broker died while deleting them (no manifest).
 
+An object a topic snapshot lists is *pinned*, never an orphan, until the
+snapshot is deleted (``tiered.snapshots``).
+
 An unlisted object is an orphan only once it is older than a grace period: an
 upload in flight puts its objects before the manifest, and a compaction writes
 its new objects before its swap. Segment and index objects are the orphans;
@@ -45,6 +48,8 @@ class Verdict(enum.Enum):
     #: unlisted but younger than the grace period (or of unknown age): an upload or
     #: compaction may still list it
     YOUNG = "young"
+    #: unlisted by the manifest but listed by a topic snapshot: kept until it is deleted
+    PINNED = "pinned"
     #: unlisted and older than the grace period: to be deleted
     ORPHAN = "orphan"
 
@@ -102,11 +107,14 @@ def classify(
     manifest: Manifest | None,
     now_ms: int,
     grace_ms: int,
+    pinned: frozenset[str] = frozenset(),
 ) -> PartitionSweep:
-    """Sort one partition's objects into listed, other, young and orphan.
+    """Sort one partition's objects into listed, other, pinned, young and orphan.
 
     ``manifest``: the partition's manifest, read *after* the listing (so an object
-    listed by then is never an orphan); None if it has none."""
+    listed by then is never an orphan); None if it has none. ``pinned``: the keys the
+    topic's snapshots list (``tiered.snapshots.pinned_keys``), read after the listing
+    too."""
     validate_key(prefix + layout.MANIFEST_NAME)
     if grace_ms < 0:
         raise ValueError(f"grace_ms must be >= 0, not {grace_ms}")
@@ -118,6 +126,8 @@ def classify(
         name = obj.key[len(prefix) :]
         if obj.key in listed:
             verdict = Verdict.LISTED
+        elif obj.key in pinned:
+            verdict = Verdict.PINNED
         elif not (is_swept_kind(name) or (manifest is None and name in WITHOUT_MANIFEST_ORPHANS)):
             verdict = Verdict.OTHER
         elif obj.modified_ms is None or now_ms - obj.modified_ms < grace_ms:

@@ -38,7 +38,7 @@ from headrace.errors import CorruptBatch, CorruptSegmentObject, HeadraceError, O
 from headrace.objectstore.errors import ObjectNotFound, ObjectStoreError
 from headrace.objectstore.interface import ObjectStore
 from headrace.records import batch as rb
-from headrace.tiered import index, layout
+from headrace.tiered import index, layout, pins
 from headrace.tiered.manifest import (
     InvalidManifest,
     Manifest,
@@ -264,10 +264,12 @@ class PartitionTier:
 
     def delete_unlisted(self, segments: Iterable[SegmentObject]) -> list[str]:
         """Delete the objects (and index objects) of ``segments`` that the stored
-        manifest does not list; returns the segment keys deleted. A key listed again
-        (the same range uploaded anew) is kept."""
+        manifest does not list and no snapshot of the topic pins; returns the segment
+        keys deleted. A key listed again (the same range uploaded anew) is kept, and so
+        is a pinned one (deleting its snapshot makes it an orphan for the sweep)."""
         listed = {s.key for s in self.manifest(refresh=True).segments}
-        doomed = [s.key for s in segments if s.key not in listed]
+        pinned = pins.pinned_for_partition(self.store, self.prefix)
+        doomed = [s.key for s in segments if s.key not in listed and s.key not in pinned]
         self.store.delete_many([*doomed, *map(layout.index_key_for, doomed)])
         return doomed
 

@@ -1,5 +1,6 @@
 """``headrace verify TOPIC`` and ``headrace compact TOPIC``: the Spark jobs, run locally;
-``headrace tier sweep TOPIC``: the orphan sweep, run in this process.
+``headrace tier sweep TOPIC``: the orphan sweep, run in this process (``tier snapshot``
+and ``tier restore`` are in ``cli.snapshots``).
 
 Each command runs ``headrace/jobs/run.py`` with pyspark's bundled ``spark-submit``
 (``--master local[*]`` by default) against the local cluster's object store (the
@@ -502,7 +503,8 @@ def sweep_cmd(
     counts = doc["objects"]
     click.echo(
         f"{ref.topic}: {sum(counts.values())} objects: {counts['listed']} listed,"
-        f" {counts['other']} other, {counts['young']} unlisted but younger than"
+        f" {counts['other']} other, {counts['pinned']} kept for snapshots,"
+        f" {counts['young']} unlisted but younger than"
         f" {grace_seconds} s, {counts['orphan']} orphans ({doc['orphanBytes']} bytes)"
     )
     for orphan in report.orphans:
@@ -514,6 +516,10 @@ def sweep_cmd(
 
 
 def register(group: click.Group) -> None:
+    from headrace.cli.snapshots import restore_cmd, snapshot_cmd
+
+    tier.add_command(snapshot_cmd)
+    tier.add_command(restore_cmd)
     group.add_command(verify)
     group.add_command(compact)
     group.add_command(tier)

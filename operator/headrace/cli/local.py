@@ -1360,6 +1360,8 @@ EXIT_NOT_FOUND = 3
 
 #: what ``headrace local`` runs; ``apply -f`` skips other kinds with a note
 LOCAL_KINDS = ("Topic", "Unload", "Repartition")
+#: run by ``apply`` itself, against the local cluster's object store (``cli.snapshots``)
+SNAPSHOT_KINDS = ("TopicSnapshot", "TopicRestore")
 
 
 @click.command()
@@ -1392,8 +1394,9 @@ def apply(
     name, its broker count, the topics it has), before any is applied. A problem is
     printed as one line and the exit status is 1, unless --allow-problems makes it a
     warning. A Repartition of a missing topic, to the count it has, or of a topic
-    mid-Unload is refused. Kinds local mode does not run (BrokerCluster, Compaction, ...)
-    are skipped with a note."""
+    mid-Unload is refused. TopicSnapshots and TopicRestores run in this process, after
+    the rest is applied (their status is printed, not kept). Kinds local mode does not
+    run (BrokerCluster, Compaction, ...) are skipped with a note."""
     from headrace.cli.manifests import manifests_to_apply
     from headrace.resources import ManifestError
 
@@ -1405,18 +1408,25 @@ def apply(
             click.echo(f"error: {line}", err=True)
         raise SystemExit(1) from exc
     kept = []
+    snapshots = []
     for resource in resources:
         if resource.kind in LOCAL_KINDS:
             kept.append(resource)
+        elif resource.kind in SNAPSHOT_KINDS:
+            snapshots.append(resource)  # run here, after the Topics they name are applied
         else:
             click.echo(
                 f"skipping {resource.kind} {resource.key.namespace}/{resource.key.name}:"
-                f" local mode runs {', '.join(k + 's' for k in LOCAL_KINDS)} only",
+                f" local mode runs {', '.join(k + 's' for k in LOCAL_KINDS + SNAPSHOT_KINDS)}"
+                " only",
                 err=True,
             )
     url = _controller_url(controller_url, directory)  # refuses another cluster's controller
     if not kept:
-        click.echo("nothing to apply", err=True)
+        if snapshots:
+            _apply_snapshots(snapshots, directory)
+        else:
+            click.echo("nothing to apply", err=True)
         return
     text = "\n---\n".join(json.dumps(_sendable(r)) for r in kept)
     query = "?allowProblems=true" if allow_problems else ""
@@ -1437,6 +1447,67 @@ def apply(
         click.echo(f"warning: {line}", err=True)
     for item in result["applied"]:
         click.echo(f"{item['kind'].lower()} {item['name']} {item['result']}")
+    _apply_snapshots(snapshots, directory)
+
+
+def _apply_snapshots(resources: list[Any], directory: Path) -> None:
+    """TopicSnapshots and TopicRestores, run in this process against the local cluster's
+    store and controller (``cli.snapshots``); one already done is ``unchanged``."""
+    from headrace.cli.snapshots import find_snapshot, restore_local, take_local
+    from headrace.tiered.snapshots import SnapshotExists
+
+    for resource in resources:
+        namespace, name = resource.key.namespace, resource.key.name
+        if resource.kind == "TopicSnapshot":
+            try:
+                snap = take_local(directory, f"{namespace}/{resource.spec.topic_ref.name}", name)
+            except SnapshotExists:
+                click.echo(f"topicsnapshot {namespace}/{name} unchanged")
+                continue
+            click.echo(
+                f"topicsnapshot {namespace}/{name} taken: {snap.objects} objects,"
+                f" {snap.size_bytes} bytes"
+            )
+            continue
+        target = f"{namespace}/{resource.spec.topic}"
+        state = _http("GET", f"{_controller_url(None, directory)}/v1/topics")
+        if any(
+            f"{d['metadata'].get('namespace', 'default')}/{d['metadata']['name']}" == target
+            for d in state["topics"]
+        ):
+            click.echo(f"topicrestore {namespace}/{name} unchanged ({target} exists)")
+            continue
+        topic, creation_id = find_snapshot(directory, namespace, resource.spec.snapshot_ref.name)
+        restored = restore_local(
+            directory, topic, resource.spec.snapshot_ref.name, target, creation_id
+        )
+        click.echo(
+            f"topicrestore {namespace}/{name} restored {target}: {restored.objects} objects,"
+            f" {restored.bytes} bytes copied"
+        )
+
+
+def _delete_snapshot(directory: Path, namespace: str, name: str) -> None:
+    """Delete the snapshot document: its objects are no longer kept (those no manifest
+    lists become orphans for ``tier sweep``)."""
+    from headrace.cli.jobs import _target
+    from headrace.cli.snapshots import find_snapshot
+    from headrace.jobs.topics import TopicRef
+    from headrace.objectstore.urls import open_store
+    from headrace.tiered import pins
+
+    try:
+        topic, creation_id = find_snapshot(directory, namespace, name)
+    except click.ClickException:
+        click.echo(f"topicsnapshot {namespace}/{name} not found")
+        return
+    url, cluster_id, env = _target(directory, None, None)
+    store = open_store(url, {**os.environ, **env})
+    try:
+        pins.delete_snapshot(store, TopicRef(cluster_id, topic, creation_id).prefix, name)
+    finally:
+        store.close()
+    click.echo(f"topicsnapshot {namespace}/{name} deleted")
 
 
 def _sendable(resource: Any) -> dict[str, Any]:
@@ -1475,10 +1546,14 @@ def delete(
             click.echo(f"error: {line}", err=True)
         raise SystemExit(1) from exc
     for key in keys:
-        if key.kind not in LOCAL_KINDS:
+        if key.kind == "TopicSnapshot":
+            _delete_snapshot(directory, key.namespace, key.name)
+        elif key.kind == "TopicRestore":
+            click.echo(f"topicrestore {key.namespace}/{key.name} deleted (its topic stays)")
+        elif key.kind not in LOCAL_KINDS:
             click.echo(
                 f"skipping {key.kind} {key.namespace}/{key.name}: local mode runs Topics,"
-                " Unloads and Repartitions only",
+                " Unloads, Repartitions, TopicSnapshots and TopicRestores only",
                 err=True,
             )
     topics = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Topic"]

@@ -58,6 +58,7 @@ from headrace.control.model import (
     RepartitionPhase,
     RepartitionProgress,
     RepartitionRequest,
+    RestoreStage,
     TopicSpec,
     TopicStatus,
     UnloadPhase,
@@ -70,6 +71,9 @@ from headrace.resources import clusters as cluster_models
 from headrace.resources import topics as topic_models
 
 API_VERSION: Final = "headrace.dev/v1alpha1"
+#: on a Topic created from a snapshot: ``pending`` while the restore is written under
+#: its creation id (not placed), ``written`` once it is (placed at incarnation 1)
+RESTORE_ANNOTATION: Final = "headrace.dev/restore"
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MS: Final = dt.timedelta(milliseconds=1)
 
@@ -106,13 +110,24 @@ def spec_of(resource: Mapping[str, Any]) -> TopicSpec:
             f"{'.'.join(map(str, e['loc'])) or 'spec'}: {e['msg']}" for e in exc.errors()
         )
         raise InvalidTopicSpec(f"topic {full_name(resource)}: {problems}") from None
+    meta = resource.get("metadata", {})
+    stage = str((meta.get("annotations") or {}).get(RESTORE_ANNOTATION) or "")
+    try:
+        restore = RestoreStage(stage)
+    except ValueError:
+        allowed = ", ".join(repr(s.value) for s in RestoreStage if s.value)
+        raise InvalidTopicSpec(
+            f"topic {full_name(resource)}: annotation {RESTORE_ANNOTATION} is {stage!r},"
+            f" not one of {allowed}"
+        ) from None
     return TopicSpec(
         full_name(resource),
         spec.partitions,
         spec.replicas,
         spec.min_in_sync,
         spec.tiered_storage.enabled,
-        str(resource.get("metadata", {}).get("uid") or ""),
+        str(meta.get("uid") or ""),
+        restore,
     )
 
 

@@ -48,6 +48,19 @@ class PartitionState(enum.StrEnum):
 # --------------------------------------------------------------------------- desired state
 
 
+class RestoreStage(enum.StrEnum):
+    """Where a Topic created from a snapshot is (the ``headrace.dev/restore`` annotation)."""
+
+    #: not a restore: placed at once, every partition empty at offset 0
+    NONE = ""
+    #: the restore is being written under the Topic's creation id: not placed yet (its
+    #: brokers must not open the partitions before their sealed states exist)
+    PENDING = "pending"
+    #: written: placed at incarnation 1 with no start offset, so every replica opens each
+    #: partition from the restore's sealed state (``jobs.snapshot.restore_snapshot``)
+    WRITTEN = "written"
+
+
 @dataclass(frozen=True, slots=True)
 class TopicSpec:
     """What the user asked for (the Topic spec); the controller reads it, never writes it."""
@@ -62,6 +75,9 @@ class TopicSpec:
     #: controller assigns one when a Topic is first applied); stamped on the status at
     #: creation. "": none (a spec read without one)
     creation_id: str = ""
+    #: created from a snapshot: held until the restore is written, then placed at
+    #: incarnation 1 (only matters when the topic is created)
+    restore: RestoreStage = RestoreStage.NONE
 
     def __post_init__(self) -> None:
         ns, _, short = self.name.partition("/")

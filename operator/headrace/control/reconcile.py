@@ -71,6 +71,7 @@ from headrace.control.model import (
     PartitionStatus,
     RepartitionProgress,
     RepartitionRequest,
+    RestoreStage,
     TopicSpec,
     TopicStatus,
     UnloadProgress,
@@ -110,9 +111,9 @@ class Problem:
 
     topic: str
     #: CamelCase: WaitingForBrokers, NotEnoughBrokers, Repartitioning, RepartitionWaiting,
-    #: ReplicasChange, PartitionsOffline, BelowMinInSync, DuplicateSpec,
-    #: PartitionsMoving, UnclaimedSeal, TopicUnclaimed; and InvalidSpec, which the control loop adds for a
-    #: Topic whose stored spec does not parse
+    #: ReplicasChange, PartitionsOffline, BelowMinInSync, DuplicateSpec, PartitionsMoving,
+    #: UnclaimedSeal, TopicUnclaimed, WaitingForRestore; and InvalidSpec, which the control
+    #: loop adds for a Topic whose stored spec does not parse
     reason: str
     message: str
 
@@ -401,6 +402,11 @@ def _create(
             Problem(spec.name, "WaitingForBrokers", "waiting to hear from every known broker")
         )
         return None
+    if spec.restore is RestoreStage.PENDING:
+        problems.append(
+            Problem(spec.name, "WaitingForRestore", "its restore from a snapshot is being written")
+        )
+        return None
     others = [p.replicas for t in topics.values() for p in t.partitions]
     try:
         # a broker being removed gets no new topic
@@ -412,6 +418,10 @@ def _create(
         problems.append(Problem(spec.name, "NotEnoughBrokers", exc.message))
         return None
     partitions = tuple(election.first_status(i, r) for i, r in enumerate(lists))
+    if spec.restore is RestoreStage.WRITTEN:
+        # incarnation 1, start unknown here: each replica opens the partition empty at the
+        # restore's sealed state (its cut + 1, its cursors) and reads below from the store
+        partitions = tuple(replace(p, moves=1, start_offset=None) for p in partitions)
     return TopicStatus(
         spec.name,
         1,

@@ -2,7 +2,7 @@
 
 One source of truth: pydantic models of every kind (``BrokerCluster``,
 ``Topic``, ``Repartition``, ``Unload``, ``Compaction``, ``CompactionSchedule``,
-``User``),
+``TopicSnapshot``, ``TopicRestore``, ``User``),
 from which :mod:`headrace.resources.crdgen` generates ``crds/`` and against which
 :func:`load_manifests` validates what users apply. Pure data, no I/O.
 
@@ -49,6 +49,14 @@ from headrace.resources.operations import (
     UnloadSpec,
     UnloadStatus,
 )
+from headrace.resources.snapshots import (
+    TopicRestore,
+    TopicRestoreSpec,
+    TopicRestoreStatus,
+    TopicSnapshot,
+    TopicSnapshotSpec,
+    TopicSnapshotStatus,
+)
 from headrace.resources.topics import Topic, TopicSpec, TopicStatus
 from headrace.resources.users import User, UserSpec, UserStatus
 
@@ -78,6 +86,12 @@ __all__ = [
     "ResourceKey",
     "Status",
     "Topic",
+    "TopicRestore",
+    "TopicRestoreSpec",
+    "TopicRestoreStatus",
+    "TopicSnapshot",
+    "TopicSnapshotSpec",
+    "TopicSnapshotStatus",
     "TopicSpec",
     "TopicStatus",
     "Unload",

@@ -34,6 +34,8 @@ ORDER: Final = (
     "Unload",
     "Compaction",
     "CompactionSchedule",
+    "TopicSnapshot",
+    "TopicRestore",
     "User",
 )
 #: where the examples are, relative to the repository root

@@ -28,13 +28,24 @@ from headrace.resources.meta import (
     json_text,
 )
 from headrace.resources.operations import Repartition, Unload
+from headrace.resources.snapshots import TopicRestore, TopicSnapshot
 from headrace.resources.topics import Topic
 from headrace.resources.users import User
 
 #: every kind, in the order to apply them: what is referred to before what refers to it
 KINDS: Final[Mapping[str, type[Resource]]] = {
     cls.KIND: cls
-    for cls in (BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload, User)
+    for cls in (
+        BrokerCluster,
+        Topic,
+        CompactionSchedule,
+        Compaction,
+        Repartition,
+        Unload,
+        TopicSnapshot,
+        TopicRestore,
+        User,
+    )
 }
 
 

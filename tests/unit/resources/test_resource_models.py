@@ -59,6 +59,8 @@ def test_every_kind_is_registered_once_with_its_short_name() -> None:
         "Unload",
         "Compaction",
         "CompactionSchedule",
+        "TopicSnapshot",
+        "TopicRestore",
         "User",
     }
     short = {kind: cls.NAMES.short_names for kind, cls in KINDS.items()}
@@ -69,6 +71,8 @@ def test_every_kind_is_registered_once_with_its_short_name() -> None:
         "Unload": ("hrul",),
         "Compaction": ("hrcp",),
         "CompactionSchedule": ("hrcs",),
+        "TopicSnapshot": ("hrsnap",),
+        "TopicRestore": ("hrrs",),
         "User": ("hru",),
     }
     for kind, cls in KINDS.items():

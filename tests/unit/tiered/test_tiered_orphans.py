@@ -45,6 +45,7 @@ def test_unlisted_old_segments_and_indexes_are_orphans_and_nothing_else_is() -> 
     assert found.counts == {
         Verdict.LISTED: 2,
         Verdict.OTHER: 5,
+        Verdict.PINNED: 0,
         Verdict.YOUNG: 2,
         Verdict.ORPHAN: 2,
     }

@@ -1,0 +1,228 @@
+"""Topic snapshots and restores in an object store (adapter: I/O through the store).
+
+**Take** (``take_snapshot``): for every partition, read the manifest and the
+uploader's copy of the cursors, cut at the offset asked for (by default the
+stored checkpoint; ``SnapshotNotReady`` if the store does not hold it yet), and
+create the snapshot document only if none of that name exists. From then on
+its objects are pinned (``tiered.pins``). Last, every listed object is
+``stat``'ed: one a deleter removed between the manifest read and the document's
+write fails the snapshot (its document is deleted again), so a snapshot that
+exists lists only objects that exist.
+
+A consistent cut: the caller asks the brokers for every partition's high
+watermark at one moment and passes ``high watermark - 1`` as the cuts, then
+retries ``SnapshotNotReady`` until the uploaders have stored that far (at most
+one upload interval). Produce never stops. The cursors are the uploader's copy
+(``cursors.json``, refreshed at most every 5 s), clamped to the cut: a restored
+cohort may see up to those seconds again, never a gap.
+
+**Restore** (``restore_snapshot``): copy the objects into the new incarnation's
+prefix (every batch checked: headers, CRCs, offsets; the last object cut to the
+snapshot's cut), write its
+manifest (only where none exists) and a sealed state that says where the log
+continues and the cohorts' cursors: the state an Unload leaves for a partition's
+next owner, which reopens it at ``cut + 1`` reading everything below from the
+store. Objects are copied, not referenced: see docs/decisions.md.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from headrace.errors import CorruptBatch, CorruptSegmentObject, HeadraceError
+from headrace.jobs.topics import TopicRef, read_manifest
+from headrace.objectstore.errors import ObjectNotFound
+from headrace.objectstore.interface import ObjectStore
+from headrace.records import batch as rb
+from headrace.tiered import index, layout, pins
+from headrace.tiered.manifest import Manifest, SealedState, SegmentObject
+from headrace.tiered.snapshots import (
+    InvalidSnapshot,
+    PartitionCut,
+    Snapshot,
+    SnapshotNotReady,
+    cut_partition,
+)
+
+#: the uploader's copy of the cursors (``broker.tiering.CURSORS_NAME``)
+CURSORS_NAME = "cursors.json"
+
+
+class RestoreRefused(HeadraceError):
+    """The restore's target already holds a manifest: a restore only creates."""
+
+    CODE = 86
+    retriable = False
+
+
+def read_cursors(store: ObjectStore, partition_prefix: str) -> dict[str, int]:
+    """The uploader's copy of a partition's cursors (none: empty)."""
+    try:
+        raw = json.loads(store.get(partition_prefix + CURSORS_NAME))
+    except ObjectNotFound:
+        return {}
+    cursors = raw.get("cursors", {}) if isinstance(raw, dict) else {}
+    return {str(k): int(v) for k, v in cursors.items() if isinstance(v, int) and v >= 0}
+
+
+def take_snapshot(
+    store: ObjectStore,
+    ref: TopicRef,
+    name: str,
+    partitions: Sequence[int],
+    *,
+    now_ms: int,
+    cuts: Mapping[int, int] | None = None,
+) -> Snapshot:
+    """Cut every partition of ``partitions`` (at ``cuts[p]``, else the stored checkpoint),
+    write the snapshot document and check its objects exist; see the module docstring.
+
+    ``SnapshotNotReady`` (retriable) if a partition's store is behind its cut or an
+    object vanished before the pin; ``SnapshotExists`` if the name is taken."""
+    parts: list[PartitionCut] = []
+    for partition in sorted(set(partitions)):
+        prefix = ref.partition_prefix(partition)
+        manifest = read_manifest(store, layout.manifest_key(prefix))
+        cut = manifest.checkpoint if cuts is None else cuts[partition]
+        parts.append(cut_partition(partition, manifest, cut, read_cursors(store, prefix)))
+    snap = Snapshot(name, ref.cluster_id, ref.topic, ref.creation_id, now_ms, tuple(parts))
+    pins.write_snapshot(store, snap)
+    missing = check_objects(store, snap)
+    if missing:
+        pins.delete_snapshot(store, snap.topic_prefix, name)
+        raise SnapshotNotReady(
+            f"snapshot {name}: {len(missing)} objects went before they were pinned"
+            f" ({missing[0]}...): take it again"
+        )
+    return snap
+
+
+def check_objects(store: ObjectStore, snap: Snapshot) -> list[str]:
+    """The problems with a snapshot's segment objects in the store: each one missing or
+    of another size than listed, by key (empty: every object is there)."""
+    problems: list[str] = []
+    for part in snap.partitions:
+        for seg in part.objects:
+            try:
+                size = store.stat(seg.key).size
+            except ObjectNotFound:
+                problems.append(f"{seg.key}: missing")
+                continue
+            if size != seg.size:
+                problems.append(f"{seg.key}: {size} bytes, the snapshot says {seg.size}")
+    return problems
+
+
+@dataclass(slots=True)
+class RestoreResult:
+    snapshot: str
+    target: str
+    #: partition -> the offset its log continues at (cut + 1)
+    next_offsets: dict[int, int] = field(default_factory=dict)
+    objects: int = 0
+    bytes: int = 0
+
+
+def restore_snapshot(
+    store: ObjectStore, snap: Snapshot, target: TopicRef, *, now_ms: int
+) -> RestoreResult:
+    """Copy ``snap`` into the incarnation ``target`` (a new creation id): the same
+    offsets, the same cursors. Per partition: objects first, then the manifest (only
+    if the partition has none: ``RestoreRefused`` otherwise), then the sealed state.
+    Rerunning a restore that died midway before any manifest was written redoes it."""
+    result = RestoreResult(snap.name, target.prefix)
+    for part in snap.partitions:
+        prefix = target.partition_prefix(part.partition)
+        if store.exists(layout.manifest_key(prefix)):
+            raise RestoreRefused(f"{layout.manifest_key(prefix)} exists: restore into a new topic")
+    for part in snap.partitions:
+        prefix = target.partition_prefix(part.partition)
+        copied = [_copy(store, seg, prefix, part.cut) for seg in part.objects]
+        manifest = Manifest(tuple(copied), epoch=-1, version=1, retained_from=part.start)
+        if not store.put_if_version(layout.manifest_key(prefix), manifest.to_json(), None):
+            raise RestoreRefused(f"{layout.manifest_key(prefix)} appeared during the restore")
+        sealed = SealedState(
+            last_committed_offset=part.cut,
+            broker=0,
+            epoch=-1,
+            time_ms=now_ms,
+            moves=1,
+            cursors=dict(part.cursors),
+            verified=True,
+            message=f"restored from snapshot {snap.name} of {snap.topic} ({snap.creation_id})",
+        )
+        store.put(layout.sealed_key(prefix), sealed.to_json())
+        result.next_offsets[part.partition] = part.cut + 1
+        result.objects += len(copied)
+        result.bytes += sum(s.size for s in copied)
+    return result
+
+
+def verify_restore(store: ObjectStore, target: TopicRef, partitions: Sequence[int]) -> list[str]:
+    """The verify job's checks (``jobs.verify.verify_partition``: every object there at
+    its size, every batch's header and CRC, offsets without gap, the sealed state covered)
+    over a restore, run here before its topic is placed: one line per error, [] if none."""
+    from headrace.jobs.verify import verify_partition
+
+    problems: list[str] = []
+    for partition in partitions:
+        result = verify_partition(store, target, partition)
+        problems.extend(
+            f"partition {partition}: {f.kind} at {f.key}: {f.message}"
+            for f in result.findings
+            if f.severity == "error"
+        )
+    return problems
+
+
+def _copy(store: ObjectStore, seg: SegmentObject, prefix: str, cut: int) -> SegmentObject:
+    """Copy one object under ``prefix``, without the batches past ``cut``, checking every
+    batch on the way (``CorruptSegmentObject`` naming the key: nothing is copied)."""
+    data = store.get(seg.key)
+    last = seg.last
+    if seg.last > cut:
+        kept = [(pos + h.size, h.last_offset) for pos, h in rb.scan(data) if h.last_offset <= cut]
+        # a key-compacted object may lack the cut's record itself (compaction dropped it)
+        if not kept or (kept[-1][1] != cut and not seg.compacted):
+            raise InvalidSnapshot(f"{seg.key}: no batch ends at the cut {cut}")
+        data, last = data[: kept[-1][0]], cut
+    index_bytes = _checked_index(store, seg, data, last)
+    key = layout.segment_key(prefix, seg.base, last)
+    store.put(layout.index_key_for(key), index_bytes)
+    store.put(key, data)
+    return SegmentObject(
+        seg.base, last, len(data), key, 0, compacted=seg.compacted, max_timestamp=seg.max_timestamp
+    )
+
+
+def _checked_index(store: ObjectStore, seg: SegmentObject, data: bytes, last: int) -> bytes:
+    """Check every batch of ``data`` (headers, CRCs, offsets within ``seg.base..last``,
+    contiguous unless key-compacted) and return the index object to store with it."""
+    try:
+        if not seg.compacted:
+            summary = index.summarize(data)
+            if (summary.base, summary.last) != (seg.base, last):
+                raise CorruptBatch(f"holds offsets {summary.base}..{summary.last}")
+            return summary.index.encode()
+        expected, end = seg.base, 0
+        for pos, header in rb.scan(data):
+            rb.check_header(header)
+            if header.base_offset < expected or header.last_offset > last:
+                raise CorruptBatch(f"batch at byte {pos} holds offset {header.base_offset}")
+            if not rb.crc_ok(data, header, pos):
+                raise CorruptBatch(f"CRC mismatch in the batch at byte {pos}")
+            expected, end = header.next_offset, pos + header.size
+        if end != len(data) or end == 0:
+            raise CorruptBatch(f"{len(data) - end} bytes at byte {end} are not a whole batch")
+    except CorruptBatch as exc:
+        raise CorruptSegmentObject(
+            f"snapshot object {seg.key}: {exc.message}; the restore copied nothing of it"
+        ) from exc
+    if last == seg.last:  # offsets with holes: keep the compaction's index, a shortcut
+        try:
+            return store.get(layout.index_key_for(seg.key))
+        except ObjectNotFound:
+            pass
+    return index.SparseIndex.trivial(seg.base, last, len(data)).encode()

@@ -1,0 +1,174 @@
+"""TopicSnapshot and TopicRestore through ``headrace apply -f`` on a local cluster with MinIO.
+
+The snapshot is taken while a keyed producer runs; the restore creates a new topic
+through the controller (held while the restore is written, then placed at incarnation 1):
+a consumer of the new topic reads the same records at the same offsets, on every
+replica's leader, and the cohort resumes at the cursors it had.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from headrace.client import Consumer, Producer
+from headrace.jobs.snapshot import read_cursors
+from headrace.jobs.topics import TopicRef
+from headrace.tiered import pins
+from tests.integration.localcluster import LocalCluster, store_of, topic_manifest
+from tests.integration.objectstore import servers
+from tests.integration.reading import read_partition
+from tests.integration.test_unload import online
+
+NAME = "orders"
+TOPIC = f"default/{NAME}"
+RESTORED = "default/orders-restored"
+PARTITIONS = 2
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    servers.minio_binary()  # built before the cluster starts (cold builds take minutes)
+    c = LocalCluster(tmp_path / "local", brokers=2, object_store="minio")
+    c.up()
+    try:
+        yield c
+    finally:
+        c.down()
+
+
+SNAPSHOT = """apiVersion: headrace.dev/v1alpha1
+kind: TopicSnapshot
+metadata: {name: s1}
+spec:
+  topicRef: {name: orders}
+"""
+RESTORE = """apiVersion: headrace.dev/v1alpha1
+kind: TopicRestore
+metadata: {name: copy}
+spec:
+  snapshotRef: {name: s1}
+  topic: orders-restored
+"""
+
+
+def apply(c: LocalCluster, manifest: str) -> subprocess.CompletedProcess[bytes]:
+    """``headrace apply -f`` against the local cluster's directory (its store and controller)."""
+    path = c.dir / f"manifest-{time.monotonic_ns()}.yaml"
+    path.write_text(manifest)
+    return c.cli("apply", "-f", str(path), "--dir", str(c.dir))
+
+
+async def keyed_load(c: LocalCluster, stop: asyncio.Event) -> None:
+    sent = 0
+    async with Producer(c.bootstrap, acks="all", linger_ms=2) as producer:
+        while not stop.is_set():
+            for n in range(sent, sent + 50):
+                await producer.send(TOPIC, b"v%07d" % n, key=b"k%03d" % (n % 97))
+            await producer.flush()
+            sent += 50
+            await asyncio.sleep(0.02)  # pacing the load, not synchronisation
+
+
+async def until(predicate: object, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.2)
+
+
+async def test_snapshot_under_load_then_restore_into_a_new_topic(cluster: LocalCluster) -> None:
+    manifest = topic_manifest(NAME, PARTITIONS, 2, 1, upload_interval_s=1, segment_bytes=32768)
+    assert cluster.apply(manifest).returncode == 0
+    await until(lambda: online(cluster, TOPIC, PARTITIONS), 30, "topic online")
+    store = store_of(cluster)
+    source = TopicRef("local", TOPIC, cluster.creation_id(TOPIC))
+    stop = asyncio.Event()
+    load = asyncio.create_task(keyed_load(cluster, stop))
+    try:
+        acked: dict[int, int] = {}
+        async with Consumer(cluster.bootstrap, TOPIC, "billing", start="earliest") as consumer:
+            deadline = time.monotonic() + 60
+            while len(acked) < PARTITIONS or sum(acked.values()) < 600:
+                assert time.monotonic() < deadline, f"the cohort got only {acked}"
+                for batch in await consumer.getmany(timeout_s=0.5):
+                    consumer.ack_batch(batch)
+                    acked[batch.partition] = batch.offsets()[-1] + 1
+        await until(
+            lambda: all(
+                read_cursors(store, source.partition_prefix(p)).get("billing") == at
+                for p, at in acked.items()
+            ),
+            30,
+            "the cohort's cursors in the store",
+        )
+        # under load: the producer keeps going while the snapshot is cut and written
+        taken = await asyncio.to_thread(apply, cluster, SNAPSHOT)
+        assert b"topicsnapshot default/s1 taken" in taken.stdout
+    finally:
+        stop.set()
+        await load
+    snap = pins.read_snapshot(store, source.prefix, "s1")
+    assert {p.partition: p.cursors.get("billing") for p in snap.partitions} == acked
+
+    done = await asyncio.to_thread(apply, cluster, RESTORE)
+    assert b"topicrestore default/copy restored default/orders-restored" in done.stdout
+    again = await asyncio.to_thread(apply, cluster, SNAPSHOT + "---\n" + RESTORE)
+    assert b"topicsnapshot default/s1 unchanged" in again.stdout
+    assert b"topicrestore default/copy unchanged" in again.stdout
+    assert cluster.creation_id(RESTORED) not in ("", source.creation_id)
+    await until(lambda: online(cluster, RESTORED, PARTITIONS), 30, "restored topic online")
+
+    for part in snap.partitions:
+        original = [
+            (r.offset, r.key, r.value)
+            for r in await read_partition(cluster.bootstrap, TOPIC, part.partition)
+            if r.offset <= part.cut
+        ]
+        assert [o for o, _, _ in original] == list(range(part.cut + 1))
+        restored = [
+            (r.offset, r.key, r.value)
+            for r in await read_partition(cluster.bootstrap, RESTORED, part.partition)
+        ]
+        assert restored == original
+    resumed: dict[int, int] = {}
+    async with Consumer(cluster.bootstrap, RESTORED, "billing") as consumer:
+        deadline = time.monotonic() + 30
+        while not set(acked) <= set(resumed):
+            assert time.monotonic() < deadline, f"the cohort resumed only {resumed}"
+            for batch in await consumer.getmany(timeout_s=0.5):
+                resumed.setdefault(batch.partition, batch.offsets()[0])
+    assert {p: resumed[p] for p in acked} == acked
+
+    # the same through the tier commands, after the load stopped: the cut is the log end
+    directory = str(cluster.dir)
+    out = (
+        await asyncio.to_thread(cluster.cli, "tier", "snapshot", NAME, "s2", "--dir", directory)
+    ).stdout
+    assert b"snapshot s2 of default/orders" in out
+    second = pins.read_snapshot(store, source.prefix, "s2")
+    out = (
+        await asyncio.to_thread(
+            cluster.cli, "tier", "restore", NAME, "s2", "--to", "second", "--dir", directory
+        )
+    ).stdout
+    assert b"restored default/second" in out
+    for part in second.partitions:
+        records = await read_partition(cluster.bootstrap, "default/second", part.partition)
+        assert [r.offset for r in records] == list(range(part.cut + 1))
+
+    # deleting the snapshot releases its objects (nothing else changes)
+    deleted = await asyncio.to_thread(apply_delete, cluster, SNAPSHOT)
+    assert b"topicsnapshot default/s1 deleted" in deleted.stdout
+    assert [s.name for s in pins.read_snapshots(store, source.prefix)] == ["s2"]
+
+
+def apply_delete(c: LocalCluster, manifest: str) -> subprocess.CompletedProcess[bytes]:
+    path = c.dir / f"manifest-{time.monotonic_ns()}.yaml"
+    path.write_text(manifest)
+    return c.cli("delete", "-f", str(path), "--dir", str(c.dir))
