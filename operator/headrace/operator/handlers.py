@@ -43,6 +43,7 @@ from headrace.control.reconcile import Event
 from headrace.errors import InvalidRequest
 from headrace.operator import auth, caching, eventing, finalizing, repartitioning, workloads
 from headrace.operator.kube import KubeApi, KubeApiError, ObjectRef, StaleResourceVersion
+from headrace.operator.metrics import WORKLOAD, OperatorMetrics
 from headrace.operator.running import (
     ApplyFailure,
     ClusterRuntime,
@@ -51,7 +52,7 @@ from headrace.operator.running import (
     paused,
     stalled_condition,
 )
-from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
+from headrace.operator.surfaces import LoopHealth, Surfaces
 from headrace.resources import BrokerCluster
 
 log = logging.getLogger(__name__)

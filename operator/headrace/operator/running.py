@@ -62,8 +62,8 @@ from headrace.operator import (
     zones,
 )
 from headrace.operator.kube import KubeApi
+from headrace.operator.metrics import STEP, OperatorMetrics
 from headrace.operator.statuses import KubeStatusStore, Superseded
-from headrace.operator.surfaces import STEP, OperatorMetrics
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources.clusters import BrokerCluster, ObjectStore
 
