@@ -19,7 +19,12 @@ PROVIDER = os.environ.get("E2E_PROVIDER", "testbed")
 
 #: the e2e files that start a MinIO server (``e2e/tests/operator/storage.py``)
 MINIO_TESTS = frozenset(
-    {"test_unload_e2e.py", "test_compaction_e2e.py", "test_object_store_e2e.py"}
+    {
+        "test_unload_e2e.py",
+        "test_compaction_e2e.py",
+        "test_object_store_e2e.py",
+        "test_chaos_operator_e2e.py",
+    }
 )
 
 #: Why the build failed, if it did: the e2e tests then error, the rest of a

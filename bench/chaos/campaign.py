@@ -45,13 +45,13 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.chaos import checking
+from bench.chaos.traffic import KeyedTraffic, Member, read_delivery_log
 from headrace.client import Consumer, Producer
-from headrace.client.producer import RecordReceipt
 from headrace.errors import HeadraceError
 from tests.integration.localcluster import LocalCluster, topic_manifest
 from tests.integration.reading import read_partition
@@ -143,14 +143,6 @@ class Round:
     note: str = ""
 
 
-@dataclass(slots=True)
-class _Member:
-    consumer: Consumer
-    name: str
-    path: Path
-    deliveries: list[checking.Delivery] = field(default_factory=list)
-
-
 def full_lrs(cluster: LocalCluster) -> bool:
     """Every partition Online with a leader and every replica in its live replica set,
     and no Unload in flight (a transition may be: it ends at finalize, not at recovery)."""
@@ -232,24 +224,14 @@ class Campaign:
         self.progress = progress
         self.cluster = LocalCluster(directory / "local", 3)
         self.rounds: list[Round] = []
-        self._stop_load = asyncio.Event()
-        self._sent: list[tuple[RecordReceipt, bytes]] = []
-        self._delivered: set[tuple[int, int]] = set()
-        #: every delivery of every member in the order the campaign's one event loop
-        #: processed them: a key's records cross partitions at a cutover
-        self._delivery_order: list[checking.Delivery] = []
+        self.traffic = KeyedTraffic(TOPIC, settings.keys, settings.burst, settings.tick_s)
         #: the topic's partition count (cutover and repartition rounds change it)
         self.partitions = settings.partitions
         #: the most partitions the topic ever had: a shrink retires partitions for routing,
         #: not for reading, so every one of them is read back at the end
         self.partitions_ever = settings.partitions
-        #: time of every acknowledged batch, in order (produce stalls: the gaps), and per
-        #: partition (a partition that takes nothing while the others do is a stall too)
-        self._acked_at: list[float] = []
-        self._acked_at_by_partition: dict[int, list[float]] = {}
         #: set to end ``_catch_transition`` early (its Repartition was refused)
         self._stop_watch = False
-        self.member_errors: list[str] = []
         #: each member's gates (partition -> epoch) when the drain ended
         self.final_assignments: dict[str, dict[int, int]] = {}
         #: each member's background tasks (heartbeats, topology following) when the drain ended
@@ -277,7 +259,7 @@ class Campaign:
             raise RuntimeError(f"apply topic: {proc.stderr.decode()}")
         await asyncio.to_thread(c.wait, lambda: full_lrs(c), 60.0, "topic online")
         members = [
-            _Member(
+            Member(
                 Consumer(c.bootstrap, TOPIC, COHORT, member_id=f"member-{i}", start="earliest"),
                 f"member-{i}",
                 self.dir / f"member-{i}.log",
@@ -286,11 +268,11 @@ class Campaign:
         ]
         for m in members:
             await m.consumer.start()
-        consuming = [asyncio.create_task(self._consume(m)) for m in members]
+        consuming = [asyncio.create_task(self.traffic.consume(m)) for m in members]
         producer = await Producer(
             c.bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=60_000
         ).start()
-        loading = asyncio.create_task(self._load(producer))
+        loading = asyncio.create_task(self.traffic.load(producer))
         await asyncio.sleep(s.warmup_s)
         for i in range(s.rounds):
             r = await self._round(i)
@@ -304,16 +286,16 @@ class Campaign:
                 f"{f'  finalized {r.finalize_s:.2f}s' if r.finalize_s is not None else ''}"
                 f"{'  ' + r.note if r.note else ''}"
             )
-        self._stop_load.set()
+        self.traffic.stop_load.set()
         await loading
         await producer.flush()
         await producer.close()
-        acked, failed = await self._outcomes()
+        acked, failed = await self.traffic.outcomes()
         self.progress(f"load stopped: {len(acked)} acknowledged, {failed} failed sends")
         await asyncio.to_thread(c.wait, lambda: full_lrs(c), s.recovery_timeout_s, "full LRS")
         wanted = {(a.partition, a.offset) for a in acked}
         deadline = time.monotonic() + s.drain_timeout_s
-        while not wanted <= self._delivered and time.monotonic() < deadline:
+        while not wanted <= self.traffic.delivered and time.monotonic() < deadline:
             await asyncio.sleep(0.2)
         self.final_assignments = {m.name: dict(m.consumer.assignment) for m in members}
         self.member_tasks = {
@@ -340,88 +322,23 @@ class Campaign:
             stored[p] = [(r.offset, r.value) for r in records]
         deliveries = [d for m in members for d in read_delivery_log(m.path, m.name)]
         verdict = checking.check(
-            acked, stored, deliveries, failed_sends=failed, in_order=self._delivery_order
+            acked, stored, deliveries, failed_sends=failed, in_order=self.traffic.delivery_order
         )
-        fresh = await self._fresh_cohort(acked, stored)
+        fresh = await self.traffic.fresh_cohort(
+            c.bootstrap, acked, stored, s.fresh_cohort_timeout_s
+        )
         verdict["fresh_cohort"] = fresh
         verdict["ok"] = verdict["ok"] and fresh["undelivered"] == 0 and not fresh["key_order"]
         return self._report(verdict, time.monotonic() - started)
 
-    async def _fresh_cohort(
-        self, acked: list[checking.Acked], stored: dict[int, list[tuple[int, bytes]]]
-    ) -> dict[str, Any]:
-        """A cohort that did not exist during the campaign reads the topic from the earliest
-        offsets: every acknowledged record, each key in order (its history included)."""
-        wanted = {a.value for a in acked}
-        seen: set[bytes] = set()
-        order: list[checking.Delivery] = []
-        consumer = Consumer(self.cluster.bootstrap, TOPIC, "chaos-fresh", start="earliest")
-        await consumer.start()
-        deadline = time.monotonic() + self.settings.fresh_cohort_timeout_s
-        try:
-            while not wanted <= seen and time.monotonic() < deadline:
-                for b in await consumer.getmany(timeout_s=0.5):
-                    for r in b.records():
-                        seen.add(r.value)
-                        order.append(checking.Delivery("fresh", b.partition, r.offset, r.value))
-                    consumer.ack_batch(b)
-        finally:
-            await consumer.close(grace_s=2.0)
-        verdict = checking.check(acked, stored, order, in_order=order)
-        return {
-            "deliveries": len(order),
-            "undelivered": verdict["counts"]["undelivered"],
-            "key_order": verdict["counts"]["key_order_violations"],
-            "examples": {
-                k: v
-                for k, v in verdict["examples"].items()
-                if k in ("undelivered", "key_order_violations")
-            },
-        }
-
     # ------------------------------------------------------------------ load and cohort
-
-    async def _load(self, producer: Producer) -> None:
-        s = self.settings
-        keys = [f"k{i:03d}".encode() for i in range(s.keys)]
-        seqs = dict.fromkeys(keys, 0)
-        n = 0
-        while not self._stop_load.is_set():
-            for _ in range(s.burst):
-                key = keys[n % len(keys)]
-                n += 1
-                value = key + b":" + str(seqs[key]).encode()
-                seqs[key] += 1
-                try:
-                    receipt = await producer.send(TOPIC, value, key=key)
-                except HeadraceError as exc:
-                    log.warning("send refused: %s", exc)
-                    continue
-                previous = self._sent[-1][0].batch if self._sent else None
-                self._sent.append((receipt, value))
-                if receipt.batch is not previous:  # one callback a batch
-                    receipt.batch.add_done_callback(self._note_ack)
-            await asyncio.sleep(s.tick_s)
-
-    def _note_ack(self, batch: asyncio.Future[Any]) -> None:
-        if batch.cancelled() or batch.exception() is not None:
-            return
-        now = time.monotonic()
-        self._acked_at.append(now)
-        result = batch.result()
-        # a batch re-routed by a repartition resolves with each record's place
-        partitions = (
-            {result.partition} if result.records is None else {m.partition for m in result.records}
-        )
-        for p in partitions:
-            self._acked_at_by_partition.setdefault(p, []).append(now)
 
     def _longest_partition_stall(self) -> tuple[int | None, float]:
         """The partition that went longest without an acknowledgement while the load ran
         (the campaign's end counts as one for a partition that stopped taking records)."""
         worst: tuple[int | None, float] = (None, 0.0)
-        end = self._acked_at[-1] if self._acked_at else 0.0
-        for p, times in self._acked_at_by_partition.items():
+        end = self.traffic.acked_at[-1] if self.traffic.acked_at else 0.0
+        for p, times in self.traffic.acked_at_by_partition.items():
             if p >= self.partitions:
                 continue  # retired: it takes no records any more, by design
             gaps = [b - a for a, b in zip(times, [*times[1:], end], strict=False)]
@@ -429,43 +346,6 @@ class Campaign:
             if gap > worst[1]:
                 worst = (p, gap)
         return worst
-
-    def _first_ack_after(self, since: float) -> float | None:
-        """Seconds from ``since`` to the first acknowledgement after it (None: none yet)."""
-        later = [t for t in self._acked_at if t >= since]
-        return min(later) - since if later else None
-
-    async def _outcomes(self) -> tuple[list[checking.Acked], int]:
-        acked: list[checking.Acked] = []
-        failed = 0
-        for receipt, value in self._sent:
-            try:
-                meta = await receipt
-            except HeadraceError:
-                failed += 1
-                continue
-            acked.append(checking.Acked(value, meta.partition, meta.offset))
-        return acked, failed
-
-    async def _consume(self, m: _Member) -> None:
-        with m.path.open("a") as out:
-            while True:
-                try:
-                    batches = await m.consumer.getmany(timeout_s=0.5)
-                except HeadraceError as exc:  # counted and reported; the member carries on
-                    self.member_errors.append(f"{m.name}: {exc!r}")
-                    await asyncio.sleep(0.5)
-                    continue
-                for b in batches:
-                    for r in b.records():
-                        out.write(f"{b.partition} {r.offset} {r.value.decode()}\n")
-                        self._delivered.add((b.partition, r.offset))
-                        self._delivery_order.append(
-                            checking.Delivery(m.name, b.partition, r.offset, r.value)
-                        )
-                out.flush()  # logged before acked: a crash after this redelivers, never skips
-                for b in batches:
-                    m.consumer.ack_batch(b)
 
     # ------------------------------------------------------------------ faults
 
@@ -651,7 +531,9 @@ class Campaign:
             await self._finalized(r, repartition)
             r.finalize_s = time.monotonic() - since
         deadline = time.monotonic() + s.recovery_timeout_s
-        while (resumed := self._first_ack_after(since)) is None and time.monotonic() < deadline:
+        while (
+            resumed := self.traffic.first_ack_after(since)
+        ) is None and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
         r.produce_resumed_s = resumed
 
@@ -758,11 +640,11 @@ class Campaign:
             "broker_kills_dropped_from_lrs": sum(1 for r in self.rounds if r.left_lrs),
             "rounds_not_recovered": sum(1 for r in self.rounds if r.recovery_s is None),
             "rounds_over_10s": sum(1 for x in recoveries if x > 10.0),
-            "member_errors": self.member_errors[:20],
+            "member_errors": self.traffic.member_errors[:20],
             "final_assignments": self.final_assignments,
             "member_tasks": self.member_tasks,
             "cohort_delivered_up_to": {
-                p: max((o for q, o in self._delivered if q == p), default=-1)
+                p: max((o for q, o in self.traffic.delivered if q == p), default=-1)
                 for p in range(self.partitions_ever)
             },
             "partitions_ever": self.partitions_ever,
@@ -777,7 +659,12 @@ class Campaign:
             ),
             "longest_produce_stall_s": round(
                 max(
-                    (b - a for a, b in zip(self._acked_at, self._acked_at[1:], strict=False)),
+                    (
+                        b - a
+                        for a, b in zip(
+                            self.traffic.acked_at, self.traffic.acked_at[1:], strict=False
+                        )
+                    ),
                     default=0.0,
                 ),
                 2,
@@ -799,16 +686,6 @@ def distribution(values: list[float]) -> dict[str, float | int | None]:
         "p90": round(ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))], 2),
         "max": round(ordered[-1], 2),
     }
-
-
-def read_delivery_log(path: Path, member: str) -> list[checking.Delivery]:
-    out: list[checking.Delivery] = []
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        partition, offset, value = line.split(" ", 2)
-        out.append(checking.Delivery(member, int(partition), int(offset), value.encode()))
-    return out
 
 
 def table(report: dict[str, Any]) -> str:

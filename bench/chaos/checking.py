@@ -219,3 +219,102 @@ def check(
         "counts": counts,
         "examples": examples,
     }
+
+
+# ---------------------------------------------------------------------- the control plane
+#
+# The operator campaign (``bench.chaos.operator``) adds three facts about the control plane
+# to the records' verdict above, gathered by polling while the faults ran and at the end.
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderClaim:
+    """One observation that ``leader`` leads ``partition`` at ``epoch``: from the Topic's
+    status (``source`` "status") or from a broker's own heartbeat (``source`` "broker N")."""
+
+    source: str
+    partition: int
+    epoch: int
+    leader: int
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One transition a round started (a Repartition, an Unload, a rolling restart of a
+    pod, a scale) and what became of it: ``finished`` when it reached its end state;
+    ``times``: how many times it took effect (a partitioning version bump, an unload's
+    incarnation bump, a pod's replacement, a change of the StatefulSet's replica count)."""
+
+    round: int
+    kind: str
+    name: str
+    finished: bool
+    times: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectHealth:
+    """One object's conditions at the end: its Ready status, and Stalled with its reason."""
+
+    kind: str
+    name: str
+    ready: str | None
+    stalled: bool
+    reason: str
+
+
+def check_control(
+    claims: Iterable[LeaderClaim],
+    transitions: Iterable[Transition],
+    objects: Iterable[ObjectHealth],
+) -> dict[str, Any]:
+    """The control plane's verdict as a JSON-able dict (``ok``, ``counts``, ``examples``):
+
+    * ``split_epochs``: a (partition, epoch) claimed for two different leaders, across
+      every source (the status and the brokers);
+    * ``unfinished_transitions``: a transition that did not reach its end state;
+    * ``repeated_transitions``: a finished transition that took effect other than once;
+    * ``unhealthy_objects``: an object neither ``Ready=True`` nor ``Stalled`` with a reason.
+    """
+    examples: dict[str, list[str]] = {}
+
+    def note(kind: str, text: str) -> None:
+        bucket = examples.setdefault(kind, [])
+        if len(bucket) < 10:
+            bucket.append(text)
+
+    leaders: dict[tuple[int, int], dict[int, str]] = {}
+    for c in claims:
+        leaders.setdefault((c.partition, c.epoch), {}).setdefault(c.leader, c.source)
+    split = 0
+    for (partition, epoch), by_leader in sorted(leaders.items()):
+        if len(by_leader) > 1:
+            split += 1
+            note(
+                "split_epochs",
+                f"partition {partition} epoch {epoch}: "
+                + ", ".join(f"broker {b} (seen by {s})" for b, s in sorted(by_leader.items())),
+            )
+    transitions = list(transitions)
+    unfinished = [t for t in transitions if not t.finished]
+    repeated = [t for t in transitions if t.finished and t.times != 1]
+    for t in unfinished:
+        note("unfinished_transitions", f"round {t.round} {t.kind} {t.name}: {t.detail}")
+    for t in repeated:
+        note("repeated_transitions", f"round {t.round} {t.kind} {t.name}: {t.times} times")
+    unhealthy = [
+        o for o in objects if not (o.ready == "True" or (o.stalled and o.reason.strip() != ""))
+    ]
+    for o in unhealthy:
+        note("unhealthy_objects", f"{o.kind} {o.name}: Ready={o.ready} reason {o.reason!r}")
+    counts = {
+        "epochs_seen": len(leaders),
+        "split_epochs": split,
+        "transitions": len(transitions),
+        "unfinished_transitions": len(unfinished),
+        "repeated_transitions": len(repeated),
+        "unhealthy_objects": len(unhealthy),
+    }
+    bad = ("split_epochs", "unfinished_transitions", "repeated_transitions", "unhealthy_objects")
+    return {"ok": all(counts[k] == 0 for k in bad), "counts": counts, "examples": examples}

@@ -21,11 +21,11 @@ from headrace.cli.local import alive
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
-from tests.integration.localcluster import LocalCluster, topic_manifest, until
+from tests.integration.localcluster import LocalCluster, store_of, topic_manifest, until
 from tests.integration.objectstore import servers
 from tests.integration.test_rolling_upgrade import previous  # noqa: F401  (a fixture)
 from tests.integration.test_tiered_recreate import produce, read_all
-from tests.integration.test_unload import online, store_of, unload_manifest, wait_unload
+from tests.integration.test_unload import online, unload_manifest, wait_unload
 
 NAME = "again"  # the topic ``test_tiered_recreate``'s helpers produce to and read
 TOPIC = f"default/{NAME}"

@@ -20,10 +20,10 @@ from headrace.errors import HeadraceError
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
-from tests.integration.localcluster import LocalCluster, all_in_sync, topic_manifest
+from tests.integration.localcluster import LocalCluster, all_in_sync, store_of, topic_manifest
 from tests.integration.objectstore import servers
 from tests.integration.reading import read_partition
-from tests.integration.test_unload import online, store_of
+from tests.integration.test_unload import online
 
 NAME = "again"
 TOPIC = f"default/{NAME}"

@@ -75,10 +75,14 @@ def broker(tmp_path: Path, minio: MinioServer) -> Iterator[BrokerProcess]:
     b.stop()
 
 
+def creation_id_of(b: BrokerProcess, topic: str = TOPIC) -> str:
+    """The creation id the broker gave ``topic``: its objects' prefix."""
+    return str(b.get_json(f"/v1/topics/{topic}")["creation_id"])
+
+
 def tier_of(minio: MinioServer, b: BrokerProcess) -> PartitionTier:
     """Partition 0's tier, under the creation id the broker gave the topic."""
-    creation_id = str(b.get_json(f"/v1/topics/{TOPIC}")["creation_id"])
-    prefix = partition_prefix("t", TOPIC, 0, creation_id)
+    prefix = partition_prefix("t", TOPIC, 0, creation_id_of(b))
     return PartitionTier(MinioStore(minio.settings(BUCKET)), prefix)
 
 
@@ -257,9 +261,10 @@ class ListedObjectsWatch:
     manifest, since retention may have removed it since), and it remembers every key
     ever listed."""
 
-    def __init__(self, minio: MinioServer) -> None:
+    def __init__(self, minio: MinioServer, creation_id: str) -> None:
         self.store = MinioStore(minio.settings(BUCKET))
-        self.tier = PartitionTier(self.store, partition_prefix("t", TOPIC, 0))
+        self.prefix = partition_prefix("t", TOPIC, 0, creation_id)
+        self.tier = PartitionTier(self.store, self.prefix)
         self.ever_listed: set[str] = set()
         self.violations: list[str] = []
         self.rounds = 0
@@ -286,8 +291,7 @@ class ListedObjectsWatch:
             self.rounds += 1
 
     def segment_objects(self) -> list[str]:
-        prefix = partition_prefix("t", TOPIC, 0)
-        return [o.key for o in self.store.list(prefix) if o.key.endswith(".log")]
+        return [o.key for o in self.store.list(self.prefix) if o.key.endswith(".log")]
 
 
 async def test_retention_covers_the_tier_moves_the_log_start_and_bounds_the_objects(
@@ -308,7 +312,7 @@ async def test_retention_covers_the_tier_moves_the_log_start_and_bounds_the_obje
     per_tick = 100
     produced = 0
     samples: list[tuple[int, int]] = []  # (segment objects stored, first offset) per period
-    with ListedObjectsWatch(minio) as watch:
+    with ListedObjectsWatch(minio, creation_id_of(broker)) as watch:
         async with Producer(broker.bootstrap, acks="leader", linger_ms=1) as producer:
             started = time.monotonic()
             for period in range(1, periods + 1):
@@ -404,9 +408,10 @@ def sweep(minio: MinioServer, topic: str, *flags: str) -> dict[str, object]:
 SWEEP_GRACE_S = 2
 
 
-def plant_orphans(store: MinioStore, live: Manifest) -> list[str]:
-    """One orphan of each kind, with the bytes such a writer leaves: returns their keys."""
-    prefix = partition_prefix("t", TOPIC, 0)
+def plant_orphans(store: MinioStore, live: Manifest, creation_id: str) -> list[str]:
+    """One orphan of each kind, with the bytes such a writer leaves: returns their keys.
+    The deleted topic's remains are of the legacy layout (a topic with no creation id)."""
+    prefix = partition_prefix("t", TOPIC, 0, creation_id)
     first, second = live.segments[0], live.segments[1]
     planted: dict[str, bytes] = {}
     # a failed upload: objects put, the manifest put never came
@@ -439,9 +444,10 @@ async def test_the_sweep_removes_orphans_of_every_kind_and_nothing_else_under_lo
         {"local_retention_bytes": 64 * 1024, "upload_interval_ms": 200},
     )
     await produce(broker, 0, 3000)
-    wait_for(lambda: manifest(minio).checkpoint == 2999, 20, "first records uploaded")
+    wait_for(lambda: manifest(minio, broker).checkpoint == 2999, 20, "first records uploaded")
     store = MinioStore(minio.settings(BUCKET))
-    planted = plant_orphans(store, manifest(minio))
+    incarnation = creation_id_of(broker)
+    planted = plant_orphans(store, manifest(minio, broker), incarnation)
     wait_for(
         lambda: all(
             time.time() * 1000 - (store.stat(k).modified_ms or 0) > SWEEP_GRACE_S * 1000
@@ -452,10 +458,11 @@ async def test_the_sweep_removes_orphans_of_every_kind_and_nothing_else_under_lo
     )
 
     def keys(topic: str) -> set[str]:
-        return {o.key for o in store.list(partition_prefix("t", topic, 0))}
+        creation_id = incarnation if topic == TOPIC else ""
+        return {o.key for o in store.list(partition_prefix("t", topic, 0, creation_id))}
 
     before = keys(TOPIC) | keys("default/gone")
-    dry = sweep(minio, TOPIC)
+    dry = sweep(minio, TOPIC, "--creation-id", incarnation)
     assert dry["applied"] is False and dry["deleted"] == []
     assert keys(TOPIC) | keys("default/gone") >= before  # a dry run deletes nothing
 
@@ -474,7 +481,9 @@ async def test_the_sweep_removes_orphans_of_every_kind_and_nothing_else_under_lo
 
     loader = asyncio.create_task(load())
     try:
-        applied = await asyncio.to_thread(sweep, minio, TOPIC, "--apply")
+        applied = await asyncio.to_thread(
+            sweep, minio, TOPIC, "--creation-id", incarnation, "--apply"
+        )
         gone = await asyncio.to_thread(sweep, minio, "default/gone", "--apply")
     finally:
         loader.cancel()
@@ -486,13 +495,13 @@ async def test_the_sweep_removes_orphans_of_every_kind_and_nothing_else_under_lo
     assert not after & set(planted)
     # nothing else went: every object there before is there still, but the orphans
     assert before - set(planted) <= after
-    final = manifest(minio)
+    final = manifest(minio, broker)
     for seg in final.segments:
         assert store.exists(seg.key), seg.key
     print(
         f"objects before the sweep: {len(before)} ({len(planted)} planted orphans);"
         f" after: {len(after)} (uploads went on: {len(after - before)} new)"
     )
-    wait_for(lambda: manifest(minio).checkpoint == produced - 1, 30, "the last records stored")
+    wait_for(lambda: manifest(minio, broker).checkpoint == produced - 1, 30, "the last records stored")
     records = await read_partition(broker.bootstrap, TOPIC, 0)
     assert [r.offset for r in records] == list(range(produced))

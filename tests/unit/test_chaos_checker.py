@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from bench.chaos.checking import Acked, Delivery, check
+from bench.chaos.checking import (
+    Acked,
+    Delivery,
+    LeaderClaim,
+    ObjectHealth,
+    Transition,
+    check,
+    check_control,
+)
 
 
 def stored_of(*values: bytes) -> dict[int, list[tuple[int, bytes]]]:
@@ -56,3 +64,44 @@ def test_a_key_crossing_partitions_at_a_cutover_must_keep_its_order() -> None:
     assert not verdict["ok"]
     assert verdict["counts"]["key_order_violations"] == 1
     assert "seq 1" in verdict["examples"]["key_order_violations"][0]
+
+
+def test_the_control_planes_checks_each_find_their_violation() -> None:
+    claims = [
+        LeaderClaim("status", 0, 3, 1),
+        LeaderClaim("broker 1", 0, 3, 1),
+        LeaderClaim("broker 2", 0, 3, 2),  # a second leader at epoch 3
+        LeaderClaim("status", 1, 3, 2),  # another partition: not a split
+        LeaderClaim("status", 0, 4, 2),
+    ]
+    transitions = [
+        Transition(0, "repartition", "grow-0", finished=True, times=1),
+        Transition(1, "unload", "move-1", finished=False, times=0, detail="phase Sealing"),
+        Transition(2, "rollout", "demo-0", finished=True, times=2),
+    ]
+    objects = [
+        ObjectHealth("Topic", "chaos", "True", stalled=False, reason="Ready"),
+        ObjectHealth("BrokerCluster", "demo", "False", stalled=True, reason="ScaleDownBlocked"),
+        ObjectHealth("Unload", "move-1", "False", stalled=False, reason="Moving"),
+        ObjectHealth("Repartition", "grow-0", None, stalled=False, reason=""),
+    ]
+    verdict = check_control(claims, transitions, objects)
+    assert not verdict["ok"]
+    counts = verdict["counts"]
+    assert counts["epochs_seen"] == 3
+    assert counts["split_epochs"] == 1
+    assert counts["unfinished_transitions"] == 1
+    assert counts["repeated_transitions"] == 1
+    assert counts["unhealthy_objects"] == 2
+    assert verdict["examples"]["split_epochs"] == [
+        "partition 0 epoch 3: broker 1 (seen by status), broker 2 (seen by broker 2)"
+    ]
+
+
+def test_a_clean_control_plane_passes() -> None:
+    verdict = check_control(
+        [LeaderClaim("status", 0, 1, 0), LeaderClaim("broker 0", 0, 1, 0)],
+        [Transition(0, "scale-up", "demo", finished=True, times=1)],
+        [ObjectHealth("Topic", "chaos", "True", stalled=False, reason="Ready")],
+    )
+    assert verdict["ok"], verdict

@@ -447,6 +447,12 @@ def tier() -> None:
 @click.option("--store", default=None, help="Object store URL instead of --dir's.")
 @click.option("--cluster", default=None, help="Cluster id (default: local).")
 @click.option(
+    "--creation-id",
+    default=None,
+    help="The incarnation to sweep: the topic's status.creationId (default: the local"
+    " cluster's controller's; none with --store: the legacy layout).",
+)
+@click.option(
     "--grace-seconds",
     type=click.IntRange(min=0),
     default=sweep.DEFAULT_GRACE_MS // 1000,
@@ -461,6 +467,7 @@ def sweep_cmd(
     directory: Path,
     store: str | None,
     cluster: str | None,
+    creation_id: str | None,
     grace_seconds: int,
     apply: bool,
     as_json: bool,
@@ -473,7 +480,8 @@ def sweep_cmd(
 
     url, cluster_id, env = _target(directory, store, cluster)
     try:
-        ref = TopicRef(cluster_id, _qualified(topic))
+        incarnation = _creation_id(topic, directory, store, creation_id)
+        ref = TopicRef(cluster_id, _qualified(topic), incarnation)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="TOPIC") from exc
     opened = open_store(url, {**os.environ, **env})

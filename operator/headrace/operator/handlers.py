@@ -249,7 +249,7 @@ async def apply_workload(
     outcome = context.workloads.setdefault(key, WorkloadOutcome())
     running = context.loops.get(key)
     try:
-        applied = await _apply_workload(body, context, statuses)
+        applied, replicas = await _apply_workload(body, context, statuses)
     except kopf.TemporaryError:
         raise  # a step of a change under way (the StatefulSet being replaced)
     except Exception as exc:
@@ -261,7 +261,7 @@ async def apply_workload(
             # the same spec is refused the same way: kopf waits for the next spec change
             raise kopf.PermanentError(str(exc)) from exc
         raise
-    outcome.applied, outcome.failure = generation, None
+    outcome.applied, outcome.failure, outcome.replicas = generation, None, replicas
     if running is not None:
         running.kick()
     return applied
@@ -288,7 +288,8 @@ REASON: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 async def _apply_workload(
     body: Mapping[str, Any], context: OperatorContext, statuses: Iterable[Mapping[str, Any]]
-) -> list[str]:
+) -> tuple[list[str], int]:
+    """The kinds/names applied, and the StatefulSet's pod count."""
     cluster = parse_cluster(body)
     meta = body["metadata"]
     await _resize_storage(context, cluster, meta.get("namespace", "default"))
@@ -340,7 +341,7 @@ async def _apply_workload(
         raise
     finally:
         metrics.durations.labels(WORKLOAD).observe(time.perf_counter() - started)
-    return applied
+    return applied, replicas
 
 
 async def _resize_storage(context: OperatorContext, cluster: BrokerCluster, namespace: str) -> None:

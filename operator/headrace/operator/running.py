@@ -121,6 +121,9 @@ class WorkloadOutcome:
     applied: int | None = None
     #: the latest apply's failure; None once an apply succeeds
     failure: ApplyFailure | None = None
+    #: the StatefulSet's pod count in the latest apply that succeeded: more than
+    #: ``spec.replicas`` while a scale down keeps brokers that still hold replicas
+    replicas: int | None = None
 
 
 def paused(body: Mapping[str, Any]) -> bool:
@@ -712,7 +715,14 @@ class ClusterRuntime:
             members=self.loop.members,
         )
         blockers = workloads.scale_down_blockers(replicas, statuses)
-        if set(blockers) != set(self.blockers) and self.reapply is not None:
+        # Apply again when the brokers to keep change, and when the StatefulSet as last
+        # applied keeps other brokers than these: an apply by another process of this
+        # operator (its resume, before a restart) may have kept brokers this loop never
+        # saw hold anything, and no later change of ``blockers`` would ever let them go.
+        outcome = self.workload() if self.workload is not None else None
+        kept_pods = max([replicas, *(b + 1 for b in blockers)])
+        stale = outcome is not None and outcome.replicas not in (None, kept_pods)
+        if (stale or set(blockers) != set(self.blockers)) and self.reapply is not None:
             await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
         self.blockers = blockers
         store = self._object_store()

@@ -12,7 +12,7 @@ from typing import Any
 
 from operator_fakes import CLUSTER, FakeApi, topic
 
-from headrace.operator.running import PAUSED_ANNOTATION, ClusterRuntime
+from headrace.operator.running import PAUSED_ANNOTATION, ClusterRuntime, WorkloadOutcome
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -340,3 +340,36 @@ async def test_unloads_of_this_clusters_topics_reach_the_loop_and_leave_it_when_
     assert runtime.loop.unloads["ns/move"]["metadata"]["deletionTimestamp"] is not None
     runtime.sync(cluster, topics, [])
     assert runtime.loop.unloads == {}
+
+
+async def test_a_new_operator_shrinks_the_statefulset_its_resume_apply_kept_large() -> None:
+    """A kill -9 of the operator mid scale down (found by the operator campaign): the new
+    process's resume apply read Topic statuses in which broker 3 still held replicas, and
+    kept 4 pods; by its loop's first step the moves are over. The loop never saw broker 3
+    held, yet the StatefulSet it finds applied keeps a pod the spec does not ask for: it
+    applies the workload again (and only once)."""
+    api = FakeApi(CLUSTER, topic())  # spec.replicas 3; the topic on brokers 0..2
+    clock = ManualClock()
+    fleet = ScriptedFleet(
+        tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(4)), clock
+    )
+    outcome = WorkloadOutcome(applied=1, replicas=4)
+    runtime = ClusterRuntime(
+        api,
+        api.body("BrokerCluster", "demo"),
+        [api.body("Topic", "orders")],
+        [],
+        clock,
+        fleet=fleet,
+        workload=lambda: outcome,
+    )
+    calls: list[list[dict[str, Any]]] = []
+
+    async def reapply(statuses: list[dict[str, Any]]) -> None:
+        calls.append(statuses)
+        outcome.replicas = 3  # what apply_workload records: no broker to keep
+
+    runtime.reapply = reapply
+    await settle(runtime, api, clock)
+    assert len(calls) == 1, "the StatefulSet kept broker 3's pod: applied again, once"
+    assert runtime.blockers == {}
