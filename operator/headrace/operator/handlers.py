@@ -12,7 +12,7 @@
   never spec.
 * **kicks** (``@kopf.on.event`` of Topics, Unloads and Repartitions): run the
   owning cluster's step now instead of at its next poll. A Repartition of a
-  Topic that does not exist is failed there (``repartitioning``). Topics and
+  Topic that does not exist is failed there (``repartition_owners``). Topics and
   Unloads get their finalizers there (``finalizing``); a held one that no
   cluster's loop will serve again is let go there.
 * **the cluster's deletion** (``@kopf.on.delete`` of a BrokerCluster): kopf stops
@@ -41,7 +41,7 @@ from headrace.control.documents import condition, condition_time, full_name, gen
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
 from headrace.errors import InvalidRequest
-from headrace.operator import auth, caching, eventing, finalizing, repartitioning, workloads
+from headrace.operator import auth, caching, eventing, finalizing, repartition_owners, workloads
 from headrace.operator.kube import KubeApi, KubeApiError, ObjectRef, StaleResourceVersion
 from headrace.operator.metrics import WORKLOAD, OperatorMetrics
 from headrace.operator.running import (
@@ -838,7 +838,7 @@ async def repartition_changed(
     topics: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
     if kwargs.get("type") == "DELETED" or topics is None:
         return
-    wanted = repartitioning.topic_of(body)
+    wanted = repartition_owners.topic_of(body)
     owner = next(
         (
             key
@@ -851,9 +851,9 @@ async def repartition_changed(
         clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
         if clusters is None or owner in clusters:
             return  # its cluster's loop serves it (kicked above, or about to start)
-        status = repartitioning.missing_cluster_status(body, owner[1], context.clock.now_ms())
+        status = repartition_owners.missing_cluster_status(body, owner[1], context.clock.now_ms())
     else:
-        status = repartitioning.missing_topic_status(body, context.clock.now_ms())
+        status = repartition_owners.missing_topic_status(body, context.clock.now_ms())
     if status is None:
         return  # served or told before (its topic may have gone since): it keeps its record
     topic = ObjectRef(body["apiVersion"], "Topic", namespace, wanted.partition("/")[2])

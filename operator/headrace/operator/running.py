@@ -55,8 +55,8 @@ from headrace.operator import (
     eventing,
     finalizing,
     objectstores,
-    repartitioning,
-    restarting,
+    repartition_owners,
+    rollout_executor,
     tlssecrets,
     workloads,
     zones,
@@ -437,7 +437,7 @@ class ClusterRuntime:
             [u for u in unloads if self.owns(u, names)],
             # a deleted Unload stays until its moves in flight finish (the loop releases it)
             finalizer=finalizing.UNLOAD_FINALIZER,
-            repartitions=repartitioning.owned(repartitions, names),
+            repartitions=repartition_owners.owned(repartitions, names),
         )
         #: the pods and StatefulSet each step acts on
         self.reads = caching.WorkloadReads(api, self.namespace, self.name, watched)
@@ -466,7 +466,9 @@ class ClusterRuntime:
         #: deleted Topics the finalizer holds until the brokers let their data go
         self.finalizer = finalizing.TopicFinalizer(api, events)
         #: the rolling restart of the pods (a changed pod template: brokerConfig, image)
-        self.rollout = restarting.Rollout(api, self.namespace, self.name, events, reads=self.reads)
+        self.rollout = rollout_executor.Rollout(
+            api, self.namespace, self.name, events, reads=self.reads
+        )
         if auth_token:
             self.rollout.auth_headers = {"Authorization": f"Bearer {auth_token}"}
         self.api = api
@@ -610,7 +612,7 @@ class ClusterRuntime:
                 self.loop.unloads[name]["metadata"]["deletionTimestamp"] = deleted
         for name in set(self.loop.unloads) - seen:
             self.loop.forget_unload(name)
-        repartitioning.sync(self.loop, self.store, repartitions, wanted)
+        repartition_owners.sync(self.loop, self.store, repartitions, wanted)
 
     def _accepted(self, cluster: Mapping[str, Any]) -> dict[str, Any]:
         """``cluster``, with the spec last accepted if the model refuses its own."""
@@ -741,7 +743,7 @@ class ClusterRuntime:
         await self.rollout.step(decision, pods, replicas, self.clock.now_ms())
         previous = {c.get("type"): c for c in self.store.workload_conditions()}
         restarting_condition = self.rollout.condition(
-            previous.get(restarting.RESTARTING), generation_of(self.cluster), now
+            previous.get(rollout_executor.RESTARTING), generation_of(self.cluster), now
         )
         if restarting_condition is not None:
             workload["conditions"].append(restarting_condition)
