@@ -32,9 +32,33 @@ MINIO_TESTS = frozenset(
 _build_error: str | None = None
 
 
+def _what_runs_pods() -> str:
+    if PROVIDER != "testbed":
+        return f"e2e: provider {PROVIDER}"
+    from e2e.testbed.settings import Settings
+
+    return f"e2e: provider testbed, {Settings.from_env().node_kind} node (E2E_NODE)"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    """Which cluster and which kind of node the run uses; never left to guess."""
+    return _what_runs_pods()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The same at the end, where ``-q`` (no header) still shows it."""
+    if _ran_e2e:
+        terminalreporter.write_line(_what_runs_pods())
+
+
+#: Whether this session collected e2e tests (the summary then names the node).
+_ran_e2e = False
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
-    global _build_error
+    global _build_error, _ran_e2e
     wants_e2e = any("/e2e/" in str(item.path) for item in session.items)
+    _ran_e2e = wants_e2e and not session.config.option.collectonly
     if wants_e2e and PROVIDER == "testbed" and not session.config.option.collectonly:
         try:
             support.build_testbed()

@@ -75,10 +75,27 @@ class Cluster:
     bin_dir: Path | None = None
     state_dir: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    #: the test bed with a real node (``E2E_NODE=real``): pods are containers, not host
+    #: processes, so the stand-in's host-process shortcuts do not apply
+    real_node: bool = False
 
     @property
     def is_testbed(self) -> bool:
+        """The test bed with its stand-in runner: pods are host processes of this checkout."""
+        return self.provider == "testbed" and not self.real_node
+
+    @property
+    def host_reaches_pod_ips(self) -> bool:
+        """This host dials pod IPs: the stand-in's are its loopback addresses, a real
+        node's are on its bridge; a kind node's are inside Docker's network."""
         return self.provider == "testbed"
+
+    @property
+    def node_kind(self) -> str:
+        """What runs the pods, for the run's header: a real node, the stand-in or the provider's."""
+        if self.provider != "testbed":
+            return f"{self.provider}'s nodes"
+        return "real node (containerd, runc, kubelet)" if self.real_node else "stand-in runner"
 
     def run(
         self, *argv: str, input: str | None = None, check: bool = True, timeout: float = 120
@@ -116,12 +133,33 @@ class Cluster:
 
 def python_container(cluster: Cluster, name: str, script: str, *args: str) -> dict[str, Any]:
     """A container that runs ``script`` with ``args`` under the provider's Python."""
+    ensure_headrace_image(cluster)
     return {
         "name": name,
         "image": cluster.image,
         "command": [*cluster.python, "-u", "-c", script],
         "args": list(args),
     }
+
+
+_imported: set[str] = set()
+
+
+def ensure_headrace_image(cluster: Cluster) -> None:
+    """On a real node, import the headrace image (``make image``) into containerd once a
+    session: nothing is pulled there. A missing image fails the test saying so."""
+    if not cluster.real_node or cluster.image in _imported:
+        return
+    from e2e.testbed import realnode
+    from e2e.testbed.settings import Settings
+
+    try:
+        realnode.import_local_image(
+            Settings.from_env(), cluster.image, log=lambda m: print(f"\n[e2e] {m}", file=sys.stderr)
+        )
+    except realnode.NodeError as exc:
+        raise AssertionError(str(exc)) from exc
+    _imported.add(cluster.image)
 
 
 # Providers --------------------------------------------------------------------------
@@ -136,6 +174,19 @@ def build_testbed() -> None:
         print(f"\n[e2e] test bed build took {took:.0f} s", file=sys.stderr)
 
 
+def headrace_image(real_node: bool = False) -> str:
+    """The headrace image pods run off the stand-in: ``E2E_HEADRACE_IMAGE``, else what
+    ``make image`` tags on a real node (``localhost/headrace:<version>``), else
+    ``headrace:e2e``."""
+    if "E2E_HEADRACE_IMAGE" in os.environ:
+        return os.environ["E2E_HEADRACE_IMAGE"]
+    if real_node:
+        import importlib.metadata
+
+        return f"localhost/headrace:{importlib.metadata.version('headrace')}"
+    return "headrace:e2e"
+
+
 def client_of_testbed(settings: Settings) -> Cluster:
     """The :class:`Cluster` that drives the test bed ``settings`` describe (up already)."""
     return Cluster(
@@ -143,8 +194,10 @@ def client_of_testbed(settings: Settings) -> Cluster:
         kubeconfig=settings.admin_kubeconfig,
         kubectl=str(settings.binary("kubectl")),
         helm=str(settings.binary("helm")),
-        python=[sys.executable],
-        image="ignored.invalid/python:any",
+        # on a real node, Python is the headrace image's
+        python=["python3"] if settings.real_node else [sys.executable],
+        image=headrace_image(True) if settings.real_node else "ignored.invalid/python:any",
+        real_node=settings.real_node,
         bin_dir=settings.bin_dir,
         state_dir=settings.state_dir,
         env={
@@ -163,7 +216,8 @@ def testbed_cluster() -> Iterator[Cluster]:
     settings = Settings.from_env()
     was_up = controlplane.is_up(settings)
     took = controlplane.up(settings)
-    print(f"\n[e2e] test bed {'already up' if was_up else f'up in {took:.1f} s'}", file=sys.stderr)
+    state = "already up" if was_up else f"up in {took:.1f} s"
+    print(f"\n[e2e] test bed {state}, {settings.node_kind} node", file=sys.stderr)
     try:
         yield client_of_testbed(settings)
     finally:

@@ -3,8 +3,9 @@
 #
 #   e2e/testbed/build.sh            build what is missing, print the bin directory
 #   e2e/testbed/build.sh --bin-dir  print the bin directory only
-#   TESTBED_NODE=1 e2e/testbed/build.sh   also a real node's kubelet and kube-proxy (opt-in:
-#                                   nothing runs them yet; no container runtime here)
+#   TESTBED_NODE=1 e2e/testbed/build.sh   also a real node (E2E_NODE=real): the kubelet and
+#                                   kube-proxy, Debian's containerd, runc and CNI plugins, and the
+#                                   pause and busybox images (node/build.sh, into <bin>/../images)
 #
 # Binaries go to ${TESTBED_BIN:-${HEADRACE_CACHE:-$HOME/.cache/headrace}/testbed/<k8s-version>/bin},
 # outside the repository. A group (kube, etcd, helm) is rebuilt only when a binary is missing
@@ -94,6 +95,7 @@ if [[ ${TESTBED_NODE:-0} == 1 ]]; then
 	build node kube "$kube_ldflags" \
 		kubelet=k8s.io/kubernetes/cmd/kubelet \
 		kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
+	bash "$here/node/build.sh" "$(dirname "$bin")/images"
 fi
 
 echo "$bin"

@@ -5,6 +5,9 @@ python -m e2e.testbed up             build if needed, start, wait until ready
 python -m e2e.testbed status [--json]
 python -m e2e.testbed env            print `export KUBECONFIG=... PATH=...` for a shell
 python -m e2e.testbed down [--purge] stop (and with --purge delete all state)
+
+E2E_NODE=real runs pods on a real node (containerd, runc, the kubelet; e2e/testbed/realnode.py)
+instead of the stand-in runner.
 """
 
 from __future__ import annotations

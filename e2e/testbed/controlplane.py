@@ -27,13 +27,24 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.testbed import ipam, kubeapi, kubeconfig, pki, processes
+from e2e.testbed import ipam, kubeapi, kubeconfig, pki, processes, realnode
 from e2e.testbed.settings import REPO_ROOT, Settings
 from headrace.files import write_atomic
 
 #: Start order; ``down`` stops in reverse, the runner first so pods get their SIGTERM
 #: while the API server can still record their end.
 DAEMONS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "runner")
+#: Every daemon either kind of node may have started, in the order ``down`` reverses:
+#: the real node's last, so its kubelet stops first and containerd after its containers.
+ALL_DAEMONS = DAEMONS + realnode.DAEMONS
+
+
+def daemons(settings: Settings) -> tuple[str, ...]:
+    """The daemons of this test bed: the control plane and its kind of node."""
+    if settings.real_node:
+        return DAEMONS[:-1] + realnode.DAEMONS
+    return DAEMONS
+
 
 #: The default StorageClass; its provisioner is the runner (see :mod:`.provisioning`).
 STORAGE_CLASS: dict[str, Any] = {
@@ -47,6 +58,11 @@ STORAGE_CLASS: dict[str, Any] = {
     "reclaimPolicy": "Delete",
     "volumeBindingMode": "Immediate",
 }
+
+
+#: The Services' ClusterIPs; the first is the "kubernetes" Service's.
+SERVICE_CIDR = "10.96.0.0/16"
+KUBERNETES_SERVICE_IP = "10.96.0.1"
 
 
 class TestbedError(Exception):
@@ -63,16 +79,18 @@ class Ports:
     controller_manager: int
     scheduler: int
     runner: int
+    #: the real node's kube-proxy health endpoint (0 in a file written before it existed)
+    kube_proxy: int = 0
 
     @classmethod
     def load_or_choose(cls, path: Path) -> Ports:
         try:
             ports = cls(**json.loads(path.read_text()))
         except (OSError, ValueError, TypeError):
-            ports = cls(*(_free_port() for _ in range(6)))
+            ports = cls(*(_free_port() for _ in range(7)))
         # A recorded port that something else took since is replaced.
         for name, port in asdict(ports).items():
-            if not _port_free(port):
+            if port == 0 or not _port_free(port):
                 setattr(ports, name, _free_port())
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(asdict(ports)) + "\n")
@@ -97,6 +115,11 @@ def _port_free(port: int) -> bool:
 
 def _daemon(settings: Settings, name: str) -> processes.Daemon:
     return processes.Daemon(name, settings.run_dir)
+
+
+def _daemon_running_in(state_dir: Path, name: str) -> bool:
+    """Whether the test bed whose state is ``state_dir`` runs daemon ``name``."""
+    return processes.Daemon(name, state_dir / "run").running()
 
 
 def _ports_file(settings: Settings) -> Path:
@@ -124,6 +147,14 @@ def _https_ok(url: str, ctx: ssl.SSLContext, timeout_s: float = 2.0) -> bool:
         with urllib.request.urlopen(url, context=ctx, timeout=timeout_s) as resp:
             return 200 <= int(resp.status) < 300
     except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+def _http_ok(url: str, timeout_s: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as resp:
+            return 200 <= int(resp.status) < 300
+    except (urllib.error.URLError, OSError):
         return False
 
 
@@ -162,15 +193,22 @@ def check(settings: Settings, name: str) -> bool:
         return _https_ok(f"https://127.0.0.1:{ports.controller_manager}/healthz", _insecure_ctx())
     if name == "kube-scheduler":
         return _https_ok(f"https://127.0.0.1:{ports.scheduler}/healthz", _insecure_ctx())
-    if name == "runner":
+    if name in ("runner", "kubelet"):
+        # the real kubelet serves on the runner's port, with the same client CA
         ctx = _client_ctx(settings, "apiserver-kubelet-client")
         return _https_ok(f"https://127.0.0.1:{ports.runner}/healthz", ctx)
+    if name == "containerd":
+        return realnode.containerd_ok(settings)
+    if name == "kube-proxy":
+        return _http_ok(f"http://127.0.0.1:{ports.kube_proxy}/healthz")
+    if name == "provisioner":
+        return True  # running is all it shows; its passes log to provisioner.log
     raise ValueError(name)
 
 
 def health(settings: Settings) -> dict[str, bool]:
     """Every daemon's :func:`check`."""
-    return {name: check(settings, name) for name in DAEMONS}
+    return {name: check(settings, name) for name in daemons(settings)}
 
 
 def _wait(
@@ -180,7 +218,7 @@ def _wait(
         if time.monotonic() > deadline:
             tail = _tail(settings.log_dir / f"{log}.log")
             raise TestbedError(f"timed out waiting for {what}; last lines of {log}.log:\n{tail}")
-        if log in DAEMONS and not _daemon(settings, log).running():
+        if log in ALL_DAEMONS and not _daemon(settings, log).running():
             tail = _tail(settings.log_dir / f"{log}.log")
             raise TestbedError(f"{log} exited while waiting for {what}:\n{tail}")
         time.sleep(0.2)
@@ -200,6 +238,16 @@ def _argv(settings: Settings, ports: Ports) -> dict[str, list[str]]:
     etcd_url = f"https://127.0.0.1:{ports.etcd}"
     peer_url = f"http://127.0.0.1:{ports.etcd_peer}"
     kc = settings.state_dir / "kubeconfig"
+    apiserver_address = ["--bind-address=127.0.0.1", "--advertise-address=127.0.0.1"]
+    # The "kubernetes" Endpoints would hold 127.0.0.1, which Endpoints validation
+    # rejects as loopback; in-pod clients get the address from env instead.
+    endpoints = "--endpoint-reconciler-type=none"
+    if settings.real_node:
+        # pods reach the API server through the "kubernetes" Service (kube-proxy) at the
+        # host's address, which the Endpoints may hold; the kubelet's pods are not on
+        # loopback, so the server listens on every address
+        apiserver_address = ["--bind-address=0.0.0.0", f"--advertise-address={realnode.host_ip()}"]
+        endpoints = "--endpoint-reconciler-type=lease"
     return {
         "etcd": [
             str(b("etcd")),
@@ -220,8 +268,7 @@ def _argv(settings: Settings, ports: Ports) -> dict[str, list[str]]:
         ],
         "kube-apiserver": [
             str(b("kube-apiserver")),
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            *apiserver_address,
             f"--secure-port={ports.apiserver}",
             f"--etcd-servers={etcd_url}",
             f"--etcd-cafile={p / 'ca.crt'}",
@@ -234,11 +281,9 @@ def _argv(settings: Settings, ports: Ports) -> dict[str, list[str]]:
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={p / 'sa.pub'}",
             f"--service-account-signing-key-file={p / 'sa.key'}",
-            # ClusterIPs are allocated from here but never routed: there is no kube-proxy.
-            "--service-cluster-ip-range=10.96.0.0/16",
-            # The "kubernetes" Endpoints would hold 127.0.0.1, which Endpoints validation
-            # rejects as loopback; in-pod clients get the address from env instead.
-            "--endpoint-reconciler-type=none",
+            # ClusterIPs are allocated from here; only a real node's kube-proxy routes them.
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            endpoints,
             f"--kubelet-client-certificate={p / 'apiserver-kubelet-client.crt'}",
             f"--kubelet-client-key={p / 'apiserver-kubelet-client.key'}",
             f"--kubelet-certificate-authority={p / 'ca.crt'}",
@@ -327,7 +372,7 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
     if is_up(settings):
         log("test bed already up")
         return 0.0
-    if any(_daemon(settings, name).running() for name in DAEMONS):
+    if any(_daemon(settings, name).running() for name in ALL_DAEMONS):
         log("test bed partly up; restarting it")
         down(settings)
     missing = [
@@ -343,6 +388,12 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
     for d in (settings.state_dir, settings.log_dir, settings.run_dir, settings.volumes_dir):
         d.mkdir(parents=True, exist_ok=True)
     pki.ensure(settings.pki_dir)
+    if settings.real_node:
+        # pods dial the API server at the "kubernetes" Service's ClusterIP (and its names)
+        pki.ensure_serving(
+            settings.pki_dir, "apiserver", pki.APISERVER_DNS,
+            ("127.0.0.1", realnode.host_ip(), KUBERNETES_SERVICE_IP),
+        )  # fmt: skip
     ports = Ports.load_or_choose(_ports_file(settings))
     _write_kubeconfigs(settings, ports)
     argv = _argv(settings, ports)
@@ -369,20 +420,25 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
     )
     for name in ("kube-controller-manager", "kube-scheduler"):
         launch(name)
-    runner_env = dict(env)
-    runner_env.update(_python_env())
-    settings.run_dir.mkdir(parents=True, exist_ok=True)
-    _daemon(settings, "runner").start(
-        argv["runner"],
-        log_file=settings.log_dir / "runner.log",
-        env=runner_env,
-        cwd=settings.state_dir,
-    )
+    if settings.real_node:
+        node = _start_real_node(settings, ports, env, deadline, log)
+    else:
+        node = "runner"
+        runner_env = dict(env)
+        runner_env.update(_python_env())
+        settings.run_dir.mkdir(parents=True, exist_ok=True)
+        _daemon(settings, "runner").start(
+            argv["runner"],
+            log_file=settings.log_dir / "runner.log",
+            env=runner_env,
+            cwd=settings.state_dir,
+        )
     api = admin_client(settings)
     _ensure(api, "/apis/storage.k8s.io/v1/storageclasses", STORAGE_CLASS)
-    for name in ("kube-controller-manager", "kube-scheduler", "runner"):
+    node_daemons = realnode.DAEMONS if settings.real_node else ("runner",)
+    for name in ("kube-controller-manager", "kube-scheduler", *node_daemons):
         _wait(f"{name} health", health_of(name), deadline, settings, name)
-    _wait("node Ready", lambda: _node_ready(api, settings.node_name), deadline, settings, "runner")
+    _wait("node Ready", lambda: _node_ready(api, settings.node_name), deadline, settings, node)
     # Pods are rejected until their namespace's default ServiceAccount exists.
     _wait(
         "default ServiceAccount",
@@ -392,8 +448,40 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
         "kube-controller-manager",
     )
     took = time.monotonic() - start
-    log(f"test bed up in {took:.1f} s; KUBECONFIG={settings.admin_kubeconfig}")
+    log(
+        f"test bed up in {took:.1f} s ({settings.node_kind} node);"
+        f" KUBECONFIG={settings.admin_kubeconfig}"
+    )
     return took
+
+
+def _start_real_node(
+    settings: Settings,
+    ports: Ports,
+    env: dict[str, str],
+    deadline: float,
+    log: Callable[[str], None],
+) -> str:
+    """containerd, the images it needs, then the kubelet; returns the daemon to wait for."""
+    try:
+        realnode.claim(settings, lambda state: _daemon_running_in(state, "kubelet"))
+        realnode.prepare(settings, ports.runner)
+    except realnode.NodeError as exc:
+        raise TestbedError(str(exc)) from exc
+    argv = realnode.argv(settings, ports.kube_proxy)
+    # runc, iptables, mount and the shims live in the sbin directories
+    node_env = {**env, "PATH": f"/usr/local/sbin:/usr/sbin:/sbin:{env['PATH']}"}
+    for name in realnode.DAEMONS:
+        if name == "kubelet":
+            realnode.import_images(settings, log)
+        daemon_env = {**node_env, **_python_env()} if name == "provisioner" else node_env
+        _daemon(settings, name).start(
+            argv[name], log_file=settings.log_dir / f"{name}.log", env=daemon_env,
+            cwd=settings.state_dir,
+        )  # fmt: skip
+        if name == "containerd":
+            _wait("containerd", lambda: check(settings, "containerd"), deadline, settings, name)
+    return "kubelet"
 
 
 def _python_env() -> dict[str, str]:
@@ -436,9 +524,22 @@ def down(
     settings: Settings, purge: bool = False, log: Callable[[str], None] = lambda _: None
 ) -> None:
     """Stop everything (idempotent); with ``purge`` also delete all state."""
-    for name in reversed(DAEMONS):
+    node_ran = False
+    for name in reversed(ALL_DAEMONS):
+        if name == "containerd":
+            # the kubelet leaves its containers running, and their shims outlive containerd
+            realnode.kill_containers(settings)
         if _daemon(settings, name).stop(settings.stop_timeout_s):
             log(f"stopped {name}")
+            node_ran = node_ran or name in realnode.DAEMONS
+        if name == "containerd":
+            # the real node's last daemon: what it leaves on the host goes now
+            realnode.unmount_all(settings)
+            if node_ran:
+                realnode.clean_host_rules(settings)
+            if purge:
+                realnode.remove_bridge(settings)
+            realnode.release(settings)
     _kill_leftover_pods(settings)
     if purge and settings.state_dir.exists():
         shutil.rmtree(settings.state_dir)
@@ -460,21 +561,21 @@ def _kill_leftover_pods(settings: Settings) -> None:
 def status(settings: Settings) -> dict[str, Any]:
     """Per-daemon pid, health and resident memory, plus where the kubeconfig is."""
     h = health(settings)
-    daemons: dict[str, Any] = {}
+    by_name: dict[str, Any] = {}
     total = 0
-    for name in DAEMONS:
+    for name in daemons(settings):
         pid = _daemon(settings, name).pid()
         rss = processes.rss_kib(pid) if pid is not None else 0
         total += rss
-        daemons[name] = {"pid": pid, "healthy": h[name], "rss_mib": round(rss / 1024, 1)}
+        by_name[name] = {"pid": pid, "healthy": h[name], "rss_mib": round(rss / 1024, 1)}
         if name == "runner" and pid is not None:
             pods = sum(processes.rss_kib(c) for c in processes.descendants(pid))
-            daemons[name]["pods_rss_mib"] = round(pods / 1024, 1)
+            by_name[name]["pods_rss_mib"] = round(pods / 1024, 1)
     return {
         "up": all(h.values()),
         "kubeconfig": str(settings.admin_kubeconfig),
         "state_dir": str(settings.state_dir),
         "bin_dir": str(settings.bin_dir),
-        "daemons": daemons,
+        "daemons": by_name,
         "total_rss_mib": round(total / 1024, 1),  # control plane + runner, not pods
     }

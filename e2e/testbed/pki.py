@@ -183,10 +183,7 @@ def ensure(pki_dir: Path) -> None:
     pki_dir.mkdir(parents=True, exist_ok=True)
     ca_crt, ca_key = pki_dir / "ca.crt", pki_dir / "ca.key"
     if ca_crt.exists() and ca_key.exists():
-        cert = x509.load_pem_x509_certificate(ca_crt.read_bytes())
-        key = serialization.load_pem_private_key(ca_key.read_bytes(), password=None)
-        assert isinstance(key, ec.EllipticCurvePrivateKey)
-        ca = CA(cert, key)
+        ca = _load_ca(pki_dir)
     else:
         ca = new_ca()
         _write(ca_key, _pem_key(ca.key), private=True)
@@ -220,3 +217,27 @@ def ensure(pki_dir: Path) -> None:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
         _write(sa_pub, pub)
+
+
+def _load_ca(pki_dir: Path) -> CA:
+    cert = x509.load_pem_x509_certificate((pki_dir / "ca.crt").read_bytes())
+    key = serialization.load_pem_private_key((pki_dir / "ca.key").read_bytes(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return CA(cert, key)
+
+
+def ensure_serving(pki_dir: Path, stem: str, dns: tuple[str, ...], ips: tuple[str, ...]) -> None:
+    """A serving pair ``<stem>.crt``/``.key`` from the test bed's CA (after :func:`ensure`)
+    naming exactly ``dns`` and ``ips``; reissued when the names changed (a real node's
+    certificate names the host's address, which may differ from one boot to the next)."""
+    crt = pki_dir / f"{stem}.crt"
+    wanted = {*dns, *ips}
+    if crt.exists() and (pki_dir / f"{stem}.key").exists():
+        cert = x509.load_pem_x509_certificate(crt.read_bytes())
+        sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        have = {str(n.value) for n in sans}
+        if have == wanted:
+            return
+    cert_pem, key_pem = _load_ca(pki_dir).issue(stem, server=True, client=True, dns=dns, ips=ips)
+    _write(pki_dir / f"{stem}.key", key_pem, private=True)
+    _write(crt, cert_pem)

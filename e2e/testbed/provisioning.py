@@ -24,8 +24,15 @@ ANNOTATION = "pv.kubernetes.io/provisioned-by"
 log = logging.getLogger("e2e.testbed.provisioning")
 
 
-def volume_for_claim(claim: Obj, storage_class: Obj, volumes_dir: Path) -> Obj:
-    """The PersistentVolume to create for ``claim`` (pure)."""
+def volume_for_claim(
+    claim: Obj, storage_class: Obj, volumes_dir: Path, node: str | None = None
+) -> Obj:
+    """The PersistentVolume to create for ``claim`` (pure).
+
+    With ``node`` (a real node's name) the volume is ``local``, pinned to that node: the
+    kubelet applies a pod's ``fsGroup`` to local volumes (never to hostPath ones), as to
+    a cloud disk. Without it, ``hostPath``, which the stand-in runner mounts as it is.
+    """
     meta = claim["metadata"]
     spec = claim.get("spec", {})
     name = f"pvc-{meta['uid']}"
@@ -40,7 +47,7 @@ def volume_for_claim(claim: Obj, storage_class: Obj, volumes_dir: Path) -> Obj:
             "persistentVolumeReclaimPolicy": storage_class.get("reclaimPolicy", "Delete"),
             "storageClassName": storage_class["metadata"]["name"],
             "volumeMode": spec.get("volumeMode", "Filesystem"),
-            "hostPath": {"path": str(volumes_dir / name), "type": "DirectoryOrCreate"},
+            **_source(volumes_dir / name, node),
             "claimRef": {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
@@ -49,6 +56,16 @@ def volume_for_claim(claim: Obj, storage_class: Obj, volumes_dir: Path) -> Obj:
                 "uid": meta["uid"],
             },
         },
+    }
+
+
+def _source(path: Path, node: str | None) -> Obj:
+    if node is None:
+        return {"hostPath": {"path": str(path), "type": "DirectoryOrCreate"}}
+    term = {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}
+    return {
+        "local": {"path": str(path)},
+        "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [term]}]}},
     }
 
 
@@ -64,9 +81,10 @@ def volume_path(pv: Obj) -> Path | None:
 class Provisioner:
     """One pass of :meth:`sync` provisions pending claims and reclaims released volumes."""
 
-    def __init__(self, api: kubeapi.Client, volumes_dir: Path) -> None:
+    def __init__(self, api: kubeapi.Client, volumes_dir: Path, node: str | None = None) -> None:
         self._api = api
         self._dir = volumes_dir
+        self._node = node
 
     def sync(self) -> None:
         classes = {
@@ -94,10 +112,11 @@ class Provisioner:
             cls_name = spec.get("storageClassName", default)
             if cls_name not in classes:
                 continue
-            pv = volume_for_claim(claim, classes[cls_name], self._dir)
+            pv = volume_for_claim(claim, classes[cls_name], self._dir, self._node)
             path = volume_path(pv)
             assert path is not None
-            path.mkdir(parents=True, exist_ok=True)
+            # root:root 0755, like a freshly formatted disk: the pod's fsGroup must open it
+            path.mkdir(mode=0o755, parents=True, exist_ok=True)
             try:
                 self._api.create("/api/v1/persistentvolumes", pv)
                 log.info(
@@ -124,3 +143,31 @@ class Provisioner:
                 except kubeapi.ApiError as exc:
                     if not exc.not_found:
                         raise
+
+
+def main() -> None:
+    """``python -m e2e.testbed.provisioning``: the real node's provisioner, a daemon of its
+    own (the stand-in runner runs :class:`Provisioner` in a thread)."""
+    import argparse
+    import json
+    import time
+
+    parser = argparse.ArgumentParser(prog="python -m e2e.testbed.provisioning")
+    parser.add_argument("--state-dir", type=Path, required=True)
+    parser.add_argument("--node-name", required=True)
+    parser.add_argument("--interval-s", type=float, default=1.0)
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    port = json.loads((args.state_dir / "run" / "ports.json").read_text())["apiserver"]
+    api = kubeapi.from_kubeconfig_files("127.0.0.1", port, args.state_dir / "pki", "runner", 30.0)
+    provisioner = Provisioner(api, args.state_dir / "volumes", node=args.node_name)
+    while True:
+        try:
+            provisioner.sync()
+        except (kubeapi.ApiError, OSError) as exc:
+            log.warning("provisioner: %s", exc)
+        time.sleep(args.interval_s)
+
+
+if __name__ == "__main__":
+    main()

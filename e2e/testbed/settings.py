@@ -32,6 +32,10 @@ def read_versions(path: Path = SOURCE_DIR / "versions.env") -> dict[str, str]:
     return versions
 
 
+#: ``E2E_NODE``'s values: the stand-in runner (:mod:`.kubelet`) or a real node (:mod:`.realnode`).
+NODES = ("stand-in", "real")
+
+
 class StateLayout:
     """Where things live in a test bed's state directory: one definition each, so the
     CLI, the runner and the tests agree."""
@@ -81,17 +85,35 @@ class Settings(StateLayout):
     stop_timeout_s: float = 20.0
     #: Extra environment for child processes (tests use it to pass a PATH).
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    #: Run pods on a real node (containerd, runc, CNI and the kubelet: ``E2E_NODE=real``,
+    #: :mod:`.realnode`) instead of the stand-in runner (``E2E_NODE=stand-in``, the default).
+    real_node: bool = False
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        """Read ``HEADRACE_CACHE``, ``TESTBED_BIN`` and ``HEADRACE_TESTBED_STATE``."""
+        """Read ``HEADRACE_CACHE``, ``TESTBED_BIN``, ``HEADRACE_TESTBED_STATE`` and
+        ``E2E_NODE``."""
         env = os.environ if env is None else env
         versions = read_versions()
         k8s = versions["K8S_VERSION"]
         cache = Path(env.get("HEADRACE_CACHE") or Path.home() / ".cache" / "headrace")
         bin_dir = Path(env.get("TESTBED_BIN") or cache / "testbed" / k8s / "bin")
         state = Path(env.get("HEADRACE_TESTBED_STATE") or cache / "testbed" / "state")
-        return cls(cache_dir=cache, bin_dir=bin_dir, state_dir=state, k8s_version=k8s)
+        node = env.get("E2E_NODE") or "stand-in"
+        if node not in NODES:
+            raise ValueError(f"E2E_NODE must be one of {', '.join(NODES)}, not {node!r}")
+        return cls(
+            cache_dir=cache,
+            bin_dir=bin_dir,
+            state_dir=state,
+            k8s_version=k8s,
+            real_node=node == "real",
+        )
+
+    @property
+    def node_kind(self) -> str:
+        """``real`` or ``stand-in``: what ``E2E_NODE`` chose, for messages."""
+        return "real" if self.real_node else "stand-in"
 
     # Derived paths (and those of StateLayout).
     @property
@@ -113,8 +135,11 @@ class Settings(StateLayout):
 
 
 def build(settings: Settings) -> Path:
-    """Run ``e2e/testbed/build.sh`` (idempotent; a no-op when everything is built)."""
+    """Run ``e2e/testbed/build.sh`` (idempotent; a no-op when everything is built), with
+    the real node's pieces when the settings ask for it."""
     env = {**os.environ, "TESTBED_BIN": str(settings.bin_dir)}
+    if settings.real_node:
+        env["TESTBED_NODE"] = "1"
     env.setdefault("HEADRACE_CACHE", str(settings.cache_dir))
     subprocess.run(["bash", str(SOURCE_DIR / "build.sh")], check=True, env=env, stdout=2)
     return settings.bin_dir

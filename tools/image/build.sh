@@ -46,4 +46,6 @@ trap '"${BUILDAH[@]}" rm "$ctr" >/dev/null' EXIT
 # both entry points answer: the brokers' `headrace broker` and the operator's module
 "${BUILDAH[@]}" run --isolation chroot "$ctr" -- headrace broker --help >/dev/null
 "${BUILDAH[@]}" run --isolation chroot "$ctr" -- python -m headrace.operator --help >/dev/null
+# as the image's user, which has a name (kopf's peer identity is getpass.getuser())
+"${BUILDAH[@]}" run --isolation chroot "$ctr" -- python -c 'import getpass; getpass.getuser()'
 echo "$IMAGE"

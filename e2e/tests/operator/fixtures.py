@@ -33,7 +33,6 @@ bed only.
 from __future__ import annotations
 
 import json
-import os
 import re
 import sys
 import threading
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs
-from e2e.support import Cluster, wait_for
+from e2e.support import Cluster, ensure_headrace_image, headrace_image, wait_for
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "headrace"
@@ -73,6 +72,7 @@ def helm(cluster: Cluster, namespace: str, *args: str, timeout: float = 240) -> 
 
 def operator_values(cluster: Cluster, namespace: str) -> list[str]:
     """The ``helm install`` flags that run the operator watching ``namespace`` only."""
+    ensure_headrace_image(cluster)
     values = ["--set-json", f"rbac.watchNamespaces={json.dumps([namespace])}"]
     if cluster.is_testbed:
         values += [
@@ -84,9 +84,13 @@ def operator_values(cluster: Cluster, namespace: str) -> list[str]:
             "--set", "operator.brokerAdvertise=podIP",
         ]  # fmt: skip
     else:
-        repository, _, tag = os.environ.get("E2E_HEADRACE_IMAGE", "headrace:e2e").rpartition(":")
+        repository, _, tag = headrace_image(cluster.real_node).rpartition(":")
         values += ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
         values += ["--set", "image.pullPolicy=IfNotPresent"]
+        if cluster.real_node:
+            # no cluster DNS on the real node yet, and this host's clients dial pod IPs
+            # (routed to the node's bridge), never Service names
+            values += ["--set", "operator.brokerAdvertise=podIP"]
     return values
 
 

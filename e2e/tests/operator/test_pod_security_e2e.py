@@ -78,7 +78,7 @@ def test_a_broker_cluster_gets_ready_where_restricted_is_enforced(
         lambda: cluster.get("statefulset", "demo", namespace)["status"].get("readyReplicas") == 3,
         60,
     )
-    if cluster.is_testbed:  # the host reaches pod IPs only on the test bed
+    if cluster.host_reaches_pod_ips:
         bootstrap = ",".join(f"{ip}:9092" for ip in pod_ips(cluster, namespace).values())
         values = [f"restricted-{i}" for i in range(20)]
         produce(bootstrap, f"{namespace}/orders", values)

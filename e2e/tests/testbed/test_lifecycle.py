@@ -43,7 +43,10 @@ def own(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Settings, Cl
     from e2e.testbed import controlplane
 
     base = Settings.from_env()
-    settings = dataclasses.replace(base, state_dir=tmp_path_factory.mktemp("own-testbed"))
+    # the stand-in's lifecycle, also under E2E_NODE=real: one real node per machine
+    settings = dataclasses.replace(
+        base, state_dir=tmp_path_factory.mktemp("own-testbed"), real_node=False
+    )
     took = controlplane.up(settings)
     assert 0 < took < 60, f"start to ready took {took:.1f} s"
     cluster = client_of_testbed(settings)

@@ -67,7 +67,13 @@ def manifests(cluster: Cluster) -> list[dict[str, Any]]:
                 "selector": {"matchLabels": {"app": "web"}},
                 "template": {
                     "metadata": {"labels": {"app": "web"}},
-                    "spec": {"terminationGracePeriodSeconds": 5, "containers": [container]},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 5,
+                        "containers": [container],
+                        # a fresh volume is root:root 0755 on a real node, and the headrace
+                        # image runs as 10001: its group must own the volume
+                        "securityContext": {"fsGroup": 10001},
+                    },
                 },
                 "volumeClaimTemplates": [
                     {

@@ -163,6 +163,14 @@ def test_pods_run_as_the_images_user_and_own_their_volumes() -> None:
     assert context["fsGroupChangePolicy"] == "OnRootMismatch"
 
 
+def test_the_images_user_has_a_passwd_entry() -> None:
+    # kopf names the operator's peer after getpass.getuser(), which raises for a uid
+    # without one: the operator's pod exited at start on a real node
+    uid = workloads.IMAGE_UID
+    text = (REPO / "Containerfile").read_text()
+    assert re.search(rf"'\w+:x:{uid}:{uid}:[^']*' >>/etc/passwd", text)
+
+
 def test_brokers_get_default_requests_unless_the_spec_names_the_resource() -> None:
     (plain,) = broker_pod(BROKER_CLUSTERS["plain"])["containers"]
     assert plain["resources"] == {"requests": dict(workloads.DEFAULT_REQUESTS)}
