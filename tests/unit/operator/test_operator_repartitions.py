@@ -19,7 +19,7 @@ from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.control.model import SPEC_EDIT
 from headrace.operator import handlers, repartition_owners
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -53,13 +53,13 @@ class Runner:
             tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(3)), clock
         )
         self.runtime = ClusterRuntime(
-            api,
-            api.body("BrokerCluster", "demo"),
-            self.of("Topic"),
-            [],
-            clock,
-            fleet=self.fleet,
-            repartitions=self.of("Repartition"),
+            DesiredObjects(
+                api.body("BrokerCluster", "demo"),
+                self.of("Topic"),
+                [],
+                repartitions=self.of("Repartition"),
+            ),
+            ClusterPorts(api, clock, fleet=self.fleet),
         )
 
     def of(self, kind: str) -> list[dict[str, Any]]:

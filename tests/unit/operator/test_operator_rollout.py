@@ -13,7 +13,7 @@ from headrace.control.looping import Report
 from headrace.operator import rollout_plan, workloads
 from headrace.operator.kube import ClientApi
 from headrace.operator.rollout_plan import Delete, Drain, Idle, PartitionView, PodView, Seen, Wait
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -194,13 +194,8 @@ async def test_a_drain_is_called_off_when_the_template_goes_back() -> None:
     )
     events: list[Any] = []
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
-        events=events.append,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet, events=events.append),
     )
     for _ in range(6):
         runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])
@@ -230,13 +225,8 @@ async def test_a_new_revision_rolls_every_pod_one_at_a_time_draining_each_first(
     fleet.draining = set()
     events: list[Any] = []
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
-        events=events.append,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet, events=events.append),
     )
 
     async def step() -> rollout_plan.Action:
@@ -301,12 +291,8 @@ async def test_a_bad_revision_is_rolled_back_by_reverting_the_spec_alone(
     )
     fleet.draining = set()
     runtime = ClusterRuntime(
-        api,
-        server.body("BrokerCluster", "demo"),
-        [server.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
+        DesiredObjects(server.body("BrokerCluster", "demo"), [server.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet),
     )
 
     def deleted_pods() -> list[str]:

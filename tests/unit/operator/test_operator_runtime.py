@@ -12,7 +12,8 @@ from typing import Any
 
 from operator_fakes import CLUSTER, FakeApi, topic
 
-from headrace.operator.running import PAUSED_ANNOTATION, ClusterRuntime, WorkloadOutcome
+from headrace.operator.conditions import PAUSED_ANNOTATION, WorkloadOutcome
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects, WorkloadLink
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -22,12 +23,8 @@ def runtime_over(api: FakeApi, clock: ManualClock) -> tuple[ClusterRuntime, Scri
         tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(3)), clock
     )
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet),
     )
     return runtime, fleet
 
@@ -226,12 +223,8 @@ async def test_a_scale_down_moves_replicas_off_first_then_shrinks_the_statefulse
         tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(4)), clock
     )
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet),
     )
     calls: list[list[dict[str, Any]]] = []
 
@@ -301,7 +294,7 @@ async def test_too_few_brokers_up_yet_is_not_stalled() -> None:
 
 
 async def test_a_push_to_a_broker_whose_pod_is_gone_is_a_failed_push() -> None:
-    from headrace.operator.running import PodFleet
+    from headrace.operator.pods import PodFleet
 
     api = FakeApi()
     api.pods = [
@@ -355,13 +348,9 @@ async def test_a_new_operator_shrinks_the_statefulset_its_resume_apply_kept_larg
     )
     outcome = WorkloadOutcome(applied=1, replicas=4)
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
-        workload=lambda: outcome,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet),
+        workload=WorkloadLink(outcome=lambda: outcome),
     )
     calls: list[list[dict[str, Any]]] = []
 
