@@ -3,7 +3,7 @@
 zlib-ng computes the same values as zlib with carry-less multiply (PCLMUL,
 VPCLMULQDQ, ARMv8 CRC): about 20x faster than CPython's zlib here, which had
 become the largest single item of a broker's CPU on the produce and replica
-paths (issue 16 §7), and a 64 MiB object body takes a few milliseconds.
+paths, and a 64 MiB object body takes a few milliseconds.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ class DirectorySyncs:
     topic directory, its first segment files in the partition directory), and each
     needs an fsync of the directory that holds it. Done one partition at a time, every
     fsync waits for its own journal commit and disk flush: about 5 ms per partition here,
-    50 s for 10,000 (issue 16 §8). Done after all the creations, the first fsync commits
+    50 s for 10,000. Done after all the creations, the first fsync commits
     them all and the rest find little left to do; the fsyncs also run on a few threads
     at once, so their flushes overlap. Every directory is still fsynced: the creations
     are durable once ``flush`` returns, and the caller must not report or use them

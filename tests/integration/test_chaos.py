@@ -1,5 +1,5 @@
 """The fault campaign, short: 6 rounds of kill -9 and SIGSTOP on a real local cluster
-(issue 14 §1).
+.
 
 ``make chaos`` runs 100 rounds; this runs the same driver and checker with a
 fixed seed whose targets cover a leader, a paused leader, a follower, the

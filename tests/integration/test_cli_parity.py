@@ -1,4 +1,4 @@
-"""The rpk-like CLI against real processes (issue 15 §1): topics through the controller,
+"""The rpk-like CLI against real processes: topics through the controller,
 cohorts describe/seek, cluster health, consume formats, on a local cluster and on a
 standalone broker. Every command runs as a user runs it: the ``headrace`` CLI."""
 

@@ -1,4 +1,4 @@
-"""Every client request has a timeout, not only produce (issue 14 §6).
+"""Every client request has a timeout, not only produce.
 
 A real TCP server on loopback that speaks just enough of the protocol: it
 answers the handshake (or not) and then swallows every request. Before the

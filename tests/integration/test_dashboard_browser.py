@@ -1,4 +1,4 @@
-"""The dashboard in a real headless browser against a real local cluster (issue 15 §4).
+"""The dashboard in a real headless browser against a real local cluster.
 
 Playwright drives Debian's chromium (browser downloads do not work here), so the
 assertions are on what a person sees: the page fills itself in, a chart gains

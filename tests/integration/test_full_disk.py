@@ -1,4 +1,4 @@
-"""A full disk (issue 14 §3): a broker whose data directory is a 16 MiB tmpfs.
+"""A full disk: a broker whose data directory is a 16 MiB tmpfs.
 
 The disk is filled by a ballast file next to the log. Producers then get the
 typed ``StorageError`` (retriable: the broker stays up and the producer may

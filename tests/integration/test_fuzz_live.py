@@ -1,4 +1,4 @@
-"""Live fuzzing, short (issue 14 §5): 10 s of mutated frames at a running broker process.
+"""Live fuzzing, short: 10 s of mutated frames at a running broker process.
 
 ``make fuzz`` runs the same for 5 minutes. atheris drives the mutations when it
 is installed (the dev extra), else a seeded random mutator does.

@@ -1,4 +1,4 @@
-"""Gate epochs do not restart at 0 when a broker restarts (issue 14 §6).
+"""Gate epochs do not restart at 0 when a broker restarts.
 
 A member holds the partition's gate under some epoch; the broker is killed
 and started again on the same data directory; the next admission's epoch is

@@ -1,4 +1,4 @@
-"""An idle cluster does no work per partition (issue 16 §8): real brokers, counted work.
+"""An idle cluster does no work per partition: real brokers, counted work.
 
 A 3-broker local cluster with a few hundred partitions (RF=3) and no traffic.
 Once it has settled, replica fetches keep flowing (followers long-poll their

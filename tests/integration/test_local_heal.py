@@ -1,4 +1,4 @@
-"""Local mode heals like a cluster, and ``apply`` tells the truth (issue 15 §2, §3).
+"""Local mode heals like a cluster, and ``apply`` tells the truth.
 
 One real local cluster (controller + 3 broker processes) for the module, with
 a 2 s preferred-leader quiet period so the rebalance shows within seconds.

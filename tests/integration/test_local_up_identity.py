@@ -1,4 +1,4 @@
-"""`local up` checks that the processes it started are the ones answering (issue 15).
+"""`local up` checks that the processes it started are the ones answering.
 
 A second `local up` on the addresses of a running cluster must fail with one line
 and leave nothing of its own running; commands refuse a controller of another

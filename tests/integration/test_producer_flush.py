@@ -1,4 +1,4 @@
-"""``flush()`` waits for a batch that is waiting for its connection to open (issue 14 §6).
+"""``flush()`` waits for a batch that is waiting for its connection to open.
 
 A sender takes a batch off its queue, then awaits the partition's connection
 before the batch is in flight: in between it was in neither list, and a

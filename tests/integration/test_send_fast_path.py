@@ -1,6 +1,6 @@
 """Per-record ``send()``: its fast path keeps order, receipts, keys, headers and timestamps.
 
-The fast path (issue 16 §6) serves unkeyed records from a cached sticky
+The fast path serves unkeyed records from a cached sticky
 accumulator; these tests interleave it with every kind of record that must
 leave it, with small batches so that accumulators fill, seal and move on
 between records, and read the partition back from a real broker.

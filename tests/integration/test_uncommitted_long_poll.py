@@ -1,4 +1,4 @@
-"""An uncommitted long-poll fetch wakes when the log end moves, not only the HW (issue 14 §6).
+"""An uncommitted long-poll fetch wakes when the log end moves, not only the HW.
 
 A real local cluster; the partition's two followers are stopped (SIGSTOP), so
 the leader's high watermark cannot cover a new record. A FETCH with

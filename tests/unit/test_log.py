@@ -93,7 +93,7 @@ def clock() -> FakeClock:
 
 def test_new_log_owes_no_recovery_point_until_it_changes(tmp_path: Path, clock: FakeClock) -> None:
     """A brand-new log recovers to itself with no recovery point (one empty segment), so
-    the broker writes none for it until it changes (issue 16 §8)."""
+    the broker writes none for it until it changes."""
     log = PartitionLog.open(tmp_path / "p", config(fsync=bk.FsyncPolicy.INTERVAL), clock)
     assert log.checkpoint_current()
     assert not (tmp_path / "p" / RECOVERY_POINT_FILE).exists()

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 #: the largest request body taken (aiohttp's default is 1 MiB). The controller's topology
 #: push names every partition (about 100 B each): 1 MiB stopped at ~9,000 partitions, and a
-#: refused push leaves brokers on an old topology for good (issue 16 §8).
+#: refused push leaves brokers on an old topology for good.
 MAX_REQUEST_BYTES = 256 * 1024 * 1024
 
 _STATUS: dict[type[HeadraceError], int] = {
@@ -101,7 +101,7 @@ class AdminServer:
 
     async def healthz(self, request: web.Request) -> web.Response:
         """``pid``: lets ``headrace local up`` tell its own process from another one that
-        holds the address (issue 15)."""
+        holds the address."""
         return web.json_response(
             {"status": "ok", "pid": os.getpid(), "clusterId": self.broker.settings.cluster_id}
         )

@@ -20,6 +20,7 @@ from pathlib import Path
 from headrace import files
 from headrace.aio import cancel_and_wait
 from headrace.errors import StorageError
+from headrace.kafka.errors import ErrorCode
 from headrace.kafka.groups import (
     Committed,
     Coordinator,
@@ -117,6 +118,15 @@ class KafkaGroups:
         for (topic, partition), committed in offsets.items():
             self.core.commit(group_id, topic, partition, committed)
         self._write(group_id)
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """Forget committed offsets (``core.delete_offsets``) and persist what is left."""
+        code, results = self.core.delete_offsets(group_id, partitions)
+        if ErrorCode.NONE in results.values():
+            self._write(group_id)
+        return code, results
 
     def delete(self, group_id: str) -> int:
         code = self.core.delete(group_id)

@@ -451,6 +451,8 @@ class KafkaConnection(asyncio.Protocol):
             return self._offset_commit(req)
         if isinstance(req, km.OffsetFetchRequest):
             return self._offset_fetch(req)
+        if isinstance(req, km.OffsetDeleteRequest):
+            return self._offset_delete(req)
         if isinstance(req, km.ListGroupsRequest):
             listed = [km.ListedGroup(g.group_id, g.protocol_type) for g in core.groups.values()]
             return km.ListGroupsResponse(0, ErrorCode.NONE, listed)
@@ -486,7 +488,7 @@ class KafkaConnection(asyncio.Protocol):
                 [km.DescribeClusterBroker(me, host, port)],
             )
         if isinstance(req, km.DeleteGroupsRequest):
-            results = [km.DeletableGroupResult(g, self.groups.delete(g)) for g in req.groups_names]
+            results = [km.DeletableGroupResult(g, self._delete_group(g)) for g in req.groups_names]
             return km.DeleteGroupsResponse(0, results)
         raise AssertionError(f"no handler for {type(req).__name__}")
 
@@ -599,6 +601,16 @@ class KafkaConnection(asyncio.Protocol):
             )
         return result
 
+    def _delete_group(self, group_id: str) -> int:
+        """Deleting a group forgets its committed offsets: it needs what committing them
+        needs, on every topic it has offsets for."""
+        for topic in sorted({t for t, _ in self.groups.core.committed(group_id)}):
+            try:
+                self.access.require_cohort(topic, group_id)
+            except HeadraceError:
+                return ErrorCode.GROUP_AUTHORIZATION_FAILED
+        return self.groups.delete(group_id)
+
     def _offset_commit(self, req: km.OffsetCommitRequest) -> km.OffsetCommitResponse:
         allowed = self.groups.core.may_commit(req.group_id, req.generation_id, req.member_id)
         accepted: dict[tuple[str, int], groups.Committed] = {}
@@ -633,6 +645,35 @@ class KafkaConnection(asyncio.Protocol):
                     for part_answer in answer.partitions:
                         part_answer.error_code = ErrorCode.KAFKA_STORAGE_ERROR
         return km.OffsetCommitResponse(0, topics)
+
+    def _offset_delete(self, req: km.OffsetDeleteRequest) -> km.OffsetDeleteResponse:
+        refused: dict[tuple[str, int], ErrorCode] = {}
+        asked: list[tuple[str, int]] = []
+        for topic in req.topics:
+            try:
+                # as for commits: the grant must cover the group's name
+                self.access.require_cohort(topic.name, req.group_id)
+                self.broker.registry.get(topic.name)
+                code = ErrorCode.NONE
+            except HeadraceError as exc:
+                code = code_of(exc)
+            for part in topic.partitions:
+                if code == ErrorCode.NONE:
+                    asked.append((topic.name, part.partition_index))
+                else:
+                    refused[(topic.name, part.partition_index)] = code
+        try:
+            code, deleted = self.groups.delete_offsets(req.group_id, asked)
+        except (OSError, HeadraceError) as exc:
+            log.error("kafka: deleting offsets of group %r: %s", req.group_id, exc)
+            return km.OffsetDeleteResponse(ErrorCode.KAFKA_STORAGE_ERROR, 0)
+        if code != ErrorCode.NONE:
+            return km.OffsetDeleteResponse(code, 0)
+        topics: dict[str, km.OffsetDeleteResponseTopic] = {}
+        for (name, index), result in {**deleted, **refused}.items():
+            answer = topics.setdefault(name, km.OffsetDeleteResponseTopic(name))
+            answer.partitions.append(km.OffsetDeleteResponsePartition(index, result))
+        return km.OffsetDeleteResponse(ErrorCode.NONE, 0, list(topics.values()))
 
     def _offset_fetch(self, req: km.OffsetFetchRequest) -> km.OffsetFetchResponse:
         committed = self.groups.core.committed(req.group_id)

@@ -228,7 +228,7 @@ class ReplicaFetcher:
         sent = self._sent
         # Only positions that may have moved: those this fetcher appended to, truncated or
         # was refused (``_recheck``), and all of them after a new reading or on a new
-        # session. Not every followed partition on every fetch (issue 16 §8).
+        # session. Not every followed partition on every fetch.
         recheck, self._recheck = self._recheck, set()
         positions = []
         for key in recheck:
@@ -569,7 +569,7 @@ class Replication:
         """LRS upkeep. Every led partition when some follower may have gone silent (its
         session's last fetch is half the silence bound old, or it has none), or every
         ``FULL_TICK_MS``; otherwise only those appended to since (only they can lag).
-        An idle broker so does no work per partition here (issue 16 §8)."""
+        An idle broker so does no work per partition here."""
         silence = self.broker.settings.replica_fetch_silence_max_ms
         quiet = all(now - self.fetched_ms.get(f, -silence) < silence // 2 for f in self._followers)
         # One more full pass once all are back: an idle partition's follower rejoins there.

@@ -2,7 +2,7 @@
 
 Building every partition's report for every poll costs the broker, and the
 controller that parses it, in proportion to the partitions: a megabyte of
-JSON a second per broker at 10,000 (issue 16 §8). The journal keeps the last
+JSON a second per broker at 10,000. The journal keeps the last
 report of each hosted partition, numbered by the change that produced it
 (``seq``), and answers a poller that says what it holds (``since``) with the
 reports changed after that, and the partitions no longer hosted: a delta of a

@@ -245,7 +245,7 @@ class Tiering:
         now = clock.monotonic_ms()
         # Only partitions that may have work: marked since (their HW or cursors moved), or
         # kept from the last tick (work pending); every partition on a sweep. An idle
-        # partition costs nothing here between sweeps (issue 16 §8).
+        # partition costs nothing here between sweeps.
         look: Iterable[Partition]
         marked, self._watch = self._watch, set()
         if time.monotonic() >= self._sweep_at:
@@ -437,7 +437,7 @@ class Tiering:
         if version == 0 and not p.cursors.all():
             # No cursor was ever set on this copy: nothing for a reopen to restore. An empty
             # copy was an object write (with fsyncs, in a directory store) per new leader,
-            # 10,000 of them after creating 10,000 partitions (issue 16 §8). An older copy
+            # 10,000 of them after creating 10,000 partitions. An older copy
             # in the store stays as it is: a cursor behind means redelivery, never loss.
             state.cursors_uploaded_version = version
             return

@@ -653,7 +653,7 @@ class Producer:
         timestamp_ms: int | None = None,
     ) -> RecordReceipt:
         """Queue one record; await the returned receipt for its offset."""
-        # Fast path (issue 16 §6): an unkeyed, header-less record without its own timestamp
+        # Fast path: an unkeyed, header-less record without its own timestamp
         # or partition, for a topic whose routing and sticky accumulator are unchanged since
         # the last such record, is one dict lookup, some identity checks and an append.
         cursor = self._cursors.get(topic)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from headrace.kafka.errors import ErrorCode
+from headrace.kafka.wire import MalformedKafkaRequest, Reader
 
 #: what a client's session timeout may be (Kafka's group.min/max.session.timeout.ms)
 MIN_SESSION_TIMEOUT_MS = 6_000
@@ -275,6 +276,39 @@ class Coordinator:
         del self.groups[group_id]
         return ErrorCode.NONE
 
+    def delete_offsets(
+        self, group_id: str, partitions: list[tuple[str, int]]
+    ) -> tuple[ErrorCode, dict[tuple[str, int], ErrorCode]]:
+        """Kafka's OffsetDelete: forget the group's committed offsets of ``partitions``.
+
+        As Kafka's coordinator decides: an empty group forgets any of them. A group with
+        members keeps those of the topics its members subscribe to, each answered
+        ``GROUP_SUBSCRIBED_TO_TOPIC``, and forgets the others. A group whose members'
+        subscriptions cannot be read (another protocol type than ``consumer``) refuses
+        the whole request with ``NON_EMPTY_GROUP``. An offset that was not committed is
+        forgotten all the same (Kafka answers it with no error too)."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] = set()
+        if group.members:
+            if group.protocol_type != "consumer":
+                return ErrorCode.NON_EMPTY_GROUP, {}
+            try:
+                for member in group.members.values():
+                    for _, metadata in member.protocols:
+                        subscribed.update(subscribed_topics(metadata))
+            except MalformedKafkaRequest:
+                return ErrorCode.NON_EMPTY_GROUP, {}
+        results = {}
+        for topic, partition in partitions:
+            if topic in subscribed:
+                results[(topic, partition)] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
+            else:
+                group.offsets.pop((topic, partition), None)
+                results[(topic, partition)] = ErrorCode.NONE
+        return ErrorCode.NONE, results
+
     # ------------------------------------------------------------------ the rebalance
 
     @staticmethod
@@ -373,3 +407,17 @@ def _choose_protocol(group: Group) -> str:
         return sum(next(n for n, _ in m.protocols if n in common) == name for m in members)
 
     return max(ranked, key=lambda name: (votes(name), -ranked.index(name)))
+
+
+def subscribed_topics(metadata: bytes) -> list[str]:
+    """The topics of a consumer's subscription (the ``consumer`` protocol type's member
+    metadata: a version, then the topic names; later fields are not needed)."""
+    r = Reader(metadata)
+    r.int16()  # the subscription's version: the topics come first in every one
+    topics = []
+    for _ in range(r.int32()):
+        name = r.string(compact=False)
+        if name is None:
+            raise MalformedKafkaRequest("a null topic in a consumer's subscription")
+        topics.append(name)
+    return topics

@@ -46,6 +46,7 @@ class ApiKey(IntEnum):
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
     DELETE_GROUPS = 42
+    OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
 
@@ -628,6 +629,43 @@ class DeleteGroupsResponse:
     results: list[DeletableGroupResult] = kfield(Array(DeletableGroupResult))
 
 
+@dataclass(slots=True)
+class OffsetDeleteRequestPartition:
+    partition_index: int = kfield(Kind.INT32)
+
+
+@dataclass(slots=True)
+class OffsetDeleteRequestTopic:
+    name: str = kfield(Kind.STRING)
+    partitions: list[OffsetDeleteRequestPartition] = kfield(Array(OffsetDeleteRequestPartition))
+
+
+@dataclass(slots=True)
+class OffsetDeleteRequest:
+    group_id: str = kfield(Kind.STRING)
+    topics: list[OffsetDeleteRequestTopic] = kfield(Array(OffsetDeleteRequestTopic))
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponsePartition:
+    partition_index: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponseTopic:
+    name: str = kfield(Kind.STRING)
+    partitions: list[OffsetDeleteResponsePartition] = kfield(Array(OffsetDeleteResponsePartition))
+
+
+@dataclass(slots=True)
+class OffsetDeleteResponse:
+    # the error before the throttle time, unlike most responses (Kafka's schema)
+    error_code: int = kfield(Kind.INT16)
+    throttle_time_ms: int = kfield(Kind.INT32)
+    topics: list[OffsetDeleteResponseTopic] = kfield(Array(OffsetDeleteResponseTopic))
+
+
 # --------------------------------------------------------------------------- InitProducerId (22)
 
 
@@ -907,6 +945,8 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4, 5),
         Api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 2, 3),
         Api(ApiKey.DELETE_GROUPS, DeleteGroupsRequest, DeleteGroupsResponse, 0, 1, 2),
+        # v0 is its only version, and it has no flexible one
+        Api(ApiKey.OFFSET_DELETE, OffsetDeleteRequest, OffsetDeleteResponse, 0, 0, NEVER),
         Api(ApiKey.INIT_PRODUCER_ID, InitProducerIdRequest, InitProducerIdResponse, 0, 4, 2),
         Api(
             ApiKey.OFFSET_FOR_LEADER_EPOCH,

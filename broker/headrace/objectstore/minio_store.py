@@ -96,7 +96,7 @@ class _Client(minio.Minio):
 
     Signature V4 over plain HTTP signs the SHA-256 of every body: a full pass over
     each byte here and another on the server, about a tenth of what a compaction's
-    64 MiB PUT costs (issue 13). A request carrying ``CHECKSUM_HEADER`` goes as
+    64 MiB PUT costs. A request carrying ``CHECKSUM_HEADER`` goes as
     ``UNSIGNED-PAYLOAD`` instead, as minio-py sends every body over HTTPS: its headers
     (key, length, the CRC) stay signed, and the server refuses a body whose CRC-32
     does not match. What that gives up is protection of the body against deliberate

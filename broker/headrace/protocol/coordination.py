@@ -236,7 +236,7 @@ class ReportJournal:
     partitions no longer hosted (``Heartbeat.removed``): a delta. ``since`` is
     None on a full report, which the broker sends when it cannot answer with a
     delta (another process since, or no ``since`` given). An idle broker's
-    delta is a few hundred bytes however many partitions it holds (issue 16 §8).
+    delta is a few hundred bytes however many partitions it holds.
     """
 
     #: the broker process (a restart starts another journal)

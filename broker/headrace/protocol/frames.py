@@ -132,7 +132,7 @@ class FrameDecoder:
     calls) let the socket read straight into the decoder's buffer. The second
     saves a copy of every received byte and the allocation of a bytes object per
     read: on a broker that is the produce path, and on a follower every
-    replicated byte (issue 16 §7). ``next_frame`` returns the next complete frame
+    replicated byte. ``next_frame`` returns the next complete frame
     or None; a frame's body is the one copy out of the buffer.
 
     A length below the header size or above ``max_frame_bytes`` is a protocol

@@ -13,8 +13,8 @@ them. Later fetches are *incremental*: only positions that changed, and the
 partitions the follower stopped fetching (``forgotten``); the leader answers
 only partitions with news (records, a moved high watermark or log start,
 cursors, an error) besides those asked about. An idle pair of brokers then
-exchanges a few dozen bytes per long poll whatever the partition count
-(issue 16 §8). A leader that holds no session for the connection answers an
+exchanges a few dozen bytes per long poll whatever the partition count.
+A leader that holds no session for the connection answers an
 incremental fetch with ``session_reset``: the follower starts over in full.
 """
 

@@ -173,7 +173,7 @@ class PartitionLog:
                 # Recovering this directory as it is (one empty segment, no recovery
                 # point) gives this log back exactly, so it owes no recovery point until
                 # it changes: 10,000 new partitions need not write 10,000 of them, three
-                # fsyncs each (issue 16 §8).
+                # fsyncs each.
                 self._checkpointed = self._recovery_key()
             self.recovery = RecoveryReport(initial_offset, 0, 0, False, time.monotonic() - started)
             return
@@ -545,7 +545,7 @@ class PartitionLog:
 
     def checkpoint_current(self) -> bool:
         """Whether the recovery point this process last wrote still describes the log (on
-        the loop): an idle partition's is not rewritten every interval (issue 16 §8)."""
+        the loop): an idle partition's is not rewritten every interval."""
         return self._checkpointed is not None and self._checkpointed == self._recovery_key()
 
     def write_checkpoint(self, target: SyncTarget) -> None:
@@ -631,7 +631,7 @@ class PartitionLog:
 
     def retention_due(self) -> bool:
         """Whether retention could delete a segment if the object store held everything:
-        when not, there is no need to ask the store (issue 16 §8: a manifest read per
+        when not, there is no need to ask the store (a manifest read per
         partition every check was an idle cost in proportion to the partitions)."""
         if len(self._segments) < 2:
             return False  # the active segment is never deleted

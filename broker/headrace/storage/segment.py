@@ -9,7 +9,7 @@ gives it back.
 Only the ``.log`` file stays open. The index lives in memory and reaches its
 file at checkpoints, recovery and truncation, each of which opens the file for
 that one operation: a descriptor per partition instead of two, so 10,000
-partitions fit a 20,000-descriptor limit (issue 16 §8). An index file that is
+partitions fit a 20,000-descriptor limit. An index file that is
 gone when a checkpoint gets to it belonged to a deleted segment: there is
 nothing left to make durable.
 """

@@ -1,5 +1,5 @@
 """Authentication on Kubernetes end to end: a BrokerCluster with ``spec.auth.enabled``
-and its ``User`` objects (issue 10 §2's client tokens, issue 14 §8's ``User``).
+and its ``User`` objects, whose tokens the clients present.
 
 The chart installs the operator (``operator`` fixture). Two Users, then a 3-broker
 BrokerCluster with auth on, then a Topic are applied. The Topic becomes Ready: the

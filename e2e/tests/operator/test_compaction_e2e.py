@@ -1,5 +1,5 @@
-"""Compaction and CompactionSchedule through the operator, end to end (issue 13, the
-Kubernetes half): real Job and CronJob controllers, the job's pod running
+"""Compaction and CompactionSchedule through the operator, end to end on
+Kubernetes: real Job and CronJob controllers, the job's pod running
 ``headrace compact`` (pyspark's ``spark-submit``, ``local[*]`` in the pod) against MinIO.
 
 * A tiered topic with a small segment size has many small objects uploaded; a
@@ -194,7 +194,7 @@ def test_a_compaction_job_merges_small_segments_and_loses_nothing(
 def test_an_object_store_that_is_down_shows_on_the_cluster_and_fails_the_compaction(
     cluster: Cluster, namespace: str, testbed_only: None, tmp_path: Path
 ) -> None:
-    """Issue 10's and 13's bad input: the endpoint down. The brokers serve (Ready), the
+    """Bad input: the object store's endpoint down. The brokers serve (Ready), the
     cluster's ``ObjectStoreReachable`` is False, and a Compaction's job fails with the
     store's error in the Compaction's status."""
     dead = minio_server.free_port()

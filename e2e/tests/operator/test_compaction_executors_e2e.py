@@ -1,4 +1,4 @@
-"""A Compaction with Spark's executors as pods (issue 13 §6), end to end on the test bed.
+"""A Compaction with Spark's executors as pods, end to end on the test bed.
 
 ``spec.spark.master: kubernetes``: the Job's pod runs the driver (``spark-submit
 --master k8s://...``, client mode) as the chart's Spark service account; the driver

@@ -1,4 +1,4 @@
-"""Lifecycle on the test bed (issue 10, e2e step 9 and §2 "brokerConfig change"): deleting
+"""Lifecycle on the test bed (and a brokerConfig change): deleting
 a Topic runs its finalizer and its data goes as ``deletionPolicy`` says; a brokerConfig
 change rolls the broker pods one at a time under acks=all keyed load, each broker's
 leadership moved off before its pod stops, nothing acknowledged lost.

@@ -1,4 +1,4 @@
-"""A BrokerCluster whose brokers cannot upload (issue 10's bad input, the object store
+"""A BrokerCluster whose brokers cannot upload (the object store
 failing): MinIO answers, but the Secret's secret key is wrong. The brokers keep serving
 (acks=all works, the records stay readable), and their heartbeats' ``uploadError``
 becomes the cluster's ``ObjectStoreReachable=False``, reason ``UploadsFailing``.

@@ -1,6 +1,6 @@
 """The operator end to end on the test bed: real API server, real kopf, brokers as pods.
 
-One test, step by step (issue 10's e2e steps 1 to 5, 7, 8 and 10, plus the idle check):
+One test, step by step, ending with the idle check:
 ``helm install`` of charts/headrace (the CRDs, and the operator as a pod under the
 chart's service account and RBAC; the ``operator`` fixture); apply a 3-broker
 BrokerCluster and a Topic; ``kubectl wait`` for the Topic's Ready condition; the

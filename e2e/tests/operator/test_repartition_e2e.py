@@ -1,4 +1,4 @@
-"""Live repartition through the operator on the test bed (issue 12, the Kubernetes half).
+"""Live repartition through the operator on the test bed (the Kubernetes half).
 
 A 3-broker BrokerCluster and a Topic of 4 partitions (RF 3, minInSync 2) carry a
 keyed acks=all load (``tests.integration.keyed``: every key with its own sequence

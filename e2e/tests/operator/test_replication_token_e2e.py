@@ -1,5 +1,5 @@
-"""Rotating the replication token of a running, chart-installed cluster (issue 14,
-docs/security.md §9): the three steps on the Secret ``<cluster>-cluster-auth``, under
+"""Rotating the replication token of a running, chart-installed cluster
+(docs/security.md §9): the three steps on the Secret ``<cluster>-cluster-auth``, under
 acks=all load, with no pod restarted.
 
 The brokers read the token from the Secret mounted as a file

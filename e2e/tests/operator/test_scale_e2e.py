@@ -1,4 +1,4 @@
-"""Scale a BrokerCluster 3 -> 4 -> 3 under acks=all keyed load (issue 10, e2e step 10).
+"""Scale a BrokerCluster 3 -> 4 -> 3 under acks=all keyed load.
 
 Real API server, real kopf operator, brokers as pods. ``spec.replicas: 4``
 grows the StatefulSet, and once demo-3 is live the operator moves a share of

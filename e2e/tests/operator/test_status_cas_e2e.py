@@ -1,6 +1,6 @@
 """The status store against a real API server: a stale resourceVersion gets a real 409,
 which the store re-reads and retries; the spec is never written; an equal status is not
-sent (issue 10, e2e step 8, the conflict half). No operator process: the store alone, over
+sent. No operator process: the store alone, over
 the chart's CRDs (the ``crds`` fixture)."""
 
 from __future__ import annotations

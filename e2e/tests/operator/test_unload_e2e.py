@@ -1,4 +1,4 @@
-"""Unload through the operator, end to end (issue 10, e2e step 6), with the object store
+"""Unload through the operator, end to end, with the object store
 the BrokerCluster names.
 
 MinIO on loopback; a 2-broker BrokerCluster whose ``objectStore`` names it, with its
@@ -12,7 +12,7 @@ acknowledged record exactly once, with the records produced after the move.
 Before the Secret exists the broker pods cannot start (the kubelet's
 ``CreateContainerConfigError``) and the cluster is ``Ready=False`` with reason
 ``CredentialsSecretMissing`` (and ``Stalled``); once the Secret exists the pods start
-and the cluster becomes Ready (issue 10's bad-input list).
+and the cluster becomes Ready.
 
 Test bed only: the operator and MinIO run on this host, the brokers as pods.
 """

@@ -1,4 +1,4 @@
-"""Users changed on a running, chart-installed cluster, and token rotation (issue 14 §8).
+"""Users changed on a running, chart-installed cluster, and token rotation.
 
 The test bed's kubelet keeps a running pod's ConfigMap and Secret volumes in step with
 their sources, as a real kubelet does (``e2e/testbed/projection.py``), so the ACL file

@@ -16,7 +16,7 @@ gives them to the brokers in their environment, never on a command line
 recorded in ``local.json`` (mode 0600), so ``down`` stops it and tests can
 read the bucket.
 
-Which processes answer (issue 15). Ports are shared by every local cluster on
+Which processes answer. Ports are shared by every local cluster on
 the machine, so a process that answers on an address may be another cluster's.
 Each ``local up`` draws an instance token (``local-<hex>``), records it in
 ``local.json`` and gives it to its controller; ``/healthz`` of the controller

@@ -1,4 +1,4 @@
-"""Skip the walk over every partition while nothing happens (pure; issue 16 §8).
+"""Skip the walk over every partition while nothing happens (pure).
 
 ``reconcile`` walks every partition of every topic on every step: the election
 table, the unload, repartition and move passes, the cohort plans. On an idle

@@ -206,7 +206,7 @@ class ControllerAdmin:
 
     async def healthz(self, request: web.Request) -> web.Response:
         """``pid`` and ``instance`` tell ``headrace local up`` and the CLI which controller
-        answers on this address (issue 15)."""
+        answers on this address."""
         s = self.controller.settings
         return web.json_response(
             {

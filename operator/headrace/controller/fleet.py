@@ -39,13 +39,13 @@ log = logging.getLogger(__name__)
 
 #: a topology push may take this long: the document names every partition (1 MB at
 #: 10,000) and the broker applies it before it answers. The poll timeout (under a second)
-#: failed such pushes and each retry started over (issue 16 §8). Pushes are idempotent.
+#: failed such pushes and each retry started over. Pushes are idempotent.
 PUSH_TIMEOUT_S = 30.0
 #: how long ``push`` waits for the broker's answer. A push still going then finishes in
 #: the background (the broker's next heartbeat shows the generation it holds) and the
 #: control step moves on: one broker that accepts the connection and never answers
 #: (paused, swapping, a hung disk) held every later broker's push and the whole control
-#: loop for PUSH_TIMEOUT_S, so no election ran for 30 s (issue 16: failover ≤ 3 s).
+#: loop for PUSH_TIMEOUT_S, so no election ran for 30 s (failover ≤ 3 s).
 PUSH_WAIT_S = 0.5
 #: a broker that refused a push's format as too new (it runs an older release) gets no
 #: push in that format again for this long: it cannot take one until it is upgraded, and

@@ -134,7 +134,7 @@ class RateHistory:
         # report objects for partitions that did not change, so while nothing moves this
         # compares pointers, and the sample is the last one again, with zero rates, at no
         # cost per partition (it walked every partition twice a second: most of an idle
-        # controller's CPU at 10,000 partitions; issue 16 §8).
+        # controller's CPU at 10,000 partitions).
         reports = [hb.partitions for hb in heartbeats]
         previous = self._last
         point: Point | None

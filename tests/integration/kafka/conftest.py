@@ -1,8 +1,16 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from bench.procs import BrokerProcess, free_port
+from tests.integration.kafka import peer_tools
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    # Kafka's jars, the franz-go program and kcat: fetched or built once per machine
+    peer_tools.build_before_tests_in([Path(__file__).parent / "test_kafka_peers.py"], session)
 
 
 class KafkaBroker:

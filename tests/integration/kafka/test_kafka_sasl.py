@@ -14,8 +14,11 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError, TopicAuthorizationFailedError
+from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import KafkaError as CKafkaError
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
+from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import NewTopic as CNewTopic
 from cryptography.hazmat.primitives import serialization
 
 from bench.procs import BrokerProcess, free_port
@@ -236,3 +239,30 @@ async def test_a_client_certificate_names_the_principal_over_tls(
     with pytest.raises(KafkaError):  # a certificate naming no principal, and no SASL
         await nobody.start()
     await nobody.stop()
+
+
+def test_deleting_a_group_needs_a_grant_on_its_offsets(secured: KafkaBroker) -> None:
+    """A group's offsets are a cohort's: the reader, whose grant names audit-* groups
+    only, cannot delete the writer's group; the writer can."""
+
+    def sasl(user: str, password: str) -> dict[str, str]:
+        return {
+            "bootstrap.servers": secured.bootstrap,
+            "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanism": "PLAIN",
+            "sasl.username": user,
+            "sasl.password": password,
+        }
+
+    writer = AdminClient(sasl("writer", WRITER))
+    writer.create_topics([CNewTopic("orders", 1, 1)])["orders"].result(timeout=30)
+    consumer = Consumer({**sasl("writer", WRITER), "group.id": "billing"})
+    consumer.commit(offsets=[CTopicPartition("orders", 0, 0)], asynchronous=False)
+    consumer.close()
+
+    reader = AdminClient(sasl("reader", READER))
+    refused = reader.delete_consumer_groups(["billing"], request_timeout=10)["billing"]
+    with pytest.raises(KafkaException) as denied:
+        refused.result(timeout=30)
+    assert denied.value.args[0].code() == CKafkaError.GROUP_AUTHORIZATION_FAILED
+    writer.delete_consumer_groups(["billing"], request_timeout=10)["billing"].result(timeout=30)

@@ -52,7 +52,10 @@ async def test_a_kafka_consumer_reads_from_the_object_store_then_the_disk(
 ) -> None:
     broker, port = tiered
     await create_topic(
-        broker.bootstrap, TOPIC, 1, {"retention_bytes": 128 * 1024, "upload_interval_ms": 300}
+        broker.bootstrap,
+        TOPIC,
+        1,
+        {"local_retention_bytes": 128 * 1024, "upload_interval_ms": 300},
     )
     async with Producer(broker.bootstrap, acks="leader", linger_ms=1) as producer:
         for first in range(0, RECORDS, 100):

@@ -210,6 +210,7 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (32, 0, 3),
         (36, 0, 1),
         (42, 0, 1),
+        (47, 0, 0),
         (60, 0, 0),
     }
 
@@ -269,3 +270,34 @@ def test_group_responses_read_as_aiokafka_reads_them() -> None:
     schema.encode_into(w, fetched, 3, False)
     decoded = OffsetFetchResponse_v3.decode(w.getvalue())
     assert decoded.topics[0][1][0][:2] == (0, 42)
+
+
+def test_offset_delete_v0_as_kafkas_schema_writes_it() -> None:
+    """OffsetDelete v0 (its only version): group, topics, partitions; the response puts the
+    error code before the throttle time."""
+    api = km.SUPPORTED[km.ApiKey.OFFSET_DELETE]
+    raw = bytes.fromhex(
+        "0001"
+        "67"  # group_id "g"
+        "00000001"
+        "0001"
+        "74"  # one topic "t"
+        "00000002"
+        "00000000"
+        "00000003"  # partitions 0 and 3
+    )
+    assert schema.decode_from(Reader(raw), api.request, 0, False) == km.OffsetDeleteRequest(
+        "g",
+        [
+            km.OffsetDeleteRequestTopic(
+                "t", [km.OffsetDeleteRequestPartition(0), km.OffsetDeleteRequestPartition(3)]
+            )
+        ],
+    )
+    answer = km.OffsetDeleteResponse(
+        0, 0, [km.OffsetDeleteResponseTopic("t", [km.OffsetDeleteResponsePartition(3, 86)])]
+    )
+    w = Writer()
+    schema.encode_into(w, answer, 0, False)
+    assert w.getvalue().hex() == ("0000000000000000000100017400000001000000030056")
+    assert not api.flexible(0) and api.supports(0) and not api.supports(1)

@@ -120,3 +120,43 @@ def test_commits_come_from_the_current_generation_or_from_outside_an_empty_group
     assert core.groups["g"].state is GroupState.EMPTY
     assert core.delete("g") == ErrorCode.NONE
     assert core.committed("g") == {}
+
+
+def subscription(*topics: str) -> bytes:
+    """A consumer's member metadata (ConsumerProtocolSubscription v0), written out."""
+    names = b"".join(len(t).to_bytes(2, "big") + t.encode() for t in topics)
+    return b"\x00\x00" + len(topics).to_bytes(4, "big") + names + b"\xff\xff\xff\xff"
+
+
+def test_offsets_are_deleted_from_an_empty_group_or_for_topics_no_member_subscribes_to() -> None:
+    core = Coordinator()
+    assert core.delete_offsets("g", [("t", 0)]) == (ErrorCode.GROUP_ID_NOT_FOUND, {})
+    for partition in (0, 1):
+        core.commit("g", "t", partition, Committed(5, 0, ""))
+        core.commit("g", "other", partition, Committed(7, 0, ""))
+    # empty: any of them, including one that was never committed
+    code, results = core.delete_offsets("g", [("t", 0), ("t", 9)])
+    assert code == ErrorCode.NONE
+    assert results == {("t", 0): ErrorCode.NONE, ("t", 9): ErrorCode.NONE}
+    assert set(core.committed("g")) == {("t", 1), ("other", 0), ("other", 1)}
+    # a member subscribed to "t": its offsets stay, the others' go
+    member = JoinAsk(
+        "g", "", "c", "h", SESSION_MS, SESSION_MS, "consumer", (("range", subscription("t")),)
+    )
+    core.join(0, "j1", member, "m1")
+    code, results = core.delete_offsets("g", [("t", 1), ("other", 0)])
+    assert code == ErrorCode.NONE
+    assert results == {("t", 1): ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC, ("other", 0): ErrorCode.NONE}
+    assert set(core.committed("g")) == {("t", 1), ("other", 1)}
+
+
+def test_offsets_of_a_group_with_members_whose_subscriptions_cannot_be_read_stay() -> None:
+    core = Coordinator()
+    core.commit("g", "t", 0, Committed(5, 0, ""))
+    core.join(0, "j1", ask(), "m1")  # metadata b"range": not a subscription
+    assert core.delete_offsets("g", [("t", 0)]) == (ErrorCode.NON_EMPTY_GROUP, {})
+    connect = JoinAsk("h", "", "c", "h", SESSION_MS, SESSION_MS, "connect", (("default", b""),))
+    core.commit("h", "t", 0, Committed(5, 0, ""))
+    core.join(0, "j2", connect, "m2")
+    assert core.delete_offsets("h", [("t", 0)]) == (ErrorCode.NON_EMPTY_GROUP, {})
+    assert core.committed("g") and core.committed("h")
