@@ -8,8 +8,10 @@ pod IPs) and the system clock. It runs a step every ``poll_interval_ms`` (every
 kicked (a Topic, Unload or Repartition changed), exactly as the local controller does.
 
 The desired state comes from kopf's watch (its in-memory indices), passed in
-as plain documents before each step (``sync``): the runtime never lists Topics
-itself after it starts. A Topic or BrokerCluster annotated
+as plain documents before each step (``sync``), which makes of them the frozen
+``DesiredState`` the loop takes at the start of its step (with the members and
+racks that step found): nothing changes the loop's fields from outside. The
+runtime never lists Topics itself after it starts. A Topic or BrokerCluster annotated
 ``headrace.dev/paused: "true"`` is not reconciled: a paused Topic keeps the spec
 the loop last had for it (it is not treated as deleted), a paused cluster
 takes no steps at all; both say so in a ``Paused`` condition (``conditions``).
@@ -40,11 +42,11 @@ import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
 from headrace.control.documents import condition, condition_time, full_name, generation_of
-from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings
+from headrace.control.looping import BrokerFleet, Clock, ControlLoop, DesiredState, LoopSettings
 from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.dashboard.observing import Observer
@@ -162,6 +164,10 @@ class Round:
     now: str
     #: the TLS Secrets' problem (reason, message); None: fine, or no TLS
     tls: tuple[str, str] | None = None
+    #: the brokers the cluster should have (None: not judged yet)
+    members: frozenset[int] | None = None
+    #: the zone of each broker's node (None: not read, the loop keeps the racks it has)
+    racks: dict[int, str] | None = None
     #: the control loop's decision
     decision: Decision | None = None
     #: the Topics' partitions and replicas, as the decision placed them
@@ -188,7 +194,7 @@ async def write_paused_status(runtime: ClusterRuntime, found: Round) -> None:
 
 async def mark_topics(runtime: ClusterRuntime, found: Round) -> None:
     """Each Topic's own conditions: ``Paused``, ``Stalled`` beside a refusing Ready."""
-    for name in runtime.loop.topics:
+    for name in runtime.wanted_topics:
         await runtime.store.set_topic_conditions(name, runtime.topic_conditions(name, found.now))
 
 
@@ -215,19 +221,29 @@ async def check_tls(runtime: ClusterRuntime, found: Round) -> None:
 async def set_membership(runtime: ClusterRuntime, found: Round) -> None:
     """The brokers are the StatefulSet's ordinals: replicas move off higher ones (a scale
     down) and onto new ones (a scale up) before the StatefulSet shrinks (``moves``)."""
-    runtime.loop.members = frozenset(range(spec_replicas(runtime.cluster)))
+    found.members = frozenset(range(spec_replicas(runtime.cluster)))
 
 
 async def place_racks(runtime: ClusterRuntime, found: Round) -> None:
     """The zone of each broker's node: placement spreads replicas over zones."""
     if runtime.pods is not None:
         pods = await runtime.reads.pods()
-        runtime.loop.racks = await runtime.zones.racks(pods, runtime.clock.now_ms())
+        found.racks = await runtime.zones.racks(pods, runtime.clock.now_ms())
 
 
 async def step_loop(runtime: ClusterRuntime, found: Round) -> None:
-    """The control loop's step, and the dashboard's memory of it."""
-    found.decision = decision = await runtime.loop.step()
+    """The control loop's step towards the desired state as last synced, with the members
+    and racks this step found; and the dashboard's memory of it."""
+    loop = runtime.loop
+    synced = runtime.desired_state or DesiredState(
+        loop.topics, loop.unloads, loop.members, loop.racks, loop.deletions
+    )
+    desired = replace(
+        synced,
+        members=synced.members if found.members is None else found.members,
+        racks=synced.racks if found.racks is None else found.racks,
+    )
+    found.decision = decision = await loop.step(desired)
     runtime.dashboard.observe(runtime.clock.now_ms(), runtime.loop.heartbeats)
     found.statuses = [
         {
@@ -424,6 +440,9 @@ class ClusterRuntime:
         #: the brokers a refused scale down keeps, as of the last step
         self.blockers: dict[int, list[str]] = {}
         self.kicked = asyncio.Event()
+        #: what the loop reconciles towards at its next step, as last synced (None: not
+        #: synced yet, the loop goes on with what it loaded)
+        self.desired_state: DesiredState | None = None
         self.metrics = ports.metrics
         #: the object store's credentials and endpoint, checked now and then
         self.store_checks = objectstores.StoreChecks()
@@ -527,39 +546,58 @@ class ClusterRuntime:
         self.finalizer.sync([t for t in topics if self.owns(t)])
         # the only deletions the loop may carry out: this cluster's Topics being deleted
         # (a Topic that left the index, or names another cluster now, is not one of them)
-        self.loop.deletions = finalizing.deletions([t for t in topics if self.owns(t)])
+        deletions = finalizing.deletions([t for t in topics if self.owns(t)])
         for body in topics:
             if not self.owns(body) or finalizing.deleting(body):
                 continue  # a deleted Topic leaves the state (its finalizer waits for that)
             name = full_name(body)
             self.store.remember(body)
-            held = self.loop.topics.get(name)
+            held = self.wanted_topics.get(name)
             if paused(body) and held is not None:
                 wanted[name] = held
                 continue
             resource = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
             resource.setdefault("metadata", {})["generation"] = generation_of(body)
             wanted[name] = resource
-        self.loop.topics = wanted
         self._paused = {
             full_name(b): generation_of(b) for b in topics if self.owns(b) and paused(b)
         }
-        seen = set()
+        # the loop's own record of an Unload wins over the body (it is not older); one it
+        # no longer holds (a deleted one it released) is taken from the body again
+        held_unloads: dict[str, dict[str, Any]] = {}
         for body in unloads:
             if not self.owns(body, wanted):
                 continue
             name = full_name(body)
-            seen.add(name)
             self.store.remember(body)
-            if name not in self.loop.unloads:
-                resource = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
-                self.loop.unloads[name] = resource
+            known = self.loop.unloads.get(name)
+            resource = (
+                known
+                if known is not None
+                else {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
+            )
             deleted = body.get("metadata", {}).get("deletionTimestamp")
             if deleted is not None:
-                self.loop.unloads[name]["metadata"]["deletionTimestamp"] = deleted
-        for name in set(self.loop.unloads) - seen:
-            self.loop.forget_unload(name)
+                resource = {
+                    **resource,
+                    "metadata": {**resource["metadata"], "deletionTimestamp": deleted},
+                }
+            held_unloads[name] = resource
+        self.desired_state = DesiredState(
+            topics=wanted,
+            unloads=held_unloads,
+            members=self.loop.members,
+            racks=self.loop.racks,
+            deletions=deletions,
+        )
         repartition_owners.sync(self.loop, self.store, repartitions, wanted)
+
+    @property
+    def wanted_topics(self) -> Mapping[str, dict[str, Any]]:
+        """The Topics (no status) the loop reconciles towards, as last synced."""
+        if self.desired_state is None:
+            return self.loop.topics
+        return self.desired_state.topics
 
     def _accepted(self, cluster: Mapping[str, Any]) -> dict[str, Any]:
         """``cluster``, with the spec last accepted if the model refuses its own."""
@@ -633,7 +671,7 @@ class ClusterRuntime:
         if ready is not None and ready.get("reason") == "NotEnoughBrokers":
             # the same reason says "fewer brokers than replicas are up now" (a start, a
             # restart: waiting fixes it) and "the cluster has fewer brokers at all"
-            spec = (self.loop.topics.get(name) or {}).get("spec") or {}
+            spec = (self.wanted_topics.get(name) or {}).get("spec") or {}
             brokers = int((self.cluster.get("spec") or {}).get("replicas", 3))
             if int(spec.get("replicas", 0)) <= brokers:
                 ready = None

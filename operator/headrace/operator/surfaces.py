@@ -121,7 +121,7 @@ def object_readiness(
     for (namespace, name), runtime in sorted(runtimes.items()):
         cluster = runtime.store.workload_conditions()
         yield ("BrokerCluster", namespace, name, _ready(cluster))
-        for topic in sorted(runtime.loop.topics):
+        for topic in sorted(runtime.wanted_topics):
             status = runtime.store.topic_status(topic) or {}
             short = topic.partition("/")[2]
             yield ("Topic", namespace, short, _ready(status.get("conditions") or []))

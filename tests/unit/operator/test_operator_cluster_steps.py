@@ -45,8 +45,10 @@ def held_by(broker: int) -> list[dict[str, Any]]:
 async def test_membership_is_the_statefulsets_ordinals() -> None:
     api = FakeApi({**CLUSTER, "spec": {**CLUSTER["spec"], "replicas": 5}}, topic())
     runtime = runtime_over(api)
-    await running.set_membership(runtime, Round(NOW))
-    assert runtime.loop.members == frozenset(range(5))
+    found = Round(NOW)
+    await running.set_membership(runtime, found)
+    assert found.members == frozenset(range(5))
+    assert runtime.loop.members is None, "the loop takes it with the rest, at its step"
 
 
 async def test_a_broker_that_holds_a_replica_is_kept_and_the_workload_applied_again() -> None:

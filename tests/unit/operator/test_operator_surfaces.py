@@ -150,7 +150,7 @@ async def test_a_failing_step_counts_as_an_error(surfaces: Surfaces) -> None:
     context = OperatorContext(api=api, clock=ManualClock(), metrics=surfaces.metrics)
     runtime = runtime_of(api, context)
 
-    async def broken() -> None:
+    async def broken(desired: object = None) -> None:
         raise RuntimeError("the API is down")
 
     runtime.loop.step = broken  # type: ignore[method-assign,assignment]
