@@ -13,7 +13,7 @@ listens. The broker subscribes and re-plans (``replication.assigning``).
 
 This module imports none of the implementations (server, replicating,
 tiering, cohorting, admin, app), which is what keeps the broker's modules free
-of import cycles (the "No import cycles between the broker's modules"
+of import cycles (the "No import cycles in any headrace package"
 contract in pyproject.toml).
 """
 

@@ -17,6 +17,11 @@ fakes:
 ``BrokerFleet``  heartbeats in, topology pushes out
 ``Clock``        wall-clock milliseconds
 
+What a step reconciles towards (the Topics, Unloads, members, racks and deletions)
+comes in whole, as a frozen ``DesiredState`` that ``step`` takes before it decides:
+the kopf operator builds one per step from its watches; the local controller still
+sets those fields between steps.
+
 Persistence order
 -----------------
 Persist first, push after: a decision that is not persisted must never be
@@ -168,6 +173,25 @@ class StatusStore(Protocol):
 class LoopSettings:
     cluster_id: str = "local"
     control: ControlSettings = field(default_factory=ControlSettings)
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredState:
+    """What one step reconciles towards, as the adapter read it just before the step: a
+    value the loop takes whole at the start of ``step``, so that nothing changes the
+    loop's wishes from outside while it decides. Never changed once built."""
+
+    #: the applied Topic resources (no status), by 'namespace/name'
+    topics: Mapping[str, dict[str, Any]]
+    #: the applied Unload resources (no status), by 'namespace/name'; one the loop holds
+    #: that is not here is gone (``forget_unload``)
+    unloads: Mapping[str, dict[str, Any]]
+    #: the brokers the cluster should have (``ControlLoop.members``); None: no moves planned
+    members: frozenset[int] | None
+    #: the rack of each broker as the adapter knows it (``ControlLoop.racks``)
+    racks: Mapping[int, str]
+    #: the deletions asked for (``ControlLoop.deletions``)
+    deletions: frozenset[DeletionRequest]
 
 
 class ControlLoop:
@@ -396,7 +420,21 @@ class ControlLoop:
 
     # ------------------------------------------------------------------ the step
 
-    async def step(self) -> Decision:
+    def take(self, desired: DesiredState) -> None:
+        """Reconcile towards ``desired`` from now on (``step`` takes it when given one)."""
+        for name in set(self.unloads) - set(desired.unloads):
+            self.forget_unload(name)
+        self.topics = dict(desired.topics)
+        self.unloads = dict(desired.unloads)
+        self.members = desired.members
+        self.racks = dict(desired.racks)
+        self.deletions = desired.deletions
+
+    async def step(self, desired: DesiredState | None = None) -> Decision:
+        """One round; ``desired``: what it reconciles towards (None: what it last took, or
+        what its adapter set)."""
+        if desired is not None:
+            self.take(desired)
         for broker_id, report in (await self.fleet.poll()).items():
             if report is None:
                 if broker_id in self.heartbeats:

@@ -12,7 +12,7 @@
   never spec.
 * **kicks** (``@kopf.on.event`` of Topics, Unloads and Repartitions): run the
   owning cluster's step now instead of at its next poll. A Repartition of a
-  Topic that does not exist is failed there (``repartitioning``). Topics and
+  Topic that does not exist is failed there (``repartition_owners``). Topics and
   Unloads get their finalizers there (``finalizing``); a held one that no
   cluster's loop will serve again is let go there.
 * **the cluster's deletion** (``@kopf.on.delete`` of a BrokerCluster): kopf stops
@@ -41,17 +41,19 @@ from headrace.control.documents import condition, condition_time, full_name, gen
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
 from headrace.errors import InvalidRequest
-from headrace.operator import auth, caching, eventing, finalizing, repartitioning, workloads
+from headrace.operator import auth, caching, eventing, finalizing, repartition_owners, workloads
+from headrace.operator.conditions import ApplyFailure, WorkloadOutcome, paused, stalled_condition
 from headrace.operator.kube import KubeApi, KubeApiError, ObjectRef, StaleResourceVersion
+from headrace.operator.metrics import WORKLOAD, OperatorMetrics
 from headrace.operator.running import (
-    ApplyFailure,
+    ClusterPorts,
     ClusterRuntime,
+    Credentials,
+    DesiredObjects,
     RuntimeSettings,
-    WorkloadOutcome,
-    paused,
-    stalled_condition,
+    WorkloadLink,
 )
-from headrace.operator.surfaces import WORKLOAD, LoopHealth, OperatorMetrics, Surfaces
+from headrace.operator.surfaces import LoopHealth, Surfaces
 from headrace.resources import BrokerCluster
 
 log = logging.getLogger(__name__)
@@ -481,11 +483,11 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
     # (an empty kopf Index is falsy: never ``or`` it away, the daemon keeps this object)
     repartitions_index: Mapping[Any, Any] = kwargs.get("repartitions_index", {})
 
-    def desired() -> tuple[dict[str, Any], list[Any], list[Any], list[Any]]:
+    def desired() -> DesiredObjects:
         cluster = _only(clusters_index.get(key))
         if cluster is None:
             raise LookupError(f"BrokerCluster {namespace}/{name} left the index")
-        return (
+        return DesiredObjects(
             cluster,
             list(topics_index.get(key, [])),
             list(unloads_index.get(namespace, [])),
@@ -493,11 +495,11 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
         )
 
     async def reapply(statuses: list[dict[str, Any]]) -> None:
-        await apply_workload(desired()[0], context, statuses)
+        await apply_workload(desired().cluster, context, statuses)
 
     async def read_tokens() -> tuple[str, ...] | None:
         """The replication tokens the auth Secret lists now; None while auth is off."""
-        body = desired()[0]
+        body = desired().cluster
         if not parse_cluster(body).spec.auth.enabled:
             return None
         return await auth.read_replication_tokens(context.api, body)
@@ -528,7 +530,7 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
 async def _start_runtime(
     context: OperatorContext,
     key: tuple[str, str],
-    desired: Callable[[], tuple[dict[str, Any], list[Any], list[Any], list[Any]]],
+    desired: Callable[[], DesiredObjects],
     reapply: Callable[[list[dict[str, Any]]], Awaitable[None]],
     read_tokens: Callable[[], Awaitable[tuple[str, ...] | None]],
     indices: Mapping[str, Any],
@@ -539,7 +541,8 @@ async def _start_runtime(
     which looks again: fixing the spec or the Secret is all it takes. Not a death (the
     operator's liveness stays): restarting the operator would fix neither, and would
     interrupt every other cluster's loop."""
-    cluster, topics, unloads, repartitions = desired()
+    objects = desired()
+    cluster = objects.cluster
     delay = context.runtime.token_reread_interval_ms / 1000
     problem = spec_problem(cluster)
     if problem is not None:
@@ -562,24 +565,26 @@ async def _start_runtime(
         context.blocked[key] = why
         await _report_cannot_start(context, cluster, TOKEN_UNREADABLE, str(exc))
         raise kopf.TemporaryError(why, delay=delay) from exc
-    return ClusterRuntime(
+    ports = ClusterPorts(
         context.api,
-        cluster,
-        topics,
-        unloads,
         context.clock,
-        context.runtime,
         events=event_sink(context, key, indices["topics_index"], indices["clusters_index"]),
-        reapply=reapply,
         metrics=context.metrics,
-        repartitions=repartitions,
-        auth_token=token,
-        read_tokens=read_tokens,
-        workload=lambda: context.workloads.get(key),
+    )
+    workload = WorkloadLink(
+        reapply=reapply,
+        outcome=lambda: context.workloads.get(key),
         # (no index: handlers called outside kopf read the API every step)
         watched=watched_workload(key, indices["pods_index"], indices["statefulsets_index"])
         if "pods_index" in indices and "statefulsets_index" in indices
         else None,
+    )
+    return ClusterRuntime(
+        objects,
+        ports,
+        context.runtime,
+        workload=workload,
+        credentials=Credentials(token, read_tokens),
     )
 
 
@@ -837,7 +842,7 @@ async def repartition_changed(
     topics: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
     if kwargs.get("type") == "DELETED" or topics is None:
         return
-    wanted = repartitioning.topic_of(body)
+    wanted = repartition_owners.topic_of(body)
     owner = next(
         (
             key
@@ -850,9 +855,9 @@ async def repartition_changed(
         clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
         if clusters is None or owner in clusters:
             return  # its cluster's loop serves it (kicked above, or about to start)
-        status = repartitioning.missing_cluster_status(body, owner[1], context.clock.now_ms())
+        status = repartition_owners.missing_cluster_status(body, owner[1], context.clock.now_ms())
     else:
-        status = repartitioning.missing_topic_status(body, context.clock.now_ms())
+        status = repartition_owners.missing_topic_status(body, context.clock.now_ms())
     if status is None:
         return  # served or told before (its topic may have gone since): it keeps its record
     topic = ObjectRef(body["apiVersion"], "Topic", namespace, wanted.partition("/")[2])

@@ -56,7 +56,7 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     (("",), ("pods",), ("list", "watch", "delete")),
     # elections, moves, failures as Events
     (("", "events.k8s.io"), ("events",), ("create", "patch")),
-    # Compaction and CompactionSchedule (``compacting``): watched, their status written
+    # Compaction and CompactionSchedule (``compaction_handlers``): watched, their status written
     (
         ("headrace.dev",),
         ("compactions", "compactionschedules"),

@@ -127,9 +127,9 @@ def operator(
     import kopf
 
     from headrace.controller.controlling import SystemClock
-    from headrace.operator import compacting, handlers, principals
+    from headrace.operator import compaction_handlers, handlers, principals
 
-    assert compacting  # imported for its kopf handlers (Compaction, CompactionSchedule)
+    assert compaction_handlers  # imported for its kopf handlers (Compaction, CompactionSchedule)
     assert principals  # imported for its kopf handlers (User)
 
     logging.basicConfig(

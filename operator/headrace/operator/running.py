@@ -2,28 +2,31 @@
 
 ``ClusterRuntime`` gives the loop (``headrace.control.looping``) its ports:
 ``KubeStatusStore`` (the documents as CR status, compare-and-swap),
-``PodFleet`` (heartbeats and topology pushes over HTTP to the brokers' pod
-IPs, the local controller's ``HttpFleet`` protocol) and the system clock. It
-runs a step every ``poll_interval_ms`` (every ``transition_poll_interval_ms``
-while a transition is in flight), or at once when kicked (a Topic, Unload or
-Repartition changed), exactly as the local controller does.
+``PodFleet`` (``pods``: heartbeats and topology pushes over HTTP to the brokers'
+pod IPs) and the system clock. It runs a step every ``poll_interval_ms`` (every
+``transition_poll_interval_ms`` while a transition is in flight), or at once when
+kicked (a Topic, Unload or Repartition changed), exactly as the local controller does.
 
 The desired state comes from kopf's watch (its in-memory indices), passed in
-as plain documents before each step (``sync``): the runtime never lists Topics
-itself after it starts. A Topic or BrokerCluster annotated
+as plain documents before each step (``sync``), which makes of them the frozen
+``DesiredState`` the loop takes at the start of its step (with the members and
+racks that step found): nothing changes the loop's fields from outside. The
+runtime never lists Topics itself after it starts. A Topic or BrokerCluster annotated
 ``headrace.dev/paused: "true"`` is not reconciled: a paused Topic keeps the spec
 the loop last had for it (it is not treated as deleted), a paused cluster
-takes no steps at all; both say so in a ``Paused`` condition.
+takes no steps at all; both say so in a ``Paused`` condition (``conditions``).
+
+One step is a pipeline of named steps (``STEPS``), as Strimzi's KafkaReconciler
+runs one reconcile: each is a small function of the runtime and the ``Round`` the
+steps before it filled in, and can be run alone in a test. In order: the Topics'
+own conditions, the TLS Secrets, the membership (the StatefulSet's ordinals), the
+racks, the loop's step, its Events, the Topic finalizer, the workload's size, the
+object store, the cluster's conditions, the rolling restart, and the status write.
+A paused cluster runs ``PAUSED_STEPS`` instead: its ``Paused`` condition only.
 
 The BrokerCluster's own ``Ready`` condition (all ``spec.replicas`` brokers
 live) and ``observedGeneration`` are written here too, through the store, so
-they cost a write only when they change.
-
-``Stalled`` (kstatus's ``Failed``): an object whose spec cannot be honoured as it
-stands, which waiting will not fix (a refused scale down, a Topic spec the loop
-refuses: ``REFUSALS``), also carries ``Stalled=True`` with the Ready reason; the
-condition goes away once the spec can be honoured again. Its ``lastTransitionTime``
-stays put while it holds, as Ready's does.
+they cost a write only when they change; ``conditions`` judges them.
 
 Each runtime also feeds the dashboard's ``Observer`` after every step (the
 operator serves the same page as local mode, ``surfaces``), and counts its steps
@@ -38,16 +41,14 @@ import copy
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
-from headrace.control import moves
 from headrace.control.documents import condition, condition_time, full_name, generation_of
-from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, Report
+from headrace.control.looping import BrokerFleet, Clock, ControlLoop, DesiredState, LoopSettings
 from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
-from headrace.controller.fleet import HttpFleet
 from headrace.dashboard.observing import Observer
 from headrace.errors import HeadraceError
 from headrace.operator import (
@@ -55,80 +56,29 @@ from headrace.operator import (
     eventing,
     finalizing,
     objectstores,
-    repartitioning,
-    restarting,
+    repartition_owners,
+    rollout_executor,
     tlssecrets,
     workloads,
     zones,
 )
+from headrace.operator.conditions import (
+    PAUSED_ANNOTATION,
+    WorkloadOutcome,
+    cluster_conditions,
+    paused,
+    stalled_condition,
+)
 from headrace.operator.kube import KubeApi
+from headrace.operator.metrics import STEP, OperatorMetrics
+from headrace.operator.pods import PodFleet
 from headrace.operator.statuses import KubeStatusStore, Superseded
-from headrace.operator.surfaces import STEP, OperatorMetrics
-from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources.clusters import BrokerCluster, ObjectStore
 
 log = logging.getLogger(__name__)
 
-PAUSED_ANNOTATION: Final = "headrace.dev/paused"
 #: the Event when the loop starts presenting another replication token (a rotation's step 2)
 TOKEN_CHANGED: Final = "ReplicationTokenChanged"
-
-#: Ready reasons that refuse the spec as it stands (waiting cannot fix them): the object is
-#: also ``Stalled``. Unavailability (PartitionsOffline, BelowMinInSync) is not: it passes;
-#: nor is NotEnoughBrokers while the Topic's replicas fit the cluster's (brokers not up yet).
-REFUSALS: Final = frozenset(
-    {
-        "ScaleDownBlocked",
-        "ClusterNotFound",
-        "InvalidSpec",
-        "UnknownCluster",
-        "NotEnoughBrokers",
-        "ReplicasChange",
-        "DuplicateSpec",
-        "CompactionUnsupported",
-        objectstores.CREDENTIALS_MISSING,
-        tlssecrets.TLS_MISSING,
-        tlssecrets.TLS_INVALID,
-        #: the auth Secret's replication token does not parse (``handlers.cluster_loop``)
-        "ReplicationTokenInvalid",
-        #: the API server refused the workload for the spec as it stands (``ApplyFailure``)
-        "Invalid",
-        "Forbidden",
-        "BadRequest",
-        workloads.STORAGE_SHRINK,
-        workloads.STORAGE_NOT_EXPANDABLE,
-    }
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ApplyFailure:
-    """An apply of the cluster's workload that failed: for which generation, and why
-    (``reason``: the API server's, such as ``Invalid``, or the operator's own refusal)."""
-
-    generation: int
-    reason: str
-    message: str
-
-
-@dataclass
-class WorkloadOutcome:
-    """What the applies of one cluster's workload came to since the operator started
-    (``handlers.apply_workload`` records it). The BrokerCluster's ``observedGeneration``
-    is ``applied``: a generation counts as observed once its workload is applied."""
-
-    #: the latest generation whose workload the API server took; None: none yet
-    applied: int | None = None
-    #: the latest apply's failure; None once an apply succeeds
-    failure: ApplyFailure | None = None
-    #: the StatefulSet's pod count in the latest apply that succeeded: more than
-    #: ``spec.replicas`` while a scale down keeps brokers that still hold replicas
-    replicas: int | None = None
-
-
-def paused(body: Mapping[str, Any]) -> bool:
-    annotations = body.get("metadata", {}).get("annotations") or {}
-    return str(annotations.get(PAUSED_ANNOTATION, "")).lower() == "true"
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,238 +103,264 @@ class EventSink(Protocol):
         ...
 
 
-def terminating(pod: Mapping[str, Any]) -> bool:
-    """The pod is being deleted (``kubectl delete pod``, an eviction, a rolling restart's
-    or a scale down's delete): its ``preStop`` drain may be running."""
-    return bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+@dataclass(frozen=True, slots=True)
+class DesiredObjects:
+    """The watched objects a cluster's loop reconciles towards, as kopf's indexes last
+    delivered them: the BrokerCluster, and the Topics, Unloads and Repartitions that may
+    be its own (``ClusterRuntime.owns`` picks them)."""
+
+    cluster: Mapping[str, Any]
+    topics: Sequence[Mapping[str, Any]] = ()
+    unloads: Sequence[Mapping[str, Any]] = ()
+    repartitions: Sequence[Mapping[str, Any]] = ()
 
 
-def polled(pod: Mapping[str, Any]) -> bool:
-    """Whether the control loop polls the pod's broker: it has an IP and its containers
-    have not all finished. A terminating pod stays polled: its ``preStop`` hook
-    (``headrace drain``) has the broker report ``draining``, and only a loop that still
-    hears it hands its leadership away (``LeaderDraining``) before SIGTERM; dropped at
-    the ``deletionTimestamp``, its partitions would wait out the liveness TTL
-    (``LeaderLost``) instead. Once its process is gone the poll's refused connection
-    counts as down at once, until the pod object goes too."""
-    status = pod.get("status") or {}
-    return bool(status.get("podIP")) and status.get("phase") not in ("Succeeded", "Failed")
+@dataclass(frozen=True, slots=True)
+class ClusterPorts:
+    """Where a cluster's loop does its I/O and reports what it did."""
+
+    api: KubeApi
+    clock: Clock
+    #: the brokers; None: the cluster's pods over HTTP (``pods.PodFleet``)
+    fleet: BrokerFleet | None = None
+    #: where the decisions' events go (kopf posts them as Kubernetes Events); an
+    #: ``eventing.EventPoster`` is flushed after every step: one Event per object and kind
+    events: EventSink | None = None
+    #: counts the steps and status writes (None: not counted)
+    metrics: OperatorMetrics | None = None
 
 
-class PodFleet:
-    """A ``BrokerFleet``: the cluster's pods, found before every poll (from the watch cache
-    when there is one: ``caching``), spoken to over HTTP on their pod IPs (``HttpFleet``)."""
+@dataclass(frozen=True, slots=True)
+class WorkloadLink:
+    """The cluster's workload as the kopf handlers apply it (``handlers.apply_workload``)."""
 
-    def __init__(
-        self,
-        api: KubeApi,
-        namespace: str,
-        cluster_name: str,
-        clock: Clock,
-        timeout_ms: int,
-        auth_token: str | None = None,
-        reads: caching.WorkloadReads | None = None,
-    ) -> None:
-        """``auth_token``: presented on every poll and push (the cluster's replication
-        token when its brokers run with ACLs); ``reads``: where the pods come from
-        (default: listed through ``api`` every time)."""
-        self.reads = reads or caching.WorkloadReads(api, namespace, cluster_name)
-        self.http = HttpFleet([], clock, timeout_ms, auth_token=auth_token)
-        #: the cluster's pods as last listed (their waiting reasons: ``objectstores``)
-        self.listed: list[dict[str, Any]] = []
-
-    async def start(self) -> None:
-        await self.http.start()
-
-    async def close(self) -> None:
-        await self.http.close()
-
-    async def refresh(self) -> None:
-        pods = await self.reads.pods()
-        self.listed = pods
-        chosen: dict[int, dict[str, Any]] = {}
-        for pod in pods:
-            broker_id = workloads.broker_id_of(pod)
-            if broker_id is None or not polled(pod):
-                continue
-            other = chosen.get(broker_id)
-            # one pod per ordinal under a StatefulSet; should two ever be listed, the one
-            # not being deleted is the broker that stays
-            if other is None or (terminating(other) and not terminating(pod)):
-                chosen[broker_id] = pod
-        self.http.brokers = {
-            broker_id: BrokerEndpoint(
-                broker_id, pod["status"]["podIP"], workloads.DATA_PORT, workloads.ADMIN_PORT
-            )
-            for broker_id, pod in chosen.items()
-        }
-
-    async def poll(self) -> Mapping[int, Report | None]:
-        await self.refresh()
-        return await self.http.poll()
-
-    async def push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
-        if broker_id not in self.http.brokers:
-            return None  # its pod is gone since the poll (deleted, being replaced)
-        return await self.http.push(broker_id, topology)
+    #: apply it again, given the Topic statuses (a refused scale down is carried out once
+    #: the brokers it would remove hold no replica)
+    reapply: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None
+    #: what its applies came to (``cluster_conditions``); None: not tracked
+    outcome: Callable[[], WorkloadOutcome | None] | None = None
+    #: the cluster's pods and StatefulSet as the watches deliver them (``caching``); None:
+    #: read through the API every step
+    watched: Callable[[], caching.Watched] | None = None
 
 
-def stalled_condition(
-    ready: Mapping[str, Any] | None, previous: Mapping[str, Any] | None, now: str
-) -> dict[str, Any] | None:
-    """``Stalled=True`` beside a Ready condition whose reason is a refusal; else None."""
-    if ready is None or ready.get("status") != "False" or ready.get("reason") not in REFUSALS:
-        return None
-    return condition(
-        "Stalled",
-        "True",
-        str(ready["reason"]),
-        str(ready.get("message", "")),
-        int(ready.get("observedGeneration") or 1),
-        previous,
-        now,
+@dataclass(frozen=True, slots=True)
+class Credentials:
+    """What the operator presents to the brokers' admin ports (polls, pushes, drains)."""
+
+    #: the replication token in force at the start (None: auth is off)
+    token: str | None = None
+    #: the replication tokens listed now (None: auth is off), re-read every
+    #: ``token_reread_interval_ms`` to present the first (``ClusterRuntime.refresh_token``)
+    read_tokens: Callable[[], Awaitable[tuple[str, ...] | None]] | None = None
+
+
+@dataclass
+class Round:
+    """What one step has found so far: each named step reads what the ones before it
+    filled in, and adds its own."""
+
+    #: the step's time, as conditions carry it
+    now: str
+    #: the TLS Secrets' problem (reason, message); None: fine, or no TLS
+    tls: tuple[str, str] | None = None
+    #: the brokers the cluster should have (None: not judged yet)
+    members: frozenset[int] | None = None
+    #: the zone of each broker's node (None: not read, the loop keeps the racks it has)
+    racks: dict[int, str] | None = None
+    #: the control loop's decision
+    decision: Decision | None = None
+    #: the Topics' partitions and replicas, as the decision placed them
+    statuses: list[dict[str, Any]] = field(default_factory=list)
+    #: the cluster's pods as last read
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    #: the object store's health (None: the cluster has none)
+    store: objectstores.StoreHealth | None = None
+    #: the BrokerCluster's status to write
+    status: dict[str, Any] = field(default_factory=dict)
+
+
+def spec_replicas(cluster: Mapping[str, Any]) -> int:
+    return int((cluster.get("spec") or {}).get("replicas", 3))
+
+
+async def write_paused_status(runtime: ClusterRuntime, found: Round) -> None:
+    """A paused cluster: its ``Paused`` condition, and nothing else happens."""
+    outcome = runtime.workload() if runtime.workload is not None else None
+    await runtime.store.write_workload_status(
+        cluster_conditions(runtime.cluster, None, found.now, workload=outcome)
     )
 
 
-def cluster_conditions(
-    body: Mapping[str, Any],
-    live: Iterable[int] | None,
-    now: str,
-    blockers: Mapping[int, list[str]] | None = None,
-    store: objectstores.StoreHealth | None = None,
-    reassignment: moves.Summary | None = None,
-    tls: tuple[str, str] | None = None,
-    workload: WorkloadOutcome | None = None,
-) -> dict[str, Any]:
-    """The BrokerCluster's ``conditions`` and ``observedGeneration`` (the workload's part).
+async def mark_topics(runtime: ClusterRuntime, found: Round) -> None:
+    """Each Topic's own conditions: ``Paused``, ``Stalled`` beside a refusing Ready."""
+    for name in runtime.wanted_topics:
+        await runtime.store.set_topic_conditions(name, runtime.topic_conditions(name, found.now))
 
-    ``workload``: what the applies of its workload came to (None: not tracked, and the
-    body's generation counts as observed). ``observedGeneration`` is then the generation
-    last applied (as stored while none was applied since the operator started), and a
-    failed apply makes Ready False with its reason: kstatus and Argo CD must not call a
-    cluster current whose workload the API server refused.
 
-    ``store``: the object store's health (``objectstores``), None when the cluster has no
-    object store: a missing credentials Secret makes Ready False, an unreachable endpoint
-    shows in ``ObjectStoreReachable``.
-
-    ``live``: the live broker ids of the latest step; None while the cluster is paused.
-    ``blockers``: brokers a scale down would remove that still hold replicas
-    (``workloads.scale_down_blockers``). ``reassignment``: how the replica moves go
-    (``control.moves``); with it, a scale down whose replicas can move is ``ScalingDown``
-    (they move off first), and only one that cannot (it would lose a partition's last
-    in-sync replica, or go below a replication factor) is refused as ``ScaleDownBlocked``;
-    a ``Rebalancing`` condition says whether moves are in flight. ``tls``: a TLS Secret
-    problem (reason, message: ``tlssecrets``), which makes Ready False.
-    """
-    generation = generation_of(body)
-    stored = body.get("status") or {}
-    previous = {c.get("type"): c for c in stored.get("conditions") or []}
-    replicas = int((body.get("spec") or {}).get("replicas", 3))
-    observed: int | None = generation
-    failure = None
-    if workload is not None:
-        observed = workload.applied
-        if observed is None and isinstance(stored.get("observedGeneration"), int):
-            observed = stored["observedGeneration"]
-        failure = workload.failure
-    conditions = []
-    if live is None:
-        old = previous.get("Ready")
-        if old is not None:
-            conditions.append(old)
-        conditions.append(
-            condition(
-                "Paused",
-                "True",
-                "Paused",
-                f"annotation {PAUSED_ANNOTATION} is true: not reconciled",
-                generation,
-                previous.get("Paused"),
-                now,
-            )
+async def check_tls(runtime: ClusterRuntime, found: Round) -> None:
+    """The TLS Secrets' problem; before the polls, so that they speak HTTPS with the admin
+    CA as soon as the spec turns TLS on."""
+    spec = runtime.cluster.get("spec") or {}
+    if not (spec.get("tls") or {}).get("enabled") and runtime.tls_checks.admin_context is None:
+        return
+    try:
+        cluster = BrokerCluster.from_manifest(
+            {k: v for k, v in runtime.cluster.items() if k != "status"}
         )
-    else:
-        missing = sorted(set(range(replicas)) - set(live))
-        if failure is not None:
-            ready = ("False", failure.reason, failure.message)
-        elif tls is not None:
-            ready = ("False", *tls)
-        elif store is not None and store.credentials is not None:
-            ready = ("False", objectstores.CREDENTIALS_MISSING, store.credentials)
-        elif blockers and reassignment is not None and not reassignment.blocked:
-            ready = (
-                "False",
-                "ScalingDown",
-                f"scaling down to {replicas}: moving replicas off brokers {sorted(blockers)}"
-                f" before they are removed ({reassignment.moving} partitions moving,"
-                f" {reassignment.waiting} waiting)",
-            )
-        elif blockers:
-            held = "; ".join(f"broker {b}: {', '.join(p)}" for b, p in sorted(blockers.items()))
-            why = (
-                "; ".join(reassignment.blocked)
-                if reassignment is not None
-                else "move them off with an Unload first"
-            )
-            ready = (
-                "False",
-                "ScaleDownBlocked",
-                f"scaling down to {replicas} would remove brokers that still hold replicas"
-                f" ({held}): {why}",
-            )
-        elif missing:
-            ready = ("False", "BrokersNotLive", f"brokers {missing} are not live")
-        else:
-            ready = ("True", "AllBrokersLive", f"{replicas} brokers live")
-        conditions.append(condition("Ready", *ready, generation, previous.get("Ready"), now))
-        stalled = stalled_condition(conditions[-1], previous.get("Stalled"), now)
-        if stalled is not None:
-            conditions.append(stalled)
-        kept = previous.get(objectstores.REACHABLE_CONDITION)
-        if store is not None and not store.endpoint_known and store.uploads is None and kept:
-            conditions.append(dict(kept))  # not checked yet (a restart): as stored
-        elif store is not None:
-            reachable = (
-                ("False", objectstores.UNREACHABLE, store.unreachable)
-                if store.unreachable is not None
-                else ("False", objectstores.UPLOADS_FAILING, store.uploads)
-                if store.uploads is not None
-                else ("True", "EndpointAnswers", "the object store's endpoint accepts connections")
-            )
-            conditions.append(
-                condition(
-                    objectstores.REACHABLE_CONDITION,
-                    *reachable,
-                    generation,
-                    previous.get(objectstores.REACHABLE_CONDITION),
-                    now,
-                )
-            )
-        if reassignment is not None:
-            conditions.append(
-                condition(
-                    "Rebalancing",
-                    *_rebalancing(reassignment),
-                    generation,
-                    previous.get("Rebalancing"),
-                    now,
-                )
-            )
-    if observed is None:
-        return {"conditions": conditions}
-    return {"observedGeneration": observed, "conditions": conditions}
+    except ValueError:
+        return  # the workload handler reports the spec
+    health = await runtime.tls_checks.check(runtime.api, cluster)
+    context = runtime.tls_checks.admin_context
+    if runtime.pods is not None:
+        runtime.pods.http.set_ssl_context(context)
+    runtime.rollout.ssl_context = context
+    found.tls = health.problem
 
 
-def _rebalancing(summary: moves.Summary) -> tuple[str, str, str]:
-    """The ``Rebalancing`` condition's status, reason and message."""
-    if summary.rebalancing:
-        return (
-            "True",
-            "MovingReplicas",
-            f"{summary.moving} partitions moving replicas, {summary.waiting} waiting",
-        )
-    return ("False", "Balanced", "no replica moves in flight")
+async def set_membership(runtime: ClusterRuntime, found: Round) -> None:
+    """The brokers are the StatefulSet's ordinals: replicas move off higher ones (a scale
+    down) and onto new ones (a scale up) before the StatefulSet shrinks (``moves``)."""
+    found.members = frozenset(range(spec_replicas(runtime.cluster)))
+
+
+async def place_racks(runtime: ClusterRuntime, found: Round) -> None:
+    """The zone of each broker's node: placement spreads replicas over zones."""
+    if runtime.pods is not None:
+        pods = await runtime.reads.pods()
+        found.racks = await runtime.zones.racks(pods, runtime.clock.now_ms())
+
+
+async def step_loop(runtime: ClusterRuntime, found: Round) -> None:
+    """The control loop's step towards the desired state as last synced, with the members
+    and racks this step found; and the dashboard's memory of it."""
+    loop = runtime.loop
+    synced = runtime.desired_state or DesiredState(
+        loop.topics, loop.unloads, loop.members, loop.racks, loop.deletions
+    )
+    desired = replace(
+        synced,
+        members=synced.members if found.members is None else found.members,
+        racks=synced.racks if found.racks is None else found.racks,
+    )
+    found.decision = decision = await loop.step(desired)
+    runtime.dashboard.observe(runtime.clock.now_ms(), runtime.loop.heartbeats)
+    found.statuses = [
+        {
+            "name": name,
+            "partitions": [
+                {"partition": p.partition, "replicas": list(p.replicas)} for p in t.partitions
+            ],
+        }
+        for name, t in decision.state.topics.items()
+    ]
+
+
+async def report_events(runtime: ClusterRuntime, found: Round) -> None:
+    """The decision's events, to the sink (posted after the step: ``_post_events``)."""
+    assert found.decision is not None
+    for event in found.decision.events:
+        if runtime.events is not None:
+            runtime.events(event)
+
+
+async def release_finalizers(runtime: ClusterRuntime, found: Round) -> None:
+    """Deleted Topics whose data the brokers let go lose their finalizer."""
+    decision = found.decision
+    assert decision is not None
+    await runtime.finalizer.release_finished(
+        decision.state.topics,
+        decision.state.generation,
+        decision.state.brokers,
+        decision.liveness.live,
+        runtime.loop.heartbeats,
+        runtime.loop.broker_generations,
+        members=runtime.loop.members,
+    )
+
+
+async def resize_workload(runtime: ClusterRuntime, found: Round) -> None:
+    """The brokers a scale down must keep (they still hold replicas), and the workload
+    applied again when they change."""
+    replicas = spec_replicas(runtime.cluster)
+    blockers = workloads.scale_down_blockers(replicas, found.statuses)
+    # Apply again when the brokers to keep change, and when the StatefulSet as last
+    # applied keeps other brokers than these: an apply by another process of this
+    # operator (its resume, before a restart) may have kept brokers this loop never
+    # saw hold anything, and no later change of ``blockers`` would ever let them go.
+    outcome = runtime.workload() if runtime.workload is not None else None
+    kept_pods = max([replicas, *(b + 1 for b in blockers)])
+    stale = outcome is not None and outcome.replicas not in (None, kept_pods)
+    if (stale or set(blockers) != set(runtime.blockers)) and runtime.reapply is not None:
+        await runtime.reapply(found.statuses)  # other brokers to keep: resize the StatefulSet
+    runtime.blockers = blockers
+
+
+async def check_object_store(runtime: ClusterRuntime, found: Round) -> None:
+    """The object store's credentials and reachability (``objectstores``)."""
+    doc = (runtime.cluster.get("spec") or {}).get("objectStore")
+    store = None if doc is None else ObjectStore.model_validate(doc)
+    pods = runtime.pods.listed if runtime.pods is not None else await runtime.reads.pods()
+    found.pods = pods
+    health = await runtime.store_checks.check(store, pods, runtime.loop.heartbeats)
+    found.store = None if store is None else health
+
+
+async def judge_conditions(runtime: ClusterRuntime, found: Round) -> None:
+    """The BrokerCluster's conditions and ``observedGeneration`` (``conditions``)."""
+    decision = found.decision
+    assert decision is not None
+    found.status = cluster_conditions(
+        runtime.cluster,
+        decision.liveness.live,
+        found.now,
+        runtime.blockers,
+        store=found.store,
+        reassignment=decision.reassignment,
+        tls=found.tls,
+        workload=runtime.workload() if runtime.workload is not None else None,
+    )
+
+
+async def roll_pods(runtime: ClusterRuntime, found: Round) -> None:
+    """The rolling restart's next move (``rollout_executor``), and its ``Restarting``
+    condition."""
+    assert found.decision is not None
+    replicas = spec_replicas(runtime.cluster)
+    await runtime.rollout.step(found.decision, found.pods, replicas, runtime.clock.now_ms())
+    previous = {c.get("type"): c for c in runtime.store.workload_conditions()}
+    restarting = runtime.rollout.condition(
+        previous.get(rollout_executor.RESTARTING), generation_of(runtime.cluster), found.now
+    )
+    if restarting is not None:
+        found.status["conditions"].append(restarting)
+
+
+async def write_status(runtime: ClusterRuntime, found: Round) -> None:
+    """The BrokerCluster's status, through the store (a write only when it changed)."""
+    await runtime.store.write_workload_status(found.status)
+
+
+#: one named step of a cluster's loop
+ClusterStep = Callable[["ClusterRuntime", Round], Awaitable[None]]
+
+#: a step of a paused cluster
+PAUSED_STEPS: Final[tuple[ClusterStep, ...]] = (write_paused_status,)
+#: a step of a running cluster, in order
+STEPS: Final[tuple[ClusterStep, ...]] = (
+    mark_topics,
+    check_tls,
+    set_membership,
+    place_racks,
+    step_loop,
+    report_events,
+    release_finalizers,
+    resize_workload,
+    check_object_store,
+    judge_conditions,
+    roll_pods,
+    write_status,
+)
 
 
 class ClusterRuntime:
@@ -392,35 +368,22 @@ class ClusterRuntime:
 
     def __init__(
         self,
-        api: KubeApi,
-        cluster: Mapping[str, Any],
-        topics: Iterable[Mapping[str, Any]],
-        unloads: Iterable[Mapping[str, Any]],
-        clock: Clock,
+        desired: DesiredObjects,
+        ports: ClusterPorts,
         settings: RuntimeSettings | None = None,
         *,
-        fleet: BrokerFleet | None = None,
-        events: EventSink | None = None,
-        reapply: Callable[[list[dict[str, Any]]], Awaitable[object]] | None = None,
-        metrics: OperatorMetrics | None = None,
-        repartitions: Iterable[Mapping[str, Any]] = (),
-        auth_token: str | None = None,
-        read_tokens: Callable[[], Awaitable[tuple[str, ...] | None]] | None = None,
-        workload: Callable[[], WorkloadOutcome | None] | None = None,
-        watched: Callable[[], caching.Watched] | None = None,
+        workload: WorkloadLink | None = None,
+        credentials: Credentials | None = None,
     ) -> None:
-        """``auth_token``: the credentials the operator presents to the brokers (polls,
-        pushes, drains); ``read_tokens``: the replication tokens listed now (None: auth
-        is off), re-read every ``token_reread_interval_ms`` to present the first
-        (``refresh_token``); ``reapply``: apply the cluster's workload again, given the Topic statuses (a refused
-        scale down is carried out once the brokers it would remove hold no replica);
-        ``repartitions``: the watched Repartitions (those of this cluster's Topics count);
-        ``workload``: what the applies of the cluster's workload came to (``cluster_conditions``;
-        None: not tracked); ``watched``: the cluster's pods and StatefulSet as the watches
-        deliver them (``caching``; None: read through ``api`` every step). An ``events``
-        sink that is an ``eventing.EventPoster`` is flushed after every step: one Event
-        per object and kind."""
-        self.workload = workload
+        """``desired``: the watched objects at the start (the loop loads what is stored for
+        those that are its own); ``ports``: its I/O; ``workload``: the cluster's workload
+        as the handlers apply it (None: not tracked, never applied again);
+        ``credentials``: what it presents to the brokers (None: auth is off)."""
+        workload = workload or WorkloadLink()
+        credentials = credentials or Credentials()
+        api, clock, fleet, events = ports.api, ports.clock, ports.fleet, ports.events
+        cluster = desired.cluster
+        self.workload = workload.outcome
         self._refused_generation: int | None = None
         self.settings = settings or RuntimeSettings()
         self.clock = clock
@@ -428,19 +391,19 @@ class ClusterRuntime:
         meta = cluster["metadata"]
         self.namespace = str(meta.get("namespace", "default"))
         self.name = str(meta["name"])
-        mine = [t for t in topics if self.owns(t)]
+        mine = [t for t in desired.topics if self.owns(t)]
         names = {full_name(t) for t in mine}
         self.store = KubeStatusStore(
             api,
             cluster,
             mine,
-            [u for u in unloads if self.owns(u, names)],
+            [u for u in desired.unloads if self.owns(u, names)],
             # a deleted Unload stays until its moves in flight finish (the loop releases it)
             finalizer=finalizing.UNLOAD_FINALIZER,
-            repartitions=repartitioning.owned(repartitions, names),
+            repartitions=repartition_owners.owned(desired.repartitions, names),
         )
         #: the pods and StatefulSet each step acts on
-        self.reads = caching.WorkloadReads(api, self.namespace, self.name, watched)
+        self.reads = caching.WorkloadReads(api, self.namespace, self.name, workload.watched)
         #: the zone of each broker's node (its rack)
         self.zones = zones.NodeZones(api)
         self.pods: PodFleet | None = None
@@ -451,7 +414,7 @@ class ClusterRuntime:
                 self.name,
                 clock,
                 self.settings.poll_timeout_ms,
-                auth_token=auth_token,
+                auth_token=credentials.token,
                 reads=self.reads,
             )
             fleet = self.pods
@@ -462,20 +425,25 @@ class ClusterRuntime:
             LoopSettings(cluster_id=self.name, control=self.settings.control),
         )
         self.events = events
-        self.reapply = reapply
+        self.reapply = workload.reapply
         #: deleted Topics the finalizer holds until the brokers let their data go
         self.finalizer = finalizing.TopicFinalizer(api, events)
         #: the rolling restart of the pods (a changed pod template: brokerConfig, image)
-        self.rollout = restarting.Rollout(api, self.namespace, self.name, events, reads=self.reads)
-        if auth_token:
-            self.rollout.auth_headers = {"Authorization": f"Bearer {auth_token}"}
+        self.rollout = rollout_executor.Rollout(
+            api, self.namespace, self.name, events, reads=self.reads
+        )
+        if credentials.token:
+            self.rollout.auth_headers = {"Authorization": f"Bearer {credentials.token}"}
         self.api = api
         #: the paused Topics, with the generation they are at
         self._paused: dict[str, int] = {}
         #: the brokers a refused scale down keeps, as of the last step
         self.blockers: dict[int, list[str]] = {}
         self.kicked = asyncio.Event()
-        self.metrics = metrics
+        #: what the loop reconciles towards at its next step, as last synced (None: not
+        #: synced yet, the loop goes on with what it loaded)
+        self.desired_state: DesiredState | None = None
+        self.metrics = ports.metrics
         #: the object store's credentials and endpoint, checked now and then
         self.store_checks = objectstores.StoreChecks()
         #: the TLS Secrets and the admin CA the polls verify with, checked now and then
@@ -485,8 +453,8 @@ class ClusterRuntime:
         #: when the last step finished (event-loop time, s; ``surfaces`` checks it)
         self.last_step_s = time.monotonic()
         self._counted = (0, 0)  # store writes and conflicts already in the metrics
-        self.auth_token = auth_token
-        self.read_tokens = read_tokens
+        self.auth_token = credentials.token
+        self.read_tokens = credentials.read_tokens
         #: when the tokens were last read (clock ms), and the refusals seen by then
         self._tokens_read_ms: int | None = None
         self._refusals_seen = 0
@@ -578,39 +546,58 @@ class ClusterRuntime:
         self.finalizer.sync([t for t in topics if self.owns(t)])
         # the only deletions the loop may carry out: this cluster's Topics being deleted
         # (a Topic that left the index, or names another cluster now, is not one of them)
-        self.loop.deletions = finalizing.deletions([t for t in topics if self.owns(t)])
+        deletions = finalizing.deletions([t for t in topics if self.owns(t)])
         for body in topics:
             if not self.owns(body) or finalizing.deleting(body):
                 continue  # a deleted Topic leaves the state (its finalizer waits for that)
             name = full_name(body)
             self.store.remember(body)
-            held = self.loop.topics.get(name)
+            held = self.wanted_topics.get(name)
             if paused(body) and held is not None:
                 wanted[name] = held
                 continue
             resource = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
             resource.setdefault("metadata", {})["generation"] = generation_of(body)
             wanted[name] = resource
-        self.loop.topics = wanted
         self._paused = {
             full_name(b): generation_of(b) for b in topics if self.owns(b) and paused(b)
         }
-        seen = set()
+        # the loop's own record of an Unload wins over the body (it is not older); one it
+        # no longer holds (a deleted one it released) is taken from the body again
+        held_unloads: dict[str, dict[str, Any]] = {}
         for body in unloads:
             if not self.owns(body, wanted):
                 continue
             name = full_name(body)
-            seen.add(name)
             self.store.remember(body)
-            if name not in self.loop.unloads:
-                resource = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
-                self.loop.unloads[name] = resource
+            known = self.loop.unloads.get(name)
+            resource = (
+                known
+                if known is not None
+                else {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
+            )
             deleted = body.get("metadata", {}).get("deletionTimestamp")
             if deleted is not None:
-                self.loop.unloads[name]["metadata"]["deletionTimestamp"] = deleted
-        for name in set(self.loop.unloads) - seen:
-            self.loop.forget_unload(name)
-        repartitioning.sync(self.loop, self.store, repartitions, wanted)
+                resource = {
+                    **resource,
+                    "metadata": {**resource["metadata"], "deletionTimestamp": deleted},
+                }
+            held_unloads[name] = resource
+        self.desired_state = DesiredState(
+            topics=wanted,
+            unloads=held_unloads,
+            members=self.loop.members,
+            racks=self.loop.racks,
+            deletions=deletions,
+        )
+        repartition_owners.sync(self.loop, self.store, repartitions, wanted)
+
+    @property
+    def wanted_topics(self) -> Mapping[str, dict[str, Any]]:
+        """The Topics (no status) the loop reconciles towards, as last synced."""
+        if self.desired_state is None:
+            return self.loop.topics
+        return self.desired_state.topics
 
     def _accepted(self, cluster: Mapping[str, Any]) -> dict[str, Any]:
         """``cluster``, with the spec last accepted if the model refuses its own."""
@@ -671,107 +658,12 @@ class ClusterRuntime:
         )
 
     async def _step(self) -> Decision | None:
-        now = condition_time(self.clock.now_ms())
-        if paused(self.cluster):
-            outcome = self.workload() if self.workload is not None else None
-            await self.store.write_workload_status(
-                cluster_conditions(self.cluster, None, now, workload=outcome)
-            )
-            return None
-        for name in self.loop.topics:
-            await self.store.set_topic_conditions(name, self._topic_conditions(name, now))
-        tls = await self._check_tls()
-        # the brokers are the StatefulSet's ordinals: replicas move off higher ones (a scale
-        # down) and onto new ones (a scale up) before the StatefulSet shrinks (``moves``)
-        spec_replicas = int((self.cluster.get("spec") or {}).get("replicas", 3))
-        self.loop.members = frozenset(range(spec_replicas))
-        if self.pods is not None:
-            # the zone of each broker's node: placement spreads replicas over zones
-            pods = await self.reads.pods()
-            self.loop.racks = await self.zones.racks(pods, self.clock.now_ms())
-        decision = await self.loop.step()
-        self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
-        for event in decision.events:
-            if self.events is not None:
-                self.events(event)
-        live = decision.liveness.live
-        replicas = int((self.cluster.get("spec") or {}).get("replicas", 3))
-        statuses = [
-            {
-                "name": name,
-                "partitions": [
-                    {"partition": p.partition, "replicas": list(p.replicas)} for p in t.partitions
-                ],
-            }
-            for name, t in decision.state.topics.items()
-        ]
-        await self.finalizer.release_finished(
-            decision.state.topics,
-            decision.state.generation,
-            decision.state.brokers,
-            live,
-            self.loop.heartbeats,
-            self.loop.broker_generations,
-            members=self.loop.members,
-        )
-        blockers = workloads.scale_down_blockers(replicas, statuses)
-        # Apply again when the brokers to keep change, and when the StatefulSet as last
-        # applied keeps other brokers than these: an apply by another process of this
-        # operator (its resume, before a restart) may have kept brokers this loop never
-        # saw hold anything, and no later change of ``blockers`` would ever let them go.
-        outcome = self.workload() if self.workload is not None else None
-        kept_pods = max([replicas, *(b + 1 for b in blockers)])
-        stale = outcome is not None and outcome.replicas not in (None, kept_pods)
-        if (stale or set(blockers) != set(self.blockers)) and self.reapply is not None:
-            await self.reapply(statuses)  # other brokers to keep: resize the StatefulSet
-        self.blockers = blockers
-        store = self._object_store()
-        pods = self.pods.listed if self.pods is not None else await self.reads.pods()
-        health = await self.store_checks.check(store, pods, self.loop.heartbeats)
-        workload = cluster_conditions(
-            self.cluster,
-            live,
-            now,
-            blockers,
-            store=None if store is None else health,
-            reassignment=decision.reassignment,
-            tls=tls,
-            workload=self.workload() if self.workload is not None else None,
-        )
-        await self.rollout.step(decision, pods, replicas, self.clock.now_ms())
-        previous = {c.get("type"): c for c in self.store.workload_conditions()}
-        restarting_condition = self.rollout.condition(
-            previous.get(restarting.RESTARTING), generation_of(self.cluster), now
-        )
-        if restarting_condition is not None:
-            workload["conditions"].append(restarting_condition)
-        await self.store.write_workload_status(workload)
-        return decision
+        found = Round(now=condition_time(self.clock.now_ms()))
+        for step in PAUSED_STEPS if paused(self.cluster) else STEPS:
+            await step(self, found)
+        return found.decision
 
-    async def _check_tls(self) -> tuple[str, str] | None:
-        """The TLS Secrets' problem (None: fine, or no TLS); before the polls, so that they
-        speak HTTPS with the admin CA as soon as the spec turns TLS on."""
-        spec = self.cluster.get("spec") or {}
-        if not (spec.get("tls") or {}).get("enabled") and self.tls_checks.admin_context is None:
-            return None
-        try:
-            cluster = BrokerCluster.from_manifest(
-                {k: v for k, v in self.cluster.items() if k != "status"}
-            )
-        except ValueError:
-            return None  # the workload handler reports the spec
-        health = await self.tls_checks.check(self.api, cluster)
-        context = self.tls_checks.admin_context
-        if self.pods is not None:
-            self.pods.http.set_ssl_context(context)
-        self.rollout.ssl_context = context
-        return health.problem
-
-    def _object_store(self) -> ObjectStore | None:
-        doc = (self.cluster.get("spec") or {}).get("objectStore")
-        return None if doc is None else ObjectStore.model_validate(doc)
-
-    def _topic_conditions(self, name: str, now: str) -> list[dict[str, Any]]:
+    def topic_conditions(self, name: str, now: str) -> list[dict[str, Any]]:
         """A paused Topic's ``Paused`` condition; ``Stalled`` beside a refusing Ready."""
         status = self.store.topic_status(name) or {}
         previous = {c.get("type"): c for c in status.get("conditions") or []}
@@ -779,7 +671,7 @@ class ClusterRuntime:
         if ready is not None and ready.get("reason") == "NotEnoughBrokers":
             # the same reason says "fewer brokers than replicas are up now" (a start, a
             # restart: waiting fixes it) and "the cluster has fewer brokers at all"
-            spec = (self.loop.topics.get(name) or {}).get("spec") or {}
+            spec = (self.wanted_topics.get(name) or {}).get("spec") or {}
             brokers = int((self.cluster.get("spec") or {}).get("replicas", 3))
             if int(spec.get("replicas", 0)) <= brokers:
                 ready = None
@@ -800,11 +692,8 @@ class ClusterRuntime:
             ),
         ]
 
-    async def run(
-        self, desired: Callable[[], tuple[Mapping[str, Any], list[Any], list[Any], list[Any]]]
-    ) -> None:
-        """Step until cancelled; ``desired()`` gives the watched (cluster, topics, unloads,
-        repartitions)."""
+    async def run(self, desired: Callable[[], DesiredObjects]) -> None:
+        """Step until cancelled; ``desired()`` gives the watched objects now."""
         if self.pods is not None:
             await self.pods.start()
         try:
@@ -812,7 +701,10 @@ class ClusterRuntime:
                 self.kicked.clear()
                 try:
                     await self.refresh_token()
-                    self.sync(*desired())
+                    objects = desired()
+                    self.sync(
+                        objects.cluster, objects.topics, objects.unloads, objects.repartitions
+                    )
                     await self.step()
                 except (asyncio.CancelledError, Superseded):
                     # Superseded: another controller wrote what this one was about to;

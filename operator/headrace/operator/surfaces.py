@@ -37,17 +37,15 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from headrace.controller.dashboarding import DashboardRoutes
-
-if TYPE_CHECKING:
-    from headrace.operator.running import ClusterRuntime
+from headrace.operator.metrics import OperatorMetrics
+from headrace.operator.running import ClusterRuntime
 
 T = TypeVar("T")
 
@@ -57,55 +55,6 @@ KOPF_TIMEOUT_S: Final = 5.0
 DEFAULT_STALL_AFTER_S: Final = 120.0
 #: the port of the surfaces in the pod (the chart's ``operator.metricsPort``)
 DEFAULT_PORT: Final = 8081
-
-#: the kinds of reconcile counted: a control-loop step of a BrokerCluster, and an apply of
-#: its workload (StatefulSet, Services, PDB, ConfigMap)
-STEP: Final = "BrokerCluster"
-WORKLOAD: Final = "Workload"
-
-
-class OperatorMetrics:
-    """The operator's Prometheus metrics, in a registry of its own (one per process;
-    tests make their own)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.reconciles = Counter(
-            "headrace_operator_reconciles",
-            "Reconciles run, by kind (BrokerCluster: a control-loop step; Workload: an apply).",
-            ["kind"],
-            registry=self.registry,
-        )
-        self.errors = Counter(
-            "headrace_operator_reconcile_errors",
-            "Reconciles that raised, by kind.",
-            ["kind"],
-            registry=self.registry,
-        )
-        self.durations = Histogram(
-            "headrace_operator_reconcile_duration_seconds",
-            "How long a reconcile took, by kind.",
-            ["kind"],
-            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
-            registry=self.registry,
-        )
-        self.status_writes = Counter(
-            "headrace_operator_status_writes",
-            "Status (and finalizer) writes that the API server accepted.",
-            registry=self.registry,
-        )
-        self.status_conflicts = Counter(
-            "headrace_operator_status_conflicts",
-            "Status writes refused with 409 (the object moved on; re-read and retried).",
-            registry=self.registry,
-        )
-
-        for kind in (STEP, WORKLOAD):  # every series exists from the start, at 0
-            for family in (self.reconciles, self.errors, self.durations):
-                family.labels(kind)
-
-    def render(self) -> bytes:
-        return generate_latest(self.registry)
 
 
 @dataclass
@@ -172,7 +121,7 @@ def object_readiness(
     for (namespace, name), runtime in sorted(runtimes.items()):
         cluster = runtime.store.workload_conditions()
         yield ("BrokerCluster", namespace, name, _ready(cluster))
-        for topic in sorted(runtime.loop.topics):
+        for topic in sorted(runtime.wanted_topics):
             status = runtime.store.topic_status(topic) or {}
             short = topic.partition("/")[2]
             yield ("Topic", namespace, short, _ready(status.get("conditions") or []))

@@ -23,7 +23,7 @@ server-side applies, with no I/O:
   template annotation, so a config change makes a new pod revision. The
   StatefulSet's ``updateStrategy`` is ``OnDelete``: the operator rolls the pods
   itself, one at a time, draining each broker's leadership first and waiting
-  for every live replica set to be whole again before the next (``rollout``).
+  for every live replica set to be whole again before the next (``rollout_plan``).
 
 Every object carries an owner reference to the BrokerCluster, so deleting
 the cluster lets the garbage collector delete them (the PVCs follow the
@@ -659,7 +659,7 @@ def statefulset(
             "replicas": spec.replicas if replicas is None else replicas,
             # brokers start together: each waits for the controller, not for its peers
             "podManagementPolicy": "Parallel",
-            # the operator rolls the pods itself, draining each first (``rollout``)
+            # the operator rolls the pods itself, draining each first (``rollout_plan``)
             "updateStrategy": {"type": "OnDelete"},
             "selector": {"matchLabels": _selector(name)},
             "template": {

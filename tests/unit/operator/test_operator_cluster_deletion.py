@@ -17,7 +17,7 @@ from operator_fakes import CLUSTER, memo_over, topic
 
 from headrace.operator import finalizing, handlers
 from headrace.operator.kube import ClientApi, ObjectRef
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 
 DELETED_AT = "2026-11-28T10:00:00Z"
 KOPF_FINALIZER = "operator.headrace.dev/finalizer"
@@ -82,7 +82,8 @@ async def test_a_topic_deleted_as_its_cluster_goes_is_let_go_though_the_loop_is_
     going = server.put(deleted(CLUSTER, KOPF_FINALIZER))
     body = server.put(held_topic())
     memo = memo_over(api)
-    stopping = ClusterRuntime(api, going, [], [], memo.context.clock, fleet=object())  # type: ignore[arg-type]
+    ports = ClusterPorts(api, memo.context.clock, fleet=object())  # type: ignore[arg-type]
+    stopping = ClusterRuntime(DesiredObjects(going), ports)
     memo.context.loops[("ns", "demo")] = stopping
     await handlers.topic_changed(
         namespace="ns",

@@ -20,7 +20,7 @@ from operator_fakes import CLUSTER, topic
 
 from headrace.operator import handlers
 from headrace.operator.kube import ClientApi
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -74,7 +74,8 @@ async def test_a_cluster_ref_edit_deletes_nothing_on_the_old_cluster(
     fleet = fleet_of(clock)
     index = topics_index(server)
     runtime = ClusterRuntime(
-        api, server.body("BrokerCluster", "demo"), index[("ns", "demo")], [], clock, fleet=fleet
+        DesiredObjects(server.body("BrokerCluster", "demo"), index[("ns", "demo")]),
+        ClusterPorts(api, clock, fleet=fleet),
     )
     await run(runtime, server, clock)
     assert ORDERS in runtime.loop.state.topics
@@ -102,7 +103,7 @@ async def test_a_cluster_ref_edit_deletes_nothing_on_the_old_cluster(
     # brokers' copies aside (retained), durably, instead of deleting them
     pushed = len(fleet.pushed)
     restarted = ClusterRuntime(
-        api, server.body("BrokerCluster", "demo"), [], [], clock, fleet=fleet
+        DesiredObjects(server.body("BrokerCluster", "demo")), ClusterPorts(api, clock, fleet=fleet)
     )
     await run(restarted, server, clock)
     assert deleting_pushes(fleet, pushed) == []
@@ -112,7 +113,9 @@ async def test_a_cluster_ref_edit_deletes_nothing_on_the_old_cluster(
 
     # and again: the record of it survives a second restart
     pushed = len(fleet.pushed)
-    again = ClusterRuntime(api, server.body("BrokerCluster", "demo"), [], [], clock, fleet=fleet)
+    again = ClusterRuntime(
+        DesiredObjects(server.body("BrokerCluster", "demo")), ClusterPorts(api, clock, fleet=fleet)
+    )
     await run(again, server, clock)
     assert deleting_pushes(fleet, pushed) == []
     assert ORDERS in again.loop.topology_document()["retained"]
@@ -129,12 +132,8 @@ async def test_a_deleted_topic_is_deleted_as_its_policy_says(
     clock = ManualClock()
     fleet = fleet_of(clock)
     runtime = ClusterRuntime(
-        api,
-        server.body("BrokerCluster", "demo"),
-        topics_index(server)[("ns", "demo")],
-        [],
-        clock,
-        fleet=fleet,
+        DesiredObjects(server.body("BrokerCluster", "demo"), topics_index(server)[("ns", "demo")]),
+        ClusterPorts(api, clock, fleet=fleet),
     )
     await run(runtime, server, clock)
     assert ORDERS in runtime.loop.state.topics

@@ -10,7 +10,7 @@ from typing import Any
 import pydantic
 import pytest
 
-from headrace.operator import compactions, workloads
+from headrace.operator import compaction_jobs, workloads
 from headrace.resources.compactions import Compaction, CompactionSchedule, SparkMaster
 from tests.unit.operator.test_operator_compactions import (
     compaction_body,
@@ -30,7 +30,7 @@ def confs(args: list[str]) -> dict[str, str]:
 
 def pod_of(**spec: Any) -> dict[str, Any]:
     compaction = Compaction.from_manifest(compaction_body(**spec))
-    job = compactions.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
+    job = compaction_jobs.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
     pod: dict[str, Any] = job["spec"]["template"]["spec"]
     return pod
 
@@ -54,7 +54,7 @@ def test_executors_as_pods_make_the_job_pod_a_client_mode_driver() -> None:
     assert pod["serviceAccountName"] == "drivers"
     (container,) = pod["containers"]
     args = container["args"]
-    assert args[args.index("--master") + 1] == compactions.KUBERNETES_MASTER
+    assert args[args.index("--master") + 1] == compaction_jobs.KUBERNETES_MASTER
     conf = confs(args)
     assert conf["spark.submit.deployMode"] == "client"
     assert conf["spark.kubernetes.namespace"] == "ns"
@@ -65,13 +65,15 @@ def test_executors_as_pods_make_the_job_pod_a_client_mode_driver() -> None:
     # kubelet from the downward-API variables the container defines
     env = {e["name"]: e for e in container["env"]}
     name = conf["spark.kubernetes.driver.pod.name"]
-    assert name == f"$({compactions.POD_NAME_ENV})"
-    assert env[compactions.POD_NAME_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    assert conf["spark.driver.host"] == f"$({compactions.POD_IP_ENV})"
-    assert env[compactions.POD_IP_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
+    assert name == f"$({compaction_jobs.POD_NAME_ENV})"
+    assert (
+        env[compaction_jobs.POD_NAME_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    )
+    assert conf["spark.driver.host"] == f"$({compaction_jobs.POD_IP_ENV})"
+    assert env[compaction_jobs.POD_IP_ENV]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP"
     # the mounted service-account credentials
     assert conf["spark.kubernetes.authenticate.oauthTokenFile"].startswith(
-        compactions.SERVICE_ACCOUNT_DIR
+        compaction_jobs.SERVICE_ACCOUNT_DIR
     )
     assert (conf["spark.executor.instances"], conf["spark.executor.cores"]) == ("3", "2")
     assert conf["spark.executor.memory"] == "2g"
@@ -104,19 +106,19 @@ def test_a_schedule_runs_its_executors_as_pods_too() -> None:
     schedule = CompactionSchedule.from_manifest(
         schedule_body(spark={"master": "kubernetes", "executors": 2})
     )
-    cron = compactions.cronjob_manifest(schedule, "uid-s", run_target(), SETTINGS)
+    cron = compaction_jobs.cronjob_manifest(schedule, "uid-s", run_target(), SETTINGS)
     pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "drivers"
     args = pod["containers"][0]["args"]
-    assert args[args.index("--master") + 1] == compactions.KUBERNETES_MASTER
+    assert args[args.index("--master") + 1] == compaction_jobs.KUBERNETES_MASTER
     assert confs(args)["spark.executor.instances"] == "2"
 
 
 def test_a_deadline_bounds_the_job() -> None:
     compaction = Compaction.from_manifest(compaction_body(activeDeadlineSeconds=600))
-    job = compactions.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
+    job = compaction_jobs.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
     assert job["spec"]["activeDeadlineSeconds"] == 600
-    unbounded = compactions.job_manifest(
+    unbounded = compaction_jobs.job_manifest(
         Compaction.from_manifest(compaction_body()), "uid-once", run_target(), SETTINGS
     )
     assert "activeDeadlineSeconds" not in unbounded["spec"]

@@ -12,7 +12,7 @@ import pytest
 from operator_fakes import FakeApi
 
 from headrace.cli.jobs import result_summary
-from headrace.operator import compacting, compactions, handlers, workloads
+from headrace.operator import compaction_handlers, compaction_jobs, handlers, workloads
 from headrace.operator.kube import ObjectRef
 from headrace.resources.compactions import Compaction, CompactionPhase, CompactionSchedule
 from tests.unit.controller.controller_fakes import ManualClock
@@ -67,16 +67,16 @@ def schedule_body(**spec: Any) -> dict[str, Any]:
 SETTINGS = workloads.WorkloadSettings(broker_command=("python", "-m", "headrace.cli.main"))
 
 
-def run_target(**topic_spec: Any) -> compactions.Target:
+def run_target(**topic_spec: Any) -> compaction_jobs.Target:
     spec = Compaction.from_manifest(compaction_body()).spec
-    return compactions.target("ns", spec, topic_body(**topic_spec), cluster_body())
+    return compaction_jobs.target("ns", spec, topic_body(**topic_spec), cluster_body())
 
 
 def test_a_compaction_becomes_a_job_owned_by_it() -> None:
     compaction = Compaction.from_manifest(
         compaction_body(partitions=[1, 0], sparkConf={"spark.driver.memory": "1g"})
     )
-    job = compactions.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
+    job = compaction_jobs.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
     assert (job["apiVersion"], job["kind"], job["metadata"]["name"]) == ("batch/v1", "Job", "once")
     (owner,) = job["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["name"], owner["uid"]) == ("Compaction", "once", "uid-once")
@@ -102,7 +102,7 @@ def test_a_compaction_becomes_a_job_owned_by_it() -> None:
 def test_a_key_compacted_topic_keeps_the_last_record_per_key() -> None:
     compaction = Compaction.from_manifest(compaction_body(verify=False, targetSegmentBytes=99))
     run = run_target(cleanupPolicy="compact", segments={"bytes": 1000})
-    args = compactions.job_args(compaction.spec, run)
+    args = compaction_jobs.job_args(compaction.spec, run)
     assert "--keep-last-per-key" in args and "--no-verify" in args
     assert args[args.index("--target-bytes") + 1] == "99"
 
@@ -110,11 +110,11 @@ def test_a_key_compacted_topic_keeps_the_last_record_per_key() -> None:
 def test_the_job_reads_the_topics_incarnation_or_the_legacy_layout_without_one() -> None:
     spec = Compaction.from_manifest(compaction_body()).spec
     placed = {**topic_body(), "status": {"creationId": "uid-topic"}}
-    run = compactions.target("ns", spec, placed, cluster_body())
-    args = compactions.job_args(spec, run)
+    run = compaction_jobs.target("ns", spec, placed, cluster_body())
+    args = compaction_jobs.job_args(spec, run)
     assert args[args.index("--creation-id") + 1] == "uid-topic"
     # a topic placed before creation ids: its objects are where they always were
-    assert "--creation-id" not in compactions.job_args(spec, run_target())
+    assert "--creation-id" not in compaction_jobs.job_args(spec, run_target())
 
 
 @pytest.mark.parametrize(
@@ -130,14 +130,14 @@ def test_a_run_without_a_target_says_why(
     topic: dict[str, Any] | None, cluster: dict[str, Any] | None, reason: str
 ) -> None:
     spec = Compaction.from_manifest(compaction_body()).spec
-    with pytest.raises(compactions.NotRunnable) as caught:
-        compactions.target("ns", spec, topic, cluster)
+    with pytest.raises(compaction_jobs.NotRunnable) as caught:
+        compaction_jobs.target("ns", spec, topic, cluster)
     assert caught.value.reason == reason
 
 
 def test_a_schedule_becomes_a_cronjob() -> None:
     schedule = CompactionSchedule.from_manifest(schedule_body(startingDeadlineSeconds=60))
-    cron = compactions.cronjob_manifest(schedule, "uid-s", run_target(), SETTINGS)
+    cron = compaction_jobs.cronjob_manifest(schedule, "uid-s", run_target(), SETTINGS)
     assert cron["kind"] == "CronJob"
     (owner,) = cron["metadata"]["ownerReferences"]
     assert (owner["kind"], owner["uid"]) == ("CompactionSchedule", "uid-s")
@@ -147,7 +147,7 @@ def test_a_schedule_becomes_a_cronjob() -> None:
     assert (spec["successfulJobsHistoryLimit"], spec["failedJobsHistoryLimit"]) == (3, 1)
     assert spec["startingDeadlineSeconds"] == 60 and spec["suspend"] is False
     template = spec["jobTemplate"]
-    assert template["metadata"]["labels"][compactions.SCHEDULE_LABEL] == "nightly"
+    assert template["metadata"]["labels"][compaction_jobs.SCHEDULE_LABEL] == "nightly"
     assert template["spec"]["template"]["spec"]["containers"][0]["args"][0] == "compact"
 
 
@@ -182,9 +182,9 @@ SUMMARY = {
 
 
 def test_run_states_follow_the_job() -> None:
-    assert compactions.run_state(None, []).phase == CompactionPhase.PENDING
-    assert compactions.run_state(job(active=1), []).phase == CompactionPhase.RUNNING
-    done = compactions.run_state(
+    assert compaction_jobs.run_state(None, []).phase == CompactionPhase.PENDING
+    assert compaction_jobs.run_state(job(active=1), []).phase == CompactionPhase.RUNNING
+    done = compaction_jobs.run_state(
         job(
             {"type": "Complete", "status": "True"},
             succeeded=1,
@@ -203,7 +203,7 @@ def test_run_states_follow_the_job() -> None:
         "mismatches": 0,
         "report": SUMMARY["reportKey"],
     }
-    failed = compactions.run_state(
+    failed = compaction_jobs.run_state(
         job(
             {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"},
             failed=3,
@@ -212,14 +212,16 @@ def test_run_states_follow_the_job() -> None:
     )
     assert failed.phase == CompactionPhase.FAILED and failed.attempts == 3
     assert "BackoffLimitExceeded" in failed.message and "cannot list" in failed.message
-    raw = compactions.run_state(job({"type": "Failed", "status": "True"}), [pod("Traceback: boom")])
+    raw = compaction_jobs.run_state(
+        job({"type": "Failed", "status": "True"}), [pod("Traceback: boom")]
+    )
     assert "Traceback: boom" in raw.message
 
 
 def test_the_status_has_a_ready_condition_that_stays_put() -> None:
-    state = compactions.run_state(job(active=1, startTime=NOW), [])
+    state = compaction_jobs.run_state(job(active=1, startTime=NOW), [])
     body = compaction_body()
-    running = compactions.compaction_status(body, "once", state, None, NOW)
+    running = compaction_jobs.compaction_status(body, "once", state, None, NOW)
     assert running["phase"] == "Running" and running["jobName"] == "once"
     (ready,) = running["conditions"]
     assert (ready["status"], ready["reason"], ready["observedGeneration"]) == (
@@ -227,16 +229,16 @@ def test_the_status_has_a_ready_condition_that_stays_put() -> None:
         "Running",
         1,
     )
-    again = compactions.compaction_status(
+    again = compaction_jobs.compaction_status(
         {**body, "status": running}, "once", state, None, "2026-01-01T09:00:00Z"
     )
     assert again == running  # a no-op reconcile writes nothing new
-    blocked = compactions.compaction_status(
-        body, None, None, compactions.NotRunnable("TopicNotFound", "no topic"), NOW
+    blocked = compaction_jobs.compaction_status(
+        body, None, None, compaction_jobs.NotRunnable("TopicNotFound", "no topic"), NOW
     )
     assert [c["type"] for c in blocked["conditions"]] == ["Ready", "Stalled"]
-    waiting = compactions.compaction_status(
-        body, None, None, compactions.NotRunnable("WaitingForRun", "busy"), NOW
+    waiting = compaction_jobs.compaction_status(
+        body, None, None, compaction_jobs.NotRunnable("WaitingForRun", "busy"), NOW
     )
     assert [c["type"] for c in waiting["conditions"]] == ["Ready"]
     assert waiting["phase"] == "Pending"
@@ -287,13 +289,13 @@ class JobsApi(FakeApi):
 async def test_the_reconciler_creates_the_job_and_queues_a_second_run() -> None:
     api = JobsApi(topic_body(), cluster_body(), compaction_body("first"), compaction_body("second"))
     memo = memo_over(api)
-    await compacting.compaction_created(namespace="ns", name="first", memo=memo)
+    await compaction_handlers.compaction_created(namespace="ns", name="first", memo=memo)
     first_job = api.objects[ObjectRef("batch/v1", "Job", "ns", "first")]
-    assert first_job["metadata"]["labels"][compactions.TOPIC_LABEL] == "orders"
+    assert first_job["metadata"]["labels"][compaction_jobs.TOPIC_LABEL] == "orders"
     status = api.body("Compaction", "first")["status"]
     assert (status["phase"], status["jobName"]) == ("Pending", "first")
 
-    await compacting.compaction_created(namespace="ns", name="second", memo=memo)
+    await compaction_handlers.compaction_created(namespace="ns", name="second", memo=memo)
     assert ObjectRef("batch/v1", "Job", "ns", "second") not in api.objects
     ready = api.body("Compaction", "second")["status"]["conditions"][0]
     assert ready["reason"] == "WaitingForRun" and "first" in ready["message"]
@@ -303,8 +305,8 @@ async def test_the_reconciler_creates_the_job_and_queues_a_second_run() -> None:
     api.put({**first_job, "status": {"conditions": [{"type": "Complete", "status": "True"}]}})
     api.pods = [pod(json.dumps(SUMMARY))]
     writes = len(api.writes)
-    await compacting.compaction_job_changed(
-        namespace="ns", labels={compactions.COMPACTION_LABEL: "first"}, memo=memo
+    await compaction_handlers.compaction_job_changed(
+        namespace="ns", labels={compaction_jobs.COMPACTION_LABEL: "first"}, memo=memo
     )
     status = api.body("Compaction", "first")["status"]
     assert status["phase"] == "Succeeded" and status["result"]["segmentsAfter"] == 2
@@ -314,8 +316,8 @@ async def test_the_reconciler_creates_the_job_and_queues_a_second_run() -> None:
 
     # a finished Compaction is final: more events write nothing
     writes = len(api.writes)
-    await compacting.compaction_job_changed(
-        namespace="ns", labels={compactions.COMPACTION_LABEL: "first"}, memo=memo
+    await compaction_handlers.compaction_job_changed(
+        namespace="ns", labels={compaction_jobs.COMPACTION_LABEL: "first"}, memo=memo
     )
     assert len(api.writes) == writes
 
@@ -323,7 +325,7 @@ async def test_the_reconciler_creates_the_job_and_queues_a_second_run() -> None:
 async def test_the_schedule_reconciler_applies_the_cronjob_and_reports_the_last_run() -> None:
     api = JobsApi(topic_body(), cluster_body(), schedule_body())
     memo = memo_over(api)
-    await compacting.schedule_changed(namespace="ns", name="nightly", memo=memo)
+    await compaction_handlers.schedule_changed(namespace="ns", name="nightly", memo=memo)
     cron = api.objects[ObjectRef("batch/v1", "CronJob", "ns", "nightly")]
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
     ready = api.body("CompactionSchedule", "nightly")["status"]["conditions"][0]
@@ -337,7 +339,7 @@ async def test_the_schedule_reconciler_applies_the_cronjob_and_reports_the_last_
             "metadata": {
                 "name": "nightly-29000000",
                 "namespace": "ns",
-                "labels": {compactions.SCHEDULE_LABEL: "nightly"},
+                "labels": {compaction_jobs.SCHEDULE_LABEL: "nightly"},
             },
             "status": {
                 "conditions": [{"type": "Complete", "status": "True"}],
@@ -346,8 +348,8 @@ async def test_the_schedule_reconciler_applies_the_cronjob_and_reports_the_last_
         }
     )
     api.pods = [pod(json.dumps(SUMMARY))]
-    await compacting.schedule_run_changed(
-        namespace="ns", labels={compactions.SCHEDULE_LABEL: "nightly"}, memo=memo
+    await compaction_handlers.schedule_run_changed(
+        namespace="ns", labels={compaction_jobs.SCHEDULE_LABEL: "nightly"}, memo=memo
     )
     status = api.body("CompactionSchedule", "nightly")["status"]
     assert status["lastScheduleTime"] == NOW and status["lastJob"] == {"name": "nightly-29000000"}

@@ -31,7 +31,7 @@ from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.operator import finalizing, handlers
 from headrace.operator.kube import ObjectRef
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -77,7 +77,10 @@ class Deletions(RuleBasedStateMachine):
     def _start(self) -> ClusterRuntime:
         """The operator (re)starts: a new loop from what the API holds now."""
         cluster = self.api.body("BrokerCluster", "demo")
-        return ClusterRuntime(self.api, cluster, self._index(), [], self.clock, fleet=self.fleet)
+        return ClusterRuntime(
+            DesiredObjects(cluster, self._index()),
+            ClusterPorts(self.api, self.clock, fleet=self.fleet),
+        )
 
     def _existing(self, name: str) -> dict[str, Any] | None:
         body = self.api.objects.get(ref(name))

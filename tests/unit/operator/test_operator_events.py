@@ -16,7 +16,7 @@ from operator_fakes import CLUSTER, FakeApi, topic
 from headrace.control.reconcile import Event
 from headrace.operator import handlers
 from headrace.operator.eventing import Correlator, Note, Target, aggregate
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -59,13 +59,10 @@ async def test_a_transition_on_many_partitions_writes_one_event_per_kind(
     topics = {key: [api.body("Topic", "orders")]}
     clusters = {key: [api.body("BrokerCluster", "demo")]}
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        topics[key],
-        [],
-        clock,
-        fleet=fleet,
-        events=handlers.event_sink(context, key, topics, clusters),
+        DesiredObjects(api.body("BrokerCluster", "demo"), topics[key]),
+        ClusterPorts(
+            api, clock, fleet=fleet, events=handlers.event_sink(context, key, topics, clusters)
+        ),
     )
 
     async def steps(count: int) -> None:

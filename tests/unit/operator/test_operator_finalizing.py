@@ -10,7 +10,7 @@ from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.operator import finalizing
 from headrace.operator.kube import ClientApi
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.coordination import Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources.topics import DeletionPolicy
@@ -37,13 +37,8 @@ async def run(policy: str, *, down: frozenset[int] = frozenset()) -> tuple[Any, 
     )
     events: list[Any] = []
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
-        events=events.append,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet, events=events.append),
     )
     for _ in range(4):
         runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])

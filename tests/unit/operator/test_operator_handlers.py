@@ -13,9 +13,9 @@ import pytest
 from kube_server import ApiServer
 from operator_fakes import CLUSTER, memo_over, topic
 
-from headrace.operator import finalizing, handlers, running, workloads
+from headrace.operator import conditions, finalizing, handlers, workloads
 from headrace.operator.kube import ClientApi
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from tests.unit.controller.controller_fakes import ManualClock
 
 
@@ -122,7 +122,8 @@ async def test_a_topic_event_kicks_its_clusters_loop_only(
     loops = memo.context.loops
     for name in ("demo", "other"):
         body = {**CLUSTER, "metadata": {**CLUSTER["metadata"], "name": name}}
-        loops[("ns", name)] = ClusterRuntime(api, body, [], [], ManualClock(), fleet=object())  # type: ignore[arg-type]
+        ports = ClusterPorts(api, ManualClock(), fleet=object())  # type: ignore[arg-type]
+        loops[("ns", name)] = ClusterRuntime(DesiredObjects(body), ports)
     body = topic()
     body["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER]  # given at its first event
     await handlers.topic_changed(namespace="ns", spec=body["spec"], body=body, memo=memo)
@@ -249,7 +250,7 @@ def test_a_blocked_scale_down_is_the_clusters_ready_condition() -> None:
         2, [{"name": "ns/orders", "partitions": [{"partition": 0, "replicas": [2, 0]}]}]
     )
     assert blockers == {2: ["ns/orders/0"]}
-    status = running.cluster_conditions(
+    status = conditions.cluster_conditions(
         cluster(replicas=2), {0, 1, 2}, "2026-01-01T00:00:00Z", blockers
     )
     ready, stalled = status["conditions"]
@@ -308,7 +309,7 @@ async def test_a_paused_cluster_keeps_its_workload_until_the_pause_is_lifted(
 ) -> None:
     memo = memo_over(api)
     body = cluster(replicas=5)
-    body["metadata"] = {**body["metadata"], "annotations": {running.PAUSED_ANNOTATION: "true"}}
+    body["metadata"] = {**body["metadata"], "annotations": {conditions.PAUSED_ANNOTATION: "true"}}
     with pytest.raises(kopf.TemporaryError, match="paused"):  # kopf retries it
         await handlers.cluster_workload(body=body, namespace="ns", name="demo", memo=memo)
     assert applied(server) == []  # nothing touched while paused

@@ -12,8 +12,9 @@ from typing import Any
 
 from operator_fakes import CLUSTER, FakeApi
 
-from headrace.operator import handlers, objectstores, running, workloads
-from headrace.operator.running import ClusterRuntime
+from headrace.operator import handlers, objectstores, workloads
+from headrace.operator.conditions import cluster_conditions
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.coordination import Heartbeat, PartitionReport
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources.clusters import ObjectStore
@@ -127,7 +128,7 @@ async def test_a_missing_secret_is_a_stalled_condition_until_it_exists() -> None
     await handlers.cluster_workload(body=body, namespace="ns", name="demo", memo=memo_over(api))
     assert "StatefulSet" in [m["kind"] for m in api.applied]  # the kubelet waits for the Secret
     api.pods = [waiting_pod('secret "minio-creds" not found')]
-    runtime = ClusterRuntime(api, body, [], [], ManualClock())
+    runtime = ClusterRuntime(DesiredObjects(body), ClusterPorts(api, ManualClock()))
     runtime.sync(body, [])
     await runtime.step()
     conditions = {c["type"]: c for c in api.body("BrokerCluster", "demo")["status"]["conditions"]}
@@ -148,12 +149,12 @@ async def test_a_missing_secret_is_a_stalled_condition_until_it_exists() -> None
 
 def test_an_unreachable_endpoint_is_a_condition_of_its_own() -> None:
     health = objectstores.StoreHealth(unreachable="http://x:9 does not answer")
-    status = running.cluster_conditions(cluster(store_spec()), {0, 1, 2}, NOW, store=health)
+    status = cluster_conditions(cluster(store_spec()), {0, 1, 2}, NOW, store=health)
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "True"  # brokers serve without the store
     reachable = conditions[objectstores.REACHABLE_CONDITION]
     assert (reachable["status"], reachable["reason"]) == ("False", "EndpointUnreachable")
-    plain = running.cluster_conditions(cluster(None), {0, 1, 2}, NOW)
+    plain = cluster_conditions(cluster(None), {0, 1, 2}, NOW)
     assert [c["type"] for c in plain["conditions"]] == ["Ready"]
 
 
@@ -181,9 +182,9 @@ async def test_the_endpoint_check_connects_outside_the_step() -> None:
 def test_an_unchecked_endpoint_keeps_the_stored_condition() -> None:
     down = objectstores.StoreHealth(unreachable="x does not answer")
     body = cluster(store_spec())
-    body["status"] = running.cluster_conditions(body, {0, 1, 2}, NOW, store=down)
+    body["status"] = cluster_conditions(body, {0, 1, 2}, NOW, store=down)
     unknown = objectstores.StoreHealth(endpoint_known=False)
-    again = running.cluster_conditions(body, {0, 1, 2}, "2026-01-02T00:00:00Z", store=unknown)
+    again = cluster_conditions(body, {0, 1, 2}, "2026-01-02T00:00:00Z", store=unknown)
     assert again == body["status"]  # an operator restart writes nothing
 
 
@@ -199,7 +200,7 @@ def test_brokers_reporting_failed_uploads_are_a_condition() -> None:
     heartbeat = Heartbeat(BrokerEndpoint(0, "10.0.0.1", 9092), partitions=(report,))
     problem = objectstores.upload_problem({0: heartbeat})
     assert problem == "broker 0: ns/orders/0: 2 upload rounds in a row failed: X"
-    status = running.cluster_conditions(
+    status = cluster_conditions(
         cluster(store_spec()), {0, 1, 2}, NOW, store=objectstores.StoreHealth(uploads=problem)
     )
     conditions = {c["type"]: c for c in status["conditions"]}

@@ -10,7 +10,7 @@ from kube_server import ApiServer
 
 from headrace.operator import workloads
 from headrace.operator.kube import ClientApi
-from headrace.operator.running import PodFleet
+from headrace.operator.pods import PodFleet
 from tests.unit.controller.controller_fakes import ManualClock
 
 DELETED_AT = "2026-11-24T14:00:00Z"

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from operator_fakes import CLUSTER
 
-from headrace.operator import compactions, install, workloads
+from headrace.operator import compaction_jobs, install, workloads
 from headrace.resources.clusters import BrokerCluster
 from headrace.resources.compactions import Compaction, CompactionSchedule
 from tests.podsecurity import pod_spec_of, violations, writable_roots
@@ -71,13 +71,13 @@ def operator_workloads() -> dict[str, dict[str, Any]]:
     }
     for master in ("local", "kubernetes"):
         compaction = Compaction.from_manifest(compaction_body(spark={"master": master}))
-        objects[f"job-{master}"] = compactions.job_manifest(
+        objects[f"job-{master}"] = compaction_jobs.job_manifest(
             compaction, "uid-once", run_target(), SETTINGS
         )
     schedule = CompactionSchedule.from_manifest(schedule_body())
-    objects["cronjob"] = compactions.cronjob_manifest(schedule, "uid-s", run_target(), SETTINGS)
+    objects["cronjob"] = compaction_jobs.cronjob_manifest(schedule, "uid-s", run_target(), SETTINGS)
     # what Spark's driver makes executor pods from (Spark adds its own container fields)
-    objects["spark-executor-template"] = compactions.executor_pod_template()
+    objects["spark-executor-template"] = compaction_jobs.executor_pod_template()
     # the operator's own Deployment, as ``python -m headrace.operator.install`` writes it
     (objects["operator-install"],) = [
         d for d in install.manifests("ops") if d["kind"] == "Deployment"
@@ -136,16 +136,16 @@ def test_every_pod_the_operator_makes_fits_restricted(shape: str) -> None:
 
 def test_spark_executors_get_their_pod_template_from_the_driver() -> None:
     compaction = Compaction.from_manifest(compaction_body(spark={"master": "kubernetes"}))
-    job = compactions.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
+    job = compaction_jobs.job_manifest(compaction, "uid-once", run_target(), SETTINGS)
     args = job["spec"]["template"]["spec"]["containers"][0]["args"]
     template = json.loads(args[args.index("--executor-pod-template") + 1])
-    assert template == compactions.executor_pod_template()
+    assert template == compaction_jobs.executor_pod_template()
     # the Spark image's user, not headrace's
     assert template["spec"]["securityContext"]["runAsUser"] == workloads.SPARK_IMAGE_UID
     conf = [args[i + 1] for i, word in enumerate(args) if word == "--conf"]
     assert "spark.kubernetes.executor.podTemplateContainerName=executor" in conf
     # in local mode there are no executor pods
-    local = compactions.job_manifest(
+    local = compaction_jobs.job_manifest(
         Compaction.from_manifest(compaction_body()), "uid-once", run_target(), SETTINGS
     )
     assert (

@@ -24,7 +24,13 @@ from headrace.controller.fleet import HttpFleet
 from headrace.errors import InvalidRequest
 from headrace.operator import auth, handlers, running
 from headrace.operator.kube import ClientApi
-from headrace.operator.running import ClusterRuntime, RuntimeSettings
+from headrace.operator.running import (
+    ClusterPorts,
+    ClusterRuntime,
+    Credentials,
+    DesiredObjects,
+    RuntimeSettings,
+)
 from headrace.operator.surfaces import loop_health
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock
@@ -48,9 +54,10 @@ async def runtime_over(api: ClientApi, clock: ManualClock) -> tuple[ClusterRunti
         return await auth.read_replication_tokens(api, AUTH_CLUSTER)
 
     runtime = ClusterRuntime(
-        api, AUTH_CLUSTER, [], [], clock, events=events.append, auth_token=token,
-        read_tokens=read_tokens,
-    )  # fmt: skip
+        DesiredObjects(AUTH_CLUSTER),
+        ClusterPorts(api, clock, events=events.append),
+        credentials=Credentials(token=token, read_tokens=read_tokens),
+    )
     return runtime, events
 
 

@@ -1,4 +1,4 @@
-"""The rolling restart: ``rollout.next_action`` row by row, and the runtime carrying it out
+"""The rolling restart: ``rollout_plan.next_action`` row by row, and the runtime carrying it out
 (drain, delete, wait for the pod and the LRS, the next) over a scripted fleet."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from kube_server import ApiServer
 from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.control.looping import Report
-from headrace.operator import rollout, workloads
+from headrace.operator import rollout_plan, workloads
 from headrace.operator.kube import ClientApi
-from headrace.operator.rollout import Delete, Drain, Idle, PartitionView, PodView, Seen, Wait
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.rollout_plan import Delete, Drain, Idle, PartitionView, PodView, Seen, Wait
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -41,28 +41,28 @@ def updated(*brokers: int) -> dict[int, PodView]:
 
 
 def test_nothing_outdated_is_idle() -> None:
-    assert rollout.next_action(seen(pods=updated(0, 1, 2))) == Idle()
-    assert rollout.next_action(seen(update_revision=None)) == Idle()
+    assert rollout_plan.next_action(seen(pods=updated(0, 1, 2))) == Idle()
+    assert rollout_plan.next_action(seen(update_revision=None)) == Idle()
 
 
 def test_the_highest_outdated_ordinal_is_drained_first() -> None:
-    assert rollout.next_action(seen()) == Drain(2)
-    assert rollout.next_action(seen(pods=updated(2))) == Drain(1)
+    assert rollout_plan.next_action(seen()) == Drain(2)
+    assert rollout_plan.next_action(seen(pods=updated(2))) == Drain(1)
 
 
 def test_a_draining_broker_that_still_leads_is_waited_for_then_deleted() -> None:
     draining = seen(draining=frozenset({2}), drains_started_ms={2: 95_000})
-    action = rollout.next_action(draining)
+    action = rollout_plan.next_action(draining)
     assert isinstance(action, Wait) and action.broker == 2
     moved = [PartitionView("ns/t/0", True, 0, (2, 0, 1), (2, 0, 1))]
-    assert rollout.next_action(dataclasses.replace(draining, partitions=moved)) == Delete(2)
+    assert rollout_plan.next_action(dataclasses.replace(draining, partitions=moved)) == Delete(2)
     late = dataclasses.replace(draining, now_ms=115_000)
-    assert rollout.next_action(late) == Delete(2, ("ns/t/0",))
+    assert rollout_plan.next_action(late) == Delete(2, ("ns/t/0",))
 
 
 def test_a_leader_with_no_in_sync_peer_does_not_hold_the_drain() -> None:
     alone = [PartitionView("ns/solo/0", True, 2, (2,), (2,))]
-    assert rollout.next_action(seen(draining=frozenset({2}), partitions=alone)) == Delete(2)
+    assert rollout_plan.next_action(seen(draining=frozenset({2}), partitions=alone)) == Delete(2)
 
 
 def test_the_next_restart_waits_for_the_previous_pod_and_a_whole_lrs() -> None:
@@ -76,18 +76,18 @@ def test_the_next_restart_waits_for_the_previous_pod_and_a_whole_lrs() -> None:
         seen(pods=pods, partitions=[PartitionView("ns/t/0", True, 0, (2, 0, 1), (0, 1))]),
         seen(pods=pods, partitions=[PartitionView("ns/t/0", False, None, (2, 0, 1), (0,))]),
     ):
-        assert isinstance(rollout.next_action(case), Wait), case
+        assert isinstance(rollout_plan.next_action(case), Wait), case
 
 
 def test_a_deleted_pod_must_come_back_as_a_new_process_before_anything_else() -> None:
     pods = {**updated(2), 2: PodView(2, "new", True, False, uid="u-old")}
     waiting = seen(pods=pods, restarted={2: "u-old"})
-    assert isinstance(rollout.next_action(waiting), Wait)  # the old pod, still listed
+    assert isinstance(rollout_plan.next_action(waiting), Wait)  # the old pod, still listed
     pods[2] = PodView(2, "new", True, False, uid="u-new")
     stale = seen(pods=pods, restarted={2: "u-old"}, draining=frozenset({2}))
-    assert isinstance(rollout.next_action(stale), Wait)  # the old process's heartbeat
+    assert isinstance(rollout_plan.next_action(stale), Wait)  # the old process's heartbeat
     fresh = seen(pods=pods, restarted={2: "u-old"})
-    assert rollout.back(fresh) == {2}
+    assert rollout_plan.back(fresh) == {2}
 
 
 def test_a_stuck_outdated_pod_is_replaced_first_without_a_drain_or_a_wait() -> None:
@@ -97,11 +97,11 @@ def test_a_stuck_outdated_pod_is_replaced_first_without_a_drain_or_a_wait() -> N
     reverted = seen(
         update_revision="old", pods=crashing, live=frozenset({0, 1}), partitions=failed_over
     )
-    assert rollout.stuck(reverted) == [2]
-    assert rollout.next_action(reverted) == Delete(2, stuck=True)
+    assert rollout_plan.stuck(reverted) == [2]
+    assert rollout_plan.next_action(reverted) == Delete(2, stuck=True)
     # ... also while this rollout still waits for that broker to come back
     waiting = dataclasses.replace(reverted, restarted={2: "u-good"})
-    assert rollout.next_action(waiting) == Delete(2, stuck=True)
+    assert rollout_plan.next_action(waiting) == Delete(2, stuck=True)
 
 
 def test_only_outdated_pods_not_ready_whose_brokers_are_down_are_stuck() -> None:
@@ -111,32 +111,36 @@ def test_only_outdated_pods_not_ready_whose_brokers_are_down_are_stuck() -> None
         2: PodView(2, "new", ready=False, terminating=False, uid="c"),  # current: waited for
     }
     down = frozenset({2})
-    assert rollout.stuck(seen(pods=pods, live=down)) == [0]
-    assert rollout.stuck(seen(pods=pods, live=down, restarted={0: "a"})) == []  # deleted by us
-    assert rollout.stuck(seen(pods=updated(), live=down)) == []  # ready: restarted in turn
-    action = rollout.next_action(seen(pods=pods, live=down))
+    assert rollout_plan.stuck(seen(pods=pods, live=down)) == [0]
+    assert rollout_plan.stuck(seen(pods=pods, live=down, restarted={0: "a"})) == []  # deleted by us
+    assert rollout_plan.stuck(seen(pods=updated(), live=down)) == []  # ready: restarted in turn
+    action = rollout_plan.next_action(seen(pods=pods, live=down))
     assert isinstance(action, Delete) and (action.broker, action.stuck) == (0, True)
 
 
 def test_a_pod_still_starting_at_an_outdated_revision_is_drained_in_its_turn() -> None:
     # its broker is live (it may lead) and its readiness is not there yet: not stuck
     starting = {**updated(), 2: PodView(2, "old", ready=False, terminating=False, uid="u")}
-    assert rollout.stuck(seen(pods=starting)) == []
-    assert isinstance(rollout.next_action(seen(pods=starting)), Wait)
-    assert rollout.next_action(seen()) == Drain(2)  # once Ready, drained first
+    assert rollout_plan.stuck(seen(pods=starting)) == []
+    assert isinstance(rollout_plan.next_action(seen(pods=starting)), Wait)
+    assert rollout_plan.next_action(seen()) == Drain(2)  # once Ready, drained first
 
 
 def test_a_stuck_pod_at_the_current_revision_holds_the_rollout() -> None:
     # the new revision does not start: rolling more pods onto it would take the cluster down
     pods = {**updated(), 2: PodView(2, "new", ready=False, terminating=False, uid="u-new")}
-    action = rollout.next_action(seen(pods=pods, live=frozenset({0, 1}), restarted={2: "u-old"}))
+    action = rollout_plan.next_action(
+        seen(pods=pods, live=frozenset({0, 1}), restarted={2: "u-old"})
+    )
     assert isinstance(action, Wait) and action.broker == 2
 
 
 def test_a_permanently_dead_broker_does_not_block_the_rollout_that_fixes_it() -> None:
     dead = {**updated(), 0: PodView(0, "old", ready=False, terminating=False, uid="u-0")}
     failed_over = [PartitionView("ns/t/1", True, 1, (0, 1, 2), (1, 2))]
-    action = rollout.next_action(seen(pods=dead, live=frozenset({1, 2}), partitions=failed_over))
+    action = rollout_plan.next_action(
+        seen(pods=dead, live=frozenset({1, 2}), partitions=failed_over)
+    )
     assert action == Delete(0, stuck=True)
 
 
@@ -190,13 +194,8 @@ async def test_a_drain_is_called_off_when_the_template_goes_back() -> None:
     )
     events: list[Any] = []
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
-        events=events.append,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet, events=events.append),
     )
     for _ in range(6):
         runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])
@@ -226,16 +225,11 @@ async def test_a_new_revision_rolls_every_pod_one_at_a_time_draining_each_first(
     fleet.draining = set()
     events: list[Any] = []
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
-        events=events.append,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet, events=events.append),
     )
 
-    async def step() -> rollout.Action:
+    async def step() -> rollout_plan.Action:
         runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")])
         await runtime.step()
         clock.advance(500)
@@ -297,18 +291,14 @@ async def test_a_bad_revision_is_rolled_back_by_reverting_the_spec_alone(
     )
     fleet.draining = set()
     runtime = ClusterRuntime(
-        api,
-        server.body("BrokerCluster", "demo"),
-        [server.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
+        DesiredObjects(server.body("BrokerCluster", "demo"), [server.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet),
     )
 
     def deleted_pods() -> list[str]:
         return [r.name for r in server if r.method.value == "DELETE" and r.resource is not None]
 
-    async def step() -> rollout.Action:
+    async def step() -> rollout_plan.Action:
         runtime.sync(server.body("BrokerCluster", "demo"), [server.body("Topic", "orders")])
         await runtime.step()
         clock.advance(500)

@@ -12,7 +12,8 @@ from typing import Any
 
 from operator_fakes import CLUSTER, FakeApi, topic
 
-from headrace.operator.running import PAUSED_ANNOTATION, ClusterRuntime, WorkloadOutcome
+from headrace.operator.conditions import PAUSED_ANNOTATION, WorkloadOutcome
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects, WorkloadLink
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -22,12 +23,8 @@ def runtime_over(api: FakeApi, clock: ManualClock) -> tuple[ClusterRuntime, Scri
         tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(3)), clock
     )
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet),
     )
     return runtime, fleet
 
@@ -168,7 +165,7 @@ async def test_topics_of_other_clusters_and_namespaces_are_not_this_loops() -> N
     foreign = topic("foreign")
     foreign["metadata"]["namespace"] = "ns2"
     runtime.sync(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders"), other, foreign])
-    assert set(runtime.loop.topics) == {"ns/orders"}
+    assert set(runtime.wanted_topics) == {"ns/orders"}
 
 
 async def test_a_scale_down_below_placed_replicas_is_refused_and_reapplied_when_it_changes() -> (
@@ -226,12 +223,8 @@ async def test_a_scale_down_moves_replicas_off_first_then_shrinks_the_statefulse
         tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(4)), clock
     )
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet),
     )
     calls: list[list[dict[str, Any]]] = []
 
@@ -301,7 +294,7 @@ async def test_too_few_brokers_up_yet_is_not_stalled() -> None:
 
 
 async def test_a_push_to_a_broker_whose_pod_is_gone_is_a_failed_push() -> None:
-    from headrace.operator.running import PodFleet
+    from headrace.operator.pods import PodFleet
 
     api = FakeApi()
     api.pods = [
@@ -333,13 +326,14 @@ async def test_unloads_of_this_clusters_topics_reach_the_loop_and_leave_it_when_
     cluster = api.body("BrokerCluster", "demo")
     topics = [api.body("Topic", "orders")]
     runtime.sync(cluster, topics, [api.body("Unload", "move"), api.body("Unload", "other")])
-    assert set(runtime.loop.unloads) == {"ns/move"}  # "elsewhere" is not this cluster's
+    assert runtime.desired_state is not None
+    assert set(runtime.desired_state.unloads) == {"ns/move"}  # "elsewhere" is not this cluster's
     deleting = api.body("Unload", "move")
     deleting["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
     runtime.sync(cluster, topics, [deleting])
-    assert runtime.loop.unloads["ns/move"]["metadata"]["deletionTimestamp"] is not None
+    assert runtime.desired_state.unloads["ns/move"]["metadata"]["deletionTimestamp"] is not None
     runtime.sync(cluster, topics, [])
-    assert runtime.loop.unloads == {}
+    assert runtime.desired_state.unloads == {}
 
 
 async def test_a_new_operator_shrinks_the_statefulset_its_resume_apply_kept_large() -> None:
@@ -355,13 +349,9 @@ async def test_a_new_operator_shrinks_the_statefulset_its_resume_apply_kept_larg
     )
     outcome = WorkloadOutcome(applied=1, replicas=4)
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
-        workload=lambda: outcome,
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet),
+        workload=WorkloadLink(outcome=lambda: outcome),
     )
     calls: list[list[dict[str, Any]]] = []
 
@@ -373,3 +363,22 @@ async def test_a_new_operator_shrinks_the_statefulset_its_resume_apply_kept_larg
     await settle(runtime, api, clock)
     assert len(calls) == 1, "the StatefulSet kept broker 3's pod: applied again, once"
     assert runtime.blockers == {}
+
+
+async def test_the_loop_takes_the_synced_desired_state_whole_at_its_step() -> None:
+    api = FakeApi(CLUSTER, topic(), unload_body())
+    clock = ManualClock()
+    runtime, _ = runtime_over(api, clock)
+    cluster = api.body("BrokerCluster", "demo")
+    runtime.sync(cluster, [api.body("Topic", "orders")], [api.body("Unload", "move")])
+    assert runtime.loop.unloads == {}, "nothing reaches the loop until its step"
+    synced = runtime.desired_state
+    assert synced is not None
+    await runtime.step()
+    assert runtime.loop.topics == synced.topics
+    assert runtime.loop.unloads == synced.unloads
+    assert runtime.loop.members == frozenset(range(3))  # the StatefulSet's ordinals
+    runtime.sync(cluster, [api.body("Topic", "orders")], [])
+    assert set(runtime.loop.unloads) == {"ns/move"}, "the loop keeps it until its next step"
+    await runtime.step()
+    assert runtime.loop.unloads == {}

@@ -18,7 +18,7 @@ from operator_fakes import CLUSTER, FakeApi, topic
 from prometheus_client.parser import text_string_to_metric_families
 
 from headrace.operator.handlers import OperatorContext
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.operator.surfaces import LoopHealth, Surfaces, loop_health
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
@@ -57,9 +57,9 @@ def runtime_of(api: FakeApi, context: OperatorContext, name: str = "demo") -> Cl
     )
     body = {**CLUSTER, "metadata": {**CLUSTER["metadata"], "name": name}}
     runtime = ClusterRuntime(
-        api, body, [api.body("Topic", "orders")], [], ManualClock(), fleet=fleet,
-        metrics=context.metrics,
-    )  # fmt: skip
+        DesiredObjects(body, [api.body("Topic", "orders")]),
+        ClusterPorts(api, ManualClock(), fleet=fleet, metrics=context.metrics),
+    )
     context.loops[("ns", name)] = runtime
     return runtime
 
@@ -150,7 +150,7 @@ async def test_a_failing_step_counts_as_an_error(surfaces: Surfaces) -> None:
     context = OperatorContext(api=api, clock=ManualClock(), metrics=surfaces.metrics)
     runtime = runtime_of(api, context)
 
-    async def broken() -> None:
+    async def broken(desired: object = None) -> None:
         raise RuntimeError("the API is down")
 
     runtime.loop.step = broken  # type: ignore[method-assign,assignment]

@@ -14,7 +14,7 @@ from operator_fakes import CLUSTER, FakeApi
 
 from e2e.testbed import pki
 from headrace.operator import tlssecrets, workloads
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.resources.clusters import BrokerCluster
 from tests.unit.controller.controller_fakes import ManualClock
 
@@ -134,7 +134,7 @@ def test_the_check_names_a_missing_secret_or_key() -> None:
 async def test_a_missing_secret_is_a_stalled_condition_and_the_polls_turn_https() -> None:
     api = FakeApi()
     cluster = api.put(body(secretName="demo-tls"))
-    runtime = ClusterRuntime(api, cluster, [], [], ManualClock())
+    runtime = ClusterRuntime(DesiredObjects(cluster), ClusterPorts(api, ManualClock()))
     runtime.tls_checks.recheck_s = 0  # read the Secret at every step
     runtime.sync(cluster, [])
     await runtime.step()

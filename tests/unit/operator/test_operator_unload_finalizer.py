@@ -16,7 +16,7 @@ from operator_fakes import CLUSTER, memo_over, topic
 from headrace.control.model import UnloadPhase
 from headrace.operator import finalizing, handlers
 from headrace.operator.kube import ClientApi, ObjectRef
-from headrace.operator.running import ClusterRuntime
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
 
@@ -70,12 +70,8 @@ async def test_an_unload_deleted_mid_move_stays_until_the_move_finishes(
         tuple(BrokerEndpoint(i, f"10.0.0.{i}", 9092, 9644) for i in range(3)), clock
     )
     runtime = ClusterRuntime(
-        api,
-        server.body("BrokerCluster", "demo"),
-        [server.body("Topic", "orders")],
-        [],
-        clock,
-        fleet=fleet,
+        DesiredObjects(server.body("BrokerCluster", "demo"), [server.body("Topic", "orders")]),
+        ClusterPorts(api, clock, fleet=fleet),
     )
 
     def partition_zero() -> Any:

@@ -8,7 +8,7 @@ from typing import Any
 from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.operator.kube import KubeApiError, ObjectRef
-from headrace.operator.running import ClusterRuntime, RuntimeSettings
+from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects, RuntimeSettings
 from headrace.operator.zones import ZONE_LABEL, NodeZones
 from tests.unit.controller.controller_fakes import ManualClock
 
@@ -70,11 +70,8 @@ async def test_the_runtime_hands_the_loop_each_brokers_zone() -> None:
         for i, n in enumerate(["n1", "n2", "n1"])
     ]
     runtime = ClusterRuntime(
-        api,
-        api.body("BrokerCluster", "demo"),
-        [api.body("Topic", "orders")],
-        [],
-        ManualClock(),
+        DesiredObjects(api.body("BrokerCluster", "demo"), [api.body("Topic", "orders")]),
+        ClusterPorts(api, ManualClock()),
         RuntimeSettings(poll_timeout_ms=500),
     )
     assert runtime.pods is not None

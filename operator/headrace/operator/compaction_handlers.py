@@ -1,6 +1,6 @@
 """The kopf handlers of Compaction and CompactionSchedule, and the reconcilers they call
 (adapter: reads and writes through ``KubeApi``; the manifests and statuses come from
-the pure ``compactions``).
+the pure ``compaction_jobs``).
 
 * A **Compaction** is reconciled when it is created (or the operator resumes) and
   whenever its Job changes (``@kopf.on.event`` of Jobs labelled
@@ -27,7 +27,7 @@ import kopf
 import pydantic
 
 from headrace.control.documents import condition_time
-from headrace.operator import compactions
+from headrace.operator import compaction_jobs
 from headrace.operator.handlers import GROUP, VERSION, OperatorContext, without_status
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.resources import meta
@@ -57,7 +57,7 @@ def _parse(model: type[Compaction] | type[CompactionSchedule], body: Mapping[str
 
 async def _target(
     api: KubeApi, namespace: str, spec: Any
-) -> compactions.Target:  # spec: CompactionSettings
+) -> compaction_jobs.Target:  # spec: CompactionSettings
     topic = await api.get(ObjectRef(API_VERSION, "Topic", namespace, spec.topic_ref.name))
     cluster = None
     if topic is not None:
@@ -66,7 +66,7 @@ async def _target(
             cluster = await api.get(
                 ObjectRef(API_VERSION, "BrokerCluster", namespace, cluster_name)
             )
-    return compactions.target(namespace, spec, topic, cluster)
+    return compaction_jobs.target(namespace, spec, topic, cluster)
 
 
 def _job_done(job: Mapping[str, Any]) -> bool:
@@ -78,7 +78,7 @@ def _job_done(job: Mapping[str, Any]) -> bool:
 
 async def _running_run(api: KubeApi, namespace: str, topic: str, except_job: str) -> str | None:
     """The name of an unfinished Job compacting ``topic`` (a Compaction's or a schedule's)."""
-    jobs = await api.list("batch/v1", "Job", namespace, f"{compactions.TOPIC_LABEL}={topic}")
+    jobs = await api.list("batch/v1", "Job", namespace, f"{compaction_jobs.TOPIC_LABEL}={topic}")
     for job in jobs:
         name = str(job["metadata"]["name"])
         if name != except_job and not _job_done(job):
@@ -133,35 +133,35 @@ async def reconcile_compaction(context: OperatorContext, namespace: str, name: s
         body = await api.get(ref)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return
-        if compactions.finished(body):
+        if compaction_jobs.finished(body):
             return
         compaction: Compaction = _parse(Compaction, body)
         job_ref = ObjectRef("batch/v1", "Job", namespace, name)
         job = await api.get(job_ref)
-        blocked: compactions.NotRunnable | None = None
+        blocked: compaction_jobs.NotRunnable | None = None
         if job is None:
             try:
                 run = await _target(api, namespace, compaction.spec)
                 other = await _running_run(api, namespace, compaction.spec.topic_ref.name, name)
                 if other is not None:
-                    raise compactions.NotRunnable(
+                    raise compaction_jobs.NotRunnable(
                         "WaitingForRun",
                         f"Job {other} is compacting topic {compaction.spec.topic_ref.name};"
                         " this run starts when it has finished",
                     )
                 await api.apply(
-                    compactions.job_manifest(
+                    compaction_jobs.job_manifest(
                         compaction, str(body["metadata"]["uid"]), run, context.workload
                     )
                 )
                 job = await api.get(job_ref)
-            except compactions.NotRunnable as exc:
+            except compaction_jobs.NotRunnable as exc:
                 blocked = exc
         state = None
         if blocked is None:
-            state = compactions.run_state(job, await _pods(api, namespace, name))
+            state = compaction_jobs.run_state(job, await _pods(api, namespace, name))
         now = condition_time(context.clock.now_ms())
-        status = compactions.compaction_status(
+        status = compaction_jobs.compaction_status(
             body, name if job is not None else None, state, blocked, now
         )
         try:
@@ -169,7 +169,7 @@ async def reconcile_compaction(context: OperatorContext, namespace: str, name: s
         except StaleResourceVersion:
             continue  # changed meanwhile: read it again
         _post_phase(body, (body.get("status") or {}).get("phase"), status)
-        if compactions.finished({"status": status}):
+        if compaction_jobs.finished({"status": status}):
             await _start_waiting(context, namespace, compaction.spec.topic_ref.name, name)
         return
     log.warning("Compaction %s/%s: status kept conflicting; next event retries", namespace, name)
@@ -194,12 +194,12 @@ async def compaction_created(namespace: str | None, name: str, memo: Any, **_: A
     await reconcile_compaction(_context(memo), namespace or "default", name)
 
 
-@kopf.on.event("batch", "v1", "jobs", labels={compactions.COMPACTION_LABEL: kopf.PRESENT})
+@kopf.on.event("batch", "v1", "jobs", labels={compaction_jobs.COMPACTION_LABEL: kopf.PRESENT})
 async def compaction_job_changed(
     namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
 ) -> None:
     await reconcile_compaction(
-        _context(memo), namespace or "default", str(labels[compactions.COMPACTION_LABEL])
+        _context(memo), namespace or "default", str(labels[compaction_jobs.COMPACTION_LABEL])
     )
 
 
@@ -232,24 +232,26 @@ async def reconcile_schedule(
             if apply:
                 run = await _target(api, namespace, schedule.spec)
                 await api.apply(
-                    compactions.cronjob_manifest(
+                    compaction_jobs.cronjob_manifest(
                         schedule, str(body["metadata"]["uid"]), run, context.workload
                     )
                 )
-        except compactions.NotRunnable as exc:
+        except compaction_jobs.NotRunnable as exc:
             blocked = exc
         cronjob = await api.get(ObjectRef("batch/v1", "CronJob", namespace, name))
-        jobs = await api.list("batch/v1", "Job", namespace, f"{compactions.SCHEDULE_LABEL}={name}")
+        jobs = await api.list(
+            "batch/v1", "Job", namespace, f"{compaction_jobs.SCHEDULE_LABEL}={name}"
+        )
         done = sorted((j for j in jobs if _job_done(j)), key=_finished_at)
         last = None
         if done:
             job_name = str(done[-1]["metadata"]["name"])
             last = (
                 job_name,
-                compactions.run_state(done[-1], await _pods(api, namespace, job_name)),
+                compaction_jobs.run_state(done[-1], await _pods(api, namespace, job_name)),
             )
         now = condition_time(context.clock.now_ms())
-        status = compactions.schedule_status(body, cronjob, last, blocked, now)
+        status = compaction_jobs.schedule_status(body, cronjob, last, blocked, now)
         try:
             await _write(api, body, status)
         except StaleResourceVersion:
@@ -265,14 +267,14 @@ async def schedule_changed(namespace: str | None, name: str, memo: Any, **_: Any
     await reconcile_schedule(_context(memo), namespace or "default", name, apply=True)
 
 
-@kopf.on.event("batch", "v1", "cronjobs", labels={compactions.SCHEDULE_LABEL: kopf.PRESENT})
-@kopf.on.event("batch", "v1", "jobs", labels={compactions.SCHEDULE_LABEL: kopf.PRESENT})
+@kopf.on.event("batch", "v1", "cronjobs", labels={compaction_jobs.SCHEDULE_LABEL: kopf.PRESENT})
+@kopf.on.event("batch", "v1", "jobs", labels={compaction_jobs.SCHEDULE_LABEL: kopf.PRESENT})
 async def schedule_run_changed(
     namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
 ) -> None:
     await reconcile_schedule(
         _context(memo),
         namespace or "default",
-        str(labels[compactions.SCHEDULE_LABEL]),
+        str(labels[compaction_jobs.SCHEDULE_LABEL]),
         apply=False,
     )

@@ -1,8 +1,8 @@
-"""Carries out a BrokerCluster's rolling restart (the adapter of ``rollout``).
+"""Carries out a BrokerCluster's rolling restart (the adapter of ``rollout_plan``).
 
 After every step of the cluster's loop, ``Rollout.step`` reads the
-StatefulSet (its ``updateRevision``; from the watch cache, ``caching``), builds ``rollout.Seen`` from the pods
-and the loop's decision, and does what ``rollout.next_action`` says: ask a
+StatefulSet (its ``updateRevision``; from the watch cache, ``caching``), builds ``rollout_plan.Seen`` from the pods
+and the loop's decision, and does what ``rollout_plan.next_action`` says: ask a
 broker to drain (``POST /v1/drain`` on its pod IP), or delete its pod. It
 returns the BrokerCluster's ``Restarting`` condition: True while pods are
 outdated (the message says which broker and why it waits), False once a
@@ -23,7 +23,7 @@ import aiohttp
 
 from headrace.control.model import PartitionState
 from headrace.control.reconcile import Decision, Event
-from headrace.operator import caching, rollout, workloads
+from headrace.operator import caching, rollout_plan, workloads
 from headrace.operator.kube import KubeApi, ObjectRef
 
 log = logging.getLogger(__name__)
@@ -40,25 +40,25 @@ class RolloutSettings:
     request_timeout_s: float = 2.0
 
 
-def pod_view(pod: Mapping[str, Any]) -> rollout.PodView | None:
+def pod_view(pod: Mapping[str, Any]) -> rollout_plan.PodView | None:
     broker = workloads.broker_id_of(pod)
     if broker is None:
         return None
     meta = pod.get("metadata") or {}
     conditions = (pod.get("status") or {}).get("conditions") or []
     ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-    return rollout.PodView(
+    return rollout_plan.PodView(
         broker,
-        (meta.get("labels") or {}).get(rollout.REVISION_LABEL),
+        (meta.get("labels") or {}).get(rollout_plan.REVISION_LABEL),
         ready,
         bool(meta.get("deletionTimestamp")),
         str(meta.get("uid", "")),
     )
 
 
-def partition_views(decision: Decision) -> list[rollout.PartitionView]:
+def partition_views(decision: Decision) -> list[rollout_plan.PartitionView]:
     return [
-        rollout.PartitionView(
+        rollout_plan.PartitionView(
             f"{name}/{p.partition}",
             p.state is PartitionState.ONLINE,
             p.leader,
@@ -91,11 +91,11 @@ class Rollout:
         self.events = events
         self.settings = settings or RolloutSettings()
         self.drains_started_ms: dict[int, int] = {}
-        #: broker -> uid of the pod deleted, until its replacement is back (``rollout.back``)
+        #: broker -> uid of the pod deleted, until its replacement is back (``rollout_plan.back``)
         self.restarted: dict[int, str] = {}
         #: brokers this rollout asked to drain (to call it off if they need no restart now)
         self.asked: set[int] = set()
-        self.last: rollout.Action = rollout.Idle()
+        self.last: rollout_plan.Action = rollout_plan.Idle()
         #: the drain calls' credentials (the replication token when the cluster has auth on)
         self.auth_headers: dict[str, str] = {}
         #: verifies the brokers' admin certificates (None: plain HTTP; ``tlssecrets``)
@@ -112,7 +112,7 @@ class Rollout:
         pods: Iterable[Mapping[str, Any]],
         replicas: int,
         now_ms: int,
-    ) -> rollout.Action:
+    ) -> rollout_plan.Action:
         statefulset = await self.reads.statefulset()
         revision = ((statefulset or {}).get("status") or {}).get("updateRevision")
         # the pods it really has (a refused scale down keeps more than the spec asks)
@@ -121,7 +121,7 @@ class Rollout:
         views = {v.broker: v for p in listed if (v := pod_view(p)) is not None}
         for broker in decision.liveness.draining:
             self.drains_started_ms.setdefault(broker, now_ms)
-        seen = rollout.Seen(
+        seen = rollout_plan.Seen(
             revision,
             replicas,
             views,
@@ -133,21 +133,21 @@ class Rollout:
             self.settings.drain_timeout_ms,
             dict(self.restarted),
         )
-        for broker in rollout.back(seen):
+        for broker in rollout_plan.back(seen):
             del self.restarted[broker]
             self._tell("RollingRestart", f"broker {broker}: back in a new pod")
         seen = replace(seen, restarted=dict(self.restarted))
         await self._call_off_drains(seen, listed)
-        action = rollout.next_action(seen)
+        action = rollout_plan.next_action(seen)
         match action:
-            case rollout.Drain(broker):
+            case rollout_plan.Drain(broker):
                 pod = next(p for p in listed if workloads.broker_id_of(p) == broker)
                 await self._drain(pod)
                 self.asked.add(broker)
                 self.drains_started_ms.setdefault(broker, now_ms)
                 if action != self.last:
                     self._tell("RollingRestart", f"broker {broker}: draining its leadership")
-            case rollout.Delete(broker, still_leading, stuck):
+            case rollout_plan.Delete(broker, still_leading, stuck):
                 pod = next(p for p in listed if workloads.broker_id_of(p) == broker)
                 meta = pod["metadata"]
                 await self.api.delete(ObjectRef("v1", "Pod", self.namespace, meta["name"]))
@@ -165,18 +165,18 @@ class Rollout:
                 else:
                     note = ", leading nothing"
                 self._tell("RollingRestart", f"broker {broker}: deleting pod {meta['name']}{note}")
-            case rollout.Idle() if not isinstance(self.last, rollout.Idle):
+            case rollout_plan.Idle() if not isinstance(self.last, rollout_plan.Idle):
                 self.drains_started_ms.clear()
                 self._tell("RollingRestartDone", "every pod runs the current revision")
         self.last = action
         return action
 
     async def _call_off_drains(
-        self, seen: rollout.Seen, listed: Iterable[Mapping[str, Any]]
+        self, seen: rollout_plan.Seen, listed: Iterable[Mapping[str, Any]]
     ) -> None:
         """A broker this rollout drained whose pod needs no restart any more (the template
         went back): let it lead again."""
-        current = set(rollout.outdated(seen))
+        current = set(rollout_plan.outdated(seen))
         for broker in sorted(self.asked - current):
             self.asked.discard(broker)
             self.drains_started_ms.pop(broker, None)
@@ -214,7 +214,7 @@ class Rollout:
     ) -> dict[str, Any] | None:
         """The ``Restarting`` condition for the last action (see the module)."""
         action = self.last
-        if isinstance(action, rollout.Idle):
+        if isinstance(action, rollout_plan.Idle):
             if previous is None:
                 return None
             status, reason, message = (
@@ -225,13 +225,13 @@ class Rollout:
         else:
             status, reason = "True", "RollingRestart"
             match action:
-                case rollout.Wait(_, why):
+                case rollout_plan.Wait(_, why):
                     message = why
-                case rollout.Drain(broker):
+                case rollout_plan.Drain(broker):
                     message = f"draining broker {broker}"
-                case rollout.Delete(broker, _, True):
+                case rollout_plan.Delete(broker, _, True):
                     message = f"replacing broker {broker}'s pod: not Ready at an outdated revision"
-                case rollout.Delete(broker, _, _):
+                case rollout_plan.Delete(broker, _, _):
                     message = f"restarting broker {broker}"
         since = now
         if previous is not None and previous.get("status") == status:

@@ -5,7 +5,7 @@ template (a ``brokerConfig`` change moves its config-hash annotation; an image
 change) makes a new revision, and the StatefulSet controller recreates a pod
 at that revision only when the pod is deleted. The operator decides when,
 here: ``next_action`` takes what the cluster's loop sees after a step and
-returns the one thing to do now; ``restarting.Rollout`` carries it out.
+returns the one thing to do now; ``rollout_executor.Rollout`` carries it out.
 
 Theory of operation
 -------------------

@@ -1,5 +1,5 @@
 """Compaction -> a batch/v1 Job, CompactionSchedule -> a batch/v1 CronJob, and their statuses
-(pure: manifests and status documents from parsed objects, no I/O; ``compacting`` is
+(pure: manifests and status documents from parsed objects, no I/O; ``compaction_handlers`` is
 the adapter that reads and writes them).
 
 **The run.** One pod runs ``headrace compact NAMESPACE/TOPIC`` (``cli/jobs.py``): the
