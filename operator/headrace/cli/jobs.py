@@ -516,10 +516,6 @@ def sweep_cmd(
 
 
 def register(group: click.Group) -> None:
-    from headrace.cli.snapshots import restore_cmd, snapshot_cmd
-
-    tier.add_command(snapshot_cmd)
-    tier.add_command(restore_cmd)
     group.add_command(verify)
     group.add_command(compact)
     group.add_command(tier)

@@ -55,7 +55,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import click
 from click.core import ParameterSource
@@ -1364,6 +1364,25 @@ LOCAL_KINDS = ("Topic", "Unload", "Repartition")
 SNAPSHOT_KINDS = ("TopicSnapshot", "TopicRestore")
 
 
+class SnapshotKinds(Protocol):
+    """What ``apply -f`` and ``delete -f`` do with ``SNAPSHOT_KINDS``."""
+
+    def apply(self, resources: list[Any], directory: Path) -> None: ...
+
+    def delete(self, directory: Path, namespace: str, name: str) -> None: ...
+
+
+#: set by ``cli.snapshots.register``: those handlers use the jobs' object-store helpers,
+#: which use this module, so this module cannot import them
+snapshot_kinds: SnapshotKinds | None = None
+
+
+def _snapshot_kinds() -> SnapshotKinds:
+    if snapshot_kinds is None:
+        raise click.ClickException("TopicSnapshot and TopicRestore are not available here")
+    return snapshot_kinds
+
+
 @click.command()
 @click.option(
     "-f",
@@ -1424,7 +1443,7 @@ def apply(
     url = _controller_url(controller_url, directory)  # refuses another cluster's controller
     if not kept:
         if snapshots:
-            _apply_snapshots(snapshots, directory)
+            _snapshot_kinds().apply(snapshots, directory)
         else:
             click.echo("nothing to apply", err=True)
         return
@@ -1447,67 +1466,7 @@ def apply(
         click.echo(f"warning: {line}", err=True)
     for item in result["applied"]:
         click.echo(f"{item['kind'].lower()} {item['name']} {item['result']}")
-    _apply_snapshots(snapshots, directory)
-
-
-def _apply_snapshots(resources: list[Any], directory: Path) -> None:
-    """TopicSnapshots and TopicRestores, run in this process against the local cluster's
-    store and controller (``cli.snapshots``); one already done is ``unchanged``."""
-    from headrace.cli.snapshots import find_snapshot, restore_local, take_local
-    from headrace.tiered.snapshots import SnapshotExists
-
-    for resource in resources:
-        namespace, name = resource.key.namespace, resource.key.name
-        if resource.kind == "TopicSnapshot":
-            try:
-                snap = take_local(directory, f"{namespace}/{resource.spec.topic_ref.name}", name)
-            except SnapshotExists:
-                click.echo(f"topicsnapshot {namespace}/{name} unchanged")
-                continue
-            click.echo(
-                f"topicsnapshot {namespace}/{name} taken: {snap.objects} objects,"
-                f" {snap.size_bytes} bytes"
-            )
-            continue
-        target = f"{namespace}/{resource.spec.topic}"
-        state = _http("GET", f"{_controller_url(None, directory)}/v1/topics")
-        if any(
-            f"{d['metadata'].get('namespace', 'default')}/{d['metadata']['name']}" == target
-            for d in state["topics"]
-        ):
-            click.echo(f"topicrestore {namespace}/{name} unchanged ({target} exists)")
-            continue
-        topic, creation_id = find_snapshot(directory, namespace, resource.spec.snapshot_ref.name)
-        restored = restore_local(
-            directory, topic, resource.spec.snapshot_ref.name, target, creation_id
-        )
-        click.echo(
-            f"topicrestore {namespace}/{name} restored {target}: {restored.objects} objects,"
-            f" {restored.bytes} bytes copied"
-        )
-
-
-def _delete_snapshot(directory: Path, namespace: str, name: str) -> None:
-    """Delete the snapshot document: its objects are no longer kept (those no manifest
-    lists become orphans for ``tier sweep``)."""
-    from headrace.cli.jobs import _target
-    from headrace.cli.snapshots import find_snapshot
-    from headrace.jobs.topics import TopicRef
-    from headrace.objectstore.urls import open_store
-    from headrace.tiered import pins
-
-    try:
-        topic, creation_id = find_snapshot(directory, namespace, name)
-    except click.ClickException:
-        click.echo(f"topicsnapshot {namespace}/{name} not found")
-        return
-    url, cluster_id, env = _target(directory, None, None)
-    store = open_store(url, {**os.environ, **env})
-    try:
-        pins.delete_snapshot(store, TopicRef(cluster_id, topic, creation_id).prefix, name)
-    finally:
-        store.close()
-    click.echo(f"topicsnapshot {namespace}/{name} deleted")
+    _snapshot_kinds().apply(snapshots, directory)
 
 
 def _sendable(resource: Any) -> dict[str, Any]:
@@ -1547,7 +1506,7 @@ def delete(
         raise SystemExit(1) from exc
     for key in keys:
         if key.kind == "TopicSnapshot":
-            _delete_snapshot(directory, key.namespace, key.name)
+            _snapshot_kinds().delete(directory, key.namespace, key.name)
         elif key.kind == "TopicRestore":
             click.echo(f"topicrestore {key.namespace}/{key.name} deleted (its topic stays)")
         elif key.kind not in LOCAL_KINDS:

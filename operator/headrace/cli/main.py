@@ -192,6 +192,8 @@ def _register_commands() -> None:
 
 _register_commands()
 __import__("headrace.cli.jobs", fromlist=["register"]).register(main)  # verify, compact (Spark)
+# tier snapshot and restore, and the snapshot kinds of apply -f (they use the jobs' helpers)
+__import__("headrace.cli.snapshots", fromlist=["register"]).register()
 
 
 if __name__ == "__main__":

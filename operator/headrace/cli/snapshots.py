@@ -221,3 +221,79 @@ def restore_cmd(
     )
     for partition, next_offset in sorted(result.next_offsets.items()):
         click.echo(f"  partition {partition}: continues at offset {next_offset}")
+
+
+def apply_resources(resources: list[Any], directory: Path) -> None:
+    """TopicSnapshots and TopicRestores, run in this process against the local cluster's
+    store and controller (``cli.snapshots``); one already done is ``unchanged``."""
+    from headrace.tiered.snapshots import SnapshotExists
+
+    for resource in resources:
+        namespace, name = resource.key.namespace, resource.key.name
+        if resource.kind == "TopicSnapshot":
+            try:
+                snap = take_local(directory, f"{namespace}/{resource.spec.topic_ref.name}", name)
+            except SnapshotExists:
+                click.echo(f"topicsnapshot {namespace}/{name} unchanged")
+                continue
+            click.echo(
+                f"topicsnapshot {namespace}/{name} taken: {snap.objects} objects,"
+                f" {snap.size_bytes} bytes"
+            )
+            continue
+        target = f"{namespace}/{resource.spec.topic}"
+        state = local_mode._http("GET", f"{local_mode._controller_url(None, directory)}/v1/topics")
+        if any(
+            f"{d['metadata'].get('namespace', 'default')}/{d['metadata']['name']}" == target
+            for d in state["topics"]
+        ):
+            click.echo(f"topicrestore {namespace}/{name} unchanged ({target} exists)")
+            continue
+        topic, creation_id = find_snapshot(directory, namespace, resource.spec.snapshot_ref.name)
+        restored = restore_local(
+            directory, topic, resource.spec.snapshot_ref.name, target, creation_id
+        )
+        click.echo(
+            f"topicrestore {namespace}/{name} restored {target}: {restored.objects} objects,"
+            f" {restored.bytes} bytes copied"
+        )
+
+
+def delete_resource(directory: Path, namespace: str, name: str) -> None:
+    """Delete the snapshot document: its objects are no longer kept (those no manifest
+    lists become orphans for ``tier sweep``)."""
+    from headrace.jobs.topics import TopicRef
+    from headrace.objectstore.urls import open_store
+    from headrace.tiered import pins
+
+    try:
+        topic, creation_id = find_snapshot(directory, namespace, name)
+    except click.ClickException:
+        click.echo(f"topicsnapshot {namespace}/{name} not found")
+        return
+    url, cluster_id, env = _target(directory, None, None)
+    store = open_store(url, {**os.environ, **env})
+    try:
+        pins.delete_snapshot(store, TopicRef(cluster_id, topic, creation_id).prefix, name)
+    finally:
+        store.close()
+    click.echo(f"topicsnapshot {namespace}/{name} deleted")
+
+
+class _Kinds:
+    """``apply -f`` and ``delete -f`` of TopicSnapshot and TopicRestore in local mode."""
+
+    def apply(self, resources: list[Any], directory: Path) -> None:
+        apply_resources(resources, directory)
+
+    def delete(self, directory: Path, namespace: str, name: str) -> None:
+        delete_resource(directory, namespace, name)
+
+
+def register() -> None:
+    """``tier snapshot``, ``tier restore``, and the kinds for ``apply -f`` / ``delete -f``."""
+    from headrace.cli.jobs import tier
+
+    tier.add_command(snapshot_cmd)
+    tier.add_command(restore_cmd)
+    local_mode.snapshot_kinds = _Kinds()
