@@ -252,3 +252,20 @@ def test_a_generation_keeps_its_lrs_when_a_broker_comes_back() -> None:
         ("delete", {"name": "c"}),
         ("broker", {"broker": 0, "up": True}),
     )
+
+
+def test_a_retain_deletion_released_by_hand_ends_its_keeping_aside_at_once() -> None:
+    """The Retain deletion of ``b`` ends (its finalizer removed by hand): the push that
+    drops it from ``retained`` is a generation of its own, not one left to a later change
+    (by then a new Topic ``b`` that is not placed yet would see its data deleted)."""
+    replay(
+        ("restart", {}),
+        ("broker", {"broker": 0, "up": False}),
+        ("apply", {"name": "a", "partitions": 1, "policy": "Retain"}),
+        ("apply", {"name": "b", "partitions": 1, "policy": "Retain"}),
+        ("restart", {}),
+        ("watch_loses_topics", {}),
+        ("delete", {"name": "b"}),
+        ("remove_finalizer_by_hand", {"name": "b"}),
+        ("apply", {"name": "b", "partitions": 1, "policy": "Retain"}),
+    )
