@@ -35,7 +35,12 @@ the same way: the next one goes above the generation it tried. Every commit
 also goes above every generation a broker reports holding
 (``_next_generation``): a generation numbers one topology only, whatever was
 lost of the documents (unless a broker hosts a topic the controller does not
-know: then its fence keeps the brokers' data from the controller's state).
+know: then its fence keeps the brokers' data from the controller's state). And
+one document: it is built once per generation (``topology_document``, whose
+``lrs`` go by the brokers live then), a change of its ``retained`` names is a
+new generation, and a restarted controller commits again above the generation
+it restored before pushing it to a broker behind (what was pushed under that
+number is not persisted).
 
 A Topic's status says which spec it reflects: ``observedGeneration`` (in
 the status and in its Ready condition) is the ``metadata.generation`` the
@@ -303,6 +308,14 @@ class ControlLoop:
         self._configs: dict[str, dict[str, Any]] = {}
         #: the problems behind the Ready conditions last written (rewrite only on change)
         self._saved_problems: dict[str, tuple[str, str]] | None = None
+        #: the ``retained`` the state's generation was pushed with (None: not known yet,
+        #: the first step takes the one it finds, as a restart changes nothing by itself)
+        self._committed_retained: frozenset[str] | None = None
+        #: the topology document of the state's generation, once built: a generation
+        #: numbers one document, whatever the liveness when it is pushed again
+        self._topology: dict[str, Any] | None = None
+        #: the last generation this process committed (None: none yet)
+        self._numbered_here: int | None = None
 
     # ------------------------------------------------------------------ views
 
@@ -445,6 +458,14 @@ class ControlLoop:
                 continue
             self.heartbeats[broker_id] = report.heartbeat
             self.broker_generations[broker_id] = report.generation
+        generation = self.state.generation
+        if self._numbered_here != generation and any(
+            g < generation for g in self.broker_generations.values()
+        ):
+            # A broker is behind a generation committed before this process (a restart):
+            # what was pushed under it (its ``lrs`` went by the brokers then live) is not
+            # persisted, so commit again above it rather than push a rebuilt document.
+            self._floor = max(self._floor or 0, generation + 1)
         next_generation = self._next_generation()
         now = self.clock.now_ms()
         # The specs this step reconciles, by the generation each was applied at: what the
@@ -468,12 +489,19 @@ class ControlLoop:
             deletions=self.deletions,
             racks=self.broker_racks(),
         )
+        if self._committed_retained is None:
+            self._committed_retained = self.retained
         # a deletion that does not retain ends the setting aside of its name
         self.set_aside -= {d.topic for d in self.deletions if not d.retain}
         self.steps += 1
         for event in decision.events:
             log.info("%s %s: %s", event.kind, event.subject, event.message)
-        if self._floor is not None and decision.state.generation < self._floor:
+        # The push names the retained topics: a topology that keeps other names aside (or
+        # none, so that a broker deletes its copies) is another topology, another number.
+        retained_changed = self.retained != self._committed_retained
+        if (self._floor is not None and decision.state.generation < self._floor) or (
+            retained_changed and decision.state.generation == self.state.generation
+        ):
             decision = replace(
                 decision, state=replace(decision.state, generation=next_generation), changed=True
             )
@@ -489,6 +517,8 @@ class ControlLoop:
             if decision.changed:
                 self.generation_bumps += 1
                 self.state = decision.state
+                self._committed_retained = self.retained
+                self._numbered_here = self.state.generation
         elif self._cluster_status is not None:
             # No commit: the record stays as written, its brokers' liveness follows the step.
             cluster = documents.with_liveness(self._cluster_status, decision.liveness)
@@ -728,9 +758,12 @@ class ControlLoop:
 
     def topology_document(self) -> dict[str, Any]:
         """The document brokers apply: ``ClusterTopology`` (``protocol.coordination``),
-        built by ``control.topology.cluster_topology``."""
+        built by ``control.topology.cluster_topology``: once per generation, at its first
+        push (or request) after a step."""
+        if self._topology is not None and self._topology["generation"] == self.state.generation:
+            return self._topology
         decision = self.last_decision
-        return topology.cluster_topology(
+        doc = topology.cluster_topology(
             self.state,
             self.settings.cluster_id,
             live=decision.liveness.live if decision is not None else None,
@@ -748,6 +781,9 @@ class ControlLoop:
             },
             retained=self.retained,
         ).to_json()
+        if decision is not None:
+            self._topology = doc
+        return doc
 
     def replica_log_ends(self, topic: str | None = None) -> dict[str, Any]:
         """Each partition's replica log end offsets as the latest heartbeats of the live

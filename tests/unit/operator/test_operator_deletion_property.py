@@ -215,3 +215,60 @@ TestDeletions.settings = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
+
+
+# ---------------------------------------------------------------------- falsifying cases
+# Runs Hypothesis found, replayed step by step (a state machine takes no ``@example``).
+
+
+def replay(*steps: tuple[str, dict[str, Any]]) -> None:
+    machine = Deletions()
+    for rule_name, arguments in steps:
+        getattr(machine, rule_name)(**arguments)
+        machine.placed_topics_of_this_cluster_stay_placed()
+
+
+def test_ending_a_set_aside_pushes_a_new_generation() -> None:
+    """A restart sets aside a Topic moved to another cluster; its deletion then ends the
+    setting aside: a change of the pushed topology, so a new generation (a broker that
+    was down must not get the old number with other content)."""
+    replay(
+        ("apply", {"name": "a", "partitions": 1, "policy": "Delete"}),
+        ("broker", {"broker": 0, "up": False}),
+        ("move", {"cluster": "other", "name": "a", "wipe": False}),
+        ("restart", {}),
+        ("move", {"cluster": "demo", "name": "a", "wipe": False}),
+        ("delete", {"name": "a"}),
+        ("broker", {"broker": 0, "up": True}),
+    )
+
+
+def test_a_generation_keeps_its_lrs_when_a_broker_comes_back() -> None:
+    """The pushed ``lrs`` leaves out the brokers down when a generation is committed: a
+    broker that comes back later gets that same document, not one rebuilt with itself in."""
+    replay(
+        ("restart", {}),
+        ("broker", {"broker": 0, "up": False}),
+        ("apply", {"name": "a", "partitions": 1, "policy": "Retain"}),
+        ("restart", {}),
+        ("apply", {"name": "c", "partitions": 1, "policy": "Retain"}),
+        ("delete", {"name": "c"}),
+        ("broker", {"broker": 0, "up": True}),
+    )
+
+
+def test_a_retain_deletion_released_by_hand_ends_its_keeping_aside_at_once() -> None:
+    """The Retain deletion of ``b`` ends (its finalizer removed by hand): the push that
+    drops it from ``retained`` is a generation of its own, not one left to a later change
+    (by then a new Topic ``b`` that is not placed yet would see its data deleted)."""
+    replay(
+        ("restart", {}),
+        ("broker", {"broker": 0, "up": False}),
+        ("apply", {"name": "a", "partitions": 1, "policy": "Retain"}),
+        ("apply", {"name": "b", "partitions": 1, "policy": "Retain"}),
+        ("restart", {}),
+        ("watch_loses_topics", {}),
+        ("delete", {"name": "b"}),
+        ("remove_finalizer_by_hand", {"name": "b"}),
+        ("apply", {"name": "b", "partitions": 1, "policy": "Retain"}),
+    )
