@@ -129,8 +129,16 @@ def test_topic_deletion_deletes_or_retains_the_data_as_its_policy_says(
         for b, ip in ips.items():
             assert f"{namespace}/dropped" not in heartbeat_topics(ip)
             assert not (volumes[b] / "topics" / namespace / "dropped").exists()
-        reasons = [e["reason"] for e in events(cluster, namespace, "Topic", "dropped")]
-        assert "TopicDataDeleted" in reasons
+        # the operator posts a step's Events at the step's end: the finalizer may be gone
+        # (and kubectl returned) a moment before its Event is there
+        wait_for(
+            "the TopicDataDeleted Event",
+            lambda: (
+                "TopicDataDeleted"
+                in [e["reason"] for e in events(cluster, namespace, "Topic", "dropped")]
+            ),
+            timeout_s=30,
+        )
 
         # Retain: the copies are closed and moved aside on every broker, not removed
         cluster.kubectl_run(
@@ -142,8 +150,14 @@ def test_topic_deletion_deletes_or_retains_the_data_as_its_policy_says(
             (moved,) = (volumes[b] / "retained").glob(f"{namespace}.kept.*")
             segments = list(moved.glob("*/*.log"))
             assert segments and any(s.stat().st_size > 0 for s in segments), b
-        reasons = [e["reason"] for e in events(cluster, namespace, "Topic", "kept")]
-        assert "TopicDataRetained" in reasons
+        wait_for(
+            "the TopicDataRetained Event",
+            lambda: (
+                "TopicDataRetained"
+                in [e["reason"] for e in events(cluster, namespace, "Topic", "kept")]
+            ),
+            timeout_s=30,
+        )
     except BaseException:
         print(operator.logs()[-8000:])
         raise
