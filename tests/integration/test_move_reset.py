@@ -1,5 +1,5 @@
 """A leader that missed a replica's removal does not count it in sync when a move adds it
-back (review finding F1), on real broker processes with the test as their controller."""
+back, on real broker processes with the test as their controller."""
 
 from __future__ import annotations
 

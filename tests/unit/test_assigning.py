@@ -144,7 +144,7 @@ def test_a_leader_id_change_at_the_same_epoch_is_a_change() -> None:
 
 
 def test_a_move_generation_reaches_the_leader_with_the_controllers_lrs() -> None:
-    # review finding F1: a leader seeing a new move resets followers outside that LRS
+    # A leader seeing a new move resets followers outside that LRS
     doc = topology(
         topic(T, assignment(0, epoch=4, replicas=(0, 1, 2, 3), lrs=[0, 1], moveGeneration=9))
     )

@@ -81,7 +81,7 @@ def test_a_removed_follower_leaves_the_lrs_and_no_longer_holds_the_hw() -> None:
 def test_a_move_the_leader_has_not_seen_makes_followers_outside_the_controllers_lrs_fetch_again() -> (
     None
 ):
-    # Review finding F1: this leader missed the push that removed broker 2 (which then
+    # This leader missed the push that removed broker 2 (which then
     # dropped its copy) and gets the one adding it back. Broker 2 never stopped being a
     # member here, and its old progress says it is in sync.
     lrs = fresh()

@@ -128,7 +128,7 @@ class LeaderReplicaSet:
         count as in sync. A leader that missed the push removing broker B from the
         partition, then got the one adding it back, saw B stay a member throughout; B
         dropped its copy in between and starts empty, but its old progress here would
-        keep it in the LRS, and the move would complete on it (review finding F1). The
+        keep it in the LRS, and the move would complete on it. The
         controller's LRS never names a replica the move adds, so B is reset; an old
         member the controller had not yet heard was in sync is reset too, and re-enters
         at its next fetch (its session position, ``broker.replicating``).

@@ -1,4 +1,4 @@
-"""A deleted User leaves its cluster's ACL file before it goes (review finding F7), on a
+"""A deleted User leaves its cluster's ACL file before it goes, on a
 real API server with the chart's operator.
 
 kopf puts its finalizer on every User (the operator's delete handler needs it), so the

@@ -200,8 +200,8 @@ def _reported_lrs(s: PartitionStatus, seen: Seen) -> tuple[int, ...] | None:
 
     While a move is in flight and the leader has not applied the push that started it
     (its heartbeat's generation is below ``target_generation``), its LRS may still count
-    a replica the move adds back by the progress it had before it dropped its copy
-    (review finding F1): such a report may take members out, never put any in. Recorded,
+    a replica the move adds back by the progress it had before it dropped its copy:
+    such a report may take members out, never put any in. Recorded,
     a stale member would ride every later push as in sync, and a leader applying one of
     those (having missed the push that started the move) would not make it fetch again.
     """

@@ -49,7 +49,7 @@ def placeable(liveness: Liveness, members: Collection[int] | None) -> frozenset[
     """The brokers new replicas may go to: live, not draining, and, when the cluster says
     which brokers it should have (``members``), one of them. A broker being scaled away
     gets no new partition from a topic's creation, a repartition's grow, an unload or a
-    move (review finding F3: a grow and an unload once ignored ``members``, so the moves
+    move (a grow and an unload once ignored ``members``, so the moves
     had to take back what they had just placed)."""
     eligible = liveness.live - liveness.draining
     return eligible if members is None else eligible & frozenset(members)

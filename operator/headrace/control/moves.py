@@ -27,8 +27,8 @@ that applied the push that started the move (``target_generation``, persisted
 with the target; its heartbeat's ``generation`` at or past it). A leader that
 missed the push removing broker B from the partition, then got the one adding
 B back, would otherwise still report B in sync with the progress B had before
-it dropped its copy, and the move would complete on an empty replica (review
-finding F1). The push carries the generation too, and a leader seeing a move
+it dropped its copy, and the move would complete on an empty replica. The push
+carries the generation too, and a leader seeing a move
 start makes every follower outside the controller's LRS fetch again before it
 counts as in sync (``replication.leader``), so a report from a leader at that
 generation no longer names B until B has caught up. A move recorded without a

@@ -9,7 +9,7 @@ and is tried again after ``retry_delay`` (5 s, doubling up to a minute, so a Use
 waiting costs few writes; the cluster's own workload handler renders the
 ACL file too when it appears or turns auth on). A deleted User is taken out of the file
 before it goes: kopf's finalizer holds it until the file is written without it, and a
-failed write is tried again (review finding F7: an event handler, which kopf does not
+failed write is tried again (an event handler, which kopf does not
 retry, left it in the file until the next sync). kopf puts the finalizer on every User it
 handles, existing ones too, at start-up; a User that goes without it (deleted before, or
 its finalizer removed by hand) is still taken out, once, when its deletion is seen, and

@@ -57,7 +57,7 @@ class Node:
     #: (topic, partition) -> log end offset of the copy held here
     logs: dict[Key, int] = field(default_factory=dict)
     #: misses the controller's pushes: as a leader it keeps the replica set (and the LRS
-    #: over it) of the last push it applied (review finding F1)
+    #: over it) of the last push it applied
     deaf: bool = False
     #: the topology generation it applied last (its heartbeat says so)
     applied: int = 0
@@ -283,8 +283,8 @@ def check_copies(c: Controller) -> None:
 
 
 def check_completed(c: Controller, completed: rc.Event) -> None:
-    """A move completed onto replicas that all hold every acknowledged record (review
-    finding F1: not onto one that a stale LRS names after it dropped its copy)."""
+    """A move completed onto replicas that all hold every acknowledged record,
+    not onto one that a stale LRS names after it dropped its copy."""
     name, _, index = completed.subject.rpartition("/")
     key = (name, int(index))
     # "replicas [old union] -> [target]": a move started in the same step may have made a
@@ -314,7 +314,7 @@ def test_without_members_nothing_moves() -> None:
     assert d.reassignment == rc.moves.Summary()
 
 
-# Review finding F1: the LRS a move reads is the leader's report, so it counts only from a
+# The LRS a move reads is the leader's report, so it counts only from a
 # leader that applied the push that started the move.
 
 LIVE = Liveness(frozenset({0, 1, 2, 3}), frozenset(), frozenset(), frozenset())
@@ -544,7 +544,7 @@ def test_the_same_inputs_twice_change_nothing_mid_move() -> None:
 
 
 def test_a_leader_that_missed_the_removal_cannot_complete_the_move_adding_it_back() -> None:
-    # Review finding F1, end to end on the copying fleet: every leader applies the pushes
+    # End to end on the copying fleet: every leader applies the pushes
     # that start the evacuation of broker 3, then misses every push after (so it keeps 3
     # in its replica set and LRS while 3 drops its copies); broker 3 is then added back.
     c = Controller(members={0, 1, 2, 3})
@@ -664,7 +664,7 @@ class Scaling(RuleBasedStateMachine):
 
     @rule(b=brokers, deaf=st.booleans(), wait=waits)
     def miss_pushes(self, b: int, deaf: bool, wait: int) -> None:
-        """Broker ``b`` stops (or resumes) applying the controller's pushes (F1)."""
+        """Broker ``b`` stops (or resumes) applying the controller's pushes."""
         self.c.fleet.nodes[b].deaf = deaf
         self.step(wait)
 

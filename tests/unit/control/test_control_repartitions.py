@@ -190,7 +190,7 @@ def test_a_grow_cuts_over_once_stamps_the_generation_after_and_finalizes_when_ad
 
 
 def test_a_grow_places_new_partitions_on_members_only() -> None:
-    # review finding F3: a grow placed on every live broker, members or not, so a broker
+    # A grow once placed on every live broker, members or not, so a broker
     # being scaled away got new partitions the moves then had to take back
     c = settled()
     c.members = frozenset({0, 1})  # broker 2 is being scaled away, still live

@@ -252,7 +252,7 @@ def test_placement_avoids_the_old_owner_and_is_deterministic() -> None:
 
 
 def test_placement_leaves_out_a_broker_being_scaled_away() -> None:
-    # review finding F3: an unload placed on every live broker, members or not, and the
+    # An unload once placed on every live broker, members or not, and the
     # moves then had to take back what it had just placed
     c = settled(brokers=4, specs=[TopicSpec(T, 4, replicas=2)])
     assert any(3 in c.partition(i).replicas for i in range(4))

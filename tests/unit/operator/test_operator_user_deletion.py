@@ -1,5 +1,5 @@
-"""A deleted User leaves its cluster's ACL file even when the first write fails (review
-finding F7), against kmock's API server (``kube_server``).
+"""A deleted User leaves its cluster's ACL file even when the first write fails,
+against kmock's API server (``kube_server``).
 
 The User's delete handler runs under kopf's finalizer: kopf keeps the User until the
 handler succeeds and retries it after a failure, which an event handler (what the
