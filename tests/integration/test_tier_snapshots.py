@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,6 +31,7 @@ from headrace.tiered import layout
 from headrace.tiered.manifest import SealedState
 from headrace.tiered.snapshots import Snapshot, SnapshotNotReady
 from headrace.tiered.tier import PartitionTier
+from tests.integration.localcluster import until
 from tests.integration.objectstore import servers
 from tests.integration.reading import create_topic
 
@@ -72,15 +73,6 @@ def broker(tmp_path: Path, minio: MinioServer) -> Iterator[BrokerProcess]:
     b.start()
     yield b
     b.stop()
-
-
-async def until(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    """Poll ``predicate`` until it holds, letting the load run meanwhile; fail after
-    ``timeout`` seconds naming ``what``."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.1)
 
 
 def high_watermarks(b: BrokerProcess) -> dict[int, int]:
@@ -130,7 +122,7 @@ async def test_a_snapshot_under_keyed_load_survives_retention_and_restores_the_s
     load = asyncio.create_task(keyed_load(broker, stop))
     try:
         await until(
-            lambda: min(high_watermarks(broker).values()) > 2000, 60, "load on every partition"
+            lambda: min(high_watermarks(broker).values()) > 2000, "load on every partition", 60
         )
         # a cohort consumes a while and acks: the uploader copies its cursors to the store
         acked: dict[int, int] = {}
@@ -146,8 +138,8 @@ async def test_a_snapshot_under_keyed_load_survives_retention_and_restores_the_s
                 read_cursors(store, source.partition_prefix(p)).get("billing") == at
                 for p, at in acked.items()
             ),
-            30,
             "the cohort's cursors in the store",
+            30,
         )
 
         # the cut: every partition's high watermark at one moment; produce goes on
@@ -188,7 +180,7 @@ async def test_a_snapshot_under_keyed_load_survives_retention_and_restores_the_s
         def past_snapshot() -> bool:
             return all(stored_start(p.partition) > p.objects[-1].last for p in snap.partitions)
 
-        await until(past_snapshot, 60, "retention trimming the snapshot's objects")
+        await until(past_snapshot, "retention trimming the snapshot's objects", 60)
         trimmed_to = {p.partition: stored_start(p.partition) for p in snap.partitions}
     finally:
         stop.set()
@@ -206,7 +198,7 @@ async def test_a_snapshot_under_keyed_load_survives_retention_and_restores_the_s
                     left.append(info.key)
         return left
 
-    await until(lambda: not unpinned_trimmed_left(), 30, "retention's deletes")
+    await until(lambda: not unpinned_trimmed_left(), "retention's deletes", 30)
     assert check_objects(store, snap) == []
 
     # the restore holds the same records at the same offsets, and the cursors to resume at
@@ -255,7 +247,7 @@ async def test_a_snapshot_under_keyed_load_survives_retention_and_restores_the_s
             ends = {int(d["partition"]): int(d["high_watermark"]) for d in doc["partition_details"]}  # type: ignore[index,union-attr]
             return ends == {p: cuts[p] + 1 for p in range(PARTITIONS)}
 
-        await until(reopened, 30, "the restored topic reopened at its cuts")
+        await until(reopened, "the restored topic reopened at its cuts", 30)
         for p in snap.partitions:
             fetched = await fetch_from(restored.bootstrap, RESTORED.topic, p.partition, p.start)
             assert [(r.offset, r.key, r.value) for r in fetched] == taken[p.partition]

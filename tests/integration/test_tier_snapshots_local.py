@@ -20,7 +20,7 @@ from headrace.client import Consumer, Producer
 from headrace.jobs.snapshot import read_cursors
 from headrace.jobs.topics import TopicRef
 from headrace.tiered import pins
-from tests.integration.localcluster import LocalCluster, store_of, topic_manifest
+from tests.integration.localcluster import LocalCluster, store_of, topic_manifest, until
 from tests.integration.objectstore import servers
 from tests.integration.reading import read_partition
 from tests.integration.test_unload import online
@@ -75,17 +75,10 @@ async def keyed_load(c: LocalCluster, stop: asyncio.Event) -> None:
             await asyncio.sleep(0.02)  # pacing the load, not synchronisation
 
 
-async def until(predicate: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.2)
-
-
 async def test_snapshot_under_load_then_restore_into_a_new_topic(cluster: LocalCluster) -> None:
     manifest = topic_manifest(NAME, PARTITIONS, 2, 1, upload_interval_s=1, segment_bytes=32768)
     assert cluster.apply(manifest).returncode == 0
-    await until(lambda: online(cluster, TOPIC, PARTITIONS), 30, "topic online")
+    await until(lambda: online(cluster, TOPIC, PARTITIONS), "topic online", 30)
     store = store_of(cluster)
     source = TopicRef("local", TOPIC, cluster.creation_id(TOPIC))
     stop = asyncio.Event()
@@ -104,8 +97,8 @@ async def test_snapshot_under_load_then_restore_into_a_new_topic(cluster: LocalC
                 read_cursors(store, source.partition_prefix(p)).get("billing") == at
                 for p, at in acked.items()
             ),
-            30,
             "the cohort's cursors in the store",
+            30,
         )
         # under load: the producer keeps going while the snapshot is cut and written
         taken = await asyncio.to_thread(apply, cluster, SNAPSHOT)
@@ -122,7 +115,7 @@ async def test_snapshot_under_load_then_restore_into_a_new_topic(cluster: LocalC
     assert b"topicsnapshot default/s1 unchanged" in again.stdout
     assert b"topicrestore default/copy unchanged" in again.stdout
     assert cluster.creation_id(RESTORED) not in ("", source.creation_id)
-    await until(lambda: online(cluster, RESTORED, PARTITIONS), 30, "restored topic online")
+    await until(lambda: online(cluster, RESTORED, PARTITIONS), "restored topic online", 30)
 
     for part in snap.partitions:
         original = [
