@@ -193,16 +193,26 @@ class LocalCluster:
 
 
 @contextlib.contextmanager
-def minio_cluster(directory: Path) -> Iterator[LocalCluster]:
-    """A local cluster up in ``directory`` whose tiered topics upload to a MinIO server
-    started for it; down again after."""
-    servers.minio_binary()  # built before the cluster starts (cold builds take minutes)
-    c = LocalCluster(directory, object_store="minio")
-    c.up()
+def running_cluster(directory: Path, *up_args: str, **options: Any) -> Iterator[LocalCluster]:
+    """A local cluster (``LocalCluster(directory, **options)``) up with ``up_args``; down
+    again after. One with ``object_store="minio"`` builds MinIO first (cold builds take
+    minutes)."""
+    if options.get("object_store") == "minio":
+        servers.minio_binary()
+    c = LocalCluster(directory, **options)
+    c.up(*up_args)
     try:
         yield c
     finally:
         c.down()
+
+
+@contextlib.contextmanager
+def minio_cluster(directory: Path) -> Iterator[LocalCluster]:
+    """A local cluster up in ``directory`` whose tiered topics upload to a MinIO server
+    started for it; down again after."""
+    with running_cluster(directory, object_store="minio") as c:
+        yield c
 
 
 def store_of(c: LocalCluster) -> MinioStore:

@@ -25,17 +25,13 @@ import pytest
 
 from headrace.client import Consumer, Producer
 from headrace.client.cluster import ClusterClient
-from tests.integration.localcluster import LocalCluster, topic_manifest, until
+from tests.integration.localcluster import LocalCluster, running_cluster, topic_manifest, until
 
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "local")
-    c.up()
-    try:
+    with running_cluster(tmp_path / "local") as c:
         yield c
-    finally:
-        c.down()
 
 
 def online(c: LocalCluster, topic: str, partitions: int) -> bool:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench.procs import run_headrace
-from tests.integration.localcluster import LocalCluster, topic_manifest
+from tests.integration.localcluster import LocalCluster, running_cluster, topic_manifest
 
 TOPIC = "default/spread"
 PARTITIONS = 8
@@ -25,12 +25,8 @@ RACKS = {0: "a", 1: "b", 2: "a", 3: "b"}
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "local", brokers=4)
-    c.up("--racks", "a,b")
-    try:
+    with running_cluster(tmp_path / "local", "--racks", "a,b", brokers=4) as c:
         yield c
-    finally:
-        c.down()
 
 
 def online(c: LocalCluster) -> bool:

@@ -20,8 +20,13 @@ from headrace.client import Consumer, Producer
 from headrace.jobs.snapshot import read_cursors
 from headrace.jobs.topics import TopicRef
 from headrace.tiered import pins
-from tests.integration.localcluster import LocalCluster, store_of, topic_manifest, until
-from tests.integration.objectstore import servers
+from tests.integration.localcluster import (
+    LocalCluster,
+    running_cluster,
+    store_of,
+    topic_manifest,
+    until,
+)
 from tests.integration.reading import read_partition
 from tests.integration.test_unload import online
 
@@ -33,13 +38,8 @@ PARTITIONS = 2
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    servers.minio_binary()  # built before the cluster starts (cold builds take minutes)
-    c = LocalCluster(tmp_path / "local", brokers=2, object_store="minio")
-    c.up()
-    try:
+    with running_cluster(tmp_path / "local", brokers=2, object_store="minio") as c:
         yield c
-    finally:
-        c.down()
 
 
 SNAPSHOT = """apiVersion: headrace.dev/v1alpha1

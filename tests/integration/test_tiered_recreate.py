@@ -20,8 +20,13 @@ from headrace.errors import HeadraceError
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
-from tests.integration.localcluster import LocalCluster, all_in_sync, store_of, topic_manifest
-from tests.integration.objectstore import servers
+from tests.integration.localcluster import (
+    LocalCluster,
+    all_in_sync,
+    running_cluster,
+    store_of,
+    topic_manifest,
+)
 from tests.integration.reading import read_partition
 from tests.integration.test_unload import online
 
@@ -31,13 +36,8 @@ TOPIC = f"default/{NAME}"
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    servers.minio_binary()  # built before the cluster starts (cold builds take minutes)
-    c = LocalCluster(tmp_path / "local", brokers=2, object_store="minio")
-    c.up()
-    try:
+    with running_cluster(tmp_path / "local", brokers=2, object_store="minio") as c:
         yield c
-    finally:
-        c.down()
 
 
 def stored_manifests(c: LocalCluster) -> list[Manifest]:
