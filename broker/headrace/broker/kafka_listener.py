@@ -49,6 +49,7 @@ from headrace.errors import (
 )
 from headrace.kafka import configs, groups
 from headrace.kafka import messages as km
+from headrace.kafka import partitions as partition_counts
 from headrace.kafka.convert import to_kafka
 from headrace.kafka.errors import ErrorCode, code_of, commit_code_of
 from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
@@ -570,6 +571,8 @@ class KafkaConnection(asyncio.Protocol):
             return km.DeleteTopicsResponse(0, [self._delete_topic(n) for n in req.topic_names])
         if isinstance(req, km.DescribeConfigsRequest):
             return km.DescribeConfigsResponse(0, [self._describe_configs(r) for r in req.resources])
+        if isinstance(req, km.CreatePartitionsRequest):
+            return km.CreatePartitionsResponse(0, self._create_partitions(req))
         if isinstance(req, km.DescribeClusterRequest):
             host, port = self.advertised()
             me = self.broker.settings.broker_id
@@ -656,6 +659,67 @@ class KafkaConnection(asyncio.Protocol):
         except HeadraceError as exc:
             return refused(code_of(exc), exc.message)
         return km.CreatableTopicResult(topic.name, ErrorCode.NONE)
+
+    def _create_partitions(
+        self, req: km.CreatePartitionsRequest
+    ) -> list[km.CreatePartitionsTopicResult]:
+        """Kafka's checks, then the broker's answer to a valid grow (``add_partitions``).
+        ``validate_only`` gets the same answer and changes nothing, as in Kafka."""
+        names = [t.name for t in req.topics]
+        results = []
+        for asked in req.topics:
+            if names.count(asked.name) > 1:
+                results.append(
+                    km.CreatePartitionsTopicResult(
+                        asked.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."
+                    )
+                )
+                continue
+            try:
+                self.access.require(Operation.ADMIN, asked.name)
+                current = self._partition_count(asked.name)
+            except HeadraceError as exc:
+                results.append(
+                    km.CreatePartitionsTopicResult(asked.name, code_of(exc), exc.message)
+                )
+                continue
+            refused = partition_counts.check_new_count(
+                asked.name,
+                current,
+                asked.count,
+                assigned=asked.assignments is not None,
+                limit=MAX_PARTITIONS,
+            )
+            if refused is not None:
+                results.append(
+                    km.CreatePartitionsTopicResult(asked.name, refused.code, refused.message)
+                )
+                continue
+            try:
+                self.broker.add_partitions(asked.name, asked.count)
+            except HeadraceError as exc:
+                results.append(
+                    km.CreatePartitionsTopicResult(asked.name, code_of(exc), exc.message)
+                )
+                continue
+            results.append(km.CreatePartitionsTopicResult(asked.name, ErrorCode.NONE))
+        return results
+
+    def _partition_count(self, name: str) -> int:
+        """The partition count a Kafka client sees in ``Metadata``: in a cluster the
+        topology's active partitions, which this broker knows whether or not it hosts
+        a copy of the topic."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            return self.broker.registry.get(name).partition_count
+        try:
+            canonical = canonical_topic_name(name)
+        except InvalidTopicSpec as exc:
+            raise UnknownTopic(exc.message) from exc
+        placement = next((t for t in cluster.topics if t.name == canonical), None)
+        if placement is None:
+            raise UnknownTopic(f"unknown topic {canonical!r}")
+        return placement.routing_partitions
 
     def _topic_names(self) -> set[str]:
         return {kafka_topic_name(name) for name in self.broker.registry.topics}

@@ -45,6 +45,7 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
@@ -685,7 +686,7 @@ class InitProducerIdResponse:
     producer_epoch: int = kfield(Kind.INT16, default=-1)
 
 
-# --------------------------------------------------------------------------- admin (19, 20, 32, 60)
+# --------------------------------------------------------------------------- admin (19, 20, 32, 37, 60)
 
 
 @dataclass(slots=True)
@@ -829,6 +830,41 @@ class DescribeClusterResponse:
     cluster_authorized_operations: int = kfield(Kind.INT32, default=AUTHORIZED_OPERATIONS_OMITTED)
 
 
+@dataclass(slots=True)
+class CreatePartitionsAssignment:
+    broker_ids: list[int] = kfield(Array(Kind.INT32))
+
+
+@dataclass(slots=True)
+class CreatePartitionsTopic:
+    name: str = kfield(Kind.STRING)
+    #: the new partition count (not the number of partitions to add)
+    count: int = kfield(Kind.INT32)
+    assignments: list[CreatePartitionsAssignment] | None = kfield(
+        Array(CreatePartitionsAssignment), nullable="0+", default=None
+    )
+
+
+@dataclass(slots=True)
+class CreatePartitionsRequest:
+    topics: list[CreatePartitionsTopic] = kfield(Array(CreatePartitionsTopic))
+    timeout_ms: int = kfield(Kind.INT32)
+    validate_only: bool = kfield(Kind.BOOL)
+
+
+@dataclass(slots=True)
+class CreatePartitionsTopicResult:
+    name: str = kfield(Kind.STRING)
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class CreatePartitionsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    results: list[CreatePartitionsTopicResult] = kfield(Array(CreatePartitionsTopicResult))
+
+
 # --------------------------------------------------------------------------- SASL (17, 36)
 
 
@@ -960,6 +996,7 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.DELETE_TOPICS, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest, DescribeConfigsResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest, DescribeClusterResponse, 0, 0, 0),
+        Api(ApiKey.CREATE_PARTITIONS, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3, 2),
         # v0 of the handshake is followed by raw SASL frames outside Kafka's framing: only
         # v1, whose tokens travel in SaslAuthenticate
         Api(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, 1, 1, NEVER),

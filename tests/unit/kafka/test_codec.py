@@ -209,6 +209,7 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (23, 0, 3),
         (32, 0, 3),
         (36, 0, 1),
+        (37, 0, 3),
         (42, 0, 1),
         (47, 0, 0),
         (60, 0, 0),
@@ -301,3 +302,86 @@ def test_offset_delete_v0_as_kafkas_schema_writes_it() -> None:
     schema.encode_into(w, answer, 0, False)
     assert w.getvalue().hex() == ("0000000000000000000100017400000001000000030056")
     assert not api.flexible(0) and api.supports(0) and not api.supports(1)
+
+
+CREATE_PARTITIONS = km.SUPPORTED[km.ApiKey.CREATE_PARTITIONS]
+
+
+def test_create_partitions_v0_as_kafkas_schema_writes_it() -> None:
+    """Topics (name, new count, nullable assignments), timeout, validate_only; the answer
+    is the throttle time, then per topic its name, error code and nullable message."""
+    raw = bytes.fromhex(
+        "00000001"  # one topic
+        "000174"  # name "t"
+        "00000004"  # count 4
+        "ffffffff"  # assignments: null
+        "00007530"  # timeout_ms 30000
+        "01"  # validate_only
+    )
+    asked = km.CreatePartitionsRequest([km.CreatePartitionsTopic("t", 4, None)], 30000, True)
+    assert schema.decode_from(Reader(raw), CREATE_PARTITIONS.request, 0, False) == asked
+    answer = km.CreatePartitionsResponse(0, [km.CreatePartitionsTopicResult("t", 37, None)])
+    w = Writer()
+    schema.encode_into(w, answer, 0, False)
+    assert w.getvalue().hex() == "00000000000000010001740025ffff"
+    assert not CREATE_PARTITIONS.flexible(1) and CREATE_PARTITIONS.flexible(2)
+
+
+def test_create_partitions_v2_is_flexible() -> None:
+    raw = bytes.fromhex(
+        "02"  # one topic
+        "0274"  # name "t"
+        "00000003"  # count 3
+        "02"  # one assignment
+        "03"
+        "00000001"
+        "00000002"  # broker_ids [1, 2]
+        "00"  # the assignment's tags
+        "00"  # the topic's tags
+        "000003e8"  # timeout_ms 1000
+        "00"  # validate_only false
+        "00"  # the body's tags
+    )
+    asked = km.CreatePartitionsRequest(
+        [km.CreatePartitionsTopic("t", 3, [km.CreatePartitionsAssignment([1, 2])])], 1000, False
+    )
+    assert schema.decode_from(Reader(raw), CREATE_PARTITIONS.request, 2, True) == asked
+    answer = km.CreatePartitionsResponse(
+        0, [km.CreatePartitionsTopicResult("t", 44, "no"), km.CreatePartitionsTopicResult("u", 0)]
+    )
+    frame = b"".join(km.encode_response(CREATE_PARTITIONS, 2, 9, answer))
+    # size | correlation 9, header tags | throttle | compact array of 2
+    # | "t", 44, compact "no", tags | "u", 0, null (compact 0), tags | tags
+    assert frame[4:].hex() == ("000000090000000000030274002c036e6f0002750000000000")
+    assert km.decode_response(CREATE_PARTITIONS, 2, frame[4:]) == (9, answer)
+
+
+def test_create_partitions_as_aiokafka_writes_and_reads_it() -> None:
+    from aiokafka.protocol.admin import CreatePartitionsRequest_v1, CreatePartitionsResponse_v1
+
+    theirs = CreatePartitionsRequest_v1(
+        [("orders", (6, [[1], [2]])), ("audit", (2, None))], 500, False
+    )
+    assert schema.decode_from(
+        Reader(theirs.encode()), CREATE_PARTITIONS.request, 1, False
+    ) == km.CreatePartitionsRequest(
+        [
+            km.CreatePartitionsTopic(
+                "orders",
+                6,
+                [km.CreatePartitionsAssignment([1]), km.CreatePartitionsAssignment([2])],
+            ),
+            km.CreatePartitionsTopic("audit", 2, None),
+        ],
+        500,
+        False,
+    )
+    w = Writer()
+    answer = km.CreatePartitionsResponse(
+        0, [km.CreatePartitionsTopicResult("orders", 37, "Topic already has 6 partition(s).")]
+    )
+    schema.encode_into(w, answer, 1, False)
+    decoded = CreatePartitionsResponse_v1.decode(w.getvalue())
+    assert [tuple(t) for t in decoded.topic_errors] == [
+        ("orders", 37, "Topic already has 6 partition(s).")
+    ]
