@@ -16,7 +16,7 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from headrace import files, tlsnames
@@ -796,6 +796,27 @@ class Broker:
             " topic is a live repartition, which needs a controller (a cluster: `headrace"
             f" topics alter {name} --partitions {count}`)"
         )
+
+    def reconfigure_topic(
+        self,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Give topic ``name`` the settings ``change`` makes of its current ones (by our
+        names), checked whole first; ``validate_only``: check, change nothing. In a
+        cluster the settings are the controller's Topic's, so refused there."""
+        if self.settings.cluster_mode:
+            raise PolicyViolation(
+                f"{name}: topic settings are the controller's, not changed through the Kafka"
+                f" API: run `headrace topics alter {name} -c KEY=VALUE` (local mode) or edit"
+                " the Topic's spec (Kubernetes)"
+            )
+        config = change(self.registry.get(name).config)
+        self.registry.log_config_of(config)  # raises InvalidTopicSpec
+        if not validate_only:
+            self.registry.reconfigure(name, config)
 
     def delete_topic(self, name: str) -> None:
         if self.settings.cluster_mode:

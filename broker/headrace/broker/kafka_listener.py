@@ -573,6 +573,14 @@ class KafkaConnection(asyncio.Protocol):
             return km.DescribeConfigsResponse(0, [self._describe_configs(r) for r in req.resources])
         if isinstance(req, km.CreatePartitionsRequest):
             return km.CreatePartitionsResponse(0, self._create_partitions(req))
+        if isinstance(req, km.IncrementalAlterConfigsRequest):
+            return km.AlterConfigsResponse(
+                0, [self._alter_incrementally(r, req.validate_only) for r in req.resources]
+            )
+        if isinstance(req, km.AlterConfigsRequest):
+            return km.AlterConfigsResponse(
+                0, [self._alter_whole(r, req.validate_only) for r in req.resources]
+            )
         if isinstance(req, km.DescribeClusterRequest):
             host, port = self.advertised()
             me = self.broker.settings.broker_id
@@ -757,13 +765,68 @@ class KafkaConnection(asyncio.Protocol):
                 km.DescribeConfigsResourceResult(
                     entry.name,
                     entry.value,
-                    read_only=True,  # IncrementalAlterConfigs is not served
+                    # in a cluster they are the controller's Topic's (reconfigure_topic)
+                    read_only=self.broker.settings.cluster_mode,
                     is_default=entry.is_default,
                     config_source=source,
                     is_sensitive=False,
                     synonyms=[km.DescribeConfigsSynonym(entry.name, entry.value, source)],
                 )
             )
+        return result
+
+    def _alter_incrementally(
+        self, asked: km.IncrementalAlterConfigsResource, validate_only: bool
+    ) -> km.AlterConfigsResourceResponse:
+        changes = [configs.Change(c.name, c.config_operation, c.value) for c in asked.configs]
+        return self._alter_topic_config(
+            asked.resource_type,
+            asked.resource_name,
+            validate_only,
+            lambda config: configs.incrementally_altered(config, changes),
+        )
+
+    def _alter_whole(
+        self, asked: km.AlterConfigsResource, validate_only: bool
+    ) -> km.AlterConfigsResourceResponse:
+        pairs = [(c.name, c.value) for c in asked.configs]
+        return self._alter_topic_config(
+            asked.resource_type,
+            asked.resource_name,
+            validate_only,
+            lambda config: configs.altered(config, pairs),
+        )
+
+    def _alter_topic_config(
+        self,
+        resource_type: int,
+        name: str,
+        validate_only: bool,
+        new_config: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> km.AlterConfigsResourceResponse:
+        """One resource of an (Incremental)AlterConfigs: every change checked, then all
+        of them in force at once, or none (``validate_only``: none, with the same answer)."""
+        result = km.AlterConfigsResourceResponse(ErrorCode.NONE, None, resource_type, name)
+        if resource_type == km.RESOURCE_BROKER:
+            result.error_code = ErrorCode.POLICY_VIOLATION
+            result.error_message = (
+                "broker settings are the broker's command-line flags, not changed through"
+                " the Kafka API"
+            )
+            return result
+        if resource_type != km.RESOURCE_TOPIC:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"resource type {resource_type} has no configs here"
+            return result
+        try:
+            self.access.require(Operation.ADMIN, name)
+            self.broker.reconfigure_topic(name, new_config, validate_only=validate_only)
+        except InvalidTopicSpec as exc:
+            result.error_code = ErrorCode.INVALID_CONFIG
+            result.error_message = exc.message
+        except HeadraceError as exc:
+            result.error_code = code_of(exc)
+            result.error_message = exc.message
         return result
 
     def _may_delete_group(self, group_id: str) -> int:

@@ -622,6 +622,18 @@ class TopicRegistry:
         files.write_json_atomic(topic.directory / TOPIC_FILE, topic.to_json(), sort_keys=True)
         return topic
 
+    def reconfigure(self, name: str, config: dict[str, Any]) -> Topic:
+        """Give topic ``name`` the settings ``config`` (a standalone broker's own change):
+        checked first, then written to its topic file, then in force for its open logs
+        (rolls and retention read them on each use)."""
+        topic = self.get(name)
+        log_config = self.log_config_of(config)  # raises InvalidTopicSpec before any change
+        topic.config = dict(config)
+        files.write_json_atomic(topic.directory / TOPIC_FILE, topic.to_json(), sort_keys=True)
+        for partition in topic.partitions.values():
+            partition.log.config = log_config
+        return topic
+
     def get(self, name: str) -> Topic:
         try:
             key = canonical_topic_name(name)

@@ -44,9 +44,11 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
@@ -686,7 +688,7 @@ class InitProducerIdResponse:
     producer_epoch: int = kfield(Kind.INT16, default=-1)
 
 
-# --------------------------------------------------------------------------- admin (19, 20, 32, 37, 60)
+# --------------------------------------------------------------------------- admin (19, 20, 32, 33, 37, 44, 60)
 
 
 @dataclass(slots=True)
@@ -865,6 +867,64 @@ class CreatePartitionsResponse:
     results: list[CreatePartitionsTopicResult] = kfield(Array(CreatePartitionsTopicResult))
 
 
+@dataclass(slots=True)
+class IncrementalAlterableConfig:
+    name: str = kfield(Kind.STRING)
+    #: ``configs.Operation``: set, delete, append, subtract
+    config_operation: int = kfield(Kind.INT8)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsResource:
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+    configs: list[IncrementalAlterableConfig] = kfield(Array(IncrementalAlterableConfig))
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsRequest:
+    resources: list[IncrementalAlterConfigsResource] = kfield(
+        Array(IncrementalAlterConfigsResource)
+    )
+    validate_only: bool = kfield(Kind.BOOL)
+
+
+@dataclass(slots=True)
+class AlterableConfig:
+    name: str = kfield(Kind.STRING)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class AlterConfigsResource:
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+    configs: list[AlterableConfig] = kfield(Array(AlterableConfig))
+
+
+@dataclass(slots=True)
+class AlterConfigsRequest:
+    resources: list[AlterConfigsResource] = kfield(Array(AlterConfigsResource))
+    validate_only: bool = kfield(Kind.BOOL)
+
+
+@dataclass(slots=True)
+class AlterConfigsResourceResponse:
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+
+
+@dataclass(slots=True)
+class AlterConfigsResponse:
+    """The answer to both AlterConfigs and IncrementalAlterConfigs (the same fields)."""
+
+    throttle_time_ms: int = kfield(Kind.INT32)
+    responses: list[AlterConfigsResourceResponse] = kfield(Array(AlterConfigsResourceResponse))
+
+
 # --------------------------------------------------------------------------- SASL (17, 36)
 
 
@@ -997,6 +1057,15 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest, DescribeConfigsResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest, DescribeClusterResponse, 0, 0, 0),
         Api(ApiKey.CREATE_PARTITIONS, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3, 2),
+        Api(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            IncrementalAlterConfigsRequest,
+            AlterConfigsResponse,
+            0,
+            1,
+            1,
+        ),
+        Api(ApiKey.ALTER_CONFIGS, AlterConfigsRequest, AlterConfigsResponse, 0, 2, 2),
         # v0 of the handshake is followed by raw SASL frames outside Kafka's framing: only
         # v1, whose tokens travel in SaslAuthenticate
         Api(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, 1, 1, NEVER),

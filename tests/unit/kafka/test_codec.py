@@ -208,9 +208,11 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (22, 0, 4),
         (23, 0, 3),
         (32, 0, 3),
+        (33, 0, 2),
         (36, 0, 1),
         (37, 0, 3),
         (42, 0, 1),
+        (44, 0, 1),
         (47, 0, 0),
         (60, 0, 0),
     }
@@ -385,3 +387,92 @@ def test_create_partitions_as_aiokafka_writes_and_reads_it() -> None:
     assert [tuple(t) for t in decoded.topic_errors] == [
         ("orders", 37, "Topic already has 6 partition(s).")
     ]
+
+
+INCREMENTAL_ALTER_CONFIGS = km.SUPPORTED[km.ApiKey.INCREMENTAL_ALTER_CONFIGS]
+ALTER_CONFIGS = km.SUPPORTED[km.ApiKey.ALTER_CONFIGS]
+
+
+def test_incremental_alter_configs_v0_as_kafkas_schema_writes_it() -> None:
+    """Resources (type, name, configs of name, operation, nullable value), validate_only;
+    the answer: throttle time, then per resource error code, message, type and name."""
+    raw = bytes.fromhex(
+        "00000001"  # one resource
+        "02"  # type: topic
+        "000174"  # name "t"
+        "00000002"  # two configs
+        "000c" + b"retention.ms".hex() + "00"
+        "0003"
+        + b"100".hex()  # SET "100"
+        + "000d"
+        + b"segment.bytes".hex()
+        + "01"
+        "ffff"  # DELETE, null value
+         + "00"  # validate_only false
+    )
+    assert schema.decode_from(
+        Reader(raw), INCREMENTAL_ALTER_CONFIGS.request, 0, False
+    ) == km.IncrementalAlterConfigsRequest(
+        [
+            km.IncrementalAlterConfigsResource(
+                2,
+                "t",
+                [
+                    km.IncrementalAlterableConfig("retention.ms", 0, "100"),
+                    km.IncrementalAlterableConfig("segment.bytes", 1, None),
+                ],
+            )
+        ],
+        False,
+    )
+    answer = km.AlterConfigsResponse(0, [km.AlterConfigsResourceResponse(40, "no", 2, "t")])
+    w = Writer()
+    schema.encode_into(w, answer, 0, False)
+    assert w.getvalue().hex() == "0000000000000001002800026e6f02000174"
+
+
+def test_incremental_alter_configs_v1_is_flexible() -> None:
+    raw = bytes.fromhex(
+        "02"  # one resource
+        "02"  # type: topic
+        "0274"  # compact "t"
+        "02"  # one config
+        "0d" + b"retention.ms".hex() + "00"
+        "04" + b"100".hex() + "00"  # SET "100", tags
+        "00"  # the resource's tags
+        "01"  # validate_only
+        "00"  # the body's tags
+    )
+    asked = km.IncrementalAlterConfigsRequest(
+        [
+            km.IncrementalAlterConfigsResource(
+                2, "t", [km.IncrementalAlterableConfig("retention.ms", 0, "100")]
+            )
+        ],
+        True,
+    )
+    assert schema.decode_from(Reader(raw), INCREMENTAL_ALTER_CONFIGS.request, 1, True) == asked
+    answer = km.AlterConfigsResponse(0, [km.AlterConfigsResourceResponse(0, None, 2, "t")])
+    frame = b"".join(km.encode_response(INCREMENTAL_ALTER_CONFIGS, 1, 5, answer))
+    # correlation 5, header tags | throttle | one resource: error 0, null message
+    # (compact 0), type 2, compact "t", tags | tags
+    assert frame[4:].hex() == "000000050000000000020000000202740000"
+    assert km.decode_response(INCREMENTAL_ALTER_CONFIGS, 1, frame[4:]) == (5, answer)
+    assert not INCREMENTAL_ALTER_CONFIGS.flexible(0)
+
+
+def test_alter_configs_as_aiokafka_writes_and_reads_it() -> None:
+    from aiokafka.protocol.admin import AlterConfigsRequest_v1, AlterConfigsResponse_v1
+
+    theirs = AlterConfigsRequest_v1([(2, "t", [("retention.ms", "100")])], True)
+    assert schema.decode_from(
+        Reader(theirs.encode()), ALTER_CONFIGS.request, 1, False
+    ) == km.AlterConfigsRequest(
+        [km.AlterConfigsResource(2, "t", [km.AlterableConfig("retention.ms", "100")])], True
+    )
+    w = Writer()
+    answer = km.AlterConfigsResponse(0, [km.AlterConfigsResourceResponse(44, "why", 2, "t")])
+    schema.encode_into(w, answer, 1, False)
+    decoded = AlterConfigsResponse_v1.decode(w.getvalue())
+    assert [tuple(r) for r in decoded.resources] == [(44, "why", 2, "t")]
+    assert ALTER_CONFIGS.flexible(2) and not ALTER_CONFIGS.flexible(1)
