@@ -611,6 +611,8 @@ class TopicRegistry:
             config,
         ):
             return topic
+        # checked before anything changes (the controller checked it too)
+        log_config = self.log_config_of(config) if config != topic.config else None
         if version != topic.partitioning_version:
             # The fence moves now, between two appends: what a leader holds is pre-cutover.
             for partition in topic.partitions.values():
@@ -618,6 +620,10 @@ class TopicRegistry:
                     partition.cutover = (version, partition.log.next_offset)
         topic.partition_count = partition_count
         topic.partitioning_version = version
+        if log_config is not None:
+            # what the hosted logs roll and retain by, not only what the file says
+            for partition in topic.partitions.values():
+                partition.log.config = log_config
         topic.config = dict(config)
         files.write_json_atomic(topic.directory / TOPIC_FILE, topic.to_json(), sort_keys=True)
         return topic

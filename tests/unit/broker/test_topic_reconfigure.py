@@ -38,3 +38,15 @@ def test_a_bad_setting_changes_nothing(tmp_path: Path) -> None:
     assert registry.get("orders").config == {"retention_ms": 5}
     assert registry.get("orders").partition(0).log.config.segment_bytes > 0
     registry.close()
+
+
+def test_settings_the_controller_changes_are_in_force_for_open_logs(tmp_path: Path) -> None:
+    """Cluster mode: ``ensure_topic`` with new settings (``headrace topics alter -c``)
+    changes what the hosted partitions' logs roll and retain by, not only the topic file."""
+    registry = TopicRegistry(tmp_path, LogConfig(fsync=FsyncPolicy.NONE))
+    topic = registry.ensure_topic("orders", 1, 1, {"retention_ms": 5}, "id-1")
+    registry.open_partition(topic, 0)
+    registry.ensure_topic("orders", 1, 1, {"retention_ms": 7, "segment_bytes": 2048}, "id-1")
+    config = registry.get("orders").partition(0).log.config
+    assert (config.retention_ms, config.segment_bytes) == (7, 2048)
+    registry.close()
