@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from headrace import transports
 from headrace.broker import appending, certificates
-from headrace.broker.cohort_admin import offset_for_timestamp
+from headrace.broker.cohort_admin import offset_for_timestamp, offset_of_max_timestamp
 from headrace.broker.server import RedirectRequired
 from headrace.broker.topics import (
     DEFAULT_NAMESPACE,
@@ -235,7 +235,7 @@ class KafkaConnection(asyncio.Protocol):
             elif isinstance(body, km.ProduceRequest):
                 self._produce(header, body, slot)
             elif isinstance(body, km.ListOffsetsRequest):
-                self._complete(slot, api, header, self._list_offsets(body))
+                self._complete(slot, api, header, self._list_offsets(header.api_version, body))
             elif isinstance(body, km.FetchRequest):
                 self._spawn(self._fetch(slot, api, header, body))
             elif isinstance(body, km.SaslHandshakeRequest):
@@ -1130,7 +1130,7 @@ class KafkaConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ ListOffsets
 
-    def _list_offsets(self, req: km.ListOffsetsRequest) -> km.ListOffsetsResponse:
+    def _list_offsets(self, version: int, req: km.ListOffsetsRequest) -> km.ListOffsetsResponse:
         topics = []
         for topic in req.topics:
             answer = km.ListOffsetsTopicResponse(topic.name)
@@ -1154,6 +1154,14 @@ class KafkaConnection(asyncio.Protocol):
                     result.offset = earliest
                 elif asked.timestamp == km.LATEST_TIMESTAMP:
                     result.offset = part.high_watermark
+                elif asked.timestamp == km.MAX_TIMESTAMP and version >= 7:
+                    # exact: the record's own offset and timestamp, committed records only
+                    found = offset_of_max_timestamp(part, part.high_watermark)
+                    if found is None:
+                        result.leader_epoch = -1  # no record: offset, timestamp, epoch all -1
+                    else:
+                        result.offset, result.timestamp = found.offset, found.timestamp
+                        result.leader_epoch = found.leader_epoch
                 elif asked.timestamp < 0:
                     result.error_code = ErrorCode.UNSUPPORTED_VERSION
                 else:

@@ -336,6 +336,8 @@ class FetchResponse:
 #: ListOffsets' special timestamps
 LATEST_TIMESTAMP: Final = -1
 EARLIEST_TIMESTAMP: Final = -2
+#: v7+ (KIP-734): the first record with the largest timestamp
+MAX_TIMESTAMP: Final = -3
 
 
 @dataclass(slots=True)
@@ -1028,7 +1030,9 @@ SUPPORTED: Final[dict[int, Api]] = {
     for api in (
         Api(ApiKey.PRODUCE, ProduceRequest, ProduceResponse, 3, 9, 9),
         Api(ApiKey.FETCH, FetchRequest, FetchResponse, 4, 12, 12),
-        Api(ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, 1, 6, 6),
+        # v7 is v6 that may ask for MAX_TIMESTAMP; v8's earliest-local and v9's
+        # latest-tiered offsets are not answered
+        Api(ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, 1, 7, 6),
         Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, 0, 12, 9),
         Api(ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3),
         Api(ApiKey.OFFSET_COMMIT, OffsetCommitRequest, OffsetCommitResponse, 2, 7, 8),

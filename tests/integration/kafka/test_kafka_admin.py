@@ -1,6 +1,6 @@
 """Topic admin through Kafka's admin clients: create with configs, describe, refuse what
 cannot be honoured by name, delete; the describe calls tools make first; and
-CreatePartitions' checks and refusal."""
+CreatePartitions' checks and refusal; ListOffsets by max timestamp."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin import NewPartitions as AioNewPartitions
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import InvalidPartitionsError, PolicyViolationError
-from confluent_kafka import KafkaError, KafkaException
-from confluent_kafka.admin import AdminClient, NewPartitions
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, OffsetSpec
 from confluent_kafka.admin import NewTopic as CNewTopic
 
 from tests.integration.kafka.conftest import KafkaBroker
@@ -126,3 +126,27 @@ async def test_aiokafka_create_partitions_raises_kafkas_error_classes(kafka: Kaf
         assert len(described["partitions"]) == 2
     finally:
         await admin.close()
+
+
+def test_list_offsets_by_max_timestamp_names_the_newest_record(kafka: KafkaBroker) -> None:
+    """ListOffsets v7 (librdkafka's OffsetSpec.max_timestamp): the first record with the
+    largest timestamp, exactly, however the producer batched it; earliest and latest as
+    before."""
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    admin.create_topics([CNewTopic("clock", 1, 1)])["clock"].result(timeout=30)
+    empty = TopicPartition("clock", 0)
+    nothing = admin.list_offsets({empty: OffsetSpec.max_timestamp()})[empty].result(timeout=30)
+    assert nothing.offset == -1
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 50})
+    stamps = [1_000, 5_000, 9_000, 2_000, 9_000, 3_000]  # the first 9,000 is offset 2
+    for ts in stamps:
+        producer.produce("clock", value=b"v", timestamp=1_700_000_000_000 + ts)
+    assert producer.flush(30) == 0
+
+    def offset(spec: OffsetSpec) -> tuple[int, int]:
+        found = admin.list_offsets({empty: spec})[empty].result(timeout=30)
+        return found.offset, found.timestamp
+
+    assert offset(OffsetSpec.max_timestamp()) == (2, 1_700_000_009_000)
+    assert offset(OffsetSpec.earliest())[0] == 0
+    assert offset(OffsetSpec.latest())[0] == len(stamps)

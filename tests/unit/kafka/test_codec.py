@@ -190,7 +190,7 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
     assert advertised == {
         (0, 3, 9),
         (1, 4, 12),
-        (2, 1, 6),
+        (2, 1, 7),
         (3, 0, 12),
         (8, 2, 7),
         (9, 1, 5),
@@ -476,3 +476,26 @@ def test_alter_configs_as_aiokafka_writes_and_reads_it() -> None:
     decoded = AlterConfigsResponse_v1.decode(w.getvalue())
     assert [tuple(r) for r in decoded.resources] == [(44, "why", 2, "t")]
     assert ALTER_CONFIGS.flexible(2) and not ALTER_CONFIGS.flexible(1)
+
+
+def test_list_offsets_v7_is_v6_asking_for_the_max_timestamp() -> None:
+    api = km.SUPPORTED[km.ApiKey.LIST_OFFSETS]
+    raw = bytes.fromhex(
+        "ffffffff"  # replica_id -1
+        "00"  # isolation_level
+        "02"  # one topic
+        "0274"  # compact "t"
+        "02"  # one partition
+        "00000000"  # partition 0
+        "ffffffff"  # current_leader_epoch -1
+        "fffffffffffffffd"  # timestamp -3: MAX_TIMESTAMP
+        "00"
+        "00"
+        "00"  # the partition's, the topic's and the body's tags
+    )
+    assert schema.decode_from(Reader(raw), api.request, 7, True) == km.ListOffsetsRequest(
+        -1,
+        0,
+        [km.ListOffsetsTopic("t", [km.ListOffsetsPartition(0, -1, km.MAX_TIMESTAMP)])],
+    )
+    assert api.supports(7) and not api.supports(8)
