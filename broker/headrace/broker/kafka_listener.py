@@ -1156,7 +1156,12 @@ class KafkaConnection(asyncio.Protocol):
                     result.offset = part.high_watermark
                 elif asked.timestamp == km.MAX_TIMESTAMP and version >= 7:
                     # exact: the record's own offset and timestamp, committed records only
-                    found = offset_of_max_timestamp(part, part.high_watermark)
+                    try:
+                        found = offset_of_max_timestamp(part, part.high_watermark)
+                    except HeadraceError as exc:  # its batch could not be decoded
+                        log.warning("kafka: max timestamp of %s: %s", part.name, exc)
+                        result.error_code = code_of(exc)
+                        continue
                     if found is None:
                         result.leader_epoch = -1  # no record: offset, timestamp, epoch all -1
                     else:
