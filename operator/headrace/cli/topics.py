@@ -402,11 +402,12 @@ def topics_alter(
     """Change topic NAME's settings (retention, segments, minInSync, partitions, ...).
 
     Edits the Topic document the controller holds and applies it back. Needs a controller:
-    a standalone broker's topic settings are fixed at creation."""
+    a standalone broker's topic settings change only through the Kafka API (docs/kafka.md)."""
     if not controller_known(controller_url, client):
         raise click.ClickException(
             "topics alter needs a controller (--controller, $HEADRACE_CONTROLLER or a local"
-            " cluster in --dir); a standalone broker's topic settings are fixed at creation"
+            " cluster in --dir); a standalone broker's topic settings change only through the"
+            " Kafka API (IncrementalAlterConfigs, docs/kafka.md)"
         )
     settings = parse_config(config)
     url = options.controller_url(controller_url, client.directory)
