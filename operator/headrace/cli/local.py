@@ -37,6 +37,12 @@ note, and the controller refuses (HTTP 422 with one line per problem) a Topic
 the cluster cannot honour (``headrace.control.admission``) unless
 ``--allow-problems`` turns the lines into warnings. ``delete`` names what did
 not exist and then exits ``EXIT_NOT_FOUND``.
+
+This module holds the click commands only. The controller process is
+``controller.main`` (its options: ``controller_options``); a cluster's life is
+``local_cluster`` (its ACL files ``local_access``, its record ``local_record``,
+MinIO ``minio_launcher``, the processes ``processes``); ``local status``'s text
+is ``local_status``; the controller's API is reached through ``controller_client``.
 """
 
 from __future__ import annotations
