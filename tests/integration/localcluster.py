@@ -17,13 +17,9 @@ from typing import Any
 
 from bench import procs
 from bench.procs import free_port
-from headrace.cli.local import (
-    access_args,
-    broker_args,
-    controller_access_args,
-    object_store_args,
-    spawn_headrace,
-)
+from headrace.cli.local_access import access_args, controller_access_args
+from headrace.cli.local_cluster import broker_args, object_store_args
+from headrace.cli.processes import spawn_headrace
 from headrace.objectstore.minio_store import MinioSettings, MinioStore
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest

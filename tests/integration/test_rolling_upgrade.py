@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 
 from bench import procs
-from headrace.cli.local import alive
+from headrace.cli.processes import alive
 from headrace.client import Consumer
 from tests.integration.acked_load import AckedLoad, check_stored_once, keys
 from tests.integration.localcluster import LocalCluster, all_in_sync, topic_manifest, until

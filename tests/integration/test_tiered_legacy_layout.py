@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.cli.local import alive
+from headrace.cli.processes import alive
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier

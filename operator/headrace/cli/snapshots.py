@@ -21,6 +21,7 @@ from typing import Any
 
 import click
 
+from headrace.cli import controller_client, local_record
 from headrace.cli import local as local_mode
 from headrace.cli.jobs import _creation_id, _local_bootstrap, _qualified, _target
 
@@ -31,7 +32,7 @@ _dir_option = click.option(
     "--dir",
     "directory",
     type=click.Path(path_type=Path),
-    default=local_mode.DEFAULT_DIR,
+    default=local_record.DEFAULT_DIR,
     show_default=True,
     help="The local cluster's directory (its local.json names the store and controller).",
 )
@@ -45,7 +46,7 @@ async def _high_watermarks(bootstraps: list[str], topic: str) -> dict[int, int]:
     from headrace.protocol.frames import Op
 
     options = ConnectOptions(
-        client_id="headrace-cli", auth_token=os.environ.get(local_mode.AUTH_TOKEN_ENV)
+        client_id="headrace-cli", auth_token=os.environ.get(controller_client.AUTH_TOKEN_ENV)
     )
     found: dict[int, int] = {}
     for bootstrap in bootstraps:
@@ -133,7 +134,7 @@ def restore_local(
     from headrace.objectstore.errors import ObjectNotFound
     from headrace.tiered import pins
 
-    controller = local_mode._controller_url(None, directory)
+    controller = controller_client.resolve_controller_url(None, directory)
     target_name = _qualified(new_topic)
     applied = _applied_topics(controller)
     if target_name in applied:
@@ -150,7 +151,7 @@ def restore_local(
         namespace, _, bare = target_name.partition("/")
         spec: dict[str, Any] = dict(
             applied.get(source.topic, {}).get("spec")
-            or {"clusterRef": {"name": local_mode.CLUSTER_ID}}
+            or {"clusterRef": {"name": local_record.CLUSTER_ID}}
         )
         spec["partitions"] = max(p.partition for p in snap.partitions) + 1
         doc: dict[str, Any] = {
@@ -242,7 +243,9 @@ def apply_resources(resources: list[Any], directory: Path) -> None:
             )
             continue
         target = f"{namespace}/{resource.spec.topic}"
-        state = local_mode._http("GET", f"{local_mode._controller_url(None, directory)}/v1/topics")
+        state = controller_client.request_json(
+            "GET", f"{controller_client.resolve_controller_url(None, directory)}/v1/topics"
+        )
         if any(
             f"{d['metadata'].get('namespace', 'default')}/{d['metadata']['name']}" == target
             for d in state["topics"]
