@@ -95,6 +95,17 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [batch]
   resources: [jobs, cronjobs]
   verbs: [get, list, watch, create, patch]
+# TopicSnapshot and TopicRestore: watched, kopf's finalizer on snapshots, their status
+# written; a restore creates its Topic (server-side apply)
+- apiGroups: [headrace.dev]
+  resources: [topicsnapshots, topicrestores]
+  verbs: [get, list, watch, patch]
+- apiGroups: [headrace.dev]
+  resources: [topicsnapshots/status, topicrestores/status]
+  verbs: [get, update, patch]
+- apiGroups: [headrace.dev]
+  resources: [topics]
+  verbs: [create]
 # Users: watched and listed per cluster, their status written
 - apiGroups: [headrace.dev]
   resources: [users]

@@ -69,6 +69,19 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     ),
     # their Jobs and CronJobs, server-side applied and followed
     (("batch",), ("jobs", "cronjobs"), ("get", "list", "watch", "create", "patch")),
+    # TopicSnapshot and TopicRestore (``snapshot_handlers``): watched, kopf's finalizer on
+    # snapshots, their status written; a restore creates its Topic (server-side apply)
+    (
+        ("headrace.dev",),
+        ("topicsnapshots", "topicrestores"),
+        ("get", "list", "watch", "patch"),
+    ),
+    (
+        ("headrace.dev",),
+        ("topicsnapshots/status", "topicrestores/status"),
+        ("get", "update", "patch"),
+    ),
+    (("headrace.dev",), ("topics",), ("create",)),
     # Users (``principals``): watched and listed per cluster, their status written
     (("headrace.dev",), ("users",), ("get", "list", "watch", "patch")),
     (("headrace.dev",), ("users/status",), ("get", "update", "patch")),
