@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ RESOURCES: dict[str, kmock.ResourceInfo] = (
             ("unloads", "Unload"),
             ("repartitions", "Repartition"),
             ("users", "User"),
+            ("topicsnapshots", "TopicSnapshot"),
+            ("topicrestores", "TopicRestore"),
         )
     }
     | {
@@ -82,7 +85,11 @@ RESOURCES: dict[str, kmock.ResourceInfo] = (
         resource: kmock.ResourceInfo(
             kind=kind, namespaced=True, verbs={"get", "list", "watch", "create", "patch", "delete"}
         )
-        for resource, kind in (("v1/pods", "Pod"), ("apps/v1/statefulsets", "StatefulSet"))
+        for resource, kind in (
+            ("v1/pods", "Pod"),
+            ("apps/v1/statefulsets", "StatefulSet"),
+            ("batch/v1/jobs", "Job"),
+        )
     }
 )
 
@@ -189,7 +196,12 @@ class ApiServer(kmock.KubernetesEmulator):
                     self.objects[key] = {
                         "apiVersion": request.data.get("apiVersion"),
                         "kind": request.data.get("kind"),
-                        "metadata": {"name": request.name, "namespace": request.namespace},
+                        "metadata": {
+                            "name": request.name,
+                            "namespace": request.namespace,
+                            # the API server gives every object it creates a uid
+                            "uid": str(uuid.uuid4()),
+                        },
                     }
         elif stored is not None and isinstance(request.data, Mapping):
             # a resourceVersion in a merge patch is a precondition (kopf's JSON patches,
