@@ -3,7 +3,8 @@ a new topic created from one.
 
 Pure data. A TopicSnapshot is a request (spec, immutable) and the snapshot document's
 summary (status); a TopicRestore names a snapshot and the topic to create from it. What
-they do is in ``headrace.jobs.snapshot`` and docs/tiered-storage.md, *Snapshots*.
+they do is in ``headrace.jobs.snapshot`` and docs/tiered-storage.md, *Snapshots*; the
+operator reconciles them in ``headrace.operator.snapshot_handlers``.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class TopicSnapshotSpec(Model):
 
 
 class TopicSnapshotStatus(Status):
-    """The snapshot as written; ``phase`` is also the Ready condition's reason."""
+    """The snapshot as written; ``phase`` is also the Ready condition's reason, unless it
+    waits for something the condition names (``WaitingForBrokers``, ``TopicNotFound``)."""
 
     phase: SnapshotPhase | None = None
     """``Pending``, ``Ready`` or ``Failed``."""
@@ -124,7 +126,8 @@ class TopicRestoreSpec(Model):
 
 
 class TopicRestoreStatus(Status):
-    """How the restore went; ``phase`` is also the Ready condition's reason."""
+    """How the restore went; ``phase`` is also the Ready condition's reason, unless it
+    waits for something the condition names (``WaitingForSnapshot``, ``TopicExists``)."""
 
     phase: SnapshotPhase | None = None
     """``Pending``, ``Ready`` (the new topic is placed) or ``Failed``."""
