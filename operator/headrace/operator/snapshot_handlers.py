@@ -1,4 +1,5 @@
-"""The kopf handlers of TopicSnapshot and TopicRestore, and the reconcilers they call
+"""The kopf handlers of TopicSnapshot, TopicRestore and TopicSnapshotSchedule, and the
+reconcilers they call
 (adapter: reads and writes through ``KubeApi``; Jobs and statuses from the pure
 ``snapshot_jobs``). The same commands as ``headrace apply -f`` in local mode run in the
 Jobs (``cli.snapshots``), so both modes take and restore the same snapshot.
@@ -19,6 +20,11 @@ Jobs (``cli.snapshots``), so both modes take and restore the same snapshot.
   ``written``, and report ``Ready`` when the control loop has placed it (the Topic is
   Ready). A Topic of that name that the restore did not create fails it.
 
+* **TopicSnapshotSchedule**, on a kopf timer (every ``snapshot_schedules.TICK_S``): create
+  the TopicSnapshot that is due (named after its time: a restart creates none twice),
+  delete the ones beyond what the schedule keeps, write its status
+  (``snapshot_schedules``).
+
 Waiting (for brokers' heartbeats, for the snapshot) is retried by kopf: the create and
 resume handlers raise ``TemporaryError`` until an event will drive the rest. Status writes
 are compare-and-swap and skipped when nothing changed; phase changes are posted as Events.
@@ -36,10 +42,16 @@ import pydantic
 from headrace.control.documents import (
     RESTORE_ANNOTATION,
     condition_time,
+    epoch_ms,
     restored_topic,
 )
 from headrace.control.model import RestoreStage
-from headrace.operator import compaction_handlers, compaction_jobs, snapshot_jobs
+from headrace.operator import (
+    compaction_handlers,
+    compaction_jobs,
+    snapshot_jobs,
+    snapshot_schedules,
+)
 from headrace.operator.compaction_jobs import NotRunnable
 from headrace.operator.handlers import GROUP, VERSION, OperatorContext, without_status
 from headrace.operator.kube import ObjectRef, StaleResourceVersion
@@ -47,7 +59,12 @@ from headrace.operator.snapshot_jobs import Step
 from headrace.protocol.coordination import Heartbeat
 from headrace.resources import meta
 from headrace.resources.clusters import BrokerCluster
-from headrace.resources.snapshots import SnapshotPhase, TopicRestore, TopicSnapshot
+from headrace.resources.snapshots import (
+    SnapshotPhase,
+    TopicRestore,
+    TopicSnapshot,
+    TopicSnapshotSchedule,
+)
 from headrace.tiered.snapshots import InvalidSnapshot, where_stored
 
 log = logging.getLogger(__name__)
@@ -68,7 +85,10 @@ def _context(memo: Any) -> OperatorContext:
     return context
 
 
-def _parse(model: type[TopicSnapshot] | type[TopicRestore], body: Mapping[str, Any]) -> Any:
+def _parse(
+    model: type[TopicSnapshot] | type[TopicRestore] | type[TopicSnapshotSchedule],
+    body: Mapping[str, Any],
+) -> Any:
     try:
         return model.from_manifest(without_status(body))
     except pydantic.ValidationError as exc:
@@ -437,3 +457,55 @@ async def restore_progressed(
         await reconcile_restore(_context(memo), namespace or "default", restore)
     except Waiting:
         pass  # the create handler retries
+
+
+# ---------------------------------------------------------------------- TopicSnapshotSchedule
+
+
+async def reconcile_schedule(context: OperatorContext, namespace: str, name: str) -> None:
+    """One tick of a schedule (``snapshot_schedules``): create the TopicSnapshot that is due,
+    delete the ones beyond what it keeps, write its status."""
+    api = context.api
+    ref = ObjectRef(API_VERSION, "TopicSnapshotSchedule", namespace, name)
+    for _ in range(WRITE_ATTEMPTS):
+        body = await api.get(ref)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        schedule: TopicSnapshotSchedule = _parse(TopicSnapshotSchedule, body)
+        now_ms = context.clock.now_ms()
+        last = (body.get("status") or {}).get("lastScheduleTime")
+        created = body["metadata"].get("creationTimestamp")
+        fire_ms = snapshot_schedules.due(
+            schedule,
+            epoch_ms(last) if last else None,
+            epoch_ms(created) if created else now_ms,
+            now_ms,
+        )
+        if fire_ms is not None:
+            await api.apply(snapshot_schedules.snapshot_manifest(schedule, fire_ms))
+        selector = f"{snapshot_schedules.SCHEDULE_LABEL}={name}"
+        snapshots = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
+        doomed = snapshot_schedules.to_delete(snapshots, schedule.spec.keep)
+        for old in doomed:
+            await api.delete(ObjectRef(API_VERSION, "TopicSnapshot", namespace, old))
+        kept = [b for b in snapshots if b["metadata"]["name"] not in doomed]
+        now = condition_time(now_ms)
+        status = snapshot_schedules.schedule_status(body, schedule, kept, fire_ms, now)
+        try:
+            await compaction_handlers.write_status(api, body, status)
+        except StaleResourceVersion:
+            continue
+        if fire_ms is not None:
+            context.post_event(
+                body,
+                "Normal",
+                "SnapshotScheduled",
+                f"TopicSnapshot {snapshot_schedules.snapshot_name(name, fire_ms)} created",
+            )
+        return
+    log.warning("TopicSnapshotSchedule %s/%s: status kept conflicting", namespace, name)
+
+
+@kopf.timer(GROUP, VERSION, "topicsnapshotschedules", interval=snapshot_schedules.TICK_S)
+async def schedule_ticked(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    await reconcile_schedule(_context(memo), namespace or "default", name)

@@ -20,7 +20,7 @@ from kube_server import ApiServer
 
 from headrace.cli.snapshots import snapshot_summary
 from headrace.control.documents import RESTORE_ANNOTATION
-from headrace.operator import snapshot_handlers, snapshot_jobs
+from headrace.operator import snapshot_handlers, snapshot_jobs, snapshot_schedules
 from headrace.operator.handlers import OperatorContext
 from headrace.operator.kube import ClientApi
 from headrace.protocol.coordination import Heartbeat, PartitionReport
@@ -421,3 +421,113 @@ async def test_a_failed_restore_job_leaves_the_topic_held(
     assert "failed verification" in ready_of(body)["message"]
     held = server.body("Topic", "orders-copy")
     assert held["metadata"]["annotations"][RESTORE_ANNOTATION] == "pending"
+
+
+# ---------------------------------------------------------------------- TopicSnapshotSchedule
+
+JAN_1_0200 = 1_767_232_800_000  # 2026-01-01T02:00:00Z
+
+
+def schedule(name: str = "sched", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": V,
+        "kind": "TopicSnapshotSchedule",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-{name}",
+            "generation": 1,
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+        },
+        "spec": {"topicRef": {"name": "orders"}, "schedule": "0 2 * * *", "keep": 2, **spec},
+    }
+
+
+def scheduled(name: str, phase: str | None, message: str = "") -> dict[str, Any]:
+    body = topic_snapshot(name)
+    body["metadata"]["labels"] = {snapshot_schedules.SCHEDULE_LABEL: "sched"}
+    if phase is not None:
+        ready = {"type": "Ready", "status": str(phase == "Ready"), "message": message}
+        body["status"] = {"phase": phase, "conditions": [ready]}
+    return body
+
+
+def schedule_context(api: ClientApi, events: list[tuple[str, str, str]], now_ms: int) -> Any:
+    context = context_over(api, events)
+    context.clock = ManualClock(now_ms)
+    return context
+
+
+def snapshot_names(server: ApiServer) -> list[str]:
+    return sorted(
+        name
+        for (resource, _, name), obj in server.objects.items()
+        if resource.plural == "topicsnapshots" and not obj.deleted
+    )
+
+
+async def test_a_schedule_takes_the_snapshot_that_is_due_once(
+    server: ApiServer, api: ClientApi
+) -> None:
+    server.put(schedule())
+    events: list[tuple[str, str, str]] = []
+    before = schedule_context(api, events, JAN_1_0200 - 1000)
+    await snapshot_handlers.reconcile_schedule(before, "ns", "sched")
+    assert snapshot_names(server) == []
+
+    at = schedule_context(api, events, JAN_1_0200 + 5000)
+    await snapshot_handlers.reconcile_schedule(at, "ns", "sched")
+    assert snapshot_names(server) == ["sched-202601010200"]
+    taken = server.body("TopicSnapshot", "sched-202601010200")
+    assert taken["metadata"]["labels"] == {snapshot_schedules.SCHEDULE_LABEL: "sched"}
+    assert taken["spec"] == {"topicRef": {"name": "orders"}}
+    assert "ownerReferences" not in taken["metadata"]  # deleting the schedule keeps it
+    status = server.body("TopicSnapshotSchedule", "sched")["status"]
+    assert status["lastScheduleTime"] == "2026-01-01T02:00:00.000Z"
+    assert status["lastSnapshot"] == {"name": "sched-202601010200"}
+    assert [e[1] for e in events] == ["SnapshotScheduled"]
+
+    # the next tick, and a restarted operator's: nothing more until tomorrow's 02:00
+    for _ in range(2):
+        later = schedule_context(api, events, JAN_1_0200 + 60_000)
+        await snapshot_handlers.reconcile_schedule(later, "ns", "sched")
+    assert snapshot_names(server) == ["sched-202601010200"]
+    assert len(events) == 1
+    tomorrow = schedule_context(api, events, JAN_1_0200 + 86_400_000)
+    await snapshot_handlers.reconcile_schedule(tomorrow, "ns", "sched")
+    assert snapshot_names(server) == ["sched-202601010200", "sched-202601020200"]
+
+
+async def test_a_schedule_keeps_its_newest_ready_snapshots_and_its_last_failure(
+    server: ApiServer, api: ClientApi
+) -> None:
+    server.put(schedule(suspend=True))
+    for day, phase in ((1, "Ready"), (2, "Failed"), (3, "Ready"), (4, "Ready"), (5, "Failed")):
+        server.put(scheduled(f"sched-2026010{day}0200", phase, message=f"day {day}"))
+    server.put(scheduled("sched-202601060200", None))  # pending: left alone
+    server.put(topic_snapshot("by-hand"))  # not the schedule's
+    context = schedule_context(api, [], JAN_1_0200 + 6 * 86_400_000)
+    await snapshot_handlers.reconcile_schedule(context, "ns", "sched")
+
+    assert snapshot_names(server) == [
+        "by-hand",
+        "sched-202601030200",
+        "sched-202601040200",
+        "sched-202601050200",
+        "sched-202601060200",
+    ]
+    body = server.body("TopicSnapshotSchedule", "sched")
+    status = body["status"]
+    assert status["kept"] == [{"name": "sched-202601030200"}, {"name": "sched-202601040200"}]
+    assert status["lastSnapshot"] == {"name": "sched-202601060200"}
+    assert status["lastFailure"] == "sched-202601050200: day 5"
+    assert (ready_of(body)["status"], ready_of(body)["reason"]) == ("False", "LastSnapshotFailed")
+    assert "lastScheduleTime" not in status  # suspended: it took none
+
+
+async def test_a_suspended_schedule_takes_none(server: ApiServer, api: ClientApi) -> None:
+    server.put(schedule(suspend=True))
+    context = schedule_context(api, [], JAN_1_0200 + 5000)
+    await snapshot_handlers.reconcile_schedule(context, "ns", "sched")
+    assert snapshot_names(server) == []
+    assert ready_of(server.body("TopicSnapshotSchedule", "sched"))["reason"] == "Suspended"
