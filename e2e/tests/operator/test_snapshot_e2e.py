@@ -10,6 +10,9 @@ the snapshot: it is Ready once the operator's control loop has placed it, and a 
 reads every snapshotted record from it exactly once, at the offsets it had, and nothing
 else. Deleting the TopicSnapshot deletes its document from the store (the finalizer's Job).
 
+A ``TopicSnapshotSchedule`` every minute keeping one (``make e2e-cron``: it waits for two
+minute boundaries) takes a snapshot, then a newer one that replaces it.
+
 Test bed only: the operator and MinIO run on this host; pods run this checkout's Python.
 """
 
@@ -17,9 +20,12 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator import storage
@@ -157,3 +163,80 @@ def test_a_snapshot_restores_every_record_at_its_offset_after_the_topic_is_gone(
             assert key.endswith("/snapshots/nightly.json")
         finally:
             store.close()
+
+
+def test_a_schedule_takes_a_snapshot_each_minute_and_keeps_the_newest(
+    cluster: Cluster, namespace: str, testbed_only: None, tmp_path: Path
+) -> None:
+    """A TopicSnapshotSchedule every minute keeping one: its first snapshot is Ready, then
+    the next one replaces it (the older one and its document are deleted). Waits for two
+    minute boundaries (~3 min): only with ``HEADRACE_E2E_CRON=1`` (``make e2e-cron``)."""
+    if os.environ.get("HEADRACE_E2E_CRON") != "1":
+        pytest.skip("waits for two minutes of a cron schedule: make e2e-cron")
+    with (
+        storage.minio(tmp_path) as server,
+        storage.operator(cluster, namespace, tmp_path / "operator.log"),
+    ):
+        cluster.apply([storage.credentials_secret(server)], namespace)
+        cluster.apply([storage.tiered_cluster(server.endpoint, "cron", 1)], namespace)
+        storage.wait_ready(cluster, "brokercluster", "cron", namespace)
+        cluster.apply([storage.tiered_topic("orders", "cron")], namespace)
+        storage.wait_ready(cluster, "topic", "orders", namespace)
+        storage.produce(storage.bootstrap(cluster, namespace, "cron"), f"{namespace}/orders", ["a"])
+
+        cluster.apply(
+            [
+                resource(
+                    "TopicSnapshotSchedule",
+                    "minutely",
+                    topicRef={"name": "orders"},
+                    schedule="*/1 * * * *",
+                    keep=1,
+                )
+            ],
+            namespace,
+        )
+
+        def kept() -> list[str]:
+            status = cluster.get("topicsnapshotschedule", "minutely", namespace).get("status")
+            return [k["name"] for k in (status or {}).get("kept") or []]
+
+        (first,) = wait_for("the first scheduled snapshot Ready", kept, 200, every_s=2)
+        key = cluster.get("topicsnapshot", first, namespace)["status"]["key"]
+        (second,) = wait_for(
+            "the next one to replace it",
+            lambda: [n for n in kept() if n != first],
+            200,
+            every_s=2,
+        )
+        assert second > first
+        wait_for(
+            f"TopicSnapshot {first} deleted",
+            lambda: (
+                not cluster.kubectl_run(
+                    "get",
+                    "topicsnapshot",
+                    first,
+                    "-n",
+                    namespace,
+                    "--ignore-not-found",
+                    "-o",
+                    "name",
+                ).stdout.strip()
+            ),
+            120,
+        )
+        store = storage.store_client(server)
+        try:
+            assert not store.exists(key)
+        finally:
+            store.close()
+        status = cluster.get("topicsnapshotschedule", "minutely", namespace)["status"]
+        print(f"\n[e2e figure] TopicSnapshotSchedule status: {json.dumps(status)}", file=sys.stderr)
+        assert storage.condition({"status": status})["reason"] == "Scheduled"
+        cluster.kubectl_run(
+            "delete", "topicsnapshotschedule", "minutely", "-n", namespace, timeout=60
+        )
+        cluster.kubectl_run(
+            "delete", "topicsnapshot", "--all", "-n", namespace, "--timeout=120s", timeout=150
+        )

@@ -481,10 +481,12 @@ async def reconcile_schedule(context: OperatorContext, namespace: str, name: str
             epoch_ms(created) if created else now_ms,
             now_ms,
         )
-        if fire_ms is not None:
-            await api.apply(snapshot_schedules.snapshot_manifest(schedule, fire_ms))
         selector = f"{snapshot_schedules.SCHEDULE_LABEL}={name}"
         snapshots = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
+        busy = snapshot_schedules.unfinished(snapshots) if fire_ms is not None else None
+        if fire_ms is not None and busy is None:
+            await api.apply(snapshot_schedules.snapshot_manifest(schedule, fire_ms))
+            snapshots = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
         doomed = snapshot_schedules.to_delete(snapshots, schedule.spec.keep)
         for old in doomed:
             await api.delete(ObjectRef(API_VERSION, "TopicSnapshot", namespace, old))
@@ -496,12 +498,15 @@ async def reconcile_schedule(context: OperatorContext, namespace: str, name: str
         except StaleResourceVersion:
             continue
         if fire_ms is not None:
-            context.post_event(
-                body,
-                "Normal",
-                "SnapshotScheduled",
-                f"TopicSnapshot {snapshot_schedules.snapshot_name(name, fire_ms)} created",
-            )
+            taken = snapshot_schedules.snapshot_name(name, fire_ms)
+            if busy is None:
+                context.post_event(
+                    body, "Normal", "SnapshotScheduled", f"TopicSnapshot {taken} created"
+                )
+            else:
+                context.post_event(
+                    body, "Warning", "SnapshotSkipped", f"{taken} skipped: {busy} is not done"
+                )
         return
     log.warning("TopicSnapshotSchedule %s/%s: status kept conflicting", namespace, name)
 

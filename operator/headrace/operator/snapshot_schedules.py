@@ -12,7 +12,8 @@ schedule and not owned by it: deleting the schedule keeps the snapshots taken.
 
 **How many.** The newest ``keep`` Ready snapshots of the schedule stay; older Ready ones
 are deleted (their finalizer deletes the documents). Of the failed ones only the most
-recent stays, to say why. Pending ones are left alone.
+recent stays, to say why. Pending ones are left alone, and while one is, a due time is
+skipped (Event ``SnapshotSkipped``), as a CronJob's ``Forbid`` skips a run.
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ def due(
         return None
     floor = last_schedule_ms if last_schedule_ms is not None else created_ms
     return _ms(fired) if _ms(fired) > floor else None
+
+
+def unfinished(snapshots: Sequence[Mapping[str, Any]]) -> str | None:
+    """The name of a snapshot of the schedule that is neither Ready nor Failed yet: a due
+    time is skipped while one is (as a CronJob's ``Forbid``), so a topic that cannot be
+    snapshotted (missing, its cluster down) does not pile up a snapshot a tick."""
+    for body in _by_time(snapshots):
+        if _phase(body) not in (str(SnapshotPhase.READY), str(SnapshotPhase.FAILED)):
+            return str(body["metadata"]["name"])
+    return None
 
 
 def snapshot_name(schedule_name: str, fire_ms: int) -> str:

@@ -493,6 +493,9 @@ async def test_a_schedule_takes_the_snapshot_that_is_due_once(
         await snapshot_handlers.reconcile_schedule(later, "ns", "sched")
     assert snapshot_names(server) == ["sched-202601010200"]
     assert len(events) == 1
+    done = server.body("TopicSnapshot", "sched-202601010200")
+    done["status"] = {"phase": "Ready"}
+    server.put(done)
     tomorrow = schedule_context(api, events, JAN_1_0200 + 86_400_000)
     await snapshot_handlers.reconcile_schedule(tomorrow, "ns", "sched")
     assert snapshot_names(server) == ["sched-202601010200", "sched-202601020200"]
@@ -531,3 +534,18 @@ async def test_a_suspended_schedule_takes_none(server: ApiServer, api: ClientApi
     await snapshot_handlers.reconcile_schedule(context, "ns", "sched")
     assert snapshot_names(server) == []
     assert ready_of(server.body("TopicSnapshotSchedule", "sched"))["reason"] == "Suspended"
+
+
+async def test_a_due_time_is_skipped_while_the_last_snapshot_is_not_done(
+    server: ApiServer, api: ClientApi
+) -> None:
+    # a topic that cannot be snapshotted must not pile up a pending snapshot a tick
+    server.put(schedule())
+    server.put(scheduled("sched-202512310200", "Pending"))
+    events: list[tuple[str, str, str]] = []
+    context = schedule_context(api, events, JAN_1_0200 + 5000)
+    await snapshot_handlers.reconcile_schedule(context, "ns", "sched")
+    assert snapshot_names(server) == ["sched-202512310200"]
+    assert [e[:2] for e in events] == [("Warning", "SnapshotSkipped")]
+    status = server.body("TopicSnapshotSchedule", "sched")["status"]
+    assert status["lastScheduleTime"] == "2026-01-01T02:00:00.000Z"  # skipped, not owed
