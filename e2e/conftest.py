@@ -24,6 +24,7 @@ MINIO_TESTS = frozenset(
         "test_compaction_e2e.py",
         "test_object_store_e2e.py",
         "test_chaos_operator_e2e.py",
+        "test_snapshot_e2e.py",
     }
 )
 
