@@ -8,6 +8,10 @@ with its own image (``REF=<commit> tools/image/build.sh``: that commit's code, t
 Containerfile; built before the tests, cached by commit). Its chart, not this one: a
 release ships the two together, and this chart's operator Deployment probes ``/livez``,
 which the previous operator does not serve (the kubelet would restart it in a loop).
+Two things that release needs are given to it (the real node found both; both fixed
+since): its operator's root filesystem is writable (that chart has no ``/tmp`` volume,
+and its operator cannot start on a read-only root), and the brokers' volumes are owned
+by the image's user (its brokers have no ``fsGroup``; ``writable_claims``).
 The CRDs are this checkout's throughout, applied before the upgrade as the upgrade
 procedure says (docs/operations.md: Helm never upgrades CRDs), so the previous operator
 runs against the newer CRDs for the whole first half.
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -52,7 +57,7 @@ from e2e.support import (
     release_image_errors,
     wait_for,
 )
-from e2e.testbed import realnode
+from e2e.testbed import provisioning, realnode
 from e2e.testbed.settings import Settings
 from e2e.tests.operator.fixtures import (
     CHART,
@@ -63,6 +68,7 @@ from e2e.tests.operator.fixtures import (
     remove_release,
     wait_ready,
 )
+from headrace.operator.workloads import IMAGE_UID
 from tests.integration.acked_load import AckedLoad, Stored, keys
 from tests.integration.reading import read_partition
 from tests.integration.upgrading import PREVIOUS_RELEASE, Cohort, check_upgrade
@@ -73,6 +79,8 @@ BROKERS = 3
 LOAD_PER_STEP = 200
 #: the BrokerCluster's pods
 BROKER_SELECTOR = "headrace.dev/cluster=demo"
+#: each broker's volume
+STORAGE = "64Mi"
 
 
 @pytest.fixture
@@ -112,18 +120,59 @@ def release(
     fixture's release is."""
     installed = InstalledOperator(cluster, namespace)
     repository, _, tag = previous_image.rpartition(":")
-    installed.helm(
-        "install", installed.release, str(previous_chart), "--skip-crds",
-        "--set-json", f"rbac.watchNamespaces={json.dumps([namespace])}",
-        "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
-        "--set", "image.pullPolicy=IfNotPresent",
-        "--wait", "--timeout", "3m",
-    )  # fmt: skip
     try:
+        installed.helm(
+            "install", installed.release, str(previous_chart), "--skip-crds",
+            "--set-json", f"rbac.watchNamespaces={json.dumps([namespace])}",
+            "--set", f"image.repository={repository}", "--set", f"image.tag={tag}",
+            "--set", "image.pullPolicy=IfNotPresent",
+            # that chart's operator has a read-only root and no /tmp, and the Kubernetes
+            # client writes its discovery cache there: "No usable temporary directory
+            # found" at start on a real node (fixed since: an emptyDir on /tmp)
+            "--set", "operator.securityContext.readOnlyRootFilesystem=false",
+            "--wait", "--timeout", "3m",
+        )  # fmt: skip
         yield installed
     finally:
-        failed = getattr(request.node, "report_call", None)
-        remove_release(installed, failed=failed is not None and failed.failed)
+        report = getattr(request.node, "report_call", None)
+        remove_release(installed, failed=report is None or report.failed)
+
+
+def writable_claims(cluster: Cluster, namespace: str) -> None:
+    """The brokers' claims (``data-demo-<n>``, as the StatefulSet names them), made before
+    the BrokerCluster, their volumes' directories owned by the image's user.
+
+    The previous release's operator sets no pod ``securityContext``: its brokers run as
+    the image's user (10001) without an ``fsGroup`` and cannot write a volume whose root
+    is ``root:root 0755``, as the test bed's (and a fresh cloud disk's) is ("Permission
+    denied: '/var/lib/headrace/topics'"; fixed since: ``fsGroup``). That release ran only
+    on storage its user could write; this gives it such storage. The StatefulSet adopts
+    claims of its names; the test process runs on the real node's host, where the local
+    volumes' directories are."""
+    names = [f"data-demo-{b}" for b in range(BROKERS)]
+    claims = [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "labels": {"headrace.dev/cluster": "demo"}},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": STORAGE}},
+            },
+        }
+        for name in names
+    ]
+    cluster.apply(claims, namespace)
+    for name in names:
+        volume = wait_for(
+            f"claim {name} bound",
+            lambda name=name: cluster.get("pvc", name, namespace)["spec"].get("volumeName"),
+            60,
+        )
+        pv = cluster.kubectl_run("get", "pv", volume, "-o", "json").stdout
+        path = provisioning.volume_path(json.loads(pv))
+        assert path is not None and path.is_dir(), f"volume {volume} has no local directory"
+        os.chown(path, IMAGE_UID, IMAGE_UID)
 
 
 def broker_pods(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
@@ -196,8 +245,14 @@ def test_helm_upgrade_to_a_new_image_rolls_the_brokers_one_at_a_time_under_load(
     cluster: Cluster, namespace: str, release: InstalledOperator, previous_image: str
 ) -> None:
     topic = f"{namespace}/upgrade"
+    writable_claims(cluster, namespace)
     docs = cluster_manifests(
-        namespace, replicas=BROKERS, topic="upgrade", partitions=PARTITIONS, min_in_sync=2
+        namespace,
+        replicas=BROKERS,
+        storage=STORAGE,
+        topic="upgrade",
+        partitions=PARTITIONS,
+        min_in_sync=2,
     )
     cluster.apply(docs, namespace)
     wait_ready(cluster, "brokercluster", "demo", namespace, timeout=300)
