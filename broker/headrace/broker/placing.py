@@ -202,7 +202,7 @@ class Placer:
             # No cutover for this version: no record of it reached this copy (a follower
             # copies the cutover with the first one), so the version starts at our end.
             # Only from a leader of an older release, which sends none, can such records
-            # be here: then the end is past the true cutover (holding a little more back).
+            # be here: then our end is past the true cutover (docs/repartition.md).
             partition.record_cutover((version, partition.log.next_offset))
         else:
             # Ours, or the old leader's as copied with its records: exact. Capped at our

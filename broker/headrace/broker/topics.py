@@ -155,7 +155,7 @@ def write_placement(directory: Path, moves: int, start_offset: int, first_epoch:
 def read_cutover(directory: Path) -> tuple[int, int] | None:
     """The (partitioning version, cutover offset) a partition directory recorded; None if
     none. An unreadable file reads as none: the copy then takes its log end when it
-    leads, as it did before cutovers were kept (never lower than the true one)."""
+    leads, as it did before cutovers were kept."""
     try:
         raw = json.loads((directory / CUTOVER_FILE).read_text())
         return int(raw["version"]), int(raw["offset"])
