@@ -197,11 +197,18 @@ class Placer:
         partition.leader_id = self.settings.broker_id
         partition.leader_epoch = a.epoch
         version = partition.topic.partitioning_version
-        if partition.cutover is None or partition.cutover[0] != version:
-            # Leading under a version this copy has no cutover for: everything it holds
-            # is at or below the old leader's cutover, or was appended after it (safe: a
-            # later cutover only holds more back; see control.repartitions).
-            partition.cutover = (version, partition.log.next_offset)
+        held = partition.cutover
+        if held is None or held[0] != version:
+            # No cutover for this version: no record of it reached this copy (a follower
+            # copies the cutover with the first one), so the version starts at our end.
+            # Only from a leader of an older release, which sends none, can such records
+            # be here: then our end is past the true cutover (docs/repartition.md).
+            partition.record_cutover((version, partition.log.next_offset))
+        else:
+            # Ours, or the old leader's as copied with its records: exact. Capped at our
+            # end: a copy that missed the records between, or truncated them, appends
+            # this version's records from its end on.
+            partition.record_cutover((version, min(held[1], partition.log.next_offset)))
         # The new leader may hold records its old followers lack: HW restarts from ours.
         partition.high_watermark = min(partition.high_watermark, partition.log.next_offset)
         partition.replica_set = LeaderReplicaSet.become_leader(

@@ -303,6 +303,10 @@ class ReplicaFetcher:
                             f"{p.name}: batch at offset {header.base_offset} from broker"
                             f" {self.leader.id} failed its CRC; not appended"
                         )
+            # The leader's cutover, kept (on disk) before its records: if this copy leads
+            # next, the version's records begin there, not at our log end (``Placer._lead``).
+            p.record_cutover(entry.cutover)
+            if len(entry.data):
                 p.log.append_stamped(entry.data)
                 self.broker.committer.appended(p)
             if entry.cursors is not None:
@@ -484,6 +488,8 @@ class Replication:
         else:
             data = b""
         entry.data = data
+        # After the read, with no await between: data past a cutover goes with it.
+        entry.cutover = partition.cutover
         entry.high_watermark = partition.high_watermark
         entry.log_end_offset = plog.next_offset
         entry.log_start_offset = plog.log_start_offset

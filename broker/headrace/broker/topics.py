@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import enum
 import json
+import logging
 import os
 import re
 import shutil
@@ -38,6 +39,8 @@ from headrace.storage.log import PartitionLog
 if TYPE_CHECKING:
     from headrace.tiered.tier import PartitionTier
 
+log = logging.getLogger(__name__)
+
 NAME_PART: Final = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
 DEFAULT_NAMESPACE: Final = "default"
 MAX_PARTITIONS: Final = 4096
@@ -47,6 +50,8 @@ RETAINED_DIR: Final = "retained"
 CURSOR_FILE: Final = "cursors.json"
 
 PLACEMENT_FILE: Final = "placement.json"
+#: this copy's repartition cutover (``Partition.cutover``), ``{"version": V, "offset": O}``
+CUTOVER_FILE: Final = "cutover.json"
 
 #: per-topic settings a user may override, with their LogConfig field and type
 TOPIC_CONFIG_KEYS: Final[dict[str, str]] = {
@@ -143,6 +148,31 @@ def write_placement(directory: Path, moves: int, start_offset: int, first_epoch:
     files.write_json_atomic(
         directory / PLACEMENT_FILE,
         {"moves": moves, "start_offset": start_offset, "first_epoch": first_epoch},
+        sort_keys=True,
+    )
+
+
+def read_cutover(directory: Path) -> tuple[int, int] | None:
+    """The (partitioning version, cutover offset) a partition directory recorded; None if
+    none. An unreadable file reads as none: the copy then takes its log end when it
+    leads, as it did before cutovers were kept."""
+    try:
+        raw = json.loads((directory / CUTOVER_FILE).read_text())
+        return int(raw["version"]), int(raw["offset"])
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError):
+        log.warning("cutover file in %s is unreadable; ignoring it", directory)
+        return None
+
+
+def write_cutover(directory: Path, cutover: tuple[int, int] | None) -> None:
+    if cutover is None:
+        (directory / CUTOVER_FILE).unlink(missing_ok=True)
+        return
+    files.write_json_atomic(
+        directory / CUTOVER_FILE,
+        {"version": cutover[0], "offset": cutover[1]},
         sort_keys=True,
     )
 
@@ -270,9 +300,11 @@ class Partition:
         self.first_epoch = -1
         #: the tiered-storage state (``broker.tiering.PartitionTiering``); None when untiered
         self.tiering: TierState | None = None
-        #: leader only: (partitioning version, the first offset appended under it), taken
-        #: when this leader applied the version or took the lead under it; a repartition's
-        #: cutover offset (records below it were routed under an older version)
+        #: (partitioning version, the first offset appended under it): a repartition's
+        #: cutover offset (records below it were routed under an older version). A leader
+        #: takes it when it applies the version or takes the lead under it; a follower
+        #: copies its leader's with the records (``replicating``), so the copy that leads
+        #: next knows it exactly. Durable (``CUTOVER_FILE``); set it with ``record_cutover``
         self.cutover: tuple[int, int] | None = None
         self.high_watermark = self._durable_end()
         self._listeners: list[HwListener] = []
@@ -284,6 +316,13 @@ class Partition:
     @property
     def name(self) -> str:
         return f"{self.topic.name}/{self.index}"
+
+    def record_cutover(self, cutover: tuple[int, int] | None) -> None:
+        """Keep ``cutover``, on disk before any record past it is appended here: a copy
+        restarted with such records in its log must not lead with its log end instead."""
+        if cutover != self.cutover:
+            write_cutover(self.log.directory, cutover)
+            self.cutover = cutover
 
     @property
     def lrs(self) -> list[int]:
@@ -526,6 +565,7 @@ class TopicRegistry:
         log = opened if opened is not None else PartitionLog.open(pdir, config, syncs=syncs)
         partition = Partition(topic, index, log, CursorStore(pdir / CURSOR_FILE))
         partition.moves, partition.start_offset, partition.first_epoch = read_placement(pdir)
+        partition.cutover = read_cutover(pdir)
         topic.partitions[index] = partition
         return partition
 
@@ -617,7 +657,7 @@ class TopicRegistry:
             # The fence moves now, between two appends: what a leader holds is pre-cutover.
             for partition in topic.partitions.values():
                 if partition.role is Role.LEADER:
-                    partition.cutover = (version, partition.log.next_offset)
+                    partition.record_cutover((version, partition.log.next_offset))
         topic.partition_count = partition_count
         topic.partitioning_version = version
         if log_config is not None:

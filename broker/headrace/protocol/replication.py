@@ -126,6 +126,11 @@ class FetchedPartition:
     data: bytes | memoryview = b""
     #: cohort cursors of the partition, sent when they changed since this follower's last fetch
     cursors: dict[str, int] | None = None
+    #: the leader's (partitioning version, cutover offset): where that version's records
+    #: begin in this partition. Read after ``data``, and set before any record of the
+    #: version is appended, so a follower that copies a record of it copies its cutover
+    #: too. None: the leader has none, or is a release that does not send it
+    cutover: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -149,6 +154,7 @@ class ReplicaFetchOk:
                     "epoch": p.epoch,
                     "size": len(p.data),
                     **({"cursors": p.cursors} if p.cursors is not None else {}),
+                    **({"cutover": list(p.cutover)} if p.cutover is not None else {}),
                 }
                 for p in self.partitions
             ],
@@ -180,12 +186,26 @@ class ReplicaFetchOk:
                         {str(k): int(v) for k, v in cursors.items()}
                         if isinstance(cursors, dict)
                         else None,
+                        _cutover(p.get("cutover")),
                     )
                 )
                 pos += size
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise MalformedFrame(f"malformed replica fetch response: {exc}") from exc
         return out
+
+
+def _cutover(raw: object) -> tuple[int, int] | None:
+    """``[version, offset]``, or absent (None)."""
+    if raw is None:
+        return None
+    if (
+        not isinstance(raw, list)
+        or len(raw) != 2
+        or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in raw)
+    ):
+        raise MalformedFrame(f"replica fetch cutover must be [version, offset], not {raw!r}")
+    return raw[0], raw[1]
 
 
 @dataclass(frozen=True, slots=True)

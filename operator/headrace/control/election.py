@@ -98,9 +98,10 @@ class Seen:
     settings: ControlSettings
     #: broker id -> the topology generation its heartbeat says it applied (live brokers)
     applied: Mapping[int, int] = field(default_factory=dict)
-    #: a repartition in flight still needs this partition's cutover offset, which only the
-    #: leader that moved the fence knows (``control.repartitions``): the leadership is not
-    #: handed over by choice until the marker has it
+    #: a repartition in flight still needs this partition's cutover offset
+    #: (``control.repartitions``): the leadership is not handed over by choice until the
+    #: marker has it. A follower copies the offset with the records, but one following a
+    #: broker of an older release has none, and would report its own log end
     cutover_pending: bool = False
 
 

@@ -12,7 +12,9 @@ cohorts keep running:
    under the old one is answered ``Redirect`` and never stored. Each old
    partition's leader records its log end offset when it applies the new
    version, its **cutover offset**: records below it were routed under the old
-   version, records from it on under the new one. A shrink keeps every
+   version, records from it on under the new one. Its followers copy the offset
+   with the records, so a leader elected after it reports the same one. A shrink
+   keeps every
    partition; only the routing count drops.
 2. **stamp**: the next step stamps ``adoptionGeneration``, the topology
    generation the cutover committed at. Not at marker creation (that

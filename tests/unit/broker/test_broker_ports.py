@@ -152,6 +152,20 @@ def test_the_leader_side_refuses_stale_epochs_and_non_leaders(host: FakeHost) ->
     assert [a.error for a in answers] == [NotLeader.CODE, UnknownTopic.CODE]
 
 
+def test_the_leader_sends_its_cutover_with_the_records(host: FakeHost) -> None:
+    """A repartition's cutover goes with every answer, read after the records: a follower
+    that copies a record appended under the new version copies where that version began."""
+    replication = Replication(host, lambda event: None)
+    p = lead(host, lrs=[ME, 1])
+    append(p, 2)
+    assert replication.serve_fetch(fetch(0)).partitions[0].cutover is None
+    host.registry.ensure_topic(TOPIC, 1, 2, {})  # the cutover: the fence moves at offset 2
+    append(p, 3)
+    (entry,) = replication.serve_fetch(fetch(0)).partitions
+    assert [h.record_count for _, h in rb.scan(entry.data)] == [2, 3]
+    assert entry.cutover == (2, 2) == p.cutover
+
+
 async def test_fetchers_follow_the_endpoints_the_host_knows(host: FakeHost) -> None:
     replication = Replication(host, lambda event: None)
     p = host.registry.create(TOPIC, 1).partition(0)
@@ -205,6 +219,56 @@ def test_the_executor_opens_and_leads_a_new_partition(host: FakeHost) -> None:
     assert not p.lrs  # no replica set: a follower tracks nobody
     apply(placer, ClusterTopology(3, "c1", []))
     assert host.registry.topics == {}
+
+
+def test_a_copy_leads_from_the_cutover_it_copied_even_after_a_restart(
+    host: FakeHost, tmp_path: Path
+) -> None:
+    """A follower that copied the old leader's cutover with its records takes it when it
+    leads under that version, not its log end (past the records it copied after it); a
+    restart in between keeps it, as it keeps the records."""
+    tiering = Tiering(host, None, lambda event: None)
+    placer = Placer(host.settings, host.registry, tiering, host.metrics)
+    apply(placer, topology(leader=None))
+    p = host.registry.get(TOPIC).partition(0)
+    assert p.role is Role.FOLLOWER
+    append(p, 5)
+    p.record_cutover((1, 3))  # as ``ReplicaFetcher`` keeps the leader's
+    host.registry.close()
+
+    registry = TopicRegistry(tmp_path, host.settings.log)
+    registry.load()
+    try:
+        restarted = FakeHost(host.settings, registry, BrokerMetrics(registry.all_partitions))
+        placer = Placer(
+            restarted.settings, registry, Tiering(restarted, None, lambda event: None), host.metrics
+        )
+        p = registry.get(TOPIC).partition(0)
+        assert p.cutover == (1, 3) and p.log.next_offset == 5
+        apply(placer, topology(leader=ME))
+        assert p.role is Role.LEADER and p.cutover == (1, 3)
+    finally:
+        registry.close()
+
+
+def test_a_copy_without_a_cutover_for_the_version_leads_from_its_log_end(
+    host: FakeHost,
+) -> None:
+    """No cutover of this version reached the copy (an older one, or none copied): none of
+    its records was appended under it, so the version begins at its end. A copied cutover
+    past its end (records it never got, or cut away) is capped there."""
+    tiering = Tiering(host, None, lambda event: None)
+    placer = Placer(host.settings, host.registry, tiering, host.metrics)
+    apply(placer, topology(leader=None))
+    p = host.registry.get(TOPIC).partition(0)
+    append(p, 4)
+    p.record_cutover((0, 1))
+    apply(placer, topology(leader=ME))
+    assert p.cutover == (1, 4)
+    apply(placer, topology(leader=None, epoch=5))
+    p.record_cutover((1, 9))
+    apply(placer, topology(leader=ME, epoch=6))
+    assert p.cutover == (1, 4)
 
 
 def test_a_deleted_topic_is_removed_from_disk_unless_retained(

@@ -1,5 +1,6 @@
 """Replica fetch session bodies: incremental fetches, forgotten partitions and session
-resets survive the wire, and a body from before sessions reads as a full fetch."""
+resets survive the wire, and a body from before sessions reads as a full fetch; a
+leader's cutover rides along, and an answer from before cutovers reads as none."""
 
 from __future__ import annotations
 
@@ -52,3 +53,29 @@ def test_a_session_reset_round_trips_and_bad_forgotten_entries_are_refused() -> 
     ).encode()
     with pytest.raises(MalformedFrame):
         rp.ReplicaFetch.decode(struct.pack("<I", len(raw)) + raw)
+
+
+def answer_body(entry: dict[str, object]) -> bytes:
+    raw = json.dumps({"partitions": [entry]}).encode()
+    return struct.pack("<I", len(raw)) + raw
+
+
+ENTRY = {"topic": "default/a", "partition": 0, "error": 0, "hw": 4, "leo": 4, "log_start": 0}
+
+
+def test_a_cutover_round_trips_and_an_answer_without_one_reads_as_none() -> None:
+    with_cutover = rp.ReplicaFetchOk([rp.FetchedPartition("default/a", 0, cutover=(3, 120))])
+    back = rp.ReplicaFetchOk.decode(b"".join(bytes(p) for p in with_cutover.encode_parts()))
+    assert back.partitions[0].cutover == (3, 120)
+    # a leader of an older release sends none
+    older = rp.ReplicaFetchOk.decode(answer_body({**ENTRY, "epoch": 1, "size": 0}))
+    assert older.partitions[0].cutover is None
+    # and a leader with none writes no key: an older follower reads the same header
+    plain = rp.ReplicaFetchOk([rp.FetchedPartition("default/a", 0)])
+    assert b"cutover" not in bytes(plain.encode_parts()[0])
+
+
+@pytest.mark.parametrize("cutover", [[3], [3, -1], "3:120", [3, True], {"version": 3}])
+def test_a_malformed_cutover_is_refused(cutover: object) -> None:
+    with pytest.raises(MalformedFrame, match="cutover"):
+        rp.ReplicaFetchOk.decode(answer_body({**ENTRY, "epoch": 1, "size": 0, "cutover": cutover}))
