@@ -50,6 +50,10 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [headrace.dev]
   resources: [brokerclusters, topics, unloads]
   verbs: [get, list, watch, patch]
+# a cluster's Kafka offsets Topic, created when missing (never updated: a user's stays)
+- apiGroups: [headrace.dev]
+  resources: [topics]
+  verbs: [create]
 # their status: compare-and-swap PUTs
 - apiGroups: [headrace.dev]
   resources: [brokerclusters/status, topics/status, unloads/status]

@@ -43,6 +43,7 @@ from headrace.cli.processes import (
     stop_processes,
     wait_until_serving,
 )
+from headrace.resources.clusters import offsets_topic_spec
 
 #: ports when neither --port-base nor the port options are given
 DEFAULT_PORT, DEFAULT_ADMIN_PORT, DEFAULT_CONTROLLER_PORT = 9092, 9644, 9700
@@ -51,7 +52,6 @@ DEFAULT_KAFKA_PORT = 9093
 #: the Topic keeping Kafka groups' committed offsets (the brokers' default
 #: ``--kafka-offsets-topic``); ``local up`` applies it with the Kafka listener on
 KAFKA_OFFSETS_TOPIC = "kafka.group-offsets"
-KAFKA_OFFSETS_PARTITIONS = 3
 ACCESS_KEY_ENV = "HEADRACE_OBJECT_STORE_ACCESS_KEY"
 SECRET_KEY_ENV = "HEADRACE_OBJECT_STORE_SECRET_KEY"
 #: how long ``local stop`` waits for a broker's leadership to move away before it stops it
@@ -253,22 +253,13 @@ def _start(record: dict[str, Any], plan: LocalClusterPlan) -> None:
 
 
 def offsets_topic_manifest(brokers: int) -> dict[str, Any]:
-    """The Topic of Kafka groups' committed offsets for a local cluster of ``brokers``:
-    replicated as widely as the cluster allows (up to 3, minInSync 2 of them), and never
-    trimmed (a coordinator rebuilds its groups from the whole log)."""
-    replicas = min(3, brokers)
+    """The Topic of Kafka groups' committed offsets for a local cluster of ``brokers``, as
+    the operator makes it for a BrokerCluster (``offsets_topic_spec``)."""
     return {
         "apiVersion": "headrace.dev/v1alpha1",
         "kind": "Topic",
         "metadata": {"name": KAFKA_OFFSETS_TOPIC, "namespace": "default"},
-        "spec": {
-            "clusterRef": {"name": CLUSTER_ID},
-            "partitions": KAFKA_OFFSETS_PARTITIONS,
-            "replicas": replicas,
-            "minInSync": min(2, replicas),
-            "retention": {"ms": -1, "bytes": -1},
-            "tieredStorage": {"enabled": False},
-        },
+        "spec": offsets_topic_spec(CLUSTER_ID, brokers),
     }
 
 

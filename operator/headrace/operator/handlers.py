@@ -6,7 +6,8 @@
   ``StatusStore.load`` is the watch cache, as ``looping`` says).
 * **the workload** (``@kopf.on.create/update/resume`` of a BrokerCluster):
   parse the spec into the pydantic model, build the manifests
-  (``workloads``), server-side apply them through ``KubeApi``.
+  (``workloads``), server-side apply them through ``KubeApi``; create the Kafka
+  offsets Topic where one is missing (after a restart too: ``resume``).
 * **the control loop** (``@kopf.daemon`` per BrokerCluster): a
   ``ClusterRuntime`` stepping the shared ``ControlLoop``; it writes status,
   never spec.
@@ -238,7 +239,8 @@ async def apply_workload(
     context: OperatorContext,
     statuses: Iterable[Mapping[str, Any]] = (),
 ) -> list[str]:
-    """Apply the cluster's StatefulSet, Services, PDB and ConfigMap; their kinds/names.
+    """Apply the cluster's StatefulSet, Services, PDB and ConfigMap, and create its Kafka
+    offsets Topic if it has none (``workloads.offsets_topic``); their kinds/names.
 
     A scale down that would remove brokers still holding replicas in ``statuses`` (Topic
     statuses, see ``topic_statuses``) keeps those brokers (the cluster's loop reports it
@@ -333,6 +335,9 @@ async def _apply_workload(
         ):
             await context.api.apply(manifest)
             applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+        offsets = workloads.offsets_topic(cluster, meta["uid"], meta.get("namespace", "default"))
+        if offsets is not None and await context.api.create(offsets):
+            applied.append(f"Topic/{offsets['metadata']['name']}")
         running = context.loops.get((meta.get("namespace", "default"), meta["name"]))
         if running is not None and not keep_token:
             # auth turned on (or off) while the loop runs: its polls and pushes follow

@@ -35,6 +35,8 @@ NAME: Final = "headrace-operator"
 RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...]] = (
     # the custom resources: kopf watches them and patches its annotations and finalizer
     (("headrace.dev",), ("brokerclusters", "topics", "unloads"), ("get", "list", "watch", "patch")),
+    # a cluster's Kafka offsets Topic, created when missing (never updated: a user's stays)
+    (("headrace.dev",), ("topics",), ("create",)),
     # their status: compare-and-swap PUTs
     (
         ("headrace.dev",),

@@ -113,6 +113,12 @@ class KubeApi(Protocol):
         """Server-side apply ``manifest`` as ``FIELD_MANAGER`` (create or update)."""
         ...
 
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        """Create ``manifest``'s object if none of its name exists: True if this call made
+        it, False if one was there already, which is left exactly as it is (no field of
+        it becomes the operator's, unlike an ``apply``)."""
+        ...
+
     async def list(
         self, api_version: str, kind: str, namespace: str, label_selector: str = ""
     ) -> list[dict[str, Any]]: ...
@@ -228,6 +234,27 @@ class ClientApi:
 
         await asyncio.to_thread(call)
 
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        from kubernetes.dynamic import exceptions
+
+        def call() -> bool:
+            resource = self._resource(manifest["apiVersion"], manifest["kind"])
+            meta = manifest["metadata"]
+            try:
+                resource.create(
+                    body=dict(manifest),
+                    namespace=meta.get("namespace"),
+                    field_manager=FIELD_MANAGER,
+                    _request_timeout=self._timeout,
+                )
+            except exceptions.ConflictError:  # AlreadyExists
+                return False
+            except exceptions.DynamicApiError as exc:
+                raise KubeApiError.of(f"create {manifest['kind']} {meta['name']}", exc) from exc
+            return True
+
+        return await asyncio.to_thread(call)
+
     async def list(
         self, api_version: str, kind: str, namespace: str, label_selector: str = ""
     ) -> list[dict[str, Any]]:
@@ -317,6 +344,10 @@ class FencedApi:
     async def apply(self, manifest: Mapping[str, Any]) -> None:
         self._check(f"apply {manifest['kind']} {manifest['metadata']['name']}")
         await self.inner.apply(manifest)
+
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        self._check(f"create {manifest['kind']} {manifest['metadata']['name']}")
+        return await self.inner.create(manifest)
 
     async def patch_metadata(self, ref: ObjectRef, patch: Mapping[str, Any]) -> None:
         self._check(f"metadata of {ref.kind} {ref.namespace}/{ref.name}")

@@ -19,6 +19,8 @@ server-side applies, with no I/O:
 * with ``spec.tls``, the TLS Secret(s) mounted as volumes (``tls_volumes``; never
   ``subPath``, so a renewal reaches the running brokers, which reload it), the TLS
   flags (``tls_args``) and HTTPS probes;
+* with ``spec.kafka``, the **Topic** of Kafka groups' committed offsets
+  (``offsets_topic``): created once, never applied over;
 * a **ConfigMap** with the cluster's ``brokerConfig``; its hash is a pod
   template annotation, so a config change makes a new pod revision. The
   StatefulSet's ``updateStrategy`` is ``OnDelete``: the operator rolls the pods
@@ -41,7 +43,12 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from headrace.operator import auth
-from headrace.resources.clusters import BrokerCluster, ClientAuth, ObjectStore
+from headrace.resources.clusters import (
+    BrokerCluster,
+    ClientAuth,
+    ObjectStore,
+    offsets_topic_spec,
+)
 from headrace.resources.meta import parse_quantity
 
 #: the broker reads the object store's credentials from these (``headrace.objectstore.urls``;
@@ -731,6 +738,31 @@ def manifests(
         },
         statefulset(cluster, uid, namespace, settings, replicas),
     ]
+
+
+def offsets_topic(cluster: BrokerCluster, uid: str, namespace: str) -> dict[str, Any] | None:
+    """The Topic of Kafka groups' committed offsets the operator creates for a cluster with
+    ``spec.kafka`` (None without): created only when absent and never applied again, so
+    an existing one (a user's own, or one edited since) is never overwritten.
+
+    Owned by the BrokerCluster: deleted with it, and GitOps tools see it as the cluster's
+    child, not as an object missing from (or extra to) their sources. It carries none of
+    the ``app.kubernetes.io/instance`` labels some of them track their own objects by, so
+    none prunes it as out of its sources."""
+    kafka = cluster.spec.kafka
+    if kafka is None:
+        return None
+    meta = _meta(kafka.offsets_topic, cluster, uid, namespace)
+    meta["labels"] = {
+        "app.kubernetes.io/managed-by": "headrace-operator",
+        CLUSTER_LABEL: cluster.metadata.name,
+    }
+    return {
+        "apiVersion": cluster.api_version,
+        "kind": "Topic",
+        "metadata": meta,
+        "spec": offsets_topic_spec(cluster.metadata.name, cluster.spec.replicas),
+    }
 
 
 def broker_id_of(pod: Mapping[str, Any]) -> int | None:

@@ -156,8 +156,30 @@ class KafkaListener(Model):
         default="kafka.group-offsets", pattern=r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$"
     )
     """The Topic (in the cluster's namespace) that keeps Kafka groups' committed offsets;
-    its partitions' leaders coordinate the groups. Create it with ``replicas`` and
-    ``minInSync`` as for any data you must not lose, and retention off."""
+    its partitions' leaders coordinate the groups. The operator creates it when no Topic
+    of that name exists (``offsets_topic_spec``: 3 partitions, up to 3 replicas,
+    retention off) and never changes an existing one: apply your own first to choose."""
+
+
+#: partitions of the offsets topic made for a cluster (by the operator, or by ``headrace
+#: local up``): each one's leader coordinates the groups hashed to it. Never changed once
+#: made, since a group's coordinator is its id's hash modulo this count
+OFFSETS_TOPIC_PARTITIONS: Final = 3
+
+
+def offsets_topic_spec(cluster_name: str, brokers: int) -> dict[str, Any]:
+    """The Topic spec of Kafka groups' committed offsets on a cluster of ``brokers``:
+    replicated as widely as the cluster allows (up to 3, ``minInSync`` 2 of them), and
+    never trimmed (a coordinator rebuilds its groups from the whole log)."""
+    replicas = max(1, min(3, brokers))
+    return {
+        "clusterRef": {"name": cluster_name},
+        "partitions": OFFSETS_TOPIC_PARTITIONS,
+        "replicas": replicas,
+        "minInSync": min(2, replicas),
+        "retention": {"ms": -1, "bytes": -1},
+        "tieredStorage": {"enabled": False},
+    }
 
 
 class BrokerConfig(Model):

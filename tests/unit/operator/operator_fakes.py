@@ -97,6 +97,13 @@ class FakeApi:
         self.writes.append(("APPLY", manifest["kind"], manifest["metadata"]["name"]))
         self.applied.append(copy.deepcopy(dict(manifest)))
 
+    async def create(self, manifest: Mapping[str, Any]) -> bool:
+        self.writes.append(("CREATE", manifest["kind"], manifest["metadata"]["name"]))
+        if ObjectRef.of(manifest) in self.objects:
+            return False
+        self.put(manifest)
+        return True
+
     async def list(
         self, api_version: str, kind: str, namespace: str, label_selector: str = ""
     ) -> list[dict[str, Any]]:
