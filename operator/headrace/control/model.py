@@ -17,6 +17,9 @@ one, so "did anything change?" is plain equality. ``to_json``/``from_json``
 use camelCase keys (``partitioningVersion``, ``leaderEpoch``,
 ``liveReplicas``) as Kubernetes status does. ``from_json`` rejects a document
 of the wrong shape with ``InvalidRequest`` naming the field.
+
+The enums of states and phases (``PartitionState``, ``MovePhase``, ...) are the API's,
+defined once in ``headrace.resources`` (pure too) and imported here.
 """
 
 from __future__ import annotations
@@ -33,16 +36,20 @@ from headrace.protocol.jsonfields import ints as _ints
 from headrace.protocol.jsonfields import objects as _objects
 from headrace.protocol.jsonfields import optional as _optional
 from headrace.protocol.jsonfields import required as _field
+from headrace.resources.operations import FinalizedBy as FinalizedBy
+from headrace.resources.operations import MovePhase as MovePhase
+from headrace.resources.operations import RecoverySource as RecoverySource
+from headrace.resources.operations import RepartitionPhase as RepartitionPhase
+from headrace.resources.operations import UnloadPhase as UnloadPhase
+from headrace.resources.topics import PartitionState as PartitionState
 
 _E = TypeVar("_E", bound=enum.StrEnum)
 
-
-class PartitionState(enum.StrEnum):
-    """Where a partition is in its leadership life cycle (see ``election``)."""
-
-    ONLINE = "Online"
-    ELECTING = "Electing"
-    OFFLINE = "Offline"
+#: the states a partition's leadership goes through (``election``); the API also names
+#: ``Moving`` and ``Retiring``, which no controller sets, so a status holding one is refused
+ELECTION_STATES: Final = frozenset(
+    {PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE}
+)
 
 
 # --------------------------------------------------------------------------- desired state
@@ -183,10 +190,9 @@ class PartitionStatus:
     def from_json(cls, doc: Mapping[str, Any]) -> PartitionStatus:
         w = "partition status"
         state = _field(doc, "state", str, w)
-        try:
-            parsed = PartitionState(state)
-        except ValueError:
-            raise InvalidRequest(f"{w}: unknown state {state!r}") from None
+        if state not in ELECTION_STATES:
+            raise InvalidRequest(f"{w}: unknown state {state!r}")
+        parsed = PartitionState(state)
         return cls(
             _field(doc, "partition", int, w),
             _ints(doc, "replicas", w),
@@ -473,32 +479,6 @@ class ClusterState:
 # --------------------------------------------------------------------------- unloads
 
 
-class MovePhase(enum.StrEnum):
-    """Where one partition's move is (see ``unloads``)."""
-
-    PENDING = "Pending"
-    SEALING = "Sealing"
-    SEALED = "Sealed"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-
-
-class UnloadPhase(enum.StrEnum):
-    """Where an unload is as a whole (see ``unloads``)."""
-
-    PENDING = "Pending"
-    MOVING = "Moving"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-
-
-class RecoverySource(enum.StrEnum):
-    """Who finished a seal its owner could not: another replica, or nobody (the object store)."""
-
-    REPLICAS = "Replicas"
-    OBJECT_STORE = "ObjectStore"
-
-
 def _enum(doc: Mapping[str, Any], key: str, kind: type[_E], where: str) -> _E:
     value = _field(doc, key, str, where)
     try:
@@ -672,24 +652,6 @@ def normalise_lrs(replicas: Sequence[int], reported: Sequence[int], leader: int)
 
 
 # --------------------------------------------------------------------------- repartitions
-
-
-class RepartitionPhase(enum.StrEnum):
-    """Where a repartition is (see ``repartitions``)."""
-
-    PENDING = "Pending"
-    CUTTING_OVER = "CuttingOver"
-    DRAINING = "Draining"
-    AWAITING_ADOPTION = "AwaitingAdoption"
-    FINALIZED = "Finalized"
-    FAILED = "Failed"
-
-
-class FinalizedBy(enum.StrEnum):
-    """Why a repartition finalized: every live broker's clients acked, or the timeout."""
-
-    ADOPTED = "Adopted"
-    ADOPTION_TIMED_OUT = "AdoptionTimedOut"
 
 
 @dataclass(frozen=True, slots=True)
