@@ -29,6 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
+import pydantic
+
+from headrace.control.codecs import CAMEL_CASE, Codec
 from headrace.errors import InvalidRequest, InvalidTopicSpec
 from headrace.protocol.coordination import PartitioningHistory, PastTransition, feeders
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -522,6 +525,7 @@ class UnloadRequest:
     cancelled: bool = False
 
 
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class MoveProgress:
     """One partition's move: persisted with its Unload, not in the cluster state.
@@ -558,48 +562,8 @@ class MoveProgress:
     def finished(self) -> bool:
         return self.phase in (MovePhase.COMPLETED, MovePhase.FAILED)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "partition": self.partition,
-            "phase": self.phase.value,
-            "fromBroker": self.from_broker,
-            "toBroker": self.to_broker,
-            "sealedOffset": self.sealed_offset,
-            "moves": self.moves,
-            "verified": self.verified,
-            "verificationMessage": self.verification_message,
-            "checkedMs": self.checked_ms,
-            "recoverySource": None if self.recovery_source is None else self.recovery_source.value,
-            "recoveryMessage": self.recovery_message,
-            "deadlineMs": self.deadline_ms,
-            "message": self.message,
-        }
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> MoveProgress:
-        w = "partition move"
-        source = _optional(doc, "recoverySource", str, w)
-        try:
-            recovery = None if source is None else RecoverySource(source)
-        except ValueError:
-            raise InvalidRequest(f"{w}: unknown recoverySource {source!r}") from None
-        return cls(
-            _field(doc, "partition", int, w),
-            _enum(doc, "phase", MovePhase, w),
-            _optional(doc, "fromBroker", int, w),
-            _optional(doc, "toBroker", int, w),
-            _optional(doc, "sealedOffset", int, w),
-            _optional(doc, "moves", int, w),
-            _optional(doc, "verified", bool, w),
-            _optional(doc, "verificationMessage", str, w) or "",
-            _optional(doc, "checkedMs", int, w),
-            recovery,
-            _optional(doc, "recoveryMessage", str, w) or "",
-            _optional(doc, "deadlineMs", int, w),
-            _optional(doc, "message", str, w) or "",
-        )
-
-
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class UnloadProgress:
     """How an Unload is going: its status, persisted by the controller beside the spec.
@@ -622,27 +586,10 @@ class UnloadProgress:
     def finished(self) -> bool:
         return self.phase in (UnloadPhase.COMPLETED, UnloadPhase.FAILED)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "phase": self.phase.value,
-            "moves": [m.to_json() for m in self.moves],
-            "startedMs": self.started_ms,
-            "completedMs": self.completed_ms,
-            "message": self.message,
-        }
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> UnloadProgress:
-        w = "unload progress"
-        return cls(
-            _field(doc, "name", str, w),
-            _enum(doc, "phase", UnloadPhase, w),
-            tuple(MoveProgress.from_json(m) for m in _objects(doc, "moves", w)),
-            _optional(doc, "startedMs", int, w),
-            _optional(doc, "completedMs", int, w),
-            _optional(doc, "message", str, w) or "",
-        )
+#: an Unload's progress as camelCase JSON, every field written (the core's own shape; an
+#: Unload's status document is ``documents.unload_status``)
+UNLOAD_PROGRESS_JSON: Final = Codec(UnloadProgress, "unload progress")
 
 
 def normalise_lrs(replicas: Sequence[int], reported: Sequence[int], leader: int) -> tuple[int, ...]:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from headrace.control.model import (
     ELECTION_STATES,
+    UNLOAD_PROGRESS_JSON,
     ClusterState,
     CohortPlan,
     MovePhase,
@@ -271,7 +272,7 @@ def test_unload_progress_shape_and_round_trip() -> None:
         ),
         started_ms=3,
     )
-    doc = progress.to_json()
+    doc = UNLOAD_PROGRESS_JSON.dump(progress)
     assert doc == {
         "name": "default/move-it",
         "phase": "Moving",
@@ -311,8 +312,8 @@ def test_unload_progress_shape_and_round_trip() -> None:
         "completedMs": None,
         "message": "",
     }
-    assert UnloadProgress.from_json(json.loads(json.dumps(doc))) == progress
-    assert UnloadProgress.from_json({"name": "a/b", "phase": "Pending"}) == UnloadProgress("a/b")
+    assert UNLOAD_PROGRESS_JSON.load(json.loads(json.dumps(doc))) == progress
+    assert UNLOAD_PROGRESS_JSON.load({"name": "a/b", "phase": "Pending"}) == UnloadProgress("a/b")
 
 
 @pytest.mark.parametrize(
@@ -326,9 +327,9 @@ def test_unload_progress_shape_and_round_trip() -> None:
     ],
 )
 def test_bad_unload_progress_is_rejected(path: list[str | int], value: object, words: str) -> None:
-    doc = UnloadProgress("a/b", moves=(MoveProgress(0),)).to_json()
+    doc = UNLOAD_PROGRESS_JSON.dump(UnloadProgress("a/b", moves=(MoveProgress(0),)))
     with pytest.raises(InvalidRequest, match=words):
-        UnloadProgress.from_json(broken(doc, path, value))
+        UNLOAD_PROGRESS_JSON.load(broken(doc, path, value))
 
 
 @pytest.mark.parametrize(
@@ -469,3 +470,15 @@ def test_a_topology_in_a_newer_format_is_refused_before_it_is_read() -> None:
     with pytest.raises(UnsupportedDocument, match="upgrade it"):
         # a newer format may mean something else by the same keys: nothing is read
         ClusterTopology.from_json({"format": TOPOLOGY_FORMAT + 1, "generation": "?"})
+
+
+def test_unload_progress_reads_nulls_as_absent() -> None:
+    doc = {
+        "name": "a/b",
+        "phase": "Moving",
+        "message": None,
+        "moves": [{"partition": 0, "phase": "Sealing", "verificationMessage": None}],
+    }
+    assert UNLOAD_PROGRESS_JSON.load(doc) == UnloadProgress(
+        "a/b", UnloadPhase.MOVING, (MoveProgress(0, MovePhase.SEALING),)
+    )
