@@ -16,6 +16,7 @@ the field path and what is wrong, in the words ``jsonfields`` uses.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import Any, Final, Generic, TypeVar
 
 import pydantic
@@ -44,7 +45,7 @@ class Codec(Generic[_T]):
         return doc
 
     def load(self, doc: object) -> _T:
-        if not isinstance(doc, dict):
+        if not isinstance(doc, Mapping):
             raise InvalidRequest(f"{self.what}: expected an object")
         try:
             # JSON mode: strict about scalars, yet a JSON array reads as a tuple
@@ -55,9 +56,9 @@ class Codec(Generic[_T]):
 
 
 def _without_nulls(value: object) -> object:
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
+    if isinstance(value, list | tuple):
         return [_without_nulls(v) for v in value]
     return value
 

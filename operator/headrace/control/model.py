@@ -27,7 +27,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Annotated, Any, Final, TypeVar
 
 import pydantic
 
@@ -214,6 +214,11 @@ class PartitionStatus:
         )
 
 
+def _sorted(values: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(values))
+
+
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class CohortPlan:
     """The advisory cross-broker assignment of one cohort of one topic.
@@ -226,25 +231,13 @@ class CohortPlan:
     cohort: str
     generation: int
     #: member id -> the partitions it should hold, sorted; every planned member appears
-    assignment: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    assignment: Mapping[str, Annotated[tuple[int, ...], pydantic.AfterValidator(_sorted)]] = field(
+        default_factory=dict
+    )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cohort": self.cohort,
-            "generation": self.generation,
-            "assignment": {m: list(self.assignment[m]) for m in sorted(self.assignment)},
-        }
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> CohortPlan:
-        w = "cohort plan"
-        raw = _field(doc, "assignment", dict, w)
-        assignment: dict[str, tuple[int, ...]] = {}
-        for member in raw:
-            if not isinstance(member, str):
-                raise InvalidRequest(f"{w}: member ids must be strings")
-            assignment[member] = tuple(sorted(_ints(raw, member, w)))
-        return cls(_field(doc, "cohort", str, w), _field(doc, "generation", int, w), assignment)
+#: a cohort plan as camelCase JSON (each member's partitions read back sorted, as written)
+COHORT_PLAN_JSON: Final = Codec(CohortPlan, "cohort plan")
 
 
 #: the ``request`` of a transition started by an edit of ``Topic.spec.partitions``
@@ -401,7 +394,9 @@ class TopicStatus:
             "name": self.name,
             "partitioningVersion": self.partitioning_version,
             "partitions": [p.to_json() for p in self.partitions],
-            "cohortPlans": [self.cohort_plans[c].to_json() for c in sorted(self.cohort_plans)],
+            "cohortPlans": [
+                COHORT_PLAN_JSON.dump(self.cohort_plans[c]) for c in sorted(self.cohort_plans)
+            ],
         }
         if self.transition is not None:
             doc["transition"] = self.transition.to_json()
@@ -421,7 +416,7 @@ class TopicStatus:
         partitions = tuple(PartitionStatus.from_json(p) for p in _objects(doc, "partitions", w))
         if [p.partition for p in partitions] != list(range(len(partitions))):
             raise InvalidRequest(f"{w}: partitions must be listed in order from 0")
-        plans = [CohortPlan.from_json(c) for c in _objects(doc, "cohortPlans", w)]
+        plans = [COHORT_PLAN_JSON.load(c) for c in _objects(doc, "cohortPlans", w)]
         marker = _optional(doc, "transition", dict, w)
         active = _optional(doc, "activePartitions", int, w)
         history = _optional(doc, "history", dict, w)
