@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, TypeVar
 
 import pydantic
+from pydantic_core import PydanticCustomError
 
 from headrace.control.codecs import CAMEL_CASE, Codec
 from headrace.errors import InvalidRequest, InvalidTopicSpec
@@ -106,6 +107,19 @@ class TopicSpec:
 # --------------------------------------------------------------------------- persisted status
 
 
+def _election_state(state: PartitionState) -> PartitionState:
+    if state not in ELECTION_STATES:
+        raise PydanticCustomError("enum", "not a state the controller sets")
+    return state
+
+
+def _unset(value: object) -> bool:
+    """Left out of a document: the fields of a replica move, while none runs (so documents
+    without one stay as they were before moves existed)."""
+    return not value
+
+
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class PartitionStatus:
     """The durable leadership record of one partition (see ``election`` for the transitions).
@@ -133,12 +147,13 @@ class PartitionStatus:
     partition: int
     #: the replica set, preferred leader first; fixed by placement
     replicas: tuple[int, ...]
-    leader: int | None
+    #: None while there is none (a status document then leaves it out)
+    leader: Annotated[int | None, pydantic.Field(default=None)]
     #: increases on every nomination; the leader (or the candidate) serves at this epoch
     leader_epoch: int
     #: the LRS: replicas eligible for election, as last reported by the leader
     live_replicas: tuple[int, ...]
-    state: PartitionState
+    state: Annotated[PartitionState, pydantic.AfterValidator(_election_state)]
     candidate: int | None = None
     deadline_ms: int | None = None
     tried: tuple[int, ...] = ()
@@ -151,11 +166,13 @@ class PartitionStatus:
     #: a replica move in flight (see ``moves``): the replica set it ends with, preferred
     #: leader first; ``replicas`` is then the old set followed by the adding replicas.
     #: Empty when no move runs.
-    target: tuple[int, ...] = ()
+    target: Annotated[
+        tuple[int, ...], pydantic.Field(alias="targetReplicas", exclude_if=_unset)
+    ] = ()
     #: the topology generation that started the move (or last retargeted it): the
     #: leader's LRS counts for the move only from a heartbeat of a leader that applied
     #: it (``moves``). 0 with no move, or a move recorded before this field existed
-    target_generation: int = 0
+    target_generation: Annotated[int, pydantic.Field(exclude_if=_unset)] = 0
 
     @property
     def replication_factor(self) -> int:
@@ -168,50 +185,11 @@ class PartitionStatus:
         """Whom to route to: the leader, or the candidate while one is promoting."""
         return self.leader if self.leader is not None else self.candidate
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "partition": self.partition,
-            "replicas": list(self.replicas),
-            "leader": self.leader,
-            "leaderEpoch": self.leader_epoch,
-            "liveReplicas": list(self.live_replicas),
-            "state": self.state.value,
-            "candidate": self.candidate,
-            "deadlineMs": self.deadline_ms,
-            "tried": list(self.tried),
-            "seal": self.seal,
-            "moves": self.moves,
-            "startOffset": self.start_offset,
-        }
-        if self.target:  # only while a move runs: documents without one stay as they were
-            doc["targetReplicas"] = list(self.target)
-            if self.target_generation:
-                doc["targetGeneration"] = self.target_generation
-        return doc
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> PartitionStatus:
-        w = "partition status"
-        state = _field(doc, "state", str, w)
-        if state not in ELECTION_STATES:
-            raise InvalidRequest(f"{w}: unknown state {state!r}")
-        parsed = PartitionState(state)
-        return cls(
-            _field(doc, "partition", int, w),
-            _ints(doc, "replicas", w),
-            _optional(doc, "leader", int, w),
-            _field(doc, "leaderEpoch", int, w),
-            _ints(doc, "liveReplicas", w),
-            parsed,
-            _optional(doc, "candidate", int, w),
-            _optional(doc, "deadlineMs", int, w),
-            _ints(doc, "tried", w, default=True),
-            _optional(doc, "seal", bool, w) or False,
-            _optional(doc, "moves", int, w) or 0,
-            _optional(doc, "startOffset", int, w),
-            _ints(doc, "targetReplicas", w, default=True),
-            _optional(doc, "targetGeneration", int, w) or 0,
-        )
+#: a partition's status as camelCase JSON (``leader``, ``candidate``, ``deadlineMs`` and
+#: ``startOffset`` written as null when unset; ``targetReplicas`` and ``targetGeneration``
+#: only while a move runs)
+PARTITION_STATUS_JSON: Final = Codec(PartitionStatus, "partition status")
 
 
 def _sorted(values: tuple[int, ...]) -> tuple[int, ...]:
@@ -393,7 +371,7 @@ class TopicStatus:
         doc: dict[str, Any] = {
             "name": self.name,
             "partitioningVersion": self.partitioning_version,
-            "partitions": [p.to_json() for p in self.partitions],
+            "partitions": [PARTITION_STATUS_JSON.dump(p) for p in self.partitions],
             "cohortPlans": [
                 COHORT_PLAN_JSON.dump(self.cohort_plans[c]) for c in sorted(self.cohort_plans)
             ],
@@ -413,7 +391,7 @@ class TopicStatus:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> TopicStatus:
         w = "topic status"
-        partitions = tuple(PartitionStatus.from_json(p) for p in _objects(doc, "partitions", w))
+        partitions = tuple(PARTITION_STATUS_JSON.load(p) for p in _objects(doc, "partitions", w))
         if [p.partition for p in partitions] != list(range(len(partitions))):
             raise InvalidRequest(f"{w}: partitions must be listed in order from 0")
         plans = [COHORT_PLAN_JSON.load(c) for c in _objects(doc, "cohortPlans", w)]

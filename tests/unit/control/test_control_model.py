@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from headrace.control.model import (
     ELECTION_STATES,
+    PARTITION_STATUS_JSON,
     UNLOAD_PROGRESS_JSON,
     ClusterState,
     CohortPlan,
@@ -234,14 +235,14 @@ def test_bad_seal_reports_are_rejected(key: str, value: object, words: str) -> N
 
 
 def test_partition_status_unload_fields_default_for_old_documents() -> None:
-    doc = partition_status().to_json()
+    doc = PARTITION_STATUS_JSON.dump(partition_status())
     for key in ("seal", "moves", "startOffset"):
         del doc[key]
-    parsed = PartitionStatus.from_json(doc)
+    parsed = PARTITION_STATUS_JSON.load(doc)
     assert (parsed.seal, parsed.moves, parsed.start_offset) == (False, 0, None)
     moved = replace(partition_status(), seal=True, moves=2, start_offset=100)
-    assert moved.to_json() == doc | {"seal": True, "moves": 2, "startOffset": 100}
-    assert PartitionStatus.from_json(moved.to_json()) == moved
+    assert PARTITION_STATUS_JSON.dump(moved) == doc | {"seal": True, "moves": 2, "startOffset": 100}
+    assert PARTITION_STATUS_JSON.load(PARTITION_STATUS_JSON.dump(moved)) == moved
 
 
 def test_unload_progress_shape_and_round_trip() -> None:
