@@ -13,10 +13,16 @@ samples: the controller keeps only the latest one per broker, in memory, and
 never persists them.
 
 Every class is a frozen dataclass; the core never mutates one, it builds a new
-one, so "did anything change?" is plain equality. ``to_json``/``from_json``
-use camelCase keys (``partitioningVersion``, ``leaderEpoch``,
-``liveReplicas``) as Kubernetes status does. ``from_json`` rejects a document
-of the wrong shape with ``InvalidRequest`` naming the field.
+one, so "did anything change?" is plain equality. Documents use camelCase keys
+(``partitioningVersion``, ``leaderEpoch``, ``liveReplicas``) as Kubernetes status
+does. Where a document is its dataclass field for field, its codec is generated
+(``codecs.Codec``: ``PARTITION_STATUS_JSON``, ``COHORT_PLAN_JSON``,
+``UNLOAD_PROGRESS_JSON``), with the format's quirks declared on the fields. The
+documents that reshape their dataclass (``Transition``, ``TopicStatus`` and
+``ClusterState`` keep their maps as lists sorted by key, which Kubernetes merges as
+list-maps, and check what a type cannot say, such as partitions listed in order) keep
+a hand-written ``to_json``/``from_json``. Reading rejects a document of the wrong
+shape with ``InvalidRequest`` naming the field.
 
 The enums of states and phases (``PartitionState``, ``MovePhase``, ...) are the API's,
 defined once in ``headrace.resources`` (pure too) and imported here.
@@ -27,7 +33,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Final, TypeVar
+from typing import Annotated, Any, Final
 
 import pydantic
 from pydantic_core import PydanticCustomError
@@ -46,8 +52,6 @@ from headrace.resources.operations import RecoverySource as RecoverySource
 from headrace.resources.operations import RepartitionPhase as RepartitionPhase
 from headrace.resources.operations import UnloadPhase as UnloadPhase
 from headrace.resources.topics import PartitionState as PartitionState
-
-_E = TypeVar("_E", bound=enum.StrEnum)
 
 #: the states a partition's leadership goes through (``election``); the API also names
 #: ``Moving`` and ``Retiring``, which no controller sets, so a status holding one is refused
@@ -453,14 +457,6 @@ class ClusterState:
 
 
 # --------------------------------------------------------------------------- unloads
-
-
-def _enum(doc: Mapping[str, Any], key: str, kind: type[_E], where: str) -> _E:
-    value = _field(doc, key, str, where)
-    try:
-        return kind(value)
-    except ValueError:
-        raise InvalidRequest(f"{where}: unknown {key} {value!r}") from None
 
 
 @dataclass(frozen=True, slots=True)
