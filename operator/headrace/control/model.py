@@ -13,10 +13,19 @@ samples: the controller keeps only the latest one per broker, in memory, and
 never persists them.
 
 Every class is a frozen dataclass; the core never mutates one, it builds a new
-one, so "did anything change?" is plain equality. ``to_json``/``from_json``
-use camelCase keys (``partitioningVersion``, ``leaderEpoch``,
-``liveReplicas``) as Kubernetes status does. ``from_json`` rejects a document
-of the wrong shape with ``InvalidRequest`` naming the field.
+one, so "did anything change?" is plain equality. Documents use camelCase keys
+(``partitioningVersion``, ``leaderEpoch``, ``liveReplicas``) as Kubernetes status
+does. Where a document is its dataclass field for field, its codec is generated
+(``codecs.Codec``: ``PARTITION_STATUS_JSON``, ``COHORT_PLAN_JSON``,
+``UNLOAD_PROGRESS_JSON``), with the format's quirks declared on the fields. The
+documents that reshape their dataclass (``Transition``, ``TopicStatus`` and
+``ClusterState`` keep their maps as lists sorted by key, which Kubernetes merges as
+list-maps, and check what a type cannot say, such as partitions listed in order) keep
+a hand-written ``to_json``/``from_json``. Reading rejects a document of the wrong
+shape with ``InvalidRequest`` naming the field.
+
+The enums of states and phases (``PartitionState``, ``MovePhase``, ...) are the API's,
+defined once in ``headrace.resources`` (pure too) and imported here.
 """
 
 from __future__ import annotations
@@ -24,8 +33,12 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, TypeVar
+from typing import Annotated, Any, Final
 
+import pydantic
+from pydantic_core import PydanticCustomError
+
+from headrace.control.codecs import CAMEL_CASE, Codec
 from headrace.errors import InvalidRequest, InvalidTopicSpec
 from headrace.protocol.coordination import PartitioningHistory, PastTransition, feeders
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -33,16 +46,18 @@ from headrace.protocol.jsonfields import ints as _ints
 from headrace.protocol.jsonfields import objects as _objects
 from headrace.protocol.jsonfields import optional as _optional
 from headrace.protocol.jsonfields import required as _field
+from headrace.resources.operations import FinalizedBy as FinalizedBy
+from headrace.resources.operations import MovePhase as MovePhase
+from headrace.resources.operations import RecoverySource as RecoverySource
+from headrace.resources.operations import RepartitionPhase as RepartitionPhase
+from headrace.resources.operations import UnloadPhase as UnloadPhase
+from headrace.resources.topics import PartitionState as PartitionState
 
-_E = TypeVar("_E", bound=enum.StrEnum)
-
-
-class PartitionState(enum.StrEnum):
-    """Where a partition is in its leadership life cycle (see ``election``)."""
-
-    ONLINE = "Online"
-    ELECTING = "Electing"
-    OFFLINE = "Offline"
+#: the states a partition's leadership goes through (``election``); the API also names
+#: ``Moving`` and ``Retiring``, which no controller sets, so a status holding one is refused
+ELECTION_STATES: Final = frozenset(
+    {PartitionState.ONLINE, PartitionState.ELECTING, PartitionState.OFFLINE}
+)
 
 
 # --------------------------------------------------------------------------- desired state
@@ -96,6 +111,19 @@ class TopicSpec:
 # --------------------------------------------------------------------------- persisted status
 
 
+def _election_state(state: PartitionState) -> PartitionState:
+    if state not in ELECTION_STATES:
+        raise PydanticCustomError("enum", "not a state the controller sets")
+    return state
+
+
+def _unset(value: object) -> bool:
+    """Left out of a document: the fields of a replica move, while none runs (so documents
+    without one stay as they were before moves existed)."""
+    return not value
+
+
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class PartitionStatus:
     """The durable leadership record of one partition (see ``election`` for the transitions).
@@ -123,12 +151,13 @@ class PartitionStatus:
     partition: int
     #: the replica set, preferred leader first; fixed by placement
     replicas: tuple[int, ...]
-    leader: int | None
+    #: None while there is none (a status document then leaves it out)
+    leader: Annotated[int | None, pydantic.Field(default=None)]
     #: increases on every nomination; the leader (or the candidate) serves at this epoch
     leader_epoch: int
     #: the LRS: replicas eligible for election, as last reported by the leader
     live_replicas: tuple[int, ...]
-    state: PartitionState
+    state: Annotated[PartitionState, pydantic.AfterValidator(_election_state)]
     candidate: int | None = None
     deadline_ms: int | None = None
     tried: tuple[int, ...] = ()
@@ -141,11 +170,13 @@ class PartitionStatus:
     #: a replica move in flight (see ``moves``): the replica set it ends with, preferred
     #: leader first; ``replicas`` is then the old set followed by the adding replicas.
     #: Empty when no move runs.
-    target: tuple[int, ...] = ()
+    target: Annotated[
+        tuple[int, ...], pydantic.Field(alias="targetReplicas", exclude_if=_unset)
+    ] = ()
     #: the topology generation that started the move (or last retargeted it): the
     #: leader's LRS counts for the move only from a heartbeat of a leader that applied
     #: it (``moves``). 0 with no move, or a move recorded before this field existed
-    target_generation: int = 0
+    target_generation: Annotated[int, pydantic.Field(exclude_if=_unset)] = 0
 
     @property
     def replication_factor(self) -> int:
@@ -158,53 +189,18 @@ class PartitionStatus:
         """Whom to route to: the leader, or the candidate while one is promoting."""
         return self.leader if self.leader is not None else self.candidate
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "partition": self.partition,
-            "replicas": list(self.replicas),
-            "leader": self.leader,
-            "leaderEpoch": self.leader_epoch,
-            "liveReplicas": list(self.live_replicas),
-            "state": self.state.value,
-            "candidate": self.candidate,
-            "deadlineMs": self.deadline_ms,
-            "tried": list(self.tried),
-            "seal": self.seal,
-            "moves": self.moves,
-            "startOffset": self.start_offset,
-        }
-        if self.target:  # only while a move runs: documents without one stay as they were
-            doc["targetReplicas"] = list(self.target)
-            if self.target_generation:
-                doc["targetGeneration"] = self.target_generation
-        return doc
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> PartitionStatus:
-        w = "partition status"
-        state = _field(doc, "state", str, w)
-        try:
-            parsed = PartitionState(state)
-        except ValueError:
-            raise InvalidRequest(f"{w}: unknown state {state!r}") from None
-        return cls(
-            _field(doc, "partition", int, w),
-            _ints(doc, "replicas", w),
-            _optional(doc, "leader", int, w),
-            _field(doc, "leaderEpoch", int, w),
-            _ints(doc, "liveReplicas", w),
-            parsed,
-            _optional(doc, "candidate", int, w),
-            _optional(doc, "deadlineMs", int, w),
-            _ints(doc, "tried", w, default=True),
-            _optional(doc, "seal", bool, w) or False,
-            _optional(doc, "moves", int, w) or 0,
-            _optional(doc, "startOffset", int, w),
-            _ints(doc, "targetReplicas", w, default=True),
-            _optional(doc, "targetGeneration", int, w) or 0,
-        )
+#: a partition's status as camelCase JSON (``leader``, ``candidate``, ``deadlineMs`` and
+#: ``startOffset`` written as null when unset; ``targetReplicas`` and ``targetGeneration``
+#: only while a move runs)
+PARTITION_STATUS_JSON: Final = Codec(PartitionStatus, "partition status")
 
 
+def _sorted(values: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(sorted(values))
+
+
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class CohortPlan:
     """The advisory cross-broker assignment of one cohort of one topic.
@@ -217,25 +213,13 @@ class CohortPlan:
     cohort: str
     generation: int
     #: member id -> the partitions it should hold, sorted; every planned member appears
-    assignment: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    assignment: Mapping[str, Annotated[tuple[int, ...], pydantic.AfterValidator(_sorted)]] = field(
+        default_factory=dict
+    )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cohort": self.cohort,
-            "generation": self.generation,
-            "assignment": {m: list(self.assignment[m]) for m in sorted(self.assignment)},
-        }
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> CohortPlan:
-        w = "cohort plan"
-        raw = _field(doc, "assignment", dict, w)
-        assignment: dict[str, tuple[int, ...]] = {}
-        for member in raw:
-            if not isinstance(member, str):
-                raise InvalidRequest(f"{w}: member ids must be strings")
-            assignment[member] = tuple(sorted(_ints(raw, member, w)))
-        return cls(_field(doc, "cohort", str, w), _field(doc, "generation", int, w), assignment)
+#: a cohort plan as camelCase JSON (each member's partitions read back sorted, as written)
+COHORT_PLAN_JSON: Final = Codec(CohortPlan, "cohort plan")
 
 
 #: the ``request`` of a transition started by an edit of ``Topic.spec.partitions``
@@ -391,8 +375,10 @@ class TopicStatus:
         doc: dict[str, Any] = {
             "name": self.name,
             "partitioningVersion": self.partitioning_version,
-            "partitions": [p.to_json() for p in self.partitions],
-            "cohortPlans": [self.cohort_plans[c].to_json() for c in sorted(self.cohort_plans)],
+            "partitions": [PARTITION_STATUS_JSON.dump(p) for p in self.partitions],
+            "cohortPlans": [
+                COHORT_PLAN_JSON.dump(self.cohort_plans[c]) for c in sorted(self.cohort_plans)
+            ],
         }
         if self.transition is not None:
             doc["transition"] = self.transition.to_json()
@@ -409,10 +395,10 @@ class TopicStatus:
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> TopicStatus:
         w = "topic status"
-        partitions = tuple(PartitionStatus.from_json(p) for p in _objects(doc, "partitions", w))
+        partitions = tuple(PARTITION_STATUS_JSON.load(p) for p in _objects(doc, "partitions", w))
         if [p.partition for p in partitions] != list(range(len(partitions))):
             raise InvalidRequest(f"{w}: partitions must be listed in order from 0")
-        plans = [CohortPlan.from_json(c) for c in _objects(doc, "cohortPlans", w)]
+        plans = [COHORT_PLAN_JSON.load(c) for c in _objects(doc, "cohortPlans", w)]
         marker = _optional(doc, "transition", dict, w)
         active = _optional(doc, "activePartitions", int, w)
         history = _optional(doc, "history", dict, w)
@@ -473,40 +459,6 @@ class ClusterState:
 # --------------------------------------------------------------------------- unloads
 
 
-class MovePhase(enum.StrEnum):
-    """Where one partition's move is (see ``unloads``)."""
-
-    PENDING = "Pending"
-    SEALING = "Sealing"
-    SEALED = "Sealed"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-
-
-class UnloadPhase(enum.StrEnum):
-    """Where an unload is as a whole (see ``unloads``)."""
-
-    PENDING = "Pending"
-    MOVING = "Moving"
-    COMPLETED = "Completed"
-    FAILED = "Failed"
-
-
-class RecoverySource(enum.StrEnum):
-    """Who finished a seal its owner could not: another replica, or nobody (the object store)."""
-
-    REPLICAS = "Replicas"
-    OBJECT_STORE = "ObjectStore"
-
-
-def _enum(doc: Mapping[str, Any], key: str, kind: type[_E], where: str) -> _E:
-    value = _field(doc, key, str, where)
-    try:
-        return kind(value)
-    except ValueError:
-        raise InvalidRequest(f"{where}: unknown {key} {value!r}") from None
-
-
 @dataclass(frozen=True, slots=True)
 class DeletionRequest:
     """A topic's deletion, asked for explicitly: the one input that lets a topic leave a
@@ -542,6 +494,7 @@ class UnloadRequest:
     cancelled: bool = False
 
 
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class MoveProgress:
     """One partition's move: persisted with its Unload, not in the cluster state.
@@ -578,48 +531,8 @@ class MoveProgress:
     def finished(self) -> bool:
         return self.phase in (MovePhase.COMPLETED, MovePhase.FAILED)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "partition": self.partition,
-            "phase": self.phase.value,
-            "fromBroker": self.from_broker,
-            "toBroker": self.to_broker,
-            "sealedOffset": self.sealed_offset,
-            "moves": self.moves,
-            "verified": self.verified,
-            "verificationMessage": self.verification_message,
-            "checkedMs": self.checked_ms,
-            "recoverySource": None if self.recovery_source is None else self.recovery_source.value,
-            "recoveryMessage": self.recovery_message,
-            "deadlineMs": self.deadline_ms,
-            "message": self.message,
-        }
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> MoveProgress:
-        w = "partition move"
-        source = _optional(doc, "recoverySource", str, w)
-        try:
-            recovery = None if source is None else RecoverySource(source)
-        except ValueError:
-            raise InvalidRequest(f"{w}: unknown recoverySource {source!r}") from None
-        return cls(
-            _field(doc, "partition", int, w),
-            _enum(doc, "phase", MovePhase, w),
-            _optional(doc, "fromBroker", int, w),
-            _optional(doc, "toBroker", int, w),
-            _optional(doc, "sealedOffset", int, w),
-            _optional(doc, "moves", int, w),
-            _optional(doc, "verified", bool, w),
-            _optional(doc, "verificationMessage", str, w) or "",
-            _optional(doc, "checkedMs", int, w),
-            recovery,
-            _optional(doc, "recoveryMessage", str, w) or "",
-            _optional(doc, "deadlineMs", int, w),
-            _optional(doc, "message", str, w) or "",
-        )
-
-
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class UnloadProgress:
     """How an Unload is going: its status, persisted by the controller beside the spec.
@@ -642,27 +555,10 @@ class UnloadProgress:
     def finished(self) -> bool:
         return self.phase in (UnloadPhase.COMPLETED, UnloadPhase.FAILED)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "phase": self.phase.value,
-            "moves": [m.to_json() for m in self.moves],
-            "startedMs": self.started_ms,
-            "completedMs": self.completed_ms,
-            "message": self.message,
-        }
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> UnloadProgress:
-        w = "unload progress"
-        return cls(
-            _field(doc, "name", str, w),
-            _enum(doc, "phase", UnloadPhase, w),
-            tuple(MoveProgress.from_json(m) for m in _objects(doc, "moves", w)),
-            _optional(doc, "startedMs", int, w),
-            _optional(doc, "completedMs", int, w),
-            _optional(doc, "message", str, w) or "",
-        )
+#: an Unload's progress as camelCase JSON, every field written (the core's own shape; an
+#: Unload's status document is ``documents.unload_status``)
+UNLOAD_PROGRESS_JSON: Final = Codec(UnloadProgress, "unload progress")
 
 
 def normalise_lrs(replicas: Sequence[int], reported: Sequence[int], leader: int) -> tuple[int, ...]:
@@ -672,24 +568,6 @@ def normalise_lrs(replicas: Sequence[int], reported: Sequence[int], leader: int)
 
 
 # --------------------------------------------------------------------------- repartitions
-
-
-class RepartitionPhase(enum.StrEnum):
-    """Where a repartition is (see ``repartitions``)."""
-
-    PENDING = "Pending"
-    CUTTING_OVER = "CuttingOver"
-    DRAINING = "Draining"
-    AWAITING_ADOPTION = "AwaitingAdoption"
-    FINALIZED = "Finalized"
-    FAILED = "Failed"
-
-
-class FinalizedBy(enum.StrEnum):
-    """Why a repartition finalized: every live broker's clients acked, or the timeout."""
-
-    ADOPTED = "Adopted"
-    ADOPTION_TIMED_OUT = "AdoptionTimedOut"
 
 
 @dataclass(frozen=True, slots=True)

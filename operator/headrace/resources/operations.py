@@ -3,7 +3,8 @@
 Pure data. Each is a request (spec, immutable once created) and a record of
 how it went (status), so ``kubectl get repartitions`` is the history of a
 topic's partition changes. The state machines that move the phases live in the
-control core; the phases are listed here because they are the API.
+control core; the phases are listed here, and only here, because they are the API (the
+core imports them).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class RepartitionSpec(Model):
 
 
 class RepartitionPhase(enum.StrEnum):
-    """See ``RepartitionStatus.phase``."""
+    """Where a repartition is: see ``RepartitionStatus.phase`` (the control core's
+    ``repartitions`` moves it)."""
 
     PENDING = "Pending"
     CUTTING_OVER = "CuttingOver"
@@ -59,6 +61,8 @@ class RepartitionPhase(enum.StrEnum):
 
 
 class FinalizedBy(enum.StrEnum):
+    """Why a repartition finalized: every live broker's clients acked, or the timeout."""
+
     ADOPTED = "Adopted"
     ADOPTION_TIMED_OUT = "AdoptionTimedOut"
 
@@ -137,7 +141,8 @@ class UnloadSpec(Model):
 
 
 class MovePhase(enum.StrEnum):
-    """See ``PartitionMove.phase``."""
+    """Where one partition's move is: see ``PartitionMove.phase`` (the control core's
+    ``unloads`` moves it)."""
 
     PENDING = "Pending"
     SEALING = "Sealing"
@@ -164,7 +169,8 @@ class MoveVerification(Model):
 
 
 class RecoverySource(enum.StrEnum):
-    """See ``MoveRecovery.source``."""
+    """Who finished a seal its owner could not: another replica, or nobody (the object
+    store); see ``MoveRecovery.source``."""
 
     REPLICAS = "Replicas"
     OBJECT_STORE = "ObjectStore"
@@ -216,6 +222,9 @@ class PartitionMove(Model):
 
 
 class UnloadPhase(enum.StrEnum):
+    """Where an unload is as a whole: see ``UnloadStatus.phase`` (the control core's
+    ``unloads`` moves it)."""
+
     PENDING = "Pending"
     MOVING = "Moving"
     COMPLETED = "Completed"

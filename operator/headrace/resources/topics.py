@@ -171,7 +171,10 @@ class TopicSpec(Model):
 
 
 class PartitionState(enum.StrEnum):
-    """See ``PartitionAssignment.state``."""
+    """Where a partition is in its leadership life cycle: see ``PartitionAssignment.state``.
+
+    The control core's ``election`` moves a partition between the first three; no
+    controller sets ``Moving`` or ``Retiring`` (``control.model.ELECTION_STATES``)."""
 
     ONLINE = "Online"
     ELECTING = "Electing"

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headrace.control.cohort_plans import assign_across, plan
-from headrace.control.model import CohortPlan
+from headrace.control.model import COHORT_PLAN_JSON, CohortPlan
 
 SETTINGS = settings(max_examples=200, deadline=None)
 
@@ -178,7 +178,7 @@ def test_a_reseeded_plan_bumps_nothing() -> None:
     connections = {"a": ALL, "b": frozenset({1}), "c": ALL}
     first = plan("c", [0, 1, 0, 1, 1], connections, None)
     assert first is not None
-    reread = CohortPlan.from_json(json.loads(json.dumps(first.to_json())))
+    reread = COHORT_PLAN_JSON.load(json.loads(json.dumps(COHORT_PLAN_JSON.dump(first))))
     again = plan("c", [0, 1, 0, 1, 1], connections, reread)
     assert again == first
     assert again is reread

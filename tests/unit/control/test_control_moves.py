@@ -25,6 +25,7 @@ from headrace.control import reconcile as rc
 from headrace.control import topology
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
+    PARTITION_STATUS_JSON,
     ClusterState,
     PartitionState,
     PartitionStatus,
@@ -617,10 +618,10 @@ def test_a_deaf_leaders_report_does_not_put_a_re_added_replica_in_the_lrs() -> N
 
 def test_target_round_trips_and_is_absent_without_a_move() -> None:
     p = PartitionStatus(0, (0, 1, 2, 3), 0, 4, (0, 1, 2), ONLINE, target=(3, 1, 2))
-    doc = json.loads(json.dumps(p.to_json()))
+    doc = json.loads(json.dumps(PARTITION_STATUS_JSON.dump(p)))
     assert doc["targetReplicas"] == [3, 1, 2]
-    assert PartitionStatus.from_json(doc) == p
-    assert "targetReplicas" not in replace(p, target=()).to_json()
+    assert PARTITION_STATUS_JSON.load(doc) == p
+    assert "targetReplicas" not in PARTITION_STATUS_JSON.dump(replace(p, target=()))
 
 
 # --------------------------------------------------------------------------- random schedules

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from headrace.control import reconcile as rc
 from headrace.control import unloads
 from headrace.control.model import (
+    UNLOAD_PROGRESS_JSON,
     ClusterState,
     MovePhase,
     MoveProgress,
@@ -104,7 +105,7 @@ class Controller:
         """A new controller process: persisted documents only, no heartbeats."""
         self.state = ClusterState.from_json(json.loads(json.dumps(self.state.to_json())))
         self.progress = {
-            n: UnloadProgress.from_json(json.loads(json.dumps(p.to_json())))
+            n: UNLOAD_PROGRESS_JSON.load(json.loads(json.dumps(UNLOAD_PROGRESS_JSON.dump(p))))
             for n, p in self.progress.items()
         }
         self.fleet.forget()
