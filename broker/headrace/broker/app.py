@@ -83,7 +83,10 @@ _INCARNATIONS = 1 << 15
 class Broker:
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
-        self.registry = TopicRegistry(settings.data_dir, settings.log)
+        store = _open_object_store(settings.object_store_url)
+        self.registry = TopicRegistry(
+            settings.data_dir, settings.log, object_store_configured=store is not None
+        )
         self.metrics = BrokerMetrics(self.registry.all_partitions)
         #: principals, grants and member identities (reads the credential files now)
         self.access = Access(settings, self.metrics.acl_denials, reloads=self.metrics.acl_reloads)
@@ -125,12 +128,10 @@ class Broker:
         #: held while a pushed topology is applied (``receive_topology``)
         self._topology_lock = asyncio.Lock()
         self.replication = Replication(self, self._on_event)
-        self.tiering = Tiering(self, _open_object_store(settings.object_store_url), self._on_event)
-        self.registry.object_store_configured = self.tiering.enabled
-        self.placer = Placer(settings, self.registry, self.tiering, self.metrics)
         #: the journal heartbeats are answered from (deltas; see ``reporting``)
         self.reports = PartitionReports(self._report_of, self.registry.all_partitions, self._hosted)
-        self.tiering.report_changed = self.reports.mark
+        self.tiering = Tiering(self, store, self._on_event, report_changed=self.reports.mark)
+        self.placer = Placer(settings, self.registry, self.tiering, self.metrics)
         self.started_at = time.monotonic()
         #: the first gate epoch of this incarnation's cohorts (see ``_count_incarnation``)
         self.gate_epoch_floor = 0

@@ -46,7 +46,7 @@ from headrace.tiered.snapshots import (
     cut_partition,
 )
 
-#: the uploader's copy of the cursors (``broker.tiering.CURSORS_NAME``)
+#: the uploader's copy of the cursors (``broker.tier_upload.CURSORS_NAME``)
 CURSORS_NAME = "cursors.json"
 
 
