@@ -923,7 +923,7 @@ class Broker:
                 if p.tiering is not None and not p.moving:
                     try:
                         # the whole log's retention, in the object store (leaders only)
-                        if await self.tiering.apply_retention(p):
+                        if await self.tiering.uploader.apply_retention(p):
                             self.reports.mark(p)  # the log start clients see moved
                     except Exception as exc:
                         expected = isinstance(exc, HeadraceError)
@@ -937,7 +937,7 @@ class Broker:
                     continue  # nothing to delete: no manifest read
                 try:
                     # Tiered: only what the object store already holds may go.
-                    floor = await self.tiering.refresh_floor(p)
+                    floor = await self.tiering.uploader.refresh_floor(p)
                     if p.moving or p.topic.partitions.get(p.index) is not p:
                         continue
                     deleted = p.log.apply_retention(upload_floor=floor)

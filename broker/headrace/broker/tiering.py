@@ -10,8 +10,9 @@ each partition's tier state (``tier_state``).
 ``Tiering`` builds the three with what each needs and owns what spans them: the
 partitions' tier state (attach, detach, forget a deleted topic's objects), the
 background work's start and stop, and the heartbeat's and the topic description's
-tier fields. Callers keep one object to talk to; each call goes to the part that
-does it.
+tier fields. Callers reach a part's own calls through it (``tiering.moves.seal``,
+``tiering.uploader.apply_retention``); it answers reads itself, by handing them to
+``tier_reads``, because the broker gives it to connections as their ``TieredReads``.
 """
 
 from __future__ import annotations
@@ -129,38 +130,18 @@ class Tiering:
         if self.store is not None:
             self.store.close()
 
-    # ------------------------------------------------------------------ the parts' calls
-
-    async def refresh_floor(self, p: Partition) -> int | None:
-        """``Uploader.refresh_floor``: the upload floor for local retention."""
-        return await self.uploader.refresh_floor(p)
-
-    async def apply_retention(self, p: Partition) -> bool:
-        """``Uploader.apply_retention``: the topic's retention in the object store."""
-        return await self.uploader.apply_retention(p)
+    # ------------------------------------------------------------------ reads (``ports.TieredReads``)
 
     def stored_start(self, p: Partition) -> int | None:
         return self.reads.stored_start(p)
 
     def earliest(self, p: Partition) -> int:
-        """``TieredReader.earliest``: the lowest offset a reader can get."""
+        """The lowest offset a reader can get, stored or local (``TieredReader.earliest``)."""
         return self.reads.earliest(p)
 
     async def read(self, p: Partition, offset: int, max_bytes: int) -> bytes:
-        """``TieredReader.read``: whole batches from ``offset`` out of the object store."""
+        """Whole batches from ``offset`` out of the object store (``TieredReader.read``)."""
         return await self.reads.read(p, offset, max_bytes)
-
-    def seal(self, p: Partition, *, took_over: bool = False) -> None:
-        """``TierMoves.seal``: the controller asked this leader to seal ``p``."""
-        self.moves.seal(p, took_over=took_over)
-
-    def unseal(self, p: Partition) -> None:
-        """``TierMoves.unseal``: the seal request was withdrawn."""
-        self.moves.unseal(p)
-
-    def reopen(self, p: Partition, moves: int, start_offset: int | None, epoch: int) -> bool:
-        """``TierMoves.reopen``: start incarnation ``moves`` of ``p``; False: done already."""
-        return self.moves.reopen(p, moves, start_offset, epoch)
 
     # ------------------------------------------------------------------ reports
 

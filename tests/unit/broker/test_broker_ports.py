@@ -285,5 +285,5 @@ def test_withdrawing_a_seal_wakes_the_cohorts_the_host_names(
     assert state is not None and state.tier.prefix.startswith("c1/")
     state.sealing = Sealing(SealStage.SEALED)
     assert p.moving
-    tiering.unseal(p)
+    tiering.moves.unseal(p)
     assert not p.moving and host.cohorts[0].woken == 1
