@@ -84,7 +84,10 @@ _INCARNATIONS = 1 << 15
 class Broker:
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
-        self.registry = TopicRegistry(settings.data_dir, settings.log)
+        store = _open_object_store(settings.object_store_url)
+        self.registry = TopicRegistry(
+            settings.data_dir, settings.log, object_store_configured=store is not None
+        )
         self.metrics = BrokerMetrics(self.registry.all_partitions)
         #: principals, grants and member identities (reads the credential files now)
         self.access = Access(settings, self.metrics.acl_denials, reloads=self.metrics.acl_reloads)
@@ -126,12 +129,10 @@ class Broker:
         #: held while a pushed topology is applied (``receive_topology``)
         self._topology_lock = asyncio.Lock()
         self.replication = Replication(self, self._on_event)
-        self.tiering = Tiering(self, _open_object_store(settings.object_store_url), self._on_event)
-        self.registry.object_store_configured = self.tiering.enabled
-        self.placer = Placer(settings, self.registry, self.tiering, self.metrics)
         #: the journal heartbeats are answered from (deltas; see ``reporting``)
         self.reports = PartitionReports(self._report_of, self.registry.all_partitions, self._hosted)
-        self.tiering.report_changed = self.reports.mark
+        self.tiering = Tiering(self, store, self._on_event, report_changed=self.reports.mark)
+        self.placer = Placer(settings, self.registry, self.tiering, self.metrics)
         self.started_at = time.monotonic()
         #: the first gate epoch of this incarnation's cohorts (see ``_count_incarnation``)
         self.gate_epoch_floor = 0
@@ -965,7 +966,7 @@ class Broker:
                 if p.tiering is not None and not p.moving:
                     try:
                         # the whole log's retention, in the object store (leaders only)
-                        if await self.tiering.apply_retention(p):
+                        if await self.tiering.uploader.apply_retention(p):
                             self.reports.mark(p)  # the log start clients see moved
                     except Exception as exc:
                         expected = isinstance(exc, HeadraceError)
@@ -979,7 +980,7 @@ class Broker:
                     continue  # nothing to delete: no manifest read
                 try:
                     # Tiered: only what the object store already holds may go.
-                    floor = await self.tiering.refresh_floor(p)
+                    floor = await self.tiering.uploader.refresh_floor(p)
                     if p.moving or p.topic.partitions.get(p.index) is not p:
                         continue
                     deleted = p.log.apply_retention(upload_floor=floor)

@@ -140,7 +140,7 @@ class Placer:
                     # A move: this copy belongs to an older incarnation. Start empty where
                     # the new one starts; the role is applied once that is done.
                     partition = self._partition(topic, index)
-                    if self.tiering.reopen(partition, moves, start_offset, epoch):
+                    if self.tiering.moves.reopen(partition, moves, start_offset, epoch):
                         deferred.add((topic, index))
                 case plan.Keep():
                     self._keep(self._partition(action.topic, action.index), action)
@@ -149,9 +149,9 @@ class Placer:
                 case plan.Follow():
                     self._follow(self._partition(action.topic, action.index), action)
                 case plan.Seal(topic, index, took_over):
-                    self.tiering.seal(self._partition(topic, index), took_over=took_over)
+                    self.tiering.moves.seal(self._partition(topic, index), took_over=took_over)
                 case plan.Unseal(topic, index):
-                    self.tiering.unseal(self._partition(topic, index))
+                    self.tiering.moves.unseal(self._partition(topic, index))
                 case plan.Drop(topic, index, forget, retain):
                     t = self.registry.topics[topic]
                     partition = t.partitions[index]

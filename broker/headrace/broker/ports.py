@@ -2,8 +2,8 @@
 
 ``app.Broker`` composes the parts; none of them reaches back through it. A
 client ``Connection`` sees its broker as a ``ConnectionHost``, ``Replication``
-as a ``ReplicationHost``, ``Tiering`` as a ``TieringHost``, the admin server as
-an ``AdminHost``, and a cohort runtime reads the object store through
+as a ``ReplicationHost``, tiered storage's parts as a ``TieringHost``, the admin
+server as an ``AdminHost``, and a cohort runtime reads the object store through
 ``TieredReads``. The broker implements these structurally; a unit test passes
 a fake instead of a whole broker.
 
@@ -12,8 +12,8 @@ Collaborators report what happened to a partition as *lifecycle events*
 listens. The broker subscribes and re-plans (``replication.assigning``).
 
 This module imports none of the implementations (server, replicating,
-tiering, cohorting, admin, app), which is what keeps the broker's modules free
-of import cycles (the "No import cycles in any headrace package"
+tiering and its tier_* parts, cohorting, admin, app), which is what keeps the
+broker's modules free of import cycles (the "No import cycles in any headrace package"
 contract in pyproject.toml).
 """
 
@@ -43,7 +43,7 @@ from headrace.protocol.endpoints import BrokerEndpoint
 
 @dataclass(frozen=True, slots=True)
 class PartitionReopened:
-    """A move's reopen finished (``Tiering``): the partition may take its role now."""
+    """A move's reopen finished (``tier_moves``): the partition may take its role now."""
 
     partition: Partition
 
@@ -85,7 +85,7 @@ class Durability(Protocol):
 
 
 class TieredReads(Protocol):
-    """Reads below a partition's local log start, from the object store (``Tiering``)."""
+    """Reads below a partition's local log start, from the object store (``tier_reads``)."""
 
     def earliest(self, p: Partition) -> int:
         """The lowest offset a reader can get, stored or local."""

@@ -241,7 +241,7 @@ HwListener = Callable[["Partition"], None]
 class TierState(Protocol):
     """A partition's tiered-storage state as the rest of the broker may read it.
 
-    ``tiering.Tiering`` alone creates and changes it (``tiering.PartitionTiering``).
+    The tiering parts alone create and change it (``tier_state.PartitionTiering``).
     """
 
     @property
@@ -298,7 +298,7 @@ class Partition:
         self.start_offset = 0
         #: the incarnation's first leader epoch (-1: never moved)
         self.first_epoch = -1
-        #: the tiered-storage state (``broker.tiering.PartitionTiering``); None when untiered
+        #: the tiered-storage state (``broker.tier_state.PartitionTiering``); None when untiered
         self.tiering: TierState | None = None
         #: (partitioning version, the first offset appended under it): a repartition's
         #: cutover offset (records below it were routed under an older version). A leader
@@ -474,7 +474,9 @@ class Topic:
 class TopicRegistry:
     """The topics on this broker. All mutation happens on the event loop."""
 
-    def __init__(self, data_dir: Path, log_config: LogConfig) -> None:
+    def __init__(
+        self, data_dir: Path, log_config: LogConfig, *, object_store_configured: bool = False
+    ) -> None:
         self._root = data_dir / "topics"
         files.mkdir_durable(self._root)
         self._log_config = log_config
@@ -488,8 +490,8 @@ class TopicRegistry:
         #: one's generations at the clients (``TopologySnapshot.order``)
         self._epoch_file = data_dir / "topology-epoch"
         self.generation_epoch = 0
-        #: set by the broker when it has an object store (tiered topics upload to it)
-        self.object_store_configured = False
+        #: the broker has an object store (tiered topics upload to it)
+        self.object_store_configured = object_store_configured
 
     def load(self) -> None:
         for topic_file in sorted(self._root.glob(f"*/*/{TOPIC_FILE}")):

@@ -52,7 +52,7 @@ from headrace.tiered.snapshots import (
     where_stored,
 )
 
-#: the uploader's copy of the cursors (``broker.tiering.CURSORS_NAME``)
+#: the uploader's copy of the cursors (``broker.tier_upload.CURSORS_NAME``)
 CURSORS_NAME = "cursors.json"
 
 

@@ -35,7 +35,7 @@ from headrace.objectstore.keys import validate_key
 from headrace.tiered import layout
 from headrace.tiered.manifest import Manifest
 
-#: what else a partition's prefix holds (``broker.tiering.CURSORS_NAME``,
+#: what else a partition's prefix holds (``broker.tier_upload.CURSORS_NAME``,
 #: ``jobs.compact.LOCK_NAME``): orphans only where there is no manifest
 WITHOUT_MANIFEST_ORPHANS = frozenset({"cursors.json", "compaction.lock"})
 

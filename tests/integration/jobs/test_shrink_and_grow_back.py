@@ -22,7 +22,7 @@ import pytest
 from minio.credentials import StaticProvider
 from minio.minioadmin import MinioAdmin
 
-from headrace.broker.tiering import CURSORS_NAME
+from headrace.broker.tier_upload import CURSORS_NAME
 from headrace.objectstore import minio_server
 from headrace.tiered import layout
 from headrace.tiered.manifest import Manifest

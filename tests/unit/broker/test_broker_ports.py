@@ -16,7 +16,7 @@ from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.placing import Placer
 from headrace.broker.ports import LiveReplicasChanged, PartitionEvent, PartitionReopened
 from headrace.broker.replicating import Replication
-from headrace.broker.tiering import SealStage, Tiering
+from headrace.broker.tiering import Tiering
 from headrace.broker.topics import Partition, Role, TopicRegistry
 from headrace.errors import NotLeader, StaleEpoch, UnknownTopic
 from headrace.objectstore.directory import DirectoryStore
@@ -27,6 +27,7 @@ from headrace.records import batch as rb
 from headrace.replication import assigning
 from headrace.replication.leader import LeaderReplicaSet
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
+from headrace.tiered.sealing import Sealing, SealStage
 
 ME = 0
 TOPIC = "default/orders"
@@ -208,7 +209,7 @@ def apply(placer: Placer, doc: ClusterTopology) -> None:
 
 
 def test_the_executor_opens_and_leads_a_new_partition(host: FakeHost) -> None:
-    tiering = Tiering(host, None, lambda event: None)
+    tiering = Tiering(host, None, lambda event: None, report_changed=lambda p: None)
     placer = Placer(host.settings, host.registry, tiering, host.metrics)
     apply(placer, topology(leader=ME))
     p = host.registry.get(TOPIC).partition(0)
@@ -274,7 +275,7 @@ def test_a_copy_without_a_cutover_for_the_version_leads_from_its_log_end(
 def test_a_deleted_topic_is_removed_from_disk_unless_retained(
     host: FakeHost, tmp_path: Path
 ) -> None:
-    tiering = Tiering(host, None, lambda event: None)
+    tiering = Tiering(host, None, lambda event: None, report_changed=lambda p: None)
     placer = Placer(host.settings, host.registry, tiering, host.metrics)
     apply(placer, topology(leader=ME))
     append(host.registry.get(TOPIC).partition(0), 3)
@@ -296,7 +297,7 @@ def test_a_move_without_an_object_store_reopens_bare_and_takes_its_role_at_once(
     host: FakeHost,
 ) -> None:
     events: list[PartitionEvent] = []
-    tiering = Tiering(host, None, events.append)
+    tiering = Tiering(host, None, events.append, report_changed=lambda p: None)
     placer = Placer(host.settings, host.registry, tiering, host.metrics)
     apply(placer, topology(leader=ME, moves=1, startOffset=10))
     p = host.registry.get(TOPIC).partition(0)
@@ -316,7 +317,12 @@ async def test_a_move_with_an_object_store_reopens_then_reports_it(
         published.set()
 
     host.registry.object_store_configured = True
-    tiering = Tiering(host, DirectoryStore(tmp_path / "store", fsync=False), publish)
+    tiering = Tiering(
+        host,
+        DirectoryStore(tmp_path / "store", fsync=False),
+        publish,
+        report_changed=lambda p: None,
+    )
     placer = Placer(host.settings, host.registry, tiering, host.metrics)
     apply(placer, topology(leader=ME, moves=1, startOffset=10))
     p = host.registry.get(TOPIC).partition(0)
@@ -332,11 +338,16 @@ def test_withdrawing_a_seal_wakes_the_cohorts_the_host_names(
 ) -> None:
     host.registry.object_store_configured = True
     host.cohorts.append(FakeCohort())
-    tiering = Tiering(host, DirectoryStore(tmp_path / "store", fsync=False), lambda e: None)
+    tiering = Tiering(
+        host,
+        DirectoryStore(tmp_path / "store", fsync=False),
+        lambda e: None,
+        report_changed=lambda p: None,
+    )
     p = lead(host)
     state = tiering.attach(p)
     assert state is not None and state.tier.prefix.startswith("c1/")
-    state.seal_stage = SealStage.SEALED
+    state.sealing = Sealing(SealStage.SEALED)
     assert p.moving
-    tiering.unseal(p)
+    tiering.moves.unseal(p)
     assert not p.moving and host.cohorts[0].woken == 1
