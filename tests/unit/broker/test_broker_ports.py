@@ -228,7 +228,7 @@ def test_a_copy_leads_from_the_cutover_it_copied_even_after_a_restart(
     """A follower that copied the old leader's cutover with its records takes it when it
     leads under that version, not its log end (past the records it copied after it); a
     restart in between keeps it, as it keeps the records."""
-    tiering = Tiering(host, None, lambda event: None)
+    tiering = Tiering(host, None, lambda event: None, report_changed=lambda p: None)
     placer = Placer(host.settings, host.registry, tiering, host.metrics)
     apply(placer, topology(leader=None))
     p = host.registry.get(TOPIC).partition(0)
@@ -242,7 +242,10 @@ def test_a_copy_leads_from_the_cutover_it_copied_even_after_a_restart(
     try:
         restarted = FakeHost(host.settings, registry, BrokerMetrics(registry.all_partitions))
         placer = Placer(
-            restarted.settings, registry, Tiering(restarted, None, lambda event: None), host.metrics
+            restarted.settings,
+            registry,
+            Tiering(restarted, None, lambda event: None, report_changed=lambda p: None),
+            host.metrics,
         )
         p = registry.get(TOPIC).partition(0)
         assert p.cutover == (1, 3) and p.log.next_offset == 5
@@ -258,7 +261,7 @@ def test_a_copy_without_a_cutover_for_the_version_leads_from_its_log_end(
     """No cutover of this version reached the copy (an older one, or none copied): none of
     its records was appended under it, so the version begins at its end. A copied cutover
     past its end (records it never got, or cut away) is capped there."""
-    tiering = Tiering(host, None, lambda event: None)
+    tiering = Tiering(host, None, lambda event: None, report_changed=lambda p: None)
     placer = Placer(host.settings, host.registry, tiering, host.metrics)
     apply(placer, topology(leader=None))
     p = host.registry.get(TOPIC).partition(0)
