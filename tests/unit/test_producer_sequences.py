@@ -153,3 +153,37 @@ async def test_a_new_identity_renumbers_every_unacknowledged_batch_from_zero(
     assert part.values == [b"k:0", b"k:2", b"k:3", b"k:4", b"k:5"]
     # the new identity's batches were numbered 0, 1, 2, 3: the broker saw no gap in them
     assert producer._sequences[(TOPIC, 0)] == 4
+
+
+async def test_a_batch_out_of_time_as_it_moves_to_a_new_identity_leaves_the_rest_numbered_from_zero(
+    wired: tuple[Producer, FakeBroker],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gap persists and the batch's time runs out at the same attempt: the partition
+    moves to a new identity and the batch fails. It was never sent under the new identity,
+    so the broker holds nothing of it: the batches behind it follow from sequence 0 and are
+    appended at their next attempt, not refused until a second new identity."""
+    producer, broker = wired
+    await queue(producer, 0, b"k:0")
+    await queue(producer, 0, b"k:1")
+    part = broker.partition(0)
+    part.lose_from(1)
+    produce = broker.produce
+
+    async def out_of_time_at_the_third_attempt(
+        sender: _PartitionSender, batch: _Batch
+    ) -> asyncio.Future[Any]:
+        if rb.decode(batch.data).records()[0].value == b"k:2" and batch.attempts == 2:
+            batch.deadline = float("-inf")
+        return await produce(sender, batch)
+
+    monkeypatch.setattr(broker, "produce", out_of_time_at_the_third_attempt)
+    part.hold = asyncio.Event()
+    late, behind = queue(producer, 0, b"k:2"), queue(producer, 0, b"k:3")
+    part.hold.set()
+    with pytest.raises(OutOfOrderSequence):
+        await asyncio.wait_for(late, 10)
+    await asyncio.wait_for(behind, 10)
+    assert part.values == [b"k:0", b"k:3"]
+    assert caplog.text.count("sequence gap persists") == 1

@@ -383,16 +383,19 @@ class _PartitionSender:
         rest = pending[1:] + list(self.queue)
         self.queue.clear()
         if decision.renumber_rest:
-            seq = batch.sequence
-            for b in rest:
-                b.data = rb.restamp_sequence(b.data, seq)
-                b.sequence = seq
-                seq = (seq + b.record_count) % _SEQ_MOD
-            p._sequences[(self.topic, self.partition)] = seq
+            self._renumber(rest, batch.sequence)
         # Otherwise the outcome is unknown (it may be in the log), so the rest keep their
         # numbers. If it was appended they follow it; if not, the broker reports the gap
         # and they move to a fresh producer identity.
         self.queue.extend(rest)
+
+    def _renumber(self, batches: list[_Batch], seq: int) -> None:
+        """Number ``batches`` on from ``seq``, in order; the partition's next batch follows."""
+        for b in batches:
+            b.data = rb.restamp_sequence(b.data, seq)
+            b.sequence = seq
+            seq = (seq + b.record_count) % _SEQ_MOD
+        self.producer._sequences[(self.topic, self.partition)] = seq
 
     def _continue_as_new_producer(self, pending: list[_Batch]) -> None:
         """Go on under a new producer identity on this partition, which the broker has no
@@ -446,14 +449,9 @@ class _PartitionSender:
         kept = [b for b in queued if b.version == current or b.explicit]
         for b in kept:
             b.version = current  # explicit partitions stay where they were
-        key = (self.topic, self.partition)
         if stale:
-            seq = queued[0].sequence  # the first refused batch: nothing from it on was appended
-            for b in kept:
-                b.data = rb.restamp_sequence(b.data, seq)
-                b.sequence = seq
-                seq = (seq + b.record_count) % _SEQ_MOD
-            p._sequences[key] = seq
+            # from the first refused batch's sequence: nothing from it on was appended
+            self._renumber(kept, queued[0].sequence)
         self.queue.extend(kept)
         for b in stale:
             p._release(len(b.data))

@@ -23,8 +23,9 @@ here and can be read (and tested) as one table, in this order:
    already said where to go (a Redirect) or what to send (a sequence gap).
 4. Otherwise ``Fail`` the batch. A non-retriable error means the broker refused
    it before appending, so nothing behind it was appended either: the rest are
-   renumbered from its sequence. A retriable one out of time has an unknown
-   outcome: the rest keep their numbers.
+   renumbered from its sequence. So they are when the partition has just moved to
+   a new identity, under which the batch was never sent. A retriable error out of
+   time otherwise has an unknown outcome: the rest keep their numbers.
 """
 
 from __future__ import annotations
@@ -152,4 +153,7 @@ def decide(
         error = RequestTimedOut(
             f"batch for {attempt.topic}/{attempt.partition} not acknowledged in time: {error}"
         )
-    return Fail(error, renumber_rest=not failure.error.retriable, new_identity=new_identity)
+    # Refused before it was appended (not retriable), or never sent under the identity the
+    # partition moves to now: either way nothing from this batch on was appended.
+    renumber_rest = not failure.error.retriable or new_identity
+    return Fail(error, renumber_rest=renumber_rest, new_identity=new_identity)

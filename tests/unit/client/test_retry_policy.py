@@ -213,6 +213,8 @@ def test_a_sequence_gap_that_persists_moves_to_a_new_identity(
     out_of_time = decide(gap, attempts=attempts, deadline=OUT_OF_TIME)
     assert isinstance(out_of_time, Fail)
     assert out_of_time.new_identity is new_identity
+    # never sent under the new identity: the rest follow it from its sequence
+    assert out_of_time.renumber_rest is new_identity
 
 
 def test_the_deadline_is_exclusive() -> None:
