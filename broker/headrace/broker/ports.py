@@ -1,7 +1,8 @@
 """The ports between the broker's parts: what each one needs of the others.
 
 ``app.Broker`` composes the parts; none of them reaches back through it. A
-client ``Connection`` sees its broker as a ``ConnectionHost``, ``Replication``
+client ``Connection`` sees its broker as a ``ConnectionHost`` (and its op handlers,
+``broker.handlers``, see the connection as a ``FrameLink``), ``Replication``
 as a ``ReplicationHost``, ``Tiering`` as a ``TieringHost``, the admin server as
 an ``AdminHost``, and a cohort runtime reads the object store through
 ``TieredReads``. The broker implements these structurally; a unit test passes
