@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 DATA_DIR ?= var/standalone
 LOCAL_DIR ?= var/local
 
-.PHONY: setup run run-standalone test lint typecheck unit integration bench generate clean
+.PHONY: setup run run-standalone test check lint typecheck unit integration bench generate clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -60,6 +60,10 @@ integration: setup
 
 test: lint typecheck
 	$(BIN)/pytest -q tests $(TEST_E2E_PATHS)
+
+# The fast lane (a few minutes; .ci/check): lint, import contracts, mypy and the unit tests,
+# no processes, sockets or clusters. `make test` runs all of it and the rest.
+check: lint typecheck unit
 
 # crds/, the Helm chart's copy charts/headrace/crds/ and docs/crd-reference.md from the
 # models in operator/headrace/resources (unit tests fail while the committed files are stale)

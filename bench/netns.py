@@ -50,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import procs
-from headrace.cli.local import CLUSTER_ID, broker_args
+from headrace.cli.local_cluster import broker_args
+from headrace.cli.local_record import CLUSTER_ID
 
 NS_PREFIX = "hrnet-"
 DATA_PORT = 9092

@@ -52,9 +52,10 @@ def child_env(src: Path | None = None) -> dict[str, str]:
     return env
 
 
-def export_ref(ref: str, into: Path) -> str:
-    """Export the code roots at git ``ref`` of this repository into ``into`` (no worktree;
-    .git untouched); the commit's sha. Children run that headrace with ``child_env(into)``."""
+def export_ref(ref: str, into: Path, roots: tuple[str, ...] = CODE_ROOTS) -> str:
+    """Export ``roots`` (the code roots unless told) at git ``ref`` of this repository into
+    ``into`` (no worktree; .git untouched); the commit's sha. Children run that headrace
+    with ``child_env(into)``."""
     sha = subprocess.run(
         ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
         cwd=REPO,
@@ -63,7 +64,7 @@ def export_ref(ref: str, into: Path) -> str:
         check=True,
     ).stdout.strip()
     archive = subprocess.run(
-        ["git", "archive", "--format=tar", sha, *CODE_ROOTS],
+        ["git", "archive", "--format=tar", sha, *roots],
         cwd=REPO,
         capture_output=True,
         timeout=120,

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from headrace.control.model import ClusterState, PartitionState, TopicSpec
-from headrace.control.reconcile import reconcile
+from headrace.control.reconcile import StepInputs, reconcile
 from headrace.control.settings import ControlSettings
 from headrace.control.steady import SteadySteps
 from headrace.protocol.coordination import Heartbeat, PartitionReport
@@ -75,26 +75,30 @@ def measure(partitions: int, steps: int) -> dict[str, float]:
     for _ in range(4):  # register, create, then settle on reports of the created topics
         now += 1_000
         decision = reconcile(
-            state, specs, _poll(reports, now), now, SETTINGS, observing_since_ms=since
+            StepInputs(state, specs, _poll(reports, now), now, SETTINGS, observing_since_ms=since)
         )
         if decision.changed:
             state = decision.state
         reports = _reports(state)
     skipping = SteadySteps()
 
-    def timed(step: Callable[..., object]) -> float:
+    def timed(step: Callable[[StepInputs], object]) -> float:
         nonlocal now
         spent = 0.0
         for _ in range(steps):
             now += 1_000
-            heartbeats = _poll(reports, now)
+            inputs = StepInputs(
+                state, specs, _poll(reports, now), now, SETTINGS, observing_since_ms=since
+            )
             started = time.process_time()
-            step(state, specs, heartbeats, now, SETTINGS, observing_since_ms=since)
+            step(inputs)
             spent += time.process_time() - started
         return spent / steps * 1_000
 
     full_ms = timed(reconcile)
-    skipping.reconcile(state, specs, _poll(reports, now), now, SETTINGS, observing_since_ms=since)
+    skipping.reconcile(
+        StepInputs(state, specs, _poll(reports, now), now, SETTINGS, observing_since_ms=since)
+    )
     skipped_ms = timed(skipping.reconcile)
     if skipping.skipped != steps:
         raise RuntimeError(f"only {skipping.skipped} of {steps} idle steps were skipped")

@@ -24,8 +24,12 @@ MINIO_TESTS = frozenset(
         "test_compaction_e2e.py",
         "test_object_store_e2e.py",
         "test_chaos_operator_e2e.py",
+        "test_snapshot_e2e.py",
     }
 )
+
+#: the e2e files that run the image of an older commit (built with buildah, on a real node)
+RELEASE_IMAGE_TESTS = frozenset({"test_rolling_upgrade_e2e.py"})
 
 #: Why the build failed, if it did: the e2e tests then error, the rest of a
 #: `pytest tests e2e` run goes on.
@@ -64,6 +68,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
             support.build_testbed()
         except (OSError, subprocess.CalledProcessError) as exc:
             _build_error = f"building the test bed failed ({exc}); see the output above"
+    # the upgrade test's previous release as an image (minutes when cold; cached by commit;
+    # a failure is kept and reported by that test)
+    if (
+        PROVIDER == "testbed"
+        and not session.config.option.collectonly
+        and any(item.path.name in RELEASE_IMAGE_TESTS for item in session.items)
+    ):
+        from e2e.testbed.settings import Settings
+        from tests.integration.upgrading import PREVIOUS_RELEASE
+
+        if Settings.from_env().real_node:
+            support.build_release_image(PREVIOUS_RELEASE)
     # the object-store tests start MinIO: build it now (minutes when cold), not in a test
     # (a failure is kept and reported by those tests)
     if not session.config.option.collectonly and any(

@@ -187,6 +187,36 @@ def headrace_image(real_node: bool = False) -> str:
     return "headrace:e2e"
 
 
+def release_image(sha: str) -> str:
+    """The image of commit ``sha`` of this repository (``REF=<sha> tools/image/build.sh``)."""
+    return f"localhost/headrace:git-{sha[:12]}"
+
+
+#: commit -> why building its image failed (the tests that need it report it)
+release_image_errors: dict[str, str] = {}
+
+
+def build_release_image(ref: str) -> None:
+    """Build the image of commit ``ref`` (``release_image``) with buildah, unless its tag
+    is in buildah's store already (a commit's code never changes). Minutes when cold; a
+    failure is kept in ``release_image_errors``."""
+    repo = Path(__file__).resolve().parent.parent
+    start = time.monotonic()
+    done = subprocess.run(
+        ["bash", str(repo / "tools" / "image" / "build.sh")],
+        env={**os.environ, "REF": ref, "PY": sys.executable},
+        cwd=repo, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        release_image_errors[ref] = (
+            f"REF={ref} tools/image/build.sh exited {done.returncode}: {done.stderr[-2000:]}"
+        )
+        return
+    took = time.monotonic() - start
+    if took > 5:
+        print(f"\n[e2e] image of {ref[:12]} built in {took:.0f} s", file=sys.stderr)
+
+
 def client_of_testbed(settings: Settings) -> Cluster:
     """The :class:`Cluster` that drives the test bed ``settings`` describe (up already)."""
     return Cluster(

@@ -94,6 +94,13 @@ class InvalidRequest(HeadraceError):
     CODE = 8
 
 
+class PolicyViolation(InvalidRequest):
+    """A valid request this broker does not carry out by its own rules: a change that
+    belongs to the controller, or one a standalone broker cannot make."""
+
+    CODE = 48
+
+
 class AuthenticationFailed(HeadraceError):
     """The handshake's credentials were rejected."""
 

@@ -57,6 +57,7 @@ class AckedLoad:
         self._stop = threading.Event()
         self._task: asyncio.Task[None] | None = None
         self._thread: threading.Thread | None = None
+        self._thread_error: BaseException | None = None
 
     # ------------------------------------------------------------ on the test's event loop
 
@@ -85,13 +86,28 @@ class AckedLoad:
     # ------------------------------------------------------------ on a thread of its own
 
     def start_thread(self) -> None:
-        self._thread = threading.Thread(target=lambda: asyncio.run(self.run()), daemon=True)
+        def target() -> None:
+            try:
+                asyncio.run(self.run())
+            except BaseException as exc:  # handed to stop_thread
+                self._thread_error = exc
+
+        self._thread = threading.Thread(target=target, daemon=True)
         self._thread.start()
 
+    def running(self) -> bool:
+        """Still producing (on its thread): the same producer, never restarted."""
+        return self._thread is not None and self._thread.is_alive()
+
     def stop_thread(self, timeout: float = 120.0) -> None:
+        """Stop the load; raise if its producer failed (it is never restarted)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=timeout)
+        if self._thread_error is not None:
+            raise AssertionError(f"the producer failed: {self._thread_error!r}") from (
+                self._thread_error
+            )
 
     # ------------------------------------------------------------ the load
 

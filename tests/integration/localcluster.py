@@ -17,13 +17,9 @@ from typing import Any
 
 from bench import procs
 from bench.procs import free_port
-from headrace.cli.local import (
-    access_args,
-    broker_args,
-    controller_access_args,
-    object_store_args,
-    spawn_headrace,
-)
+from headrace.cli.local_access import access_args, controller_access_args
+from headrace.cli.local_cluster import broker_args, object_store_args
+from headrace.cli.processes import spawn_headrace
 from headrace.objectstore.minio_store import MinioSettings, MinioStore
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
@@ -126,6 +122,24 @@ class LocalCluster:
             if p["partition"] == partition:
                 return {int(b): int(end) for b, end in p["logEndOffsets"].items()}
         return {}
+
+    def cohort_partitions(self, topic: str, cohort: str) -> dict[int, dict[str, Any]]:
+        """Partition -> what its leader says of the cohort there (``headrace cohorts describe``):
+        ``cursor`` (the next offset it delivers; every record below it acknowledged),
+        ``high_watermark``, ``holder``. Empty while the cohort is unknown."""
+        proc = self.cli(
+            "cohorts", "describe", cohort, "--json", "--dir", str(self.dir), check=False
+        )
+        if proc.returncode != 0:
+            return {}
+        for view in json.loads(proc.stdout):
+            if view["topic"] == topic:
+                return {int(p["partition"]): p for p in view["partitions"]}
+        return {}
+
+    def cursor(self, topic: str, cohort: str, partition: int) -> int | None:
+        found = self.cohort_partitions(topic, cohort).get(partition)
+        return None if found is None or found["cursor"] is None else int(found["cursor"])
 
     def partitions(self, topic: str) -> list[dict[str, Any]]:
         for t in self.state()["cluster"].get("topics", []):

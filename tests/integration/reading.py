@@ -1,9 +1,13 @@
-"""Read a partition back with plain FETCH requests (no cohort), for verification."""
+"""Read a partition back with plain FETCH requests (no cohort), for verification; and what a
+standalone broker says of a cohort."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from headrace.client.cluster import ClusterClient
-from headrace.client.connection import ConnectOptions
+from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
@@ -54,3 +58,22 @@ async def create_topic(
         )
     finally:
         await cluster.close()
+
+
+async def cohort_partitions(bootstrap: str, cohort: str) -> dict[int, dict[str, Any]]:
+    """Partition -> what the broker at ``bootstrap`` says of ``cohort`` on it (its
+    ``DescribeCohorts`` answer): ``cursor`` (the next offset it delivers, every record below it
+    acknowledged), ``holder``, ``gate_state``, ``high_watermark``. Only partitions led there."""
+    host, _, port = bootstrap.rpartition(":")
+    conn = await ClientConnection.open(host, int(port), ConnectOptions())
+    try:
+        request = msg.DescribeCohorts(cohort).encode()
+        answer = json.loads((await conn.request(Op.DESCRIBE_COHORTS, request)).body)
+    finally:
+        await conn.close()
+    return {
+        int(p["partition"]): p
+        for entry in answer["cohorts"]
+        if entry["cohort"] == cohort
+        for p in entry["partitions"]
+    }

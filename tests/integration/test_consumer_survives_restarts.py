@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.cli.local import alive
+from headrace.cli.processes import alive
 from headrace.client import Consumer
 from tests.integration.acked_load import AckedLoad, keys
 from tests.integration.localcluster import LocalCluster, all_in_sync, topic_manifest, until

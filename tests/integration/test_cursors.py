@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 
 from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.reading import create_topic
+from tests.integration.localcluster import until
+from tests.integration.reading import cohort_partitions, create_topic
 
 COUNT = 2000
 
@@ -39,9 +41,27 @@ async def _consume_and_ack(bootstrap: str, upto: int) -> None:
                 if last >= b.start:
                     consumer.ack(0, last)
                     acked = last
-        await asyncio.sleep(0.05)  # let the coalesced ack go out
+        # acks are coalesced and sent a moment later: wait until the broker holds this one
+        await until_cursor_is(bootstrap, upto + 1)
     finally:
         await consumer.close(grace_s=0)
+
+
+async def until_cursor_is(bootstrap: str, offset: int) -> None:
+    cursor: int | None = None
+    deadline = asyncio.get_running_loop().time() + 30
+    while (cursor := (await cohort_partitions(bootstrap, "readers"))[0]["cursor"]) != offset:
+        assert asyncio.get_running_loop().time() < deadline, f"cursor {cursor}, not {offset}"
+        await asyncio.sleep(0.02)
+
+
+def _stored_cursor(broker: BrokerProcess) -> int | None:
+    """The cohort's cursor as the broker last flushed it to disk."""
+    path = broker.data_dir / "topics" / "default" / "cur" / "0" / "cursors.json"
+    try:
+        return int(json.loads(path.read_text())["readers"])
+    except (FileNotFoundError, json.JSONDecodeError, KeyError):
+        return None
 
 
 async def _fill(broker: BrokerProcess) -> None:
@@ -62,7 +82,9 @@ async def test_cursor_survives_a_clean_restart(broker: BrokerProcess) -> None:
 async def test_cursor_survives_kill9_after_the_flush_interval(broker: BrokerProcess) -> None:
     await _fill(broker)
     await _consume_and_ack(broker.bootstrap, 1499)
-    await asyncio.sleep(0.6)  # > cursor_flush_interval_ms (200 ms): the documented bound
+    # the flush loop writes the cursors every cursor_flush_interval_ms; a cursor it wrote
+    # survives kill -9
+    await until(lambda: _stored_cursor(broker) == 1500, "the cursor flushed to disk")
     broker.restart(crash=True)
     offsets = await _first_offsets(broker.bootstrap, "second", 10)
     assert offsets[0] == 1500, "acks older than the flush interval must not be redelivered"

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from headrace.cli import local as local_mode
+from headrace.cli import local_cluster
 from headrace.control.settings import ControlSettings
 from tests.integration.localcluster import LocalCluster, topic_manifest
 
@@ -110,7 +110,7 @@ def test_dashboard_shows_a_killed_broker_down_its_partition_offline_and_charts(
             expect(page.locator("#brokers td.health")).to_have_text(["up"] * 3, timeout=20_000)
             # the test's topics' rows (local up also applies the Kafka groups' offsets topic)
             ours = page.locator("#partitions tbody tr").filter(
-                has_not_text=local_mode.KAFKA_OFFSETS_TOPIC
+                has_not_text=local_cluster.KAFKA_OFFSETS_TOPIC
             )
             expect(ours).to_have_count(PARTITIONS + 1)
             expect(page.locator("#problems li")).to_have_text(["No problems."])

@@ -29,7 +29,7 @@ import pexpect
 import pytest
 
 from bench.procs import REPO, free_port, wait_until
-from headrace.cli.local import alive
+from headrace.cli.processes import alive
 
 ARTIFACTS = REPO / "test-artifacts"
 VENV = REPO / ".venv"

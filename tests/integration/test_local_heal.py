@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.procs import run_headrace
-from headrace.cli.local import alive
+from headrace.cli.processes import alive
 from headrace.client import Producer
 from tests.integration.localcluster import LocalCluster, topic_manifest
 from tests.integration.reading import read_partition

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from bench.procs import REPO, free_port, wait_until
-from headrace.cli.local import alive
+from headrace.cli.processes import alive
 
 READY_LINE = "Ctrl-C here stops the cluster."
 

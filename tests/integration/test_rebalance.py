@@ -7,7 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.reading import create_topic
+from tests.integration.reading import cohort_partitions, create_topic
 
 
 async def until(
@@ -106,7 +106,16 @@ async def test_a_leaving_member_finishes_in_flight_records_within_grace(
     await until(lambda: a.count(mine) == 100, a.drain)
     # a leaves with 100 records handed out and unacked, and acks them within the grace period
     closing = asyncio.create_task(a.consumer.close(grace_s=10))
-    await asyncio.sleep(0.3)
+
+    async def revoking() -> bool:
+        gate = (await cohort_partitions(broker.bootstrap, "g"))[mine]
+        return gate["gate_state"] == "revoking" and gate["holder"] == "a"
+
+    deadline = asyncio.get_running_loop().time() + 10
+    while not await revoking():
+        assert asyncio.get_running_loop().time() < deadline, "a's leave never began"
+        await asyncio.sleep(0.02)
+    # the broker is revoking the partition from a: b has not got it, and must not before a acks
     assert mine not in b.consumer.assignment, "the partition must wait for a within the grace"
     a.consumer.ack(mine, 99)
     await closing

@@ -9,8 +9,10 @@ started again at this release, one after another; then the controller.
 
 Afterwards: every acknowledged record is stored exactly once where it was
 acknowledged, each key in order; every acknowledged record reached the consumer,
-each key's first deliveries in order. The figures (acknowledged, redelivered, the
-longest time without an acknowledgement) are printed.
+each key's first deliveries in order. The figures (acknowledged, lost, redelivered,
+the longest time without an acknowledgement) are printed and written to
+``test-artifacts/rolling-upgrade-local.json`` (``upgrading.check_upgrade``; the same
+upgrade on Kubernetes is ``e2e/tests/operator/test_rolling_upgrade_e2e.py``).
 
 The releases share this interpreter's dependencies: what the test checks is that the
 two versions' processes, wire protocol, admin documents and on-disk formats work
@@ -19,7 +21,6 @@ together, which is what a rolling upgrade crosses.
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -28,15 +29,12 @@ from pathlib import Path
 import pytest
 
 from bench import procs
-from headrace.cli.local import alive
-from headrace.client import Consumer
-from tests.integration.acked_load import AckedLoad, check_stored_once, keys
+from headrace.cli.processes import alive
+from tests.integration.acked_load import AckedLoad, Stored, keys
 from tests.integration.localcluster import LocalCluster, all_in_sync, topic_manifest, until
 from tests.integration.reading import read_partition
+from tests.integration.upgrading import PREVIOUS_RELEASE, Cohort, check_upgrade
 
-#: the release a cluster is upgraded from: the last commit of main before the version
-#: negotiation (move it forward when a release stops being supported)
-PREVIOUS_RELEASE = "4ddf8aadcdf98f592b816510bcd7500d1b64e7b8"
 TOPIC = "default/upgrade"
 PARTITIONS = 4
 #: acknowledged records between two steps of the upgrade (a few seconds of load)
@@ -89,19 +87,8 @@ async def test_brokers_then_the_controller_upgrade_one_by_one_under_load(
     assert all(runs_release(b["pid"], previous) for b in record["brokers"])
 
     load = AckedLoad(cluster.bootstrap, TOPIC, keys(12))
-    deliveries: list[tuple[int, int, bytes]] = []
-    done = asyncio.Event()
-
-    async def consume(consumer: Consumer) -> None:
-        while not done.is_set():
-            for batch in await consumer.getmany(timeout_s=0.2):
-                for offset, value in zip(batch.offsets(), batch.values(), strict=True):
-                    deliveries.append((batch.partition, offset, value))
-                consumer.ack_batch(batch)
-
-    consumer = Consumer(cluster.bootstrap, TOPIC, "upgrading", start="earliest")
-    await consumer.start()
-    consuming = asyncio.create_task(consume(consumer))
+    cohort = Cohort(cluster.bootstrap, TOPIC, "upgrading")
+    await cohort.start()
     load.start()
     try:
         await load.wait_for_more(LOAD_PER_STEP)
@@ -132,31 +119,22 @@ async def test_brokers_then_the_controller_upgrade_one_by_one_under_load(
     try:
         wanted = {value for _, _, _, value in load.acked}
         await until(
-            lambda: wanted <= {value for _, _, value in deliveries},
+            lambda: wanted <= cohort.received(),
             "every acknowledged record delivered to the consumer",
         )
     finally:
-        done.set()
-        await consuming
-        await consumer.close()
+        await cohort.stop()
 
-    async def read(partition: int) -> list[tuple[int, bytes, bytes]]:
+    async def read(partition: int) -> Stored:
         records = await read_partition(cluster.bootstrap, TOPIC, partition)
         return [(r.offset, r.key or b"", r.value) for r in records]
 
-    await check_stored_once(read, PARTITIONS, load.acked)
-    # each key's first deliveries come in the order its records were sent
-    first: dict[tuple[int, int], bytes] = {}
-    for partition, offset, value in deliveries:
-        first.setdefault((partition, offset), value)
-    last_seq: dict[bytes, bytes] = {}
-    for value in first.values():
-        key, _, seq = value.partition(b":")
-        assert seq > last_seq.get(key, b""), f"key {key!r}: {seq!r} after {last_seq[key]!r}"
-        last_seq[key] = seq
-    print(
-        f"\nrolling upgrade {PREVIOUS_RELEASE[:10]} -> this release, 3 brokers then the"
-        f" controller: {len(load.acked)} acknowledged, 0 lost,"
-        f" {len(deliveries) - len(first)} redelivered, longest produce stall"
-        f" {load.longest_stall_s():.2f} s"
+    await check_upgrade(
+        read,
+        PARTITIONS,
+        load.acked,
+        cohort.deliveries,
+        mode="local",
+        longest_stall_s=load.longest_stall_s(),
+        what_ran={"steps": "brokers 0, 1, 2 (drained, SIGTERM), then the controller"},
     )

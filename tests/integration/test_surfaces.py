@@ -156,9 +156,13 @@ async def test_topology_push_is_applied_and_acked(broker: BrokerProcess) -> None
         await asyncio.sleep(0.02)
     assert watcher.routing.topic("second").partitions == 4
     assert watcher.acked_generations and watcher.acked_generations[-1] == watcher.routing.generation
-    await asyncio.sleep(0.1)
-    status = broker.get_json("/v1/status")
-    assert status["adoption_floor"] == watcher.routing.generation
+    # the broker counts the ack once it has read it: wait for the floor, with a deadline
+    deadline = asyncio.get_running_loop().time() + 10
+    while (floor := broker.get_json("/v1/status")["adoption_floor"]) != watcher.routing.generation:
+        assert asyncio.get_running_loop().time() < deadline, (
+            f"adoption floor {floor}, not {watcher.routing.generation}"
+        )
+        await asyncio.sleep(0.02)
     await watcher.close()
 
 

@@ -1,6 +1,6 @@
 """A tiered topic from before creation ids keeps its objects where they are (local mode, MinIO).
 
-A 2-broker cluster of the previous release (``test_rolling_upgrade.PREVIOUS_RELEASE``,
+A 2-broker cluster of the previous release (``upgrading.PREVIOUS_RELEASE``,
 which stores objects under ``<cluster>/<namespace>/<topic>/<partition>/``) uploads a
 topic's records; its brokers, then its controller, are upgraded to this release. The
 topic's status has no creation id, so this release goes on in the legacy layout: it
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from headrace.cli.local import alive
+from headrace.cli.processes import alive
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier

@@ -28,6 +28,7 @@ from tests.integration.localcluster import (
     manifest_of,
     minio_cluster,
     topic_manifest,
+    until,
 )
 from tests.integration.reading import read_partition
 
@@ -112,7 +113,7 @@ async def test_danube_seed_scenario_offsets_continue_across_a_move(cluster: Loca
                 got.extend(batch.offsets())
         assert got == list(range(22))
         c.ack(0, 13)
-        await asyncio.sleep(0.5)  # the ack reaches the broker; the cursor is 14
+        await until(lambda: cluster.cursor(topic, "subs_reliable", 0) == 14, "the ack applied")
 
     assert cluster.apply(unload_manifest("move-to-b", topic, [0], broker_b)).returncode == 0
     status = wait_unload(cluster, "move-to-b")
@@ -181,13 +182,24 @@ async def test_successive_unloads_under_keyed_load_deliver_every_acked_record_on
     seen: set[bytes] = set()
     drain_deadline = time.monotonic() + 300
 
+    def all_acknowledged() -> bool:
+        found = cluster.cohort_partitions(topic, "movers")
+        return len(found) == partitions and all(
+            p["cursor"] == p["high_watermark"] for p in found.values()
+        )
+
     async def consume(member: str) -> None:
         async with Consumer(
             cluster.bootstrap, topic, "movers", member_id=member, start="earliest"
         ) as c:
             while time.monotonic() < drain_deadline:
-                if loaded.is_set() and all(v in seen for _, v in acked):
-                    await asyncio.sleep(1.0)  # let any duplicate show up
+                # Done once every record is acknowledged where the broker keeps it: from then
+                # on nothing can be delivered again, so no duplicate can still be on its way.
+                if (
+                    loaded.is_set()
+                    and all(v in seen for _, v in acked)
+                    and await asyncio.to_thread(all_acknowledged)
+                ):
                     return
                 for batch in await c.getmany(timeout_s=0.3):
                     values = batch.values()
@@ -200,7 +212,7 @@ async def test_successive_unloads_under_keyed_load_deliver_every_acked_record_on
 
     producers = [asyncio.create_task(produce(n)) for n in range(3)]
     members = [asyncio.create_task(consume(f"m{n}")) for n in range(3)]
-    await asyncio.sleep(2)
+    await until(lambda: len(acked) >= 500, "the load under way")
     plan: list[tuple[list[int], int | None]] = [([0, 1, 2], None), ([3, 4], 2), ([], None)]
     for n, (parts, target) in enumerate(plan):
         name = f"load-move-{n}"
@@ -209,7 +221,8 @@ async def test_successive_unloads_under_keyed_load_deliver_every_acked_record_on
         manifest = unload_manifest(name, topic, parts, target)
         assert (await asyncio.to_thread(cluster.apply, manifest)).returncode == 0
         await asyncio.to_thread(wait_unload, cluster, name, 90)
-        await asyncio.sleep(1.5)
+        acked_by_now = len(acked)
+        await until(lambda n=acked_by_now: len(acked) >= n + 500, "the load going on after a move")
     stop.set()
     await asyncio.gather(*producers)
     drain_deadline = time.monotonic() + 60
@@ -280,7 +293,7 @@ async def test_kill9_of_the_owner_mid_seal_completes_by_the_recovery_path(
             20,
             "seal started",
         )
-        await asyncio.sleep(0.5)
+        # the store is frozen, so the seal cannot finish: the owner dies mid-seal
         cluster.kill_broker(owner)
     finally:
         os.kill(_minio_pid(cluster), signal.SIGCONT)

@@ -6,6 +6,10 @@
 #   2. wheels of headrace and its dependencies (pip on this host) in build/image/wheels;
 #   3. `buildah bud -f Containerfile`, tagged localhost/headrace:VERSION;
 #   4. `headrace --version` inside a container of it.
+# With REF=<commit> the wheels are those of that commit of this repository (exported with
+# `git archive`, e.g. the previous release a rolling-upgrade test starts from), the
+# recipe (this Containerfile) today's, and the tag localhost/headrace:git-<sha12>; an
+# image of that tag already in buildah's store is kept (a commit's code never changes).
 # Needs root (or rootless buildah with subuids), buildah and mmdebstrap:
 #   apt-get install -y buildah mmdebstrap
 set -euo pipefail
@@ -15,11 +19,24 @@ CACHE=${HEADRACE_CACHE:-$HOME/.cache/headrace}/image
 SUITE=bookworm
 BASE_TAR=$CACHE/base-$SUITE.tar
 BASE=localhost/headrace-base:$SUITE
-VERSION=$($PY -c 'import importlib.metadata as m; print(m.version("headrace"))')
-IMAGE=${IMAGE:-localhost/headrace:$VERSION}
 # vfs: works without overlay or fuse inside an unprivileged container (slower, fine here)
 export STORAGE_DRIVER=${STORAGE_DRIVER:-vfs}
 BUILDAH=(buildah --storage-driver "$STORAGE_DRIVER")
+SRC=.
+if [ -n "${REF:-}" ]; then
+  SHA=$(git rev-parse --verify "$REF^{commit}")
+  IMAGE=${IMAGE:-localhost/headrace:git-${SHA:0:12}}
+  if "${BUILDAH[@]}" inspect --type image "$IMAGE" >/dev/null 2>&1; then
+    echo "$IMAGE"
+    exit 0
+  fi
+  SRC=build/image/src-$SHA
+  rm -rf "$SRC" && mkdir -p "$SRC"
+  git archive --format=tar "$SHA" | tar -x -C "$SRC"
+else
+  VERSION=$($PY -c 'import importlib.metadata as m; print(m.version("headrace"))')
+  IMAGE=${IMAGE:-localhost/headrace:$VERSION}
+fi
 
 mkdir -p "$CACHE"
 if [ ! -s "$BASE_TAR" ]; then
@@ -35,7 +52,8 @@ if ! "${BUILDAH[@]}" inspect --type image "$BASE" >/dev/null 2>&1; then
 fi
 
 rm -rf build/image/wheels
-$PY -m pip wheel -q --wheel-dir build/image/wheels '.[broker,operator,tiered,compression]'
+$PY -m pip wheel -q --wheel-dir build/image/wheels "$SRC[broker,operator,tiered,compression]"
+[ "$SRC" = . ] || rm -rf "$SRC"
 
 "${BUILDAH[@]}" bud --isolation chroot --layers -f Containerfile --build-arg "BASE=$BASE" -t "$IMAGE" .
 

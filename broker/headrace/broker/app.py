@@ -16,7 +16,7 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from headrace import files, tlsnames
@@ -47,6 +47,7 @@ from headrace.errors import (
     HeadraceError,
     InvalidRequest,
     PartitionMoving,
+    PolicyViolation,
     StorageError,
     UnknownPartition,
     UnsupportedDocument,
@@ -775,6 +776,48 @@ class Broker:
         self.reports.mark_all()
         self.push_topology()
         return topic
+
+    def add_partitions(self, name: str, count: int) -> None:
+        """Grow topic ``name`` to ``count`` partitions: never done here, and said so.
+
+        A grow is a live repartition (docs/repartition.md): the partitioning version
+        moves, and each cohort's delivery holds keep every key's pre-cutover records
+        ahead of its post-cutover ones (invariant 6). Those holds come from the
+        controller's transition marker, so a standalone broker, which has none, cannot
+        grow a topic without breaking that order; in a cluster the controller owns the
+        Topic, and this broker has no channel to it."""
+        if self.settings.cluster_mode:
+            raise PolicyViolation(
+                f"{name}: partitions are added by the controller as a live repartition, not"
+                f" through the Kafka API: run `headrace topics alter {name} --partitions"
+                f" {count}` (local mode) or set the Topic's spec.partitions (Kubernetes)"
+            )
+        raise PolicyViolation(
+            f"{name}: a standalone broker's partition count is fixed at creation; growing a"
+            " topic is a live repartition, which needs a controller (a cluster: `headrace"
+            f" topics alter {name} --partitions {count}`)"
+        )
+
+    def reconfigure_topic(
+        self,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        validate_only: bool = False,
+    ) -> None:
+        """Give topic ``name`` the settings ``change`` makes of its current ones (by our
+        names), checked whole first; ``validate_only``: check, change nothing. In a
+        cluster the settings are the controller's Topic's, so refused there."""
+        if self.settings.cluster_mode:
+            raise PolicyViolation(
+                f"{name}: topic settings are the controller's, not changed through the Kafka"
+                f" API: run `headrace topics alter {name} -c KEY=VALUE` (local mode) or edit"
+                " the Topic's spec (Kubernetes)"
+            )
+        config = change(self.registry.get(name).config)
+        self.registry.log_config_of(config)  # raises InvalidTopicSpec
+        if not validate_only:
+            self.registry.reconfigure(name, config)
 
     def delete_topic(self, name: str) -> None:
         if self.settings.cluster_mode:

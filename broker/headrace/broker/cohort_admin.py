@@ -24,6 +24,7 @@ from headrace.cohorts.gates import validate_cohort_name
 from headrace.errors import CohortActive, InvalidRequest, OffsetOutOfRange
 from headrace.protocol import messages as msg
 from headrace.records import batch as rb
+from headrace.storage.segment import Segment
 
 #: how much of a segment one timestamp scan reads at a time (batch headers only are parsed)
 _SCAN_CHUNK_BYTES = 1024 * 1024
@@ -164,3 +165,60 @@ def offset_for_timestamp(p: Partition, timestamp_ms: int, earliest: int) -> int:
                     return header.base_offset
             offset = hint.offset
     return log.next_offset
+
+
+@dataclass(frozen=True, slots=True)
+class TimestampedOffset:
+    offset: int
+    timestamp: int
+    #: the epoch of the leader that appended the record's batch
+    leader_epoch: int
+
+
+def offset_of_max_timestamp(p: Partition, below: int) -> TimestampedOffset | None:
+    """The first record below offset ``below`` with the largest timestamp in the local log
+    (Kafka's ``MAX_TIMESTAMP``, which Kafka also answers from its local log); None when
+    there is no record below it.
+
+    Segments are visited largest bound first (their stats' newest timestamp; an unknown
+    one is scanned), batches by their headers, and a segment that cannot beat the best
+    batch found is skipped. Only that batch is decoded, for its record's exact offset.
+    """
+    log = p.log
+    start = log.log_start_offset
+    unknown = 2**63 - 1
+
+    def bound(segment: Segment) -> int:
+        newest = segment.stats.max_timestamp
+        return newest if newest >= 0 else unknown
+
+    best: tuple[int, int] | None = None  # (max timestamp, base offset) of the best batch
+    best_batch = b""
+    for segment in sorted(log.segments, key=lambda s: (-bound(s), s.base_offset)):
+        if best is not None and (bound(segment), -segment.base_offset) < (best[0], -best[1]):
+            continue  # every record in it is older, or as old and later
+        offset = max(segment.base_offset, start)
+        end = min(segment.stats.next_offset, below)
+        while offset < end:
+            data, hint = log.read(offset, _SCAN_CHUNK_BYTES, end)
+            if not data or hint is None:
+                break
+            for pos, header in rb.scan(data):
+                if header.base_offset >= end:
+                    break
+                if best is None or (header.max_timestamp, -header.base_offset) > (
+                    best[0],
+                    -best[1],
+                ):
+                    best = (header.max_timestamp, header.base_offset)
+                    best_batch = bytes(data[pos : pos + header.size])
+            offset = hint.offset
+    if best is None:
+        return None
+    decoded = rb.decode(best_batch)
+    # the records of the batch below ``below`` (a batch is appended whole, but be exact)
+    timestamps = decoded.timestamps[: below - decoded.base_offset]
+    newest = max(timestamps)
+    return TimestampedOffset(
+        decoded.base_offset + timestamps.index(newest), newest, decoded.header.leader_epoch
+    )

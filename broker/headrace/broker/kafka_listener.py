@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from headrace import transports
 from headrace.broker import appending, certificates
-from headrace.broker.cohort_admin import offset_for_timestamp
+from headrace.broker.cohort_admin import offset_for_timestamp, offset_of_max_timestamp
 from headrace.broker.ports import RedirectRequired
 from headrace.broker.topics import (
     DEFAULT_NAMESPACE,
@@ -49,6 +49,7 @@ from headrace.errors import (
 )
 from headrace.kafka import configs, groups
 from headrace.kafka import messages as km
+from headrace.kafka import partitions as partition_counts
 from headrace.kafka.convert import to_kafka
 from headrace.kafka.errors import ErrorCode, code_of, commit_code_of
 from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
@@ -234,7 +235,7 @@ class KafkaConnection(asyncio.Protocol):
             elif isinstance(body, km.ProduceRequest):
                 self._produce(header, body, slot)
             elif isinstance(body, km.ListOffsetsRequest):
-                self._complete(slot, api, header, self._list_offsets(body))
+                self._complete(slot, api, header, self._list_offsets(header.api_version, body))
             elif isinstance(body, km.FetchRequest):
                 self._spawn(self._fetch(slot, api, header, body))
             elif isinstance(body, km.SaslHandshakeRequest):
@@ -570,6 +571,16 @@ class KafkaConnection(asyncio.Protocol):
             return km.DeleteTopicsResponse(0, [self._delete_topic(n) for n in req.topic_names])
         if isinstance(req, km.DescribeConfigsRequest):
             return km.DescribeConfigsResponse(0, [self._describe_configs(r) for r in req.resources])
+        if isinstance(req, km.CreatePartitionsRequest):
+            return km.CreatePartitionsResponse(0, self._create_partitions(req))
+        if isinstance(req, km.IncrementalAlterConfigsRequest):
+            return km.AlterConfigsResponse(
+                0, [self._alter_incrementally(r, req.validate_only) for r in req.resources]
+            )
+        if isinstance(req, km.AlterConfigsRequest):
+            return km.AlterConfigsResponse(
+                0, [self._alter_whole(r, req.validate_only) for r in req.resources]
+            )
         if isinstance(req, km.DescribeClusterRequest):
             host, port = self.advertised()
             me = self.broker.settings.broker_id
@@ -657,6 +668,67 @@ class KafkaConnection(asyncio.Protocol):
             return refused(code_of(exc), exc.message)
         return km.CreatableTopicResult(topic.name, ErrorCode.NONE)
 
+    def _create_partitions(
+        self, req: km.CreatePartitionsRequest
+    ) -> list[km.CreatePartitionsTopicResult]:
+        """Kafka's checks, then the broker's answer to a valid grow (``add_partitions``).
+        ``validate_only`` gets the same answer and changes nothing, as in Kafka."""
+        names = [t.name for t in req.topics]
+        results = []
+        for asked in req.topics:
+            if names.count(asked.name) > 1:
+                results.append(
+                    km.CreatePartitionsTopicResult(
+                        asked.name, ErrorCode.INVALID_REQUEST, "Duplicate topic name."
+                    )
+                )
+                continue
+            try:
+                self.access.require(Operation.ADMIN, asked.name)
+                current = self._partition_count(asked.name)
+            except HeadraceError as exc:
+                results.append(
+                    km.CreatePartitionsTopicResult(asked.name, code_of(exc), exc.message)
+                )
+                continue
+            refused = partition_counts.check_new_count(
+                asked.name,
+                current,
+                asked.count,
+                assigned=asked.assignments is not None,
+                limit=MAX_PARTITIONS,
+            )
+            if refused is not None:
+                results.append(
+                    km.CreatePartitionsTopicResult(asked.name, refused.code, refused.message)
+                )
+                continue
+            try:
+                self.broker.add_partitions(asked.name, asked.count)
+            except HeadraceError as exc:
+                results.append(
+                    km.CreatePartitionsTopicResult(asked.name, code_of(exc), exc.message)
+                )
+                continue
+            results.append(km.CreatePartitionsTopicResult(asked.name, ErrorCode.NONE))
+        return results
+
+    def _partition_count(self, name: str) -> int:
+        """The partition count a Kafka client sees in ``Metadata``: in a cluster the
+        topology's active partitions, which this broker knows whether or not it hosts
+        a copy of the topic."""
+        cluster = self.broker.cluster
+        if cluster is None:
+            return self.broker.registry.get(name).partition_count
+        try:
+            canonical = canonical_topic_name(name)
+        except InvalidTopicSpec as exc:
+            raise UnknownTopic(exc.message) from exc
+        placement = next((t for t in cluster.topics if t.name == canonical), None)
+        if placement is None:
+            raise UnknownTopic(f"unknown topic {canonical!r}")
+        return placement.routing_partitions
+
     def _topic_names(self) -> set[str]:
         return {kafka_topic_name(name) for name in self.broker.registry.topics}
 
@@ -693,13 +765,68 @@ class KafkaConnection(asyncio.Protocol):
                 km.DescribeConfigsResourceResult(
                     entry.name,
                     entry.value,
-                    read_only=True,  # IncrementalAlterConfigs is not served
+                    # in a cluster they are the controller's Topic's (reconfigure_topic)
+                    read_only=self.broker.settings.cluster_mode,
                     is_default=entry.is_default,
                     config_source=source,
                     is_sensitive=False,
                     synonyms=[km.DescribeConfigsSynonym(entry.name, entry.value, source)],
                 )
             )
+        return result
+
+    def _alter_incrementally(
+        self, asked: km.IncrementalAlterConfigsResource, validate_only: bool
+    ) -> km.AlterConfigsResourceResponse:
+        changes = [configs.Change(c.name, c.config_operation, c.value) for c in asked.configs]
+        return self._alter_topic_config(
+            asked.resource_type,
+            asked.resource_name,
+            validate_only,
+            lambda config: configs.incrementally_altered(config, changes),
+        )
+
+    def _alter_whole(
+        self, asked: km.AlterConfigsResource, validate_only: bool
+    ) -> km.AlterConfigsResourceResponse:
+        pairs = [(c.name, c.value) for c in asked.configs]
+        return self._alter_topic_config(
+            asked.resource_type,
+            asked.resource_name,
+            validate_only,
+            lambda config: configs.altered(config, pairs),
+        )
+
+    def _alter_topic_config(
+        self,
+        resource_type: int,
+        name: str,
+        validate_only: bool,
+        new_config: Callable[[dict[str, Any]], dict[str, Any]],
+    ) -> km.AlterConfigsResourceResponse:
+        """One resource of an (Incremental)AlterConfigs: every change checked, then all
+        of them in force at once, or none (``validate_only``: none, with the same answer)."""
+        result = km.AlterConfigsResourceResponse(ErrorCode.NONE, None, resource_type, name)
+        if resource_type == km.RESOURCE_BROKER:
+            result.error_code = ErrorCode.POLICY_VIOLATION
+            result.error_message = (
+                "broker settings are the broker's command-line flags, not changed through"
+                " the Kafka API"
+            )
+            return result
+        if resource_type != km.RESOURCE_TOPIC:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = f"resource type {resource_type} has no configs here"
+            return result
+        try:
+            self.access.require(Operation.ADMIN, name)
+            self.broker.reconfigure_topic(name, new_config, validate_only=validate_only)
+        except InvalidTopicSpec as exc:
+            result.error_code = ErrorCode.INVALID_CONFIG
+            result.error_message = exc.message
+        except HeadraceError as exc:
+            result.error_code = code_of(exc)
+            result.error_message = exc.message
         return result
 
     def _may_delete_group(self, group_id: str) -> int:
@@ -1003,7 +1130,7 @@ class KafkaConnection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ ListOffsets
 
-    def _list_offsets(self, req: km.ListOffsetsRequest) -> km.ListOffsetsResponse:
+    def _list_offsets(self, version: int, req: km.ListOffsetsRequest) -> km.ListOffsetsResponse:
         topics = []
         for topic in req.topics:
             answer = km.ListOffsetsTopicResponse(topic.name)
@@ -1027,6 +1154,19 @@ class KafkaConnection(asyncio.Protocol):
                     result.offset = earliest
                 elif asked.timestamp == km.LATEST_TIMESTAMP:
                     result.offset = part.high_watermark
+                elif asked.timestamp == km.MAX_TIMESTAMP and version >= 7:
+                    # exact: the record's own offset and timestamp, committed records only
+                    try:
+                        found = offset_of_max_timestamp(part, part.high_watermark)
+                    except HeadraceError as exc:  # its batch could not be decoded
+                        log.warning("kafka: max timestamp of %s: %s", part.name, exc)
+                        result.error_code = code_of(exc)
+                        continue
+                    if found is None:
+                        result.leader_epoch = -1  # no record: offset, timestamp, epoch all -1
+                    else:
+                        result.offset, result.timestamp = found.offset, found.timestamp
+                        result.leader_epoch = found.leader_epoch
                 elif asked.timestamp < 0:
                     result.error_code = ErrorCode.UNSUPPORTED_VERSION
                 else:

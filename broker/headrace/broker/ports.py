@@ -262,6 +262,16 @@ class ConnectionHost(BrokerCore, Protocol):
 
     def delete_topic(self, name: str) -> None: ...
 
+    def add_partitions(self, name: str, count: int) -> None: ...
+
+    def reconfigure_topic(
+        self,
+        name: str,
+        change: Callable[[dict[str, Any]], dict[str, Any]],
+        *,
+        validate_only: bool = False,
+    ) -> None: ...
+
     def describe_topic(self, name: str) -> dict[str, Any]: ...
 
     def describe_cohorts(self, request: msg.DescribeCohorts) -> dict[str, Any]: ...

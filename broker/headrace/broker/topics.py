@@ -611,6 +611,8 @@ class TopicRegistry:
             config,
         ):
             return topic
+        # checked before anything changes (the controller checked it too)
+        log_config = self.log_config_of(config) if config != topic.config else None
         if version != topic.partitioning_version:
             # The fence moves now, between two appends: what a leader holds is pre-cutover.
             for partition in topic.partitions.values():
@@ -618,8 +620,24 @@ class TopicRegistry:
                     partition.cutover = (version, partition.log.next_offset)
         topic.partition_count = partition_count
         topic.partitioning_version = version
+        if log_config is not None:
+            # what the hosted logs roll and retain by, not only what the file says
+            for partition in topic.partitions.values():
+                partition.log.config = log_config
         topic.config = dict(config)
         files.write_json_atomic(topic.directory / TOPIC_FILE, topic.to_json(), sort_keys=True)
+        return topic
+
+    def reconfigure(self, name: str, config: dict[str, Any]) -> Topic:
+        """Give topic ``name`` the settings ``config`` (a standalone broker's own change):
+        checked first, then written to its topic file, then in force for its open logs
+        (rolls and retention read them on each use)."""
+        topic = self.get(name)
+        log_config = self.log_config_of(config)  # raises InvalidTopicSpec before any change
+        topic.config = dict(config)
+        files.write_json_atomic(topic.directory / TOPIC_FILE, topic.to_json(), sort_keys=True)
+        for partition in topic.partitions.values():
+            partition.log.config = log_config
         return topic
 
     def get(self, name: str) -> Topic:

@@ -34,8 +34,22 @@ class _LoopThread:
         self.loop.close()
 
 
+#: how much longer than the producer's delivery timeout a blocking call waits by default: the
+#: producer fails a record it could not deliver at its delivery timeout, with a typed error,
+#: and that error (not a wait that gave up first) is what the caller should see
+DELIVERY_MARGIN_S = 5.0
+
+
 class BlockingProducer:
-    """``send`` blocks until the record is acknowledged and returns its metadata."""
+    """``send`` blocks until the record is acknowledged and returns its metadata.
+
+    By default a call waits as long as the producer itself does: until the record is
+    acknowledged or the producer gives it up at ``delivery_timeout_ms`` and raises why
+    (``RequestTimedOut``, ``NotEnoughReplicas``, ...). Either way the caller learns the
+    record's fate. A ``timeout`` passed explicitly may end the wait sooner; the
+    ``TimeoutError`` it raises then says nothing of the record, which stays queued and
+    may still be stored, as with a Kafka producer's ``future.get(timeout)``.
+    """
 
     def __init__(self, bootstrap: str, **options: Any) -> None:
         self._runner = _LoopThread()
@@ -52,24 +66,29 @@ class BlockingProducer:
         *,
         key: bytes | None = None,
         partition: int | None = None,
-        timeout: float | None = 30.0,
+        timeout: float | None = None,
     ) -> RecordMetadata:
         async def go() -> RecordMetadata:
             receipt = await self._producer.send(topic, value, key=key, partition=partition)
             await self._producer.flush()
             return await receipt
 
-        return self._runner.call(go(), timeout)
+        return self._runner.call(go(), self._wait_s(timeout))
 
     def send_many(
-        self, topic: str, values: Sequence[bytes], *, timeout: float | None = 60.0
+        self, topic: str, values: Sequence[bytes], *, timeout: float | None = None
     ) -> list[BatchResult]:
         async def go() -> list[BatchResult]:
             futures = await self._producer.send_many(topic, values)
             await self._producer.flush()
             return [await f for f in futures]
 
-        return self._runner.call(go(), timeout)
+        return self._runner.call(go(), self._wait_s(timeout))
+
+    def _wait_s(self, timeout: float | None) -> float:
+        if timeout is not None:
+            return timeout
+        return self._producer.delivery_timeout_s + DELIVERY_MARGIN_S
 
     def close(self) -> None:
         try:

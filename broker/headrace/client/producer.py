@@ -233,7 +233,8 @@ class _PartitionSender:
                 continue
             except TimeoutError:
                 log.warning(
-                    "%s/%s: no produce response in %d ms; resending",
+                    "%s/%s: no produce response within the request timeout (%d ms) or the"
+                    " batch's delivery timeout",
                     self.topic,
                     self.partition,
                     p.request_timeout_ms,
@@ -257,7 +258,7 @@ class _PartitionSender:
 
     async def _answer(self, batch: _Batch, fut: asyncio.Future[Any]) -> Any:
         """The response to the oldest batch in flight, within the request timeout
-        (``TimeoutError`` after it). Each ``LEADER_CHECK_S`` without it, this asks
+        and the batch's delivery deadline (``TimeoutError`` after either). Each ``LEADER_CHECK_S`` without it, this asks
         where the partition's leader is (the routing cache, refreshed at most once per
         ``LEADER_CHECK_S`` per producer): a new leader elsewhere raises ``retry_policy.LeaderMoved``.
         A leader that accepts connections and never answers (paused, or hung on its
@@ -265,7 +266,13 @@ class _PartitionSender:
         over. An answer that arrives meanwhile always wins."""
         p = self.producer
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + p.request_timeout_ms / 1000
+        # Never past the batch's delivery deadline (both on the monotonic clock): a batch in
+        # flight to a broker that does not answer fails at its delivery timeout, as one still
+        # queued does, however long the request timeout.
+        deadline = min(
+            loop.time() + p.request_timeout_ms / 1000,
+            loop.time() + batch.deadline - time.monotonic(),
+        )
         while True:
             wait = min(LEADER_CHECK_S, deadline - loop.time())
             done, _ = await asyncio.wait({fut}, timeout=max(wait, 0.0))

@@ -28,8 +28,10 @@ store. Objects are copied, not referenced: see docs/decisions.md.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from headrace.errors import CorruptBatch, CorruptSegmentObject, HeadraceError
 from headrace.jobs.topics import TopicRef, read_manifest
@@ -39,11 +41,15 @@ from headrace.records import batch as rb
 from headrace.tiered import index, layout, pins
 from headrace.tiered.manifest import Manifest, SealedState, SegmentObject
 from headrace.tiered.snapshots import (
+    SNAPSHOT_SUFFIX,
+    SNAPSHOTS_DIR,
     InvalidSnapshot,
     PartitionCut,
     Snapshot,
+    SnapshotExists,
     SnapshotNotReady,
     cut_partition,
+    where_stored,
 )
 
 #: the uploader's copy of the cursors (``broker.tiering.CURSORS_NAME``)
@@ -55,6 +61,30 @@ class RestoreRefused(HeadraceError):
 
     CODE = 86
     retriable = False
+
+
+class SnapshotNotFound(HeadraceError):
+    """No snapshot of that name (in that namespace, or of that topic) is in the store."""
+
+    CODE = 87
+    retriable = False
+
+
+class RestoreNotVerified(HeadraceError):
+    """The restore's copy failed the verify job's checks: its topic must not be placed."""
+
+    CODE = 88
+    retriable = False
+
+    def __init__(self, message: str, problems: Sequence[str]) -> None:
+        super().__init__(message)
+        self.problems = list(problems)
+
+
+#: how long ``take_when_stored`` retries while the uploaders have not stored the cut, s
+STORED_TIMEOUT_S = 120.0
+#: between two tries: about an upload round's share, s
+STORED_RETRY_S = 0.5
 
 
 def read_cursors(store: ObjectStore, partition_prefix: str) -> dict[str, int]:
@@ -97,6 +127,55 @@ def take_snapshot(
             f" ({missing[0]}...): take it again"
         )
     return snap
+
+
+def take_when_stored(
+    store: ObjectStore,
+    ref: TopicRef,
+    name: str,
+    cuts: Mapping[int, int],
+    *,
+    timeout_s: float = STORED_TIMEOUT_S,
+    now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    wait: Callable[[float], None] = time.sleep,
+) -> Snapshot:
+    """``take_snapshot`` at ``cuts`` (``tiered.snapshots.cuts_at`` of one round of high
+    watermarks), retried while the uploaders have not stored that far yet (at most an
+    upload interval): what ``tier snapshot`` runs, in local mode and in a Job."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return take_snapshot(store, ref, name, sorted(cuts), now_ms=now_ms(), cuts=cuts)
+        except SnapshotNotReady:
+            if time.monotonic() > deadline:
+                raise
+            wait(STORED_RETRY_S)  # the next upload round stores more
+
+
+def take_once(
+    store: ObjectStore, ref: TopicRef, name: str, cuts: Mapping[int, int], **options: Any
+) -> Snapshot:
+    """``take_when_stored``, or the snapshot already written under ``name`` for this
+    incarnation: a rerun (a Job's pod retried after the document was written) reports the
+    one snapshot instead of failing, and never takes a second."""
+    try:
+        return take_when_stored(store, ref, name, cuts, **options)
+    except SnapshotExists:
+        return pins.read_snapshot(store, ref.prefix, name)
+
+
+def find_snapshot(store: ObjectStore, cluster_id: str, namespace: str, name: str) -> TopicRef:
+    """The topic incarnation of the one snapshot called ``name`` in ``namespace`` (a
+    TopicRestore names only the snapshot); ``SnapshotNotFound`` if none or several."""
+    suffix = f"/{SNAPSHOTS_DIR}{name}{SNAPSHOT_SUFFIX}"
+    found = [o.key for o in store.list(f"{cluster_id}/{namespace}/") if o.key.endswith(suffix)]
+    if len(found) != 1:
+        where = ", ".join(found) if found else "none"
+        raise SnapshotNotFound(
+            f"snapshot {namespace}/{name}: expected one in the object store, found {where}"
+        )
+    cluster, topic, creation_id, _ = where_stored(found[0])
+    return TopicRef(cluster, topic, creation_id)
 
 
 def check_objects(store: ObjectStore, snap: Snapshot) -> list[str]:
@@ -175,6 +254,21 @@ def verify_restore(store: ObjectStore, target: TopicRef, partitions: Sequence[in
             if f.severity == "error"
         )
     return problems
+
+
+def restore_verified(
+    store: ObjectStore, snap: Snapshot, target: TopicRef, *, now_ms: int
+) -> RestoreResult:
+    """``restore_snapshot``, then ``verify_restore``: ``RestoreNotVerified`` (naming the
+    first problems) if the copy is not sound, and its topic must stay unplaced."""
+    result = restore_snapshot(store, snap, target, now_ms=now_ms)
+    problems = verify_restore(store, target, [p.partition for p in snap.partitions])
+    if problems:
+        raise RestoreNotVerified(
+            f"the restore into {target.prefix} failed verification: {'; '.join(problems[:5])}",
+            problems,
+        )
+    return result
 
 
 def _copy(store: ObjectStore, seg: SegmentObject, prefix: str, cut: int) -> SegmentObject:

@@ -48,6 +48,7 @@ class ErrorCode(IntEnum):
     INVALID_REPLICA_ASSIGNMENT = 39
     INVALID_CONFIG = 40
     INVALID_REQUEST = 42
+    POLICY_VIOLATION = 44
     UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
@@ -89,6 +90,7 @@ _FROM_HEADRACE: tuple[tuple[type[hr.HeadraceError], ErrorCode], ...] = (
     (hr.AuthenticationFailed, ErrorCode.SASL_AUTHENTICATION_FAILED),
     (hr.UnsupportedVersion, ErrorCode.UNSUPPORTED_VERSION),
     (hr.MalformedFrame, ErrorCode.INVALID_REQUEST),
+    (hr.PolicyViolation, ErrorCode.POLICY_VIOLATION),
     (hr.InvalidRequest, ErrorCode.INVALID_REQUEST),
 )
 

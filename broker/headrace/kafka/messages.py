@@ -44,8 +44,11 @@ class ApiKey(IntEnum):
     INIT_PRODUCER_ID = 22
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    ALTER_CONFIGS = 33
     SASL_AUTHENTICATE = 36
+    CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
 
@@ -333,6 +336,8 @@ class FetchResponse:
 #: ListOffsets' special timestamps
 LATEST_TIMESTAMP: Final = -1
 EARLIEST_TIMESTAMP: Final = -2
+#: v7+ (KIP-734): the first record with the largest timestamp
+MAX_TIMESTAMP: Final = -3
 
 
 @dataclass(slots=True)
@@ -685,7 +690,7 @@ class InitProducerIdResponse:
     producer_epoch: int = kfield(Kind.INT16, default=-1)
 
 
-# --------------------------------------------------------------------------- admin (19, 20, 32, 60)
+# --------------------------------------------------------------------------- admin (19, 20, 32, 33, 37, 44, 60)
 
 
 @dataclass(slots=True)
@@ -829,6 +834,99 @@ class DescribeClusterResponse:
     cluster_authorized_operations: int = kfield(Kind.INT32, default=AUTHORIZED_OPERATIONS_OMITTED)
 
 
+@dataclass(slots=True)
+class CreatePartitionsAssignment:
+    broker_ids: list[int] = kfield(Array(Kind.INT32))
+
+
+@dataclass(slots=True)
+class CreatePartitionsTopic:
+    name: str = kfield(Kind.STRING)
+    #: the new partition count (not the number of partitions to add)
+    count: int = kfield(Kind.INT32)
+    assignments: list[CreatePartitionsAssignment] | None = kfield(
+        Array(CreatePartitionsAssignment), nullable="0+", default=None
+    )
+
+
+@dataclass(slots=True)
+class CreatePartitionsRequest:
+    topics: list[CreatePartitionsTopic] = kfield(Array(CreatePartitionsTopic))
+    timeout_ms: int = kfield(Kind.INT32)
+    validate_only: bool = kfield(Kind.BOOL)
+
+
+@dataclass(slots=True)
+class CreatePartitionsTopicResult:
+    name: str = kfield(Kind.STRING)
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class CreatePartitionsResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    results: list[CreatePartitionsTopicResult] = kfield(Array(CreatePartitionsTopicResult))
+
+
+@dataclass(slots=True)
+class IncrementalAlterableConfig:
+    name: str = kfield(Kind.STRING)
+    #: ``configs.Operation``: set, delete, append, subtract
+    config_operation: int = kfield(Kind.INT8)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsResource:
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+    configs: list[IncrementalAlterableConfig] = kfield(Array(IncrementalAlterableConfig))
+
+
+@dataclass(slots=True)
+class IncrementalAlterConfigsRequest:
+    resources: list[IncrementalAlterConfigsResource] = kfield(
+        Array(IncrementalAlterConfigsResource)
+    )
+    validate_only: bool = kfield(Kind.BOOL)
+
+
+@dataclass(slots=True)
+class AlterableConfig:
+    name: str = kfield(Kind.STRING)
+    value: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+
+
+@dataclass(slots=True)
+class AlterConfigsResource:
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+    configs: list[AlterableConfig] = kfield(Array(AlterableConfig))
+
+
+@dataclass(slots=True)
+class AlterConfigsRequest:
+    resources: list[AlterConfigsResource] = kfield(Array(AlterConfigsResource))
+    validate_only: bool = kfield(Kind.BOOL)
+
+
+@dataclass(slots=True)
+class AlterConfigsResourceResponse:
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    resource_type: int = kfield(Kind.INT8)
+    resource_name: str = kfield(Kind.STRING)
+
+
+@dataclass(slots=True)
+class AlterConfigsResponse:
+    """The answer to both AlterConfigs and IncrementalAlterConfigs (the same fields)."""
+
+    throttle_time_ms: int = kfield(Kind.INT32)
+    responses: list[AlterConfigsResourceResponse] = kfield(Array(AlterConfigsResourceResponse))
+
+
 # --------------------------------------------------------------------------- SASL (17, 36)
 
 
@@ -932,7 +1030,9 @@ SUPPORTED: Final[dict[int, Api]] = {
     for api in (
         Api(ApiKey.PRODUCE, ProduceRequest, ProduceResponse, 3, 9, 9),
         Api(ApiKey.FETCH, FetchRequest, FetchResponse, 4, 12, 12),
-        Api(ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, 1, 6, 6),
+        # v7 is v6 that may ask for MAX_TIMESTAMP; v8's earliest-local and v9's
+        # latest-tiered offsets are not answered
+        Api(ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, 1, 7, 6),
         Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, 0, 12, 9),
         Api(ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3),
         Api(ApiKey.OFFSET_COMMIT, OffsetCommitRequest, OffsetCommitResponse, 2, 7, 8),
@@ -960,6 +1060,16 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.DELETE_TOPICS, DeleteTopicsRequest, DeleteTopicsResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_CONFIGS, DescribeConfigsRequest, DescribeConfigsResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_CLUSTER, DescribeClusterRequest, DescribeClusterResponse, 0, 0, 0),
+        Api(ApiKey.CREATE_PARTITIONS, CreatePartitionsRequest, CreatePartitionsResponse, 0, 3, 2),
+        Api(
+            ApiKey.INCREMENTAL_ALTER_CONFIGS,
+            IncrementalAlterConfigsRequest,
+            AlterConfigsResponse,
+            0,
+            1,
+            1,
+        ),
+        Api(ApiKey.ALTER_CONFIGS, AlterConfigsRequest, AlterConfigsResponse, 0, 2, 2),
         # v0 of the handshake is followed by raw SASL frames outside Kafka's framing: only
         # v1, whose tokens travel in SaslAuthenticate
         Api(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, 1, 1, NEVER),

@@ -7,7 +7,7 @@ A cluster broker learns its partitions from the topology the controller pushes
 with the partitions hosted here and returns *actions*; one executor in the
 broker (``broker.placing``) carries them out. Nothing here reads a clock, a
 disk or a socket, so every decision is tested on plain values
-(``tests/unit/test_assigning.py``).
+(``tests/unit/replication/test_assigning.py``).
 
 Applying a push takes two plans, because a copy's incarnation (how many moves
 it has seen) is on its disk and known only once it is open. First, though,

@@ -81,6 +81,26 @@ def snapshot_key(topic_prefix: str, name: str) -> str:
     return snapshots_prefix(topic_prefix) + check_name(name) + SNAPSHOT_SUFFIX
 
 
+def where_stored(key: str) -> tuple[str, str, str, str]:
+    """(cluster id, "namespace/topic", creation id, name) of a snapshot document's key
+    (``snapshot_key``); the creation id is "" in the legacy layout."""
+    head, dirname, tail = key.rpartition("/" + SNAPSHOTS_DIR)
+    parts = head.split("/")
+    if not dirname or not tail.endswith(SNAPSHOT_SUFFIX) or len(parts) not in (3, 4):
+        raise InvalidSnapshot(f"key: {key!r} is not a snapshot document's key")
+    creation_id = parts[3] if len(parts) == 4 else ""
+    return parts[0], f"{parts[1]}/{parts[2]}", creation_id, tail.removesuffix(SNAPSHOT_SUFFIX)
+
+
+def cuts_at(high_watermarks: Iterable[tuple[int, int]]) -> dict[int, int]:
+    """Per partition, the cut of a consistent snapshot from (partition, high watermark)
+    reports of one round (any replica's: each is committed): the highest one, less one."""
+    cuts: dict[int, int] = {}
+    for partition, high_watermark in high_watermarks:
+        cuts[partition] = max(cuts.get(partition, -1), high_watermark - 1)
+    return cuts
+
+
 @dataclass(frozen=True, slots=True)
 class PartitionCut:
     """One partition of a snapshot: offsets ``start..cut`` (none when ``cut < start``),

@@ -95,6 +95,21 @@ headrace.operator.install.RULES (a unit test keeps them equal).
 - apiGroups: [batch]
   resources: [jobs, cronjobs]
   verbs: [get, list, watch, create, patch]
+# TopicSnapshot, TopicRestore, TopicSnapshotSchedule: watched, kopf's finalizer on
+# snapshots, their status written; a restore creates its Topic and a schedule creates its
+# TopicSnapshots and deletes those beyond its count (server-side apply: create and patch)
+- apiGroups: [headrace.dev]
+  resources: [topicsnapshots, topicrestores, topicsnapshotschedules]
+  verbs: [get, list, watch, patch]
+- apiGroups: [headrace.dev]
+  resources: [topicsnapshots/status, topicrestores/status, topicsnapshotschedules/status]
+  verbs: [get, update, patch]
+- apiGroups: [headrace.dev]
+  resources: [topics]
+  verbs: [create]
+- apiGroups: [headrace.dev]
+  resources: [topicsnapshots]
+  verbs: [create, delete]
 # Users: watched and listed per cluster, their status written
 - apiGroups: [headrace.dev]
   resources: [users]

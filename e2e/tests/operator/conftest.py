@@ -7,14 +7,13 @@ def test_something(cluster: Cluster, namespace: str, operator: InstalledOperator
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from e2e.support import Cluster
-from e2e.tests.operator.fixtures import CHART, InstalledOperator, release_stuck_topics
+from e2e.tests.operator.fixtures import CHART, InstalledOperator, remove_release
 
 
 @pytest.hookimpl(wrapper=True)
@@ -45,24 +44,4 @@ def operator(
         yield installed
     finally:
         failed = getattr(request.node, "report_call", None)
-        if failed is not None and failed.failed:
-            print(f"--- operator log\n{installed.logs()[-8000:]}", file=sys.stderr)
-        # While the operator runs, so that it removes its finalizers: the Topics' first
-        # (their data finalizer needs the brokers), then the Users', then the clusters' (the garbage
-        # collector then deletes the StatefulSets and the brokers go now, not with the
-        # namespace).
-        cluster.kubectl_run(
-            "delete", "topic", "--all", "-n", namespace, "--timeout=60s",
-            check=False, timeout=90,
-        )  # fmt: skip
-        release_stuck_topics(cluster, namespace)
-        # Users carry kopf's finalizer (it takes them out of the ACL file first)
-        cluster.kubectl_run(
-            "delete", "user", "--all", "-n", namespace, "--timeout=60s",
-            check=False, timeout=90,
-        )  # fmt: skip
-        cluster.kubectl_run(
-            "delete", "brokercluster", "--all", "-n", namespace, "--timeout=60s",
-            check=False, timeout=90,
-        )  # fmt: skip
-        installed.uninstall()
+        remove_release(installed, failed=failed is not None and failed.failed)

@@ -202,6 +202,30 @@ def release_stuck_topics(cluster: Cluster, namespace: str) -> None:
         )  # fmt: skip
 
 
+def remove_release(installed: InstalledOperator, failed: bool) -> None:
+    """What the ``operator`` fixture does after a test (on a failed one, the operator's
+    log tail first): the Topics, Users and BrokerClusters deleted while the operator
+    still runs, so that it removes its finalizers (the Topics' first: their data
+    finalizer needs the brokers; the garbage collector then deletes the StatefulSets and
+    the brokers go now, not with the namespace), then the release uninstalled."""
+    cluster, namespace = installed.cluster, installed.namespace
+    if failed:
+        print(f"--- operator log\n{installed.logs()[-8000:]}", file=sys.stderr)
+    cluster.kubectl_run(
+        "delete", "topic", "--all", "-n", namespace, "--timeout=60s", check=False, timeout=90,
+    )  # fmt: skip
+    release_stuck_topics(cluster, namespace)
+    # Users carry kopf's finalizer (it takes them out of the ACL file first)
+    cluster.kubectl_run(
+        "delete", "user", "--all", "-n", namespace, "--timeout=60s", check=False, timeout=90,
+    )  # fmt: skip
+    cluster.kubectl_run(
+        "delete", "brokercluster", "--all", "-n", namespace, "--timeout=60s",
+        check=False, timeout=90,
+    )  # fmt: skip
+    installed.uninstall()
+
+
 # ---------------------------------------------------------------------- objects
 
 

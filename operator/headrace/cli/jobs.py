@@ -29,7 +29,7 @@ from typing import Any
 
 import click
 
-from headrace.cli import local as local_mode
+from headrace.cli import controller_client, local_cluster, local_record
 from headrace.jobs import sweep
 
 _PROGRESS_PREFIXES = ("verify ", "compact ", "  partition ")
@@ -63,7 +63,7 @@ def _job_script() -> Path:
 def _local_bootstrap(directory: Path) -> str | None:
     """``host:port`` of the local cluster's brokers, from ``local.json`` (None: none)."""
     try:
-        record = json.loads((directory / local_mode.STATE_FILE).read_text())
+        record = json.loads((directory / local_record.STATE_FILE).read_text())
     except (OSError, ValueError):
         return None
     brokers = record.get("brokers") or []
@@ -77,13 +77,13 @@ def _creation_id(topic: str, directory: Path, store: str | None, explicit: str |
     if explicit is not None or store is not None:
         return explicit or ""
     try:
-        record = json.loads((directory / local_mode.STATE_FILE).read_text())
+        record = json.loads((directory / local_record.STATE_FILE).read_text())
     except (OSError, ValueError):
         return ""
     if not record.get("controller_url"):
         return ""
-    url = local_mode._controller_url(None, directory)
-    state = local_mode._http("GET", f"{url}/v1/state")
+    url = controller_client.resolve_controller_url(None, directory)
+    state = controller_client.request_json("GET", f"{url}/v1/state")
     name = _qualified(topic)
     placed = next((t for t in state["cluster"].get("topics", []) if t["name"] == name), None)
     return str((placed or {}).get("creationId") or "")
@@ -94,17 +94,17 @@ def _target(
 ) -> tuple[str, str, dict[str, str]]:
     """(store URL, cluster id, extra environment) of the job."""
     if store is not None:
-        return store, cluster or local_mode.CLUSTER_ID, {}
-    state = directory / local_mode.STATE_FILE
+        return store, cluster or local_record.CLUSTER_ID, {}
+    state = directory / local_record.STATE_FILE
     try:
         record = json.loads(state.read_text())
     except FileNotFoundError:
         raise click.ClickException(
-            f"no local cluster in {directory} (no {local_mode.STATE_FILE}); start one with"
+            f"no local cluster in {directory} (no {local_record.STATE_FILE}); start one with"
             " `headrace local up`, or name the object store with --store"
         ) from None
-    args, env = local_mode.object_store_args(record, directory)
-    return args[args.index("--object-store") + 1], cluster or local_mode.CLUSTER_ID, env
+    args, env = local_cluster.object_store_args(record, directory)
+    return args[args.index("--object-store") + 1], cluster or local_record.CLUSTER_ID, env
 
 
 def _run(
@@ -276,7 +276,7 @@ def _common(f: Any) -> Any:
                 "--dir",
                 "directory",
                 type=click.Path(path_type=Path),
-                default=local_mode.DEFAULT_DIR,
+                default=local_record.DEFAULT_DIR,
                 show_default=True,
                 help="The local cluster's directory (its local.json names the object store).",
             ),
@@ -441,7 +441,7 @@ def tier() -> None:
     "--dir",
     "directory",
     type=click.Path(path_type=Path),
-    default=local_mode.DEFAULT_DIR,
+    default=local_record.DEFAULT_DIR,
     show_default=True,
     help="The local cluster's directory (its local.json names the object store).",
 )

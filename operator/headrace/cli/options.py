@@ -38,7 +38,7 @@ import click
 from click.core import ParameterSource
 
 from headrace import tlsnames
-from headrace.cli import local as local_mode
+from headrace.cli import controller_client, local_record
 
 if TYPE_CHECKING:
     from headrace.client.connection import ConnectOptions
@@ -97,7 +97,7 @@ class ClientTarget:
 
 def default_bootstrap(directory: Path) -> str:
     """The brokers ``<directory>/local.json`` records, else ``FALLBACK_BOOTSTRAP``."""
-    state = directory / local_mode.STATE_FILE
+    state = directory / local_record.STATE_FILE
     try:
         record = json.loads(state.read_text())
         brokers = record["brokers"]
@@ -186,7 +186,7 @@ _CLIENT_OPTIONS = (
         "--dir",
         "directory",
         type=click.Path(path_type=Path),
-        default=local_mode.DEFAULT_DIR,
+        default=local_record.DEFAULT_DIR,
         show_default=True,
         help="A local cluster's directory: its local.json names the brokers (the default"
         " bootstrap) and the controller; a controller that does not answer with the instance"
@@ -214,7 +214,7 @@ def client_options(command: Callable[..., R]) -> Callable[..., R]:
         target = resolve_target(
             bootstrap, auth_token, tls, tls_ca, tls_cert, tls_key, directory, tls_server_name
         )
-        local_mode.API_TOKEN.set(target.auth_token)  # the controller's API takes it too
+        controller_client.API_TOKEN.set(target.auth_token)  # the controller's API takes it too
         return command(*args, client=target, **kwargs)
 
     decorated: Callable[..., R] = wrapper
@@ -239,17 +239,17 @@ def controller_known(explicit: str | None, client: ClientTarget) -> bool:
     say a standalone one, even when ``var/local`` holds a local cluster)."""
     if explicit or os.environ.get("HEADRACE_CONTROLLER"):
         return True
-    if not (client.directory / local_mode.STATE_FILE).exists():
+    if not (client.directory / local_record.STATE_FILE).exists():
         return False
     return client.dir_given or not client.bootstrap_given
 
 
 def controller_url(explicit: str | None, directory: Path) -> str:
     """The controller's URL, refusing one that is not the cluster ``directory`` records."""
-    return local_mode._controller_url(explicit, directory)
+    return controller_client.resolve_controller_url(explicit, directory)
 
 
 def controller_http(method: str, url: str, body: Any | None = None) -> Any:
     """A JSON request to the controller; HTTP errors become one-line ClickExceptions."""
     data = None if body is None else json.dumps(body).encode()
-    return local_mode._http(method, url, data)
+    return controller_client.request_json(method, url, data)

@@ -25,18 +25,15 @@ from typing import Any
 
 import click
 
-from headrace.cli.local import (
-    STATE_FILE,
-    _controller_url,
-    _http,
-    _start_broker,
-    _stop,
-    _write_state,
-    alive,
+from headrace.cli.controller_client import (
     checked_dir_option,
-    local,
-    rack_for,
+    request_json,
+    resolve_controller_url,
 )
+from headrace.cli.local import local
+from headrace.cli.local_cluster import rack_for, start_broker
+from headrace.cli.local_record import STATE_FILE, write_state
+from headrace.cli.processes import alive, stop_processes
 
 
 def _record(directory: Path) -> dict[str, Any]:
@@ -52,11 +49,11 @@ def _endpoint(b: dict[str, Any]) -> dict[str, Any]:
 
 def _set_members(url: str, brokers: list[dict[str, Any]]) -> dict[str, Any]:
     body = json.dumps({"brokers": [_endpoint(b) for b in brokers]}).encode()
-    return dict(_http("PUT", f"{url}/v1/members", body))
+    return dict(request_json("PUT", f"{url}/v1/members", body))
 
 
 def _members(url: str) -> dict[str, Any]:
-    return dict(_http("GET", f"{url}/v1/members"))
+    return dict(request_json("GET", f"{url}/v1/members"))
 
 
 def _wait_settled(url: str, timeout: float, what: str) -> dict[str, Any]:
@@ -100,7 +97,7 @@ timeout_option = click.option(
 @timeout_option
 def add_broker(directory: Path, controller_url: str | None, wait: bool, timeout: float) -> None:
     """Start one more broker and move a share of every topic's replicas onto it."""
-    url = _controller_url(controller_url, directory)
+    url = resolve_controller_url(controller_url, directory)
     record = _record(directory)
     brokers = record.get("brokers", [])
     if not brokers:
@@ -121,8 +118,8 @@ def add_broker(directory: Path, controller_url: str | None, wait: bool, timeout:
     if rack := rack_for(new_id, record.get("racks", [])):
         b["rack"] = rack
     record["brokers"] = [*brokers, b]
-    _write_state(directory / STATE_FILE, record)
-    _start_broker(directory, new_id)
+    write_state(directory / STATE_FILE, record)
+    start_broker(directory, new_id)
     _set_members(url, record["brokers"])
     click.echo(f"broker {new_id} is a member: replicas move onto it", err=True)
     if wait:
@@ -142,7 +139,7 @@ def remove_broker(
 
     Refused, with the controller's reasons, while that would lose a partition's last
     in-sync replica or leave fewer brokers than a topic's replication factor."""
-    url = _controller_url(controller_url, directory)
+    url = resolve_controller_url(controller_url, directory)
     record = _record(directory)
     brokers = record.get("brokers", [])
     if broker_id is None:
@@ -178,8 +175,8 @@ def remove_broker(
         time.sleep(0.5)
     pid = leaving.get("pid")
     if pid is not None and alive(int(pid)):
-        _stop([int(pid)])
+        stop_processes([int(pid)])
     record = _record(directory)
     record["brokers"] = [b for b in record.get("brokers", []) if b["id"] != broker_id]
-    _write_state(directory / STATE_FILE, record)
+    write_state(directory / STATE_FILE, record)
     click.echo(f"broker {broker_id} holds nothing and is stopped", err=True)

@@ -14,89 +14,123 @@ snapshot's cut, with its cursors. See docs/tiered-storage.md, *Snapshots*.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
+from headrace.cli import controller_client, local_record
 from headrace.cli import local as local_mode
 from headrace.cli.jobs import _creation_id, _local_bootstrap, _qualified, _target
-
-#: how long ``snapshot`` retries while the uploaders have not stored the cut yet, s
-STORED_TIMEOUT_S = 120.0
+from headrace.errors import HeadraceError
 
 _dir_option = click.option(
     "--dir",
     "directory",
     type=click.Path(path_type=Path),
-    default=local_mode.DEFAULT_DIR,
+    default=local_record.DEFAULT_DIR,
     show_default=True,
     help="The local cluster's directory (its local.json names the store and controller).",
 )
+_store_option = click.option(
+    "--store", default=None, help="Object store URL instead of --dir's (a Job's way)."
+)
+_cluster_option = click.option("--cluster", default=None, help="Cluster id (default: local).")
+_result_option = click.option(
+    "--result-file",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Also write a short JSON summary here (a Job's /dev/termination-log).",
+)
+#: a summary longer than this leaves out its per-partition lines (a Kubernetes
+#: termination message holds 4 KiB)
+RESULT_BYTES = 3500
 
 
-async def _high_watermarks(bootstraps: list[str], topic: str) -> dict[int, int]:
-    """Per partition, the highest high watermark any broker reports (each is committed)."""
+async def _high_watermarks(bootstraps: list[str], topic: str) -> list[tuple[int, int]]:
+    """(partition, high watermark) as every broker reports it (each is committed)."""
     from headrace.client.cluster import ClusterClient
     from headrace.client.connection import ConnectOptions
     from headrace.protocol import messages as msg
     from headrace.protocol.frames import Op
 
     options = ConnectOptions(
-        client_id="headrace-cli", auth_token=os.environ.get(local_mode.AUTH_TOKEN_ENV)
+        client_id="headrace-cli", auth_token=os.environ.get(controller_client.AUTH_TOKEN_ENV)
     )
-    found: dict[int, int] = {}
+    found: list[tuple[int, int]] = []
     for bootstrap in bootstraps:
         cluster = ClusterClient(bootstrap, options)
         try:
             conn = await cluster.bootstrap_connection()
             frame = await conn.request(Op.DESCRIBE_TOPICS, msg.encode_json({"name": topic}))
             for detail in msg.decode_json(frame.body)["topics"][0]["partition_details"]:
-                p, hw = int(detail["partition"]), int(detail["high_watermark"])
-                found[p] = max(found.get(p, 0), hw)
+                found.append((int(detail["partition"]), int(detail["high_watermark"])))
         finally:
             await cluster.close()
     return found
 
 
-def _open(directory: Path) -> tuple[Any, str]:
+def _open(directory: Path, store: str | None = None, cluster: str | None = None) -> tuple[Any, str]:
     from headrace.objectstore.urls import open_store
 
-    url, cluster_id, env = _target(directory, None, None)
+    url, cluster_id, env = _target(directory, store, cluster)
     return open_store(url, {**os.environ, **env}), cluster_id
 
 
-def take_local(directory: Path, topic: str, name: str) -> Any:
-    """Snapshot ``topic`` of the local cluster in ``directory`` as ``name`` (a
-    ``tiered.snapshots.Snapshot``); ``SnapshotExists`` if the name is taken."""
-    from headrace.jobs.snapshot import take_snapshot
-    from headrace.jobs.topics import TopicRef
-    from headrace.tiered.snapshots import SnapshotNotReady
+def _parse_cuts(text: str) -> dict[int, int]:
+    """``0=41,1=17`` -> {0: 41, 1: 17} (partition = last offset kept)."""
+    cuts: dict[int, int] = {}
+    for item in filter(None, text.split(",")):
+        partition, equals, cut = item.partition("=")
+        try:
+            if not equals:
+                raise ValueError(item)
+            cuts[int(partition)] = int(cut)
+        except ValueError:
+            raise click.BadParameter(
+                f"{item!r} is not PARTITION=OFFSET", param_hint="--cuts"
+            ) from None
+    return cuts
 
-    bootstrap = _local_bootstrap(directory)
-    if bootstrap is None:
-        raise click.ClickException(f"no local cluster in {directory}: start one with local up")
-    store, cluster_id = _open(directory)
-    try:
-        ref = TopicRef(cluster_id, _qualified(topic), _creation_id(topic, directory, None, None))
-        cuts = {
-            p: hw - 1
-            for p, hw in asyncio.run(_high_watermarks(bootstrap.split(","), ref.topic)).items()
-        }
+
+def take_local(
+    directory: Path,
+    topic: str,
+    name: str,
+    *,
+    store_url: str | None = None,
+    cluster: str | None = None,
+    creation_id: str | None = None,
+    cuts: dict[int, int] | None = None,
+) -> Any:
+    """Snapshot ``topic`` as ``name`` (a ``tiered.snapshots.Snapshot``): at ``cuts``, else at
+    the high watermarks the local cluster's brokers report now; a snapshot of that name
+    already written for this incarnation is returned as it is (``jobs.snapshot.take_once``)."""
+    from headrace.jobs.snapshot import take_once
+    from headrace.jobs.topics import TopicRef
+    from headrace.tiered.snapshots import SnapshotNotReady, cuts_at
+
+    if cuts is None:
+        bootstrap = _local_bootstrap(directory)
+        if bootstrap is None:
+            raise click.ClickException(
+                f"no local cluster in {directory}: start one with local up, or give --cuts"
+            )
+        cuts = cuts_at(asyncio.run(_high_watermarks(bootstrap.split(","), _qualified(topic))))
         if not cuts:
-            raise click.ClickException(f"no broker reports topic {ref.topic}")
-        deadline = time.monotonic() + STORED_TIMEOUT_S
-        while True:
-            try:
-                return take_snapshot(
-                    store, ref, name, sorted(cuts), now_ms=int(time.time() * 1000), cuts=cuts
-                )
-            except SnapshotNotReady as exc:
-                if time.monotonic() > deadline:
-                    raise click.ClickException(str(exc)) from exc
-                time.sleep(0.5)  # the next upload round stores more
+            raise click.ClickException(f"no broker reports topic {_qualified(topic)}")
+    store, cluster_id = _open(directory, store_url, cluster)
+    try:
+        incarnation = _creation_id(topic, directory, store_url, creation_id)
+        ref = TopicRef(cluster_id, _qualified(topic), incarnation)
+        try:
+            return take_once(store, ref, name, cuts)
+        except SnapshotNotReady as exc:
+            raise click.ClickException(str(exc)) from exc
     finally:
         store.close()
 
@@ -104,21 +138,56 @@ def take_local(directory: Path, topic: str, name: str) -> Any:
 def find_snapshot(directory: Path, namespace: str, name: str) -> tuple[str, str]:
     """(topic, creation id) of the one snapshot called ``name`` in ``namespace`` of the
     local cluster's store (a TopicRestore names only the snapshot)."""
-    from headrace.tiered.snapshots import SNAPSHOT_SUFFIX, SNAPSHOTS_DIR
+    from headrace.jobs.snapshot import SnapshotNotFound
+    from headrace.jobs.snapshot import find_snapshot as find_in
 
     store, cluster_id = _open(directory)
     try:
-        tail = f"/{SNAPSHOTS_DIR}{name}{SNAPSHOT_SUFFIX}"
-        found = [o.key for o in store.list(f"{cluster_id}/{namespace}/") if o.key.endswith(tail)]
+        ref = find_in(store, cluster_id, namespace, name)
+    except SnapshotNotFound as exc:
+        raise click.ClickException(exc.message) from None
     finally:
         store.close()
-    if len(found) != 1:
-        where = ", ".join(found) if found else "none"
-        raise click.ClickException(
-            f"snapshot {namespace}/{name}: expected one in the object store, found {where}"
+    return ref.topic, ref.creation_id
+
+
+def restore_into(
+    directory: Path,
+    topic: str,
+    name: str,
+    target_name: str,
+    target_creation_id: str,
+    *,
+    creation_id: str | None,
+    store_url: str | None = None,
+    cluster: str | None = None,
+) -> Any:
+    """Write ``topic``'s snapshot ``name`` under the incarnation ``target_creation_id`` of
+    ``target_name`` and verify it (``jobs.snapshot.restore_verified``); the Topic itself is
+    the caller's to create (held pending) and to release (``written``)."""
+    from headrace.jobs.snapshot import RestoreNotVerified, restore_verified
+    from headrace.jobs.topics import TopicRef
+    from headrace.objectstore.errors import ObjectNotFound
+    from headrace.tiered import pins
+
+    store, cluster_id = _open(directory, store_url, cluster)
+    try:
+        source = TopicRef(
+            cluster_id, _qualified(topic), _creation_id(topic, directory, store_url, creation_id)
         )
-    parts = found[0].removesuffix(tail).split("/")  # cluster, namespace, topic[, creation id]
-    return f"{namespace}/{parts[2]}", (parts[3] if len(parts) > 3 else "")
+        try:
+            snap = pins.read_snapshot(store, source.prefix, name)
+        except ObjectNotFound:
+            raise click.ClickException(f"no snapshot {name} of {source.topic}") from None
+        target = TopicRef(cluster_id, _qualified(target_name), target_creation_id)
+        try:
+            return restore_verified(store, snap, target, now_ms=int(time.time() * 1000))
+        except RestoreNotVerified as exc:
+            raise click.ClickException(
+                f"{exc.message}; the topic stays pending (delete it)"
+            ) from None
+    finally:
+        store.close()
 
 
 def restore_local(
@@ -127,13 +196,13 @@ def restore_local(
     """Create ``new_topic`` from ``topic``'s snapshot ``name`` through the local controller;
     returns the ``jobs.snapshot.RestoreResult`` once the new topic is placed."""
     from headrace.cli.topics import _applied_topics, _apply, _wait_placed
-    from headrace.control.documents import API_VERSION, RESTORE_ANNOTATION
-    from headrace.jobs.snapshot import restore_snapshot, verify_restore
+    from headrace.control.documents import restored_topic
+    from headrace.control.model import RestoreStage
     from headrace.jobs.topics import TopicRef
     from headrace.objectstore.errors import ObjectNotFound
     from headrace.tiered import pins
 
-    controller = local_mode._controller_url(None, directory)
+    controller = controller_client.resolve_controller_url(None, directory)
     target_name = _qualified(new_topic)
     applied = _applied_topics(controller)
     if target_name in applied:
@@ -147,51 +216,117 @@ def restore_local(
             snap = pins.read_snapshot(store, source.prefix, name)
         except ObjectNotFound:
             raise click.ClickException(f"no snapshot {name} of {source.topic}") from None
-        namespace, _, bare = target_name.partition("/")
-        spec: dict[str, Any] = dict(
-            applied.get(source.topic, {}).get("spec")
-            or {"clusterRef": {"name": local_mode.CLUSTER_ID}}
-        )
-        spec["partitions"] = max(p.partition for p in snap.partitions) + 1
-        doc: dict[str, Any] = {
-            "apiVersion": API_VERSION,
-            "kind": "Topic",
-            "metadata": {
-                "name": bare,
-                "namespace": namespace,
-                "annotations": {RESTORE_ANNOTATION: "pending"},
-            },
-            "spec": spec,
-        }
-        _apply(controller, doc)  # held: not placed while pending
-        uid = str(_applied_topics(controller)[target_name]["metadata"]["uid"])
-        target = TopicRef(cluster_id, target_name, uid)
-        result = restore_snapshot(store, snap, target, now_ms=int(time.time() * 1000))
-        problems = verify_restore(store, target, [p.partition for p in snap.partitions])
     finally:
         store.close()
-    if problems:
-        raise click.ClickException(
-            f"the restore of {target_name} failed verification; the topic stays pending"
-            f" (delete it): {'; '.join(problems[:5])}"
-        )
-    doc["metadata"]["annotations"][RESTORE_ANNOTATION] = "written"
-    _apply(controller, doc)
+    namespace, _, bare = target_name.partition("/")
+    source_spec = applied.get(source.topic, {}).get("spec") or {
+        "clusterRef": {"name": local_record.CLUSTER_ID}
+    }
+    partitions = max(p.partition for p in snap.partitions) + 1
+    doc = restored_topic(namespace, bare, source_spec, partitions, RestoreStage.PENDING)
+    _apply(controller, doc)  # held: not placed while pending
+    uid = str(_applied_topics(controller)[target_name]["metadata"]["uid"])
+    result = restore_into(
+        directory, source.topic, name, target_name, uid, creation_id=source.creation_id
+    )
+    _apply(
+        controller, restored_topic(namespace, bare, source_spec, partitions, RestoreStage.WRITTEN)
+    )
     problems = _wait_placed(controller, target_name)
     if problems:
         raise click.ClickException(f"topic {target_name} not placed: {'; '.join(problems)}")
     return result
 
 
+def snapshot_summary(snap: Any) -> dict[str, Any]:
+    """What a snapshot Job reports (``--result-file``), read into the TopicSnapshot's
+    status by the operator: short enough for a termination message."""
+    summary: dict[str, Any] = {
+        "ok": True,
+        "key": snap.key,
+        "creationId": snap.creation_id,
+        "timeMs": snap.time_ms,
+        "objects": snap.objects,
+        "bytes": snap.size_bytes,
+        "partitions": [[p.partition, p.start, p.cut, len(p.objects)] for p in snap.partitions],
+    }
+    if len(json.dumps(summary)) > RESULT_BYTES:
+        del summary["partitions"]  # the document in the store has them
+    return summary
+
+
+def _write_summary(path: Path | None, summary: dict[str, Any]) -> None:
+    if path is not None:
+        path.write_text(json.dumps(summary, separators=(",", ":")))
+
+
+def _reporting(path: Path | None, run: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``run()``'s summary, written to ``path``; a failure is written there as
+    ``{"ok": false, "error": ...}`` before it ends the command."""
+    try:
+        summary = run()
+    except (click.ClickException, HeadraceError) as exc:
+        text = exc.message if isinstance(exc, HeadraceError) else exc.format_message()
+        _write_summary(path, {"ok": False, "error": text[:2000]})
+        raise
+    _write_summary(path, summary)
+    return summary
+
+
+_creation_id_option = click.option(
+    "--creation-id",
+    default=None,
+    help="TOPIC's incarnation (its status.creationId; default: the local controller's;"
+    " none with --store: the legacy layout).",
+)
+
+
 @click.command("snapshot")
 @click.argument("topic")
 @click.argument("name")
 @_dir_option
-def snapshot_cmd(topic: str, name: str, directory: Path) -> None:
+@_store_option
+@_cluster_option
+@_creation_id_option
+@click.option(
+    "--cuts",
+    default=None,
+    metavar="P=OFFSET,...",
+    help="Each partition's last offset to keep (the operator's cut from its heartbeats);"
+    " default: the high watermarks the local cluster's brokers report now.",
+)
+@_result_option
+def snapshot_cmd(
+    topic: str,
+    name: str,
+    directory: Path,
+    store: str | None,
+    cluster: str | None,
+    creation_id: str | None,
+    cuts: str | None,
+    result_file: Path | None,
+) -> None:
     """Snapshot TOPIC as NAME: every partition up to the high watermark at one moment,
     and the cohorts' cursors. Its objects are kept (against retention, compaction, the
     sweep and the topic's deletion) until the snapshot is deleted."""
-    snap = take_local(directory, topic, name)
+    snaps: list[Any] = []
+
+    def run() -> dict[str, Any]:
+        snaps.append(
+            take_local(
+                directory,
+                topic,
+                name,
+                store_url=store,
+                cluster=cluster,
+                creation_id=creation_id,
+                cuts=None if cuts is None else _parse_cuts(cuts),
+            )
+        )
+        return snapshot_summary(snaps[0])
+
+    _reporting(result_file, run)
+    snap = snaps[0]
     click.echo(f"snapshot {name} of {snap.topic}: {snap.objects} objects, {snap.size_bytes} bytes")
     for part in snap.partitions:
         cursors = ",".join(f"{c}={o}" for c, o in sorted(part.cursors.items())) or "-"
@@ -202,19 +337,54 @@ def snapshot_cmd(topic: str, name: str, directory: Path) -> None:
 @click.argument("topic")
 @click.argument("name")
 @click.option("--to", "new_topic", required=True, help="The new topic to create from it.")
+@_creation_id_option
 @click.option(
-    "--creation-id",
+    "--into-creation-id",
     default=None,
-    help="TOPIC's incarnation the snapshot belongs to (default: the controller's; needed"
-    " once TOPIC is deleted).",
+    help="Only write the restore under this incarnation of --to and verify it: the Topic"
+    " is created and released by someone else (the operator).",
 )
 @_dir_option
+@_store_option
+@_cluster_option
+@_result_option
 def restore_cmd(
-    topic: str, name: str, new_topic: str, creation_id: str | None, directory: Path
+    topic: str,
+    name: str,
+    new_topic: str,
+    creation_id: str | None,
+    into_creation_id: str | None,
+    directory: Path,
+    store: str | None,
+    cluster: str | None,
+    result_file: Path | None,
 ) -> None:
     """Create topic --to from TOPIC's snapshot NAME: the same offsets, the same records,
     and each cohort resumes at its cursor."""
-    result = restore_local(directory, topic, name, new_topic, creation_id)
+    results: list[Any] = []
+
+    def run() -> dict[str, Any]:
+        if into_creation_id is None:
+            if store is not None:
+                raise click.UsageError("--store writes a restore only: give --into-creation-id")
+            results.append(restore_local(directory, topic, name, new_topic, creation_id))
+        else:
+            results.append(
+                restore_into(
+                    directory,
+                    topic,
+                    name,
+                    new_topic,
+                    into_creation_id,
+                    creation_id=creation_id,
+                    store_url=store,
+                    cluster=cluster,
+                )
+            )
+        return {"ok": True, "objects": results[0].objects, "bytes": results[0].bytes}
+
+    _reporting(result_file, run)
+    result = results[0]
     click.echo(
         f"restored {_qualified(new_topic)} from snapshot {name} of {_qualified(topic)}:"
         f" {result.objects} objects, {result.bytes} bytes copied"
@@ -223,26 +393,74 @@ def restore_cmd(
         click.echo(f"  partition {partition}: continues at offset {next_offset}")
 
 
+@click.command("delete-snapshot")
+@click.argument("topic")
+@click.argument("name")
+@_dir_option
+@_store_option
+@_cluster_option
+@_creation_id_option
+@_result_option
+def delete_snapshot_cmd(
+    topic: str,
+    name: str,
+    directory: Path,
+    store: str | None,
+    cluster: str | None,
+    creation_id: str | None,
+    result_file: Path | None,
+) -> None:
+    """Delete TOPIC's snapshot NAME: its objects are no longer kept (those no manifest
+    lists become orphans for ``tier sweep``). Deleting one that is gone is no error."""
+    from headrace.jobs.topics import TopicRef
+    from headrace.tiered import pins
+
+    def run() -> dict[str, Any]:
+        opened, cluster_id = _open(directory, store, cluster)
+        try:
+            incarnation = _creation_id(topic, directory, store, creation_id)
+            ref = TopicRef(cluster_id, _qualified(topic), incarnation)
+            pins.delete_snapshot(opened, ref.prefix, name)
+        finally:
+            opened.close()
+        return {"ok": True}
+
+    _reporting(result_file, run)
+    click.echo(f"snapshot {name} of {_qualified(topic)} deleted")
+
+
+def _snapshot_exists(directory: Path, topic: str, name: str) -> bool:
+    from headrace.jobs.topics import TopicRef
+    from headrace.tiered.snapshots import snapshot_key
+
+    store, cluster_id = _open(directory)
+    try:
+        ref = TopicRef(cluster_id, topic, _creation_id(topic, directory, None, None))
+        return bool(store.exists(snapshot_key(ref.prefix, name)))
+    finally:
+        store.close()
+
+
 def apply_resources(resources: list[Any], directory: Path) -> None:
     """TopicSnapshots and TopicRestores, run in this process against the local cluster's
     store and controller (``cli.snapshots``); one already done is ``unchanged``."""
-    from headrace.tiered.snapshots import SnapshotExists
-
     for resource in resources:
         namespace, name = resource.key.namespace, resource.key.name
         if resource.kind == "TopicSnapshot":
-            try:
-                snap = take_local(directory, f"{namespace}/{resource.spec.topic_ref.name}", name)
-            except SnapshotExists:
+            topic = f"{namespace}/{resource.spec.topic_ref.name}"
+            if _snapshot_exists(directory, topic, name):
                 click.echo(f"topicsnapshot {namespace}/{name} unchanged")
                 continue
+            snap = take_local(directory, topic, name)
             click.echo(
                 f"topicsnapshot {namespace}/{name} taken: {snap.objects} objects,"
                 f" {snap.size_bytes} bytes"
             )
             continue
         target = f"{namespace}/{resource.spec.topic}"
-        state = local_mode._http("GET", f"{local_mode._controller_url(None, directory)}/v1/topics")
+        state = controller_client.request_json(
+            "GET", f"{controller_client.resolve_controller_url(None, directory)}/v1/topics"
+        )
         if any(
             f"{d['metadata'].get('namespace', 'default')}/{d['metadata']['name']}" == target
             for d in state["topics"]
@@ -263,7 +481,6 @@ def delete_resource(directory: Path, namespace: str, name: str) -> None:
     """Delete the snapshot document: its objects are no longer kept (those no manifest
     lists become orphans for ``tier sweep``)."""
     from headrace.jobs.topics import TopicRef
-    from headrace.objectstore.urls import open_store
     from headrace.tiered import pins
 
     try:
@@ -271,8 +488,7 @@ def delete_resource(directory: Path, namespace: str, name: str) -> None:
     except click.ClickException:
         click.echo(f"topicsnapshot {namespace}/{name} not found")
         return
-    url, cluster_id, env = _target(directory, None, None)
-    store = open_store(url, {**os.environ, **env})
+    store, cluster_id = _open(directory)
     try:
         pins.delete_snapshot(store, TopicRef(cluster_id, topic, creation_id).prefix, name)
     finally:
@@ -296,4 +512,5 @@ def register() -> None:
 
     tier.add_command(snapshot_cmd)
     tier.add_command(restore_cmd)
+    tier.add_command(delete_snapshot_cmd)
     local_mode.snapshot_kinds = _Kinds()

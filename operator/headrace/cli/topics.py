@@ -26,8 +26,7 @@ from typing import Any
 import click
 
 from headrace.aio import run
-from headrace.cli import local as local_mode
-from headrace.cli import options
+from headrace.cli import controller_client, local_record, options
 from headrace.cli.options import (
     ClientTarget,
     client_options,
@@ -201,7 +200,9 @@ def _applied_topics(url: str) -> dict[str, dict[str, Any]]:
 
 
 def _apply(url: str, doc: dict[str, Any]) -> None:
-    local_mode._http("POST", f"{url}/v1/apply", json.dumps(doc).encode(), "application/yaml")
+    controller_client.request_json(
+        "POST", f"{url}/v1/apply", json.dumps(doc).encode(), "application/yaml"
+    )
 
 
 def _wait_placed(url: str, full_name: str, timeout_s: float = PLACEMENT_TIMEOUT_S) -> list[str]:
@@ -244,7 +245,7 @@ def _default_replicas(directory: Path) -> int | None:
     """min(3, brokers) for a local cluster recorded in ``directory``; None otherwise (the
     Topic model's default applies)."""
     try:
-        record = json.loads((directory / local_mode.STATE_FILE).read_text())
+        record = json.loads((directory / local_record.STATE_FILE).read_text())
         return min(3, len(record["brokers"])) or None
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -303,7 +304,7 @@ standalone_option = click.option(
 @click.option("--config", "-c", multiple=True, help=_CONFIG_HELP)
 @click.option(
     "--cluster-ref",
-    default=local_mode.CLUSTER_ID,
+    default=local_record.CLUSTER_ID,
     show_default=True,
     help="The Topic's clusterRef (controller path).",
 )
@@ -353,7 +354,7 @@ def topics_create(
     doc = topic_manifest(name, partitions, replicas, min_in_sync, settings, cluster_ref)
     try:
         _apply(url, doc)
-    except local_mode.ControllerRefusal as exc:  # admission: nothing was applied
+    except controller_client.ControllerRefusal as exc:  # admission: nothing was applied
         refused = exc.doc.get("problems") or [exc.message]
         prefix = f"topic {full_name}: "
         reasons = "; ".join(line.removeprefix(prefix) for line in refused)
@@ -402,11 +403,12 @@ def topics_alter(
     """Change topic NAME's settings (retention, segments, minInSync, partitions, ...).
 
     Edits the Topic document the controller holds and applies it back. Needs a controller:
-    a standalone broker's topic settings are fixed at creation."""
+    a standalone broker's topic settings change only through the Kafka API (docs/kafka.md)."""
     if not controller_known(controller_url, client):
         raise click.ClickException(
             "topics alter needs a controller (--controller, $HEADRACE_CONTROLLER or a local"
-            " cluster in --dir); a standalone broker's topic settings are fixed at creation"
+            " cluster in --dir); a standalone broker's topic settings change only through the"
+            " Kafka API (IncrementalAlterConfigs, docs/kafka.md)"
         )
     settings = parse_config(config)
     url = options.controller_url(controller_url, client.directory)

@@ -47,10 +47,10 @@ The controller loop
         for broker_id, report in fleet.poll():        # None: gone (drop its heartbeat)
             latest[broker_id] = report.heartbeat      # received_ms from the clock
         specs = [spec_of(topic) for each Topic]       # one that fails: that Topic's InvalidSpec
-        decision = reconcile(state, specs, latest, clock.now_ms(), settings,
-                             observing_since_ms=since,
-                             unload_requests=unloads, unload_progress=progress,
-                             deletions=requested)  # a topic leaves only when asked
+        decision = reconcile(StepInputs(state, specs, latest, clock.now_ms(), settings,
+                                        observing_since_ms=since,
+                                        unload_requests=unloads, unload_progress=progress,
+                                        deletions=requested))  # a topic leaves only when asked
         if floor and decision.state.generation < floor:
             raise decision.state.generation to floor  # never reuse a stamped generation
         if decision.changed or the problems changed or a Topic's generation is unobserved:

@@ -101,6 +101,31 @@ def full_name(resource: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace', 'default')}/{meta['name']}"
 
 
+def restored_topic(
+    namespace: str,
+    name: str,
+    source_spec: Mapping[str, Any],
+    partitions: int,
+    stage: RestoreStage,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The Topic a restore creates: the source Topic's spec with the snapshot's partition
+    count, annotated with the restore's ``stage`` (held unplaced while ``pending``)."""
+    metadata: dict[str, Any] = {
+        "name": name,
+        "namespace": namespace,
+        "annotations": {RESTORE_ANNOTATION: str(stage)},
+    }
+    if labels:
+        metadata["labels"] = dict(labels)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Topic",
+        "metadata": metadata,
+        "spec": {**source_spec, "partitions": partitions},
+    }
+
+
 def spec_of(resource: Mapping[str, Any]) -> TopicSpec:
     """The core's view of a Topic document; what the spec leaves unset takes the model's default."""
     try:

@@ -82,7 +82,7 @@ from headrace.control.model import (
     UnloadProgress,
     UnloadRequest,
 )
-from headrace.control.reconcile import Decision, Problem
+from headrace.control.reconcile import Decision, Problem, StepInputs
 from headrace.control.settings import ControlSettings
 from headrace.control.steady import SteadySteps
 from headrace.errors import InvalidTopicSpec
@@ -473,21 +473,23 @@ class ControlLoop:
         observed = {n: documents.generation_of(r) for n, r in self.topics.items()}
         specs, invalid = self.desired()
         decision = self._reconciler.reconcile(
-            self.state,
-            specs,
-            self.heartbeats,
-            now,
-            self.settings.control,
-            observing_since_ms=self.observing_since_ms,
-            unload_requests=self.unload_requests(),
-            unload_progress=self.progress,
-            repartition_requests=self.repartition_requests(),
-            repartition_progress=self.repartition_progress,
-            members=self.members,
-            # a move started now records the generation it is pushed at
-            commit_generation=next_generation,
-            deletions=self.deletions,
-            racks=self.broker_racks(),
+            StepInputs(
+                self.state,
+                specs,
+                self.heartbeats,
+                now,
+                self.settings.control,
+                observing_since_ms=self.observing_since_ms,
+                unload_requests=self.unload_requests(),
+                unload_progress=self.progress,
+                repartition_requests=self.repartition_requests(),
+                repartition_progress=self.repartition_progress,
+                members=self.members,
+                # a move started now records the generation it is pushed at
+                commit_generation=next_generation,
+                deletions=self.deletions,
+                racks=self.broker_racks(),
+            )
         )
         if self._committed_retained is None:
             self._committed_retained = self.retained

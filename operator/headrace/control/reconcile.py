@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Final
 
 from headrace.control import cohort_plans, election, moves, placement, repartitions, unloads
@@ -145,37 +145,57 @@ class Decision:
     uncovered: Mapping[str, Mapping[int, Sequence[int]]] = field(default_factory=dict)
 
 
-def reconcile(
-    state: ClusterState,
-    specs: Iterable[TopicSpec],
-    heartbeats: Mapping[int, Heartbeat],
-    now_ms: int,
-    settings: ControlSettings = DEFAULT_SETTINGS,
-    *,
-    observing_since_ms: int,
-    unload_requests: Sequence[UnloadRequest] = (),
-    unload_progress: Mapping[str, UnloadProgress] | None = None,
-    repartition_requests: Sequence[RepartitionRequest] = (),
-    repartition_progress: Mapping[str, RepartitionProgress] | None = None,
-    members: Collection[int] | None = None,
-    commit_generation: int | None = None,
-    deletions: Collection[DeletionRequest] = (),
-    racks: placement.Racks = placement.NO_RACKS,
-) -> Decision:
-    """One step. ``observing_since_ms``: when this controller started polling brokers.
+@dataclass(frozen=True, slots=True)
+class StepInputs:
+    """Everything one step reads: the persisted state, what is asked for, what the brokers
+    say, and the time. ``SteadySteps`` compares two of them to skip a step that would change
+    nothing.
 
-    ``heartbeats`` holds the latest heartbeat per broker id, stale ones
-    included (liveness decides what they are worth). ``unload_requests`` are
-    the Unloads, oldest first; ``unload_progress`` their persisted progress
-    by name (see ``unloads``). ``members``: the brokers the cluster should have; when
-    given, replicas move off the others and are spread over new members (``moves``).
-    ``commit_generation``: the generation a changed state is committed and pushed at
-    (default one above ``state.generation``; a controller whose last commit failed must
-    go higher). ``deletions``: the topics whose deletion was asked for explicitly; a topic
-    leaves the state (and its brokers' copies go, or move aside) only when named there and
-    asked for by no spec. Absence from ``specs`` alone deletes nothing (see the module).
-    ``racks``: where the brokers run (``placement.Racks``); new replica sets span them.
+    ``heartbeats`` holds the latest heartbeat per broker id, stale ones included (liveness
+    decides what they are worth). ``observing_since_ms``: when this controller started polling
+    brokers. ``unload_requests`` are the Unloads, oldest first; ``unload_progress`` their
+    persisted progress by name (see ``unloads``); the same for Repartitions. ``members``: the
+    brokers the cluster should have; when given, replicas move off the others and are spread
+    over new members (``moves``). ``commit_generation``: the generation a changed state is
+    committed and pushed at (default one above ``state.generation``; a controller whose last
+    commit failed must go higher). ``deletions``: the topics whose deletion was asked for
+    explicitly; a topic leaves the state (and its brokers' copies go, or move aside) only when
+    named there and asked for by no spec. Absence from ``specs`` alone deletes nothing (see the
+    module). ``racks``: where the brokers run (``placement.Racks``); new replica sets span them.
     """
+
+    state: ClusterState
+    specs: Sequence[TopicSpec]
+    heartbeats: Mapping[int, Heartbeat]
+    now_ms: int
+    settings: ControlSettings = DEFAULT_SETTINGS
+    _: KW_ONLY
+    observing_since_ms: int
+    unload_requests: Sequence[UnloadRequest] = ()
+    unload_progress: Mapping[str, UnloadProgress] | None = None
+    repartition_requests: Sequence[RepartitionRequest] = ()
+    repartition_progress: Mapping[str, RepartitionProgress] | None = None
+    members: Collection[int] | None = None
+    commit_generation: int | None = None
+    deletions: Collection[DeletionRequest] = ()
+    racks: placement.Racks = field(default_factory=lambda: placement.NO_RACKS)
+
+
+def reconcile(inputs: StepInputs) -> Decision:
+    """One step over ``inputs`` (``StepInputs`` says what each one means)."""
+    state, specs, heartbeats, now_ms, settings = (
+        inputs.state,
+        inputs.specs,
+        inputs.heartbeats,
+        inputs.now_ms,
+        inputs.settings,
+    )
+    observing_since_ms = inputs.observing_since_ms
+    unload_requests, unload_progress = inputs.unload_requests, inputs.unload_progress
+    repartition_requests = inputs.repartition_requests
+    repartition_progress = inputs.repartition_progress
+    members, commit_generation = inputs.members, inputs.commit_generation
+    deletions, racks = inputs.deletions, inputs.racks
     if commit_generation is None:
         commit_generation = state.generation + 1
     if commit_generation <= state.generation:

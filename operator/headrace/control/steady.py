@@ -34,7 +34,6 @@ a controller with and without the skip and requires identical decisions.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from headrace.control.liveness import assess
@@ -48,8 +47,7 @@ from headrace.control.model import (
     UnloadProgress,
     UnloadRequest,
 )
-from headrace.control.placement import NO_RACKS, Racks
-from headrace.control.reconcile import DEFAULT_SETTINGS, Decision, reconcile
+from headrace.control.reconcile import Decision, StepInputs, reconcile
 from headrace.control.settings import ControlSettings
 from headrace.protocol.coordination import Heartbeat
 
@@ -91,69 +89,40 @@ class SteadySteps:
         #: steps answered without reconciling (for the controller's metrics and tests)
         self.skipped = 0
 
-    def reconcile(
-        self,
-        state: ClusterState,
-        specs: Iterable[TopicSpec],
-        heartbeats: Mapping[int, Heartbeat],
-        now_ms: int,
-        settings: ControlSettings = DEFAULT_SETTINGS,
-        *,
-        observing_since_ms: int,
-        unload_requests: Sequence[UnloadRequest] = (),
-        unload_progress: Mapping[str, UnloadProgress] | None = None,
-        repartition_requests: Sequence[RepartitionRequest] = (),
-        repartition_progress: Mapping[str, RepartitionProgress] | None = None,
-        members: Collection[int] | None = None,
-        commit_generation: int | None = None,
-        deletions: Collection[DeletionRequest] = (),
-        racks: Racks = NO_RACKS,
-    ) -> Decision:
+    def reconcile(self, step: StepInputs) -> Decision:
         """The same contract as ``reconcile.reconcile``."""
-        specs = tuple(specs)
         inputs = _Inputs(
-            state,
-            specs,
+            step.state,
+            tuple(step.specs),
             tuple(
                 (b, replace(hb, received_ms=0, journal=None))
-                for b, hb in sorted(heartbeats.items())
+                for b, hb in sorted(step.heartbeats.items())
             ),
-            settings,
-            observing_since_ms,
-            tuple(unload_requests),
-            tuple(sorted((unload_progress or {}).items())),
-            tuple(repartition_requests),
-            tuple(sorted((repartition_progress or {}).items())),
-            frozenset(members) if members is not None else None,
-            commit_generation,
-            frozenset(deletions),
-            tuple(sorted(racks.items())),
+            step.settings,
+            step.observing_since_ms,
+            tuple(step.unload_requests),
+            tuple(sorted((step.unload_progress or {}).items())),
+            tuple(step.repartition_requests),
+            tuple(sorted((step.repartition_progress or {}).items())),
+            frozenset(step.members) if step.members is not None else None,
+            step.commit_generation,
+            frozenset(step.deletions),
+            tuple(sorted(step.racks.items())),
         )
         last = self._last
         if last is not None and inputs == last.inputs:
             liveness = assess(
-                last.known, heartbeats, now_ms, settings.liveness_ttl_ms, observing_since_ms
+                last.known,
+                step.heartbeats,
+                step.now_ms,
+                step.settings.liveness_ttl_ms,
+                step.observing_since_ms,
             )
             if liveness == last.decision.liveness:
                 self.skipped += 1
                 return last.decision
-        decision = reconcile(
-            state,
-            specs,
-            heartbeats,
-            now_ms,
-            settings,
-            observing_since_ms=observing_since_ms,
-            unload_requests=unload_requests,
-            unload_progress=unload_progress,
-            repartition_requests=repartition_requests,
-            repartition_progress=repartition_progress,
-            members=members,
-            commit_generation=commit_generation,
-            deletions=deletions,
-            racks=racks,
-        )
-        self._last = _Steady(inputs, _known(state), decision) if steady(decision) else None
+        decision = reconcile(step)
+        self._last = _Steady(inputs, _known(step.state), decision) if steady(decision) else None
         return decision
 
 

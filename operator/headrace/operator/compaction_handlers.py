@@ -32,6 +32,7 @@ from headrace.operator.handlers import GROUP, VERSION, OperatorContext, without_
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.resources import meta
 from headrace.resources.compactions import Compaction, CompactionPhase, CompactionSchedule
+from headrace.resources.meta import TopicReference
 
 log = logging.getLogger(__name__)
 
@@ -55,10 +56,11 @@ def _parse(model: type[Compaction] | type[CompactionSchedule], body: Mapping[str
         raise kopf.PermanentError(f"invalid {model.KIND}: {problems}") from None
 
 
-async def _target(
-    api: KubeApi, namespace: str, spec: Any
-) -> compaction_jobs.Target:  # spec: CompactionSettings
-    topic = await api.get(ObjectRef(API_VERSION, "Topic", namespace, spec.topic_ref.name))
+async def find_target(
+    api: KubeApi, namespace: str, topic_ref: TopicReference
+) -> compaction_jobs.Target:
+    """A run's Topic and its BrokerCluster as stored (``NotRunnable`` says what is missing)."""
+    topic = await api.get(ObjectRef(API_VERSION, "Topic", namespace, topic_ref.name))
     cluster = None
     if topic is not None:
         cluster_name = ((topic.get("spec") or {}).get("clusterRef") or {}).get("name")
@@ -66,10 +68,10 @@ async def _target(
             cluster = await api.get(
                 ObjectRef(API_VERSION, "BrokerCluster", namespace, cluster_name)
             )
-    return compaction_jobs.target(namespace, spec, topic, cluster)
+    return compaction_jobs.target(namespace, topic_ref, topic, cluster)
 
 
-def _job_done(job: Mapping[str, Any]) -> bool:
+def job_done(job: Mapping[str, Any]) -> bool:
     return any(
         c.get("type") in ("Complete", "Failed") and c.get("status") == "True"
         for c in (job.get("status") or {}).get("conditions") or []
@@ -81,16 +83,16 @@ async def _running_run(api: KubeApi, namespace: str, topic: str, except_job: str
     jobs = await api.list("batch/v1", "Job", namespace, f"{compaction_jobs.TOPIC_LABEL}={topic}")
     for job in jobs:
         name = str(job["metadata"]["name"])
-        if name != except_job and not _job_done(job):
+        if name != except_job and not job_done(job):
             return name
     return None
 
 
-async def _pods(api: KubeApi, namespace: str, job_name: str) -> list[dict[str, Any]]:
+async def pods_of(api: KubeApi, namespace: str, job_name: str) -> list[dict[str, Any]]:
     return await api.list("v1", "Pod", namespace, f"{JOB_NAME_LABEL}={job_name}")
 
 
-async def _write(
+async def write_status(
     api: KubeApi, body: Mapping[str, Any], status: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """CAS-write ``status`` unless it is already stored; the stored object after."""
@@ -141,7 +143,7 @@ async def reconcile_compaction(context: OperatorContext, namespace: str, name: s
         blocked: compaction_jobs.NotRunnable | None = None
         if job is None:
             try:
-                run = await _target(api, namespace, compaction.spec)
+                run = await find_target(api, namespace, compaction.spec.topic_ref)
                 other = await _running_run(api, namespace, compaction.spec.topic_ref.name, name)
                 if other is not None:
                     raise compaction_jobs.NotRunnable(
@@ -159,13 +161,13 @@ async def reconcile_compaction(context: OperatorContext, namespace: str, name: s
                 blocked = exc
         state = None
         if blocked is None:
-            state = compaction_jobs.run_state(job, await _pods(api, namespace, name))
+            state = compaction_jobs.run_state(job, await pods_of(api, namespace, name))
         now = condition_time(context.clock.now_ms())
         status = compaction_jobs.compaction_status(
             body, name if job is not None else None, state, blocked, now
         )
         try:
-            await _write(api, body, status)
+            await write_status(api, body, status)
         except StaleResourceVersion:
             continue  # changed meanwhile: read it again
         _post_phase(body, (body.get("status") or {}).get("phase"), status)
@@ -230,7 +232,7 @@ async def reconcile_schedule(
         blocked = None
         try:
             if apply:
-                run = await _target(api, namespace, schedule.spec)
+                run = await find_target(api, namespace, schedule.spec.topic_ref)
                 await api.apply(
                     compaction_jobs.cronjob_manifest(
                         schedule, str(body["metadata"]["uid"]), run, context.workload
@@ -242,18 +244,18 @@ async def reconcile_schedule(
         jobs = await api.list(
             "batch/v1", "Job", namespace, f"{compaction_jobs.SCHEDULE_LABEL}={name}"
         )
-        done = sorted((j for j in jobs if _job_done(j)), key=_finished_at)
+        done = sorted((j for j in jobs if job_done(j)), key=_finished_at)
         last = None
         if done:
             job_name = str(done[-1]["metadata"]["name"])
             last = (
                 job_name,
-                compaction_jobs.run_state(done[-1], await _pods(api, namespace, job_name)),
+                compaction_jobs.run_state(done[-1], await pods_of(api, namespace, job_name)),
             )
         now = condition_time(context.clock.now_ms())
         status = compaction_jobs.schedule_status(body, cronjob, last, blocked, now)
         try:
-            await _write(api, body, status)
+            await write_status(api, body, status)
         except StaleResourceVersion:
             continue
         return

@@ -54,6 +54,7 @@ from headrace.resources.compactions import (
     CompactionSettings,
     SparkMaster,
 )
+from headrace.resources.meta import TopicReference
 from headrace.resources.topics import CleanupPolicy, Topic
 
 COMPACTION_LABEL: Final = "headrace.dev/compaction"
@@ -88,6 +89,8 @@ class Target:
     #: the topic's ``status.creationId``: its objects' prefix ("" for a topic created
     #: before creation ids, whose objects keep the legacy layout)
     creation_id: str = ""
+    #: the topic's partition count (its spec)
+    partitions: int = 0
 
 
 class NotRunnable(Exception):
@@ -101,12 +104,12 @@ class NotRunnable(Exception):
 
 def target(
     namespace: str,
-    settings: CompactionSettings,
+    topic_ref: TopicReference,
     topic_body: Mapping[str, Any] | None,
     cluster_body: Mapping[str, Any] | None,
 ) -> Target:
     """The run's target from the stored Topic and BrokerCluster; ``NotRunnable`` says why not."""
-    name = settings.topic_ref.name
+    name = topic_ref.name
     if topic_body is None:
         raise NotRunnable("TopicNotFound", f"Topic {name!r} does not exist in {namespace}")
     try:
@@ -138,6 +141,7 @@ def target(
         segment_bytes,
         topic.spec.cleanup_policy == CleanupPolicy.COMPACT,
         str(status.get("creationId") or ""),
+        topic.spec.partitions,
     )
 
 
@@ -393,14 +397,14 @@ class RunState:
     message: str
 
 
-def _job_condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
+def job_condition(job: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None:
     for c in (job.get("status") or {}).get("conditions") or []:
         if c.get("type") == kind and c.get("status") == "True":
             return c  # type: ignore[no-any-return]
     return None
 
 
-def _last_summary(pods: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any] | None, str]:
+def last_summary(pods: Iterable[Mapping[str, Any]]) -> tuple[dict[str, Any] | None, str]:
     """(the parsed summary, the raw message) of the most recently finished pod."""
     finished = []
     for pod in pods:
@@ -436,11 +440,11 @@ def run_state(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) 
         return RunState(CompactionPhase.PENDING, 0, None, None, None, "the Job is being created")
     status = job.get("status") or {}
     attempts = sum(int(status.get(k) or 0) for k in ("active", "succeeded", "failed"))
-    summary, raw = _last_summary(pods)
+    summary, raw = last_summary(pods)
     result = result_of(summary) if summary is not None else None
     why = str(summary.get("error", "")) if summary is not None else raw
     start = status.get("startTime")
-    if _job_condition(job, "Complete") is not None:
+    if job_condition(job, "Complete") is not None:
         message = "compacted"
         if result is not None:
             message = (
@@ -456,7 +460,7 @@ def run_state(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) 
             result,
             message,
         )
-    failed = _job_condition(job, "Failed")
+    failed = job_condition(job, "Failed")
     if failed is not None:
         message = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".rstrip(": ")
         if why:

@@ -69,6 +69,22 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     ),
     # their Jobs and CronJobs, server-side applied and followed
     (("batch",), ("jobs", "cronjobs"), ("get", "list", "watch", "create", "patch")),
+    # TopicSnapshot, TopicRestore, TopicSnapshotSchedule (``snapshot_handlers``): watched,
+    # kopf's finalizer on snapshots, their status written; a restore creates its Topic and a
+    # schedule creates its TopicSnapshots and deletes those beyond its count (server-side
+    # apply: create and patch)
+    (
+        ("headrace.dev",),
+        ("topicsnapshots", "topicrestores", "topicsnapshotschedules"),
+        ("get", "list", "watch", "patch"),
+    ),
+    (
+        ("headrace.dev",),
+        ("topicsnapshots/status", "topicrestores/status", "topicsnapshotschedules/status"),
+        ("get", "update", "patch"),
+    ),
+    (("headrace.dev",), ("topics",), ("create",)),
+    (("headrace.dev",), ("topicsnapshots",), ("create", "delete")),
     # Users (``principals``): watched and listed per cluster, their status written
     (("headrace.dev",), ("users",), ("get", "list", "watch", "patch")),
     (("headrace.dev",), ("users/status",), ("get", "update", "patch")),

@@ -127,9 +127,10 @@ def operator(
     import kopf
 
     from headrace.controller.controlling import SystemClock
-    from headrace.operator import compaction_handlers, handlers, principals
+    from headrace.operator import compaction_handlers, handlers, principals, snapshot_handlers
 
     assert compaction_handlers  # imported for its kopf handlers (Compaction, CompactionSchedule)
+    assert snapshot_handlers  # imported for its kopf handlers (TopicSnapshot, TopicRestore)
     assert principals  # imported for its kopf handlers (User)
 
     logging.basicConfig(

@@ -2,7 +2,7 @@
 
 One source of truth: pydantic models of every kind (``BrokerCluster``,
 ``Topic``, ``Repartition``, ``Unload``, ``Compaction``, ``CompactionSchedule``,
-``TopicSnapshot``, ``TopicRestore``, ``User``),
+``TopicSnapshot``, ``TopicSnapshotSchedule``, ``TopicRestore``, ``User``),
 from which :mod:`headrace.resources.crdgen` generates ``crds/`` and against which
 :func:`load_manifests` validates what users apply. Pure data, no I/O.
 
@@ -54,6 +54,9 @@ from headrace.resources.snapshots import (
     TopicRestoreSpec,
     TopicRestoreStatus,
     TopicSnapshot,
+    TopicSnapshotSchedule,
+    TopicSnapshotScheduleSpec,
+    TopicSnapshotScheduleStatus,
     TopicSnapshotSpec,
     TopicSnapshotStatus,
 )
@@ -90,6 +93,9 @@ __all__ = [
     "TopicRestoreSpec",
     "TopicRestoreStatus",
     "TopicSnapshot",
+    "TopicSnapshotSchedule",
+    "TopicSnapshotScheduleSpec",
+    "TopicSnapshotScheduleStatus",
     "TopicSnapshotSpec",
     "TopicSnapshotStatus",
     "TopicSpec",

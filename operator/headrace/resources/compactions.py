@@ -10,12 +10,11 @@ schedule fields mean what they mean on a CronJob.
 from __future__ import annotations
 
 import enum
-import re
 from typing import Annotated, ClassVar, Final, Literal
 
-from pydantic import AfterValidator, AwareDatetime, ConfigDict, Field, WithJsonSchema
-from pydantic_core import PydanticCustomError
+from pydantic import AwareDatetime, ConfigDict, Field
 
+from headrace.resources.cron import CronSchedule
 from headrace.resources.meta import (
     IMMUTABLE_SPEC,
     READY_COLUMNS,
@@ -29,100 +28,6 @@ from headrace.resources.meta import (
     Status,
     TopicReference,
 )
-
-# --- cron schedules ---
-
-#: the descriptors a CronJob accepts in place of five fields
-CRON_MACROS: Final = frozenset(
-    {"@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly"}
-)
-#: what the API server checks; the Python check below is stricter (ranges, names, steps)
-CRON_PATTERN: Final = rf"^(@({'|'.join(sorted(m[1:] for m in CRON_MACROS))})|\S+(\s+\S+){{4}})$"
-
-_MONTHS: Final = {
-    name: number
-    for number, name in enumerate(
-        ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"),
-        start=1,
-    )
-}
-_DAYS: Final = {
-    name: number for number, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))
-}
-
-
-class _CronField:
-    __slots__ = ("high", "low", "name", "names", "question_mark")
-
-    def __init__(
-        self, name: str, low: int, high: int, names: dict[str, int], question_mark: bool
-    ) -> None:
-        self.name = name
-        self.low = low
-        self.high = high
-        self.names = names
-        self.question_mark = question_mark
-
-    def value(self, text: str) -> int:
-        number = self.names.get(text.lower())
-        if number is None:
-            if not text.isdigit():
-                raise ValueError(f"{self.name} {text!r} is not a number")
-            number = int(text)
-        if not self.low <= number <= self.high:
-            raise ValueError(f"{self.name} {text!r} is out of range {self.low}-{self.high}")
-        return number
-
-    def check(self, text: str) -> None:
-        for item in text.split(","):
-            span, _, step = item.partition("/")
-            if step and (not step.isdigit() or int(step) == 0):
-                raise ValueError(f"{self.name} step {step!r} is not a positive number")
-            if span == "*" or (span == "?" and self.question_mark):
-                continue
-            low, dash, high = span.partition("-")
-            first = self.value(low)
-            if dash and self.value(high) < first:
-                raise ValueError(f"{self.name} range {span!r} runs backwards")
-
-
-_CRON_FIELDS: Final = (
-    _CronField("minute", 0, 59, {}, False),
-    _CronField("hour", 0, 23, {}, False),
-    _CronField("day of month", 1, 31, {}, True),
-    _CronField("month", 1, 12, _MONTHS, False),
-    _CronField("day of week", 0, 7, _DAYS, True),
-)
-
-
-def check_cron(schedule: str) -> str:
-    """``schedule`` if it is a schedule a CronJob accepts, else a field-level error."""
-    try:
-        if schedule.startswith("@"):
-            if schedule not in CRON_MACROS:
-                raise ValueError(f"unknown macro; use one of {', '.join(sorted(CRON_MACROS))}")
-        elif not re.fullmatch(CRON_PATTERN[1:-1], schedule):
-            raise ValueError(
-                f"expected 5 fields (minute hour day-of-month month day-of-week), "
-                f"got {len(schedule.split())}"
-            )
-        else:
-            for field, text in zip(_CRON_FIELDS, schedule.split(), strict=True):
-                field.check(text)
-    except ValueError as exc:
-        raise PydanticCustomError(
-            "invalid_cron",
-            "'{schedule}' is not a cron schedule: {problem}",
-            {"schedule": schedule, "problem": str(exc)},
-        ) from None
-    return schedule
-
-
-CronSchedule = Annotated[
-    str,
-    AfterValidator(check_cron),
-    WithJsonSchema({"type": "string", "pattern": CRON_PATTERN, "maxLength": 256}),
-]
 
 # --- the run ---
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-from headrace.resources.compactions import CRON_PATTERN
 from headrace.resources.crdgen import openapi_schema
+from headrace.resources.cron import CRON_PATTERN
 from headrace.resources.loading import KINDS, load_manifests
 from headrace.resources.meta import (
     API_VERSION,
@@ -35,6 +35,7 @@ ORDER: Final = (
     "Compaction",
     "CompactionSchedule",
     "TopicSnapshot",
+    "TopicSnapshotSchedule",
     "TopicRestore",
     "User",
 )

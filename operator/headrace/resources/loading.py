@@ -28,7 +28,7 @@ from headrace.resources.meta import (
     json_text,
 )
 from headrace.resources.operations import Repartition, Unload
-from headrace.resources.snapshots import TopicRestore, TopicSnapshot
+from headrace.resources.snapshots import TopicRestore, TopicSnapshot, TopicSnapshotSchedule
 from headrace.resources.topics import Topic
 from headrace.resources.users import User
 
@@ -43,6 +43,7 @@ KINDS: Final[Mapping[str, type[Resource]]] = {
         Repartition,
         Unload,
         TopicSnapshot,
+        TopicSnapshotSchedule,
         TopicRestore,
         User,
     )

@@ -1,9 +1,10 @@
 """TopicSnapshot and TopicRestore: a topic's consistent snapshot in the object store, and
-a new topic created from one.
+a new topic created from one; TopicSnapshotSchedule: TopicSnapshots on a cron schedule.
 
 Pure data. A TopicSnapshot is a request (spec, immutable) and the snapshot document's
 summary (status); a TopicRestore names a snapshot and the topic to create from it. What
-they do is in ``headrace.jobs.snapshot`` and docs/tiered-storage.md, *Snapshots*.
+they do is in ``headrace.jobs.snapshot`` and docs/tiered-storage.md, *Snapshots*; the
+operator reconciles them in ``headrace.operator.snapshot_handlers``.
 """
 
 from __future__ import annotations
@@ -13,9 +14,11 @@ from typing import ClassVar, Literal
 
 from pydantic import AwareDatetime, ConfigDict, Field
 
+from headrace.resources.cron import CronSchedule
 from headrace.resources.meta import (
     IMMUTABLE_SPEC,
     READY_COLUMNS,
+    JobMeta,
     KindNames,
     Model,
     ObjectMeta,
@@ -60,7 +63,8 @@ class TopicSnapshotSpec(Model):
 
 
 class TopicSnapshotStatus(Status):
-    """The snapshot as written; ``phase`` is also the Ready condition's reason."""
+    """The snapshot as written; ``phase`` is also the Ready condition's reason, unless it
+    waits for something the condition names (``WaitingForBrokers``, ``TopicNotFound``)."""
 
     phase: SnapshotPhase | None = None
     """``Pending``, ``Ready`` or ``Failed``."""
@@ -124,7 +128,8 @@ class TopicRestoreSpec(Model):
 
 
 class TopicRestoreStatus(Status):
-    """How the restore went; ``phase`` is also the Ready condition's reason."""
+    """How the restore went; ``phase`` is also the Ready condition's reason, unless it
+    waits for something the condition names (``WaitingForSnapshot``, ``TopicExists``)."""
 
     phase: SnapshotPhase | None = None
     """``Pending``, ``Ready`` (the new topic is placed) or ``Failed``."""
@@ -158,3 +163,58 @@ class TopicRestore(Resource):
     metadata: ObjectMeta
     spec: TopicRestoreSpec
     status: TopicRestoreStatus | None = None
+
+
+class TopicSnapshotScheduleSpec(Model):
+    """What to snapshot, when, and how many snapshots to keep."""
+
+    topic_ref: TopicReference
+    """The topic to snapshot."""
+    schedule: CronSchedule
+    """Cron schedule, five fields (``minute hour day-of-month month day-of-week``) or a macro
+    such as ``@daily``; times are UTC. When the operator was not running at a time, it
+    takes the latest one missed, once."""
+    suspend: bool = False
+    """Take no new snapshots while true; the kept ones stay."""
+    keep: int = Field(default=7, ge=1, le=1000)
+    """Ready snapshots of this schedule to keep: when a newer one is Ready, the oldest beyond
+    this count are deleted (their objects are then no longer pinned). Of the failed ones
+    only the most recent is kept."""
+
+
+class TopicSnapshotScheduleStatus(Status):
+    """What the schedule last did."""
+
+    last_schedule_time: AwareDatetime | None = None
+    """The scheduled time of the latest snapshot it created."""
+    last_snapshot: SnapshotReference | None = None
+    """The latest TopicSnapshot it created."""
+    kept: list[SnapshotReference] = Field(default_factory=list)
+    """Its Ready snapshots, oldest first."""
+    last_failure: str | None = Field(default=None, max_length=4096)
+    """Why its most recent finished snapshot failed, when it did."""
+
+
+class TopicSnapshotSchedule(Resource):
+    """TopicSnapshots of a topic on a cron schedule, the newest ``keep`` kept."""
+
+    KIND: ClassVar[str] = "TopicSnapshotSchedule"
+    NAMES: ClassVar[KindNames] = KindNames(
+        plural="topicsnapshotschedules",
+        singular="topicsnapshotschedule",
+        short_names=("hrss",),
+        columns=(
+            PrinterColumn("Topic", "string", ".spec.topicRef.name", "Snapshotted topic"),
+            PrinterColumn("Schedule", "string", ".spec.schedule", "Cron schedule"),
+            PrinterColumn("Keep", "integer", ".spec.keep", "Ready snapshots kept"),
+            PrinterColumn(
+                "Last Schedule", "date", ".status.lastScheduleTime", "Latest snapshot's time"
+            ),
+            *READY_COLUMNS,
+        ),
+    )
+
+    kind: Literal["TopicSnapshotSchedule"] = "TopicSnapshotSchedule"
+    metadata: JobMeta
+    spec: TopicSnapshotScheduleSpec
+    status: TopicSnapshotScheduleStatus | None = None

@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import re
+import subprocess
 from collections import defaultdict
 
 import pytest
@@ -137,6 +138,62 @@ def test_java_tools_topics_console_round_trip_group_lag_and_reset(kafka: KafkaBr
     assert "java-readers" not in _java(GROUPS, *server, "--list").split()
     _java(f"{TOOLS}.TopicCommand", *server, "--delete", "--topic", topic)
     assert topic not in _java(f"{TOOLS}.TopicCommand", *server, "--list").split()
+
+
+def test_java_tools_alter_configs_refuse_a_grow_and_get_the_max_timestamp_offset(
+    kafka: KafkaBroker,
+) -> None:
+    """kafka-configs --alter and --describe (IncrementalAlterConfigs), kafka-topics --alter
+    --partitions (CreatePartitions: refused, saying why), kafka-get-offsets --time -3
+    (ListOffsets v7)."""
+    server = ["--bootstrap-server", kafka.bootstrap]
+    topic = "java-settings"
+    _java(f"{TOOLS}.TopicCommand", *server, "--create", "--topic", topic, "--partitions", "2")
+    configs = ["kafka.admin.ConfigCommand", *server, "--entity-type", "topics"]
+    out = _java(*configs, "--alter", "--entity-name", topic, "--add-config", "retention.ms=3600000")
+    assert f"Completed updating config for topic {topic}." in out
+    out = _java(*configs, "--describe", "--entity-name", topic)
+    assert "retention.ms=3600000" in out, out
+    refused = subprocess.run(
+        peer_tools.java_command(
+            "kafka.admin.ConfigCommand",
+            *configs[1:],
+            "--alter",
+            "--entity-name",
+            topic,
+            "--add-config",
+            "min.insync.replicas=2",
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert refused.returncode != 0 and "min.insync.replicas" in refused.stdout + refused.stderr
+    grow = subprocess.run(
+        peer_tools.java_command(
+            f"{TOOLS}.TopicCommand", *server, "--alter", "--topic", topic, "--partitions", "4"
+        ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    said = grow.stdout + grow.stderr
+    assert grow.returncode != 0 and "PolicyViolationException" in said, said
+    assert "partition count is fixed at creation" in said
+
+    _java(f"{TOOLS}.ConsoleProducer", *server, "--topic", topic, stdin="a\nb\nc\n")
+    out = _java(f"{TOOLS}.GetOffsetShell", *server, "--topic", topic, "--time", "-3")
+    # topic:partition:offset for each partition holding a record: the first of its newest
+    found = {int(p): int(o) for p, o in (line.rsplit(":", 2)[1:] for line in out.split())}
+    expected = {}
+    for partition in (0, 1):
+        stored = asyncio.run(read_partition(kafka.broker.bootstrap, topic, partition))
+        if stored:
+            newest = max(r.timestamp_ms for r in stored)
+            expected[partition] = next(r.offset for r in stored if r.timestamp_ms == newest)
+    assert found == expected and expected, out
 
 
 def test_java_producer_with_the_default_config_is_idempotent(kafka: KafkaBroker) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from click.testing import CliRunner
 
 from bench.procs import wait_until
-from headrace.cli import local
+from headrace.cli import local, local_cluster, local_record, local_status, processes
 
 
 def record(tmp_path: Path, pids: list[int | None]) -> Path:
@@ -24,7 +24,7 @@ def record(tmp_path: Path, pids: list[int | None]) -> Path:
             for i, pid in enumerate(pids)
         ],
     }
-    local._write_state(tmp_path / local.STATE_FILE, doc)
+    local_record.write_state(tmp_path / local_record.STATE_FILE, doc)
     return tmp_path
 
 
@@ -35,14 +35,14 @@ def exited_pid() -> int:
 
 
 def test_a_stopped_broker_has_no_pid_so_down_never_signals_a_reused_one(tmp_path: Path) -> None:
-    doc = json.loads((record(tmp_path, [11, None, 13]) / local.STATE_FILE).read_text())
-    assert local._pids(doc) == [11, 13]
+    doc = json.loads((record(tmp_path, [11, None, 13]) / local_record.STATE_FILE).read_text())
+    assert local_record.recorded_pids(doc) == [11, 13]
 
 
 def test_status_lines_tell_running_stopped_and_exited_apart(tmp_path: Path) -> None:
     gone = exited_pid()
     record(tmp_path, [os.getpid(), None, gone])
-    assert local.broker_lines(tmp_path, live=[0]) == [
+    assert local_status.broker_lines(tmp_path, live=[0]) == [
         f"broker 0  127.0.0.2:9092  running (pid {os.getpid()})  live",
         "broker 1  127.0.0.3:9092  stopped  not live",
         f"broker 2  127.0.0.4:9092  exited (pid {gone})  not live",
@@ -58,7 +58,7 @@ def test_stopping_a_stopped_or_exited_broker_records_it_stopped(tmp_path: Path) 
     crashed = runner.invoke(local.local, ["stop", "1", "--dir", str(tmp_path)])
     assert crashed.exit_code == 0
     assert crashed.stderr == f"broker 1 had already exited (pid {gone})\n"
-    doc = json.loads((tmp_path / local.STATE_FILE).read_text())
+    doc = json.loads((tmp_path / local_record.STATE_FILE).read_text())
     assert [b["pid"] for b in doc["brokers"]] == [None, None]
 
 
@@ -78,7 +78,7 @@ def test_unknown_broker_running_broker_and_no_cluster_are_one_line_errors(tmp_pa
 
 def test_status_json_records_each_broker_process(tmp_path: Path) -> None:
     record(tmp_path, [os.getpid(), None])
-    assert local.local_brokers(tmp_path, live=[0]) == [
+    assert local_status.local_brokers(tmp_path, live=[0]) == [
         {
             "id": 0,
             "address": "127.0.0.2:9092",
@@ -102,21 +102,21 @@ def test_status_names_each_brokers_kafka_listener_and_the_kafka_bootstrap(
     tmp_path: Path,
 ) -> None:
     record(tmp_path, [os.getpid(), None])
-    doc = json.loads((tmp_path / local.STATE_FILE).read_text())
+    doc = json.loads((tmp_path / local_record.STATE_FILE).read_text())
     for b in doc["brokers"]:
         b["kafka_port"] = 9093
-    local._write_state(tmp_path / local.STATE_FILE, doc)
-    assert [b["kafka"] for b in local.local_brokers(tmp_path, live=[0])] == [
+    local_record.write_state(tmp_path / local_record.STATE_FILE, doc)
+    assert [b["kafka"] for b in local_status.local_brokers(tmp_path, live=[0])] == [
         "127.0.0.2:9093",
         "127.0.0.3:9093",
     ]
-    lines = local.broker_lines(tmp_path, live=[0])
+    lines = local_status.broker_lines(tmp_path, live=[0])
     assert lines[0].startswith("broker 0  127.0.0.2:9092  kafka 127.0.0.2:9093  running")
     assert lines[-1] == "kafka bootstrap 127.0.0.2:9093,127.0.0.3:9093"
 
 
 def test_the_offsets_topic_is_replicated_as_widely_as_the_cluster_allows() -> None:
-    one, three, five = (local.offsets_topic_manifest(n)["spec"] for n in (1, 3, 5))
+    one, three, five = (local_cluster.offsets_topic_manifest(n)["spec"] for n in (1, 3, 5))
     assert (one["replicas"], one["minInSync"]) == (1, 1)
     assert (three["replicas"], three["minInSync"]) == (3, 2)
     assert (five["replicas"], five["minInSync"]) == (3, 2)
@@ -130,6 +130,6 @@ def test_a_zombie_is_not_alive() -> None:
         wait_until(
             lambda: stat.read_text().rpartition(")")[2].split()[0] == "Z", 10, "child exited"
         )
-        assert not local.alive(proc.pid)
+        assert not processes.alive(proc.pid)
     finally:
         proc.wait()

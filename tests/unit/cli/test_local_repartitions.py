@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from headrace.cli.local import transition_lines
+from headrace.cli.local_status import transition_lines
 
 
 def test_a_transition_in_flight_and_the_repartitions_read_as_lines() -> None:

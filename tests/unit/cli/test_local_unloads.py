@@ -9,11 +9,11 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from headrace.cli import local
+from headrace.cli import local, local_cluster, local_record, local_status
 
 
 def test_a_directory_store_is_shared_and_needs_no_secrets(tmp_path: Path) -> None:
-    args, env = local.object_store_args({"object_store": "dir"}, tmp_path)
+    args, env = local_cluster.object_store_args({"object_store": "dir"}, tmp_path)
     assert args == [
         "--object-store",
         f"file://{(tmp_path / 'objects').resolve()}",
@@ -34,7 +34,7 @@ def test_minio_credentials_go_to_the_environment_never_the_command_line(tmp_path
             "secret_key": "SK-very-secret",
         }
     }
-    args, env = local.object_store_args(record, tmp_path)
+    args, env = local_cluster.object_store_args(record, tmp_path)
     assert "--object-store" in args
     assert args[args.index("--object-store") + 1] == (
         "s3://127.0.0.1:9123/headrace?create_bucket=1"
@@ -48,14 +48,14 @@ def test_minio_credentials_go_to_the_environment_never_the_command_line(tmp_path
 
 def test_the_state_file_is_private(tmp_path: Path) -> None:
     path = tmp_path / "local.json"
-    local._write_state(path, {"minio": {"secret_key": "x"}})
+    local_record.write_state(path, {"minio": {"secret_key": "x"}})
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert json.loads(path.read_text()) == {"minio": {"secret_key": "x"}}
 
 
 def test_broker_command_lines(tmp_path: Path) -> None:
     b = {"id": 2, "host": "127.0.0.4", "port": 9092, "admin_port": 9644}
-    assert local.broker_args(b, tmp_path, "always") == [
+    assert local_cluster.broker_args(b, tmp_path, "always") == [
         "broker",
         "--cluster",
         "--broker-id",
@@ -107,7 +107,7 @@ def test_status_lines_show_each_move() -> None:
             "spec": {"topicRef": {"name": "orders"}},
         },
     ]
-    assert local.unload_lines(unloads) == [
+    assert local_status.unload_lines(unloads) == [
         "unload default/move  topic orders  Moving  target 1  1 of 2 partition(s) moved",
         "    0  Completed  0 -> 1  sealed 21  verified Passed",
         "    1  Sealed     2 -> 1  sealed -  recovery ObjectStore: owner 2 died",

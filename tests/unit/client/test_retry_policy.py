@@ -81,6 +81,7 @@ ROWS = [
     refused(errors.BatchTooLarge),
     refused(errors.FrameTooLarge),
     refused(errors.InvalidRequest),
+    refused(errors.PolicyViolation),
     refused(errors.AuthenticationFailed),
     refused(errors.NotAuthenticated),
     refused(errors.AccessDenied),

@@ -287,14 +287,16 @@ class Controller:
                 out.append(r)
             beats[b] = replace(hb, partitions=tuple(out))
         d = rc.reconcile(
-            self.state,
-            self.specs,
-            beats,
-            self.clock.now_ms,
-            SETTINGS,
-            observing_since_ms=self.since,
-            repartition_requests=self.requests,
-            repartition_progress=self.progress,
+            rc.StepInputs(
+                self.state,
+                self.specs,
+                beats,
+                self.clock.now_ms,
+                SETTINGS,
+                observing_since_ms=self.since,
+                repartition_requests=self.requests,
+                repartition_progress=self.progress,
+            ),
         )
         self.state, self.progress = d.state, dict(d.repartitions)
 

@@ -227,13 +227,15 @@ class Controller:
         self.clock.advance(wait)
         heartbeats = self.fleet.poll(self.state)
         d = rc.reconcile(
-            self.state,
-            self.specs,
-            heartbeats,
-            self.clock.now_ms,
-            self.settings,
-            observing_since_ms=self.since,
-            members=frozenset(self.members),
+            rc.StepInputs(
+                self.state,
+                self.specs,
+                heartbeats,
+                self.clock.now_ms,
+                self.settings,
+                observing_since_ms=self.since,
+                members=frozenset(self.members),
+            ),
         )
         self.state = d.state
         self.decisions.append(d)
@@ -303,12 +305,14 @@ def test_without_members_nothing_moves() -> None:
     c.run(3)
     c.fleet.nodes[3].up = True
     d = rc.reconcile(
-        c.state,
-        c.specs,
-        c.fleet.poll(c.state),
-        c.clock.advance(POLL),
-        SETTINGS,
-        observing_since_ms=c.since,
+        rc.StepInputs(
+            c.state,
+            c.specs,
+            c.fleet.poll(c.state),
+            c.clock.advance(POLL),
+            SETTINGS,
+            observing_since_ms=c.since,
+        ),
     )
     assert not any(p.target for t in d.state.topics.values() for p in t.partitions)
     assert d.reassignment == rc.moves.Summary()
@@ -532,13 +536,15 @@ def test_the_same_inputs_twice_change_nothing_mid_move() -> None:
     for _ in range(12):
         d = c.step()
         again = rc.reconcile(
-            d.state,
-            c.specs,
-            dict(c.fleet.latest),
-            c.clock.now_ms,
-            SETTINGS,
-            observing_since_ms=c.since,
-            members=frozenset(c.members),
+            rc.StepInputs(
+                d.state,
+                c.specs,
+                dict(c.fleet.latest),
+                c.clock.now_ms,
+                SETTINGS,
+                observing_since_ms=c.since,
+                members=frozenset(c.members),
+            ),
         )
         assert not again.changed, [e.kind for e in again.events]
 

@@ -51,13 +51,15 @@ class Controller:
         self.clock.advance(wait)
         heartbeats = self.fleet.poll(self.state)
         decision = rc.reconcile(
-            self.state,
-            self.specs,
-            heartbeats,
-            self.clock.now_ms,
-            SETTINGS,
-            observing_since_ms=self.since,
-            deletions=self.deletions,
+            rc.StepInputs(
+                self.state,
+                self.specs,
+                heartbeats,
+                self.clock.now_ms,
+                SETTINGS,
+                observing_since_ms=self.since,
+                deletions=self.deletions,
+            ),
         )
         assert decision.state.generation == self.state.generation + decision.changed
         self.state = decision.state
@@ -120,7 +122,9 @@ def test_the_same_inputs_twice_change_nothing() -> None:
     c.step(SETTINGS.liveness_ttl_ms + 1)
     heartbeats = dict(c.fleet.latest)
     again = rc.reconcile(
-        c.state, c.specs, heartbeats, c.clock.now_ms, SETTINGS, observing_since_ms=c.since
+        rc.StepInputs(
+            c.state, c.specs, heartbeats, c.clock.now_ms, SETTINGS, observing_since_ms=c.since
+        )
     )
     assert not again.changed
     assert again.state == c.state
@@ -404,7 +408,9 @@ def test_a_new_address_is_a_committed_change() -> None:
     heartbeats = c.fleet.poll(c.state)
     heartbeats[1] = replace(heartbeats[1], broker=moved)
     d = rc.reconcile(
-        c.state, c.specs, heartbeats, c.clock.now_ms, SETTINGS, observing_since_ms=c.since
+        rc.StepInputs(
+            c.state, c.specs, heartbeats, c.clock.now_ms, SETTINGS, observing_since_ms=c.since
+        )
     )
     assert d.changed
     assert d.state.brokers[1] == moved
@@ -419,7 +425,9 @@ def test_a_kafka_listener_in_a_heartbeat_is_committed_and_pushed() -> None:
         heartbeats[1], broker=replace(heartbeats[1].broker, kafka=listening.kafka)
     )
     d = rc.reconcile(
-        c.state, c.specs, heartbeats, c.clock.now_ms, SETTINGS, observing_since_ms=c.since
+        rc.StepInputs(
+            c.state, c.specs, heartbeats, c.clock.now_ms, SETTINGS, observing_since_ms=c.since
+        )
     )
     assert d.changed and d.state.generation == c.state.generation + 1
     assert d.state.brokers[1].kafka == KafkaAddress("h1", 9093)
@@ -430,7 +438,9 @@ def test_a_kafka_listener_in_a_heartbeat_is_committed_and_pushed() -> None:
 
 def test_a_heartbeat_filed_under_the_wrong_id_is_a_bug() -> None:
     with pytest.raises(ValueError, match="filed under"):
-        rc.reconcile(ClusterState(), [], {1: beat(2, 0)}, 0, SETTINGS, observing_since_ms=0)
+        rc.reconcile(
+            rc.StepInputs(ClusterState(), [], {1: beat(2, 0)}, 0, SETTINGS, observing_since_ms=0)
+        )
 
 
 def test_the_adoption_floor_counts_live_brokers_only() -> None:
@@ -617,12 +627,14 @@ class Failures(RuleBasedStateMachine):
                     assert p.leader_epoch > old.leader_epoch
         # the same inputs again: no change, no bump
         again = rc.reconcile(
-            d.state,
-            self.c.specs,
-            dict(self.c.fleet.latest),
-            self.c.clock.now_ms,
-            SETTINGS,
-            observing_since_ms=self.c.since,
+            rc.StepInputs(
+                d.state,
+                self.c.specs,
+                dict(self.c.fleet.latest),
+                self.c.clock.now_ms,
+                SETTINGS,
+                observing_since_ms=self.c.since,
+            ),
         )
         assert not again.changed
         assert again.state == d.state

@@ -97,16 +97,18 @@ class Cluster:
     def step(self, wait: int = POLL) -> rc.Decision:
         self.clock.advance(wait)
         d = rc.reconcile(
-            self.state,
-            self.specs,
-            self._heartbeats(),
-            self.clock.now_ms,
-            SETTINGS,
-            observing_since_ms=self.since,
-            unload_requests=self.unloads,
-            repartition_requests=self.requests,
-            repartition_progress=self.progress,
-            members=self.members,
+            rc.StepInputs(
+                self.state,
+                self.specs,
+                self._heartbeats(),
+                self.clock.now_ms,
+                SETTINGS,
+                observing_since_ms=self.since,
+                unload_requests=self.unloads,
+                repartition_requests=self.requests,
+                repartition_progress=self.progress,
+                members=self.members,
+            ),
         )
         before = self.state.topics.get(T)
         after = d.state.topics.get(T)

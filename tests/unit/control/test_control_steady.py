@@ -50,10 +50,14 @@ class Twins:
         heartbeats = self.fleet.poll(self.plain)
         now = self.clock.now_ms
         expected = rc.reconcile(
-            self.plain, self.specs, heartbeats, now, SETTINGS, observing_since_ms=self.since
+            rc.StepInputs(
+                self.plain, self.specs, heartbeats, now, SETTINGS, observing_since_ms=self.since
+            )
         )
         got = self.steps.reconcile(
-            self.skipping, self.specs, heartbeats, now, SETTINGS, observing_since_ms=self.since
+            rc.StepInputs(
+                self.skipping, self.specs, heartbeats, now, SETTINGS, observing_since_ms=self.since
+            )
         )
         assert got == expected
         # the controller keeps its state unless the step changed it

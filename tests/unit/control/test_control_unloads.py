@@ -65,15 +65,17 @@ class Controller:
 
     def reconcile(self, heartbeats: dict[int, Heartbeat]) -> rc.Decision:
         return rc.reconcile(
-            self.state,
-            self.specs,
-            heartbeats,
-            self.clock.now_ms,
-            SETTINGS,
-            observing_since_ms=self.since,
-            unload_requests=self.requests,
-            unload_progress=self.progress,
-            members=self.members,
+            rc.StepInputs(
+                self.state,
+                self.specs,
+                heartbeats,
+                self.clock.now_ms,
+                SETTINGS,
+                observing_since_ms=self.since,
+                unload_requests=self.requests,
+                unload_progress=self.progress,
+                members=self.members,
+            ),
         )
 
     def step(self, wait: int = POLL, heartbeats: dict[int, Heartbeat] | None = None) -> rc.Decision:

@@ -12,9 +12,15 @@ import pytest
 from headrace.errors import CorruptSegmentObject
 from headrace.jobs import compact
 from headrace.jobs.snapshot import (
+    RestoreNotVerified,
     RestoreRefused,
+    SnapshotNotFound,
+    find_snapshot,
     restore_snapshot,
+    restore_verified,
+    take_once,
     take_snapshot,
+    take_when_stored,
     verify_restore,
 )
 from headrace.jobs.sweep import sweep_topic
@@ -208,3 +214,55 @@ def test_the_verify_jobs_checks_pass_on_a_restore_and_name_a_damaged_object(
     store.put(damaged, bytes(data))
     [problem] = verify_restore(store, TARGET, [0, 1])
     assert problem.startswith(f"partition 0: crc-mismatch at {damaged}")
+
+
+def test_a_rerun_reports_the_snapshot_it_took_instead_of_a_second(store: DirectoryStore) -> None:
+    # a Job's pod retried after it wrote the document: the same snapshot, never another
+    tier = tier_with(store, SOURCE, 0, 2)
+    first = take_once(store, SOURCE, "nightly", {0: 9}, now_ms=lambda: NOW_MS)
+    tier.upload(run(20, [5, 5]), epoch=1)
+    again = take_once(store, SOURCE, "nightly", {0: 29}, now_ms=lambda: NOW_MS + 1)
+    assert again == first and again.partitions[0].cut == 9
+    assert [o.key for o in store.list(SOURCE.prefix + "snapshots/")] == [first.key]
+
+
+def test_taking_waits_for_the_uploaders_until_its_deadline(store: DirectoryStore) -> None:
+    tier = tier_with(store, SOURCE, 0, 1)
+    waits: list[float] = []
+
+    def upload_round(seconds: float) -> None:
+        waits.append(seconds)
+        tier.upload(run(10 * len(waits), [5, 5]), epoch=1)
+
+    snap = take_when_stored(store, SOURCE, "nightly", {0: 29}, wait=upload_round)
+    assert snap.partitions[0].cut == 29 and len(waits) == 2
+    with pytest.raises(SnapshotNotReady):
+        take_when_stored(store, SOURCE, "later", {0: 99}, timeout_s=0, wait=lambda s: None)
+
+
+def test_a_snapshot_is_found_by_name_in_its_namespace(store: DirectoryStore) -> None:
+    tier_with(store, SOURCE, 0, 1)
+    take_snapshot(store, SOURCE, "nightly", [0], now_ms=NOW_MS)
+    assert find_snapshot(store, "c1", "default", "nightly") == SOURCE
+    with pytest.raises(SnapshotNotFound, match="found none"):
+        find_snapshot(store, "c1", "default", "weekly")
+    with pytest.raises(SnapshotNotFound, match="found none"):
+        find_snapshot(store, "c1", "other", "nightly")
+
+
+def test_a_restore_that_fails_verification_says_so(store: DirectoryStore) -> None:
+    tier_with(store, SOURCE, 0, 2)
+    snap = take_snapshot(store, SOURCE, "nightly", [0], now_ms=NOW_MS)
+    assert restore_verified(store, snap, TARGET, now_ms=NOW_MS).objects == 2
+    # a second target whose sealed state the restore cannot cover: a stale one in the way
+    other = TopicRef("c1", "default/orders-other", "0a1b2c3d-0000-4000-8000-000000000000")
+    stale = SealedState(last_committed_offset=99, broker=0, epoch=1, time_ms=NOW_MS, moves=1)
+    original_put = store.put
+
+    def put_but_keep_stale_sealed(key: str, data: bytes) -> None:
+        original_put(key, stale.to_json() if key.endswith("sealed.json") else data)
+
+    store.put = put_but_keep_stale_sealed  # type: ignore[method-assign]
+    with pytest.raises(RestoreNotVerified) as refused:
+        restore_verified(store, snap, other, now_ms=NOW_MS)
+    assert refused.value.problems and "partition 0" in refused.value.problems[0]

@@ -190,7 +190,7 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
     assert advertised == {
         (0, 3, 9),
         (1, 4, 12),
-        (2, 1, 6),
+        (2, 1, 7),
         (3, 0, 12),
         (8, 2, 7),
         (9, 1, 5),
@@ -208,8 +208,11 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (22, 0, 4),
         (23, 0, 3),
         (32, 0, 3),
+        (33, 0, 2),
         (36, 0, 1),
+        (37, 0, 3),
         (42, 0, 1),
+        (44, 0, 1),
         (47, 0, 0),
         (60, 0, 0),
     }
@@ -301,3 +304,198 @@ def test_offset_delete_v0_as_kafkas_schema_writes_it() -> None:
     schema.encode_into(w, answer, 0, False)
     assert w.getvalue().hex() == ("0000000000000000000100017400000001000000030056")
     assert not api.flexible(0) and api.supports(0) and not api.supports(1)
+
+
+CREATE_PARTITIONS = km.SUPPORTED[km.ApiKey.CREATE_PARTITIONS]
+
+
+def test_create_partitions_v0_as_kafkas_schema_writes_it() -> None:
+    """Topics (name, new count, nullable assignments), timeout, validate_only; the answer
+    is the throttle time, then per topic its name, error code and nullable message."""
+    raw = bytes.fromhex(
+        "00000001"  # one topic
+        "000174"  # name "t"
+        "00000004"  # count 4
+        "ffffffff"  # assignments: null
+        "00007530"  # timeout_ms 30000
+        "01"  # validate_only
+    )
+    asked = km.CreatePartitionsRequest([km.CreatePartitionsTopic("t", 4, None)], 30000, True)
+    assert schema.decode_from(Reader(raw), CREATE_PARTITIONS.request, 0, False) == asked
+    answer = km.CreatePartitionsResponse(0, [km.CreatePartitionsTopicResult("t", 37, None)])
+    w = Writer()
+    schema.encode_into(w, answer, 0, False)
+    assert w.getvalue().hex() == "00000000000000010001740025ffff"
+    assert not CREATE_PARTITIONS.flexible(1) and CREATE_PARTITIONS.flexible(2)
+
+
+def test_create_partitions_v2_is_flexible() -> None:
+    raw = bytes.fromhex(
+        "02"  # one topic
+        "0274"  # name "t"
+        "00000003"  # count 3
+        "02"  # one assignment
+        "03"
+        "00000001"
+        "00000002"  # broker_ids [1, 2]
+        "00"  # the assignment's tags
+        "00"  # the topic's tags
+        "000003e8"  # timeout_ms 1000
+        "00"  # validate_only false
+        "00"  # the body's tags
+    )
+    asked = km.CreatePartitionsRequest(
+        [km.CreatePartitionsTopic("t", 3, [km.CreatePartitionsAssignment([1, 2])])], 1000, False
+    )
+    assert schema.decode_from(Reader(raw), CREATE_PARTITIONS.request, 2, True) == asked
+    answer = km.CreatePartitionsResponse(
+        0, [km.CreatePartitionsTopicResult("t", 44, "no"), km.CreatePartitionsTopicResult("u", 0)]
+    )
+    frame = b"".join(km.encode_response(CREATE_PARTITIONS, 2, 9, answer))
+    # size | correlation 9, header tags | throttle | compact array of 2
+    # | "t", 44, compact "no", tags | "u", 0, null (compact 0), tags | tags
+    assert frame[4:].hex() == ("000000090000000000030274002c036e6f0002750000000000")
+    assert km.decode_response(CREATE_PARTITIONS, 2, frame[4:]) == (9, answer)
+
+
+def test_create_partitions_as_aiokafka_writes_and_reads_it() -> None:
+    from aiokafka.protocol.admin import CreatePartitionsRequest_v1, CreatePartitionsResponse_v1
+
+    theirs = CreatePartitionsRequest_v1(
+        [("orders", (6, [[1], [2]])), ("audit", (2, None))], 500, False
+    )
+    assert schema.decode_from(
+        Reader(theirs.encode()), CREATE_PARTITIONS.request, 1, False
+    ) == km.CreatePartitionsRequest(
+        [
+            km.CreatePartitionsTopic(
+                "orders",
+                6,
+                [km.CreatePartitionsAssignment([1]), km.CreatePartitionsAssignment([2])],
+            ),
+            km.CreatePartitionsTopic("audit", 2, None),
+        ],
+        500,
+        False,
+    )
+    w = Writer()
+    answer = km.CreatePartitionsResponse(
+        0, [km.CreatePartitionsTopicResult("orders", 37, "Topic already has 6 partition(s).")]
+    )
+    schema.encode_into(w, answer, 1, False)
+    decoded = CreatePartitionsResponse_v1.decode(w.getvalue())
+    assert [tuple(t) for t in decoded.topic_errors] == [
+        ("orders", 37, "Topic already has 6 partition(s).")
+    ]
+
+
+INCREMENTAL_ALTER_CONFIGS = km.SUPPORTED[km.ApiKey.INCREMENTAL_ALTER_CONFIGS]
+ALTER_CONFIGS = km.SUPPORTED[km.ApiKey.ALTER_CONFIGS]
+
+
+def test_incremental_alter_configs_v0_as_kafkas_schema_writes_it() -> None:
+    """Resources (type, name, configs of name, operation, nullable value), validate_only;
+    the answer: throttle time, then per resource error code, message, type and name."""
+    raw = bytes.fromhex(
+        "00000001"  # one resource
+        "02"  # type: topic
+        "000174"  # name "t"
+        "00000002"  # two configs
+        "000c" + b"retention.ms".hex() + "00"
+        "0003"
+        + b"100".hex()  # SET "100"
+        + "000d"
+        + b"segment.bytes".hex()
+        + "01"
+        "ffff"  # DELETE, null value
+         + "00"  # validate_only false
+    )
+    assert schema.decode_from(
+        Reader(raw), INCREMENTAL_ALTER_CONFIGS.request, 0, False
+    ) == km.IncrementalAlterConfigsRequest(
+        [
+            km.IncrementalAlterConfigsResource(
+                2,
+                "t",
+                [
+                    km.IncrementalAlterableConfig("retention.ms", 0, "100"),
+                    km.IncrementalAlterableConfig("segment.bytes", 1, None),
+                ],
+            )
+        ],
+        False,
+    )
+    answer = km.AlterConfigsResponse(0, [km.AlterConfigsResourceResponse(40, "no", 2, "t")])
+    w = Writer()
+    schema.encode_into(w, answer, 0, False)
+    assert w.getvalue().hex() == "0000000000000001002800026e6f02000174"
+
+
+def test_incremental_alter_configs_v1_is_flexible() -> None:
+    raw = bytes.fromhex(
+        "02"  # one resource
+        "02"  # type: topic
+        "0274"  # compact "t"
+        "02"  # one config
+        "0d" + b"retention.ms".hex() + "00"
+        "04" + b"100".hex() + "00"  # SET "100", tags
+        "00"  # the resource's tags
+        "01"  # validate_only
+        "00"  # the body's tags
+    )
+    asked = km.IncrementalAlterConfigsRequest(
+        [
+            km.IncrementalAlterConfigsResource(
+                2, "t", [km.IncrementalAlterableConfig("retention.ms", 0, "100")]
+            )
+        ],
+        True,
+    )
+    assert schema.decode_from(Reader(raw), INCREMENTAL_ALTER_CONFIGS.request, 1, True) == asked
+    answer = km.AlterConfigsResponse(0, [km.AlterConfigsResourceResponse(0, None, 2, "t")])
+    frame = b"".join(km.encode_response(INCREMENTAL_ALTER_CONFIGS, 1, 5, answer))
+    # correlation 5, header tags | throttle | one resource: error 0, null message
+    # (compact 0), type 2, compact "t", tags | tags
+    assert frame[4:].hex() == "000000050000000000020000000202740000"
+    assert km.decode_response(INCREMENTAL_ALTER_CONFIGS, 1, frame[4:]) == (5, answer)
+    assert not INCREMENTAL_ALTER_CONFIGS.flexible(0)
+
+
+def test_alter_configs_as_aiokafka_writes_and_reads_it() -> None:
+    from aiokafka.protocol.admin import AlterConfigsRequest_v1, AlterConfigsResponse_v1
+
+    theirs = AlterConfigsRequest_v1([(2, "t", [("retention.ms", "100")])], True)
+    assert schema.decode_from(
+        Reader(theirs.encode()), ALTER_CONFIGS.request, 1, False
+    ) == km.AlterConfigsRequest(
+        [km.AlterConfigsResource(2, "t", [km.AlterableConfig("retention.ms", "100")])], True
+    )
+    w = Writer()
+    answer = km.AlterConfigsResponse(0, [km.AlterConfigsResourceResponse(44, "why", 2, "t")])
+    schema.encode_into(w, answer, 1, False)
+    decoded = AlterConfigsResponse_v1.decode(w.getvalue())
+    assert [tuple(r) for r in decoded.resources] == [(44, "why", 2, "t")]
+    assert ALTER_CONFIGS.flexible(2) and not ALTER_CONFIGS.flexible(1)
+
+
+def test_list_offsets_v7_is_v6_asking_for_the_max_timestamp() -> None:
+    api = km.SUPPORTED[km.ApiKey.LIST_OFFSETS]
+    raw = bytes.fromhex(
+        "ffffffff"  # replica_id -1
+        "00"  # isolation_level
+        "02"  # one topic
+        "0274"  # compact "t"
+        "02"  # one partition
+        "00000000"  # partition 0
+        "ffffffff"  # current_leader_epoch -1
+        "fffffffffffffffd"  # timestamp -3: MAX_TIMESTAMP
+        "00"
+        "00"
+        "00"  # the partition's, the topic's and the body's tags
+    )
+    assert schema.decode_from(Reader(raw), api.request, 7, True) == km.ListOffsetsRequest(
+        -1,
+        0,
+        [km.ListOffsetsTopic("t", [km.ListOffsetsPartition(0, -1, km.MAX_TIMESTAMP)])],
+    )
+    assert api.supports(7) and not api.supports(8)

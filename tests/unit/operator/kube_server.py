@@ -14,7 +14,8 @@ server rules the operator relies on, as kmock's docs suggest (inherit and implem
   Conflict; otherwise it replaces the status only (spec and metadata stay) and the
   object gets a new ``resourceVersion``;
 * a status write is announced to watches (kopf sees its own writes come back);
-* a list says its ``kind`` (``PodList``) and ``apiVersion``;
+* a list says its ``kind`` (``PodList``) and ``apiVersion``, and keeps to its
+  ``labelSelector`` (``key=value`` and ``key`` terms);
 * a server-side apply (``PATCH`` as ``application/apply-patch+yaml``) of an object that
   does not exist creates it;
 * every merge or apply patch moves the ``resourceVersion`` on, and a merge patch that
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,9 @@ RESOURCES: dict[str, kmock.ResourceInfo] = (
             ("unloads", "Unload"),
             ("repartitions", "Repartition"),
             ("users", "User"),
+            ("topicsnapshots", "TopicSnapshot"),
+            ("topicrestores", "TopicRestore"),
+            ("topicsnapshotschedules", "TopicSnapshotSchedule"),
         )
     }
     | {
@@ -82,7 +87,11 @@ RESOURCES: dict[str, kmock.ResourceInfo] = (
         resource: kmock.ResourceInfo(
             kind=kind, namespaced=True, verbs={"get", "list", "watch", "create", "patch", "delete"}
         )
-        for resource, kind in (("v1/pods", "Pod"), ("apps/v1/statefulsets", "StatefulSet"))
+        for resource, kind in (
+            ("v1/pods", "Pod"),
+            ("apps/v1/statefulsets", "StatefulSet"),
+            ("batch/v1/jobs", "Job"),
+        )
     }
 )
 
@@ -164,6 +173,9 @@ class ApiServer(kmock.KubernetesEmulator):
         info = self.resources[request.resource]
         group, version = request.resource.group, request.resource.version
         listing["apiVersion"] = f"{group}/{version}" if group else str(version)
+        selector = request.params.get("labelSelector")
+        if selector:
+            listing["items"] = [i for i in listing["items"] if _selected(i, selector)]
         listing["kind"] = f"{info.kind}List"
         return listing
 
@@ -189,7 +201,12 @@ class ApiServer(kmock.KubernetesEmulator):
                     self.objects[key] = {
                         "apiVersion": request.data.get("apiVersion"),
                         "kind": request.data.get("kind"),
-                        "metadata": {"name": request.name, "namespace": request.namespace},
+                        "metadata": {
+                            "name": request.name,
+                            "namespace": request.namespace,
+                            # the API server gives every object it creates a uid
+                            "uid": str(uuid.uuid4()),
+                        },
                     }
         elif stored is not None and isinstance(request.data, Mapping):
             # a resourceVersion in a merge patch is a precondition (kopf's JSON patches,
@@ -226,6 +243,16 @@ class ApiServer(kmock.KubernetesEmulator):
         assert request.resource is not None
         await self._buses[request.resource].put({"type": "MODIFIED", "object": moved.raw})
         return response
+
+
+def _selected(item: Mapping[str, Any], selector: str) -> bool:
+    """Whether ``item``'s labels match a selector of ``key=value`` and ``key`` terms."""
+    labels = (item.get("metadata") or {}).get("labels") or {}
+    for term in selector.split(","):
+        key, equals, value = term.partition("=")
+        if key not in labels or (equals and labels[key] != value):
+            return False
+    return True
 
 
 def kubeconfig(server: kmock.RawHandler, directory: Path) -> Path:

@@ -69,7 +69,7 @@ SETTINGS = workloads.WorkloadSettings(broker_command=("python", "-m", "headrace.
 
 def run_target(**topic_spec: Any) -> compaction_jobs.Target:
     spec = Compaction.from_manifest(compaction_body()).spec
-    return compaction_jobs.target("ns", spec, topic_body(**topic_spec), cluster_body())
+    return compaction_jobs.target("ns", spec.topic_ref, topic_body(**topic_spec), cluster_body())
 
 
 def test_a_compaction_becomes_a_job_owned_by_it() -> None:
@@ -110,7 +110,7 @@ def test_a_key_compacted_topic_keeps_the_last_record_per_key() -> None:
 def test_the_job_reads_the_topics_incarnation_or_the_legacy_layout_without_one() -> None:
     spec = Compaction.from_manifest(compaction_body()).spec
     placed = {**topic_body(), "status": {"creationId": "uid-topic"}}
-    run = compaction_jobs.target("ns", spec, placed, cluster_body())
+    run = compaction_jobs.target("ns", spec.topic_ref, placed, cluster_body())
     args = compaction_jobs.job_args(spec, run)
     assert args[args.index("--creation-id") + 1] == "uid-topic"
     # a topic placed before creation ids: its objects are where they always were
@@ -131,7 +131,7 @@ def test_a_run_without_a_target_says_why(
 ) -> None:
     spec = Compaction.from_manifest(compaction_body()).spec
     with pytest.raises(compaction_jobs.NotRunnable) as caught:
-        compaction_jobs.target("ns", spec, topic, cluster)
+        compaction_jobs.target("ns", spec.topic_ref, topic, cluster)
     assert caught.value.reason == reason
 
 

@@ -289,7 +289,7 @@ def test_unknown_kind() -> None:
     assert problems(text(document)) == [
         "Topik/x: kind: unknown kind 'Topik'; expected one of "
         "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload,"
-        " TopicSnapshot, TopicRestore, User"
+        " TopicSnapshot, TopicSnapshotSchedule, TopicRestore, User"
     ]
 
 
@@ -321,7 +321,7 @@ def test_a_foreign_kind_and_a_non_mapping() -> None:
         "ConfigMap/c: apiVersion: expected headrace.dev/v1alpha1, got 'v1'",
         "ConfigMap/c: kind: unknown kind 'ConfigMap'; expected one of "
         "BrokerCluster, Topic, CompactionSchedule, Compaction, Repartition, Unload,"
-        " TopicSnapshot, TopicRestore, User",
+        " TopicSnapshot, TopicSnapshotSchedule, TopicRestore, User",
         "document 2: expected a mapping with apiVersion and kind, got list",
     ]
 

@@ -27,7 +27,7 @@ from headrace.resources import (
     TopicStatus,
     load_manifests,
 )
-from headrace.resources.compactions import check_cron
+from headrace.resources.cron import check_cron
 from headrace.resources.meta import ClusterReference, parse_quantity
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
@@ -60,6 +60,7 @@ def test_every_kind_is_registered_once_with_its_short_name() -> None:
         "Compaction",
         "CompactionSchedule",
         "TopicSnapshot",
+        "TopicSnapshotSchedule",
         "TopicRestore",
         "User",
     }
@@ -72,6 +73,7 @@ def test_every_kind_is_registered_once_with_its_short_name() -> None:
         "Compaction": ("hrcp",),
         "CompactionSchedule": ("hrcs",),
         "TopicSnapshot": ("hrsnap",),
+        "TopicSnapshotSchedule": ("hrss",),
         "TopicRestore": ("hrrs",),
         "User": ("hru",),
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from headrace.tiered import layout
+from headrace.tiered import layout, snapshots
 from headrace.tiered.manifest import Manifest, SegmentObject
 from headrace.tiered.orphans import StoredObject, Verdict, classify
 from headrace.tiered.snapshots import (
@@ -153,3 +153,21 @@ def test_snapshot_error_codes_clash_with_no_other() -> None:
         assert codes.setdefault(code, cls.__name__) == cls.__name__, (code, cls.__name__)
     for mine in (InvalidSnapshot, SnapshotNotReady, SnapshotExists, RestoreRefused):
         assert codes[mine.CODE] == mine.__name__
+
+
+def test_the_cuts_are_the_highest_high_watermark_less_one() -> None:
+    # any replica's high watermark is committed; a follower's may be behind
+    assert snapshots.cuts_at([(0, 42), (1, 10), (0, 40), (1, 17), (2, 0)]) == {
+        0: 41,
+        1: 16,
+        2: -1,
+    }
+
+
+def test_a_documents_key_names_its_topic_incarnation() -> None:
+    key = snapshots.snapshot_key("prod/payments/orders/5c0e/", "nightly")
+    assert snapshots.where_stored(key) == ("prod", "payments/orders", "5c0e", "nightly")
+    legacy = snapshots.snapshot_key("prod/payments/orders/", "nightly")
+    assert snapshots.where_stored(legacy) == ("prod", "payments/orders", "", "nightly")
+    with pytest.raises(snapshots.InvalidSnapshot, match="not a snapshot document's key"):
+        snapshots.where_stored("prod/payments/orders/5c0e/0/manifest.json")

@@ -1,0 +1,37 @@
+"""The local-mode controller process's entry point (``headrace controller``): serve one
+``ControllerSettings`` until SIGTERM or SIGINT; SIGHUP reloads the API's credentials.
+
+The CLI reads the command line into those settings; nothing here parses options.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from headrace.aio import run
+from headrace.controller.admin import ControllerAdmin
+from headrace.controller.controlling import Controller, ControllerSettings
+
+
+def serve(settings: ControllerSettings) -> None:
+    """Run the controller and its admin API until SIGTERM or SIGINT, then stop both."""
+    if not logging.getLogger().isEnabledFor(logging.INFO):
+        logging.getLogger("headrace").setLevel(logging.INFO)
+
+    async def serve_until_stopped() -> None:
+        c = Controller(settings)
+        admin = ControllerAdmin(c)
+        await admin.start()
+        await c.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGHUP, admin.access.reload)
+        await stop.wait()
+        await c.stop()
+        await admin.stop()
+
+    run(serve_until_stopped())

@@ -1,0 +1,516 @@
+"""The kopf handlers of TopicSnapshot, TopicRestore and TopicSnapshotSchedule, and the
+reconcilers they call
+(adapter: reads and writes through ``KubeApi``; Jobs and statuses from the pure
+``snapshot_jobs``). The same commands as ``headrace apply -f`` in local mode run in the
+Jobs (``cli.snapshots``), so both modes take and restore the same snapshot.
+
+* **TopicSnapshot**, on create and resume and on its Job's events: find the Topic and its
+  BrokerCluster, take the cuts from that cluster's latest heartbeats and create the
+  snapshot Job once; its status follows the Job (``Pending``, then ``Ready`` with the
+  document's summary, or ``Failed``). Everything the snapshot depends on is stored: the
+  Job (named after it) and the document in the store, so a restarted operator finds the
+  Job and never starts a second one, and a retried pod reports the document it wrote.
+* **Deleting a TopicSnapshot** deletes its document (a finalizer: kopf's, through the
+  delete handler): a Job of ``tier delete-snapshot``, after the snapshot's own Job has
+  finished. Until then its objects stay pinned.
+* **TopicRestore**, on create and resume, its Job's events and its Topic's events: once
+  its TopicSnapshot is Ready, create the new Topic held ``pending`` (labelled with the
+  restore, so a restarted operator knows it as its own, and the creation id recorded in
+  the status first), then the restore Job; when the Job succeeds, mark the Topic
+  ``written``, and report ``Ready`` when the control loop has placed it (the Topic is
+  Ready). A Topic of that name that the restore did not create fails it.
+
+* **TopicSnapshotSchedule**, on a kopf timer (every ``snapshot_schedules.TICK_S``): create
+  the TopicSnapshot that is due (named after its time: a restart creates none twice),
+  delete the ones beyond what the schedule keeps, write its status
+  (``snapshot_schedules``).
+
+Waiting (for brokers' heartbeats, for the snapshot) is retried by kopf: the create and
+resume handlers raise ``TemporaryError`` until an event will drive the rest. Status writes
+are compare-and-swap and skipped when nothing changed; phase changes are posted as Events.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any, Final
+
+import kopf
+import pydantic
+
+from headrace.control.documents import (
+    RESTORE_ANNOTATION,
+    condition_time,
+    epoch_ms,
+    restored_topic,
+)
+from headrace.control.model import RestoreStage
+from headrace.operator import (
+    compaction_handlers,
+    compaction_jobs,
+    snapshot_jobs,
+    snapshot_schedules,
+)
+from headrace.operator.compaction_jobs import NotRunnable
+from headrace.operator.handlers import GROUP, VERSION, OperatorContext, without_status
+from headrace.operator.kube import ObjectRef, StaleResourceVersion
+from headrace.operator.snapshot_jobs import Step
+from headrace.protocol.coordination import Heartbeat
+from headrace.resources import meta
+from headrace.resources.clusters import BrokerCluster
+from headrace.resources.snapshots import (
+    SnapshotPhase,
+    TopicRestore,
+    TopicSnapshot,
+    TopicSnapshotSchedule,
+)
+from headrace.tiered.snapshots import InvalidSnapshot, where_stored
+
+log = logging.getLogger(__name__)
+
+API_VERSION: Final = meta.API_VERSION
+#: seconds between kopf's retries of a snapshot or restore that waits
+RETRY_S: Final = 5
+#: status writes tried before giving up until the next event
+WRITE_ATTEMPTS: Final = 5
+
+
+class Waiting(Exception):
+    """The reconcile cannot go on until something changes that no watched event announces."""
+
+
+def _context(memo: Any) -> OperatorContext:
+    context: OperatorContext = memo.context
+    return context
+
+
+def _parse(
+    model: type[TopicSnapshot] | type[TopicRestore] | type[TopicSnapshotSchedule],
+    body: Mapping[str, Any],
+) -> Any:
+    try:
+        return model.from_manifest(without_status(body))
+    except pydantic.ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        raise kopf.PermanentError(f"invalid {model.KIND}: {problems}") from None
+
+
+def _heartbeats(context: OperatorContext, namespace: str, cluster: str) -> Mapping[int, Heartbeat]:
+    runtime = context.loops.get((namespace, cluster))
+    return runtime.loop.heartbeats if runtime is not None else {}
+
+
+def _post(
+    context: OperatorContext, body: Mapping[str, Any], kind: str, status: Mapping[str, Any]
+) -> None:
+    """An Event for a phase change (none when the phase stays)."""
+    phase = status.get("phase")
+    if phase == (body.get("status") or {}).get("phase") or phase == str(SnapshotPhase.PENDING):
+        return
+    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+    failed = phase == str(SnapshotPhase.FAILED)
+    try:
+        context.post_event(
+            body, "Warning" if failed else "Normal", f"{kind}{phase}", str(ready["message"])
+        )
+    except Exception:  # outside kopf's loop (tests): the status says it all the same
+        log.debug("no event posted for %s", body["metadata"]["name"])
+
+
+async def _job_outcome(
+    context: OperatorContext, namespace: str, name: str
+) -> tuple[dict[str, Any] | None, snapshot_jobs.Outcome]:
+    job = await context.api.get(ObjectRef("batch/v1", "Job", namespace, name))
+    pods = [] if job is None else await compaction_handlers.pods_of(context.api, namespace, name)
+    return job, snapshot_jobs.outcome(job, pods)
+
+
+async def _cluster(context: OperatorContext, namespace: str, name: str) -> BrokerCluster:
+    body = await context.api.get(ObjectRef(API_VERSION, "BrokerCluster", namespace, name))
+    if body is None:
+        raise NotRunnable("ClusterNotFound", f"BrokerCluster {name!r} does not exist")
+    try:
+        cluster = BrokerCluster.from_manifest(without_status(body))
+    except pydantic.ValidationError as exc:
+        raise NotRunnable("InvalidCluster", f"BrokerCluster does not parse: {exc}") from None
+    if cluster.spec.object_store is None:
+        raise NotRunnable("NoObjectStore", f"BrokerCluster {name!r} has no objectStore")
+    return cluster
+
+
+# ---------------------------------------------------------------------- TopicSnapshot
+
+
+async def reconcile_snapshot(context: OperatorContext, namespace: str, name: str) -> None:
+    """Create the snapshot's Job once and write its status (see the module); ``Waiting``
+    while the cut cannot be taken yet."""
+    api = context.api
+    ref = ObjectRef(API_VERSION, "TopicSnapshot", namespace, name)
+    job_name = snapshot_jobs.job_name(Step.SNAPSHOT, name)
+    for _ in range(WRITE_ATTEMPTS):
+        body = await api.get(ref)
+        if body is None or body["metadata"].get("deletionTimestamp") or snapshot_jobs.final(body):
+            return
+        snapshot: TopicSnapshot = _parse(TopicSnapshot, body)
+        job, result = await _job_outcome(context, namespace, job_name)
+        blocked = None
+        if job is None:
+            try:
+                run = await compaction_handlers.find_target(api, namespace, snapshot.spec.topic_ref)
+                heartbeats = _heartbeats(context, namespace, run.cluster.metadata.name)
+                cuts = snapshot_jobs.cuts_from(heartbeats, run.topic, run.partitions)
+                await api.apply(
+                    snapshot_jobs.job_manifest(
+                        name=job_name,
+                        namespace=namespace,
+                        owner=body,
+                        cluster=run.cluster,
+                        args=snapshot_jobs.snapshot_args(run, name, cuts),
+                        labels={
+                            snapshot_jobs.SNAPSHOT_LABEL: name,
+                            compaction_jobs.TOPIC_LABEL: snapshot.spec.topic_ref.name,
+                        },
+                        workload=context.workload,
+                    )
+                )
+                job, result = await _job_outcome(context, namespace, job_name)
+            except NotRunnable as exc:
+                blocked = exc
+        now = condition_time(context.clock.now_ms())
+        status = snapshot_jobs.snapshot_status(body, result, blocked, now)
+        try:
+            await compaction_handlers.write_status(api, body, status)
+        except StaleResourceVersion:
+            continue
+        _post(context, body, "Snapshot", status)
+        if blocked is not None:
+            raise Waiting(blocked.message)
+        return
+    log.warning("TopicSnapshot %s/%s: status kept conflicting; next event retries", namespace, name)
+
+
+@kopf.on.resume(GROUP, VERSION, "topicsnapshots")
+@kopf.on.create(GROUP, VERSION, "topicsnapshots")
+async def snapshot_created(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    try:
+        await reconcile_snapshot(_context(memo), namespace or "default", name)
+    except Waiting as exc:
+        raise kopf.TemporaryError(str(exc), delay=RETRY_S) from None
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={snapshot_jobs.SNAPSHOT_LABEL: kopf.PRESENT})
+async def snapshot_job_changed(
+    namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
+) -> None:
+    try:
+        await reconcile_snapshot(
+            _context(memo), namespace or "default", str(labels[snapshot_jobs.SNAPSHOT_LABEL])
+        )
+    except Waiting:
+        pass  # the create handler retries
+
+
+async def remove_snapshot(context: OperatorContext, body: Mapping[str, Any]) -> None:
+    """Delete the snapshot's document before its TopicSnapshot goes (see the module);
+    ``Waiting`` until that is done."""
+    namespace = body["metadata"].get("namespace") or "default"
+    name = body["metadata"]["name"]
+    job, taken = await _job_outcome(context, namespace, snapshot_jobs.job_name(Step.SNAPSHOT, name))
+    if job is not None and taken.succeeded is None:
+        raise Waiting(f"the snapshot's Job is running: {taken.message}")
+    key = (body.get("status") or {}).get("key") or (taken.summary or {}).get("key")
+    if not key:
+        return  # never written (or written and deleted again by the failed Job itself)
+    try:
+        cluster_id, topic, creation_id, _ = where_stored(str(key))
+        cluster = await _cluster(context, namespace, cluster_id)
+    except (InvalidSnapshot, NotRunnable) as exc:
+        # no store to reach: the document and its pins stay (data kept, never lost)
+        context.post_event(
+            body, "Warning", "SnapshotKept", f"{key} stays in the object store: {exc}"
+        )
+        return
+    delete_name = snapshot_jobs.job_name(Step.DELETE, name)
+    job, deleted = await _job_outcome(context, namespace, delete_name)
+    if job is None:
+        await context.api.apply(
+            snapshot_jobs.job_manifest(
+                name=delete_name,
+                namespace=namespace,
+                owner=body,
+                cluster=cluster,
+                args=snapshot_jobs.delete_args(cluster, topic, creation_id, name),
+                labels={snapshot_jobs.SNAPSHOT_LABEL: name},
+                workload=context.workload,
+            )
+        )
+        raise Waiting(f"deleting {key}")
+    if deleted.succeeded is None:
+        raise Waiting(f"deleting {key}: {deleted.message}")
+    if not deleted.succeeded:
+        raise Waiting(
+            f"deleting {key} failed ({deleted.message}); delete Job {delete_name} to try again"
+        )
+    context.post_event(body, "Normal", "SnapshotDeleted", f"{key} deleted")
+
+
+@kopf.on.delete(GROUP, VERSION, "topicsnapshots")
+async def snapshot_deleted(body: kopf.Body, memo: Any, **_: Any) -> None:
+    try:
+        await remove_snapshot(_context(memo), body)
+    except Waiting as exc:
+        raise kopf.TemporaryError(str(exc), delay=RETRY_S) from None
+
+
+# ---------------------------------------------------------------------- TopicRestore
+
+
+async def reconcile_restore(context: OperatorContext, namespace: str, name: str) -> None:
+    """Take one TopicRestore a step on (see the module); ``Waiting`` while its snapshot is
+    not Ready."""
+    api = context.api
+    ref = ObjectRef(API_VERSION, "TopicRestore", namespace, name)
+    job_name = snapshot_jobs.job_name(Step.RESTORE, name)
+    for _ in range(WRITE_ATTEMPTS):
+        body = await api.get(ref)
+        if body is None or body["metadata"].get("deletionTimestamp") or snapshot_jobs.final(body):
+            return
+        restore: TopicRestore = _parse(TopicRestore, body)
+        now = condition_time(context.clock.now_ms())
+        again = False
+        try:
+            status, again = await _restore_step(context, namespace, body, restore, job_name, now)
+        except NotRunnable as exc:
+            phase = SnapshotPhase.FAILED if exc.reason == "TopicExists" else SnapshotPhase.PENDING
+            status = snapshot_jobs.restore_status(body, phase, exc.message, now, blocked=exc)
+        try:
+            await compaction_handlers.write_status(api, body, status)
+        except StaleResourceVersion:
+            continue
+        _post(context, body, "Restore", status)
+        if again:
+            continue  # the creation id is stored: on to the Job
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        if ready["reason"] in ("WaitingForSnapshot", "SnapshotNotFound"):
+            raise Waiting(str(ready["message"]))
+        return
+    log.warning("TopicRestore %s/%s: status kept conflicting; next event retries", namespace, name)
+
+
+async def _restore_step(
+    context: OperatorContext,
+    namespace: str,
+    body: Mapping[str, Any],
+    restore: TopicRestore,
+    job_name: str,
+    now: str,
+) -> tuple[dict[str, Any], bool]:
+    """The restore's next step, and its status after it (and whether to go on at once)."""
+    api = context.api
+    name = body["metadata"]["name"]
+    snapshot_name = restore.spec.snapshot_ref.name
+    snapshot = await api.get(ObjectRef(API_VERSION, "TopicSnapshot", namespace, snapshot_name))
+    if snapshot is None:
+        raise NotRunnable("SnapshotNotFound", f"TopicSnapshot {snapshot_name!r} does not exist")
+    taken = snapshot.get("status") or {}
+    if taken.get("phase") != str(SnapshotPhase.READY) or not taken.get("key"):
+        raise NotRunnable("WaitingForSnapshot", f"TopicSnapshot {snapshot_name!r} is not Ready yet")
+    cluster_id, source, source_creation_id, _ = where_stored(str(taken["key"]))
+    cluster = await _cluster(context, namespace, cluster_id)
+    topic_ref = ObjectRef(API_VERSION, "Topic", namespace, restore.spec.topic)
+    topic = await api.get(topic_ref)
+    recorded = (body.get("status") or {}).get("creationId")
+    if topic is None:
+        if recorded:
+            return snapshot_jobs.restore_status(
+                body,
+                SnapshotPhase.FAILED,
+                f"Topic {restore.spec.topic!r} was deleted during the restore",
+                now,
+            ), False
+        topic = await _create_topic(context, namespace, name, restore, snapshot, cluster_id)
+    labels = topic["metadata"].get("labels") or {}
+    if labels.get(snapshot_jobs.RESTORE_LABEL) != name or (
+        recorded and recorded != topic["metadata"]["uid"]
+    ):
+        raise NotRunnable(
+            "TopicExists",
+            f"Topic {restore.spec.topic!r} exists and is not this restore's: restore into a"
+            " new topic",
+        )
+    uid = str(topic["metadata"]["uid"])
+    if not recorded:  # first: a restarted operator must know the Topic as this restore's
+        held = snapshot_jobs.restore_status(
+            body, SnapshotPhase.PENDING, "Topic created, held", now, creation_id=uid
+        )
+        return held, True
+    job, result = await _job_outcome(context, namespace, job_name)
+    if job is None:
+        await api.apply(
+            snapshot_jobs.job_manifest(
+                name=job_name,
+                namespace=namespace,
+                owner=body,
+                cluster=cluster,
+                args=snapshot_jobs.restore_args(
+                    cluster,
+                    source,
+                    source_creation_id,
+                    snapshot_name,
+                    f"{namespace}/{restore.spec.topic}",
+                    uid,
+                ),
+                labels={snapshot_jobs.RESTORE_LABEL: name},
+                workload=context.workload,
+            )
+        )
+        job, result = await _job_outcome(context, namespace, job_name)
+    if result.succeeded is None:
+        return snapshot_jobs.restore_status(body, SnapshotPhase.PENDING, result.message, now), False
+    if not result.succeeded:
+        return snapshot_jobs.restore_status(
+            body,
+            SnapshotPhase.FAILED,
+            f"{result.message}; Topic {restore.spec.topic!r} stays unplaced (delete it)",
+            now,
+            result=result,
+        ), False
+    annotations = topic["metadata"].get("annotations") or {}
+    if annotations.get(RESTORE_ANNOTATION) != str(RestoreStage.WRITTEN):
+        await api.patch_metadata(
+            topic_ref, {"annotations": {RESTORE_ANNOTATION: str(RestoreStage.WRITTEN)}}
+        )
+        return snapshot_jobs.restore_status(
+            body, SnapshotPhase.PENDING, "written and verified; placing", now, result=result
+        ), False
+    conditions = (topic.get("status") or {}).get("conditions") or []
+    ready: Mapping[str, Any] = next((c for c in conditions if c["type"] == "Ready"), {})
+    if ready.get("status") != "True":
+        return snapshot_jobs.restore_status(
+            body,
+            SnapshotPhase.PENDING,
+            f"placing Topic {restore.spec.topic!r}: {ready.get('message', '')}".rstrip(": "),
+            now,
+            result=result,
+        ), False
+    return snapshot_jobs.restore_status(
+        body,
+        SnapshotPhase.READY,
+        f"Topic {restore.spec.topic!r} restored and placed",
+        now,
+        result=result,
+        completed_at=now,
+    ), False
+
+
+async def _create_topic(
+    context: OperatorContext,
+    namespace: str,
+    name: str,
+    restore: TopicRestore,
+    snapshot: Mapping[str, Any],
+    cluster_id: str,
+) -> dict[str, Any]:
+    """The new Topic, held ``pending``: the source Topic's spec if it still exists (else
+    its cluster's defaults), the snapshot's partition count."""
+    source_name = snapshot["spec"]["topicRef"]["name"]
+    source = await context.api.get(ObjectRef(API_VERSION, "Topic", namespace, source_name))
+    source_spec = (source or {}).get("spec") or {"clusterRef": {"name": cluster_id}}
+    cuts = (snapshot.get("status") or {}).get("partitions") or []
+    partitions = (
+        max(int(p["partition"]) for p in cuts) + 1
+        if cuts
+        else int(source_spec.get("partitions") or 1)
+    )
+    await context.api.apply(
+        restored_topic(
+            namespace,
+            restore.spec.topic,
+            source_spec,
+            partitions,
+            RestoreStage.PENDING,
+            labels={snapshot_jobs.RESTORE_LABEL: name},
+        )
+    )
+    created = await context.api.get(ObjectRef(API_VERSION, "Topic", namespace, restore.spec.topic))
+    assert created is not None, "a Topic just applied"
+    return created
+
+
+@kopf.on.resume(GROUP, VERSION, "topicrestores")
+@kopf.on.create(GROUP, VERSION, "topicrestores")
+async def restore_created(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    try:
+        await reconcile_restore(_context(memo), namespace or "default", name)
+    except Waiting as exc:
+        raise kopf.TemporaryError(str(exc), delay=RETRY_S) from None
+
+
+@kopf.on.event("batch", "v1", "jobs", labels={snapshot_jobs.RESTORE_LABEL: kopf.PRESENT})
+@kopf.on.event(GROUP, VERSION, "topics", labels={snapshot_jobs.RESTORE_LABEL: kopf.PRESENT})
+async def restore_progressed(
+    namespace: str | None, labels: kopf.Labels, memo: Any, **_: Any
+) -> None:
+    restore = str(labels[snapshot_jobs.RESTORE_LABEL])
+    try:
+        await reconcile_restore(_context(memo), namespace or "default", restore)
+    except Waiting:
+        pass  # the create handler retries
+
+
+# ---------------------------------------------------------------------- TopicSnapshotSchedule
+
+
+async def reconcile_schedule(context: OperatorContext, namespace: str, name: str) -> None:
+    """One tick of a schedule (``snapshot_schedules``): create the TopicSnapshot that is due,
+    delete the ones beyond what it keeps, write its status."""
+    api = context.api
+    ref = ObjectRef(API_VERSION, "TopicSnapshotSchedule", namespace, name)
+    for _ in range(WRITE_ATTEMPTS):
+        body = await api.get(ref)
+        if body is None or body["metadata"].get("deletionTimestamp"):
+            return
+        schedule: TopicSnapshotSchedule = _parse(TopicSnapshotSchedule, body)
+        now_ms = context.clock.now_ms()
+        last = (body.get("status") or {}).get("lastScheduleTime")
+        created = body["metadata"].get("creationTimestamp")
+        fire_ms = snapshot_schedules.due(
+            schedule,
+            epoch_ms(last) if last else None,
+            epoch_ms(created) if created else now_ms,
+            now_ms,
+        )
+        selector = f"{snapshot_schedules.SCHEDULE_LABEL}={name}"
+        snapshots = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
+        busy = snapshot_schedules.unfinished(snapshots) if fire_ms is not None else None
+        if fire_ms is not None and busy is None:
+            await api.apply(snapshot_schedules.snapshot_manifest(schedule, fire_ms))
+            snapshots = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
+        doomed = snapshot_schedules.to_delete(snapshots, schedule.spec.keep)
+        for old in doomed:
+            await api.delete(ObjectRef(API_VERSION, "TopicSnapshot", namespace, old))
+        kept = [b for b in snapshots if b["metadata"]["name"] not in doomed]
+        now = condition_time(now_ms)
+        status = snapshot_schedules.schedule_status(body, schedule, kept, fire_ms, now)
+        try:
+            await compaction_handlers.write_status(api, body, status)
+        except StaleResourceVersion:
+            continue
+        if fire_ms is not None:
+            taken = snapshot_schedules.snapshot_name(name, fire_ms)
+            if busy is None:
+                context.post_event(
+                    body, "Normal", "SnapshotScheduled", f"TopicSnapshot {taken} created"
+                )
+            else:
+                context.post_event(
+                    body, "Warning", "SnapshotSkipped", f"{taken} skipped: {busy} is not done"
+                )
+        return
+    log.warning("TopicSnapshotSchedule %s/%s: status kept conflicting", namespace, name)
+
+
+@kopf.timer(GROUP, VERSION, "topicsnapshotschedules", interval=snapshot_schedules.TICK_S)
+async def schedule_ticked(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
+    await reconcile_schedule(_context(memo), namespace or "default", name)
