@@ -361,8 +361,15 @@ class _PartitionSender:
                     await p.cluster.refresh()
             if decision.backoff_s is not None:
                 await asyncio.sleep(decision.backoff_s)
-            self.queue.extendleft(reversed(pending))
-            return
+            waited = decision.refresh or decision.backoff_s is not None
+            if not waited or time.monotonic() < batch.deadline:
+                self.queue.extendleft(reversed(pending))
+                return
+            # Out of time while refreshing or backing off: a resend could not be waited for
+            # (the wait for an answer ends at the deadline), so decide as out of time now,
+            # and the batch fails with this error rather than an unanswered resend's.
+            decision = self._decide(failure, batch, fence_checked=True)
+            assert isinstance(decision, retry_policy.Fail)
         self._fail(batch, decision, pending)
 
     def _decide(

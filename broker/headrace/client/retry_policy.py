@@ -20,7 +20,9 @@ here and can be read (and tested) as one table, in this order:
    and every batch behind it, in order, after telling the routing cache what a
    Redirect said, refreshing the topology when the error says the cache may be
    wrong (or the leader may be deposed), and backing off unless the broker
-   already said where to go (a Redirect) or what to send (a sequence gap).
+   already said where to go (a Redirect) or what to send (a sequence gap). If
+   the deadline passes while the sender refreshes or backs off, it decides
+   again, out of time: a resend's answer could not be waited for.
 4. Otherwise ``Fail`` the batch. A non-retriable error means the broker refused
    it before appending, so nothing behind it was appended either: the rest are
    renumbered from its sequence. So they are when the partition has just moved to

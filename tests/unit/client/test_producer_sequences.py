@@ -187,3 +187,29 @@ async def test_a_batch_out_of_time_as_it_moves_to_a_new_identity_leaves_the_rest
     await asyncio.wait_for(behind, 10)
     assert part.values == [b"k:0", b"k:3"]
     assert caplog.text.count("sequence gap persists") == 1
+
+
+async def test_a_batch_out_of_time_while_it_waits_to_be_resent_fails_with_its_last_error(
+    wired: tuple[Producer, FakeBroker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refresh after a refusal outlasts the batch's delivery time. A resend could not be
+    waited for (an answer takes a round trip, and the wait ends at the deadline), so the
+    batch fails with the refusal itself, which tells the caller most."""
+    producer, _ = wired
+    loop = asyncio.get_running_loop()
+    sent: list[_Batch] = []
+
+    async def refuse_after_a_round_trip(sender: _PartitionSender, batch: _Batch) -> Any:
+        batch.attempts += 1
+        sent.append(batch)
+        answer: asyncio.Future[Any] = loop.create_future()
+        loop.call_later(0.01, answer.set_exception, NotEnoughReplicas("the replicas are gone"))
+        return answer
+
+    async def refresh_past_the_deadline() -> None:
+        sent[-1].deadline = float("-inf")
+
+    monkeypatch.setattr(_PartitionSender, "_send", refuse_after_a_round_trip)
+    monkeypatch.setattr(producer.cluster, "refresh", refresh_past_the_deadline)
+    with pytest.raises(NotEnoughReplicas):
+        await asyncio.wait_for(queue(producer, 0, b"k:0"), 10)
