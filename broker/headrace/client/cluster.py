@@ -251,23 +251,24 @@ class ClusterClient:
             self._resubscribing = asyncio.get_running_loop().create_task(self._resubscribe())
 
     async def _resubscribe(self) -> None:
-        """Refresh until a refresh begun after the last such close succeeds: a refresh asks
+        """Refresh until a refresh succeeds after the last such close: a refresh asks
         the open connections first, and each that answers pushes the changes from then on;
-        the listeners hear of what changed while no push came."""
-        backoff = 0.1
+        the listeners hear of what changed while no push came. Refreshes are spaced (more
+        when they fail), so that a broker that answers and hangs up at once costs little."""
+        delay = 0.1
         while self._resubscribe_wanted and not self._closing:
             self._resubscribe_wanted = False
             try:
                 await self.refresh()
-                backoff = 0.1
-                continue
+                delay = 0.1
             except HeadraceError as exc:
                 if not exc.retriable:
                     return  # bad credentials: the client's next request says so
                 log.info("asking for the topology again failed: %s", exc)
                 self._resubscribe_wanted = True
-            await asyncio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_RESUBSCRIBE_BACKOFF_S)
+                delay = min(delay * 2, MAX_RESUBSCRIBE_BACKOFF_S)
+            if self._resubscribe_wanted:
+                await asyncio.sleep(delay)
 
     async def _topology_at(self, key: tuple[str, int]) -> msg.TopologySnapshot:
         return await self._topology(await self.connect(*key))
