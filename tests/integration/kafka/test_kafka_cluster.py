@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import socket
 import struct
 import zlib
@@ -100,11 +99,6 @@ async def test_metadata_names_every_broker_and_each_partitions_leader(
         await producer.stop()
 
 
-@pytest.mark.skipif(
-    not os.environ.get("HEADRACE_KAFKA_CLUSTER_KILLS"),
-    reason="kill -9 of a leader and a group coordinator under Kafka clients:"
-    " make kafka-cluster-kills (out of make test: it timed out once under CI load)",
-)
 async def test_a_group_survives_the_loss_of_a_leader_and_of_its_coordinator(
     cluster: LocalCluster,
 ) -> None:
