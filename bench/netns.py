@@ -49,9 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from headrace.cli.local_cluster import broker_args
 from headrace.cli.local_record import CLUSTER_ID
+from headrace.testing import procs
 
 NS_PREFIX = "hrnet-"
 DATA_PORT = 9092

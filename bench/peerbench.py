@@ -51,8 +51,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import peerservers, procs
+from bench import peerservers
 from bench.peerservers import HeadraceLocal, KafkaCluster, NatsServer
+from headrace.testing import procs
 
 RESULTS = procs.REPO / "bench" / "results"
 DOCS = procs.REPO / "docs" / "benchmarks.md"

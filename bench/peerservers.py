@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import procs
+from headrace.testing import procs
 
 BUILD = procs.REPO / "bench" / "peers" / "build.sh"
 

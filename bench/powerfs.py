@@ -407,7 +407,7 @@ class PowerLossMount:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> None:
-        from bench import procs
+        from headrace.testing import procs
 
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
@@ -452,7 +452,7 @@ class PowerLossMount:
         return self.command("cut")
 
     def stop(self) -> None:
-        from bench import procs
+        from headrace.testing import procs
 
         if self.proc is None:
             return

@@ -31,9 +31,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from headrace.client import Consumer, Producer
 from headrace.control.documents import epoch_ms
+from headrace.testing import procs
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"

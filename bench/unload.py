@@ -23,8 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from headrace.client import Producer
+from headrace.testing import procs
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"

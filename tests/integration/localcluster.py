@@ -15,12 +15,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import procs
-from bench.procs import free_port
 from headrace.cli.local_access import access_args, controller_access_args
 from headrace.cli.local_cluster import broker_args, object_store_args
 from headrace.cli.processes import spawn_headrace
 from headrace.objectstore.minio_store import MinioSettings, MinioStore
+from headrace.testing import procs
+from headrace.testing.procs import free_port
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier

@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.errors import AuthenticationFailed, ConnectionClosed, ConsumeDenied, ProduceDenied
 from headrace.protocol import messages as msg
@@ -27,6 +25,8 @@ from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.security.acl import hash_token
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess
 from tests.integration.localcluster import topic_manifest
 
 OPS, WRITER, READER = "ops-3c9e1f7a2b", "writer-8a1d4e6c0f", "reader-5b7f2a9d3e"

@@ -9,9 +9,9 @@ in order, so a ``Ping`` answered after an ack proves the ack was handled.
 
 from __future__ import annotations
 
-from bench.procs import BrokerProcess, wait_until
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
+from headrace.testing.procs import BrokerProcess, wait_until
 from tests.integration.raw import RawConnection
 
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess, wait_until
 from headrace.client import Producer
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess, wait_until
 from tests.integration.localcluster import LocalCluster
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.reading import create_topic
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic
 
 TOPIC = "default/shrinking"
 COHORT = "laggards"

@@ -6,11 +6,11 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from bench.procs import BrokerProcess
 from headrace.client import Producer
 from headrace.client.producer import RecordMetadata
 from headrace.errors import HeadraceError
-from tests.integration.reading import create_topic, read_partition
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
 
 PARTITIONS = 4
 

@@ -29,8 +29,6 @@ from typing import Any
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.client.blocking import BlockingConsumer, BlockingProducer
 from headrace.client.connection import ClientConnection, ConnectOptions
@@ -39,9 +37,11 @@ from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.security.acl import hash_token
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import read_partition
 from tests.integration.keyed import KeyedLoad
 from tests.integration.localcluster import LocalCluster, topic_manifest
-from tests.integration.reading import read_partition
 
 FIRST, SECOND = "first-token-5c1e9a", "second-token-8d2f0b"
 OPS = "ops-token-3b7e1d9c"

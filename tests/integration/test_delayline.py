@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import netns, procs
+from bench import netns
+from headrace.testing import procs
 
 pytestmark = [
     pytest.mark.skipif(

@@ -28,8 +28,8 @@ from typing import Any
 import pexpect
 import pytest
 
-from bench.procs import REPO, free_port, wait_until
 from headrace.cli.processes import alive
+from headrace.testing.procs import REPO, free_port, wait_until
 
 ARTIFACTS = REPO / "test-artifacts"
 VENV = REPO / ".venv"

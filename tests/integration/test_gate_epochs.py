@@ -7,9 +7,9 @@ higher than any the previous incarnation handed out.
 
 from __future__ import annotations
 
-from bench.procs import BrokerProcess, wait_until
 from headrace.client import Consumer
-from tests.integration.reading import create_topic
+from headrace.testing.procs import BrokerProcess, wait_until
+from headrace.testing.reading import create_topic
 
 
 async def held_epoch(bootstrap: str) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import wait_until
+from headrace.testing.procs import wait_until
 from tests.integration.localcluster import LocalCluster, topic_manifest
 
 PARTITIONS = 300

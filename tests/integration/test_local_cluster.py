@@ -16,8 +16,8 @@ import pytest
 from headrace.client import Consumer, Producer
 from headrace.client.producer import RecordMetadata
 from headrace.errors import HeadraceError
+from headrace.testing.reading import read_partition
 from tests.integration.localcluster import LocalCluster, topic_manifest, until
-from tests.integration.reading import read_partition
 
 PARTITIONS = 8
 

@@ -22,14 +22,14 @@ from typing import Any
 
 import pytest
 
-from bench.procs import run_headrace
 from headrace.client.producer import Producer
 from headrace.errors import HeadraceError
 from headrace.protocol import messages as msg
+from headrace.testing.procs import run_headrace
+from headrace.testing.reading import read_partition
 from tests.integration.acked_load import Acked, AckedLoad, check_stored_once, keys
 from tests.integration.keyed import KeyedCohort, KeyedLoad
 from tests.integration.localcluster import LocalCluster, topic_manifest
-from tests.integration.reading import read_partition
 
 TOPIC = "default/scaling"
 PARTITIONS = 6

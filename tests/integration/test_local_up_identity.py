@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
+from headrace.testing import procs
 from tests.integration.localcluster import LocalCluster
 
 

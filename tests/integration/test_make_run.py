@@ -14,8 +14,8 @@ import subprocess
 import threading
 from pathlib import Path
 
-from bench.procs import REPO, free_port, wait_until
 from headrace.cli.processes import alive
+from headrace.testing.procs import REPO, free_port, wait_until
 
 READY_LINE = "Ctrl-C here stops the cluster."
 

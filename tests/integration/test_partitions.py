@@ -38,9 +38,9 @@ from headrace.errors import HeadraceError
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 from headrace.records import batch as rb
+from headrace.testing.reading import read_partition
 from tests.integration.localcluster import topic_manifest
 from tests.integration.raw import RawConnection, error_of
-from tests.integration.reading import read_partition
 
 pytestmark = [
     pytest.mark.skipif(netns.unavailable() is not None, reason=f"netns: {netns.unavailable()}"),

@@ -23,10 +23,10 @@ from headrace.client.producer import Producer
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
+from headrace.testing.reading import read_partition
 from tests.integration.keyed import Delivery, KeyedCohort, KeyedLoad, check_keyed_order
 from tests.integration.localcluster import LocalCluster, topic_manifest
 from tests.integration.raw import RawConnection
-from tests.integration.reading import read_partition
 
 TOPIC = "keyed"
 KEYS = 1_000

@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 from headrace.records import batch as rb
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
 from tests.integration.raw import RawConnection
-from tests.integration.reading import create_topic, read_partition
 
 #: how long a test waits for an answer that must come; far below the periodic round below
 ANSWER_DEADLINE_S = 30.0

@@ -17,6 +17,7 @@ import pytest
 
 from headrace.client import Producer
 from headrace.errors import HeadraceError
+from headrace.testing.reading import read_partition
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
@@ -27,7 +28,6 @@ from tests.integration.localcluster import (
     store_of,
     topic_manifest,
 )
-from tests.integration.reading import read_partition
 from tests.integration.test_unload import online
 
 NAME = "again"

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
 from bench.chaos.minio_policy import TierUser
 from bench.chaos.tiercheck import check_partition
-from bench.procs import BrokerProcess
 from headrace.client import Producer
-from headrace.objectstore.minio_server import MinioServer
 from headrace.objectstore.minio_store import MinioStore
+from headrace.testing import procs
+from headrace.testing.minio import MinioServer
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic
 from headrace.tiered import layout
 from tests.integration.objectstore import servers
-from tests.integration.reading import create_topic
 
 BUCKET = "tiering"
 TOPIC = "default/tiered"

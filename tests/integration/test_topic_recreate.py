@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.reading import read_partition
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import read_partition
 
 TOPIC = "default/again"
 #: the name the admin API takes (in the default namespace)

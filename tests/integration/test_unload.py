@@ -23,6 +23,7 @@ import pytest
 from headrace.client import Consumer, Producer
 from headrace.client.producer import RecordMetadata
 from headrace.errors import HeadraceError
+from headrace.testing.reading import read_partition
 from tests.integration.localcluster import (
     LocalCluster,
     manifest_of,
@@ -30,7 +31,6 @@ from tests.integration.localcluster import (
     topic_manifest,
     until,
 )
-from tests.integration.reading import read_partition
 
 
 def tiered_topic(name: str, partitions: int, replicas: int, upload_s: int = 1) -> str:

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bench import procs
-from bench.procs import BrokerProcess, free_port
 from headrace.client import Producer
-from headrace.objectstore.minio_server import MinioServer
+from headrace.testing import procs
+from headrace.testing.minio import MinioServer
+from headrace.testing.procs import BrokerProcess, free_port
+from headrace.testing.reading import create_topic
 from tests.integration.objectstore import servers
-from tests.integration.reading import create_topic
 
 TOPIC = "history"
 RECORDS = 3_000

@@ -11,8 +11,8 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from bench.procs import wait_until
 from headrace.cli import local, local_cluster, local_record, local_status, processes
+from headrace.testing.procs import wait_until
 
 
 def record(tmp_path: Path, pids: list[int | None]) -> Path:
