@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headrace.testing import waiting
+
 ROOT_ID = 0
 #: how many bytes ``_copy_range`` moves per read
 _CHUNK = 1 << 20
@@ -423,7 +425,7 @@ class PowerLossMount:
             ],
             self.log_path,
         )
-        procs.wait_until(
+        waiting.until(
             lambda: (
                 self._check_alive() and os.path.ismount(self.mountpoint) and self.control.exists()
             ),

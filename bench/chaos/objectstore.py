@@ -37,7 +37,7 @@ from headrace.jobs.sweep import sweep_topic
 from headrace.jobs.topics import TopicRef
 from headrace.objectstore.errors import ObjectStoreAccessDenied, ObjectStoreError
 from headrace.objectstore.minio_store import MinioSettings, MinioStore
-from headrace.testing import procs
+from headrace.testing import procs, waiting
 from headrace.testing.minio import MinioServer
 from headrace.testing.procs import free_port
 from headrace.tiered import layout
@@ -142,7 +142,7 @@ class ObjectStoreCampaign(campaign.Campaign):
         )
         self.minio.start()
         self.proxy = FaultProxy(self.minio.endpoint, port=m["port"], seed=self.settings.seed)
-        procs.wait_until(self._proxy_started, 30.0, "the proxy on MinIO's old port", poll_s=0.1)
+        waiting.until(self._proxy_started, 30.0, "the proxy on MinIO's old port", poll_s=0.1)
         self.user = TierUser(self.minio.endpoint, m["access_key"], m["secret_key"], m["bucket"])
         self.user.create()
         m.update(pid=self.minio.pid, access_key=self.user.access_key)

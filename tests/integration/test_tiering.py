@@ -26,7 +26,7 @@ from headrace.objectstore.minio_store import MinioStore
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
-from headrace.testing import procs
+from headrace.testing import procs, waiting
 from headrace.testing.minio import MinioServer
 from headrace.testing.procs import BrokerProcess, run_headrace
 from headrace.testing.reading import create_topic, read_partition
@@ -96,7 +96,7 @@ def describe(b: BrokerProcess) -> dict[str, int]:
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    procs.wait_until(predicate, timeout, what, poll_s=0.1)
+    waiting.until(predicate, timeout, what, poll_s=0.1)
 
 
 async def produce(b: BrokerProcess, first: int, count: int) -> None:

@@ -22,7 +22,6 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -163,28 +162,6 @@ def kill_all() -> None:
         reap(proc, 5.0)
     for path in list(_TEMP_DIRS):
         remove_dir(path)
-
-
-def wait_until(
-    predicate: Callable[[], object],
-    timeout: float,
-    what: str,
-    *,
-    retry_on: tuple[type[Exception], ...] = (),
-    poll_s: float = 0.05,
-) -> None:
-    """Poll ``predicate`` until it is true; ``retry_on`` errors count as "not yet" (a
-    server still starting). After ``timeout`` seconds: ``TimeoutError`` naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except retry_on as exc:
-            last = exc
-        time.sleep(poll_s)
-    raise TimeoutError(f"{what} not reached within {timeout}s (last error: {last})")
 
 
 # ---------------------------------------------------------------------------- CPU accounting

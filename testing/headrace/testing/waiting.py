@@ -27,7 +27,7 @@ class NotReached(AssertionError, TimeoutError):
 
 
 def until(
-    condition: Callable[[], T],
+    condition: Callable[[], T | None],
     timeout: float,
     what: str,
     *,
@@ -53,7 +53,7 @@ def until(
 
 
 async def until_async(
-    condition: Callable[[], Awaitable[T]] | Callable[[], T],
+    condition: Callable[[], Awaitable[T | None]] | Callable[[], T | None],
     timeout: float,
     what: str,
     *,
