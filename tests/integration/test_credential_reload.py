@@ -29,8 +29,6 @@ from typing import Any
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.client.blocking import BlockingConsumer, BlockingProducer
 from headrace.client.connection import ClientConnection, ConnectOptions
@@ -39,9 +37,12 @@ from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.security.acl import hash_token
+from headrace.testing import procs, waiting
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import read_partition
+from headrace.testing.waiting import until_async
 from tests.integration.keyed import KeyedLoad
 from tests.integration.localcluster import LocalCluster, topic_manifest
-from tests.integration.reading import read_partition
 
 FIRST, SECOND = "first-token-5c1e9a", "second-token-8d2f0b"
 OPS = "ops-token-3b7e1d9c"
@@ -110,7 +111,7 @@ async def test_a_token_file_reloads_for_new_and_open_connections(
         tokens.write_text(text)  # in place: truncate and write
         if trigger == "sighup":
             os.kill(broker.pid, signal.SIGHUP)
-        procs.wait_until(
+        waiting.until(
             lambda: reloads(broker.admin_url, "auth_tokens", result) == reloaded,
             10,
             f"reload {reloaded:.0f} ({result}) of the token file",
@@ -199,7 +200,7 @@ async def test_malformed_key_and_replication_token_files_keep_what_is_in_force(
     replace(key, "not a key\n")
     replication.write_text("")
     os.kill(broker.pid, signal.SIGHUP)
-    procs.wait_until(
+    waiting.until(
         lambda: (
             reloads(broker.admin_url, "cluster_key", "error") == 1
             and reloads(broker.admin_url, "replication_token", "error") == 1
@@ -218,7 +219,7 @@ async def test_malformed_key_and_replication_token_files_keep_what_is_in_force(
     replace(key, "cd" * 32 + "\n")
     key.chmod(0o644)
     os.kill(broker.pid, signal.SIGHUP)
-    procs.wait_until(
+    waiting.until(
         lambda: reloads(broker.admin_url, "cluster_key", "error") == 2, 10, "a refused key"
     )
     files = broker.get_json("/v1/status")["credentials"]["files"]  # type: ignore[index]
@@ -255,12 +256,12 @@ async def test_a_consumer_whose_identity_key_was_rotated_away_asks_for_a_new_one
     ).start()
     try:
         got: list[bytes] = []
-        await wait_for(lambda: _poll(consumer, got), "the first record delivered")
+        await until_async(lambda: _poll(consumer, got), 30, "the first record delivered", poll_s=0)
         first_identity = consumer.identity
         for step, text in enumerate((f"{old}\n{new}\n", f"{new}\n{old}\n", f"{new}\n"), 1):
             replace(key, text)
             os.kill(broker.pid, signal.SIGHUP)
-            procs.wait_until(
+            waiting.until(
                 lambda step=step: reloads(broker.admin_url, "cluster_key") == step,
                 10,
                 f"step {step}",
@@ -270,7 +271,9 @@ async def test_a_consumer_whose_identity_key_was_rotated_away_asks_for_a_new_one
         await produce(conn, b"after")
         await conn.close()
         # (at least once: "before" may come again, its ack lost with the restart)
-        await wait_for(lambda: _poll(consumer, got, b"after"), "the record after the restart")
+        await until_async(
+            lambda: _poll(consumer, got, b"after"), 30, "the record after the restart", poll_s=0
+        )
         assert consumer.identity not in (None, first_identity)
         assert consumer.member_id.startswith("reader.")
     finally:
@@ -287,7 +290,9 @@ async def join_and_read(bootstrap: str, topic: str, options: ConnectOptions) -> 
     ).start()
     try:
         got: list[bytes] = []
-        await wait_for(lambda: _poll(consumer, got), f"records of {topic} delivered")
+        await until_async(
+            lambda: _poll(consumer, got), 30, f"records of {topic} delivered", poll_s=0
+        )
         return got
     finally:
         await consumer.close(grace_s=0)
@@ -299,13 +304,6 @@ async def _poll(consumer: Consumer, got: list[bytes], want: bytes | None = None)
         got.extend(batch.values())
         consumer.ack_batch(batch)
     return want in got if want is not None else bool(got)
-
-
-async def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out: {what}")
 
 
 # ---------------------------------------------------------------------------- a client's own token
@@ -329,7 +327,7 @@ async def _token_rotation_broker(broker_factory: Any, tmp_path: Path) -> tuple[B
 def _remove_first(broker: BrokerProcess, tokens: Path) -> None:
     """The last step of the rotation: FIRST is no longer accepted."""
     replace(tokens, f"{SECOND}\n")
-    procs.wait_until(
+    waiting.until(
         lambda: reloads(broker.admin_url, "auth_tokens") == 1, 10, "the token file re-read"
     )
 
@@ -369,7 +367,7 @@ async def test_a_consumer_whose_token_was_removed_is_told_so(
         options=ConnectOptions(auth_token=FIRST),
     ).start()
     try:
-        await wait_for(lambda: _poll(consumer, []), "the first record delivered")
+        await until_async(lambda: _poll(consumer, []), 30, "the first record delivered", poll_s=0)
         _remove_first(broker, tokens)
         with pytest.raises(AuthenticationFailed):
             await _read_for(consumer, 15)
@@ -395,7 +393,7 @@ def test_blocking_clients_whose_token_was_removed_raise_it(
     ):
         producer.send("orders", b"first-1")
         got: list[bytes] = []
-        procs.wait_until(
+        waiting.until(
             lambda: _poll_blocking(consumer, got, b"first-1"), 30, "the records delivered"
         )
         _remove_first(broker, tokens)
@@ -542,7 +540,9 @@ async def test_rotating_the_replication_token_and_cluster_key_under_load_loses_n
 
         async def flowing(more: int = 100) -> None:
             target = load.total_acked + more
-            await wait_for(lambda: _at_least(load, target), f"{more} more acks=all records")
+            await until_async(
+                lambda: _at_least(load, target), 30, f"{more} more acks=all records", poll_s=0
+            )
 
         try:
             await flowing()
