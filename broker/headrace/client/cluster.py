@@ -24,8 +24,10 @@ REFRESH_FANOUT = 3
 REFRESH_GRACE_S = 0.25
 #: how long a client waits for a topic it does not know to appear in the topology (seconds):
 #: a topic just created reaches the brokers one push at a time, so the first broker asked
-#: may not have it yet (Kafka clients block on metadata the same way, max.block.ms)
-TOPIC_WAIT_S = 5.0
+#: may not have it yet (Kafka clients block on metadata the same way, max.block.ms, 60 s).
+#: A controller reports a topic Online once it is placed, before every broker applied the
+#: push; on a busy machine that took longer than the 5 s this once was.
+TOPIC_WAIT_S = 15.0
 #: the longest wait between two tries to ask for the topology again after a connection
 #: that brought its changes closed (seconds)
 MAX_RESUBSCRIBE_BACKOFF_S = 2.0
