@@ -25,6 +25,7 @@ from typing import Any, Final
 from headrace.control import moves
 from headrace.control.documents import condition, generation_of
 from headrace.operator import objectstores, tlssecrets, workloads
+from headrace.operator.bodies import Meta
 
 PAUSED_ANNOTATION: Final = "headrace.dev/paused"
 
@@ -81,9 +82,8 @@ class WorkloadOutcome:
     replicas: int | None = None
 
 
-def paused(body: Mapping[str, Any]) -> bool:
-    annotations = body.get("metadata", {}).get("annotations") or {}
-    return str(annotations.get(PAUSED_ANNOTATION, "")).lower() == "true"
+def paused(meta: Meta) -> bool:
+    return meta.annotations.get(PAUSED_ANNOTATION, "").lower() == "true"
 
 
 def stalled_condition(
