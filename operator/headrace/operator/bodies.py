@@ -46,9 +46,9 @@ from headrace.resources import (
     User,
 )
 from headrace.resources.loading import ManifestError
-from headrace.resources.meta import API_VERSION, DEFAULT_NAMESPACE, Resource
+from headrace.resources.meta import API_VERSION, DEFAULT_NAMESPACE, Resource, Status
 
-R = TypeVar("R", bound=Resource)
+ResourceT = TypeVar("ResourceT", bound=Resource)
 
 
 class InvalidBody(ManifestError):
@@ -145,12 +145,12 @@ def meta_of(body: Mapping[str, Any]) -> Meta:
 
 
 @dataclass(frozen=True, slots=True)
-class Parsed(Generic[R]):
+class Parsed(Generic[ResourceT]):
     """One body, parsed (see the module)."""
 
     kind: str
     meta: Meta
-    resource: R | None
+    resource: ResourceT | None
     #: why the model refuses the body (each field and its rule); None when it parses
     problem: str | None = None
     #: why the stored status does not parse; None when it does or there is none
@@ -160,7 +160,7 @@ class Parsed(Generic[R]):
     def ref(self) -> ObjectRef:
         return ObjectRef(API_VERSION, self.kind, self.meta.namespace, self.meta.name)
 
-    def model(self) -> R:
+    def model(self) -> ResourceT:
         """The resource; ``InvalidBody`` when its spec does not parse."""
         if self.resource is None:
             raise InvalidBody(self.kind, self.meta, self.problem or "does not parse")
@@ -172,7 +172,7 @@ def problems(exc: pydantic.ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
 
 
-def _parse(cls: type[R], body: Mapping[str, Any]) -> Parsed[R]:
+def _parse(cls: type[ResourceT], body: Mapping[str, Any]) -> Parsed[ResourceT]:
     meta = meta_of(body)
     stored = body.get("status")
     try:
@@ -241,21 +241,50 @@ def topic_cluster(body: Mapping[str, Any]) -> str | None:
     return None if name is None else str(name)
 
 
+def stored_status(parsed: Parsed[ResourceT]) -> Status | None:
+    """The object's stored status, typed (None: there is none, or it cannot be read)."""
+    if parsed.resource is None:
+        return None
+    status: Status | None = getattr(parsed.resource, "status", None)
+    return status
+
+
+def stored_condition(parsed: Parsed[ResourceT], type_: str) -> dict[str, Any] | None:
+    """The stored condition ``type_`` as the document a new one is built beside
+    (``documents.condition`` keeps its ``lastTransitionTime`` while its status stays)."""
+    status = stored_status(parsed)
+    found = None if status is None else status.condition(type_)
+    return None if found is None else found.model_dump(mode="json", exclude_unset=True)
+
+
+def unchanged(parsed: Parsed[ResourceT], document: Mapping[str, Any]) -> bool:
+    """Whether the status ``document`` says what the object's stored status says (compared
+    as typed values: the same times in another spelling are the same)."""
+    status = stored_status(parsed)
+    if status is None:
+        return parsed.resource is not None and parsed.status_problem is None and not document
+    try:
+        written = type(status).model_validate(document)
+    except pydantic.ValidationError:
+        return False
+    return written == status
+
+
 #: the Ready reason of an object whose spec the model refuses
 INVALID_SPEC: Final = "InvalidSpec"
 
 
-class ParseCache(Generic[R]):
+class ParseCache(Generic[ResourceT]):
     """The last parse of each object of one kind, by 'namespace/name': a loop that reads
     the same watched bodies every step parses each once. A body is taken as unchanged
     while it is the very same object (kopf's indices hold a snapshot per event, never
     edited) at the same ``resourceVersion``."""
 
-    def __init__(self, parse: Callable[[Mapping[str, Any]], Parsed[R]]) -> None:
+    def __init__(self, parse: Callable[[Mapping[str, Any]], Parsed[ResourceT]]) -> None:
         self._parse = parse
-        self._last: dict[str, tuple[Mapping[str, Any], str | None, Parsed[R]]] = {}
+        self._last: dict[str, tuple[Mapping[str, Any], str | None, Parsed[ResourceT]]] = {}
 
-    def __call__(self, body: Mapping[str, Any]) -> Parsed[R]:
+    def __call__(self, body: Mapping[str, Any]) -> Parsed[ResourceT]:
         meta = meta_of(body)
         known = self._last.get(meta.full_name)
         if known is not None and known[0] is body and known[1] == meta.resource_version:

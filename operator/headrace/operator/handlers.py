@@ -161,10 +161,6 @@ def _context(memo: Any) -> OperatorContext:
     return context
 
 
-def without_status(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k != "status"}
-
-
 # ---------------------------------------------------------------------- surfaces
 
 
@@ -186,8 +182,7 @@ def clusters_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) 
 
 @kopf.index(GROUP, VERSION, "topics")
 def topics_index(namespace: str | None, spec: kopf.Spec, body: kopf.Body, **_: Any) -> Any:
-    cluster = (spec.get("clusterRef") or {}).get("name")
-    return {(namespace, cluster): _snapshot(body)}
+    return {(namespace, bodies.topic_cluster(body)): _snapshot(body)}
 
 
 @kopf.index(GROUP, VERSION, "unloads")
@@ -455,8 +450,8 @@ def event_sink(
         namespace, _, rest = event.subject.partition("/")
         topic_name = rest.split("/")[0].split(":")[0]
         for body in topics.get(cluster_key, []):
-            meta = body["metadata"]
-            if meta.get("namespace") == namespace and meta.get("name") == topic_name:
+            meta = bodies.meta_of(body)
+            if (meta.namespace, meta.name) == (namespace, topic_name):
                 return dict(body)
         return _only(clusters.get(cluster_key))
 
@@ -712,9 +707,7 @@ async def release_left_behind(
 
 
 @kopf.on.event(GROUP, VERSION, "topics")
-async def topic_changed(
-    namespace: str | None, spec: kopf.Spec, body: kopf.Body, memo: Any, **kwargs: Any
-) -> None:
+async def topic_changed(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     """Kick the owning cluster's loop; a Topic whose cluster does not exist is told so.
 
     A Topic gets the data finalizer (``finalizing``) the first time it is seen. A deleted
@@ -723,7 +716,8 @@ async def topic_changed(
     """
     context = _context(memo)
     topic = bodies.parse_topic(body)
-    key = (topic.meta.namespace, cluster_name_of(topic, spec))
+    # kopf's index key (``topics_index``), which a spec the model refuses has too
+    key = (topic.meta.namespace, str(bodies.topic_cluster(body)))
     gone = kwargs.get("type") == "DELETED"
     if not gone and finalizing.needs_finalizer(topic.meta):
         try:
@@ -753,14 +747,6 @@ async def topic_changed(
         await context.api.replace_status(topic.ref, str(topic.meta.resource_version), status)
     except StaleResourceVersion:
         pass  # it changed: its next event brings this handler back
-
-
-def cluster_name_of(topic: Parsed[Topic], spec: Mapping[str, Any]) -> str:
-    """The BrokerCluster a Topic names (as kopf's index keys it, ``topics_index``: from the
-    raw ``spec`` when the model refuses the Topic's)."""
-    if topic.resource is not None:
-        return topic.resource.spec.cluster_ref.name
-    return str((spec.get("clusterRef") or {}).get("name"))
 
 
 def unload_topic(unload: Parsed[Unload]) -> str | None:
