@@ -365,3 +365,17 @@ async def test_the_schedule_reconciler_applies_the_cronjob_and_reports_the_last_
     status = api.body("CompactionSchedule", "nightly")["status"]
     assert status["lastScheduleTime"] == NOW and status["lastJob"] == {"name": "nightly-29000000"}
     assert status["lastResult"]["segmentsBefore"] == 12
+
+
+async def test_a_compaction_the_model_refuses_says_so_in_its_status_and_runs_nothing() -> None:
+    """One stored before the CRD's rules refused it: a Stalled status naming the field, never
+    a handler that dies (kopf would not call it again) with the object's status silent."""
+    api = JobsApi(topic_body(), cluster_body(), compaction_body("bad", graceSeconds=-1))
+    await compaction_handlers.compaction_created(namespace="ns", name="bad", memo=memo_over(api))
+    assert ObjectRef("batch/v1", "Job", "ns", "bad") not in api.objects
+    status = api.body("Compaction", "bad")["status"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Ready"]["reason"] == "InvalidSpec"
+    assert "graceSeconds" in conditions["Ready"]["message"]
+    assert conditions["Stalled"]["status"] == "True"
