@@ -191,7 +191,7 @@ async def write_paused_status(runtime: ClusterRuntime, found: Round) -> None:
     """A paused cluster: its ``Paused`` condition, and nothing else happens."""
     outcome = runtime.workload() if runtime.workload is not None else None
     await runtime.store.write_workload_status(
-        cluster_conditions(runtime.cluster, None, found.now, workload=outcome)
+        cluster_conditions(runtime.parsed_cluster, None, found.now, workload=outcome)
     )
 
 
@@ -309,7 +309,7 @@ async def judge_conditions(runtime: ClusterRuntime, found: Round) -> None:
     decision = found.decision
     assert decision is not None
     found.status = cluster_conditions(
-        runtime.cluster,
+        runtime.parsed_cluster,
         decision.liveness.live,
         found.now,
         runtime.blockers,
@@ -390,6 +390,7 @@ class ClusterRuntime:
         self.namespace, self.name = meta.namespace, meta.name
         #: each watched Topic and Unload parsed once per version (``bodies``)
         self._clusters = bodies.ParseCache(bodies.parse_cluster)
+        self._accepted_clusters = bodies.ParseCache(bodies.parse_cluster)
         self._topics = bodies.ParseCache(bodies.parse_topic)
         self._unloads = bodies.ParseCache(bodies.parse_unload)
         #: the BrokerCluster's model as last accepted (``sync``)
@@ -614,6 +615,11 @@ class ClusterRuntime:
         if self.desired_state is None:
             return self.loop.topics
         return self.desired_state.topics
+
+    @property
+    def parsed_cluster(self) -> bodies.Parsed[BrokerCluster]:
+        """The BrokerCluster as last synced (its spec as last accepted), parsed."""
+        return self._accepted_clusters(self.cluster)
 
     def _wanted_model(self, name: str) -> Topic | None:
         """The model of the Topic ``name`` the loop reconciles towards (None: the model
