@@ -246,7 +246,7 @@ async def apply_workload(
     outcome = context.workloads.setdefault(key, WorkloadOutcome())
     running = context.loops.get(key)
     try:
-        applied, replicas = await _apply_workload(cluster, body, context, statuses)
+        applied, replicas = await _apply_workload(cluster, context, statuses)
     except kopf.TemporaryError:
         raise  # a step of a change under way (the StatefulSet being replaced)
     except Exception as exc:
@@ -285,12 +285,10 @@ REASON: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 async def _apply_workload(
     parsed: Parsed[BrokerCluster],
-    body: Mapping[str, Any],
     context: OperatorContext,
     statuses: Iterable[Mapping[str, Any]],
 ) -> tuple[list[str], int]:
-    """The kinds/names applied, and the StatefulSet's pod count (``body``: the cluster as
-    the auth Secret's owner)."""
+    """The kinds/names applied, and the StatefulSet's pod count."""
     cluster = cluster_model(parsed)
     meta = parsed.meta
     await _resize_storage(context, cluster, meta.namespace)
@@ -315,13 +313,13 @@ async def _apply_workload(
         if cluster.spec.auth.enabled:
             # before the pods: they mount both (a missing one keeps them ContainerCreating)
             try:
-                token = await auth.replication_token(context.api, body)
+                token = await auth.replication_token(context.api, parsed)
             except InvalidRequest as exc:
                 # a bad edit of the Secret's token lines: the brokers keep the tokens they
                 # hold, and so does the loop; the workload itself is still applied
                 log.error("%s/%s: %s; the token in force stays", meta.namespace, meta.name, exc)
                 keep_token = True
-            await auth.sync_acl(context.api, body, context.clock.now_ms())
+            await auth.sync_acl(context.api, parsed, context.clock.now_ms())
             applied += [
                 f"Secret/{auth.auth_secret_name(meta.name)}",
                 f"ConfigMap/{auth.acl_config_name(meta.name)}",
@@ -500,10 +498,10 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
 
     async def read_tokens() -> tuple[str, ...] | None:
         """The replication tokens the auth Secret lists now; None while auth is off."""
-        body = desired().cluster
-        if not cluster_model(bodies.parse_cluster(body)).spec.auth.enabled:
+        cluster = bodies.parse_cluster(desired().cluster)
+        if not cluster_model(cluster).spec.auth.enabled:
             return None
-        return await auth.read_replication_tokens(context.api, body)
+        return await auth.read_replication_tokens(context.api, cluster)
 
     try:
         runtime = await _start_runtime(context, key, desired, reapply, read_tokens, kwargs)
@@ -556,7 +554,7 @@ async def _start_runtime(
     # re-reads the Secret: ``ClusterRuntime.refresh_token``)
     try:
         token = (
-            await auth.replication_token(context.api, cluster)
+            await auth.replication_token(context.api, parsed)
             if parsed.resource.spec.auth.enabled
             else None
         )

@@ -196,14 +196,15 @@ async def _provision(
             f"BrokerCluster {cluster_name!r} does not exist in this namespace",
         )  # fmt: skip
         raise kopf.TemporaryError(f"BrokerCluster {cluster_name} not found", delay=delay)
-    if not cluster_model(bodies.parse_cluster(cluster)).spec.auth.enabled:
+    stored_cluster = bodies.parse_cluster(cluster)
+    if not cluster_model(stored_cluster).spec.auth.enabled:
         _write_status(
             patch, parsed, now, False, "AuthDisabled",
             f"BrokerCluster {cluster_name!r} runs without spec.auth.enabled: its brokers ask"
             " for no credentials",
         )  # fmt: skip
         raise kopf.TemporaryError(f"BrokerCluster {cluster_name} has no auth", delay=delay)
-    synced = await auth.sync_acl(context.api, cluster, now_ms)
+    synced = await auth.sync_acl(context.api, stored_cluster, now_ms)
     secret = synced.secrets.get(name)
     if name in synced.refused:
         _write_status(patch, parsed, now, False, "SecretNotOwned", synced.refused[name])
@@ -255,5 +256,8 @@ async def _drop_from_acl(
     cluster = await context.api.get(
         ObjectRef(f"{GROUP}/{VERSION}", "BrokerCluster", namespace or "default", cluster_name)
     )
-    if cluster is not None and cluster_model(bodies.parse_cluster(cluster)).spec.auth.enabled:
-        await auth.sync_acl(context.api, cluster, context.clock.now_ms())
+    if cluster is None:
+        return
+    stored = bodies.parse_cluster(cluster)
+    if cluster_model(stored).spec.auth.enabled:
+        await auth.sync_acl(context.api, stored, context.clock.now_ms())
