@@ -155,6 +155,9 @@ class Parsed(Generic[ResourceT]):
     problem: str | None = None
     #: why the stored status does not parse; None when it does or there is none
     status_problem: str | None = None
+    #: the stored status, as the kind's status model (also ``resource.status`` when the
+    #: spec parses); None when there is none or it does not parse
+    status: Status | None = None
 
     @property
     def ref(self) -> ObjectRef:
@@ -174,21 +177,26 @@ def problems(exc: pydantic.ValidationError) -> str:
 
 def _parse(cls: type[ResourceT], body: Mapping[str, Any]) -> Parsed[ResourceT]:
     meta = meta_of(body)
-    stored = body.get("status")
+    # the status on its own first: an object whose spec the model refuses still has the
+    # status the operator wrote, which the one telling it so is built beside
+    status, status_problem = None, None
+    if body.get("status"):
+        status_type: Any = cls.model_fields["status"].annotation
+        try:
+            status = pydantic.TypeAdapter(status_type).validate_python(
+                body["status"], by_alias=True
+            )
+        except pydantic.ValidationError as exc:
+            status_problem = problems(exc)
     try:
         resource = cls.from_manifest({k: v for k, v in body.items() if k != "status"})
     except pydantic.ValidationError as exc:
-        return Parsed(cls.KIND, meta, None, problems(exc))
+        return Parsed(cls.KIND, meta, None, problems(exc), status_problem, status)
     except (TypeError, ValueError) as exc:  # a value JSON cannot carry
-        return Parsed(cls.KIND, meta, None, str(exc))
-    if not stored:
-        return Parsed(cls.KIND, meta, resource)
-    status_type: Any = cls.model_fields["status"].annotation
-    try:
-        status = pydantic.TypeAdapter(status_type).validate_python(stored, by_alias=True)
-    except pydantic.ValidationError as exc:
-        return Parsed(cls.KIND, meta, resource, status_problem=problems(exc))
-    return Parsed(cls.KIND, meta, resource.model_copy(update={"status": status}))
+        return Parsed(cls.KIND, meta, None, str(exc), status_problem, status)
+    if status is not None:
+        resource = resource.model_copy(update={"status": status})
+    return Parsed(cls.KIND, meta, resource, None, status_problem, status)
 
 
 def parse_cluster(body: Mapping[str, Any]) -> Parsed[BrokerCluster]:
@@ -243,10 +251,7 @@ def topic_cluster(body: Mapping[str, Any]) -> str | None:
 
 def stored_status(parsed: Parsed[ResourceT]) -> Status | None:
     """The object's stored status, typed (None: there is none, or it cannot be read)."""
-    if parsed.resource is None:
-        return None
-    status: Status | None = getattr(parsed.resource, "status", None)
-    return status
+    return parsed.status
 
 
 def stored_condition(parsed: Parsed[ResourceT], type_: str) -> dict[str, Any] | None:
@@ -262,7 +267,7 @@ def unchanged(parsed: Parsed[ResourceT], document: Mapping[str, Any]) -> bool:
     as typed values: the same times in another spelling are the same)."""
     status = stored_status(parsed)
     if status is None:
-        return parsed.resource is not None and parsed.status_problem is None and not document
+        return parsed.status_problem is None and not document
     try:
         written = type(status).model_validate(document)
     except pydantic.ValidationError:

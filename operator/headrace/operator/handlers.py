@@ -595,26 +595,31 @@ INVALID_SPEC: Final = bodies.INVALID_SPEC
 
 
 def cannot_start_status(
-    body: Mapping[str, Any], reason: str, why: str, now: str
+    cluster: Parsed[BrokerCluster], reason: str, why: str, now: str
 ) -> dict[str, Any] | None:
     """The BrokerCluster's status with ``Ready=False`` (and ``Stalled``: waiting does not
     fix a bad edit) because its control loop cannot start, for ``reason`` (``why``: for a
-    token, which line, never a value). None if it already says so. The loop's first
-    status write, once it starts, replaces both conditions.
-
-    The stored status is carried over as it is (the spec may not parse, and the status
-    the loop wrote last stays the API's record of the cluster's brokers)."""
-    status = dict(body.get("status") or {})
-    generation = bodies.meta_of(body).generation
-    previous = {c.get("type"): c for c in status.get("conditions") or []}
+    token, which line, never a value). None if it already says so, or if its stored status
+    cannot be read (it is not written over). The loop's first status write, once it
+    starts, replaces both conditions."""
+    if cluster.status_problem is not None:
+        return None
+    stored = cluster.status
+    generation = cluster.meta.generation
     message = f"the control loop cannot start: {why}"
-    ready = condition("Ready", "False", reason, message, generation, previous.get("Ready"), now)
-    stalled = stalled_condition(ready, previous.get("Stalled"), now)
+    previous = bodies.stored_condition(cluster, "Ready")
+    ready = condition("Ready", "False", reason, message, generation, previous, now)
+    stalled = stalled_condition(ready, bodies.stored_condition(cluster, "Stalled"), now)
     others = [
-        c for c in status.get("conditions") or [] if c.get("type") not in {"Ready", "Stalled"}
+        c.model_dump(mode="json", exclude_unset=True)
+        for c in (stored.conditions if stored is not None else [])
+        if c.type not in {"Ready", "Stalled"}
     ]
-    wanted = {**status, "conditions": [ready, *([stalled] if stalled else []), *others]}
-    return None if wanted == status else wanted
+    wanted = {
+        **_status_document(stored),
+        "conditions": [ready, *([stalled] if stalled else []), *others],
+    }
+    return None if bodies.unchanged(cluster, wanted) else wanted
 
 
 async def _report_cannot_start(
@@ -626,11 +631,11 @@ async def _report_cannot_start(
         body = await context.api.get(ref)
         if body is None:
             return
-        status = cannot_start_status(body, reason, why, condition_time(context.clock.now_ms()))
+        stored = bodies.parse_cluster(body)
+        now = condition_time(context.clock.now_ms())
+        status = cannot_start_status(stored, reason, why, now)
         if status is not None:
-            await context.api.replace_status(
-                ref, str(bodies.meta_of(body).resource_version), status
-            )
+            await context.api.replace_status(ref, str(stored.meta.resource_version), status)
     except StaleResourceVersion:
         pass  # changed meanwhile: the daemon's next start writes it again
     except Exception:  # the report is best effort; /healthz says it anyway
