@@ -25,7 +25,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from headrace.broker.access import Access
 from headrace.broker.certificates import DistinguishedName
 from headrace.broker.config import BrokerSettings
 from headrace.broker.fetch_sessions import FetchSession
@@ -37,6 +36,7 @@ from headrace.protocol import messages as msg
 from headrace.protocol import replication as rp
 from headrace.protocol.coordination import ClusterTopology, Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.security.access import Access
 
 # --------------------------------------------------------------------------- lifecycle events
 
