@@ -131,3 +131,79 @@ async def test_a_consumer_kept_open_across_every_broker_restart_receives_every_a
         f"redelivered records the consumer had acknowledged before the previous restart"
         f" (partition, offset, restarts before): {beyond[:10]}"
     )
+
+
+async def test_a_consumer_kept_open_across_drained_restarts_of_every_broker_follows_every_leader(
+    cluster: LocalCluster,
+) -> None:
+    """A drained restart (``local stop``, then ``local start``: a pod's rolling restart)
+    moves leadership off the broker before its process ends, so the consumer leaves it
+    while the connection is still open, and that connection closes later, as no member's.
+    Once every broker has been restarted so, each connection the consumer had asked for
+    the topology on is gone: nothing pushes it the hand-backs of leadership that follow.
+    It must still be a member on every leader and receive every acknowledged record."""
+    assert cluster.apply(topic_manifest("restarts", PARTITIONS)).returncode == 0
+    await until(lambda: all_in_sync(cluster, TOPIC, PARTITIONS), "topic online and in sync")
+    load = AckedLoad(cluster.bootstrap, "restarts", keys(12))
+    delivered: set[bytes] = set()
+    done = asyncio.Event()
+
+    async def consume(consumer: Consumer) -> None:
+        while not done.is_set():
+            for batch in await consumer.getmany(timeout_s=0.2):
+                delivered.update(batch.values())
+                consumer.ack_batch(batch)
+
+    def leaders() -> list[int | None]:
+        return [
+            p["leader"] for p in sorted(cluster.partitions(TOPIC), key=lambda p: p["partition"])
+        ]
+
+    async def follow_every_leader(consumer: Consumer, timeout: float = 60.0) -> None:
+        """Until the consumer routes by the current leaders and is a member on each (read on
+        its own event loop; the controller asked off it)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            current = await asyncio.to_thread(leaders)
+            routed = list(consumer.cluster.routing.topic(TOPIC).owners)
+            if routed == current and not consumer.unjoined_partitions:
+                return
+            if loop.time() > deadline:
+                raise AssertionError(
+                    f"leaders {current}, the consumer routes by {routed}, not a member on"
+                    f" (leader: partitions) {consumer.unjoined_partitions}"
+                )
+            await asyncio.sleep(0.1)
+
+    consumer = Consumer(cluster.bootstrap, "restarts", "rolled", start="earliest")
+    await consumer.start()
+    consuming = asyncio.create_task(consume(consumer))
+    load.start()
+    try:
+        await load.wait_for_more(LOAD_PER_STEP)
+        for broker in (0, 1, 2):
+            # off the loop: the consumer sees the drain while the broker still runs
+            await asyncio.to_thread(
+                cluster.cli, "local", "stop", str(broker), "--dir", str(cluster.dir)
+            )
+            await asyncio.to_thread(
+                cluster.cli, "local", "start", str(broker), "--dir", str(cluster.dir)
+            )
+            await until(
+                lambda: all_in_sync(cluster, TOPIC, PARTITIONS),
+                f"broker {broker} restarted and back in every replica set",
+            )
+            await load.wait_for_more(LOAD_PER_STEP)
+        # the preferred leaders back: the last hand-backs happen after the last restart
+        await until(lambda: set(leaders()) == {0, 1, 2}, "every broker leading again")
+        await follow_every_leader(consumer)
+    finally:
+        await load.stop()
+    try:
+        wanted = {value for _, _, _, value in load.acked}
+        await until(lambda: wanted <= delivered, "every acknowledged record delivered")
+    finally:
+        done.set()
+        await consuming
+        await consumer.close()

@@ -33,10 +33,11 @@ from headrace.broker.ports import (
     LogSyncFailed,
     PartitionEvent,
     PartitionReopened,
+    RedirectRequired,
 )
 from headrace.broker.replicating import Replication
 from headrace.broker.reporting import PartitionReports
-from headrace.broker.server import Connection, RedirectRequired
+from headrace.broker.server import Connection
 from headrace.broker.syncing import GroupCommitter
 from headrace.broker.tiering import Tiering
 from headrace.broker.topics import Partition, Role, Topic, TopicRegistry

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Final
 from headrace import transports
 from headrace.broker import appending, certificates
 from headrace.broker.cohort_admin import offset_for_timestamp, offset_of_max_timestamp
-from headrace.broker.server import RedirectRequired
+from headrace.broker.ports import RedirectRequired
 from headrace.broker.topics import MAX_PARTITIONS, Role, topic_log_config
 from headrace.errors import (
     AuthenticationFailed,

@@ -1,7 +1,8 @@
 """The ports between the broker's parts: what each one needs of the others.
 
 ``app.Broker`` composes the parts; none of them reaches back through it. A
-client ``Connection`` sees its broker as a ``ConnectionHost``, ``Replication``
+client ``Connection`` sees its broker as a ``ConnectionHost`` (and its op handlers,
+``broker.handlers``, see the connection as a ``FrameLink``), ``Replication``
 as a ``ReplicationHost``, tiered storage's parts as a ``TieringHost``, the admin
 server as an ``AdminHost``, and a cohort runtime reads the object store through
 ``TieredReads``. The broker implements these structurally; a unit test passes
@@ -31,12 +32,13 @@ from headrace.broker.fetch_sessions import FetchSession
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.topics import Partition, Topic, TopicRegistry
 from headrace.cohorts.gates import CohortGates
-from headrace.errors import StorageError
+from headrace.errors import HeadraceError, StorageError
 from headrace.protocol import messages as msg
 from headrace.protocol import replication as rp
 from headrace.protocol.coordination import ClusterTopology, Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
-from headrace.security.access import Access
+from headrace.protocol.frames import Frame, Op
+from headrace.security.access import Access, ConnectionAccess
 
 # --------------------------------------------------------------------------- lifecycle events
 
@@ -180,6 +182,15 @@ class CohortStatus(Protocol):
 
 
 # --------------------------------------------------------------------------- hosts
+
+
+class RedirectRequired(Exception):
+    """Raised by routing checks (``ConnectionHost.partition_for_write`` and
+    ``partition_for_read``); a connection answers with a Redirect frame."""
+
+    def __init__(self, redirect: msg.Redirect) -> None:
+        super().__init__(redirect.reason)
+        self.redirect = redirect
 
 
 class ClientLink(Protocol):
@@ -347,3 +358,47 @@ class AdminHost(BrokerCore, Protocol):
     def delete_topic(self, name: str) -> None: ...
 
     def describe_topic(self, name: str) -> dict[str, Any]: ...
+
+
+# --------------------------------------------------------------------------- op handlers
+
+#: one op's handler, bound to its connection's handler object (``broker.handlers``)
+Handler = Callable[[Frame], None]
+#: the ops one handler object answers, each to its handler
+Routes = Mapping[Op, Handler]
+
+
+class FrameLink(MemberLink, Protocol):
+    """A client connection as its op handlers see it (``server.Connection``): who is
+    asking, and where the answers go. Handlers never touch its transport directly."""
+
+    @property
+    def broker(self) -> ConnectionHost: ...
+
+    @property
+    def access(self) -> ConnectionAccess: ...
+
+    @property
+    def peer(self) -> str: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    def peercert(self) -> object:
+        """The peer's TLS certificate (``getpeercert()``), None without one."""
+
+    def authenticated_as(self, client_id: str) -> None:
+        """The handshake succeeded: take every op, and frames up to the full size."""
+
+    def close_after_error(self) -> None:
+        """The error the current frame is answered with ends the connection."""
+
+    def respond(self, frame: Frame, op: Op, body: bytes = b"") -> None: ...
+
+    def write(self, data: bytes | memoryview) -> None: ...
+
+    def writelines(self, parts: Sequence[bytes | memoryview]) -> None: ...
+
+    def send_error(self, correlation_id: int, exc: HeadraceError) -> None: ...
+
+    def push(self, op: Op, body: bytes) -> None: ...

@@ -26,6 +26,9 @@ REFRESH_GRACE_S = 0.25
 #: a topic just created reaches the brokers one push at a time, so the first broker asked
 #: may not have it yet (Kafka clients block on metadata the same way, max.block.ms)
 TOPIC_WAIT_S = 5.0
+#: the longest wait between two tries to ask for the topology again after a connection
+#: that brought its changes closed (seconds)
+MAX_RESUBSCRIBE_BACKOFF_S = 2.0
 
 
 def parse_bootstrap(bootstrap: str | list[str]) -> list[tuple[str, int]]:
@@ -56,6 +59,13 @@ class ClusterClient:
         self._side_refreshes: set[asyncio.Task[msg.TopologySnapshot]] = set()
         #: the generation every applied push was acked at, newest last (for tests and metrics)
         self.acked_generations: list[int] = []
+        #: open connections a topology request was answered on: a broker pushes topology
+        #: changes only on those (``_resubscribe``)
+        self.subscribed: set[ClientConnection] = set()
+        self._resubscribing: asyncio.Task[None] | None = None
+        #: a subscribed connection closed since the resubscription's last refresh began
+        self._resubscribe_wanted = False
+        self._closing = False
 
     def on_push(self, op: Op, handler: Callable[[ClientConnection, Frame], None]) -> None:
         self._push_handlers[op] = handler
@@ -215,10 +225,50 @@ class ClusterClient:
                 out.append(key)
         return out
 
-    @staticmethod
-    async def _topology(conn: ClientConnection) -> msg.TopologySnapshot:
+    async def _topology(self, conn: ClientConnection) -> msg.TopologySnapshot:
         frame = await conn.request(Op.TOPOLOGY, b"{}")
-        return msg.TopologySnapshot.decode(frame.body)
+        snapshot = msg.TopologySnapshot.decode(frame.body)
+        if conn not in self.subscribed and not conn.is_closed:
+            self.subscribed.add(conn)
+            conn.close_listeners.append(self._subscription_closed)
+        return snapshot
+
+    def _subscription_closed(self, conn: ClientConnection) -> None:
+        """A connection the brokers pushed topology changes on closed: ask again.
+
+        Nothing else would. A client refreshes when a request fails, and a consumer when a
+        connection it is a member on closes; but a broker that is drained before it stops
+        (a rolling restart) loses its leaderships first, so a consumer leaves it while the
+        connection is open, and no producer request goes there any more. Once every broker
+        was restarted so, no connection the client asked for the topology on is left, the
+        client hears of no leader change, and a consumer never joins the brokers that lead
+        again (its cohort gets nothing of those partitions)."""
+        self.subscribed.discard(conn)
+        if self._closing:
+            return
+        self._resubscribe_wanted = True
+        if self._resubscribing is None or self._resubscribing.done():
+            self._resubscribing = asyncio.get_running_loop().create_task(self._resubscribe())
+
+    async def _resubscribe(self) -> None:
+        """Refresh until a refresh succeeds after the last such close: a refresh asks
+        the open connections first, and each that answers pushes the changes from then on;
+        the listeners hear of what changed while no push came. Refreshes are spaced (more
+        when they fail), so that a broker that answers and hangs up at once costs little."""
+        delay = 0.1
+        while self._resubscribe_wanted and not self._closing:
+            self._resubscribe_wanted = False
+            try:
+                await self.refresh()
+                delay = 0.1
+            except HeadraceError as exc:
+                if not exc.retriable:
+                    return  # bad credentials: the client's next request says so
+                log.info("asking for the topology again failed: %s", exc)
+                self._resubscribe_wanted = True
+                delay = min(delay * 2, MAX_RESUBSCRIBE_BACKOFF_S)
+            if self._resubscribe_wanted:
+                await asyncio.sleep(delay)
 
     async def _topology_at(self, key: tuple[str, int]) -> msg.TopologySnapshot:
         return await self._topology(await self.connect(*key))
@@ -246,6 +296,10 @@ class ClusterClient:
             handler(conn, frame)
 
     async def close(self) -> None:
+        self._closing = True
+        if self._resubscribing is not None:
+            self._resubscribing.cancel()
+            await asyncio.gather(self._resubscribing, return_exceptions=True)
         if self._refreshing is not None:  # before the pool goes: it may still connect
             self._refreshing.cancel()
             await asyncio.gather(self._refreshing, return_exceptions=True)

@@ -75,6 +75,8 @@ class ClientConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self.closed = asyncio.Event()
         self.close_reason: str = ""
+        #: called once the connection is gone (after its pending requests failed)
+        self.close_listeners: list[Callable[[ClientConnection], None]] = []
         self.handshake: msg.HandshakeOk | None = None
         self._writable = asyncio.Event()
         self._writable.set()
@@ -168,6 +170,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         self._fail_all(ConnectionClosed(reason))
         self.closed.set()
         self._writable.set()
+        listeners, self.close_listeners = self.close_listeners, []
+        for listener in listeners:
+            listener(self)
 
     def pause_writing(self) -> None:
         self._writable.clear()

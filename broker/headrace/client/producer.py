@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from headrace.aio import cancel_and_wait
+from headrace.client import retry_policy
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ConnectOptions, RedirectReceived
 from headrace.client.routing import canonical, partition_for_key
@@ -30,9 +31,6 @@ from headrace.errors import (
     BatchTooLarge,
     ConnectionClosed,
     HeadraceError,
-    NotEnoughReplicas,
-    NotLeader,
-    OutOfOrderSequence,
     RequestTimedOut,
 )
 from headrace.protocol import messages as msg
@@ -46,10 +44,6 @@ _SEQ_MOD = 1 << 32
 #: a produce request unanswered this long (seconds) makes its sender ask whether the
 #: partition still has the leader it went to; if not, it stops waiting and resends there
 LEADER_CHECK_S = 1.0
-
-
-class _LeaderMoved(NotLeader):
-    """The broker a batch went to has not answered, and the topology names another leader."""
 
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
@@ -233,7 +227,7 @@ class _PartitionSender:
                 # partition: time out and resend; the broker answers a resent batch it already
                 # has with its original offset.
                 frame = await self._answer(batch, fut)
-            except _LeaderMoved as exc:
+            except retry_policy.LeaderMoved as exc:
                 log.info("%s/%s: %s; resending there", self.topic, self.partition, exc)
                 await self._on_error(batch, exc)
                 continue
@@ -266,7 +260,7 @@ class _PartitionSender:
         """The response to the oldest batch in flight, within the request timeout
         and the batch's delivery deadline (``TimeoutError`` after either). Each ``LEADER_CHECK_S`` without it, this asks
         where the partition's leader is (the routing cache, refreshed at most once per
-        ``LEADER_CHECK_S`` per producer): a new leader elsewhere raises ``_LeaderMoved``.
+        ``LEADER_CHECK_S`` per producer): a new leader elsewhere raises ``retry_policy.LeaderMoved``.
         A leader that accepts connections and never answers (paused, or hung on its
         disk) otherwise held the partition for the whole timeout after it had failed
         over. An answer that arrives meanwhile always wins."""
@@ -301,7 +295,7 @@ class _PartitionSender:
                     return fut.result()
             now_at = self._owner_id()
             if batch.sent_to is not None and now_at is not None and now_at != batch.sent_to:
-                raise _LeaderMoved(
+                raise retry_policy.LeaderMoved(
                     f"no answer from broker {batch.sent_to}, and broker {now_at} leads now"
                 )
 
@@ -332,8 +326,8 @@ class _PartitionSender:
         )
 
     async def _on_error(self, batch: _Batch, exc: HeadraceError) -> None:
+        """Carry out what ``retry_policy.decide`` makes of ``batch``'s failed attempt."""
         p = self.producer
-        retriable = exc.retriable or isinstance(exc, RedirectReceived)
         # Everything in flight behind the failed batch is resent after it, in order.
         pending = [b for b, _ in self.inflight]
         for _, f in self.inflight:
@@ -342,59 +336,80 @@ class _PartitionSender:
             else:
                 f.exception() if not f.cancelled() else None
         self.inflight.clear()
-        if isinstance(exc, RedirectReceived) and exc.redirect.partitioning_version != batch.version:
-            if await self._reroute(pending, exc.redirect):
+        failure = retry_policy.Failure(
+            exc, exc.redirect if isinstance(exc, RedirectReceived) else None
+        )
+        decision = self._decide(failure, batch, fence_checked=False)
+        if isinstance(decision, retry_policy.Reroute):
+            if await self._reroute(pending, decision.redirect):
                 return
             # Routed under the version the cluster has, but this broker has not applied it
             # yet (pushes reach brokers one by one): retry shortly, as routed.
-            await asyncio.sleep(p.retry_backoff_ms / 1000)
-        if isinstance(exc, OutOfOrderSequence) and batch.attempts >= 3:
-            # Resending in order did not close the gap: the broker lost batches it had
-            # acknowledged (a crash under fsync=interval), or its state for this producer.
+            await asyncio.sleep(decision.backoff_s)
+            decision = self._decide(failure, batch, fence_checked=True)
+        assert not isinstance(decision, retry_policy.Reroute)
+        if decision.new_identity:
             self._continue_as_new_producer(pending)
-        if retriable and time.monotonic() < batch.deadline:
-            if isinstance(exc, RedirectReceived):
-                r = exc.redirect
+        if isinstance(decision, retry_policy.Retry):
+            r = decision.note_redirect
+            if r is not None:
                 p.cluster.routing.note_redirect(
                     r.topic, r.partition, r.owner, r.partitioning_version
                 )
-            # A leader that cannot replicate (NotEnoughReplicas) or does not answer may have
-            # been deposed behind a partition that this client does not share: ask again.
-            if exc.invalid_metadata or isinstance(
-                exc, ConnectionClosed | RedirectReceived | NotEnoughReplicas | RequestTimedOut
-            ):
+            if decision.refresh:
                 with contextlib.suppress(HeadraceError):
                     await p.cluster.refresh()
-            if not isinstance(exc, RedirectReceived | OutOfOrderSequence):
-                await asyncio.sleep(min(p.retry_backoff_ms * batch.attempts, 2000) / 1000)
-            self.queue.extendleft(reversed(pending))
-            return
-        if retriable and isinstance(exc, ConnectionClosed | RedirectReceived | _LeaderMoved):
-            # Out of time while the broker was unreachable or moving: say so.
-            exc = RequestTimedOut(
-                f"batch for {self.topic}/{self.partition} not acknowledged in time: {exc}"
-            )
-        # Otherwise the last error itself (e.g. NotEnoughReplicas) tells the caller most.
-        log.warning("batch for %s/%s failed: %s", self.topic, self.partition, exc)
+            if decision.backoff_s is not None:
+                await asyncio.sleep(decision.backoff_s)
+            waited = decision.refresh or decision.backoff_s is not None
+            if not waited or time.monotonic() < batch.deadline:
+                self.queue.extendleft(reversed(pending))
+                return
+            # Out of time while refreshing or backing off: a resend could not be waited for
+            # (the wait for an answer ends at the deadline), so decide as out of time now,
+            # and the batch fails with this error rather than an unanswered resend's.
+            decision = self._decide(failure, batch, fence_checked=True)
+            assert isinstance(decision, retry_policy.Fail)
+        self._fail(batch, decision, pending)
+
+    def _decide(
+        self, failure: retry_policy.Failure, batch: _Batch, *, fence_checked: bool
+    ) -> retry_policy.Decision:
+        attempt = retry_policy.Attempt(
+            self.topic, self.partition, batch.version, batch.attempts, batch.deadline
+        )
+        return retry_policy.decide(
+            failure,
+            attempt,
+            now=time.monotonic(),
+            retry_backoff_ms=self.producer.retry_backoff_ms,
+            fence_checked=fence_checked,
+        )
+
+    def _fail(self, batch: _Batch, decision: retry_policy.Fail, pending: list[_Batch]) -> None:
+        """Fail ``batch`` (``pending[0]``); the batches behind it go on."""
+        p = self.producer
+        log.warning("batch for %s/%s failed: %s", self.topic, self.partition, decision.error)
         p._release(len(batch.data))
         if not batch.future.done():
-            batch.future.set_exception(exc)
+            batch.future.set_exception(decision.error)
             batch.future.exception()
         rest = pending[1:] + list(self.queue)
         self.queue.clear()
-        if not retriable:
-            # The broker refused this batch before appending it (validation), so it
-            # appended nothing after it either (sequence gap): renumber the rest.
-            seq = batch.sequence
-            for b in rest:
-                b.data = rb.restamp_sequence(b.data, seq)
-                b.sequence = seq
-                seq = (seq + b.record_count) % _SEQ_MOD
-            p._sequences[(self.topic, self.partition)] = seq
-        # Retriable but out of time: the outcome is unknown (it may be in the log), so
-        # the rest keep their numbers. If it was appended they follow it; if not, the
-        # broker reports the gap and they move to a fresh producer identity.
+        if decision.renumber_rest:
+            self._renumber(rest, batch.sequence)
+        # Otherwise the outcome is unknown (it may be in the log), so the rest keep their
+        # numbers. If it was appended they follow it; if not, the broker reports the gap
+        # and they move to a fresh producer identity.
         self.queue.extend(rest)
+
+    def _renumber(self, batches: list[_Batch], seq: int) -> None:
+        """Number ``batches`` on from ``seq``, in order; the partition's next batch follows."""
+        for b in batches:
+            b.data = rb.restamp_sequence(b.data, seq)
+            b.sequence = seq
+            seq = (seq + b.record_count) % _SEQ_MOD
+        self.producer._sequences[(self.topic, self.partition)] = seq
 
     def _continue_as_new_producer(self, pending: list[_Batch]) -> None:
         """Go on under a new producer identity on this partition, which the broker has no
@@ -448,14 +463,9 @@ class _PartitionSender:
         kept = [b for b in queued if b.version == current or b.explicit]
         for b in kept:
             b.version = current  # explicit partitions stay where they were
-        key = (self.topic, self.partition)
         if stale:
-            seq = queued[0].sequence  # the first refused batch: nothing from it on was appended
-            for b in kept:
-                b.data = rb.restamp_sequence(b.data, seq)
-                b.sequence = seq
-                seq = (seq + b.record_count) % _SEQ_MOD
-            p._sequences[key] = seq
+            # from the first refused batch's sequence: nothing from it on was appended
+            self._renumber(kept, queued[0].sequence)
         self.queue.extend(kept)
         for b in stale:
             p._release(len(b.data))

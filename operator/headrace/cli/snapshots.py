@@ -167,18 +167,12 @@ def restore_into(
     the caller's to create (held pending) and to release (``written``)."""
     from headrace.jobs.snapshot import RestoreNotVerified, restore_verified
     from headrace.jobs.topics import TopicRef
-    from headrace.objectstore.errors import ObjectNotFound
-    from headrace.tiered import pins
 
     store, cluster_id = _open(directory, store_url, cluster)
     try:
-        source = TopicRef(
-            cluster_id, _qualified(topic), _creation_id(topic, directory, store_url, creation_id)
+        _, snap = _read_snapshot(
+            store, cluster_id, topic, name, _creation_id(topic, directory, store_url, creation_id)
         )
-        try:
-            snap = pins.read_snapshot(store, source.prefix, name)
-        except ObjectNotFound:
-            raise click.ClickException(f"no snapshot {name} of {source.topic}") from None
         target = TopicRef(cluster_id, _qualified(target_name), target_creation_id)
         try:
             return restore_verified(store, snap, target, now_ms=int(time.time() * 1000))
@@ -190,6 +184,21 @@ def restore_into(
         store.close()
 
 
+def _read_snapshot(
+    store: Any, cluster_id: str, topic: str, name: str, creation_id: str
+) -> tuple[Any, Any]:
+    """``topic``'s incarnation as a ``jobs.topics.TopicRef`` and its snapshot ``name``."""
+    from headrace.jobs.topics import TopicRef
+    from headrace.objectstore.errors import ObjectNotFound
+    from headrace.tiered import pins
+
+    source = TopicRef(cluster_id, _qualified(topic), creation_id)
+    try:
+        return source, pins.read_snapshot(store, source.prefix, name)
+    except ObjectNotFound:
+        raise click.ClickException(f"no snapshot {name} of {source.topic}") from None
+
+
 def restore_local(
     directory: Path, topic: str, name: str, new_topic: str, creation_id: str | None
 ) -> Any:
@@ -198,9 +207,6 @@ def restore_local(
     from headrace.cli.topics import _applied_topics, _apply, _wait_placed
     from headrace.control.documents import restored_topic
     from headrace.control.model import RestoreStage
-    from headrace.jobs.topics import TopicRef
-    from headrace.objectstore.errors import ObjectNotFound
-    from headrace.tiered import pins
 
     controller = controller_client.resolve_controller_url(None, directory)
     target_name = _qualified(new_topic)
@@ -209,13 +215,9 @@ def restore_local(
         raise click.ClickException(f"topic {target_name} exists: restore into a new topic")
     store, cluster_id = _open(directory)
     try:
-        source = TopicRef(
-            cluster_id, _qualified(topic), _creation_id(topic, directory, None, creation_id)
+        source, snap = _read_snapshot(
+            store, cluster_id, topic, name, _creation_id(topic, directory, None, creation_id)
         )
-        try:
-            snap = pins.read_snapshot(store, source.prefix, name)
-        except ObjectNotFound:
-            raise click.ClickException(f"no snapshot {name} of {source.topic}") from None
     finally:
         store.close()
     namespace, _, bare = target_name.partition("/")

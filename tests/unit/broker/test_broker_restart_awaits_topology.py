@@ -15,7 +15,7 @@ import pytest
 
 from headrace.broker.app import Broker
 from headrace.broker.config import BrokerSettings
-from headrace.broker.server import RedirectRequired
+from headrace.broker.ports import RedirectRequired
 from headrace.broker.topics import Role
 from headrace.records import batch as rb
 

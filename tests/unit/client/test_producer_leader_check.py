@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from headrace.client import producer as producing
-from headrace.client.producer import Producer, _Batch, _LeaderMoved, _PartitionSender
+from headrace.client.producer import Producer, _Batch, _PartitionSender
+from headrace.client.retry_policy import LeaderMoved
 
 TOPIC = "default/t"
 
@@ -50,7 +51,7 @@ async def test_a_leader_that_moved_while_the_answer_is_missing_is_left_at_once(
 
     monkeypatch.setattr(sender.producer.cluster, "refresh", refresh)
     never: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-    with pytest.raises(_LeaderMoved, match="broker 2 leads now"):
+    with pytest.raises(LeaderMoved, match="broker 2 leads now"):
         await asyncio.wait_for(sender._answer(sent_to(1), never), 4)
 
 

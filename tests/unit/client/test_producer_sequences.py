@@ -153,3 +153,63 @@ async def test_a_new_identity_renumbers_every_unacknowledged_batch_from_zero(
     assert part.values == [b"k:0", b"k:2", b"k:3", b"k:4", b"k:5"]
     # the new identity's batches were numbered 0, 1, 2, 3: the broker saw no gap in them
     assert producer._sequences[(TOPIC, 0)] == 4
+
+
+async def test_a_batch_out_of_time_as_it_moves_to_a_new_identity_leaves_the_rest_numbered_from_zero(
+    wired: tuple[Producer, FakeBroker],
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The gap persists and the batch's time runs out at the same attempt: the partition
+    moves to a new identity and the batch fails. It was never sent under the new identity,
+    so the broker holds nothing of it: the batches behind it follow from sequence 0 and are
+    appended at their next attempt, not refused until a second new identity."""
+    producer, broker = wired
+    await queue(producer, 0, b"k:0")
+    await queue(producer, 0, b"k:1")
+    part = broker.partition(0)
+    part.lose_from(1)
+    produce = broker.produce
+
+    async def out_of_time_at_the_third_attempt(
+        sender: _PartitionSender, batch: _Batch
+    ) -> asyncio.Future[Any]:
+        if rb.decode(batch.data).records()[0].value == b"k:2" and batch.attempts == 2:
+            batch.deadline = float("-inf")
+        return await produce(sender, batch)
+
+    monkeypatch.setattr(broker, "produce", out_of_time_at_the_third_attempt)
+    part.hold = asyncio.Event()
+    late, behind = queue(producer, 0, b"k:2"), queue(producer, 0, b"k:3")
+    part.hold.set()
+    with pytest.raises(OutOfOrderSequence):
+        await asyncio.wait_for(late, 10)
+    await asyncio.wait_for(behind, 10)
+    assert part.values == [b"k:0", b"k:3"]
+    assert caplog.text.count("sequence gap persists") == 1
+
+
+async def test_a_batch_out_of_time_while_it_waits_to_be_resent_fails_with_its_last_error(
+    wired: tuple[Producer, FakeBroker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refresh after a refusal outlasts the batch's delivery time. A resend could not be
+    waited for (an answer takes a round trip, and the wait ends at the deadline), so the
+    batch fails with the refusal itself, which tells the caller most."""
+    producer, _ = wired
+    loop = asyncio.get_running_loop()
+    sent: list[_Batch] = []
+
+    async def refuse_after_a_round_trip(sender: _PartitionSender, batch: _Batch) -> Any:
+        batch.attempts += 1
+        sent.append(batch)
+        answer: asyncio.Future[Any] = loop.create_future()
+        loop.call_later(0.01, answer.set_exception, NotEnoughReplicas("the replicas are gone"))
+        return answer
+
+    async def refresh_past_the_deadline() -> None:
+        sent[-1].deadline = float("-inf")
+
+    monkeypatch.setattr(_PartitionSender, "_send", refuse_after_a_round_trip)
+    monkeypatch.setattr(producer.cluster, "refresh", refresh_past_the_deadline)
+    with pytest.raises(NotEnoughReplicas):
+        await asyncio.wait_for(queue(producer, 0, b"k:0"), 10)
