@@ -18,8 +18,8 @@ from typing import Any
 import kopf
 import pytest
 
-from headrace.controller.controlling import SystemClock
-from headrace.controller.fleet import HttpFleet
+from headrace.fleet.clock import SystemClock
+from headrace.fleet.http import HttpFleet
 from headrace.operator import auth, principals, workloads
 from headrace.operator.bodies import parse_cluster
 from headrace.operator.handlers import OperatorContext

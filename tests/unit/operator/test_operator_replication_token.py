@@ -20,8 +20,8 @@ from operator_fakes import CLUSTER
 
 from headrace.cli import drain
 from headrace.control.reconcile import Event
-from headrace.controller.fleet import HttpFleet
 from headrace.errors import InvalidRequest
+from headrace.fleet.http import HttpFleet
 from headrace.operator import auth, handlers, running
 from headrace.operator.bodies import parse_cluster
 from headrace.operator.kube import ClientApi
