@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.client.routing import RoutingCache
-from headrace.errors import ConnectionClosed, HeadraceError
+from headrace.errors import ConnectionClosed, HeadraceError, TokenRotated
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 
@@ -273,7 +273,12 @@ class ClusterClient:
                 await asyncio.sleep(delay)
 
     async def _topology_at(self, key: tuple[str, int]) -> msg.TopologySnapshot:
-        return await self._topology(await self.connect(*key))
+        try:
+            return await self._topology(await self.connect(*key))
+        except TokenRotated:
+            # refused the token a pooled connection presented: a new one presents the
+            # source's new token (and is refused if the broker does not take it either)
+            return await self._topology(await self.connect(*key))
 
     def _notify(self) -> None:
         for listener in list(self.topology_listeners):
