@@ -22,8 +22,12 @@ import pytest
 from headrace.client import Producer
 from headrace.jobs.snapshot import take_snapshot
 from headrace.jobs.topics import TopicRef
+from headrace.objectstore.directory import DirectoryStore
+from headrace.protocol.coordination import ClusterTopology, IncarnationRemoval
+from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.tiered import pins
-from headrace.tiered.layout import topic_prefix
+from headrace.tiered.layout import manifest_key, partition_prefix, segment_key, topic_prefix
+from tests.integration.cluster import Cluster
 from tests.integration.localcluster import (
     LocalCluster,
     manifest_of,
@@ -130,3 +134,41 @@ async def test_a_topic_deleted_while_its_brokers_are_down_loses_every_unpinned_o
     cluster.wait(dropped, 60, "the returning broker dropped its copy")
     assert only_pins_left()
     assert not records(cluster)
+
+
+def test_a_broker_removes_what_the_push_asks_of_it_and_reports_it_while_asked(
+    tmp_path: Path,
+) -> None:
+    """One cluster-mode broker process with a directory store, pushed to by hand."""
+    objects = tmp_path / "objects"
+    store = DirectoryStore(objects)
+    cluster = Cluster(tmp_path, size=1, extra_args=["--object-store", f"file://{objects}"])
+    mine, theirs = topic_prefix("test", TOPIC, "u1"), topic_prefix("test", TOPIC, "u2")
+    for creation_id in ("u1", "u2"):
+        for p in (0, 1):
+            prefix = partition_prefix("test", TOPIC, p, creation_id)
+            store.put(manifest_key(prefix), b"{}")
+            store.put(segment_key(prefix, 0, 9), b"x")
+    cluster.start()
+    try:
+        broker = cluster.brokers[0]
+
+        def push(generation: int, removals: list[IncarnationRemoval]) -> None:
+            endpoint = BrokerEndpoint(0, "127.0.0.1", broker.port, broker.admin_port)
+            doc = ClusterTopology(generation, "test", [endpoint], removals=removals).to_json()
+            broker.post_json("/v1/topology", doc)
+
+        push(1, [IncarnationRemoval(TOPIC, "u1", 2, 0), IncarnationRemoval(TOPIC, "u2", 2, 1)])
+        cluster.wait(
+            lambda: cluster.heartbeat(0).get("removedIncarnations") == ["u1"],
+            what="the removal reported",
+        )
+        assert cluster.heartbeat(0)["objectStore"] is True
+        assert not list(store.list(mine)), "every object of the incarnation asked of it"
+        assert len(list(store.list(theirs))) == 4, "another broker's removal is not its own"
+        push(2, [])  # done: the controller stops asking, the broker stops reporting
+        cluster.wait(
+            lambda: "removedIncarnations" not in cluster.heartbeat(0), what="report dropped"
+        )
+    finally:
+        cluster.stop()
