@@ -578,6 +578,7 @@ class Broker:
         # Open first: a copy's incarnation is on its disk, and the plan depends on it.
         self.placer.execute(assigning.hosting(topology, me), prepared)
         self.placer.execute(assigning.plan(self.placer.hosted(), topology, me))
+        self.placer.execute([assigning.removals(topology, me)])
         self._placement_changed()
         return True
 
@@ -745,6 +746,8 @@ class Broker:
             topology_format=TOPOLOGY_FORMAT,
             refused_topology_format=self.refused_topology_format,
             rack=self.settings.rack,
+            object_store=self.tiering.enabled,
+            removed_incarnations=tuple(sorted(self.tiering.removed)),
         )
 
     def drain_report(self) -> dict[str, Any]:

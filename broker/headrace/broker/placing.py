@@ -135,6 +135,8 @@ class Placer:
                         self.registry.retain_topic(name)
                     else:
                         self.registry.forget_topic(name)
+                case plan.RemoveIncarnations(incarnations):
+                    self.tiering.remove_incarnations(incarnations)
                 case _ if (action.topic, action.index) in deferred:
                     continue
                 case plan.Reopen(topic, index, moves, start_offset, epoch):

@@ -10,7 +10,8 @@ data:
     -------  ------------------------------------  ------------------------------------------
     Delete   drops the topic from its state; the   the topic is out of the state, and every
              push without it makes every broker    live broker has applied that push and
-             remove its copies (leaders: objects)  reports no partition of it
+             remove its copies; its objects go     reports no partition of it
+             (``control.tier_deletions``)
     Retain   the same, with the name under the     the same, and every broker of the cluster
              push's ``retained``: brokers close    is live: a broker that is down when the
              their copies and move them aside      finalizer goes would delete its copy when
@@ -169,8 +170,9 @@ def progress(
     return Progress(
         True,
         "TopicDataDeleted",
-        "deletionPolicy Delete: the brokers removed their copies (and the leaders the"
-        " topic's objects in the object store)",
+        "deletionPolicy Delete: the brokers removed their copies; a broker removes the"
+        " topic's objects from the object store (the BrokerCluster's status.deletedTopics"
+        " lists it until they are gone)",
     )
 
 
