@@ -100,6 +100,22 @@ class NotRunnable(Exception):
         self.reason = reason
         self.message = message
 
+    @property
+    def waits(self) -> bool:
+        """Only waiting for another resource (``Waiting...``): not stalled."""
+        return self.reason.startswith("Waiting")
+
+
+def stalled_condition(
+    stored: Parsed[Any], blocked: NotRunnable | None, generation: int, now: str
+) -> list[dict[str, Any]]:
+    """The ``Stalled`` condition of a one-shot resource that cannot run for ``blocked``'s
+    reason, or none while it only waits (or runs)."""
+    if blocked is None or blocked.waits:
+        return []
+    stalled = stored_condition(stored, "Stalled")
+    return [condition("Stalled", "True", blocked.reason, blocked.message, generation, stalled, now)]
+
 
 def target(
     namespace: str,
@@ -501,18 +517,7 @@ def compaction_status(
                 now,
             )
         )
-        if blocked.reason != "WaitingForRun":
-            conditions.append(
-                condition(
-                    "Stalled",
-                    "True",
-                    blocked.reason,
-                    blocked.message,
-                    generation,
-                    stored_condition(old, "Stalled"),
-                    now,
-                )
-            )
+        conditions.extend(stalled_condition(old, blocked, generation, now))
     else:
         assert state is not None
         status["phase"] = str(state.phase)

@@ -265,18 +265,7 @@ def _status(
         (blocked.message if blocked is not None else message)[:4096],
     )
     conditions = [condition("Ready", *ready, generation, stored_condition(stored, READY), now)]
-    if blocked is not None and not blocked.reason.startswith("Waiting"):
-        conditions.append(
-            condition(
-                "Stalled",
-                "True",
-                blocked.reason,
-                blocked.message,
-                generation,
-                stored_condition(stored, "Stalled"),
-                now,
-            )
-        )
+    conditions.extend(compaction_jobs.stalled_condition(stored, blocked, generation, now))
     status: dict[str, Any] = {"observedGeneration": generation, "phase": str(phase)}
     status.update({k: v for k, v in fields.items() if v is not None})
     status["conditions"] = conditions
