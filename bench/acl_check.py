@@ -17,8 +17,8 @@ import timeit
 from pathlib import Path
 from typing import Any
 
-from headrace.broker.access import Access, ConnectionAccess
 from headrace.broker.config import BrokerSettings
+from headrace.security.access import Access, ConnectionAccess
 from headrace.security.acl import Operation, hash_token
 
 PATTERNS = [f"team-{i}/*" for i in range(50)] + ["default/orders*"]
@@ -34,7 +34,7 @@ class _NoCounter:
 
 def _session(directory: Path, acl: bool) -> ConnectionAccess:
     settings = BrokerSettings(data_dir=directory, acl_file=directory / "acl.yaml" if acl else None)
-    session = Access(settings, _NoCounter()).session()
+    session = Access(settings.access_settings(), _NoCounter()).session()
     session.authenticate("token", None)
     return session
 

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import procs
+from headrace.testing import procs
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"

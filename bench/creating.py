@@ -21,8 +21,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import peerbench, procs
+from bench import peerbench
 from bench.peerservers import HeadraceLocal
+from headrace.testing import procs
 
 
 def _py_spy(pid: int, out: Path, native: bool) -> subprocess.Popen[bytes]:

@@ -1,6 +1,6 @@
 """``python -m bench.jobs``: the Spark jobs' throughput on local[2] over a local MinIO.
 
-A real MinIO server (``bench.procs.minio_binary``) holds a topic written as brokers
+A real MinIO server (``headrace.testing.procs.minio_binary``) holds a topic written as brokers
 write it (``PartitionTier.upload``): 100-byte records, 1000 per batch. Measures:
 
 - **verify**: the verify job over ``--mib`` MiB in 16 MiB objects; MB/s of objects
@@ -36,12 +36,12 @@ from typing import Any
 
 import numpy as np
 
-from bench import procs
 from headrace.jobs import arrow, run
 from headrace.jobs.source import session
-from headrace.objectstore.minio_server import MinioServer
 from headrace.objectstore.urls import ACCESS_KEY_ENV, SECRET_KEY_ENV, open_store
 from headrace.records import batch as rb
+from headrace.testing import procs
+from headrace.testing.minio import MinioServer
 from headrace.tiered import layout
 from headrace.tiered.tier import PartitionTier
 

@@ -31,9 +31,9 @@ from typing import Any
 
 from aiokafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from bench import procs
 from headrace.kafka.convert import to_kafka
 from headrace.records import batch as rb
+from headrace.testing import procs
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SHAPES = [

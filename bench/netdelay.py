@@ -36,8 +36,8 @@ from typing import Any
 from bench import netns
 from headrace.client import Producer
 from headrace.errors import HeadraceError
+from headrace.testing.reading import read_partition
 from tests.integration.localcluster import topic_manifest
-from tests.integration.reading import read_partition
 
 TOPIC = "default/netdelay"
 DELAY_MS = 200

@@ -49,9 +49,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from headrace.cli.local_cluster import broker_args
 from headrace.cli.local_record import CLUSTER_ID
+from headrace.testing import procs, waiting
 
 NS_PREFIX = "hrnet-"
 DATA_PORT = 9092
@@ -137,7 +137,7 @@ class Delay:
         argv += ["--queue", str(DELAY_QUEUE), "--delay-ms", str(self.ms)]
         self.proc = procs.spawn(argv, self.log_path)
         # the rule comes second: a queued packet with no program bound would be dropped
-        procs.wait_until(self._bound, 15, f"delayline bound in {self.namespace}")
+        waiting.until(self._bound, 15, f"delayline bound in {self.namespace}")
         _run("ip", "netns", "exec", self.namespace, "iptables", "-A", *_DELAY_RULE)
         self.rule_added = True
 
@@ -445,7 +445,7 @@ class NetnsCluster:
     # ---------------------------------------------------------------- observing
 
     def wait(self, predicate: Any, timeout: float, what: str) -> None:
-        procs.wait_until(predicate, timeout, what, retry_on=(OSError, ValueError), poll_s=0.1)
+        waiting.until(predicate, timeout, what, retry_on=(OSError, ValueError), poll_s=0.1)
 
     def cli(self, *args: str) -> str:
         proc = procs.run_headrace(*args, "--controller", self.controller_url)

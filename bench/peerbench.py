@@ -51,8 +51,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import peerservers, procs
+from bench import peerservers
 from bench.peerservers import HeadraceLocal, KafkaCluster, NatsServer
+from headrace.testing import procs, waiting
 
 RESULTS = procs.REPO / "bench" / "results"
 DOCS = procs.REPO / "docs" / "benchmarks.md"
@@ -896,7 +897,7 @@ def _wait_settled(controller_url: str, timeout_s: float) -> float:
             return False
         return steps - mark[1] >= SETTLED_STEPS
 
-    procs.wait_until(quiet, timeout_s, "controller settled", poll_s=1.0)
+    waiting.until(quiet, timeout_s, "controller settled", poll_s=1.0)
     return time.perf_counter() - started
 
 
@@ -932,7 +933,7 @@ def create_idle_topics(cluster: HeadraceLocal, total: int) -> list[str]:
         names.append(f"idle-{len(names)}")
         cluster.create_topic(names[-1], count, 3, 2, wait=False)
         left -= count
-    procs.wait_until(functools.partial(cluster.led, names, total), 1200, f"{total} led", poll_s=0.5)
+    waiting.until(functools.partial(cluster.led, names, total), 1200, f"{total} led", poll_s=0.5)
     return names
 
 
@@ -977,7 +978,7 @@ def scale(settings: Settings, rows: list[dict[str, Any]]) -> None:
             rss = [_rss_mb(pid) for pid in brokers.values()]
             result: dict[str, Any] = {"records_per_s": None, "cpu": None}
             try:
-                procs.wait_until(
+                waiting.until(
                     functools.partial(cluster.led, ["scale-produce"], 8), 300, "produce topic"
                 )
                 result = _hr(

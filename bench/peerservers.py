@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import procs
+from headrace.testing import procs, waiting
 
 BUILD = procs.REPO / "bench" / "peers" / "build.sh"
 
@@ -261,7 +261,7 @@ class KafkaCluster:
             meta = admin.list_topics(timeout=2)
             return set(meta.brokers) >= want
 
-        procs.wait_until(ready, timeout, "kafka ready", retry_on=(Exception,), poll_s=0.5)
+        waiting.until(ready, timeout, "kafka ready", retry_on=(Exception,), poll_s=0.5)
 
     def log_tail(self, node: KafkaNode, lines: int = 30) -> str:
         out = []
@@ -295,7 +295,7 @@ class KafkaCluster:
                 )
             )
 
-        procs.wait_until(leaders, 60, f"kafka topic {name} led", retry_on=(Exception,), poll_s=0.2)
+        waiting.until(leaders, 60, f"kafka topic {name} led", retry_on=(Exception,), poll_s=0.2)
 
     def delete_topic(self, name: str) -> None:
         from confluent_kafka.admin import AdminClient
@@ -382,7 +382,7 @@ class NatsServer:
                 greeting: bytes = conn.recv(4)
                 return greeting.startswith(b"INFO")
 
-        procs.wait_until(ready, timeout, "nats-server ready", retry_on=(OSError,), poll_s=0.05)
+        waiting.until(ready, timeout, "nats-server ready", retry_on=(OSError,), poll_s=0.05)
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -20,8 +20,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.procs import CpuMeter
 from bench.worker import PROBE, OpenLoop, _probe, _rate
+from headrace.testing.procs import CpuMeter
 
 #: librdkafka logs every refused connection at error level; the bench reports its own
 QUIET = {"log_level": 0}

@@ -45,6 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from headrace.testing import waiting
+
 ROOT_ID = 0
 #: how many bytes ``_copy_range`` moves per read
 _CHUNK = 1 << 20
@@ -407,7 +409,7 @@ class PowerLossMount:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 20.0) -> None:
-        from bench import procs
+        from headrace.testing import procs
 
         self.backing.mkdir(parents=True, exist_ok=True)
         self.mountpoint.mkdir(parents=True, exist_ok=True)
@@ -423,7 +425,7 @@ class PowerLossMount:
             ],
             self.log_path,
         )
-        procs.wait_until(
+        waiting.until(
             lambda: (
                 self._check_alive() and os.path.ismount(self.mountpoint) and self.control.exists()
             ),
@@ -452,7 +454,7 @@ class PowerLossMount:
         return self.command("cut")
 
     def stop(self) -> None:
-        from bench import procs
+        from headrace.testing import procs
 
         if self.proc is None:
             return

@@ -37,7 +37,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from bench.powerfs import PowerLossMount
 from headrace.client import Producer
 from headrace.client.cluster import ClusterClient
@@ -45,6 +44,7 @@ from headrace.errors import HeadraceError
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
+from headrace.testing import procs
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"

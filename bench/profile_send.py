@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench import procs
+from headrace.testing import procs
 
 
 async def _send(bootstrap: str, topic: str, records: int) -> float:

@@ -31,9 +31,9 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from headrace.client import Consumer, Producer
 from headrace.control.documents import epoch_ms
+from headrace.testing import procs, waiting
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -60,7 +60,7 @@ def repartition_status(controller: str, name: str) -> dict[str, Any]:
 
 
 def wait(predicate: Any, timeout: float, what: str) -> None:
-    procs.wait_until(predicate, timeout, what, retry_on=(OSError,))
+    waiting.until(predicate, timeout, what, retry_on=(OSError,))
 
 
 async def keyed_load(

@@ -39,9 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from bench.chaos import campaign
 from bench.chaos.campaign import TOPIC, Campaign, Round, Settings
+from headrace.testing import procs
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,8 +33,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from bench.peerservers import HeadraceLocal
+from headrace.testing import procs
 
 
 def _leaders(cluster: HeadraceLocal, topic: str) -> list[int]:

@@ -24,8 +24,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from bench import procs, report, scenarios
+from bench import report, scenarios
 from headrace import files
+from headrace.testing import procs
 
 DOCS = procs.REPO / "docs" / "benchmarks.md"
 #: a scenario whose rows saw more foreign CPU than this on average is repeated once

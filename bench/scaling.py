@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.procs import run_headrace
 from headrace.client import Producer
+from headrace.testing.procs import run_headrace
 from tests.integration.localcluster import LocalCluster, topic_manifest
 
 TOPIC = "default/scaling-bench"

@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import procs
-from headrace.objectstore import minio_server
+from headrace.testing import procs
+from headrace.testing.minio import MinioServer
 
 DURABILITY = {"interval": "everysec", "always": "always"}
 #: how long a broker may take to become ready (recovering a 5 GB log) or to shut down
@@ -694,7 +694,7 @@ def tiered(settings: Settings) -> list[dict[str, Any]]:
     if not settings.wants("headrace"):
         return rows
     home = procs.temp_dir("tiered")
-    server = minio_server.MinioServer(
+    server = MinioServer(
         procs.minio_binary(), home / "minio" / "data", log_path=home / "minio" / "minio.log"
     )
     try:

@@ -29,15 +29,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from headrace.client import Producer
-from headrace.objectstore.minio_server import MinioServer
 from headrace.objectstore.minio_store import MinioStore
 from headrace.records import batch as rb
+from headrace.testing import procs
+from headrace.testing.minio import MinioServer
+from headrace.testing.reading import create_topic
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.tier import PartitionTier
 from tests.integration.objectstore import servers
-from tests.integration.reading import create_topic
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"

@@ -23,8 +23,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from headrace.client import Producer
+from headrace.testing import procs, waiting
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "bench" / "results"
@@ -58,7 +58,7 @@ def unload_status(controller: str, name: str) -> dict[str, Any]:
 
 
 def wait(predicate: Any, timeout: float, what: str) -> None:
-    procs.wait_until(predicate, timeout, what, retry_on=(OSError,))
+    waiting.until(predicate, timeout, what, retry_on=(OSError,))
 
 
 def broker_admin(directory: Path, broker_id: int) -> str:

@@ -26,7 +26,7 @@ from array import array
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from bench.procs import CpuMeter
+from headrace.testing.procs import CpuMeter
 
 #: record index u64, intended send time (perf_counter_ns) u64: the latency probe
 PROBE = struct.Struct("<QQ")

@@ -31,6 +31,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import yaml
 
+from headrace.testing.waiting import until
+
 if TYPE_CHECKING:
     from e2e.testbed.settings import Settings
 
@@ -45,20 +47,9 @@ CHART_CRDS = Path(__file__).resolve().parent.parent / "charts" / "headrace" / "c
 def wait_for(
     what: str, fn: Callable[[], T | None], timeout_s: float = WAIT_S, every_s: float = 0.5
 ) -> T:
-    """Poll ``fn`` until it returns something truthy; fail the test after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while True:
-        try:
-            last = fn()
-        except Exception as exc:  # keep polling through transient API errors
-            last = exc
-        else:
-            if last:
-                return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}: {last!r}")
-        time.sleep(every_s)
+    """Poll ``fn`` until it returns something truthy, and return that; fail the test after
+    ``timeout_s``. Any error counts as "not yet": the API server has transient ones."""
+    return until(fn, timeout_s, what, retry_on=(Exception,), poll_s=every_s)
 
 
 @dataclass

@@ -122,7 +122,12 @@ def imported_modules(path: Path, known: set[str]) -> set[str]:
                 anchor = package.split(".")
                 anchor = anchor[: len(anchor) - (node.level - 1)]
                 base = ".".join([*anchor, base] if base else anchor)
-            names = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            # ``from pkg import mod`` depends on the module ``mod``; ``from mod import name``
+            # on ``mod`` (as import-linter reads them)
+            names = [
+                f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base
+                for alias in node.names
+            ]
         else:
             continue
         for name in names:

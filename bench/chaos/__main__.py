@@ -18,8 +18,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import procs
 from bench.chaos import campaign, objectstore
+from headrace.testing import procs
 
 OBJECTSTORE = "objectstore"
 

@@ -53,8 +53,8 @@ from bench.chaos import checking
 from bench.chaos.traffic import KeyedTraffic, Member, read_delivery_log
 from headrace.client import Consumer, Producer
 from headrace.errors import HeadraceError
+from headrace.testing.reading import read_partition
 from tests.integration.localcluster import LocalCluster, topic_manifest
-from tests.integration.reading import read_partition
 
 log = logging.getLogger("chaos")
 

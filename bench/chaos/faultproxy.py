@@ -23,7 +23,7 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
-from headrace.objectstore.minio_server import free_port
+from headrace.testing.procs import free_port
 
 #: S3's answer to a client that sends too fast (the body AWS sends with 503 SlowDown)
 SLOWDOWN_BODY = (

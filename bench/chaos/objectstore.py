@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from bench.chaos import campaign
 from bench.chaos.faultproxy import FaultProxy, Faults
 from bench.chaos.minio_policy import TierUser
@@ -37,8 +36,10 @@ from bench.chaos.tiercheck import check_partition
 from headrace.jobs.sweep import sweep_topic
 from headrace.jobs.topics import TopicRef
 from headrace.objectstore.errors import ObjectStoreAccessDenied, ObjectStoreError
-from headrace.objectstore.minio_server import MinioServer, free_port
 from headrace.objectstore.minio_store import MinioSettings, MinioStore
+from headrace.testing import procs, waiting
+from headrace.testing.minio import MinioServer
+from headrace.testing.procs import free_port
 from headrace.tiered import layout
 from tests.integration.localcluster import LocalCluster, topic_manifest
 
@@ -141,7 +142,7 @@ class ObjectStoreCampaign(campaign.Campaign):
         )
         self.minio.start()
         self.proxy = FaultProxy(self.minio.endpoint, port=m["port"], seed=self.settings.seed)
-        procs.wait_until(self._proxy_started, 30.0, "the proxy on MinIO's old port", poll_s=0.1)
+        waiting.until(self._proxy_started, 30.0, "the proxy on MinIO's old port", poll_s=0.1)
         self.user = TierUser(self.minio.endpoint, m["access_key"], m["secret_key"], m["bucket"])
         self.user.create()
         m.update(pid=self.minio.pid, access_key=self.user.access_key)

@@ -59,7 +59,6 @@ from typing import Any, TypeVar
 
 import yaml
 
-from bench import procs
 from bench.chaos import checking
 from bench.chaos.traffic import KeyedTraffic, Member, read_delivery_log
 from e2e.support import Cluster
@@ -68,8 +67,9 @@ from e2e.tests.operator.fixtures import InstalledOperator, release_stuck_topics
 from e2e.tests.operator.test_lease_handover_e2e import process_of
 from headrace.client import Consumer, Producer
 from headrace.errors import HeadraceError
-from headrace.objectstore import minio_server
-from tests.integration.reading import read_partition
+from headrace.testing import procs, waiting
+from headrace.testing.minio import MinioServer
+from headrace.testing.reading import read_partition
 
 log = logging.getLogger("chaos")
 T = TypeVar("T")
@@ -287,7 +287,7 @@ class OperatorCampaign:
         self.partitions_ever = settings.partitions
         self.replicas = 3
         self.flush_interval_ms = 1000
-        self.server: minio_server.MinioServer | None = None
+        self.server: MinioServer | None = None
         self.producer: Producer | None = None
         self.members: list[Member] = []
         self._loading: asyncio.Task[None] | None = None
@@ -304,7 +304,7 @@ class OperatorCampaign:
             f" directory {self.dir}"
         )
         started = time.monotonic()
-        self.server = minio_server.MinioServer(procs.minio_binary(), self.dir / "minio")
+        self.server = MinioServer(procs.minio_binary(), self.dir / "minio")
         self.server.start()
         try:
             await asyncio.to_thread(self._install)
@@ -494,18 +494,11 @@ class OperatorCampaign:
     # ------------------------------------------------------------------ waiting
 
     async def _until(self, what: str, fn: Callable[[], T | None], timeout_s: float) -> T:
-        """Poll ``fn`` (over the observer's snapshot: cheap) until truthy; TimeoutError."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            for task in [self._loading, *self._consuming]:
-                if task is not None and task.done() and not task.cancelled():
-                    task.result()  # a traffic task that died: its error ends the campaign
-            found = fn()
-            if found:
-                return found
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{what}: not within {timeout_s:.0f} s")
-            await asyncio.sleep(0.2)
+        """Poll ``fn`` (over the observer's snapshot: cheap) until truthy; TimeoutError. A
+        traffic task that died ends the campaign with its error."""
+        return await waiting.until_async(
+            fn, timeout_s, what, poll_s=0.2, watching=[self._loading, *self._consuming]
+        )
 
     def settled(self) -> bool:
         snap = self.observer.latest

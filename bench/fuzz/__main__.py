@@ -12,8 +12,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench import procs
 from bench.fuzz import running
+from headrace.testing import procs
 
 
 def main() -> int:

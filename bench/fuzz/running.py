@@ -20,14 +20,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Producer
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.client.producer import RecordReceipt
 from headrace.errors import HeadraceError
 from headrace.protocol.frames import Op
-from tests.integration.reading import create_topic, read_partition
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
 
 
 @dataclass(frozen=True, slots=True)

@@ -327,6 +327,15 @@ class Redirected(HeadraceError):
     invalid_metadata = True
 
 
+class TokenRotated(ConnectionClosed):
+    """The broker refused the token a connection presented (``AuthenticationFailed``), and
+    the client's token source yields another one now: the connection is closed, and the
+    next one presents the new token. Retriable, unlike the refusal itself: a client
+    whose source still yields the refused token gets ``AuthenticationFailed``."""
+
+    CODE = 103
+
+
 _REGISTRY: dict[int, type[HeadraceError]] = {}
 
 

@@ -1,4 +1,5 @@
-"""The one piece of socket set-up both ends of a connection share (an adapter, not pure)."""
+"""Socket set-up both ends of a connection share, and a free loopback port for a server
+about to start (an adapter, not pure)."""
 
 from __future__ import annotations
 
@@ -21,3 +22,10 @@ def adopt(transport: asyncio.BaseTransport) -> asyncio.Transport:
         except OSError:
             pass  # not a TCP socket (a Unix socket in tests): nothing to tune
     return tcp
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (another process may take it before we do)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])

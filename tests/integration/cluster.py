@@ -5,8 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.protocol.coordination import (
     ClusterTopology,
     PartitionPlacement,
@@ -16,6 +14,8 @@ from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.records import batch as rb
 from headrace.storage.bookkeeping import LogConfig
 from headrace.storage.log import PartitionLog
+from headrace.testing import waiting
+from headrace.testing.procs import BrokerProcess
 
 
 class Cluster:
@@ -88,7 +88,7 @@ class Cluster:
         raise KeyError((broker, topic, partition))
 
     def wait(self, predicate: Any, timeout: float = 20.0, what: str = "condition") -> None:
-        procs.wait_until(predicate, timeout, what, retry_on=(KeyError, OSError))
+        waiting.until(predicate, timeout, what, retry_on=(KeyError, OSError))
 
 
 def read_log_from_disk(

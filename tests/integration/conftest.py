@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import BrokerProcess
+from headrace.testing.procs import BrokerProcess
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -15,12 +14,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench import procs
-from bench.procs import free_port
 from headrace.cli.local_access import access_args, controller_access_args
 from headrace.cli.local_cluster import broker_args, object_store_args
 from headrace.cli.processes import spawn_headrace
 from headrace.objectstore.minio_store import MinioSettings, MinioStore
+from headrace.testing import procs, waiting
+from headrace.testing.procs import free_port
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
@@ -203,7 +202,7 @@ class LocalCluster:
         (self.dir / "local.json").write_text(json.dumps(record))
 
     def wait(self, predicate: Any, timeout: float = 30.0, what: str = "condition") -> None:
-        procs.wait_until(predicate, timeout, what, retry_on=(OSError,), poll_s=0.1)
+        waiting.until(predicate, timeout, what, retry_on=(OSError,), poll_s=0.1)
 
 
 @contextlib.contextmanager
@@ -281,19 +280,7 @@ spec:
 async def until(predicate: Callable[[], object], what: str, timeout: float = 60.0) -> None:
     """Poll ``predicate`` off the event loop (it may do blocking HTTP) until it holds; a
     controller that does not answer (busy, restarting) counts as not yet."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await asyncio.to_thread(_holds, predicate):
-        if loop.time() > deadline:
-            raise AssertionError(f"{what}: not within {timeout:.0f}s")
-        await asyncio.sleep(0.1)
-
-
-def _holds(predicate: Callable[[], object]) -> bool:
-    try:
-        return bool(predicate())
-    except OSError:
-        return False
+    await waiting.until_async(predicate, timeout, what, retry_on=(OSError,), in_thread=True)
 
 
 def all_in_sync(c: LocalCluster, topic: str, partitions: int, replicas: int = 3) -> bool:

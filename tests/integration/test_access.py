@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.errors import (
@@ -27,6 +26,7 @@ from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.security.acl import hash_token
+from headrace.testing.procs import BrokerProcess
 
 TOKENS = {
     "ops": "ops-9f2c1e7a5b",

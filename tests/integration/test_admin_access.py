@@ -17,8 +17,6 @@ from typing import Any
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.errors import AuthenticationFailed, ConnectionClosed, ConsumeDenied, ProduceDenied
 from headrace.protocol import messages as msg
@@ -27,6 +25,8 @@ from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.security.acl import hash_token
+from headrace.testing import procs, waiting
+from headrace.testing.procs import BrokerProcess
 from tests.integration.localcluster import topic_manifest
 
 OPS, WRITER, READER = "ops-3c9e1f7a2b", "writer-8a1d4e6c0f", "reader-5b7f2a9d3e"
@@ -215,7 +215,7 @@ def test_admin_http_over_tls(broker_factory: Any, tmp_path: Path) -> None:
     https = f"https://127.0.0.1:{broker.admin_port}"
     context = ssl.create_default_context(cafile=str(ca_path))
     try:
-        procs.wait_until(
+        waiting.until(
             lambda: call(f"{https}/readyz", context=context)[0] == 200,
             30,
             "the broker's admin HTTPS answers",
@@ -255,7 +255,7 @@ def controller(tmp_path: Path) -> Any:
         tmp_path / "controller.log",
     )
     url = f"http://127.0.0.1:{port}"
-    procs.wait_until(
+    waiting.until(
         lambda: call(f"{url}/healthz")[0] == 200, 30, "the controller answers", retry_on=(OSError,)
     )
     yield url, acl_file, proc
@@ -307,7 +307,7 @@ def test_the_controller_reloads_its_acl_file_on_sighup(controller: Any) -> None:
     assert call(f"{url}/v1/apply", "POST", orders, "orders-admin-0a9b8c")[0] == 401
     write_acl(acl_file, doc)
     os.killpg(proc.pid, signal.SIGHUP)
-    procs.wait_until(
+    waiting.until(
         lambda: call(f"{url}/v1/apply", "POST", orders, "orders-admin-0a9b8c")[0] == 200,
         10,
         "the new principal applies its topic",
@@ -338,7 +338,7 @@ async def test_a_changed_acl_file_applies_to_open_connections(
         await connect(broker, READER)
 
     write_acl(acl_file, acl(writer_grants=False, reader=True))
-    procs.wait_until(
+    waiting.until(
         lambda: (
             metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 1
         ),
@@ -354,7 +354,7 @@ async def test_a_changed_acl_file_applies_to_open_connections(
     no_writer = acl()
     no_writer["principals"] = [p for p in no_writer["principals"] if p["name"] != "writer"]
     write_acl(acl_file, no_writer)
-    procs.wait_until(
+    waiting.until(
         lambda: (
             metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 2
         ),
@@ -393,7 +393,7 @@ async def test_sighup_reloads_and_a_bad_file_keeps_the_grants_in_force(
         acl_file.write_text(bad)
         errors = reloads("error")
         os.kill(broker.pid, signal.SIGHUP)
-        procs.wait_until(lambda e=errors: reloads("error") == e + 1, 10, "a failed reload")
+        waiting.until(lambda e=errors: reloads("error") == e + 1, 10, "a failed reload")
         status = broker.get_json("/v1/status")["acl"]
         assert isinstance(status, dict) and status["reload_error"], status
         assert status["generation"] == 0
@@ -407,7 +407,7 @@ async def test_sighup_reloads_and_a_bad_file_keeps_the_grants_in_force(
 
     write_acl(acl_file, acl())
     os.kill(broker.pid, signal.SIGHUP)
-    procs.wait_until(lambda: reloads("ok") == 1, 10, "a good reload")
+    waiting.until(lambda: reloads("ok") == 1, 10, "a good reload")
     assert broker.get_json("/v1/status")["acl"] == {"generation": 1, "reload_error": None}
     reader = await connect(broker, READER)
     await reader.close()
@@ -500,7 +500,7 @@ def test_the_controller_polls_and_pushes_over_https_with_its_token(
             assert status == 200, doc
             return int(doc["generation"])
 
-        procs.wait_until(
+        waiting.until(
             lambda: generation() >= 1, 30, "a topology pushed over HTTPS", retry_on=(OSError,)
         )
         status, state = call(f"http://127.0.0.1:{port}/v1/state")
@@ -561,7 +561,7 @@ def test_an_admin_client_certificate_names_its_principal(tmp_path: Path) -> None
     ops, stranger = client("ops.example"), client("stranger.example")
     body = json.dumps({"name": "orders", "partitions": 1}).encode()
     try:
-        procs.wait_until(
+        waiting.until(
             lambda: call(f"{https}/readyz", context=ops)[0] == 200,
             30,
             "the broker's admin HTTPS answers",
@@ -601,7 +601,7 @@ async def test_a_joined_consumer_is_refused_once_its_principal_is_removed(
 
     no_reader = acl(reader=False)
     write_acl(acl_file, no_reader)
-    procs.wait_until(
+    waiting.until(
         lambda: (
             metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 1
         ),
@@ -615,7 +615,7 @@ async def test_a_joined_consumer_is_refused_once_its_principal_is_removed(
     # the token kept but the consume grant gone: refused, and the connection (so the
     # membership) ends, since a later frame is not checked again
     write_acl(acl_file, acl())
-    procs.wait_until(
+    waiting.until(
         lambda: (
             metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 2
         ),
@@ -633,7 +633,7 @@ async def test_a_joined_consumer_is_refused_once_its_principal_is_removed(
         if principal["name"] == "reader":
             principal["grants"] = []
     write_acl(acl_file, no_grant)
-    procs.wait_until(
+    waiting.until(
         lambda: (
             metric(broker.admin_url, "headrace_acl_reloads_total", 'result="ok",source="acl"') == 3
         ),

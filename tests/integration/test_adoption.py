@@ -9,9 +9,10 @@ in order, so a ``Ping`` answered after an ack proves the ack was handled.
 
 from __future__ import annotations
 
-from bench.procs import BrokerProcess, wait_until
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.waiting import until
 from tests.integration.raw import RawConnection
 
 
@@ -39,9 +40,9 @@ def test_the_label_is_the_lowest_ack_of_connections_that_acked(broker: BrokerPro
         ack(a, g - 1)
         assert floor(broker) == g  # a connection keeps the highest it acked
         a.close()
-        wait_until(lambda: floor(broker) == g + 5, 10, "the closed connection forgotten")
+        until(lambda: floor(broker) == g + 5, 10, "the closed connection forgotten")
         b.close()
-        wait_until(lambda: floor(broker) is None, 10, "no connection left that acked")
+        until(lambda: floor(broker) is None, 10, "no connection left that acked")
     finally:
         a.close()
         b.close()

@@ -6,13 +6,13 @@ import struct
 
 import pytest
 
-from bench.procs import BrokerProcess
 from headrace import errors
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import FRAME_HEADER, Op
 from headrace.records import batch as rb
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import read_partition
 from tests.integration.raw import RawConnection, error_of
-from tests.integration.reading import read_partition
 
 
 def produce_body(topic: str, batch: bytes, version: int = 1, partition: int = 0) -> bytes:

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from bench import peerbench, peerreport, peerservers, procs
+from bench import peerbench, peerreport, peerservers
+from headrace.testing import procs
 
 
 def _produce_row(system: str, client: str, rate: float, **more: Any) -> dict[str, Any]:

@@ -11,11 +11,11 @@ import time
 
 import pytest
 
-from bench.procs import BrokerProcess
 from headrace.client.blocking import BlockingProducer
 from headrace.client.producer import RecordMetadata
 from headrace.errors import RequestTimedOut
-from tests.integration.reading import create_topic, read_partition
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
 
 #: the blocking facade's wait before it followed the producer's delivery timeout
 OLD_DEFAULT_WAIT_S = 30.0

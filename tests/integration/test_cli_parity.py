@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess, wait_until
 from headrace.client import Producer
+from headrace.testing import procs, waiting
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.waiting import until
 from tests.integration.localcluster import LocalCluster
 
 
@@ -87,7 +88,7 @@ def test_topics_create_alter_delete_write_the_documents_apply_writes(cluster: Lo
     grow = ok(cluster, "topics", "alter", "orders", "--partitions", "6")
     assert "repartitioning default/orders: 3 -> 6" in grow
     assert applied_topics(cluster)["default/orders"]["spec"]["partitions"] == 6
-    procs.wait_until(
+    waiting.until(
         lambda: (
             len(cluster.partitions("default/orders")) == 6
             and all(p["leader"] is not None for p in cluster.partitions("default/orders"))
@@ -158,7 +159,7 @@ def test_seek_is_refused_while_the_cohort_has_live_members(cluster: LocalCluster
             proc = run(cluster, "cohorts", "describe", "live", "--json")
             return proc.returncode == 0 and json.loads(proc.stdout)[0]["members"] != []
 
-        wait_until(joined, 30, "the consumer joins")
+        until(joined, 30, "the consumer joins")
         refused = run(cluster, "cohorts", "seek", "live", "--to", "earliest")
         assert refused.returncode == 1
         assert b"CohortActive" in refused.stderr and b"stop them before seeking" in refused.stderr
@@ -169,7 +170,7 @@ def test_seek_is_refused_while_the_cohort_has_live_members(cluster: LocalCluster
 
 def test_cluster_health_reports_a_killed_broker_and_recovers(cluster: LocalCluster) -> None:
     ok(cluster, "topics", "create", "health", "-p", "3")
-    wait_until(lambda: run(cluster, "cluster", "health").returncode == 0, 30, "healthy")
+    until(lambda: run(cluster, "cluster", "health").returncode == 0, 30, "healthy")
     cluster.kill_broker(2)
     try:
 
@@ -178,7 +179,7 @@ def test_cluster_health_reports_a_killed_broker_and_recovers(cluster: LocalClust
             report = json.loads(proc.stdout)
             return report if proc.returncode == 1 and report["brokersDown"] == [2] else None
 
-        wait_until(lambda: unhealthy() is not None, 30, "broker 2 reported down")
+        until(lambda: unhealthy() is not None, 30, "broker 2 reported down")
         report = unhealthy()
         assert report is not None and not report["healthy"]
         assert "brokers_down" in report["reasons"]
@@ -187,7 +188,7 @@ def test_cluster_health_reports_a_killed_broker_and_recovers(cluster: LocalClust
         assert "brokers down:                2" in text and "unhealthy:" in text
     finally:
         cluster.restart_broker(2)
-    wait_until(lambda: run(cluster, "cluster", "health").returncode == 0, 60, "healthy again")
+    until(lambda: run(cluster, "cluster", "health").returncode == 0, 60, "healthy again")
 
 
 def test_a_standalone_broker_gets_topics_and_timestamp_seeks_without_a_controller(

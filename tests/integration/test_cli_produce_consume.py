@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from bench import procs
+from headrace.testing import procs
 from tests.integration.localcluster import LocalCluster
 
 PARTITIONS = 6

@@ -19,13 +19,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client.cluster import ClusterClient
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.records import codecs
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess
 
 ANSI_OR_BAR = re.compile(rb"\x1b\[|\xe2\x94\x81")  # an escape sequence, or rich's bar glyph
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.reading import create_topic
+from headrace.testing import waiting
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic
 
 TOPIC = "default/shrinking"
 COHORT = "laggards"
@@ -76,7 +76,7 @@ async def test_a_holder_behind_retention_moves_on_to_the_log_start_and_counts_th
         # The credit is spent on the first records; the application takes none of them, so
         # the broker's delivery position stays there while retention deletes past it.
         await produce(broker, 500, 4_500)
-        procs.wait_until(lambda: log_start(broker) > 1_000, 20, "retention past the member")
+        waiting.until(lambda: log_start(broker) > 1_000, 20, "retention past the member")
         last = 4_999
         offsets: list[int] = []
         loop = asyncio.get_running_loop()

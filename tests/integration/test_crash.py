@@ -6,11 +6,12 @@ import asyncio
 import contextlib
 from pathlib import Path
 
-from bench.procs import BrokerProcess
 from headrace.client import Producer
 from headrace.client.producer import RecordMetadata
 from headrace.errors import HeadraceError
-from tests.integration.reading import create_topic, read_partition
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
+from headrace.testing.waiting import until_async
 
 PARTITIONS = 4
 
@@ -47,19 +48,15 @@ async def test_kill9_under_load_with_fsync_always_keeps_every_acked_record(
     ).start()
     loading = asyncio.create_task(load(producer))
 
-    async def acked_at_least(count: int, what: str) -> None:
-        deadline = asyncio.get_running_loop().time() + 60
-        while len(acked) < count:
-            assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-            await asyncio.sleep(0.05)
-
-    await acked_at_least(200, "acks before the crash")
+    await until_async(lambda: len(acked) >= 200, 60, "acks before the crash", poll_s=0.05)
     acked_before_kill = len(acked)
     broker.kill9()
     await asyncio.sleep(1.0)  # the fault: the broker stays down a second under load
     broker.start()
     # the producer retries into the restarted broker and keeps going
-    await acked_at_least(acked_before_kill + 200, "acks after the restart")
+    await until_async(
+        lambda: len(acked) >= acked_before_kill + 200, 60, "acks after the restart", poll_s=0.05
+    )
     stop.set()
     await loading
     await producer.close()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
@@ -29,19 +30,21 @@ from typing import Any
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.client.blocking import BlockingConsumer, BlockingProducer
 from headrace.client.connection import ClientConnection, ConnectOptions
+from headrace.client.tokens import TokenFile
 from headrace.errors import AuthenticationFailed
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.security.acl import hash_token
+from headrace.testing import procs, waiting
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import read_partition
+from headrace.testing.waiting import until_async
 from tests.integration.keyed import KeyedLoad
 from tests.integration.localcluster import LocalCluster, topic_manifest
-from tests.integration.reading import read_partition
 
 FIRST, SECOND = "first-token-5c1e9a", "second-token-8d2f0b"
 OPS = "ops-token-3b7e1d9c"
@@ -110,7 +113,7 @@ async def test_a_token_file_reloads_for_new_and_open_connections(
         tokens.write_text(text)  # in place: truncate and write
         if trigger == "sighup":
             os.kill(broker.pid, signal.SIGHUP)
-        procs.wait_until(
+        waiting.until(
             lambda: reloads(broker.admin_url, "auth_tokens", result) == reloaded,
             10,
             f"reload {reloaded:.0f} ({result}) of the token file",
@@ -199,7 +202,7 @@ async def test_malformed_key_and_replication_token_files_keep_what_is_in_force(
     replace(key, "not a key\n")
     replication.write_text("")
     os.kill(broker.pid, signal.SIGHUP)
-    procs.wait_until(
+    waiting.until(
         lambda: (
             reloads(broker.admin_url, "cluster_key", "error") == 1
             and reloads(broker.admin_url, "replication_token", "error") == 1
@@ -218,7 +221,7 @@ async def test_malformed_key_and_replication_token_files_keep_what_is_in_force(
     replace(key, "cd" * 32 + "\n")
     key.chmod(0o644)
     os.kill(broker.pid, signal.SIGHUP)
-    procs.wait_until(
+    waiting.until(
         lambda: reloads(broker.admin_url, "cluster_key", "error") == 2, 10, "a refused key"
     )
     files = broker.get_json("/v1/status")["credentials"]["files"]  # type: ignore[index]
@@ -255,12 +258,12 @@ async def test_a_consumer_whose_identity_key_was_rotated_away_asks_for_a_new_one
     ).start()
     try:
         got: list[bytes] = []
-        await wait_for(lambda: _poll(consumer, got), "the first record delivered")
+        await until_async(lambda: _poll(consumer, got), 30, "the first record delivered", poll_s=0)
         first_identity = consumer.identity
         for step, text in enumerate((f"{old}\n{new}\n", f"{new}\n{old}\n", f"{new}\n"), 1):
             replace(key, text)
             os.kill(broker.pid, signal.SIGHUP)
-            procs.wait_until(
+            waiting.until(
                 lambda step=step: reloads(broker.admin_url, "cluster_key") == step,
                 10,
                 f"step {step}",
@@ -270,7 +273,9 @@ async def test_a_consumer_whose_identity_key_was_rotated_away_asks_for_a_new_one
         await produce(conn, b"after")
         await conn.close()
         # (at least once: "before" may come again, its ack lost with the restart)
-        await wait_for(lambda: _poll(consumer, got, b"after"), "the record after the restart")
+        await until_async(
+            lambda: _poll(consumer, got, b"after"), 30, "the record after the restart", poll_s=0
+        )
         assert consumer.identity not in (None, first_identity)
         assert consumer.member_id.startswith("reader.")
     finally:
@@ -287,7 +292,9 @@ async def join_and_read(bootstrap: str, topic: str, options: ConnectOptions) -> 
     ).start()
     try:
         got: list[bytes] = []
-        await wait_for(lambda: _poll(consumer, got), f"records of {topic} delivered")
+        await until_async(
+            lambda: _poll(consumer, got), 30, f"records of {topic} delivered", poll_s=0
+        )
         return got
     finally:
         await consumer.close(grace_s=0)
@@ -299,13 +306,6 @@ async def _poll(consumer: Consumer, got: list[bytes], want: bytes | None = None)
         got.extend(batch.values())
         consumer.ack_batch(batch)
     return want in got if want is not None else bool(got)
-
-
-async def wait_for(check: Any, what: str, timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await check():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out: {what}")
 
 
 # ---------------------------------------------------------------------------- a client's own token
@@ -329,19 +329,31 @@ async def _token_rotation_broker(broker_factory: Any, tmp_path: Path) -> tuple[B
 def _remove_first(broker: BrokerProcess, tokens: Path) -> None:
     """The last step of the rotation: FIRST is no longer accepted."""
     replace(tokens, f"{SECOND}\n")
-    procs.wait_until(
+    waiting.until(
         lambda: reloads(broker.admin_url, "auth_tokens") == 1, 10, "the token file re-read"
     )
 
 
+def _first_token(kind: str, tmp_path: Path) -> ConnectOptions:
+    """FIRST as a string, or as a ``TokenFile`` that still names it when FIRST is removed
+    (the client's file not rotated): either way the refusal stands."""
+    if kind == "string":
+        return ConnectOptions(auth_token=FIRST)
+    unrotated = tmp_path / "client.token"
+    unrotated.write_text(f"{FIRST}\n")
+    return ConnectOptions(auth_token=TokenFile(unrotated))
+
+
+@pytest.mark.parametrize("kind", ["string", "unrotated-file"])
 async def test_a_producer_whose_token_was_removed_fails_and_a_new_one_goes_on(
-    broker_factory: Any, tmp_path: Path
+    broker_factory: Any, tmp_path: Path, kind: str
 ) -> None:
-    """A client takes its token when it is made: once the broker stops accepting it, every
-    send fails with the typed, non-retriable AuthenticationFailed (not a silent stall), and
-    the application goes on with a new Producer made with the new token."""
+    """Once the broker stops accepting the token a client presents, and the client has
+    no other, every send fails with the typed, non-retriable AuthenticationFailed (not a
+    silent stall), and the application goes on with a new Producer made with the new
+    token."""
     broker, tokens = await _token_rotation_broker(broker_factory, tmp_path)
-    async with Producer(broker.bootstrap, options=ConnectOptions(auth_token=FIRST)) as old:
+    async with Producer(broker.bootstrap, options=_first_token(kind, tmp_path)) as old:
         await (await old.send("orders", b"first-1"))
         _remove_first(broker, tokens)
         with pytest.raises(AuthenticationFailed):
@@ -354,8 +366,9 @@ async def test_a_producer_whose_token_was_removed_fails_and_a_new_one_goes_on(
     assert [r.value for r in stored] == [b"before", b"first-1", b"second-1"]
 
 
+@pytest.mark.parametrize("kind", ["string", "unrotated-file"])
 async def test_a_consumer_whose_token_was_removed_is_told_so(
-    broker_factory: Any, tmp_path: Path
+    broker_factory: Any, tmp_path: Path, kind: str
 ) -> None:
     """Removing a token a consumer still uses closes its connections; it cannot join again
     with that token. The application must learn it (to make a consumer with the new token),
@@ -366,10 +379,10 @@ async def test_a_consumer_whose_token_was_removed_is_told_so(
         "orders",
         "readers",
         start="earliest",
-        options=ConnectOptions(auth_token=FIRST),
+        options=_first_token(kind, tmp_path),
     ).start()
     try:
-        await wait_for(lambda: _poll(consumer, []), "the first record delivered")
+        await until_async(lambda: _poll(consumer, []), 30, "the first record delivered", poll_s=0)
         _remove_first(broker, tokens)
         with pytest.raises(AuthenticationFailed):
             await _read_for(consumer, 15)
@@ -395,7 +408,7 @@ def test_blocking_clients_whose_token_was_removed_raise_it(
     ):
         producer.send("orders", b"first-1")
         got: list[bytes] = []
-        procs.wait_until(
+        waiting.until(
             lambda: _poll_blocking(consumer, got, b"first-1"), 30, "the records delivered"
         )
         _remove_first(broker, tokens)
@@ -431,6 +444,164 @@ def test_headrace_consume_whose_token_was_removed_exits_with_the_error(
             consume.wait()
     assert consume.returncode == 1, stderr.decode()
     assert b"error: AuthenticationFailed" in stderr, stderr.decode()
+
+
+async def test_a_producer_and_a_consumer_reading_a_token_file_follow_its_rotation(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """Clients whose token is a ``TokenFile``: the client's file switches to SECOND, then
+    the broker drops FIRST. Each connection opened with FIRST is refused once and the
+    client reconnects with SECOND: the producer keeps sending (pipelined) and the consumer
+    keeps receiving, the same objects throughout; every acknowledged record is stored
+    once and delivered, and no AuthenticationFailed reaches the application."""
+    broker, tokens = await _token_rotation_broker(broker_factory, tmp_path)
+    client_file = tmp_path / "client.token"
+    client_file.write_text(f"# the client's token\n{FIRST}\n")
+    options = ConnectOptions(auth_token=TokenFile(client_file))
+    acked: list[bytes] = []
+    received: list[bytes] = []
+    stop = asyncio.Event()
+    producer = await Producer(broker.bootstrap, linger_ms=2, options=options).start()
+    consumer = await Consumer(
+        broker.bootstrap, "orders", "readers", start="earliest", options=options
+    ).start()
+
+    async def send() -> None:
+        """Windows of 20 records in flight at once, until stopped (raises what a send does)."""
+        while not stop.is_set():
+            values = [f"r-{len(acked) + i}".encode() for i in range(20)]
+            receipts = [await producer.send("orders", value) for value in values]
+            for value, receipt in zip(values, receipts, strict=True):
+                await receipt
+                acked.append(value)
+
+    async def receive() -> None:
+        while not stop.is_set():
+            await _poll(consumer, received)
+
+    running = [asyncio.create_task(send()), asyncio.create_task(receive())]
+
+    async def more(count: int) -> None:
+        """Until ``count`` more records are acked; a task that failed fails it at once."""
+        target = len(acked) + count
+        await until_async(
+            lambda: len(acked) >= target, 30, f"{count} more records acked", watching=running
+        )
+
+    def tokens_presented() -> set[str | None]:
+        """The tokens the clients' open connections presented."""
+        conns = [*producer.cluster._pool.values(), *consumer.cluster._pool.values()]
+        return {conn.token for conn in conns if not conn.is_closed}
+
+    try:
+        await more(100)
+        replace(client_file, f"{SECOND}\n")  # step 2: the client sends the new token
+        await more(100)
+        assert tokens_presented() == {FIRST}  # open connections go on with it
+        await asyncio.to_thread(_remove_first, broker, tokens)  # step 3
+        await more(200)
+        await until_async(
+            lambda: set(acked) <= set(received),
+            30,
+            "every acked record delivered",
+            watching=running,
+        )
+        await until_async(
+            lambda: tokens_presented() == {SECOND}, 30, "every open connection presenting SECOND"
+        )
+    finally:
+        stop.set()
+        outcomes = await asyncio.gather(*running, return_exceptions=True)
+        await consumer.close(grace_s=0)
+        await producer.close()
+    assert all(outcome is None for outcome in outcomes), outcomes
+    # the rotation reached connections opened with FIRST: the broker refused them
+    denied = metric(broker.admin_url, "headrace_acl_denials_total", 'operation="authenticate"')
+    assert denied >= 1
+    stored = await read_partition(
+        broker.bootstrap, "orders", 0, options=ConnectOptions(auth_token=SECOND)
+    )
+    counts = Counter(r.value for r in stored)
+    assert stored[0].value == b"before"
+    assert [v for v in acked if counts[v] != 1] == [], "acked records lost or stored twice"
+    assert set(acked) <= set(received)
+
+
+def test_blocking_clients_reading_a_token_file_follow_its_rotation(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """The blocking facade over the same clients: after the rotation ``send`` goes on
+    and ``poll`` delivers, with no AuthenticationFailed."""
+    broker, tokens = asyncio.run(_token_rotation_broker(broker_factory, tmp_path))
+    client_file = tmp_path / "client.token"
+    client_file.write_text(f"{FIRST}\n")
+    options = ConnectOptions(auth_token=TokenFile(client_file))
+    with (
+        BlockingProducer(broker.bootstrap, options=options) as producer,
+        BlockingConsumer(
+            broker.bootstrap, "orders", "readers", start="earliest", options=options
+        ) as consumer,
+    ):
+        producer.send("orders", b"first-1")
+        got: list[bytes] = []
+        waiting.until(lambda: _poll_blocking(consumer, got, b"first-1"), 30, "first-1")
+        replace(client_file, f"{SECOND}\n")
+        _remove_first(broker, tokens)
+        producer.send("orders", b"second-1")
+        waiting.until(lambda: _poll_blocking(consumer, got, b"second-1"), 30, "second-1")
+    # (at least once: a record whose ack went on a refused connection comes again)
+    assert list(dict.fromkeys(got)) == [b"before", b"first-1", b"second-1"]
+    stored = asyncio.run(
+        read_partition(broker.bootstrap, "orders", 0, options=ConnectOptions(auth_token=SECOND))
+    )
+    assert [r.value for r in stored] == [b"before", b"first-1", b"second-1"]
+
+
+def test_headrace_consume_reading_a_token_file_follows_its_rotation(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """``headrace consume --auth-token-file``: its file switches to SECOND, the broker
+    drops FIRST, and the same process goes on printing records."""
+    broker, tokens = asyncio.run(_token_rotation_broker(broker_factory, tmp_path))
+    client_file = tmp_path / "client.token"
+    client_file.write_text(f"{FIRST}\n")
+    command = [
+        *procs.HEADRACE_CLI, "consume", "orders", "--cohort", "readers", "--from-beginning",
+        "--idle-timeout", "600", "--bootstrap", broker.bootstrap,
+    ]  # fmt: skip
+    env = {**procs.child_env(), "HEADRACE_AUTH_TOKEN_FILE": str(client_file)}
+    env.pop("HEADRACE_AUTH_TOKEN", None)
+    consume = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    lines: queue.Queue[bytes] = queue.Queue()
+
+    def read_lines() -> None:
+        assert consume.stdout is not None
+        for line in consume.stdout:
+            lines.put(line)
+        lines.put(b"")  # the end: the process exited
+
+    threading.Thread(target=read_lines, daemon=True).start()
+    try:
+        assert lines.get(timeout=30) == b"before\n"
+        replace(client_file, f"{SECOND}\n")
+        _remove_first(broker, tokens)
+
+        async def produce_after() -> None:
+            options = ConnectOptions(auth_token=SECOND)
+            async with Producer(broker.bootstrap, options=options) as producer:
+                await (await producer.send("orders", b"after"))
+
+        asyncio.run(produce_after())
+        # (at least once: "before" may come again, its ack lost on the refused connection)
+        seen = [lines.get(timeout=30)]
+        while seen[-1] not in (b"after\n", b""):
+            seen.append(lines.get(timeout=30))
+        assert seen[-1] == b"after\n", seen
+        assert consume.poll() is None  # still running: never ended, never restarted
+    finally:
+        consume.terminate()
+        _, stderr = consume.communicate(timeout=30)
+    assert b"AuthenticationFailed" not in stderr, stderr.decode()
 
 
 def _poll_blocking(consumer: BlockingConsumer, got: list[bytes], want: bytes) -> bool:
@@ -542,7 +713,9 @@ async def test_rotating_the_replication_token_and_cluster_key_under_load_loses_n
 
         async def flowing(more: int = 100) -> None:
             target = load.total_acked + more
-            await wait_for(lambda: _at_least(load, target), f"{more} more acks=all records")
+            await until_async(
+                lambda: _at_least(load, target), 30, f"{more} more acks=all records", poll_s=0
+            )
 
         try:
             await flowing()

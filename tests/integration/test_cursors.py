@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import cohort_partitions, create_topic
 from tests.integration.localcluster import until
-from tests.integration.reading import cohort_partitions, create_topic
 
 COUNT = 2000
 

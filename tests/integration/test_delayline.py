@@ -21,7 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import netns, procs
+from bench import netns
+from headrace.testing import procs, waiting
 
 pytestmark = [
     pytest.mark.skipif(
@@ -97,7 +98,7 @@ def test_held_datagrams_arrive_late_in_order_and_none_is_dropped_at_the_heal(
             # out, so a program that quit at its first release would strand the others
             for seq in range(DATAGRAMS):
                 sender.sendto(_DATAGRAM.pack(seq, time.monotonic()), (address, PORT))
-                procs.wait_until(lambda n=seq + 1: delay.held() == n, 5, f"{seq + 1} held")
+                waiting.until(lambda n=seq + 1: delay.held() == n, 5, f"{seq + 1} held")
         delay.stop()  # while all of them are still held: they must still be delivered
         out, _ = receiver.communicate(timeout=20)
     finally:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from bench.procs import run_headrace
+from headrace.testing.procs import run_headrace
 from tests.integration.localcluster import LocalCluster, topic_manifest
 
 TOPIC = "default/drained"

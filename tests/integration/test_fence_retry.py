@@ -19,9 +19,9 @@ from headrace.protocol import messages as msg
 from headrace.protocol.coordination import PartitionPlacement, TopicPlacement
 from headrace.protocol.frames import Frame, Op
 from headrace.records import batch as rb
+from headrace.testing.reading import read_partition
 from tests.integration.cluster import Cluster
 from tests.integration.raw import RawConnection
-from tests.integration.reading import read_partition
 
 TOPIC = "default/fenced"
 

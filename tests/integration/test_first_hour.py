@@ -28,8 +28,9 @@ from typing import Any
 import pexpect
 import pytest
 
-from bench.procs import REPO, free_port, wait_until
 from headrace.cli.processes import alive
+from headrace.testing.procs import REPO, free_port
+from headrace.testing.waiting import until
 
 ARTIFACTS = REPO / "test-artifacts"
 VENV = REPO / ".venv"
@@ -191,7 +192,7 @@ def test_the_first_hour(tmp_path: Path, transcript: list[str]) -> None:
             views = json.loads(described)
             return sum(p["lag"] or 0 for view in views for p in view["partitions"])
 
-        wait_until(lambda: total_lag() == MORE, 30, f"the cohort lags by the {MORE} new records")
+        until(lambda: total_lag() == MORE, 30, f"the cohort lags by the {MORE} new records")
         described = tab2.ok(f"headrace cohorts describe {COHORT}")
         assert f"lag {MORE}" in described, described
 
@@ -205,16 +206,14 @@ def test_the_first_hour(tmp_path: Path, transcript: list[str]) -> None:
             health, code = tab2.run("headrace cluster health", record=False)
             return code != 0 and re.search(rf"brokers down:\s+{victim}\b", health) is not None
 
-        wait_until(broker_down, 60, "cluster health reports the killed broker down")
+        until(broker_down, 60, "cluster health reports the killed broker down")
         _, code = tab2.run("headrace cluster health")
         assert code != 0
 
         tab2.ok(f"headrace local restart {victim}")
-        wait_until(
-            lambda: tab2.run("headrace cluster health", record=False)[1] == 0, 120, "healthy"
-        )
+        until(lambda: tab2.run("headrace cluster health", record=False)[1] == 0, 120, "healthy")
         tab2.ok("headrace cluster health")
-        wait_until(
+        until(
             lambda: _preferred_leaders(_state(tab2)), 120, "leadership back on preferred replicas"
         )
         tab2.ok(f"headrace topics describe {TOPIC}")
@@ -226,7 +225,7 @@ def test_the_first_hour(tmp_path: Path, transcript: list[str]) -> None:
         tab1.shell.sendintr()
         tab1.shell.expect_exact(PROMPT, timeout=90)
         transcript.append(str(tab1.shell.before).replace("\r\n", "\n"))
-        wait_until(lambda: not any(alive(p) for p in pids), 30, "every process has exited")
+        until(lambda: not any(alive(p) for p in pids), 30, "every process has exited")
         assert not (local_dir / "local.json").exists(), "local down did not run"
     finally:
         for tab in (tab1, tab2):

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import BrokerProcess
 from headrace.client import Producer
 from headrace.errors import StorageError
-from tests.integration.reading import create_topic, read_partition
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
 
 TOPIC = "full"
 DISK_BYTES = 16 * 1024 * 1024

@@ -7,9 +7,10 @@ higher than any the previous incarnation handed out.
 
 from __future__ import annotations
 
-from bench.procs import BrokerProcess, wait_until
 from headrace.client import Consumer
-from tests.integration.reading import create_topic
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic
+from headrace.testing.waiting import until
 
 
 async def held_epoch(bootstrap: str) -> int:
@@ -33,6 +34,6 @@ async def test_a_restarted_broker_admits_at_a_higher_epoch(broker: BrokerProcess
 
     broker.kill9()
     broker.start()
-    wait_until(lambda: broker.alive, 10, "broker restarted")
+    until(lambda: broker.alive, 10, "broker restarted")
     after_restart = await held_epoch(broker.bootstrap)
     assert after_restart > again, (first, again, after_restart)

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.procs import HEADRACE_CLI, BrokerProcess
 from headrace.operator.surfaces import Surfaces
+from headrace.testing.procs import HEADRACE_CLI, BrokerProcess
 
 DASHBOARDS = Path(__file__).resolve().parents[2] / "charts" / "headrace" / "dashboards"
 #: a metric name in PromQL: ours all start with headrace_

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import wait_until
+from headrace.testing.waiting import until
 from tests.integration.localcluster import LocalCluster, topic_manifest
 
 PARTITIONS = 300
@@ -62,7 +62,7 @@ def window(c: LocalCluster, broker: int) -> dict[str, float]:
     """The counters' growth over ``FETCHES`` replica fetch answers of ``broker``."""
     before = counters(c, broker)
     fetches = "headrace_replica_fetches_total"
-    wait_until(
+    until(
         lambda: counters(c, broker)[fetches] >= before[fetches] + FETCHES,
         120,
         f"{FETCHES} replica fetches answered by broker {broker}",

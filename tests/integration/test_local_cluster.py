@@ -16,8 +16,8 @@ import pytest
 from headrace.client import Consumer, Producer
 from headrace.client.producer import RecordMetadata
 from headrace.errors import HeadraceError
+from headrace.testing.reading import offsets_and_values, read_all
 from tests.integration.localcluster import LocalCluster, topic_manifest, until
-from tests.integration.reading import read_partition
 
 PARTITIONS = 8
 
@@ -35,16 +35,6 @@ def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
 def online(c: LocalCluster, topic: str, partitions: int) -> bool:
     parts = c.partitions(topic)
     return len(parts) == partitions and all(p["state"] == "Online" for p in parts)
-
-
-async def read_all(c: LocalCluster, topic: str, partition: int) -> list[tuple[int, bytes]]:
-    for _ in range(50):
-        with contextlib.suppress(HeadraceError):
-            return [
-                (r.offset, r.value) for r in await read_partition(c.bootstrap, topic, partition)
-            ]
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"partition {partition} unreadable")
 
 
 def test_invalid_manifests_get_field_errors_and_nothing_is_applied(cluster: LocalCluster) -> None:
@@ -176,7 +166,7 @@ async def test_kill9_of_a_leader_under_acks_all_load_loses_nothing(cluster: Loca
     assert len(acked) > before, "no acks=all produce succeeded after the failover"
     stored: dict[tuple[int, int], bytes] = {}
     for p in range(PARTITIONS):
-        records = await read_all(cluster, "default/failover", p)
+        records = offsets_and_values(await read_all(cluster.bootstrap, "default/failover", p))
         assert [o for o, _ in records] == list(range(len(records))), (
             f"partition {p} offsets not contiguous"
         )
@@ -324,7 +314,7 @@ async def test_partition_without_eligible_replica_goes_offline_and_recovers(
     )
     p0 = cluster.partitions("default/fragile")[0]
     assert p0["leader"] == replicas[1]
-    records = await read_all(cluster, "default/fragile", 0)
+    records = offsets_and_values(await read_all(cluster.bootstrap, "default/fragile", 0))
     assert [v for _, v in records] == [b"kept"] * 300, (
         "the returning replica serves what was committed"
     )
@@ -369,7 +359,7 @@ async def test_election_picks_the_least_lagging_live_replica(cluster: LocalClust
         )
     finally:
         cluster.signal_broker(behind, signal.SIGCONT)
-    records = await read_all(cluster, "default/lag", 0)
+    records = offsets_and_values(await read_all(cluster.bootstrap, "default/lag", 0))
     assert len(records) == 700, (
         "nothing acknowledged by the old leader and replicated to `ahead` is lost"
     )
@@ -456,5 +446,5 @@ async def test_a_paused_leader_holds_acks_all_produce_only_until_failover(
         finally:
             cluster.signal_broker(leader, signal.SIGCONT)
     assert cluster.partitions("default/paused")[0]["leader"] != leader
-    records = await read_all(cluster, "default/paused", 0)
+    records = offsets_and_values(await read_all(cluster.bootstrap, "default/paused", 0))
     assert [v for _, v in records] == [b"before"] * 100 + [b"after"], "each record once"

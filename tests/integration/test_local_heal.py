@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import run_headrace
 from headrace.cli.processes import alive
 from headrace.client import Producer
+from headrace.testing.procs import run_headrace
+from headrace.testing.reading import read_partition
 from tests.integration.localcluster import LocalCluster, topic_manifest
-from tests.integration.reading import read_partition
 
 TOPIC = "default/healing"
 QUIET_MS = 2_000

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import run_headrace
+from headrace.testing.procs import run_headrace
 from tests.integration.localcluster import LocalCluster, running_cluster, topic_manifest
 
 TOPIC = "default/spread"

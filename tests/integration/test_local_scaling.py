@@ -13,7 +13,6 @@ order they were sent.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import urllib.request
 from collections.abc import Callable, Iterator
@@ -22,14 +21,14 @@ from typing import Any
 
 import pytest
 
-from bench.procs import run_headrace
 from headrace.client.producer import Producer
-from headrace.errors import HeadraceError
 from headrace.protocol import messages as msg
+from headrace.testing.procs import run_headrace
+from headrace.testing.reading import read_all
+from headrace.testing.waiting import until_async
 from tests.integration.acked_load import Acked, AckedLoad, check_stored_once, keys
 from tests.integration.keyed import KeyedCohort, KeyedLoad
 from tests.integration.localcluster import LocalCluster, topic_manifest
-from tests.integration.reading import read_partition
 
 TOPIC = "default/scaling"
 PARTITIONS = 6
@@ -56,15 +55,10 @@ def headrace(c: LocalCluster, *args: str) -> tuple[int, str]:
     return proc.returncode, proc.stderr.decode()
 
 
-async def read_all(c: LocalCluster, partition: int) -> list[tuple[int, bytes, bytes]]:
-    for _ in range(50):
-        with contextlib.suppress(HeadraceError):
-            return [
-                (r.offset, r.key or b"", r.value)
-                for r in await read_partition(c.bootstrap, TOPIC, partition)
-            ]
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"partition {partition} unreadable")
+async def stored(c: LocalCluster, partition: int) -> list[tuple[int, bytes, bytes]]:
+    return [
+        (r.offset, r.key or b"", r.value) for r in await read_all(c.bootstrap, TOPIC, partition)
+    ]
 
 
 def load_on(c: LocalCluster) -> AckedLoad:
@@ -72,7 +66,7 @@ def load_on(c: LocalCluster) -> AckedLoad:
 
 
 async def check_nothing_lost(c: LocalCluster, acked: list[Acked]) -> None:
-    await check_stored_once(lambda p: read_all(c, p), PARTITIONS, acked)
+    await check_stored_once(lambda p: stored(c, p), PARTITIONS, acked)
 
 
 async def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: LocalCluster) -> None:
@@ -177,17 +171,10 @@ async def test_a_cohort_kept_open_across_a_scale_up_and_down_receives_every_ack(
     load = KeyedLoad(producer, TOPIC, len(KEYS))
     tasks = [asyncio.create_task(load.run())]
     tasks += [asyncio.create_task(cohort.run(m)) for m in cohort.members]
-    loop = asyncio.get_running_loop()
 
-    async def wait_for(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-        deadline = loop.time() + timeout
-        while not predicate():
-            for task in tasks:
-                if task.done():
-                    task.result()  # a member or the load failed: its error, now
-            if loop.time() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            await asyncio.sleep(0.1)
+    async def wait_for(predicate: Callable[[], bool], what: str) -> None:
+        # a member or the load that failed ends the wait with its error, at once
+        await until_async(predicate, 60, what, watching=tasks)
 
     def undelivered(acked: set[tuple[int, int]]) -> dict[int, int]:
         """Partition -> how many acknowledged records the cohort has not been delivered."""

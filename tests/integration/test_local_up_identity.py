@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
+from headrace.testing import procs, waiting
 from tests.integration.localcluster import LocalCluster
 
 
@@ -73,7 +73,7 @@ def test_second_up_on_the_same_addresses_fails_and_cleans_up(
         assert len(stderr.splitlines()) == 1, stderr
         assert "address already in use" in stderr.lower() or "not the process" in stderr, stderr
         assert not (second / "local.json").exists()
-        procs.wait_until(
+        waiting.until(
             lambda: not processes_mentioning(str(second)), 30, "the second cluster's processes gone"
         )
         cluster.wait(lambda: healthy(cluster), 30, "the first cluster healthy")

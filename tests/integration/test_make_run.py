@@ -14,8 +14,9 @@ import subprocess
 import threading
 from pathlib import Path
 
-from bench.procs import REPO, free_port, wait_until
 from headrace.cli.processes import alive
+from headrace.testing.procs import REPO, free_port
+from headrace.testing.waiting import until
 
 READY_LINE = "Ctrl-C here stops the cluster."
 
@@ -51,7 +52,7 @@ def test_one_ctrl_c_stops_make_run_and_its_cluster(tmp_path: Path) -> None:
     reader.start()
     pids: list[int] = []
     try:
-        wait_until(lambda: ready.is_set() or make.poll() is not None, 180, "make run is up")
+        until(lambda: ready.is_set() or make.poll() is not None, 180, "make run is up")
         assert ready.is_set(), "make run ended before it was up:\n" + "".join(seen)
         record = json.loads((local_dir / "local.json").read_text())
         pids = [record["controller_pid"], *(b["pid"] for b in record["brokers"])]
@@ -68,7 +69,7 @@ def test_one_ctrl_c_stops_make_run_and_its_cluster(tmp_path: Path) -> None:
             raise AssertionError("make did not exit after one Ctrl-C:\n" + "".join(seen)) from None
         # The trap's `local down` sends TERM and, after a 20 s grace, KILL (`_stop`); it
         # starts only as make exits, so its own start-up on a loaded machine comes on top.
-        wait_until(lambda: not any(alive(p) for p in pids), 60, "the cluster's processes exit")
+        until(lambda: not any(alive(p) for p in pids), 60, "the cluster's processes exit")
         assert not (local_dir / "local.json").exists(), "local down did not run"
     finally:
         if make.poll() is None:

@@ -22,10 +22,9 @@ NFQUEUE) are not available.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,9 +37,10 @@ from headrace.errors import HeadraceError
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 from headrace.records import batch as rb
+from headrace.testing.reading import read_partition
+from headrace.testing.waiting import until_async
 from tests.integration.localcluster import topic_manifest
 from tests.integration.raw import RawConnection, error_of
-from tests.integration.reading import read_partition
 
 pytestmark = [
     pytest.mark.skipif(netns.unavailable() is not None, reason=f"netns: {netns.unavailable()}"),
@@ -138,16 +138,12 @@ class Load:
             await asyncio.sleep(0.05)
 
 
-async def _wait(predicate: Any, timeout: float, what: str) -> None:
-    """``wait_until`` without blocking the loop the load runs on."""
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(OSError, ValueError, KeyError):
-            if await asyncio.to_thread(predicate):
-                return
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} not reached within {timeout}s")
-        await asyncio.sleep(0.1)
+async def _wait(predicate: Callable[[], object], timeout: float, what: str) -> None:
+    """Wait without blocking the loop the load runs on; a broker or controller that does
+    not answer yet (or answers without the partition) counts as not yet."""
+    await until_async(
+        predicate, timeout, what, retry_on=(OSError, ValueError, KeyError), in_thread=True
+    )
 
 
 def _converged(c: netns.NetnsCluster) -> bool:

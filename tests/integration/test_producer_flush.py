@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 
-from bench.procs import BrokerProcess
 from headrace.client import Producer
 from headrace.client.connection import ClientConnection
-from tests.integration.reading import create_topic, read_partition
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
 
 
 async def test_flush_waits_for_a_batch_whose_connection_is_still_opening(

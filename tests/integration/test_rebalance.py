@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.reading import cohort_partitions, create_topic
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import cohort_partitions, create_topic
 
 
 async def until(

@@ -23,10 +23,11 @@ from headrace.client.producer import Producer
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
+from headrace.testing.reading import read_partition
+from headrace.testing.waiting import until_async
 from tests.integration.keyed import Delivery, KeyedCohort, KeyedLoad, check_keyed_order
 from tests.integration.localcluster import LocalCluster, topic_manifest
 from tests.integration.raw import RawConnection
-from tests.integration.reading import read_partition
 
 TOPIC = "keyed"
 KEYS = 1_000
@@ -80,36 +81,28 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
     load = KeyedLoad(producer, f"default/{TOPIC}", KEYS)
     tasks = [asyncio.create_task(load.run())]
     tasks += [asyncio.create_task(cohort.run(m)) for m in cohort.members]
-    loop = asyncio.get_running_loop()
-
-    async def wait_for(predicate: Any, what: str, timeout: float = 60.0) -> None:
-        deadline = loop.time() + timeout
-        while not await asyncio.to_thread(predicate):
-            if loop.time() > deadline:
-                raise AssertionError(f"timed out waiting for {what}")
-            for task in tasks:
-                if task.done():
-                    task.result()
-            await asyncio.sleep(0.1)
 
     try:
-        await wait_for(lambda: load.rounds >= 2, "the first rounds")
+        await wait_async(lambda: load.rounds >= 2, "the first rounds", tasks)
         for name, partitions in (("grow-8", 8), ("grow-12", 12), ("shrink-6", 6)):
             # The cohort lags across the cutover: old keys' backlog sits in the old
             # partitions while their new records pile up in the new ones.
             cohort.running.clear()
-            await wait_for(lambda s=load.rounds: load.rounds >= s + 1, f"a backlog before {name}")
+            await wait_async(
+                lambda s=load.rounds: load.rounds >= s + 1, f"a backlog before {name}", tasks
+            )
             applied = cluster.apply(repartition_manifest(name, TOPIC, partitions))
             assert applied.returncode == 0, applied.stderr.decode()
-            await wait_for(
+            await wait_async(
                 lambda n=name: (
                     repartition_status(cluster, n).get("phase")
                     in ("Draining", "AwaitingAdoption", "Finalized")
                 ),
                 f"{name} cut over",
+                tasks,
             )
             start = load.rounds
-            await wait_for(lambda s=start: load.rounds >= s + 2, f"a backlog after {name}")
+            await wait_async(lambda s=start: load.rounds >= s + 2, f"a backlog after {name}", tasks)
             # The paused cohort holds the drain: the transition is in flight, and shown.
             shown = await asyncio.to_thread(
                 cluster.cli, "local", "status", "--dir", str(cluster.dir)
@@ -124,9 +117,10 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
             )
             assert f"-> {partitions} partitions" in line and "Draining" in line, line
             cohort.running.set()
-            await wait_for(
+            await wait_async(
                 lambda n=name: repartition_status(cluster, n).get("phase") == "Finalized",
                 f"{name} finalized",
+                tasks,
             )
             status = repartition_status(cluster, name)
             assert status["toPartitions"] == partitions
@@ -140,7 +134,7 @@ async def test_keyed_load_stays_in_order_through_grow_grow_and_shrink(
         await tasks[0]
         assert not load.failures, load.failures[:3]
         total = sum(v + 1 for v in load.acked.values())
-        await wait_for(lambda: len(cohort.log) >= total, "every acked record delivered")
+        await wait_async(lambda: len(cohort.log) >= total, "every acked record delivered", tasks)
     finally:
         load.stop.set()
         cohort.stop.set()
@@ -216,16 +210,7 @@ async def wait_async(
 ) -> bool:
     """Wait for ``predicate`` (run in a thread: it may ask the controller) up to
     ``timeout``; raises what a task raised, and AssertionError on the deadline."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await asyncio.to_thread(predicate):
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        for task in tasks:
-            if task.done():
-                task.result()
-        await asyncio.sleep(0.1)
-    return True
+    return await until_async(predicate, timeout, what, in_thread=True, watching=tasks)
 
 
 async def read_with_a_fresh_cohort(

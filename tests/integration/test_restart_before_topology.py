@@ -24,8 +24,8 @@ import pytest
 
 from headrace.client import Producer
 from headrace.errors import HeadraceError
+from headrace.testing.reading import read_partition
 from tests.integration.localcluster import LocalCluster, topic_manifest
-from tests.integration.reading import read_partition
 
 TOPIC = "default/restarted"
 

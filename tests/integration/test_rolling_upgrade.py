@@ -28,11 +28,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
 from headrace.cli.processes import alive
+from headrace.testing import procs
+from headrace.testing.reading import read_partition
 from tests.integration.acked_load import AckedLoad, Stored, keys
 from tests.integration.localcluster import LocalCluster, all_in_sync, topic_manifest, until
-from tests.integration.reading import read_partition
 from tests.integration.upgrading import PREVIOUS_RELEASE, Cohort, check_upgrade
 
 TOPIC = "default/upgrade"

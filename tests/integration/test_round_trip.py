@@ -7,9 +7,9 @@ import struct
 import time
 from collections import defaultdict
 
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.reading import create_topic
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic
 
 PARTITIONS = 8
 TOTAL = 1_000_000

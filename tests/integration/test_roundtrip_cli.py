@@ -4,7 +4,7 @@ beginning."""
 
 from __future__ import annotations
 
-from bench.procs import BrokerProcess, run_headrace
+from headrace.testing.procs import BrokerProcess, run_headrace
 
 
 def test_roundtrip_reads_back_its_own_records_on_a_topic_with_data(

@@ -11,9 +11,9 @@ from __future__ import annotations
 import asyncio
 import time
 
-from bench.procs import BrokerProcess
 from headrace.client import Producer
-from tests.integration.reading import create_topic, read_partition
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
 
 #: near now: one batch's timestamps must span less than 2**32 ms
 FIXED_MS = int(time.time() * 1000) - 60_000

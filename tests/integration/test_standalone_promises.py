@@ -21,14 +21,14 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 from headrace.records import batch as rb
+from headrace.testing import waiting
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
 from tests.integration.raw import RawConnection
-from tests.integration.reading import create_topic, read_partition
 
 #: how long a test waits for an answer that must come; far below the periodic round below
 ANSWER_DEADLINE_S = 30.0
@@ -109,7 +109,7 @@ def bound_port(broker: BrokerProcess) -> int:
             bound.append(int(found.group(1)))
         return bool(found)
 
-    procs.wait_until(ready_line_logged, ANSWER_DEADLINE_S, "the broker's ready line")
+    waiting.until(ready_line_logged, ANSWER_DEADLINE_S, "the broker's ready line")
     assert bound[0] != 0
     with socket.create_connection(("127.0.0.1", bound[0]), timeout=5):
         pass  # the data port really is there

@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ConnectOptions
 from headrace.errors import AuthenticationFailed, HeadraceError, UnknownTopic
-from tests.integration.reading import create_topic, read_partition
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic, read_partition
 
 
 def http(

@@ -15,25 +15,25 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
 from headrace.client.cluster import ClusterClient
 from headrace.jobs.snapshot import check_objects, read_cursors, restore_snapshot, take_snapshot
 from headrace.jobs.topics import TopicRef, read_manifest
-from headrace.objectstore.minio_server import MinioServer
 from headrace.objectstore.minio_store import MinioStore
 from headrace.protocol import messages as msg
 from headrace.protocol.coordination import ClusterTopology, PartitionPlacement, TopicPlacement
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
+from headrace.testing.minio import MinioServer
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic
 from headrace.tiered import layout
 from headrace.tiered.manifest import SealedState
 from headrace.tiered.snapshots import Snapshot, SnapshotNotReady
 from headrace.tiered.tier import PartitionTier
 from tests.integration.localcluster import until
 from tests.integration.objectstore import servers
-from tests.integration.reading import create_topic
 
 BUCKET = "snapshots"
 TOPIC = "default/orders"

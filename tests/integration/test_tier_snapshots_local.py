@@ -19,6 +19,7 @@ import pytest
 from headrace.client import Consumer, Producer
 from headrace.jobs.snapshot import read_cursors
 from headrace.jobs.topics import TopicRef
+from headrace.testing.reading import read_partition
 from headrace.tiered import pins
 from tests.integration.localcluster import (
     LocalCluster,
@@ -27,7 +28,6 @@ from tests.integration.localcluster import (
     topic_manifest,
     until,
 )
-from tests.integration.reading import read_partition
 from tests.integration.test_unload import online
 
 NAME = "orders"

@@ -18,13 +18,14 @@ from pathlib import Path
 import pytest
 
 from headrace.cli.processes import alive
+from headrace.testing.reading import offsets_and_values, read_all
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
 from tests.integration.localcluster import LocalCluster, store_of, topic_manifest, until
 from tests.integration.objectstore import servers
 from tests.integration.test_rolling_upgrade import previous  # noqa: F401  (a fixture)
-from tests.integration.test_tiered_recreate import produce, read_all
+from tests.integration.test_tiered_recreate import produce
 from tests.integration.test_unload import online, unload_manifest, wait_unload
 
 NAME = "again"  # the topic ``test_tiered_recreate``'s helpers produce to and read
@@ -88,4 +89,5 @@ async def test_a_topic_from_before_creation_ids_is_read_and_written_in_the_legac
     await asyncio.to_thread(wait_unload, cluster, "away")
     assert cluster.partitions(TOPIC)[0]["leader"] == 1 - owner
     # the new owner holds nothing below the move: offsets 0-24 come from the objects
-    assert await read_all(cluster) == list(enumerate(old + new))
+    read = await read_all(cluster.bootstrap, TOPIC, 0, attempts=100)
+    assert offsets_and_values(read) == list(enumerate(old + new))

@@ -8,15 +8,13 @@ Nor may it meet the old topic's copy on a broker that was down during the delete
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from headrace.client import Producer
-from headrace.errors import HeadraceError
+from headrace.testing.reading import offsets_and_values, read_all
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
@@ -27,7 +25,6 @@ from tests.integration.localcluster import (
     store_of,
     topic_manifest,
 )
-from tests.integration.reading import read_partition
 from tests.integration.test_unload import online
 
 NAME = "again"
@@ -53,14 +50,6 @@ async def produce(c: LocalCluster, values: list[bytes]) -> list[int]:
         return [(await r).offset for r in receipts]
 
 
-async def read_all(c: LocalCluster) -> list[tuple[int, bytes]]:
-    for _ in range(100):
-        with contextlib.suppress(HeadraceError):
-            return [(r.offset, r.value) for r in await read_partition(c.bootstrap, TOPIC, 0)]
-        await asyncio.sleep(0.2)
-    raise AssertionError("partition 0 unreadable")
-
-
 async def test_a_re_created_topic_never_meets_the_deleted_ones_objects(
     cluster: LocalCluster,
 ) -> None:
@@ -83,7 +72,9 @@ async def test_a_re_created_topic_never_meets_the_deleted_ones_objects(
 
     new = [b"new-%d" % i for i in range(5)]
     assert await produce(cluster, new) == list(range(5)), "the new topic starts at offset 0"
-    assert await read_all(cluster) == list(enumerate(new))
+    assert offsets_and_values(await read_all(cluster.bootstrap, TOPIC, 0, attempts=100)) == list(
+        enumerate(new)
+    )
     cluster.wait(
         lambda: any(m.checkpoint == 4 and m.start_offset == 0 for m in stored_manifests(cluster)),
         60,
@@ -118,7 +109,9 @@ async def test_a_replica_that_missed_the_delete_drops_its_copy_of_the_old_topic(
     cluster.wait(
         lambda: cluster.partitions(TOPIC)[0]["leader"] == 1 - leader, 60, "the other one leads"
     )
-    assert await read_all(cluster) == list(enumerate(new))
+    assert offsets_and_values(await read_all(cluster.bootstrap, TOPIC, 0, attempts=100)) == list(
+        enumerate(new)
+    )
     prefix = partition_prefix("local", TOPIC, 0, cluster.creation_id(TOPIC))
     tier = PartitionTier(store_of(cluster), prefix)
     cluster.wait(

@@ -18,23 +18,23 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess, run_headrace
 from headrace.client import Consumer, Producer
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection
 from headrace.errors import CorruptSegmentObject, OffsetOutOfRange
-from headrace.objectstore.minio_server import MinioServer
 from headrace.objectstore.minio_store import MinioStore
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
+from headrace.testing import procs, waiting
+from headrace.testing.minio import MinioServer
+from headrace.testing.procs import BrokerProcess, run_headrace
+from headrace.testing.reading import create_topic, read_partition
 from headrace.tiered import layout
 from headrace.tiered.layout import partition_prefix
 from headrace.tiered.manifest import Manifest
 from headrace.tiered.tier import PartitionTier
 from tests.integration.objectstore import servers
-from tests.integration.reading import create_topic, read_partition
 from tests.integration.tiered.batches import run
 
 BUCKET = "tiering"
@@ -96,7 +96,7 @@ def describe(b: BrokerProcess) -> dict[str, int]:
 
 
 def wait_for(predicate: Callable[[], object], timeout: float, what: str) -> None:
-    procs.wait_until(predicate, timeout, what, poll_s=0.1)
+    waiting.until(predicate, timeout, what, poll_s=0.1)
 
 
 async def produce(b: BrokerProcess, first: int, count: int) -> None:

@@ -15,16 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
 from bench.chaos.minio_policy import TierUser
 from bench.chaos.tiercheck import check_partition
-from bench.procs import BrokerProcess
 from headrace.client import Producer
-from headrace.objectstore.minio_server import MinioServer
 from headrace.objectstore.minio_store import MinioStore
+from headrace.testing import waiting
+from headrace.testing.minio import MinioServer
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import create_topic
 from headrace.tiered import layout
 from tests.integration.objectstore import servers
-from tests.integration.reading import create_topic
 
 BUCKET = "tiering"
 TOPIC = "default/tiered"
@@ -115,7 +115,7 @@ async def test_refused_deletes_keep_retentions_leftovers_and_are_retried_once_al
             and metric(broker, "headrace_tier_delete_errors_total") > 0
         )
 
-    procs.wait_until(trimmed_and_refused, 30, "a trim whose deletes were refused", poll_s=0.1)
+    waiting.until(trimmed_and_refused, 30, "a trim whose deletes were refused", poll_s=0.1)
     found = check_partition(direct, prefix)
     assert found.ok, found.to_doc()
     assert found.manifest is not None
@@ -125,7 +125,7 @@ async def test_refused_deletes_keep_retentions_leftovers_and_are_retried_once_al
     assert metric(broker, "headrace_tier_retention_deleted_objects_total") == 0
 
     user.refuse_deletes(False)
-    procs.wait_until(
+    waiting.until(
         lambda: not leftovers & stored_segments(direct, prefix),
         30,
         "retention's leftovers deleted once the policy allows it",

@@ -15,7 +15,6 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import Encoding
 
-from bench.procs import BrokerProcess
 from e2e.testbed import pki
 from headrace import tlsnames
 from headrace.client.connection import ClientConnection, ConnectOptions
@@ -26,6 +25,7 @@ from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.security.acl import hash_token
+from headrace.testing.procs import BrokerProcess
 from tests.integration.cluster import Cluster
 
 #: the name a Kubernetes cluster's certificate carries (its client Service), never an IP

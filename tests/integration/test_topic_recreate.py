@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
-from bench.procs import BrokerProcess
 from headrace.client import Consumer, Producer
-from tests.integration.reading import read_partition
+from headrace.testing import procs
+from headrace.testing.procs import BrokerProcess
+from headrace.testing.reading import read_partition
+from headrace.testing.waiting import until_async
 
 TOPIC = "default/again"
 #: the name the admin API takes (in the default namespace)
@@ -58,12 +59,12 @@ async def until_delivered(consumer: Consumer, wanted: list[bytes], what: str) ->
 
 async def until_forgotten(client: Producer | Consumer) -> None:
     """Until the client's topology no longer has the topic (the delete reached it)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 20
-    while TOPIC in (client.cluster.routing.topics or {}):
-        if loop.time() > deadline:
-            raise AssertionError("the client never saw the topic deleted")
-        await asyncio.sleep(0.05)
+    await until_async(
+        lambda: TOPIC not in (client.cluster.routing.topics or {}),
+        20,
+        "the client sees the topic deleted",
+        poll_s=0.05,
+    )
 
 
 async def test_a_producer_kept_open_stores_its_records_in_the_re_created_topic(

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import BrokerProcess
 from headrace.client import Producer
+from headrace.testing.procs import BrokerProcess
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import pytest
 from headrace.client import Consumer, Producer
 from headrace.client.producer import RecordMetadata
 from headrace.errors import HeadraceError
+from headrace.testing.reading import offsets_and_values, read_all
 from tests.integration.localcluster import (
     LocalCluster,
     manifest_of,
@@ -30,7 +31,6 @@ from tests.integration.localcluster import (
     topic_manifest,
     until,
 )
-from tests.integration.reading import read_partition
 
 
 def tiered_topic(name: str, partitions: int, replicas: int, upload_s: int = 1) -> str:
@@ -76,16 +76,6 @@ def wait_unload(c: LocalCluster, name: str, timeout: float = 60) -> dict[str, An
 def online(c: LocalCluster, topic: str, partitions: int) -> bool:
     parts = c.partitions(topic)
     return len(parts) == partitions and all(p["state"] == "Online" for p in parts)
-
-
-async def read_all(c: LocalCluster, topic: str, partition: int) -> list[tuple[int, bytes]]:
-    for _ in range(100):
-        with contextlib.suppress(HeadraceError):
-            return [
-                (r.offset, r.value) for r in await read_partition(c.bootstrap, topic, partition)
-            ]
-        await asyncio.sleep(0.2)
-    raise AssertionError(f"partition {partition} unreadable")
 
 
 # ----------------------------------------------------------------------------- the seed
@@ -146,7 +136,9 @@ async def test_danube_seed_scenario_offsets_continue_across_a_move(cluster: Loca
     assert stored.gaps() == ()
     assert stored.covering(21) is not None and stored.covering(21).last == 21  # type: ignore[union-attr]
     assert stored.covering(22) is not None and stored.covering(22).base == 22  # type: ignore[union-attr]
-    assert await read_all(cluster, topic, 0) == [(i, f"msg-{i}".encode()) for i in range(28)]
+    assert offsets_and_values(await read_all(cluster.bootstrap, topic, 0, attempts=100)) == [
+        (i, f"msg-{i}".encode()) for i in range(28)
+    ]
 
 
 # ----------------------------------------------------------------------------- under load
@@ -232,7 +224,7 @@ async def test_successive_unloads_under_keyed_load_deliver_every_acked_record_on
     assert len(acked) > 1000, "the load barely ran"
     stored: dict[tuple[int, int], bytes] = {}
     for p in range(partitions):
-        records = await read_all(cluster, topic, p)
+        records = offsets_and_values(await read_all(cluster.bootstrap, topic, p, attempts=100))
         assert [o for o, _ in records] == list(range(len(records))), (
             f"partition {p}: offsets not contiguous across the moves"
         )
@@ -300,7 +292,7 @@ async def test_kill9_of_the_owner_mid_seal_completes_by_the_recovery_path(
     status = wait_unload(cluster, "interrupted", timeout=90)
     move = status["moves"][0]
     assert move["fromBroker"] == owner and move["toBroker"] != owner
-    records = await read_all(cluster, topic, 0)
+    records = offsets_and_values(await read_all(cluster.bootstrap, topic, 0, attempts=100))
     assert [o for o, _ in records] == list(range(len(records))), "offsets not contiguous"
     values = [v for _, v in records]
     if replicas == 3:

@@ -83,3 +83,19 @@ def test_the_architecture_doc_lists_the_layers_of_the_contract() -> None:
     expected = " > ".join(" | ".join(f"`{name}`" for name in layer) for layer in _layers())
     prose = " ".join(ARCHITECTURE.read_text().split())
     assert expected in prose, f"docs/architecture.md should list the layers as: {expected}"
+
+
+def test_no_product_package_may_import_the_test_harness() -> None:
+    harness = _contract("The product never imports the test harness")
+    sources = {str(m).removeprefix("headrace.") for m in harness["source_modules"]}  # type: ignore[attr-defined]
+    assert sources == _top_level_packages()
+    assert harness["forbidden_modules"] == ["headrace.testing"]
+
+
+def test_the_test_harness_is_on_a_checkouts_path_but_not_in_the_wheel() -> None:
+    settings = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    build = settings["tool"]["hatch"]["build"]
+    assert (ROOT / "testing" / "headrace" / "testing" / "__init__.py").exists()
+    assert "testing" in build["dev-mode-dirs"]
+    assert "testing" in settings["tool"]["pytest"]["ini_options"]["pythonpath"]
+    assert not [p for p in build["targets"]["wheel"]["packages"] if p.startswith("testing")]

@@ -2,7 +2,7 @@
 
 When the data port asks for credentials (``--acl-file`` or ``--auth-token``),
 every change here does too, as ``Authorization: Bearer <token>``
-(``headrace.broker.admin_access``): creating and deleting a topic takes the
+(``headrace.security.admin_access``): creating and deleting a topic takes the
 ``admin`` grant on it, the controller's topology push the ``cluster`` grant
 (the replication token's). Reads are open unless ``--admin-read-access
 authenticated``; ``/healthz`` and ``/readyz`` always are (docs/security.md §6).
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from headrace.broker import admin_access
 from headrace.errors import (
     AccessDenied,
     AuthenticationFailed,
@@ -28,6 +27,7 @@ from headrace.errors import (
     UnsupportedDocument,
 )
 from headrace.protocol.coordination import TopologyReply
+from headrace.security import admin_access
 from headrace.security.acl import Operation
 
 if TYPE_CHECKING:

@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING, Any
 from headrace import files, tlsnames
 from headrace.aio import cancel_and_wait
 from headrace.broker import certificates, cohort_admin
-from headrace.broker.access import Access
 from headrace.broker.cohorting import CohortRuntime
-from headrace.broker.config import BrokerSettings, TlsSettings
+from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.placing import Placer, hosted
 from headrace.broker.ports import (
@@ -65,6 +64,8 @@ from headrace.protocol.coordination import (
 )
 from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress
 from headrace.replication import assigning
+from headrace.security.access import Access
+from headrace.security.settings import TlsSettings
 from headrace.storage.log import PartitionLog
 
 if TYPE_CHECKING:
@@ -91,7 +92,9 @@ class Broker:
         )
         self.metrics = BrokerMetrics(self.registry.all_partitions)
         #: principals, grants and member identities (reads the credential files now)
-        self.access = Access(settings, self.metrics.acl_denials, reloads=self.metrics.acl_reloads)
+        self.access = Access(
+            settings.access_settings(), self.metrics.acl_denials, reloads=self.metrics.acl_reloads
+        )
         #: the listeners' TLS contexts, kept so that renewed certificates reload into them
         self.server_ssl = self._serving(settings.tls, "tls")
         self.admin_ssl = self._serving(settings.admin_tls, "admin_tls")
@@ -594,6 +597,7 @@ class Broker:
         # Open first: a copy's incarnation is on its disk, and the plan depends on it.
         self.placer.execute(assigning.hosting(topology, me), prepared)
         self.placer.execute(assigning.plan(self.placer.hosted(), topology, me))
+        self.placer.execute([assigning.removals(topology, me)])
         self._placement_changed()
         return True
 
@@ -761,6 +765,8 @@ class Broker:
             topology_format=TOPOLOGY_FORMAT,
             refused_topology_format=self.refused_topology_format,
             rack=self.settings.rack,
+            object_store=self.tiering.enabled,
+            removed_incarnations=tuple(sorted(self.tiering.removed)),
         )
 
     def drain_report(self) -> dict[str, Any]:

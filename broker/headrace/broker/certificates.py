@@ -4,7 +4,7 @@ A listener's ``ssl.SSLContext`` is made once and kept: asyncio (and aiohttp) wra
 new connection with it, so calling ``load_cert_chain`` on it again puts a renewed
 certificate in force for every connection accepted from then on, while open
 connections keep the session they negotiated. The certificate and its key are two
-credential files of the reload machinery (``headrace.broker.reloading``): re-read on
+credential files of the reload machinery (``headrace.security.reloading``): re-read on
 SIGHUP and when either changes (a stat per file), as cert-manager's renewals reach a
 pod through the kubelet's atomic swap of a Secret volume. A pair that does not load
 (a key that does not match, a half-written file) is refused and the certificate in
@@ -20,9 +20,9 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from headrace.broker.config import TlsSettings
-from headrace.broker.reloading import CredentialFiles
 from headrace.errors import InvalidRequest
+from headrace.security.reloading import CredentialFiles
+from headrace.security.settings import TlsSettings
 
 
 def _load_pair(

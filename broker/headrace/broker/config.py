@@ -3,38 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path
 
 from headrace.kafka.offsets_log import DEFAULT_OFFSETS_TOPIC
+from headrace.security.settings import AccessSettings, AdminReadAccess, TlsSettings
 from headrace.storage.bookkeeping import LogConfig
-
-
-class AdminReadAccess(StrEnum):
-    """Who may use the read-only admin HTTP routes (never ``/healthz``, ``/readyz``)."""
-
-    #: whoever reaches the port: the default, as the port is loopback unless told otherwise
-    OPEN = "open"
-    #: a bearer token (or certificate) that authenticates on the data port
-    AUTHENTICATED = "authenticated"
-
-
-@dataclass(frozen=True, slots=True)
-class TlsSettings:
-    #: the serving certificate and its key; both re-read on change (``certificates``)
-    cert_file: Path
-    key_file: Path
-    #: when set, clients must present a certificate signed by this CA (mutual TLS)
-    client_ca_file: Path | None = None
-    #: with a client CA: False checks a certificate only when the client presents one
-    #: (others authenticate by token)
-    client_auth_required: bool = True
-    #: the CA this broker verifies the other brokers' certificates with when it fetches
-    #: from them (None: the client CA, else its own certificate)
-    ca_file: Path | None = None
-    #: the name the other brokers' certificates must carry (None: the host dialled);
-    #: on Kubernetes the cluster's Service name, as pods are dialled by IP
-    server_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,3 +97,18 @@ class BrokerSettings:
     #: a sealing partition waits this long for cohort members to ack in-flight records
     #: before it snapshots the cursors (acks after it may be redelivered by the new owner)
     seal_ack_wait_ms: int = 1000
+
+    def access_settings(self) -> AccessSettings:
+        """What this broker's access control reads (``headrace.security.access``); the
+        cluster key is made in the data directory unless ``cluster_key_file`` is given."""
+        return AccessSettings(
+            cluster_id=self.cluster_id,
+            auth_tokens=self.auth_tokens,
+            auth_token_file=self.auth_token_file,
+            acl_file=self.acl_file,
+            cluster_key_file=self.cluster_key_file,
+            cluster_key_dir=self.data_dir,
+            replication_token=self.replication_token,
+            replication_token_file=self.replication_token_file,
+            cluster_mode=self.cluster_mode,
+        )

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 from headrace import clock, files
 from headrace.aio import cancel_and_wait
 from headrace.broker import appending
-from headrace.broker.topics import Role, canonical_topic_name
+from headrace.broker.topics import Role
 from headrace.errors import (
     HeadraceError,
     NotEnoughReplicas,
@@ -54,6 +54,7 @@ from headrace.kafka.groups import (
 )
 from headrace.protocol.endpoints import KafkaAddress
 from headrace.records import batch as rb
+from headrace.records.topic_names import canonical_topic_name
 from headrace.storage.bookkeeping import FsyncPolicy
 
 if TYPE_CHECKING:

@@ -29,13 +29,7 @@ from headrace import transports
 from headrace.broker import appending, certificates
 from headrace.broker.cohort_admin import offset_for_timestamp, offset_of_max_timestamp
 from headrace.broker.ports import RedirectRequired
-from headrace.broker.topics import (
-    DEFAULT_NAMESPACE,
-    MAX_PARTITIONS,
-    Role,
-    canonical_topic_name,
-    topic_log_config,
-)
+from headrace.broker.topics import MAX_PARTITIONS, Role, topic_log_config
 from headrace.errors import (
     AuthenticationFailed,
     CorruptBatch,
@@ -55,6 +49,7 @@ from headrace.kafka.errors import ErrorCode, code_of, commit_code_of
 from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
 from headrace.protocol.endpoints import KafkaAddress
 from headrace.records import batch as rb
+from headrace.records.topic_names import DEFAULT_NAMESPACE, canonical_topic_name
 from headrace.security.acl import Operation
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 

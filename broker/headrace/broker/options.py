@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from headrace.broker.config import AdminReadAccess, BrokerSettings, TlsSettings
+from headrace.broker.config import BrokerSettings
 from headrace.kafka.offsets_log import DEFAULT_OFFSETS_TOPIC
+from headrace.security.settings import AdminReadAccess, TlsSettings
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
 

@@ -15,8 +15,9 @@ from headrace import clock, files
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.tiering import Tiering
-from headrace.broker.topics import Partition, Role, TopicRegistry, canonical_topic_name
+from headrace.broker.topics import Partition, Role, TopicRegistry
 from headrace.errors import NotLeader
+from headrace.records.topic_names import canonical_topic_name
 from headrace.replication import assigning as plan
 from headrace.replication.leader import LeaderReplicaSet
 from headrace.storage.log import PartitionLog
@@ -134,6 +135,8 @@ class Placer:
                         self.registry.retain_topic(name)
                     else:
                         self.registry.forget_topic(name)
+                case plan.RemoveIncarnations(incarnations):
+                    self.tiering.remove_incarnations(incarnations)
                 case _ if (action.topic, action.index) in deferred:
                     continue
                 case plan.Reopen(topic, index, moves, start_offset, epoch):

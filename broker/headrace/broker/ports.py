@@ -26,7 +26,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from headrace.broker.access import Access, ConnectionAccess
 from headrace.broker.certificates import DistinguishedName
 from headrace.broker.config import BrokerSettings
 from headrace.broker.fetch_sessions import FetchSession
@@ -39,6 +38,7 @@ from headrace.protocol import replication as rp
 from headrace.protocol.coordination import ClusterTopology, Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Frame, Op
+from headrace.security.access import Access, ConnectionAccess
 
 # --------------------------------------------------------------------------- lifecycle events
 

@@ -9,7 +9,8 @@ each partition's tier state (``tier_state``).
 
 ``Tiering`` builds the three with what each needs and owns what spans them: the
 partitions' tier state (attach, detach, forget a deleted topic's objects), the
-background work's start and stop, and the heartbeat's and the topic description's
+removal of deleted incarnations the controller asks of this broker
+(``remove_incarnations``), the background work's start and stop, and the heartbeat's and the topic description's
 tier fields. Callers reach a part's own calls through it (``tiering.moves.seal``,
 ``tiering.uploader.apply_retention``); it answers reads itself, by handing them to
 ``tier_reads``, because the broker gives it to connections as their ``TieredReads``.
@@ -18,8 +19,10 @@ tier fields. Callers reach a part's own calls through it (``tiering.moves.seal``
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Final
 
 from headrace.aio import cancel_and_wait
 from headrace.broker.ports import Publish, TieringHost
@@ -34,14 +37,20 @@ from headrace.broker.tier_state import (
 )
 from headrace.broker.tier_upload import Uploader
 from headrace.broker.topics import Partition
+from headrace.errors import HeadraceError
 from headrace.objectstore.interface import ObjectStore
 from headrace.protocol.coordination import SealReport
-from headrace.tiered import pins
+from headrace.tiered import layout, pins
 
 log = logging.getLogger(__name__)
 
 #: failed upload rounds in a row before the heartbeat reports them (``uploadError``)
 UPLOAD_ERROR_ROUNDS = 2
+#: a failed removal of a deleted incarnation is tried again after this long, doubled on
+#: each failure up to ``REMOVAL_RETRY_MAX_S`` (a store that refuses deletes for a while
+#: is asked about once a minute), seconds
+REMOVAL_RETRY_S: Final = 1.0
+REMOVAL_RETRY_MAX_S: Final = 60.0
 
 
 class Tiering:
@@ -68,6 +77,11 @@ class Tiering:
         )
         #: deletions of deleted topics' objects in progress
         self._forgetting: set[asyncio.Task[None]] = set()
+        #: removals the controller asked of this broker, in progress, by creation id
+        self._removing: dict[str, asyncio.Task[None]] = {}
+        #: the creation ids of the incarnations asked of this broker that it has removed
+        #: (the heartbeat's ``removedIncarnations``); forgotten once no longer asked
+        self.removed: set[str] = set()
 
     @property
     def enabled(self) -> bool:
@@ -102,6 +116,49 @@ class Tiering:
         task.add_done_callback(self._forgetting.discard)
         task.add_done_callback(log_death)
 
+    def remove_incarnations(self, wanted: Iterable[tuple[str, str]]) -> None:
+        """Remove the objects of these deleted incarnations, (topic, creation id), in the
+        background, trying again until done (``tiered.pins.remove_incarnation``), and stop
+        removing any other: the controller asks until the heartbeat reports one done."""
+        asked = {creation_id: topic for topic, creation_id in wanted}
+        for creation_id in [c for c in self._removing if c not in asked]:
+            self._removing.pop(creation_id).cancel()
+        self.removed &= set(asked)
+        if self.store is None:
+            return
+        loop = asyncio.get_running_loop()
+        for creation_id, topic in asked.items():
+            if creation_id in self.removed or creation_id in self._removing:
+                continue
+            task = loop.create_task(self._remove(self.store, topic, creation_id))
+            self._removing[creation_id] = task
+            task.add_done_callback(log_death)
+            task.add_done_callback(functools.partial(self._removed, creation_id))
+
+    def _removed(self, creation_id: str, task: asyncio.Task[None]) -> None:
+        if self._removing.get(creation_id) is task:
+            del self._removing[creation_id]
+            if not task.cancelled() and task.exception() is None:
+                self.removed.add(creation_id)
+
+    async def _remove(self, store: ObjectStore, topic: str, creation_id: str) -> None:
+        prefix = layout.topic_prefix(self.broker.cluster_id, topic, creation_id)
+        delay = REMOVAL_RETRY_S
+        while True:
+            try:
+                kept = await asyncio.to_thread(pins.remove_incarnation, store, prefix)
+            except HeadraceError as exc:
+                log.warning("%s: removing the deleted topic's objects failed: %s", prefix, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, REMOVAL_RETRY_MAX_S)
+                continue
+            log.info(
+                "%s: removed the deleted topic's objects%s",
+                prefix,
+                f" (kept {len(kept)} that snapshots list)" if kept else "",
+            )
+            return
+
     def detach(self, partition: Partition) -> None:
         state = state_of(partition)
         if state is None:
@@ -121,7 +178,7 @@ class Tiering:
 
     async def close(self) -> None:
         await self.uploader.stop()
-        await cancel_and_wait(*self._forgetting)
+        await cancel_and_wait(*self._forgetting, *self._removing.values())
         for p in self.broker.registry.all_partitions():
             state = state_of(p)
             if state is not None:

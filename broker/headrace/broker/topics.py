@@ -15,7 +15,6 @@ import enum
 import json
 import logging
 import os
-import re
 import shutil
 import time
 import uuid
@@ -32,6 +31,7 @@ from headrace.errors import (
     UnknownPartition,
     UnknownTopic,
 )
+from headrace.records.topic_names import canonical_topic_name
 from headrace.replication.leader import LeaderReplicaSet
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 from headrace.storage.log import PartitionLog
@@ -41,8 +41,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-NAME_PART: Final = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
-DEFAULT_NAMESPACE: Final = "default"
 MAX_PARTITIONS: Final = 4096
 TOPIC_FILE: Final = "topic.json"
 #: where a topic deleted with ``deletionPolicy: Retain`` is moved, beside ``topics/``
@@ -88,19 +86,6 @@ class TierConfig:
             config.get("local_retention_ms"),
             config.get("local_retention_bytes"),
         )
-
-
-def canonical_topic_name(name: str) -> str:
-    """``name`` or ``namespace/name`` -> ``namespace/name``, validated."""
-    parts = name.split("/")
-    if len(parts) == 1:
-        parts = [DEFAULT_NAMESPACE, parts[0]]
-    if len(parts) != 2 or not all(NAME_PART.match(p) for p in parts):
-        raise InvalidTopicSpec(
-            f"invalid topic name {name!r}: use NAME or NAMESPACE/NAME, each 1-63 characters of"
-            " lower-case letters, digits, '.', '_' or '-', starting and ending with a letter or digit"
-        )
-    return "/".join(parts)
 
 
 def topic_log_config(

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.client.routing import RoutingCache
-from headrace.errors import ConnectionClosed, HeadraceError
+from headrace.errors import ConnectionClosed, HeadraceError, TokenRotated
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Frame, Op
 
@@ -24,8 +24,10 @@ REFRESH_FANOUT = 3
 REFRESH_GRACE_S = 0.25
 #: how long a client waits for a topic it does not know to appear in the topology (seconds):
 #: a topic just created reaches the brokers one push at a time, so the first broker asked
-#: may not have it yet (Kafka clients block on metadata the same way, max.block.ms)
-TOPIC_WAIT_S = 5.0
+#: may not have it yet (Kafka clients block on metadata the same way, max.block.ms, 60 s).
+#: A controller reports a topic Online once it is placed, before every broker applied the
+#: push; on a busy machine that took longer than the 5 s this once was.
+TOPIC_WAIT_S = 15.0
 #: the longest wait between two tries to ask for the topology again after a connection
 #: that brought its changes closed (seconds)
 MAX_RESUBSCRIBE_BACKOFF_S = 2.0
@@ -271,7 +273,12 @@ class ClusterClient:
                 await asyncio.sleep(delay)
 
     async def _topology_at(self, key: tuple[str, int]) -> msg.TopologySnapshot:
-        return await self._topology(await self.connect(*key))
+        try:
+            return await self._topology(await self.connect(*key))
+        except TokenRotated:
+            # refused the token a pooled connection presented: a new one presents the
+            # source's new token (and is refused if the broker does not take it either)
+            return await self._topology(await self.connect(*key))
 
     def _notify(self) -> None:
         for listener in list(self.topology_listeners):

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from headrace import transports
+from headrace.client import tokens
 from headrace.errors import (
+    AuthenticationFailed,
     ConnectionClosed,
     HeadraceError,
     Redirected,
     RequestTimedOut,
+    TokenRotated,
     error_for_code,
 )
 from headrace.protocol import messages as msg
@@ -26,6 +30,8 @@ from headrace.protocol.frames import (
     encode_frame,
     frame_header,
 )
+
+log = logging.getLogger(__name__)
 
 
 class RedirectReceived(Redirected):
@@ -43,7 +49,11 @@ DEFAULT_REQUEST_TIMEOUT_S = 30.0
 @dataclass(frozen=True, slots=True)
 class ConnectOptions:
     client_id: str = "headrace-python"
-    auth_token: str | None = None
+    #: the token to present: a string, fixed for the client's life, or a token source
+    #: (``tokens.TokenSource``, e.g. ``tokens.TokenFile``) read at each new connection, so
+    #: a long-lived client follows a rotation (a refused connection reconnects with the
+    #: source's new token: ``TokenRotated``)
+    auth_token: str | tokens.TokenSource | None = None
     ssl: ssl.SSLContext | None = None
     connect_timeout_s: float = 10.0
     max_frame_bytes: int = 64 * 1024 * 1024
@@ -78,6 +88,9 @@ class ClientConnection(asyncio.BufferedProtocol):
         #: called once the connection is gone (after its pending requests failed)
         self.close_listeners: list[Callable[[ClientConnection], None]] = []
         self.handshake: msg.HandshakeOk | None = None
+        #: the token this connection presented in its handshake, and where it came from
+        self.token: str | None = None
+        self.token_source: str | tokens.TokenSource | None = None
         self._writable = asyncio.Event()
         self._writable.set()
 
@@ -99,13 +112,16 @@ class ClientConnection(asyncio.BufferedProtocol):
             )
         except (OSError, TimeoutError) as exc:
             raise ConnectionClosed(f"cannot connect to {host}:{port}: {exc}") from exc
-        hello = msg.Handshake(
-            msg.PROTOCOL_VERSION,
-            options.client_id,
-            options.auth_token,
-            min_protocol_version=msg.MIN_PROTOCOL_VERSION,
-        )
+        conn.token_source = options.auth_token
         try:
+            # read at each connect: a source's token may have been rotated since the last
+            conn.token = tokens.current_token(options.auth_token)
+            hello = msg.Handshake(
+                msg.PROTOCOL_VERSION,
+                options.client_id,
+                conn.token,
+                min_protocol_version=msg.MIN_PROTOCOL_VERSION,
+            )
             frame = await conn.request(Op.HANDSHAKE, hello.encode())
             conn.handshake = msg.HandshakeOk.decode(frame.body)
             # a broker from before negotiation answers with its own (only) version
@@ -115,6 +131,18 @@ class ClientConnection(asyncio.BufferedProtocol):
                 conn.transport.close()  # a handshake that failed or never came: hang up
             raise
         return conn
+
+    def token_rotated(self) -> bool:
+        """Whether this connection's token source yields another token now than the one
+        it presented. Never for a fixed token; a source that fails says nothing changed."""
+        source = self.token_source
+        if source is None or isinstance(source, str):
+            return False
+        try:
+            return source() != self.token
+        except Exception as exc:  # a caller's callable: whatever it raises, the refusal stands
+            log.warning("the token source failed: %s", exc)
+            return False
 
     # ------------------------------------------------------------------ protocol callbacks
 
@@ -159,7 +187,18 @@ class ClientConnection(asyncio.BufferedProtocol):
                 continue
             if frame.op == Op.ERROR:
                 body = msg.ErrorBody.decode(frame.body)
-                fut.set_exception(error_for_code(body.code, body.message))
+                error = error_for_code(body.code, body.message)
+                if isinstance(error, AuthenticationFailed) and self.token_rotated():
+                    # The broker refused our token and hangs up; the source has a new one:
+                    # hang up first (so the pool opens a new connection, with it) and tell
+                    # the caller to retry. Still the refused one: the refusal stands.
+                    log.info("%s; reconnecting with the token source's new token", body.message)
+                    error = TokenRotated(
+                        f"{body.message}; the token source yields a new token: reconnect"
+                    )
+                    if self.transport is not None:
+                        self.transport.close()
+                fut.set_exception(error)
             elif frame.op == Op.REDIRECT:
                 fut.set_exception(RedirectReceived(msg.Redirect.decode(frame.body)))
             else:

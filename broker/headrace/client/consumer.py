@@ -47,9 +47,11 @@ from headrace.records import batch as rb
 log = logging.getLogger(__name__)
 
 #: What no rejoin can get past: the brokers refuse this consumer's credentials (its token
-#: removed) or its protocol version, or its principal may no longer consume the topic.
-#: Only a new consumer, made with other credentials or after an operator's change, can
-#: go on; retrying would leave ``getmany`` returning nothing for ever. These end the
+#: removed, and its token source has no other: a source with a new one gets the
+#: retriable ``TokenRotated`` and rejoins with it) or its protocol version, or its
+#: principal may no longer consume the topic. Only a new consumer, made with other
+#: credentials or after an operator's change, can go on; retrying would leave
+#: ``getmany`` returning nothing for ever. These end the
 #: consumer: ``getmany`` and ``batches`` raise them. (Other errors a rejoin meets, such
 #: as ``UnknownTopic`` while a topic is re-created, pass and are retried.)
 ENDS_THE_CONSUMER: tuple[type[HeadraceError], ...] = (

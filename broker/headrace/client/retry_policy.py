@@ -16,14 +16,20 @@ here and can be read (and tested) as one table, in this order:
    did not close the gap (the broker lost acknowledged batches, or its state for
    this producer), so the partition goes on under a new producer identity
    (``new_identity``, in a ``Retry`` or a ``Fail``).
-3. A retriable error before the batch's delivery deadline: ``Retry`` the batch
+3. A ``TokenRotated`` before the batch's delivery deadline: the broker refused the
+   token the connection presented, before appending anything, and the client's token
+   source yields a new one. ``Retry`` at once, without a refresh (where the partition
+   is did not change): the resend goes on a new connection, which presents the new
+   token. (A refusal of the token the source still yields is ``AuthenticationFailed``,
+   not retriable: rule 5.)
+4. A retriable error before the batch's delivery deadline: ``Retry`` the batch
    and every batch behind it, in order, after telling the routing cache what a
    Redirect said, refreshing the topology when the error says the cache may be
    wrong (or the leader may be deposed), and backing off unless the broker
    already said where to go (a Redirect) or what to send (a sequence gap). If
    the deadline passes while the sender refreshes or backs off, it decides
    again, out of time: a resend's answer could not be waited for.
-4. Otherwise ``Fail`` the batch. A non-retriable error means the broker refused
+5. Otherwise ``Fail`` the batch. A non-retriable error means the broker refused
    it before appending, so nothing behind it was appended either: the rest are
    renumbered from its sequence. So they are when the partition has just moved to
    a new identity, under which the batch was never sent. A retriable error out of
@@ -41,6 +47,7 @@ from headrace.errors import (
     NotLeader,
     OutOfOrderSequence,
     RequestTimedOut,
+    TokenRotated,
 )
 from headrace.protocol import messages as msg
 
@@ -131,6 +138,8 @@ def decide(
         and redirect.partitioning_version != attempt.version
     ):
         return Reroute(redirect, retry_backoff_ms / 1000)
+    if isinstance(error, TokenRotated) and now < attempt.deadline:
+        return Retry(None, refresh=False, backoff_s=None)
     new_identity = isinstance(error, OutOfOrderSequence) and attempt.attempts >= GAP_ATTEMPTS
     if error.retriable and now < attempt.deadline:
         # A leader that cannot replicate (NotEnoughReplicas) or does not answer may have

@@ -7,8 +7,7 @@ so pure cores such as the tier layout use them without importing a store.
 sleep and randomness are passed in. The adapters do the I/O: ``directory``
 (files under a root; the embedded default of local mode) and ``minio_store``
 (S3 API through the ``minio`` client, the only module that imports it).
-``minio_server`` starts and stops a real MinIO server process for tests and
-local use.
+The tests' MinIO server process is ``headrace.testing.minio``, outside the wheel.
 
 See docs/object-store.md.
 """

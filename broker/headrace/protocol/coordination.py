@@ -311,6 +311,13 @@ class Heartbeat:
     #: the rack (zone) the broker runs in (``--rack``); placement spreads a partition's
     #: replicas over racks. None: not told (a rack of its own)
     rack: str | None = None
+    #: the broker has an object store (it can remove a deleted topic's objects); None from
+    #: a broker before this field, which is never asked to
+    object_store: bool | None = None
+    #: the creation ids of the deleted incarnations the topology asks this broker to remove
+    #: (``ClusterTopology.removals``) whose objects it has removed: the store holds only
+    #: what snapshots pin of them
+    removed_incarnations: tuple[str, ...] = ()
 
     @property
     def broker_id(self) -> int:
@@ -330,6 +337,10 @@ class Heartbeat:
         }
         if self.rack is not None:
             doc["rack"] = self.rack
+        if self.object_store is not None:
+            doc["objectStore"] = self.object_store
+        if self.removed_incarnations:
+            doc["removedIncarnations"] = list(self.removed_incarnations)
         if self.journal is not None:
             doc["journal"] = self.journal.to_json()
             doc["removed"] = [{"topic": t, "partition": i} for t, i in self.removed]
@@ -361,6 +372,9 @@ class Heartbeat:
         if not isinstance(draining, bool):
             raise InvalidRequest(f"{w}: field 'draining' must be a boolean")
         journal = optional(doc, "journal", dict, w)
+        removed = optional(doc, "removedIncarnations", list, w) or []
+        if not all(isinstance(r, str) for r in removed):
+            raise InvalidRequest(f"{w}: field 'removedIncarnations' must be a list of strings")
         return cls(
             BrokerEndpoint.from_json(required(doc, "broker", dict, w)),
             received_ms,
@@ -378,6 +392,8 @@ class Heartbeat:
             optional(doc, "topologyFormat", int, w) or 1,
             optional(doc, "refusedTopologyFormat", int, w),
             optional(doc, "rack", str, w) or None,
+            optional(doc, "objectStore", bool, w),
+            tuple(removed),
         )
 
 
@@ -733,6 +749,43 @@ class PartitioningHistory:
 
 
 @dataclass(frozen=True, slots=True)
+class IncarnationRemoval:
+    """A deleted topic incarnation whose objects one broker is asked to remove: everything
+    under ``<cluster>/<namespace>/<topic>/<creation id>/`` that no snapshot pins (the
+    snapshot documents stay). The broker reports it done in its heartbeat
+    (``Heartbeat.removed_incarnations``); the controller asks until it is."""
+
+    topic: str
+    #: never "": a topic of the legacy layout shares its prefix with a later one of its name
+    creation_id: str
+    #: the partitions it had (retired ones included)
+    partitions: int
+    #: the broker asked to remove them
+    broker: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "topic": self.topic,
+            "creationId": self.creation_id,
+            "partitions": self.partitions,
+            "broker": self.broker,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> IncarnationRemoval:
+        w = "incarnation removal"
+        creation_id = required(doc, "creationId", str, w)
+        if not creation_id:
+            raise InvalidRequest(f"{w}: creationId must not be empty")
+        return cls(
+            required(doc, "topic", str, w),
+            creation_id,
+            required(doc, "partitions", int, w),
+            required(doc, "broker", int, w),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterTopology:
     """The whole topology a controller pushes; brokers ignore one not newer than theirs."""
 
@@ -747,6 +800,10 @@ class ClusterTopology:
     retained: list[str] = field(default_factory=list)
     #: the document's format (``TOPOLOGY_FORMAT``); absent in a push from before formats: 1
     format: int = TOPOLOGY_FORMAT
+    #: deleted incarnations whose objects a broker is asked to remove (``removals`` on the
+    #: wire, left out when empty). A broker from before it ignores the key; a document
+    #: without it asks nothing
+    removals: list[IncarnationRemoval] = field(default_factory=list)
 
     def broker(self, broker_id: int) -> BrokerEndpoint | None:
         return next((b for b in self.brokers if b.id == broker_id), None)
@@ -780,6 +837,7 @@ class ClusterTopology:
             "brokers": [b.to_json() for b in self.brokers],
             "topics": [t.to_json() for t in self.topics],
             **({"retained": list(self.retained)} if self.retained else {}),
+            **({"removals": [r.to_json() for r in self.removals]} if self.removals else {}),
         }
 
     @classmethod
@@ -800,6 +858,7 @@ class ClusterTopology:
             [TopicPlacement.from_json(t) for t in objects(doc, "topics", w)],
             [str(n) for n in optional(doc, "retained", list, w) or []],
             fmt,
+            [IncarnationRemoval.from_json(r) for r in objects(doc, "removals", w)],
         )
 
 

@@ -44,6 +44,10 @@ and per partition hosted here that the topology does not give this broker::
     DropTopic   the topology no longer names a topic hosted here; ``retain``: move
                 its directory aside (``retained/``) instead of letting it go
 
+``removals(topology, me)``: the deleted topic incarnations whose objects the topology
+asks this broker to remove (``RemoveIncarnations``, the whole set: a removal it no
+longer lists stops, as another broker was asked or it is done).
+
 Topic names are the registry's canonical ``namespace/name``; the controller
 pushes them in that form.
 """
@@ -121,6 +125,26 @@ class TopologyDoc(Protocol):
 
     @property
     def retained(self) -> Sequence[str]: ...
+
+
+class RemovalDoc(Protocol):
+    """One removal of the pushed topology (``protocol.coordination.IncarnationRemoval``)."""
+
+    @property
+    def topic(self) -> str: ...
+
+    @property
+    def creation_id(self) -> str: ...
+
+    @property
+    def broker(self) -> int: ...
+
+
+class RemovalsDoc(Protocol):
+    """The removals of the pushed topology (``ClusterTopology.removals``)."""
+
+    @property
+    def removals(self) -> Sequence[RemovalDoc]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -231,7 +255,27 @@ class DropTopic:
     retain: bool = False
 
 
-Action = OpenTopic | Open | Reopen | Lead | Follow | Keep | Seal | Unseal | Drop | DropTopic
+@dataclass(frozen=True, slots=True)
+class RemoveIncarnations:
+    """Remove the objects of exactly these deleted incarnations, (topic, creation id), and
+    stop removing any other."""
+
+    incarnations: tuple[tuple[str, str], ...]
+
+
+Action = (
+    OpenTopic
+    | Open
+    | Reopen
+    | Lead
+    | Follow
+    | Keep
+    | Seal
+    | Unseal
+    | Drop
+    | DropTopic
+    | RemoveIncarnations
+)
 
 
 # --------------------------------------------------------------------------- planning
@@ -295,6 +339,13 @@ def plan(hosted: Mapping[str, Sequence[Hosted]], topology: TopologyDoc, me: int)
         if deleted:
             actions.append(DropTopic(name, retain=retain))
     return actions
+
+
+def removals(topology: RemovalsDoc, me: int) -> RemoveIncarnations:
+    """The deleted incarnations whose objects ``topology`` asks broker ``me`` to remove."""
+    return RemoveIncarnations(
+        tuple(sorted({(r.topic, r.creation_id) for r in topology.removals if r.broker == me}))
+    )
 
 
 def plan_reopened(hosted: Hosted, topology: TopologyDoc | None, me: int) -> list[Action]:

@@ -1,6 +1,12 @@
-"""Access control: principals, ACL grants and signed member identities (pure, no I/O).
+"""Access control: principals, ACL grants and signed member identities.
 
-``acl`` parses the ACL file's document and answers "may this principal do this to that
-topic"; ``identities`` signs and verifies member identity tokens. The broker's adapter
-(``headrace.broker.access``) reads the files, keeps the cluster key and counts denials.
+The pure core: ``acl`` parses the ACL file's document and answers "may this principal
+do this to that topic"; ``identities`` signs and verifies member identity tokens;
+``keyrings`` reads the token and key files' format. ``settings`` holds what access
+control is configured with (``AccessSettings``, ``TlsSettings``, ``AdminReadAccess``).
+
+The adapters around it: ``access`` reads the files, keeps the cluster key and counts
+denials; ``reloading`` re-reads every credential file without a restart;
+``admin_access`` puts the same checks on an admin HTTP port (aiohttp), the broker's and
+the controller's.
 """

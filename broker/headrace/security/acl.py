@@ -27,7 +27,7 @@ other's cohorts. Without ``cohorts`` a consume grant covers every cohort.
 
 Checks run once per request (a produce request is one batch), never per record;
 ``Principal.allows`` is a handful of string comparisons and the connection
-caches its answers (``headrace.broker.access``).
+caches its answers (``headrace.security.access``).
 """
 
 from __future__ import annotations

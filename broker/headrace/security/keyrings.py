@@ -1,5 +1,5 @@
 """Keyrings: credential files that hold every value in force, the current one first
-(pure, no I/O; ``headrace.broker.reloading`` reads and re-reads the files).
+(pure, no I/O; ``headrace.security.reloading`` reads and re-reads the files).
 
 A token file (the broker's ``--auth-token-file`` and ``--replication-token-file``,
 the controller's ``--auth-token-file`` and ``--broker-token-file``) and the cluster key

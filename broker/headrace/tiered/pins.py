@@ -3,7 +3,8 @@
 Every deleter of tiered objects asks ``pinned_in`` first, right before it deletes:
 retention (``PartitionTier.delete_unlisted``), compaction's deletes
 (``jobs.compact``), the orphan sweep (``jobs.sweep``) and a deleted topic's
-removal (``remove_partition``). A snapshot document that cannot be read stops
+removal (``remove_partition`` by its leaders, ``remove_incarnation`` by the broker
+the controller asks until it is done). A snapshot document that cannot be read stops
 the delete (``InvalidSnapshot``): an unreadable pin must not become no pin.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from headrace.objectstore.errors import ObjectNotFound
+from headrace.objectstore.errors import ObjectNotFound, ObjectStoreError
 from headrace.objectstore.interface import ObjectStore
 from headrace.tiered import layout
 from headrace.tiered.snapshots import (
@@ -84,6 +85,39 @@ def remove_partition(store: ObjectStore, partition_prefix: str) -> list[str]:
     pinned = pinned_for_partition(store, partition_prefix)
     store.delete_many(k for k in keys if not k.endswith(layout.MANIFEST_NAME) and k not in pinned)
     return [k for k in keys if k in pinned]
+
+
+class RemovalIncomplete(ObjectStoreError):
+    """Objects a removal should have deleted are still there (put while it ran): try again."""
+
+
+def remove_incarnation(store: ObjectStore, topic_prefix: str) -> list[str]:
+    """A deleted topic incarnation (``topic_prefix``: ``<cluster>/<ns>/<name>/<creation
+    id>/``, never the legacy prefix, which a later topic of the name shares): delete
+    every manifest first, as ``remove_partition`` does, then every other object under the
+    prefix but the snapshot documents and the objects they pin. Idempotent: run it again
+    after a crash at any point. Returns the keys kept for snapshots.
+
+    A listing afterwards must find nothing else, or it raises ``RemovalIncomplete``: an
+    upload of the deleted topic that was in flight (a leader that had not yet heard of
+    the deletion) may have put objects after the first listing, and the caller reports
+    the removal done only when nothing is left."""
+    documents = snapshots_prefix(topic_prefix)
+
+    def listed() -> list[str]:
+        return [o.key for o in store.list(topic_prefix) if not o.key.startswith(documents)]
+
+    keys = listed()
+    manifests = [k for k in keys if k.endswith("/" + layout.MANIFEST_NAME)]
+    store.delete_many(manifests)
+    pinned = pinned_in(store, topic_prefix)
+    store.delete_many(k for k in keys if k not in pinned and k not in manifests)
+    left = [k for k in listed() if k not in pinned]
+    if left:
+        raise RemovalIncomplete(
+            f"{topic_prefix}: {len(left)} objects appeared while it was removed, {left[0]} first"
+        )
+    return sorted(k for k in keys if k in pinned)
 
 
 def unpinned(keys: Iterable[str], pinned: frozenset[str]) -> list[str]:

@@ -21,9 +21,9 @@ import subprocess
 import sys
 import uuid
 
-from bench import procs
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.fixtures import CHART, RELEASE, InstalledOperator, Load, helm, leaders
+from headrace.testing import procs
 from tests.unit.charts.argocd_lua import run_check
 
 

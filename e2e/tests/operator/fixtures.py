@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from e2e.support import Cluster, ensure_headrace_image, headrace_image, wait_for
+from headrace.testing import procs
 
 REPO = Path(__file__).resolve().parents[3]
 CHART = REPO / "charts" / "headrace"

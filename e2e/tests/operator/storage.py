@@ -16,13 +16,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.fixtures import InstalledOperator, release_stuck_topics
 from headrace.jobs.topics import TopicRef, read_manifest
-from headrace.objectstore import minio_server
 from headrace.objectstore.interface import ObjectStore
 from headrace.objectstore.minio_store import MinioStore
+from headrace.testing import procs
+from headrace.testing.minio import MinioServer
 from headrace.tiered import layout
 from headrace.tiered.manifest import Manifest
 from tests.integration.objectstore import servers
@@ -32,8 +32,8 @@ BUCKET = "tiers"
 
 
 @contextmanager
-def minio(tmp_path: Path) -> Iterator[minio_server.MinioServer]:
-    server = minio_server.MinioServer(servers.minio_binary(), tmp_path / "minio" / "data")
+def minio(tmp_path: Path) -> Iterator[MinioServer]:
+    server = MinioServer(servers.minio_binary(), tmp_path / "minio" / "data")
     server.start()
     try:
         yield server
@@ -41,7 +41,7 @@ def minio(tmp_path: Path) -> Iterator[minio_server.MinioServer]:
         server.stop()
 
 
-def store_client(server: minio_server.MinioServer) -> ObjectStore:
+def store_client(server: MinioServer) -> ObjectStore:
     return MinioStore(server.settings(BUCKET))
 
 
@@ -71,7 +71,7 @@ def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[Path]:
         installed.uninstall()
 
 
-def credentials_secret(server: minio_server.MinioServer) -> dict[str, Any]:
+def credentials_secret(server: MinioServer) -> dict[str, Any]:
     def b64(text: str) -> str:
         return base64.b64encode(text.encode()).decode()
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 import base64
 import time
 
-from bench import procs
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.fixtures import (
     InstalledOperator,
@@ -34,6 +33,7 @@ from e2e.tests.operator.fixtures import (
     pod_ips,
     wait_ready,
 )
+from headrace.testing import procs
 
 
 def user(name: str, operations: list[str], topics: list[str]) -> dict[str, object]:

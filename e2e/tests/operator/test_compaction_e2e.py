@@ -28,7 +28,7 @@ from typing import Any
 
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator import storage
-from headrace.objectstore import minio_server
+from headrace.testing.procs import free_port
 
 SEGMENT_BYTES = 2048
 RECORDS = 1500
@@ -197,7 +197,7 @@ def test_an_object_store_that_is_down_shows_on_the_cluster_and_fails_the_compact
     """Bad input: the object store's endpoint down. The brokers serve (Ready), the
     cluster's ``ObjectStoreReachable`` is False, and a Compaction's job fails with the
     store's error in the Compaction's status."""
-    dead = minio_server.free_port()
+    dead = free_port()
     secret = {
         "apiVersion": "v1",
         "kind": "Secret",

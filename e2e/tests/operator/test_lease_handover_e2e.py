@@ -27,10 +27,10 @@ from typing import Any
 
 import pytest
 
-from bench import procs
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.fixtures import InstalledOperator, pod_ips
 from e2e.tests.operator.test_lifecycle_e2e import KeyedLoad, start_cluster, topic_doc
+from headrace.testing import procs
 
 LEASE_S = 6
 TWO_REPLICAS = ("--set", "operator.replicas=2", "--set", f"operator.leaseDurationSeconds={LEASE_S}")

@@ -17,11 +17,11 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from bench import procs
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.fixtures import InstalledOperator, pod_ips
 from e2e.tests.operator.test_operator_e2e import server_side_apply
 from headrace.client import Producer
+from headrace.testing import procs
 
 CLUSTER_DOC: dict[str, Any] = {
     "apiVersion": "headrace.dev/v1alpha1",

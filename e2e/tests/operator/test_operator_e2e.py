@@ -31,7 +31,6 @@ from typing import Any
 
 import yaml
 
-from bench import procs
 from bench.operator_idle import writes
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.fixtures import (
@@ -47,6 +46,7 @@ from e2e.tests.operator.fixtures import (
     produce,
     wait_ready,
 )
+from headrace.testing import procs
 
 
 def server_side_apply(cluster: Cluster, docs: list[dict[str, Any]], namespace: str) -> None:

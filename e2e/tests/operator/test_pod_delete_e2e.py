@@ -17,7 +17,6 @@ import json
 from collections import Counter
 from typing import Any
 
-from bench import procs
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.fixtures import InstalledOperator, pod_ips
 from e2e.tests.operator.test_lifecycle_e2e import (
@@ -27,6 +26,7 @@ from e2e.tests.operator.test_lifecycle_e2e import (
     start_cluster,
     topic_doc,
 )
+from headrace.testing import procs
 
 
 def broker_pods(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:

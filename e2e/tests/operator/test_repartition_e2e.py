@@ -42,6 +42,7 @@ from e2e.support import Cluster
 from e2e.tests.operator.fixtures import InstalledOperator, cluster_manifests, figure, pod_ips
 from headrace.client.producer import Producer
 from headrace.protocol import messages as msg
+from headrace.testing.waiting import until_async
 from tests.integration.keyed import KeyedCohort, KeyedLoad, check_keyed_order
 
 T = TypeVar("T")
@@ -96,24 +97,11 @@ async def until(
     what: str, fn: Callable[[], T | None], tasks: list[asyncio.Task[Any]], timeout_s: float = 120
 ) -> T:
     """Poll ``fn`` (blocking: kubectl) until it returns something truthy, failing at once
-    if a load or cohort task died."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
-    last: Any = None
-    while True:
-        for task in tasks:
-            if task.done():
-                task.result()
-        try:
-            last = await asyncio.to_thread(fn)
-        except Exception as exc:  # keep polling through transient API errors
-            last = exc
-        else:
-            if last:
-                return last
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}: {last!r}")
-        await asyncio.sleep(0.2)
+    if a load or cohort task died; any error of ``fn`` (the API server's transient ones)
+    counts as "not yet"."""
+    return await until_async(
+        fn, timeout_s, what, retry_on=(Exception,), poll_s=0.2, in_thread=True, watching=tasks
+    )
 
 
 async def test_grow_by_repartition_then_by_spec_edit_keeps_every_key_in_order(

@@ -37,7 +37,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-from bench import procs
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.fixtures import (
     InstalledOperator,
@@ -50,6 +49,7 @@ from e2e.tests.operator.fixtures import (
 from e2e.tests.operator.test_auth_e2e import token_of, user
 from e2e.tests.operator.test_lifecycle_e2e import events
 from e2e.tests.operator.test_user_live_e2e import broker_pods
+from headrace.testing import procs
 from tests.integration.test_credential_reload import metric
 
 SOURCE = "replication_token"

@@ -49,7 +49,6 @@ from typing import Any
 
 import pytest
 
-from bench import procs
 from e2e.support import (
     Cluster,
     ensure_headrace_image,
@@ -69,8 +68,9 @@ from e2e.tests.operator.fixtures import (
     wait_ready,
 )
 from headrace.operator.workloads import IMAGE_UID
+from headrace.testing import procs
+from headrace.testing.reading import read_partition
 from tests.integration.acked_load import AckedLoad, Stored, keys
-from tests.integration.reading import read_partition
 from tests.integration.upgrading import PREVIOUS_RELEASE, Cohort, check_upgrade
 
 PARTITIONS = 4

@@ -22,8 +22,8 @@ import pytest
 
 from e2e.support import Cluster, wait_for
 from e2e.tests.operator.test_operator_e2e import pod_ips, server_side_apply, topic_status
+from headrace.testing.reading import read_partition
 from tests.integration.acked_load import AckedLoad, Stored, check_stored_once, keys
-from tests.integration.reading import read_partition
 
 PARTITIONS = 4
 KEYS = keys(16)

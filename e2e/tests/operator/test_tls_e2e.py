@@ -33,7 +33,6 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from bench import procs
 from e2e.support import Cluster, wait_for
 from e2e.testbed import pki
 from e2e.tests.operator.fixtures import (
@@ -47,6 +46,7 @@ from e2e.tests.operator.fixtures import (
     wait_ready,
 )
 from headrace import tlsnames
+from headrace.testing import procs
 
 
 def tls_secret(name: str, cert: bytes, key: bytes, ca: bytes) -> dict[str, object]:

@@ -45,7 +45,7 @@ def hash_() -> None:
 @one_line_errors
 def check(path: Path) -> None:
     """Validate an ACL file and print each principal's grants."""
-    from headrace.broker.access import load_acl_file
+    from headrace.security.access import load_acl_file
 
     parsed = load_acl_file(path)
     for principal in parsed.principals:

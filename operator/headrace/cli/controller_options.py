@@ -8,11 +8,11 @@ from pathlib import Path
 
 import click
 
-from headrace.broker.config import AdminReadAccess, TlsSettings
 from headrace.control.settings import ControlSettings
 from headrace.controller.controlling import ControllerSettings
 from headrace.errors import InvalidRequest
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.security.settings import AdminReadAccess, TlsSettings
 
 
 @dataclass(frozen=True)

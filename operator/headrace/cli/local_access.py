@@ -30,8 +30,8 @@ def prepare_access(record: dict[str, Any], directory: Path, acl_file: Path) -> N
     """Check the ACL file now (one line, before anything starts), make the cluster key and
     draw the brokers' replication token into ``<dir>/replication.token`` (mode 0600; it
     is also kept in ``record``, as local.json is 0600 too)."""
-    from headrace.broker.access import load_acl_file, load_cluster_key, load_token_file
     from headrace.errors import HeadraceError
+    from headrace.security.access import load_acl_file, load_cluster_key, load_token_file
 
     token_file = (directory / REPLICATION_TOKEN_FILE).resolve()
     try:
@@ -69,8 +69,8 @@ def access_args(record: Mapping[str, Any], directory: Path) -> tuple[list[str], 
 def replication_token(record: Mapping[str, Any]) -> str | None:
     """The token the brokers present now (a drain is a change on their admin port): the
     first line of its file, read now, as it may have rotated (None: no ACLs)."""
-    from headrace.broker.access import load_token_file
     from headrace.errors import HeadraceError
+    from headrace.security.access import load_token_file
 
     path = record.get("replication_token_file")
     if path is not None:

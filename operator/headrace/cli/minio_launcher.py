@@ -49,8 +49,8 @@ def minio_binary() -> Path:
 def start_minio(directory: Path, timeout: float = 60.0) -> dict[str, Any]:
     """Start MinIO detached, wait until it serves, create the bucket; its record for local.json."""
     from headrace.objectstore.errors import ObjectStoreError
-    from headrace.objectstore.minio_server import free_port
     from headrace.objectstore.minio_store import MinioSettings, MinioStore
+    from headrace.transports import free_port
 
     binary = minio_binary()
     host = "127.0.0.1"

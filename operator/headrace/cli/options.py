@@ -7,7 +7,11 @@ environment variables, and hands the command one ``ClientTarget``:
 - ``--bootstrap`` / ``$HEADRACE_BOOTSTRAP``; without either, the brokers of the local
   cluster recorded in ``--dir`` (``var/local/local.json`` by default); without that,
   ``127.0.0.1:9092``.
-- ``--auth-token`` / ``$HEADRACE_AUTH_TOKEN``.
+- ``--auth-token`` / ``$HEADRACE_AUTH_TOKEN``, or ``--auth-token-file`` /
+  ``$HEADRACE_AUTH_TOKEN_FILE``: a file in the brokers' token-file format whose first
+  token is presented, re-read at each new connection (``client.tokens.TokenFile``), so
+  a long-running ``consume`` or ``produce`` follows a rotation (docs/security.md §9).
+  One of the two: a flag on the command line wins over the other's variable.
 - ``--tls``, ``--tls-ca`` / ``$HEADRACE_TLS_CA``, ``--tls-cert`` / ``$HEADRACE_TLS_CERT``,
   ``--tls-key`` / ``$HEADRACE_TLS_KEY``: any of them turns TLS on. The broker's
   certificate is checked against ``--tls-ca`` (the system's CAs without it) and the host
@@ -49,7 +53,8 @@ R = TypeVar("R")
 FALLBACK_BOOTSTRAP = "127.0.0.1:9092"
 
 ENVIRONMENT_HELP = (
-    "Defaults come from HEADRACE_BOOTSTRAP, HEADRACE_AUTH_TOKEN, HEADRACE_TLS_CA,"
+    "Defaults come from HEADRACE_BOOTSTRAP, HEADRACE_AUTH_TOKEN, HEADRACE_AUTH_TOKEN_FILE,"
+    " HEADRACE_TLS_CA,"
     " HEADRACE_TLS_CERT, HEADRACE_TLS_KEY and HEADRACE_CONTROLLER, then from the local"
     " cluster recorded in --dir (var/local)."
 )
@@ -84,13 +89,17 @@ class ClientTarget:
     bootstrap_given: bool = False
     #: ``--dir`` was on the command line
     dir_given: bool = False
+    #: ``--auth-token-file``: read again at each new connection (``auth_token`` holds what
+    #: it held when the command started, for the controller's API)
+    auth_token_file: Path | None = None
 
     def connect_options(self) -> ConnectOptions:
         from headrace.client.connection import ConnectOptions
+        from headrace.client.tokens import TokenFile
 
         return ConnectOptions(
             client_id="headrace-cli",
-            auth_token=self.auth_token,
+            auth_token=TokenFile(self.auth_token_file) if self.auth_token_file else self.auth_token,
             ssl=self.tls.context() if self.tls is not None else None,
         )
 
@@ -116,6 +125,7 @@ def resolve_target(
     tls_key: Path | None,
     directory: Path,
     tls_server_name: str | None = None,
+    auth_token_file: Path | None = None,
 ) -> ClientTarget:
     if (tls_cert is None) != (tls_key is None):
         raise click.UsageError("--tls-cert and --tls-key go together")
@@ -127,14 +137,56 @@ def resolve_target(
         ParameterSource.COMMANDLINE,
         ParameterSource.ENVIRONMENT,
     )
+    auth_token, auth_token_file = _one_token(ctx, auth_token or None, auth_token_file)
+    if auth_token_file is not None:
+        auth_token = _read_token_file(auth_token_file)
     return ClientTarget(
         bootstrap or default_bootstrap(directory),
-        auth_token or None,
+        auth_token,
         files,
         directory,
         bootstrap_given=bool(bootstrap),
         dir_given=dir_given,
+        auth_token_file=auth_token_file,
     )
+
+
+def _one_token(
+    ctx: click.Context | None, token: str | None, token_file: Path | None
+) -> tuple[str | None, Path | None]:
+    """``--auth-token`` or ``--auth-token-file``: a flag on the command line wins over the
+    other's environment variable; both on the command line (or both in the environment)
+    is a usage error."""
+    if token is None or token_file is None:
+        return token, token_file
+    on_line = (
+        {
+            name
+            for name in ("auth_token", "auth_token_file")
+            if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+        }
+        if ctx is not None
+        else set()
+    )
+    if on_line == {"auth_token"}:
+        return token, None
+    if on_line == {"auth_token_file"}:
+        return None, token_file
+    raise click.UsageError(
+        "give --auth-token ($HEADRACE_AUTH_TOKEN) or --auth-token-file"
+        " ($HEADRACE_AUTH_TOKEN_FILE), not both"
+    )
+
+
+def _read_token_file(path: Path) -> str:
+    """The token ``path`` holds now; a bad file stops the command before it connects."""
+    from headrace.client.tokens import TokenFile
+    from headrace.errors import InvalidRequest
+
+    try:
+        return TokenFile(path)()
+    except InvalidRequest as exc:
+        raise click.BadParameter(exc.message, param_hint="--auth-token-file") from exc
 
 
 _PATH = click.Path(path_type=Path, dir_okay=False, exists=True)
@@ -152,6 +204,15 @@ _CLIENT_OPTIONS = (
         envvar="HEADRACE_AUTH_TOKEN",
         default=None,
         help="Client token the brokers accept [default: $HEADRACE_AUTH_TOKEN].",
+    ),
+    click.option(
+        "--auth-token-file",
+        envvar="HEADRACE_AUTH_TOKEN_FILE",
+        type=_PATH,
+        default=None,
+        help="File whose first token line is the client token (the brokers' token-file"
+        " format), read again at each new connection: a long-running command follows a"
+        " rotation [default: $HEADRACE_AUTH_TOKEN_FILE].",
     ),
     click.option("--tls", is_flag=True, help="Speak TLS, trusting the system's CAs (or --tls-ca)."),
     click.option(
@@ -203,6 +264,7 @@ def client_options(command: Callable[..., R]) -> Callable[..., R]:
         *args: Any,
         bootstrap: str | None,
         auth_token: str | None,
+        auth_token_file: Path | None,
         tls: bool,
         tls_ca: Path | None,
         tls_cert: Path | None,
@@ -212,7 +274,15 @@ def client_options(command: Callable[..., R]) -> Callable[..., R]:
         **kwargs: Any,
     ) -> R:
         target = resolve_target(
-            bootstrap, auth_token, tls, tls_ca, tls_cert, tls_key, directory, tls_server_name
+            bootstrap,
+            auth_token,
+            tls,
+            tls_ca,
+            tls_cert,
+            tls_key,
+            directory,
+            tls_server_name,
+            auth_token_file,
         )
         controller_client.API_TOKEN.set(target.auth_token)  # the controller's API takes it too
         return command(*args, client=target, **kwargs)

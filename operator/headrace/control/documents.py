@@ -51,6 +51,7 @@ import pydantic
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
     ClusterState,
+    DeletedIncarnation,
     FinalizedBy,
     MovePhase,
     MoveProgress,
@@ -473,7 +474,8 @@ def cluster_status(
     ``adminPort``, and ``kafkaHost``/``kafkaPort`` with a Kafka listener; a port nobody
     told the controller is left out) with ``address`` for
     people and ``live``/``draining`` from ``liveness`` (none live when not given);
-    ``retainedTopics``: the topics set aside (``Restored.set_aside``), if any. No
+    ``retainedTopics``: the topics set aside (``Restored.set_aside``), if any;
+    ``deletedTopics``: the deleted incarnations whose objects are being removed, if any. No
     ``conditions``: those belong to whoever reconciles the BrokerCluster's workload.
     """
     live = frozenset() if liveness is None else liveness.live
@@ -482,6 +484,17 @@ def cluster_status(
         topology_generation=state.generation,
         topics=sorted(state.topics),
         retained_topics=sorted(set_aside) or None,
+        deleted_topics=[
+            cluster_models.DeletedTopic(
+                topic=d.topic,
+                creation_id=d.creation_id,
+                partitions=d.partitions,
+                deleted_generation=d.deleted_generation,
+                broker=d.broker,
+            )
+            for _, d in sorted(state.deleted.items())
+        ]
+        or None,
         brokers=[
             cluster_models.BrokerStatus(
                 id=b.id,
@@ -602,7 +615,13 @@ def restore(
     torn = torn or (bool(topics) if committed is None else set(committed) != set(topics))
     unrestorable = set(committed or ()) - set(topics)
     set_aside = frozenset(unrestorable | set(record.retained_topics or ()))
-    return Restored(ClusterState(generation, brokers, topics), torn, highest, set_aside)
+    deleted = {
+        d.creation_id: DeletedIncarnation(
+            d.topic, d.creation_id, d.partitions, d.deleted_generation, d.broker
+        )
+        for d in record.deleted_topics or ()
+    }
+    return Restored(ClusterState(generation, brokers, topics, deleted), torn, highest, set_aside)
 
 
 # --------------------------------------------------------------------------- repartitions

@@ -420,6 +420,31 @@ class TopicStatus:
         )
 
 
+@pydantic.with_config(CAMEL_CASE)
+@dataclass(frozen=True, slots=True)
+class DeletedIncarnation:
+    """A topic deleted with its data (``deletionPolicy: Delete``) whose objects may still be
+    in the store: kept in the cluster state until a broker reports them removed
+    (``tier_deletions``), so neither a broker that dies mid-way nor one that was down at
+    the delete leaves them behind."""
+
+    #: "<namespace>/<name>" of the deleted topic
+    topic: str
+    #: its incarnation (``TopicStatus.creation_id``): its objects are under it. Never ""
+    creation_id: str
+    #: the partitions it had, retired ones included
+    partitions: int
+    #: the generation that deleted it: a broker removes its objects only once every live
+    #: broker has applied it (no leader of it still uploads)
+    deleted_generation: int
+    #: the broker asked to remove the objects; None while none is
+    broker: int | None = None
+
+
+#: a deleted incarnation as camelCase JSON (``broker`` null while none is asked)
+DELETED_INCARNATION_JSON: Final = Codec(DeletedIncarnation, "deleted incarnation")
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterState:
     """Everything the controller persists, and the topology generation that versions it.
@@ -432,27 +457,40 @@ class ClusterState:
     #: every broker ever heard from (known brokers), by id; liveness is not stored
     brokers: Mapping[int, BrokerEndpoint] = field(default_factory=dict)
     topics: Mapping[str, TopicStatus] = field(default_factory=dict)
+    #: deleted incarnations whose objects are being removed, by creation id
+    deleted: Mapping[str, DeletedIncarnation] = field(default_factory=dict)
 
     def same_content(self, other: ClusterState) -> bool:
         """Equal in everything but the generation."""
-        return self.brokers == other.brokers and self.topics == other.topics
+        return (
+            self.brokers == other.brokers
+            and self.topics == other.topics
+            and self.deleted == other.deleted
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "generation": self.generation,
             "brokers": [self.brokers[b].to_json() for b in sorted(self.brokers)],
             "topics": [self.topics[t].to_json() for t in sorted(self.topics)],
         }
+        if self.deleted:
+            doc["deleted"] = [
+                DELETED_INCARNATION_JSON.dump(self.deleted[c]) for c in sorted(self.deleted)
+            ]
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ClusterState:
         w = "cluster state"
         brokers = [BrokerEndpoint.from_json(b) for b in _objects(doc, "brokers", w)]
         topics = [TopicStatus.from_json(t) for t in _objects(doc, "topics", w)]
+        deleted = [DELETED_INCARNATION_JSON.load(d) for d in _objects(doc, "deleted", w)]
         return cls(
             _field(doc, "generation", int, w),
             {b.id: b for b in brokers},
             {t.name: t for t in topics},
+            {d.creation_id: d for d in deleted},
         )
 
 

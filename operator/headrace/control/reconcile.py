@@ -13,7 +13,8 @@ The step:
    known brokers survive restarts and can be waited for;
 3. **topics**: deletes the topics whose deletion was requested (``deletions``, and only
    those: a topic no spec asks for and no request names is *unclaimed*, kept as placed,
-   its elections run, reported as ``TopicUnclaimed``); places and creates new ones
+   its elections run, reported as ``TopicUnclaimed``), and keeps a record of each one
+   deleted with its data until a broker has removed its objects (``tier_deletions``); places and creates new ones
    (every partition ONLINE under its first replica at epoch 1, partitioning
    version 1); runs every partition's election table (``election``), which
    also records the LRS its leader reports;
@@ -61,11 +62,20 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import Final
 
-from headrace.control import cohort_plans, election, moves, placement, repartitions, unloads
+from headrace.control import (
+    cohort_plans,
+    election,
+    moves,
+    placement,
+    repartitions,
+    tier_deletions,
+    unloads,
+)
 from headrace.control.liveness import Liveness, adoption_floor, assess, placeable
 from headrace.control.model import (
     ClusterState,
     CohortPlan,
+    DeletedIncarnation,
     DeletionRequest,
     PartitionState,
     PartitionStatus,
@@ -226,16 +236,24 @@ def reconcile(inputs: StepInputs) -> Decision:
     # The one place a topic leaves the state: its deletion was requested, no spec asks for
     # it. A topic that is only missing from the specs keeps its data where it is.
     deleted = {d.topic for d in deletions}
+    retained = {d.topic for d in deletions if d.retain}
     topics: dict[str, TopicStatus] = {}
     unclaimed: list[str] = []
+    remains: list[DeletedIncarnation] = []
     for name in sorted(state.topics):
         if name in wanted:
             topics[name] = state.topics[name]
         elif name in deleted:
             events.append(Event("TopicDeleted", name, "its deletion was requested"))
+            gone = tier_deletions.record(state.topics[name], commit_generation)
+            if gone is not None and name not in retained:
+                remains.append(gone)
         else:
             unclaimed.append(name)
             topics[name] = state.topics[name]
+    # its objects in the store, until a broker reports them removed
+    removing, notes = tier_deletions.step(state.deleted, remains, liveness, heartbeats)
+    events.extend(Event(kind, subject, message) for kind, subject, message in notes)
 
     for name in sorted(wanted):
         spec = wanted[name]
@@ -318,7 +336,7 @@ def reconcile(inputs: StepInputs) -> Decision:
                 if of_topic == name and (missing := cohort_plans.uncovered(owners, connected)):
                     uncovered[f"{name}:{cohort}"] = missing
 
-    result = ClusterState(state.generation, brokers, topics)
+    result = ClusterState(state.generation, brokers, topics, removing)
     changed = not result.same_content(state)
     if changed:
         result = replace(result, generation=commit_generation)

@@ -21,6 +21,7 @@ from typing import Any
 from headrace.control.model import ClusterState
 from headrace.protocol.coordination import (
     ClusterTopology,
+    IncarnationRemoval,
     PartitionPlacement,
     TopicPlacement,
     TransitionPlacement,
@@ -45,6 +46,8 @@ def cluster_topology(
     its spec (default 1 and no settings, so the broker's own defaults apply).
     ``retained``: deleted topics whose copies brokers keep on disk (``deletionPolicy:
     Retain``); a name the state still holds is left out (it is not deleted yet).
+    ``removals``: the deleted incarnations whose objects a broker is asked to remove
+    (``tier_deletions``).
     """
     alive = frozenset(state.brokers) if live is None else frozenset(live)
     min_in_sync = min_in_sync or {}
@@ -102,6 +105,11 @@ def cluster_topology(
             for name, topic in sorted(state.topics.items())
         ],
         sorted(set(retained) - set(state.topics)),
+        removals=[
+            IncarnationRemoval(d.topic, d.creation_id, d.partitions, d.broker)
+            for _, d in sorted(state.deleted.items())
+            if d.broker is not None
+        ],
     )
 
 

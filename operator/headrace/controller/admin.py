@@ -1,6 +1,6 @@
 """The controller's HTTP surface: health, metrics, state, apply/delete, the dashboard.
 
-Credentials as on a broker's admin port (``headrace.broker.admin_access``): with
+Credentials as on a broker's admin port (``headrace.security.admin_access``): with
 ``--acl-file`` or ``--auth-token``, ``/v1/apply``, ``/v1/delete`` and ``PUT
 /v1/members`` take a bearer token, and with ACLs its principal needs ``admin``
 on every topic the request touches (a Topic's own name, an Unload's or
@@ -22,17 +22,17 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from headrace.aio import cancel_and_wait
-from headrace.broker import admin_access
-from headrace.broker.access import Access, load_token_file
-from headrace.broker.config import BrokerSettings
 from headrace.control import admission
 from headrace.control.documents import full_name, spec_of
 from headrace.controller.controlling import Controller, RepartitionRefused, UnloadConflict
-from headrace.controller.dashboarding import DashboardRoutes
+from headrace.dashboard.routes import DashboardRoutes
 from headrace.errors import HeadraceError, InvalidRequest
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.resources import Repartition, Resource, Topic, Unload, load_manifests
+from headrace.security import admin_access
+from headrace.security.access import Access, load_token_file
 from headrace.security.acl import Operation
+from headrace.security.settings import AccessSettings
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,22 @@ class _ControllerCollector(Collector):
         ]
 
 
+def _dashboard(controller: Controller) -> DashboardRoutes:
+    """The local controller's dashboard: its view after the last step."""
+
+    async def view(request: web.Request) -> dict[str, Any]:
+        now = controller.clock.now_ms()
+        decision = controller.last_decision
+        return controller.dashboard.view(
+            controller.state_document(),
+            controller.loop.heartbeats,
+            decision.liveness if decision is not None else None,
+            now,
+        )
+
+    return DashboardRoutes(view, controller.settings.poll_interval_ms / 1000)
+
+
 class ControllerAdmin:
     def __init__(self, controller: Controller) -> None:
         self.controller = controller
@@ -144,8 +160,7 @@ class ControllerAdmin:
         s = controller.settings
         #: the API's credentials: the brokers' ``Access`` without member identities
         self.access = Access(
-            BrokerSettings(
-                data_dir=s.state_dir,
+            AccessSettings(
                 cluster_id=s.cluster_id,
                 auth_tokens=s.auth_tokens,
                 auth_token_file=s.auth_token_file,
@@ -153,7 +168,6 @@ class ControllerAdmin:
             ),
             self.denials,
             reloads=self.reloads,
-            member_identities=False,
         )
         fleet = controller.http
         if s.broker_token_file is not None and fleet is not None:
@@ -182,7 +196,7 @@ class ControllerAdmin:
                 web.put("/v1/members", self.set_members),
             ]
         )
-        DashboardRoutes.for_controller(controller).install(self.app)
+        _dashboard(controller).install(self.app)
         self._runner: web.AppRunner | None = None
         self.port = 0
 

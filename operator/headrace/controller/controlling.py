@@ -29,36 +29,29 @@ from typing import Any
 
 from headrace import files
 from headrace.aio import cancel_and_wait
-from headrace.broker.config import AdminReadAccess, TlsSettings
 from headrace.control import admission, documents, moves
 from headrace.control.documents import full_name, rfc3339, spec_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, StatusStore
 from headrace.control.model import ClusterState, DeletionRequest, UnloadProgress
 from headrace.control.reconcile import Decision
 from headrace.control.settings import ControlSettings
-from headrace.controller.fleet import HttpFleet
 from headrace.controller.store import FileStore, admitted
 from headrace.dashboard.observing import Observer
 from headrace.dashboard.rates import RateHistory
 from headrace.errors import InvalidRequest
+from headrace.fleet.clock import SystemClock
+from headrace.fleet.http import HttpFleet
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.security.settings import AdminReadAccess, TlsSettings
 
 __all__ = [
     "Controller",
     "ControllerSettings",
     "RepartitionRefused",
-    "SystemClock",
     "UnloadConflict",
 ]
 
 log = logging.getLogger(__name__)
-
-
-class SystemClock:
-    """The ``Clock`` port: the machine's wall clock."""
-
-    def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
 
 
 class UnloadConflict(InvalidRequest):

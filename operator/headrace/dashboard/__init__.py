@@ -5,6 +5,6 @@ the JSON view model the page renders; ``rates`` (pure) keeps the produce/consume
 rates and lag of the last minutes in a bounded ring buffer, sampled from
 heartbeats; ``observing.Observer`` is what a controller keeps between steps and
 asks for the view; ``assets`` reads the page itself (HTML, CSS, JavaScript, shipped as
-package data: nothing is fetched from outside the cluster). A controller serves
-them through a thin HTTP route (``headrace.controller.dashboarding``).
+package data: nothing is fetched from outside the cluster). Both controllers serve
+them through one thin HTTP route (``routes.DashboardRoutes``, aiohttp).
 """

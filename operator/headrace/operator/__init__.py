@@ -12,6 +12,7 @@ controller, through Kubernetes adapters instead of files:
 ``install``    the operator's own manifests: ServiceAccount, RBAC, Deployment
 ``main``       ``python -m headrace.operator``
 
-It is an adapter layer over ``headrace.controller`` (whose ``HttpFleet`` it
-reuses): see the layers contract in ``pyproject.toml``.
+It sits beside the local controller (``headrace.controller``), never above it: the
+two share the brokers' fleet and clock (``headrace.fleet``) and the dashboard's route
+(``headrace.dashboard.routes``); see the layers contract in ``pyproject.toml``.
 """

@@ -39,7 +39,9 @@ from typing import Any, Final
 from headrace.control import tokens
 from headrace.control.documents import epoch_ms, rfc3339
 from headrace.errors import InvalidRequest
+from headrace.operator.bodies import Parsed, ResourceT, parse_user
 from headrace.operator.kube import KubeApi, ObjectRef
+from headrace.resources import BrokerCluster
 from headrace.resources.users import AuthenticationType, User
 from headrace.security import acl, keyrings
 
@@ -79,20 +81,19 @@ def acl_config_name(cluster_name: str) -> str:
     return f"{cluster_name}-acl"
 
 
-def owner_reference(body: Mapping[str, Any]) -> dict[str, Any]:
-    meta = body["metadata"]
+def owner_reference(owner: Parsed[ResourceT]) -> dict[str, Any]:
     return {
-        "apiVersion": body["apiVersion"],
-        "kind": body["kind"],
-        "name": meta["name"],
-        "uid": meta["uid"],
+        "apiVersion": owner.ref.api_version,
+        "kind": owner.kind,
+        "name": owner.meta.name,
+        "uid": owner.meta.uid,
         "controller": True,
         "blockOwnerDeletion": True,
     }
 
 
 def _secret(
-    name: str, namespace: str, owner: Mapping[str, Any], data: Mapping[str, str]
+    name: str, namespace: str, owner: Parsed[ResourceT], data: Mapping[str, str]
 ) -> dict[str, Any]:
     return {
         "apiVersion": "v1",
@@ -108,14 +109,13 @@ def _secret(
     }
 
 
-def new_auth_secret(cluster_body: Mapping[str, Any]) -> dict[str, Any]:
+def new_auth_secret(cluster: Parsed[BrokerCluster]) -> dict[str, Any]:
     """A fresh ``<cluster>-cluster-auth``: a 256-bit replication token and cluster key
     (64 hex digits, the key file's format)."""
-    meta = cluster_body["metadata"]
     return _secret(
-        auth_secret_name(meta["name"]),
-        meta.get("namespace", "default"),
-        cluster_body,
+        auth_secret_name(cluster.meta.name),
+        cluster.meta.namespace,
+        cluster,
         {
             REPLICATION_TOKEN_KEY: secrets.token_urlsafe(32),
             CLUSTER_KEY_KEY: secrets.token_hex(32) + "\n",
@@ -123,12 +123,9 @@ def new_auth_secret(cluster_body: Mapping[str, Any]) -> dict[str, Any]:
     )
 
 
-def user_secret(user_body: Mapping[str, Any], state: tokens.TokenState) -> dict[str, Any]:
+def user_secret(user: Parsed[User], state: tokens.TokenState) -> dict[str, Any]:
     """A User's token Secret, named after it, holding ``state``."""
-    meta = user_body["metadata"]
-    secret = _secret(
-        meta["name"], meta.get("namespace", "default"), user_body, {USER_TOKEN_KEY: state.token}
-    )
+    secret = _secret(user.meta.name, user.meta.namespace, user, {USER_TOKEN_KEY: state.token})
     annotations = {TOKEN_GENERATION_ANNOTATION: str(state.generation)}
     if state.rotation is not None:
         annotations[ROTATE_TOKEN_ANNOTATION] = state.rotation
@@ -173,29 +170,32 @@ def acl_document(principals: Iterable[acl.PrincipalSpec]) -> str:
     return json.dumps(document.model_dump(mode="json", exclude_none=True), indent=2, sort_keys=True)
 
 
-def acl_config(cluster_body: Mapping[str, Any], document: str) -> dict[str, Any]:
-    meta = cluster_body["metadata"]
+def acl_config(cluster: Parsed[BrokerCluster], document: str) -> dict[str, Any]:
+    meta = cluster.meta
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {
-            "name": acl_config_name(meta["name"]),
-            "namespace": meta.get("namespace", "default"),
+            "name": acl_config_name(meta.name),
+            "namespace": meta.namespace,
             "labels": {"app.kubernetes.io/managed-by": "headrace-operator"},
-            "ownerReferences": [owner_reference(cluster_body)],
+            "ownerReferences": [owner_reference(cluster)],
         },
         "data": {ACL_KEY: document},
     }
 
 
-def users_of(users: Iterable[Mapping[str, Any]], cluster_name: str) -> list[Mapping[str, Any]]:
-    """The User bodies whose ``spec.clusterRef.name`` is the cluster (not being deleted)."""
-    return [
-        u
-        for u in users
-        if ((u.get("spec") or {}).get("clusterRef") or {}).get("name") == cluster_name
-        and not u["metadata"].get("deletionTimestamp")
-    ]
+def users_of(users: Iterable[Parsed[User]], cluster_name: str) -> list[tuple[Parsed[User], User]]:
+    """The Users whose ``spec.clusterRef.name`` is the cluster (not being deleted), each
+    with its model. One whose spec does not parse names no cluster: it is left out (its
+    own handler reports why)."""
+    mine = []
+    for user in users:
+        if user.resource is None:
+            log.warning("User %s left out of every ACL file: %s", user.meta.full_name, user.problem)
+        elif user.resource.spec.cluster_ref.name == cluster_name and not user.meta.deleting:
+            mine.append((user, user.resource))
+    return mine
 
 
 # ---------------------------------------------------------------------- I/O
@@ -259,7 +259,7 @@ class TokenWrite:
 
 
 async def plan_user_token(
-    api: KubeApi, user_body: Mapping[str, Any], user: User, now_ms: int
+    api: KubeApi, stored: Parsed[User], user: User, now_ms: int
 ) -> tuple[tokens.TokenPlan, TokenWrite | None]:
     """A token User's Secret made, rotated or its previous token expired, as
     ``control.tokens`` plans it: the plan (which token hashes the brokers accept) and the
@@ -267,7 +267,7 @@ async def plan_user_token(
     lists the hashes. Refuses a Secret the User does not own (``ForeignSecret``), as
     ``ensure_secret`` does."""
     authentication = user.spec.authentication
-    placeholder = user_secret(user_body, tokens.TokenState(token=""))
+    placeholder = user_secret(stored, tokens.TokenState(token=""))
     ref = ObjectRef.of(placeholder)
     found = _owned_or_absent(await api.get(ref), placeholder)
     step = tokens.plan(
@@ -280,7 +280,7 @@ async def plan_user_token(
     if not step.changed:
         return step, None
     renewed = tokens.TokenEvent.CREATED in step.events or tokens.TokenEvent.ROTATED in step.events
-    return step, TokenWrite(ref, user_secret(user_body, step.state) if renewed else None, step)
+    return step, TokenWrite(ref, user_secret(stored, step.state) if renewed else None, step)
 
 
 async def write_user_token(api: KubeApi, write: TokenWrite) -> None:
@@ -315,21 +315,18 @@ def replication_tokens_of(secret: Mapping[str, Any]) -> tuple[str, ...]:
     return keyrings.parse_tokens(value, f"Secret {name} key {REPLICATION_TOKEN_KEY}")
 
 
-async def replication_token(api: KubeApi, cluster_body: Mapping[str, Any]) -> str:
+async def replication_token(api: KubeApi, cluster: Parsed[BrokerCluster]) -> str:
     """The replication token to present to the cluster's brokers: the first the auth
     Secret lists (the Secret made first if absent)."""
-    secret = await ensure_secret(api, new_auth_secret(cluster_body))
+    secret = await ensure_secret(api, new_auth_secret(cluster))
     return replication_tokens_of(secret)[0]
 
 
-async def read_replication_tokens(api: KubeApi, cluster_body: Mapping[str, Any]) -> tuple[str, ...]:
+async def read_replication_tokens(api: KubeApi, cluster: Parsed[BrokerCluster]) -> tuple[str, ...]:
     """The replication tokens the auth Secret lists now (a GET by name, never a create:
     the cluster's workload handler makes the Secret). ``LookupError`` when it is gone,
     ``InvalidRequest`` when it does not parse: the caller keeps what it presents."""
-    meta = cluster_body["metadata"]
-    ref = ObjectRef(
-        "v1", "Secret", meta.get("namespace", "default"), auth_secret_name(meta["name"])
-    )
+    ref = ObjectRef("v1", "Secret", cluster.meta.namespace, auth_secret_name(cluster.meta.name))
     secret = await api.get(ref)
     if secret is None:
         raise LookupError(f"Secret {ref.namespace}/{ref.name} not found")
@@ -354,7 +351,7 @@ class AclSync:
 _ACL_LOCKS: dict[tuple[str, str], asyncio.Lock] = {}
 
 
-async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any], now_ms: int) -> AclSync:
+async def sync_acl(api: KubeApi, cluster: Parsed[BrokerCluster], now_ms: int) -> AclSync:
     """Make, rotate or expire the tokens of every token User of the cluster
     (``plan_user_token``) and apply the ACL ConfigMap with all its Users: a User in the
     grace of a rotation is listed with both its tokens' hashes. A User whose spec does not
@@ -364,26 +361,17 @@ async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any], now_ms: int) -
     independently, and a client that reads a rotated token from its Secret must find its
     hash already on its way to the brokers. (A Secret write that then fails leaves a hash
     no one holds a token for; the next sync plans again.)"""
-    meta = cluster_body["metadata"]
-    namespace = meta.get("namespace", "default")
-    async with _ACL_LOCKS.setdefault((namespace, meta["name"]), asyncio.Lock()):
-        bodies = users_of(await api.list(USER_API_VERSION, "User", namespace), meta["name"])
+    namespace, name = cluster.meta.namespace, cluster.meta.name
+    async with _ACL_LOCKS.setdefault((namespace, name), asyncio.Lock()):
+        listed = await api.list(USER_API_VERSION, "User", namespace)
         principals: list[acl.PrincipalSpec] = []
         synced = AclSync({}, {})
         writes: list[TokenWrite] = []
-        for body in bodies:
-            try:
-                user = User.from_manifest({k: v for k, v in body.items() if k != "status"})
-            except ValueError as exc:
-                log.warning(
-                    "User %s/%s left out of the ACL file: %s",
-                    namespace, body["metadata"]["name"], exc,
-                )  # fmt: skip
-                continue
+        for stored, user in users_of(map(parse_user, listed), name):
             hashes: list[str] = []
             if user.spec.authentication.type is AuthenticationType.TOKEN:
                 try:
-                    step, write = await plan_user_token(api, body, user, now_ms)
+                    step, write = await plan_user_token(api, stored, user, now_ms)
                 except ForeignSecret as exc:
                     # left out, not the whole file: one squatted name must not lock every
                     # User out
@@ -400,7 +388,7 @@ async def sync_acl(api: KubeApi, cluster_body: Mapping[str, Any], now_ms: int) -
                 synced.token_plans[user.metadata.name] = step
             principals.append(user.acl_principal(hashes))
             synced.principals[user.metadata.name] = user.principal_name
-        await api.apply(acl_config(cluster_body, acl_document(principals)))
+        await api.apply(acl_config(cluster, acl_document(principals)))
         for write in writes:
             await write_user_token(api, write)
     return synced

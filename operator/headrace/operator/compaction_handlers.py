@@ -24,15 +24,15 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import kopf
-import pydantic
 
 from headrace.control.documents import condition_time
-from headrace.operator import compaction_jobs
-from headrace.operator.handlers import GROUP, VERSION, OperatorContext, without_status
+from headrace.operator import bodies, compaction_jobs
+from headrace.operator.bodies import Parsed, ResourceT
+from headrace.operator.handlers import GROUP, VERSION, OperatorContext
 from headrace.operator.kube import KubeApi, ObjectRef, StaleResourceVersion
 from headrace.resources import meta
-from headrace.resources.compactions import Compaction, CompactionPhase, CompactionSchedule
-from headrace.resources.meta import TopicReference
+from headrace.resources.compactions import Compaction, CompactionPhase
+from headrace.resources.meta import READY, TopicReference
 
 log = logging.getLogger(__name__)
 
@@ -48,26 +48,17 @@ def _context(memo: Any) -> OperatorContext:
     return context
 
 
-def _parse(model: type[Compaction] | type[CompactionSchedule], body: Mapping[str, Any]) -> Any:
-    try:
-        return model.from_manifest(without_status(body))
-    except pydantic.ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise kopf.PermanentError(f"invalid {model.KIND}: {problems}") from None
-
-
 async def find_target(
     api: KubeApi, namespace: str, topic_ref: TopicReference
 ) -> compaction_jobs.Target:
     """A run's Topic and its BrokerCluster as stored (``NotRunnable`` says what is missing)."""
-    topic = await api.get(ObjectRef(API_VERSION, "Topic", namespace, topic_ref.name))
+    found = await api.get(ObjectRef(API_VERSION, "Topic", namespace, topic_ref.name))
+    topic = None if found is None else bodies.parse_topic(found)
     cluster = None
-    if topic is not None:
-        cluster_name = ((topic.get("spec") or {}).get("clusterRef") or {}).get("name")
-        if cluster_name:
-            cluster = await api.get(
-                ObjectRef(API_VERSION, "BrokerCluster", namespace, cluster_name)
-            )
+    if topic is not None and topic.resource is not None:
+        cluster_name = topic.resource.spec.cluster_ref.name
+        stored = await api.get(ObjectRef(API_VERSION, "BrokerCluster", namespace, cluster_name))
+        cluster = None if stored is None else bodies.parse_cluster(stored)
     return compaction_jobs.target(namespace, topic_ref, topic, cluster)
 
 
@@ -92,18 +83,14 @@ async def pods_of(api: KubeApi, namespace: str, job_name: str) -> list[dict[str,
     return await api.list("v1", "Pod", namespace, f"{JOB_NAME_LABEL}={job_name}")
 
 
-async def write_status(
-    api: KubeApi, body: Mapping[str, Any], status: Mapping[str, Any]
-) -> dict[str, Any] | None:
-    """CAS-write ``status`` unless it is already stored; the stored object after."""
-    if dict(body.get("status") or {}) == dict(status):
-        return dict(body)
-    return await api.replace_status(
-        ObjectRef.of(body), str(body["metadata"]["resourceVersion"]), status
-    )
+async def write_status(api: KubeApi, stored: Parsed[ResourceT], status: Mapping[str, Any]) -> None:
+    """CAS-write ``status`` unless it is already stored."""
+    if bodies.unchanged(stored, status):
+        return
+    await api.replace_status(stored.ref, str(stored.meta.resource_version), status)
 
 
-def _post_phase(body: Mapping[str, Any], before: Any, status: Mapping[str, Any]) -> None:
+def _post_phase(body: Mapping[str, Any], before: str | None, status: Mapping[str, Any]) -> None:
     phase = status.get("phase")
     if phase is None or phase == before:
         return
@@ -121,10 +108,17 @@ def _post_phase(body: Mapping[str, Any], before: Any, status: Mapping[str, Any])
             message=str(ready.get("message", "")),
         )
     except Exception:  # outside kopf's loop (tests): the status says it all the same
-        log.debug("no event posted for %s", body["metadata"]["name"])
+        log.debug("no event posted for %s", bodies.meta_of(body).name)
 
 
 # ---------------------------------------------------------------------- Compaction
+
+
+def _phase(compaction: Parsed[Compaction]) -> str | None:
+    """The stored phase (None: none yet, or a status that cannot be read)."""
+    status = bodies.stored_status(compaction)
+    phase = getattr(status, "phase", None)
+    return None if phase is None else str(phase)
 
 
 async def reconcile_compaction(context: OperatorContext, namespace: str, name: str) -> None:
@@ -133,15 +127,19 @@ async def reconcile_compaction(context: OperatorContext, namespace: str, name: s
     ref = ObjectRef(API_VERSION, "Compaction", namespace, name)
     for _ in range(WRITE_ATTEMPTS):
         body = await api.get(ref)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        if body is None:
             return
-        if compaction_jobs.finished(body):
+        parsed = bodies.parse_compaction(body)
+        if parsed.meta.deleting or compaction_jobs.finished(_phase(parsed)):
             return
-        compaction: Compaction = _parse(Compaction, body)
+        compaction = parsed.resource
         job_ref = ObjectRef("batch/v1", "Job", namespace, name)
         job = await api.get(job_ref)
         blocked: compaction_jobs.NotRunnable | None = None
-        if job is None:
+        if compaction is None:
+            # one stored before the CRD's rules refused it: said in its status, never run
+            blocked = compaction_jobs.NotRunnable(bodies.INVALID_SPEC, str(parsed.problem))
+        elif job is None:
             try:
                 run = await find_target(api, namespace, compaction.spec.topic_ref)
                 other = await _running_run(api, namespace, compaction.spec.topic_ref.name, name)
@@ -152,9 +150,7 @@ async def reconcile_compaction(context: OperatorContext, namespace: str, name: s
                         " this run starts when it has finished",
                     )
                 await api.apply(
-                    compaction_jobs.job_manifest(
-                        compaction, str(body["metadata"]["uid"]), run, context.workload
-                    )
+                    compaction_jobs.job_manifest(compaction, parsed.meta.uid, run, context.workload)
                 )
                 job = await api.get(job_ref)
             except compaction_jobs.NotRunnable as exc:
@@ -164,14 +160,14 @@ async def reconcile_compaction(context: OperatorContext, namespace: str, name: s
             state = compaction_jobs.run_state(job, await pods_of(api, namespace, name))
         now = condition_time(context.clock.now_ms())
         status = compaction_jobs.compaction_status(
-            body, name if job is not None else None, state, blocked, now
+            parsed, name if job is not None else None, state, blocked, now
         )
         try:
-            await write_status(api, body, status)
+            await write_status(api, parsed, status)
         except StaleResourceVersion:
             continue  # changed meanwhile: read it again
-        _post_phase(body, (body.get("status") or {}).get("phase"), status)
-        if compaction_jobs.finished({"status": status}):
+        _post_phase(body, _phase(parsed), status)
+        if compaction is not None and compaction_jobs.finished(status.get("phase")):
             await _start_waiting(context, namespace, compaction.spec.topic_ref.name, name)
         return
     log.warning("Compaction %s/%s: status kept conflicting; next event retries", namespace, name)
@@ -180,13 +176,12 @@ async def reconcile_compaction(context: OperatorContext, namespace: str, name: s
 async def _start_waiting(context: OperatorContext, namespace: str, topic: str, done: str) -> None:
     """Reconcile the Compactions of ``topic`` that wait for a run (``done`` has finished)."""
     for body in await context.api.list(API_VERSION, "Compaction", namespace):
-        name = body["metadata"]["name"]
-        spec = body.get("spec") or {}
-        if name == done or (spec.get("topicRef") or {}).get("name") != topic:
+        compaction = bodies.parse_compaction(body)
+        name, model = compaction.meta.name, compaction.resource
+        if name == done or model is None or model.spec.topic_ref.name != topic:
             continue
-        conditions = (body.get("status") or {}).get("conditions") or []
-        ready: Mapping[str, Any] = next((c for c in conditions if c["type"] == "Ready"), {})
-        if ready.get("reason") == "WaitingForRun":
+        ready = None if model.status is None else model.status.condition(READY)
+        if ready is not None and ready.reason == "WaitingForRun":
             await reconcile_compaction(context, namespace, name)
 
 
@@ -226,16 +221,22 @@ async def reconcile_schedule(
     ref = ObjectRef(API_VERSION, "CompactionSchedule", namespace, name)
     for _ in range(WRITE_ATTEMPTS):
         body = await api.get(ref)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        if body is None:
             return
-        schedule: CompactionSchedule = _parse(CompactionSchedule, body)
+        parsed = bodies.parse_compaction_schedule(body)
+        if parsed.meta.deleting:
+            return
+        schedule = parsed.resource
         blocked = None
         try:
+            if schedule is None:
+                # one stored before the CRD's rules refused it: said in its status
+                raise compaction_jobs.NotRunnable(bodies.INVALID_SPEC, str(parsed.problem))
             if apply:
                 run = await find_target(api, namespace, schedule.spec.topic_ref)
                 await api.apply(
                     compaction_jobs.cronjob_manifest(
-                        schedule, str(body["metadata"]["uid"]), run, context.workload
+                        schedule, parsed.meta.uid, run, context.workload
                     )
                 )
         except compaction_jobs.NotRunnable as exc:
@@ -253,9 +254,9 @@ async def reconcile_schedule(
                 compaction_jobs.run_state(done[-1], await pods_of(api, namespace, job_name)),
             )
         now = condition_time(context.clock.now_ms())
-        status = compaction_jobs.schedule_status(body, cronjob, last, blocked, now)
+        status = compaction_jobs.schedule_status(parsed, cronjob, last, blocked, now)
         try:
-            await write_status(api, body, status)
+            await write_status(api, parsed, status)
         except StaleResourceVersion:
             continue
         return

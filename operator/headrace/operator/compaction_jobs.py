@@ -42,10 +42,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from pydantic import ValidationError
-
 from headrace.control.documents import condition
 from headrace.operator import workloads
+from headrace.operator.bodies import Parsed, stored_condition
 from headrace.resources.clusters import BrokerCluster
 from headrace.resources.compactions import (
     Compaction,
@@ -101,32 +100,46 @@ class NotRunnable(Exception):
         self.reason = reason
         self.message = message
 
+    @property
+    def waits(self) -> bool:
+        """Only waiting for another resource (``Waiting...``): not stalled."""
+        return self.reason.startswith("Waiting")
+
+
+def stalled_condition(
+    stored: Parsed[Any], blocked: NotRunnable | None, generation: int, now: str
+) -> list[dict[str, Any]]:
+    """The ``Stalled`` condition of a one-shot resource that cannot run for ``blocked``'s
+    reason, or none while it only waits (or runs)."""
+    if blocked is None or blocked.waits:
+        return []
+    stalled = stored_condition(stored, "Stalled")
+    return [condition("Stalled", "True", blocked.reason, blocked.message, generation, stalled, now)]
+
 
 def target(
     namespace: str,
     topic_ref: TopicReference,
-    topic_body: Mapping[str, Any] | None,
-    cluster_body: Mapping[str, Any] | None,
+    stored_topic: Parsed[Topic] | None,
+    stored_cluster: Parsed[BrokerCluster] | None,
 ) -> Target:
     """The run's target from the stored Topic and BrokerCluster; ``NotRunnable`` says why not."""
     name = topic_ref.name
-    if topic_body is None:
+    if stored_topic is None:
         raise NotRunnable("TopicNotFound", f"Topic {name!r} does not exist in {namespace}")
-    try:
-        topic = Topic.from_manifest({k: v for k, v in topic_body.items() if k != "status"})
-    except ValidationError as exc:
-        raise NotRunnable("InvalidTopic", f"Topic {name!r} does not parse: {exc}") from None
+    topic = stored_topic.resource
+    if topic is None:
+        raise NotRunnable("InvalidTopic", f"Topic {name!r} does not parse: {stored_topic.problem}")
     cluster_name = topic.spec.cluster_ref.name
-    if cluster_body is None:
+    if stored_cluster is None:
         raise NotRunnable(
             "ClusterNotFound", f"BrokerCluster {cluster_name!r} of Topic {name!r} does not exist"
         )
-    try:
-        cluster = BrokerCluster.from_manifest(
-            {k: v for k, v in cluster_body.items() if k != "status"}
+    cluster = stored_cluster.resource
+    if cluster is None:
+        raise NotRunnable(
+            "InvalidCluster", f"BrokerCluster does not parse: {stored_cluster.problem}"
         )
-    except ValidationError as exc:
-        raise NotRunnable("InvalidCluster", f"BrokerCluster does not parse: {exc}") from None
     if cluster.spec.object_store is None:
         raise NotRunnable(
             "NoObjectStore", f"BrokerCluster {cluster_name!r} has no objectStore to compact"
@@ -134,13 +147,12 @@ def target(
     if not topic.spec.tiered_storage.enabled:
         raise NotRunnable("NotTiered", f"Topic {name!r} does not have tieredStorage enabled")
     segment_bytes = topic.spec.segments.bytes or cluster.spec.broker_config.segment_bytes
-    status = topic_body.get("status") or {}
     return Target(
         cluster,
         f"{namespace}/{name}",
         segment_bytes,
         topic.spec.cleanup_policy == CleanupPolicy.COMPACT,
-        str(status.get("creationId") or ""),
+        (topic.status.creation_id if topic.status is not None else None) or "",
         topic.spec.partitions,
     )
 
@@ -479,12 +491,8 @@ def run_state(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) 
     return RunState(CompactionPhase.PENDING, attempts, start, None, None, "waiting for a pod")
 
 
-def _previous(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
-
-
 def compaction_status(
-    body: Mapping[str, Any],
+    compaction: Parsed[Compaction],
     job_name: str | None,
     state: RunState | None,
     blocked: NotRunnable | None,
@@ -492,8 +500,8 @@ def compaction_status(
 ) -> dict[str, Any]:
     """A Compaction's status: from its run (``state``), or why it does not run (``blocked``:
     its target is missing, or another run of the topic goes on)."""
-    old = body.get("status") or {}
-    generation = int((body.get("metadata") or {}).get("generation") or 1)
+    old = compaction
+    generation = compaction.meta.generation
     status: dict[str, Any] = {"observedGeneration": generation}
     conditions = []
     if blocked is not None:
@@ -505,22 +513,11 @@ def compaction_status(
                 blocked.reason,
                 blocked.message,
                 generation,
-                _previous(old, "Ready"),
+                stored_condition(old, "Ready"),
                 now,
             )
         )
-        if blocked.reason != "WaitingForRun":
-            conditions.append(
-                condition(
-                    "Stalled",
-                    "True",
-                    blocked.reason,
-                    blocked.message,
-                    generation,
-                    _previous(old, "Stalled"),
-                    now,
-                )
-            )
+        conditions.extend(stalled_condition(old, blocked, generation, now))
     else:
         assert state is not None
         status["phase"] = str(state.phase)
@@ -533,7 +530,7 @@ def compaction_status(
                 str(state.phase),
                 state.message,
                 generation,
-                _previous(old, "Ready"),
+                stored_condition(old, "Ready"),
                 now,
             )
         )
@@ -550,13 +547,13 @@ def compaction_status(
     return status
 
 
-def finished(body: Mapping[str, Any]) -> bool:
-    phase = (body.get("status") or {}).get("phase")
+def finished(phase: str | None) -> bool:
+    """Whether a Compaction in ``phase`` is done for good (its status is final)."""
     return phase in (str(CompactionPhase.SUCCEEDED), str(CompactionPhase.FAILED))
 
 
 def schedule_status(
-    body: Mapping[str, Any],
+    schedule: Parsed[CompactionSchedule],
     cronjob: Mapping[str, Any] | None,
     last_job: tuple[str, RunState] | None,
     blocked: NotRunnable | None,
@@ -564,8 +561,8 @@ def schedule_status(
 ) -> dict[str, Any]:
     """A CompactionSchedule's status: its CronJob's times and active runs, and the most
     recently finished run (``last_job``: its name and state)."""
-    old = body.get("status") or {}
-    generation = int((body.get("metadata") or {}).get("generation") or 1)
+    old = schedule
+    generation = schedule.meta.generation
     status: dict[str, Any] = {"observedGeneration": generation}
     cron = (cronjob or {}).get("status") or {}
     for key in ("lastScheduleTime", "lastSuccessfulTime"):
@@ -590,9 +587,9 @@ def schedule_status(
         ready = (
             "True",
             "Suspended" if suspended else "Scheduled",
-            f"CronJob {body['metadata']['name']}",
+            f"CronJob {schedule.meta.name}",
         )
-    conditions = [condition("Ready", *ready, generation, _previous(old, "Ready"), now)]
+    conditions = [condition("Ready", *ready, generation, stored_condition(old, "Ready"), now)]
     if blocked is not None:
         conditions.append(
             condition(
@@ -601,7 +598,7 @@ def schedule_status(
                 blocked.reason,
                 blocked.message,
                 generation,
-                _previous(old, "Stalled"),
+                stored_condition(old, "Stalled"),
                 now,
             )
         )

@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from headrace.control import moves
-from headrace.control.documents import condition, generation_of
-from headrace.operator import objectstores, tlssecrets, workloads
+from headrace.control.documents import condition
+from headrace.operator import bodies, objectstores, tlssecrets, workloads
+from headrace.operator.bodies import Meta, Parsed
+from headrace.resources import BrokerCluster
 
 PAUSED_ANNOTATION: Final = "headrace.dev/paused"
 
@@ -81,9 +83,8 @@ class WorkloadOutcome:
     replicas: int | None = None
 
 
-def paused(body: Mapping[str, Any]) -> bool:
-    annotations = body.get("metadata", {}).get("annotations") or {}
-    return str(annotations.get(PAUSED_ANNOTATION, "")).lower() == "true"
+def paused(meta: Meta) -> bool:
+    return meta.annotations.get(PAUSED_ANNOTATION, "").lower() == "true"
 
 
 def stalled_condition(
@@ -104,7 +105,7 @@ def stalled_condition(
 
 
 def cluster_conditions(
-    body: Mapping[str, Any],
+    cluster: Parsed[BrokerCluster],
     live: Iterable[int] | None,
     now: str,
     blockers: Mapping[int, list[str]] | None = None,
@@ -134,16 +135,17 @@ def cluster_conditions(
     a ``Rebalancing`` condition says whether moves are in flight. ``tls``: a TLS Secret
     problem (reason, message: ``tlssecrets``), which makes Ready False.
     """
-    generation = generation_of(body)
-    stored = body.get("status") or {}
-    previous = {c.get("type"): c for c in stored.get("conditions") or []}
-    replicas = int((body.get("spec") or {}).get("replicas", 3))
+    generation = cluster.meta.generation
+    stored = bodies.stored_status(cluster)
+    types = set() if stored is None else {c.type for c in stored.conditions}
+    previous = {t: bodies.stored_condition(cluster, t) for t in types}
+    replicas = 3 if cluster.resource is None else cluster.resource.spec.replicas
     observed: int | None = generation
     failure = None
     if workload is not None:
         observed = workload.applied
-        if observed is None and isinstance(stored.get("observedGeneration"), int):
-            observed = stored["observedGeneration"]
+        if observed is None and stored is not None:
+            observed = stored.observed_generation
         failure = workload.failure
     conditions = []
     if live is None:
@@ -200,7 +202,7 @@ def cluster_conditions(
             conditions.append(stalled)
         kept = previous.get(objectstores.REACHABLE_CONDITION)
         if store is not None and not store.endpoint_known and store.uploads is None and kept:
-            conditions.append(dict(kept))  # not checked yet (a restart): as stored
+            conditions.append(kept)  # not checked yet (a restart): as stored
         elif store is not None:
             reachable = (
                 ("False", objectstores.UNREACHABLE, store.unreachable)

@@ -10,7 +10,8 @@ data:
     -------  ------------------------------------  ------------------------------------------
     Delete   drops the topic from its state; the   the topic is out of the state, and every
              push without it makes every broker    live broker has applied that push and
-             remove its copies (leaders: objects)  reports no partition of it
+             remove its copies; its objects go     reports no partition of it
+             (``control.tier_deletions``)
     Retain   the same, with the name under the     the same, and every broker of the cluster
              push's ``retained``: brokers close    is live: a broker that is down when the
              their copies and move them aside      finalizer goes would delete its copy when
@@ -48,14 +49,15 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Final
 
-from headrace.control.documents import full_name
 from headrace.control.model import DeletionRequest
 from headrace.control.reconcile import Event
 from headrace.operator import workloads
+from headrace.operator.bodies import Meta, Parsed, meta_of
 from headrace.operator.kube import KubeApi, KubeApiError, ObjectRef, StaleResourceVersion
 from headrace.protocol.coordination import Heartbeat
+from headrace.resources import BrokerCluster, Topic
 from headrace.resources.topics import DeletionPolicy
 
 log = logging.getLogger(__name__)
@@ -66,47 +68,37 @@ TOPIC_FINALIZER: Final = "headrace.dev/topic-data"
 UNLOAD_FINALIZER: Final = "headrace.dev/unload-moves"
 
 
-def deleting(body: Mapping[str, Any]) -> bool:
-    return bool((body.get("metadata") or {}).get("deletionTimestamp"))
-
-
-def finalizers(body: Mapping[str, Any]) -> list[str]:
-    return list((body.get("metadata") or {}).get("finalizers") or [])
-
-
-def needs_finalizer(body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> bool:
+def needs_finalizer(meta: Meta, finalizer: str = TOPIC_FINALIZER) -> bool:
     """A live object without ``finalizer`` (a deleted one is never given it again)."""
-    return not deleting(body) and finalizer not in finalizers(body)
+    return not meta.deleting and finalizer not in meta.finalizers
 
 
-def held(body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> bool:
+def held(meta: Meta, finalizer: str = TOPIC_FINALIZER) -> bool:
     """A deleted object ``finalizer`` still holds."""
-    return deleting(body) and finalizer in finalizers(body)
+    return meta.deleting and finalizer in meta.finalizers
 
 
-def gone_or_going(cluster: Mapping[str, Any] | None) -> bool:
+def gone_or_going(cluster: Meta | None) -> bool:
     """A BrokerCluster (as its index holds it) that does not exist or is being deleted:
     its loop is not running and will not run again."""
-    return cluster is None or deleting(cluster)
+    return cluster is None or cluster.deleting
 
 
-def policy_of(body: Mapping[str, Any]) -> DeletionPolicy:
-    """The Topic's ``deletionPolicy``; Retain when unset or unreadable (the safe side)."""
-    value = (body.get("spec") or {}).get("deletionPolicy")
-    try:
-        return DeletionPolicy(value) if value is not None else DeletionPolicy.RETAIN
-    except ValueError:
+def policy_of(topic: Parsed[Topic]) -> DeletionPolicy:
+    """The Topic's ``deletionPolicy``; Retain when its spec does not parse (the safe side)."""
+    if topic.resource is None:
         return DeletionPolicy.RETAIN
+    return topic.resource.spec.deletion_policy
 
 
-def deletions(topics: Iterable[Mapping[str, Any]]) -> frozenset[DeletionRequest]:
+def deletions(topics: Iterable[Parsed[Topic]]) -> frozenset[DeletionRequest]:
     """The deletions a cluster's Topics ask for: one per Topic being deleted, as its
     ``deletionPolicy`` says. The control loop deletes no other topic: a Topic that is not
     being deleted never becomes one, whatever index it left."""
     return frozenset(
-        DeletionRequest(full_name(t), retain=policy_of(t) is DeletionPolicy.RETAIN)
+        DeletionRequest(t.meta.full_name, retain=policy_of(t) is DeletionPolicy.RETAIN)
         for t in topics
-        if deleting(t)
+        if t.meta.deleting
     )
 
 
@@ -178,17 +170,19 @@ def progress(
     return Progress(
         True,
         "TopicDataDeleted",
-        "deletionPolicy Delete: the brokers removed their copies (and the leaders the"
-        " topic's objects in the object store)",
+        "deletionPolicy Delete: the brokers removed their copies; a broker removes the"
+        " topic's objects from the object store (the BrokerCluster's status.deletedTopics"
+        " lists it until they are gone)",
     )
 
 
-def replica_holders(body: Mapping[str, Any]) -> frozenset[int]:
+def replica_holders(topic: Parsed[Topic]) -> frozenset[int]:
     """Every broker the Topic's status names as a replica (or a move's target)."""
+    status = None if topic.resource is None else topic.resource.status
     holders: set[int] = set()
-    for p in (body.get("status") or {}).get("partitions") or []:
-        holders.update(int(b) for b in p.get("replicas") or [])
-        holders.update(int(b) for b in p.get("targetReplicas") or [])
+    for p in status.partitions if status is not None else ():
+        holders.update(p.replicas)
+        holders.update(p.target_replicas or ())
     return frozenset(holders)
 
 
@@ -200,11 +194,11 @@ class TopicFinalizer:
         self.api = api
         self.events = events
         #: held Topics by name, as the watch last delivered them
-        self.held: dict[str, Mapping[str, Any]] = {}
+        self.held: dict[str, Parsed[Topic]] = {}
         self._told: dict[str, str] = {}
 
-    def sync(self, topics: Collection[Mapping[str, Any]]) -> None:
-        self.held = {full_name(t): t for t in topics if held(t)}
+    def sync(self, topics: Collection[Parsed[Topic]]) -> None:
+        self.held = {t.meta.full_name: t for t in topics if held(t.meta)}
         for name in set(self._told) - set(self.held):
             del self._told[name]
 
@@ -220,10 +214,10 @@ class TopicFinalizer:
     ) -> list[str]:
         """Remove the finalizer of every held Topic that is done; their names."""
         released = []
-        for name, body in sorted(self.held.items()):
+        for name, topic in sorted(self.held.items()):
             verdict = progress(
                 name,
-                policy_of(body),
+                policy_of(topic),
                 placed=name in placed,
                 generation=generation,
                 brokers=brokers,
@@ -231,7 +225,7 @@ class TopicFinalizer:
                 heartbeats=heartbeats,
                 applied=applied,
                 members=members,
-                holders=replica_holders(body),
+                holders=replica_holders(topic),
             )
             if self._told.get(name) != verdict.message:
                 self._told[name] = verdict.message
@@ -240,20 +234,20 @@ class TopicFinalizer:
                     self.events(Event(verdict.reason, name, verdict.message))
             if not verdict.done:
                 continue
-            await release(self.api, body)
+            await release(self.api, topic.ref, topic.meta)
             released.append(name)
         return released
 
 
 def left_behind(
-    body: Mapping[str, Any], cluster_name: str, cluster: Mapping[str, Any] | None
+    topic: Parsed[Topic], cluster_name: str, cluster: Parsed[BrokerCluster] | None
 ) -> Progress:
     """What a held Topic whose BrokerCluster ``cluster_name`` is gone or being deleted
-    (``cluster``: its body, None once gone) leaves behind, and where: the Event its
+    (``cluster``: as last seen, None once gone) leaves behind, and where: the Event its
     finalizer's removal posts (see the module)."""
-    name = full_name(body)
+    name = topic.meta.full_name
     namespace, _, short = name.partition("/")
-    holders = sorted(replica_holders(body))
+    holders = sorted(replica_holders(topic))
     if holders:
         claims = ", ".join(workloads.data_claim_name(cluster_name, b) for b in holders)
         volumes = (
@@ -265,15 +259,16 @@ def left_behind(
         )
     else:
         volumes = "nowhere on the brokers (it was never placed)"
-    tiered = bool(((body.get("spec") or {}).get("tieredStorage") or {}).get("enabled"))
-    store = ((cluster or {}).get("spec") or {}).get("objectStore") or {}
+    tiered = topic.resource is not None and topic.resource.spec.tiered_storage.enabled
+    model = None if cluster is None else cluster.resource
+    store = None if model is None else model.spec.object_store
     objects = ""
     if tiered:
-        bucket = f"bucket {store['bucket']}" if store.get("bucket") else "the cluster's bucket"
+        bucket = f"bucket {store.bucket}" if store is not None else "the cluster's bucket"
         objects = f", and in the object store ({bucket}, under {cluster_name}/{name}/)"
     going = "was deleted" if cluster is None else "is being deleted"
     where = f"its data stays where it is: {volumes}{objects}"
-    if policy_of(body) is DeletionPolicy.RETAIN:
+    if policy_of(topic) is DeletionPolicy.RETAIN:
         return Progress(
             True,
             "TopicDataRetained",
@@ -293,20 +288,20 @@ def left_behind(
 MAX_RELEASE_TRIES: Final = 5
 
 
-async def release(api: KubeApi, body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> None:
+async def release(
+    api: KubeApi, ref: ObjectRef, meta: Meta, finalizer: str = TOPIC_FINALIZER
+) -> None:
     """Remove ``finalizer``: a merge patch of the list, fenced on the ``resourceVersion``
-    it was computed from. A merge patch replaces the whole list, so without the fence a
-    finalizer another controller added meanwhile would be dropped; with it, a 409 re-reads
-    the object and computes the list again. The object may be gone already."""
-    ref = ObjectRef.of(body)
+    it was computed from (``meta``: the object as last seen). A merge patch replaces the
+    whole list, so without the fence a finalizer another controller added meanwhile would
+    be dropped; with it, a 409 re-reads the object and computes the list again. The object
+    may be gone already."""
     for _ in range(MAX_RELEASE_TRIES):
-        held = finalizers(body)
-        if finalizer not in held:
+        if finalizer not in meta.finalizers:
             return
-        patch: dict[str, Any] = {"finalizers": [f for f in held if f != finalizer]}
-        version = (body.get("metadata") or {}).get("resourceVersion")
-        if version is not None:
-            patch["resourceVersion"] = version
+        patch: dict[str, object] = {"finalizers": [f for f in meta.finalizers if f != finalizer]}
+        if meta.resource_version is not None:
+            patch["resourceVersion"] = meta.resource_version
         try:
             await api.patch_metadata(ref, patch)
             return
@@ -314,19 +309,17 @@ async def release(api: KubeApi, body: Mapping[str, Any], finalizer: str = TOPIC_
             fresh = await api.get(ref)
             if fresh is None:
                 return
-            body = fresh
+            meta = meta_of(fresh)
     raise KubeApiError(
         f"{ref.kind} {ref.namespace}/{ref.name}: its finalizers changed {MAX_RELEASE_TRIES}"
         " times while one was being removed"
     )
 
 
-async def attach(api: KubeApi, body: Mapping[str, Any], finalizer: str = TOPIC_FINALIZER) -> None:
+async def attach(
+    api: KubeApi, ref: ObjectRef, meta: Meta, finalizer: str = TOPIC_FINALIZER
+) -> None:
     """Add ``finalizer``, fenced on the resourceVersion seen (a 409 comes back as the
     next watch event, which tries again)."""
-    meta = body.get("metadata") or {}
-    patch = {
-        "finalizers": [*finalizers(body), finalizer],
-        "resourceVersion": meta.get("resourceVersion"),
-    }
-    await api.patch_metadata(ObjectRef.of(body), patch)
+    patch = {"finalizers": [*meta.finalizers, finalizer], "resourceVersion": meta.resource_version}
+    await api.patch_metadata(ref, patch)

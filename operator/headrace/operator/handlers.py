@@ -38,11 +38,20 @@ from typing import Any, Final
 import kopf
 import pydantic
 
-from headrace.control.documents import condition, condition_time, full_name, generation_of
+from headrace.control.documents import condition, condition_time, full_name
 from headrace.control.looping import Clock
 from headrace.control.reconcile import Event
 from headrace.errors import InvalidRequest
-from headrace.operator import auth, caching, eventing, finalizing, repartition_owners, workloads
+from headrace.operator import (
+    auth,
+    bodies,
+    caching,
+    eventing,
+    finalizing,
+    repartition_owners,
+    workloads,
+)
+from headrace.operator.bodies import Parsed
 from headrace.operator.conditions import ApplyFailure, WorkloadOutcome, paused, stalled_condition
 from headrace.operator.kube import KubeApi, KubeApiError, ObjectRef, StaleResourceVersion
 from headrace.operator.metrics import WORKLOAD, OperatorMetrics
@@ -55,7 +64,7 @@ from headrace.operator.running import (
     WorkloadLink,
 )
 from headrace.operator.surfaces import LoopHealth, Surfaces
-from headrace.resources import BrokerCluster
+from headrace.resources import BrokerCluster, Topic, TopicStatus, Unload
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +161,6 @@ def _context(memo: Any) -> OperatorContext:
     return context
 
 
-def without_status(body: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in body.items() if k != "status"}
-
-
 # ---------------------------------------------------------------------- surfaces
 
 
@@ -177,8 +182,7 @@ def clusters_index(namespace: str | None, name: str, body: kopf.Body, **_: Any) 
 
 @kopf.index(GROUP, VERSION, "topics")
 def topics_index(namespace: str | None, spec: kopf.Spec, body: kopf.Body, **_: Any) -> Any:
-    cluster = (spec.get("clusterRef") or {}).get("name")
-    return {(namespace, cluster): _snapshot(body)}
+    return {(namespace, bodies.topic_cluster(body)): _snapshot(body)}
 
 
 @kopf.index(GROUP, VERSION, "unloads")
@@ -208,25 +212,15 @@ def statefulsets_index(
 # ---------------------------------------------------------------------- the workload
 
 
-def spec_problem(body: Mapping[str, Any]) -> str | None:
-    """Why the BrokerCluster model refuses ``body`` (each field and its rule), or None.
+def cluster_model(cluster: Parsed[BrokerCluster]) -> BrokerCluster:
+    """The BrokerCluster's model; a spec that does not parse is a permanent error
+    (retrying the same spec cannot help): the cluster's loop reports it in status.
 
     The CRD's CEL twins of the model's rules make the API server refuse such a spec; one
     stored before (an older CRD) still reaches the operator, which must say so."""
-    try:
-        BrokerCluster.from_manifest(without_status(body))
-    except pydantic.ValidationError as exc:
-        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-    return None
-
-
-def parse_cluster(body: Mapping[str, Any]) -> BrokerCluster:
-    """The BrokerCluster model of ``body``; a spec that does not parse is a permanent error
-    (retrying the same spec cannot help): the cluster's loop reports it in status."""
-    try:
-        return BrokerCluster.from_manifest(without_status(body))
-    except pydantic.ValidationError:
-        raise kopf.PermanentError(f"invalid BrokerCluster: {spec_problem(body)}") from None
+    if cluster.resource is None:
+        raise kopf.PermanentError(f"invalid BrokerCluster: {cluster.problem}")
+    return cluster.resource
 
 
 def topic_statuses(topics: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -246,13 +240,13 @@ async def apply_workload(
     statuses, see ``topic_statuses``) keeps those brokers (the cluster's loop reports it
     as ``ScaleDownBlocked``, and applies again once they are free).
     """
-    meta = body["metadata"]
-    key = (meta.get("namespace", "default"), meta["name"])
-    generation = generation_of(body)
+    cluster = bodies.parse_cluster(body)
+    key = cluster.meta.key
+    generation = cluster.meta.generation
     outcome = context.workloads.setdefault(key, WorkloadOutcome())
     running = context.loops.get(key)
     try:
-        applied, replicas = await _apply_workload(body, context, statuses)
+        applied, replicas = await _apply_workload(cluster, context, statuses)
     except kopf.TemporaryError:
         raise  # a step of a change under way (the StatefulSet being replaced)
     except Exception as exc:
@@ -290,19 +284,21 @@ REASON: Final = re.compile(r"[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?")
 
 
 async def _apply_workload(
-    body: Mapping[str, Any], context: OperatorContext, statuses: Iterable[Mapping[str, Any]]
+    parsed: Parsed[BrokerCluster],
+    context: OperatorContext,
+    statuses: Iterable[Mapping[str, Any]],
 ) -> tuple[list[str], int]:
     """The kinds/names applied, and the StatefulSet's pod count."""
-    cluster = parse_cluster(body)
-    meta = body["metadata"]
-    await _resize_storage(context, cluster, meta.get("namespace", "default"))
+    cluster = cluster_model(parsed)
+    meta = parsed.meta
+    await _resize_storage(context, cluster, meta.namespace)
     blockers = workloads.scale_down_blockers(cluster.spec.replicas, statuses)
     replicas = max([cluster.spec.replicas, *(b + 1 for b in blockers)])
     if blockers:
         log.warning(
             "%s/%s: keeping %d brokers, not %d: brokers %s still hold replicas",
-            meta.get("namespace"),
-            meta["name"],
+            meta.namespace,
+            meta.name,
             replicas,
             cluster.spec.replicas,
             sorted(blockers),
@@ -317,28 +313,26 @@ async def _apply_workload(
         if cluster.spec.auth.enabled:
             # before the pods: they mount both (a missing one keeps them ContainerCreating)
             try:
-                token = await auth.replication_token(context.api, body)
+                token = await auth.replication_token(context.api, parsed)
             except InvalidRequest as exc:
                 # a bad edit of the Secret's token lines: the brokers keep the tokens they
                 # hold, and so does the loop; the workload itself is still applied
-                log.error(
-                    "%s/%s: %s; the token in force stays", meta.get("namespace"), meta["name"], exc
-                )
+                log.error("%s/%s: %s; the token in force stays", meta.namespace, meta.name, exc)
                 keep_token = True
-            await auth.sync_acl(context.api, body, context.clock.now_ms())
+            await auth.sync_acl(context.api, parsed, context.clock.now_ms())
             applied += [
-                f"Secret/{auth.auth_secret_name(meta['name'])}",
-                f"ConfigMap/{auth.acl_config_name(meta['name'])}",
+                f"Secret/{auth.auth_secret_name(meta.name)}",
+                f"ConfigMap/{auth.acl_config_name(meta.name)}",
             ]
         for manifest in workloads.manifests(
-            cluster, meta["uid"], meta.get("namespace", "default"), context.workload, replicas
+            cluster, meta.uid, meta.namespace, context.workload, replicas
         ):
             await context.api.apply(manifest)
             applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
-        offsets = workloads.offsets_topic(cluster, meta["uid"], meta.get("namespace", "default"))
+        offsets = workloads.offsets_topic(cluster, meta.uid, meta.namespace)
         if offsets is not None and await context.api.create(offsets):
             applied.append(f"Topic/{offsets['metadata']['name']}")
-        running = context.loops.get((meta.get("namespace", "default"), meta["name"]))
+        running = context.loops.get(meta.key)
         if running is not None and not keep_token:
             # auth turned on (or off) while the loop runs: its polls and pushes follow
             running.set_auth_token(token)
@@ -421,7 +415,7 @@ async def _default_class(context: OperatorContext) -> str | None:
 async def cluster_workload(
     body: kopf.Body, namespace: str | None, name: str, memo: Any, **kwargs: Any
 ) -> None:
-    if paused(body):
+    if paused(bodies.meta_of(body)):
         # A paused cluster is left as it is, its workload too; retried until the pause is
         # lifted, when the spec it has then is applied (a change made meanwhile included)
         raise kopf.TemporaryError(
@@ -454,8 +448,8 @@ def event_sink(
         namespace, _, rest = event.subject.partition("/")
         topic_name = rest.split("/")[0].split(":")[0]
         for body in topics.get(cluster_key, []):
-            meta = body["metadata"]
-            if meta.get("namespace") == namespace and meta.get("name") == topic_name:
+            meta = bodies.meta_of(body)
+            if (meta.namespace, meta.name) == (namespace, topic_name):
                 return dict(body)
         return _only(clusters.get(cluster_key))
 
@@ -504,10 +498,10 @@ async def cluster_loop(namespace: str | None, name: str, memo: Any, **kwargs: An
 
     async def read_tokens() -> tuple[str, ...] | None:
         """The replication tokens the auth Secret lists now; None while auth is off."""
-        body = desired().cluster
-        if not parse_cluster(body).spec.auth.enabled:
+        cluster = bodies.parse_cluster(desired().cluster)
+        if not cluster_model(cluster).spec.auth.enabled:
             return None
-        return await auth.read_replication_tokens(context.api, body)
+        return await auth.read_replication_tokens(context.api, cluster)
 
     try:
         runtime = await _start_runtime(context, key, desired, reapply, read_tokens, kwargs)
@@ -548,19 +542,20 @@ async def _start_runtime(
     interrupt every other cluster's loop."""
     objects = desired()
     cluster = objects.cluster
+    parsed = bodies.parse_cluster(cluster)
     delay = context.runtime.token_reread_interval_ms / 1000
-    problem = spec_problem(cluster)
-    if problem is not None:
+    if parsed.resource is None:
+        problem = str(parsed.problem)
         why = f"invalid spec: {problem}"
         context.blocked[key] = why
-        await _report_cannot_start(context, cluster, INVALID_SPEC, problem)
+        await _report_cannot_start(context, parsed, INVALID_SPEC, problem)
         raise kopf.TemporaryError(why, delay=delay)
     # the replication token for the brokers' admin ports, now and as it rotates (the loop
     # re-reads the Secret: ``ClusterRuntime.refresh_token``)
     try:
         token = (
-            await auth.replication_token(context.api, cluster)
-            if parse_cluster(cluster).spec.auth.enabled
+            await auth.replication_token(context.api, parsed)
+            if parsed.resource.spec.auth.enabled
             else None
         )
     except (InvalidRequest, LookupError) as exc:
@@ -568,7 +563,7 @@ async def _start_runtime(
         # value)
         why = f"{type(exc).__name__}: {exc}"
         context.blocked[key] = why
-        await _report_cannot_start(context, cluster, TOKEN_UNREADABLE, str(exc))
+        await _report_cannot_start(context, parsed, TOKEN_UNREADABLE, str(exc))
         raise kopf.TemporaryError(why, delay=delay) from exc
     ports = ClusterPorts(
         context.api,
@@ -596,44 +591,51 @@ async def _start_runtime(
 #: the BrokerCluster's Ready reason while its auth Secret's replication token does not parse
 TOKEN_UNREADABLE: Final = "ReplicationTokenInvalid"
 #: the BrokerCluster's Ready reason while the model refuses its spec
-INVALID_SPEC: Final = "InvalidSpec"
+INVALID_SPEC: Final = bodies.INVALID_SPEC
 
 
 def cannot_start_status(
-    body: Mapping[str, Any], reason: str, why: str, now: str
+    cluster: Parsed[BrokerCluster], reason: str, why: str, now: str
 ) -> dict[str, Any] | None:
     """The BrokerCluster's status with ``Ready=False`` (and ``Stalled``: waiting does not
     fix a bad edit) because its control loop cannot start, for ``reason`` (``why``: for a
-    token, which line, never a value). None if it already says so. The loop's first
-    status write, once it starts, replaces both conditions."""
-    status = dict(body.get("status") or {})
-    generation = int(body.get("metadata", {}).get("generation") or 1)
-    previous = {c.get("type"): c for c in status.get("conditions") or []}
+    token, which line, never a value). None if it already says so, or if its stored status
+    cannot be read (it is not written over). The loop's first status write, once it
+    starts, replaces both conditions."""
+    if cluster.status_problem is not None:
+        return None
+    stored = cluster.status
+    generation = cluster.meta.generation
     message = f"the control loop cannot start: {why}"
-    ready = condition("Ready", "False", reason, message, generation, previous.get("Ready"), now)
-    stalled = stalled_condition(ready, previous.get("Stalled"), now)
+    previous = bodies.stored_condition(cluster, "Ready")
+    ready = condition("Ready", "False", reason, message, generation, previous, now)
+    stalled = stalled_condition(ready, bodies.stored_condition(cluster, "Stalled"), now)
     others = [
-        c for c in status.get("conditions") or [] if c.get("type") not in {"Ready", "Stalled"}
+        c.model_dump(mode="json", exclude_unset=True)
+        for c in (stored.conditions if stored is not None else [])
+        if c.type not in {"Ready", "Stalled"}
     ]
-    wanted = {**status, "conditions": [ready, *([stalled] if stalled else []), *others]}
-    return None if wanted == status else wanted
+    wanted = {
+        **_status_document(stored),
+        "conditions": [ready, *([stalled] if stalled else []), *others],
+    }
+    return None if bodies.unchanged(cluster, wanted) else wanted
 
 
 async def _report_cannot_start(
-    context: OperatorContext, cluster: Mapping[str, Any], reason: str, why: str
+    context: OperatorContext, cluster: Parsed[BrokerCluster], reason: str, why: str
 ) -> None:
-    log.error(
-        "control loop of %s/%s cannot start: %s", cluster["metadata"].get("namespace"),
-        cluster["metadata"]["name"], why,
-    )  # fmt: skip
-    ref = ObjectRef.of(cluster)
+    log.error("control loop of %s cannot start: %s", cluster.meta.full_name, why)
+    ref = cluster.ref
     try:
         body = await context.api.get(ref)
         if body is None:
             return
-        status = cannot_start_status(body, reason, why, condition_time(context.clock.now_ms()))
+        stored = bodies.parse_cluster(body)
+        now = condition_time(context.clock.now_ms())
+        status = cannot_start_status(stored, reason, why, now)
         if status is not None:
-            await context.api.replace_status(ref, str(body["metadata"]["resourceVersion"]), status)
+            await context.api.replace_status(ref, str(stored.meta.resource_version), status)
     except StaleResourceVersion:
         pass  # changed meanwhile: the daemon's next start writes it again
     except Exception:  # the report is best effort; /healthz says it anyway
@@ -643,19 +645,24 @@ async def _report_cannot_start(
 # ---------------------------------------------------------------------- kicks
 
 
-def orphan_status(body: Mapping[str, Any], now: str) -> dict[str, Any] | None:
+def orphan_status(topic: Parsed[Topic], now: str) -> dict[str, Any] | None:
     """The status of a Topic whose BrokerCluster does not exist, or None if it already has it.
 
     Only a Topic never placed is given one: a placed Topic keeps its assignments (the
     cluster may be coming back; nothing stored is lost), and its Ready condition says
-    so once the cluster's loop runs again.
+    so once the cluster's loop runs again. Nor is one whose spec or status does not parse
+    (what it says cannot be known, so nothing is written over it).
     """
-    status = body.get("status") or {}
-    if status.get("partitions"):
+    model = topic.resource
+    if model is None or topic.status_problem is not None:
         return None
-    cluster = (body.get("spec", {}).get("clusterRef") or {}).get("name")
-    generation = int(body.get("metadata", {}).get("generation") or 1)
-    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    stored = model.status or TopicStatus()
+    if stored.partitions:
+        return None
+    status = _status_document(model.status)
+    cluster = model.spec.cluster_ref.name
+    generation = topic.meta.generation
+    conditions = {c["type"]: c for c in status.get("conditions") or []}
     previous = conditions.get("Ready")
     ready = {
         "type": "Ready",
@@ -678,25 +685,32 @@ def orphan_status(body: Mapping[str, Any], now: str) -> dict[str, Any] | None:
     return None if wanted == status else wanted
 
 
+def _status_document(status: pydantic.BaseModel | None) -> dict[str, Any]:
+    """A stored status as the document it was read from (the fields it had)."""
+    if status is None:
+        return {}
+    return status.model_dump(mode="json", by_alias=True, exclude_unset=True)
+
+
 async def release_left_behind(
     context: OperatorContext,
-    topic: Mapping[str, Any],
+    topic: Parsed[Topic],
+    body: Mapping[str, Any],
     cluster_name: str,
-    cluster: Mapping[str, Any] | None,
+    cluster: Parsed[BrokerCluster] | None,
 ) -> None:
     """Let a held Topic whose BrokerCluster is gone or going go, its data where it is, and
-    say where on the Topic (``finalizing.left_behind``)."""
+    say where on the Topic (``finalizing.left_behind``; ``body``: the Topic the Event is
+    posted on)."""
     verdict = finalizing.left_behind(topic, cluster_name, cluster)
-    await finalizing.release(context.api, topic)
-    log.warning("topic %s: %s", full_name(topic), verdict.message)
+    await finalizing.release(context.api, topic.ref, topic.meta)
+    log.warning("topic %s: %s", topic.meta.full_name, verdict.message)
     kind = "Normal" if verdict.reason == "TopicDataRetained" else "Warning"
-    context.post_event(topic, kind, verdict.reason, verdict.message)
+    context.post_event(body, kind, verdict.reason, verdict.message)
 
 
 @kopf.on.event(GROUP, VERSION, "topics")
-async def topic_changed(
-    namespace: str | None, spec: kopf.Spec, body: kopf.Body, memo: Any, **kwargs: Any
-) -> None:
+async def topic_changed(body: kopf.Body, memo: Any, **kwargs: Any) -> None:
     """Kick the owning cluster's loop; a Topic whose cluster does not exist is told so.
 
     A Topic gets the data finalizer (``finalizing``) the first time it is seen. A deleted
@@ -704,19 +718,24 @@ async def topic_changed(
     at once: its data stays where it is, and an Event says where.
     """
     context = _context(memo)
-    key = (namespace or "default", str((spec.get("clusterRef") or {}).get("name")))
+    topic = bodies.parse_topic(body)
+    # kopf's index key (``topics_index``), which a spec the model refuses has too
+    key = (topic.meta.namespace, str(bodies.topic_cluster(body)))
     gone = kwargs.get("type") == "DELETED"
-    if not gone and finalizing.needs_finalizer(body):
+    if not gone and finalizing.needs_finalizer(topic.meta):
         try:
-            await finalizing.attach(context.api, body)
+            await finalizing.attach(context.api, topic.ref, topic.meta)
         except StaleResourceVersion:
             pass
         return  # either way the Topic changed: its next event brings this handler back
     clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
-    cluster = _only(clusters.get(key)) if clusters is not None and key in clusters else None
-    loop_gone = clusters is not None and finalizing.gone_or_going(cluster)
-    if not gone and loop_gone and finalizing.held(body):
-        await release_left_behind(context, body, key[1], cluster)
+    cluster_body = _only(clusters.get(key)) if clusters is not None and key in clusters else None
+    cluster = None if cluster_body is None else bodies.parse_cluster(cluster_body)
+    loop_gone = clusters is not None and finalizing.gone_or_going(
+        None if cluster is None else cluster.meta
+    )
+    if not gone and loop_gone and finalizing.held(topic.meta):
+        await release_left_behind(context, topic, body, key[1], cluster)
         return
     runtime = context.loops.get(key)
     if runtime is not None:
@@ -724,25 +743,25 @@ async def topic_changed(
         return
     if clusters is None or key in clusters or gone:
         return
-    status = orphan_status(body, condition_time(context.clock.now_ms()))
+    status = orphan_status(topic, condition_time(context.clock.now_ms()))
     if status is None:
-        return  # already says so: no write
+        return  # already says so (or cannot be read): no write
     try:
-        await context.api.replace_status(
-            ObjectRef.of(body), str(body["metadata"]["resourceVersion"]), status
-        )
+        await context.api.replace_status(topic.ref, str(topic.meta.resource_version), status)
     except StaleResourceVersion:
         pass  # it changed: its next event brings this handler back
 
 
-def unload_topic(body: Mapping[str, Any]) -> str:
-    """The 'namespace/name' of the Topic an Unload moves partitions of."""
-    namespace = (body.get("metadata") or {}).get("namespace") or "default"
-    return f"{namespace}/{((body.get('spec') or {}).get('topicRef') or {}).get('name')}"
+def unload_topic(unload: Parsed[Unload]) -> str | None:
+    """The 'namespace/name' of the Topic an Unload moves partitions of (None: its spec
+    does not parse, so it names none)."""
+    if unload.resource is None:
+        return None
+    return f"{unload.meta.namespace}/{unload.resource.spec.topic_ref.name}"
 
 
 def unserved(
-    unload: Mapping[str, Any],
+    unload: Parsed[Unload],
     topics: Mapping[Any, Iterable[Mapping[str, Any]]],
     clusters: Mapping[Any, Iterable[Mapping[str, Any]]],
 ) -> str | None:
@@ -750,33 +769,37 @@ def unserved(
     None when one does or will: its Topic's cluster exists and is not being deleted (a
     loop not running yet loads it when it starts)."""
     wanted = unload_topic(unload)
+    if wanted is None:
+        return f"its spec does not parse ({unload.problem})"
     namespace = wanted.partition("/")[0]
     owner, topic = next(
         (
-            (key, t)
-            for key, bodies in topics.items()
+            (key, meta)
+            for key, indexed in topics.items()
             if key[0] == namespace
-            for t in bodies
-            if full_name(t) == wanted
+            for meta in map(bodies.meta_of, indexed)
+            if meta.full_name == wanted
         ),
         (None, None),
     )
     if owner is None or topic is None:
         return f"its topic {wanted} does not exist"
-    if finalizing.deleting(topic):
+    if topic.deleting:
         return f"its topic {wanted} is being deleted"
     cluster = _only(clusters.get(owner)) if owner in clusters else None
-    if finalizing.gone_or_going(cluster):
+    if finalizing.gone_or_going(None if cluster is None else bodies.meta_of(cluster)):
         going = "does not exist" if cluster is None else "is being deleted"
         return f"BrokerCluster {owner[1]} of its topic {wanted} {going}"
     return None
 
 
-async def release_unserved(context: OperatorContext, unload: Mapping[str, Any], why: str) -> None:
+async def release_unserved(
+    context: OperatorContext, unload: Parsed[Unload], body: Mapping[str, Any], why: str
+) -> None:
     message = f"released at once: {why}, so no cluster's loop moves its partitions any more"
-    await finalizing.release(context.api, unload, finalizing.UNLOAD_FINALIZER)
-    log.info("unload %s: %s", full_name(unload), message)
-    context.post_event(unload, "Normal", "UnloadReleased", message)
+    await finalizing.release(context.api, unload.ref, unload.meta, finalizing.UNLOAD_FINALIZER)
+    log.info("unload %s: %s", unload.meta.full_name, message)
+    context.post_event(body, "Normal", "UnloadReleased", message)
 
 
 @kopf.on.event(GROUP, VERSION, "unloads")
@@ -786,10 +809,13 @@ async def unload_changed(namespace: str | None, body: kopf.Body, memo: Any, **kw
     finished the moves in flight (it never leaves a partition sealed), and the loop
     releases it. A deleted one that no loop will serve (``unserved``) is let go at once."""
     context = _context(memo)
+    unload = bodies.parse_unload(body)
     gone = kwargs.get("type") == "DELETED"
-    if not gone and finalizing.needs_finalizer(body, finalizing.UNLOAD_FINALIZER):
+    if not gone and finalizing.needs_finalizer(unload.meta, finalizing.UNLOAD_FINALIZER):
         try:
-            await finalizing.attach(context.api, body, finalizing.UNLOAD_FINALIZER)
+            await finalizing.attach(
+                context.api, unload.ref, unload.meta, finalizing.UNLOAD_FINALIZER
+            )
         except StaleResourceVersion:
             pass
         return  # either way the Unload changed: its next event brings this handler back
@@ -800,10 +826,10 @@ async def unload_changed(namespace: str | None, body: kopf.Body, memo: Any, **kw
     clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
     if gone or topics is None or clusters is None:
         return
-    if finalizing.held(body, finalizing.UNLOAD_FINALIZER):
-        why = unserved(body, topics, clusters)
+    if finalizing.held(unload.meta, finalizing.UNLOAD_FINALIZER):
+        why = unserved(unload, topics, clusters)
         if why is not None:
-            await release_unserved(context, body, why)
+            await release_unserved(context, unload, body, why)
 
 
 # ---------------------------------------------------------------------- a cluster's deletion
@@ -821,15 +847,22 @@ async def cluster_deleted(
     key = (namespace or "default", name)
     topics_index: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
     unloads_index: kopf.Index[Any, Any] | None = kwargs.get("unloads_index")
+    cluster = bodies.parse_cluster(body)
     topics = list(topics_index.get(key, [])) if topics_index is not None else []
-    for topic in topics:
-        if finalizing.held(topic):
-            await release_left_behind(context, topic, name, body)
-    names = {full_name(t) for t in topics}
+    names = set()
+    for topic_body in topics:
+        topic = bodies.parse_topic(topic_body)
+        names.add(topic.meta.full_name)
+        if finalizing.held(topic.meta):
+            await release_left_behind(context, topic, topic_body, name, cluster)
     unloads = list(unloads_index.get(key[0], [])) if unloads_index is not None else []
-    for unload in unloads:
-        if finalizing.held(unload, finalizing.UNLOAD_FINALIZER) and unload_topic(unload) in names:
-            await release_unserved(context, unload, f"BrokerCluster {name} is being deleted")
+    for unload_body in unloads:
+        unload = bodies.parse_unload(unload_body)
+        if finalizing.held(unload.meta, finalizing.UNLOAD_FINALIZER) and (
+            unload_topic(unload) in names
+        ):
+            why = f"BrokerCluster {name} is being deleted"
+            await release_unserved(context, unload, unload_body, why)
 
 
 @kopf.on.event(GROUP, VERSION, "repartitions")
@@ -847,12 +880,17 @@ async def repartition_changed(
     topics: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
     if kwargs.get("type") == "DELETED" or topics is None:
         return
-    wanted = repartition_owners.topic_of(body)
+    repartition = bodies.parse_repartition(body)
+    wanted = repartition_owners.topic_of(repartition)
+    if wanted is None:
+        # the CRD's rules keep such a spec out; one stored before names no topic to serve
+        log.warning("repartition %s: %s", repartition.meta.full_name, repartition.problem)
+        return
     owner = next(
         (
             key
-            for key, bodies in topics.items()
-            if key[0] == namespace and any(full_name(t) == wanted for t in bodies)
+            for key, indexed in topics.items()
+            if key[0] == namespace and any(bodies.meta_of(t).full_name == wanted for t in indexed)
         ),
         None,
     )
@@ -860,17 +898,18 @@ async def repartition_changed(
         clusters: kopf.Index[Any, Any] | None = kwargs.get("clusters_index")
         if clusters is None or owner in clusters:
             return  # its cluster's loop serves it (kicked above, or about to start)
-        status = repartition_owners.missing_cluster_status(body, owner[1], context.clock.now_ms())
+        now_ms = context.clock.now_ms()
+        status = repartition_owners.missing_cluster_status(repartition, owner[1], now_ms)
     else:
-        status = repartition_owners.missing_topic_status(body, context.clock.now_ms())
+        status = repartition_owners.missing_topic_status(repartition, context.clock.now_ms())
     if status is None:
         return  # served or told before (its topic may have gone since): it keeps its record
-    topic = ObjectRef(body["apiVersion"], "Topic", namespace, wanted.partition("/")[2])
+    topic = ObjectRef(repartition.ref.api_version, "Topic", namespace, wanted.partition("/")[2])
     if owner is None and await context.api.get(topic) is not None:
         return  # the index has not caught up with it yet: its loop serves this one
     try:
         await context.api.replace_status(
-            ObjectRef.of(body), str(body["metadata"]["resourceVersion"]), status
+            repartition.ref, str(repartition.meta.resource_version), status
         )
     except StaleResourceVersion:
         pass  # it changed: its next event brings this handler back

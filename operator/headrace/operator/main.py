@@ -126,7 +126,7 @@ def operator(
         os.environ["KUBECONFIG"] = kubeconfig
     import kopf
 
-    from headrace.controller.controlling import SystemClock
+    from headrace.fleet.clock import SystemClock
     from headrace.operator import compaction_handlers, handlers, principals, snapshot_handlers
 
     assert compaction_handlers  # imported for its kopf handlers (Compaction, CompactionSchedule)

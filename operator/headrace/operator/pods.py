@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from headrace.control.looping import Clock, Report
-from headrace.controller.fleet import HttpFleet
+from headrace.fleet.http import HttpFleet
 from headrace.operator import caching, workloads
 from headrace.operator.kube import KubeApi
 from headrace.protocol.endpoints import BrokerEndpoint

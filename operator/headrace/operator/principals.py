@@ -36,13 +36,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import kopf
-import pydantic
 
 from headrace.control import tokens
 from headrace.control.documents import condition, condition_time, epoch_ms, rfc3339
-from headrace.operator import auth
-from headrace.operator.handlers import GROUP, VERSION, OperatorContext, parse_cluster
+from headrace.operator import auth, bodies
+from headrace.operator.bodies import Parsed
+from headrace.operator.handlers import GROUP, VERSION, OperatorContext, cluster_model
 from headrace.operator.kube import KubeApiError, ObjectRef
+from headrace.resources.meta import READY
 from headrace.resources.users import AuthenticationType, User
 
 log = logging.getLogger(__name__)
@@ -76,13 +77,18 @@ def ready_condition(
 
 
 def _write_status(
-    patch: kopf.Patch, body: Mapping[str, Any], now: str, ready: bool, reason: str, message: str,
+    patch: kopf.Patch, user: Parsed[User], now: str, ready: bool, reason: str, message: str,
     secret: str | None = None, principal: str | None = None,
     token: tokens.TokenPlan | None = None,
 ) -> None:  # fmt: skip
-    status = body.get("status") or {}
-    previous = next((c for c in status.get("conditions") or [] if c.get("type") == "Ready"), None)
-    generation = int(body["metadata"].get("generation") or 1)
+    status = None if user.resource is None else user.resource.status
+    condition = None if status is None else status.condition(READY)
+    previous = (
+        None
+        if condition is None
+        else condition.model_dump(mode="json", by_alias=True, exclude_unset=True)
+    )
+    generation = user.meta.generation
     patch.status["observedGeneration"] = generation
     patch.status["conditions"] = [
         ready_condition(previous, generation, ready, reason, message, now)
@@ -120,7 +126,7 @@ def _post_events(body: Mapping[str, Any], token: tokens.TokenPlan) -> None:
                 type="Normal", reason=event.value, message=message,
             )  # fmt: skip
         except Exception:  # outside kopf's loop (tests): the status says it all the same
-            log.debug("no event posted for User %s", body["metadata"]["name"])
+            log.debug("no event posted for User %s", bodies.meta_of(body).name)
 
 
 @kopf.on.resume(GROUP, VERSION, "users")
@@ -174,33 +180,34 @@ async def _provision(
     delay = retry_delay(retry)
     now_ms = context.clock.now_ms()
     now = condition_time(now_ms)
-    try:
-        user = User.from_manifest({k: v for k, v in body.items() if k != "status"})
-    except pydantic.ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        _write_status(patch, body, now, False, "Invalid", problems)
-        raise kopf.PermanentError(f"invalid User: {problems}") from None
+    parsed = bodies.parse_user(body)
+    if parsed.resource is None:
+        problems = str(parsed.problem)
+        _write_status(patch, parsed, now, False, "Invalid", problems)
+        raise kopf.PermanentError(f"invalid User: {problems}")
+    user = parsed.resource
     cluster_name = user.spec.cluster_ref.name
     cluster = await context.api.get(
         ObjectRef(f"{GROUP}/{VERSION}", "BrokerCluster", namespace, cluster_name)
     )
     if cluster is None:
         _write_status(
-            patch, body, now, False, "ClusterNotFound",
+            patch, parsed, now, False, "ClusterNotFound",
             f"BrokerCluster {cluster_name!r} does not exist in this namespace",
         )  # fmt: skip
         raise kopf.TemporaryError(f"BrokerCluster {cluster_name} not found", delay=delay)
-    if not parse_cluster(cluster).spec.auth.enabled:
+    stored_cluster = bodies.parse_cluster(cluster)
+    if not cluster_model(stored_cluster).spec.auth.enabled:
         _write_status(
-            patch, body, now, False, "AuthDisabled",
+            patch, parsed, now, False, "AuthDisabled",
             f"BrokerCluster {cluster_name!r} runs without spec.auth.enabled: its brokers ask"
             " for no credentials",
         )  # fmt: skip
         raise kopf.TemporaryError(f"BrokerCluster {cluster_name} has no auth", delay=delay)
-    synced = await auth.sync_acl(context.api, cluster, now_ms)
+    synced = await auth.sync_acl(context.api, stored_cluster, now_ms)
     secret = synced.secrets.get(name)
     if name in synced.refused:
-        _write_status(patch, body, now, False, "SecretNotOwned", synced.refused[name])
+        _write_status(patch, parsed, now, False, "SecretNotOwned", synced.refused[name])
         raise kopf.TemporaryError(synced.refused[name], delay=delay)
     if user.spec.authentication.type is AuthenticationType.TOKEN and secret is None:
         raise kopf.TemporaryError(f"the token Secret of User {name} is not there yet", delay=delay)
@@ -209,7 +216,7 @@ async def _provision(
         _post_events(body, token)
     where = f"its token is in Secret {secret!r}; " if secret else ""
     _write_status(
-        patch, body, now, True, "Provisioned",
+        patch, parsed, now, True, "Provisioned",
         f"{where}principal {user.principal_name!r} is in ConfigMap"
         f" {auth.acl_config_name(cluster_name)!r}",
         secret=secret, principal=user.principal_name, token=token,
@@ -242,11 +249,15 @@ async def user_deleted(body: kopf.Body, namespace: str | None, memo: Any, **kwar
 async def _drop_from_acl(
     context: OperatorContext, body: Mapping[str, Any], namespace: str | None
 ) -> None:
-    cluster_name = ((body.get("spec") or {}).get("clusterRef") or {}).get("name")
-    if not cluster_name:
-        return
+    user = bodies.parse_user(body).resource
+    if user is None:
+        return  # names no cluster (the CRD's rules keep such a spec out)
+    cluster_name = user.spec.cluster_ref.name
     cluster = await context.api.get(
         ObjectRef(f"{GROUP}/{VERSION}", "BrokerCluster", namespace or "default", cluster_name)
     )
-    if cluster is not None and parse_cluster(cluster).spec.auth.enabled:
-        await auth.sync_acl(context.api, cluster, context.clock.now_ms())
+    if cluster is None:
+        return
+    stored = bodies.parse_cluster(cluster)
+    if cluster_model(stored).spec.auth.enabled:
+        await auth.sync_acl(context.api, stored, context.clock.now_ms())

@@ -29,21 +29,30 @@ from typing import Any, Final
 from headrace.control import documents
 from headrace.control.looping import ControlLoop
 from headrace.control.model import RepartitionPhase, RepartitionProgress
+from headrace.operator.bodies import Parsed, parse_repartition
 from headrace.operator.statuses import KubeStatusStore
+from headrace.resources import Repartition
+from headrace.resources.meta import READY
 
 KIND: Final = "Repartition"
 
 
-def topic_of(body: Mapping[str, Any]) -> str:
-    """'namespace/topic' that the Repartition ``body`` asks to change."""
-    namespace = body.get("metadata", {}).get("namespace", "default")
-    return f"{namespace}/{((body.get('spec') or {}).get('topicRef') or {}).get('name')}"
+def topic_of(repartition: Parsed[Repartition]) -> str | None:
+    """'namespace/topic' that the Repartition asks to change (None: its spec does not
+    parse, so it names none)."""
+    if repartition.resource is None:
+        return None
+    return f"{repartition.meta.namespace}/{repartition.resource.spec.topic_ref.name}"
 
 
-def owned(bodies: Iterable[Mapping[str, Any]], topics: Iterable[str]) -> list[Mapping[str, Any]]:
-    """The Repartitions among ``bodies`` whose topic is one of ``topics`` ('ns/name')."""
+def owned(
+    bodies: Iterable[Mapping[str, Any]], topics: Iterable[str]
+) -> list[tuple[Parsed[Repartition], Mapping[str, Any]]]:
+    """The Repartitions among ``bodies`` whose topic is one of ``topics`` ('ns/name'), each
+    parsed, beside its body (what the control loop adopts)."""
     mine = set(topics)
-    return [b for b in bodies if b.get("kind", KIND) == KIND and topic_of(b) in mine]
+    parsed = ((parse_repartition(b), b) for b in bodies if b.get("kind", KIND) == KIND)
+    return [(r, b) for r, b in parsed if topic_of(r) in mine]
 
 
 def sync(
@@ -60,8 +69,8 @@ def sync(
     see the module).
     """
     seen = set()
-    for body in owned(bodies, topics):
-        name = documents.full_name(body)
+    for repartition, body in owned(bodies, topics):
+        name = repartition.meta.full_name
         seen.add(name)
         store.remember(body)
         if name not in loop.repartitions:
@@ -70,34 +79,37 @@ def sync(
         loop.forget_repartition(name)
 
 
-def missing_topic_status(body: Mapping[str, Any], now_ms: int) -> dict[str, Any] | None:
+def missing_topic_status(repartition: Parsed[Repartition], now_ms: int) -> dict[str, Any] | None:
     """The status of a Repartition whose Topic does not exist: Failed, saying so. None when
     it already has a phase (one served before keeps its record: its topic may have been
     deleted after it finished)."""
-    return _unserved(
-        body, RepartitionPhase.FAILED, f"topic {topic_of(body)} does not exist", now_ms
-    )
+    message = f"topic {topic_of(repartition)} does not exist"
+    return _unserved(repartition, RepartitionPhase.FAILED, message, now_ms)
 
 
 def missing_cluster_status(
-    body: Mapping[str, Any], cluster: str, now_ms: int
+    repartition: Parsed[Repartition], cluster: str, now_ms: int
 ) -> dict[str, Any] | None:
     """The status of a Repartition whose Topic's BrokerCluster does not exist: Pending (the
     cluster's loop serves it once the cluster exists). None when it already has a phase."""
-    message = f"waiting: BrokerCluster {cluster!r} of topic {topic_of(body)} does not exist"
-    return _unserved(body, RepartitionPhase.PENDING, message, now_ms)
+    topic = topic_of(repartition)
+    message = f"waiting: BrokerCluster {cluster!r} of topic {topic} does not exist"
+    return _unserved(repartition, RepartitionPhase.PENDING, message, now_ms)
 
 
 def _unserved(
-    body: Mapping[str, Any], phase: RepartitionPhase, message: str, now_ms: int
+    repartition: Parsed[Repartition], phase: RepartitionPhase, message: str, now_ms: int
 ) -> dict[str, Any] | None:
-    status = body.get("status") or {}
-    if status.get("phase"):
+    model = repartition.resource
+    if model is None or repartition.status_problem is not None:
+        return None  # what it says cannot be known: nothing is written over it
+    if model.status is not None and model.status.phase:
         return None
-    progress = RepartitionProgress(documents.full_name(body), phase=phase, message=message)
+    ready = None if model.status is None else model.status.condition(READY)
+    progress = RepartitionProgress(repartition.meta.full_name, phase=phase, message=message)
     return documents.repartition_status(
         progress,
-        documents.generation_of(body),
-        documents.previous_ready(status),
+        repartition.meta.generation,
+        None if ready is None else ready.model_dump(mode="json", by_alias=True, exclude_unset=True),
         documents.condition_time(now_ms),
     )

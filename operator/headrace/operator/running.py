@@ -45,13 +45,14 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol
 
-from headrace.control.documents import condition, condition_time, full_name, generation_of
+from headrace.control.documents import condition, condition_time, generation_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, DesiredState, LoopSettings
 from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
 from headrace.dashboard.observing import Observer
 from headrace.errors import HeadraceError
 from headrace.operator import (
+    bodies,
     caching,
     eventing,
     finalizing,
@@ -73,7 +74,8 @@ from headrace.operator.kube import KubeApi
 from headrace.operator.metrics import STEP, OperatorMetrics
 from headrace.operator.pods import PodFleet
 from headrace.operator.statuses import KubeStatusStore, Superseded
-from headrace.resources.clusters import BrokerCluster, ObjectStore
+from headrace.resources.clusters import BrokerCluster
+from headrace.resources.topics import Topic
 
 log = logging.getLogger(__name__)
 
@@ -180,15 +182,16 @@ class Round:
     status: dict[str, Any] = field(default_factory=dict)
 
 
-def spec_replicas(cluster: Mapping[str, Any]) -> int:
-    return int((cluster.get("spec") or {}).get("replicas", 3))
+def spec_replicas(runtime: ClusterRuntime) -> int:
+    """The brokers the cluster's spec (as last accepted) asks for."""
+    return 3 if runtime.model is None else runtime.model.spec.replicas
 
 
 async def write_paused_status(runtime: ClusterRuntime, found: Round) -> None:
     """A paused cluster: its ``Paused`` condition, and nothing else happens."""
     outcome = runtime.workload() if runtime.workload is not None else None
     await runtime.store.write_workload_status(
-        cluster_conditions(runtime.cluster, None, found.now, workload=outcome)
+        cluster_conditions(runtime.parsed_cluster, None, found.now, workload=outcome)
     )
 
 
@@ -201,15 +204,11 @@ async def mark_topics(runtime: ClusterRuntime, found: Round) -> None:
 async def check_tls(runtime: ClusterRuntime, found: Round) -> None:
     """The TLS Secrets' problem; before the polls, so that they speak HTTPS with the admin
     CA as soon as the spec turns TLS on."""
-    spec = runtime.cluster.get("spec") or {}
-    if not (spec.get("tls") or {}).get("enabled") and runtime.tls_checks.admin_context is None:
-        return
-    try:
-        cluster = BrokerCluster.from_manifest(
-            {k: v for k, v in runtime.cluster.items() if k != "status"}
-        )
-    except ValueError:
+    cluster = runtime.model
+    if cluster is None:
         return  # the workload handler reports the spec
+    if not cluster.spec.tls.enabled and runtime.tls_checks.admin_context is None:
+        return
     health = await runtime.tls_checks.check(runtime.api, cluster)
     context = runtime.tls_checks.admin_context
     if runtime.pods is not None:
@@ -221,7 +220,7 @@ async def check_tls(runtime: ClusterRuntime, found: Round) -> None:
 async def set_membership(runtime: ClusterRuntime, found: Round) -> None:
     """The brokers are the StatefulSet's ordinals: replicas move off higher ones (a scale
     down) and onto new ones (a scale up) before the StatefulSet shrinks (``moves``)."""
-    found.members = frozenset(range(spec_replicas(runtime.cluster)))
+    found.members = frozenset(range(spec_replicas(runtime)))
 
 
 async def place_racks(runtime: ClusterRuntime, found: Round) -> None:
@@ -282,7 +281,7 @@ async def release_finalizers(runtime: ClusterRuntime, found: Round) -> None:
 async def resize_workload(runtime: ClusterRuntime, found: Round) -> None:
     """The brokers a scale down must keep (they still hold replicas), and the workload
     applied again when they change."""
-    replicas = spec_replicas(runtime.cluster)
+    replicas = spec_replicas(runtime)
     blockers = workloads.scale_down_blockers(replicas, found.statuses)
     # Apply again when the brokers to keep change, and when the StatefulSet as last
     # applied keeps other brokers than these: an apply by another process of this
@@ -298,8 +297,7 @@ async def resize_workload(runtime: ClusterRuntime, found: Round) -> None:
 
 async def check_object_store(runtime: ClusterRuntime, found: Round) -> None:
     """The object store's credentials and reachability (``objectstores``)."""
-    doc = (runtime.cluster.get("spec") or {}).get("objectStore")
-    store = None if doc is None else ObjectStore.model_validate(doc)
+    store = None if runtime.model is None else runtime.model.spec.object_store
     pods = runtime.pods.listed if runtime.pods is not None else await runtime.reads.pods()
     found.pods = pods
     health = await runtime.store_checks.check(store, pods, runtime.loop.heartbeats)
@@ -311,7 +309,7 @@ async def judge_conditions(runtime: ClusterRuntime, found: Round) -> None:
     decision = found.decision
     assert decision is not None
     found.status = cluster_conditions(
-        runtime.cluster,
+        runtime.parsed_cluster,
         decision.liveness.live,
         found.now,
         runtime.blockers,
@@ -326,7 +324,7 @@ async def roll_pods(runtime: ClusterRuntime, found: Round) -> None:
     """The rolling restart's next move (``rollout_executor``), and its ``Restarting``
     condition."""
     assert found.decision is not None
-    replicas = spec_replicas(runtime.cluster)
+    replicas = spec_replicas(runtime)
     await runtime.rollout.step(found.decision, found.pods, replicas, runtime.clock.now_ms())
     previous = {c.get("type"): c for c in runtime.store.workload_conditions()}
     restarting = runtime.rollout.condition(
@@ -388,11 +386,17 @@ class ClusterRuntime:
         self.settings = settings or RuntimeSettings()
         self.clock = clock
         self.cluster = dict(cluster)
-        meta = cluster["metadata"]
-        self.namespace = str(meta.get("namespace", "default"))
-        self.name = str(meta["name"])
+        meta = bodies.meta_of(cluster)
+        self.namespace, self.name = meta.namespace, meta.name
+        #: each watched Topic and Unload parsed once per version (``bodies``)
+        self._clusters = bodies.ParseCache(bodies.parse_cluster)
+        self._accepted_clusters = bodies.ParseCache(bodies.parse_cluster)
+        self._topics = bodies.ParseCache(bodies.parse_topic)
+        self._unloads = bodies.ParseCache(bodies.parse_unload)
+        #: the BrokerCluster's model as last accepted (``sync``)
+        self.model: BrokerCluster | None = bodies.parse_cluster(cluster).resource
         mine = [t for t in desired.topics if self.owns(t)]
-        names = {full_name(t) for t in mine}
+        names = {bodies.meta_of(t).full_name for t in mine}
         self.store = KubeStatusStore(
             api,
             cluster,
@@ -400,7 +404,7 @@ class ClusterRuntime:
             [u for u in desired.unloads if self.owns(u, names)],
             # a deleted Unload stays until its moves in flight finish (the loop releases it)
             finalizer=finalizing.UNLOAD_FINALIZER,
-            repartitions=repartition_owners.owned(desired.repartitions, names),
+            repartitions=[b for _, b in repartition_owners.owned(desired.repartitions, names)],
         )
         #: the pods and StatefulSet each step acts on
         self.reads = caching.WorkloadReads(api, self.namespace, self.name, workload.watched)
@@ -437,6 +441,8 @@ class ClusterRuntime:
         self.api = api
         #: the paused Topics, with the generation they are at
         self._paused: dict[str, int] = {}
+        #: the model of each Topic in ``wanted_topics`` (None: the model refuses its spec)
+        self._wanted_models: dict[str, Topic | None] = {}
         #: the brokers a refused scale down keeps, as of the last step
         self.blockers: dict[int, list[str]] = {}
         self.kicked = asyncio.Event()
@@ -515,13 +521,17 @@ class ClusterRuntime:
     def owns(self, body: Mapping[str, Any], topics: Iterable[str] = ()) -> bool:
         """Whether a Topic (by its ``clusterRef``) or an Unload (by its topic, one of
         ``topics``) is this cluster's."""
-        if body.get("metadata", {}).get("namespace", "default") != self.namespace:
-            return False
-        spec = body.get("spec") or {}
         if body.get("kind") == "Unload":
-            topic = (spec.get("topicRef") or {}).get("name")
-            return f"{self.namespace}/{topic}" in set(topics)
-        return (spec.get("clusterRef") or {}).get("name") == self.name
+            unload = self._unloads(body)
+            if unload.meta.namespace != self.namespace or unload.resource is None:
+                return False
+            return f"{self.namespace}/{unload.resource.spec.topic_ref.name}" in set(topics)
+        topic = self._topics(body)
+        if topic.meta.namespace != self.namespace:
+            return False
+        if topic.resource is None:  # its loop tells it why in its status
+            return bodies.topic_cluster(body) == self.name
+        return topic.resource.spec.cluster_ref.name == self.name
 
     def kick(self) -> None:
         self.kicked.set()
@@ -542,33 +552,40 @@ class ClusterRuntime:
         self.cluster = self._accepted(cluster)
         self.store.remember(cluster)
         wanted: dict[str, dict[str, Any]] = {}
-        topics = list(topics)
-        self.finalizer.sync([t for t in topics if self.owns(t)])
+        models: dict[str, Topic | None] = {}
+        mine = [(self._topics(t), t) for t in topics if self.owns(t)]
+        self._topics.keep({t.meta.full_name for t, _ in mine})
+        self.finalizer.sync([t for t, _ in mine])
         # the only deletions the loop may carry out: this cluster's Topics being deleted
         # (a Topic that left the index, or names another cluster now, is not one of them)
-        deletions = finalizing.deletions([t for t in topics if self.owns(t)])
-        for body in topics:
-            if not self.owns(body) or finalizing.deleting(body):
+        deletions = finalizing.deletions([t for t, _ in mine])
+        for topic, body in mine:
+            if topic.meta.deleting:
                 continue  # a deleted Topic leaves the state (its finalizer waits for that)
-            name = full_name(body)
+            name = topic.meta.full_name
             self.store.remember(body)
             held = self.wanted_topics.get(name)
-            if paused(body) and held is not None:
+            if paused(topic.meta) and held is not None:
                 wanted[name] = held
+                models[name] = self._wanted_models.get(name)
                 continue
+            # the control core reconciles the Topic's document (it tells a spec it refuses)
             resource = {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
-            resource.setdefault("metadata", {})["generation"] = generation_of(body)
+            resource.setdefault("metadata", {})["generation"] = topic.meta.generation
             wanted[name] = resource
-        self._paused = {
-            full_name(b): generation_of(b) for b in topics if self.owns(b) and paused(b)
-        }
+            models[name] = topic.resource
+        self._wanted_models = models
+        self._paused = {t.meta.full_name: t.meta.generation for t, _ in mine if paused(t.meta)}
         # the loop's own record of an Unload wins over the body (it is not older); one it
         # no longer holds (a deleted one it released) is taken from the body again
         held_unloads: dict[str, dict[str, Any]] = {}
+        unloads = list(unloads)
+        self._unloads.keep({bodies.meta_of(u).full_name for u in unloads})
         for body in unloads:
             if not self.owns(body, wanted):
                 continue
-            name = full_name(body)
+            unload = self._unloads(body)
+            name = unload.meta.full_name
             self.store.remember(body)
             known = self.loop.unloads.get(name)
             resource = (
@@ -576,7 +593,7 @@ class ClusterRuntime:
                 if known is not None
                 else {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
             )
-            deleted = body.get("metadata", {}).get("deletionTimestamp")
+            deleted = unload.meta.deletion_timestamp
             if deleted is not None:
                 resource = {
                     **resource,
@@ -599,19 +616,33 @@ class ClusterRuntime:
             return self.loop.topics
         return self.desired_state.topics
 
+    @property
+    def parsed_cluster(self) -> bodies.Parsed[BrokerCluster]:
+        """The BrokerCluster as last synced (its spec as last accepted), parsed."""
+        return self._accepted_clusters(self.cluster)
+
+    def _wanted_model(self, name: str) -> Topic | None:
+        """The model of the Topic ``name`` the loop reconciles towards (None: the model
+        refuses its spec, or there is none)."""
+        if name in self._wanted_models:
+            return self._wanted_models[name]
+        wanted = self.wanted_topics.get(name)  # before the first sync: the loop's own
+        return None if wanted is None else bodies.parse_topic(wanted).resource
+
     def _accepted(self, cluster: Mapping[str, Any]) -> dict[str, Any]:
-        """``cluster``, with the spec last accepted if the model refuses its own."""
-        try:
-            BrokerCluster.from_manifest({k: v for k, v in cluster.items() if k != "status"})
-        except ValueError:
-            if self._refused_generation != generation_of(cluster):
-                self._refused_generation = generation_of(cluster)
+        """``cluster``, with the spec last accepted if the model refuses its own (``model``:
+        the accepted one's)."""
+        parsed = self._clusters(cluster)
+        if parsed.resource is None:
+            if self._refused_generation != parsed.meta.generation:
+                self._refused_generation = parsed.meta.generation
                 log.warning(
                     "cluster %s/%s: generation %d has a spec the model refuses; the loop"
                     " goes on with the last one it accepted", self.namespace, self.name,
                     self._refused_generation,
                 )  # fmt: skip
             return {**cluster, "spec": copy.deepcopy(self.cluster.get("spec"))}
+        self.model = parsed.resource
         return dict(cluster)
 
     # ------------------------------------------------------------------ the loop
@@ -659,7 +690,7 @@ class ClusterRuntime:
 
     async def _step(self) -> Decision | None:
         found = Round(now=condition_time(self.clock.now_ms()))
-        for step in PAUSED_STEPS if paused(self.cluster) else STEPS:
+        for step in PAUSED_STEPS if paused(bodies.meta_of(self.cluster)) else STEPS:
             await step(self, found)
         return found.decision
 
@@ -671,9 +702,9 @@ class ClusterRuntime:
         if ready is not None and ready.get("reason") == "NotEnoughBrokers":
             # the same reason says "fewer brokers than replicas are up now" (a start, a
             # restart: waiting fixes it) and "the cluster has fewer brokers at all"
-            spec = (self.wanted_topics.get(name) or {}).get("spec") or {}
-            brokers = int((self.cluster.get("spec") or {}).get("replicas", 3))
-            if int(spec.get("replicas", 0)) <= brokers:
+            topic = self._wanted_model(name)
+            replicas = 0 if topic is None else topic.spec.replicas
+            if replicas <= spec_replicas(self):
                 ready = None
         stalled = stalled_condition(ready, previous.get("Stalled"), now)
         own = [stalled] if stalled is not None else []

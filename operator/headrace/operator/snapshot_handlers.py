@@ -37,33 +37,35 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import kopf
-import pydantic
 
 from headrace.control.documents import (
     RESTORE_ANNOTATION,
+    condition,
     condition_time,
     epoch_ms,
     restored_topic,
 )
 from headrace.control.model import RestoreStage
 from headrace.operator import (
+    bodies,
     compaction_handlers,
     compaction_jobs,
     snapshot_jobs,
     snapshot_schedules,
 )
+from headrace.operator.bodies import Parsed, ResourceT
 from headrace.operator.compaction_jobs import NotRunnable
-from headrace.operator.handlers import GROUP, VERSION, OperatorContext, without_status
+from headrace.operator.handlers import GROUP, VERSION, OperatorContext
 from headrace.operator.kube import ObjectRef, StaleResourceVersion
 from headrace.operator.snapshot_jobs import Step
 from headrace.protocol.coordination import Heartbeat
 from headrace.resources import meta
 from headrace.resources.clusters import BrokerCluster
+from headrace.resources.meta import READY, ConditionStatus
 from headrace.resources.snapshots import (
     SnapshotPhase,
     TopicRestore,
     TopicSnapshot,
-    TopicSnapshotSchedule,
 )
 from headrace.tiered.snapshots import InvalidSnapshot, where_stored
 
@@ -85,15 +87,31 @@ def _context(memo: Any) -> OperatorContext:
     return context
 
 
-def _parse(
-    model: type[TopicSnapshot] | type[TopicRestore] | type[TopicSnapshotSchedule],
-    body: Mapping[str, Any],
-) -> Any:
-    try:
-        return model.from_manifest(without_status(body))
-    except pydantic.ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-        raise kopf.PermanentError(f"invalid {model.KIND}: {problems}") from None
+def _invalid_status(stored: Parsed[ResourceT], now: str) -> dict[str, Any]:
+    """The status of an object whose spec the model refuses: ``Ready=False`` and
+    ``Stalled``, with the fields and rules refused."""
+    generation, why = stored.meta.generation, str(stored.problem)
+    return {
+        "observedGeneration": generation,
+        "conditions": [
+            condition(
+                kind,
+                value,
+                bodies.INVALID_SPEC,
+                why,
+                generation,
+                bodies.stored_condition(stored, kind),
+                now,
+            )
+            for kind, value in ((READY, "False"), ("Stalled", "True"))
+        ],
+    }
+
+
+def _invalid(stored: Parsed[ResourceT]) -> NotRunnable:
+    """Why an object stored before the CRD's rules refused its spec never runs: said in its
+    status, as ``Stalled``."""
+    return NotRunnable(bodies.INVALID_SPEC, str(stored.problem))
 
 
 def _heartbeats(context: OperatorContext, namespace: str, cluster: str) -> Mapping[int, Heartbeat]:
@@ -102,11 +120,17 @@ def _heartbeats(context: OperatorContext, namespace: str, cluster: str) -> Mappi
 
 
 def _post(
-    context: OperatorContext, body: Mapping[str, Any], kind: str, status: Mapping[str, Any]
+    context: OperatorContext,
+    stored: Parsed[TopicSnapshot] | Parsed[TopicRestore],
+    body: Mapping[str, Any],
+    kind: str,
+    status: Mapping[str, Any],
 ) -> None:
     """An Event for a phase change (none when the phase stays)."""
     phase = status.get("phase")
-    if phase == (body.get("status") or {}).get("phase") or phase == str(SnapshotPhase.PENDING):
+    old = None if stored.resource is None else stored.resource.status
+    before = None if old is None or old.phase is None else str(old.phase)
+    if phase == before or phase == str(SnapshotPhase.PENDING):
         return
     ready = next(c for c in status["conditions"] if c["type"] == "Ready")
     failed = phase == str(SnapshotPhase.FAILED)
@@ -115,7 +139,7 @@ def _post(
             body, "Warning" if failed else "Normal", f"{kind}{phase}", str(ready["message"])
         )
     except Exception:  # outside kopf's loop (tests): the status says it all the same
-        log.debug("no event posted for %s", body["metadata"]["name"])
+        log.debug("no event posted for %s", stored.meta.name)
 
 
 async def _job_outcome(
@@ -130,10 +154,10 @@ async def _cluster(context: OperatorContext, namespace: str, name: str) -> Broke
     body = await context.api.get(ObjectRef(API_VERSION, "BrokerCluster", namespace, name))
     if body is None:
         raise NotRunnable("ClusterNotFound", f"BrokerCluster {name!r} does not exist")
-    try:
-        cluster = BrokerCluster.from_manifest(without_status(body))
-    except pydantic.ValidationError as exc:
-        raise NotRunnable("InvalidCluster", f"BrokerCluster does not parse: {exc}") from None
+    parsed = bodies.parse_cluster(body)
+    cluster = parsed.resource
+    if cluster is None:
+        raise NotRunnable("InvalidCluster", f"BrokerCluster does not parse: {parsed.problem}")
     if cluster.spec.object_store is None:
         raise NotRunnable("NoObjectStore", f"BrokerCluster {name!r} has no objectStore")
     return cluster
@@ -150,12 +174,17 @@ async def reconcile_snapshot(context: OperatorContext, namespace: str, name: str
     job_name = snapshot_jobs.job_name(Step.SNAPSHOT, name)
     for _ in range(WRITE_ATTEMPTS):
         body = await api.get(ref)
-        if body is None or body["metadata"].get("deletionTimestamp") or snapshot_jobs.final(body):
+        if body is None:
             return
-        snapshot: TopicSnapshot = _parse(TopicSnapshot, body)
+        stored = bodies.parse_snapshot(body)
+        if stored.meta.deleting or snapshot_jobs.final(stored):
+            return
+        snapshot = stored.resource
         job, result = await _job_outcome(context, namespace, job_name)
         blocked = None
-        if job is None:
+        if snapshot is None:
+            blocked = _invalid(stored)
+        elif job is None:
             try:
                 run = await compaction_handlers.find_target(api, namespace, snapshot.spec.topic_ref)
                 heartbeats = _heartbeats(context, namespace, run.cluster.metadata.name)
@@ -164,7 +193,7 @@ async def reconcile_snapshot(context: OperatorContext, namespace: str, name: str
                     snapshot_jobs.job_manifest(
                         name=job_name,
                         namespace=namespace,
-                        owner=body,
+                        owner=stored,
                         cluster=run.cluster,
                         args=snapshot_jobs.snapshot_args(run, name, cuts),
                         labels={
@@ -178,12 +207,12 @@ async def reconcile_snapshot(context: OperatorContext, namespace: str, name: str
             except NotRunnable as exc:
                 blocked = exc
         now = condition_time(context.clock.now_ms())
-        status = snapshot_jobs.snapshot_status(body, result, blocked, now)
+        status = snapshot_jobs.snapshot_status(stored, result, blocked, now)
         try:
-            await compaction_handlers.write_status(api, body, status)
+            await compaction_handlers.write_status(api, stored, status)
         except StaleResourceVersion:
             continue
-        _post(context, body, "Snapshot", status)
+        _post(context, stored, body, "Snapshot", status)
         if blocked is not None:
             raise Waiting(blocked.message)
         return
@@ -214,12 +243,13 @@ async def snapshot_job_changed(
 async def remove_snapshot(context: OperatorContext, body: Mapping[str, Any]) -> None:
     """Delete the snapshot's document before its TopicSnapshot goes (see the module);
     ``Waiting`` until that is done."""
-    namespace = body["metadata"].get("namespace") or "default"
-    name = body["metadata"]["name"]
+    stored = bodies.parse_snapshot(body)
+    namespace, name = stored.meta.namespace, stored.meta.name
     job, taken = await _job_outcome(context, namespace, snapshot_jobs.job_name(Step.SNAPSHOT, name))
     if job is not None and taken.succeeded is None:
         raise Waiting(f"the snapshot's Job is running: {taken.message}")
-    key = (body.get("status") or {}).get("key") or (taken.summary or {}).get("key")
+    status = None if stored.resource is None else stored.resource.status
+    key = (None if status is None else status.key) or (taken.summary or {}).get("key")
     if not key:
         return  # never written (or written and deleted again by the failed Job itself)
     try:
@@ -238,7 +268,7 @@ async def remove_snapshot(context: OperatorContext, body: Mapping[str, Any]) -> 
             snapshot_jobs.job_manifest(
                 name=delete_name,
                 namespace=namespace,
-                owner=body,
+                owner=stored,
                 cluster=cluster,
                 args=snapshot_jobs.delete_args(cluster, topic, creation_id, name),
                 labels={snapshot_jobs.SNAPSHOT_LABEL: name},
@@ -274,21 +304,27 @@ async def reconcile_restore(context: OperatorContext, namespace: str, name: str)
     job_name = snapshot_jobs.job_name(Step.RESTORE, name)
     for _ in range(WRITE_ATTEMPTS):
         body = await api.get(ref)
-        if body is None or body["metadata"].get("deletionTimestamp") or snapshot_jobs.final(body):
+        if body is None:
             return
-        restore: TopicRestore = _parse(TopicRestore, body)
+        stored = bodies.parse_restore(body)
+        if stored.meta.deleting or snapshot_jobs.final(stored):
+            return
         now = condition_time(context.clock.now_ms())
         again = False
         try:
-            status, again = await _restore_step(context, namespace, body, restore, job_name, now)
+            if stored.resource is None:
+                raise _invalid(stored)
+            status, again = await _restore_step(
+                context, namespace, stored, stored.resource, job_name, now
+            )
         except NotRunnable as exc:
             phase = SnapshotPhase.FAILED if exc.reason == "TopicExists" else SnapshotPhase.PENDING
-            status = snapshot_jobs.restore_status(body, phase, exc.message, now, blocked=exc)
+            status = snapshot_jobs.restore_status(stored, phase, exc.message, now, blocked=exc)
         try:
-            await compaction_handlers.write_status(api, body, status)
+            await compaction_handlers.write_status(api, stored, status)
         except StaleResourceVersion:
             continue
-        _post(context, body, "Restore", status)
+        _post(context, stored, body, "Restore", status)
         if again:
             continue  # the creation id is stored: on to the Job
         ready = next(c for c in status["conditions"] if c["type"] == "Ready")
@@ -301,27 +337,29 @@ async def reconcile_restore(context: OperatorContext, namespace: str, name: str)
 async def _restore_step(
     context: OperatorContext,
     namespace: str,
-    body: Mapping[str, Any],
+    body: Parsed[TopicRestore],
     restore: TopicRestore,
     job_name: str,
     now: str,
 ) -> tuple[dict[str, Any], bool]:
     """The restore's next step, and its status after it (and whether to go on at once)."""
     api = context.api
-    name = body["metadata"]["name"]
+    name = body.meta.name
     snapshot_name = restore.spec.snapshot_ref.name
-    snapshot = await api.get(ObjectRef(API_VERSION, "TopicSnapshot", namespace, snapshot_name))
-    if snapshot is None:
+    found = await api.get(ObjectRef(API_VERSION, "TopicSnapshot", namespace, snapshot_name))
+    if found is None:
         raise NotRunnable("SnapshotNotFound", f"TopicSnapshot {snapshot_name!r} does not exist")
-    taken = snapshot.get("status") or {}
-    if taken.get("phase") != str(SnapshotPhase.READY) or not taken.get("key"):
+    snapshot = bodies.parse_snapshot(found).resource
+    taken = None if snapshot is None else snapshot.status
+    if taken is None or taken.phase != SnapshotPhase.READY or not taken.key:
         raise NotRunnable("WaitingForSnapshot", f"TopicSnapshot {snapshot_name!r} is not Ready yet")
-    cluster_id, source, source_creation_id, _ = where_stored(str(taken["key"]))
+    assert snapshot is not None  # it has a status
+    cluster_id, source, source_creation_id, _ = where_stored(taken.key)
     cluster = await _cluster(context, namespace, cluster_id)
     topic_ref = ObjectRef(API_VERSION, "Topic", namespace, restore.spec.topic)
-    topic = await api.get(topic_ref)
-    recorded = (body.get("status") or {}).get("creationId")
-    if topic is None:
+    found_topic = await api.get(topic_ref)
+    recorded = None if restore.status is None else restore.status.creation_id
+    if found_topic is None:
         if recorded:
             return snapshot_jobs.restore_status(
                 body,
@@ -329,17 +367,17 @@ async def _restore_step(
                 f"Topic {restore.spec.topic!r} was deleted during the restore",
                 now,
             ), False
-        topic = await _create_topic(context, namespace, name, restore, snapshot, cluster_id)
-    labels = topic["metadata"].get("labels") or {}
-    if labels.get(snapshot_jobs.RESTORE_LABEL) != name or (
-        recorded and recorded != topic["metadata"]["uid"]
+        found_topic = await _create_topic(context, namespace, name, restore, snapshot, cluster_id)
+    topic = bodies.parse_topic(found_topic)
+    if topic.meta.labels.get(snapshot_jobs.RESTORE_LABEL) != name or (
+        recorded and recorded != topic.meta.uid
     ):
         raise NotRunnable(
             "TopicExists",
             f"Topic {restore.spec.topic!r} exists and is not this restore's: restore into a"
             " new topic",
         )
-    uid = str(topic["metadata"]["uid"])
+    uid = topic.meta.uid
     if not recorded:  # first: a restarted operator must know the Topic as this restore's
         held = snapshot_jobs.restore_status(
             body, SnapshotPhase.PENDING, "Topic created, held", now, creation_id=uid
@@ -376,21 +414,21 @@ async def _restore_step(
             now,
             result=result,
         ), False
-    annotations = topic["metadata"].get("annotations") or {}
-    if annotations.get(RESTORE_ANNOTATION) != str(RestoreStage.WRITTEN):
+    if topic.meta.annotations.get(RESTORE_ANNOTATION) != str(RestoreStage.WRITTEN):
         await api.patch_metadata(
             topic_ref, {"annotations": {RESTORE_ANNOTATION: str(RestoreStage.WRITTEN)}}
         )
         return snapshot_jobs.restore_status(
             body, SnapshotPhase.PENDING, "written and verified; placing", now, result=result
         ), False
-    conditions = (topic.get("status") or {}).get("conditions") or []
-    ready: Mapping[str, Any] = next((c for c in conditions if c["type"] == "Ready"), {})
-    if ready.get("status") != "True":
+    topic_status = bodies.stored_status(topic)
+    ready = None if topic_status is None else topic_status.condition(READY)
+    if ready is None or ready.status != ConditionStatus.TRUE:
+        why = "" if ready is None else ready.message
         return snapshot_jobs.restore_status(
             body,
             SnapshotPhase.PENDING,
-            f"placing Topic {restore.spec.topic!r}: {ready.get('message', '')}".rstrip(": "),
+            f"placing Topic {restore.spec.topic!r}: {why}".rstrip(": "),
             now,
             result=result,
         ), False
@@ -409,19 +447,24 @@ async def _create_topic(
     namespace: str,
     name: str,
     restore: TopicRestore,
-    snapshot: Mapping[str, Any],
+    snapshot: TopicSnapshot,
     cluster_id: str,
 ) -> dict[str, Any]:
     """The new Topic, held ``pending``: the source Topic's spec if it still exists (else
     its cluster's defaults), the snapshot's partition count."""
-    source_name = snapshot["spec"]["topicRef"]["name"]
-    source = await context.api.get(ObjectRef(API_VERSION, "Topic", namespace, source_name))
-    source_spec = (source or {}).get("spec") or {"clusterRef": {"name": cluster_id}}
-    cuts = (snapshot.get("status") or {}).get("partitions") or []
+    source_name = snapshot.spec.topic_ref.name
+    found = await context.api.get(ObjectRef(API_VERSION, "Topic", namespace, source_name))
+    source = None if found is None else bodies.parse_topic(found).resource
+    source_spec = (
+        {"clusterRef": {"name": cluster_id}}
+        if source is None
+        else source.spec.model_dump(mode="json", exclude_unset=True)
+    )
+    cuts = [] if snapshot.status is None else snapshot.status.partitions
     partitions = (
-        max(int(p["partition"]) for p in cuts) + 1
+        max(p.partition for p in cuts) + 1
         if cuts
-        else int(source_spec.get("partitions") or 1)
+        else (1 if source is None else source.spec.partitions)
     )
     await context.api.apply(
         restored_topic(
@@ -469,32 +512,45 @@ async def reconcile_schedule(context: OperatorContext, namespace: str, name: str
     ref = ObjectRef(API_VERSION, "TopicSnapshotSchedule", namespace, name)
     for _ in range(WRITE_ATTEMPTS):
         body = await api.get(ref)
-        if body is None or body["metadata"].get("deletionTimestamp"):
+        if body is None:
             return
-        schedule: TopicSnapshotSchedule = _parse(TopicSnapshotSchedule, body)
+        stored = bodies.parse_snapshot_schedule(body)
+        if stored.meta.deleting:
+            return
         now_ms = context.clock.now_ms()
-        last = (body.get("status") or {}).get("lastScheduleTime")
-        created = body["metadata"].get("creationTimestamp")
+        if stored.resource is None:
+            # one stored before the CRD's rules refused it: said in its status, never run
+            status = _invalid_status(stored, condition_time(now_ms))
+            try:
+                await compaction_handlers.write_status(api, stored, status)
+            except StaleResourceVersion:
+                continue
+            return
+        schedule = stored.resource
+        last = None if schedule.status is None else schedule.status.last_schedule_time
+        created = stored.meta.creation_timestamp
         fire_ms = snapshot_schedules.due(
             schedule,
-            epoch_ms(last) if last else None,
+            epoch_ms(last.isoformat()) if last else None,
             epoch_ms(created) if created else now_ms,
             now_ms,
         )
         selector = f"{snapshot_schedules.SCHEDULE_LABEL}={name}"
-        snapshots = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
+        listed = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
+        snapshots = [bodies.parse_snapshot(b) for b in listed]
         busy = snapshot_schedules.unfinished(snapshots) if fire_ms is not None else None
         if fire_ms is not None and busy is None:
             await api.apply(snapshot_schedules.snapshot_manifest(schedule, fire_ms))
-            snapshots = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
+            listed = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
+            snapshots = [bodies.parse_snapshot(b) for b in listed]
         doomed = snapshot_schedules.to_delete(snapshots, schedule.spec.keep)
         for old in doomed:
             await api.delete(ObjectRef(API_VERSION, "TopicSnapshot", namespace, old))
-        kept = [b for b in snapshots if b["metadata"]["name"] not in doomed]
+        kept = [s for s in snapshots if s.meta.name not in doomed]
         now = condition_time(now_ms)
-        status = snapshot_schedules.schedule_status(body, schedule, kept, fire_ms, now)
+        status = snapshot_schedules.schedule_status(stored, schedule, kept, fire_ms, now)
         try:
-            await compaction_handlers.write_status(api, body, status)
+            await compaction_handlers.write_status(api, stored, status)
         except StaleResourceVersion:
             continue
         if fire_ms is not None:

@@ -31,12 +31,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from headrace.control.documents import condition, rfc3339
+from headrace.control.documents import condition, condition_time, epoch_ms, rfc3339
 from headrace.operator import compaction_jobs, workloads
+from headrace.operator.bodies import Parsed, ResourceT, stored_condition
 from headrace.operator.compaction_jobs import RESULT_PATH, NotRunnable, Target
 from headrace.protocol.coordination import Heartbeat
 from headrace.resources.clusters import BrokerCluster
-from headrace.resources.snapshots import SnapshotPhase
+from headrace.resources.meta import READY
+from headrace.resources.snapshots import SnapshotPhase, TopicRestore, TopicSnapshot
 from headrace.tiered.snapshots import cuts_at
 
 SNAPSHOT_LABEL: Final = "headrace.dev/topic-snapshot"
@@ -146,16 +148,15 @@ def job_manifest(
     *,
     name: str,
     namespace: str,
-    owner: Mapping[str, Any],
+    owner: Parsed[ResourceT],
     cluster: BrokerCluster,
     args: list[str],
     labels: Mapping[str, str],
     workload: workloads.WorkloadSettings,
 ) -> dict[str, Any]:
     """A Job running ``headrace <args>`` once (retried up to ``BACKOFF_LIMIT``), owned by
-    ``owner`` (the resource's body), with the store's credentials as the brokers get them."""
+    ``owner`` (the resource), with the store's credentials as the brokers get them."""
     scratch, scratch_mount = workloads.scratch_volume()
-    meta = owner["metadata"]
     all_labels = {
         "app.kubernetes.io/name": "headrace",
         "app.kubernetes.io/component": "snapshot",
@@ -186,10 +187,10 @@ def job_manifest(
             "labels": all_labels,
             "ownerReferences": [
                 {
-                    "apiVersion": owner["apiVersion"],
-                    "kind": owner["kind"],
-                    "name": meta["name"],
-                    "uid": meta["uid"],
+                    "apiVersion": owner.ref.api_version,
+                    "kind": owner.kind,
+                    "name": owner.meta.name,
+                    "uid": owner.meta.uid,
                     "controller": True,
                     "blockOwnerDeletion": True,
                 }
@@ -247,12 +248,8 @@ def outcome(job: Mapping[str, Any] | None, pods: Iterable[Mapping[str, Any]]) ->
 # ---------------------------------------------------------------------- statuses
 
 
-def _previous(status: Mapping[str, Any], type_: str) -> Mapping[str, Any] | None:
-    return next((c for c in status.get("conditions") or [] if c.get("type") == type_), None)
-
-
 def _status(
-    body: Mapping[str, Any],
+    stored: Parsed[ResourceT],
     phase: SnapshotPhase,
     message: str,
     now: str,
@@ -261,26 +258,14 @@ def _status(
 ) -> dict[str, Any]:
     """``phase`` as the status and its Ready condition; a ``blocked`` one says why (its
     reason) and is ``Stalled`` unless it only waits."""
-    old = body.get("status") or {}
-    generation = int((body.get("metadata") or {}).get("generation") or 1)
+    generation = stored.meta.generation
     ready = (
         "True" if phase is SnapshotPhase.READY else "False",
         blocked.reason if blocked is not None else str(phase),
         (blocked.message if blocked is not None else message)[:4096],
     )
-    conditions = [condition("Ready", *ready, generation, _previous(old, "Ready"), now)]
-    if blocked is not None and not blocked.reason.startswith("Waiting"):
-        conditions.append(
-            condition(
-                "Stalled",
-                "True",
-                blocked.reason,
-                blocked.message,
-                generation,
-                _previous(old, "Stalled"),
-                now,
-            )
-        )
+    conditions = [condition("Ready", *ready, generation, stored_condition(stored, READY), now)]
+    conditions.extend(compaction_jobs.stalled_condition(stored, blocked, generation, now))
     status: dict[str, Any] = {"observedGeneration": generation, "phase": str(phase)}
     status.update({k: v for k, v in fields.items() if v is not None})
     status["conditions"] = conditions
@@ -288,7 +273,7 @@ def _status(
 
 
 def snapshot_status(
-    body: Mapping[str, Any], result: Outcome | None, blocked: NotRunnable | None, now: str
+    body: Parsed[TopicSnapshot], result: Outcome | None, blocked: NotRunnable | None, now: str
 ) -> dict[str, Any]:
     """A TopicSnapshot's status from its Job's ``result``, or why it has no Job (``blocked``)."""
     if blocked is not None or result is None:
@@ -318,7 +303,7 @@ def snapshot_status(
 
 
 def restore_status(
-    body: Mapping[str, Any],
+    body: Parsed[TopicRestore],
     phase: SnapshotPhase,
     message: str,
     now: str,
@@ -330,22 +315,30 @@ def restore_status(
 ) -> dict[str, Any]:
     """A TopicRestore's status: where it is, the new Topic's creation id once it exists, and
     what the copy came to once its Job is done."""
-    old = body.get("status") or {}
+    old = None if body.resource is None else body.resource.status
     summary = (result.summary if result is not None else None) or {}
+    kept = set() if old is None else old.model_fields_set
+    completed = None if old is None or old.completed_at is None else old.completed_at
     return _status(
         body,
         phase,
         message,
         now,
         blocked,
-        creationId=creation_id or old.get("creationId"),
-        objects=int(summary["objects"]) if "objects" in summary else old.get("objects"),
-        bytes=int(summary["bytes"]) if "bytes" in summary else old.get("bytes"),
-        completedAt=completed_at or old.get("completedAt"),
+        creationId=creation_id or (None if old is None else old.creation_id),
+        objects=int(summary["objects"])
+        if "objects" in summary
+        else (old.objects if old is not None and "objects" in kept else None),
+        bytes=int(summary["bytes"])
+        if "bytes" in summary
+        else (old.bytes if old is not None and "bytes" in kept else None),
+        completedAt=completed_at
+        or (None if completed is None else condition_time(epoch_ms(completed.isoformat()))),
     )
 
 
-def final(body: Mapping[str, Any]) -> bool:
+def final(stored: Parsed[TopicSnapshot] | Parsed[TopicRestore]) -> bool:
     """Ready or Failed: a snapshot or restore that is done is not reconciled again."""
-    phase = (body.get("status") or {}).get("phase")
-    return phase in (str(SnapshotPhase.READY), str(SnapshotPhase.FAILED))
+    status = None if stored.resource is None else stored.resource.status
+    phase = None if status is None else status.phase
+    return phase in (SnapshotPhase.READY, SnapshotPhase.FAILED)

@@ -19,12 +19,15 @@ skipped (Event ``SnapshotSkipped``), as a CronJob's ``Forbid`` skips a run.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from headrace.control.documents import API_VERSION, condition, epoch_ms, rfc3339
+from headrace.operator import bodies
+from headrace.operator.bodies import Parsed
 from headrace.resources.cron import latest_fire
-from headrace.resources.snapshots import SnapshotPhase, TopicSnapshotSchedule
+from headrace.resources.meta import READY
+from headrace.resources.snapshots import SnapshotPhase, TopicSnapshot, TopicSnapshotSchedule
 
 SCHEDULE_LABEL: Final = "headrace.dev/topic-snapshot-schedule"
 #: seconds between two looks at a schedule (a snapshot is taken at most this late)
@@ -48,13 +51,13 @@ def due(
     return _ms(fired) if _ms(fired) > floor else None
 
 
-def unfinished(snapshots: Sequence[Mapping[str, Any]]) -> str | None:
+def unfinished(snapshots: Sequence[Parsed[TopicSnapshot]]) -> str | None:
     """The name of a snapshot of the schedule that is neither Ready nor Failed yet: a due
     time is skipped while one is (as a CronJob's ``Forbid``), so a topic that cannot be
     snapshotted (missing, its cluster down) does not pile up a snapshot a tick."""
-    for body in _by_time(snapshots):
-        if _phase(body) not in (str(SnapshotPhase.READY), str(SnapshotPhase.FAILED)):
-            return str(body["metadata"]["name"])
+    for snapshot in _by_time(snapshots):
+        if _phase(snapshot) not in (SnapshotPhase.READY, SnapshotPhase.FAILED):
+            return snapshot.meta.name
     return None
 
 
@@ -77,55 +80,53 @@ def snapshot_manifest(schedule: TopicSnapshotSchedule, fire_ms: int) -> dict[str
     }
 
 
-def _phase(body: Mapping[str, Any]) -> str | None:
-    return (body.get("status") or {}).get("phase")
+def _phase(snapshot: Parsed[TopicSnapshot]) -> SnapshotPhase | None:
+    status = None if snapshot.resource is None else snapshot.resource.status
+    return None if status is None else status.phase
 
 
-def _by_time(snapshots: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+def _by_time(snapshots: Sequence[Parsed[TopicSnapshot]]) -> list[Parsed[TopicSnapshot]]:
     # the names end in the scheduled time, fixed-width: their order is the time order
-    return sorted(snapshots, key=lambda b: str(b["metadata"]["name"]))
+    return sorted(snapshots, key=lambda s: s.meta.name)
 
 
-def to_delete(snapshots: Sequence[Mapping[str, Any]], keep: int) -> list[str]:
+def to_delete(snapshots: Sequence[Parsed[TopicSnapshot]], keep: int) -> list[str]:
     """The schedule's snapshots to delete: Ready ones beyond the newest ``keep``, failed ones
     but the most recent."""
-    ordered = _by_time([b for b in snapshots if not b["metadata"].get("deletionTimestamp")])
-    ready = [b["metadata"]["name"] for b in ordered if _phase(b) == str(SnapshotPhase.READY)]
-    failed = [b["metadata"]["name"] for b in ordered if _phase(b) == str(SnapshotPhase.FAILED)]
+    ordered = _by_time([s for s in snapshots if not s.meta.deleting])
+    ready = [s.meta.name for s in ordered if _phase(s) == SnapshotPhase.READY]
+    failed = [s.meta.name for s in ordered if _phase(s) == SnapshotPhase.FAILED]
     return ready[: max(0, len(ready) - keep)] + failed[:-1]
 
 
 def schedule_status(
-    body: Mapping[str, Any],
+    stored: Parsed[TopicSnapshotSchedule],
     schedule: TopicSnapshotSchedule,
-    snapshots: Sequence[Mapping[str, Any]],
+    snapshots: Sequence[Parsed[TopicSnapshot]],
     fired_ms: int | None,
     now: str,
 ) -> dict[str, Any]:
     """The schedule's status: its latest time and snapshot, the Ready ones it keeps (of
     ``snapshots``: those that stay), and whether its latest finished snapshot failed."""
-    old = body.get("status") or {}
-    generation = int((body.get("metadata") or {}).get("generation") or 1)
+    generation = stored.meta.generation
     status: dict[str, Any] = {"observedGeneration": generation}
-    last = old.get("lastScheduleTime")
+    scheduled = None if schedule.status is None else schedule.status.last_schedule_time
+    last = None if scheduled is None else rfc3339(epoch_ms(scheduled.isoformat()))
     if fired_ms is not None and (last is None or epoch_ms(last) < fired_ms):
         last = rfc3339(fired_ms)
     if last is not None:
         status["lastScheduleTime"] = last
     ordered = _by_time(snapshots)
     if ordered:
-        status["lastSnapshot"] = {"name": ordered[-1]["metadata"]["name"]}
-    status["kept"] = [
-        {"name": b["metadata"]["name"]} for b in ordered if _phase(b) == str(SnapshotPhase.READY)
-    ]
-    finished = [
-        b for b in ordered if _phase(b) in (str(SnapshotPhase.READY), str(SnapshotPhase.FAILED))
-    ]
-    failed = bool(finished) and _phase(finished[-1]) == str(SnapshotPhase.FAILED)
+        status["lastSnapshot"] = {"name": ordered[-1].meta.name}
+    status["kept"] = [{"name": s.meta.name} for s in ordered if _phase(s) == SnapshotPhase.READY]
+    finished = [s for s in ordered if _phase(s) in (SnapshotPhase.READY, SnapshotPhase.FAILED)]
+    failed = bool(finished) and _phase(finished[-1]) == SnapshotPhase.FAILED
     if failed:
-        conditions = (finished[-1].get("status") or {}).get("conditions") or []
-        why = next((c.get("message", "") for c in conditions if c.get("type") == "Ready"), "")
-        status["lastFailure"] = f"{finished[-1]['metadata']['name']}: {why}"[:4096]
+        last_status = bodies.stored_status(finished[-1])
+        ready_now = None if last_status is None else last_status.condition(READY)
+        why = "" if ready_now is None else ready_now.message
+        status["lastFailure"] = f"{finished[-1].meta.name}: {why}"[:4096]
         ready = ("False", "LastSnapshotFailed", status["lastFailure"])
     elif schedule.spec.suspend:
         ready = ("True", "Suspended", "takes no new snapshots while suspended")
@@ -133,6 +134,6 @@ def schedule_status(
         spec = schedule.spec
         what = f"{spec.topic_ref.name} at {spec.schedule!r} (UTC), the newest {spec.keep} kept"
         ready = ("True", "Scheduled", f"snapshots of {what}")
-    previous = next((c for c in old.get("conditions") or [] if c.get("type") == "Ready"), None)
+    previous = bodies.stored_condition(stored, READY)
     status["conditions"] = [condition("Ready", *ready, generation, previous, now)]
     return status

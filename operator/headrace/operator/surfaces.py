@@ -24,8 +24,8 @@ not alive.
               ``helm --wait`` and rollouts of several replicas finish).
 ``/metrics``  Prometheus text: reconciles, their durations and errors per kind, status
               writes and conflicts, readiness per object, the role.
-``/``         the dashboard (``headrace.controller.dashboarding``, the local
-              controller's): of the only cluster; with several, each is at
+``/``         the dashboard (``headrace.dashboard.routes``, as the local
+              controller serves it): of the only cluster; with several, each is at
               ``/clusters/<namespace>/<name>/`` and ``/`` lists them.
 """
 
@@ -43,7 +43,7 @@ from aiohttp import web
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from headrace.controller.dashboarding import DashboardRoutes
+from headrace.dashboard.routes import DashboardRoutes
 from headrace.operator.metrics import OperatorMetrics
 from headrace.operator.running import ClusterRuntime
 

@@ -338,6 +338,24 @@ class BrokerStatus(Model):
     """The port its Kafka listener advertises; unset: it runs no Kafka listener."""
 
 
+class DeletedTopic(Model):
+    """A topic deleted with ``deletionPolicy: Delete`` whose objects in the object store a
+    broker is removing."""
+
+    topic: str = Field(min_length=1)
+    """The deleted topic (``namespace/name``)."""
+    creation_id: str = Field(min_length=1)
+    """Its incarnation: its objects are under ``<cluster>/<namespace>/<name>/<creation id>/``."""
+    partitions: int = Field(ge=1)
+    """The partitions it had, retired ones included."""
+    deleted_generation: int = Field(ge=0)
+    """The topology generation that deleted it: its objects are removed once every live
+    broker has applied it."""
+    broker: int | None = Field(default=None, ge=0)
+    """The broker removing its objects; unset while none is asked (none live with an
+    object store)."""
+
+
 class BrokerClusterStatus(Status):
     """What the operator observed and decided."""
 
@@ -358,6 +376,11 @@ class BrokerClusterStatus(Status):
     Topic names another cluster, or is gone without its finalizer). Listed until a
     deletion of that name with ``deletionPolicy: Delete``, so that a broker that was down
     moves its copy aside too instead of deleting it."""
+    deleted_topics: list[DeletedTopic] | None = Field(
+        default=None, json_schema_extra=list_map("creationId")
+    )
+    """Topics deleted with ``deletionPolicy: Delete`` whose objects are still being removed
+    from the object store, until a broker reports them gone (all but what snapshots pin)."""
 
 
 class BrokerCluster(Resource):

@@ -153,9 +153,10 @@ class TopicSpec(Model):
     """What deleting the Topic does to its data. ``Retain`` (the default: data is not lost
     by a stray ``kubectl delete``): every broker closes its copies and moves them aside, to
     ``retained/`` in its data directory, and the topic leaves the routing table. ``Delete``:
-    the brokers remove their copies, and the leaders the topic's objects in the object
-    store. Either way the operator's finalizer (``headrace.dev/topic-data``) keeps the Topic
-    until the brokers have done it."""
+    the brokers remove their copies, and a broker the topic's objects in the object store
+    (all but what snapshots pin; the BrokerCluster's ``status.deletedTopics`` lists it until
+    they are gone). Either way the operator's finalizer (``headrace.dev/topic-data``) keeps
+    the Topic until the brokers have dealt with their copies."""
 
     @field_validator("min_in_sync")
     @classmethod

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from headrace.objectstore import minio_server
 from headrace.objectstore.interface import ObjectStore
 from headrace.objectstore.urls import ACCESS_KEY_ENV, SECRET_KEY_ENV, open_store
+from headrace.testing.minio import MinioServer
 from tests.integration.objectstore import servers
 
 HERE = Path(__file__).resolve().parent
@@ -27,17 +27,15 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def jobs_minio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[minio_server.MinioServer]:
-    server = minio_server.MinioServer(
-        servers.minio_binary(), tmp_path_factory.mktemp("jobs-minio") / "data"
-    )
+def jobs_minio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinioServer]:
+    server = MinioServer(servers.minio_binary(), tmp_path_factory.mktemp("jobs-minio") / "data")
     server.start()
     yield server
     server.stop()
 
 
 @pytest.fixture(scope="session")
-def store_url(jobs_minio: minio_server.MinioServer) -> Iterator[str]:
+def store_url(jobs_minio: MinioServer) -> Iterator[str]:
     """The bucket's URL; the credentials go into the environment (inherited by Spark's
     Python workers and by spark-submit), as in production."""
     saved = {k: os.environ.get(k) for k in (ACCESS_KEY_ENV, SECRET_KEY_ENV)}

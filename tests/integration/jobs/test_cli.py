@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.procs import run_headrace
 from headrace.objectstore.directory import DirectoryStore
 from headrace.objectstore.interface import ObjectStore
+from headrace.testing.procs import run_headrace
 from tests.integration.jobs.topicdata import manifest, write_partition
 
 

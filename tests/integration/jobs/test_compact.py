@@ -204,7 +204,7 @@ def test_a_second_compaction_of_a_partition_is_refused_while_one_holds_it(
 
 
 def test_object_store_down_fails_with_a_clear_reason(spark: Any, cluster_id: str) -> None:
-    from headrace.objectstore.minio_server import free_port
+    from headrace.testing.procs import free_port
 
     url = f"s3://127.0.0.1:{free_port()}/nothing-here"
     status, report = run_job(spark, "compact", url, cluster_id, TOPIC)

@@ -23,7 +23,8 @@ from minio.credentials import StaticProvider
 from minio.minioadmin import MinioAdmin
 
 from headrace.broker.tier_upload import CURSORS_NAME
-from headrace.objectstore import minio_server
+from headrace.testing.minio import MinioServer
+from headrace.testing.reading import read_partition
 from headrace.tiered import layout
 from headrace.tiered.manifest import Manifest
 from tests.integration.keyed import Delivery
@@ -34,7 +35,6 @@ from tests.integration.localcluster import (
     store_of,
     topic_manifest,
 )
-from tests.integration.reading import read_partition
 from tests.integration.test_repartition import (
     keyed_load_through,
     read_with_a_fresh_cohort,
@@ -148,7 +148,7 @@ async def tiered_reads(c: LocalCluster) -> list[Delivery]:
 
 @pytest.mark.slow  # a cluster, a retention round (brokers check every 30 s) and a Spark read
 async def test_a_shrink_and_a_grow_back_read_three_ways_return_each_acked_record_once(
-    cluster: LocalCluster, spark: Any, jobs_minio: minio_server.MinioServer
+    cluster: LocalCluster, spark: Any, jobs_minio: MinioServer
 ) -> None:
     first_life: dict[str, str] = {}
     first_manifest = Manifest()

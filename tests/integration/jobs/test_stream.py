@@ -100,11 +100,11 @@ async def test_stream_reads_the_stored_part_and_the_brokers_tail_once_across_a_r
     across a restart from its checkpoint."""
     import asyncio
 
-    from bench.procs import BrokerProcess
     from headrace.client import Producer
     from headrace.jobs.brokers import fetch_range
     from headrace.jobs.source import HeadraceStreamReader
-    from tests.integration.reading import create_topic
+    from headrace.testing.procs import BrokerProcess
+    from headrace.testing.reading import create_topic
 
     topic = "default/tail"
     broker = BrokerProcess(tmp_path / "data")

@@ -143,13 +143,13 @@ async def test_stored_range_against_a_real_brokers_high_watermark(
 ) -> None:
     import asyncio
 
-    from bench.procs import BrokerProcess
     from headrace.client import Producer
     from headrace.jobs.brokers import fetch_range
     from headrace.records import batch as rb
+    from headrace.testing.procs import BrokerProcess
+    from headrace.testing.reading import create_topic
     from headrace.tiered.tier import PartitionTier
     from tests.integration.jobs.topicdata import stamped
-    from tests.integration.reading import create_topic
 
     topic = "default/checked"
     broker = BrokerProcess(tmp_path / "data")

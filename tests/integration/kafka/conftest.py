@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.procs import BrokerProcess, free_port
+from headrace.testing.procs import BrokerProcess, free_port
 from tests.integration.kafka import peer_tools
 
 

@@ -18,8 +18,8 @@ from headrace.client.consumer import Consumer as HeadraceConsumer
 from headrace.kafka import messages as km
 from headrace.kafka.wire import Reader
 from headrace.records.batch import Record
+from headrace.testing.reading import create_topic, read_partition
 from tests.integration.kafka.conftest import KafkaBroker
-from tests.integration.reading import create_topic, read_partition
 
 TOPIC = "orders"
 

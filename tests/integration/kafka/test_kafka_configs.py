@@ -20,7 +20,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from bench.procs import free_port
+from headrace.testing.procs import free_port
 from tests.integration.kafka.conftest import KafkaBroker
 
 

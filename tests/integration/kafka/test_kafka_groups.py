@@ -11,8 +11,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka import Consumer, KafkaException
 
+from headrace.testing.reading import create_topic
 from tests.integration.kafka.conftest import KafkaBroker
-from tests.integration.reading import create_topic
 
 TOPIC = "events"
 PARTITIONS = 4

@@ -13,8 +13,8 @@ from confluent_kafka import Producer
 
 from headrace.kafka import messages as km
 from headrace.kafka.errors import ErrorCode
+from headrace.testing.reading import create_topic, read_partition
 from tests.integration.kafka.conftest import KafkaBroker
-from tests.integration.reading import create_topic, read_partition
 
 TOPIC = "payments"
 

@@ -15,9 +15,9 @@ from collections import defaultdict
 
 import pytest
 
+from headrace.testing.reading import create_topic, read_partition
 from tests.integration.kafka import peer_tools
 from tests.integration.kafka.conftest import KafkaBroker
-from tests.integration.reading import create_topic, read_partition
 
 TOOLS = "org.apache.kafka.tools"
 GROUPS = f"{TOOLS}.consumer.group.ConsumerGroupCommand"

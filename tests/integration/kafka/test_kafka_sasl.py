@@ -21,11 +21,11 @@ from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin import NewTopic as CNewTopic
 from cryptography.hazmat.primitives import serialization
 
-from bench.procs import BrokerProcess, free_port
 from e2e.testbed import pki
 from headrace.kafka import messages as km
 from headrace.kafka.errors import ErrorCode
 from headrace.security.acl import hash_token
+from headrace.testing.procs import BrokerProcess, free_port
 from tests.integration.kafka.conftest import KafkaBroker
 
 WRITER, READER = "writer-token-7a1c", "reader-token-2e9f"

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bench import procs
-from bench.procs import BrokerProcess, free_port
 from headrace.client import Producer
-from headrace.objectstore.minio_server import MinioServer
+from headrace.testing import waiting
+from headrace.testing.minio import MinioServer
+from headrace.testing.procs import BrokerProcess, free_port
+from headrace.testing.reading import create_topic
 from tests.integration.objectstore import servers
-from tests.integration.reading import create_topic
 
 TOPIC = "history"
 RECORDS = 3_000
@@ -67,7 +67,7 @@ async def test_a_kafka_consumer_reads_from_the_object_store_then_the_disk(
         doc = broker.get_json(f"/v1/topics/default/{TOPIC}")
         return int(doc["partition_details"][0]["log_start_offset"])  # type: ignore[index]
 
-    procs.wait_until(lambda: local_start() > 0, 30, "retention after upload", poll_s=0.1)
+    waiting.until(lambda: local_start() > 0, 30, "retention after upload", poll_s=0.1)
 
     consumer = AIOKafkaConsumer(
         bootstrap_servers=f"127.0.0.1:{port}",

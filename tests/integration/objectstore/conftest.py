@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from headrace.objectstore import directory, interface, minio_server, minio_store
+from headrace.objectstore import directory, interface, minio_store
+from headrace.testing.minio import MinioServer
 from tests.integration.objectstore import servers
 
 HERE = Path(__file__).resolve().parent
@@ -23,20 +24,18 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def minio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[minio_server.MinioServer]:
+def minio(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MinioServer]:
     """The session's MinIO server; tests that stop servers start their own."""
-    server = minio_server.MinioServer(
-        servers.minio_binary(), tmp_path_factory.mktemp("minio") / "data"
-    )
+    server = MinioServer(servers.minio_binary(), tmp_path_factory.mktemp("minio") / "data")
     server.start()
     yield server
     server.stop()
 
 
 @pytest.fixture
-def private_minio(tmp_path: Path) -> Iterator[minio_server.MinioServer]:
+def private_minio(tmp_path: Path) -> Iterator[MinioServer]:
     """A server of the test's own, for tests that stop and restart it."""
-    server = minio_server.MinioServer(servers.minio_binary(), tmp_path / "minio")
+    server = MinioServer(servers.minio_binary(), tmp_path / "minio")
     server.start()
     yield server
     server.stop()
@@ -49,7 +48,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[interface.
     if request.param == "directory":
         yield directory.DirectoryStore(tmp_path / "objects")
         return
-    server: minio_server.MinioServer = request.getfixturevalue("minio")
+    server: MinioServer = request.getfixturevalue("minio")
     s = minio_store.MinioStore(server.settings(servers.new_bucket()))
     yield s
     s.close()

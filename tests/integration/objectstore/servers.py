@@ -2,7 +2,7 @@
 
 ``tools/minio/build.sh`` builds it from its Go module (idempotent; minutes only
 the first time on a machine). ``HEADRACE_MINIO_BIN`` points at an existing
-binary instead. The bench and these tests share the locator, ``bench.procs.minio_binary``.
+binary instead. The bench and these tests share the locator, ``headrace.testing.procs.minio_binary``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import procs
+from headrace.testing import procs
 
 _binary: Path | None = None
 _build_error: str | None = None

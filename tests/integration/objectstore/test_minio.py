@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from headrace.objectstore import directory, minio_server, minio_store, retrying
+from headrace.objectstore import directory, minio_store, retrying
 from headrace.objectstore.errors import (
     ObjectStoreAccessDenied,
     ObjectStoreRejected,
     ObjectStoreUnavailable,
 )
 from headrace.objectstore.interface import ObjectStore
+from headrace.testing import minio as minio_server
 from tests.integration.objectstore.servers import minio_binary, new_bucket
 
 MIB = 1 << 20

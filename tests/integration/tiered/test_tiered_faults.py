@@ -19,12 +19,13 @@ from bench.chaos.minio_policy import TierUser
 from bench.chaos.tiercheck import check_partition
 from headrace.jobs.sweep import sweep_topic
 from headrace.jobs.topics import TopicRef
-from headrace.objectstore import minio_server, minio_store, retrying
+from headrace.objectstore import minio_store, retrying
 from headrace.objectstore.errors import (
     ObjectStoreAccessDenied,
     ObjectStoreError,
     ObjectStoreUnavailable,
 )
+from headrace.testing.minio import MinioServer
 from headrace.tiered import layout
 from headrace.tiered.tier import PartitionTier
 from tests.integration.objectstore.servers import new_bucket
@@ -84,7 +85,7 @@ def assert_whole(direct: minio_store.MinioStore, expected_segments: int) -> None
 
 
 @pytest.fixture
-def bucket(minio: minio_server.MinioServer) -> Iterator[tuple[str, minio_store.MinioStore]]:
+def bucket(minio: MinioServer) -> Iterator[tuple[str, minio_store.MinioStore]]:
     name = new_bucket()
     direct = minio_store.MinioStore(minio.settings(name, create_bucket=True))
     direct.ensure_bucket()
@@ -93,7 +94,7 @@ def bucket(minio: minio_server.MinioServer) -> Iterator[tuple[str, minio_store.M
 
 
 def test_throttled_reset_and_unanswered_requests_are_retried_and_the_manifest_stays_whole(
-    minio: minio_server.MinioServer, bucket: tuple[str, minio_store.MinioStore]
+    minio: MinioServer, bucket: tuple[str, minio_store.MinioStore]
 ) -> None:
     name, direct = bucket
     slept: list[float] = []
@@ -122,7 +123,7 @@ def test_throttled_reset_and_unanswered_requests_are_retried_and_the_manifest_st
 
 
 def test_a_hung_or_dead_store_fails_reads_with_a_typed_retriable_error(
-    private_minio: minio_server.MinioServer,
+    private_minio: MinioServer,
 ) -> None:
     name = new_bucket()
     direct = minio_store.MinioStore(private_minio.settings(name, create_bucket=True))
@@ -161,7 +162,7 @@ def test_a_hung_or_dead_store_fails_reads_with_a_typed_retriable_error(
 
 
 def test_refused_deletes_keep_every_object_and_succeed_once_the_policy_is_lifted(
-    minio: minio_server.MinioServer, bucket: tuple[str, minio_store.MinioStore]
+    minio: MinioServer, bucket: tuple[str, minio_store.MinioStore]
 ) -> None:
     name, direct = bucket
     user = TierUser(minio.endpoint, minio.access_key, minio.secret_key, name).create()
@@ -216,7 +217,7 @@ def test_refused_deletes_keep_every_object_and_succeed_once_the_policy_is_lifted
 
 
 def test_minio_killed_mid_upload_loses_no_acknowledged_upload(
-    private_minio: minio_server.MinioServer,
+    private_minio: MinioServer,
 ) -> None:
     name = new_bucket()
     direct = minio_store.MinioStore(private_minio.settings(name, create_bucket=True))

@@ -8,8 +8,9 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from headrace.errors import CorruptSegmentObject
-from headrace.objectstore import minio_server, minio_store, retrying
+from headrace.objectstore import minio_store, retrying
 from headrace.objectstore.errors import ObjectStoreUnavailable
+from headrace.testing.minio import MinioServer
 from headrace.tiered import layout
 from headrace.tiered.manifest import FencedUploader
 from headrace.tiered.tier import PartitionTier
@@ -21,7 +22,7 @@ KIB = 1 << 10
 
 
 @pytest.fixture
-def store(minio: minio_server.MinioServer) -> Iterator[minio_store.MinioStore]:
+def store(minio: MinioServer) -> Iterator[minio_store.MinioStore]:
     s = minio_store.MinioStore(minio.settings(new_bucket()))
     yield s
     s.close()
@@ -136,7 +137,7 @@ class InterruptibleStore(minio_store.MinioStore):
 
 @pytest.mark.parametrize("stop_before", ["index", "segment", "manifest", "upload"])
 def test_minio_stopped_during_uploads_loses_nothing_and_leaves_no_gap(
-    private_minio: minio_server.MinioServer, stop_before: str
+    private_minio: MinioServer, stop_before: str
 ) -> None:
     inner = InterruptibleStore(private_minio.settings(new_bucket()))
     inner.hooks = {}
@@ -213,7 +214,7 @@ class InterleavingStore(minio_store.MinioStore):
 
 
 def test_a_stale_epoch_uploader_loses_the_race_with_a_typed_error_in_minio(
-    minio: minio_server.MinioServer,
+    minio: MinioServer,
 ) -> None:
     bucket = new_bucket()
     first, second, third = objects([40 * KIB] * 3, value_bytes=200, seed=3)

@@ -13,9 +13,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from headrace.broker.config import AdminReadAccess, BrokerSettings
+from headrace.broker.config import BrokerSettings
 from headrace.broker.main import broker
 from headrace.broker.options import broker_settings
+from headrace.security.settings import AdminReadAccess
 from headrace.storage.bookkeeping import FsyncPolicy
 
 #: (flag, parameter, default, envvar) of every option, in --help order, as the command

@@ -13,8 +13,8 @@ from cryptography import x509
 
 from e2e.testbed import pki
 from headrace.broker import certificates
-from headrace.broker.config import TlsSettings
-from headrace.broker.reloading import CredentialFiles
+from headrace.security.reloading import CredentialFiles
+from headrace.security.settings import TlsSettings
 
 
 def _served_cn(ctx: ssl.SSLContext, ca_pem: bytes) -> str:

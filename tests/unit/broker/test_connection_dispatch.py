@@ -11,13 +11,14 @@ from typing import Any
 
 import pytest
 
-from headrace.broker.access import Access
 from headrace.broker.config import BrokerSettings
 from headrace.broker.metrics import BrokerMetrics
 from headrace.broker.server import Connection
 from headrace.errors import NotAuthenticated, UnknownOperation
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import FrameDecoder, Op, encode_frame
+from headrace.security.access import Access
+from headrace.security.settings import AccessSettings
 
 #: the ops a client or a peer broker sends; every other op is a response or a push
 REQUESTS = {
@@ -51,7 +52,8 @@ class Host:
     def __init__(self, settings: BrokerSettings) -> None:
         self.settings = settings
         self.metrics = BrokerMetrics(list)
-        self.access = Access(settings, Counter(), member_identities=False)  # type: ignore[arg-type]
+        # the open mode (no credentials asked), as a broker started without any
+        self.access = Access(AccessSettings(), Counter())  # type: ignore[arg-type]
         self.client_issuers: frozenset[Any] = frozenset()
         self.opened: list[Connection] = []
 

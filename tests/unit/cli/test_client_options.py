@@ -59,6 +59,69 @@ def test_a_token_comes_from_the_environment() -> None:
     assert json.loads(result.output.splitlines()[0])["token"] == "s3"
 
 
+@click.command()
+@client_options
+def show_source(client: ClientTarget) -> None:
+    """What the connections present: the source's token now, and then after a rotation."""
+    source = client.connect_options().auth_token
+    click.echo(json.dumps({"token": client.auth_token, "file": str(client.auth_token_file)}))
+    if callable(source):
+        assert client.auth_token_file is not None
+        client.auth_token_file.write_text("rotated-token\n")
+        click.echo(f"{source()} then {source()}")
+    else:
+        click.echo(f"fixed {source}")
+
+
+def test_a_token_file_is_read_again_at_each_connect(tmp_path: Path) -> None:
+    path = tmp_path / "client.token"
+    path.write_text("# the client's token\nfile-token\nolder-token\n")
+    runner = CliRunner()
+    for args, env in (
+        (["--auth-token-file", str(path)], {"HEADRACE_AUTH_TOKEN_FILE": None}),
+        ([], {"HEADRACE_AUTH_TOKEN_FILE": str(path)}),
+    ):
+        path.write_text("file-token\n")
+        result = runner.invoke(show_source, args, env={"HEADRACE_AUTH_TOKEN": None, **env})
+        assert result.exit_code == 0, result.output
+        shown, presented = result.output.splitlines()
+        # the token it holds at start, for the controller's API
+        assert json.loads(shown) == {"token": "file-token", "file": str(path)}
+        assert presented == "rotated-token then rotated-token"
+
+
+def test_a_token_and_a_token_file_one_on_the_command_line_wins(tmp_path: Path) -> None:
+    path = tmp_path / "client.token"
+    path.write_text("file-token\n")
+    runner = CliRunner()
+    flag_over_file_env = runner.invoke(
+        show_source, ["--auth-token", "flag-token"], env={"HEADRACE_AUTH_TOKEN_FILE": str(path)}
+    )
+    assert flag_over_file_env.output.splitlines()[1] == "fixed flag-token"
+    file_over_token_env = runner.invoke(
+        show_source, ["--auth-token-file", str(path)], env={"HEADRACE_AUTH_TOKEN": "env-token"}
+    )
+    assert file_over_token_env.output.splitlines()[1] == "rotated-token then rotated-token"
+    both = runner.invoke(show_source, ["--auth-token", "t", "--auth-token-file", str(path)], env={})
+    assert both.exit_code == 2 and "not both" in both.output
+    both_env = runner.invoke(
+        show_source, [], env={"HEADRACE_AUTH_TOKEN": "t", "HEADRACE_AUTH_TOKEN_FILE": str(path)}
+    )
+    assert both_env.exit_code == 2 and "not both" in both_env.output
+
+
+def test_a_bad_token_file_stops_the_command_before_it_connects(tmp_path: Path) -> None:
+    path = tmp_path / "client.token"
+    path.write_text("# nothing yet\n")
+    result = CliRunner().invoke(
+        show_source, ["--auth-token-file", str(path)], env={"HEADRACE_AUTH_TOKEN": None}
+    )
+    assert result.exit_code == 2
+    assert "--auth-token-file" in result.output and "holds no value" in result.output
+    missing = CliRunner().invoke(show_source, ["--auth-token-file", str(tmp_path / "none")])
+    assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
 def test_tls_files_must_exist_and_cert_goes_with_key(tmp_path: Path) -> None:
     runner = CliRunner()
     missing = runner.invoke(show, ["--tls-ca", str(tmp_path / "no.pem")])
@@ -98,14 +161,27 @@ def test_the_tls_context_verifies_the_broker() -> None:
 def test_every_client_command_takes_the_same_connection_options(command: list[str]) -> None:
     result = CliRunner().invoke(main, [*command, "--help"])
     assert result.exit_code == 0, result.output
-    for flag in ("--bootstrap", "--auth-token", "--tls", "--tls-ca", "--tls-cert", "--tls-key"):
+    for flag in (
+        "--bootstrap",
+        "--auth-token",
+        "--auth-token-file",
+        "--tls",
+        "--tls-ca",
+        "--tls-cert",
+        "--tls-key",
+    ):
         assert flag in result.output
     assert "HEADRACE_BOOTSTRAP" in result.output
 
 
 def test_top_level_help_names_the_environment_variables() -> None:
     result = CliRunner().invoke(main, ["--help"])
-    for variable in ("HEADRACE_BOOTSTRAP", "HEADRACE_CONTROLLER", "HEADRACE_AUTH_TOKEN"):
+    for variable in (
+        "HEADRACE_BOOTSTRAP",
+        "HEADRACE_CONTROLLER",
+        "HEADRACE_AUTH_TOKEN",
+        "HEADRACE_AUTH_TOKEN_FILE",
+    ):
         assert variable in result.output
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import click
 import pytest
 
-from headrace.broker.config import AdminReadAccess, TlsSettings
 from headrace.cli import local
 from headrace.cli.controller_options import ControllerOptions
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.security.settings import AdminReadAccess, TlsSettings
 
 
 def _options(*argv: str) -> ControllerOptions:

@@ -11,8 +11,8 @@ from typing import Any
 
 from click.testing import CliRunner
 
-from bench.procs import wait_until
 from headrace.cli import local, local_cluster, local_record, local_status, processes
+from headrace.testing.waiting import until
 
 
 def record(tmp_path: Path, pids: list[int | None]) -> Path:
@@ -127,9 +127,7 @@ def test_a_zombie_is_not_alive() -> None:
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     try:
         stat = Path(f"/proc/{proc.pid}/stat")
-        wait_until(
-            lambda: stat.read_text().rpartition(")")[2].split()[0] == "Z", 10, "child exited"
-        )
+        until(lambda: stat.read_text().rpartition(")")[2].split()[0] == "Z", 10, "child exited")
         assert not processes.alive(proc.pid)
     finally:
         proc.wait()

@@ -128,6 +128,14 @@ ROWS = [
     # a Redirect without its body (the client could not follow it)
     Row(errors.Redirected, RETRY_AFTER_REFRESH, errors.Redirected, False),
     Row(rp.LeaderMoved, RETRY_AFTER_REFRESH, errors.RequestTimedOut, False),
+    # the token source has a new token: resent at once on a new connection that presents
+    # it; nowhere else to look (the partition did not move)
+    Row(
+        errors.TokenRotated,
+        Retry(None, refresh=False, backoff_s=None),
+        errors.RequestTimedOut,
+        False,
+    ),
 ]
 
 
@@ -220,3 +228,14 @@ def test_a_sequence_gap_that_persists_moves_to_a_new_identity(
 
 def test_the_deadline_is_exclusive() -> None:
     assert isinstance(decide(errors.StorageError("disk"), deadline=NOW), Fail)
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 7])
+def test_a_rotated_token_is_resent_at_once_and_a_refused_one_fails(attempts: int) -> None:
+    """The connection says which: ``TokenRotated`` when the client's token source yields
+    another token than the refused one, else the broker's ``AuthenticationFailed``."""
+    assert decide(errors.TokenRotated("no longer accepted"), attempts=attempts) == Retry(
+        None, refresh=False, backoff_s=None
+    )
+    refused_token = errors.AuthenticationFailed("no longer accepted")
+    assert decide(refused_token, attempts=attempts) == Fail(refused_token, renumber_rest=True)

@@ -50,6 +50,12 @@ class FakeBroker:
     sealed: dict[tuple[str, int], SealReport] = field(default_factory=dict)
     #: (topic, cohort) -> connected member ids
     members: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    #: what it reports of its object store (None: a broker from before the field)
+    object_store: bool | None = None
+    #: removes the deleted incarnations it is asked to (at once)
+    removes: bool = True
+    #: the creation ids of the incarnations it removed, of those it is asked to remove
+    removed: set[str] = field(default_factory=set)
 
 
 class Fleet:
@@ -157,6 +163,10 @@ class Fleet:
         cohorts = tuple(
             CohortReport(t, c, tuple(sorted(ms))) for (t, c), ms in sorted(broker.members.items())
         )
+        asked = {c for c, d in state.deleted.items() if d.broker == broker.id}
+        broker.removed &= asked
+        if broker.object_store and broker.removes:
+            broker.removed |= asked
         return Heartbeat(
             info(broker.id),
             self.clock.now_ms,
@@ -165,4 +175,6 @@ class Fleet:
             tuple(reports),
             cohorts,
             generation=state.generation,  # it answers from the state last pushed
+            object_store=broker.object_store,
+            removed_incarnations=tuple(sorted(broker.removed)),
         )

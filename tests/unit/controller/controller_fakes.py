@@ -10,11 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from headrace.control.looping import Clock, Report, StatusStore, Stored
-from headrace.controller.controlling import (
-    Controller,
-    ControllerSettings,
-    SystemClock,
-)
+from headrace.controller.controlling import Controller, ControllerSettings
+from headrace.fleet.clock import SystemClock
 from headrace.protocol.coordination import (
     CohortReport,
     Heartbeat,

@@ -155,6 +155,47 @@ def test_deleting_the_topic_keeps_what_a_snapshot_lists(store: DirectoryStore) -
     assert store.exists(pins.read_snapshot(store, SOURCE.prefix, "keep").key)
 
 
+def test_removing_a_deleted_incarnation_leaves_only_what_snapshots_keep(
+    store: DirectoryStore,
+) -> None:
+    first, second = tier_with(store, SOURCE, 0, 2), tier_with(store, SOURCE, 1, 1)
+    store.put(SOURCE.partition_prefix(1) + "cursors.json", b"{}")
+    store.put(layout.sealed_key(SOURCE.partition_prefix(2)), b"{}")
+    take_snapshot(store, SOURCE, "keep", [0], now_ms=NOW_MS, cuts={0: 9})
+    other = tier_with(store, TARGET, 0, 1)  # another topic's objects are never touched
+    pinned = [layout.segment_key(first.prefix, 0, 9), layout.index_key(first.prefix, 0, 9)]
+    document = pins.read_snapshot(store, SOURCE.prefix, "keep").key
+    assert pins.remove_incarnation(store, SOURCE.prefix) == sorted(pinned)
+    assert keys(store, SOURCE.prefix) == {*pinned, document}
+    assert keys(store, second.prefix) == set()
+    assert keys(store, other.prefix) == {
+        layout.manifest_key(other.prefix),
+        layout.segment_key(other.prefix, 0, 9),
+        layout.index_key(other.prefix, 0, 9),
+    }
+    # done already (a broker that died after its deletes runs it again): the same answer
+    assert pins.remove_incarnation(store, SOURCE.prefix) == sorted(pinned)
+
+
+def test_an_object_put_while_removing_stops_the_removal_from_counting_done(
+    store: DirectoryStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tier = tier_with(store, SOURCE, 0, 1)
+    late = layout.segment_key(tier.prefix, 10, 19)
+    deleting = store.delete_many
+
+    def with_a_late_upload(object_keys: object) -> None:
+        deleting(object_keys)  # type: ignore[arg-type]
+        store.put(late, run(10, [5, 5]))  # a leader that has not heard of the deletion
+
+    monkeypatch.setattr(store, "delete_many", with_a_late_upload)
+    with pytest.raises(pins.RemovalIncomplete, match="1 objects appeared"):
+        pins.remove_incarnation(store, SOURCE.prefix)
+    monkeypatch.undo()
+    pins.remove_incarnation(store, SOURCE.prefix)
+    assert keys(store, SOURCE.prefix) == set()
+
+
 def test_a_restore_reads_the_same_records_at_the_same_offsets(store: DirectoryStore) -> None:
     source = tier_with(store, SOURCE, 0, 4)
     tier_with(store, SOURCE, 1, 1)

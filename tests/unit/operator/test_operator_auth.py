@@ -18,9 +18,10 @@ from typing import Any
 import kopf
 import pytest
 
-from headrace.controller.controlling import SystemClock
-from headrace.controller.fleet import HttpFleet
+from headrace.fleet.clock import SystemClock
+from headrace.fleet.http import HttpFleet
 from headrace.operator import auth, principals, workloads
+from headrace.operator.bodies import parse_cluster
 from headrace.operator.handlers import OperatorContext
 from headrace.operator.kube import ObjectRef
 from headrace.resources import BrokerCluster
@@ -75,9 +76,9 @@ def secret(api: FakeApi, name: str) -> dict[str, Any]:
 
 def test_the_auth_secret_is_made_once_and_never_overwritten() -> None:
     api = StoringApi(AUTH_CLUSTER)
-    first = asyncio.run(auth.replication_token(api, AUTH_CLUSTER))
+    first = asyncio.run(auth.replication_token(api, parse_cluster(AUTH_CLUSTER)))
     stored = copy.deepcopy(secret(api, "demo-cluster-auth"))
-    again = asyncio.run(auth.replication_token(api, AUTH_CLUSTER))
+    again = asyncio.run(auth.replication_token(api, parse_cluster(AUTH_CLUSTER)))
     assert again == first and len(first) >= 40
     assert secret(api, "demo-cluster-auth") == stored
     assert [w for w in api.writes if w[1] == "Secret"] == [("APPLY", "Secret", "demo-cluster-auth")]
@@ -94,8 +95,8 @@ def test_concurrent_callers_get_one_token() -> None:
     async def both() -> list[str]:
         return list(
             await asyncio.gather(
-                auth.replication_token(api, AUTH_CLUSTER),
-                auth.replication_token(api, AUTH_CLUSTER),
+                auth.replication_token(api, parse_cluster(AUTH_CLUSTER)),
+                auth.replication_token(api, parse_cluster(AUTH_CLUSTER)),
             )
         )
 
@@ -108,7 +109,7 @@ def test_concurrent_callers_get_one_token() -> None:
 
 def test_a_clusters_users_become_principals_of_its_acl_file_with_token_hashes_only() -> None:
     api = StoringApi(AUTH_CLUSTER, user("writer"), user("ops", kind="tls"), user("x", "other"))
-    synced = asyncio.run(auth.sync_acl(api, AUTH_CLUSTER, NOW_MS))
+    synced = asyncio.run(auth.sync_acl(api, parse_cluster(AUTH_CLUSTER), NOW_MS))
     assert synced.principals == {"writer": "ns:writer", "ops": "ns:ops"}
     assert synced.secrets == {"writer": "writer"}  # tls users have no token
     token = auth.secret_value(secret(api, "writer"), auth.USER_TOKEN_KEY)
@@ -123,7 +124,7 @@ def test_a_clusters_users_become_principals_of_its_acl_file_with_token_hashes_on
     assert by_name["ns:writer"].tokens == [acl.hash_token(token)]
     assert by_name["ns:ops"].certificates == ["ops"]
     # a second pass keeps the token (the Secret is not drawn again)
-    asyncio.run(auth.sync_acl(api, AUTH_CLUSTER, NOW_MS))
+    asyncio.run(auth.sync_acl(api, parse_cluster(AUTH_CLUSTER), NOW_MS))
     assert auth.secret_value(secret(api, "writer"), auth.USER_TOKEN_KEY) == token
 
 
@@ -231,7 +232,7 @@ def test_a_secret_someone_else_owns_is_never_adopted() -> None:
     }
     api.put(squatted)
     squatted = copy.deepcopy(secret(api, "sa-token"))  # as stored (with its resourceVersion)
-    synced = asyncio.run(auth.sync_acl(api, AUTH_CLUSTER, NOW_MS))
+    synced = asyncio.run(auth.sync_acl(api, parse_cluster(AUTH_CLUSTER), NOW_MS))
     assert (
         "sa-token" in synced.refused and "not owned by User sa-token" in synced.refused["sa-token"]
     )
@@ -239,6 +240,6 @@ def test_a_secret_someone_else_owns_is_never_adopted() -> None:
     assert secret(api, "sa-token") == squatted  # untouched
     with pytest.raises(auth.ForeignSecret):
         asyncio.run(
-            auth.ensure_secret(api, {**auth.new_auth_secret(AUTH_CLUSTER), "metadata": {
-                **auth.new_auth_secret(AUTH_CLUSTER)["metadata"], "name": "sa-token"}})
+            auth.ensure_secret(api, {**auth.new_auth_secret(parse_cluster(AUTH_CLUSTER)), "metadata": {
+                **auth.new_auth_secret(parse_cluster(AUTH_CLUSTER))["metadata"], "name": "sa-token"}})
         )  # fmt: skip

@@ -13,6 +13,7 @@ from operator_fakes import FakeApi
 
 from headrace.cli.jobs import result_summary
 from headrace.operator import compaction_handlers, compaction_jobs, handlers, workloads
+from headrace.operator.bodies import parse_cluster, parse_compaction, parse_topic
 from headrace.operator.kube import ObjectRef
 from headrace.resources.compactions import Compaction, CompactionPhase, CompactionSchedule
 from tests.unit.controller.controller_fakes import ManualClock
@@ -69,7 +70,9 @@ SETTINGS = workloads.WorkloadSettings(broker_command=("python", "-m", "headrace.
 
 def run_target(**topic_spec: Any) -> compaction_jobs.Target:
     spec = Compaction.from_manifest(compaction_body()).spec
-    return compaction_jobs.target("ns", spec.topic_ref, topic_body(**topic_spec), cluster_body())
+    return compaction_jobs.target(
+        "ns", spec.topic_ref, parse_topic(topic_body(**topic_spec)), parse_cluster(cluster_body())
+    )
 
 
 def test_a_compaction_becomes_a_job_owned_by_it() -> None:
@@ -110,7 +113,9 @@ def test_a_key_compacted_topic_keeps_the_last_record_per_key() -> None:
 def test_the_job_reads_the_topics_incarnation_or_the_legacy_layout_without_one() -> None:
     spec = Compaction.from_manifest(compaction_body()).spec
     placed = {**topic_body(), "status": {"creationId": "uid-topic"}}
-    run = compaction_jobs.target("ns", spec.topic_ref, placed, cluster_body())
+    run = compaction_jobs.target(
+        "ns", spec.topic_ref, parse_topic(placed), parse_cluster(cluster_body())
+    )
     args = compaction_jobs.job_args(spec, run)
     assert args[args.index("--creation-id") + 1] == "uid-topic"
     # a topic placed before creation ids: its objects are where they always were
@@ -131,7 +136,12 @@ def test_a_run_without_a_target_says_why(
 ) -> None:
     spec = Compaction.from_manifest(compaction_body()).spec
     with pytest.raises(compaction_jobs.NotRunnable) as caught:
-        compaction_jobs.target("ns", spec.topic_ref, topic, cluster)
+        compaction_jobs.target(
+            "ns",
+            spec.topic_ref,
+            None if topic is None else parse_topic(topic),
+            None if cluster is None else parse_cluster(cluster),
+        )
     assert caught.value.reason == reason
 
 
@@ -221,7 +231,8 @@ def test_run_states_follow_the_job() -> None:
 def test_the_status_has_a_ready_condition_that_stays_put() -> None:
     state = compaction_jobs.run_state(job(active=1, startTime=NOW), [])
     body = compaction_body()
-    running = compaction_jobs.compaction_status(body, "once", state, None, NOW)
+    parsed = parse_compaction(body)
+    running = compaction_jobs.compaction_status(parsed, "once", state, None, NOW)
     assert running["phase"] == "Running" and running["jobName"] == "once"
     (ready,) = running["conditions"]
     assert (ready["status"], ready["reason"], ready["observedGeneration"]) == (
@@ -230,15 +241,15 @@ def test_the_status_has_a_ready_condition_that_stays_put() -> None:
         1,
     )
     again = compaction_jobs.compaction_status(
-        {**body, "status": running}, "once", state, None, "2026-01-01T09:00:00Z"
+        parse_compaction({**body, "status": running}), "once", state, None, "2026-01-01T09:00:00Z"
     )
     assert again == running  # a no-op reconcile writes nothing new
     blocked = compaction_jobs.compaction_status(
-        body, None, None, compaction_jobs.NotRunnable("TopicNotFound", "no topic"), NOW
+        parsed, None, None, compaction_jobs.NotRunnable("TopicNotFound", "no topic"), NOW
     )
     assert [c["type"] for c in blocked["conditions"]] == ["Ready", "Stalled"]
     waiting = compaction_jobs.compaction_status(
-        body, None, None, compaction_jobs.NotRunnable("WaitingForRun", "busy"), NOW
+        parsed, None, None, compaction_jobs.NotRunnable("WaitingForRun", "busy"), NOW
     )
     assert [c["type"] for c in waiting["conditions"]] == ["Ready"]
     assert waiting["phase"] == "Pending"
@@ -354,3 +365,17 @@ async def test_the_schedule_reconciler_applies_the_cronjob_and_reports_the_last_
     status = api.body("CompactionSchedule", "nightly")["status"]
     assert status["lastScheduleTime"] == NOW and status["lastJob"] == {"name": "nightly-29000000"}
     assert status["lastResult"]["segmentsBefore"] == 12
+
+
+async def test_a_compaction_the_model_refuses_says_so_in_its_status_and_runs_nothing() -> None:
+    """One stored before the CRD's rules refused it: a Stalled status naming the field, never
+    a handler that dies (kopf would not call it again) with the object's status silent."""
+    api = JobsApi(topic_body(), cluster_body(), compaction_body("bad", graceSeconds=-1))
+    await compaction_handlers.compaction_created(namespace="ns", name="bad", memo=memo_over(api))
+    assert ObjectRef("batch/v1", "Job", "ns", "bad") not in api.objects
+    status = api.body("Compaction", "bad")["status"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Ready"]["status"] == "False"
+    assert conditions["Ready"]["reason"] == "InvalidSpec"
+    assert "graceSeconds" in conditions["Ready"]["message"]
+    assert conditions["Stalled"]["status"] == "True"

@@ -30,6 +30,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.operator import finalizing, handlers
+from headrace.operator.bodies import meta_of, parse_topic
 from headrace.operator.kube import ObjectRef
 from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -98,7 +99,7 @@ class Deletions(RuleBasedStateMachine):
             self.clock.advance(1000)
             # the API server lets a deleted object go with its last finalizer
             for body in self._topics():
-                if finalizing.deleting(body) and not finalizing.finalizers(body):
+                if meta_of(body).deleting and not meta_of(body).finalizers:
                     self.api.objects.pop(ObjectRef.of(body), None)
 
     def _run(self, count: int, index: list[dict[str, Any]] | None = None) -> None:
@@ -139,7 +140,7 @@ class Deletions(RuleBasedStateMachine):
             self.api.put(body)
             self.delete_asked.discard(f"ns/{name}")
             self.deletion_asked.discard(f"ns/{name}")
-        elif not finalizing.deleting(body):
+        elif not meta_of(body).deleting:
             body["spec"]["partitions"] = partitions
             body["spec"]["deletionPolicy"] = policy
             self._edit(body)
@@ -149,7 +150,7 @@ class Deletions(RuleBasedStateMachine):
     def move(self, name: str, cluster: str, wipe: bool) -> None:
         """kubectl patch of clusterRef (an API server whose CRD lacks the CEL rule)."""
         body = self._existing(name)
-        if body is None or finalizing.deleting(body):
+        if body is None or meta_of(body).deleting:
             return
         body["spec"]["clusterRef"] = {"name": cluster}
         if wipe and cluster != "demo":
@@ -161,11 +162,11 @@ class Deletions(RuleBasedStateMachine):
     def delete(self, name: str) -> None:
         """kubectl delete topic: the finalizer holds it while the loop lets the data go."""
         body = self._existing(name)
-        if body is None or finalizing.deleting(body):
+        if body is None or meta_of(body).deleting:
             return
         if body["spec"]["clusterRef"]["name"] == "demo":
             self.deletion_asked.add(f"ns/{name}")
-            if finalizing.policy_of(body).value == "Delete":
+            if finalizing.policy_of(parse_topic(body)).value == "Delete":
                 self.delete_asked.add(f"ns/{name}")
         body["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
         self.api.put(body)
@@ -174,7 +175,7 @@ class Deletions(RuleBasedStateMachine):
     @rule(name=names)
     def remove_finalizer_by_hand(self, name: str) -> None:
         body = self._existing(name)
-        if body is not None and finalizing.deleting(body):
+        if body is not None and meta_of(body).deleting:
             self.api.objects.pop(ref(name))
         self._run(1)
 
@@ -204,7 +205,7 @@ class Deletions(RuleBasedStateMachine):
         for name in self.placed:
             body = self._existing(name.partition("/")[2])
             ours = body is not None and body["spec"]["clusterRef"]["name"] == "demo"
-            if ours and body is not None and not finalizing.deleting(body):
+            if ours and body is not None and not meta_of(body).deleting:
                 assert name in self.runtime.loop.state.topics
 
 

@@ -9,7 +9,8 @@ from kube_server import ApiServer
 from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.operator import finalizing
-from headrace.operator.kube import ClientApi
+from headrace.operator.bodies import meta_of, parse_topic
+from headrace.operator.kube import ClientApi, ObjectRef
 from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.coordination import Heartbeat
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -82,10 +83,10 @@ async def test_retain_pushes_the_name_as_retained_and_waits_for_every_broker() -
 
 def test_the_policy_defaults_to_retain_and_the_finalizer_is_added_once() -> None:
     body = topic()
-    assert finalizing.policy_of(body) is DeletionPolicy.RETAIN
-    assert finalizing.needs_finalizer(body)
-    assert not finalizing.needs_finalizer(deleted(body))
-    assert finalizing.held(deleted(body))
+    assert finalizing.policy_of(parse_topic(body)) is DeletionPolicy.RETAIN
+    assert finalizing.needs_finalizer(meta_of(body))
+    assert not finalizing.needs_finalizer(meta_of(deleted(body)))
+    assert finalizing.held(meta_of(deleted(body)))
 
 
 def test_retain_does_not_wait_for_a_broker_the_cluster_scaled_away() -> None:
@@ -119,8 +120,9 @@ def test_retain_does_not_wait_for_a_broker_the_cluster_scaled_away() -> None:
     # deletion waits for it, or it would delete that copy when it comes back
     blocked = verdict(frozenset({0, 1, 2}), {0, 1, 2}, holders=frozenset({1, 3}))
     assert not blocked.done and "[3]" in blocked.message
-    body = {"status": {"partitions": [{"replicas": [0, 3], "targetReplicas": [0, 1]}]}}
-    assert finalizing.replica_holders(body) == {0, 1, 3}
+    partition = {"partition": 0, "replicas": [0, 3], "targetReplicas": [0, 1]}
+    body = {**topic(), "status": {"partitions": [partition]}}
+    assert finalizing.replica_holders(parse_topic(body)) == {0, 1, 3}
 
 
 async def test_a_release_keeps_a_finalizer_added_after_the_object_was_read(
@@ -135,5 +137,5 @@ async def test_a_release_keeps_a_finalizer_added_after_the_object_was_read(
     now = server.body("Topic", "orders")
     now["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER, "example.com/backup"]
     server.put(now)
-    await finalizing.release(api, seen)
+    await finalizing.release(api, ObjectRef.of(seen), meta_of(seen))
     assert server.body("Topic", "orders")["metadata"]["finalizers"] == ["example.com/backup"]

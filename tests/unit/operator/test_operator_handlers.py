@@ -13,7 +13,7 @@ import pytest
 from kube_server import ApiServer
 from operator_fakes import CLUSTER, memo_over, topic
 
-from headrace.operator import conditions, finalizing, handlers, workloads
+from headrace.operator import bodies, conditions, finalizing, handlers, workloads
 from headrace.operator.kube import ClientApi
 from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from tests.unit.controller.controller_fakes import ManualClock
@@ -251,7 +251,7 @@ def test_a_blocked_scale_down_is_the_clusters_ready_condition() -> None:
     )
     assert blockers == {2: ["ns/orders/0"]}
     status = conditions.cluster_conditions(
-        cluster(replicas=2), {0, 1, 2}, "2026-01-01T00:00:00Z", blockers
+        bodies.parse_cluster(cluster(replicas=2)), {0, 1, 2}, "2026-01-01T00:00:00Z", blockers
     )
     ready, stalled = status["conditions"]
     assert (ready["status"], ready["reason"]) == ("False", "ScaleDownBlocked")

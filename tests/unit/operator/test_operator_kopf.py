@@ -23,6 +23,7 @@ from operator_fakes import CLUSTER, topic
 from headrace.operator import handlers
 from headrace.operator.kube import ClientApi
 from headrace.operator.running import RuntimeSettings
+from headrace.testing.waiting import until_async
 from tests.unit.controller.controller_fakes import ManualClock
 
 
@@ -68,14 +69,7 @@ async def kopf_running(
 
 
 async def until(what: str, condition: Any, timeout_s: float = 30) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.02)
-
-    try:
-        await asyncio.wait_for(poll(), timeout_s)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
+    await until_async(condition, timeout_s, what, poll_s=0.02)
 
 
 async def test_kopf_runs_the_handlers_on_watched_objects(server: ApiServer, api: ClientApi) -> None:

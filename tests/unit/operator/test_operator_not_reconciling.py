@@ -33,6 +33,7 @@ from operator_fakes import CLUSTER
 from headrace.operator import handlers
 from headrace.operator.kube import ClientApi
 from headrace.operator.surfaces import Surfaces, loop_health
+from headrace.testing.waiting import until_async
 from tests.unit.controller.controller_fakes import ManualClock
 
 #: what ``kubectl patch`` of a StatefulSet's volumeClaimTemplates gets back
@@ -72,14 +73,7 @@ def reason_of(server: ApiServer) -> str | None:
 
 
 async def until(what: str, condition: Callable[[], bool], timeout_s: float = 20) -> None:
-    async def poll() -> None:
-        while not condition():
-            await asyncio.sleep(0.02)
-
-    try:
-        await asyncio.wait_for(poll(), timeout_s)
-    except TimeoutError:
-        raise AssertionError(f"timed out waiting for {what}") from None
+    await until_async(condition, timeout_s, what, poll_s=0.02)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from typing import Any
 from operator_fakes import CLUSTER, FakeApi
 
 from headrace.operator import handlers, objectstores, workloads
+from headrace.operator.bodies import parse_cluster
 from headrace.operator.conditions import cluster_conditions
 from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.coordination import Heartbeat, PartitionReport
@@ -149,12 +150,12 @@ async def test_a_missing_secret_is_a_stalled_condition_until_it_exists() -> None
 
 def test_an_unreachable_endpoint_is_a_condition_of_its_own() -> None:
     health = objectstores.StoreHealth(unreachable="http://x:9 does not answer")
-    status = cluster_conditions(cluster(store_spec()), {0, 1, 2}, NOW, store=health)
+    status = cluster_conditions(parse_cluster(cluster(store_spec())), {0, 1, 2}, NOW, store=health)
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["Ready"]["status"] == "True"  # brokers serve without the store
     reachable = conditions[objectstores.REACHABLE_CONDITION]
     assert (reachable["status"], reachable["reason"]) == ("False", "EndpointUnreachable")
-    plain = cluster_conditions(cluster(None), {0, 1, 2}, NOW)
+    plain = cluster_conditions(parse_cluster(cluster(None)), {0, 1, 2}, NOW)
     assert [c["type"] for c in plain["conditions"]] == ["Ready"]
 
 
@@ -182,9 +183,11 @@ async def test_the_endpoint_check_connects_outside_the_step() -> None:
 def test_an_unchecked_endpoint_keeps_the_stored_condition() -> None:
     down = objectstores.StoreHealth(unreachable="x does not answer")
     body = cluster(store_spec())
-    body["status"] = cluster_conditions(body, {0, 1, 2}, NOW, store=down)
+    body["status"] = cluster_conditions(parse_cluster(body), {0, 1, 2}, NOW, store=down)
     unknown = objectstores.StoreHealth(endpoint_known=False)
-    again = cluster_conditions(body, {0, 1, 2}, "2026-01-02T00:00:00Z", store=unknown)
+    again = cluster_conditions(
+        parse_cluster(body), {0, 1, 2}, "2026-01-02T00:00:00Z", store=unknown
+    )
     assert again == body["status"]  # an operator restart writes nothing
 
 
@@ -201,7 +204,10 @@ def test_brokers_reporting_failed_uploads_are_a_condition() -> None:
     problem = objectstores.upload_problem({0: heartbeat})
     assert problem == "broker 0: ns/orders/0: 2 upload rounds in a row failed: X"
     status = cluster_conditions(
-        cluster(store_spec()), {0, 1, 2}, NOW, store=objectstores.StoreHealth(uploads=problem)
+        parse_cluster(cluster(store_spec())),
+        {0, 1, 2},
+        NOW,
+        store=objectstores.StoreHealth(uploads=problem),
     )
     conditions = {c["type"]: c for c in status["conditions"]}
     reachable = conditions[objectstores.REACHABLE_CONDITION]

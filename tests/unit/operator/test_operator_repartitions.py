@@ -18,7 +18,7 @@ from typing import Any
 from operator_fakes import CLUSTER, FakeApi, topic
 
 from headrace.control.model import SPEC_EDIT
-from headrace.operator import handlers, repartition_owners
+from headrace.operator import bodies, handlers, repartition_owners
 from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
 from tests.unit.controller.controller_fakes import ManualClock, ScriptedFleet
@@ -256,7 +256,9 @@ async def test_a_repartition_of_a_topic_whose_cluster_is_missing_waits_for_it() 
 
 async def test_one_told_to_wait_for_its_cluster_runs_once_the_cluster_loop_adopts_it() -> None:
     waiting = repartition("grow", "orders", 4)
-    waiting["status"] = repartition_owners.missing_cluster_status(waiting, "demo", 0)
+    waiting["status"] = repartition_owners.missing_cluster_status(
+        bodies.parse_repartition(waiting), "demo", 0
+    )
     api = FakeApi(CLUSTER, topic(), waiting)
     runner = Runner(api, ManualClock())
     await runner.steps(8)

@@ -20,9 +20,10 @@ from operator_fakes import CLUSTER
 
 from headrace.cli import drain
 from headrace.control.reconcile import Event
-from headrace.controller.fleet import HttpFleet
 from headrace.errors import InvalidRequest
+from headrace.fleet.http import HttpFleet
 from headrace.operator import auth, handlers, running
+from headrace.operator.bodies import parse_cluster
 from headrace.operator.kube import ClientApi
 from headrace.operator.running import (
     ClusterPorts,
@@ -48,10 +49,12 @@ def write_tokens(server: ApiServer, text: str) -> None:
 
 async def runtime_over(api: ClientApi, clock: ManualClock) -> tuple[ClusterRuntime, list[Event]]:
     events: list[Event] = []
-    token = await auth.replication_token(api, AUTH_CLUSTER)  # makes the Secret, as the handler
+    token = await auth.replication_token(
+        api, parse_cluster(AUTH_CLUSTER)
+    )  # makes the Secret, as the handler
 
     async def read_tokens() -> tuple[str, ...] | None:
-        return await auth.read_replication_tokens(api, AUTH_CLUSTER)
+        return await auth.read_replication_tokens(api, parse_cluster(AUTH_CLUSTER))
 
     runtime = ClusterRuntime(
         DesiredObjects(AUTH_CLUSTER),
@@ -240,7 +243,9 @@ async def test_a_loop_that_cannot_start_on_a_bad_token_says_so_and_starts_once_i
     body = server.put(
         {**AUTH_CLUSTER, "apiVersion": "headrace.dev/v1alpha1", "kind": "BrokerCluster"}
     )
-    await auth.replication_token(api, AUTH_CLUSTER)  # the Secret, as the workload handler
+    await auth.replication_token(
+        api, parse_cluster(AUTH_CLUSTER)
+    )  # the Secret, as the workload handler
     write_tokens(server, "secret-one secret-two\n")
     memo = SimpleNamespace(context=handlers.OperatorContext(api=api, clock=ManualClock()))
     indices = {"clusters_index": {("ns", "demo"): [body]}, "topics_index": {}, "unloads_index": {}}

@@ -367,7 +367,9 @@ async def test_a_restore_creates_a_held_topic_then_its_job_then_releases_it(
     assert status["phase"] == "Pending" and status["objects"] == 2 and status["bytes"] == 200
 
     # the control loop places it: the restore is Ready
-    released["status"] = {"conditions": [{"type": "Ready", "status": "True", "reason": "Placed"}]}
+    placed = {"type": "Ready", "status": "True", "reason": "Placed"}
+    placed["lastTransitionTime"] = "2026-01-01T00:00:00Z"
+    released["status"] = {"conditions": [placed]}
     server.put(released)
     await snapshot_handlers.reconcile_restore(context_over(api, events), "ns", "back")
     body = server.body("TopicRestore", "back")
@@ -447,7 +449,14 @@ def scheduled(name: str, phase: str | None, message: str = "") -> dict[str, Any]
     body = topic_snapshot(name)
     body["metadata"]["labels"] = {snapshot_schedules.SCHEDULE_LABEL: "sched"}
     if phase is not None:
-        ready = {"type": "Ready", "status": str(phase == "Ready"), "message": message}
+        # as the API server admits it (a condition has its reason and transition time)
+        ready = {
+            "type": "Ready",
+            "status": str(phase == "Ready"),
+            "reason": phase,
+            "message": message,
+            "lastTransitionTime": "2026-01-01T00:00:00Z",
+        }
         body["status"] = {"phase": phase, "conditions": [ready]}
     return body
 

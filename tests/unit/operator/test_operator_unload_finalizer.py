@@ -15,6 +15,7 @@ from operator_fakes import CLUSTER, memo_over, topic
 
 from headrace.control.model import UnloadPhase
 from headrace.operator import finalizing, handlers
+from headrace.operator.bodies import meta_of
 from headrace.operator.kube import ClientApi, ObjectRef
 from headrace.operator.running import ClusterPorts, ClusterRuntime, DesiredObjects
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -101,7 +102,7 @@ async def test_an_unload_deleted_mid_move_stays_until_the_move_finishes(
     for _ in range(4):
         await step()
     held = await api.get(move)
-    assert held is not None and finalizing.finalizers(held) == [finalizing.UNLOAD_FINALIZER]
+    assert held is not None and meta_of(held).finalizers == (finalizing.UNLOAD_FINALIZER,)
     assert partition_zero().seal  # the move is still in flight
     fleet.stuck.discard(owner)  # it seals; the partition is reassigned and opened again
     for _ in range(20):

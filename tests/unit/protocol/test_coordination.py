@@ -16,6 +16,7 @@ from headrace.errors import InvalidRequest
 from headrace.protocol.coordination import (
     ClusterTopology,
     Heartbeat,
+    IncarnationRemoval,
     PartitionPlacement,
     TopicPlacement,
     TopologyReply,
@@ -103,6 +104,28 @@ def test_a_heartbeat_carries_its_brokers_rack_and_an_older_one_none() -> None:
     assert Heartbeat.from_json(doc, received_ms=1).rack == "eu-1a"
     del doc["rack"]  # a broker of an older release
     assert Heartbeat.from_json(doc, received_ms=1).rack is None
+
+
+def test_a_heartbeat_carries_its_store_and_removals_and_an_older_one_neither() -> None:
+    beat = Heartbeat(BrokerEndpoint(0, "h", 1, 2), object_store=True, removed_incarnations=("u1",))
+    doc = json.loads(json.dumps(beat.to_json()))
+    assert (doc["objectStore"], doc["removedIncarnations"]) == (True, ["u1"])
+    assert Heartbeat.from_json(doc, received_ms=0) == beat
+    del doc["objectStore"], doc["removedIncarnations"]  # a broker of an older release
+    older = Heartbeat.from_json(doc, received_ms=0)
+    assert (older.object_store, older.removed_incarnations) == (None, ())
+    with pytest.raises(InvalidRequest, match="removedIncarnations"):
+        Heartbeat.from_json({**doc, "removedIncarnations": [1]}, received_ms=0)
+
+
+def test_topology_removals_survive_the_wire_and_are_left_out_when_there_are_none() -> None:
+    pushed = ClusterTopology(3, "c", [], removals=[IncarnationRemoval("a/b", "u1", 2, 1)])
+    doc = json.loads(json.dumps(pushed.to_json()))
+    assert doc["removals"] == [{"topic": "a/b", "creationId": "u1", "partitions": 2, "broker": 1}]
+    assert ClusterTopology.from_json(doc) == pushed
+    assert "removals" not in ClusterTopology(3, "c", []).to_json()
+    with pytest.raises(InvalidRequest, match="creationId"):
+        ClusterTopology.from_json({**doc, "removals": [{**doc["removals"][0], "creationId": ""}]})
 
 
 def test_topology_optional_fields_default() -> None:

@@ -19,6 +19,7 @@ from headrace.replication.assigning import (
     Lead,
     Open,
     OpenTopic,
+    RemoveIncarnations,
     Reopen,
     Seal,
     Unseal,
@@ -266,6 +267,17 @@ def test_retained_names_survive_the_wire_and_are_left_out_when_there_are_none() 
     assert doc.retained == [T]
     assert ClusterTopology.from_json(doc.to_json()) == doc
     assert "retained" not in topology().to_json()
+
+
+def test_a_broker_is_asked_to_remove_only_the_incarnations_the_push_gives_it() -> None:
+    removals = [
+        {"topic": T, "creationId": "u2", "partitions": 3, "broker": ME},
+        {"topic": "default/other", "creationId": "u1", "partitions": 1, "broker": ME},
+        {"topic": T, "creationId": "u3", "partitions": 3, "broker": 2},
+    ]
+    doc = ClusterTopology.from_json({**topology().to_json(), "removals": removals})
+    assert plan.removals(doc, ME) == RemoveIncarnations(((T, "u2"), ("default/other", "u1")))
+    assert plan.removals(topology(), ME) == RemoveIncarnations(()), "none: stop any"
 
 
 # --------------------------------------------------------------------------- a fixed point

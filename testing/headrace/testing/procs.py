@@ -1,8 +1,9 @@
-"""Processes the bench starts: brokers, redis-servers, client workers, and CPU meters.
+"""Processes the tests and the bench start: brokers, redis-servers, client workers, and
+CPU meters.
 
 Every process is started in its own session (process group) and recorded in
-``_LIVE``; ``kill_all()`` (called from ``run.py``'s ``finally``) kills every
-group still alive, so an exception or Ctrl-C never leaves a broker or a
+``_LIVE``; ``kill_all()`` (called from the bench entry points' ``finally``) kills
+every group still alive, so an exception or Ctrl-C never leaves a broker or a
 redis-server behind. Everything binds to 127.0.0.1 on ports the OS picks.
 """
 
@@ -14,7 +15,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tarfile
@@ -22,12 +22,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+from headrace.transports import free_port as free_port
+
+#: the repository root (this file is testing/headrace/testing/procs.py)
+REPO = Path(__file__).resolve().parents[3]
 LOOPBACK = "127.0.0.1"
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -36,6 +38,7 @@ _TEMP_DIRS: list[Path] = []
 #: the folders that hold the ``headrace`` namespace package (the two planes)
 CODE_ROOTS = ("broker", "operator")
 #: when set (``bench.run --ref``), brokers and workers import headrace from its code roots
+#: (the harness itself, ``testing/``, stays the checkout's own)
 HEADRACE_SRC: Path | None = None
 #: the ``headrace`` command line, from the headrace on the children's path
 HEADRACE_CLI = (sys.executable, "-m", "headrace.cli.main")
@@ -80,14 +83,6 @@ def export_ref(ref: str, into: Path, roots: tuple[str, ...] = CODE_ROOTS) -> str
 
 
 # ---------------------------------------------------------------------------- housekeeping
-
-
-def free_port() -> int:
-    """A port the OS considers free right now (tiny race, acceptable on loopback)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def temp_dir(prefix: str) -> Path:
@@ -167,28 +162,6 @@ def kill_all() -> None:
         reap(proc, 5.0)
     for path in list(_TEMP_DIRS):
         remove_dir(path)
-
-
-def wait_until(
-    predicate: Callable[[], object],
-    timeout: float,
-    what: str,
-    *,
-    retry_on: tuple[type[Exception], ...] = (),
-    poll_s: float = 0.05,
-) -> None:
-    """Poll ``predicate`` until it is true; ``retry_on`` errors count as "not yet" (a
-    server still starting). After ``timeout`` seconds: ``TimeoutError`` naming ``what``."""
-    deadline = time.monotonic() + timeout
-    last: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except retry_on as exc:
-            last = exc
-        time.sleep(poll_s)
-    raise TimeoutError(f"{what} not reached within {timeout}s (last error: {last})")
 
 
 # ---------------------------------------------------------------------------- CPU accounting

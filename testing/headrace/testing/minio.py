@@ -1,10 +1,12 @@
-"""Start and stop a real MinIO server process (adapter; tests and local mode).
+"""Start and stop a real MinIO server process for the tests and the bench.
 
 The binary comes from ``tools/minio/build.sh`` (built from MinIO's Go module).
 ``MinioServer`` runs ``minio server <data dir>`` on free loopback ports with
 freshly generated root credentials, waits for ``/minio/health/live`` and a
-first successful request, and stops it with SIGTERM, then SIGKILL. ``stop`` followed by ``start`` brings it
-back on the same ports and data, which is how tests simulate an outage.
+first successful request, and stops it with SIGTERM, then SIGKILL. ``stop`` followed
+by ``start`` brings it back on the same ports and data, which is how tests simulate an
+outage. (``headrace local up --object-store minio`` starts a MinIO of its own, detached
+from the command: ``headrace.cli.local``.)
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import dataclasses
 import os
 import secrets
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -24,13 +25,7 @@ from typing import IO, Any
 
 from headrace.objectstore.errors import ObjectStoreUnavailable
 from headrace.objectstore.minio_store import MinioSettings, MinioStore
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (another process may take it before we do)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+from headrace.transports import free_port
 
 
 class MinioServerError(RuntimeError):

@@ -1,9 +1,10 @@
 """Access control on the data port: who a connection is, and what it may do.
 
-The adapter around the pure ``headrace.security`` core: it reads the ACL file
-and the cluster key, finds the TLS client certificate's common name, counts
-denials (``headrace_acl_denials_total{operation}``) and raises the typed
-errors. Three modes, fixed at start-up:
+The adapter around this package's pure core (``acl``, ``identities``,
+``keyrings``), configured by an ``AccessSettings``: it reads the ACL file and
+the cluster key, finds the TLS client certificate's common name, counts denials
+(``headrace_acl_denials_total{operation}``) and raises the typed errors. Three
+modes, fixed at start-up:
 
 - open: no credentials asked (the default; the port is loopback unless told);
 - shared tokens (``--auth-token``): any listed token may do anything;
@@ -12,7 +13,7 @@ errors. Three modes, fixed at start-up:
   (``headrace.security.identities``).
 
 Every credential file is re-read without a restart (``Access.reload``: SIGHUP, or
-the process's file watch; ``headrace.broker.reloading``): the ACL file, the
+the process's file watch; ``headrace.security.reloading``): the ACL file, the
 shared tokens' ``--auth-token-file``, the ``--replication-token-file`` and the
 cluster key. A token or key file may list several values while they rotate
 (``headrace.security.keyrings``): all are accepted, the first is presented or
@@ -40,9 +41,6 @@ from typing import Any, Final, Protocol
 
 import yaml
 
-from headrace.broker.config import BrokerSettings
-from headrace.broker.reloading import CredentialFiles, ReloadCounter
-from headrace.broker.topics import canonical_topic_name
 from headrace.errors import (
     AccessDenied,
     AdminDenied,
@@ -53,13 +51,14 @@ from headrace.errors import (
     InvalidRequest,
     ProduceDenied,
 )
+from headrace.records.topic_names import canonical_topic_name
 from headrace.security import identities, keyrings
 from headrace.security.acl import AclFile, Authorizer, Operation, Principal, parse_acl
+from headrace.security.reloading import CredentialFiles, ReloadCounter
+from headrace.security.settings import AccessSettings
 
 log = logging.getLogger(__name__)
 
-#: the cluster key's file name when it lives in a state directory
-KEY_FILE_NAME: Final = "cluster.key"
 #: decisions a connection remembers before it starts over (bounds memory per connection)
 _MAX_DECISIONS: Final = 4096
 #: the largest frame a connection may send before its handshake succeeds, when the broker
@@ -161,26 +160,26 @@ def _count(what: str) -> Callable[[tuple[object, ...]], str]:
 
 
 class Access:
-    """The broker's access policy (one per broker)."""
+    """A process's access policy (one per broker; the controller's API has one too)."""
 
     def __init__(
         self,
-        settings: BrokerSettings,
+        settings: AccessSettings,
         denials: DenialCounter,
         *,
         reloads: ReloadCounter | None = None,
-        member_identities: bool = True,
         now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
         random_hex: Callable[[int], str] = secrets.token_hex,
     ) -> None:
-        """``member_identities``: load (or make) the cluster key; off for the controller,
-        which authenticates admin requests but issues no identities."""
+        """With ACLs, the cluster key is loaded (or made) when ``settings`` say where it is
+        (``AccessSettings.key_file``); the controller gives no key: it authenticates admin
+        requests but issues no identities."""
         self.cluster_id = settings.cluster_id
         self.denials = denials
         #: bumped by every successful reload; a connection that saw an older one re-authenticates
         self.generation = 0
         self.acl_file = settings.acl_file
-        #: the files re-read on SIGHUP and on change (``headrace.broker.reloading``)
+        #: the files re-read on SIGHUP and on change (``headrace.security.reloading``)
         self.files = CredentialFiles(reloads, self._reloaded)
         self._now_ms = now_ms
         self._random_hex = random_hex
@@ -236,8 +235,8 @@ class Access:
             self._set_acl,
             lambda acl: f"{len(acl.principals)} principals in force",
         )
-        if member_identities:
-            key_file = settings.cluster_key_file or settings.data_dir / KEY_FILE_NAME
+        key_file = settings.key_file
+        if key_file is not None:
             if settings.cluster_key_file is None:
                 make_cluster_key(key_file)
             self.files.watch(

@@ -28,9 +28,9 @@ from typing import Final
 
 from aiohttp import web
 
-from headrace.broker.access import Access, ConnectionAccess
-from headrace.broker.config import AdminReadAccess, TlsSettings
 from headrace.errors import AccessDenied, AuthenticationFailed, HeadraceError, InvalidRequest
+from headrace.security.access import Access, ConnectionAccess
+from headrace.security.settings import AdminReadAccess, TlsSettings
 
 #: routes that never ask for credentials (liveness and readiness probes)
 PROBES: Final = frozenset({"/healthz", "/readyz"})

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 
-from headrace.controller import fleet as fleets
-from headrace.controller.controlling import SystemClock
+from headrace.fleet import http as fleets
+from headrace.fleet.clock import SystemClock
 from headrace.protocol.endpoints import BrokerEndpoint
 
 

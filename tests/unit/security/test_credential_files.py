@@ -1,4 +1,4 @@
-"""One reload path for every credential file (headrace.broker.reloading): only changed
+"""One reload path for every credential file (headrace.security.reloading): only changed
 files are re-read, a refused file changes nothing, and each file keeps its own error and
 generation."""
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from headrace.broker.access import load_token_file
-from headrace.broker.reloading import CredentialFiles
 from headrace.errors import HeadraceError, InvalidRequest
 from headrace.security import keyrings
-from tests.unit.broker.test_access_reload import Labels
+from headrace.security.access import load_token_file
+from headrace.security.reloading import CredentialFiles
+from tests.unit.security.test_access_reload import Labels
 
 
 def read_tokens(path: Path) -> tuple[str, ...]:

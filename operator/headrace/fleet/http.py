@@ -1,8 +1,8 @@
 """The brokers over HTTP: heartbeat polls and topology pushes (a ``BrokerFleet``).
 
 Every broker's admin port answers ``GET /v1/heartbeat`` and takes the
-topology on ``POST /v1/topology``; the kopf operator talks to the brokers
-the same way. When the brokers ask for credentials, the fleet presents a token
+topology on ``POST /v1/topology``; the local controller and the kopf operator
+both talk to the brokers through this fleet. When the brokers ask for credentials, the fleet presents a token
 whose principal holds the ``cluster`` grant (the brokers' replication token) as
 ``Authorization: Bearer``; with an SSL context it speaks HTTPS.
 

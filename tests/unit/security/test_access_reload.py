@@ -1,5 +1,5 @@
 """``Access.reload``: a good file replaces the grants and open sessions catch up at their
-next check; a bad one changes nothing and is counted (headrace.broker.access)."""
+next check; a bad one changes nothing and is counted (headrace.security.access)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from headrace.broker.access import Access
-from headrace.broker.config import BrokerSettings
 from headrace.errors import AuthenticationFailed, InvalidMemberIdentity, ProduceDenied
+from headrace.security.access import Access
 from headrace.security.acl import Operation, hash_token
+from headrace.security.settings import AccessSettings
 
 
 class Labels:
@@ -56,8 +56,8 @@ def setup(tmp_path: Path) -> tuple[Access, Path, Labels, Labels]:
     acl_file = tmp_path / "acl.yaml"
     acl_file.write_text(acl_doc(("writer", "w-token", ["produce"]), ("ops", "o-token", ["admin"])))
     denials, reloads = Labels(), Labels()
-    settings = BrokerSettings(data_dir=tmp_path, acl_file=acl_file)
-    access = Access(settings, denials, reloads=reloads, member_identities=False)
+    # no cluster key: the grants alone, as the controller's API checks them
+    access = Access(AccessSettings(acl_file=acl_file), denials, reloads=reloads)
     return access, acl_file, denials, reloads
 
 
@@ -107,9 +107,7 @@ def test_a_token_file_reloads_for_open_sessions(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("first-token\n")
     denials, reloads = Labels(), Labels()
-    settings = BrokerSettings(
-        data_dir=tmp_path, auth_tokens=frozenset({"option-token"}), auth_token_file=tokens
-    )
+    settings = AccessSettings(auth_tokens=frozenset({"option-token"}), auth_token_file=tokens)
     access = Access(settings, denials, reloads=reloads)
     assert access.asks_credentials and not access.enabled
     first = access.session()
@@ -142,15 +140,13 @@ def test_the_replication_token_file_rotates(tmp_path: Path) -> None:
     replication = tmp_path / "replication.token"
     replication.write_text("old-replication\n")
     access = Access(
-        BrokerSettings(
-            data_dir=tmp_path,
+        AccessSettings(
             acl_file=acl_file,
             replication_token="ignored-when-the-file-is-given",
             replication_token_file=replication,
         ),
         Labels(),
         reloads=Labels(),
-        member_identities=False,
     )
     assert access.replication_token == "old-replication"
     follower = access.session()
@@ -189,7 +185,7 @@ def test_the_cluster_key_file_rotates(tmp_path: Path) -> None:
     key_file.chmod(0o600)
     reloads = Labels()
     access = Access(
-        BrokerSettings(data_dir=tmp_path, acl_file=acl_file, cluster_key_file=key_file),
+        AccessSettings(acl_file=acl_file, cluster_key_file=key_file),
         Labels(),
         reloads=reloads,
     )

@@ -1,7 +1,7 @@
 """Credential files re-read without a restart: the ACL file, token files, the cluster key.
 
 One mechanism for every file a broker or the controller takes credentials from
-(``headrace.broker.access`` registers them): each is read at start-up, where a bad
+(``headrace.security.access`` registers them): each is read at start-up, where a bad
 file stops the process with one line, and read again on SIGHUP (``reload``) or when it
 changed (``reload_if_changed``: a stat per file, from the process's watch loop). A
 rename counts as a change, as editors and the kubelet's Secret and ConfigMap updates

@@ -3,11 +3,14 @@ standalone broker says of a cohort."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 from typing import Any
 
 from headrace.client.cluster import ClusterClient
 from headrace.client.connection import ClientConnection, ConnectOptions
+from headrace.errors import HeadraceError
 from headrace.protocol import messages as msg
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
@@ -45,6 +48,23 @@ async def read_partition(
     finally:
         await cluster.close()
     return records
+
+
+async def read_all(
+    bootstrap: str, topic: str, partition: int, *, attempts: int = 50
+) -> list[rb.Record]:
+    """``read_partition`` on a cluster whose leadership may be moving (a failover, an
+    unload): a read that meets a headrace error is tried again every 0.2 s, up to
+    ``attempts`` times, then ``AssertionError``."""
+    for _ in range(attempts):
+        with contextlib.suppress(HeadraceError):
+            return await read_partition(bootstrap, topic, partition)
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{topic} partition {partition} unreadable")
+
+
+def offsets_and_values(records: list[rb.Record]) -> list[tuple[int, bytes]]:
+    return [(r.offset, r.value) for r in records]
 
 
 async def create_topic(

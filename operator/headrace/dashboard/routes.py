@@ -3,8 +3,8 @@
 A thin adapter: a controller's ``dashboard.observing.Observer`` (fed after
 every step) gives the view model, ``headrace.dashboard.views`` decides what the
 page shows and ``headrace.dashboard.assets`` holds the page. The same routes serve
-the local controller (``for_controller``, at the admin root) and the kopf operator
-(``headrace.operator.surfaces``, one view per BrokerCluster, possibly under a
+the local controller (``headrace.controller.admin``, at the admin root) and the kopf
+operator (``headrace.operator.surfaces``, one view per BrokerCluster, possibly under a
 ``prefix`` such as ``/clusters/{namespace}/{name}``: the page's links are relative).
 Routes, below the prefix:
 
@@ -28,7 +28,6 @@ from typing import Any
 
 from aiohttp import web
 
-from headrace.controller.controlling import Controller
 from headrace.dashboard import assets
 from headrace.errors import InvalidRequest
 
@@ -44,22 +43,6 @@ class DashboardRoutes:
         self.interval_s = interval_s
         self.prefix = prefix
         self._closing = asyncio.Event()
-
-    @classmethod
-    def for_controller(cls, controller: Controller) -> DashboardRoutes:
-        """The local controller's dashboard."""
-
-        async def view(request: web.Request) -> dict[str, Any]:
-            now = controller.clock.now_ms()
-            decision = controller.last_decision
-            return controller.dashboard.view(
-                controller.state_document(),
-                controller.loop.heartbeats,
-                decision.liveness if decision is not None else None,
-                now,
-            )
-
-        return cls(view, controller.settings.poll_interval_ms / 1000)
 
     def install(self, app: web.Application) -> None:
         p = self.prefix
