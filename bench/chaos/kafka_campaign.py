@@ -42,11 +42,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from bench import procs
 from bench.chaos import checking
 from bench.chaos.campaign import distribution, save
+from headrace.testing import procs
+from headrace.testing.reading import read_partition
 from tests.integration.localcluster import LocalCluster, topic_manifest, until
-from tests.integration.reading import read_partition
 
 log = logging.getLogger("chaos.kafka")
 
