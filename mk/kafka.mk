@@ -4,9 +4,16 @@
 #                           and kcat (Debian) into ~/.cache/headrace; idempotent
 #   make kafka-peers        every peer test, Kafka's perf tools included (~1.5 min)
 # `make test` runs them all but the perf tools (~1 min).
-#   make kafka-cluster-kills  a group on a 3-broker local cluster with a partition leader and
-#                           then the group's coordinator killed -9 (test_kafka_cluster.py)
-.PHONY: kafka-peers kafka-peers-build kafka-cluster-kills
+#   make kafka-cluster-kills  test_kafka_cluster.py alone (in `make test` too): a group on a
+#                           3-broker local cluster with a partition leader and then the
+#                           group's coordinator killed -9
+#   make chaos-kafka        the Kafka kill -9 campaign (bench/chaos/kafka_campaign.py): an
+#                           idempotent confluent-kafka producer and a group while leaders are
+#                           killed, 20 rounds; report in bench/results/chaos-kafka.json
+#   make chaos-kafka CHAOS_KAFKA_ROUNDS=50 CHAOS_SEED=7
+# `make test` runs a 2-round version (tests/integration/kafka/test_kafka_chaos.py).
+.PHONY: kafka-peers kafka-peers-build kafka-cluster-kills chaos-kafka
+CHAOS_KAFKA_ROUNDS ?= 20
 
 kafka-peers-build:
 	bash tests/integration/kafka/peers/build.sh
@@ -15,4 +22,7 @@ kafka-peers: setup kafka-peers-build
 	HEADRACE_KAFKA_PEERS_ALL=1 $(BIN)/pytest -q tests/integration/kafka/test_kafka_peers.py
 
 kafka-cluster-kills: setup
-	HEADRACE_KAFKA_CLUSTER_KILLS=1 $(BIN)/pytest -q tests/integration/kafka/test_kafka_cluster.py
+	$(BIN)/pytest -q tests/integration/kafka/test_kafka_cluster.py
+
+chaos-kafka: setup
+	$(PY) -m bench.chaos.kafka_campaign --rounds $(CHAOS_KAFKA_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED))

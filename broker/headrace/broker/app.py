@@ -222,6 +222,11 @@ class Broker:
             self.settings.data_dir / "kafka-groups", self if self.settings.cluster_mode else None
         )
         groups = self.kafka_groups
+        # A cluster broker binds its port now (the heartbeat names it) but accepts Kafka
+        # clients only once it holds the controller's topology (``receive_topology``), as a
+        # Kafka broker serves none before it has caught up with the cluster's metadata:
+        # before that its Metadata would name itself alone, and a client that believed it
+        # would forget every other broker.
         self._kafka_server = await asyncio.get_running_loop().create_server(
             lambda: KafkaConnection(self, self.kafka_advertised, self.kafka_connections, groups),
             self.settings.kafka_host or self.settings.host,
@@ -229,6 +234,7 @@ class Broker:
             ssl=self.server_ssl,
             reuse_address=True,
             backlog=1024,
+            start_serving=not self.settings.cluster_mode,
         )
         self.kafka_port = self._kafka_server.sockets[0].getsockname()[1]
         groups.start()
@@ -537,10 +543,23 @@ class Broker:
                 self.placer.prepare, topology, self.settings.broker_id
             )
             try:
-                return self.apply_topology(doc, topology, prepared)
+                applied = self.apply_topology(doc, topology, prepared)
             finally:
                 for unused in prepared.values():
                     unused.close()
+            await self._serve_kafka_clients()
+            return applied
+
+    async def _serve_kafka_clients(self) -> None:
+        """Accept Kafka clients from the first topology on (``_start_kafka_listener``)."""
+        server = self._kafka_server
+        if (
+            self.cluster is not None
+            and server is not None
+            and server.sockets  # empty once ``stop`` closed it
+            and not server.is_serving()
+        ):
+            await server.start_serving()
 
     def _newer_topology(self, doc: dict[str, Any]) -> ClusterTopology | None:
         if not self.settings.cluster_mode:

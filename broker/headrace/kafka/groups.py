@@ -241,7 +241,10 @@ class Coordinator:
 
     def may_commit(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
         """Whether a commit is accepted: from a member of the current generation, or from
-        a consumer outside any generation (generation -1) while the group has no members."""
+        a consumer outside any generation (generation -1) while the group has no members.
+        As Kafka's coordinator: a rebalance being prepared still takes the current
+        generation's commits (what a member processed before it gives its partitions up);
+        between the join and the sync the new generation has no assignment to commit."""
         group = self.groups.get(group_id)
         if generation < 0 and not member_id:
             if group is not None and group.members:
@@ -251,7 +254,7 @@ class Coordinator:
             return ErrorCode.UNKNOWN_MEMBER_ID
         if generation != group.generation:
             return ErrorCode.ILLEGAL_GENERATION
-        if group.state is GroupState.PREPARING_REBALANCE:
+        if group.state is GroupState.COMPLETING_REBALANCE:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 

@@ -109,6 +109,7 @@ def test_commits_come_from_the_current_generation_or_from_outside_an_empty_group
     core = Coordinator()
     assert core.may_commit("solo", -1, "") == ErrorCode.NONE  # assign(): no membership
     core.join(0, "j1", ask(), "m1")
+    core.sync(0, "s1", "g", 1, "m1", {"m1": b"all"})
     assert core.may_commit("g", -1, "") == ErrorCode.ILLEGAL_GENERATION
     assert core.may_commit("g", 0, "m1") == ErrorCode.ILLEGAL_GENERATION
     assert core.may_commit("g", 1, "m2") == ErrorCode.UNKNOWN_MEMBER_ID
@@ -120,6 +121,25 @@ def test_commits_come_from_the_current_generation_or_from_outside_an_empty_group
     assert core.groups["g"].state is GroupState.EMPTY
     assert core.delete("g") == ErrorCode.NONE
     assert core.committed("g") == {}
+
+
+def test_a_member_commits_through_a_rebalance_until_it_has_joined_the_next_generation() -> None:
+    """As Kafka's coordinator: while the group prepares a rebalance, members of the current
+    generation still commit what they processed (the next owner of their partitions starts
+    there); between the join and the sync the generation has no assignment yet, and its
+    commits are told ``REBALANCE_IN_PROGRESS``."""
+    core = Coordinator()
+    core.join(0, "j1", ask(), "m1")
+    core.sync(0, "s1", "g", 1, "m1", {"m1": b"all"})
+    core.join(1, "j2", ask(), "m2")
+    assert core.groups["g"].state is GroupState.PREPARING_REBALANCE
+    assert core.may_commit("g", 1, "m1") == ErrorCode.NONE
+    core.join(2, "j1b", ask("m1"), "unused")
+    assert core.groups["g"].state is GroupState.COMPLETING_REBALANCE
+    assert core.may_commit("g", 2, "m1") == ErrorCode.REBALANCE_IN_PROGRESS
+    assert core.may_commit("g", 1, "m1") == ErrorCode.ILLEGAL_GENERATION
+    core.sync(2, "s2", "g", 2, "m1", {"m1": b"a", "m2": b"b"})
+    assert core.may_commit("g", 2, "m1") == ErrorCode.NONE
 
 
 def subscription(*topics: str) -> bytes:
