@@ -367,23 +367,46 @@ def kill_containers(settings: Settings) -> None:
         )  # fmt: skip
 
 
-def import_local_image(
-    settings: Settings, ref: str, log: Callable[[str], None] = lambda _: None
-) -> None:
-    """Import ``ref`` from buildah's store (``make image``) into containerd, unless
-    containerd has that image already: the CRI names every image by its config digest
-    too, which is buildah's image id."""
-    storage = ["buildah", "--storage-driver", os.environ.get("STORAGE_DRIVER", "vfs")]
+def buildah_storage() -> list[str]:
+    """``buildah`` on the store ``make image`` builds into (vfs unless ``STORAGE_DRIVER``)."""
+    return ["buildah", "--storage-driver", os.environ.get("STORAGE_DRIVER", "vfs")]
+
+
+def buildah_image_id(ref: str) -> str:
+    """``sha256:<id>`` of ``ref`` in buildah's store: the config digest containerd reports
+    as a container's ``imageID`` once imported."""
     found = subprocess.run(
-        [*storage, "images", "--no-trunc", "--format", "{{.ID}}", ref],
+        [*buildah_storage(), "images", "--no-trunc", "--format", "{{.ID}}", ref],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if found.returncode != 0 or not found.stdout.strip():
         raise NodeError(f"image {ref} is not in buildah's store; build it with `make image`")
     image_id = found.stdout.split()[0]
-    digest = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
-    if digest in ctr(settings, "images", "list", "--quiet").split():
+    return image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+
+
+def config_digest(settings: Settings, ref: str) -> str | None:
+    """The config digest (buildah's image id) of the image containerd names ``ref``, or
+    None if it has no image of that name."""
+    rows = ctr(settings, "images", "list", f"name=={ref}").splitlines()[1:]
+    if not rows or not rows[0].strip():
+        return None
+    manifest = json.loads(ctr(settings, "content", "get", rows[0].split()[2]))
+    config = manifest.get("config", {}).get("digest")
+    return str(config) if config else None
+
+
+def import_local_image(
+    settings: Settings, ref: str, log: Callable[[str], None] = lambda _: None
+) -> None:
+    """Import ``ref`` from buildah's store (``make image``) into containerd, unless
+    containerd has that image under that name already (same config digest, which is
+    buildah's image id). The same image under another tag is not enough: a pod names
+    ``ref``, and the node never pulls."""
+    digest = buildah_image_id(ref)
+    if config_digest(settings, ref) == digest:
         return
+    storage = buildah_storage()
     archive = images_dir(settings) / "local-image.tar"
     archive.unlink(missing_ok=True)
     subprocess.run(

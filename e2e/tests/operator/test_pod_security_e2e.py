@@ -15,6 +15,7 @@ import json
 import pytest
 
 from e2e.support import Cluster, wait_for
+from e2e.testbed import realnode
 from e2e.tests.operator.fixtures import (
     InstalledOperator,
     cluster_manifests,
@@ -59,6 +60,23 @@ def refusals(cluster: Cluster, namespace: str) -> list[str]:
     return sorted({e["message"] for e in json.loads(out)["items"]})
 
 
+def assert_brokers_are_containers(cluster: Cluster, namespace: str) -> None:
+    """On a real node: each broker is a container containerd runs, of the image imported
+    from this checkout's build (its config digest is buildah's image id)."""
+    image_id = realnode.buildah_image_id(cluster.image)
+    pods = json.loads(
+        cluster.kubectl_run(
+            "get", "pods", "-n", namespace, "-l", "headrace.dev/cluster=demo", "-o", "json"
+        ).stdout
+    )["items"]
+    assert len(pods) == 3
+    for pod in pods:
+        (broker,) = [s for s in pod["status"]["containerStatuses"] if s["name"] == "broker"]
+        assert broker["containerID"].startswith("containerd://"), broker
+        assert broker["imageID"].endswith(image_id), (broker, image_id)
+        assert broker["started"] and broker["ready"], broker
+
+
 def test_a_broker_cluster_gets_ready_where_restricted_is_enforced(
     cluster: Cluster, namespace: str, operator: InstalledOperator
 ) -> None:
@@ -78,6 +96,8 @@ def test_a_broker_cluster_gets_ready_where_restricted_is_enforced(
         lambda: cluster.get("statefulset", "demo", namespace)["status"].get("readyReplicas") == 3,
         60,
     )
+    if cluster.real_node:
+        assert_brokers_are_containers(cluster, namespace)
     if cluster.host_reaches_pod_ips:
         bootstrap = ",".join(f"{ip}:9092" for ip in pod_ips(cluster, namespace).values())
         values = [f"restricted-{i}" for i in range(20)]
