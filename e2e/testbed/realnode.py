@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.testbed import ipam, pki
+from e2e.testbed import clusterdns, ipam, pki
 from e2e.testbed.settings import Settings
 from headrace.files import write_atomic
 
@@ -38,7 +38,11 @@ DAEMONS = ("containerd", "kubelet", "kube-proxy", "provisioner")
 #: The images ``e2e/testbed/node/build.sh`` builds, by archive name, and their references.
 PAUSE_IMAGE = "localhost/testbed-pause:1"
 BUSYBOX_IMAGE = "localhost/testbed-busybox:1"
-IMAGE_ARCHIVES = {"pause.tar": PAUSE_IMAGE, "busybox.tar": BUSYBOX_IMAGE}
+IMAGE_ARCHIVES = {
+    "pause.tar": PAUSE_IMAGE,
+    "busybox.tar": BUSYBOX_IMAGE,
+    "coredns.tar": clusterdns.IMAGE,
+}
 
 #: Debian's runc and CNI plugins.
 RUNC = "/usr/sbin/runc"
@@ -239,7 +243,9 @@ def kubelet_config(settings: Settings, layout: NodeLayout, port: int) -> dict[st
             "anonymous": {"enabled": False},
         },
         "authorization": {"mode": "AlwaysAllow"},
-        "clusterDomain": "cluster.local",
+        "clusterDomain": clusterdns.CLUSTER_DOMAIN,
+        # every pod's nameserver (dnsPolicy ClusterFirst): CoreDNS's Service (clusterdns)
+        "clusterDNS": [clusterdns.CLUSTER_DNS_IP],
         "resolvConf": "/etc/resolv.conf",
         "failSwapOn": False,
         # its own -999 would need CAP_SYS_RESOURCE, which this machine does not grant
@@ -333,6 +339,23 @@ def containerd_ok(settings: Settings) -> bool:
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired, OSError):
         return False
     return True
+
+
+#: What containerd 1.6's CRI service logs last before it marks itself initialized (the
+#: next statement); until then its every call answers "server is not initialized yet".
+CRI_STARTED = 'msg="Start streaming server"'
+
+
+def cri_started(log_file: Path, since: int) -> bool:
+    """Whether the containerd that logs to ``log_file`` from byte ``since`` on (this start;
+    the log is appended to) has started its CRI service. containerd 1.6 has no call that
+    says so but the CRI's own, which ``ctr`` does not make."""
+    try:
+        with log_file.open("rb") as f:
+            f.seek(since)
+            return CRI_STARTED.encode() in f.read()
+    except OSError:
+        return False
 
 
 def import_images(settings: Settings, log: Callable[[str], None] = lambda _: None) -> None:
