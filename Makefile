@@ -60,6 +60,7 @@ integration: setup
 
 test: lint typecheck
 	$(BIN)/pytest -q tests $(TEST_E2E_PATHS)
+	$(MAKE) --no-print-directory test-real-node
 
 # The fast lane (a few minutes; .ci/check): lint, import contracts, mypy and the unit tests,
 # no processes, sockets or clusters. `make test` runs all of it and the rest.

@@ -153,6 +153,29 @@ def ensure_headrace_image(cluster: Cluster) -> None:
     _imported.add(cluster.image)
 
 
+def minio_image(cluster: Cluster) -> str:
+    """On a real node, the MinIO image (``tools/minio/image.sh``: the server built from its
+    Go module, alone), built if missing and imported into containerd; its reference."""
+    assert cluster.real_node, "the MinIO image is for a real node (the stand-in ignores images)"
+    repo = Path(__file__).resolve().parent.parent
+    built = subprocess.run(
+        ["bash", str(repo / "tools" / "minio" / "image.sh")],
+        capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    if built.returncode != 0:
+        raise AssertionError(f"tools/minio/image.sh exited {built.returncode}: {built.stderr}")
+    ref = built.stdout.split()[-1]
+    if ref not in _imported:
+        from e2e.testbed import realnode
+        from e2e.testbed.settings import Settings
+
+        realnode.import_local_image(
+            Settings.from_env(), ref, log=lambda m: print(f"\n[e2e] {m}", file=sys.stderr)
+        )
+        _imported.add(ref)
+    return ref
+
+
 # Providers --------------------------------------------------------------------------
 def build_testbed() -> None:
     """Build the test bed binaries if needed (idempotent; slow only the first time)."""

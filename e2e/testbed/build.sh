@@ -4,8 +4,9 @@
 #   e2e/testbed/build.sh            build what is missing, print the bin directory
 #   e2e/testbed/build.sh --bin-dir  print the bin directory only
 #   TESTBED_NODE=1 e2e/testbed/build.sh   also a real node (E2E_NODE=real): the kubelet and
-#                                   kube-proxy, Debian's containerd, runc and CNI plugins, and the
-#                                   pause and busybox images (node/build.sh, into <bin>/../images)
+#                                   kube-proxy, CoreDNS, Debian's containerd, runc and CNI plugins,
+#                                   and the pause, busybox and CoreDNS images (node/build.sh, into
+#                                   <bin>/../images)
 #
 # Binaries go to ${TESTBED_BIN:-${HEADRACE_CACHE:-$HOME/.cache/headrace}/testbed/<k8s-version>/bin},
 # outside the repository. A group (kube, etcd, helm) is rebuilt only when a binary is missing
@@ -33,6 +34,7 @@ check() {
 check kube k8s.io/kubernetes "$K8S_VERSION"
 check etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION"
 check helm "helm.sh/helm/${HELM_VERSION%%.*}" "$HELM_VERSION"
+check coredns github.com/coredns/coredns "$COREDNS_VERSION"
 
 # Static binaries like upstream's release builds; no toolchain download; go.sum is the truth.
 export CGO_ENABLED=0 GOTOOLCHAIN=local
@@ -95,7 +97,9 @@ if [[ ${TESTBED_NODE:-0} == 1 ]]; then
 	build node kube "$kube_ldflags" \
 		kubelet=k8s.io/kubernetes/cmd/kubelet \
 		kube-proxy=k8s.io/kubernetes/cmd/kube-proxy
-	bash "$here/node/build.sh" "$(dirname "$bin")/images"
+	# the cluster DNS, run on the node as a pod (its image: node/build.sh)
+	build coredns coredns "-s -w" coredns=headrace.dev/testbed/coredns
+	COREDNS_BIN=$bin/coredns bash "$here/node/build.sh" "$(dirname "$bin")/images"
 fi
 
 echo "$bin"

@@ -12,6 +12,7 @@ and reused, so kubeconfigs stay valid and etcd's stored member URLs stay true.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -27,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.testbed import ipam, kubeapi, kubeconfig, pki, processes, realnode
+from e2e.testbed import clusterdns, ipam, kubeapi, kubeconfig, pki, processes, realnode
 from e2e.testbed.settings import REPO_ROOT, Settings
 from headrace.files import write_atomic
 
@@ -439,6 +440,15 @@ def _up(settings: Settings, log: Callable[[str], None]) -> float:
     for name in ("kube-controller-manager", "kube-scheduler", *node_daemons):
         _wait(f"{name} health", health_of(name), deadline, settings, name)
     _wait("node Ready", lambda: _node_ready(api, settings.node_name), deadline, settings, node)
+    if settings.real_node:
+        # the cluster DNS the kubelet names to pods: up means names resolve
+        for collection, obj in clusterdns.objects():
+            _ensure_named(api, collection, obj)
+        _wait(
+            "cluster DNS (CoreDNS) ready",
+            lambda: _deployment_ready(api, clusterdns.NAMESPACE, clusterdns.NAME),
+            deadline, settings, "kubelet",
+        )  # fmt: skip
     # Pods are rejected until their namespace's default ServiceAccount exists.
     _wait(
         "default ServiceAccount",
@@ -475,12 +485,20 @@ def _start_real_node(
         if name == "kubelet":
             realnode.import_images(settings, log)
         daemon_env = {**node_env, **_python_env()} if name == "provisioner" else node_env
+        log_file = settings.log_dir / f"{name}.log"
+        log_start = log_file.stat().st_size if log_file.exists() else 0
         _daemon(settings, name).start(
-            argv[name], log_file=settings.log_dir / f"{name}.log", env=daemon_env,
-            cwd=settings.state_dir,
+            argv[name], log_file=log_file, env=daemon_env, cwd=settings.state_dir,
         )  # fmt: skip
         if name == "containerd":
             _wait("containerd", lambda: check(settings, "containerd"), deadline, settings, name)
+            # containerd answers before its CRI service has initialized, and a kubelet
+            # that finds the CRI "not initialized yet" exits at once
+            _wait(
+                "containerd's CRI service",
+                functools.partial(realnode.cri_started, log_file, log_start),
+                deadline, settings, name,
+            )  # fmt: skip
     return "kubelet"
 
 
@@ -501,6 +519,26 @@ def _exists(api: kubeapi.Client, path: str) -> bool:
         return True
     except kubeapi.ApiError:
         return False
+
+
+def _ensure_named(api: kubeapi.Client, collection: str, obj: dict[str, Any]) -> None:
+    """Create ``obj`` unless one of its name exists: looked up first, because a create
+    of a Service whose ClusterIP is taken (by itself, from an earlier ``up``) is refused
+    with 422, not the 409 :func:`_ensure` expects."""
+    try:
+        api.get(f"{collection}/{obj['metadata']['name']}")
+    except kubeapi.ApiError as exc:
+        if not exc.not_found:
+            raise
+        _ensure(api, collection, obj)
+
+
+def _deployment_ready(api: kubeapi.Client, namespace: str, name: str) -> bool:
+    try:
+        obj = api.get(f"/apis/apps/v1/namespaces/{namespace}/deployments/{name}")
+    except kubeapi.ApiError:
+        return False
+    return int(obj.get("status", {}).get("readyReplicas") or 0) >= 1
 
 
 def _node_ready(api: kubeapi.Client, node: str) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from e2e.testbed import ipam, pki
+from e2e.testbed import clusterdns, ipam, pki
 from e2e.testbed.settings import Settings
 from headrace.files import write_atomic
 
@@ -38,7 +38,11 @@ DAEMONS = ("containerd", "kubelet", "kube-proxy", "provisioner")
 #: The images ``e2e/testbed/node/build.sh`` builds, by archive name, and their references.
 PAUSE_IMAGE = "localhost/testbed-pause:1"
 BUSYBOX_IMAGE = "localhost/testbed-busybox:1"
-IMAGE_ARCHIVES = {"pause.tar": PAUSE_IMAGE, "busybox.tar": BUSYBOX_IMAGE}
+IMAGE_ARCHIVES = {
+    "pause.tar": PAUSE_IMAGE,
+    "busybox.tar": BUSYBOX_IMAGE,
+    "coredns.tar": clusterdns.IMAGE,
+}
 
 #: Debian's runc and CNI plugins.
 RUNC = "/usr/sbin/runc"
@@ -239,7 +243,9 @@ def kubelet_config(settings: Settings, layout: NodeLayout, port: int) -> dict[st
             "anonymous": {"enabled": False},
         },
         "authorization": {"mode": "AlwaysAllow"},
-        "clusterDomain": "cluster.local",
+        "clusterDomain": clusterdns.CLUSTER_DOMAIN,
+        # every pod's nameserver (dnsPolicy ClusterFirst): CoreDNS's Service (clusterdns)
+        "clusterDNS": [clusterdns.CLUSTER_DNS_IP],
         "resolvConf": "/etc/resolv.conf",
         "failSwapOn": False,
         # its own -999 would need CAP_SYS_RESOURCE, which this machine does not grant
@@ -335,6 +341,23 @@ def containerd_ok(settings: Settings) -> bool:
     return True
 
 
+#: What containerd 1.6's CRI service logs last before it marks itself initialized (the
+#: next statement); until then its every call answers "server is not initialized yet".
+CRI_STARTED = 'msg="Start streaming server"'
+
+
+def cri_started(log_file: Path, since: int) -> bool:
+    """Whether the containerd that logs to ``log_file`` from byte ``since`` on (this start;
+    the log is appended to) has started its CRI service. containerd 1.6 has no call that
+    says so but the CRI's own, which ``ctr`` does not make."""
+    try:
+        with log_file.open("rb") as f:
+            f.seek(since)
+            return CRI_STARTED.encode() in f.read()
+    except OSError:
+        return False
+
+
 def import_images(settings: Settings, log: Callable[[str], None] = lambda _: None) -> None:
     """Import the built image archives that containerd does not have yet."""
     have = set(ctr(settings, "images", "list", "--quiet").split())
@@ -367,23 +390,46 @@ def kill_containers(settings: Settings) -> None:
         )  # fmt: skip
 
 
-def import_local_image(
-    settings: Settings, ref: str, log: Callable[[str], None] = lambda _: None
-) -> None:
-    """Import ``ref`` from buildah's store (``make image``) into containerd, unless
-    containerd has that image already: the CRI names every image by its config digest
-    too, which is buildah's image id."""
-    storage = ["buildah", "--storage-driver", os.environ.get("STORAGE_DRIVER", "vfs")]
+def buildah_storage() -> list[str]:
+    """``buildah`` on the store ``make image`` builds into (vfs unless ``STORAGE_DRIVER``)."""
+    return ["buildah", "--storage-driver", os.environ.get("STORAGE_DRIVER", "vfs")]
+
+
+def buildah_image_id(ref: str) -> str:
+    """``sha256:<id>`` of ``ref`` in buildah's store: the config digest containerd reports
+    as a container's ``imageID`` once imported."""
     found = subprocess.run(
-        [*storage, "images", "--no-trunc", "--format", "{{.ID}}", ref],
+        [*buildah_storage(), "images", "--no-trunc", "--format", "{{.ID}}", ref],
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if found.returncode != 0 or not found.stdout.strip():
         raise NodeError(f"image {ref} is not in buildah's store; build it with `make image`")
     image_id = found.stdout.split()[0]
-    digest = image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
-    if digest in ctr(settings, "images", "list", "--quiet").split():
+    return image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
+
+
+def config_digest(settings: Settings, ref: str) -> str | None:
+    """The config digest (buildah's image id) of the image containerd names ``ref``, or
+    None if it has no image of that name."""
+    rows = ctr(settings, "images", "list", f"name=={ref}").splitlines()[1:]
+    if not rows or not rows[0].strip():
+        return None
+    manifest = json.loads(ctr(settings, "content", "get", rows[0].split()[2]))
+    config = manifest.get("config", {}).get("digest")
+    return str(config) if config else None
+
+
+def import_local_image(
+    settings: Settings, ref: str, log: Callable[[str], None] = lambda _: None
+) -> None:
+    """Import ``ref`` from buildah's store (``make image``) into containerd, unless
+    containerd has that image under that name already (same config digest, which is
+    buildah's image id). The same image under another tag is not enough: a pod names
+    ``ref``, and the node never pulls."""
+    digest = buildah_image_id(ref)
+    if config_digest(settings, ref) == digest:
         return
+    storage = buildah_storage()
     archive = images_dir(settings) / "local-image.tar"
     archive.unlink(missing_ok=True)
     subprocess.run(

@@ -10,6 +10,12 @@
 # `git archive`, e.g. the previous release a rolling-upgrade test starts from), the
 # recipe (this Containerfile) today's, and the tag localhost/headrace:git-<sha12>; an
 # image of that tag already in buildah's store is kept (a commit's code never changes).
+# Without REF the build is keyed on a hash of its inputs (the packages' files as the wheel
+# takes them, pyproject.toml, README.md, the Containerfile, this script, the base and the
+# host's Python): the image is also tagged localhost/headrace:src-<hash16>, and when that
+# tag exists the build is skipped and IMAGE is pointed at it. The image's
+# content-addressed reference is written to build/image/ref (what `make test` runs; a
+# REF build leaves it alone).
 # Needs root (or rootless buildah with subuids), buildah and mmdebstrap:
 #   apt-get install -y buildah mmdebstrap
 set -euo pipefail
@@ -38,11 +44,35 @@ else
   IMAGE=${IMAGE:-localhost/headrace:$VERSION}
 fi
 
-mkdir -p "$CACHE"
+mkdir -p "$CACHE" build/image
 if [ ! -s "$BASE_TAR" ]; then
   mmdebstrap --variant=minbase --include=python3,python3-venv,ca-certificates \
     "$SUITE" "$BASE_TAR.tmp"
   mv "$BASE_TAR.tmp" "$BASE_TAR"
+fi
+
+# inputs_hash: what the image is made of, here. Tracked and untracked-but-not-ignored files
+# are what hatchling puts in the wheel; a deleted tracked file is left out, as it is there.
+inputs_hash() {
+  {
+    git ls-files -z -c -o --exclude-standard -- broker/headrace operator/headrace \
+      pyproject.toml README.md Containerfile tools/image/build.sh |
+      sort -z | while IFS= read -r -d '' f; do
+        [ -f "$f" ] && printf '%s %s\n' "$(sha256sum <"$f" | cut -c1-64)" "$f"
+      done
+    stat -c 'base %s %Y' "$BASE_TAR"
+    $PY --version
+  } | sha256sum | cut -c1-16
+}
+if [ "$SRC" = . ]; then
+  SOURCE_IMAGE=localhost/headrace:src-$(inputs_hash)
+  if "${BUILDAH[@]}" inspect --type image "$SOURCE_IMAGE" >/dev/null 2>&1; then
+    [ "$IMAGE" = "$SOURCE_IMAGE" ] || "${BUILDAH[@]}" tag "$SOURCE_IMAGE" "$IMAGE"
+    echo "$SOURCE_IMAGE" >build/image/ref
+    echo "image inputs unchanged: $SOURCE_IMAGE (tagged $IMAGE), not rebuilt" >&2
+    echo "$IMAGE"
+    exit 0
+  fi
 fi
 if ! "${BUILDAH[@]}" inspect --type image "$BASE" >/dev/null 2>&1; then
   ctr=$("${BUILDAH[@]}" from scratch)
@@ -66,4 +96,9 @@ trap '"${BUILDAH[@]}" rm "$ctr" >/dev/null' EXIT
 "${BUILDAH[@]}" run --isolation chroot "$ctr" -- python -m headrace.operator --help >/dev/null
 # as the image's user, which has a name (kopf's peer identity is getpass.getuser())
 "${BUILDAH[@]}" run --isolation chroot "$ctr" -- python -c 'import getpass; getpass.getuser()'
+# tagged by its inputs only once every check passed: a later build trusts that tag
+if [ "$SRC" = . ]; then
+  "${BUILDAH[@]}" tag "$IMAGE" "$SOURCE_IMAGE"
+  echo "$SOURCE_IMAGE" >build/image/ref
+fi
 echo "$IMAGE"

@@ -10,6 +10,8 @@
 #   which the node imports into containerd (nothing is ever pulled):
 #     localhost/testbed-pause:1     the pod sandbox (pause.c, static)
 #     localhost/testbed-busybox:1   Debian's static busybox with its applet links
+#     localhost/testbed-coredns:1   the cluster DNS: CoreDNS (COREDNS_BIN, which build.sh
+#                                   builds from its Go module) alone
 # An image is rebuilt only when its stamp (hash of its inputs) changed.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -88,3 +90,13 @@ config_busybox() {
 
 image pause localhost/testbed-pause:1 "$here/pause.c" "$here/build.sh" <(gcc --version)
 image busybox localhost/testbed-busybox:1 /bin/busybox "$here/build.sh"
+
+fill_coredns() {
+	cp "${COREDNS_BIN:?COREDNS_BIN: the coredns binary build.sh built}" "$1/coredns"
+}
+config_coredns() {
+	# an unprivileged uid (it listens above 1024; the Service maps port 53 to it)
+	"${buildah[@]}" config --entrypoint '["/coredns"]' --cmd '' --user 65532:65532 "$1"
+}
+
+image coredns localhost/testbed-coredns:1 "$COREDNS_BIN" "$here/build.sh"

@@ -88,8 +88,8 @@ def operator_values(cluster: Cluster, namespace: str) -> list[str]:
         values += ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
         values += ["--set", "image.pullPolicy=IfNotPresent"]
         if cluster.real_node:
-            # no cluster DNS on the real node yet, and this host's clients dial pod IPs
-            # (routed to the node's bridge), never Service names
+            # this host's clients dial pod IPs (routed to the node's bridge): the host's
+            # resolver does not ask the node's cluster DNS
             values += ["--set", "operator.brokerAdvertise=podIP"]
     return values
 

@@ -88,7 +88,9 @@ def test_pki_chain_verifies_and_is_reused(tmp_path: Path) -> None:
 
 def test_versions_file_names_all_components() -> None:
     v = settings.read_versions()
-    assert {"K8S_VERSION", "ETCD_VERSION", "HELM_VERSION"} <= set(v)
+    assert {"K8S_VERSION", "ETCD_VERSION", "HELM_VERSION", "COREDNS_VERSION"} <= set(v)
     assert v["K8S_VERSION"].startswith("v1.")
     gomod = (settings.SOURCE_DIR / "kube" / "go.mod").read_text()
     assert f"k8s.io/kubernetes {v['K8S_VERSION']}" in gomod
+    coredns = (settings.SOURCE_DIR / "coredns" / "go.mod").read_text()
+    assert f"require github.com/coredns/coredns {v['COREDNS_VERSION']}" in coredns

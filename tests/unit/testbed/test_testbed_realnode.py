@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import ipaddress
 import tomllib
 from pathlib import Path
 
 import pytest
 
-from e2e.testbed import realnode
+from e2e.testbed import clusterdns, controlplane, realnode
 from e2e.testbed.settings import Settings
 
 
@@ -94,3 +95,40 @@ def test_a_serving_certificate_is_reissued_when_its_names_change(tmp_path: Path)
     assert (tmp_path / "node.crt").read_bytes() == first  # same names: kept
     pki.ensure_serving(tmp_path, "node", ("localhost",), ("127.0.0.1", "192.0.2.9"))
     assert names() == {"localhost", "127.0.0.1", "192.0.2.9"}
+
+
+def test_pods_get_the_cluster_dns_service_as_their_nameserver(tmp_path: Path) -> None:
+    settings = _settings(tmp_path)
+    config = realnode.kubelet_config(settings, realnode.NodeLayout.of(settings), 10250)
+    assert config["clusterDNS"] == [clusterdns.CLUSTER_DNS_IP]
+    assert config["clusterDomain"] == clusterdns.CLUSTER_DOMAIN
+    assert ipaddress.ip_address(clusterdns.CLUSTER_DNS_IP) in ipaddress.ip_network(
+        controlplane.SERVICE_CIDR
+    )
+    kinds = {collection.rpartition("/")[2]: obj for collection, obj in clusterdns.objects()}
+    service, deployment = kinds["services"], kinds["deployments"]
+    assert service["metadata"]["name"] == clusterdns.SERVICE
+    assert service["spec"]["clusterIP"] == clusterdns.CLUSTER_DNS_IP
+    pod = deployment["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    assert container["image"] in realnode.IMAGE_ARCHIVES.values()
+    # what the Service sends DNS to is what CoreDNS listens on, as the Corefile says
+    assert {p["targetPort"] for p in service["spec"]["ports"]} == {
+        p["containerPort"] for p in container["ports"]
+    }
+    assert clusterdns.COREFILE.startswith(f".:{clusterdns.DNS_PORT} ")
+
+
+def test_the_cri_counts_as_started_only_from_this_start_of_containerd(tmp_path: Path) -> None:
+    log = tmp_path / "containerd.log"
+    log.write_text(f"earlier boot\n{realnode.CRI_STARTED}\n")
+    since = log.stat().st_size
+    assert not realnode.cri_started(log, since)
+    with log.open("a") as f:
+        f.write('msg="containerd successfully booted in 0.05s"\n')
+    assert not realnode.cri_started(log, since)
+    with log.open("a") as f:
+        f.write(f"time=now level=info {realnode.CRI_STARTED}\n")
+    assert realnode.cri_started(log, since)
+    assert not realnode.cri_started(tmp_path / "absent.log", 0)
