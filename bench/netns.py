@@ -2,7 +2,8 @@
 
 Real partitions need real links: loopback cannot drop one broker's packets.
 ``NetnsCluster`` gives every node (``c`` the controller, ``1``..``N`` the
-brokers) a namespace ``hrnet-<pid>-<node>`` joined by a veth pair to one
+brokers) a namespace ``hrnet-<pid>x<n>-<node>`` (``n`` counts the clusters this
+process made, so a cluster never meets links of the one before) joined by a veth pair to one
 bridge, which also carries an address in the root namespace (``.1``) so the
 test's clients reach every node and are never cut off themselves.
 
@@ -36,6 +37,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import functools
+import itertools
 import json
 import os
 import random
@@ -186,10 +188,11 @@ def remove_stale() -> None:
     for name in names:
         if not name.startswith(NS_PREFIX):
             continue
-        owner = name[len(NS_PREFIX) :].split("-")[0]
+        tag = name[len(NS_PREFIX) :].split("-")[0]
+        owner = tag.split("x")[0]
         if owner.isdigit() and not Path(f"/proc/{owner}").exists():
             subprocess.run(["ip", "netns", "del", name], capture_output=True, check=False)
-            subprocess.run(["ip", "link", "del", f"hr{owner}br"], capture_output=True, check=False)
+            subprocess.run(["ip", "link", "del", f"hr{tag}br"], capture_output=True, check=False)
 
 
 def _free_subnet() -> str:
@@ -200,6 +203,11 @@ def _free_subnet() -> str:
         subnet = f"10.{random.randrange(100, 250)}.{random.randrange(1, 250)}"
         if f"{subnet}." not in routes and not routes.startswith("default via 10."):
             return subnet
+
+
+#: numbers the clusters this process makes (their tags): the links of a closed cluster
+#: go away asynchronously when a process still holds its namespace
+_clusters_made = itertools.count()
 
 
 @dataclass
@@ -227,7 +235,7 @@ class NetnsCluster:
         fsync: str = "interval",
     ) -> None:
         self.root = root
-        self.tag = str(os.getpid())
+        self.tag = f"{os.getpid()}x{next(_clusters_made)}"
         self.subnet = _free_subnet()
         self.bridge = f"hr{self.tag}br"
         self.broker_ids = list(range(1, brokers + 1))
@@ -276,6 +284,13 @@ class NetnsCluster:
     def up(self) -> None:
         remove_stale()
         atexit.register(self.close)
+        try:
+            self._up()
+        except BaseException:
+            self.close()  # ``__exit__`` does not run when ``__enter__`` fails
+            raise
+
+    def _up(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         _run("ip", "link", "add", self.bridge, "type", "bridge")
         _run("ip", "addr", "add", f"{self.host_address}/24", "dev", self.bridge)
@@ -289,8 +304,12 @@ class NetnsCluster:
         self._spawn_controller()
         self.wait(lambda: self._ready(self.controller_url), 30, "controller ready")
 
+    def _host_side(self, node: Node) -> str:
+        """The root namespace's end of ``node``'s veth pair (at most 15 characters)."""
+        return f"hr{self.tag}{node.name}"
+
     def _plumb(self, node: Node) -> None:
-        host_side = f"hr{self.tag}{node.name}"
+        host_side = self._host_side(node)
         ns = node.namespace
         _run("ip", "netns", "add", ns)
         _run("ip", "link", "add", host_side, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -368,6 +387,11 @@ class NetnsCluster:
             if node.delayer is not None:
                 node.delayer.kill()
         for node in self.nodes.values():
+            # deleting one end of a veth pair deletes both at once; a namespace goes only
+            # when no process holds it any more
+            subprocess.run(
+                ["ip", "link", "del", self._host_side(node)], capture_output=True, check=False
+            )
             subprocess.run(["ip", "netns", "del", node.namespace], capture_output=True, check=False)
         subprocess.run(["ip", "link", "del", self.bridge], capture_output=True, check=False)
         with contextlib.suppress(ValueError):

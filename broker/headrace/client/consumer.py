@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-from headrace.client.cluster import ClusterClient
+from headrace.client.cluster import TOPIC_WAIT_S, ClusterClient
 from headrace.client.connection import ClientConnection, ConnectOptions
 from headrace.client.routing import canonical
 from headrace.errors import (
@@ -38,6 +38,7 @@ from headrace.errors import (
     InvalidRequest,
     NotAuthenticated,
     UnknownMember,
+    UnknownTopic,
     UnsupportedVersion,
 )
 from headrace.protocol import messages as msg
@@ -209,7 +210,7 @@ class Consumer:
         self.cluster.on_push(Op.DELIVERY, self._on_delivery)
         await self.cluster.start()
         await self.cluster.topic_routing(self.topic)  # UnknownTopic now, not in the background
-        await self._sync_sessions()
+        await self._first_sync()
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._heartbeat_forever()))
         self._tasks.append(loop.create_task(self._follow_topology()))
@@ -221,6 +222,30 @@ class Consumer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    async def _first_sync(self) -> None:
+        """Join every leader of the topic before ``start`` returns.
+
+        The controller publishes a new topic to the brokers one by one, so a leader the
+        routing names may answer ``UnknownTopic`` for a moment: it is asked again, with
+        the topology refreshed, while the routing still names the topic, for up to
+        ``TOPIC_WAIT_S`` (the wait ``topic_routing`` allows a topic the client has not
+        seen yet)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + TOPIC_WAIT_S
+        backoff = 0.05
+        while True:
+            try:
+                await self._sync_sessions()
+                return
+            except UnknownTopic:
+                if loop.time() + backoff >= deadline:
+                    raise
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, MAX_REJOIN_BACKOFF_S)
+            with contextlib.suppress(HeadraceError):
+                await self.cluster.refresh()
+            self.cluster.routing.topic(self.topic)  # gone from the routing: UnknownTopic now
 
     async def _sync_sessions(self) -> None:
         """Be a member on every broker that leads a partition of the topic, and only there."""

@@ -299,6 +299,11 @@ class _PartitionSender:
                     f"no answer from broker {batch.sent_to}, and broker {now_at} leads now"
                 )
 
+    def _routing_has_partition(self) -> bool:
+        with contextlib.suppress(HeadraceError):
+            return self.partition < self.producer.cluster.routing.topic(self.topic).partitions
+        return False
+
     def _owner_id(self) -> int | None:
         with contextlib.suppress(HeadraceError):
             owner = self.producer.cluster.routing.owner(self.topic, self.partition)
@@ -337,7 +342,9 @@ class _PartitionSender:
                 f.exception() if not f.cancelled() else None
         self.inflight.clear()
         failure = retry_policy.Failure(
-            exc, exc.redirect if isinstance(exc, RedirectReceived) else None
+            exc,
+            exc.redirect if isinstance(exc, RedirectReceived) else None,
+            routing_has_partition=self._routing_has_partition(),
         )
         decision = self._decide(failure, batch, fence_checked=False)
         if isinstance(decision, retry_policy.Reroute):

@@ -28,7 +28,12 @@ here and can be read (and tested) as one table, in this order:
    wrong (or the leader may be deposed), and backing off unless the broker
    already said where to go (a Redirect) or what to send (a sequence gap). If
    the deadline passes while the sender refreshes or backs off, it decides
-   again, out of time: a resend's answer could not be waited for.
+   again, out of time: a resend's answer could not be waited for. An
+   ``UnknownTopic`` or ``UnknownPartition`` counts as retriable here while the
+   client's routing names the partition (``Failure.routing_has_partition``): the
+   controller publishes a topic (or a grow) to the brokers one by one, so a broker
+   may answer before it has applied what the routing already shows. Once a
+   refresh no longer names it, the topic is gone and the next failure is final.
 5. Otherwise ``Fail`` the batch. A non-retriable error means the broker refused
    it before appending, so nothing behind it was appended either: the rest are
    renumbered from its sequence. So they are when the partition has just moved to
@@ -48,6 +53,8 @@ from headrace.errors import (
     OutOfOrderSequence,
     RequestTimedOut,
     TokenRotated,
+    UnknownPartition,
+    UnknownTopic,
 )
 from headrace.protocol import messages as msg
 
@@ -68,6 +75,15 @@ class Failure:
     error: HeadraceError
     #: the Redirect the broker answered with (``connection.RedirectReceived``), if any
     redirect: msg.Redirect | None = None
+    #: the client's routing names the batch's partition (rule 4: a broker that does not
+    #: know it yet is behind the topology, not right)
+    routing_has_partition: bool = False
+
+    @property
+    def retriable(self) -> bool:
+        if isinstance(self.error, UnknownTopic | UnknownPartition):
+            return self.routing_has_partition
+        return self.error.retriable
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +157,7 @@ def decide(
     if isinstance(error, TokenRotated) and now < attempt.deadline:
         return Retry(None, refresh=False, backoff_s=None)
     new_identity = isinstance(error, OutOfOrderSequence) and attempt.attempts >= GAP_ATTEMPTS
-    if error.retriable and now < attempt.deadline:
+    if failure.retriable and now < attempt.deadline:
         # A leader that cannot replicate (NotEnoughReplicas) or does not answer may have
         # been deposed behind a partition that this client does not share: ask again.
         refresh = (

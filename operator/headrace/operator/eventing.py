@@ -203,13 +203,16 @@ class EventPoster:
         self.target_of = target_of
         self.now_ms = now_ms
         self.correlator = correlator or Correlator()
-        self.pending: list[Event] = []
+        #: what the step reported, each with its object as it was when reported
+        self.pending: list[tuple[Event, Target | None]] = []
         #: Events written (created or counted again), and posts the API server refused
         self.posted = 0
         self.refused = 0
 
     def __call__(self, event: Event) -> None:
-        self.pending.append(event)
+        # The object is looked up now: a step that lets a Topic go (its finalizer removed)
+        # reports why before the flush, and by then the Topic may have left the index.
+        self.pending.append((event, self._target(event)))
 
     def _target(self, event: Event) -> Target | None:
         body = self.target_of(event)
@@ -217,9 +220,11 @@ class EventPoster:
 
     async def flush(self) -> None:
         """Post what the step reported: one Event per object and kind."""
-        events, self.pending = self.pending, []
+        reported, self.pending = self.pending, []
         now = self.now_ms()
-        for note in aggregate(events, self._target):
+        targets = {id(event): target for event, target in reported}
+        events = [event for event, _ in reported]
+        for note in aggregate(events, lambda event: targets[id(event)]):
             posting = self.correlator.record(note, now)
             try:
                 await self.api.apply(posting.manifest())

@@ -159,3 +159,56 @@ async def test_a_join_that_keeps_failing_is_warned_once_naming_the_partitions(
     finally:
         following.cancel()
         await asyncio.gather(following, return_exceptions=True)
+
+
+def _routed(consumer: Consumer, generation: int, topics: list[msg.TopicRouting]) -> None:
+    consumer.cluster.routing.apply(
+        msg.TopologySnapshot(generation, "local", [BrokerEndpoint(0, "127.0.0.1", 9)], topics)
+    )
+
+
+async def test_start_asks_a_leader_that_does_not_know_the_topic_yet_again() -> None:
+    """Found in CI: the controller publishes a new topic to the brokers one by one, so a
+    consumer started as soon as the topic was reported online met a leader that had not
+    applied it and ``start`` raised ``UnknownTopic``. While the routing names the topic,
+    the join is asked again with the topology refreshed."""
+    consumer = Consumer("127.0.0.1:9", "t", "c")
+    _routed(consumer, 3, [msg.TopicRouting("default/t", 1, 1, [0], [1])])
+    syncs = refreshes = 0
+
+    async def sync_sessions() -> None:
+        nonlocal syncs
+        syncs += 1
+        if syncs < 3:
+            raise UnknownTopic("unknown topic 'default/t'")  # the leader is behind
+
+    async def refresh() -> None:
+        nonlocal refreshes
+        refreshes += 1
+
+    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
+    await asyncio.wait_for(consumer._first_sync(), 10)
+    assert (syncs, refreshes) == (3, 2)
+
+
+async def test_start_raises_unknown_topic_once_the_routing_no_longer_names_it() -> None:
+    """A topic deleted meanwhile: the refreshed routing does not name it, so ``start``
+    raises at once rather than after the whole wait."""
+    consumer = Consumer("127.0.0.1:9", "t", "c")
+    _routed(consumer, 3, [msg.TopicRouting("default/t", 1, 1, [0], [1])])
+    syncs = 0
+
+    async def sync_sessions() -> None:
+        nonlocal syncs
+        syncs += 1
+        raise UnknownTopic("unknown topic 'default/t'")
+
+    async def refresh() -> None:
+        _routed(consumer, 4, [])  # the topic was deleted
+
+    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
+    with pytest.raises(UnknownTopic):
+        await asyncio.wait_for(consumer._first_sync(), 5)
+    assert syncs == 1

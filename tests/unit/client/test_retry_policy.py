@@ -89,7 +89,8 @@ ROWS = [
     refused(errors.ConsumeDenied),
     refused(errors.AdminDenied),
     refused(errors.ClusterDenied),
-    # a topic or partition this client's cache knows and the broker does not: not retried
+    # a topic or partition the client's routing does not name either: not retried (a
+    # broker behind the routing: test_a_broker_behind_the_routing_is_retried)
     refused(errors.UnknownTopic),
     refused(errors.UnknownPartition),
     refused(errors.TopicAlreadyExists),
@@ -239,3 +240,16 @@ def test_a_rotated_token_is_resent_at_once_and_a_refused_one_fails(attempts: int
     )
     refused_token = errors.AuthenticationFailed("no longer accepted")
     assert decide(refused_token, attempts=attempts) == Fail(refused_token, renumber_rest=True)
+
+
+@pytest.mark.parametrize("error", [errors.UnknownTopic, errors.UnknownPartition])
+def test_a_broker_behind_the_routing_is_retried(error: type[errors.HeadraceError]) -> None:
+    """The controller publishes a topic (or a grow) to the brokers one by one: a broker
+    that does not know a partition the routing names has not applied it yet. Retried
+    after a refresh until the deadline; out of time it fails as refused (nothing was
+    appended, so the rest are renumbered)."""
+    failure = rp.Failure(error("not here yet"), routing_has_partition=True)
+    in_time = rp.decide(failure, attempt(), now=NOW, retry_backoff_ms=BACKOFF_MS)
+    assert in_time == RETRY_AFTER_REFRESH
+    out = rp.decide(failure, attempt(deadline=OUT_OF_TIME), now=NOW, retry_backoff_ms=BACKOFF_MS)
+    assert out == Fail(failure.error, renumber_rest=True)

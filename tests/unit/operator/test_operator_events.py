@@ -121,3 +121,21 @@ def test_an_identical_event_is_counted_again_within_the_window() -> None:
     assert later.name != first.name and later.count == 1
     other = correlator.record(Note(target, "Normal", "LeaderElected", "ns/orders/1"), 200_000)
     assert other.name != later.name
+
+
+async def test_an_event_goes_on_the_topic_even_when_it_leaves_the_index_before_the_flush() -> None:
+    """Found in CI: a step that lets a deleted Topic go reports TopicDataRetained, removes
+    the finalizer, and kopf drops the Topic from its index before the step's end; looked
+    up at the flush, the Event went on the BrokerCluster instead of the Topic."""
+    api = FakeApi(CLUSTER, topic())
+    key = ("ns", "demo")
+    topics: dict[Any, list[Any]] = {key: [api.body("Topic", "orders")]}
+    clusters = {key: [api.body("BrokerCluster", "demo")]}
+    context = handlers.OperatorContext(api=api, clock=ManualClock())
+    sink = handlers.event_sink(context, key, topics, clusters)
+    sink(Event("TopicDataRetained", "ns/orders", "moved aside"))
+    topics[key] = []  # the Topic is gone from kopf's index
+    await sink.flush()
+    (written,) = [m for m in api.applied if m.get("kind") == "Event"]
+    assert written["involvedObject"]["kind"] == "Topic"
+    assert written["involvedObject"]["name"] == "orders"
