@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from headrace.broker.config import AdminReadAccess, BrokerSettings, TlsSettings
+from headrace.broker.config import AdminReadAccess, BrokerSettings, ListenerSettings, TlsSettings
 from headrace.kafka.offsets_log import DEFAULT_OFFSETS_TOPIC
+from headrace.protocol.endpoints import DEFAULT_LISTENER
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
 
@@ -160,6 +161,23 @@ BROKER_OPTIONS: tuple[BrokerOption, ...] = (
     ),
     BrokerOption(
         ("--advertised-host",), S, "advertised_host", help="Host clients are told to connect to."
+    ),
+    BrokerOption(
+        ("--listener", "listeners"),
+        COMMAND,
+        "listeners",
+        multiple=True,
+        help="Another data listener, NAME=HOST:PORT (repeatable; port 0: a free one): clients"
+        " that connect through it are told every broker's address on the listener of that"
+        f" NAME (docs/operations.md). {DEFAULT_LISTENER!r} names --host/--port.",
+    ),
+    BrokerOption(
+        ("--advertised-listener", "advertised_listeners"),
+        COMMAND,
+        "advertised_listeners",
+        multiple=True,
+        help="NAME=HOST[:PORT]: what clients of listener NAME are told to dial (default: its"
+        " bind host and bound port).",
     ),
     BrokerOption(
         ("--rack",),
@@ -417,6 +435,9 @@ def broker_settings(options: Mapping[str, Any]) -> BrokerSettings:
         raise click.UsageError("--tls-cert and --tls-key go together")
     if (admin_tls["cert_file"] is None) != (admin_tls["key_file"] is None):
         raise click.UsageError("--admin-tls-cert and --admin-tls-key go together")
+    settings["listeners"] = listener_settings(
+        values[COMMAND]["listeners"], values[COMMAND]["advertised_listeners"]
+    )
     if settings["replication_token_file"]:
         settings["replication_token"] = None  # the file replaces the token
     return BrokerSettings(
@@ -426,4 +447,68 @@ def broker_settings(options: Mapping[str, Any]) -> BrokerSettings:
         admin_tls=TlsSettings(**admin_tls)
         if admin_tls["cert_file"] and admin_tls["key_file"]
         else None,
+    )
+
+
+def _named(text: str, flag: str) -> tuple[str, str]:
+    name, sep, address = text.partition("=")
+    if not sep or not name or not address:
+        raise click.BadParameter(f"{text!r}: expected NAME=HOST:PORT", param_hint=flag)
+    return name, address
+
+
+def _host_port(text: str, flag: str, *, port_required: bool) -> tuple[str, int | None]:
+    """``HOST:PORT``, ``[V6HOST]:PORT`` or (without ``port_required``) a bare host."""
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else None
+        if not sep or (rest and port_text is None):
+            raise click.BadParameter(f"{text!r}: expected [HOST]:PORT", param_hint=flag)
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, None
+    if not host or (port_text is None and port_required):
+        raise click.BadParameter(f"{text!r}: expected HOST:PORT", param_hint=flag)
+    if port_text is None:
+        return host, None
+    if not port_text.isdigit() or int(port_text) > 65535:
+        raise click.BadParameter(f"{text!r}: the port must be 0..65535", param_hint=flag)
+    return host, int(port_text)
+
+
+def listener_settings(
+    listeners: tuple[str, ...], advertised: tuple[str, ...]
+) -> tuple[ListenerSettings, ...]:
+    """``--listener NAME=HOST:PORT`` and ``--advertised-listener NAME=HOST[:PORT]`` as
+    settings. Refuses, as bad parameters: a malformed address, the default listener's
+    name, a name twice, and an advertised address for a listener that is not declared."""
+    bound: dict[str, tuple[str, int]] = {}
+    for text in listeners:
+        name, address = _named(text, "--listener")
+        if name == DEFAULT_LISTENER:
+            raise click.BadParameter(
+                f"{name!r} is the default listener: set it with --host/--port",
+                param_hint="--listener",
+            )
+        if name in bound:
+            raise click.BadParameter(f"listener {name!r} given twice", param_hint="--listener")
+        host, port = _host_port(address, "--listener", port_required=True)
+        assert port is not None  # port_required
+        bound[name] = (host, port)
+    told: dict[str, tuple[str, int | None]] = {}
+    for text in advertised:
+        name, address = _named(text, "--advertised-listener")
+        if name not in bound:
+            raise click.BadParameter(
+                f"{name!r}: no --listener of that name", param_hint="--advertised-listener"
+            )
+        if name in told:
+            raise click.BadParameter(
+                f"listener {name!r} advertised twice", param_hint="--advertised-listener"
+            )
+        told[name] = _host_port(address, "--advertised-listener", port_required=False)
+    return tuple(
+        ListenerSettings(name, host, port, *told.get(name, (None, None)))
+        for name, (host, port) in bound.items()
     )

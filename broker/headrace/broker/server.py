@@ -10,6 +10,7 @@ client can pipeline as many requests as it likes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 from collections.abc import Callable
@@ -35,6 +36,7 @@ from headrace.errors import (
 )
 from headrace.protocol import messages as msg
 from headrace.protocol import replication as rp
+from headrace.protocol.endpoints import DEFAULT_LISTENER
 from headrace.protocol.frames import (
     FLAG_NO_REPLY,
     FLAG_PUSH,
@@ -76,9 +78,11 @@ class Connection(asyncio.BufferedProtocol):
     read straight into the frame decoder's buffer (``get_buffer``), one copy fewer of
     every produced and replicated byte than ``data_received`` would take."""
 
-    def __init__(self, broker: ConnectionHost) -> None:
+    def __init__(self, broker: ConnectionHost, listener: str = DEFAULT_LISTENER) -> None:
         #: the broker, seen through the port a connection needs (``ports.ConnectionHost``)
         self.broker = broker
+        #: the listener that accepted it: the addresses its topology and redirects name
+        self.listener = listener
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(
             broker.access.max_frame_bytes_before_handshake(broker.settings.max_frame_bytes)
@@ -223,7 +227,10 @@ class Connection(asyncio.BufferedProtocol):
             handler(self, frame)
         except RedirectRequired as redirect:
             self.broker.metrics.redirects.inc()
-            self.respond(frame, Op.REDIRECT, redirect.redirect.encode())
+            answer = redirect.redirect
+            if answer.owner is not None:
+                answer = dataclasses.replace(answer, owner=answer.owner.on(self.listener))
+            self.respond(frame, Op.REDIRECT, answer.encode())
         except HeadraceError as exc:
             self.broker.metrics.errors.labels(type(exc).__name__).inc()
             if not frame.flags & FLAG_NO_REPLY:
@@ -264,7 +271,7 @@ class Connection(asyncio.BufferedProtocol):
         self.respond(frame, Op.PONG, frame.body[:64])
 
     def on_topology(self, frame: Frame) -> None:
-        snapshot, routing = self.broker.topology()
+        snapshot, routing = self.broker.topology(self.listener)
         self.wants_topology = True
         self.sent_routing = routing
         self.respond(frame, Op.TOPOLOGY_OK, snapshot.encode())

@@ -293,6 +293,17 @@ class BrokerClusterSpec(Model):
     """Serve Kafka's protocol on every broker too; unset: no Kafka listener."""
 
 
+class ListenerStatus(Model):
+    """A broker's named data listener (besides ``host``/``port``, the internal one)."""
+
+    name: str = Field(min_length=1, max_length=63)
+    """The listener's name, the same on every broker (``external``)."""
+    host: str = Field(min_length=1, max_length=253)
+    """The host it advertises."""
+    port: int = Field(ge=0, le=65535)
+    """The port it advertises."""
+
+
 class BrokerStatus(Model):
     """One broker as the controller last saw it."""
 
@@ -314,6 +325,9 @@ class BrokerStatus(Model):
     """The host its Kafka listener advertises; unset: it runs no Kafka listener."""
     kafka_port: int | None = Field(default=None, ge=0, le=65535)
     """The port its Kafka listener advertises; unset: it runs no Kafka listener."""
+    listeners: list[ListenerStatus] | None = Field(default=None, json_schema_extra=list_map("name"))
+    """Its other data listeners and what each advertises (clients that connect through
+    one are told every broker's address on it); unset: none."""
 
 
 class BrokerClusterStatus(Status):
