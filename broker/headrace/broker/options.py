@@ -177,7 +177,8 @@ BROKER_OPTIONS: tuple[BrokerOption, ...] = (
         "advertised_listeners",
         multiple=True,
         help="NAME=HOST[:PORT]: what clients of listener NAME are told to dial (default: its"
-        " bind host and bound port).",
+        " bind host and bound port). PORT+id: PORT plus --broker-id (one node port per"
+        " broker of a StatefulSet).",
     ),
     BrokerOption(
         ("--rack",),
@@ -436,7 +437,9 @@ def broker_settings(options: Mapping[str, Any]) -> BrokerSettings:
     if (admin_tls["cert_file"] is None) != (admin_tls["key_file"] is None):
         raise click.UsageError("--admin-tls-cert and --admin-tls-key go together")
     settings["listeners"] = listener_settings(
-        values[COMMAND]["listeners"], values[COMMAND]["advertised_listeners"]
+        values[COMMAND]["listeners"],
+        values[COMMAND]["advertised_listeners"],
+        settings["broker_id"],
     )
     if settings["replication_token_file"]:
         settings["replication_token"] = None  # the file replaces the token
@@ -457,8 +460,11 @@ def _named(text: str, flag: str) -> tuple[str, str]:
     return name, address
 
 
-def _host_port(text: str, flag: str, *, port_required: bool) -> tuple[str, int | None]:
-    """``HOST:PORT``, ``[V6HOST]:PORT`` or (without ``port_required``) a bare host."""
+def _host_port(
+    text: str, flag: str, *, port_required: bool, broker_id: int | None = None
+) -> tuple[str, int | None]:
+    """``HOST:PORT``, ``[V6HOST]:PORT`` or (without ``port_required``) a bare host; with
+    ``broker_id``, ``PORT+id`` is ``PORT`` plus it."""
     if text.startswith("["):
         host, sep, rest = text[1:].partition("]")
         port_text = rest[1:] if rest.startswith(":") else None
@@ -472,16 +478,19 @@ def _host_port(text: str, flag: str, *, port_required: bool) -> tuple[str, int |
         raise click.BadParameter(f"{text!r}: expected HOST:PORT", param_hint=flag)
     if port_text is None:
         return host, None
-    if not port_text.isdigit() or int(port_text) > 65535:
+    offset = 0
+    if broker_id is not None and port_text.endswith("+id"):
+        port_text, offset = port_text.removesuffix("+id"), broker_id
+    if not port_text.isdigit() or int(port_text) + offset > 65535:
         raise click.BadParameter(f"{text!r}: the port must be 0..65535", param_hint=flag)
-    return host, int(port_text)
+    return host, int(port_text) + offset
 
 
 def listener_settings(
-    listeners: tuple[str, ...], advertised: tuple[str, ...]
+    listeners: tuple[str, ...], advertised: tuple[str, ...], broker_id: int = 0
 ) -> tuple[ListenerSettings, ...]:
     """``--listener NAME=HOST:PORT`` and ``--advertised-listener NAME=HOST[:PORT]`` as
-    settings. Refuses, as bad parameters: a malformed address, the default listener's
+    settings (an advertised ``PORT+id`` is ``PORT`` plus ``broker_id``). Refuses, as bad parameters: a malformed address, the default listener's
     name, a name twice, and an advertised address for a listener that is not declared."""
     bound: dict[str, tuple[str, int]] = {}
     for text in listeners:
@@ -507,7 +516,9 @@ def listener_settings(
             raise click.BadParameter(
                 f"listener {name!r} advertised twice", param_hint="--advertised-listener"
             )
-        told[name] = _host_port(address, "--advertised-listener", port_required=False)
+        told[name] = _host_port(
+            address, "--advertised-listener", port_required=False, broker_id=broker_id
+        )
     return tuple(
         ListenerSettings(name, host, port, *told.get(name, (None, None)))
         for name, (host, port) in bound.items()

@@ -328,11 +328,13 @@ async def _apply_workload(
                 f"Secret/{auth.auth_secret_name(meta['name'])}",
                 f"ConfigMap/{auth.acl_config_name(meta['name'])}",
             ]
+        namespace = meta.get("namespace", "default")
         for manifest in workloads.manifests(
-            cluster, meta["uid"], meta.get("namespace", "default"), context.workload, replicas
+            cluster, meta["uid"], namespace, context.workload, replicas
         ):
             await context.api.apply(manifest)
             applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+        await _delete_stale_external_services(context, cluster, namespace, replicas)
         running = context.loops.get((meta.get("namespace", "default"), meta["name"]))
         if running is not None and not keep_token:
             # auth turned on (or off) while the loop runs: its polls and pushes follow
@@ -343,6 +345,19 @@ async def _apply_workload(
     finally:
         metrics.durations.labels(WORKLOAD).observe(time.perf_counter() - started)
     return applied, replicas
+
+
+async def _delete_stale_external_services(
+    context: OperatorContext, cluster: BrokerCluster, namespace: str, replicas: int
+) -> None:
+    """Delete the external Services of brokers a scale down removed (or all of them, once
+    the external listener is): left, they would hold their node ports."""
+    selector = (
+        f"{workloads.CLUSTER_LABEL}={cluster.metadata.name},{workloads.EXTERNAL_SERVICE_LABEL}"
+    )
+    existing = await context.api.list("v1", "Service", namespace, selector)
+    for name in workloads.stale_external_services(cluster, replicas, existing):
+        await context.api.delete(ObjectRef("v1", "Service", namespace, name))
 
 
 async def _resize_storage(context: OperatorContext, cluster: BrokerCluster, namespace: str) -> None:

@@ -270,6 +270,14 @@ def test_listeners_take_hosts_with_or_without_an_advertised_address() -> None:
         ListenerSettings("lb", "0.0.0.0", 9096, "lb.example", 443),
     )
     assert _settings().listeners == ()
+    per_broker = _settings(
+        "--broker-id", "2",
+        "--listener", "external=10.0.0.5:9094",
+        "--advertised-listener", "external=192.168.1.9:31000+id",
+    )  # fmt: skip
+    assert per_broker.listeners == (
+        ListenerSettings("external", "10.0.0.5", 9094, "192.168.1.9", 31002),
+    )
 
 
 @pytest.mark.parametrize(
@@ -283,6 +291,11 @@ def test_listeners_take_hosts_with_or_without_an_advertised_address() -> None:
         (["--listener", "internal=h:1"], "the default listener"),
         (["--listener", "a=h:1", "--listener", "a=h:2"], "given twice"),
         (["--advertised-listener", "a=h:1"], "no --listener of that name"),
+        (["--listener", "a=h:+id"], "the port must be 0..65535"),
+        (
+            ["--listener", "a=h:1", "--advertised-listener", "a=h:65535+id", "--broker-id", "1"],
+            "the port must be 0..65535",
+        ),
         (
             ["--listener", "a=h:1", "--advertised-listener", "a=x", "--advertised-listener", "a=y"],
             "advertised twice",
