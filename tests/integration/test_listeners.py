@@ -93,6 +93,17 @@ def test_each_listener_gets_the_topology_and_redirects_of_its_own_addresses(
         assert owner is not None
         assert (owner.id, (owner.host, owner.port)) == (leader, address_of(cluster, leader))
 
+    # a broker added later gets the cluster's listeners too (on its own loopback address)
+    cluster.cli("local", "add-broker", "--dir", str(cluster.dir), "--no-wait")
+    grown = range(cluster.count + 1)
+    cluster.wait(
+        lambda: (
+            addresses(topology_through(external(cluster, 1)))
+            == {i: external(cluster, i) for i in grown}
+        ),
+        what="the added broker's external address in the topology",
+    )
+
 
 async def test_a_client_of_the_second_listener_follows_a_new_leader_on_it(
     cluster: LocalCluster,

@@ -130,6 +130,14 @@ def listener_host(listener: int, broker_id: int) -> str:
     return f"127.0.{listener}.{2 + broker_id}"
 
 
+def broker_listeners(named: Sequence[tuple[str, int]], broker_id: int) -> list[dict[str, Any]]:
+    """Broker ``broker_id``'s record of the cluster's named listeners ((name, port) each)."""
+    return [
+        {"name": name, "host": listener_host(k, broker_id), "port": port}
+        for k, (name, port) in enumerate(named, start=1)
+    ]
+
+
 def parse_listeners(texts: Sequence[str]) -> list[tuple[str, int]]:
     """``--listener NAME=PORT`` options as (name, port); refuses a malformed one, a name
     twice and the default listener's name."""
@@ -237,10 +245,7 @@ def _start(record: dict[str, Any], plan: LocalClusterPlan) -> None:
         if rack := rack_for(i, record.get("racks", [])):
             b["rack"] = rack
         if plan.listeners:
-            b["listeners"] = [
-                {"name": name, "host": listener_host(k, i), "port": listener_port}
-                for k, (name, listener_port) in enumerate(plan.listeners, start=1)
-            ]
+            b["listeners"] = broker_listeners(plan.listeners, i)
         b["pid"] = spawn_headrace(
             [*broker_args(b, directory, plan.fsync), *store_args],
             directory / "logs" / f"broker-{i}.log",

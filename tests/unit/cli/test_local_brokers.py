@@ -143,9 +143,7 @@ def test_a_named_listener_gets_each_broker_a_loopback_address_of_its_own() -> No
         ("lb", 19095),
     ]
     b = {"id": 1, "host": "127.0.0.3", "port": 9092, "admin_port": 9644}
-    b["listeners"] = [
-        {"name": "external", "host": local_cluster.listener_host(1, 1), "port": 19094}
-    ]
+    b["listeners"] = local_cluster.broker_listeners([("external", 19094)], 1)
     args = local_cluster.broker_args(b, Path("d"))
     assert args[args.index("--listener") + 1] == "external=127.0.1.3:19094"
     for bad in ("external", "external=port", "external=0", "internal=1", "="):
