@@ -8,7 +8,9 @@ durability: a topic of ``--partitions`` partitions, RF 3 and minInSync 2 on both
 acks=all, fsync about every second (headrace ``--fsync interval``, Kafka
 ``log.flush.interval.ms=1000``); headrace's topic is untiered, as Kafka's.
 
-For each server:
+For each server, first an unmeasured ``ProducerPerformance`` run of
+``--server-warmup-records`` into another topic: the servers' warm-up (a JVM
+server's JIT would otherwise be most of a short run's cost). Then:
 
 ``produce``
     ``ProducerPerformance``: ``--records`` records of ``--record-size`` bytes,
@@ -61,6 +63,7 @@ END_MARKER = "<!-- bench:kafka-peers:end -->"
 BUSY_FOREIGN_CORES = 0.3
 TOOLS = "org.apache.kafka.tools"
 TOPIC = "kbench"
+WARMUP_TOPIC = "kbench-warmup"
 
 #: ProducerPerformance's summary; " steady state" after the count when it had a warm-up
 _PRODUCED = re.compile(
@@ -75,6 +78,8 @@ class Sizes:
     records: int
     record_bytes: int
     warmup_records: int
+    #: records of a first, unmeasured run into another topic: the servers' warm-up
+    server_warmup_records: int
     partitions: int
     replicas: int
     min_insync: int
@@ -94,8 +99,8 @@ class Server:
     version: str
     bootstrap: str
     pids: dict[str, int]
-    create_topic: Callable[[], None]
-    stored_records: Callable[[], int]
+    create_topic: Callable[[str], None]
+    stored_records: Callable[[str], int]
 
 
 # ---------------------------------------------------------------------------- servers
@@ -115,10 +120,10 @@ def headrace(sizes: Sizes) -> Iterator[Server]:
             bootstrap=cluster.kafka_bootstrap,
             pids=cluster.pids,
             # untiered, like Kafka's: uploading segments is not what is compared
-            create_topic=lambda: cluster.create_topic(
-                TOPIC, sizes.partitions, sizes.replicas, sizes.min_insync, tiered=False
+            create_topic=lambda topic: cluster.create_topic(
+                topic, sizes.partitions, sizes.replicas, sizes.min_insync, tiered=False
             ),
-            stored_records=lambda: cluster.records(TOPIC),
+            stored_records=cluster.records,
         )
     finally:
         cluster.stop()
@@ -138,10 +143,10 @@ def kafka(sizes: Sizes) -> Iterator[Server]:
             version=peerservers.kafka_version(),
             bootstrap=cluster.bootstrap,
             pids={f"server{n.node_id}": n.pid for n in cluster.nodes},
-            create_topic=lambda: cluster.create_topic(
-                TOPIC, sizes.partitions, sizes.replicas, sizes.min_insync
+            create_topic=lambda topic: cluster.create_topic(
+                topic, sizes.partitions, sizes.replicas, sizes.min_insync
             ),
-            stored_records=lambda: cluster.records(TOPIC),
+            stored_records=cluster.records,
         )
     finally:
         cluster.stop()
@@ -195,7 +200,7 @@ def run_metered(server: Server, argv: list[str], timeout: float) -> tuple[str, d
 
 def parse_produced(out: str) -> dict[str, Any]:
     """ProducerPerformance's last summary: the steady-state one when it printed one."""
-    found = [m for m in _PRODUCED.finditer(out)]
+    found = list(_PRODUCED.finditer(out))
     if not found:
         tail = out.strip().splitlines()[-5:]
         raise RuntimeError(f"ProducerPerformance printed no summary: {tail}")
@@ -244,8 +249,16 @@ def _per_million(cpu: dict[str, Any], records: int) -> None:
     cpu["client_cpu_s_per_m"] = round(cpu["client_cpu_s"] / records * 1e6, 2)
 
 
+def producer_argv(server: Server, sizes: Sizes, topic: str, records: int, warmup: int) -> list[str]:
+    return peerservers.java_tool_argv(
+        f"{TOOLS}.ProducerPerformance",
+        "--topic", topic, "--num-records", str(records), "--warmup-records", str(warmup),
+        "--record-size", str(sizes.record_bytes), "--throughput", str(sizes.throughput),
+        "--bootstrap-server", server.bootstrap, "--command-property", "acks=all",
+    )  # fmt: skip
+
+
 def measure(server: Server, sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
-    server.create_topic()
     row: dict[str, Any] = {
         "system": server.system,
         "version": server.version,
@@ -253,18 +266,21 @@ def measure(server: Server, sizes: Sizes, log: Callable[[str], None]) -> dict[st
         "mode": server.mode,
     }
     timeout = 120 + sizes.records * max(sizes.record_bytes, 100) / 2e6
+    if sizes.server_warmup_records:
+        # A JVM server compiles its hot paths during its first seconds of load (on two
+        # shared cores, tens of CPU seconds for three Kafka nodes): without this pass a
+        # short run would measure that, not the server at work.
+        server.create_topic(WARMUP_TOPIC)
+        procs.run_tool(
+            producer_argv(server, sizes, WARMUP_TOPIC, sizes.server_warmup_records, 0), timeout
+        )
+    server.create_topic(TOPIC)
     row["produce_load"] = settle(sizes.settle_s, log)
-    produce_argv = peerservers.java_tool_argv(
-        f"{TOOLS}.ProducerPerformance",
-        "--topic", TOPIC, "--num-records", str(sizes.records),
-        "--warmup-records", str(sizes.warmup_records),
-        "--record-size", str(sizes.record_bytes), "--throughput", str(sizes.throughput),
-        "--bootstrap-server", server.bootstrap, "--command-property", "acks=all",
-    )  # fmt: skip
+    produce_argv = producer_argv(server, sizes, TOPIC, sizes.records, sizes.warmup_records)
     out, cpu = run_metered(server, produce_argv, timeout)
     produce = parse_produced(out)
     _per_million(cpu, sizes.records)
-    stored = server.stored_records()
+    stored = server.stored_records(TOPIC)
     if stored != sizes.records:
         raise RuntimeError(f"{server.system}: sent {sizes.records} records, the log holds {stored}")
     row["produce"] = {**produce, "cpu": cpu}
@@ -302,7 +318,8 @@ def markdown(doc: dict[str, Any]) -> str:
     lines = [
         f"_Same client (Kafka {doc['client']['version']}'s ProducerPerformance and"
         f" ConsumerPerformance, Java {doc['client']['java']}), {s['records']:,} records of"
-        f" {s['record_bytes']} B ({s['warmup_records']:,} of them warm-up), {s['partitions']}"
+        f" {s['record_bytes']} B ({s['warmup_records']:,} of them the client's warm-up, after"
+        f" {s['server_warmup_records']:,} unmeasured for the servers'), {s['partitions']}"
         f" partitions, RF {s['replicas']}, minInSync {s['min_insync']}, acks=all, throughput"
         f" {'unthrottled' if s['throughput'] < 0 else str(s['throughput']) + ' records/s'};"
         f" {s['brokers']} brokers each; run {doc['run_utc']} in {doc['seconds']} s."
@@ -357,7 +374,9 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     ax = axes[2]
     for k, r in enumerate(rows):
         lat = r["produce"]["latency_ms"]
-        ax.bar([i + k * width for i in range(2)], [lat["p50"], lat["p99"]], width, label=r["system"])
+        ax.bar(
+            [i + k * width for i in range(2)], [lat["p50"], lat["p99"]], width, label=r["system"]
+        )
     ax.set_xticks([i + 0.4 - width / 2 for i in range(2)], ["p50", "p99"])
     ax.set_ylabel("produce latency, ms")
     ax.legend(fontsize=8)
@@ -400,24 +419,41 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--warmup-records", type=int, default=None, help="of --records (default: a fifth)"
     )
+    parser.add_argument(
+        "--server-warmup-records",
+        type=int,
+        default=None,
+        help="produced unmeasured into another topic first (default: a third of --records)",
+    )
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--throughput", type=int, default=-1, help="records/s; -1: unthrottled")
     parser.add_argument("--brokers", type=int, choices=(1, 3), default=3, help="of each server")
-    parser.add_argument("--settle-s", type=float, default=10.0)
+    parser.add_argument("--settle-s", type=float, default=5.0)
     parser.add_argument("--only", action="append", choices=sorted(SERVERS))
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--no-docs", action="store_true", help="do not rewrite docs/benchmarks.md")
+    parser.add_argument(
+        "--render-only", action="store_true", help="table and plot from --out's kafka_peers.json"
+    )
     args = parser.parse_args(argv)
+    if args.render_only:
+        publish(json.loads((args.out / "kafka_peers.json").read_text()), args, print)
+        return 0
     if args.records < 1 or args.record_size < 1 or args.partitions < 1:
         parser.error("--records, --record-size and --partitions must be positive")
     warmup = args.records // 5 if args.warmup_records is None else args.warmup_records
     if not 0 <= warmup < args.records:
         parser.error("--warmup-records must be below --records")
+    if args.server_warmup_records is not None and args.server_warmup_records < 0:
+        parser.error("--server-warmup-records must not be negative")
     replicas = min(3, args.brokers)
     sizes = Sizes(
         records=args.records,
         record_bytes=args.record_size,
         warmup_records=warmup,
+        server_warmup_records=(
+            args.records // 3 if args.server_warmup_records is None else args.server_warmup_records
+        ),
         partitions=args.partitions,
         replicas=replicas,
         min_insync=min(2, replicas),
@@ -461,12 +497,17 @@ def main(argv: list[str] | None = None) -> int:
     doc["seconds"] = round(time.monotonic() - started, 1)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "kafka_peers.json").write_text(json.dumps(doc, indent=2) + "\n")
+    publish(doc, args, log)
+    return 1 if doc["failed"] else 0
+
+
+def publish(doc: dict[str, Any], args: argparse.Namespace, log: Callable[[str], None]) -> None:
+    """The plot beside the JSON; the table printed and, unless ``--no-docs``, in the docs."""
     plot(doc, args.out / "kafka_peers.png")
     table = markdown(doc)
     log(table)
     if not args.no_docs and not update_docs(DOCS, table):
         log(f"{DOCS} has no {START_MARKER} markers; table not written")
-    return 1 if doc["failed"] else 0
 
 
 if __name__ == "__main__":
