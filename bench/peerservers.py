@@ -56,13 +56,25 @@ KAFKA_FLUSH = {
 }
 
 _BUILT: dict[str, Path] = {}
+#: the paths each argument of build.sh prints
+_PEER_PATHS = {
+    "kafka": ("kafka_libs",),
+    "nats": ("nats_server", "nats_cli"),
+    "all": ("kafka_libs", "nats_server", "nats_cli"),
+}
 
 
-def peer_paths() -> dict[str, Path]:
-    """``kafka_libs`` and ``nats_server``, built by ``bench/peers/build.sh`` if missing."""
-    if not _BUILT:
+def peer_paths(peer: str = "all") -> dict[str, Path]:
+    """``kafka_libs``, ``nats_server`` and ``nats_cli``, built by ``bench/peers/build.sh`` if
+    missing; ``peer`` (``kafka``, ``nats``) builds only that one, so a bench that runs Kafka
+    alone needs no Go toolchain."""
+    if not all(name in _BUILT for name in _PEER_PATHS[peer]):
         out = subprocess.run(
-            ["bash", str(BUILD)], check=True, stdout=subprocess.PIPE, text=True, timeout=3600
+            ["bash", str(BUILD), peer],
+            check=True,
+            stdout=subprocess.PIPE,
+            text=True,
+            timeout=3600,
         ).stdout
         for line in out.splitlines():
             key, sep, value = line.partition("=")
@@ -88,7 +100,7 @@ def nats_version() -> str:
 
 
 def _java_argv(main: str, *args: str, heap: list[str], extra: list[str] | None = None) -> list[str]:
-    libs = peer_paths()["kafka_libs"]
+    libs = peer_paths("kafka")["kafka_libs"]
     return [
         "java",
         *heap,
@@ -371,7 +383,7 @@ class NatsServer:
             f"  sync_interval: {self.sync_interval}\n"
             "}\n"
         )
-        binary = peer_paths()["nats_server"]
+        binary = peer_paths("nats")["nats_server"]
         self.proc = procs.spawn([str(binary), "-c", str(conf)], self.home / "nats.log")
 
         def ready() -> bool:
@@ -401,6 +413,9 @@ class HeadraceLocal:
         self.port = procs.free_port()
         self.admin_port = procs.free_port()
         self.controller_port = procs.free_port()
+        #: every broker's Kafka listener (docs/kafka.md): a port of its own, not the
+        #: default 9093, so that clusters run side by side
+        self.kafka_port = procs.free_port()
 
     def _cli(self, *args: str, timeout: float = 120.0) -> str:
         proc = procs.run_headrace(*args, timeout=timeout)
@@ -422,6 +437,8 @@ class HeadraceLocal:
             str(self.admin_port),
             "--controller-port",
             str(self.controller_port),
+            "--kafka-port",
+            str(self.kafka_port),
             "--fsync",
             self.fsync,
         )
@@ -435,8 +452,21 @@ class HeadraceLocal:
         return ",".join(f"{b['host']}:{b['port']}" for b in self.record["brokers"])
 
     @property
+    def kafka_bootstrap(self) -> str:
+        """Every broker's Kafka listener, for a Kafka client."""
+        return ",".join(f"{b['host']}:{b['kafka_port']}" for b in self.record["brokers"])
+
+    @property
     def controller_url(self) -> str:
         return f"http://127.0.0.1:{self.controller_port}"
+
+    @property
+    def pids(self) -> dict[str, int]:
+        """The controller's and every broker's pid, named for a ``procs.CpuMeter``."""
+        return {
+            "server_controller": int(self.record["controller_pid"]),
+            **{f"server_broker{bid}": pid for bid, pid in self.broker_pids().items()},
+        }
 
     def broker_pids(self) -> dict[int, int]:
         return {int(b["id"]): int(b["pid"]) for b in self.record["brokers"]}

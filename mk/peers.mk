@@ -4,7 +4,12 @@
 #   make bench-peers-quick  one small configuration of each scenario (~5 min); docs untouched
 #   make bench-repl         RF=3 acks=all against RF=1 on one local cluster, back to back
 #                           (issue 16 §7; ~2 min; python -m bench.replbench --help for more)
-.PHONY: peers bench-deps bench-peers bench-peers-quick bench-repl
+#   make bench-kafka-peers  one Kafka client (Kafka's Java perf tools), two servers: headrace's
+#                           Kafka listener and Kafka (KRaft), 3 brokers each, acks=all (~2 min);
+#                           rewrites its table in docs/benchmarks.md. Sizes: e.g.
+#                           KAFKA_PEERS_ARGS="--records 1000000 --record-size 100"
+.PHONY: peers bench-deps bench-peers bench-peers-quick bench-repl bench-kafka-peers
+KAFKA_PEERS_ARGS ?=
 
 # the peers' Python clients (confluent-kafka, aiokafka, nats-py): pyproject's `bench` extra, on
 # top of what `make setup` installed (pip keeps the other extras)
@@ -25,5 +30,10 @@ bench-peers-quick: bench-deps peers
 
 bench-repl: setup
 	$(PY) -m bench.replbench --rounds 3
+
+# Kafka's jars only (no NATS, so no Go toolchain); confluent-kafka (dev deps) runs Kafka's admin
+bench-kafka-peers: setup
+	bash bench/peers/build.sh kafka
+	$(PY) -m bench.kafka_peers $(KAFKA_PEERS_ARGS)
 
 bench: bench-deps
