@@ -22,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -30,6 +30,9 @@ from headrace.cli import controller_client, local_record
 from headrace.cli import local as local_mode
 from headrace.cli.jobs import _creation_id, _local_bootstrap, _qualified, _target
 from headrace.errors import HeadraceError
+
+if TYPE_CHECKING:
+    from headrace.jobs.topics import TopicRef
 
 _dir_option = click.option(
     "--dir",
@@ -191,7 +194,7 @@ def restore_into(
 
 def _verified_by_spark(
     directory: Path,
-    target: Any,
+    target: TopicRef,
     partitions: list[int],
     store_url: str | None,
     cluster: str | None,
