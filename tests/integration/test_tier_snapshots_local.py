@@ -9,15 +9,20 @@ replica's leader, and the cohort resumes at the cursors it had.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from headrace.cli import controller_client
 from headrace.client import Consumer, Producer
-from headrace.jobs.snapshot import read_cursors
+from headrace.control.documents import restored_topic
+from headrace.control.model import RestoreStage
+from headrace.jobs.snapshot import read_cursors, restore_snapshot
 from headrace.jobs.topics import TopicRef
 from headrace.testing.reading import read_partition
 from headrace.tiered import pins
@@ -29,6 +34,7 @@ from tests.integration.localcluster import (
     until,
 )
 from tests.integration.test_unload import online
+from tests.integration.tiered.test_restore_rerun import Died, DyingStore
 
 NAME = "orders"
 TOPIC = f"default/{NAME}"
@@ -165,3 +171,64 @@ def apply_delete(c: LocalCluster, manifest: str) -> subprocess.CompletedProcess[
     path = c.dir / f"manifest-{time.monotonic_ns()}.yaml"
     path.write_text(manifest)
     return c.cli("delete", "-f", str(path), "--dir", str(c.dir))
+
+
+COPY = """apiVersion: headrace.dev/v1alpha1
+kind: TopicRestore
+metadata: {name: again}
+spec:
+  snapshotRef: {name: s1}
+  topic: copy
+"""
+
+
+async def test_a_restore_that_died_after_writing_a_manifest_is_finished_by_applying_it_again(
+    tmp_path: Path,
+) -> None:
+    with running_cluster(tmp_path / "local", brokers=1, object_store="minio") as c:
+        manifest = topic_manifest(NAME, PARTITIONS, 1, 1, upload_interval_s=1)
+        assert c.apply(manifest).returncode == 0
+        await until(lambda: online(c, TOPIC, PARTITIONS), "topic online", 30)
+        async with Producer(c.bootstrap, acks="all") as producer:
+            for n in range(300):
+                await producer.send(TOPIC, b"v%05d" % n, key=b"k%03d" % (n % 31))
+        await asyncio.to_thread(c.cli, "tier", "snapshot", NAME, "s1", "--dir", str(c.dir))
+        source = TopicRef("local", TOPIC, c.creation_id(TOPIC))
+        snap = pins.read_snapshot(store_of(c), source.prefix, "s1")
+        assert sum(p.cut + 1 for p in snap.partitions) == 300
+
+        # the first run: the Topic applied pending, then the process dies once the first
+        # partition's manifest is written (before its sealed state, before the release)
+        def applied(name: str) -> dict[str, Any]:
+            topics = controller_client.request_json("GET", f"{c.controller_url}/v1/topics")
+            return next(t for t in topics["topics"] if t["metadata"]["name"] == name)  # type: ignore[no-any-return]
+
+        spec = applied(NAME)["spec"]
+        pending = restored_topic("default", "copy", spec, PARTITIONS, RestoreStage.PENDING)
+        assert c.apply(json.dumps(pending)).returncode == 0
+        uid = applied("copy")["metadata"]["uid"]
+        settings = store_of(c).settings
+        dying = DyingStore(settings)
+        dying.arm(manifests=1)
+        with pytest.raises(Died):
+            restore_snapshot(dying, snap, TopicRef("local", "default/copy", uid), now_ms=1)
+        dying.close()
+
+        done = await asyncio.to_thread(apply, c, COPY)
+        assert b"default/copy is pending, finishing its restore" in done.stdout
+        assert b"verified the restore with Spark" in done.stdout
+        assert b"topicrestore default/again restored default/copy" in done.stdout
+        await until(lambda: online(c, "default/copy", PARTITIONS), "restored topic online", 30)
+        assert c.creation_id("default/copy") == uid
+        for part in snap.partitions:
+            original = [
+                (r.offset, r.key, r.value)
+                for r in await read_partition(c.bootstrap, TOPIC, part.partition)
+            ]
+            copied = [
+                (r.offset, r.key, r.value)
+                for r in await read_partition(c.bootstrap, "default/copy", part.partition)
+            ]
+            assert copied == original and len(copied) == part.cut + 1
+        again = await asyncio.to_thread(apply, c, COPY)
+        assert b"topicrestore default/again unchanged" in again.stdout

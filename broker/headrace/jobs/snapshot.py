@@ -30,16 +30,16 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from headrace.errors import CorruptBatch, CorruptSegmentObject, HeadraceError
-from headrace.jobs.topics import TopicRef, read_manifest
+from headrace.jobs.topics import TopicRef, read_manifest, read_sealed
 from headrace.objectstore.errors import ObjectNotFound
 from headrace.objectstore.interface import ObjectStore
 from headrace.records import batch as rb
 from headrace.tiered import index, layout, pins
-from headrace.tiered.manifest import Manifest, SealedState, SegmentObject
+from headrace.tiered.manifest import InvalidManifest, Manifest, SealedState, SegmentObject
 from headrace.tiered.snapshots import (
     SNAPSHOT_SUFFIX,
     SNAPSHOTS_DIR,
@@ -208,35 +208,89 @@ def restore_snapshot(
     store: ObjectStore, snap: Snapshot, target: TopicRef, *, now_ms: int
 ) -> RestoreResult:
     """Copy ``snap`` into the incarnation ``target`` (a new creation id): the same
-    offsets, the same cursors. Per partition: objects first, then the manifest (only
-    if the partition has none: ``RestoreRefused`` otherwise), then the sealed state.
-    Rerunning a restore that died midway before any manifest was written redoes it."""
+    offsets, the same cursors. Per partition: objects first, then the manifest (created
+    only where none exists), then the sealed state.
+
+    Idempotent: a rerun of a restore that died anywhere (a killed process, a retried
+    Job's pod) finishes it with the same objects, manifests, offsets and cursors. A
+    partition whose manifest is the one this restore writes (``_written_by_restore``)
+    is not copied again, and a sealed state this restore wrote is kept (its time
+    too). ``RestoreRefused``, before anything is written, if some partition of the
+    target holds any other manifest: a leader has written it, or another restore."""
     result = RestoreResult(snap.name, target.prefix)
+    done: dict[int, Manifest] = {}
     for part in snap.partitions:
         prefix = target.partition_prefix(part.partition)
-        if store.exists(layout.manifest_key(prefix)):
+        existing = _existing_manifest(store, prefix)
+        if existing is None:
+            continue
+        if not _written_by_restore(existing, part, prefix):
             raise RestoreRefused(f"{layout.manifest_key(prefix)} exists: restore into a new topic")
+        done[part.partition] = existing
     for part in snap.partitions:
         prefix = target.partition_prefix(part.partition)
-        copied = [_copy(store, seg, prefix, part.cut) for seg in part.objects]
-        manifest = Manifest(tuple(copied), epoch=-1, version=1, retained_from=part.start)
-        if not store.put_if_version(layout.manifest_key(prefix), manifest.to_json(), None):
-            raise RestoreRefused(f"{layout.manifest_key(prefix)} appeared during the restore")
-        sealed = SealedState(
-            last_committed_offset=part.cut,
-            broker=0,
-            epoch=-1,
-            time_ms=now_ms,
-            moves=1,
-            cursors=dict(part.cursors),
-            verified=True,
-            message=f"restored from snapshot {snap.name} of {snap.topic} ({snap.creation_id})",
-        )
-        store.put(layout.sealed_key(prefix), sealed.to_json())
+        manifest = done.get(part.partition)
+        if manifest is None:
+            copied = [_copy(store, seg, prefix, part.cut) for seg in part.objects]
+            manifest = Manifest(tuple(copied), epoch=-1, version=1, retained_from=part.start)
+            if not store.put_if_version(layout.manifest_key(prefix), manifest.to_json(), None):
+                # a twin run (a second pod of the Job) got there first: fine if it wrote this
+                raced = _existing_manifest(store, prefix)
+                if raced is None or not _written_by_restore(raced, part, prefix):
+                    raise RestoreRefused(
+                        f"{layout.manifest_key(prefix)} appeared during the restore"
+                    )
+                manifest = raced
+        _seal(store, snap, part, prefix, now_ms)
         result.next_offsets[part.partition] = part.cut + 1
-        result.objects += len(copied)
-        result.bytes += sum(s.size for s in copied)
+        result.objects += len(manifest.segments)
+        result.bytes += sum(s.size for s in manifest.segments)
     return result
+
+
+def _existing_manifest(store: ObjectStore, prefix: str) -> Manifest | None:
+    """The target partition's manifest; None if it has none. One that does not parse
+    is returned as an empty manifest at epoch 0: it is not a restore's, so it refuses."""
+    try:
+        raw = store.get(layout.manifest_key(prefix))
+    except ObjectNotFound:
+        return None
+    try:
+        return Manifest.from_json(raw)
+    except InvalidManifest:
+        return Manifest(epoch=0)
+
+
+def _written_by_restore(manifest: Manifest, part: PartitionCut, prefix: str) -> bool:
+    """Whether ``manifest`` is the one a restore of ``part`` writes under ``prefix``:
+    untouched since (epoch -1 and version 1: a leader's first write makes them its own),
+    from the snapshot's start, listing the snapshot's objects under their restored keys
+    (the last one cut at the cut). Sizes are left to the verification that follows."""
+    ranges = [(seg.base, min(seg.last, part.cut), seg.compacted) for seg in part.objects]
+    expected = [(b, last, layout.segment_key(prefix, b, last), c) for b, last, c in ranges]
+    listed = [(s.base, s.last, s.key, s.compacted) for s in manifest.segments]
+    stamp = (manifest.epoch, manifest.version, manifest.retained_from)
+    return stamp == (-1, 1, part.start) and listed == expected
+
+
+def _seal(store: ObjectStore, snap: Snapshot, part: PartitionCut, prefix: str, now_ms: int) -> None:
+    """Write the restored partition's sealed state, unless this restore wrote it already."""
+    sealed = SealedState(
+        last_committed_offset=part.cut,
+        broker=0,
+        epoch=-1,
+        time_ms=now_ms,
+        moves=1,
+        cursors=dict(part.cursors),
+        verified=True,
+        message=f"restored from snapshot {snap.name} of {snap.topic} ({snap.creation_id})",
+    )
+    try:
+        existing = read_sealed(store, layout.sealed_key(prefix))
+    except InvalidManifest:
+        existing = None  # torn or foreign: the manifest is this restore's, so is the seal
+    if existing is None or replace(existing, time_ms=now_ms) != sealed:
+        store.put(layout.sealed_key(prefix), sealed.to_json())
 
 
 def verify_restore(store: ObjectStore, target: TopicRef, partitions: Sequence[int]) -> list[str]:

@@ -6,9 +6,12 @@ report in one round of requests (produce goes on), retries until the uploaders h
 stored that far, and writes the snapshot document (``jobs.snapshot.take_snapshot``).
 ``restore`` applies the new Topic annotated ``headrace.dev/restore: pending`` (the
 controller holds it: ``WaitingForRestore``), writes the restore under the creation id
-the controller gave it (``jobs.snapshot.restore_snapshot``), then marks it ``written``:
-the controller places it at incarnation 1 and its brokers open every partition at the
-snapshot's cut, with its cursors. See docs/tiered-storage.md, *Snapshots*.
+the controller gave it (``jobs.snapshot.restore_snapshot``), verifies the copy with the
+Spark verify job (``spark-submit jobs/run.py verify``, as ``headrace verify``), then marks
+it ``written``: the controller places it at incarnation 1 and its brokers open every
+partition at the snapshot's cut, with its cursors. A restore that died before the mark
+is finished by running it again: the Topic still pending is resumed under its creation
+id. See docs/tiered-storage.md, *Snapshots*.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -27,6 +30,9 @@ from headrace.cli import controller_client, local_record
 from headrace.cli import local as local_mode
 from headrace.cli.jobs import _creation_id, _local_bootstrap, _qualified, _target
 from headrace.errors import HeadraceError
+
+if TYPE_CHECKING:
+    from headrace.jobs.topics import TopicRef
 
 _dir_option = click.option(
     "--dir",
@@ -46,6 +52,8 @@ _result_option = click.option(
     default=None,
     help="Also write a short JSON summary here (a Job's /dev/termination-log).",
 )
+#: where the restore's Spark verification runs (``headrace verify``'s default)
+SPARK_MASTER = "local[*]"
 #: a summary longer than this leaves out its per-partition lines (a Kubernetes
 #: termination message holds 4 KiB)
 RESULT_BYTES = 3500
@@ -161,11 +169,13 @@ def restore_into(
     creation_id: str | None,
     store_url: str | None = None,
     cluster: str | None = None,
+    master: str = SPARK_MASTER,
 ) -> Any:
     """Write ``topic``'s snapshot ``name`` under the incarnation ``target_creation_id`` of
-    ``target_name`` and verify it (``jobs.snapshot.restore_verified``); the Topic itself is
-    the caller's to create (held pending) and to release (``written``)."""
-    from headrace.jobs.snapshot import RestoreNotVerified, restore_verified
+    ``target_name`` (``jobs.snapshot.restore_snapshot``: a rerun after a failure finishes
+    it) and verify the copy with the Spark verify job (``_verified_by_spark``); the Topic
+    itself is the caller's to create (held pending) and to release (``written``)."""
+    from headrace.jobs.snapshot import restore_snapshot
     from headrace.jobs.topics import TopicRef
 
     store, cluster_id = _open(directory, store_url, cluster)
@@ -174,14 +184,62 @@ def restore_into(
             store, cluster_id, topic, name, _creation_id(topic, directory, store_url, creation_id)
         )
         target = TopicRef(cluster_id, _qualified(target_name), target_creation_id)
-        try:
-            return restore_verified(store, snap, target, now_ms=int(time.time() * 1000))
-        except RestoreNotVerified as exc:
-            raise click.ClickException(
-                f"{exc.message}; the topic stays pending (delete it)"
-            ) from None
+        result = restore_snapshot(store, snap, target, now_ms=int(time.time() * 1000))
     finally:
         store.close()
+    partitions = [p.partition for p in snap.partitions]
+    _verified_by_spark(directory, target, partitions, store_url, cluster, master)
+    return result
+
+
+def _verified_by_spark(
+    directory: Path,
+    target: TopicRef,
+    partitions: list[int],
+    store_url: str | None,
+    cluster: str | None,
+    master: str,
+) -> None:
+    """Run the Spark verify job (``jobs/run.py verify``, as ``headrace verify`` does) over
+    the restored incarnation ``target``: every object there at its size, every header and
+    CRC, no offset gap or overlap, the sealed states covered. Its report is written to the
+    store under the new incarnation's ``reports/``. Any error, a partition it did not
+    verify, or a job that could not run fails the restore: the topic stays pending."""
+    from headrace.cli.jobs import _finding_line, _run
+
+    status, report, log_path = _run(
+        "verify",
+        target.topic,
+        directory,
+        store_url,
+        cluster,
+        master,
+        ["--partitions", ",".join(str(p) for p in partitions)] if partitions else [],
+        False,
+        creation_id=target.creation_id,
+    )
+    if report is None or "error" in report:
+        why = f"exit {status}; see {log_path}" if report is None else report["error"]
+        raise click.ClickException(
+            f"the Spark verification of the restore into {target.prefix} could not run ({why});"
+            " the topic stays pending: run the restore again"
+        )
+    problems = [_finding_line(f).strip() for f in report["findings"] if f["severity"] == "error"]
+    problems += [f"partition {f['partition']}: {f['error']}" for f in report["failed"]]
+    verified = {int(d["partition"]) for d in report["partitions"]}
+    problems += [
+        f"partition {p}: not verified (no manifest)" for p in partitions if p not in verified
+    ]
+    if problems:
+        raise click.ClickException(
+            f"the restore into {target.prefix} failed the Spark verification:"
+            f" {'; '.join(problems[:5])}; the topic stays pending (delete it)"
+        )
+    click.echo(
+        f"verified the restore with Spark: {report['summary']['objects']} objects,"
+        f" {report['summary']['records']} records"
+        + (f" (report: {report['reportKey']})" if "reportKey" in report else "")
+    )
 
 
 def _read_snapshot(
@@ -199,19 +257,35 @@ def _read_snapshot(
         raise click.ClickException(f"no snapshot {name} of {source.topic}") from None
 
 
+def restore_pending(topic_doc: dict[str, Any]) -> bool:
+    """Whether an applied Topic is held for a restore that has not been released yet."""
+    from headrace.control.documents import RESTORE_ANNOTATION
+    from headrace.control.model import RestoreStage
+
+    annotations = topic_doc.get("metadata", {}).get("annotations") or {}
+    return annotations.get(RESTORE_ANNOTATION) == str(RestoreStage.PENDING)
+
+
 def restore_local(
-    directory: Path, topic: str, name: str, new_topic: str, creation_id: str | None
+    directory: Path,
+    topic: str,
+    name: str,
+    new_topic: str,
+    creation_id: str | None,
+    *,
+    master: str = SPARK_MASTER,
 ) -> Any:
     """Create ``new_topic`` from ``topic``'s snapshot ``name`` through the local controller;
-    returns the ``jobs.snapshot.RestoreResult`` once the new topic is placed."""
+    returns the ``jobs.snapshot.RestoreResult`` once the new topic is placed. A
+    ``new_topic`` held pending (a restore that died before releasing it) is finished."""
     from headrace.cli.topics import _applied_topics, _apply, _wait_placed
     from headrace.control.documents import restored_topic
     from headrace.control.model import RestoreStage
 
     controller = controller_client.resolve_controller_url(None, directory)
     target_name = _qualified(new_topic)
-    applied = _applied_topics(controller)
-    if target_name in applied:
+    existing = _applied_topics(controller).get(target_name)
+    if existing is not None and not restore_pending(existing):
         raise click.ClickException(f"topic {target_name} exists: restore into a new topic")
     store, cluster_id = _open(directory)
     try:
@@ -221,15 +295,31 @@ def restore_local(
     finally:
         store.close()
     namespace, _, bare = target_name.partition("/")
+    applied = _applied_topics(controller)
     source_spec = applied.get(source.topic, {}).get("spec") or {
         "clusterRef": {"name": local_record.CLUSTER_ID}
     }
     partitions = max(p.partition for p in snap.partitions) + 1
-    doc = restored_topic(namespace, bare, source_spec, partitions, RestoreStage.PENDING)
-    _apply(controller, doc)  # held: not placed while pending
-    uid = str(_applied_topics(controller)[target_name]["metadata"]["uid"])
+    if existing is None:
+        doc = restored_topic(namespace, bare, source_spec, partitions, RestoreStage.PENDING)
+        _apply(controller, doc)  # held: not placed while pending
+        existing = _applied_topics(controller)[target_name]
+    elif int(existing.get("spec", {}).get("partitions", -1)) != partitions:
+        raise click.ClickException(
+            f"topic {target_name} waits for a restore of {existing['spec'].get('partitions')}"
+            f" partitions, not of snapshot {name}'s {partitions}: delete it first"
+        )
+    # a pending Topic is a restore that died before it was released: its creation id is
+    # where that run wrote, and writing there again finishes it (restore_snapshot)
+    uid = str(existing["metadata"]["uid"])
     result = restore_into(
-        directory, source.topic, name, target_name, uid, creation_id=source.creation_id
+        directory,
+        source.topic,
+        name,
+        target_name,
+        uid,
+        creation_id=source.creation_id,
+        master=master,
     )
     _apply(
         controller, restored_topic(namespace, bare, source_spec, partitions, RestoreStage.WRITTEN)
@@ -349,6 +439,12 @@ def snapshot_cmd(
 @_dir_option
 @_store_option
 @_cluster_option
+@click.option(
+    "--master",
+    default=SPARK_MASTER,
+    show_default=True,
+    help="Spark's master for the verification of the restore (its log goes under --dir).",
+)
 @_result_option
 def restore_cmd(
     topic: str,
@@ -359,6 +455,7 @@ def restore_cmd(
     directory: Path,
     store: str | None,
     cluster: str | None,
+    master: str,
     result_file: Path | None,
 ) -> None:
     """Create topic --to from TOPIC's snapshot NAME: the same offsets, the same records,
@@ -369,7 +466,9 @@ def restore_cmd(
         if into_creation_id is None:
             if store is not None:
                 raise click.UsageError("--store writes a restore only: give --into-creation-id")
-            results.append(restore_local(directory, topic, name, new_topic, creation_id))
+            results.append(
+                restore_local(directory, topic, name, new_topic, creation_id, master=master)
+            )
         else:
             results.append(
                 restore_into(
@@ -381,6 +480,7 @@ def restore_cmd(
                     creation_id=creation_id,
                     store_url=store,
                     cluster=cluster,
+                    master=master,
                 )
             )
         return {"ok": True, "objects": results[0].objects, "bytes": results[0].bytes}
@@ -463,12 +563,21 @@ def apply_resources(resources: list[Any], directory: Path) -> None:
         state = controller_client.request_json(
             "GET", f"{controller_client.resolve_controller_url(None, directory)}/v1/topics"
         )
-        if any(
-            f"{d['metadata'].get('namespace', 'default')}/{d['metadata']['name']}" == target
-            for d in state["topics"]
-        ):
+        existing = next(
+            (
+                d
+                for d in state["topics"]
+                if f"{d['metadata'].get('namespace', 'default')}/{d['metadata']['name']}" == target
+            ),
+            None,
+        )
+        if existing is not None and not restore_pending(existing):
             click.echo(f"topicrestore {namespace}/{name} unchanged ({target} exists)")
             continue
+        if existing is not None:
+            click.echo(
+                f"topicrestore {namespace}/{name}: {target} is pending, finishing its restore"
+            )
         topic, creation_id = find_snapshot(directory, namespace, resource.spec.snapshot_ref.name)
         restored = restore_local(
             directory, topic, resource.spec.snapshot_ref.name, target, creation_id

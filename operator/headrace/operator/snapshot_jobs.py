@@ -15,9 +15,10 @@ operator reads from the pod's terminated state into the status.
   waits until the uploaders have stored that far and writes the immutable document. A
   rerun of the pod after the document exists reports that document (never a second).
 * **restore** ``<name>``: ``tier restore SOURCE SNAPSHOT --to NEW --into-creation-id UID``
-  copies and verifies the snapshot into the incarnation of the Topic the operator
-  created, held ``pending``; the operator then marks it ``written`` and the control loop
-  places it (``control.reconcile``).
+  copies the snapshot into the incarnation of the Topic the operator created, held
+  ``pending``, and verifies the copy with the Spark verify job (``--master local[*]`` in
+  the pod, as a Compaction's); a retried pod finishes what an earlier one wrote. The
+  operator then marks it ``written`` and the control loop places it (``control.reconcile``).
 * **delete-snapshot** ``<name>``: on the TopicSnapshot's deletion (a finalizer), deletes the
   document, so its objects are no longer pinned.
 
@@ -45,6 +46,8 @@ SNAPSHOT_LABEL: Final = "headrace.dev/topic-snapshot"
 RESTORE_LABEL: Final = "headrace.dev/topic-restore"
 #: a Job's name becomes a label value of its pods: at most 63 characters
 NAME_LIMIT: Final = 63
+#: the restore's ``--dir`` in its pod, on the scratch volume: its Spark verification's log
+RESTORE_DIR: Final = f"{workloads.SCRATCH_DIR}/headrace-restore"
 #: attempts of a Job's pod (the commands are idempotent: a retry redoes or reports)
 BACKOFF_LIMIT: Final = 2
 
@@ -125,6 +128,9 @@ def restore_args(
         "--into-creation-id",
         target_creation_id,
         *_store_args(cluster),
+        # the Spark verification's log: the scratch volume (the root filesystem is read-only)
+        "--dir",
+        RESTORE_DIR,
         "--result-file",
         RESULT_PATH,
     ]

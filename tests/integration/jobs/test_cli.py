@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from headrace.jobs.snapshot import take_snapshot
+from headrace.jobs.topics import TopicRef, read_manifest
 from headrace.objectstore.directory import DirectoryStore
 from headrace.objectstore.interface import ObjectStore
 from headrace.testing.procs import run_headrace
+from headrace.tiered import layout
 from tests.integration.jobs.topicdata import manifest, write_partition
 
 
@@ -63,3 +66,40 @@ def test_compact_over_minio(
     assert "30 -> 1 objects" in out and out.rstrip().endswith("OK")
     assert len(manifest(store, cluster_id, "default/logs", 0).segments) == 1
     assert "partition 0: compacted" in result.stderr.decode()
+
+
+def test_tier_restore_verifies_with_spark_and_a_rerun_finishes_or_refuses_a_damaged_copy(
+    store: ObjectStore, store_url: str, cluster_id: str, tmp_path: Path
+) -> None:
+    """The restore Job's command (``tier restore ... --into-creation-id``): the copy is
+    verified by the Spark job; a retried pod finds its manifests and verifies again, and
+    a restored object damaged since fails it, naming the object."""
+    source = TopicRef(cluster_id, "default/logs", "")
+    target = TopicRef(cluster_id, "default/logs-copy", "5c0e2b1a-3d4f-4a6b-8c7d-9e0f1a2b3c4d")
+    for partition in range(2):
+        write_partition(store, cluster_id, source.topic, partition, objects=3)
+    take_snapshot(store, source, "s1", [0, 1], now_ms=1)
+    result_file = tmp_path / "result.json"
+    args = (
+        "tier", "restore", source.topic, "s1", "--to", target.topic,
+        "--into-creation-id", target.creation_id, "--store", store_url, "--cluster", cluster_id,
+        "--dir", str(tmp_path), "--master", "local[2]", "--result-file", str(result_file),
+    )  # fmt: skip
+    first = run_headrace(*args, timeout=300)
+    assert first.returncode == 0, first.stderr.decode()[-3000:]
+    assert "verified the restore with Spark: 6 objects, 60 records" in first.stdout.decode()
+    summary = json.loads(result_file.read_text())
+    assert summary["ok"] and summary["objects"] == 6
+    assert [o.key for o in store.list(target.prefix + "reports/")]  # the job's report
+
+    seg = read_manifest(store, layout.manifest_key(target.partition_prefix(1))).segments[2]
+    data = bytearray(store.get(seg.key))
+    data[-1] ^= 0xFF  # the last byte of the last batch (offsets 25..29)
+    store.put(seg.key, bytes(data))
+    again = run_headrace(*args, timeout=300)
+    assert again.returncode != 0
+    error = json.loads(result_file.read_text())["error"]
+    assert (
+        "failed the Spark verification" in error
+        and f"crc-mismatch at offset 25 in {seg.key}" in error
+    )

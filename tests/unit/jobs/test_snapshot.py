@@ -223,8 +223,20 @@ def test_a_restore_reads_the_same_records_at_the_same_offsets(store: DirectorySt
     pins.delete_snapshot(store, SOURCE.prefix, "s1")
     pins.remove_partition(store, SOURCE.partition_prefix(0))
     assert records(restored, 10, 24)[0][0] == 10
+    # run again, the restore finds the manifests it wrote and changes nothing
+    before = {o.key: store.get(o.key) for o in store.list(TARGET.prefix)}
+    again = restore_snapshot(store, snap, TARGET, now_ms=NOW_MS + 1)
+    assert (again.next_offsets, again.objects, again.bytes) == (
+        result.next_offsets,
+        result.objects,
+        result.bytes,
+    )
+    assert {o.key: store.get(o.key) for o in store.list(TARGET.prefix)} == before
+    # once a leader of the new topic has written its manifest, the target is not the
+    # restore's any more: refused, and nothing is written
+    restored.upload(run(25, [5]), epoch=1)
     with pytest.raises(RestoreRefused):
-        restore_snapshot(store, snap, TARGET, now_ms=NOW_MS)
+        restore_snapshot(store, snap, TARGET, now_ms=NOW_MS + 2)
 
 
 def test_a_restore_checks_every_batch_and_copies_nothing_of_a_damaged_object(

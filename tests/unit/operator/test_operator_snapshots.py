@@ -353,6 +353,8 @@ async def test_a_restore_creates_a_held_topic_then_its_job_then_releases_it(
     assert args[:6] == ["tier", "restore", "ns/orders", "nightly", "--to", "ns/orders-copy"]
     assert args[args.index("--creation-id") + 1] == "uid-orders"
     assert args[args.index("--into-creation-id") + 1] == uid
+    # its Spark verification logs to the scratch volume (the root filesystem is read-only)
+    assert args[args.index("--dir") + 1].startswith("/tmp/")
 
     # a restarted operator while the Job runs: the same Topic, the same Job
     await snapshot_handlers.reconcile_restore(context_over(api, events), "ns", "back")
