@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from headrace.testing.procs import BrokerProcess
+from tests.integration.localcluster import LocalCluster, running_cluster
 
 
 @pytest.fixture
@@ -31,3 +32,10 @@ def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess] | object]:
 @pytest.fixture
 def broker(broker_factory: object) -> BrokerProcess:
     return broker_factory()  # type: ignore[operator, no-any-return]
+
+
+@pytest.fixture
+def local_cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    """A three-broker local cluster (``headrace local up``) in the test's directory."""
+    with running_cluster(tmp_path / "local") as c:
+        yield c

@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from headrace.cli.processes import alive
 from headrace.testing import procs
@@ -27,16 +24,6 @@ from tests.integration.localcluster import LocalCluster, all_in_sync, topic_mani
 TOPIC = "default/handback"
 PARTITIONS = 6
 IDLE_TIMEOUT_S = 5
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    c = LocalCluster(tmp_path / "local")
-    c.up()
-    try:
-        yield c
-    finally:
-        c.down()
 
 
 def leaders(c: LocalCluster) -> list[int | None]:
@@ -49,8 +36,9 @@ def preferred_lead(c: LocalCluster) -> bool:
 
 
 async def test_a_consume_reads_on_through_a_preferred_leader_hand_back(
-    cluster: LocalCluster, tmp_path: Path
+    local_cluster: LocalCluster, tmp_path: Path
 ) -> None:
+    cluster = local_cluster
     assert cluster.apply(topic_manifest("handback", PARTITIONS)).returncode == 0
     await until(lambda: all_in_sync(cluster, TOPIC, PARTITIONS), "topic online and in sync")
     await until(lambda: preferred_lead(cluster), "every partition on its preferred leader")
