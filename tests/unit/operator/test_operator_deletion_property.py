@@ -61,6 +61,10 @@ class Deletions(RuleBasedStateMachine):
         #: Topics of this cluster whose deletion was asked for (with Delete / any policy)
         self.delete_asked: set[str] = set()
         self.deletion_asked: set[str] = set()
+        #: topics kept aside whose deletion was asked for before a new Topic of that name
+        #: was applied: ending their keeping aside stays allowed (the new Topic's own
+        #: deletion is not asked for, and its data is checked as placed once pushed)
+        self.aside_of_an_asked_deletion: set[str] = set()
 
     # ------------------------------------------------------------------ the world
 
@@ -114,7 +118,8 @@ class Deletions(RuleBasedStateMachine):
                 if name in named or name in retained:
                     continue
                 may = name in self.delete_asked or (
-                    name in self.aside and name in self.deletion_asked
+                    name in self.aside
+                    and (name in self.deletion_asked or name in self.aside_of_an_asked_deletion)
                 )
                 assert may, (
                     f"generation {doc['generation']} deletes {name}'s data: no deletion of it"
@@ -122,6 +127,7 @@ class Deletions(RuleBasedStateMachine):
                 )
                 self.placed.discard(name)
                 self.aside.discard(name)
+                self.aside_of_an_asked_deletion.discard(name)
             self.placed = (self.placed - retained) | named
             self.aside |= retained - named
         self.checked = len(self.fleet.pushed)
@@ -138,8 +144,11 @@ class Deletions(RuleBasedStateMachine):
             # the handler gives a new Topic the data finalizer before the loop serves it
             body["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER]
             self.api.put(body)
-            self.delete_asked.discard(f"ns/{name}")
-            self.deletion_asked.discard(f"ns/{name}")
+            full = f"ns/{name}"
+            if full in self.aside and full in self.deletion_asked:
+                self.aside_of_an_asked_deletion.add(full)
+            self.delete_asked.discard(full)
+            self.deletion_asked.discard(full)
         elif not meta_of(body).deleting:
             body["spec"]["partitions"] = partitions
             body["spec"]["deletionPolicy"] = policy
@@ -272,4 +281,18 @@ def test_a_retain_deletion_released_by_hand_ends_its_keeping_aside_at_once() -> 
         ("delete", {"name": "b"}),
         ("remove_finalizer_by_hand", {"name": "b"}),
         ("apply", {"name": "b", "partitions": 1, "policy": "Retain"}),
+    )
+
+
+def test_a_topic_applied_again_after_its_retain_deletion_lets_the_old_one_go() -> None:
+    """The Retain deletion of ``a`` ends in one step (broker 0, down from the start, never
+    held it), and a new Topic ``a`` is applied: the push that ends the old one's keeping
+    aside comes before the new one is placed. Its brokers moved their copies aside, so
+    nothing is deleted: the old Topic's deletion allowed it (the check once took the new
+    Topic's apply for a withdrawal of that permission)."""
+    replay(
+        ("broker", {"broker": 0, "up": False}),
+        ("apply", {"name": "a", "partitions": 1, "policy": "Retain"}),
+        ("delete", {"name": "a"}),
+        ("apply", {"name": "a", "partitions": 1, "policy": "Retain"}),
     )
