@@ -11,8 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headrace.control.model import (
+    CLUSTER_STATE_JSON,
     ELECTION_STATES,
     PARTITION_STATUS_JSON,
+    TOPIC_STATUS_JSON,
     UNLOAD_PROGRESS_JSON,
     ClusterState,
     CohortPlan,
@@ -67,7 +69,7 @@ def cluster() -> ClusterState:
 
 
 def test_cluster_state_document_shape() -> None:
-    assert cluster().to_json() == {
+    assert CLUSTER_STATE_JSON.dump(cluster()) == {
         "generation": 7,
         "brokers": [{"id": 1, "host": "h1", "port": 9092, "adminPort": 9644}],
         "topics": [
@@ -100,7 +102,7 @@ def test_cluster_state_document_shape() -> None:
 
 def test_cluster_state_survives_json() -> None:
     state = cluster()
-    assert ClusterState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    assert CLUSTER_STATE_JSON.load(json.loads(json.dumps(CLUSTER_STATE_JSON.dump(state)))) == state
 
 
 def test_retired_partitions_survive_json_and_lower_the_routing_count() -> None:
@@ -108,9 +110,9 @@ def test_retired_partitions_survive_json_and_lower_the_routing_count() -> None:
         "default/orders", 3, (partition_status(0), partition_status(1), partition_status(2))
     )
     shrunk = replace(topic, active_partitions=2)
-    doc = json.loads(json.dumps(shrunk.to_json()))
-    assert doc["activePartitions"] == 2 and "activePartitions" not in topic.to_json()
-    assert TopicStatus.from_json(doc) == shrunk
+    doc = json.loads(json.dumps(TOPIC_STATUS_JSON.dump(shrunk)))
+    assert doc["activePartitions"] == 2 and "activePartitions" not in TOPIC_STATUS_JSON.dump(topic)
+    assert TOPIC_STATUS_JSON.load(doc) == shrunk
     assert (shrunk.routing_partitions, topic.routing_partitions) == (2, 3)
 
 
@@ -357,7 +359,7 @@ def test_bad_cluster_documents_are_rejected(
     path: list[str | int], value: object, words: str
 ) -> None:
     with pytest.raises(InvalidRequest, match=words):
-        ClusterState.from_json(broken(cluster().to_json(), path, value))
+        CLUSTER_STATE_JSON.load(broken(CLUSTER_STATE_JSON.dump(cluster()), path, value))
 
 
 @pytest.mark.parametrize(
@@ -383,7 +385,7 @@ def test_bad_heartbeats_are_rejected(path: list[str | int], value: object, words
 
 def test_a_document_that_is_not_an_object_is_rejected() -> None:
     with pytest.raises(InvalidRequest, match="expected an object"):
-        ClusterState.from_json([])  # type: ignore[arg-type]
+        CLUSTER_STATE_JSON.load([])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -461,7 +463,7 @@ def test_any_cluster_state_round_trips(
     topic = TopicStatus("ns/t", 3, numbered, {p.cohort: p for p in cohort_plans})
     brokers = {b: replace(i, id=b) for b, i in brokers.items()}
     state = ClusterState(generation, brokers, {"ns/t": topic})
-    assert ClusterState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    assert CLUSTER_STATE_JSON.load(json.loads(json.dumps(CLUSTER_STATE_JSON.dump(state)))) == state
 
 
 def test_a_topology_in_a_newer_format_is_refused_before_it_is_read() -> None:
