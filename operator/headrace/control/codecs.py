@@ -21,13 +21,14 @@ itself sit inside a generated document.
 from __future__ import annotations
 
 import json
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
 import pydantic
 from pydantic.alias_generators import to_camel
-from pydantic_core import ErrorDetails, core_schema
+from pydantic_core import ErrorDetails, PydanticCustomError, core_schema
 
 from headrace.errors import InvalidRequest
 
@@ -71,22 +72,31 @@ class Codec(Generic[_T]):
 
 @dataclass(frozen=True, slots=True)
 class ListMap:
-    """Annotates a ``Mapping`` field kept in its document as a list of ``entry`` objects,
-    sorted by their ``key`` field (a Kubernetes list-map, which a patch merges by key).
+    """Annotates a ``Mapping`` field kept in its document as a list of objects sorted by
+    their ``key`` field (a Kubernetes list-map, which a patch merges by key).
 
-    ``value`` names the entry's field that holds the map's value; None: the entry is the
-    value (a map of dataclasses by one of their own fields). Reading takes the last entry
-    of a key listed twice.
+    With ``value``, each entry is ``{key: k, value: v}`` for an item of the map, typed by
+    the ``Mapping``'s key and value types. Without, the entry is the map's value itself (a
+    dataclass, keyed by its attribute ``key``). Reading takes the last entry of a key
+    listed twice.
     """
 
-    entry: Any
     key: str
     value: str | None = None
 
     def __get_pydantic_core_schema__(
         self, source: object, handler: pydantic.GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
-        entries = core_schema.list_schema(handler.generate_schema(self.entry))
+        key_type, value_type = typing.get_args(source)
+        entry = handler.generate_schema(value_type)
+        if self.value is not None:
+            entry = core_schema.typed_dict_schema(
+                {
+                    self.key: core_schema.typed_dict_field(handler.generate_schema(key_type)),
+                    self.value: core_schema.typed_dict_field(entry),
+                }
+            )
+        entries = core_schema.list_schema(entry)
         return core_schema.no_info_after_validator_function(
             self._mapping,
             entries,
@@ -96,15 +106,14 @@ class ListMap:
         )
 
     def _mapping(self, entries: list[Any]) -> dict[Any, Any]:
-        return {
-            getattr(e, self.key): e if self.value is None else getattr(e, self.value)
-            for e in entries
-        }
+        if self.value is None:
+            return {getattr(e, self.key): e for e in entries}
+        return {e[self.key]: e[self.value] for e in entries}
 
     def _entries(self, mapping: Mapping[Any, Any]) -> list[Any]:
         if self.value is None:
             return [mapping[k] for k in sorted(mapping)]
-        return [self.entry(**{self.key: k, self.value: mapping[k]}) for k in sorted(mapping)]
+        return [{self.key: k, self.value: mapping[k]} for k in sorted(mapping)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,9 +128,15 @@ class ByHand(Generic[_T]):
         self, source: object, handler: pydantic.GetCoreSchemaHandler
     ) -> core_schema.CoreSchema:
         return core_schema.no_info_plain_validator_function(
-            self.load,
-            serialization=core_schema.plain_serializer_function_ser_schema(self.dump),
+            self._load, serialization=core_schema.plain_serializer_function_ser_schema(self.dump)
         )
+
+    def _load(self, doc: Mapping[str, Any]) -> _T:
+        try:
+            return self.load(doc)
+        except InvalidRequest as exc:
+            # reported with the field's path, like every other problem of the document
+            raise PydanticCustomError("by_hand", "{problem}", {"problem": str(exc)}) from None
 
 
 def _without_nulls(value: object) -> object:

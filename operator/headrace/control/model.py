@@ -221,22 +221,6 @@ COHORT_PLAN_JSON: Final = Codec(CohortPlan, "cohort plan")
 SPEC_EDIT: Final = "Topic.spec.partitions"
 
 
-@dataclass(frozen=True, slots=True)
-class _CutoverOffset:
-    """One entry of a transition's ``cutoverOffsets`` list."""
-
-    partition: int
-    offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class _Released:
-    """One entry of a transition's ``released`` list (its partitions read back sorted)."""
-
-    cohort: str
-    partitions: Annotated[tuple[int, ...], pydantic.AfterValidator(_sorted)]
-
-
 def _absent(value: object) -> bool:
     """Left out of a document while None (rather than written as null)."""
     return value is None
@@ -268,12 +252,14 @@ class Transition:
     #: the topology generation the cutover committed at; None until stamped (the step after)
     adoption_generation: int | None = None
     #: old partition -> the first offset its leader appended under ``to_version``
-    cutover_offsets: Annotated[
-        Mapping[int, int], ListMap(_CutoverOffset, "partition", "offset")
-    ] = field(default_factory=dict)
+    cutover_offsets: Annotated[Mapping[int, int], ListMap("partition", "offset")] = field(
+        default_factory=dict
+    )
     #: cohort -> the new partitions whose post-cutover records it may be delivered
+    #: (read back sorted)
     released: Annotated[
-        Mapping[str, tuple[int, ...]], ListMap(_Released, "cohort", "partitions")
+        Mapping[str, Annotated[tuple[int, ...], pydantic.AfterValidator(_sorted)]],
+        ListMap("cohort", "partitions"),
     ] = field(default_factory=dict)
     #: when every tracked cohort had drained every old partition's pre-cutover backlog
     drained_ms: int | None = None
@@ -334,7 +320,7 @@ class TopicStatus:
     partitions: Annotated[
         tuple[PartitionStatus, ...], pydantic.AfterValidator(_in_order), pydantic.Field(default=())
     ]
-    cohort_plans: Annotated[Mapping[str, CohortPlan], ListMap(CohortPlan, "cohort")] = field(
+    cohort_plans: Annotated[Mapping[str, CohortPlan], ListMap("cohort")] = field(
         default_factory=dict
     )
     #: the live repartition in flight, if any
@@ -411,12 +397,6 @@ class DeletedIncarnation:
 DELETED_INCARNATION_JSON: Final = Codec(DeletedIncarnation, "deleted incarnation")
 
 
-#: a broker's endpoint in the state document, in the protocol's own JSON
-_BROKER_ENTRY: Final = Annotated[
-    BrokerEndpoint, ByHand(BrokerEndpoint.from_json, BrokerEndpoint.to_json)
-]
-
-
 @pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class ClusterState:
@@ -428,16 +408,17 @@ class ClusterState:
 
     generation: int = 0
     #: every broker ever heard from (known brokers), by id; liveness is not stored
-    brokers: Annotated[Mapping[int, BrokerEndpoint], ListMap(_BROKER_ENTRY, "id")] = field(
-        default_factory=dict
-    )
-    topics: Annotated[Mapping[str, TopicStatus], ListMap(TopicStatus, "name")] = field(
-        default_factory=dict
-    )
+    brokers: Annotated[
+        Mapping[
+            int, Annotated[BrokerEndpoint, ByHand(BrokerEndpoint.from_json, BrokerEndpoint.to_json)]
+        ],
+        ListMap("id"),
+    ] = field(default_factory=dict)
+    topics: Annotated[Mapping[str, TopicStatus], ListMap("name")] = field(default_factory=dict)
     #: deleted incarnations whose objects are being removed, by creation id
     deleted: Annotated[
         Mapping[str, DeletedIncarnation],
-        ListMap(DeletedIncarnation, "creation_id"),
+        ListMap("creation_id"),
         pydantic.Field(exclude_if=_unset),
     ] = field(default_factory=dict)
 
