@@ -62,7 +62,12 @@ from headrace.protocol.coordination import (
     TopicPlacement,
     parse_since,
 )
-from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress
+from headrace.protocol.endpoints import (
+    DEFAULT_LISTENER,
+    BrokerEndpoint,
+    KafkaAddress,
+    ListenerAddress,
+)
 from headrace.replication import assigning
 from headrace.security.access import Access
 from headrace.security.settings import TlsSettings
@@ -116,6 +121,9 @@ class Broker:
         self._cursor_sweep = False
         self.cohorts: dict[tuple[str, str], CohortRuntime] = {}
         self._server: asyncio.Server | None = None
+        #: the servers of ``settings.listeners``, by name, and the ports they bound
+        self._listener_servers: dict[str, asyncio.Server] = {}
+        self.listener_ports: dict[str, int] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._lock_fd: int | None = None
         self.ready = False
@@ -188,6 +196,17 @@ class Broker:
             backlog=1024,
         )
         self.port = self._server.sockets[0].getsockname()[1]
+        for listener in self.settings.listeners:
+            server = await loop.create_server(
+                functools.partial(Connection, self, listener.name),
+                listener.host,
+                listener.port,
+                ssl=self.server_ssl,
+                reuse_address=True,
+                backlog=1024,
+            )
+            self._listener_servers[listener.name] = server
+            self.listener_ports[listener.name] = server.sockets[0].getsockname()[1]
         if self.settings.kafka_port >= 0:
             await self._start_kafka_listener()
         self._tasks.append(loop.create_task(self._flush_cursors_forever(), name="cursor-flush"))
@@ -257,6 +276,8 @@ class Broker:
         self.ready = False
         if self._server is not None:
             self._server.close()
+        for server in self._listener_servers.values():
+            server.close()
         if self._kafka_server is not None:
             self._kafka_server.close()
         for kafka_conn in list(self.kafka_connections):
@@ -329,18 +350,18 @@ class Broker:
         self.connections.discard(conn)
         self.metrics.connections.set(len(self.connections))
 
-    def topology(self) -> tuple[msg.TopologySnapshot, object]:
-        """The snapshot, and its routing content (what decides whether to push)."""
+    def topology(self, listener: str = DEFAULT_LISTENER) -> tuple[msg.TopologySnapshot, object]:
+        """The snapshot a client of ``listener`` is given (every broker's address on that
+        listener), and its routing content (what decides whether to push)."""
         if self.cluster is not None:
-            snapshot = self.cluster.client_snapshot()
+            snapshot = self.cluster.client_snapshot(listener)
         elif self.settings.cluster_mode:
             # Awaiting the controller's first push: own nothing, at generation 0, so a client
             # prefers any other broker's view and never routes writes here on our word.
-            host, port = self.advertised
             snapshot = msg.TopologySnapshot(
                 0,
                 self.settings.cluster_id,
-                [BrokerEndpoint(self.settings.broker_id, host, port)],
+                [self.own_endpoint().on(listener)],
                 [
                     msg.TopicRouting(
                         t.name,
@@ -354,7 +375,6 @@ class Broker:
                 ],
             )
         else:
-            host, port = self.advertised
             me = self.settings.broker_id
             routing = []
             for topic in sorted(self.registry.topics.values(), key=lambda t: t.name):
@@ -375,7 +395,7 @@ class Broker:
             snapshot = msg.TopologySnapshot(
                 self.registry.generation,
                 self.settings.cluster_id,
-                [BrokerEndpoint(me, host, port)],
+                [self.own_endpoint().on(listener)],
                 routing,
                 self.registry.generation_epoch,
             )
@@ -400,11 +420,35 @@ class Broker:
         """Where clients should connect: the bound port, even when asked for port 0."""
         return (self.settings.advertised_host or self.settings.host, self.port)
 
+    def advertised_listeners(self) -> tuple[ListenerAddress, ...]:
+        """Where clients of each named listener should connect (the bound port unless
+        told another: a NodePort or a load balancer forwards to it)."""
+        return tuple(
+            ListenerAddress(
+                listener.name,
+                listener.advertised_host or listener.host,
+                listener.advertised_port or self.listener_ports.get(listener.name, listener.port),
+            )
+            for listener in self.settings.listeners
+        )
+
+    def own_endpoint(
+        self, admin_port: int = -1, kafka: KafkaAddress | None = None
+    ) -> BrokerEndpoint:
+        """This broker's endpoint: the default listener's address and the named ones'."""
+        host, port = self.advertised
+        return BrokerEndpoint(
+            self.settings.broker_id, host, port, admin_port, kafka, self.advertised_listeners()
+        )
+
     def push_topology(self) -> None:
-        snapshot, routing = self.topology()
-        self.metrics.topology_generation.set(snapshot.generation)
+        snapshots: dict[str, tuple[msg.TopologySnapshot, object]] = {}
+        snapshots[DEFAULT_LISTENER] = self.topology()
+        self.metrics.topology_generation.set(snapshots[DEFAULT_LISTENER][0].generation)
         for conn in list(self.connections):
-            conn.push_topology(snapshot, routing)
+            if conn.listener not in snapshots:
+                snapshots[conn.listener] = self.topology(conn.listener)
+            conn.push_topology(*snapshots[conn.listener])
 
     def adoption_floor(self) -> int | None:
         """Lowest topology generation acked by connections that ever acked (the adoption label)."""
@@ -412,10 +456,10 @@ class Broker:
         return min(acked) if acked else None
 
     def _redirect(self, topic: Topic, partition: int, reason: str) -> RedirectRequired:
+        # the whole endpoint: the connection answers with its own listener's address of it
         owner: BrokerEndpoint | None = None
         if self.cluster is None and not self.settings.cluster_mode:
-            host, port = self.advertised
-            owner = BrokerEndpoint(self.settings.broker_id, host, port)
+            owner = self.own_endpoint()
         elif self.cluster is not None:
             placement = next((t for t in self.cluster.topics if t.name == topic.name), None)
             leader = None
@@ -423,9 +467,7 @@ class Broker:
                 leader = next(
                     (a.leader for a in placement.assignments if a.partition == partition), None
                 )
-            endpoint = self.cluster.broker(leader) if leader is not None else None
-            if endpoint is not None:
-                owner = BrokerEndpoint(endpoint.id, endpoint.host, endpoint.port)
+            owner = self.cluster.broker(leader) if leader is not None else None
         snapshot, _ = self.topology()
         redirect = msg.Redirect(
             topic.name, partition, owner, topic.partitioning_version, snapshot.generation, reason
@@ -739,7 +781,6 @@ class Broker:
     def heartbeat(self, since: str | None = None) -> Heartbeat:
         """What the controller polls (``GET /v1/heartbeat``): every partition's report, or
         with ``since`` (``instance:seq`` of an earlier answer) only what changed since."""
-        host, port = self.advertised
         admin_port = self.admin.port if self.admin is not None else -1
         built = self.reports.rebuilt
         partitions, removed, journal = self.reports.answer(parse_since(since))
@@ -748,7 +789,7 @@ class Broker:
         if self._kafka_server is not None:
             kafka = KafkaAddress(*self.kafka_advertised())
         return Heartbeat(
-            BrokerEndpoint(self.settings.broker_id, host, port, admin_port, kafka),
+            self.own_endpoint(admin_port, kafka),
             adoption=self.adoption_floor(),
             draining=self.draining or not self.ready,
             partitions=partitions,

@@ -11,6 +11,24 @@ from headrace.storage.bookkeeping import LogConfig
 
 
 @dataclass(frozen=True, slots=True)
+class ListenerSettings:
+    """One data listener besides the default (``host``/``port``): the same protocol on
+    another address, whose clients are told every broker's address on this listener
+    (``--listener``, ``--advertised-listener``)."""
+
+    #: what the brokers' heartbeats and pushes name it by; every broker of a cluster
+    #: names the same listener the same
+    name: str
+    #: the address it binds to; port 0 picks a free one
+    host: str
+    port: int
+    #: what clients that came in through it are told to dial (None: the bind host)
+    advertised_host: str | None = None
+    #: None: the bound port
+    advertised_port: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class BrokerSettings:
     data_dir: Path
     #: address the data port binds to; loopback by default so nothing listens unasked
@@ -21,6 +39,9 @@ class BrokerSettings:
     admin_port: int = 9644
     #: the host:port clients are told to use (defaults to host:port)
     advertised_host: str | None = None
+    #: more data listeners (``protocol.endpoints.DEFAULT_LISTENER`` is the one above, which
+    #: brokers replicate through); empty: the default listener alone
+    listeners: tuple[ListenerSettings, ...] = ()
     #: the Kafka listener (docs/kafka.md): its own port, -1 = off; 0 picks a free one
     kafka_port: int = -1
     #: the address the Kafka listener binds to (None: ``host``)

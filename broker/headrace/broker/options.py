@@ -17,8 +17,9 @@ from typing import Any, TypeVar
 
 import click
 
-from headrace.broker.config import BrokerSettings
+from headrace.broker.config import BrokerSettings, ListenerSettings
 from headrace.kafka.offsets_log import DEFAULT_OFFSETS_TOPIC
+from headrace.protocol.endpoints import DEFAULT_LISTENER
 from headrace.security.settings import AdminReadAccess, TlsSettings
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
@@ -161,6 +162,24 @@ BROKER_OPTIONS: tuple[BrokerOption, ...] = (
     ),
     BrokerOption(
         ("--advertised-host",), S, "advertised_host", help="Host clients are told to connect to."
+    ),
+    BrokerOption(
+        ("--listener", "listeners"),
+        COMMAND,
+        "listeners",
+        multiple=True,
+        help="Another data listener, NAME=HOST:PORT (repeatable; port 0: a free one): clients"
+        " that connect through it are told every broker's address on the listener of that"
+        f" NAME (docs/operations.md). {DEFAULT_LISTENER!r} names --host/--port.",
+    ),
+    BrokerOption(
+        ("--advertised-listener", "advertised_listeners"),
+        COMMAND,
+        "advertised_listeners",
+        multiple=True,
+        help="NAME=HOST[:PORT]: what clients of listener NAME are told to dial (default: its"
+        " bind host and bound port). PORT+id: PORT plus --broker-id (one node port per"
+        " broker of a StatefulSet).",
     ),
     BrokerOption(
         ("--rack",),
@@ -418,6 +437,11 @@ def broker_settings(options: Mapping[str, Any]) -> BrokerSettings:
         raise click.UsageError("--tls-cert and --tls-key go together")
     if (admin_tls["cert_file"] is None) != (admin_tls["key_file"] is None):
         raise click.UsageError("--admin-tls-cert and --admin-tls-key go together")
+    settings["listeners"] = listener_settings(
+        values[COMMAND]["listeners"],
+        values[COMMAND]["advertised_listeners"],
+        settings["broker_id"],
+    )
     if settings["replication_token_file"]:
         settings["replication_token"] = None  # the file replaces the token
     return BrokerSettings(
@@ -427,4 +451,76 @@ def broker_settings(options: Mapping[str, Any]) -> BrokerSettings:
         admin_tls=TlsSettings(**admin_tls)
         if admin_tls["cert_file"] and admin_tls["key_file"]
         else None,
+    )
+
+
+def _named(text: str, flag: str) -> tuple[str, str]:
+    name, sep, address = text.partition("=")
+    if not sep or not name or not address:
+        raise click.BadParameter(f"{text!r}: expected NAME=HOST:PORT", param_hint=flag)
+    return name, address
+
+
+def _host_port(
+    text: str, flag: str, *, port_required: bool, broker_id: int | None = None
+) -> tuple[str, int | None]:
+    """``HOST:PORT``, ``[V6HOST]:PORT`` or (without ``port_required``) a bare host; with
+    ``broker_id``, ``PORT+id`` is ``PORT`` plus it."""
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        port_text = rest[1:] if rest.startswith(":") else None
+        if not sep or (rest and port_text is None):
+            raise click.BadParameter(f"{text!r}: expected [HOST]:PORT", param_hint=flag)
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, None
+    if not host or (port_text is None and port_required):
+        raise click.BadParameter(f"{text!r}: expected HOST:PORT", param_hint=flag)
+    if port_text is None:
+        return host, None
+    offset = 0
+    if broker_id is not None and port_text.endswith("+id"):
+        port_text, offset = port_text.removesuffix("+id"), broker_id
+    if not port_text.isdigit() or int(port_text) + offset > 65535:
+        raise click.BadParameter(f"{text!r}: the port must be 0..65535", param_hint=flag)
+    return host, int(port_text) + offset
+
+
+def listener_settings(
+    listeners: tuple[str, ...], advertised: tuple[str, ...], broker_id: int = 0
+) -> tuple[ListenerSettings, ...]:
+    """``--listener NAME=HOST:PORT`` and ``--advertised-listener NAME=HOST[:PORT]`` as
+    settings (an advertised ``PORT+id`` is ``PORT`` plus ``broker_id``). Refuses, as bad parameters: a malformed address, the default listener's
+    name, a name twice, and an advertised address for a listener that is not declared."""
+    bound: dict[str, tuple[str, int]] = {}
+    for text in listeners:
+        name, address = _named(text, "--listener")
+        if name == DEFAULT_LISTENER:
+            raise click.BadParameter(
+                f"{name!r} is the default listener: set it with --host/--port",
+                param_hint="--listener",
+            )
+        if name in bound:
+            raise click.BadParameter(f"listener {name!r} given twice", param_hint="--listener")
+        host, port = _host_port(address, "--listener", port_required=True)
+        assert port is not None  # port_required
+        bound[name] = (host, port)
+    told: dict[str, tuple[str, int | None]] = {}
+    for text in advertised:
+        name, address = _named(text, "--advertised-listener")
+        if name not in bound:
+            raise click.BadParameter(
+                f"{name!r}: no --listener of that name", param_hint="--advertised-listener"
+            )
+        if name in told:
+            raise click.BadParameter(
+                f"listener {name!r} advertised twice", param_hint="--advertised-listener"
+            )
+        told[name] = _host_port(
+            address, "--advertised-listener", port_required=False, broker_id=broker_id
+        )
+    return tuple(
+        ListenerSettings(name, host, port, *told.get(name, (None, None)))
+        for name, (host, port) in bound.items()
     )

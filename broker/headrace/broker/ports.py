@@ -36,7 +36,7 @@ from headrace.errors import HeadraceError, StorageError
 from headrace.protocol import messages as msg
 from headrace.protocol import replication as rp
 from headrace.protocol.coordination import ClusterTopology, Heartbeat
-from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.endpoints import DEFAULT_LISTENER, BrokerEndpoint
 from headrace.protocol.frames import Frame, Op
 from headrace.security.access import Access, ConnectionAccess
 
@@ -199,6 +199,9 @@ class ClientLink(Protocol):
     @property
     def acked_generation(self) -> int | None: ...
 
+    @property
+    def listener(self) -> str: ...
+
     def push_topology(self, snapshot: msg.TopologySnapshot, routing: object) -> None: ...
 
     def close(self) -> None: ...
@@ -246,7 +249,7 @@ class ConnectionHost(BrokerCore, Protocol):
         """Cluster mode: the last topology the controller pushed (None: standalone, or
         before the first push)."""
 
-    def topology(self) -> tuple[msg.TopologySnapshot, object]: ...
+    def topology(self, listener: str = DEFAULT_LISTENER) -> tuple[msg.TopologySnapshot, object]: ...
 
     def partition_for_write(self, topic: str, partition: int, version: int) -> Partition: ...
 
@@ -383,6 +386,10 @@ class FrameLink(MemberLink, Protocol):
 
     @property
     def closed(self) -> bool: ...
+
+    @property
+    def listener(self) -> str:
+        """The listener that accepted it: the addresses its topology snapshots name."""
 
     def peercert(self) -> object:
         """The peer's TLS certificate (``getpeercert()``), None without one."""

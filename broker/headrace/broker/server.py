@@ -14,6 +14,7 @@ requests as it likes.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Sequence
 
@@ -34,6 +35,7 @@ from headrace.errors import (
     UnknownOperation,
 )
 from headrace.protocol import messages as msg
+from headrace.protocol.endpoints import DEFAULT_LISTENER
 from headrace.protocol.frames import (
     FLAG_NO_REPLY,
     FLAG_PUSH,
@@ -53,9 +55,11 @@ class Connection(asyncio.BufferedProtocol):
     read straight into the frame decoder's buffer (``get_buffer``), one copy fewer of
     every produced and replicated byte than ``data_received`` would take."""
 
-    def __init__(self, broker: ConnectionHost) -> None:
+    def __init__(self, broker: ConnectionHost, listener: str = DEFAULT_LISTENER) -> None:
         #: the broker, seen through the port a connection needs (``ports.ConnectionHost``)
         self.broker = broker
+        #: the listener that accepted it: the addresses its topology and redirects name
+        self.listener = listener
         self.transport: asyncio.Transport | None = None
         self.decoder = FrameDecoder(
             broker.access.max_frame_bytes_before_handshake(broker.settings.max_frame_bytes)
@@ -216,7 +220,10 @@ class Connection(asyncio.BufferedProtocol):
             handler(frame)
         except RedirectRequired as redirect:
             self.broker.metrics.redirects.inc()
-            self.respond(frame, Op.REDIRECT, redirect.redirect.encode())
+            answer = redirect.redirect
+            if answer.owner is not None:
+                answer = dataclasses.replace(answer, owner=answer.owner.on(self.listener))
+            self.respond(frame, Op.REDIRECT, answer.encode())
         except HeadraceError as exc:
             self.broker.metrics.errors.labels(type(exc).__name__).inc()
             if not frame.flags & FLAG_NO_REPLY:

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from headrace.errors import InvalidRequest, UnsupportedDocument
-from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.endpoints import DEFAULT_LISTENER, BrokerEndpoint
 from headrace.protocol.jsonfields import ints, mapping, objects, optional, required
 from headrace.protocol.messages import TopicRouting, TopologySnapshot
 
@@ -808,10 +808,11 @@ class ClusterTopology:
     def broker(self, broker_id: int) -> BrokerEndpoint | None:
         return next((b for b in self.brokers if b.id == broker_id), None)
 
-    def client_snapshot(self) -> TopologySnapshot:
-        """What clients route by: each partition's owner is the leader the push names
-        (the candidate while one promotes), ``NO_OWNER`` when Offline; the client wire
-        carries no admin port."""
+    def client_snapshot(self, listener: str = DEFAULT_LISTENER) -> TopologySnapshot:
+        """What clients of ``listener`` route by: each partition's owner is the leader the
+        push names (the candidate while one promotes), ``NO_OWNER`` when Offline; each
+        broker's address on that listener (``BrokerEndpoint.on``); the client wire carries
+        no admin port."""
         routing = []
         for t in sorted(self.topics, key=lambda t: t.name):
             ordered = sorted(t.assignments, key=lambda a: a.partition)
@@ -826,7 +827,7 @@ class ClusterTopology:
                     t.creation_id,
                 )
             )
-        brokers = [BrokerEndpoint(b.id, b.host, b.port) for b in self.brokers]
+        brokers = [b.on(listener) for b in self.brokers]
         return TopologySnapshot(self.generation, self.cluster_id, brokers, routing)
 
     def to_json(self) -> dict[str, Any]:

@@ -212,10 +212,9 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
     more = [f"b-{i}" for i in range(100)]
     wait_for("an acks=all produce after the failover", lambda: produced(more), 60, every_s=1.0)
     # Read back once the cluster has settled: the returned broker is back in every LRS
-    # and the preferred-leader rebalance has given it its partitions back. (A consumer
-    # reading *during* that rebalance went idle for more than its 5 s idle timeout in
-    # some runs and stopped early: a client or rebalance latency to look at, not a loss;
-    # the records were all there when read again.)
+    # and the preferred-leader rebalance has given it its partitions back. (A consume
+    # reading *during* that rebalance once went idle for more than its 5 s idle timeout;
+    # tests/integration/test_consume_through_hand_back.py reads through one.)
     wait_for(
         "the cluster to settle (preferred leaders, whole LRS)",
         lambda: settled(topic_status(cluster, namespace)),

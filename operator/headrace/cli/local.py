@@ -68,6 +68,7 @@ from headrace.cli.local_cluster import (
     LocalClusterPlan,
     bring_down,
     bring_up,
+    parse_listeners,
     parse_racks,
     report_up,
     start_broker,
@@ -264,6 +265,15 @@ def local() -> None:
     help=f"Every broker's Kafka listener (docs/kafka.md) [default: {DEFAULT_KAFKA_PORT}, or"
     " port base + 3]; -1 turns it off.",
 )
+@click.option(
+    "--listener",
+    "listeners",
+    multiple=True,
+    metavar="NAME=PORT",
+    help="Another data listener on every broker (repeatable): broker i's N-th binds and"
+    " advertises 127.0.N.(2+i):PORT; clients that bootstrap through it are told every"
+    " broker's address on it (docs/operations.md).",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C brings the cluster down.")
 def local_up(
     count: int,
@@ -278,6 +288,7 @@ def local_up(
     acl_file: Path | None,
     racks: str | None,
     kafka_port: int | None,
+    listeners: tuple[str, ...],
     foreground: bool,
 ) -> None:
     """Start the controller and COUNT brokers (and MinIO with --object-store minio).
@@ -292,6 +303,7 @@ def local_up(
     if not 1 <= count <= 9:
         raise click.BadParameter("between 1 and 9 brokers", param_hint="--brokers")
     rack_names = parse_racks(racks)
+    named_listeners = parse_listeners(listeners)
     if port_base is not None and not 1 <= port_base <= 65533:
         raise click.BadParameter("between 1 and 65533", param_hint="--port-base")
     if port is None:
@@ -316,6 +328,7 @@ def local_up(
         preferred_leader_quiet_ms=preferred_leader_quiet_ms,
         acl_file=acl_file,
         racks=tuple(rack_names),
+        listeners=tuple(named_listeners),
     )
     record = bring_up(plan)
     report_up(record, directory, count, foreground)

@@ -43,6 +43,7 @@ from headrace.cli.processes import (
     stop_processes,
     wait_until_serving,
 )
+from headrace.protocol.endpoints import DEFAULT_LISTENER
 from headrace.resources.clusters import offsets_topic_spec
 
 #: ports when neither --port-base nor the port options are given
@@ -75,6 +76,9 @@ class LocalClusterPlan:
     preferred_leader_quiet_ms: int | None
     acl_file: Path | None
     racks: tuple[str, ...]
+    #: more data listeners, (name, port): broker i's k-th (from 1) binds and advertises
+    #: ``listener_host(k, i)`` on that port
+    listeners: tuple[tuple[str, int], ...] = ()
 
 
 def object_store_args(
@@ -115,7 +119,39 @@ def broker_args(b: Mapping[str, Any], directory: Path, fsync: str | None = None)
         args += ["--kafka-port", str(b["kafka_port"])]
     if b.get("rack"):
         args += ["--rack", str(b["rack"])]
+    for listener in b.get("listeners", []):
+        args += ["--listener", f"{listener['name']}={listener['host']}:{listener['port']}"]
     return args
+
+
+def listener_host(listener: int, broker_id: int) -> str:
+    """Where broker ``broker_id``'s ``listener``-th named listener (from 1) binds: a loopback
+    address of its own (the default listener's is ``127.0.0.<2 + id>``)."""
+    return f"127.0.{listener}.{2 + broker_id}"
+
+
+def broker_listeners(named: Sequence[tuple[str, int]], broker_id: int) -> list[dict[str, Any]]:
+    """Broker ``broker_id``'s record of the cluster's named listeners ((name, port) each)."""
+    return [
+        {"name": name, "host": listener_host(k, broker_id), "port": port}
+        for k, (name, port) in enumerate(named, start=1)
+    ]
+
+
+def parse_listeners(texts: Sequence[str]) -> list[tuple[str, int]]:
+    """``--listener NAME=PORT`` options as (name, port); refuses a malformed one, a name
+    twice and the default listener's name."""
+    listeners: list[tuple[str, int]] = []
+    for text in texts:
+        name, _, port = text.partition("=")
+        if not name or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise click.BadParameter(f"{text!r}: expected NAME=PORT", param_hint="--listener")
+        if name == DEFAULT_LISTENER or name in (n for n, _ in listeners):
+            raise click.BadParameter(
+                f"{name!r}: the default listener's name, or given twice", param_hint="--listener"
+            )
+        listeners.append((name, int(port)))
+    return listeners
 
 
 def rack_for(broker_id: int, racks: Sequence[str]) -> str | None:
@@ -208,6 +244,8 @@ def _start(record: dict[str, Any], plan: LocalClusterPlan) -> None:
             b["kafka_port"] = record["kafka_port"]
         if rack := rack_for(i, record.get("racks", [])):
             b["rack"] = rack
+        if plan.listeners:
+            b["listeners"] = broker_listeners(plan.listeners, i)
         b["pid"] = spawn_headrace(
             [*broker_args(b, directory, plan.fsync), *store_args],
             directory / "logs" / f"broker-{i}.log",

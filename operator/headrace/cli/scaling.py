@@ -31,7 +31,7 @@ from headrace.cli.controller_client import (
     resolve_controller_url,
 )
 from headrace.cli.local import local
-from headrace.cli.local_cluster import rack_for, start_broker
+from headrace.cli.local_cluster import broker_listeners, rack_for, start_broker
 from headrace.cli.local_record import STATE_FILE, write_state
 from headrace.cli.processes import alive, stop_processes
 
@@ -117,6 +117,9 @@ def add_broker(directory: Path, controller_url: str | None, wait: bool, timeout:
         b["kafka_port"] = record["kafka_port"]
     if rack := rack_for(new_id, record.get("racks", [])):
         b["rack"] = rack
+    if first.get("listeners"):
+        named = [(listener["name"], listener["port"]) for listener in first["listeners"]]
+        b["listeners"] = broker_listeners(named, new_id)
     record["brokers"] = [*brokers, b]
     write_state(directory / STATE_FILE, record)
     start_broker(directory, new_id)

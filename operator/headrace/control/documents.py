@@ -68,7 +68,7 @@ from headrace.control.model import (
     UnloadRequest,
 )
 from headrace.errors import InvalidRequest, InvalidTopicSpec
-from headrace.protocol.endpoints import UNKNOWN_PORT, BrokerEndpoint, KafkaAddress
+from headrace.protocol.endpoints import UNKNOWN_PORT, BrokerEndpoint, KafkaAddress, ListenerAddress
 from headrace.resources import clusters as cluster_models
 from headrace.resources import topics as topic_models
 
@@ -472,7 +472,8 @@ def cluster_status(
     It is the BrokerCluster status (``headrace.resources.clusters.BrokerClusterStatus``),
     built through that model so that it is one the CRD accepts: ``topologyGeneration``,
     the committed ``topics``, and per broker what it advertised (``host``, ``port``,
-    ``adminPort``, and ``kafkaHost``/``kafkaPort`` with a Kafka listener; a port nobody
+    ``adminPort``, ``kafkaHost``/``kafkaPort`` with a Kafka listener, ``listeners`` with
+    named listeners; a port nobody
     told the controller is left out) with ``address`` for
     people and ``live``/``draining`` from ``liveness`` (none live when not given);
     ``retainedTopics``: the topics set aside (``Restored.set_aside``), if any;
@@ -507,6 +508,11 @@ def cluster_status(
                 admin_port=_known(b.admin_port),
                 kafka_host=None if b.kafka is None else b.kafka.host,
                 kafka_port=None if b.kafka is None else b.kafka.port,
+                listeners=[
+                    cluster_models.ListenerStatus(name=n.name, host=n.host, port=n.port)
+                    for n in b.listeners
+                ]
+                or None,
             )
             for _, b in sorted(state.brokers.items())
         ],
@@ -551,6 +557,7 @@ def _endpoint(broker: cluster_models.BrokerStatus) -> BrokerEndpoint:
         UNKNOWN_PORT if broker.port is None else broker.port,
         UNKNOWN_PORT if broker.admin_port is None else broker.admin_port,
         kafka,
+        tuple(ListenerAddress(n.name, n.host, n.port) for n in broker.listeners or ()),
     )
 
 

@@ -329,6 +329,7 @@ async def _apply_workload(
         ):
             await context.api.apply(manifest)
             applied.append(f"{manifest['kind']}/{manifest['metadata']['name']}")
+        await _delete_stale_external_services(context, cluster, meta.namespace, replicas)
         offsets = workloads.offsets_topic(cluster, meta.uid, meta.namespace)
         if offsets is not None and await context.api.create(offsets):
             applied.append(f"Topic/{offsets['metadata']['name']}")
@@ -342,6 +343,20 @@ async def _apply_workload(
     finally:
         metrics.durations.labels(WORKLOAD).observe(time.perf_counter() - started)
     return applied, replicas
+
+
+async def _delete_stale_external_services(
+    context: OperatorContext, cluster: BrokerCluster, namespace: str, replicas: int
+) -> None:
+    """Delete the external Services of brokers a scale down removed (or all of them, once
+    the external listener is): left, they would hold their node ports."""
+    selector = (
+        f"{workloads.CLUSTER_LABEL}={cluster.metadata.name},{workloads.EXTERNAL_SERVICE_LABEL}"
+    )
+    existing = await context.api.list("v1", "Service", namespace, selector)
+    metas = [bodies.meta_of(service) for service in existing]
+    for name in workloads.stale_external_services(cluster, replicas, metas):
+        await context.api.delete(ObjectRef("v1", "Service", namespace, name))
 
 
 async def _resize_storage(context: OperatorContext, cluster: BrokerCluster, namespace: str) -> None:

@@ -51,7 +51,9 @@ RULES: Final[tuple[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...
     # (and watched: each step reads it from the watch cache, ``caching``)
     (("apps",), ("statefulsets",), ("get", "list", "watch", "create", "patch", "delete")),
     (("",), ("persistentvolumeclaims",), ("list", "patch")),
-    (("",), ("services", "configmaps"), ("get", "create", "patch")),
+    (("",), ("configmaps",), ("get", "create", "patch")),
+    # the brokers' external Services are deleted again after a scale down
+    (("",), ("services",), ("get", "list", "create", "patch", "delete")),
     (("policy",), ("poddisruptionbudgets",), ("get", "create", "patch")),
     # the brokers' pod IPs, watched into a cache (``caching``); a rolling restart deletes
     # one pod at a time

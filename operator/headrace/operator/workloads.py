@@ -15,6 +15,11 @@ server-side applies, with no I/O:
   (``headrace drain``) moves the broker's leadership away before it stops;
 * a **headless Service** (stable pod identities for the StatefulSet) and a
   **client Service**;
+* with ``spec.listeners.external``, a **Service per broker** (``NodePort``: node port
+  ``nodePortBase + id``, selecting that broker's pod) and the broker's external
+  listener, advertised as its node's address and that node port
+  (``external_listener_args``); the operator deletes the Services of brokers a scale
+  down removed, or all of them once the listener is (``stale_external_services``);
 * a **PodDisruptionBudget** (``maxUnavailable: 1``);
 * with ``spec.tls``, the TLS Secret(s) mounted as volumes (``tls_volumes``; never
   ``subPath``, so a renewal reaches the running brokers, which reload it), the TLS
@@ -43,6 +48,7 @@ from typing import Any, Final
 from urllib.parse import quote
 
 from headrace.operator import auth
+from headrace.operator.bodies import Meta
 from headrace.resources.clusters import (
     BrokerCluster,
     ClientAuth,
@@ -79,6 +85,15 @@ STARTUP_PERIOD_SECONDS: Final = 5
 STARTUP_BUDGET_SECONDS: Final = 30 * 60
 #: the label the StatefulSet controller puts on each pod (Kubernetes >= 1.28)
 POD_INDEX_LABEL: Final = "apps.kubernetes.io/pod-index"
+#: the label the StatefulSet controller puts on each pod: its name (a broker's Service
+#: selects its one pod by it)
+POD_NAME_LABEL: Final = "statefulset.kubernetes.io/pod-name"
+#: the name brokers know their external listener by (``--listener``); the internal one
+#: is the data port
+EXTERNAL_LISTENER: Final = "external"
+#: marks a broker's external Service (its value: the broker id), so the operator finds
+#: the ones no broker needs any more
+EXTERNAL_SERVICE_LABEL: Final = "headrace.dev/external-broker"
 CLUSTER_LABEL: Final = "headrace.dev/cluster"
 CONFIG_HASH_ANNOTATION: Final = "headrace.dev/config-hash"
 #: where the TLS Secrets are mounted (``tls_volumes``)
@@ -299,6 +314,7 @@ def broker_args(cluster: BrokerCluster, advertise: Advertise = Advertise.DNS) ->
             "--kafka-offsets-topic",
             f"{cluster.metadata.namespace}/{kafka.offsets_topic}",
         ]
+    args += external_listener_args(cluster)
     args += tls_args(cluster)
     if cluster.spec.auth.enabled:
         # credentials come from files the kubelet refreshes (``auth_volumes``), never argv
@@ -311,6 +327,82 @@ def broker_args(cluster: BrokerCluster, advertise: Advertise = Advertise.DNS) ->
             auth.REPLICATION_TOKEN_PATH,
         ]
     return args
+
+
+def external_listener_args(cluster: BrokerCluster) -> list[str]:
+    """The external listener's flags: bound on the pod IP (the broker's Service forwards
+    to it), advertised as the node the pod runs on and the broker's node port
+    (``nodePortBase`` plus its id: ``+id``)."""
+    external = cluster.spec.listeners.external
+    if external is None:
+        return []
+    return [
+        "--listener",
+        f"{EXTERNAL_LISTENER}=$(POD_IP):{external.port}",
+        "--advertised-listener",
+        f"{EXTERNAL_LISTENER}=$(NODE_IP):{external.node_port_base}+id",
+    ]
+
+
+def external_service_name(cluster_name: str, broker: int) -> str:
+    """Broker ``broker``'s external Service."""
+    return f"{cluster_name}-external-{broker}"
+
+
+def external_services(
+    cluster: BrokerCluster, uid: str, namespace: str, replicas: int
+) -> list[dict[str, Any]]:
+    """One Service per broker for ``spec.listeners.external`` (none without it): a
+    NodePort forwarding node port ``nodePortBase + id`` to that broker's pod alone, so
+    a client outside the cluster reaches the broker it was told (a shared Service
+    would spread its connections over every broker)."""
+    external = cluster.spec.listeners.external
+    if external is None:
+        return []
+    name = cluster.metadata.name
+    services = []
+    for broker in range(replicas):
+        meta = _meta(external_service_name(name, broker), cluster, uid, namespace)
+        meta["labels"] = {**meta["labels"], EXTERNAL_SERVICE_LABEL: str(broker)}
+        services.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": meta,
+                "spec": {
+                    "type": external.type.value,
+                    "selector": {
+                        **_selector(name),
+                        POD_NAME_LABEL: f"{names(name)['statefulset']}-{broker}",
+                    },
+                    # the pod's broker is the address: ready or not, as the headless one
+                    "publishNotReadyAddresses": True,
+                    "ports": [
+                        {
+                            "name": EXTERNAL_LISTENER,
+                            "port": external.port,
+                            "targetPort": EXTERNAL_LISTENER,
+                            "nodePort": external.node_port_base + broker,
+                        }
+                    ],
+                },
+            }
+        )
+    return services
+
+
+def stale_external_services(
+    cluster: BrokerCluster, replicas: int, existing: Iterable[Meta]
+) -> list[str]:
+    """The names of the external Services in ``existing`` (the cluster's Services) no
+    broker needs: a broker's at or beyond ``replicas``, or all once the listener is gone."""
+    keep = 0 if cluster.spec.listeners.external is None else replicas
+    stale = []
+    for service in existing:
+        broker = service.labels.get(EXTERNAL_SERVICE_LABEL)
+        if broker is not None and (not broker.isdigit() or int(broker) >= keep):
+            stale.append(service.name)
+    return sorted(stale)
 
 
 def auth_env(cluster: BrokerCluster) -> list[dict[str, Any]]:
@@ -486,6 +578,7 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
     env: list[dict[str, Any]] = [
         {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
         {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        *_node_ip_env(cluster),
         # the preStop hook's ``headrace drain`` finds the broker's admin port here
         {
             "name": "HEADRACE_ADMIN_URL",
@@ -501,6 +594,14 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
     env += tls_env(cluster)
     env += [{"name": k, "value": v} for k, v in sorted(settings.env.items())]
     return env
+
+
+def _node_ip_env(cluster: BrokerCluster) -> list[dict[str, Any]]:
+    """The node's address, which an external listener advertises (none without one, so
+    a cluster without it keeps its pod template)."""
+    if cluster.spec.listeners.external is None:
+        return []
+    return [{"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
 
 
 def pod_security_context(uid: int = IMAGE_UID) -> dict[str, Any]:
@@ -604,6 +705,7 @@ def statefulset(
             {"name": "data", "containerPort": DATA_PORT},
             {"name": "admin", "containerPort": ADMIN_PORT},
             *_kafka_ports(cluster, "containerPort"),
+            *_external_ports(cluster),
         ],
         # admin HTTP answers only once the logs are recovered: until then the startup
         # probe, not liveness, decides, and it waits as long as a large log may take
@@ -692,6 +794,14 @@ def _kafka_ports(cluster: BrokerCluster, key: str) -> list[dict[str, Any]]:
     return [port]
 
 
+def _external_ports(cluster: BrokerCluster) -> list[dict[str, Any]]:
+    """The external listener's container port, if the cluster has one."""
+    external = cluster.spec.listeners.external
+    if external is None:
+        return []
+    return [{"name": EXTERNAL_LISTENER, "containerPort": external.port}]
+
+
 def manifests(
     cluster: BrokerCluster,
     uid: str,
@@ -736,6 +846,9 @@ def manifests(
             "metadata": _meta(names(name)["pdb"], cluster, uid, namespace),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector(name)}},
         },
+        *external_services(
+            cluster, uid, namespace, cluster.spec.replicas if replicas is None else replicas
+        ),
         statefulset(cluster, uid, namespace, settings, replicas),
     ]
 

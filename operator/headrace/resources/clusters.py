@@ -290,8 +290,49 @@ class ClusterTls(Model):
         return self
 
 
+class ExternalListenerType(enum.StrEnum):
+    """How clients outside the cluster reach each broker."""
+
+    #: a NodePort Service per broker: every node forwards ``nodePortBase + id`` to it
+    NODE_PORT = "NodePort"
+
+
+class ExternalListener(Model):
+    """A data listener for clients outside the cluster: each broker gets a Service of its
+    own and advertises, on this listener, the address such a client dials. Clients that
+    bootstrap through it are told every broker's external address (docs/operations.md,
+    *External listener*)."""
+
+    type: ExternalListenerType = ExternalListenerType.NODE_PORT
+    """``NodePort``: broker ``i`` is reached on its node's address and node port
+    ``nodePortBase + i``."""
+    port: int = Field(default=9094, ge=1, le=65535)
+    """The port every broker binds this listener to on its pod IP (the Services' target).
+    Not the data port (9092), the Kafka port (9093) nor the admin port (9644)."""
+    node_port_base: int = Field(ge=30000, le=32767)
+    """Broker ``i``'s node port is ``nodePortBase + i``: a range of ``replicas`` ports
+    inside the API server's NodePort range (30000-32767 by default) no other Service
+    takes."""
+
+
+class Listeners(Model):
+    """Where clients reach the brokers."""
+
+    external: ExternalListener | None = None
+    """A listener for clients outside the cluster; unset: none (clients in the cluster
+    use the internal listener, the data port, as before)."""
+
+
 class BrokerClusterSpec(Model):
     """The desired cluster."""
+
+    CEL_TWINS: ClassVar[Mapping[str, CelRule]] = {
+        "_node_ports_in_range": CelRule(
+            "!has(self.listeners) || !has(self.listeners.external)"
+            " || self.listeners.external.nodePortBase + self.replicas - 1 <= 32767",
+            "listeners.external.nodePortBase + replicas - 1 must be at most 32767",
+        )
+    }
 
     replicas: int = Field(default=3, ge=1, le=256)
     """How many brokers (pods of the StatefulSet); broker ids are 0..replicas-1."""
@@ -313,6 +354,27 @@ class BrokerClusterSpec(Model):
     """TLS of the data and admin ports, from a Secret (cert-manager's shape)."""
     kafka: KafkaListener | None = None
     """Serve Kafka's protocol on every broker too; unset: no Kafka listener."""
+    listeners: Listeners = Field(default_factory=Listeners)
+    """The data listeners besides the internal one (the data port, which brokers
+    replicate through and which they advertise as their stable name or pod IP)."""
+
+    @model_validator(mode="after")
+    def _node_ports_in_range(self) -> BrokerClusterSpec:
+        external = self.listeners.external
+        if external is not None and external.node_port_base + self.replicas - 1 > 32767:
+            raise ValueError("listeners.external.nodePortBase + replicas - 1 must be at most 32767")
+        return self
+
+
+class ListenerStatus(Model):
+    """A broker's named data listener (besides ``host``/``port``, the internal one)."""
+
+    name: str = Field(min_length=1, max_length=63)
+    """The listener's name, the same on every broker (``external``)."""
+    host: str = Field(min_length=1, max_length=253)
+    """The host it advertises."""
+    port: int = Field(ge=0, le=65535)
+    """The port it advertises."""
 
 
 class BrokerStatus(Model):
@@ -336,6 +398,9 @@ class BrokerStatus(Model):
     """The host its Kafka listener advertises; unset: it runs no Kafka listener."""
     kafka_port: int | None = Field(default=None, ge=0, le=65535)
     """The port its Kafka listener advertises; unset: it runs no Kafka listener."""
+    listeners: list[ListenerStatus] | None = Field(default=None, json_schema_extra=list_map("name"))
+    """Its other data listeners and what each advertises (clients that connect through
+    one are told every broker's address on it); unset: none."""
 
 
 class DeletedTopic(Model):

@@ -13,7 +13,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from headrace.broker.config import BrokerSettings
+from headrace.broker.config import BrokerSettings, ListenerSettings
 from headrace.broker.main import broker
 from headrace.broker.options import broker_settings
 from headrace.security.settings import AdminReadAccess
@@ -35,6 +35,8 @@ OPTIONS_BEFORE = [
     ("--admin-host", "admin_host", "127.0.0.1", None),
     ("--admin-port", "admin_port", 9644, None),
     ("--advertised-host", "advertised_host", None, None),
+    ("--listener", "listeners", None, None),
+    ("--advertised-listener", "advertised_listeners", None, None),
     ("--rack", "rack", None, "HEADRACE_RACK"),
     ("--kafka-port", "kafka_port", -1, None),
     ("--kafka-host", "kafka_host", None, None),
@@ -149,6 +151,11 @@ SETTABLE_BEFORE: list[tuple[str, list[str], Any]] = [
     ("replication_token_file", ["--replication-token-file", "t.file"], Path("t.file")),
     ("object_store_url", ["--object-store", "file:///objects"], "file:///objects"),
     ("tier_delete_grace_ms", ["--tier-delete-grace-ms", "16"], 16),
+    (
+        "listeners",
+        ["--listener", "external=0.0.0.0:9094", "--advertised-listener", "external=n1:31000"],
+        (ListenerSettings("external", "0.0.0.0", 9094, "n1", 31000),),
+    ),
 ]
 
 
@@ -248,3 +255,54 @@ def test_mismatched_options_are_usage_errors(argv: list[str], message: str) -> N
     neither = broker.make_context("broker", ["--data-dir", "d"])
     with pytest.raises(click.UsageError, match="choose one"):
         broker_settings(neither.params)
+
+
+def test_listeners_take_hosts_with_or_without_an_advertised_address() -> None:
+    settings = _settings(
+        "--listener", "external=127.0.1.2:0",
+        "--listener", "v6=[::1]:9095",
+        "--advertised-listener", "v6=[fd00::1]",
+        "--listener", "lb=0.0.0.0:9096",
+        "--advertised-listener", "lb=lb.example:443",
+    )  # fmt: skip
+    assert settings.listeners == (
+        ListenerSettings("external", "127.0.1.2", 0),
+        ListenerSettings("v6", "::1", 9095, "fd00::1", None),
+        ListenerSettings("lb", "0.0.0.0", 9096, "lb.example", 443),
+    )
+    assert _settings().listeners == ()
+    per_broker = _settings(
+        "--broker-id", "2",
+        "--listener", "external=10.0.0.5:9094",
+        "--advertised-listener", "external=192.168.1.9:31000+id",
+    )  # fmt: skip
+    assert per_broker.listeners == (
+        ListenerSettings("external", "10.0.0.5", 9094, "192.168.1.9", 31002),
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--listener", "external"], "expected NAME=HOST:PORT"),
+        (["--listener", "=h:1"], "expected NAME=HOST:PORT"),
+        (["--listener", "external=h"], "expected HOST:PORT"),
+        (["--listener", "external=h:port"], "the port must be 0..65535"),
+        (["--listener", "external=h:70000"], "the port must be 0..65535"),
+        (["--listener", "internal=h:1"], "the default listener"),
+        (["--listener", "a=h:1", "--listener", "a=h:2"], "given twice"),
+        (["--advertised-listener", "a=h:1"], "no --listener of that name"),
+        (["--listener", "a=h:+id"], "the port must be 0..65535"),
+        (
+            ["--listener", "a=h:1", "--advertised-listener", "a=h:65535+id", "--broker-id", "1"],
+            "the port must be 0..65535",
+        ),
+        (
+            ["--listener", "a=h:1", "--advertised-listener", "a=x", "--advertised-listener", "a=y"],
+            "advertised twice",
+        ),
+    ],
+)
+def test_a_bad_listener_is_a_bad_parameter(argv: list[str], message: str) -> None:
+    with pytest.raises(click.BadParameter, match=message):
+        _settings(*argv)

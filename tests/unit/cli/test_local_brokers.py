@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import click
+import pytest
 from click.testing import CliRunner
 
 from headrace.cli import local, local_cluster, local_record, local_status, processes
@@ -131,3 +133,19 @@ def test_a_zombie_is_not_alive() -> None:
         assert not processes.alive(proc.pid)
     finally:
         proc.wait()
+
+
+def test_a_named_listener_gets_each_broker_a_loopback_address_of_its_own() -> None:
+    assert local_cluster.parse_listeners(["external=19094", "lb=19095"]) == [
+        ("external", 19094),
+        ("lb", 19095),
+    ]
+    b = {"id": 1, "host": "127.0.0.3", "port": 9092, "admin_port": 9644}
+    b["listeners"] = local_cluster.broker_listeners([("external", 19094)], 1)
+    args = local_cluster.broker_args(b, Path("d"))
+    assert args[args.index("--listener") + 1] == "external=127.0.1.3:19094"
+    for bad in ("external", "external=port", "external=0", "internal=1", "="):
+        with pytest.raises(click.BadParameter):
+            local_cluster.parse_listeners([bad])
+    with pytest.raises(click.BadParameter, match="twice"):
+        local_cluster.parse_listeners(["a=1", "a=2"])

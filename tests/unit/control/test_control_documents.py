@@ -16,7 +16,7 @@ from headrace.control.model import (
     TopicStatus,
 )
 from headrace.errors import InvalidRequest
-from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress
+from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress, ListenerAddress
 from headrace.resources.clusters import BrokerClusterStatus
 
 NOW = "2026-01-02T03:04:05Z"
@@ -100,6 +100,7 @@ def test_the_cluster_document_is_a_broker_cluster_status() -> None:
         0: BrokerEndpoint(0, "h", 9092, 9644),
         1: BrokerEndpoint(1, "::1", 9093, 9645, KafkaAddress("k1", 19093)),
         2: BrokerEndpoint(2, "10.0.0.2", admin_port=9644),  # no client port told
+        3: BrokerEndpoint(3, "h3", 9092, 9644, listeners=(ListenerAddress("ext", "n3", 31003),)),
     }
     s = ClusterState(7, brokers, state(7, "ns/a").topics)
     doc = documents.cluster_status(s, liveness({0, 1}, frozenset({1})))
@@ -114,6 +115,9 @@ def test_the_cluster_document_is_a_broker_cluster_status() -> None:
             | {"kafkaHost": "k1", "kafkaPort": 19093},
             {"id": 2, "address": "10.0.0.2", "live": False, "draining": False}
             | {"host": "10.0.0.2", "adminPort": 9644},
+            {"id": 3, "address": "h3:9092", "live": False, "draining": False}
+            | {"host": "h3", "port": 9092, "adminPort": 9644}
+            | {"listeners": [{"name": "ext", "host": "n3", "port": 31003}]},
         ],
     }
     assert (

@@ -22,7 +22,7 @@ from headrace.protocol.coordination import (
     TopologyReply,
     TransitionPlacement,
 )
-from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress
+from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress, ListenerAddress
 from tests.unit.json_edits import broken
 
 _SNAKE = re.compile(r"[a-z0-9]_[a-z]")
@@ -226,4 +226,37 @@ def test_a_malformed_kafka_address_is_refused(kafka: object) -> None:
     doc = BrokerEndpoint(0, "h", 1, 2).to_json()
     doc["kafka"] = kafka
     with pytest.raises(InvalidRequest, match="kafka"):
+        BrokerEndpoint.from_json(doc)
+
+
+def test_the_client_snapshot_names_each_broker_on_the_listener_asked_for() -> None:
+    outside = ListenerAddress("external", "n0.example", 31000)
+    named = BrokerEndpoint(0, "h0", 9092, 9644, listeners=(outside,))
+    older = BrokerEndpoint(1, "h1", 9092, 9645)  # a broker from before listeners
+    pushed = replace(topology(), brokers=[named, older])
+    parsed = ClusterTopology.from_json(json.loads(json.dumps(pushed.to_json())))
+    assert parsed.broker(0) == named
+    external = parsed.client_snapshot("external").brokers
+    assert external == [BrokerEndpoint(0, "n0.example", 31000), BrokerEndpoint(1, "h1", 9092)]
+    assert parsed.client_snapshot().brokers == [
+        BrokerEndpoint(0, "h0", 9092),
+        BrokerEndpoint(1, "h1", 9092),
+    ]
+
+
+def test_an_endpoint_without_named_listeners_is_what_it_was_before_them() -> None:
+    doc = BrokerEndpoint(0, "h", 1, 2).to_json()
+    assert doc == {"id": 0, "host": "h", "port": 1, "adminPort": 2}
+    with_one = BrokerEndpoint(0, "h", 1, 2, listeners=(ListenerAddress("x", "n", 3),))
+    assert with_one.to_json()["listeners"] == [{"name": "x", "host": "n", "port": 3}]
+    assert Heartbeat.from_json(Heartbeat(with_one).to_json(), received_ms=1).broker == with_one
+
+
+@pytest.mark.parametrize(
+    "listeners", [{"name": "x"}, [{"name": "x", "host": "h"}], [{"host": "h", "port": 1}], ["x"]]
+)
+def test_a_malformed_listener_is_refused(listeners: object) -> None:
+    doc = BrokerEndpoint(0, "h", 1, 2).to_json()
+    doc["listeners"] = listeners
+    with pytest.raises(InvalidRequest, match="listeners"):
         BrokerEndpoint.from_json(doc)

@@ -69,11 +69,20 @@ COMPLETE: dict[str, dict[str, Any]] = {
                 "clientCASecretName": "main-client-ca",
                 "adminTls": {"enabled": True, "secretName": "main-admin-tls"},
             },
+            "listeners": {"external": {"type": "NodePort", "port": 9094, "nodePortBase": 31000}},
         },
         "status": {
             "observedGeneration": 2,
             "conditions": READY,
-            "brokers": [{"id": 0, "address": "main-0.main:9092", "live": True, "draining": True}],
+            "brokers": [
+                {
+                    "id": 0,
+                    "address": "main-0.main:9092",
+                    "live": True,
+                    "draining": True,
+                    "listeners": [{"name": "external", "host": "192.0.2.7", "port": 31000}],
+                }
+            ],
             "topologyGeneration": 17,
             "adoptionFloor": 16,
         },

@@ -52,7 +52,7 @@ class Session:
         self.conn.respond(frame, Op.PONG, frame.body[:64])
 
     def on_topology(self, frame: Frame) -> None:
-        snapshot, routing = self.conn.broker.topology()
+        snapshot, routing = self.conn.broker.topology(self.conn.listener)
         self.wants_topology = True
         self.sent_routing = routing
         self.conn.respond(frame, Op.TOPOLOGY_OK, snapshot.encode())
