@@ -43,7 +43,7 @@ from headrace.protocol.coordination import (
     PastTransition,
     SealReport,
 )
-from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress
+from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress, ListenerAddress
 from tests.unit.json_edits import broken
 
 SETTINGS = settings(max_examples=100, deadline=None)
@@ -552,6 +552,11 @@ brokers = st.builds(
     st.integers(0, 65535),
     st.integers(0, 65535),
     st.none() | st.builds(KafkaAddress, st.just("k"), st.integers(0, 65535)),
+    st.lists(
+        st.builds(ListenerAddress, st.sampled_from(["lan", "ext"]), st.just("x"), ids),
+        max_size=2,
+        unique_by=lambda listener: listener.name,
+    ).map(tuple),
 )
 
 
