@@ -1,35 +1,33 @@
 """What ``headrace local status`` prints: the controller's ``/v1/state`` and the processes
-``local.json`` records, as lines of text (or, with ``--json``, ``localBrokers``)."""
+``local.json`` records, as lines of text (or, with ``--json``, ``localBrokers``).
+
+The state's ``cluster`` document is read through the control core's codec
+(``CLUSTER_STATE_JSON``), so topics, partitions and transitions are typed values here."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from headrace.cli.local_record import STATE_FILE
 from headrace.cli.processes import alive
+from headrace.control.model import CLUSTER_STATE_JSON, PartitionStatus, TopicStatus
+from headrace.control.repartitions import phase_of
 
 
 def status_lines(doc: dict[str, Any], directory: Path) -> list[str]:
     """The text of ``local status``: generation and live brokers, each broker's process,
     each topic's partitions, problems, moves, Unloads and repartitions."""
-    cluster = doc["cluster"]
+    state = CLUSTER_STATE_JSON.load(doc["cluster"])
     lines = [
-        f"generation {cluster['generation']}  live brokers {doc['live']}  adoption floor {doc['adoptionFloor']}"
+        f"generation {state.generation}  live brokers {doc['live']}  adoption floor {doc['adoptionFloor']}"
     ]
     lines += broker_lines(directory, doc.get("live", []))
-    for topic in cluster.get("topics", []):
-        lines.append(f"topic {topic['name']}  version {topic['partitioningVersion']}")
-        for p in topic["partitions"]:
-            moved = f"  moves {p['moves']} from {p.get('startOffset')}" if p.get("moves") else ""
-            lines.append(
-                f"  {p['partition']:>3}  leader {p.get('leader')}  epoch {p['leaderEpoch']}"
-                f"  replicas {p['replicas']}  lrs {p['liveReplicas']}  {p['state']}"
-                + moved
-                + ("  SEALED" if p.get("seal") else "")
-                + (f"  MOVING to {p['targetReplicas']}" if p.get("targetReplicas") else "")
-            )
+    for name, topic in sorted(state.topics.items()):
+        lines.append(f"topic {name}  version {topic.partitioning_version}")
+        lines += [_partition_line(p) for p in topic.partitions]
     for problem in doc.get("problems", []):
         lines.append(f"problem {problem['topic']}: {problem['reason']}: {problem['message']}")
     moving = doc.get("reassignment") or {}
@@ -42,26 +40,39 @@ def status_lines(doc: dict[str, Any], directory: Path) -> list[str]:
         for why in moving.get("blocked", []):
             lines.append(f"  blocked: {why}")
     lines += unload_lines(doc.get("unloads", []))
-    lines += transition_lines(doc.get("transitions", []), doc.get("repartitions", []))
+    lines += transition_lines(state.topics, doc.get("repartitions", []))
     return lines
 
 
+def _partition_line(p: PartitionStatus) -> str:
+    moved = f"  moves {p.moves} from {p.start_offset}" if p.moves else ""
+    return (
+        f"  {p.partition:>3}  leader {p.leader}  epoch {p.leader_epoch}"
+        f"  replicas {list(p.replicas)}  lrs {list(p.live_replicas)}  {p.state.value}"
+        + moved
+        + ("  SEALED" if p.seal else "")
+        + (f"  MOVING to {list(p.target)}" if p.target else "")
+    )
+
+
 def transition_lines(
-    transitions: list[dict[str, Any]], repartitions: list[dict[str, Any]]
+    topics: Mapping[str, TopicStatus], repartitions: list[dict[str, Any]]
 ) -> list[str]:
-    """``local status`` lines of the repartitions: each transition in flight with its
-    phase, then each Repartition's phase (Finalized ones say how)."""
+    """``local status`` lines of the repartitions: each topic's transition in flight with
+    its phase, then each Repartition's phase (Finalized ones say how)."""
     lines = []
-    for t in transitions:
-        released = {r["cohort"]: len(r["partitions"]) for r in t.get("released", [])}
-        held = ", ".join(f"{c} {n}/{t['toPartitions']}" for c, n in sorted(released.items()))
+    for name, topic in sorted(topics.items()):
+        t = topic.transition
+        if t is None:
+            continue
+        held = ", ".join(f"{c} {len(ps)}/{t.to_partitions}" for c, ps in sorted(t.released.items()))
         lines.append(
-            f"transition {t['topic']}  {t['fromPartitions']} -> {t['toPartitions']} partitions"
-            f"  version {t['fromVersion']} -> {t['toVersion']}  {t['phase']}"
-            f"  adoption generation {_or_dash(t.get('adoptionGeneration'))}"
-            f"  cutover offsets {len(t.get('cutoverOffsets', []))}/{t['fromPartitions']}"
+            f"transition {name}  {t.from_partitions} -> {t.to_partitions} partitions"
+            f"  version {t.from_version} -> {t.to_version}  {phase_of(t).value}"
+            f"  adoption generation {_or_dash(t.adoption_generation)}"
+            f"  cutover offsets {len(t.cutover_offsets)}/{t.from_partitions}"
             + (f"  released {held}" if held else "")
-            + f"  ({t['request']})"
+            + f"  ({t.request})"
         )
     for r in repartitions:
         meta, spec, status = r["metadata"], r["spec"], r.get("status") or {}

@@ -50,6 +50,7 @@ import pydantic
 
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
+    TOPIC_STATUS_JSON,
     ClusterState,
     DeletedIncarnation,
     FinalizedBy,
@@ -449,7 +450,7 @@ def topic_status(
 
 def _core_status(status: TopicStatus) -> dict[str, Any]:
     """The core's ``TopicStatus`` JSON without its ``name`` and without nulls."""
-    doc = status.to_json()
+    doc = TOPIC_STATUS_JSON.dump(status)
     del doc["name"]
     doc["partitions"] = [_without_none(p) for p in doc["partitions"]]
     # for people (``kubectl get topics``): after a Repartition the spec may lag the count;
@@ -460,7 +461,7 @@ def _core_status(status: TopicStatus) -> dict[str, Any]:
 
 def status_of(name: str, status: Mapping[str, Any]) -> TopicStatus:
     """The core's ``TopicStatus`` of the Topic ``name`` from the status of its document."""
-    return TopicStatus.from_json({**status, "name": name})
+    return TOPIC_STATUS_JSON.load({**status, "name": name})
 
 
 def cluster_status(

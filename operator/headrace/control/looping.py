@@ -73,6 +73,8 @@ from typing import Any, Protocol
 from headrace.control import documents, moves, repartitions, topology
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
+    CLUSTER_STATE_JSON,
+    TRANSITION_JSON,
     ClusterState,
     DeletionRequest,
     RepartitionProgress,
@@ -714,7 +716,7 @@ class ControlLoop:
             {
                 "topic": name,
                 "phase": repartitions.phase_of(t.transition).value,
-                **t.transition.to_json(),
+                **TRANSITION_JSON.dump(t.transition),
             }
             for name, t in sorted(self.state.topics.items())
             if t.transition is not None
@@ -812,7 +814,7 @@ class ControlLoop:
     def state_document(self) -> dict[str, Any]:
         decision = self.last_decision
         return {
-            "cluster": self.state.to_json(),
+            "cluster": CLUSTER_STATE_JSON.dump(self.state),
             "live": sorted(decision.liveness.live) if decision else [],
             "adoptionFloor": decision.adoption_floor if decision else None,
             "problems": [

@@ -15,14 +15,13 @@ never persists them.
 Every class is a frozen dataclass; the core never mutates one, it builds a new
 one, so "did anything change?" is plain equality. Documents use camelCase keys
 (``partitioningVersion``, ``leaderEpoch``, ``liveReplicas``) as Kubernetes status
-does. Where a document is its dataclass field for field, its codec is generated
-(``codecs.Codec``: ``PARTITION_STATUS_JSON``, ``COHORT_PLAN_JSON``,
-``UNLOAD_PROGRESS_JSON``), with the format's quirks declared on the fields. The
-documents that reshape their dataclass (``Transition``, ``TopicStatus`` and
-``ClusterState`` keep their maps as lists sorted by key, which Kubernetes merges as
-list-maps, and check what a type cannot say, such as partitions listed in order) keep
-a hand-written ``to_json``/``from_json``. Reading rejects a document of the wrong
-shape with ``InvalidRequest`` naming the field.
+does. Each persisted document's codec is generated (``codecs.Codec``:
+``PARTITION_STATUS_JSON``, ``COHORT_PLAN_JSON``, ``TRANSITION_JSON``,
+``TOPIC_STATUS_JSON``, ``CLUSTER_STATE_JSON``, ``DELETED_INCARNATION_JSON``,
+``UNLOAD_PROGRESS_JSON``), with the format's quirks declared on the fields: maps kept as
+lists sorted by key, which Kubernetes merges as list-maps (``codecs.ListMap``), fields
+left out while unset, and what a type cannot say, such as partitions listed in order.
+Reading rejects a document of the wrong shape with ``InvalidRequest`` naming the field.
 
 The enums of states and phases (``PartitionState``, ``MovePhase``, ...) are the API's,
 defined once in ``headrace.resources`` (pure too) and imported here.
@@ -33,19 +32,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 import pydantic
 from pydantic_core import PydanticCustomError
 
-from headrace.control.codecs import CAMEL_CASE, Codec
-from headrace.errors import InvalidRequest, InvalidTopicSpec
+from headrace.control.codecs import CAMEL_CASE, ByHand, Codec, ListMap
+from headrace.errors import InvalidTopicSpec
 from headrace.protocol.coordination import PartitioningHistory, PastTransition, feeders
 from headrace.protocol.endpoints import BrokerEndpoint
-from headrace.protocol.jsonfields import ints as _ints
-from headrace.protocol.jsonfields import objects as _objects
-from headrace.protocol.jsonfields import optional as _optional
-from headrace.protocol.jsonfields import required as _field
 from headrace.resources.operations import FinalizedBy as FinalizedBy
 from headrace.resources.operations import MovePhase as MovePhase
 from headrace.resources.operations import RecoverySource as RecoverySource
@@ -226,6 +221,12 @@ COHORT_PLAN_JSON: Final = Codec(CohortPlan, "cohort plan")
 SPEC_EDIT: Final = "Topic.spec.partitions"
 
 
+def _absent(value: object) -> bool:
+    """Left out of a document while None (rather than written as null)."""
+    return value is None
+
+
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class Transition:
     """The transition marker of a live repartition, kept in the topic's status.
@@ -251,14 +252,20 @@ class Transition:
     #: the topology generation the cutover committed at; None until stamped (the step after)
     adoption_generation: int | None = None
     #: old partition -> the first offset its leader appended under ``to_version``
-    cutover_offsets: Mapping[int, int] = field(default_factory=dict)
+    cutover_offsets: Annotated[Mapping[int, int], ListMap("partition", "offset")] = field(
+        default_factory=dict
+    )
     #: cohort -> the new partitions whose post-cutover records it may be delivered
-    released: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    #: (read back sorted)
+    released: Annotated[
+        Mapping[str, Annotated[tuple[int, ...], pydantic.AfterValidator(_sorted)]],
+        ListMap("cohort", "partitions"),
+    ] = field(default_factory=dict)
     #: when every tracked cohort had drained every old partition's pre-cutover backlog
     drained_ms: int | None = None
     #: the partitions the topic had at the cutover, retired ones included (None in a
     #: marker written before it was recorded: ``from_partitions``)
-    existing_partitions: int | None = None
+    existing_partitions: Annotated[int | None, pydantic.Field(exclude_if=_absent)] = None
 
     @property
     def measured(self) -> int:
@@ -283,59 +290,25 @@ class Transition:
             {p: o for p, o in self.cutover_offsets.items() if o > 0},
         )
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "kind": "Grow" if self.to_partitions > self.from_partitions else "Shrink",
-            "request": self.request,
-            "fromPartitions": self.from_partitions,
-            "toPartitions": self.to_partitions,
-            "fromVersion": self.from_version,
-            "toVersion": self.to_version,
-            "cutoverMs": self.cutover_ms,
-            "adoptionTimeoutMs": self.adoption_timeout_ms,
-            "adoptionGeneration": self.adoption_generation,
-            "cutoverOffsets": [
-                {"partition": p, "offset": self.cutover_offsets[p]}
-                for p in sorted(self.cutover_offsets)
-            ],
-            "released": [
-                {"cohort": c, "partitions": list(self.released[c])} for c in sorted(self.released)
-            ],
-            "drainedMs": self.drained_ms,
-            **(
-                {}
-                if self.existing_partitions is None
-                else {"existingPartitions": self.existing_partitions}
-            ),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> Transition:
-        w = "transition"
-        offsets = {
-            _field(o, "partition", int, w): _field(o, "offset", int, w)
-            for o in _objects(doc, "cutoverOffsets", w)
-        }
-        released = {
-            _field(r, "cohort", str, w): tuple(sorted(_ints(r, "partitions", w)))
-            for r in _objects(doc, "released", w)
-        }
-        return cls(
-            _field(doc, "request", str, w),
-            _field(doc, "fromPartitions", int, w),
-            _field(doc, "toPartitions", int, w),
-            _field(doc, "fromVersion", int, w),
-            _field(doc, "toVersion", int, w),
-            _field(doc, "cutoverMs", int, w),
-            _field(doc, "adoptionTimeoutMs", int, w),
-            _optional(doc, "adoptionGeneration", int, w),
-            offsets,
-            released,
-            _optional(doc, "drainedMs", int, w),
-            _optional(doc, "existingPartitions", int, w),
-        )
+    @pydantic.model_serializer(mode="wrap")
+    def _with_kind(self, fields: pydantic.SerializerFunctionWrapHandler) -> dict[str, object]:
+        """The document also says ``kind`` (for people: it follows from the counts)."""
+        kind = "Grow" if self.to_partitions > self.from_partitions else "Shrink"
+        return {"kind": kind, **fields(self)}
 
 
+#: a transition marker as camelCase JSON: ``cutoverOffsets`` and ``released`` as list-maps,
+#: ``adoptionGeneration`` and ``drainedMs`` null while unset, ``existingPartitions`` left out
+TRANSITION_JSON: Final = Codec(Transition, "transition")
+
+
+def _in_order(partitions: tuple[PartitionStatus, ...]) -> tuple[PartitionStatus, ...]:
+    if [p.partition for p in partitions] != list(range(len(partitions))):
+        raise PydanticCustomError("partitions_order", "partitions must be listed in order from 0")
+    return partitions
+
+
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class TopicStatus:
     """Durable status of one topic (the Topic CR's status, minus conditions)."""
@@ -343,25 +316,34 @@ class TopicStatus:
     name: str
     #: what publishes are fenced on; 1 at creation, bumped only by a repartition
     partitioning_version: int
-    partitions: tuple[PartitionStatus, ...]
-    cohort_plans: Mapping[str, CohortPlan] = field(default_factory=dict)
+    #: listed in order from 0 (a document without them has none)
+    partitions: Annotated[
+        tuple[PartitionStatus, ...], pydantic.AfterValidator(_in_order), pydantic.Field(default=())
+    ]
+    cohort_plans: Annotated[Mapping[str, CohortPlan], ListMap("cohort")] = field(
+        default_factory=dict
+    )
     #: the live repartition in flight, if any
-    transition: Transition | None = None
+    transition: Annotated[Transition | None, pydantic.Field(exclude_if=_absent)] = None
     #: the ``spec.partitions`` last acted on: an *edit* of it starts a transition (a
     #: Repartition changes the count without touching the spec); None: the partition count
-    spec_partitions: int | None = None
+    spec_partitions: Annotated[int | None, pydantic.Field(exclude_if=_absent)] = None
     #: after a shrink, the partitions ``0..active_partitions-1`` that keys are routed to;
     #: the ones above are *retired*: they take no produce but stay placed, led and
     #: readable, and a grow routes to them again, continuing their offsets. None: all
-    active_partitions: int | None = None
+    active_partitions: Annotated[int | None, pydantic.Field(exclude_if=_absent)] = None
     #: the finished transitions whose pre-cutover records are still readable, and how far
     #: each cohort has come through them: what keeps each key in order for a cohort that
     #: was not there during a transition (``repartitions``). None: nothing to keep
-    history: PartitioningHistory | None = None
+    history: Annotated[
+        PartitioningHistory | None,
+        ByHand(PartitioningHistory.from_json, PartitioningHistory.to_json),
+        pydantic.Field(exclude_if=_absent),
+    ] = None
     #: the incarnation this status belongs to (``TopicSpec.creation_id`` when it was
     #: created): its objects live under it (``tiered.layout``). "": a topic created before
     #: creation ids, whose objects keep the legacy layout. Never changes
-    creation_id: str = ""
+    creation_id: Annotated[str, pydantic.Field(exclude_if=_unset)] = ""
 
     @property
     def routing_partitions(self) -> int:
@@ -371,53 +353,23 @@ class TopicStatus:
             return self.transition.to_partitions
         return self.active_partitions or len(self.partitions)
 
-    def to_json(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "name": self.name,
-            "partitioningVersion": self.partitioning_version,
-            "partitions": [PARTITION_STATUS_JSON.dump(p) for p in self.partitions],
-            "cohortPlans": [
-                COHORT_PLAN_JSON.dump(self.cohort_plans[c]) for c in sorted(self.cohort_plans)
-            ],
-        }
-        if self.transition is not None:
-            doc["transition"] = self.transition.to_json()
-        if self.spec_partitions is not None:
-            doc["specPartitions"] = self.spec_partitions
-        if self.active_partitions is not None:
-            doc["activePartitions"] = self.active_partitions
-        if self.history is not None:
-            doc["history"] = self.history.to_json()
-        if self.creation_id:
-            doc["creationId"] = self.creation_id
-        return doc
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> TopicStatus:
-        w = "topic status"
-        partitions = tuple(PARTITION_STATUS_JSON.load(p) for p in _objects(doc, "partitions", w))
-        if [p.partition for p in partitions] != list(range(len(partitions))):
-            raise InvalidRequest(f"{w}: partitions must be listed in order from 0")
-        plans = [COHORT_PLAN_JSON.load(c) for c in _objects(doc, "cohortPlans", w)]
-        marker = _optional(doc, "transition", dict, w)
-        active = _optional(doc, "activePartitions", int, w)
-        history = _optional(doc, "history", dict, w)
-        if active is not None and not 1 <= active < len(partitions):
-            raise InvalidRequest(
-                f"{w}: activePartitions must be between 1 and the partitions listed less one,"
-                f" not {active}"
+    @pydantic.model_validator(mode="after")
+    def _routed_within_partitions(self) -> TopicStatus:
+        active = self.active_partitions
+        if active is not None and not 1 <= active < len(self.partitions):
+            raise PydanticCustomError(
+                "active_partitions",
+                "activePartitions must be between 1 and the partitions listed less one,"
+                " not {active}",
+                {"active": active},
             )
-        return cls(
-            _field(doc, "name", str, w),
-            _field(doc, "partitioningVersion", int, w),
-            partitions,
-            {p.cohort: p for p in plans},
-            None if marker is None else Transition.from_json(marker),
-            _optional(doc, "specPartitions", int, w),
-            active,
-            None if history is None else PartitioningHistory.from_json(history),
-            _optional(doc, "creationId", str, w) or "",
-        )
+        return self
+
+
+#: a topic's status as camelCase JSON (with its ``name``): ``cohortPlans`` as a list-map;
+#: ``transition``, ``specPartitions``, ``activePartitions``, ``history`` and
+#: ``creationId`` left out while unset
+TOPIC_STATUS_JSON: Final = Codec(TopicStatus, "topic status")
 
 
 @pydantic.with_config(CAMEL_CASE)
@@ -445,6 +397,7 @@ class DeletedIncarnation:
 DELETED_INCARNATION_JSON: Final = Codec(DeletedIncarnation, "deleted incarnation")
 
 
+@pydantic.with_config(CAMEL_CASE)
 @dataclass(frozen=True, slots=True)
 class ClusterState:
     """Everything the controller persists, and the topology generation that versions it.
@@ -455,10 +408,19 @@ class ClusterState:
 
     generation: int = 0
     #: every broker ever heard from (known brokers), by id; liveness is not stored
-    brokers: Mapping[int, BrokerEndpoint] = field(default_factory=dict)
-    topics: Mapping[str, TopicStatus] = field(default_factory=dict)
+    brokers: Annotated[
+        Mapping[
+            int, Annotated[BrokerEndpoint, ByHand(BrokerEndpoint.from_json, BrokerEndpoint.to_json)]
+        ],
+        ListMap("id"),
+    ] = field(default_factory=dict)
+    topics: Annotated[Mapping[str, TopicStatus], ListMap("name")] = field(default_factory=dict)
     #: deleted incarnations whose objects are being removed, by creation id
-    deleted: Mapping[str, DeletedIncarnation] = field(default_factory=dict)
+    deleted: Annotated[
+        Mapping[str, DeletedIncarnation],
+        ListMap("creation_id"),
+        pydantic.Field(exclude_if=_unset),
+    ] = field(default_factory=dict)
 
     def same_content(self, other: ClusterState) -> bool:
         """Equal in everything but the generation."""
@@ -468,30 +430,11 @@ class ClusterState:
             and self.deleted == other.deleted
         )
 
-    def to_json(self) -> dict[str, Any]:
-        doc = {
-            "generation": self.generation,
-            "brokers": [self.brokers[b].to_json() for b in sorted(self.brokers)],
-            "topics": [self.topics[t].to_json() for t in sorted(self.topics)],
-        }
-        if self.deleted:
-            doc["deleted"] = [
-                DELETED_INCARNATION_JSON.dump(self.deleted[c]) for c in sorted(self.deleted)
-            ]
-        return doc
 
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> ClusterState:
-        w = "cluster state"
-        brokers = [BrokerEndpoint.from_json(b) for b in _objects(doc, "brokers", w)]
-        topics = [TopicStatus.from_json(t) for t in _objects(doc, "topics", w)]
-        deleted = [DELETED_INCARNATION_JSON.load(d) for d in _objects(doc, "deleted", w)]
-        return cls(
-            _field(doc, "generation", int, w),
-            {b.id: b for b in brokers},
-            {t.name: t for t in topics},
-            {d.creation_id: d for d in deleted},
-        )
+#: the whole persisted state as camelCase JSON: ``brokers``, ``topics`` and ``deleted`` as
+#: list-maps (by id, name and creation id), ``deleted`` left out while empty; the document
+#: always says its ``generation`` (0 is a generation, not a default)
+CLUSTER_STATE_JSON: Final = Codec(ClusterState, "cluster state", required=("generation",))
 
 
 # --------------------------------------------------------------------------- unloads

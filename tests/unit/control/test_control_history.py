@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 from headrace.control import election
 from headrace.control import reconcile as rc
 from headrace.control.model import (
+    CLUSTER_STATE_JSON,
+    TOPIC_STATUS_JSON,
     ClusterState,
     RepartitionPhase,
     RepartitionProgress,
@@ -245,7 +247,7 @@ def test_the_history_travels_in_the_status_and_the_topology() -> None:
         sim.topic(),
         history=replace(sim.topic().history, cohorts={"c": CohortPosition(2, (1,))}),  # type: ignore[type-var]
     )
-    assert TopicStatus.from_json(json.loads(json.dumps(topic.to_json()))) == topic
+    assert TOPIC_STATUS_JSON.load(json.loads(json.dumps(TOPIC_STATUS_JSON.dump(topic)))) == topic
     state = ClusterState(1, {}, {T: topic})
     pushed = next(t for t in cluster_topology(state, "local").topics if t.name == T)
     assert pushed.history == topic.history
@@ -329,5 +331,5 @@ def test_the_controller_keeps_each_finalized_transition_with_its_retired_partiti
     assert set(grow.cutover_offsets) == set(range(6))
     assert grow.cutover_offsets[4] >= shrink.cutover_offsets[4]
     # A restarted controller reads it back as it was.
-    again = ClusterState.from_json(json.loads(json.dumps(c.state.to_json())))
+    again = CLUSTER_STATE_JSON.load(json.loads(json.dumps(CLUSTER_STATE_JSON.dump(c.state))))
     assert again.topics[T].history == topic.history

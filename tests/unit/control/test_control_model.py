@@ -11,11 +11,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from headrace.control.model import (
+    CLUSTER_STATE_JSON,
     ELECTION_STATES,
     PARTITION_STATUS_JSON,
+    TOPIC_STATUS_JSON,
     UNLOAD_PROGRESS_JSON,
     ClusterState,
     CohortPlan,
+    DeletedIncarnation,
     MovePhase,
     MoveProgress,
     PartitionState,
@@ -23,6 +26,7 @@ from headrace.control.model import (
     RecoverySource,
     TopicSpec,
     TopicStatus,
+    Transition,
     UnloadPhase,
     UnloadProgress,
     normalise_lrs,
@@ -31,12 +35,15 @@ from headrace.errors import InvalidRequest, InvalidTopicSpec, UnsupportedDocumen
 from headrace.protocol.coordination import (
     TOPOLOGY_FORMAT,
     ClusterTopology,
+    CohortPosition,
     CohortReport,
     Heartbeat,
+    PartitioningHistory,
     PartitionReport,
+    PastTransition,
     SealReport,
 )
-from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.endpoints import BrokerEndpoint, KafkaAddress, ListenerAddress
 from tests.unit.json_edits import broken
 
 SETTINGS = settings(max_examples=100, deadline=None)
@@ -67,7 +74,7 @@ def cluster() -> ClusterState:
 
 
 def test_cluster_state_document_shape() -> None:
-    assert cluster().to_json() == {
+    assert CLUSTER_STATE_JSON.dump(cluster()) == {
         "generation": 7,
         "brokers": [{"id": 1, "host": "h1", "port": 9092, "adminPort": 9644}],
         "topics": [
@@ -100,7 +107,7 @@ def test_cluster_state_document_shape() -> None:
 
 def test_cluster_state_survives_json() -> None:
     state = cluster()
-    assert ClusterState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    assert CLUSTER_STATE_JSON.load(json.loads(json.dumps(CLUSTER_STATE_JSON.dump(state)))) == state
 
 
 def test_retired_partitions_survive_json_and_lower_the_routing_count() -> None:
@@ -108,9 +115,9 @@ def test_retired_partitions_survive_json_and_lower_the_routing_count() -> None:
         "default/orders", 3, (partition_status(0), partition_status(1), partition_status(2))
     )
     shrunk = replace(topic, active_partitions=2)
-    doc = json.loads(json.dumps(shrunk.to_json()))
-    assert doc["activePartitions"] == 2 and "activePartitions" not in topic.to_json()
-    assert TopicStatus.from_json(doc) == shrunk
+    doc = json.loads(json.dumps(TOPIC_STATUS_JSON.dump(shrunk)))
+    assert doc["activePartitions"] == 2 and "activePartitions" not in TOPIC_STATUS_JSON.dump(topic)
+    assert TOPIC_STATUS_JSON.load(doc) == shrunk
     assert (shrunk.routing_partitions, topic.routing_partitions) == (2, 3)
 
 
@@ -357,7 +364,7 @@ def test_bad_cluster_documents_are_rejected(
     path: list[str | int], value: object, words: str
 ) -> None:
     with pytest.raises(InvalidRequest, match=words):
-        ClusterState.from_json(broken(cluster().to_json(), path, value))
+        CLUSTER_STATE_JSON.load(broken(CLUSTER_STATE_JSON.dump(cluster()), path, value))
 
 
 @pytest.mark.parametrize(
@@ -383,7 +390,7 @@ def test_bad_heartbeats_are_rejected(path: list[str | int], value: object, words
 
 def test_a_document_that_is_not_an_object_is_rejected() -> None:
     with pytest.raises(InvalidRequest, match="expected an object"):
-        ClusterState.from_json([])  # type: ignore[arg-type]
+        CLUSTER_STATE_JSON.load([])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -432,6 +439,8 @@ partition_statuses = st.builds(
     seal=st.booleans(),
     moves=st.integers(0, 100),
     start_offset=st.none() | st.integers(0, 2**63),
+    target=st.lists(ids, max_size=3, unique=True).map(tuple),
+    target_generation=st.integers(0, 9),
 )
 plans = st.builds(
     CohortPlan,
@@ -461,7 +470,7 @@ def test_any_cluster_state_round_trips(
     topic = TopicStatus("ns/t", 3, numbered, {p.cohort: p for p in cohort_plans})
     brokers = {b: replace(i, id=b) for b, i in brokers.items()}
     state = ClusterState(generation, brokers, {"ns/t": topic})
-    assert ClusterState.from_json(json.loads(json.dumps(state.to_json()))) == state
+    assert CLUSTER_STATE_JSON.load(json.loads(json.dumps(CLUSTER_STATE_JSON.dump(state)))) == state
 
 
 def test_a_topology_in_a_newer_format_is_refused_before_it_is_read() -> None:
@@ -483,3 +492,100 @@ def test_unload_progress_reads_nulls_as_absent() -> None:
     assert UNLOAD_PROGRESS_JSON.load(doc) == UnloadProgress(
         "a/b", UnloadPhase.MOVING, (MoveProgress(0, MovePhase.SEALING),)
     )
+
+
+counts = st.integers(1, 8)
+offsets = st.dictionaries(st.integers(0, 7), st.integers(0, 2**53), max_size=4)
+partitions = st.lists(st.integers(0, 7), unique=True, max_size=3).map(lambda ps: tuple(sorted(ps)))
+names = st.text("abc", min_size=1, max_size=3)
+transitions = st.builds(
+    Transition,
+    request=st.sampled_from(["default/r", "Topic.spec.partitions"]),
+    from_partitions=counts,
+    to_partitions=counts,
+    from_version=st.integers(0, 9),
+    to_version=st.integers(0, 9),
+    cutover_ms=st.integers(0, 2**53),
+    adoption_timeout_ms=st.integers(1, 10**6),
+    adoption_generation=st.none() | st.integers(0, 10**6),
+    cutover_offsets=offsets,
+    released=st.dictionaries(names, partitions, max_size=3),
+    drained_ms=st.none() | st.integers(0, 2**53),
+    existing_partitions=st.none() | counts,
+)
+histories = st.builds(
+    PartitioningHistory,
+    st.lists(st.builds(PastTransition, counts, counts, st.integers(0, 9), offsets), max_size=2).map(
+        lambda ts: tuple(sorted(ts, key=lambda t: t.to_version))
+    ),
+    st.dictionaries(names, st.builds(CohortPosition, st.integers(0, 9), partitions), max_size=2),
+)
+
+
+@st.composite
+def topic_statuses(draw: st.DrawFn, name: str) -> TopicStatus:
+    parts = draw(st.lists(partition_statuses, max_size=4))
+    numbered = tuple(PartitionStatus(**{**_fields(p), "partition": i}) for i, p in enumerate(parts))
+    plans = draw(st.lists(st.builds(CohortPlan, names, st.integers(1, 9)), max_size=2))
+    active = draw(st.none() | st.integers(1, len(numbered) - 1)) if len(numbered) > 1 else None
+    return TopicStatus(
+        name,
+        draw(st.integers(1, 9)),
+        numbered,
+        {p.cohort: p for p in plans},
+        draw(st.none() | transitions),
+        draw(st.none() | counts),
+        active,
+        draw(st.none() | histories),
+        draw(st.sampled_from(["", "uid-1"])),
+    )
+
+
+def _fields(p: PartitionStatus) -> dict[str, Any]:
+    return {f: getattr(p, f) for f in PartitionStatus.__dataclass_fields__}
+
+
+brokers = st.builds(
+    BrokerEndpoint,
+    ids,
+    st.text("h0.", min_size=1, max_size=4),
+    st.integers(0, 65535),
+    st.integers(0, 65535),
+    st.none() | st.builds(KafkaAddress, st.just("k"), st.integers(0, 65535)),
+    st.lists(
+        st.builds(ListenerAddress, st.sampled_from(["lan", "ext"]), st.just("x"), ids),
+        max_size=2,
+        unique_by=lambda listener: listener.name,
+    ).map(tuple),
+)
+
+
+@st.composite
+def cluster_states(draw: st.DrawFn) -> ClusterState:
+    topics = {n: draw(topic_statuses(n)) for n in draw(st.sets(st.sampled_from(["a/x", "b/y"])))}
+    known = {b.id: b for b in draw(st.lists(brokers, max_size=3))}
+    deleted = draw(
+        st.dictionaries(
+            names,
+            st.builds(DeletedIncarnation, st.just("a/x"), st.just(""), counts, ids, st.none()),
+            max_size=2,
+        )
+    )
+    return ClusterState(
+        draw(st.integers(0, 10**6)),
+        known,
+        topics,
+        {
+            c: DeletedIncarnation(d.topic, c, d.partitions, d.deleted_generation)
+            for c, d in deleted.items()
+        },
+    )
+
+
+@SETTINGS
+@given(cluster_states())
+def test_any_cluster_state_with_transitions_history_and_deletions_round_trips(
+    state: ClusterState,
+) -> None:
+    doc = json.loads(json.dumps(CLUSTER_STATE_JSON.dump(state)))
+    assert CLUSTER_STATE_JSON.load(doc) == state

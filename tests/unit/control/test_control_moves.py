@@ -25,6 +25,7 @@ from headrace.control import reconcile as rc
 from headrace.control import topology
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
+    CLUSTER_STATE_JSON,
     PARTITION_STATUS_JSON,
     ClusterState,
     PartitionState,
@@ -248,7 +249,9 @@ class Controller:
         return d
 
     def restart(self) -> None:
-        self.state = ClusterState.from_json(json.loads(json.dumps(self.state.to_json())))
+        self.state = CLUSTER_STATE_JSON.load(
+            json.loads(json.dumps(CLUSTER_STATE_JSON.dump(self.state)))
+        )
         self.fleet.forget()
         self.since = self.clock.now_ms
 
@@ -268,7 +271,7 @@ class Controller:
             d = self.step()
             if not d.reassignment.rebalancing and not any(p.target for _, p in self.partitions()):
                 return d
-        raise AssertionError(f"moves did not finish: {self.state.to_json()}")
+        raise AssertionError(f"moves did not finish: {CLUSTER_STATE_JSON.dump(self.state)}")
 
     def kinds(self) -> list[str]:
         return [e.kind for d in self.decisions for e in d.events]
@@ -384,8 +387,8 @@ def test_a_started_move_records_the_generation_it_is_pushed_at_and_keeps_it() ->
     pushed = topology.cluster_topology(d.state, "test")
     generations = {a.move_generation for t in pushed.topics for a in t.assignments}
     assert generations == {0, d.state.generation}, "the push tells leaders a move started"
-    doc = json.loads(json.dumps(d.state.to_json()))
-    assert ClusterState.from_json(doc) == d.state, "targetGeneration is persisted"
+    doc = json.loads(json.dumps(CLUSTER_STATE_JSON.dump(d.state)))
+    assert CLUSTER_STATE_JSON.load(doc) == d.state, "targetGeneration is persisted"
     assert all(
         "targetGeneration" not in p
         for t in doc["topics"]
@@ -729,7 +732,7 @@ class Scaling(RuleBasedStateMachine):
             if settled and not d.liveness.warming_up:
                 break
         else:
-            raise AssertionError(f"moves never finished: {self.c.state.to_json()}")
+            raise AssertionError(f"moves never finished: {CLUSTER_STATE_JSON.dump(self.c.state)}")
         for name in (T, U):
             holds = self.c.holds(name)
             assert max(holds.values()) - min(holds.values()) <= 1, (name, holds)

@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from headrace.control import reconcile as rc
 from headrace.control.model import (
+    CLUSTER_STATE_JSON,
     ClusterState,
     DeletionRequest,
     PartitionState,
@@ -71,7 +72,9 @@ class Controller:
 
     def restart(self) -> None:
         """A new controller process: the persisted document, no heartbeats, a fresh start."""
-        self.state = ClusterState.from_json(json.loads(json.dumps(self.state.to_json())))
+        self.state = CLUSTER_STATE_JSON.load(
+            json.loads(json.dumps(CLUSTER_STATE_JSON.dump(self.state)))
+        )
         self.fleet.forget()
         self.since = self.clock.now_ms
 

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from headrace.control import reconcile as rc
 from headrace.control.model import (
+    CLUSTER_STATE_JSON,
     ClusterState,
     FinalizedBy,
     RepartitionPhase,
@@ -151,7 +152,9 @@ class Cluster:
         raise AssertionError(f"{name} never reached {phase}: {self.progress.get(name)}")
 
     def restart(self) -> None:
-        self.state = ClusterState.from_json(json.loads(json.dumps(self.state.to_json())))
+        self.state = CLUSTER_STATE_JSON.load(
+            json.loads(json.dumps(CLUSTER_STATE_JSON.dump(self.state)))
+        )
         self.fleet.forget()
         self.since = self.clock.now_ms
 

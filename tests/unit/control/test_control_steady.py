@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from headrace.control import reconcile as rc
-from headrace.control.model import ClusterState, TopicSpec
+from headrace.control.model import CLUSTER_STATE_JSON, ClusterState, TopicSpec
 from headrace.control.settings import ControlSettings
 from headrace.control.steady import SteadySteps, steady
 
@@ -70,9 +70,9 @@ class Twins:
 
     def restart(self) -> None:
         """A new controller process: the persisted document, no heartbeats, no memory."""
-        persisted = json.loads(json.dumps(self.plain.to_json()))
-        self.plain = ClusterState.from_json(persisted)
-        self.skipping = ClusterState.from_json(persisted)
+        persisted = json.loads(json.dumps(CLUSTER_STATE_JSON.dump(self.plain)))
+        self.plain = CLUSTER_STATE_JSON.load(persisted)
+        self.skipping = CLUSTER_STATE_JSON.load(persisted)
         self.fleet.forget()
         self.steps = SteadySteps()
         self.since = self.clock.now_ms

@@ -21,6 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from headrace.control import reconcile as rc
 from headrace.control import unloads
 from headrace.control.model import (
+    CLUSTER_STATE_JSON,
     UNLOAD_PROGRESS_JSON,
     ClusterState,
     MovePhase,
@@ -103,7 +104,9 @@ class Controller:
 
     def restart(self) -> None:
         """A new controller process: persisted documents only, no heartbeats."""
-        self.state = ClusterState.from_json(json.loads(json.dumps(self.state.to_json())))
+        self.state = CLUSTER_STATE_JSON.load(
+            json.loads(json.dumps(CLUSTER_STATE_JSON.dump(self.state)))
+        )
         self.progress = {
             n: UNLOAD_PROGRESS_JSON.load(json.loads(json.dumps(UNLOAD_PROGRESS_JSON.dump(p))))
             for n, p in self.progress.items()
