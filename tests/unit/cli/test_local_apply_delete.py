@@ -15,6 +15,7 @@ import pytest
 from aiohttp import web
 from click.testing import CliRunner, Result
 
+import headrace.cli.main  # noqa: F401 -- registers the snapshot kinds, as `headrace` does
 from headrace.cli import local
 from headrace.controller.admin import ControllerAdmin
 from tests.unit.controller.controller_fakes import ScriptedController, make
