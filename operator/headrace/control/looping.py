@@ -19,8 +19,10 @@ fakes:
 
 What a step reconciles towards (the Topics, Unloads, members, racks and deletions)
 comes in whole, as a frozen ``DesiredState`` that ``step`` takes before it decides:
-the kopf operator builds one per step from its watches; the local controller still
-sets those fields between steps.
+the kopf operator builds one per step from its watches, the local controller from
+what was applied to it. The loop's own copy (``topics``, ``unloads``, ``members``,
+``racks``, ``deletions``) is read-only from outside: only a step changes it, so
+nothing changes the loop's wishes while it decides.
 
 Persistence order
 -----------------
@@ -68,6 +70,7 @@ import copy
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, Protocol
 
 from headrace.control import documents, moves, repartitions, topology
@@ -189,10 +192,10 @@ class DesiredState:
     loop's wishes from outside while it decides. Never changed once built."""
 
     #: the applied Topic resources (no status), by 'namespace/name'
-    topics: Mapping[str, dict[str, Any]]
+    topics: Mapping[str, Mapping[str, Any]]
     #: the applied Unload resources (no status), by 'namespace/name'; one the loop holds
     #: that is not here is gone (``forget_unload``)
-    unloads: Mapping[str, dict[str, Any]]
+    unloads: Mapping[str, Mapping[str, Any]]
     #: the brokers the cluster should have (``ControlLoop.members``); None: no moves planned
     members: frozenset[int] | None
     #: the rack of each broker as the adapter knows it (``ControlLoop.racks``)
@@ -216,15 +219,15 @@ class ControlLoop:
         self.clock = clock
         self.settings = settings or LoopSettings()
         stored = store.load()
-        #: the applied Topic resources (no status), by 'namespace/name'
-        self.topics: dict[str, dict[str, Any]] = {}
+        #: the applied Topic resources (no status), by 'namespace/name' (``topics``)
+        self._topics: dict[str, Mapping[str, Any]] = {}
         #: the Topic statuses as last written (to rewrite only what changed)
         self._topic_status: dict[str, dict[str, Any]] = {}
         for name, doc in stored.topics.items():
             resource = copy.deepcopy(dict(doc))
             status = resource.pop("status", None)
             resource.setdefault("metadata", {})["generation"] = documents.generation_of(resource)
-            self.topics[name] = resource
+            self._topics[name] = resource
             if status:
                 self._topic_status[name] = status
         restored = documents.restore(stored.cluster, self._topic_status)
@@ -252,14 +255,15 @@ class ControlLoop:
                 restored.highest,
                 self._floor,
             )
-        #: applied Unload resources (no status) and their progress, by 'namespace/name'
-        self.unloads: dict[str, dict[str, Any]] = {}
+        #: applied Unload resources (no status; ``unloads``) and their progress, by
+        #: 'namespace/name'
+        self._unloads: dict[str, Mapping[str, Any]] = {}
         self.progress: dict[str, UnloadProgress] = {}
         self._unload_status: dict[str, dict[str, Any]] = {}
         for name, doc in stored.unloads.items():
             resource = copy.deepcopy(dict(doc))
             status = resource.pop("status", None)
-            self.unloads[name] = resource
+            self._unloads[name] = resource
             if status:
                 self._unload_status[name] = status
                 self.progress[name] = documents.progress_of(name, status)
@@ -275,12 +279,9 @@ class ControlLoop:
                 self._repartition_status[name] = status
                 self.repartition_progress[name] = documents.repartition_progress_of(name, status)
         self.heartbeats: dict[int, Heartbeat] = {}
-        #: the brokers the cluster should have (replicas move off the others and onto new
-        #: ones, ``control.moves``); None: no moves are planned (the adapter sets it)
-        self.members: frozenset[int] | None = None
-        #: the rack of each broker as the adapter knows it (the operator: the zone of the
-        #: node each broker pod runs on); it wins over the rack a heartbeat reports
-        self.racks: dict[int, str] = {}
+        #: ``members`` and ``racks`` (the adapter's, taken at each step)
+        self._members: frozenset[int] | None = None
+        self._racks: dict[int, str] = {}
         #: the topology generation each broker last reported
         self.broker_generations: dict[int, int] = {}
         #: topics the brokers host that this controller does not know, last logged
@@ -298,11 +299,8 @@ class ControlLoop:
         self._reconciler = SteadySteps()
         self.generation_bumps = 0
         self.pushes = 0
-        #: the topics whose deletion was asked for explicitly: the only way a topic leaves
-        #: the state (``reconcile``). The caller sets it: the operator from the Topics being
-        #: deleted, the local controller from ``topics delete``; a name with ``retain`` stays
-        #: here until every broker has moved its copy aside
-        self.deletions: frozenset[DeletionRequest] = frozenset()
+        #: ``deletions`` (the adapter's, taken at each step)
+        self._deletions: frozenset[DeletionRequest] = frozenset()
         #: the last spec of each Topic that parsed (one that stops parsing keeps it; an
         #: unclaimed topic too, so that it is served as it was)
         self._parsed: dict[str, TopicSpec] = {}
@@ -321,6 +319,40 @@ class ControlLoop:
 
     # ------------------------------------------------------------------ views
 
+    # The desired state as the loop last took it (``take``): read-only, so that only a
+    # step's ``DesiredState`` changes it.
+
+    @property
+    def topics(self) -> Mapping[str, Mapping[str, Any]]:
+        """The applied Topic resources (no status), by 'namespace/name'."""
+        return MappingProxyType(self._topics)
+
+    @property
+    def unloads(self) -> Mapping[str, Mapping[str, Any]]:
+        """The applied Unload resources (no status), by 'namespace/name'; a released one
+        leaves (``forget_unload``)."""
+        return MappingProxyType(self._unloads)
+
+    @property
+    def members(self) -> frozenset[int] | None:
+        """The brokers the cluster should have (replicas move off the others and onto new
+        ones, ``control.moves``); None: no moves are planned."""
+        return self._members
+
+    @property
+    def racks(self) -> Mapping[int, str]:
+        """The rack of each broker as the adapter knows it (the operator: the zone of the
+        node each broker pod runs on); it wins over the rack a heartbeat reports."""
+        return MappingProxyType(self._racks)
+
+    @property
+    def deletions(self) -> frozenset[DeletionRequest]:
+        """The topics whose deletion was asked for explicitly: the only way a topic leaves
+        the state (``reconcile``). The operator asks from the Topics being deleted, the
+        local controller from ``topics delete``; a name with ``retain`` stays here until
+        every broker has moved its copy aside."""
+        return self._deletions
+
     @property
     def specs(self) -> list[TopicSpec]:
         """The specs the step reconciles (see ``desired``)."""
@@ -337,7 +369,7 @@ class ControlLoop:
         """
         specs: list[TopicSpec] = []
         invalid: dict[str, tuple[str, str]] = {}
-        for name, resource in self.topics.items():
+        for name, resource in self._topics.items():
             try:
                 spec = documents.spec_of(resource)
             except InvalidTopicSpec as exc:
@@ -351,9 +383,9 @@ class ControlLoop:
             self._parsed[name] = spec
             self._configs[name] = documents.topic_config(resource)
             specs.append(spec)
-        for name in set(self._parsed) - set(self.topics) - set(self.state.topics):
+        for name in set(self._parsed) - set(self._topics) - set(self.state.topics):
             del self._parsed[name]
-        for name in set(self._configs) - set(self.topics) - set(self.state.topics):
+        for name in set(self._configs) - set(self._topics) - set(self.state.topics):
             del self._configs[name]
         return specs, invalid
 
@@ -361,21 +393,21 @@ class ControlLoop:
         """Where each broker runs (``placement.Racks``): the rack its heartbeat reports
         (``--rack``), unless the adapter knows better (``racks``)."""
         reported = {b: hb.rack for b, hb in self.heartbeats.items() if hb.rack}
-        return dict(sorted({**reported, **self.racks}.items()))
+        return dict(sorted({**reported, **self._racks}.items()))
 
     @property
     def retained(self) -> frozenset[str]:
         """The topics not in the state whose copies the brokers keep: deleted ones with
         ``deletionPolicy: Retain``, and those set aside (the push's ``retained``)."""
-        return frozenset(d.topic for d in self.deletions if d.retain) | self.set_aside
+        return frozenset(d.topic for d in self._deletions if d.retain) | self.set_aside
 
     def unload_requests(self) -> list[UnloadRequest]:
         """The Unloads, oldest first (a partition's moves are served in this order)."""
 
         def age(name: str) -> tuple[str, str]:
-            return (str(self.unloads[name]["metadata"].get("creationTimestamp", "")), name)
+            return (str(self._unloads[name]["metadata"].get("creationTimestamp", "")), name)
 
-        return [documents.unload_request(self.unloads[n]) for n in sorted(self.unloads, key=age)]
+        return [documents.unload_request(self._unloads[n]) for n in sorted(self._unloads, key=age)]
 
     def repartition_requests(self) -> list[RepartitionRequest]:
         """The Repartitions, oldest first (one topic's are served in this order)."""
@@ -397,7 +429,7 @@ class ControlLoop:
         return (
             any(
                 name not in self.progress or not self.progress[name].finished
-                for name in self.unloads
+                for name in self._unloads
             )
             or any(p.seal for t in self.state.topics.values() for p in t.partitions)
             or any(t.transition is not None for t in self.state.topics.values())
@@ -413,7 +445,7 @@ class ControlLoop:
         """The Topics whose status does not yet say it observed their ``metadata.generation``."""
         return [
             name
-            for name, resource in sorted(self.topics.items())
+            for name, resource in sorted(self._topics.items())
             if self._topic_status.get(name, {}).get("observedGeneration")
             != documents.generation_of(resource)
         ]
@@ -426,8 +458,8 @@ class ControlLoop:
     def unload_documents(self) -> list[dict[str, Any]]:
         """The Unload documents, with their status as last written."""
         docs = []
-        for name in sorted(self.unloads):
-            doc = dict(self.unloads[name])
+        for name in sorted(self._unloads):
+            doc = dict(self._unloads[name])
             if name in self._unload_status:
                 doc["status"] = self._unload_status[name]
             docs.append(doc)
@@ -437,17 +469,17 @@ class ControlLoop:
 
     def take(self, desired: DesiredState) -> None:
         """Reconcile towards ``desired`` from now on (``step`` takes it when given one)."""
-        for name in set(self.unloads) - set(desired.unloads):
+        for name in set(self._unloads) - set(desired.unloads):
             self.forget_unload(name)
-        self.topics = dict(desired.topics)
-        self.unloads = dict(desired.unloads)
-        self.members = desired.members
-        self.racks = dict(desired.racks)
-        self.deletions = desired.deletions
+        self._topics = dict(desired.topics)
+        self._unloads = dict(desired.unloads)
+        self._members = desired.members
+        self._racks = dict(desired.racks)
+        self._deletions = desired.deletions
 
     async def step(self, desired: DesiredState | None = None) -> Decision:
         """One round; ``desired``: what it reconciles towards (None: what it last took, or
-        what its adapter set)."""
+        what it loaded at the start)."""
         if desired is not None:
             self.take(desired)
         for broker_id, report in (await self.fleet.poll()).items():
@@ -472,7 +504,7 @@ class ControlLoop:
         now = self.clock.now_ms()
         # The specs this step reconciles, by the generation each was applied at: what the
         # statuses written for it have observed (an apply may land while a write awaits).
-        observed = {n: documents.generation_of(r) for n, r in self.topics.items()}
+        observed = {n: documents.generation_of(r) for n, r in self._topics.items()}
         specs, invalid = self.desired()
         decision = self._reconciler.reconcile(
             StepInputs(
@@ -486,17 +518,17 @@ class ControlLoop:
                 unload_progress=self.progress,
                 repartition_requests=self.repartition_requests(),
                 repartition_progress=self.repartition_progress,
-                members=self.members,
+                members=self._members,
                 # a move started now records the generation it is pushed at
                 commit_generation=next_generation,
-                deletions=self.deletions,
+                deletions=self._deletions,
                 racks=self.broker_racks(),
             )
         )
         if self._committed_retained is None:
             self._committed_retained = self.retained
         # a deletion that does not retain ends the setting aside of its name
-        self.set_aside -= {d.topic for d in self.deletions if not d.retain}
+        self.set_aside -= {d.topic for d in self._deletions if not d.retain}
         self.steps += 1
         for event in decision.events:
             log.info("%s %s: %s", event.kind, event.subject, event.message)
@@ -592,7 +624,7 @@ class ControlLoop:
         held = max(self.broker_generations.values(), default=0)
         if held < own:
             return own
-        known = set(self.state.topics) | self.retained | {d.topic for d in self.deletions}
+        known = set(self.state.topics) | self.retained | {d.topic for d in self._deletions}
         unknown = sorted(
             {p.topic for hb in self.heartbeats.values() for p in hb.partitions} - known
         )
@@ -625,7 +657,7 @@ class ControlLoop:
         """
         try:
             now = documents.condition_time(now_ms)
-            for name in sorted(self.topics):
+            for name in sorted(self._topics):
                 if name not in observed:
                     continue  # applied after the step reconciled: the next step writes it
                 previous = self._topic_status.get(name)
@@ -638,7 +670,7 @@ class ControlLoop:
                 if previous is None or _unstamped(status) != _unstamped(previous):
                     await self.store.write_topic_status(name, status)
                     self._topic_status[name] = status
-            for name in set(self._topic_status) - set(self.topics):
+            for name in set(self._topic_status) - set(self._topics):
                 del self._topic_status[name]  # its resource is gone, and the status with it
             cluster = documents.cluster_status(state, liveness, self.set_aside)
             if cluster != self._cluster_status:
@@ -654,12 +686,12 @@ class ControlLoop:
     async def save_unloads(self, now_ms: int) -> None:
         """Write the status of every Unload whose progress changed."""
         now = documents.condition_time(now_ms)
-        for name in sorted(self.unloads):
+        for name in sorted(self._unloads):
             progress = self.progress.get(name)
             if progress is None:
                 continue
             previous = self._unload_status.get(name)
-            observed = documents.generation_of(self.unloads[name])
+            observed = documents.generation_of(self._unloads[name])
             ready = documents.previous_ready(previous)
             status = documents.unload_status(progress, observed, ready, now)
             if status != previous:
@@ -726,7 +758,7 @@ class ControlLoop:
         """Let deleted Unloads go once their moves are no longer in flight."""
         done = [
             n
-            for n, doc in self.unloads.items()
+            for n, doc in self._unloads.items()
             if doc["metadata"].get("deletionTimestamp") is not None and not self.moving(n)
         ]
         for name in done:
@@ -736,7 +768,7 @@ class ControlLoop:
 
     def forget_unload(self, name: str) -> None:
         """The Unload is gone (released, or deleted with no moves in flight)."""
-        self.unloads.pop(name, None)
+        self._unloads.pop(name, None)
         self.progress.pop(name, None)
         self._unload_status.pop(name, None)
 
@@ -777,11 +809,11 @@ class ControlLoop:
                 **{spec.name: spec.min_in_sync for spec in self.specs},
             },
             configs={
-                name: documents.topic_config(self.topics[name])
-                if name in self.topics
+                name: documents.topic_config(self._topics[name])
+                if name in self._topics
                 else self._configs[name]
                 for name in self.state.topics
-                if name in self.topics or name in self._configs
+                if name in self._topics or name in self._configs
             },
             retained=self.retained,
         ).to_json()
@@ -837,7 +869,7 @@ class ControlLoop:
             "unloads": self.unload_documents(),
             "repartitions": self.repartition_documents(),
             "transitions": self.transitions(),
-            "members": None if self.members is None else sorted(self.members),
+            "members": None if self._members is None else sorted(self._members),
             "racks": {str(b): rack for b, rack in self.broker_racks().items()},
             "reassignment": (decision.reassignment if decision else moves.Summary()).to_json(),
             "steps": self.steps,

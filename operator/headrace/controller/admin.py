@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+from collections.abc import Mapping
 from typing import Any, Final
 
 from aiohttp import web
@@ -431,7 +432,7 @@ def _flag(request: web.Request, name: str) -> bool:
     return request.query.get(name, "").lower() in ("1", "true", "yes")
 
 
-def _target_topic(doc: dict[str, Any]) -> str:
+def _target_topic(doc: Mapping[str, Any]) -> str:
     """The topic a Topic, Unload or Repartition document changes ('namespace/name')."""
     if doc.get("kind") == "Topic":
         return full_name(doc)

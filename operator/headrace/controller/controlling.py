@@ -9,6 +9,12 @@ unavailability is the brokers' work, not the poll interval) or at once after
 an apply, and plays the API server's part for the documents: ``apply`` and
 ``delete`` write spec and metadata, as kubectl would.
 
+The controller keeps the desired state itself (the applied Topics and Unloads, the
+membership, the deletions asked for) and hands the loop a frozen snapshot of it at
+each step (``desired``), as the kopf operator does from its watches: an apply that
+lands while a step awaits its brokers reaches the loop at the next step, never in
+the middle of one.
+
 An Unload is one-shot: applying the same spec again is a no-op, a different
 one is refused; deleting one whose moves are in flight marks it
 (``deletionTimestamp``) and the loop removes it once they finish, cancelling
@@ -23,15 +29,24 @@ import json
 import logging
 import ssl
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from headrace import files
 from headrace.aio import cancel_and_wait
 from headrace.control import admission, documents, moves
 from headrace.control.documents import full_name, rfc3339, spec_of
-from headrace.control.looping import BrokerFleet, Clock, ControlLoop, LoopSettings, StatusStore
+from headrace.control.looping import (
+    BrokerFleet,
+    Clock,
+    ControlLoop,
+    DesiredState,
+    LoopSettings,
+    StatusStore,
+)
 from headrace.control.model import ClusterState, DeletionRequest, UnloadProgress
 from headrace.control.reconcile import Decision
 from headrace.control.settings import ControlSettings
@@ -151,6 +166,15 @@ class Controller:
             self.clock,
             LoopSettings(settings.cluster_id, settings.control),
         )
+        # The desired state (``desired``), starting from the documents the loop loaded.
+        #: the applied Topic resources (no status), by 'namespace/name'
+        self._topics: dict[str, Mapping[str, Any]] = dict(self.loop.topics)
+        #: the applied Unload resources (no status), by 'namespace/name'
+        self._unloads: dict[str, Mapping[str, Any]] = dict(self.loop.unloads)
+        #: the brokers the cluster should have (``set_members``); None: no moves planned
+        self._members: frozenset[int] | None = None
+        #: the topics ``delete`` asked to take away, until the state no longer holds them
+        self._deletions: frozenset[DeletionRequest] = frozenset()
         #: the dashboard's memory (rates of the last minutes, last heartbeats), fed every step
         self.dashboard = Observer(
             settings.cluster_id, RateHistory(interval_ms=settings.poll_interval_ms)
@@ -184,13 +208,18 @@ class Controller:
         if self.http is not None:
             for b in brokers:
                 self.http.brokers[b.id] = b
-        self.loop.members = frozenset(b.id for b in brokers)
+        self._members = frozenset(b.id for b in brokers)
+
+    @property
+    def members(self) -> frozenset[int] | None:
+        """The brokers the cluster should have, as last set (None: never set)."""
+        return self._members
 
     def members_document(self) -> dict[str, Any]:
         """The membership and how the moves towards it go (``GET /v1/members``)."""
         decision = self.loop.last_decision
         summary = decision.reassignment if decision is not None else moves.Summary()
-        members = self.loop.members
+        members = self._members
         return {
             "members": None if members is None else sorted(members),
             **summary.to_json(),
@@ -204,14 +233,19 @@ class Controller:
         return self.loop.state
 
     @property
-    def resources(self) -> dict[str, dict[str, Any]]:
+    def resources(self) -> Mapping[str, Mapping[str, Any]]:
         """The applied Topic resources (no status), by 'namespace/name'."""
-        return self.loop.topics
+        return MappingProxyType(self._topics)
 
     @property
-    def unloads(self) -> dict[str, dict[str, Any]]:
+    def unloads(self) -> Mapping[str, Mapping[str, Any]]:
         """The applied Unload resources (no status), by 'namespace/name'."""
-        return self.loop.unloads
+        return MappingProxyType(self._unloads)
+
+    @property
+    def deletions(self) -> frozenset[DeletionRequest]:
+        """The topics ``delete`` asked to take away that the state still holds."""
+        return self._deletions
 
     @property
     def progress(self) -> dict[str, UnloadProgress]:
@@ -235,7 +269,9 @@ class Controller:
 
     @property
     def transitioning(self) -> bool:
-        return self.loop.transitioning
+        """The loop is transitioning, or an Unload was applied that it has not taken yet
+        (one it holds without progress counts as unfinished too)."""
+        return self.loop.transitioning or any(n not in self.loop.unloads for n in self._unloads)
 
     def topology_document(self) -> dict[str, Any]:
         return self.loop.topology_document()
@@ -246,13 +282,30 @@ class Controller:
     def replica_log_ends(self, topic: str | None = None) -> dict[str, Any]:
         return self.loop.replica_log_ends(topic)
 
+    def desired(self) -> DesiredState:
+        """The desired state now, frozen: what the next step reconciles towards."""
+        return DesiredState(
+            topics=MappingProxyType(dict(self._topics)),
+            unloads=MappingProxyType(dict(self._unloads)),
+            members=self._members,
+            racks=MappingProxyType({}),  # the brokers' ``--rack`` says where each runs
+            deletions=self._deletions,
+        )
+
     async def step(self) -> Decision:
         started = time.process_time()
-        decision = await self.loop.step()
+        desired = self.desired()
+        decision = await self.loop.step(desired)
+        # an Unload the loop released (deleted, its moves finished) is gone, as its
+        # finalizer's removal makes it gone in Kubernetes; the document handed over is
+        # still this controller's (not one applied or marked during the step)
+        for name, doc in desired.unloads.items():
+            if name not in self.loop.unloads and self._unloads.get(name) is doc:
+                del self._unloads[name]
         # a deletion is done once the state no longer holds the topic (the push without it
         # follows in the same step)
         placed = self.loop.state.topics
-        self.loop.deletions = frozenset(d for d in self.loop.deletions if d.topic in placed)
+        self._deletions = frozenset(d for d in self._deletions if d.topic in placed)
         self.dashboard.observe(self.clock.now_ms(), self.loop.heartbeats)
         self.steps_run += 1
         self.step_cpu_seconds += time.process_time() - started
@@ -281,7 +334,7 @@ class Controller:
             self._kick.clear()
             interval = (
                 self.settings.transition_poll_interval_ms
-                if self.loop.transitioning
+                if self.transitioning
                 else self.settings.poll_interval_ms
             )
             with contextlib.suppress(TimeoutError):
@@ -296,23 +349,23 @@ class Controller:
         specs = [spec_of(r) for r in resources]  # validates the names and counts, all first
         now = rfc3339(self.clock.now_ms())
         for resource, spec in zip(resources, specs, strict=True):
-            doc = admitted(resource, self.loop.topics.get(spec.name), now)
+            doc = admitted(resource, self._topics.get(spec.name), now)
             self.files.put("topics", doc)
-            self.loop.topics[spec.name] = doc
+            self._topics[spec.name] = doc
         applied = {s.name for s in specs}
         # applied again before its deletion ran: it is wanted, not deleted
-        self.loop.deletions = frozenset(d for d in self.loop.deletions if d.topic not in applied)
+        self._deletions = frozenset(d for d in self._deletions if d.topic not in applied)
         self.kick()
         return [s.name for s in specs]
 
     def delete(self, names: list[str]) -> list[str]:
         """Delete Topics: the request the loop needs to take a topic (and its brokers'
         copies) away; the brokers remove their copies."""
-        gone = [n for n in names if self.loop.topics.pop(n, None) is not None]
+        gone = [n for n in names if self._topics.pop(n, None) is not None]
         for name in gone:
             self.files.remove("topics", name)
         requested = {DeletionRequest(name, retain=False) for name in gone}
-        self.loop.deletions = self.loop.deletions | requested
+        self._deletions = self._deletions | requested
         self.kick()
         return gone
 
@@ -340,10 +393,10 @@ class Controller:
     def apply_unloads(self, resources: list[dict[str, Any]]) -> list[tuple[str, str]]:
         """(name, "created" | "unchanged") per Unload; one-shot, so re-applying is a no-op."""
         self.check_unloads(resources)
-        return self._create_one_shots("unloads", self.unloads, resources)
+        return self._create_one_shots("unloads", self._unloads, resources)
 
     def _create_one_shots(
-        self, kind: str, known: dict[str, dict[str, Any]], resources: list[dict[str, Any]]
+        self, kind: str, known: dict[str, Any], resources: list[dict[str, Any]]
     ) -> list[tuple[str, str]]:
         """Store each new one-shot resource (Unload, Repartition) as applied, status
         dropped; one already known is left as it is (its spec is immutable)."""
@@ -370,15 +423,26 @@ class Controller:
         """(deleted, deferred): an Unload with moves in flight stays until they finish."""
         deleted, deferred = [], []
         for name in names:
-            doc = self.unloads.get(name)
+            doc = self._unloads.get(name)
             if doc is None:
                 continue
             if self.loop.moving(name):
-                doc["metadata"].setdefault("deletionTimestamp", rfc3339(self.clock.now_ms()))
-                self.files.put("unloads", doc)
+                if doc["metadata"].get("deletionTimestamp") is None:
+                    # a new document, not an edit of the one the loop holds: the loop sees
+                    # the deletion at its next step (the snapshot it decides on stays as taken)
+                    deleted_at = rfc3339(self.clock.now_ms())
+                    marked = {
+                        **doc,
+                        "metadata": {**doc["metadata"], "deletionTimestamp": deleted_at},
+                    }
+                    self.files.put("unloads", marked)
+                    self._unloads[name] = marked
                 deferred.append(name)
             else:
                 self.files.remove("unloads", name)
+                del self._unloads[name]
+                # gone at once from what the loop reports too (``/v1/state``); its next
+                # step would forget it anyway, as it is no longer desired
                 self.loop.forget_unload(name)
                 deleted.append(name)
         self.kick()

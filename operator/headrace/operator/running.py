@@ -551,7 +551,7 @@ class ClusterRuntime:
         apply fails on it, ``WorkloadOutcome``)."""
         self.cluster = self._accepted(cluster)
         self.store.remember(cluster)
-        wanted: dict[str, dict[str, Any]] = {}
+        wanted: dict[str, Mapping[str, Any]] = {}
         models: dict[str, Topic | None] = {}
         mine = [(self._topics(t), t) for t in topics if self.owns(t)]
         self._topics.keep({t.meta.full_name for t, _ in mine})
@@ -578,7 +578,7 @@ class ClusterRuntime:
         self._paused = {t.meta.full_name: t.meta.generation for t, _ in mine if paused(t.meta)}
         # the loop's own record of an Unload wins over the body (it is not older); one it
         # no longer holds (a deleted one it released) is taken from the body again
-        held_unloads: dict[str, dict[str, Any]] = {}
+        held_unloads: dict[str, Mapping[str, Any]] = {}
         unloads = list(unloads)
         self._unloads.keep({bodies.meta_of(u).full_name for u in unloads})
         for body in unloads:
@@ -588,18 +588,18 @@ class ClusterRuntime:
             name = unload.meta.full_name
             self.store.remember(body)
             known = self.loop.unloads.get(name)
-            resource = (
+            record: Mapping[str, Any] = (
                 known
                 if known is not None
                 else {k: copy.deepcopy(v) for k, v in body.items() if k != "status"}
             )
             deleted = unload.meta.deletion_timestamp
             if deleted is not None:
-                resource = {
-                    **resource,
-                    "metadata": {**resource["metadata"], "deletionTimestamp": deleted},
+                record = {
+                    **record,
+                    "metadata": {**record["metadata"], "deletionTimestamp": deleted},
                 }
-            held_unloads[name] = resource
+            held_unloads[name] = record
         self.desired_state = DesiredState(
             topics=wanted,
             unloads=held_unloads,
@@ -610,7 +610,7 @@ class ClusterRuntime:
         repartition_owners.sync(self.loop, self.store, repartitions, wanted)
 
     @property
-    def wanted_topics(self) -> Mapping[str, dict[str, Any]]:
+    def wanted_topics(self) -> Mapping[str, Mapping[str, Any]]:
         """The Topics (no status) the loop reconciles towards, as last synced."""
         if self.desired_state is None:
             return self.loop.topics

@@ -99,13 +99,13 @@ def test_apply_of_a_directory_skips_other_kinds_and_refuses_what_cannot_run(
         " --keep-last-per-key`",
         "nothing applied (--allow-problems applies it anyway)",
     ]
-    assert served.controller.loop.topics == {}
+    assert served.controller.resources == {}
 
     (folder / "c-wide.yml").unlink()
     result = cli(local.apply, "-f", str(folder), "--controller", served.url)
     assert result.exit_code == 0, result.output
     assert result.stdout == "topic default/fine applied\n"
-    assert list(served.controller.loop.topics) == ["default/fine"]
+    assert list(served.controller.resources) == ["default/fine"]
 
 
 def test_allow_problems_turns_them_into_warnings(served: Served, tmp_path: Path) -> None:

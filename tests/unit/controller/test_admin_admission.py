@@ -43,7 +43,7 @@ async def test_one_refused_topic_refuses_the_whole_apply(
     assert doc["error"] == "Refused"
     assert doc["problems"] == ["topic default/wide: 4 replicas need 4 brokers, the cluster has 3"]
     assert "\n" not in doc["message"]
-    assert c.loop.topics == {}, "nothing may be applied from a refused set"
+    assert c.resources == {}, "nothing may be applied from a refused set"
 
 
 async def test_allow_problems_applies_with_warnings(
@@ -58,7 +58,7 @@ async def test_allow_problems_applies_with_warnings(
     assert doc["warnings"] == [
         "topic default/elsewhere: clusterRef 'main' is not this cluster: it is named 'local'"
     ]
-    assert list(c.loop.topics) == ["default/elsewhere"]
+    assert list(c.resources) == ["default/elsewhere"]
 
 
 def repartition_yaml(name: str, topic: str, partitions: int) -> str:

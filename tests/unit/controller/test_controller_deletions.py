@@ -28,14 +28,14 @@ async def test_topics_delete_deletes_the_topic_and_its_data(tmp_path: Path) -> N
     await settle(c)
     assert set(c.state.topics) == {"default/a", "default/b"}
     assert c.delete(["default/a"]) == ["default/a"]
-    assert c.loop.deletions == {DeletionRequest("default/a", retain=False)}
+    assert c.deletions == {DeletionRequest("default/a", retain=False)}
     pushed = len(c.pushed)
     await settle(c)
     assert set(c.state.topics) == {"default/b"}
     (doc, *_) = c.pushed[pushed:]
     assert [t["name"] for t in doc["topics"]] == ["default/b"]
     assert "default/a" not in doc.get("retained", [])  # the brokers remove their copies
-    assert c.loop.deletions == frozenset(), "done once the state no longer holds it"
+    assert c.deletions == frozenset(), "done once the state no longer holds it"
 
 
 async def test_a_topic_applied_again_before_its_deletion_ran_stays(tmp_path: Path) -> None:

@@ -21,12 +21,14 @@ async def test_no_membership_until_set_then_it_survives_a_restart(tmp_path: Path
     assert c.loop.members is None
     assert c.members_document()["members"] is None
     c.set_members(endpoints(0, 1))
-    assert c.loop.members == {0, 1}
+    assert c.members == {0, 1}
+    assert c.members_document()["members"] == [0, 1]
     await settle(c)
+    assert c.loop.members == {0, 1}, "the loop takes it at its step"
     doc = c.members_document()
     assert doc["members"] == [0, 1]
     assert set(doc) >= {"moving", "waiting", "blocked", "released", "evacuating", "live"}
-    assert make(tmp_path).loop.members == {0, 1}, "a restarted controller keeps it"
+    assert make(tmp_path).members == {0, 1}, "a restarted controller keeps it"
 
 
 def test_a_membership_without_brokers_or_with_a_duplicate_is_refused(tmp_path: Path) -> None:
@@ -35,5 +37,5 @@ def test_a_membership_without_brokers_or_with_a_duplicate_is_refused(tmp_path: P
         c.set_members([])
     with pytest.raises(InvalidRequest):
         c.set_members([*endpoints(0, 1), *endpoints(1)])
-    assert c.loop.members is None
+    assert c.members is None
     assert not (tmp_path / "state" / "members.json").exists()

@@ -10,6 +10,7 @@ topic, and never delete a placed topic because its spec became unreadable.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,11 @@ async def test_a_placed_topic_whose_spec_stops_parsing_keeps_its_partitions(
     await settle(c)
     before = c.state
     held = c.topology_document()
-    # in this process: the spec it last parsed still holds (minInSync too)
-    c.loop.topics[ORDERS]["spec"]["partitions"] = "two"
-    await c.step()
+    # in this process: the spec it last parsed still holds (minInSync too); ``apply``
+    # refuses such a spec, so the loop is handed it directly
+    unreadable = topic("orders", replicas=3, minInSync=3, partitions="two")
+    unreadable["metadata"] = c.resources[ORDERS]["metadata"]
+    await c.loop.step(replace(c.desired(), topics={**c.resources, ORDERS: unreadable}))
     assert c.state == before and c.fleet.held[0] == held
     assert c.topology_document()["topics"][0]["minInSync"] == 3
     (ready,) = status(tmp_path, "orders")["conditions"]
