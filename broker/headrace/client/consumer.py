@@ -226,11 +226,13 @@ class Consumer:
     async def _first_sync(self) -> None:
         """Join every leader of the topic before ``start`` returns.
 
-        The controller publishes a new topic to the brokers one by one, so a leader the
-        routing names may answer ``UnknownTopic`` for a moment: it is asked again, with
-        the topology refreshed, while the routing still names the topic, for up to
-        ``TOPIC_WAIT_S`` (the wait ``topic_routing`` allows a topic the client has not
-        seen yet)."""
+        A join that fails for a while is asked again, with the topology refreshed, for up
+        to ``TOPIC_WAIT_S`` (the wait ``topic_routing`` allows a topic the client has not
+        seen yet): the controller publishes a new topic to the brokers one by one, so a
+        leader the routing names may answer ``UnknownTopic`` for a moment, and a leader
+        that died a moment ago refuses connections (``ConnectionClosed``) until its
+        partitions fail over. What no rejoin can get past (``ENDS_THE_CONSUMER``), and
+        any other refusal, is raised at once."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + TOPIC_WAIT_S
         backoff = 0.05
@@ -238,9 +240,14 @@ class Consumer:
             try:
                 await self._sync_sessions()
                 return
-            except UnknownTopic:
-                if loop.time() + backoff >= deadline:
+            except HeadraceError as exc:
+                passing = isinstance(exc, UnknownTopic) or (
+                    exc.retriable and not isinstance(exc, ENDS_THE_CONSUMER)
+                )
+                if not passing or loop.time() + backoff >= deadline:
                     raise
+                log.info("cohort %s: joining the leaders of %s: %s; retrying", self.cohort,
+                         self.topic, exc)  # fmt: skip
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, MAX_REJOIN_BACKOFF_S)
             with contextlib.suppress(HeadraceError):

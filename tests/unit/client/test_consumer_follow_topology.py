@@ -212,3 +212,42 @@ async def test_start_raises_unknown_topic_once_the_routing_no_longer_names_it() 
     with pytest.raises(UnknownTopic):
         await asyncio.wait_for(consumer._first_sync(), 5)
     assert syncs == 1
+
+
+async def test_start_asks_again_when_a_leader_that_just_died_refuses_connections() -> None:
+    """A consumer started during a failover: the dead leader refuses connections until
+    its partitions move, so ``start`` asks again (found by the clients-across-faults test:
+    a ``headrace consume`` started then exited 1 with ``ConnectionClosed``)."""
+    consumer = Consumer("127.0.0.1:9", "t", "c")
+    _routed(consumer, 3, [msg.TopicRouting("default/t", 1, 1, [0], [1])])
+    syncs = 0
+
+    async def sync_sessions() -> None:
+        nonlocal syncs
+        syncs += 1
+        if syncs < 3:
+            raise ConnectionClosed("cannot connect to 127.0.0.1:9: Connection refused")
+
+    async def refresh() -> None:
+        return None
+
+    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
+    await asyncio.wait_for(consumer._first_sync(), 10)
+    assert syncs == 3
+
+
+async def test_start_raises_at_once_what_no_rejoin_can_get_past() -> None:
+    consumer = Consumer("127.0.0.1:9", "t", "c")
+    _routed(consumer, 3, [msg.TopicRouting("default/t", 1, 1, [0], [1])])
+    syncs = 0
+
+    async def sync_sessions() -> None:
+        nonlocal syncs
+        syncs += 1
+        raise ConsumeDenied("no consume grant on t")
+
+    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    with pytest.raises(ConsumeDenied):
+        await asyncio.wait_for(consumer._first_sync(), 5)
+    assert syncs == 1
