@@ -5,7 +5,8 @@ A ``BlockingProducer`` sends keyed records one ``send`` at a time on a thread of
 ``headrace produce --acks all`` reads lines from a pipe the test keeps feeding, and a
 ``headrace consume`` prints what it gets. Meanwhile the cluster goes through a leader's
 kill -9, its return and the preferred-leader hand-back, a graceful restart (SIGTERM), a
-paused broker (SIGSTOP until its partitions failed over) and a controller kill -9.
+paused broker (SIGSTOP until its partitions failed over), a controller kill -9 and a
+grow repartition.
 
 The tables say both see what the async clients do and that the application does
 nothing: so no ``send`` or ``poll`` raises, ``produce`` exits 0 once its input ends
@@ -26,9 +27,11 @@ from headrace.cli.processes import alive
 from headrace.client.blocking import BlockingConsumer, BlockingProducer
 from headrace.testing import procs, waiting
 from tests.integration.localcluster import LocalCluster, all_in_sync, topic_manifest
+from tests.integration.test_repartition import repartition_manifest, repartition_status
 
 TOPIC = "default/blocking"
 PARTITIONS = 6
+GROWN = 8
 #: acknowledged sends to wait for after each fault: the load is flowing again
 MORE = 50
 
@@ -162,8 +165,8 @@ def test_blocking_clients_and_the_cli_kept_open_across_every_fault_raise_nothing
         target = len(sends.acked) + count
         return lambda: len(sends.acked) >= target
 
-    def whole_again(what: str) -> None:
-        cluster.wait(lambda: all_in_sync(cluster, TOPIC, PARTITIONS), 90, what)
+    def whole_again(what: str, partitions: int = PARTITIONS) -> None:
+        cluster.wait(lambda: all_in_sync(cluster, TOPIC, partitions), 90, what)
         cluster.wait(more_acked(), 60, f"{MORE} more sends acknowledged after {what}")
 
     polls.start()
@@ -202,6 +205,16 @@ def test_blocking_clients_and_the_cli_kept_open_across_every_fault_raise_nothing
         cluster.kill_controller()
         cluster.restart_controller()
         whole_again("the controller's restart")
+
+        # a grow: the producers route again, the cohorts take the new partitions
+        applied = cluster.apply(repartition_manifest("blocking-8", "blocking", GROWN))
+        assert applied.returncode == 0, applied.stderr.decode()
+        cluster.wait(
+            lambda: repartition_status(cluster, "blocking-8").get("phase") == "Finalized",
+            90,
+            f"the grow to {GROWN} partitions finalized",
+        )
+        whole_again("the grow", GROWN)
     finally:
         sends.stop()
         feeds.stop()
@@ -231,7 +244,7 @@ def test_blocking_clients_and_the_cli_kept_open_across_every_fault_raise_nothing
     print(
         f"\n{len(sends.acked)} blocking sends and {len(feeds.written)} produce lines"
         " acknowledged across kill -9, hand-back, SIGTERM, SIGSTOP and a controller"
-        " kill -9; all received by the blocking consumer and by consume"
+        " kill -9 and a grow; all received by the blocking consumer and by consume"
     )
     assert not sends.failed, f"sends raised: {sends.failed[:3]}"
     assert not polls.failed, f"polls raised: {polls.failed[:3]}"
