@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench import docs_block
 from headrace.testing import procs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -288,12 +289,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def update_docs(path: Path, table: str) -> bool:
-    text = path.read_text()
-    start, end = text.find(START_MARKER), text.find(END_MARKER)
-    if start < 0 or end < start:
-        return False
-    path.write_text(text[: start + len(START_MARKER)] + "\n" + table + "\n" + text[end:])
-    return True
+    return docs_block.replace_between(path, START_MARKER, END_MARKER, table)
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:

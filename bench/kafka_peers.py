@@ -51,7 +51,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import peerservers
+from bench import docs_block, peerservers
 from bench.peerservers import HeadraceLocal, KafkaCluster
 from headrace.testing import procs
 
@@ -391,12 +391,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
 
 
 def update_docs(path: Path, table: str) -> bool:
-    text = path.read_text()
-    start, end = text.find(START_MARKER), text.find(END_MARKER)
-    if start < 0 or end < start:
-        return False
-    path.write_text(text[: start + len(START_MARKER)] + "\n" + table + "\n" + text[end:])
-    return True
+    return docs_block.replace_between(path, START_MARKER, END_MARKER, table)
 
 
 def _java_version() -> str:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import docs_block
+
 START_MARKER = "<!-- bench:peers:start -->"
 END_MARKER = "<!-- bench:peers:end -->"
 
@@ -397,12 +399,7 @@ def plot(doc: dict[str, Any], path: Path) -> None:
 
 
 def update_docs(path: Path, text: str) -> bool:
-    doc = path.read_text()
-    start, end = doc.find(START_MARKER), doc.find(END_MARKER)
-    if start < 0 or end < start:
-        return False
-    path.write_text(doc[: start + len(START_MARKER)] + "\n" + text + "\n" + doc[end:])
-    return True
+    return docs_block.replace_between(path, START_MARKER, END_MARKER, text)
 
 
 def publish(doc: dict[str, Any], out: Path, docs: Path | None, log: Callable[[str], None]) -> None:

@@ -6,9 +6,10 @@ and ``plot``, which write files.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
+
+from bench import docs_block
 
 START_MARKER = "<!-- bench:results:start -->"
 END_MARKER = "<!-- bench:results:end -->"
@@ -420,13 +421,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 def update_docs(path: Path, table: str) -> bool:
     """Replace the text between the markers in ``path``; False if the markers are missing."""
-    text = path.read_text()
-    pattern = re.compile(re.escape(START_MARKER) + r".*?" + re.escape(END_MARKER), re.DOTALL)
-    if not pattern.search(text):
-        return False
-    new = pattern.sub(lambda _: f"{START_MARKER}\n{table}\n{END_MARKER}", text)
-    path.write_text(new)
-    return True
+    return docs_block.replace_between(path, START_MARKER, END_MARKER, table)
 
 
 # ---------------------------------------------------------------------------- plot
