@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 import pytest
 
@@ -167,87 +168,69 @@ def _routed(consumer: Consumer, generation: int, topics: list[msg.TopicRouting])
     )
 
 
+class ScriptedJoins:
+    """A consumer of ``default/t`` whose joins fail with ``failures`` in turn, then succeed;
+    it counts the joins and the topology refreshes (``on_refresh`` runs at each)."""
+
+    def __init__(
+        self,
+        failures: list[Exception],
+        on_refresh: Callable[[Consumer], None] | None = None,
+    ) -> None:
+        self.consumer = Consumer("127.0.0.1:9", "t", "c")
+        _routed(self.consumer, 3, [msg.TopicRouting("default/t", 1, 1, [0], [1])])
+        self.failures = failures
+        self.on_refresh = on_refresh
+        self.syncs = self.refreshes = 0
+        self.consumer._sync_sessions = self._sync_sessions  # type: ignore[method-assign]
+        self.consumer.cluster.refresh = self._refresh  # type: ignore[method-assign]
+
+    async def _sync_sessions(self) -> None:
+        self.syncs += 1
+        if self.failures:
+            raise self.failures.pop(0)
+
+    async def _refresh(self) -> None:
+        self.refreshes += 1
+        if self.on_refresh is not None:
+            self.on_refresh(self.consumer)
+
+
 async def test_start_asks_a_leader_that_does_not_know_the_topic_yet_again() -> None:
     """Found in CI: the controller publishes a new topic to the brokers one by one, so a
     consumer started as soon as the topic was reported online met a leader that had not
     applied it and ``start`` raised ``UnknownTopic``. While the routing names the topic,
     the join is asked again with the topology refreshed."""
-    consumer = Consumer("127.0.0.1:9", "t", "c")
-    _routed(consumer, 3, [msg.TopicRouting("default/t", 1, 1, [0], [1])])
-    syncs = refreshes = 0
-
-    async def sync_sessions() -> None:
-        nonlocal syncs
-        syncs += 1
-        if syncs < 3:
-            raise UnknownTopic("unknown topic 'default/t'")  # the leader is behind
-
-    async def refresh() -> None:
-        nonlocal refreshes
-        refreshes += 1
-
-    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
-    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
-    await asyncio.wait_for(consumer._first_sync(), 10)
-    assert (syncs, refreshes) == (3, 2)
+    joins = ScriptedJoins([UnknownTopic("unknown topic 'default/t'")] * 2)  # a leader behind
+    await asyncio.wait_for(joins.consumer._first_sync(), 10)
+    assert (joins.syncs, joins.refreshes) == (3, 2)
 
 
 async def test_start_raises_unknown_topic_once_the_routing_no_longer_names_it() -> None:
     """A topic deleted meanwhile: the refreshed routing does not name it, so ``start``
     raises at once rather than after the whole wait."""
-    consumer = Consumer("127.0.0.1:9", "t", "c")
-    _routed(consumer, 3, [msg.TopicRouting("default/t", 1, 1, [0], [1])])
-    syncs = 0
 
-    async def sync_sessions() -> None:
-        nonlocal syncs
-        syncs += 1
-        raise UnknownTopic("unknown topic 'default/t'")
+    def deleted(consumer: Consumer) -> None:
+        _routed(consumer, 4, [])
 
-    async def refresh() -> None:
-        _routed(consumer, 4, [])  # the topic was deleted
-
-    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
-    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
+    joins = ScriptedJoins([UnknownTopic("unknown topic 'default/t'")] * 100, deleted)
     with pytest.raises(UnknownTopic):
-        await asyncio.wait_for(consumer._first_sync(), 5)
-    assert syncs == 1
+        await asyncio.wait_for(joins.consumer._first_sync(), 5)
+    assert joins.syncs == 1
 
 
 async def test_start_asks_again_when_a_leader_that_just_died_refuses_connections() -> None:
     """A consumer started during a failover: the dead leader refuses connections until
     its partitions move, so ``start`` asks again (found by the clients-across-faults test:
     a ``headrace consume`` started then exited 1 with ``ConnectionClosed``)."""
-    consumer = Consumer("127.0.0.1:9", "t", "c")
-    _routed(consumer, 3, [msg.TopicRouting("default/t", 1, 1, [0], [1])])
-    syncs = 0
-
-    async def sync_sessions() -> None:
-        nonlocal syncs
-        syncs += 1
-        if syncs < 3:
-            raise ConnectionClosed("cannot connect to 127.0.0.1:9: Connection refused")
-
-    async def refresh() -> None:
-        return None
-
-    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
-    consumer.cluster.refresh = refresh  # type: ignore[method-assign]
-    await asyncio.wait_for(consumer._first_sync(), 10)
-    assert syncs == 3
+    refused = ConnectionClosed("cannot connect to 127.0.0.1:9: Connection refused")
+    joins = ScriptedJoins([refused] * 2)
+    await asyncio.wait_for(joins.consumer._first_sync(), 10)
+    assert joins.syncs == 3
 
 
 async def test_start_raises_at_once_what_no_rejoin_can_get_past() -> None:
-    consumer = Consumer("127.0.0.1:9", "t", "c")
-    _routed(consumer, 3, [msg.TopicRouting("default/t", 1, 1, [0], [1])])
-    syncs = 0
-
-    async def sync_sessions() -> None:
-        nonlocal syncs
-        syncs += 1
-        raise ConsumeDenied("no consume grant on t")
-
-    consumer._sync_sessions = sync_sessions  # type: ignore[method-assign]
+    joins = ScriptedJoins([ConsumeDenied("no consume grant on t")] * 100)
     with pytest.raises(ConsumeDenied):
-        await asyncio.wait_for(consumer._first_sync(), 5)
-    assert syncs == 1
+        await asyncio.wait_for(joins.consumer._first_sync(), 5)
+    assert (joins.syncs, joins.refreshes) == (1, 0)
