@@ -196,6 +196,11 @@ class DesiredState:
     #: the applied Unload resources (no status), by 'namespace/name'; one the loop holds
     #: that is not here is gone (``forget_unload``)
     unloads: Mapping[str, Mapping[str, Any]]
+    #: the Repartition resources, by 'namespace/name', each with the status it was read
+    #: with: one the loop does not hold yet is adopted with that status (its progress), one
+    #: it holds keeps the loop's own record, and one it holds that is not here is gone
+    #: (``forget_repartition``)
+    repartitions: Mapping[str, Mapping[str, Any]]
     #: the brokers the cluster should have (``ControlLoop.members``); None: no moves planned
     members: frozenset[int] | None
     #: the rack of each broker as the adapter knows it (``ControlLoop.racks``)
@@ -268,13 +273,13 @@ class ControlLoop:
                 self._unload_status[name] = status
                 self.progress[name] = documents.progress_of(name, status)
         #: applied Repartition resources (no status) and their progress, by 'namespace/name'
-        self.repartitions: dict[str, dict[str, Any]] = {}
+        self._repartitions: dict[str, dict[str, Any]] = {}
         self.repartition_progress: dict[str, RepartitionProgress] = {}
         self._repartition_status: dict[str, dict[str, Any]] = {}
         for name, doc in stored.repartitions.items():
             resource = copy.deepcopy(dict(doc))
             status = resource.pop("status", None)
-            self.repartitions[name] = resource
+            self._repartitions[name] = resource
             if status:
                 self._repartition_status[name] = status
                 self.repartition_progress[name] = documents.repartition_progress_of(name, status)
@@ -332,6 +337,11 @@ class ControlLoop:
         """The applied Unload resources (no status), by 'namespace/name'; a released one
         leaves (``forget_unload``)."""
         return MappingProxyType(self._unloads)
+
+    @property
+    def repartitions(self) -> Mapping[str, Mapping[str, Any]]:
+        """The Repartition resources the loop serves (no status), by 'namespace/name'."""
+        return MappingProxyType(self._repartitions)
 
     @property
     def members(self) -> frozenset[int] | None:
@@ -413,12 +423,12 @@ class ControlLoop:
         """The Repartitions, oldest first (one topic's are served in this order)."""
 
         def age(name: str) -> tuple[str, str]:
-            meta = self.repartitions[name]["metadata"]
+            meta = self._repartitions[name]["metadata"]
             return (str(meta.get("creationTimestamp", "")), name)
 
         return [
-            documents.repartition_request(self.repartitions[n])
-            for n in sorted(self.repartitions, key=age)
+            documents.repartition_request(self._repartitions[n])
+            for n in sorted(self._repartitions, key=age)
         ]
 
     @property
@@ -437,7 +447,7 @@ class ControlLoop:
             or any(
                 name not in self.repartition_progress
                 or not self.repartition_progress[name].finished
-                for name in self.repartitions
+                for name in self._repartitions
             )
         )
 
@@ -471,6 +481,11 @@ class ControlLoop:
         """Reconcile towards ``desired`` from now on (``step`` takes it when given one)."""
         for name in set(self._unloads) - set(desired.unloads):
             self.forget_unload(name)
+        for name in set(self._repartitions) - set(desired.repartitions):
+            self.forget_repartition(name)
+        for name, doc in desired.repartitions.items():
+            if name not in self._repartitions:
+                self._adopt_repartition(name, doc)
         self._topics = dict(desired.topics)
         self._unloads = dict(desired.unloads)
         self._members = desired.members
@@ -701,42 +716,41 @@ class ControlLoop:
     async def save_repartitions(self, now_ms: int) -> None:
         """Write the status of every Repartition whose progress changed."""
         now = documents.condition_time(now_ms)
-        for name in sorted(self.repartitions):
+        for name in sorted(self._repartitions):
             progress = self.repartition_progress.get(name)
             if progress is None:
                 continue
             previous = self._repartition_status.get(name)
-            observed = documents.generation_of(self.repartitions[name])
+            observed = documents.generation_of(self._repartitions[name])
             ready = documents.previous_ready(previous)
             status = documents.repartition_status(progress, observed, ready, now)
             if status != previous:
                 await self.store.write_repartition_status(name, status)
                 self._repartition_status[name] = status
 
-    def adopt_repartition(self, doc: Mapping[str, Any]) -> None:
+    def _adopt_repartition(self, name: str, doc: Mapping[str, Any]) -> None:
         """Take a Repartition that appeared after the loop started (metadata, spec, status if
         any) as applied. A status it already carries is its progress, as at ``load``: one
         refused before this loop served it (the operator fails a Repartition of a missing
         topic itself) stays refused, never starts later."""
-        name = documents.full_name(doc)
         resource = copy.deepcopy(dict(doc))
         status = resource.pop("status", None)
-        self.repartitions[name] = resource
+        self._repartitions[name] = resource
         if status and status.get("phase"):
             self._repartition_status[name] = status
             self.repartition_progress[name] = documents.repartition_progress_of(name, status)
 
     def forget_repartition(self, name: str) -> None:
         """The Repartition is gone. One in flight rolls forward: its marker carries it."""
-        self.repartitions.pop(name, None)
+        self._repartitions.pop(name, None)
         self.repartition_progress.pop(name, None)
         self._repartition_status.pop(name, None)
 
     def repartition_documents(self) -> list[dict[str, Any]]:
         """The Repartition documents, with their status as last written."""
         docs = []
-        for name in sorted(self.repartitions):
-            doc = dict(self.repartitions[name])
+        for name in sorted(self._repartitions):
+            doc = dict(self._repartitions[name])
             if name in self._repartition_status:
                 doc["status"] = self._repartition_status[name]
             docs.append(doc)

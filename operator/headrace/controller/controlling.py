@@ -171,6 +171,8 @@ class Controller:
         self._topics: dict[str, Mapping[str, Any]] = dict(self.loop.topics)
         #: the applied Unload resources (no status), by 'namespace/name'
         self._unloads: dict[str, Mapping[str, Any]] = dict(self.loop.unloads)
+        #: the applied Repartition resources (no status), by 'namespace/name'
+        self._repartitions: dict[str, Mapping[str, Any]] = dict(self.loop.repartitions)
         #: the brokers the cluster should have (``set_members``); None: no moves planned
         self._members: frozenset[int] | None = None
         #: the topics ``delete`` asked to take away, until the state no longer holds them
@@ -269,9 +271,13 @@ class Controller:
 
     @property
     def transitioning(self) -> bool:
-        """The loop is transitioning, or an Unload was applied that it has not taken yet
-        (one it holds without progress counts as unfinished too)."""
-        return self.loop.transitioning or any(n not in self.loop.unloads for n in self._unloads)
+        """The loop is transitioning, or an Unload or a Repartition was applied that it has
+        not taken yet (one it holds without progress counts as unfinished too)."""
+        return (
+            self.loop.transitioning
+            or any(n not in self.loop.unloads for n in self._unloads)
+            or any(n not in self.loop.repartitions for n in self._repartitions)
+        )
 
     def topology_document(self) -> dict[str, Any]:
         return self.loop.topology_document()
@@ -287,6 +293,7 @@ class Controller:
         return DesiredState(
             topics=MappingProxyType(dict(self._topics)),
             unloads=MappingProxyType(dict(self._unloads)),
+            repartitions=MappingProxyType(dict(self._repartitions)),
             members=self._members,
             racks=MappingProxyType({}),  # the brokers' ``--rack`` says where each runs
             deletions=self._deletions,
@@ -451,9 +458,9 @@ class Controller:
     # ------------------------------------------------------------------ repartitions
 
     @property
-    def repartitions(self) -> dict[str, dict[str, Any]]:
+    def repartitions(self) -> Mapping[str, Mapping[str, Any]]:
         """The applied Repartition resources (no status), by 'namespace/name'."""
-        return self.loop.repartitions
+        return MappingProxyType(self._repartitions)
 
     def check_repartitions(self, resources: list[dict[str, Any]]) -> None:
         """Raise ``RepartitionRefused`` if any may not be applied (nothing is applied)."""
@@ -488,15 +495,17 @@ class Controller:
     def apply_repartitions(self, resources: list[dict[str, Any]]) -> list[tuple[str, str]]:
         """(name, "created" | "unchanged") per Repartition; one-shot like an Unload."""
         self.check_repartitions(resources)
-        return self._create_one_shots("repartitions", self.repartitions, resources)
+        return self._create_one_shots("repartitions", self._repartitions, resources)
 
     def delete_repartitions(self, names: list[str]) -> list[str]:
         """Delete them. One in flight rolls forward to Finalized: the topic's transition
         marker carries everything it needs (``control.repartitions``)."""
         gone = []
         for name in names:
-            if name in self.repartitions:
+            if name in self._repartitions:
                 self.files.remove("repartitions", name)
+                del self._repartitions[name]
+                # gone at once from what the loop reports too, as a deleted Unload is
                 self.loop.forget_repartition(name)
                 gone.append(name)
         self.kick()

@@ -1,9 +1,9 @@
 """Repartitions in the operator: which cluster's loop serves one, and the one nobody serves.
 
 A Repartition names a topic (``spec.topicRef``), not a cluster. The loop of the
-BrokerCluster that owns that Topic (its ``clusterRef``) serves it: ``sync``
-hands it the Repartitions of its Topics, as kopf's index last delivered them,
-before every step, and the shared ``ControlLoop`` runs the transition (the
+BrokerCluster that owns that Topic (its ``clusterRef``) serves it: the desired
+state it takes at every step holds the Repartitions of its Topics, as kopf's index
+last delivered them (``held``), and the shared ``ControlLoop`` runs the transition (the
 pure core ``headrace.control.repartitions``) and writes the Repartition's
 status through ``KubeStatusStore``, as in local mode.
 
@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 from headrace.control import documents
-from headrace.control.looping import ControlLoop
 from headrace.control.model import RepartitionPhase, RepartitionProgress
 from headrace.operator.bodies import Parsed, parse_repartition
 from headrace.operator.statuses import KubeStatusStore
@@ -55,28 +54,23 @@ def owned(
     return [(r, b) for r, b in parsed if topic_of(r) in mine]
 
 
-def sync(
-    loop: ControlLoop,
+def held(
     store: KubeStatusStore,
     bodies: Iterable[Mapping[str, Any]],
     topics: Iterable[str],
-) -> None:
-    """Make the loop's Repartitions those of ``bodies`` whose topic is in ``topics``.
+) -> dict[str, Mapping[str, Any]]:
+    """The loop's Repartitions: those of ``bodies`` whose topic is in ``topics``, by
+    'namespace/name', each as its body (``DesiredState.repartitions``).
 
-    A new one is adopted with the status it has (``ControlLoop.adopt_repartition``); one
-    the loop already serves keeps the loop's own record (its status comes back through
-    the watch, the loop's is never older); one no longer there is forgotten (deleted:
-    see the module).
+    The loop adopts a new one with the status it has; one it already serves keeps the
+    loop's own record (its status comes back through the watch, the loop's is never
+    older); one it serves that is not here is forgotten (deleted: see the module).
     """
-    seen = set()
+    mine: dict[str, Mapping[str, Any]] = {}
     for repartition, body in owned(bodies, topics):
-        name = repartition.meta.full_name
-        seen.add(name)
         store.remember(body)
-        if name not in loop.repartitions:
-            loop.adopt_repartition(body)
-    for name in set(loop.repartitions) - seen:
-        loop.forget_repartition(name)
+        mine[repartition.meta.full_name] = body
+    return mine
 
 
 def missing_topic_status(repartition: Parsed[Repartition], now_ms: int) -> dict[str, Any] | None:

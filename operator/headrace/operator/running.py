@@ -235,7 +235,7 @@ async def step_loop(runtime: ClusterRuntime, found: Round) -> None:
     and racks this step found; and the dashboard's memory of it."""
     loop = runtime.loop
     synced = runtime.desired_state or DesiredState(
-        loop.topics, loop.unloads, loop.members, loop.racks, loop.deletions
+        loop.topics, loop.unloads, loop.repartitions, loop.members, loop.racks, loop.deletions
     )
     desired = replace(
         synced,
@@ -603,11 +603,11 @@ class ClusterRuntime:
         self.desired_state = DesiredState(
             topics=wanted,
             unloads=held_unloads,
+            repartitions=repartition_owners.held(self.store, repartitions, wanted),
             members=self.loop.members,
             racks=self.loop.racks,
             deletions=deletions,
         )
-        repartition_owners.sync(self.loop, self.store, repartitions, wanted)
 
     @property
     def wanted_topics(self) -> Mapping[str, Mapping[str, Any]]:

@@ -42,6 +42,15 @@ def unload(
     }
 
 
+def repartition(partitions: int, name: str = "grow") -> dict[str, Any]:
+    return {
+        "apiVersion": "headrace.dev/v1alpha1",
+        "kind": "Repartition",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"topicRef": {"name": "orders"}, "partitions": partitions},
+    }
+
+
 class ScriptedFleet:
     """Brokers that act on the topology pushed to them (a ``BrokerFleet``).
 

@@ -1,7 +1,7 @@
 """The local controller keeps the desired state and hands the loop a frozen snapshot of it.
 
 Nothing outside ``ControlLoop`` changes what the loop reconciles towards: its ``topics``,
-``unloads``, ``racks`` are read-only views, ``members`` and ``deletions`` read-only
+``unloads``, ``repartitions``, ``racks`` are read-only views, ``members`` and ``deletions`` read-only
 properties, and what is applied while a step awaits its brokers reaches the loop at the
 next step, never in the middle of one (as in the kopf operator).
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from controller_fakes import TOPIC, ManualClock, ScriptedFleet, make, settle, unload
+from controller_fakes import TOPIC, ManualClock, ScriptedFleet, make, repartition, settle, unload
 
 from headrace.control.looping import Report
 from headrace.control.model import DeletionRequest
@@ -57,6 +57,8 @@ async def test_the_loops_desired_state_cannot_be_changed_from_outside(tmp_path: 
     with pytest.raises(TypeError):
         loop.unloads["default/other"] = unload("other")  # type: ignore[index]
     with pytest.raises(TypeError):
+        loop.repartitions["default/grow"] = repartition(3)  # type: ignore[index]
+    with pytest.raises(TypeError):
         loop.racks[0] = "eu-1a"  # type: ignore[index]
     with pytest.raises(AttributeError):
         loop.topics = {}  # type: ignore[misc]
@@ -87,6 +89,7 @@ async def test_what_changes_during_a_step_reaches_the_loop_at_the_next_step(
 
     def change_everything() -> None:
         c.apply([topic("audit")])
+        c.apply_repartitions([repartition(3)])
         c.apply_unloads([unload()])
         c.delete([ORDERS])
         c.set_members(list(ENDPOINTS[:2]))
@@ -97,6 +100,7 @@ async def test_what_changes_during_a_step_reaches_the_loop_at_the_next_step(
     # the step decided on what it took at its start, and the loop still holds just that
     assert set(c.loop.topics) == {ORDERS}
     assert dict(c.loop.unloads) == {}
+    assert dict(c.loop.repartitions) == {}
     assert c.loop.members is None
     assert c.loop.deletions == frozenset()
     assert set(c.state.topics) == {ORDERS}, "deleted only by the step that took the request"
@@ -105,6 +109,7 @@ async def test_what_changes_during_a_step_reaches_the_loop_at_the_next_step(
     await c.step()
     assert set(c.loop.topics) == {AUDIT}
     assert set(c.loop.unloads) == {"default/move"}
+    assert set(c.loop.repartitions) == {"default/grow"}
     assert c.loop.members == {0, 1}
     assert c.loop.deletions == {DeletionRequest(ORDERS, retain=False)}
     assert ORDERS not in c.state.topics and AUDIT in c.state.topics

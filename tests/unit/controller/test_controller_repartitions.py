@@ -6,21 +6,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
-from controller_fakes import TOPIC, Crash, CrashingStore, ManualClock, make
+from controller_fakes import TOPIC, Crash, CrashingStore, ManualClock, make, repartition
 
 from headrace.controller.store import FileStore
-
-
-def repartition(partitions: int) -> dict[str, Any]:
-    return {
-        "apiVersion": "headrace.dev/v1alpha1",
-        "kind": "Repartition",
-        "metadata": {"name": "grow", "namespace": "default"},
-        "spec": {"topicRef": {"name": "orders"}, "partitions": partitions},
-    }
 
 
 @pytest.mark.parametrize("crash_at", range(5))
