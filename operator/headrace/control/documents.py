@@ -44,7 +44,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final, TypeVar
 
 import pydantic
 
@@ -76,6 +76,7 @@ API_VERSION: Final = "headrace.dev/v1alpha1"
 #: on a Topic created from a snapshot: ``pending`` while the restore is written under
 #: its creation id (not placed), ``written`` once it is (placed at incarnation 1)
 RESTORE_ANNOTATION: Final = "headrace.dev/restore"
+_M = TypeVar("_M", bound=pydantic.BaseModel)
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MS: Final = dt.timedelta(milliseconds=1)
 
@@ -182,25 +183,55 @@ def topic_config(resource: Mapping[str, Any]) -> dict[str, Any]:
     """The topology document's per-topic ``config``: the Topic spec's settings that are set.
 
     Keys are the broker's (``retention_ms``, ``segment_bytes``, ``tiered``, ...); a
-    setting left unset is left out, so the broker's own default applies.
+    setting left unset is left out, so the broker's own default applies. Each section of
+    the spec is read through its model on its own: of a spec that does not parse, what
+    still reads is kept and a section the model refuses is left out (the broker's default),
+    so that a value of the wrong type is never handed to the brokers.
     """
-    spec = resource.get("spec", {})
-    retention = spec.get("retention") or {}
-    segments = spec.get("segments") or {}
-    tiered = spec.get("tieredStorage") or {}
-    interval = tiered.get("uploadIntervalSeconds")
-    values: dict[str, Any] = {
-        "retention_ms": retention.get("ms"),
-        "retention_bytes": retention.get("bytes"),
-        "segment_bytes": segments.get("bytes"),
-        "segment_ms": segments.get("ms"),
-        "max_batch_bytes": spec.get("maxBatchBytes"),
-        "tiered": tiered.get("enabled"),
-        "upload_interval_ms": None if interval is None else int(interval) * 1000,
-        "local_retention_ms": tiered.get("localRetentionMs"),
-        "local_retention_bytes": tiered.get("localRetentionBytes"),
-    }
+    spec = resource.get("spec")
+    sections = spec if isinstance(spec, Mapping) else {}
+    retention = _section(topic_models.Retention, sections.get("retention"))
+    segments = _section(topic_models.Segments, sections.get("segments"))
+    tiered = _section(topic_models.TieredStorage, sections.get("tieredStorage"))
+    try:
+        batch = _MAX_BATCH_BYTES.validate_python(sections.get("maxBatchBytes"))
+    except pydantic.ValidationError:
+        batch = None
+    values: dict[str, Any] = {}
+    if retention is not None:
+        values.update(retention_ms=retention.ms, retention_bytes=retention.bytes)
+    if segments is not None:
+        values.update(segment_bytes=segments.bytes, segment_ms=segments.ms)
+    values.update(max_batch_bytes=batch)
+    if tiered is not None:
+        # the model's defaults are not settings: only what the spec sets is sent
+        given = tiered.model_fields_set
+        values.update(
+            tiered=tiered.enabled if "enabled" in given else None,
+            upload_interval_ms=tiered.upload_interval_seconds * 1000
+            if "upload_interval_seconds" in given
+            else None,
+            local_retention_ms=tiered.local_retention_ms,
+            local_retention_bytes=tiered.local_retention_bytes,
+        )
     return {k: v for k, v in values.items() if v is not None}
+
+
+_MAX_BATCH_FIELD: Final = topic_models.TopicSpec.model_fields["max_batch_bytes"]
+#: ``TopicSpec.maxBatchBytes`` read on its own, with the model's own constraints
+_MAX_BATCH_BYTES: Final[pydantic.TypeAdapter[int | None]] = pydantic.TypeAdapter(
+    Annotated[_MAX_BATCH_FIELD.annotation, *_MAX_BATCH_FIELD.metadata]  # type: ignore[arg-type]
+)
+
+
+def _section(model: type[_M], document: object) -> _M | None:
+    """``document`` read as ``model`` (None: absent, or refused by the model)."""
+    if document is None:
+        return None
+    try:
+        return model.model_validate(document)
+    except pydantic.ValidationError:
+        return None
 
 
 def unload_request(resource: Mapping[str, Any]) -> UnloadRequest:

@@ -822,10 +822,12 @@ class ControlLoop:
                 **{name: spec.min_in_sync for name, spec in self._parsed.items()},
                 **{spec.name: spec.min_in_sync for spec in self.specs},
             },
+            # the settings of the spec last parsed (``desired``); of a spec not parsed in
+            # this process, what of it reads
             configs={
-                name: documents.topic_config(self._topics[name])
-                if name in self._topics
-                else self._configs[name]
+                name: self._configs[name]
+                if name in self._configs
+                else documents.topic_config(self._topics[name])
                 for name in self.state.topics
                 if name in self._topics or name in self._configs
             },

@@ -94,3 +94,29 @@ async def test_a_placed_topic_whose_spec_stops_parsing_keeps_its_partitions(
     await settle(again)
     assert status(tmp_path, "orders")["conditions"][0]["status"] == "True"
     assert again.state.topics == before.topics
+
+
+async def test_the_settings_pushed_for_an_unreadable_spec_are_never_its_garbage(
+    tmp_path: Path,
+) -> None:
+    # brokers are told a topic's settings with every topology: one Topic whose stored
+    # spec carries a value of the wrong type must not hand that value to them
+    c = make(tmp_path)
+    c.apply([topic("orders", retention={"ms": 60_000}, segments={"bytes": 1 << 20})])
+    await settle(c)
+    unreadable = topic("orders", retention={"ms": "soon"}, segments={"bytes": 1 << 20})
+    unreadable["spec"]["maxBatchBytes"] = "big"
+    unreadable["metadata"] = c.resources[ORDERS]["metadata"]
+    await c.loop.step(replace(c.desired(), topics={**c.resources, ORDERS: unreadable}))
+    c.apply([topic("audit")])  # a new generation: the topology is built again
+    await c.loop.step(replace(c.desired(), topics={**c.resources, ORDERS: unreadable}))
+    (orders,) = [t for t in c.topology_document()["topics"] if t["name"] == ORDERS]
+    # in this process: the settings of the spec it last parsed
+    assert orders["config"] == {"retentionMs": 60_000, "segmentBytes": 1 << 20}
+
+    # after a restart over it: what of it still reads (the segments), never the rest
+    stored_as_is(tmp_path, unreadable)
+    again = make(tmp_path, fleet=c.fleet, clock=c.clock)
+    await settle(again)
+    (orders,) = [t for t in again.topology_document()["topics"] if t["name"] == ORDERS]
+    assert orders["config"] == {"segmentBytes": 1 << 20}
