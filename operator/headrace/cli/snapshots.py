@@ -300,6 +300,24 @@ def _read_snapshot(
         raise click.ClickException(f"no snapshot {name} of {source.topic}") from None
 
 
+def refuse_unless_held_for(topic_doc: dict[str, Any], snapshot_key: str) -> None:
+    """Refuse to finish the restore of a pending Topic held for another snapshot than
+    ``snapshot_key`` (``RestoreOfAnotherSnapshot``'s message, naming both): writing this
+    one into it would mix the two. One pending without a recorded snapshot is left to the
+    store's claim (``jobs.snapshot.restore_snapshot``)."""
+    from headrace.control.documents import full_name, restore_held_for
+    from headrace.tiered.snapshots import RestoreOfAnotherSnapshot, refuse_another_snapshot
+
+    metadata = topic_doc.get("metadata", {})
+    held_for = restore_held_for(metadata.get("annotations") or {})
+    if held_for is None:
+        return
+    try:
+        refuse_another_snapshot(f"topic {full_name(topic_doc)}", held_for, snapshot_key)
+    except RestoreOfAnotherSnapshot as exc:
+        raise click.ClickException(exc.message) from exc
+
+
 def restore_pending(topic_doc: dict[str, Any]) -> bool:
     """Whether an applied Topic is held for a restore that has not been released yet."""
     from headrace.control.documents import RESTORE_ANNOTATION
@@ -317,12 +335,15 @@ def restore_local(
     creation_id: str | None,
     *,
     master: str = SPARK_MASTER,
+    restore: str | None = None,
 ) -> tuple[RestoreResult, RestoreVerification]:
     """Create ``new_topic`` from ``topic``'s snapshot ``name`` through the local controller;
     returns what was copied and the verify job's verdict once the new topic is placed. A
-    ``new_topic`` held pending (a restore that died before releasing it) is finished."""
+    ``new_topic`` held pending (a restore that died before releasing it) is finished, if
+    it is held for this snapshot (``refuse_unless_held_for``). ``restore``: the
+    TopicRestore asking, recorded on the new Topic."""
     from headrace.cli.topics import _applied_topics, _apply, _wait_placed
-    from headrace.control.documents import restored_topic
+    from headrace.control.documents import TOPIC_RESTORE_LABEL, restored_topic
     from headrace.control.model import RestoreStage
 
     controller = controller_client.resolve_controller_url(None, directory)
@@ -344,10 +365,14 @@ def restore_local(
     }
     partitions = max(p.partition for p in snap.partitions) + 1
     if existing is None:
-        doc = restored_topic(namespace, bare, source_spec, partitions, RestoreStage.PENDING)
+        doc = restored_topic(
+            namespace, bare, source_spec, partitions, RestoreStage.PENDING, snap.key, restore
+        )
         _apply(controller, doc)  # held: not placed while pending
         existing = _applied_topics(controller)[target_name]
-    elif int(existing.get("spec", {}).get("partitions", -1)) != partitions:
+    else:
+        refuse_unless_held_for(existing, snap.key)
+    if int(existing.get("spec", {}).get("partitions", -1)) != partitions:
         raise click.ClickException(
             f"topic {target_name} waits for a restore of {existing['spec'].get('partitions')}"
             f" partitions, not of snapshot {name}'s {partitions}: delete it first"
@@ -364,8 +389,18 @@ def restore_local(
         creation_id=source.creation_id,
         master=master,
     )
+    held_by = (existing.get("metadata", {}).get("labels") or {}).get(TOPIC_RESTORE_LABEL)
     _apply(
-        controller, restored_topic(namespace, bare, source_spec, partitions, RestoreStage.WRITTEN)
+        controller,
+        restored_topic(
+            namespace,
+            bare,
+            source_spec,
+            partitions,
+            RestoreStage.WRITTEN,
+            snap.key,
+            held_by or restore,
+        ),
     )
     problems = _wait_placed(controller, target_name)
     if problems:
@@ -643,7 +678,7 @@ def apply_resources(resources: list[Any], directory: Path) -> None:
             )
         topic, creation_id = find_snapshot(directory, namespace, resource.spec.snapshot_ref.name)
         restored, _ = restore_local(
-            directory, topic, resource.spec.snapshot_ref.name, target, creation_id
+            directory, topic, resource.spec.snapshot_ref.name, target, creation_id, restore=name
         )
         click.echo(
             f"topicrestore {namespace}/{name} restored {target}: {restored.objects} objects,"

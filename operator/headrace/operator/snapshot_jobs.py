@@ -36,7 +36,13 @@ from typing import Any, Final
 
 from pydantic import ValidationError
 
-from headrace.control.documents import condition, condition_time, epoch_ms, rfc3339
+from headrace.control.documents import (
+    TOPIC_RESTORE_LABEL,
+    condition,
+    condition_time,
+    epoch_ms,
+    rfc3339,
+)
 from headrace.operator import compaction_jobs, workloads
 from headrace.operator.bodies import Parsed, ResourceT, stored_condition
 from headrace.operator.compaction_jobs import RESULT_PATH, NotRunnable, Target
@@ -52,7 +58,7 @@ from headrace.resources.snapshots import (
 from headrace.tiered.snapshots import cuts_at
 
 SNAPSHOT_LABEL: Final = "headrace.dev/topic-snapshot"
-RESTORE_LABEL: Final = "headrace.dev/topic-restore"
+RESTORE_LABEL: Final = TOPIC_RESTORE_LABEL
 #: a Job's name becomes a label value of its pods: at most 63 characters
 NAME_LIMIT: Final = 63
 #: the restore's ``--dir`` in its pod, on the scratch volume: its Spark verification's log

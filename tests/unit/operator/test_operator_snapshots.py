@@ -23,7 +23,7 @@ from kube_server import ApiServer
 
 from headrace.cli import snapshots as cli_snapshots
 from headrace.cli.snapshots import snapshot_summary
-from headrace.control.documents import RESTORE_ANNOTATION
+from headrace.control.documents import RESTORE_ANNOTATION, RESTORE_SNAPSHOT_ANNOTATION
 from headrace.jobs.topics import TopicRef
 from headrace.operator import snapshot_handlers, snapshot_jobs, snapshot_schedules
 from headrace.operator.handlers import OperatorContext
@@ -75,12 +75,14 @@ def topic_snapshot(name: str = "nightly", **status: Any) -> dict[str, Any]:
     return body
 
 
-def topic_restore(name: str = "back", target: str = "orders-copy") -> dict[str, Any]:
+def topic_restore(
+    name: str = "back", target: str = "orders-copy", snapshot: str = "nightly"
+) -> dict[str, Any]:
     return {
         "apiVersion": V,
         "kind": "TopicRestore",
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
-        "spec": {"snapshotRef": {"name": "nightly"}, "topic": target},
+        "spec": {"snapshotRef": {"name": snapshot}, "topic": target},
     }
 
 
@@ -320,10 +322,11 @@ async def test_deleting_a_snapshot_waits_for_its_running_job(
 # ---------------------------------------------------------------------- TopicRestore
 
 
-def ready_snapshot(server: ApiServer) -> Snapshot:
-    snap = snapshot_doc()
+def ready_snapshot(server: ApiServer, name: str = "nightly") -> Snapshot:
+    snap = snapshot_doc(name)
     server.put(
         topic_snapshot(
+            name,
             phase="Ready",
             key=snap.key,
             partitions=[
@@ -430,6 +433,32 @@ async def test_a_failed_restore_job_leaves_the_topic_held(
     assert "failed verification" in ready_of(body)["message"]
     held = server.body("Topic", "orders-copy")
     assert held["metadata"]["annotations"][RESTORE_ANNOTATION] == "pending"
+
+
+async def test_a_restore_of_another_snapshot_into_a_pending_topic_is_refused_naming_both(
+    server: ApiServer, api: ClientApi
+) -> None:
+    server.put(cluster())
+    server.put(topic())
+    nightly = ready_snapshot(server)
+    hourly = ready_snapshot(server, "hourly")
+    server.put(topic_restore())
+    await snapshot_handlers.reconcile_restore(context_over(api, []), "ns", "back")
+    held = server.body("Topic", "orders-copy")
+    assert held["metadata"]["annotations"][RESTORE_SNAPSHOT_ANNOTATION] == nightly.key
+    assert held["metadata"]["labels"][snapshot_jobs.RESTORE_LABEL] == "back"
+
+    server.put(topic_restore("again", snapshot="hourly"))
+    events: list[tuple[str, str, str]] = []
+    await snapshot_handlers.reconcile_restore(context_over(api, events), "ns", "again")
+    body = server.body("TopicRestore", "again")
+    assert body["status"]["phase"] == "Failed" and ready_of(body)["reason"] == "TopicExists"
+    message = ready_of(body)["message"]
+    assert "nightly of ns/orders" in message and "hourly of ns/orders" in message
+    assert "TopicRestore 'back'" in message
+    assert list(jobs(server)) == ["restore-back"]  # no Job of the second
+    assert nightly.key != hourly.key
+    assert server.body("Topic", "orders-copy")["metadata"] == held["metadata"]
 
 
 VERIFY_REPORT = "demo/ns/orders-copy/uid-orders-copy/reports/verify-1767225600000.json"
