@@ -204,7 +204,9 @@ async def test_a_restore_that_died_after_writing_a_manifest_is_finished_by_apply
             return next(t for t in topics["topics"] if t["metadata"]["name"] == name)  # type: ignore[no-any-return]
 
         spec = applied(NAME)["spec"]
-        pending = restored_topic("default", "copy", spec, PARTITIONS, RestoreStage.PENDING)
+        pending = restored_topic(
+            "default", "copy", spec, PARTITIONS, RestoreStage.PENDING, snap.key
+        )
         assert c.apply(json.dumps(pending)).returncode == 0
         uid = applied("copy")["metadata"]["uid"]
         settings = store_of(c).settings

@@ -49,6 +49,7 @@ from headrace.tiered.snapshots import (
     SnapshotExists,
     SnapshotNotReady,
     cut_partition,
+    refuse_another_snapshot,
     where_stored,
 )
 
@@ -80,6 +81,10 @@ class RestoreNotVerified(HeadraceError):
         super().__init__(message)
         self.problems = list(problems)
 
+
+#: at the root of a restore's target incarnation: the key of the snapshot it restores,
+#: written before anything else, so a restore of another snapshot is refused there
+RESTORE_CLAIM_NAME = "restore.json"
 
 #: how long ``take_when_stored`` retries while the uploaders have not stored the cut, s
 STORED_TIMEOUT_S = 120.0
@@ -216,8 +221,17 @@ def restore_snapshot(
     partition whose manifest is the one this restore writes (``_written_by_restore``)
     is not copied again, and a sealed state this restore wrote is kept (its time
     too). ``RestoreRefused``, before anything is written, if some partition of the
-    target holds any other manifest: a leader has written it, or another restore."""
+    target holds any other manifest: a leader has written it, or another restore.
+
+    Before anything else the target is claimed for ``snap`` (``RESTORE_CLAIM_NAME``, a
+    conditional create): a target claimed for another snapshot refuses the restore with
+    ``RestoreOfAnotherSnapshot`` naming both, before anything is written, even where a
+    partition's manifest would pass for this snapshot's."""
     result = RestoreResult(snap.name, target.prefix)
+    claim_key = target.prefix + RESTORE_CLAIM_NAME
+    claimed = _claimed_by(store, claim_key)
+    if claimed is not None:
+        refuse_another_snapshot(target.prefix, claimed, snap.key)
     done: dict[int, Manifest] = {}
     for part in snap.partitions:
         prefix = target.partition_prefix(part.partition)
@@ -227,6 +241,9 @@ def restore_snapshot(
         if not _written_by_restore(existing, part, prefix):
             raise RestoreRefused(f"{layout.manifest_key(prefix)} exists: restore into a new topic")
         done[part.partition] = existing
+    if claimed is None and not store.put_if_version(claim_key, _claim(snap), None):
+        # a twin run (a second pod of the Job) claimed it first: fine if for this snapshot
+        refuse_another_snapshot(target.prefix, _claimed_by(store, claim_key) or "", snap.key)
     for part in snap.partitions:
         prefix = target.partition_prefix(part.partition)
         manifest = done.get(part.partition)
@@ -246,6 +263,27 @@ def restore_snapshot(
         result.objects += len(manifest.segments)
         result.bytes += sum(s.size for s in manifest.segments)
     return result
+
+
+def _claim(snap: Snapshot) -> bytes:
+    return json.dumps({"format": 1, "snapshot": snap.key}).encode()
+
+
+def _claimed_by(store: ObjectStore, claim_key: str) -> str | None:
+    """The key of the snapshot whose restore holds the target (None: no claim yet);
+    ``InvalidSnapshot`` for a claim that does not parse (no restore writes one)."""
+    try:
+        raw = store.get(claim_key)
+    except ObjectNotFound:
+        return None
+    try:
+        doc = json.loads(raw)
+        key = doc["snapshot"] if isinstance(doc, dict) else None
+    except (ValueError, KeyError):
+        key = None
+    if not isinstance(key, str):
+        raise InvalidSnapshot(f"{claim_key}: not a restore's claim")
+    return key
 
 
 def _existing_manifest(store: ObjectStore, prefix: str) -> Manifest | None:

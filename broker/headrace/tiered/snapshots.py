@@ -57,6 +57,19 @@ class SnapshotExists(HeadraceError):
     retriable = False
 
 
+class RestoreOfAnotherSnapshot(HeadraceError):
+    """The restore's target is held for a restore of another snapshot: finishing it from
+    this one would mix the two. ``holds`` and ``asked`` are the snapshots' keys."""
+
+    CODE = 104
+    retriable = False
+
+    def __init__(self, message: str, holds: str = "", asked: str = "") -> None:
+        super().__init__(message)
+        self.holds = holds
+        self.asked = asked
+
+
 def check_name(name: str) -> str:
     if not _NAME.fullmatch(name):
         raise InvalidSnapshot(
@@ -90,6 +103,29 @@ def where_stored(key: str) -> tuple[str, str, str, str]:
         raise InvalidSnapshot(f"key: {key!r} is not a snapshot document's key")
     creation_id = parts[3] if len(parts) == 4 else ""
     return parts[0], f"{parts[1]}/{parts[2]}", creation_id, tail.removesuffix(SNAPSHOT_SUFFIX)
+
+
+def refuse_another_snapshot(target: str, holds: str, asked: str) -> None:
+    """``RestoreOfAnotherSnapshot`` naming both unless the restore held at ``target``
+    (the key of its snapshot, ``holds``) is of the snapshot ``asked``: a rerun."""
+    if holds == asked:
+        return
+    raise RestoreOfAnotherSnapshot(
+        f"{target} is held for the restore of snapshot {snapshot_named(holds)}, not of"
+        f" snapshot {snapshot_named(asked)}: writing that one would mix the two; finish"
+        " the first (run it again), or delete the topic and restore into a new one",
+        holds,
+        asked,
+    )
+
+
+def snapshot_named(key: str) -> str:
+    """``nightly of ns/orders (creation id)`` for a snapshot document's key."""
+    try:
+        _, topic, creation_id, name = where_stored(key)
+    except InvalidSnapshot:
+        return repr(key)
+    return f"{name} of {topic}" + (f" ({creation_id})" if creation_id else "")
 
 
 def cuts_at(high_watermarks: Iterable[tuple[int, int]]) -> dict[int, int]:

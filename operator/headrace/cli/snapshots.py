@@ -32,7 +32,9 @@ from headrace.cli.jobs import _creation_id, _local_bootstrap, _qualified, _targe
 from headrace.errors import HeadraceError
 
 if TYPE_CHECKING:
+    from headrace.jobs.snapshot import RestoreResult
     from headrace.jobs.topics import TopicRef
+    from headrace.resources.snapshots import RestoreVerification
 
 _dir_option = click.option(
     "--dir",
@@ -57,6 +59,8 @@ SPARK_MASTER = "local[*]"
 #: a summary longer than this leaves out its per-partition lines (a Kubernetes
 #: termination message holds 4 KiB)
 RESULT_BYTES = 3500
+#: a failed verification's reason in a summary: short enough for its report's key beside it
+VERDICT_CHARS = 1500
 
 
 async def _high_watermarks(bootstraps: list[str], topic: str) -> list[tuple[int, int]]:
@@ -170,7 +174,7 @@ def restore_into(
     store_url: str | None = None,
     cluster: str | None = None,
     master: str = SPARK_MASTER,
-) -> Any:
+) -> tuple[RestoreResult, RestoreVerification]:
     """Write ``topic``'s snapshot ``name`` under the incarnation ``target_creation_id`` of
     ``target_name`` (``jobs.snapshot.restore_snapshot``: a rerun after a failure finishes
     it) and verify the copy with the Spark verify job (``_verified_by_spark``); the Topic
@@ -188,8 +192,57 @@ def restore_into(
     finally:
         store.close()
     partitions = [p.partition for p in snap.partitions]
-    _verified_by_spark(directory, target, partitions, store_url, cluster, master)
-    return result
+    return result, _verified_by_spark(directory, target, partitions, store_url, cluster, master)
+
+
+class RestoreNotVerified(click.ClickException):
+    """The Spark verify job failed the restore's copy, or could not run: the new topic
+    stays pending. Carries the verdict (``verification``) the restore Job's summary
+    reports, so the TopicRestore's status says where the report is and why it failed."""
+
+    def __init__(self, verification: RestoreVerification) -> None:
+        super().__init__(verification.reason or "the restore was not verified")
+        self.verification = verification
+
+
+def verification_of(
+    target: TopicRef,
+    partitions: list[int],
+    status: int,
+    report: dict[str, Any] | None,
+    log_path: Path,
+) -> RestoreVerification:
+    """The verify job's verdict on the restore into ``target`` from its exit ``status``
+    and ``report`` (``jobs/run.py``'s JSON): ``Verified`` only if it ran, found no error
+    and verified every partition of ``partitions``."""
+    from headrace.cli.jobs import _finding_line
+    from headrace.resources.snapshots import RestoreVerification, VerificationOutcome
+
+    failed = VerificationOutcome.FAILED
+    if report is None or "error" in report:
+        why = f"exit {status}; see {log_path}" if report is None else report["error"]
+        return RestoreVerification(
+            outcome=failed,
+            report_key=None if report is None else report.get("reportKey"),
+            reason=f"the Spark verification of the restore into {target.prefix} could not run"
+            f" ({why}); the topic stays pending: run the restore again"[:4096],
+        )
+    problems = [_finding_line(f).strip() for f in report["findings"] if f["severity"] == "error"]
+    problems += [f"partition {f['partition']}: {f['error']}" for f in report["failed"]]
+    verified = {int(d["partition"]) for d in report["partitions"]}
+    problems += [
+        f"partition {p}: not verified (no manifest)" for p in partitions if p not in verified
+    ]
+    if problems:
+        return RestoreVerification(
+            outcome=failed,
+            report_key=report.get("reportKey"),
+            reason=f"the restore into {target.prefix} failed the Spark verification:"
+            f" {'; '.join(problems[:5])}; the topic stays pending (delete it)"[:4096],
+        )
+    return RestoreVerification(
+        outcome=VerificationOutcome.VERIFIED, report_key=report.get("reportKey")
+    )
 
 
 def _verified_by_spark(
@@ -199,13 +252,15 @@ def _verified_by_spark(
     store_url: str | None,
     cluster: str | None,
     master: str,
-) -> None:
+) -> RestoreVerification:
     """Run the Spark verify job (``jobs/run.py verify``, as ``headrace verify`` does) over
     the restored incarnation ``target``: every object there at its size, every header and
     CRC, no offset gap or overlap, the sealed states covered. Its report is written to the
     store under the new incarnation's ``reports/``. Any error, a partition it did not
-    verify, or a job that could not run fails the restore: the topic stays pending."""
-    from headrace.cli.jobs import _finding_line, _run
+    verify, or a job that could not run fails the restore (``RestoreNotVerified``): the
+    topic stays pending."""
+    from headrace.cli.jobs import _run
+    from headrace.resources.snapshots import VerificationOutcome
 
     status, report, log_path = _run(
         "verify",
@@ -218,28 +273,16 @@ def _verified_by_spark(
         False,
         creation_id=target.creation_id,
     )
-    if report is None or "error" in report:
-        why = f"exit {status}; see {log_path}" if report is None else report["error"]
-        raise click.ClickException(
-            f"the Spark verification of the restore into {target.prefix} could not run ({why});"
-            " the topic stays pending: run the restore again"
-        )
-    problems = [_finding_line(f).strip() for f in report["findings"] if f["severity"] == "error"]
-    problems += [f"partition {f['partition']}: {f['error']}" for f in report["failed"]]
-    verified = {int(d["partition"]) for d in report["partitions"]}
-    problems += [
-        f"partition {p}: not verified (no manifest)" for p in partitions if p not in verified
-    ]
-    if problems:
-        raise click.ClickException(
-            f"the restore into {target.prefix} failed the Spark verification:"
-            f" {'; '.join(problems[:5])}; the topic stays pending (delete it)"
-        )
+    verification = verification_of(target, partitions, status, report, log_path)
+    if verification.outcome is not VerificationOutcome.VERIFIED:
+        raise RestoreNotVerified(verification)
+    assert report is not None  # verified: it ran and reported
     click.echo(
         f"verified the restore with Spark: {report['summary']['objects']} objects,"
         f" {report['summary']['records']} records"
-        + (f" (report: {report['reportKey']})" if "reportKey" in report else "")
+        + (f" (report: {verification.report_key})" if verification.report_key else "")
     )
+    return verification
 
 
 def _read_snapshot(
@@ -255,6 +298,24 @@ def _read_snapshot(
         return source, pins.read_snapshot(store, source.prefix, name)
     except ObjectNotFound:
         raise click.ClickException(f"no snapshot {name} of {source.topic}") from None
+
+
+def refuse_unless_held_for(topic_doc: dict[str, Any], snapshot_key: str) -> None:
+    """Refuse to finish the restore of a pending Topic held for another snapshot than
+    ``snapshot_key`` (``RestoreOfAnotherSnapshot``'s message, naming both): writing this
+    one into it would mix the two. One pending without a recorded snapshot is left to the
+    store's claim (``jobs.snapshot.restore_snapshot``)."""
+    from headrace.control.documents import full_name, restore_held_for
+    from headrace.tiered.snapshots import RestoreOfAnotherSnapshot, refuse_another_snapshot
+
+    metadata = topic_doc.get("metadata", {})
+    held_for = restore_held_for(metadata.get("annotations") or {})
+    if held_for is None:
+        return
+    try:
+        refuse_another_snapshot(f"topic {full_name(topic_doc)}", held_for, snapshot_key)
+    except RestoreOfAnotherSnapshot as exc:
+        raise click.ClickException(exc.message) from exc
 
 
 def restore_pending(topic_doc: dict[str, Any]) -> bool:
@@ -274,12 +335,15 @@ def restore_local(
     creation_id: str | None,
     *,
     master: str = SPARK_MASTER,
-) -> Any:
+    restore: str | None = None,
+) -> tuple[RestoreResult, RestoreVerification]:
     """Create ``new_topic`` from ``topic``'s snapshot ``name`` through the local controller;
-    returns the ``jobs.snapshot.RestoreResult`` once the new topic is placed. A
-    ``new_topic`` held pending (a restore that died before releasing it) is finished."""
+    returns what was copied and the verify job's verdict once the new topic is placed. A
+    ``new_topic`` held pending (a restore that died before releasing it) is finished, if
+    it is held for this snapshot (``refuse_unless_held_for``). ``restore``: the
+    TopicRestore asking, recorded on the new Topic."""
     from headrace.cli.topics import _applied_topics, _apply, _wait_placed
-    from headrace.control.documents import restored_topic
+    from headrace.control.documents import TOPIC_RESTORE_LABEL, restored_topic
     from headrace.control.model import RestoreStage
 
     controller = controller_client.resolve_controller_url(None, directory)
@@ -301,10 +365,14 @@ def restore_local(
     }
     partitions = max(p.partition for p in snap.partitions) + 1
     if existing is None:
-        doc = restored_topic(namespace, bare, source_spec, partitions, RestoreStage.PENDING)
+        doc = restored_topic(
+            namespace, bare, source_spec, partitions, RestoreStage.PENDING, snap.key, restore
+        )
         _apply(controller, doc)  # held: not placed while pending
         existing = _applied_topics(controller)[target_name]
-    elif int(existing.get("spec", {}).get("partitions", -1)) != partitions:
+    else:
+        refuse_unless_held_for(existing, snap.key)
+    if int(existing.get("spec", {}).get("partitions", -1)) != partitions:
         raise click.ClickException(
             f"topic {target_name} waits for a restore of {existing['spec'].get('partitions')}"
             f" partitions, not of snapshot {name}'s {partitions}: delete it first"
@@ -312,7 +380,7 @@ def restore_local(
     # a pending Topic is a restore that died before it was released: its creation id is
     # where that run wrote, and writing there again finishes it (restore_snapshot)
     uid = str(existing["metadata"]["uid"])
-    result = restore_into(
+    restored = restore_into(
         directory,
         source.topic,
         name,
@@ -321,13 +389,23 @@ def restore_local(
         creation_id=source.creation_id,
         master=master,
     )
+    held_by = (existing.get("metadata", {}).get("labels") or {}).get(TOPIC_RESTORE_LABEL)
     _apply(
-        controller, restored_topic(namespace, bare, source_spec, partitions, RestoreStage.WRITTEN)
+        controller,
+        restored_topic(
+            namespace,
+            bare,
+            source_spec,
+            partitions,
+            RestoreStage.WRITTEN,
+            snap.key,
+            held_by or restore,
+        ),
     )
     problems = _wait_placed(controller, target_name)
     if problems:
         raise click.ClickException(f"topic {target_name} not placed: {'; '.join(problems)}")
-    return result
+    return restored
 
 
 def snapshot_summary(snap: Any) -> dict[str, Any]:
@@ -347,6 +425,12 @@ def snapshot_summary(snap: Any) -> dict[str, Any]:
     return summary
 
 
+def verification_summary(verification: RestoreVerification) -> dict[str, Any]:
+    """The verify job's verdict as a restore Job's summary carries it (``verification``),
+    read back by the operator as the same model into the TopicRestore's status."""
+    return verification.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
 def _write_summary(path: Path | None, summary: dict[str, Any]) -> None:
     if path is not None:
         path.write_text(json.dumps(summary, separators=(",", ":")))
@@ -357,6 +441,14 @@ def _reporting(path: Path | None, run: Callable[[], dict[str, Any]]) -> dict[str
     ``{"ok": false, "error": ...}`` before it ends the command."""
     try:
         summary = run()
+    except RestoreNotVerified as exc:
+        # the verdict with its report's key; the reason shortened so both fit in 4 KiB
+        reason = (exc.verification.reason or "")[:VERDICT_CHARS]
+        verdict = exc.verification.model_copy(update={"reason": reason})
+        _write_summary(
+            path, {"ok": False, "error": reason, "verification": verification_summary(verdict)}
+        )
+        raise
     except (click.ClickException, HeadraceError) as exc:
         text = exc.message if isinstance(exc, HeadraceError) else exc.format_message()
         _write_summary(path, {"ok": False, "error": text[:2000]})
@@ -460,7 +552,7 @@ def restore_cmd(
 ) -> None:
     """Create topic --to from TOPIC's snapshot NAME: the same offsets, the same records,
     and each cohort resumes at its cursor."""
-    results: list[Any] = []
+    results: list[tuple[RestoreResult, RestoreVerification]] = []
 
     def run() -> dict[str, Any]:
         if into_creation_id is None:
@@ -483,10 +575,16 @@ def restore_cmd(
                     master=master,
                 )
             )
-        return {"ok": True, "objects": results[0].objects, "bytes": results[0].bytes}
+        copied, verification = results[0]
+        return {
+            "ok": True,
+            "objects": copied.objects,
+            "bytes": copied.bytes,
+            "verification": verification_summary(verification),
+        }
 
     _reporting(result_file, run)
-    result = results[0]
+    result, _ = results[0]
     click.echo(
         f"restored {_qualified(new_topic)} from snapshot {name} of {_qualified(topic)}:"
         f" {result.objects} objects, {result.bytes} bytes copied"
@@ -579,8 +677,8 @@ def apply_resources(resources: list[Any], directory: Path) -> None:
                 f"topicrestore {namespace}/{name}: {target} is pending, finishing its restore"
             )
         topic, creation_id = find_snapshot(directory, namespace, resource.spec.snapshot_ref.name)
-        restored = restore_local(
-            directory, topic, resource.spec.snapshot_ref.name, target, creation_id
+        restored, _ = restore_local(
+            directory, topic, resource.spec.snapshot_ref.name, target, creation_id, restore=name
         )
         click.echo(
             f"topicrestore {namespace}/{name} restored {target}: {restored.objects} objects,"

@@ -77,6 +77,11 @@ API_VERSION: Final = "headrace.dev/v1alpha1"
 #: its creation id (not placed), ``written`` once it is (placed at incarnation 1)
 RESTORE_ANNOTATION: Final = "headrace.dev/restore"
 _M = TypeVar("_M", bound=pydantic.BaseModel)
+#: on a Topic created from a snapshot: the key of that snapshot's document, so a restore
+#: of another snapshot into it while it is pending is refused (``jobs.snapshot``)
+RESTORE_SNAPSHOT_ANNOTATION: Final = "headrace.dev/restore-snapshot"
+#: on a Topic created by a TopicRestore: that TopicRestore's name
+TOPIC_RESTORE_LABEL: Final = "headrace.dev/topic-restore"
 _EPOCH: Final = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 _MS: Final = dt.timedelta(milliseconds=1)
 
@@ -110,23 +115,36 @@ def restored_topic(
     source_spec: Mapping[str, Any],
     partitions: int,
     stage: RestoreStage,
-    labels: Mapping[str, str] | None = None,
+    snapshot_key: str,
+    restore: str | None = None,
 ) -> dict[str, Any]:
     """The Topic a restore creates: the source Topic's spec with the snapshot's partition
-    count, annotated with the restore's ``stage`` (held unplaced while ``pending``)."""
+    count, annotated with the restore's ``stage`` (held unplaced while ``pending``) and
+    the snapshot it restores, labelled with the TopicRestore's name (``restore``) if one
+    asked for it."""
     metadata: dict[str, Any] = {
         "name": name,
         "namespace": namespace,
-        "annotations": {RESTORE_ANNOTATION: str(stage)},
+        "annotations": {RESTORE_ANNOTATION: str(stage), RESTORE_SNAPSHOT_ANNOTATION: snapshot_key},
     }
-    if labels:
-        metadata["labels"] = dict(labels)
+    if restore is not None:
+        metadata["labels"] = {TOPIC_RESTORE_LABEL: restore}
     return {
         "apiVersion": API_VERSION,
         "kind": "Topic",
         "metadata": metadata,
         "spec": {**source_spec, "partitions": partitions},
     }
+
+
+def restore_held_for(annotations: Mapping[str, str]) -> str | None:
+    """The key of the snapshot a Topic (its ``annotations``) still pending for its restore
+    is held for; None if it is not pending, or was applied pending without one (by hand,
+    or before Topics recorded it)."""
+    if annotations.get(RESTORE_ANNOTATION) != str(RestoreStage.PENDING):
+        return None
+    held = annotations.get(RESTORE_SNAPSHOT_ANNOTATION)
+    return str(held) if held else None
 
 
 def spec_of(resource: Mapping[str, Any]) -> TopicSpec:

@@ -28,9 +28,12 @@ cluster's deletion starts, and nothing would run the table above again. Its fina
 is removed at once (``handlers``: on the Topic's event, and on the cluster's deletion
 for the Topics already held), whatever its policy, and its data stays where it is: on
 the brokers' volumes (the StatefulSet's PersistentVolumeClaims, which outlive it, though
-not a namespace delete) and, for a tiered topic, in the object store. An Event on the Topic says where
+not a namespace delete) and, for a tiered topic, in the object store (its incarnation's
+prefix, its snapshots and what they pin). An Event on the Topic says where
 (``left_behind``): ``TopicDataRetained`` for ``Retain``, the Warning
-``TopicDataNotDeleted`` for ``Delete``.
+``TopicDataNotDeleted`` for ``Delete``. The objects of topics deleted earlier with
+``Delete`` whose removal the loop had not finished (``status.deletedTopics``) stay too:
+the Warning ``TopicObjectsNotDeleted`` on the cluster says where (``removals_left``).
 
 The held Topics are also the loop's only deletion requests (``deletions``): the loop
 takes no other topic out of its state, so a Topic that merely left the cluster's
@@ -53,12 +56,14 @@ from typing import Final
 
 from headrace.control.model import DeletionRequest
 from headrace.control.reconcile import Event
+from headrace.objectstore.errors import InvalidObjectKey
 from headrace.operator import workloads
 from headrace.operator.bodies import Meta, Parsed, meta_of
 from headrace.operator.kube import KubeApi, KubeApiError, ObjectRef, StaleResourceVersion
 from headrace.protocol.coordination import Heartbeat
 from headrace.resources import BrokerCluster, Topic
 from headrace.resources.topics import DeletionPolicy
+from headrace.tiered import layout
 
 log = logging.getLogger(__name__)
 
@@ -265,7 +270,12 @@ def left_behind(
     objects = ""
     if tiered:
         bucket = f"bucket {store.bucket}" if store is not None else "the cluster's bucket"
-        objects = f", and in the object store ({bucket}, under {cluster_name}/{name}/)"
+        prefix = objects_prefix(topic, cluster_name)
+        objects = (
+            f", and in the object store ({bucket}, under {prefix}, with its snapshots under"
+            f" {prefix}snapshots/ and every object they pin: no broker is left to remove"
+            " them)"
+        )
     going = "was deleted" if cluster is None else "is being deleted"
     where = f"its data stays where it is: {volumes}{objects}"
     if policy_of(topic) is DeletionPolicy.RETAIN:
@@ -281,6 +291,47 @@ def left_behind(
         f"deletionPolicy Delete: BrokerCluster {cluster_name} {going}, so nothing is left to"
         f" delete the data; {where}. Delete the volumes (and objects) by hand",
     )
+
+
+def removals_left(cluster: Parsed[BrokerCluster]) -> str | None:
+    """What a BrokerCluster being deleted leaves in the object store of the topics deleted
+    with ``Delete`` whose objects its controller was still having a broker remove
+    (``status.deletedTopics``): the Warning ``TopicObjectsNotDeleted`` its deletion posts
+    on it, or None when no removal was under way. The loop stops with the cluster, so
+    nothing finishes them: the objects stay, and the Event says where."""
+    model = cluster.resource
+    status = None if model is None else model.status
+    left = [] if status is None else list(status.deleted_topics or ())
+    if not left:
+        return None
+    store = None if model is None else model.spec.object_store
+    bucket = f"bucket {store.bucket}" if store is not None else "the cluster's bucket"
+    name = cluster.meta.name
+    prefixes = ", ".join(
+        _prefix_or_as_is(name, d.topic, d.creation_id) for d in sorted(left, key=lambda d: d.topic)
+    )
+    return (
+        f"BrokerCluster {name} is being deleted before the objects of {len(left)} topic(s)"
+        f" deleted with deletionPolicy Delete were removed: no broker is left to remove"
+        f" them, so they stay in the object store ({bucket}, under {prefixes}), with what"
+        " their snapshots pin; delete them by hand"
+    )
+
+
+def _prefix_or_as_is(cluster_name: str, topic: str, creation_id: str) -> str:
+    try:
+        return layout.topic_prefix(cluster_name, topic, creation_id)
+    except (ValueError, InvalidObjectKey):
+        # a name or creation id no key may hold (set by hand) had no objects: say it as is
+        return f"{cluster_name}/{topic}/" + (f"{creation_id}/" if creation_id else "")
+
+
+def objects_prefix(topic: Parsed[Topic], cluster_name: str) -> str:
+    """Where the Topic's incarnation keeps its objects: ``<cluster>/<namespace>/<name>/
+    <creation id>/`` (its ``status.creationId``; without one, the legacy prefix)."""
+    status = None if topic.resource is None else topic.resource.status
+    creation_id = (None if status is None else status.creation_id) or ""
+    return _prefix_or_as_is(cluster_name, topic.meta.full_name, creation_id)
 
 
 #: a release whose object keeps changing under it gives up after this many tries (the next

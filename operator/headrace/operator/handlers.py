@@ -857,12 +857,18 @@ async def cluster_deleted(
     """Let go of the Topics and Unloads the deleted cluster holds: kopf stopped its loop
     as the deletion started, and no later event of theirs need come (a namespace delete
     marks them all at once). A Topic or Unload deleted later finds the cluster gone or
-    going in its own event (``topic_changed``, ``unload_changed``)."""
+    going in its own event (``topic_changed``, ``unload_changed``). Objects of deleted
+    topics its loop was still removing stay: a Warning on the cluster says where
+    (``finalizing.removals_left``)."""
     context = _context(memo)
     key = (namespace or "default", name)
     topics_index: kopf.Index[Any, Any] | None = kwargs.get("topics_index")
     unloads_index: kopf.Index[Any, Any] | None = kwargs.get("unloads_index")
     cluster = bodies.parse_cluster(body)
+    left = finalizing.removals_left(cluster)
+    if left is not None:
+        log.warning("cluster %s/%s: %s", key[0], name, left)
+        context.post_event(body, "Warning", "TopicObjectsNotDeleted", left)
     topics = list(topics_index.get(key, [])) if topics_index is not None else []
     names = set()
     for topic_body in topics:

@@ -15,10 +15,12 @@ Jobs (``cli.snapshots``), so both modes take and restore the same snapshot.
   finished. Until then its objects stay pinned.
 * **TopicRestore**, on create and resume, its Job's events and its Topic's events: once
   its TopicSnapshot is Ready, create the new Topic held ``pending`` (labelled with the
-  restore, so a restarted operator knows it as its own, and the creation id recorded in
-  the status first), then the restore Job; when the Job succeeds, mark the Topic
-  ``written``, and report ``Ready`` when the control loop has placed it (the Topic is
-  Ready). A Topic of that name that the restore did not create fails it.
+  restore, so a restarted operator knows it as its own, annotated with the snapshot's
+  key, and the creation id recorded in the status first), then the restore Job; when the
+  Job succeeds, mark the Topic ``written``, and report ``Ready`` when the control loop
+  has placed it (the Topic is Ready). A Topic of that name that the restore did not
+  create fails it; one still pending for a restore of another snapshot is named so, with
+  both snapshots.
 
 * **TopicSnapshotSchedule**, on a kopf timer (every ``snapshot_schedules.TICK_S``): create
   the TopicSnapshot that is due (named after its time: a restart creates none twice),
@@ -43,6 +45,7 @@ from headrace.control.documents import (
     condition,
     condition_time,
     epoch_ms,
+    restore_held_for,
     restored_topic,
 )
 from headrace.control.model import RestoreStage
@@ -67,7 +70,13 @@ from headrace.resources.snapshots import (
     TopicRestore,
     TopicSnapshot,
 )
-from headrace.tiered.snapshots import InvalidSnapshot, where_stored
+from headrace.resources.topics import Topic
+from headrace.tiered.snapshots import (
+    InvalidSnapshot,
+    RestoreOfAnotherSnapshot,
+    refuse_another_snapshot,
+    where_stored,
+)
 
 log = logging.getLogger(__name__)
 
@@ -367,16 +376,14 @@ async def _restore_step(
                 f"Topic {restore.spec.topic!r} was deleted during the restore",
                 now,
             ), False
-        found_topic = await _create_topic(context, namespace, name, restore, snapshot, cluster_id)
+        found_topic = await _create_topic(
+            context, namespace, name, restore, snapshot, taken.key, cluster_id
+        )
     topic = bodies.parse_topic(found_topic)
     if topic.meta.labels.get(snapshot_jobs.RESTORE_LABEL) != name or (
         recorded and recorded != topic.meta.uid
     ):
-        raise NotRunnable(
-            "TopicExists",
-            f"Topic {restore.spec.topic!r} exists and is not this restore's: restore into a"
-            " new topic",
-        )
+        raise NotRunnable("TopicExists", _not_ours(restore, topic, taken.key))
     uid = topic.meta.uid
     if not recorded:  # first: a restarted operator must know the Topic as this restore's
         held = snapshot_jobs.restore_status(
@@ -442,16 +449,35 @@ async def _restore_step(
     ), False
 
 
+def _not_ours(restore: TopicRestore, topic: Parsed[Topic], snapshot_key: str) -> str:
+    """Why the Topic of the restore's name is not its to write: a Topic still pending for
+    a restore of another snapshot is named with both snapshots (writing this one would
+    mix them), any other as a Topic that exists."""
+    held_for = restore_held_for(topic.meta.annotations)
+    other = topic.meta.labels.get(snapshot_jobs.RESTORE_LABEL)
+    if held_for is not None:
+        try:
+            refuse_another_snapshot(f"Topic {restore.spec.topic!r}", held_for, snapshot_key)
+        except RestoreOfAnotherSnapshot as exc:
+            by = f" (TopicRestore {other!r})" if other else ""
+            return f"{exc.message}{by}"
+    return (
+        f"Topic {restore.spec.topic!r} exists and is not this restore's: restore into a new topic"
+    )
+
+
 async def _create_topic(
     context: OperatorContext,
     namespace: str,
     name: str,
     restore: TopicRestore,
     snapshot: TopicSnapshot,
+    snapshot_key: str,
     cluster_id: str,
 ) -> dict[str, Any]:
-    """The new Topic, held ``pending``: the source Topic's spec if it still exists (else
-    its cluster's defaults), the snapshot's partition count."""
+    """The new Topic, held ``pending`` for the snapshot whose document is ``snapshot_key``:
+    the source Topic's spec if it still exists (else its cluster's defaults), the
+    snapshot's partition count."""
     source_name = snapshot.spec.topic_ref.name
     found = await context.api.get(ObjectRef(API_VERSION, "Topic", namespace, source_name))
     source = None if found is None else bodies.parse_topic(found).resource
@@ -473,7 +499,8 @@ async def _create_topic(
             source_spec,
             partitions,
             RestoreStage.PENDING,
-            labels={snapshot_jobs.RESTORE_LABEL: name},
+            snapshot_key=snapshot_key,
+            restore=name,
         )
     )
     created = await context.api.get(ObjectRef(API_VERSION, "Topic", namespace, restore.spec.topic))

@@ -17,8 +17,10 @@ operator reads from the pod's terminated state into the status.
 * **restore** ``<name>``: ``tier restore SOURCE SNAPSHOT --to NEW --into-creation-id UID``
   copies the snapshot into the incarnation of the Topic the operator created, held
   ``pending``, and verifies the copy with the Spark verify job (``--master local[*]`` in
-  the pod, as a Compaction's); a retried pod finishes what an earlier one wrote. The
-  operator then marks it ``written`` and the control loop places it (``control.reconcile``).
+  the pod, as a Compaction's); its verdict and the report's key, in the summary whether
+  it passed or not, become the status's ``verification``. A retried pod finishes what an
+  earlier one wrote. The operator then marks it ``written`` and the control loop places it
+  (``control.reconcile``).
 * **delete-snapshot** ``<name>``: on the TopicSnapshot's deletion (a finalizer), deletes the
   document, so its objects are no longer pinned.
 
@@ -32,18 +34,31 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from headrace.control.documents import condition, condition_time, epoch_ms, rfc3339
+from pydantic import ValidationError
+
+from headrace.control.documents import (
+    TOPIC_RESTORE_LABEL,
+    condition,
+    condition_time,
+    epoch_ms,
+    rfc3339,
+)
 from headrace.operator import compaction_jobs, workloads
 from headrace.operator.bodies import Parsed, ResourceT, stored_condition
 from headrace.operator.compaction_jobs import RESULT_PATH, NotRunnable, Target
 from headrace.protocol.coordination import Heartbeat
 from headrace.resources.clusters import BrokerCluster
 from headrace.resources.meta import READY
-from headrace.resources.snapshots import SnapshotPhase, TopicRestore, TopicSnapshot
+from headrace.resources.snapshots import (
+    RestoreVerification,
+    SnapshotPhase,
+    TopicRestore,
+    TopicSnapshot,
+)
 from headrace.tiered.snapshots import cuts_at
 
 SNAPSHOT_LABEL: Final = "headrace.dev/topic-snapshot"
-RESTORE_LABEL: Final = "headrace.dev/topic-restore"
+RESTORE_LABEL: Final = TOPIC_RESTORE_LABEL
 #: a Job's name becomes a label value of its pods: at most 63 characters
 NAME_LIMIT: Final = 63
 #: the restore's ``--dir`` in its pod, on the scratch volume: its Spark verification's log
@@ -325,6 +340,7 @@ def restore_status(
     summary = (result.summary if result is not None else None) or {}
     kept = set() if old is None else old.model_fields_set
     completed = None if old is None or old.completed_at is None else old.completed_at
+    verification = verification_in(summary) or (None if old is None else old.verification)
     return _status(
         body,
         phase,
@@ -338,9 +354,25 @@ def restore_status(
         bytes=int(summary["bytes"])
         if "bytes" in summary
         else (old.bytes if old is not None and "bytes" in kept else None),
+        verification=None
+        if verification is None
+        else verification.model_dump(mode="json", by_alias=True, exclude_none=True),
         completedAt=completed_at
         or (None if completed is None else condition_time(epoch_ms(completed.isoformat()))),
     )
+
+
+def verification_in(summary: Mapping[str, Any]) -> RestoreVerification | None:
+    """The verify job's verdict a restore Job's summary carries (``cli.snapshots``
+    ``verification_summary``); None if it has none (the restore failed before verifying)
+    or one this operator cannot read (a pod of another version)."""
+    raw = summary.get("verification")
+    if raw is None:
+        return None
+    try:
+        return RestoreVerification.model_validate(raw)
+    except ValidationError:
+        return None
 
 
 def final(stored: Parsed[TopicSnapshot] | Parsed[TopicRestore]) -> bool:

@@ -127,6 +127,27 @@ class TopicRestoreSpec(Model):
     offsets, records and cohort cursors, the source Topic's spec."""
 
 
+class VerificationOutcome(enum.StrEnum):
+    """See ``RestoreVerification.outcome``."""
+
+    VERIFIED = "Verified"
+    FAILED = "Failed"
+
+
+class RestoreVerification(Model):
+    """The Spark verify job's verdict on the restored copy, checked before the new topic
+    is released (every object at its size, every header and CRC, no offset gap or
+    overlap, the sealed states covered)."""
+
+    outcome: VerificationOutcome
+    """``Verified``, or ``Failed`` (the new topic stays pending: see ``reason``)."""
+    report_key: str | None = None
+    """Object-store key of the verify job's report, under the new incarnation's
+    ``reports/`` (none: the job could not run and wrote none)."""
+    reason: str | None = Field(default=None, max_length=4096)
+    """Why it failed: the first problems the report names, or why the job could not run."""
+
+
 class TopicRestoreStatus(Status):
     """How the restore went; ``phase`` is also the Ready condition's reason, unless it
     waits for something the condition names (``WaitingForSnapshot``, ``TopicExists``)."""
@@ -139,6 +160,8 @@ class TopicRestoreStatus(Status):
     """Segment objects copied."""
     bytes: int = Field(default=0, ge=0)
     """Bytes copied."""
+    verification: RestoreVerification | None = None
+    """The Spark verify job's verdict and where its report is, once it has run."""
     completed_at: AwareDatetime | None = None
     """When the new topic was placed."""
 
@@ -155,6 +178,9 @@ class TopicRestore(Resource):
             PrinterColumn("Snapshot", "string", ".spec.snapshotRef.name", "Source snapshot"),
             PrinterColumn("Topic", "string", ".spec.topic", "New topic"),
             PrinterColumn("Phase", "string", ".status.phase", "Pending, Ready or Failed"),
+            PrinterColumn(
+                "Verified", "string", ".status.verification.outcome", "Spark verify job's verdict"
+            ),
             *READY_COLUMNS,
         ),
     )

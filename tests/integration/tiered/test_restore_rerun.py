@@ -1,6 +1,7 @@
 """A restore that dies after writing some or all of its manifests, run again, against a
 real MinIO: it finishes with what an uninterrupted restore writes (the same objects, the
-same manifests, the same offsets and cursors), without failing and without a duplicate.
+same manifests, the same offsets and cursors), without failing and without a duplicate;
+a restore of another snapshot into that pending target is refused instead of mixing.
 """
 
 from __future__ import annotations
@@ -10,13 +11,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from headrace.jobs.snapshot import restore_snapshot, take_snapshot, verify_restore
+from headrace.jobs.snapshot import (
+    restore_snapshot,
+    take_snapshot,
+    verify_restore,
+)
 from headrace.jobs.topics import TopicRef
 from headrace.objectstore import minio_store
 from headrace.testing.minio import MinioServer
 from headrace.tiered import layout
 from headrace.tiered.manifest import Manifest, SealedState
-from headrace.tiered.snapshots import Snapshot
+from headrace.tiered.snapshots import RestoreOfAnotherSnapshot, Snapshot
 from headrace.tiered.tier import PartitionTier
 from tests.integration.objectstore.servers import new_bucket
 from tests.integration.tiered.batches import run
@@ -131,4 +136,31 @@ def test_a_restore_that_died_after_writing_manifests_finishes_the_same_when_run_
     assert verify_restore(store, RERUN, range(PARTITIONS)) == []
     # a third run changes nothing either
     restore_snapshot(store, snap, RERUN, now_ms=NOW_MS + 120_000)
+    assert restored(store, RERUN) == expected
+
+
+def test_a_restore_of_another_snapshot_into_a_pending_target_is_refused_naming_both(
+    store: DyingStore,
+) -> None:
+    snap = snapshot_of_three_partitions(store)
+    later = take_snapshot(
+        store, SOURCE, "hourly", range(PARTITIONS), now_ms=NOW_MS, cuts={0: 28, 1: 23, 2: 11}
+    )
+    # partition 0 is cut alike in both: its manifest from the first would pass for the second's
+    clean = restore_snapshot(store, snap, CLEAN, now_ms=NOW_MS)
+    expected = restored(store, CLEAN)
+    store.arm(1)
+    with pytest.raises(Died):
+        restore_snapshot(store, snap, RERUN, now_ms=NOW_MS)
+    store.arm(None)
+    left = {info.key: store.get(info.key) for info in store.list(RERUN.prefix)}
+
+    with pytest.raises(RestoreOfAnotherSnapshot) as refused:
+        restore_snapshot(store, later, RERUN, now_ms=NOW_MS)
+    assert (refused.value.holds, refused.value.asked) == (snap.key, later.key)
+    assert "nightly" in refused.value.message and "hourly" in refused.value.message
+    # it wrote nothing: the pending target is still the first restore's, which finishes
+    assert {info.key: store.get(info.key) for info in store.list(RERUN.prefix)} == left
+    again = restore_snapshot(store, snap, RERUN, now_ms=NOW_MS)
+    assert again.next_offsets == clean.next_offsets
     assert restored(store, RERUN) == expected

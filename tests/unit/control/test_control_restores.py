@@ -65,3 +65,22 @@ def test_a_plain_topic_starts_at_incarnation_0() -> None:
     c = Controller(specs=[TopicSpec(T, 2, replicas=2)])
     c.step()
     assert [(p.moves, p.start_offset) for p in c.state.topics[T].partitions] == [(0, None)] * 2
+
+
+NIGHTLY = "c/default/orders/3f1d/snapshots/nightly.json"
+
+
+def test_a_restored_topic_records_its_snapshot_and_its_topic_restore() -> None:
+    spec = {"clusterRef": {"name": "c"}}
+    doc = documents.restored_topic(
+        "default", "copy", spec, 3, RestoreStage.PENDING, NIGHTLY, "back"
+    )
+    meta = doc["metadata"]
+    assert meta["annotations"][documents.RESTORE_SNAPSHOT_ANNOTATION] == NIGHTLY
+    assert meta["labels"] == {documents.TOPIC_RESTORE_LABEL: "back"}
+    assert documents.restore_held_for(meta["annotations"]) == NIGHTLY
+    # once released it is held for nothing; applied pending by hand, for no snapshot
+    written = documents.restored_topic("default", "copy", spec, 3, RestoreStage.WRITTEN, NIGHTLY)
+    assert "labels" not in written["metadata"]
+    assert documents.restore_held_for(written["metadata"]["annotations"]) is None
+    assert documents.restore_held_for({documents.RESTORE_ANNOTATION: "pending"}) is None

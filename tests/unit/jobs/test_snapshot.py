@@ -12,6 +12,7 @@ import pytest
 from headrace.errors import CorruptSegmentObject
 from headrace.jobs import compact
 from headrace.jobs.snapshot import (
+    RESTORE_CLAIM_NAME,
     RestoreNotVerified,
     RestoreRefused,
     SnapshotNotFound,
@@ -29,7 +30,12 @@ from headrace.objectstore.directory import DirectoryStore
 from headrace.records import batch as rb
 from headrace.tiered import layout, pins
 from headrace.tiered.manifest import SealedState
-from headrace.tiered.snapshots import SnapshotExists, SnapshotNotReady
+from headrace.tiered.snapshots import (
+    RestoreOfAnotherSnapshot,
+    SnapshotExists,
+    SnapshotNotReady,
+    refuse_another_snapshot,
+)
 from headrace.tiered.tier import PartitionTier
 from tests.unit.tiered.tiered_batches import run
 
@@ -319,3 +325,31 @@ def test_a_restore_that_fails_verification_says_so(store: DirectoryStore) -> Non
     with pytest.raises(RestoreNotVerified) as refused:
         restore_verified(store, snap, other, now_ms=NOW_MS)
     assert refused.value.problems and "partition 0" in refused.value.problems[0]
+
+
+def test_a_target_held_for_one_snapshot_refuses_a_restore_of_another(
+    store: DirectoryStore,
+) -> None:
+    tier = tier_with(store, SOURCE, 0, 2)
+    first = take_snapshot(store, SOURCE, "nightly", [0], now_ms=NOW_MS)
+    tier.upload(run(20, [5, 5]), epoch=1)
+    second = take_snapshot(store, SOURCE, "hourly", [0], now_ms=NOW_MS)
+    restore_snapshot(store, first, TARGET, now_ms=NOW_MS)
+    claim = json.loads(store.get(TARGET.prefix + RESTORE_CLAIM_NAME))
+    assert claim["snapshot"] == first.key
+
+    with pytest.raises(RestoreOfAnotherSnapshot) as refused:
+        restore_snapshot(store, second, TARGET, now_ms=NOW_MS)
+    assert (refused.value.holds, refused.value.asked) == (first.key, second.key)
+    assert "nightly of default/orders" in refused.value.message
+    assert "hourly of default/orders" in refused.value.message
+    # the same snapshot again is a rerun, not a mix
+    assert restore_snapshot(store, first, TARGET, now_ms=NOW_MS).objects == 2
+
+
+def test_a_restore_claim_names_the_snapshot_it_holds_for() -> None:
+    refuse_another_snapshot("c1/default/copy/", "k1", "k1")  # the same: a rerun
+    nightly = "c1/default/orders/3f1d/snapshots/nightly.json"
+    hourly = "c1/default/orders/3f1d/snapshots/hourly.json"
+    with pytest.raises(RestoreOfAnotherSnapshot, match="nightly of default/orders"):
+        refuse_another_snapshot("c1/default/copy/", nightly, hourly)

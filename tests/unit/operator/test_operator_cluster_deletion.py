@@ -164,3 +164,76 @@ async def test_unloads_held_when_their_cluster_is_deleted_are_let_go(
     assert [(e.name, e.reason) for e in memo.events] == [("move", "UnloadReleased")]
     unloads = "/apis/headrace.dev/v1alpha1/namespaces/ns/unloads"
     assert [r.url.path for r in server["patch"]] == [f"{unloads}/move"]
+
+
+async def test_a_tiered_retain_topic_whose_cluster_is_gone_names_its_objects_prefix(
+    server: ApiServer, api: ClientApi
+) -> None:
+    """The objects stay (nothing is left to remove them, whatever the policy): the Event
+    names the bucket and the incarnation's prefix, and that its snapshots stay with it."""
+    store = {"endpoint": "http://minio:9000", "bucket": "tiers"}
+    going = server.put(deleted({**CLUSTER, "spec": {"replicas": 3, "objectStore": store}}))
+    body = held_topic(tieredStorage={"enabled": True})
+    body["status"]["creationId"] = "5c0e9c1e-3b5a-4a8f-9b43-1f2a7d9e0c11"
+    held = server.put(body)
+    memo = memo_over(api)
+    await handlers.cluster_deleted(
+        namespace="ns",
+        name="demo",
+        body=going,
+        memo=memo,
+        topics_index={("ns", "demo"): [held]},
+        unloads_index={},
+    )
+    assert await api.get(topic_ref("orders")) is None
+    (event,) = memo.events
+    assert (event.type, event.reason) == ("Normal", "TopicDataRetained")
+    prefix = "demo/ns/orders/5c0e9c1e-3b5a-4a8f-9b43-1f2a7d9e0c11/"
+    assert f"bucket tiers, under {prefix}" in event.message
+    assert f"{prefix}snapshots/" in event.message
+
+
+async def test_a_cluster_deleted_while_removing_deleted_topics_objects_says_where_they_stay(
+    server: ApiServer, api: ClientApi
+) -> None:
+    store = {"endpoint": "http://minio:9000", "bucket": "tiers"}
+    removing = {
+        "topic": "ns/old",
+        "creationId": "0a9b8c7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d",
+        "partitions": 2,
+        "deletedGeneration": 7,
+        "broker": 1,
+    }
+    going = server.put(
+        deleted(
+            {
+                **CLUSTER,
+                "spec": {"replicas": 3, "objectStore": store},
+                "status": {"deletedTopics": [removing]},
+            },
+            KOPF_FINALIZER,
+        )
+    )
+    memo = memo_over(api)
+    await handlers.cluster_deleted(
+        namespace="ns", name="demo", body=going, memo=memo, topics_index={}, unloads_index={}
+    )
+    (event,) = memo.events
+    assert (event.kind, event.name, event.type, event.reason) == (
+        "BrokerCluster",
+        "demo",
+        "Warning",
+        "TopicObjectsNotDeleted",
+    )
+    assert "bucket tiers, under demo/ns/old/0a9b8c7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d/" in event.message
+
+
+async def test_a_cluster_deleted_with_no_removal_under_way_posts_nothing_about_objects(
+    server: ApiServer, api: ClientApi
+) -> None:
+    going = server.put(deleted(CLUSTER, KOPF_FINALIZER))
+    memo = memo_over(api)
+    await handlers.cluster_deleted(
+        namespace="ns", name="demo", body=going, memo=memo, topics_index={}, unloads_index={}
+    )
+    assert memo.events == []

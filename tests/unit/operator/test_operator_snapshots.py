@@ -10,16 +10,21 @@ a test marks a Job finished and gives it a pod whose termination message is the 
 
 from __future__ import annotations
 
+import contextlib
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import click
 import kopf
 import pytest
 from kube_server import ApiServer
 
+from headrace.cli import snapshots as cli_snapshots
 from headrace.cli.snapshots import snapshot_summary
-from headrace.control.documents import RESTORE_ANNOTATION
+from headrace.control.documents import RESTORE_ANNOTATION, RESTORE_SNAPSHOT_ANNOTATION
+from headrace.jobs.topics import TopicRef
 from headrace.operator import snapshot_handlers, snapshot_jobs, snapshot_schedules
 from headrace.operator.handlers import OperatorContext
 from headrace.operator.kube import ClientApi
@@ -70,12 +75,14 @@ def topic_snapshot(name: str = "nightly", **status: Any) -> dict[str, Any]:
     return body
 
 
-def topic_restore(name: str = "back", target: str = "orders-copy") -> dict[str, Any]:
+def topic_restore(
+    name: str = "back", target: str = "orders-copy", snapshot: str = "nightly"
+) -> dict[str, Any]:
     return {
         "apiVersion": V,
         "kind": "TopicRestore",
         "metadata": {"name": name, "namespace": "ns", "uid": f"uid-{name}", "generation": 1},
-        "spec": {"snapshotRef": {"name": "nightly"}, "topic": target},
+        "spec": {"snapshotRef": {"name": snapshot}, "topic": target},
     }
 
 
@@ -315,10 +322,11 @@ async def test_deleting_a_snapshot_waits_for_its_running_job(
 # ---------------------------------------------------------------------- TopicRestore
 
 
-def ready_snapshot(server: ApiServer) -> Snapshot:
-    snap = snapshot_doc()
+def ready_snapshot(server: ApiServer, name: str = "nightly") -> Snapshot:
+    snap = snapshot_doc(name)
     server.put(
         topic_snapshot(
+            name,
             phase="Ready",
             key=snap.key,
             partitions=[
@@ -425,6 +433,153 @@ async def test_a_failed_restore_job_leaves_the_topic_held(
     assert "failed verification" in ready_of(body)["message"]
     held = server.body("Topic", "orders-copy")
     assert held["metadata"]["annotations"][RESTORE_ANNOTATION] == "pending"
+
+
+async def test_a_restore_of_another_snapshot_into_a_pending_topic_is_refused_naming_both(
+    server: ApiServer, api: ClientApi
+) -> None:
+    server.put(cluster())
+    server.put(topic())
+    nightly = ready_snapshot(server)
+    hourly = ready_snapshot(server, "hourly")
+    server.put(topic_restore())
+    await snapshot_handlers.reconcile_restore(context_over(api, []), "ns", "back")
+    held = server.body("Topic", "orders-copy")
+    assert held["metadata"]["annotations"][RESTORE_SNAPSHOT_ANNOTATION] == nightly.key
+    assert held["metadata"]["labels"][snapshot_jobs.RESTORE_LABEL] == "back"
+
+    server.put(topic_restore("again", snapshot="hourly"))
+    events: list[tuple[str, str, str]] = []
+    await snapshot_handlers.reconcile_restore(context_over(api, events), "ns", "again")
+    body = server.body("TopicRestore", "again")
+    assert body["status"]["phase"] == "Failed" and ready_of(body)["reason"] == "TopicExists"
+    message = ready_of(body)["message"]
+    assert "nightly of ns/orders" in message and "hourly of ns/orders" in message
+    assert "TopicRestore 'back'" in message
+    assert list(jobs(server)) == ["restore-back"]  # no Job of the second
+    assert nightly.key != hourly.key
+    assert server.body("Topic", "orders-copy")["metadata"] == held["metadata"]
+
+
+VERIFY_REPORT = "demo/ns/orders-copy/uid-orders-copy/reports/verify-1767225600000.json"
+
+
+def verify_report(*, findings: list[dict[str, Any]], verified: list[int]) -> dict[str, Any]:
+    """The report ``jobs/run.py verify`` hands the restore (its copy is in the store)."""
+    return {
+        "ok": not findings,
+        "summary": {"partitions": len(verified), "errors": len(findings), "objects": 2},
+        "findings": findings,
+        "failed": [],
+        "partitions": [{"partition": p} for p in verified],
+        "reportKey": VERIFY_REPORT,
+    }
+
+
+def restore_pod_summary(tmp_path: Path, run: Any) -> dict[str, Any]:
+    """What a restore Job's pod writes to its termination message when ``run`` is its work."""
+    result = tmp_path / "termination-log"
+    with contextlib.suppress(click.ClickException):
+        cli_snapshots._reporting(result, run)
+    return dict(json.loads(result.read_text()))
+
+
+async def test_a_verified_restore_says_where_its_verify_report_is(
+    server: ApiServer, api: ClientApi, tmp_path: Path
+) -> None:
+    server.put(cluster())
+    server.put(topic())
+    ready_snapshot(server)
+    server.put(topic_restore())
+    context = context_over(api, [])
+    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    target = TopicRef("demo", "ns/orders-copy", "uid-orders-copy")
+    verdict = cli_snapshots.verification_of(
+        target, [0, 1], 0, verify_report(findings=[], verified=[0, 1]), tmp_path / "verify.log"
+    )
+    summary = restore_pod_summary(
+        tmp_path,
+        lambda: {
+            "ok": True,
+            "objects": 2,
+            "bytes": 200,
+            "verification": cli_snapshots.verification_summary(verdict),
+        },
+    )
+    finish(server, "restore-back", summary, ok=True)
+    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    status = server.body("TopicRestore", "back")["status"]
+    assert status["verification"] == {"outcome": "Verified", "reportKey": VERIFY_REPORT}
+
+    released = server.body("Topic", "orders-copy")
+    placed = {"type": "Ready", "status": "True", "reason": "Placed"}
+    released["status"] = {"conditions": [{**placed, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+    server.put(released)
+    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    status = server.body("TopicRestore", "back")["status"]
+    assert status["phase"] == "Ready"
+    assert status["verification"] == {"outcome": "Verified", "reportKey": VERIFY_REPORT}
+
+
+async def test_a_restore_that_fails_verification_says_why_and_where_its_report_is(
+    server: ApiServer, api: ClientApi, tmp_path: Path
+) -> None:
+    server.put(cluster())
+    server.put(topic())
+    ready_snapshot(server)
+    server.put(topic_restore())
+    context = context_over(api, [])
+    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    target = TopicRef("demo", "ns/orders-copy", "uid-orders-copy")
+    crc = {
+        "kind": "crc",
+        "partition": 1,
+        "key": "demo/ns/orders-copy/uid-orders-copy/1/seg-1",
+        "offset": 7,
+        "message": "CRC mismatch",
+        "severity": "error",
+    }
+    report = verify_report(findings=[crc], verified=[1])
+
+    def verify() -> dict[str, Any]:
+        verdict = cli_snapshots.verification_of(target, [0, 1], 3, report, tmp_path / "v.log")
+        raise cli_snapshots.RestoreNotVerified(verdict)
+
+    finish(server, "restore-back", restore_pod_summary(tmp_path, verify), ok=False)
+    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    body = server.body("TopicRestore", "back")
+    assert body["status"]["phase"] == "Failed"
+    verification = body["status"]["verification"]
+    assert (verification["outcome"], verification["reportKey"]) == ("Failed", VERIFY_REPORT)
+    assert "CRC mismatch" in verification["reason"]
+    assert "partition 0: not verified" in verification["reason"]
+    assert "CRC mismatch" in ready_of(body)["message"]
+    held = server.body("Topic", "orders-copy")
+    assert held["metadata"]["annotations"][RESTORE_ANNOTATION] == "pending"
+
+
+async def test_a_restore_whose_verify_job_could_not_run_has_no_report_to_name(
+    server: ApiServer, api: ClientApi, tmp_path: Path
+) -> None:
+    server.put(cluster())
+    server.put(topic())
+    ready_snapshot(server)
+    server.put(topic_restore())
+    context = context_over(api, [])
+    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    target = TopicRef("demo", "ns/orders-copy", "uid-orders-copy")
+
+    def verify() -> dict[str, Any]:
+        log = tmp_path / "verify.log"
+        raise cli_snapshots.RestoreNotVerified(
+            cli_snapshots.verification_of(target, [0, 1], 1, None, log)
+        )
+
+    finish(server, "restore-back", restore_pod_summary(tmp_path, verify), ok=False)
+    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    verification = server.body("TopicRestore", "back")["status"]["verification"]
+    assert verification["outcome"] == "Failed" and "reportKey" not in verification
+    assert "could not run" in verification["reason"]
 
 
 # ---------------------------------------------------------------------- TopicSnapshotSchedule
