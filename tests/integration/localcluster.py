@@ -173,6 +173,22 @@ class LocalCluster:
         pid = next(b["pid"] for b in self.record["brokers"] if b["id"] == broker_id)
         os.killpg(pid, sig)
 
+    def broker_partition(self, broker_id: int, topic: str, partition: int) -> dict[str, Any]:
+        """What broker ``broker_id``'s own heartbeat says of its copy of the partition (the
+        broker asked directly, whatever the controller has heard); {} if it hosts none."""
+        b = next(b for b in self.record["brokers"] if b["id"] == broker_id)
+        url = f"http://{b['host']}:{b['admin_port']}/v1/heartbeat"
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            heartbeat = json.loads(resp.read())
+        return next(
+            (
+                p
+                for p in heartbeat.get("partitions", [])
+                if p["topic"] == topic and p["partition"] == partition
+            ),
+            {},
+        )
+
     def signal_controller(self, sig: signal.Signals) -> None:
         os.killpg(self.record["controller_pid"], sig)
 

@@ -449,3 +449,76 @@ async def test_a_paused_leader_holds_acks_all_produce_only_until_failover(
     assert cluster.partitions("default/paused")[0]["leader"] != leader
     records = offsets_and_values(await read_all(cluster.bootstrap, "default/paused", 0))
     assert [v for _, v in records] == [b"before"] * 100 + [b"after"], "each record once"
+
+
+async def test_records_acknowledged_after_a_follower_died_survive_its_election(
+    cluster: LocalCluster,
+) -> None:
+    """A follower dies; the leader drops it from its LRS and the other follower keeps
+    copying; then the leader and that follower go down before the controller heard of the
+    drop, and the dead one comes back first. The controller, which still counts it in the
+    LRS, elects it: nothing acknowledged may be missing from its log."""
+    import signal
+
+    topic = "default/recorded"
+    assert cluster.apply(topic_manifest("recorded", 1, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(lambda: online(cluster, topic, 1), what="topic online")
+    async with Producer(cluster.bootstrap, acks="all") as producer:
+        await producer.send_many("recorded", [b"early"] * 100, partition=0)
+        await producer.flush()
+    cluster.wait(
+        lambda: len(cluster.partitions(topic)[0]["liveReplicas"]) == 3,
+        what="all three replicas in the controller's LRS",
+    )
+    p0 = cluster.partitions(topic)[0]
+    leader = p0["leader"]
+    dead, holder = [r for r in p0["replicas"] if r != leader]
+    acked: list[bytes] = []
+
+    async def late() -> None:
+        async with Producer(cluster.bootstrap, acks="all", delivery_timeout_ms=120_000) as p:
+            receipts = [
+                (await p.send("recorded", f"late-{i}".encode(), partition=0), i) for i in range(200)
+            ]
+            for receipt, i in receipts:
+                with contextlib.suppress(HeadraceError):
+                    await receipt
+                    acked.append(f"late-{i}".encode())
+
+    cluster.signal_controller(signal.SIGSTOP)  # it records nothing from here on
+    try:
+        cluster.kill_broker(dead)
+        sending = asyncio.create_task(late())
+        await until(
+            lambda: (
+                sorted(cluster.broker_partition(leader, topic, 0).get("liveReplicas", []))
+                == sorted([leader, holder])
+            ),
+            what=f"leader {leader} dropping broker {dead} from its LRS",
+            timeout=30,
+        )
+        await until(
+            lambda: cluster.broker_partition(holder, topic, 0).get("logEndOffset", 0) >= 300,
+            what=f"broker {holder} copying every late record",
+            timeout=30,
+        )
+        cluster.kill_broker(leader)
+        cluster.kill_broker(holder)
+        cluster.restart_broker(dead)
+    finally:
+        cluster.signal_controller(signal.SIGCONT)
+    cluster.wait(
+        lambda: (
+            cluster.partitions(topic)[0]["leader"] == dead
+            and cluster.partitions(topic)[0]["state"] == "Online"
+        ),
+        what=f"broker {dead} elected",
+        timeout=60,
+    )
+    sending.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await sending
+    stored = {v for _, v in offsets_and_values(await read_all(cluster.bootstrap, topic, 0))}
+    assert stored >= {b"early"}
+    missing = [v for v in acked if v not in stored]
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged late records lost"

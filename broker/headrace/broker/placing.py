@@ -176,22 +176,26 @@ class Placer:
         if partition.role is not Role.LEADER or rs is None:
             return
         new_move = a.move_generation != rs.move_generation
-        if not (changed or new_move):
-            return
-        lrs_changed = rs.reassign(
-            replicas, clock.monotonic_ms(), in_sync=a.lrs, move_generation=a.move_generation
-        )
-        if lrs_changed:
-            log.info(
-                "%s: replicas now %s, live replica set %s", partition.name, replicas, sorted(rs.lrs)
+        if changed or new_move:
+            lrs_changed = rs.reassign(
+                replicas, clock.monotonic_ms(), in_sync=a.lrs, move_generation=a.move_generation
             )
-        if new_move and a.move_generation:
-            # Followers reset to LEO 0 are known again from their sessions' positions:
-            # have every session look at the partition now (an idle follower names its
-            # position only when it changes), and the heartbeat report it.
-            partition.followers_reset()
-        # a removed follower no longer holds the HW back
-        partition.advance_high_watermark()
+            if lrs_changed:
+                log.info(
+                    "%s: replicas now %s, live replica set %s",
+                    partition.name,
+                    replicas,
+                    sorted(rs.lrs),
+                )
+            if new_move and a.move_generation:
+                # Followers reset to LEO 0 are known again from their sessions' positions:
+                # have every session look at the partition now (an idle follower names its
+                # position only when it changes), and the heartbeat report it.
+                partition.followers_reset()
+        # A removed follower, or one the controller has now recorded leaving the LRS, no
+        # longer holds the HW back (``LeaderReplicaSet.recorded``).
+        if rs.record_controllers(a.lrs) or changed or new_move:
+            partition.advance_high_watermark()
 
     def _lead(self, partition: Partition, a: plan.Lead) -> None:
         partition.replicas = list(a.replicas)

@@ -13,11 +13,13 @@ leader included: every LRS member has every record below it, so it is what
     ----------------------------------------  ---------------------------------------------
     fetch from f at offset o                  f.leo = o; if o >= leader LEO: f.caught_up = now
     fetch from f not in LRS, o >= HW          f re-enters the LRS (it has everything committed)
-    tick: f in LRS, now - f.caught_up > lag   f leaves the LRS (HW may then advance)
+    tick: f in LRS, now - f.caught_up > lag   f leaves the LRS (HW may advance once the
+                                              controller has recorded it: below)
     tick: f in LRS, now - f.fetched > silence f leaves the LRS (it stopped fetching: dead)
     tick: f in LRS, leader LEO - f.leo > max  f leaves the LRS (record-count bound, if set)
     become leader                             LRS = (controller's LRS within replicas) plus the leader;
                                               every follower starts "caught up now" (grace)
+    a push names the controller's LRS         ``recorded`` := it (``record_controllers``)
     session fetch from f, at time t           (``fetched_ms[f] = t``) a fetch at f's known LEO:
                                               counts as fetched at t, and caught up at t if
                                               that LEO is the leader's; f rejoins (``rejoin``)
@@ -37,6 +39,16 @@ partition) carries that to ``tick`` and ``rejoin`` without touching every
 partition on every fetch.
 
 The leader never removes itself. Followers outside ``replicas`` are ignored.
+
+The HW waits for the LRS *and* for every member of the LRS the controller last recorded
+(``recorded``, pushed with each topology). The controller elects among the LRS it has
+recorded, so a follower this leader dropped may still be elected until the controller
+has recorded its removal (from this leader's heartbeat) and pushed it back: records it
+lacks are not committed before then, or that election would lose acknowledged writes (a
+follower dies, the leader drops it and acknowledges on, then the leader and the other
+follower go down before the controller heard, and the dead one comes back first). A
+member joining needs no such wait: it only makes the HW wait for more. A leader without
+a controller (``recorded`` None) goes by its own LRS.
 
 Two clocks, because a dead follower and a slow one are different failures. A
 follower that keeps fetching but trails the leader gets ``lag_max_ms`` (10 s)
@@ -77,6 +89,9 @@ class LeaderReplicaSet:
     #: the topology generation that started the partition's move in flight, as last
     #: pushed (0: no move, or a controller that does not say)
     move_generation: int = 0
+    #: the LRS the controller last recorded, as pushed (``record_controllers``); None: no
+    #: controller has said
+    recorded: set[int] | None = None
 
     @classmethod
     def become_leader(
@@ -104,7 +119,17 @@ class LeaderReplicaSet:
             fetch_silence_max_ms,
             followers,
             move_generation,
+            set(members),
         )
+
+    def record_controllers(self, lrs: Collection[int]) -> bool:
+        """The controller's LRS, as a push names it (see the module). True if it changed
+        what the HW waits for."""
+        recorded = {r for r in lrs if r in self.replicas}
+        if recorded == self.recorded:
+            return False
+        self.recorded = recorded
+        return True
 
     def reassign(
         self,
@@ -217,9 +242,11 @@ class LeaderReplicaSet:
         return max(progress.last_fetch_ms, fetched_ms.get(follower, progress.last_fetch_ms))
 
     def advance(self, leader_leo: int) -> bool:
-        """Recompute the HW from the LRS; True if it moved (it only moves forward)."""
+        """Recompute the HW from the LRS and the controller's (see the module); True if it
+        moved (it only moves forward)."""
+        waited_for = self.lrs | (self.recorded or set())
         candidate = min(
-            [leader_leo, *(self.followers[f].leo for f in self.lrs if f != self.leader_id)]
+            [leader_leo, *(p.leo for f, p in self.followers.items() if f in waited_for)]
         )
         if candidate > self.high_watermark:
             self.high_watermark = candidate

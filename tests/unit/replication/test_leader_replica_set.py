@@ -149,9 +149,40 @@ def test_a_follower_back_on_its_session_rejoins_if_it_holds_everything_committed
     lrs.on_fetch(1, 10, 10, START + 100)
     lrs.on_fetch(2, 4, 10, START + 100)
     assert lrs.tick(10, START + 3_200, {}) == {1, 2}  # both went quiet
+    lrs.record_controllers([0])  # and the controller has recorded it
     lrs.advance(10)
     assert lrs.high_watermark == 10
     now = START + 5_000
     assert lrs.rejoin(10, now, {1: now, 2: now}) == {1}  # 2 lacks committed records
     assert lrs.sorted_lrs() == [0, 1]
     assert lrs.rejoin(10, now + 10_000, {1: now, 2: now}) == set()  # quiet again: no
+
+
+def test_a_follower_the_leader_dropped_holds_the_hw_until_the_controller_has_recorded_it() -> None:
+    # The controller elects among the LRS it has recorded. Until it has recorded that
+    # broker 2 left, broker 2 may still be elected, so records it lacks are not committed:
+    # were they acknowledged, that election would lose them.
+    lrs = fresh(fetch_silence_max_ms=3_000)
+    for follower in (1, 2):
+        lrs.on_fetch(follower, 10, 10, START + 100)
+    assert lrs.advance(10) and lrs.high_watermark == 10
+    lrs.on_fetch(1, 20, 20, START + 3_200)  # broker 2 died; broker 1 copied up to 20
+    assert lrs.tick(20, START + 3_200) == {2}
+    assert lrs.sorted_lrs() == [0, 1], "the leader reports the LRS it sees"
+    assert not lrs.advance(20) and lrs.high_watermark == 10
+    assert not lrs.record_controllers([0, 1, 2]), "the same record again changes nothing"
+    assert not lrs.advance(20) and lrs.high_watermark == 10
+    assert lrs.record_controllers([0, 1])
+    assert lrs.advance(20) and lrs.high_watermark == 20
+
+
+def test_a_follower_back_in_the_lrs_counts_before_the_controller_records_it() -> None:
+    lrs = fresh(fetch_silence_max_ms=3_000)
+    lrs.on_fetch(1, 0, 0, START + 3_001)
+    assert lrs.tick(0, START + 3_001) == {2}
+    assert lrs.record_controllers([0, 1])
+    assert lrs.on_fetch(2, 0, 0, START + 3_100)  # back, holding everything committed
+    lrs.on_fetch(1, 30, 30, START + 3_200)
+    lrs.on_fetch(2, 20, 30, START + 3_200)
+    # adding a member only makes the HW wait for more: no need to wait for the controller
+    assert lrs.advance(30) and lrs.high_watermark == 20
