@@ -10,6 +10,7 @@ import pytest
 
 from headrace.client import Producer
 from headrace.errors import NotEnoughReplicas
+from headrace.testing import waiting
 from tests.integration.cluster import Cluster, read_log_from_disk
 
 TOPIC = "default/rep"
@@ -106,11 +107,20 @@ async def test_lagging_follower_leaves_the_lrs_and_returns_and_min_in_sync_fails
     cluster.push()
     await produce(cluster.bootstrap, 0, values("a", 100))
     b2.pause()
-    await produce(b0.bootstrap, 0, values("b", 100))  # still acks: LRS {0,1} after the lag bound
-    cluster.wait(
+    # still acks, once the leader has dropped broker 2 after the lag bound and the
+    # controller (this test) has recorded that LRS and pushed it back
+    producing = asyncio.create_task(produce(b0.bootstrap, 0, values("b", 100)))
+    await waiting.until_async(
         lambda: cluster.partition_report(0, TOPIC, 0)["liveReplicas"] == [0, 1],
-        what="broker 2 dropped",
+        20,
+        "broker 2 dropped",
+        retry_on=(KeyError, OSError),
+        in_thread=True,
+        watching=[producing],
     )
+    cluster.set_topic(TOPIC, [([0, 1, 2], 0, 1, [0, 1])], min_in_sync=2)
+    cluster.push(only=[0, 1])  # broker 2 is paused
+    await producing
     b1.pause()
     cluster.wait(
         lambda: cluster.partition_report(0, TOPIC, 0)["liveReplicas"] == [0],
