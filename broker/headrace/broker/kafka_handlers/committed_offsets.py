@@ -10,7 +10,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from headrace.broker.kafka_handlers.context import KafkaRequestContext, KafkaRoutes
+from headrace.broker.kafka_handlers.context import (
+    KafkaHandlers,
+    KafkaRequestContext,
+    KafkaRoutes,
+)
 from headrace.errors import HeadraceError, UnknownTopic
 from headrace.kafka import groups
 from headrace.kafka import messages as km
@@ -23,10 +27,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class CommittedOffsets:
+class CommittedOffsets(KafkaHandlers):
     def __init__(self, context: KafkaRequestContext, coordinator: KafkaGroups) -> None:
-        self.broker = context.broker
-        self.access = context.access
+        super().__init__(context)
         self.groups = coordinator
 
     def routes(self) -> KafkaRoutes:

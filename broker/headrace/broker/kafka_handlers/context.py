@@ -40,3 +40,16 @@ class KafkaRequestContext:
 KafkaHandler = Callable[[km.RequestHeader, Any], object]
 #: the APIs one handler object answers, each to its handler
 KafkaRoutes = Mapping[km.ApiKey, KafkaHandler]
+
+
+class KafkaHandlers:
+    """A connection's handlers of one concern. Each subclass names its APIs in
+    ``routes()``; the connection builds one table from them all."""
+
+    def __init__(self, context: KafkaRequestContext) -> None:
+        # both fixed for the connection's life: read once, not per request
+        self.broker = context.broker
+        self.access = context.access
+
+    def routes(self) -> KafkaRoutes:
+        raise NotImplementedError

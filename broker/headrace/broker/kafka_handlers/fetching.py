@@ -13,7 +13,7 @@ import enum
 import logging
 from typing import TYPE_CHECKING, Final
 
-from headrace.broker.kafka_handlers.context import KafkaRequestContext, KafkaRoutes
+from headrace.broker.kafka_handlers.context import KafkaHandlers, KafkaRoutes
 from headrace.broker.ports import RedirectRequired
 from headrace.errors import CorruptBatch, HeadraceError, OffsetOutOfRange
 from headrace.kafka import messages as km
@@ -42,11 +42,7 @@ class _Pass(enum.Enum):
     TIERED = "tiered"
 
 
-class Fetching:
-    def __init__(self, context: KafkaRequestContext) -> None:
-        self.broker = context.broker
-        self.access = context.access
-
+class Fetching(KafkaHandlers):
     def routes(self) -> KafkaRoutes:
         return {km.ApiKey.FETCH: self.fetch}
 

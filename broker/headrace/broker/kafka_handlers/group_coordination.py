@@ -8,7 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from headrace.broker.kafka_handlers.context import KafkaRequestContext, KafkaRoutes
+from headrace.broker.kafka_handlers.context import (
+    KafkaHandlers,
+    KafkaRequestContext,
+    KafkaRoutes,
+)
 from headrace.errors import HeadraceError
 from headrace.kafka import groups
 from headrace.kafka import messages as km
@@ -19,10 +23,9 @@ if TYPE_CHECKING:
     from headrace.broker.kafka_groups import KafkaGroups
 
 
-class GroupCoordination:
+class GroupCoordination(KafkaHandlers):
     def __init__(self, context: KafkaRequestContext, coordinator: KafkaGroups) -> None:
-        self.broker = context.broker
-        self.access = context.access
+        super().__init__(context)
         self.peer = context.peer
         self.advertised = context.advertised
         self.groups = coordinator

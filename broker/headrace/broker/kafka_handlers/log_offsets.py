@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from headrace.broker.cohort_admin import offset_for_timestamp, offset_of_max_timestamp
-from headrace.broker.kafka_handlers.context import KafkaRequestContext, KafkaRoutes
+from headrace.broker.kafka_handlers.context import KafkaHandlers, KafkaRoutes
 from headrace.broker.ports import RedirectRequired
 from headrace.errors import HeadraceError
 from headrace.kafka import messages as km
@@ -16,11 +16,7 @@ from headrace.security.acl import Operation
 log = logging.getLogger(__name__)
 
 
-class LogOffsets:
-    def __init__(self, context: KafkaRequestContext) -> None:
-        self.broker = context.broker
-        self.access = context.access
-
+class LogOffsets(KafkaHandlers):
     def routes(self) -> KafkaRoutes:
         return {
             km.ApiKey.LIST_OFFSETS: self.list_offsets,

@@ -7,7 +7,11 @@ import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from headrace.broker.kafka_handlers.context import KafkaRequestContext, KafkaRoutes
+from headrace.broker.kafka_handlers.context import (
+    KafkaHandlers,
+    KafkaRequestContext,
+    KafkaRoutes,
+)
 from headrace.broker.topics import Role
 from headrace.errors import HeadraceError
 from headrace.kafka import messages as km
@@ -40,10 +44,9 @@ def _asked_names(
     return [t.name or "" for t in req.topics]
 
 
-class Metadata:
+class Metadata(KafkaHandlers):
     def __init__(self, context: KafkaRequestContext) -> None:
-        self.broker = context.broker
-        self.access = context.access
+        super().__init__(context)
         self.advertised = context.advertised
 
     def routes(self) -> KafkaRoutes:
@@ -69,10 +72,9 @@ class Metadata:
             except HeadraceError as exc:
                 topics.append(km.MetadataResponseTopic(code_of(exc), name, bytes(16)))
                 continue
-            try:
-                self.access.require(Operation.CONSUME, name)
-            except HeadraceError as exc:
-                topics.append(km.MetadataResponseTopic(code_of(exc), name, topic_id(name)))
+            refused = self._refused(name)
+            if refused is not None:
+                topics.append(refused)
                 continue
             partitions = []
             for index in range(topic.partition_count):
@@ -124,10 +126,9 @@ class Metadata:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 topics.append(km.MetadataResponseTopic(code, name, bytes(16)))
                 continue
-            try:
-                self.access.require(Operation.CONSUME, name)
-            except HeadraceError as exc:
-                topics.append(km.MetadataResponseTopic(code_of(exc), name, topic_id(name)))
+            refused = self._refused(name)
+            if refused is not None:
+                topics.append(refused)
                 continue
             local = self.broker.registry.topics.get(placement.name)
             partitions = []
@@ -171,6 +172,14 @@ class Metadata:
             controller_id=me if me in kafka_brokers else min(kafka_brokers, default=-1),
             topics=topics,
         )
+
+    def _refused(self, name: str) -> km.MetadataResponseTopic | None:
+        """The topic's answer when this connection may not see it (None: it may)."""
+        try:
+            self.access.require(Operation.CONSUME, name)
+        except HeadraceError as exc:
+            return km.MetadataResponseTopic(code_of(exc), name, topic_id(name))
+        return None
 
     def describe_cluster(
         self, header: km.RequestHeader, req: km.DescribeClusterRequest

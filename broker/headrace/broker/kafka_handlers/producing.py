@@ -13,7 +13,7 @@ import secrets
 from typing import TYPE_CHECKING, Final
 
 from headrace.broker import appending
-from headrace.broker.kafka_handlers.context import KafkaRequestContext, KafkaRoutes
+from headrace.broker.kafka_handlers.context import KafkaHandlers, KafkaRoutes
 from headrace.broker.ports import RedirectRequired
 from headrace.errors import (
     CorruptBatch,
@@ -37,11 +37,7 @@ ACKS_LEADER: Final = 1
 ACKS_ALL: Final = -1
 
 
-class Producing:
-    def __init__(self, context: KafkaRequestContext) -> None:
-        self.broker = context.broker
-        self.access = context.access
-
+class Producing(KafkaHandlers):
     def routes(self) -> KafkaRoutes:
         return {
             km.ApiKey.PRODUCE: self.produce,

@@ -3,7 +3,7 @@ CreatePartitions, checked as Kafka checks them and carried out by the broker."""
 
 from __future__ import annotations
 
-from headrace.broker.kafka_handlers.context import KafkaRequestContext, KafkaRoutes
+from headrace.broker.kafka_handlers.context import KafkaHandlers, KafkaRoutes
 from headrace.broker.kafka_handlers.metadata import kafka_topic_name
 from headrace.broker.topics import MAX_PARTITIONS, topic_log_config
 from headrace.errors import HeadraceError, InvalidTopicSpec, UnknownTopic
@@ -16,11 +16,7 @@ from headrace.security.acl import Operation
 from headrace.storage.bookkeeping import LogConfig
 
 
-class TopicAdmin:
-    def __init__(self, context: KafkaRequestContext) -> None:
-        self.broker = context.broker
-        self.access = context.access
-
+class TopicAdmin(KafkaHandlers):
     def routes(self) -> KafkaRoutes:
         return {
             km.ApiKey.CREATE_TOPICS: self.create_topics,

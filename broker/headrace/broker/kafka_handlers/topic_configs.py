@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from headrace.broker.kafka_handlers.context import KafkaRequestContext, KafkaRoutes
+from headrace.broker.kafka_handlers.context import KafkaHandlers, KafkaRoutes
 from headrace.errors import HeadraceError, InvalidTopicSpec
 from headrace.kafka import configs
 from headrace.kafka import messages as km
@@ -14,11 +14,7 @@ from headrace.kafka.errors import ErrorCode, code_of
 from headrace.security.acl import Operation
 
 
-class TopicConfigs:
-    def __init__(self, context: KafkaRequestContext) -> None:
-        self.broker = context.broker
-        self.access = context.access
-
+class TopicConfigs(KafkaHandlers):
     def routes(self) -> KafkaRoutes:
         return {
             km.ApiKey.DESCRIBE_CONFIGS: self.describe_configs,
