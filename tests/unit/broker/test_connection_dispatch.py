@@ -19,6 +19,7 @@ from headrace.protocol import messages as msg
 from headrace.protocol.frames import FrameDecoder, Op, encode_frame
 from headrace.security.access import Access
 from headrace.security.settings import AccessSettings
+from headrace.testing.recording import RecordingTransport
 
 #: the ops a client or a peer broker sends; every other op is a response or a push
 REQUESTS = {
@@ -64,39 +65,15 @@ class Host:
         self.opened.remove(conn)
 
 
-class Transport:
-    """Collects what the connection writes."""
-
-    def __init__(self) -> None:
-        self.written = bytearray()
-        self.closed = False
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def writelines(self, parts: list[bytes]) -> None:
-        for part in parts:
-            self.written += part
-
-    def close(self) -> None:
-        self.closed = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 1) if name == "peername" else default
-
-    def set_write_buffer_limits(self, high: int, low: int) -> None:
-        pass
-
-
 @pytest.fixture
-def connection(tmp_path: Path) -> tuple[Connection, Transport]:
+def connection(tmp_path: Path) -> tuple[Connection, RecordingTransport]:
     conn = Connection(Host(BrokerSettings(data_dir=tmp_path)))  # type: ignore[arg-type]
-    transport = Transport()
+    transport = RecordingTransport()
     conn.connection_made(transport)  # type: ignore[arg-type]
     return conn, transport
 
 
-def answers(transport: Transport) -> list[tuple[int, int, bytes]]:
+def answers(transport: RecordingTransport) -> list[tuple[int, int, bytes]]:
     decoder = FrameDecoder(1 << 20)
     decoder.feed(bytes(transport.written))
     frames = []
@@ -106,7 +83,7 @@ def answers(transport: Transport) -> list[tuple[int, int, bytes]]:
 
 
 def test_every_request_op_has_one_handler_of_this_connection(
-    connection: tuple[Connection, Transport],
+    connection: tuple[Connection, RecordingTransport],
 ) -> None:
     conn, _ = connection
     table = conn._handlers
@@ -116,7 +93,7 @@ def test_every_request_op_has_one_handler_of_this_connection(
 
 
 def test_a_response_op_sent_as_a_request_is_unknown(
-    connection: tuple[Connection, Transport],
+    connection: tuple[Connection, RecordingTransport],
 ) -> None:
     conn, transport = connection
     conn.data_received(encode_frame(Op.PING, 1, b"hi"))
@@ -131,7 +108,7 @@ def test_a_response_op_sent_as_a_request_is_unknown(
 
 
 def test_only_a_handshake_or_a_ping_comes_before_the_handshake(
-    connection: tuple[Connection, Transport],
+    connection: tuple[Connection, RecordingTransport],
 ) -> None:
     conn, transport = connection
     conn.data_received(encode_frame(Op.TOPOLOGY, 7, b""))
@@ -140,7 +117,7 @@ def test_only_a_handshake_or_a_ping_comes_before_the_handshake(
     assert msg.ErrorBody.decode(body).code == NotAuthenticated.CODE
 
 
-def test_a_handshake_opens_every_op(connection: tuple[Connection, Transport]) -> None:
+def test_a_handshake_opens_every_op(connection: tuple[Connection, RecordingTransport]) -> None:
     conn, transport = connection
     hello = msg.Handshake(msg.PROTOCOL_VERSION, "dispatch-test")
     conn.data_received(encode_frame(Op.HANDSHAKE, 1, hello.encode()))
