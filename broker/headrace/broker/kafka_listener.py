@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import hashlib
 import logging
 import secrets
 from collections import deque
@@ -26,7 +25,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, Final
 
 from headrace import transports
-from headrace.broker import appending, certificates
+from headrace.broker import appending, certificates, kafka_consumer_groups
 from headrace.broker.cohort_admin import offset_for_timestamp, offset_of_max_timestamp
 from headrace.broker.ports import RedirectRequired
 from headrace.broker.topics import MAX_PARTITIONS, Role, topic_log_config
@@ -41,15 +40,16 @@ from headrace.errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from headrace.kafka import configs, groups
+from headrace.kafka import configs, groups, topic_ids
 from headrace.kafka import messages as km
 from headrace.kafka import partitions as partition_counts
 from headrace.kafka.convert import to_kafka
 from headrace.kafka.errors import ErrorCode, code_of, commit_code_of
+from headrace.kafka.topic_ids import kafka_topic_name, topic_id
 from headrace.kafka.wire import MalformedKafkaRequest, Reader, Writer
 from headrace.protocol.endpoints import KafkaAddress
 from headrace.records import batch as rb
-from headrace.records.topic_names import DEFAULT_NAMESPACE, canonical_topic_name
+from headrace.records.topic_names import canonical_topic_name
 from headrace.security.acl import Operation
 from headrace.storage.bookkeeping import FsyncPolicy, LogConfig
 
@@ -82,18 +82,6 @@ class _Pass(enum.Enum):
 _ACKS_NONE, _ACKS_LEADER, _ACKS_ALL = 0, 1, -1
 #: a fetch never parks longer than this, whatever it asks
 _MAX_WAIT_MS = 60_000
-
-
-def topic_id(name: str) -> bytes:
-    """A stable, non-zero 16-byte id per topic name (Metadata v10+ carries one)."""
-    return hashlib.blake2b(name.encode(), digest_size=16, person=b"headrace-topic").digest()
-
-
-def kafka_topic_name(canonical: str) -> str:
-    """A topic's name as Kafka clients see it: the default namespace is left out
-    (``default/orders`` is ``orders``); other namespaces keep theirs (``ns/orders``)."""
-    namespace, _, name = canonical.partition("/")
-    return name if namespace == DEFAULT_NAMESPACE else canonical
 
 
 class _Slot:
@@ -246,6 +234,13 @@ class KafkaConnection(asyncio.Protocol):
                 self._spawn(self._sync_group(slot, api, header, body))
             elif isinstance(body, km.OffsetCommitRequest):
                 self._spawn(self._offset_commit(slot, api, header, body))
+            elif isinstance(body, km.ConsumerGroupHeartbeatRequest):
+                client, host = header.client_id, self.peer.rpartition(":")[0]
+                beat = kafka_consumer_groups.heartbeat(self.groups, self.broker, client, host, body)
+                self._complete(slot, api, header, beat)
+            elif isinstance(body, km.ConsumerGroupDescribeRequest):
+                described = kafka_consumer_groups.describe(self.groups, self.broker, body)
+                self._complete(slot, api, header, described)
             elif isinstance(body, km.DeleteGroupsRequest):
                 self._spawn(self._delete_groups(slot, api, header, body))
             elif isinstance(body, km.OffsetDeleteRequest):
@@ -315,7 +310,8 @@ class KafkaConnection(asyncio.Protocol):
         if req.topics is None or (header.api_version == 0 and not req.topics):
             names = sorted(kafka_topic_name(name) for name in registry.topics)
         else:
-            names = [t.name or "" for t in req.topics]
+            known = [kafka_topic_name(name) for name in registry.topics]
+            names = [topic_ids.named(t.name, t.topic_id, known) for t in req.topics]
         topics = []
         for name in names:
             try:
@@ -373,7 +369,7 @@ class KafkaConnection(asyncio.Protocol):
         if req.topics is None or (header.api_version == 0 and not req.topics):
             names = sorted(placements)
         else:
-            names = [t.name or "" for t in req.topics]
+            names = [topic_ids.named(t.name, t.topic_id, placements) for t in req.topics]
         internal = kafka_topic_name(canonical_topic_name(self.broker.settings.kafka_offsets_topic))
         topics = []
         for name in names:
@@ -520,7 +516,6 @@ class KafkaConnection(asyncio.Protocol):
 
     def _answer_at_once(self, req: Any) -> Any:
         """The requests answered at once: most of the group APIs, and InitProducerId."""
-        core = self.groups.core
         if isinstance(req, km.FindCoordinatorRequest):
             if req.key_type != 0:  # transactions have no coordinator here
                 return km.FindCoordinatorResponse(
@@ -544,7 +539,7 @@ class KafkaConnection(asyncio.Protocol):
         if isinstance(req, km.OffsetFetchRequest):
             return self._offset_fetch(req)
         if isinstance(req, km.ListGroupsRequest):
-            listed = [km.ListedGroup(g.group_id, g.protocol_type) for g in core.groups.values()]
+            listed = [km.ListedGroup(group, kind) for group, kind in self.groups.listed()]
             return km.ListGroupsResponse(0, ErrorCode.NONE, listed)
         if isinstance(req, km.DescribeGroupsRequest):
             return km.DescribeGroupsResponse(0, [self._describe(g) for g in req.groups])
@@ -839,7 +834,9 @@ class KafkaConnection(asyncio.Protocol):
     ) -> None:
         allowed = self.groups.owner_error(req.group_id)
         if allowed == ErrorCode.NONE:
-            allowed = self.groups.core.may_commit(req.group_id, req.generation_id, req.member_id)
+            allowed = self.groups.may_commit(
+                req.group_id, req.generation_id, req.member_id, header.api_version
+            )
         accepted: dict[tuple[str, int], groups.Committed] = {}
         topics = []
         for topic in req.topics:
