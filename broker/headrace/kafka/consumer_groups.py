@@ -201,11 +201,13 @@ class ConsumerGroups:
         if ask.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             return self._leave(ask)
         group = self.groups.setdefault(ask.group_id, ConsumerGroup(ask.group_id))
+        # what the target depends on changed: one new group epoch for all of it
+        changed = False
         if ask.member_epoch == JOIN_EPOCH:
             member_id = ask.member_id or new_member_id
-            if member_id in group.members:
-                # a rejoin: it owns nothing now (checked), so what it held is free
-                self._remove(group, member_id)
+            # a rejoin owns nothing now (checked): what it held is free
+            group.members.pop(member_id, None)
+            group.target.pop(member_id, None)
             member = Member(
                 member_id,
                 ask.client_id,
@@ -218,7 +220,7 @@ class ConsumerGroups:
                 now + self.settings.session_timeout_ms / 1000,
             )
             group.members[member_id] = member
-            group.epoch += 1
+            changed = True
         else:
             found = group.members.get(ask.member_id)
             if found is None:
@@ -232,10 +234,10 @@ class ConsumerGroups:
             member.session_ends_at = now + self.settings.session_timeout_ms / 1000
             if ask.subscribed is not None and ask.subscribed != member.subscribed:
                 member.subscribed = ask.subscribed
-                group.epoch += 1
+                changed = True
             if ask.server_assignor is not None and ask.server_assignor != member.server_assignor:
                 member.server_assignor = ask.server_assignor
-                group.epoch += 1
+                changed = True
             if ask.rebalance_timeout_ms >= 0:
                 member.rebalance_timeout_ms = ask.rebalance_timeout_ms
             if ask.rack_id is not None:
@@ -245,15 +247,17 @@ class ConsumerGroups:
         seen = _subscribed_topics(group, topics)
         if seen != group.topics:
             group.topics = seen
+            changed = True
+        if changed:
             group.epoch += 1
         if group.assignment_epoch < group.epoch:
             self._assign(group)
         before = (member.epoch, dict(member.assigned))
         self._reconcile(now, group, member, ask.owned)
-        changed = before != (member.epoch, member.assigned)
+        moved = before != (member.epoch, member.assigned)
         told = (
             ask.member_epoch == JOIN_EPOCH
-            or changed
+            or moved
             or (
                 ask.owned is not None
                 and _without_empty(ask.owned) != _without_empty(member.assigned)

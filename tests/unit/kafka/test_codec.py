@@ -192,7 +192,7 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (1, 4, 12),
         (2, 1, 7),
         (3, 0, 12),
-        (8, 2, 7),
+        (8, 2, 9),
         (9, 1, 5),
         (10, 0, 2),
         (11, 0, 5),
@@ -215,6 +215,8 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (44, 0, 1),
         (47, 0, 0),
         (60, 0, 0),
+        (68, 0, 1),
+        (69, 0, 0),
     }
 
 
