@@ -1,0 +1,81 @@
+"""One group id, two group protocols: the Kafka listener's coordinator keeps them apart as
+Kafka's does, and commits of either go to the same durable offsets."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from headrace.broker.kafka_groups import KafkaGroups
+from headrace.kafka import consumer_groups as cg
+from headrace.kafka.errors import ErrorCode
+from headrace.kafka.groups import Committed, JoinAsk
+from headrace.kafka.topic_ids import topic_id
+
+TOPIC = cg.TopicInfo("t", topic_id("t"), 2)
+
+
+def lookup(name: str) -> cg.TopicInfo | None:
+    return TOPIC if name == "t" else None
+
+
+def classic_join(group: str) -> JoinAsk:
+    return JoinAsk(group, "", "client", "127.0.0.1", 10_000, 10_000, "consumer", (("range", b""),))
+
+
+def consumer_join(group: str, member: str) -> cg.HeartbeatAsk:
+    return cg.HeartbeatAsk(
+        group, member, 0, rebalance_timeout_ms=10_000, subscribed=("t",), owned={}
+    )
+
+
+@pytest.fixture
+async def groups(tmp_path: Path) -> AsyncIterator[KafkaGroups]:
+    made = KafkaGroups(tmp_path / "kafka-groups")
+    made.start()
+    yield made
+    await made.close()
+
+
+async def test_a_consumer_heartbeat_to_a_classic_group_with_members_is_refused(
+    groups: KafkaGroups,
+) -> None:
+    joined = await groups.join(classic_join("g"))
+    assert joined.error == ErrorCode.NONE
+    answer = groups.consumer_heartbeat(consumer_join("g", "m"), lookup)
+    assert answer.error == ErrorCode.GROUP_ID_NOT_FOUND
+    assert groups.leave("g", joined.member_id) == ErrorCode.NONE
+    # the classic group is empty now: the consumer protocol may take the id
+    assert groups.consumer_heartbeat(consumer_join("g", "m"), lookup).error == ErrorCode.NONE
+
+
+async def test_a_classic_join_to_a_consumer_protocol_group_is_inconsistent(
+    groups: KafkaGroups,
+) -> None:
+    assert groups.consumer_heartbeat(consumer_join("g", "m"), lookup).error == ErrorCode.NONE
+    refused = await groups.join(classic_join("g"))
+    assert refused.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
+    assert ("g", "consumer") in groups.listed()
+    assert await groups.delete("g") == ErrorCode.NON_EMPTY_GROUP
+
+
+async def test_commits_take_member_epochs_and_land_in_the_durable_offsets(
+    groups: KafkaGroups, tmp_path: Path
+) -> None:
+    answer = groups.consumer_heartbeat(consumer_join("g", "m"), lookup)
+    epoch = answer.member_epoch
+    assert groups.may_commit("g", epoch, "m", 9) == ErrorCode.NONE
+    assert groups.may_commit("g", epoch - 1, "m", 9) == ErrorCode.STALE_MEMBER_EPOCH
+    assert groups.may_commit("g", epoch, "m", 7) == ErrorCode.UNSUPPORTED_VERSION
+    # a classic group's rules are unchanged: a generation, not an epoch
+    assert groups.may_commit("other", 3, "x", 9) == ErrorCode.UNKNOWN_MEMBER_ID
+    await groups.commit("g", {("t", 0): Committed(42, -1, "")})
+    await groups.close()
+    reopened = KafkaGroups(tmp_path / "kafka-groups")
+    reopened.start()
+    try:
+        assert reopened.core.committed("g") == {("t", 0): Committed(42, -1, "")}
+    finally:
+        await reopened.close()
