@@ -14,16 +14,17 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from headrace.errors import InvalidTopicSpec
+from headrace.errors import HeadraceError, InvalidTopicSpec
 from headrace.kafka import consumer_groups as cg
 from headrace.kafka import messages as km
-from headrace.kafka.errors import ErrorCode
+from headrace.kafka.errors import ErrorCode, code_of
 from headrace.kafka.topic_ids import kafka_topic_name, topic_id
 from headrace.records.topic_names import canonical_topic_name
 
 if TYPE_CHECKING:
     from headrace.broker.kafka_groups import KafkaGroups
     from headrace.broker.ports import ConnectionHost
+    from headrace.security.access import ConnectionAccess
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,8 @@ def topics_of(broker: ConnectionHost) -> cg.TopicLookup:
 
 def heartbeat(
     groups: KafkaGroups,
-    broker: ConnectionHost,
+    topics: cg.TopicLookup,
+    access: ConnectionAccess,
     client_id: str | None,
     peer_host: str,
     req: km.ConsumerGroupHeartbeatRequest,
@@ -62,6 +64,13 @@ def heartbeat(
     owner = groups.owner_error(req.group_id)
     if owner != ErrorCode.NONE:
         return km.ConsumerGroupHeartbeatResponse(0, owner, None, None, -1, 0)
+    for name in req.subscribed_topic_names or ():
+        try:
+            # a member is given partitions to read: it needs what a commit of the
+            # group's offsets needs, so that it cannot take partitions it may not read
+            access.require_cohort(name, req.group_id)
+        except HeadraceError as exc:
+            return km.ConsumerGroupHeartbeatResponse(0, code_of(exc), exc.message, None, -1, 0)
     owned = (
         None
         if req.topic_partitions is None
@@ -81,7 +90,7 @@ def heartbeat(
         req.server_assignor,
         owned,
     )
-    answer = groups.consumer_heartbeat(ask, topics_of(broker))
+    answer = groups.consumer_heartbeat(ask, topics)
     if answer.error != ErrorCode.NONE:
         log.info(
             "kafka: group %r: heartbeat of %r at epoch %d: %s (%s)",

@@ -236,7 +236,10 @@ class KafkaConnection(asyncio.Protocol):
                 self._spawn(self._offset_commit(slot, api, header, body))
             elif isinstance(body, km.ConsumerGroupHeartbeatRequest):
                 client, host = header.client_id, self.peer.rpartition(":")[0]
-                beat = kafka_consumer_groups.heartbeat(self.groups, self.broker, client, host, body)
+                topics = kafka_consumer_groups.topics_of(self.broker)
+                beat = kafka_consumer_groups.heartbeat(
+                    self.groups, topics, self.access, client, host, body
+                )
                 self._complete(slot, api, header, beat)
             elif isinstance(body, km.ConsumerGroupDescribeRequest):
                 described = kafka_consumer_groups.describe(self.groups, self.broker, body)

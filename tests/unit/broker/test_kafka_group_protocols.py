@@ -3,16 +3,23 @@ Kafka's does, and commits of either go to the same durable offsets."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from headrace.broker import kafka_consumer_groups
 from headrace.broker.kafka_groups import KafkaGroups
 from headrace.kafka import consumer_groups as cg
+from headrace.kafka import messages as km
 from headrace.kafka.errors import ErrorCode
 from headrace.kafka.groups import Committed, JoinAsk
 from headrace.kafka.topic_ids import topic_id
+from headrace.security.access import Access
+from headrace.security.acl import hash_token
+from headrace.security.settings import AccessSettings
 
 TOPIC = cg.TopicInfo("t", topic_id("t"), 2)
 
@@ -79,3 +86,39 @@ async def test_commits_take_member_epochs_and_land_in_the_durable_offsets(
         assert reopened.core.committed("g") == {("t", 0): Committed(42, -1, "")}
     finally:
         await reopened.close()
+
+
+class Uncounted:
+    """A denial counter that counts nothing (``prometheus_client.Counter``'s shape)."""
+
+    def labels(self, *values: str) -> Any:
+        return self
+
+    def inc(self) -> None:
+        pass
+
+
+async def test_a_heartbeat_needs_the_grant_a_commit_of_the_group_needs(
+    groups: KafkaGroups, tmp_path: Path
+) -> None:
+    acl = tmp_path / "acl.json"
+    grant = {"operations": ["consume"], "topics": ["t"], "cohorts": ["audit-*"]}
+    principal = {"name": "reader", "tokens": [hash_token("r-token")], "grants": [grant]}
+    acl.write_text(json.dumps({"version": 1, "principals": [principal]}))
+    session = Access(AccessSettings(acl_file=acl), Uncounted()).session()
+    session.authenticate("r-token", None)
+
+    def beat(group: str) -> km.ConsumerGroupHeartbeatResponse:
+        req = km.ConsumerGroupHeartbeatRequest(
+            group, "m", 0, None, None, 10_000, ["t"], None, None, []
+        )
+        return kafka_consumer_groups.heartbeat(groups, lookup, session, "c", "h", req)
+
+    refused = beat("billing")
+    assert refused.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    assert "billing" not in groups.consumer.groups  # nothing was joined
+    joined = beat("audit-eu")
+    assert joined.error_code == ErrorCode.NONE
+    assert joined.assignment == km.HeartbeatAssignment(
+        [km.HeartbeatTopicPartitions(TOPIC.topic_id, [0, 1])]
+    )
