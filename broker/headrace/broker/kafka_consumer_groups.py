@@ -12,6 +12,7 @@ the subscribed topics (their ids and the partition counts Kafka clients see in
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from headrace.errors import HeadraceError, InvalidTopicSpec
@@ -29,9 +30,33 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def topics_of(broker: ConnectionHost) -> cg.TopicLookup:
-    """A subscribed name -> its id and partition count as ``Metadata`` gives them: in a
-    cluster the topology's active partitions, else this broker's topics."""
+def topics_of(broker: ConnectionHost, access: ConnectionAccess, group_id: str) -> cg.TopicView:
+    """The topics as a member of ``group_id`` on this connection sees them: ids and
+    partition counts as ``Metadata`` gives them (in a cluster the topology's active
+    partitions), and, for a regular expression to match, the names it may read in the
+    group (the offsets topic is internal: never matched)."""
+    lookup = lookup_of(broker)
+    internal = canonical_topic_name(broker.settings.kafka_offsets_topic)
+
+    def names() -> list[str]:
+        cluster = broker.cluster
+        every = broker.registry.topics if cluster is None else [t.name for t in cluster.topics]
+        readable = []
+        for canonical in every:
+            if canonical == internal:
+                continue
+            try:
+                access.require_cohort(canonical, group_id)
+            except HeadraceError:
+                continue
+            readable.append(kafka_topic_name(canonical))
+        return readable
+
+    return cg.TopicView(lookup, names)
+
+
+def lookup_of(broker: ConnectionHost) -> Callable[[str], cg.TopicInfo | None]:
+    """A subscribed name -> its id and partition count, None if there is no such topic."""
 
     def lookup(name: str) -> cg.TopicInfo | None:
         try:
@@ -55,7 +80,7 @@ def topics_of(broker: ConnectionHost) -> cg.TopicLookup:
 
 def heartbeat(
     groups: KafkaGroups,
-    topics: cg.TopicLookup,
+    topics: cg.TopicView,
     access: ConnectionAccess,
     client_id: str | None,
     peer_host: str,
@@ -132,10 +157,10 @@ def _described(
     if group is None:
         why = f"group {group_id!r} is not a consumer-protocol group"
         return km.ConsumerGroupDescribed(ErrorCode.GROUP_ID_NOT_FOUND, why, group_id)
-    lookup = topics_of(broker)
+    lookup = lookup_of(broker)
     names = {info.topic_id: name for name, info in group.topics.items()}
     for member in group.members.values():
-        for name in member.subscribed:
+        for name in member.topics():
             info = lookup(name)
             if info is not None:
                 names.setdefault(info.topic_id, info.name)
@@ -158,7 +183,7 @@ def _described(
             m.client_id,
             m.client_host,
             list(m.subscribed),
-            None,
+            m.regex,
             shown(m.assigned),
             shown(group.target.get(m.member_id, {})),
         )

@@ -176,7 +176,7 @@ class KafkaGroups:
         return answer
 
     def consumer_heartbeat(
-        self, ask: consumer_groups.HeartbeatAsk, topics: consumer_groups.TopicLookup
+        self, ask: consumer_groups.HeartbeatAsk, topics: consumer_groups.TopicView
     ) -> consumer_groups.HeartbeatAnswer:
         """A ConsumerGroupHeartbeat (the caller has checked ``owner_error``)."""
         classic = self.core.groups.get(ask.group_id)

@@ -236,7 +236,7 @@ class KafkaConnection(asyncio.Protocol):
                 self._spawn(self._offset_commit(slot, api, header, body))
             elif isinstance(body, km.ConsumerGroupHeartbeatRequest):
                 client, host = header.client_id, self.peer.rpartition(":")[0]
-                topics = kafka_consumer_groups.topics_of(self.broker)
+                topics = kafka_consumer_groups.topics_of(self.broker, self.access, body.group_id)
                 beat = kafka_consumer_groups.heartbeat(
                     self.groups, topics, self.access, client, host, body
                 )

@@ -27,14 +27,17 @@ partitions and rejoins with epoch 0); an unknown member is ``UNKNOWN_MEMBER_ID``
 A member that heartbeats with its previous epoch and owns nothing outside its
 current assignment is accepted: the answer that raised its epoch was lost.
 
-Not served: server-side regular expressions (``SubscribedTopicRegex``) and static
-membership (an instance id is recorded and shown, but the member is dynamic). The
-adapter (``broker.kafka_consumer_groups``) supplies the clock, the topics and ids.
+A subscription is topic names, a regular expression (matched whole against every
+topic name the member may see, at each of its heartbeats, so new topics join it), or
+both. Not served: static membership (an instance id is recorded and shown, but the
+member is dynamic). The adapter (``broker.kafka_consumer_groups``) supplies the
+clock, the topics and ids.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
@@ -62,8 +65,14 @@ class TopicInfo:
     partitions: int
 
 
-#: the topics of a subscription that exist now: name -> its id and partition count
-TopicLookup = Callable[[str], TopicInfo | None]
+@dataclass(frozen=True, slots=True)
+class TopicView:
+    """The topics as the heartbeating member may see them."""
+
+    #: a subscribed name -> its id and partition count; None if there is no such topic
+    lookup: Callable[[str], TopicInfo | None]
+    #: every topic name a regular expression may match (those the member may read)
+    names: Callable[[], Iterable[str]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,9 +103,12 @@ class Member:
     instance_id: str | None
     rack_id: str | None
     subscribed: tuple[str, ...]
+    #: the subscription's regular expression, and the names it matched at the last heartbeat
+    regex: str | None
     server_assignor: str | None
     rebalance_timeout_ms: int
     session_ends_at: float
+    matched: tuple[str, ...] = ()
     epoch: int = 0
     previous_epoch: int = -1
     state: MemberState = MemberState.STABLE
@@ -105,6 +117,10 @@ class Member:
     #: the partitions it must give up before it moves on
     revoking: Assignment = field(default_factory=dict)
     revocation_ends_at: float | None = None
+
+    def topics(self) -> list[str]:
+        """The subscription's topic names: those named, then those matched."""
+        return sorted(set(self.subscribed) | set(self.matched))
 
 
 class GroupState(enum.Enum):
@@ -191,7 +207,7 @@ class ConsumerGroups:
     # ------------------------------------------------------------------ heartbeat
 
     def heartbeat(
-        self, now: float, ask: HeartbeatAsk, topics: TopicLookup, new_member_id: str
+        self, now: float, ask: HeartbeatAsk, topics: TopicView, new_member_id: str
     ) -> HeartbeatAnswer:
         """One heartbeat. ``new_member_id`` names a joining member that brings no id
         (version 0 of the request; version 1's clients choose their own)."""
@@ -215,6 +231,7 @@ class ConsumerGroups:
                 ask.instance_id,
                 ask.rack_id,
                 ask.subscribed or (),
+                ask.subscribed_regex or None,
                 ask.server_assignor,
                 ask.rebalance_timeout_ms,
                 now + self.settings.session_timeout_ms / 1000,
@@ -235,6 +252,10 @@ class ConsumerGroups:
             if ask.subscribed is not None and ask.subscribed != member.subscribed:
                 member.subscribed = ask.subscribed
                 changed = True
+            regex = None if ask.subscribed_regex is None else ask.subscribed_regex or None
+            if ask.subscribed_regex is not None and regex != member.regex:
+                member.regex = regex
+                changed = True
             if ask.server_assignor is not None and ask.server_assignor != member.server_assignor:
                 member.server_assignor = ask.server_assignor
                 changed = True
@@ -244,6 +265,10 @@ class ConsumerGroups:
                 member.rack_id = ask.rack_id
             if ask.instance_id is not None:
                 member.instance_id = ask.instance_id
+        matched = _matching(member.regex, topics)
+        if matched != member.matched:
+            member.matched = matched
+            changed = True
         seen = _subscribed_topics(group, topics)
         if seen != group.topics:
             group.topics = seen
@@ -283,7 +308,13 @@ class ConsumerGroups:
         if ask.rack_id == "":
             return invalid("RackId can't be empty.")
         if ask.subscribed_regex:  # librdkafka sends "" for none
-            return invalid("SubscribedTopicRegex is not supported by headrace (docs/kafka.md).")
+            try:
+                re.compile(ask.subscribed_regex)
+            except re.error as exc:
+                return self._refuse(
+                    ErrorCode.INVALID_REGULAR_EXPRESSION,
+                    f"SubscribedTopicRegex {ask.subscribed_regex!r} is invalid: {exc}",
+                )
         if ask.member_epoch > 0 or ask.member_epoch in (LEAVE_EPOCH, STATIC_LEAVE_EPOCH):
             if not ask.member_id:
                 return invalid("MemberId can't be empty.")
@@ -292,8 +323,8 @@ class ConsumerGroups:
                 return invalid("RebalanceTimeoutMs must be provided in first request.")
             if ask.owned is None or any(ask.owned.values()):
                 return invalid("TopicPartitions must be empty when (re-)joining.")
-            if not ask.subscribed:
-                return invalid("SubscribedTopicNames must be set in first request.")
+            if not ask.subscribed and not ask.subscribed_regex:
+                return invalid("SubscribedTopicNames or SubscribedTopicRegex must be set.")
         else:
             return invalid("MemberEpoch is invalid.")
         if ask.server_assignor is not None and ask.server_assignor not in ASSIGNORS:
@@ -374,7 +405,7 @@ class ConsumerGroups:
     def _assign(self, group: ConsumerGroup) -> None:
         """A new target for every member at the group epoch."""
         subscriptions = {
-            m.member_id: [group.topics[t] for t in m.subscribed if t in group.topics]
+            m.member_id: [group.topics[t] for t in m.topics() if t in group.topics]
             for m in group.members.values()
         }
         if group.assignor(self.settings.default_assignor) == RANGE:
@@ -480,11 +511,18 @@ def uniform_assignment(
 # --------------------------------------------------------------------------- helpers
 
 
-def _subscribed_topics(group: ConsumerGroup, topics: TopicLookup) -> dict[str, TopicInfo]:
-    names = sorted({t for m in group.members.values() for t in m.subscribed})
+def _matching(regex: str | None, topics: TopicView) -> tuple[str, ...]:
+    if not regex:
+        return ()
+    pattern = re.compile(regex)  # checked when the heartbeat brought it
+    return tuple(sorted(name for name in topics.names() if pattern.fullmatch(name)))
+
+
+def _subscribed_topics(group: ConsumerGroup, topics: TopicView) -> dict[str, TopicInfo]:
+    names = sorted({t for m in group.members.values() for t in m.topics()})
     found = {}
     for name in names:
-        info = topics(name)
+        info = topics.lookup(name)
         if info is not None and info.partitions > 0:
             found[name] = info
     return found

@@ -65,6 +65,7 @@ class ErrorCode(IntEnum):
     FENCED_MEMBER_EPOCH = 110
     UNSUPPORTED_ASSIGNOR = 112
     STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 #: most specific first: subclasses before their bases

@@ -118,3 +118,29 @@ def test_two_consumer_protocol_members_share_hand_over_and_resume(kafka: KafkaBr
         assert {tp.partition: tp.offset for tp in committed} == {p: 75 for p in range(PARTITIONS)}
     finally:
         late.close()
+
+
+def test_a_pattern_subscription_is_matched_by_the_broker(kafka: KafkaBroker) -> None:
+    """librdkafka sends a ``^`` subscription as the heartbeat's regular expression: the
+    broker matches it against the topic names and assigns what it matched."""
+    asyncio.run(create_topic(kafka.broker.bootstrap, TOPIC, PARTITIONS))
+    asyncio.run(create_topic(kafka.broker.bootstrap, "audit", 1))
+    produce(kafka, 0, 20)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "group.id": "patterns",
+            "group.protocol": "consumer",
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        consumer.subscribe(["^pay.*"])
+        got: dict[int, list[bytes]] = {}
+        poll_until([consumer], lambda: len(got.get(0, [])) >= 20, got)
+        assert Counter(got[0]) == Counter(b"p%d" % i for i in range(20))
+        assert {(tp.topic, tp.partition) for tp in consumer.assignment()} == {
+            (TOPIC, p) for p in range(PARTITIONS)
+        }
+    finally:
+        consumer.close()

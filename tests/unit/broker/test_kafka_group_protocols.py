@@ -28,6 +28,9 @@ def lookup(name: str) -> cg.TopicInfo | None:
     return TOPIC if name == "t" else None
 
 
+VIEW = cg.TopicView(lookup, lambda: ["t"])
+
+
 def classic_join(group: str) -> JoinAsk:
     return JoinAsk(group, "", "client", "127.0.0.1", 10_000, 10_000, "consumer", (("range", b""),))
 
@@ -51,17 +54,17 @@ async def test_a_consumer_heartbeat_to_a_classic_group_with_members_is_refused(
 ) -> None:
     joined = await groups.join(classic_join("g"))
     assert joined.error == ErrorCode.NONE
-    answer = groups.consumer_heartbeat(consumer_join("g", "m"), lookup)
+    answer = groups.consumer_heartbeat(consumer_join("g", "m"), VIEW)
     assert answer.error == ErrorCode.GROUP_ID_NOT_FOUND
     assert groups.leave("g", joined.member_id) == ErrorCode.NONE
     # the classic group is empty now: the consumer protocol may take the id
-    assert groups.consumer_heartbeat(consumer_join("g", "m"), lookup).error == ErrorCode.NONE
+    assert groups.consumer_heartbeat(consumer_join("g", "m"), VIEW).error == ErrorCode.NONE
 
 
 async def test_a_classic_join_to_a_consumer_protocol_group_is_inconsistent(
     groups: KafkaGroups,
 ) -> None:
-    assert groups.consumer_heartbeat(consumer_join("g", "m"), lookup).error == ErrorCode.NONE
+    assert groups.consumer_heartbeat(consumer_join("g", "m"), VIEW).error == ErrorCode.NONE
     refused = await groups.join(classic_join("g"))
     assert refused.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     assert ("g", "consumer") in groups.listed()
@@ -71,7 +74,7 @@ async def test_a_classic_join_to_a_consumer_protocol_group_is_inconsistent(
 async def test_commits_take_member_epochs_and_land_in_the_durable_offsets(
     groups: KafkaGroups, tmp_path: Path
 ) -> None:
-    answer = groups.consumer_heartbeat(consumer_join("g", "m"), lookup)
+    answer = groups.consumer_heartbeat(consumer_join("g", "m"), VIEW)
     epoch = answer.member_epoch
     assert groups.may_commit("g", epoch, "m", 9) == ErrorCode.NONE
     assert groups.may_commit("g", epoch - 1, "m", 9) == ErrorCode.STALE_MEMBER_EPOCH
@@ -112,7 +115,7 @@ async def test_a_heartbeat_needs_the_grant_a_commit_of_the_group_needs(
         req = km.ConsumerGroupHeartbeatRequest(
             group, "m", 0, None, None, 10_000, ["t"], None, None, []
         )
-        return kafka_consumer_groups.heartbeat(groups, lookup, session, "c", "h", req)
+        return kafka_consumer_groups.heartbeat(groups, VIEW, session, "c", "h", req)
 
     refused = beat("billing")
     assert refused.error_code == ErrorCode.TOPIC_AUTHORIZATION_FAILED

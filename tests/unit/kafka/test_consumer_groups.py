@@ -23,6 +23,9 @@ def lookup(name: str) -> cg.TopicInfo | None:
     return TOPICS.get(name)
 
 
+VIEW = cg.TopicView(lookup, lambda: list(TOPICS))
+
+
 def parts(*partitions: int) -> cg.Assignment:
     """Partitions of topic ``t``."""
     return {T: frozenset(partitions)} if partitions else {}
@@ -56,7 +59,7 @@ def run(groups: cg.ConsumerGroups, beats: list[Beat]) -> None:
             subscribed=beat.subscribed,
             owned=beat.owned,
         )
-        answer = groups.heartbeat(beat.at, ask, lookup, "unused")
+        answer = groups.heartbeat(beat.at, ask, VIEW, "unused")
         assert answer.error == beat.error, (i, beat, answer)
         if beat.error != ErrorCode.NONE:
             continue
@@ -172,9 +175,6 @@ INVALID = {
         "g", "m", 0, rebalance_timeout_ms=1, subscribed=("t",), owned=parts(1)
     ),
     "no subscription on join": cg.HeartbeatAsk("g", "m", 0, rebalance_timeout_ms=1, owned={}),
-    "a regular expression": cg.HeartbeatAsk(
-        "g", "m", 0, rebalance_timeout_ms=1, subscribed=("t",), subscribed_regex="t.*", owned={}
-    ),
     "no member id past the join": cg.HeartbeatAsk("g", "", 3),
     "epoch -3": cg.HeartbeatAsk("g", "m", -3),
 }
@@ -182,9 +182,32 @@ INVALID = {
 
 @pytest.mark.parametrize("ask", INVALID.values(), ids=INVALID.keys())
 def test_invalid_heartbeats_are_refused(ask: cg.HeartbeatAsk) -> None:
-    answer = cg.ConsumerGroups().heartbeat(0, ask, lookup, "new")
+    answer = cg.ConsumerGroups().heartbeat(0, ask, VIEW, "new")
     assert answer.error == ErrorCode.INVALID_REQUEST
     assert answer.message
+
+
+def test_a_regular_expression_subscribes_whole_names_and_takes_new_topics() -> None:
+    groups = cg.ConsumerGroups()
+    known = {"t": TOPICS["t"], "tt": cg.TopicInfo("tt", topic_id("tt"), 1)}
+    view = cg.TopicView(known.get, lambda: list(known))
+    # only names it matches whole: "t.?" matches t and tt, not "xt"
+    known["xt"] = cg.TopicInfo("xt", topic_id("xt"), 1)
+    ask = cg.HeartbeatAsk(
+        "g", "m", 0, rebalance_timeout_ms=1, subscribed=(), subscribed_regex="t.?", owned={}
+    )
+    answer = groups.heartbeat(0, ask, view, "unused")
+    assert answer.assignment == {T: frozenset(range(4)), topic_id("tt"): frozenset({0})}
+    # a topic created later joins the subscription at the member's next heartbeat
+    known["t3"] = cg.TopicInfo("t3", topic_id("t3"), 2)
+    again = groups.heartbeat(1, cg.HeartbeatAsk("g", "m", 1, owned=answer.assignment), view, "")
+    assert again.member_epoch == 2
+    assert again.assignment == {**answer.assignment, topic_id("t3"): frozenset({0, 1})}
+    # an invalid expression is refused with Kafka's code for it
+    bad = cg.HeartbeatAsk(
+        "g", "n", 0, rebalance_timeout_ms=1, subscribed=(), subscribed_regex="t(", owned={}
+    )
+    assert groups.heartbeat(2, bad, view, "").error == ErrorCode.INVALID_REGULAR_EXPRESSION
 
 
 def test_an_unknown_assignor_is_refused_and_a_join_without_an_id_gets_one() -> None:
@@ -192,9 +215,9 @@ def test_an_unknown_assignor_is_refused_and_a_join_without_an_id_gets_one() -> N
     ask = cg.HeartbeatAsk(
         "g", "", 0, rebalance_timeout_ms=1, subscribed=("t",), server_assignor="sticky", owned={}
     )
-    assert groups.heartbeat(0, ask, lookup, "new").error == ErrorCode.UNSUPPORTED_ASSIGNOR
+    assert groups.heartbeat(0, ask, VIEW, "new").error == ErrorCode.UNSUPPORTED_ASSIGNOR
     ask = cg.HeartbeatAsk("g", "", 0, rebalance_timeout_ms=1, subscribed=("t",), owned={})
-    assert groups.heartbeat(0, ask, lookup, "new").member_id == "new"
+    assert groups.heartbeat(0, ask, VIEW, "new").member_id == "new"
 
 
 COMMITS = {
@@ -258,7 +281,7 @@ def test_group_assignor_is_the_one_most_members_name() -> None:
             server_assignor=assignor,
             owned={},
         )
-        groups.heartbeat(0, ask, lookup, member)
+        groups.heartbeat(0, ask, VIEW, member)
     assert groups.groups["g"].assignor(cg.UNIFORM) == cg.RANGE
 
 
@@ -302,7 +325,7 @@ def test_no_partition_ever_has_two_owners_and_the_group_settles(seed: int) -> No
         else:
             ask = cg.HeartbeatAsk("g", client.member_id, client.epoch, owned=owned)
         client.lingering = {}
-        answer = groups.heartbeat(now, ask, lookup, "unused")
+        answer = groups.heartbeat(now, ask, VIEW, "unused")
         assert answer.error == ErrorCode.NONE
         client.epoch = answer.member_epoch
         if answer.assignment is not None:
@@ -323,7 +346,7 @@ def test_no_partition_ever_has_two_owners_and_the_group_settles(seed: int) -> No
         client = rng.choice(list(clients.values()))
         if client.joined and rng.random() < 0.05:
             leave = cg.HeartbeatAsk("g", client.member_id, -1)
-            assert groups.heartbeat(now, leave, lookup, "unused").error == ErrorCode.NONE
+            assert groups.heartbeat(now, leave, VIEW, "unused").error == ErrorCode.NONE
             clients[client.member_id] = Client(client.member_id)
             continue
         beat(client, linger=rng.random() < 0.5)
