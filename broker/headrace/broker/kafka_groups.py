@@ -148,6 +148,7 @@ class KafkaGroups:
     async def join(self, ask: JoinAsk) -> JoinAnswer:
         if self.consumer.has_members(ask.group_id):
             return JoinAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=ask.member_id)
+        self.consumer.groups.pop(ask.group_id, None)  # an empty one: the id is classic now
         token, fut = self._park(ask.group_id)
         new_id = f"{ask.client_id or 'member'}-{uuid.uuid4()}"
         self._deliver(self.core.join(self._now(), token, ask, new_id))
@@ -188,8 +189,8 @@ class KafkaGroups:
 
     def may_commit(self, group_id: str, generation: int, member_id: str, version: int) -> ErrorCode:
         """Whether an OffsetCommit is accepted: by the consumer protocol's rules (member
-        epochs) for its groups, else by the classic ones (generations)."""
-        if group_id in self.consumer.groups:
+        epochs) while it has members, else by the classic ones (generations)."""
+        if self.consumer.has_members(group_id):
             return self.consumer.may_commit(group_id, member_id, generation, version)
         return self.core.may_commit(group_id, generation, member_id)
 

@@ -69,6 +69,15 @@ async def test_a_classic_join_to_a_consumer_protocol_group_is_inconsistent(
     assert refused.error == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
     assert ("g", "consumer") in groups.listed()
     assert await groups.delete("g") == ErrorCode.NON_EMPTY_GROUP
+    leave = cg.HeartbeatAsk("g", "m", -1)
+    assert groups.consumer_heartbeat(leave, VIEW).error == ErrorCode.NONE
+    # empty now: a classic member may take the id, and commits by its generation
+    joined = await groups.join(classic_join("g"))
+    assert joined.error == ErrorCode.NONE
+    me = joined.member_id
+    assert (await groups.sync("g", joined.generation, me, {me: b""})).error == ErrorCode.NONE
+    assert groups.may_commit("g", joined.generation, me, 9) == ErrorCode.NONE
+    assert "g" not in groups.consumer.groups
 
 
 async def test_commits_take_member_epochs_and_land_in_the_durable_offsets(
