@@ -1,6 +1,7 @@
 """The consumer group protocol of KIP-848 (``group.protocol=consumer``) through librdkafka:
 two members share a topic by the broker's assignment, each record is read once, a
-member's leave hands its partitions to the other, commits resume, and a classic member
+member's leave hands its partitions to the other, the AdminClient describes the group,
+commits resume, and a classic member
 cannot join the group while it has consumer-protocol members; after a broker restart a
 member rejoins."""
 
@@ -11,7 +12,16 @@ import time
 from collections import Counter
 from collections.abc import Callable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    Consumer,
+    ConsumerGroupState,
+    ConsumerGroupType,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient
 
 from headrace.testing.reading import create_topic
 from tests.integration.kafka.conftest import KafkaBroker
@@ -85,6 +95,15 @@ def test_two_consumer_protocol_members_share_hand_over_and_resume(kafka: KafkaBr
         second.close()  # leaves the group: the first takes every partition
     try:
         poll_until([first], lambda: partitions_of(first) == set(range(PARTITIONS)), got)
+        # the AdminClient describes the group through ConsumerGroupDescribe
+        admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+        described = admin.describe_consumer_groups([GROUP])[GROUP].result(WAIT_S)
+        assert (described.type, described.state) == (
+            ConsumerGroupType.CONSUMER,
+            ConsumerGroupState.STABLE,
+        )
+        (only,) = described.members
+        assert {tp.partition for tp in only.assignment.topic_partitions} == set(range(PARTITIONS))
         produce(kafka, 200, 100)
         after: dict[int, list[bytes]] = {}
         poll_until([first], lambda: len(after.get(0, [])) >= 100, after)
