@@ -18,6 +18,13 @@ Where committed offsets are kept, and who coordinates a group:
 
 Memberships are never kept: members of a restarted or new coordinator get
 ``UNKNOWN_MEMBER_ID`` and rejoin, as Kafka's clients do.
+
+Both group protocols are coordinated here: the classic one (``kafka.groups``) and the
+consumer protocol of KIP-848 (``kafka.consumer_groups``, in ``consumer``). A group id
+is one protocol's while it has members: a classic join to a consumer-protocol group
+is ``INCONSISTENT_GROUP_PROTOCOL``, a consumer heartbeat to a classic group is
+``GROUP_ID_NOT_FOUND``, as Kafka's coordinator answers (it has no online conversion
+here). Committed offsets are the group's whatever its protocol, in one store.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from headrace.errors import (
     RequestTimedOut,
     StorageError,
 )
-from headrace.kafka import offsets_log
+from headrace.kafka import consumer_groups, offsets_log
 from headrace.kafka.errors import ErrorCode
 from headrace.kafka.groups import (
     Committed,
@@ -79,6 +86,7 @@ class KafkaGroups:
 
     def __init__(self, directory: Path, host: ConnectionHost | None = None) -> None:
         self.core = Coordinator()
+        self.consumer = consumer_groups.ConsumerGroups()
         self.directory = directory
         self.host = host
         self._waiting: dict[Token, asyncio.Future[JoinAnswer | SyncAnswer]] = {}
@@ -118,7 +126,10 @@ class KafkaGroups:
     async def _tick(self) -> None:
         while True:
             await asyncio.sleep(TICK_S)
-            self._deliver(self.core.tick(self._now()))
+            now = self._now()
+            self._deliver(self.core.tick(now))
+            for group_id, member_id in self.consumer.tick(now):
+                log.info("kafka: group %r: member %s expired", group_id, member_id)
 
     def _deliver(self, replies: list[Reply]) -> None:
         for reply in replies:
@@ -135,6 +146,9 @@ class KafkaGroups:
         return token, fut
 
     async def join(self, ask: JoinAsk) -> JoinAnswer:
+        if self.consumer.has_members(ask.group_id):
+            return JoinAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, member_id=ask.member_id)
+        self.consumer.groups.pop(ask.group_id, None)  # an empty one: the id is classic now
         token, fut = self._park(ask.group_id)
         new_id = f"{ask.client_id or 'member'}-{uuid.uuid4()}"
         self._deliver(self.core.join(self._now(), token, ask, new_id))
@@ -161,6 +175,31 @@ class KafkaGroups:
         if isinstance(answer, JoinAnswer):  # the group moved to another coordinator
             return SyncAnswer(answer.error)
         return answer
+
+    def consumer_heartbeat(
+        self, ask: consumer_groups.HeartbeatAsk, topics: consumer_groups.TopicView
+    ) -> consumer_groups.HeartbeatAnswer:
+        """A ConsumerGroupHeartbeat (the caller has checked ``owner_error``)."""
+        classic = self.core.groups.get(ask.group_id)
+        if classic is not None and classic.members:
+            return consumer_groups.HeartbeatAnswer(
+                ErrorCode.GROUP_ID_NOT_FOUND, f"group {ask.group_id!r} is a classic group"
+            )
+        return self.consumer.heartbeat(self._now(), ask, topics, str(uuid.uuid4()))
+
+    def may_commit(self, group_id: str, generation: int, member_id: str, version: int) -> ErrorCode:
+        """Whether an OffsetCommit is accepted: by the consumer protocol's rules (member
+        epochs) while it has members, else by the classic ones (generations)."""
+        if self.consumer.has_members(group_id):
+            return self.consumer.may_commit(group_id, member_id, generation, version)
+        return self.core.may_commit(group_id, generation, member_id)
+
+    def listed(self) -> list[tuple[str, str]]:
+        """ListGroups: (group id, protocol type) of every group, either protocol."""
+        found = {g.group_id: g.protocol_type for g in self.core.groups.values()}
+        for group_id in self.consumer.groups:
+            found[group_id] = "consumer"
+        return sorted(found.items())
 
     def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
         return self.core.heartbeat(self._now(), group_id, generation, member_id)
@@ -209,8 +248,13 @@ class KafkaGroups:
         return code, results
 
     async def delete(self, group_id: str) -> int:
+        if self.consumer.has_members(group_id):
+            return ErrorCode.NON_EMPTY_GROUP
+        dropped = self.consumer.groups.pop(group_id, None)
         kept = self.core.committed(group_id)
         code = self.core.delete(group_id)
+        if code == ErrorCode.GROUP_ID_NOT_FOUND and dropped is not None:
+            return ErrorCode.NONE  # a consumer-protocol group that never committed
         if code != ErrorCode.NONE:
             return code
         if self.host is None:
@@ -339,8 +383,14 @@ class KafkaGroups:
             fut = self._waiting.pop(token, None)
             if fut is not None and not fut.done():
                 fut.set_result(JoinAnswer(ErrorCode.NOT_COORDINATOR))
+        gone |= {
+            g
+            for g in self.consumer.groups
+            if count <= 0 or offsets_log.coordinator_partition(g, count) == index
+        }
         for group_id in gone:
             self.core.groups.pop(group_id, None)
+            self.consumer.groups.pop(group_id, None)
         for group_id in [g for g in self._commit_locks if g not in self.core.groups]:
             if not self._commit_locks[group_id].locked():
                 del self._commit_locks[group_id]

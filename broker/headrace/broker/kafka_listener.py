@@ -28,6 +28,7 @@ from headrace import transports
 from headrace.broker import certificates
 from headrace.broker.kafka_handlers import session
 from headrace.broker.kafka_handlers.committed_offsets import CommittedOffsets
+from headrace.broker.kafka_handlers.consumer_protocol import ConsumerProtocol
 from headrace.broker.kafka_handlers.context import (
     KafkaHandler,
     KafkaRequestContext,
@@ -110,6 +111,7 @@ class KafkaConnection(asyncio.Protocol):
             LogOffsets(context).routes(),
             GroupCoordination(context, self.groups).routes(),
             CommittedOffsets(context, self.groups).routes(),
+            ConsumerProtocol(context, self.groups).routes(),
             TopicAdmin(context).routes(),
             TopicConfigs(context).routes(),
         ):

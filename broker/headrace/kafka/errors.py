@@ -61,6 +61,11 @@ class ErrorCode(IntEnum):
     UNKNOWN_LEADER_EPOCH = 75
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
+    UNKNOWN_TOPIC_ID = 100
+    FENCED_MEMBER_EPOCH = 110
+    UNSUPPORTED_ASSIGNOR = 112
+    STALE_MEMBER_EPOCH = 113
+    INVALID_REGULAR_EXPRESSION = 128
 
 
 #: most specific first: subclasses before their bases

@@ -51,6 +51,8 @@ class ApiKey(IntEnum):
     INCREMENTAL_ALTER_CONFIGS = 44
     OFFSET_DELETE = 47
     DESCRIBE_CLUSTER = 60
+    CONSUMER_GROUP_HEARTBEAT = 68
+    CONSUMER_GROUP_DESCRIBE = 69
 
 
 # --------------------------------------------------------------------------- headers
@@ -671,6 +673,108 @@ class OffsetDeleteResponse:
     topics: list[OffsetDeleteResponseTopic] = kfield(Array(OffsetDeleteResponseTopic))
 
 
+# --------------------------------------------------------------------------- ConsumerGroupHeartbeat (68)
+
+
+@dataclass(slots=True)
+class HeartbeatTopicPartitions:
+    topic_id: bytes = kfield(Kind.UUID)
+    partitions: list[int] = kfield(Array(Kind.INT32))
+
+
+@dataclass(slots=True)
+class ConsumerGroupHeartbeatRequest:
+    group_id: str = kfield(Kind.STRING)
+    member_id: str = kfield(Kind.STRING)
+    #: 0 joins, -1 leaves, -2 leaves as a static member that will come back
+    member_epoch: int = kfield(Kind.INT32)
+    instance_id: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    rack_id: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    #: -1 = unchanged since the last heartbeat
+    rebalance_timeout_ms: int = kfield(Kind.INT32, default=-1)
+    #: None = unchanged since the last heartbeat (as every nullable field below)
+    subscribed_topic_names: list[str] | None = kfield(
+        Array(Kind.STRING), nullable="0+", default=None
+    )
+    subscribed_topic_regex: str | None = kfield(Kind.STRING, "1+", nullable="1+", default=None)
+    server_assignor: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    #: the partitions the member owns now
+    topic_partitions: list[HeartbeatTopicPartitions] | None = kfield(
+        Array(HeartbeatTopicPartitions), nullable="0+", default=None
+    )
+
+
+@dataclass(slots=True)
+class HeartbeatAssignment:
+    topic_partitions: list[HeartbeatTopicPartitions] = kfield(Array(HeartbeatTopicPartitions))
+
+
+@dataclass(slots=True)
+class ConsumerGroupHeartbeatResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    member_id: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    member_epoch: int = kfield(Kind.INT32)
+    heartbeat_interval_ms: int = kfield(Kind.INT32)
+    #: None = unchanged; else the partitions the member may use now
+    assignment: HeartbeatAssignment | None = kfield(HeartbeatAssignment, nullable="0+")
+
+
+# --------------------------------------------------------------------------- ConsumerGroupDescribe (69)
+
+
+@dataclass(slots=True)
+class ConsumerGroupDescribeRequest:
+    group_ids: list[str] = kfield(Array(Kind.STRING))
+    include_authorized_operations: bool = kfield(Kind.BOOL)
+
+
+@dataclass(slots=True)
+class DescribedTopicPartitions:
+    topic_id: bytes = kfield(Kind.UUID)
+    topic_name: str = kfield(Kind.STRING)
+    partitions: list[int] = kfield(Array(Kind.INT32))
+
+
+@dataclass(slots=True)
+class DescribedAssignment:
+    topic_partitions: list[DescribedTopicPartitions] = kfield(Array(DescribedTopicPartitions))
+
+
+@dataclass(slots=True)
+class ConsumerGroupDescribeMember:
+    member_id: str = kfield(Kind.STRING)
+    instance_id: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    rack_id: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    member_epoch: int = kfield(Kind.INT32)
+    client_id: str = kfield(Kind.STRING)
+    client_host: str = kfield(Kind.STRING)
+    subscribed_topic_names: list[str] = kfield(Array(Kind.STRING))
+    subscribed_topic_regex: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    assignment: DescribedAssignment = kfield(DescribedAssignment)
+    target_assignment: DescribedAssignment = kfield(DescribedAssignment)
+
+
+@dataclass(slots=True)
+class ConsumerGroupDescribed:
+    error_code: int = kfield(Kind.INT16)
+    error_message: str | None = kfield(Kind.STRING, nullable="0+", default=None)
+    group_id: str = kfield(Kind.STRING)
+    group_state: str = kfield(Kind.STRING)
+    group_epoch: int = kfield(Kind.INT32)
+    assignment_epoch: int = kfield(Kind.INT32)
+    assignor_name: str = kfield(Kind.STRING)
+    members: list[ConsumerGroupDescribeMember] = kfield(Array(ConsumerGroupDescribeMember))
+    authorized_operations: int = kfield(Kind.INT32, default=AUTHORIZED_OPERATIONS_OMITTED)
+
+
+@dataclass(slots=True)
+class ConsumerGroupDescribeResponse:
+    throttle_time_ms: int = kfield(Kind.INT32)
+    groups: list[ConsumerGroupDescribed] = kfield(Array(ConsumerGroupDescribed))
+
+
 # --------------------------------------------------------------------------- InitProducerId (22)
 
 
@@ -1035,7 +1139,8 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.LIST_OFFSETS, ListOffsetsRequest, ListOffsetsResponse, 1, 7, 6),
         Api(ApiKey.METADATA, MetadataRequest, MetadataResponse, 0, 12, 9),
         Api(ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3),
-        Api(ApiKey.OFFSET_COMMIT, OffsetCommitRequest, OffsetCommitResponse, 2, 7, 8),
+        # v9 is v8 for the consumer protocol's members (KIP-848): the generation is their epoch
+        Api(ApiKey.OFFSET_COMMIT, OffsetCommitRequest, OffsetCommitResponse, 2, 9, 8),
         Api(ApiKey.OFFSET_FETCH, OffsetFetchRequest, OffsetFetchResponse, 1, 5, 6),
         Api(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2, 3),
         Api(ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, 0, 5, 6),
@@ -1074,6 +1179,22 @@ SUPPORTED: Final[dict[int, Api]] = {
         # v1, whose tokens travel in SaslAuthenticate
         Api(ApiKey.SASL_HANDSHAKE, SaslHandshakeRequest, SaslHandshakeResponse, 1, 1, NEVER),
         Api(ApiKey.SASL_AUTHENTICATE, SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 1, 2),
+        Api(
+            ApiKey.CONSUMER_GROUP_HEARTBEAT,
+            ConsumerGroupHeartbeatRequest,
+            ConsumerGroupHeartbeatResponse,
+            0,
+            1,
+            0,
+        ),
+        Api(
+            ApiKey.CONSUMER_GROUP_DESCRIBE,
+            ConsumerGroupDescribeRequest,
+            ConsumerGroupDescribeResponse,
+            0,
+            0,
+            0,
+        ),
     )
 }
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import socket
 import struct
+import time
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +23,7 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
+from confluent_kafka import Consumer, Producer
 
 from headrace.kafka import messages as km
 from headrace.kafka.errors import ErrorCode
@@ -370,3 +372,65 @@ spec: {{topicRef: {{name: {topic}}}, partitions: 2, adoptionTimeoutSeconds: 5}}
     # nothing was written: the retired partition's log still ends after the two records
     # it took before the shrink (a ListOffsets by index, which it still answers)
     assert raw_latest_offset(kafka_of[retired_leader], topic, 3) == 2
+
+
+def test_a_consumer_protocol_group_is_assigned_and_commits_through_its_coordinator(
+    cluster: LocalCluster,
+) -> None:
+    """librdkafka's ``group.protocol=consumer`` in a cluster: the group's coordinator is the
+    leader of its offsets partition, assigns from the topology, and the group's commits
+    (replicated in the offsets topic) are where a later member starts."""
+    producer = Producer({"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all"})
+
+    def member() -> Consumer:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.kafka_bootstrap,
+                "group.id": "kip848",
+                "group.protocol": "consumer",
+                "auto.offset.reset": "earliest",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.subscribe([TOPIC])
+        return consumer
+
+    def take(consumers: list[Consumer], count: int) -> list[bytes]:
+        got: list[bytes] = []
+        deadline = time.monotonic() + SETTLE_S
+        while len(got) < count:
+            assert time.monotonic() < deadline, f"read {len(got)} of {count}"
+            for consumer in consumers:
+                msg = consumer.poll(0.1)
+                if msg is not None:
+                    assert not msg.error(), msg.error()
+                    got.append(msg.value())
+        return got
+
+    first, second = member(), member()
+    try:
+        # the partitions are shared before anything is produced: no record is read by a
+        # member that then hands its partition over uncommitted
+        deadline = time.monotonic() + SETTLE_S
+        while not (first.assignment() and second.assignment()) or (
+            len(first.assignment()) + len(second.assignment()) != 3
+        ):
+            assert time.monotonic() < deadline, "the partitions were never shared"
+            assert first.poll(0.1) is None and second.poll(0.1) is None
+        for i in range(60):
+            producer.produce(TOPIC, b"c%d" % i, partition=i % 3)
+        assert producer.flush(60) == 0
+        assert sorted(take([first, second], 60)) == sorted(b"c%d" % i for i in range(60))
+        first.commit(asynchronous=False)
+        second.commit(asynchronous=False)
+    finally:
+        first.close()
+        second.close()
+    for i in range(60, 75):
+        producer.produce(TOPIC, b"c%d" % i, partition=i % 3)
+    assert producer.flush(60) == 0
+    late = member()
+    try:
+        assert sorted(take([late], 15)) == sorted(b"c%d" % i for i in range(60, 75))
+    finally:
+        late.close()

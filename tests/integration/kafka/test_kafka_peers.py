@@ -11,9 +11,11 @@ import json
 import os
 import re
 import subprocess
+import time
 from collections import defaultdict
 
 import pytest
+from confluent_kafka import Consumer, Producer
 
 from headrace.testing.reading import create_topic, read_partition
 from tests.integration.kafka import peer_tools
@@ -194,6 +196,63 @@ def test_java_tools_alter_configs_refuse_a_grow_and_get_the_max_timestamp_offset
             newest = max(r.timestamp_ms for r in stored)
             expected[partition] = next(r.offset for r in stored if r.timestamp_ms == newest)
     assert found == expected and expected, out
+
+
+def test_java_consumer_protocol_and_kafka_consumer_groups_describe_its_members(
+    kafka: KafkaBroker,
+) -> None:
+    """Kafka's console consumer with ``group.protocol=consumer`` (KIP-848) reads and commits;
+    while a librdkafka member of the same protocol holds the partitions,
+    kafka-consumer-groups --describe shows it (ConsumerGroupDescribe)."""
+    server = ["--bootstrap-server", kafka.bootstrap]
+    topic, group = "java-kip848", "java-new-protocol"
+    asyncio.run(create_topic(kafka.broker.bootstrap, topic, 3))
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(30):
+        producer.produce(topic, b"v%d" % i, partition=i % 3)
+    assert producer.flush(30) == 0
+    out = _java(
+        f"{TOOLS}.consumer.ConsoleConsumer",
+        *server,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--from-beginning",
+        "--max-messages",
+        "30",
+        "--command-property",
+        "group.protocol=consumer",
+    )
+    read = [line for line in out.splitlines() if re.fullmatch(r"v\d+", line)]
+    assert sorted(read) == sorted(f"v{i}" for i in range(30)), out
+
+    member = Consumer(
+        {
+            "bootstrap.servers": kafka.bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "client.id": "rdkafka-member",
+        }
+    )
+    try:
+        member.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(member.assignment()) < 3:
+            assert time.monotonic() < deadline, "the member never got every partition"
+            member.poll(0.2)
+        table = _java(GROUPS, *server, "--describe", "--group", group)
+        rows = [line.split() for line in table.splitlines() if line.startswith(group)]
+        # the console consumer's commits, and the member holding every partition
+        assert sorted((r[2], r[3], r[8]) for r in rows) == [
+            (str(p), "10", "rdkafka-member") for p in range(3)
+        ], table
+        state = _java(GROUPS, *server, "--describe", "--group", group, "--state")
+        assert re.search(rf"{group}\s+\S+\s+\(0\)\s+uniform\s+Stable\s+1", state), state
+        verbose = _java(GROUPS, *server, "--describe", "--group", group, "--members", "--verbose")
+        assert f"{topic}:0,1,2" in verbose, verbose
+    finally:
+        member.close()
 
 
 def test_java_producer_with_the_default_config_is_idempotent(kafka: KafkaBroker) -> None:

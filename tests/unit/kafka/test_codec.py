@@ -192,7 +192,7 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (1, 4, 12),
         (2, 1, 7),
         (3, 0, 12),
-        (8, 2, 7),
+        (8, 2, 9),
         (9, 1, 5),
         (10, 0, 2),
         (11, 0, 5),
@@ -215,6 +215,8 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (44, 0, 1),
         (47, 0, 0),
         (60, 0, 0),
+        (68, 0, 1),
+        (69, 0, 0),
     }
 
 
@@ -499,3 +501,43 @@ def test_list_offsets_v7_is_v6_asking_for_the_max_timestamp() -> None:
         [km.ListOffsetsTopic("t", [km.ListOffsetsPartition(0, -1, km.MAX_TIMESTAMP)])],
     )
     assert api.supports(7) and not api.supports(8)
+
+
+def test_consumer_group_heartbeat_v1_reads_as_librdkafka_writes_it() -> None:
+    """librdkafka 2.16's join (``rd_kafka_ConsumerGroupHeartbeatRequest``), byte by byte:
+    compact strings, a null instance and rack id, an empty regex, no assignor, and an empty
+    owned list; then the answer with an assignment reads back."""
+    api = km.SUPPORTED[km.ApiKey.CONSUMER_GROUP_HEARTBEAT]
+    raw = bytes.fromhex(
+        "0267"  # group id "g"
+        "036d31"  # member id "m1"
+        "00000000"  # member epoch 0
+        "00"  # instance id: null
+        "00"  # rack id: null
+        "000493e0"  # rebalance timeout 300000
+        "020274"  # subscribed topic names ["t"]
+        "01"  # regex: ""
+        "00"  # server assignor: null
+        "01"  # topic partitions: []
+        "00"  # no tagged fields
+    )
+    body = km.decode_request(api, 1, Reader(raw))
+    assert body == km.ConsumerGroupHeartbeatRequest(
+        "g", "m1", 0, None, None, 300_000, ["t"], "", None, []
+    )
+    tid = bytes(range(16))
+    answer = km.ConsumerGroupHeartbeatResponse(
+        0,
+        0,
+        None,
+        "m1",
+        3,
+        2000,
+        km.HeartbeatAssignment([km.HeartbeatTopicPartitions(tid, [0, 2])]),
+    )
+    frame = b"".join(km.encode_response(api, 1, 7, answer))
+    assert km.decode_response(api, 1, frame[4:]) == (7, answer)
+    # no assignment: a null struct, one byte
+    unchanged = km.ConsumerGroupHeartbeatResponse(0, 0, None, "m1", 3, 2000, None)
+    frame = b"".join(km.encode_response(api, 1, 7, unchanged))
+    assert frame.endswith(bytes.fromhex("ff" + "00"))  # null marker, then no tags

@@ -44,7 +44,9 @@ class CommittedOffsets(KafkaHandlers):
     ) -> km.OffsetCommitResponse:
         allowed = self.groups.owner_error(req.group_id)
         if allowed == ErrorCode.NONE:
-            allowed = self.groups.core.may_commit(req.group_id, req.generation_id, req.member_id)
+            allowed = self.groups.may_commit(
+                req.group_id, req.generation_id, req.member_id, header.api_version
+            )
         accepted: dict[tuple[str, int], groups.Committed] = {}
         topics = []
         for topic in req.topics:

@@ -111,9 +111,7 @@ class GroupCoordination(KafkaHandlers):
     def list_groups(
         self, header: km.RequestHeader, req: km.ListGroupsRequest
     ) -> km.ListGroupsResponse:
-        listed = [
-            km.ListedGroup(g.group_id, g.protocol_type) for g in self.groups.core.groups.values()
-        ]
+        listed = [km.ListedGroup(group, kind) for group, kind in self.groups.listed()]
         return km.ListGroupsResponse(0, ErrorCode.NONE, listed)
 
     def describe_groups(

@@ -3,7 +3,6 @@ routes by, from this broker's registry (standalone) or the pushed topology (a cl
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -15,33 +14,25 @@ from headrace.broker.kafka_handlers.context import (
 from headrace.broker.topics import Role
 from headrace.errors import HeadraceError
 from headrace.kafka import messages as km
+from headrace.kafka import topic_ids
 from headrace.kafka.errors import ErrorCode, code_of
-from headrace.records.topic_names import DEFAULT_NAMESPACE, canonical_topic_name
+from headrace.kafka.topic_ids import kafka_topic_name, topic_id
+from headrace.records.topic_names import canonical_topic_name
 from headrace.security.acl import Operation
 
 if TYPE_CHECKING:
     from headrace.protocol.coordination import ClusterTopology
 
 
-def topic_id(name: str) -> bytes:
-    """A stable, non-zero 16-byte id per topic name (Metadata v10+ carries one)."""
-    return hashlib.blake2b(name.encode(), digest_size=16, person=b"headrace-topic").digest()
-
-
-def kafka_topic_name(canonical: str) -> str:
-    """A topic's name as Kafka clients see it: the default namespace is left out
-    (``default/orders`` is ``orders``); other namespaces keep theirs (``ns/orders``)."""
-    namespace, _, name = canonical.partition("/")
-    return name if namespace == DEFAULT_NAMESPACE else canonical
-
-
 def _asked_names(
     header: km.RequestHeader, req: km.MetadataRequest, every: Callable[[], list[str]]
 ) -> list[str]:
-    """The topics a Metadata request names; none (or v0's empty list) means every one."""
+    """The topics a Metadata request names, by name or (v10+) by id; none (or v0's empty
+    list) means every one."""
     if req.topics is None or (header.api_version == 0 and not req.topics):
         return every()
-    return [t.name or "" for t in req.topics]
+    known = every()
+    return [topic_ids.named(t.name, t.topic_id, known) for t in req.topics]
 
 
 class Metadata(KafkaHandlers):

@@ -4,13 +4,13 @@ CreatePartitions, checked as Kafka checks them and carried out by the broker."""
 from __future__ import annotations
 
 from headrace.broker.kafka_handlers.context import KafkaHandlers, KafkaRoutes
-from headrace.broker.kafka_handlers.metadata import kafka_topic_name
 from headrace.broker.topics import MAX_PARTITIONS, topic_log_config
 from headrace.errors import HeadraceError, InvalidTopicSpec, UnknownTopic
 from headrace.kafka import configs
 from headrace.kafka import messages as km
 from headrace.kafka import partitions as partition_counts
 from headrace.kafka.errors import ErrorCode, code_of
+from headrace.kafka.topic_ids import kafka_topic_name
 from headrace.records.topic_names import canonical_topic_name
 from headrace.security.acl import Operation
 from headrace.storage.bookkeeping import LogConfig
