@@ -31,11 +31,15 @@ from tests.integration.test_clients_kept_open_across_faults import cli
 
 TOPIC = "default/shrinking"
 COHORT = "laggards"
+#: the blocking consumer's and ``headrace consume``'s topic
+BEHIND = "default/behind"
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "data", extra_args=["--retention-check-interval-ms", "100"])
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the tests here, each on a topic of its own."""
+    data = tmp_path_factory.mktemp("retention") / "data"
+    b = BrokerProcess(data, extra_args=["--retention-check-interval-ms", "100"])
     b.start()
     try:
         yield b
@@ -129,10 +133,10 @@ def test_a_blocking_consumer_and_headrace_consume_behind_retention_move_on_to_th
     is written): once they read again each goes on from the log start, one gap in its
     offsets, counted for its cohort. Neither raises nor exits."""
     config = {"segment_bytes": 262_144, "retention_bytes": 1_048_576, "retention_ms": -1}
-    asyncio.run(create_topic(broker.bootstrap, TOPIC, 1, config))
+    asyncio.run(create_topic(broker.bootstrap, BEHIND, 1, config))
     printed = tmp_path / "consume.out"
     consume = cli(
-        ["consume", TOPIC, "--cohort", "cli", "--from-beginning", "--print-offsets",
+        ["consume", BEHIND, "--cohort", "cli", "--from-beginning", "--print-offsets",
          "--idle-timeout", "600", "--bootstrap", broker.bootstrap],
         printed,
     )  # fmt: skip
@@ -140,7 +144,7 @@ def test_a_blocking_consumer_and_headrace_consume_behind_retention_move_on_to_th
     polled: list[int] = []
     try:
         with BlockingConsumer(
-            broker.bootstrap, TOPIC, "blocking", start="earliest", credit_bytes=8_192
+            broker.bootstrap, BEHIND, "blocking", start="earliest", credit_bytes=8_192
         ) as consumer:
 
             def polled_to_the_end() -> bool:
@@ -150,12 +154,12 @@ def test_a_blocking_consumer_and_headrace_consume_behind_retention_move_on_to_th
                 return bool(polled) and polled[-1] == last
 
             # 4 KB records: 4,000 of them are twice consume's credit
-            asyncio.run(produce(broker, 0, 50, repeat=500))
+            asyncio.run(produce(broker, 0, 50, BEHIND, repeat=500))
             waiting.until(lambda: printed_offsets(printed), 30, "consume printed the first")
             os.kill(consume.pid, signal.SIGSTOP)
             try:
-                asyncio.run(produce(broker, 50, last + 1 - 50, repeat=500))
-                waiting.until(lambda: log_start(broker) > 3_000, 20, "retention past both")
+                asyncio.run(produce(broker, 50, last + 1 - 50, BEHIND, repeat=500))
+                waiting.until(lambda: log_start(broker, BEHIND) > 3_000, 20, "retention past both")
             finally:
                 os.kill(consume.pid, signal.SIGCONT)
             waiting.until(polled_to_the_end, 30, f"the blocking consumer reached {last}")
@@ -168,4 +172,4 @@ def test_a_blocking_consumer_and_headrace_consume_behind_retention_move_on_to_th
     for cohort, offsets in (("blocking", polled), ("cli", printed_offsets(printed))):
         before, after = one_skip(offsets, last)
         assert after >= 3_000, f"{cohort}: delivery went on from the new log start"
-        assert skipped_metric(broker, cohort) == after - before - 1, cohort
+        assert skipped_metric(broker, cohort, BEHIND) == after - before - 1, cohort
