@@ -6,7 +6,8 @@ nothing for a while, so the broker's delivery position stays near the start
 while retention deletes segment after segment past it. Once the application
 reads again, delivery must go on from the new log start, as it would for a
 fresh member, and the skipped records must be counted in
-``headrace_cohort_skipped_records_total``.
+``headrace_cohort_skipped_records_total``. The same for a ``BlockingConsumer`` and a
+``headrace consume`` process kept open behind retention.
 """
 
 from __future__ import annotations
