@@ -5,12 +5,16 @@ A ``BlockingProducer`` sends keyed records one ``send`` at a time on a thread of
 ``headrace produce --acks all`` reads lines from a pipe the test keeps feeding, and a
 ``headrace consume`` prints what it gets. Meanwhile the cluster goes through a leader's
 kill -9, its return and the preferred-leader hand-back, a graceful restart (SIGTERM), a
-paused broker (SIGSTOP until its partitions failed over), a controller kill -9 and a
-grow repartition.
+paused broker (SIGSTOP until its partitions failed over), a controller kill -9, a
+grow repartition and a shrink.
 
 The tables say both see what the async clients do and that the application does
 nothing: so no ``send`` or ``poll`` raises, ``produce`` exits 0 once its input ends
 (every line acknowledged), and every acknowledged record reaches both consumers.
+
+Then, on the same cluster, the same four across a delete and a re-create of their
+topic: while it is gone a ``send`` and a new ``produce`` fail with ``UnknownTopic``;
+after the re-create the same clients go on with the new topic.
 Real controller and broker processes.
 """
 
@@ -19,19 +23,28 @@ from __future__ import annotations
 import signal
 import subprocess
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
+import pytest
+
 from headrace.cli.processes import alive
 from headrace.client.blocking import BlockingConsumer, BlockingProducer
+from headrace.errors import UnknownTopic
 from headrace.testing import procs, waiting
-from tests.integration.localcluster import LocalCluster, all_in_sync, topic_manifest
+from tests.integration.localcluster import (
+    LocalCluster,
+    all_in_sync,
+    running_cluster,
+    topic_manifest,
+)
 from tests.integration.test_repartition import repartition_manifest, repartition_status
 
 TOPIC = "default/blocking"
 PARTITIONS = 6
 GROWN = 8
+SHRUNK = 4
 #: acknowledged sends to wait for after each fault: the load is flowing again
 MORE = 50
 
@@ -67,11 +80,18 @@ class SendingThread:
         self.producer.close()
 
 
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """One three-broker local cluster for the tests here, each on a topic of its own."""
+    with running_cluster(tmp_path_factory.mktemp("kept-open") / "local") as c:
+        yield c
+
+
 class PollingThread:
     """``poll`` and ``ack`` until stopped; the values received."""
 
-    def __init__(self, bootstrap: str) -> None:
-        self.consumer = BlockingConsumer(bootstrap, "blocking", "blocking", start="earliest")
+    def __init__(self, bootstrap: str, topic: str = "blocking") -> None:
+        self.consumer = BlockingConsumer(bootstrap, topic, "blocking", start="earliest")
         self.received: set[bytes] = set()
         self.failed: list[BaseException] = []
         self._stop = threading.Event()
@@ -139,9 +159,8 @@ def pid_of(c: LocalCluster, broker: int) -> int:
 
 
 def test_blocking_clients_and_the_cli_kept_open_across_every_fault_raise_nothing_and_lose_nothing(
-    local_cluster: LocalCluster, tmp_path: Path
+    cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    cluster = local_cluster
     assert cluster.apply(topic_manifest("blocking", PARTITIONS)).returncode == 0
     cluster.wait(lambda: all_in_sync(cluster, TOPIC, PARTITIONS), 60, "topic online and in sync")
     bootstrap = ["--bootstrap", cluster.bootstrap]
@@ -215,6 +234,16 @@ def test_blocking_clients_and_the_cli_kept_open_across_every_fault_raise_nothing
             f"the grow to {GROWN} partitions finalized",
         )
         whole_again("the grow", GROWN)
+
+        # a shrink: the retired partitions stay (read-only), keys are routed to fewer
+        applied = cluster.apply(repartition_manifest("blocking-4", "blocking", SHRUNK))
+        assert applied.returncode == 0, applied.stderr.decode()
+        cluster.wait(
+            lambda: repartition_status(cluster, "blocking-4").get("phase") == "Finalized",
+            90,
+            f"the shrink to {SHRUNK} partitions finalized",
+        )
+        whole_again("the shrink", GROWN)
     finally:
         sends.stop()
         feeds.stop()
@@ -244,7 +273,92 @@ def test_blocking_clients_and_the_cli_kept_open_across_every_fault_raise_nothing
     print(
         f"\n{len(sends.acked)} blocking sends and {len(feeds.written)} produce lines"
         " acknowledged across kill -9, hand-back, SIGTERM, SIGSTOP and a controller"
-        " kill -9 and a grow; all received by the blocking consumer and by consume"
+        " kill -9, a grow and a shrink; all received by the blocking consumer and by consume"
     )
     assert not sends.failed, f"sends raised: {sends.failed[:3]}"
+    assert not polls.failed, f"polls raised: {polls.failed[:3]}"
+
+
+AGAIN = "default/again"
+
+
+def test_blocking_clients_and_the_cli_across_a_topic_delete_and_re_create(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """While the topic is gone a kept-open ``send`` waits for it (``TOPIC_WAIT_S``) and
+    raises ``UnknownTopic``, and a ``produce`` started then prints ``error:
+    UnknownTopic`` and exits 1. After the re-create the same ``BlockingProducer`` and the
+    same ``headrace produce`` (fed nothing while the topic was gone) store their records
+    in the new topic, and the same ``BlockingConsumer`` and ``headrace consume`` receive
+    them: no ``poll`` raised, ``consume`` never exited."""
+    assert cluster.apply(topic_manifest("again", 3)).returncode == 0
+    cluster.wait(lambda: all_in_sync(cluster, AGAIN, 3), 60, "topic online and in sync")
+    bootstrap = ["--bootstrap", cluster.bootstrap]
+    printed = tmp_path / "consume.out"
+    consume = cli(
+        ["consume", AGAIN, "--cohort", "cli", "--from-beginning", "--idle-timeout", "600",
+         *bootstrap],
+        printed,
+    )  # fmt: skip
+    produce = cli(
+        ["produce", AGAIN, "--acks", "all", *bootstrap],
+        tmp_path / "produce.out",
+        stdin=subprocess.PIPE,
+    )
+    assert produce.stdin is not None
+    producer = BlockingProducer(cluster.bootstrap, acks="all")
+    polls = PollingThread(cluster.bootstrap, "again")
+    polls.start()
+
+    def send_and_feed(prefix: bytes) -> set[bytes]:
+        """12 keyed ``send``s and 12 lines to ``produce``: the values."""
+        assert produce.stdin is not None
+        sent = [b"%s-%d" % (prefix, i) for i in range(12)]
+        for i, value in enumerate(sent):
+            producer.send("again", value, key=b"k%d" % i)
+        fed = [b"%s-cli-%d" % (prefix, i) for i in range(12)]
+        produce.stdin.write(b"".join(line + b"\n" for line in fed))
+        produce.stdin.flush()
+        return {*sent, *fed}
+
+    def received(wanted: set[bytes], what: str) -> None:
+        def missing() -> dict[str, set[bytes]]:
+            gaps = {
+                "BlockingConsumer": wanted - polls.received,
+                "consume": wanted - set(printed.read_bytes().split()),
+            }
+            return {who: gap for who, gap in gaps.items() if gap}
+
+        try:
+            waiting.until(lambda: not missing(), 60, what)
+        except waiting.NotReached:
+            raise AssertionError(f"{what}: not received {missing()}") from None
+
+    try:
+        received(send_and_feed(b"old"), "the old topic's records received by both")
+        cluster.cli("topics", "delete", "again", "--dir", str(cluster.dir))
+        cluster.wait(lambda: not cluster.partitions(AGAIN), 30, "topic deleted")
+        late = cli(["produce", AGAIN, *bootstrap], tmp_path / "late.out", stdin=subprocess.PIPE)
+        assert late.stdin is not None
+        late.stdin.write(b"too-late\n")
+        late.stdin.close()
+        with pytest.raises(UnknownTopic):
+            producer.send("again", b"too-late", key=b"k0")
+        assert late.wait(timeout=60) == 1
+        assert "error: UnknownTopic" in (tmp_path / "late.err").read_text()
+
+        # sent at once: the clients wait for the topic (as for one created moments ago)
+        assert cluster.apply(topic_manifest("again", 3)).returncode == 0
+        new = send_and_feed(b"new")
+        produce.stdin.close()
+        returncode = produce.wait(timeout=120)
+        produce_err = (tmp_path / "produce.err").read_text(errors="replace")
+        assert returncode == 0, f"produce exited {returncode}: {produce_err[-2000:]}"
+        received(new, "the re-created topic's records received by both")
+        assert consume.poll() is None, "consume exited"
+    finally:
+        producer.close()
+        polls.stop()
+        procs.reap(produce)
+        procs.reap(consume)
     assert not polls.failed, f"polls raised: {polls.failed[:3]}"

@@ -604,6 +604,49 @@ def test_headrace_consume_reading_a_token_file_follows_its_rotation(
     assert b"AuthenticationFailed" not in stderr, stderr.decode()
 
 
+def test_headrace_produce_reading_a_token_file_follows_its_rotation(
+    broker_factory: Any, tmp_path: Path
+) -> None:
+    """``headrace produce --auth-token-file`` fed through a pipe: a line acknowledged
+    under FIRST, the file switched to SECOND and FIRST removed, then more lines on the
+    same process: it exits 0 and every line is stored once."""
+    broker, tokens = asyncio.run(_token_rotation_broker(broker_factory, tmp_path))
+    client_file = tmp_path / "client.token"
+    client_file.write_text(f"{FIRST}\n")
+    command = [
+        *procs.HEADRACE_CLI, "produce", "orders", "--acks", "all",
+        "--bootstrap", broker.bootstrap, "--auth-token-file", str(client_file),
+    ]  # fmt: skip
+    env = procs.child_env()
+    env.pop("HEADRACE_AUTH_TOKEN", None)
+    produce = subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    )
+    second = ConnectOptions(auth_token=SECOND)
+
+    def stored() -> list[bytes]:
+        return [
+            r.value
+            for r in asyncio.run(read_partition(broker.bootstrap, "orders", 0, options=second))
+        ]
+
+    try:
+        assert produce.stdin is not None
+        produce.stdin.write(b"first-1\n")
+        produce.stdin.flush()
+        waiting.until(lambda: b"first-1" in stored(), 30, "first-1 stored under FIRST")
+        replace(client_file, f"{SECOND}\n")
+        _remove_first(broker, tokens)
+        produce.stdin.write(b"second-1\nsecond-2\n")
+        _, stderr = produce.communicate(timeout=60)  # closes its input: it ends
+    finally:
+        if produce.poll() is None:
+            produce.kill()
+            produce.wait()
+    assert produce.returncode == 0, stderr.decode()
+    assert stored() == [b"before", b"first-1", b"second-1", b"second-2"]
+
+
 def _poll_blocking(consumer: BlockingConsumer, got: list[bytes], want: bytes) -> bool:
     """Take what ``poll`` delivers into ``got`` and ack it; whether ``want`` came."""
     for batch in consumer.poll(timeout_s=0.5):
