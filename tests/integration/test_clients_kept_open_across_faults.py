@@ -102,7 +102,7 @@ class PollingThread:
             try:
                 for batch in self.consumer.poll(timeout_s=0.2):
                     self.received.update(batch.values())
-                    self.consumer.ack(batch.partition, batch.last_offset)
+                    self.consumer.ack_batch(batch)
             except Exception as exc:  # the table says none: collected for the assertion
                 self.failed.append(exc)
 
@@ -309,6 +309,8 @@ def test_blocking_clients_and_the_cli_across_a_topic_delete_and_re_create(
     producer = BlockingProducer(cluster.bootstrap, acks="all")
     polls = PollingThread(cluster.bootstrap, "again")
     polls.start()
+    #: a consumer that holds a batch of the old topic unacknowledged across the re-create
+    holder = BlockingConsumer(cluster.bootstrap, "again", "holder", start="earliest")
 
     def send_and_feed(prefix: bytes) -> set[bytes]:
         """12 keyed ``send``s and 12 lines to ``produce``: the values."""
@@ -336,6 +338,11 @@ def test_blocking_clients_and_the_cli_across_a_topic_delete_and_re_create(
 
     try:
         received(send_and_feed(b"old"), "the old topic's records received by both")
+        held = waiting.until(
+            lambda: next((b for b in holder.poll(timeout_s=0.2) if b.last_offset >= 1), None),
+            60,
+            "a batch of at least two records of the old topic, held unacknowledged",
+        )
         cluster.cli("topics", "delete", "again", "--dir", str(cluster.dir))
         cluster.wait(lambda: not cluster.partitions(AGAIN), 30, "topic deleted")
         late = cli(["produce", AGAIN, *bootstrap], tmp_path / "late.out", stdin=subprocess.PIPE)
@@ -356,8 +363,32 @@ def test_blocking_clients_and_the_cli_across_a_topic_delete_and_re_create(
         assert returncode == 0, f"produce exited {returncode}: {produce_err[-2000:]}"
         received(new, "the re-created topic's records received by both")
         assert consume.poll() is None, "consume exited"
+
+        # The held batch acknowledged now: it is the old topic's, so it is ignored. Its
+        # offsets, acknowledged in the new topic, would skip that many of its records.
+        first = waiting.until(
+            lambda: next(
+                (
+                    b
+                    for b in holder.poll(timeout_s=0.2, max_records=1)
+                    if b.partition == held.partition and b.offsets()[0] == 0
+                ),
+                None,
+            ),
+            60,
+            f"the new topic's first record of partition {held.partition}",
+        )
+        holder.ack_batch(held)
+        holder.ack_batch(first)
+        cluster.wait(
+            lambda: (cluster.cursor(AGAIN, "holder", held.partition) or 0) >= 1,
+            30,
+            "the holder's acknowledgement reaching the leader",
+        )
+        assert cluster.cursor(AGAIN, "holder", held.partition) == first.last_offset + 1
     finally:
         producer.close()
+        holder.close()
         polls.stop()
         procs.reap(produce)
         procs.reap(consume)

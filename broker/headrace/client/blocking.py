@@ -125,6 +125,12 @@ class BlockingConsumer:
     def ack(self, partition: int, offset: int) -> None:
         self._runner.loop.call_soon_threadsafe(self._consumer.ack, partition, offset)
 
+    def ack_batch(self, batch: ConsumedBatch) -> None:
+        """Acknowledge every record of ``batch`` (``Consumer.ack_batch``). A batch handed
+        out before its topic was deleted and created again is ignored, where ``ack`` with
+        its offsets would acknowledge the new topic's records at those offsets."""
+        self._runner.loop.call_soon_threadsafe(self._consumer.ack_batch, batch)
+
     def close(self) -> None:
         try:
             self._runner.call(self._consumer.close(), 60)
