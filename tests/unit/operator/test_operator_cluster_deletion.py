@@ -45,20 +45,32 @@ def held_topic(name: str = "orders", **spec: Any) -> dict[str, Any]:
     return deleted(body, finalizing.TOPIC_FINALIZER)
 
 
-async def test_a_retain_topic_held_when_its_cluster_is_deleted_is_let_go_where_its_data_is(
-    server: ApiServer, api: ClientApi
-) -> None:
-    going = server.put(deleted(CLUSTER, KOPF_FINALIZER))
-    held = server.put(held_topic())
+async def cluster_deleted(
+    api: ClientApi,
+    going: dict[str, Any],
+    topics: list[dict[str, Any]],
+    unloads: dict[str, list[dict[str, Any]]] | None = None,
+) -> Any:
+    """kopf's call of the cluster's deletion handler, with these Topics in its index; the
+    memo it posted its Events to."""
     memo = memo_over(api)
     await handlers.cluster_deleted(
         namespace="ns",
         name="demo",
         body=going,
         memo=memo,
-        topics_index={("ns", "demo"): [held]},
-        unloads_index={},
+        topics_index={("ns", "demo"): topics} if topics else {},
+        unloads_index=unloads or {},
     )
+    return memo
+
+
+async def test_a_retain_topic_held_when_its_cluster_is_deleted_is_let_go_where_its_data_is(
+    server: ApiServer, api: ClientApi
+) -> None:
+    going = server.put(deleted(CLUSTER, KOPF_FINALIZER))
+    held = server.put(held_topic())
+    memo = await cluster_deleted(api, going, [held])
     (patch,) = server["patch"]  # only our finalizer goes; the Topic with it
     assert patch.data["metadata"]["finalizers"] == []
     assert await api.get(topic_ref("orders")) is None
@@ -103,15 +115,7 @@ async def test_a_delete_topic_whose_cluster_is_gone_keeps_its_data_and_says_so(
     store = {"endpoint": "http://minio:9000", "bucket": "tiers"}
     going = server.put(deleted({**CLUSTER, "spec": {"replicas": 3, "objectStore": store}}))
     body = server.put(held_topic(deletionPolicy="Delete", tieredStorage={"enabled": True}))
-    memo = memo_over(api)
-    await handlers.cluster_deleted(
-        namespace="ns",
-        name="demo",
-        body=going,
-        memo=memo,
-        topics_index={("ns", "demo"): [body]},
-        unloads_index={},
-    )
+    memo = await cluster_deleted(api, going, [body])
     assert await api.get(topic_ref("orders")) is None
     (event,) = memo.events
     assert (event.type, event.reason) == ("Warning", "TopicDataNotDeleted")
@@ -152,15 +156,7 @@ async def test_unloads_held_when_their_cluster_is_deleted_are_let_go(
         {**mine, "metadata": {**mine["metadata"], "name": "other"}, "spec": {
             "topicRef": {"name": "elsewhere"}, "partitions": [0]}}
     )  # fmt: skip
-    memo = memo_over(api)
-    await handlers.cluster_deleted(
-        namespace="ns",
-        name="demo",
-        body=going,
-        memo=memo,
-        topics_index={("ns", "demo"): [orders]},
-        unloads_index={"ns": [mine, other]},
-    )
+    memo = await cluster_deleted(api, going, [orders], {"ns": [mine, other]})
     assert [(e.name, e.reason) for e in memo.events] == [("move", "UnloadReleased")]
     unloads = "/apis/headrace.dev/v1alpha1/namespaces/ns/unloads"
     assert [r.url.path for r in server["patch"]] == [f"{unloads}/move"]
@@ -176,15 +172,7 @@ async def test_a_tiered_retain_topic_whose_cluster_is_gone_names_its_objects_pre
     body = held_topic(tieredStorage={"enabled": True})
     body["status"]["creationId"] = "5c0e9c1e-3b5a-4a8f-9b43-1f2a7d9e0c11"
     held = server.put(body)
-    memo = memo_over(api)
-    await handlers.cluster_deleted(
-        namespace="ns",
-        name="demo",
-        body=going,
-        memo=memo,
-        topics_index={("ns", "demo"): [held]},
-        unloads_index={},
-    )
+    memo = await cluster_deleted(api, going, [held])
     assert await api.get(topic_ref("orders")) is None
     (event,) = memo.events
     assert (event.type, event.reason) == ("Normal", "TopicDataRetained")
@@ -214,10 +202,7 @@ async def test_a_cluster_deleted_while_removing_deleted_topics_objects_says_wher
             KOPF_FINALIZER,
         )
     )
-    memo = memo_over(api)
-    await handlers.cluster_deleted(
-        namespace="ns", name="demo", body=going, memo=memo, topics_index={}, unloads_index={}
-    )
+    memo = await cluster_deleted(api, going, [])
     (event,) = memo.events
     assert (event.kind, event.name, event.type, event.reason) == (
         "BrokerCluster",
@@ -232,8 +217,5 @@ async def test_a_cluster_deleted_with_no_removal_under_way_posts_nothing_about_o
     server: ApiServer, api: ClientApi
 ) -> None:
     going = server.put(deleted(CLUSTER, KOPF_FINALIZER))
-    memo = memo_over(api)
-    await handlers.cluster_deleted(
-        namespace="ns", name="demo", body=going, memo=memo, topics_index={}, unloads_index={}
-    )
+    memo = await cluster_deleted(api, going, [])
     assert memo.events == []

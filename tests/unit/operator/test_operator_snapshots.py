@@ -400,6 +400,17 @@ async def test_a_restore_waits_for_its_snapshot(server: ApiServer, api: ClientAp
     assert "orders-copy" not in {name for (resource, _, name) in server.objects}
 
 
+async def restore_job_started(server: ApiServer, api: ClientApi) -> Any:
+    """A TopicRestore of a Ready snapshot, reconciled once: its Job created."""
+    server.put(cluster())
+    server.put(topic())
+    ready_snapshot(server)
+    server.put(topic_restore())
+    context = context_over(api, [])
+    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    return context
+
+
 async def test_a_restore_into_a_topic_it_did_not_create_fails(
     server: ApiServer, api: ClientApi
 ) -> None:
@@ -420,12 +431,7 @@ async def test_a_restore_into_a_topic_it_did_not_create_fails(
 async def test_a_failed_restore_job_leaves_the_topic_held(
     server: ApiServer, api: ClientApi
 ) -> None:
-    server.put(cluster())
-    server.put(topic())
-    ready_snapshot(server)
-    server.put(topic_restore())
-    context = context_over(api, [])
-    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    context = await restore_job_started(server, api)
     finish(server, "restore-back", {"ok": False, "error": "failed verification"}, ok=False)
     await snapshot_handlers.reconcile_restore(context, "ns", "back")
     body = server.body("TopicRestore", "back")
@@ -487,12 +493,7 @@ def restore_pod_summary(tmp_path: Path, run: Any) -> dict[str, Any]:
 async def test_a_verified_restore_says_where_its_verify_report_is(
     server: ApiServer, api: ClientApi, tmp_path: Path
 ) -> None:
-    server.put(cluster())
-    server.put(topic())
-    ready_snapshot(server)
-    server.put(topic_restore())
-    context = context_over(api, [])
-    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    context = await restore_job_started(server, api)
     target = TopicRef("demo", "ns/orders-copy", "uid-orders-copy")
     verdict = cli_snapshots.verification_of(
         target, [0, 1], 0, verify_report(findings=[], verified=[0, 1]), tmp_path / "verify.log"
@@ -524,12 +525,7 @@ async def test_a_verified_restore_says_where_its_verify_report_is(
 async def test_a_restore_that_fails_verification_says_why_and_where_its_report_is(
     server: ApiServer, api: ClientApi, tmp_path: Path
 ) -> None:
-    server.put(cluster())
-    server.put(topic())
-    ready_snapshot(server)
-    server.put(topic_restore())
-    context = context_over(api, [])
-    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    context = await restore_job_started(server, api)
     target = TopicRef("demo", "ns/orders-copy", "uid-orders-copy")
     crc = {
         "kind": "crc",
@@ -561,12 +557,7 @@ async def test_a_restore_that_fails_verification_says_why_and_where_its_report_i
 async def test_a_restore_whose_verify_job_could_not_run_has_no_report_to_name(
     server: ApiServer, api: ClientApi, tmp_path: Path
 ) -> None:
-    server.put(cluster())
-    server.put(topic())
-    ready_snapshot(server)
-    server.put(topic_restore())
-    context = context_over(api, [])
-    await snapshot_handlers.reconcile_restore(context, "ns", "back")
+    context = await restore_job_started(server, api)
     target = TopicRef("demo", "ns/orders-copy", "uid-orders-copy")
 
     def verify() -> dict[str, Any]:
