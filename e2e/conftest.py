@@ -127,3 +127,11 @@ def namespace(cluster: support.Cluster) -> Iterator[str]:
 def testbed_only(cluster: support.Cluster) -> None:
     if not cluster.is_testbed:
         pytest.skip("inspects the test bed's host processes or directories")
+
+
+@pytest.fixture
+def real_node_only(cluster: support.Cluster) -> None:
+    """Skips a test that needs the real node before any fixture after it (a chart install)
+    costs anything on the stand-in."""
+    if not cluster.real_node:
+        pytest.skip("needs the real node (E2E_NODE=real)")

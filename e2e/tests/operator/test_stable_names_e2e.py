@@ -59,10 +59,8 @@ def helm_test_passes(cluster: Cluster, namespace: str, operator: InstalledOperat
 
 @pytest.mark.parametrize("operator", [STABLE_NAMES], indirect=True)
 def test_brokers_advertise_stable_names_that_outlive_a_pods_ip(
-    cluster: Cluster, namespace: str, operator: InstalledOperator
+    real_node_only: None, cluster: Cluster, namespace: str, operator: InstalledOperator
 ) -> None:
-    if not cluster.real_node:
-        pytest.skip("needs the real node (E2E_NODE=real): its cluster DNS resolves the names")
     wait_ready(cluster, "brokercluster", CLUSTER, namespace, timeout=300)
     wait_ready(cluster, "topic", "orders", namespace, timeout=180)
     names = {b: f"{CLUSTER}-{b}.{CLUSTER}-brokers.{namespace}.svc" for b in range(BROKERS)}

@@ -15,11 +15,7 @@ from e2e.support import Cluster, wait_for
 from e2e.testbed import realnode
 from e2e.testbed.settings import Settings
 
-
-@pytest.fixture(autouse=True)
-def real_node_only(cluster: Cluster) -> None:
-    if not cluster.real_node:
-        pytest.skip("needs the real node (E2E_NODE=real)")
+pytestmark = pytest.mark.usefixtures("real_node_only")
 
 
 def busybox_pod(name: str, script: str) -> dict[str, Any]:
