@@ -30,20 +30,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from e2e.support import Cluster, spark_image, wait_for
 from e2e.tests.operator import storage
 from headrace.testing.procs import free_port
 
 SEGMENT_BYTES = 2048
 RECORDS = 1500
-
-
-@pytest.fixture
-def testbed_provider(cluster: Cluster) -> None:
-    if cluster.provider != "testbed":
-        pytest.skip("MinIO runs on this host: the test bed's stand-in or real node only")
 
 
 def compaction(name: str, **spec: Any) -> dict[str, Any]:
