@@ -85,6 +85,17 @@ def operator(cluster: Cluster, namespace: str, log: Path, *, spark: bool = False
         installed.uninstall()
 
 
+def enforce_restricted(cluster: Cluster, namespace: str) -> None:
+    """On a real node, have ``namespace`` enforce Pod Security "restricted": the API server
+    then refuses any pod of the test (brokers, a Compaction's driver, Spark's executors)
+    that does not fit it. The stand-in's pods are host processes: nothing to enforce."""
+    if cluster.real_node:
+        enforce = "pod-security.kubernetes.io/enforce"
+        cluster.kubectl_run(
+            "label", "namespace", namespace, f"{enforce}=restricted", f"{enforce}-version=latest"
+        )
+
+
 def credentials_secret(server: MinioServer) -> dict[str, Any]:
     def b64(text: str) -> str:
         return base64.b64encode(text.encode()).decode()

@@ -86,6 +86,7 @@ def test_a_compaction_job_merges_small_segments_and_loses_nothing(
         storage.minio(tmp_path, cluster) as server,
         storage.operator(cluster, namespace, tmp_path / "operator.log", spark=True),
     ):
+        storage.enforce_restricted(cluster, namespace)
         cluster.apply([storage.credentials_secret(server)], namespace)
         cluster.apply(
             [storage.tiered_cluster(server.endpoint, "small", 1, segmentBytes=SEGMENT_BYTES)],
