@@ -86,14 +86,13 @@ def operator(cluster: Cluster, namespace: str, log: Path, *, spark: bool = False
 
 
 def enforce_restricted(cluster: Cluster, namespace: str) -> None:
-    """On a real node, have ``namespace`` enforce Pod Security "restricted": the API server
-    then refuses any pod of the test (brokers, a Compaction's driver, Spark's executors)
-    that does not fit it. The stand-in's pods are host processes: nothing to enforce."""
-    if cluster.real_node:
-        enforce = "pod-security.kubernetes.io/enforce"
-        cluster.kubectl_run(
-            "label", "namespace", namespace, f"{enforce}=restricted", f"{enforce}-version=latest"
-        )
+    """Have ``namespace`` enforce Pod Security "restricted": the API server (admission, so
+    on the stand-in too) then refuses any pod of the test (brokers, a Compaction's driver,
+    the executor pods Spark's driver creates) that does not fit it."""
+    enforce = "pod-security.kubernetes.io/enforce"
+    cluster.kubectl_run(
+        "label", "namespace", namespace, f"{enforce}=restricted", f"{enforce}-version=latest"
+    )
 
 
 def credentials_secret(server: MinioServer) -> dict[str, Any]:
