@@ -139,18 +139,30 @@ _imported: set[str] = set()
 def ensure_headrace_image(cluster: Cluster) -> None:
     """On a real node, import the headrace image (``make image``) into containerd once a
     session: nothing is pulled there. A missing image fails the test saying so."""
-    if not cluster.real_node or cluster.image in _imported:
+    ensure_local_image(cluster, cluster.image)
+
+
+def ensure_spark_image(cluster: Cluster) -> None:
+    """On a real node, import the Spark image (``make image-spark``: Compactions' drivers
+    and executors) into containerd once a session; only the tests that run a Compaction
+    ask for it (it is the large one, with Java and Spark)."""
+    ensure_local_image(cluster, spark_image())
+
+
+def ensure_local_image(cluster: Cluster, ref: str) -> None:
+    """Import ``ref`` from buildah's store into a real node's containerd once a session."""
+    if not cluster.real_node or ref in _imported:
         return
     from e2e.testbed import realnode
     from e2e.testbed.settings import Settings
 
     try:
         realnode.import_local_image(
-            Settings.from_env(), cluster.image, log=lambda m: print(f"\n[e2e] {m}", file=sys.stderr)
+            Settings.from_env(), ref, log=lambda m: print(f"\n[e2e] {m}", file=sys.stderr)
         )
     except realnode.NodeError as exc:
         raise AssertionError(str(exc)) from exc
-    _imported.add(cluster.image)
+    _imported.add(ref)
 
 
 def minio_image(cluster: Cluster) -> str:
@@ -199,6 +211,18 @@ def headrace_image(real_node: bool = False) -> str:
 
         return f"localhost/headrace:{importlib.metadata.version('headrace')}"
     return "headrace:e2e"
+
+
+def spark_image() -> str:
+    """The Spark image Compactions run off the stand-in: ``E2E_SPARK_IMAGE`` (``make
+    e2e-node`` passes build/image/spark-ref), else what ``make image-spark`` tags
+    (``localhost/headrace-spark:<version>``). The stand-in ignores it: it runs the chart's
+    default, mapped to the host's java and pyspark (``e2e/testbed/images.py``)."""
+    if "E2E_SPARK_IMAGE" in os.environ:
+        return os.environ["E2E_SPARK_IMAGE"]
+    import importlib.metadata
+
+    return f"localhost/headrace-spark:{importlib.metadata.version('headrace')}"
 
 
 def release_image(sha: str) -> str:

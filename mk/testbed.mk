@@ -4,7 +4,8 @@
 #   make testbed-down   stop it (pods' processes included)
 #   make e2e            the end-to-end suite (E2E_PROVIDER=testbed|kind)
 #   make e2e-node       the suite on a real node (E2E_NODE=real: containerd, runc, CNI, the
-#                       kubelet and kube-proxy; needs root; builds the node and `make image`)
+#                       kubelet and kube-proxy; needs root; builds the node, `make image`
+#                       and `make image-spark`)
 #   make e2e-node-fast  on the real node: pods as containers, and a BrokerCluster Ready where
 #                       "restricted" is enforced with a produce/consume
 #   make test-real-node e2e-node-fast as `make test` runs it, after the stand-in suite: its own
@@ -36,10 +37,12 @@ E2E_NODE_FAST = e2e/tests/testbed/test_real_node.py e2e/tests/operator/test_pod_
 # the image this checkout's `make image` built, by its content tag (build/image/ref): another
 # checkout's `make image` may have moved localhost/headrace:<version> since
 NODE_IMAGE = E2E_HEADRACE_IMAGE=$$(cat build/image/ref)
+# and the Spark image (Compactions' drivers and executors) the same way
+NODE_SPARK_IMAGE = E2E_SPARK_IMAGE=$$(cat build/image/spark-ref)
 
-e2e-node: setup image
+e2e-node: setup image image-spark
 	TESTBED_NODE=1 bash e2e/testbed/build.sh
-	E2E_NODE=real $(NODE_IMAGE) HEADRACE_TESTBED_STATE=$(NODE_STATE) $(BIN)/pytest -q e2e
+	E2E_NODE=real $(NODE_IMAGE) $(NODE_SPARK_IMAGE) HEADRACE_TESTBED_STATE=$(NODE_STATE) $(BIN)/pytest -q e2e
 
 e2e-node-fast: setup image
 	TESTBED_NODE=1 bash e2e/testbed/build.sh

@@ -10,7 +10,8 @@ repository (any tag) to an adapter that turns the container's resolved ``args`` 
 environment into a host argv. An image not in the table stays an error
 (``CreateContainerConfigError``), as before.
 
-**Spark** (``apache/spark``, ``spark``): the image's ``/opt/entrypoint.sh executor``
+**Spark** (``apache/spark``, ``spark``, and headrace's own Spark image,
+``headrace-spark``, whose entrypoint does the same): the image's ``/opt/entrypoint.sh executor``
 runs ``java $SPARK_JAVA_OPT_* -Xms$SPARK_EXECUTOR_MEMORY -Xmx$SPARK_EXECUTOR_MEMORY
 -cp $SPARK_CONF_DIR:$SPARK_HOME/jars/* KubernetesExecutorBackend --driver-url
 $SPARK_DRIVER_URL --executor-id $SPARK_EXECUTOR_ID --cores $SPARK_EXECUTOR_CORES
@@ -134,7 +135,16 @@ def table(spark: SparkHost | None) -> dict[str, Adapter]:
     known: dict[str, Adapter] = {}
     if spark is not None:
         adapter = spark_entrypoint(spark)
-        known.update({"apache/spark": adapter, "spark": adapter})
+        # headrace's Spark image (``make image-spark``: its entrypoint runs ``executor``
+        # as Spark's does), as ``make image-spark`` tags it and as the chart names it
+        known.update(
+            {
+                "apache/spark": adapter,
+                "spark": adapter,
+                "headrace-spark": adapter,
+                "headrace/headrace-spark": adapter,
+            }
+        )
     return known
 
 

@@ -403,7 +403,9 @@ def buildah_image_id(ref: str) -> str:
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     if found.returncode != 0 or not found.stdout.strip():
-        raise NodeError(f"image {ref} is not in buildah's store; build it with `make image`")
+        raise NodeError(
+            f"image {ref} is not in buildah's store; build it with `make image` (`make image-spark`)"
+        )
     image_id = found.stdout.split()[0]
     return image_id if image_id.startswith("sha256:") else f"sha256:{image_id}"
 

@@ -42,6 +42,18 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{/*
+The Spark image (Compactions' drivers and executors): spark.image, else the headrace
+image's repository with -spark and the same tag (`make image-spark` beside `make image`).
+*/}}
+{{- define "headrace.sparkImage" -}}
+{{- if .Values.spark.image -}}
+{{- .Values.spark.image -}}
+{{- else -}}
+{{- printf "%s-spark:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
 What the operator reads and writes in the namespaces it serves: the same list as
 headrace.operator.install.RULES (a unit test keeps them equal).
 */}}

@@ -183,6 +183,30 @@ def test_brokers_advertise_stable_names_unless_told_pod_ips() -> None:
         assert env["HEADRACE_ADVERTISE"] == advertise
 
 
+def operator_env(*values: str) -> dict[str, str | None]:
+    (operator,) = kinds(render(*values))["Deployment"]
+    return {
+        e["name"]: e.get("value")
+        for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+
+
+def test_the_spark_image_follows_the_headrace_image_unless_named() -> None:
+    """`make image-spark` builds <repository>-spark beside `make image`'s <repository>, with
+    the same version: one registry and tag set for both, or the Spark image named."""
+    env = operator_env()
+    assert env["HEADRACE_IMAGE"] == "ghcr.io/headrace/headrace:0.1.0"
+    assert env["HEADRACE_SPARK_IMAGE"] == "ghcr.io/headrace/headrace-spark:0.1.0"
+    assert env["HEADRACE_SPARK_IMAGE_PULL_POLICY"] == "IfNotPresent"
+    env = operator_env("image.repository=registry.local/hr", "image.tag=2.0")
+    assert env["HEADRACE_SPARK_IMAGE"] == "registry.local/hr-spark:2.0"
+    env = operator_env("spark.image=other/spark:9", "spark.imagePullPolicy=Always")
+    assert env["HEADRACE_SPARK_IMAGE"] == "other/spark:9"
+    assert env["HEADRACE_SPARK_IMAGE_PULL_POLICY"] == "Always"
+    done = helm("template", "hr", str(CHART), "--set", "spark.imagePullPolicy=Sometimes")
+    assert done.returncode != 0 and "imagePullPolicy" in done.stderr
+
+
 def test_dashboard_config_map_carries_the_sidecar_label() -> None:
     by_kind = kinds(render())
     (cm,) = by_kind["ConfigMap"]
@@ -285,7 +309,7 @@ def test_spark_drivers_get_executor_rights_only_where_compactions_run() -> None:
             for e in operator["spec"]["template"]["spec"]["containers"][0]["env"]
         }
         assert env["HEADRACE_SPARK_SERVICE_ACCOUNT"] == "hr-headrace-spark"
-        assert env["HEADRACE_SPARK_IMAGE"].startswith("apache/spark:")
+        assert env["HEADRACE_SPARK_IMAGE"] == "ghcr.io/headrace/headrace-spark:0.1.0"
     # and none at all when they are not wanted
     assert "hr-headrace-spark" not in {
         d["metadata"]["name"] for d in render("spark.serviceAccount.create=false")

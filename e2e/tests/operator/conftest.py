@@ -45,3 +45,11 @@ def operator(
     finally:
         failed = getattr(request.node, "report_call", None)
         remove_release(installed, failed=failed is not None and failed.failed)
+
+
+@pytest.fixture
+def testbed_provider(cluster: Cluster) -> None:
+    """The test bed, on its stand-in or its real node: the object-store suites start
+    MinIO on this host (loopback, or the real node's pod bridge: ``storage.minio``)."""
+    if cluster.provider != "testbed":
+        pytest.skip("MinIO runs on this host: the test bed's stand-in or real node only")

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e.support import Cluster, ensure_headrace_image, headrace_image, wait_for
+from e2e.support import Cluster, ensure_headrace_image, headrace_image, spark_image, wait_for
 from headrace.testing import procs
 
 REPO = Path(__file__).resolve().parents[3]
@@ -87,6 +87,9 @@ def operator_values(cluster: Cluster, namespace: str) -> list[str]:
         repository, _, tag = headrace_image(cluster.real_node).rpartition(":")
         values += ["--set", f"image.repository={repository}", "--set", f"image.tag={tag}"]
         values += ["--set", "image.pullPolicy=IfNotPresent"]
+        # Compactions' drivers and executors: imported by the tests that run one
+        # (``storage.operator(spark=True)``)
+        values += ["--set", f"spark.image={spark_image()}"]
         if cluster.real_node:
             # this host's clients dial pod IPs (routed to the node's bridge): the host's
             # resolver does not ask the node's cluster DNS

@@ -3,7 +3,9 @@ chart, as the other operator suites do), a tiered BrokerCluster with its credent
 
 The test bed's runner runs pods' commands as host processes, so a MinIO server this
 test starts on 127.0.0.1 is reachable from the broker pods and from Job pods alike.
-Test bed only (host processes, this checkout's Python in the pods).
+On the stand-in the pods are host processes running this checkout's Python; on a real
+node (``E2E_NODE=real``) they are containers of the images, MinIO listens on the pod
+bridge's gateway and this host reaches the brokers on their pod IPs.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from e2e.support import Cluster, wait_for
+from e2e.support import Cluster, ensure_spark_image, wait_for
 from e2e.tests.operator.fixtures import InstalledOperator, release_stuck_topics
 from headrace.jobs.topics import TopicRef, read_manifest
 from headrace.objectstore.interface import ObjectStore
@@ -32,8 +34,17 @@ BUCKET = "tiers"
 
 
 @contextmanager
-def minio(tmp_path: Path) -> Iterator[MinioServer]:
-    server = MinioServer(servers.minio_binary(), tmp_path / "minio" / "data")
+def minio(tmp_path: Path, cluster: Cluster | None = None) -> Iterator[MinioServer]:
+    """MinIO on this host: on loopback, which the stand-in's pods (host processes) share;
+    on a real node, on the pod bridge's gateway address, which its pods route to and this
+    host has (from the test bed's start: its CoreDNS pods run on the bridge)."""
+    host = "127.0.0.1"
+    if cluster is not None and cluster.real_node:
+        from e2e.testbed.realnode import PodNetwork
+        from e2e.testbed.settings import Settings
+
+        host = PodNetwork.of(Settings.from_env()).gateway
+    server = MinioServer(servers.minio_binary(), tmp_path / "minio" / "data", host=host)
     server.start()
     try:
         yield server
@@ -46,11 +57,14 @@ def store_client(server: MinioServer) -> ObjectStore:
 
 
 @contextmanager
-def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[Path]:
-    """The operator installed with the chart, watching ``namespace`` (``fixtures``); on
+def operator(cluster: Cluster, namespace: str, log: Path, *, spark: bool = False) -> Iterator[Path]:
+    """The operator installed with the chart, watching ``namespace`` (``fixtures``;
+    ``spark``: the test runs Compactions, so a real node gets the Spark image too); on
     exit the Topics, then the BrokerClusters are deleted while it runs (it removes their
     finalizers: a Topic's data finalizer needs the brokers), then it is uninstalled. Its
     log is written to ``log`` then (and printed if the block failed)."""
+    if spark:
+        ensure_spark_image(cluster)
     installed = InstalledOperator(cluster, namespace)
     installed.install()
     try:
@@ -69,6 +83,16 @@ def operator(cluster: Cluster, namespace: str, log: Path) -> Iterator[Path]:
             check=False, timeout=90,
         )  # fmt: skip
         installed.uninstall()
+
+
+def enforce_restricted(cluster: Cluster, namespace: str) -> None:
+    """Have ``namespace`` enforce Pod Security "restricted": the API server (admission, so
+    on the stand-in too) then refuses any pod of the test (brokers, a Compaction's driver,
+    the executor pods Spark's driver creates) that does not fit it."""
+    enforce = "pod-security.kubernetes.io/enforce"
+    cluster.kubectl_run(
+        "label", "namespace", namespace, f"{enforce}=restricted", f"{enforce}-version=latest"
+    )
 
 
 def credentials_secret(server: MinioServer) -> dict[str, Any]:

@@ -14,7 +14,11 @@ Kubernetes: real Job and CronJob controllers, the job's pod running
   schedule fires on the minute) and for its result in the schedule's status; that
   wait is too long for ``make test``.
 
-Test bed only: the operator and MinIO run on this host; pods run this checkout's Python.
+The test bed, on its stand-in or its real node (``E2E_NODE=real``): MinIO runs on this
+host, the operator is installed with the chart. On the stand-in, pods run this checkout's
+Python; on the real node the Job's pod is a container of the Spark image (``make
+image-spark``: Java 17, pyspark, pyarrow), under Pod Security "restricted" with a
+read-only root, and the brokers' of the headrace image.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from e2e.support import Cluster, wait_for
+from e2e.support import Cluster, spark_image, wait_for
 from e2e.tests.operator import storage
 from headrace.testing.procs import free_port
 
@@ -76,12 +80,13 @@ def job_pod_log(cluster: Cluster, namespace: str, job: str) -> str:
 
 
 def test_a_compaction_job_merges_small_segments_and_loses_nothing(
-    cluster: Cluster, namespace: str, testbed_only: None, tmp_path: Path
+    cluster: Cluster, namespace: str, testbed_provider: None, tmp_path: Path
 ) -> None:
     with (
-        storage.minio(tmp_path) as server,
-        storage.operator(cluster, namespace, tmp_path / "operator.log"),
+        storage.minio(tmp_path, cluster) as server,
+        storage.operator(cluster, namespace, tmp_path / "operator.log", spark=True),
     ):
+        storage.enforce_restricted(cluster, namespace)
         cluster.apply([storage.credentials_secret(server)], namespace)
         cluster.apply(
             [storage.tiered_cluster(server.endpoint, "small", 1, segmentBytes=SEGMENT_BYTES)],
@@ -135,6 +140,18 @@ def test_a_compaction_job_merges_small_segments_and_loses_nothing(
             job = cluster.get("job", "merge", namespace)
             (owner,) = job["metadata"]["ownerReferences"]
             assert (owner["kind"], owner["name"]) == ("Compaction", "merge")
+            if cluster.real_node:
+                # its pod ran as a container of the Spark image, not the brokers' image
+                out = cluster.kubectl_run(
+                    "get", "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=merge",
+                    "-o", "json",
+                ).stdout  # fmt: skip
+                (pod,) = json.loads(out)["items"]
+                (ran,) = pod["status"]["containerStatuses"]
+                assert ran["containerID"].startswith("containerd://"), ran
+                assert ran["image"] == spark_image(), ran
+                print(f"\n[e2e figure] Compaction pod: {ran['image']} {ran['imageID']}",
+                      file=sys.stderr)  # fmt: skip
 
             # fewer, larger objects, and the job's verification report is clean
             after = storage.manifest(store, "small", topic, 0)
@@ -192,7 +209,7 @@ def test_a_compaction_job_merges_small_segments_and_loses_nothing(
 
 
 def test_an_object_store_that_is_down_shows_on_the_cluster_and_fails_the_compaction(
-    cluster: Cluster, namespace: str, testbed_only: None, tmp_path: Path
+    cluster: Cluster, namespace: str, testbed_provider: None, tmp_path: Path
 ) -> None:
     """Bad input: the object store's endpoint down. The brokers serve (Ready), the
     cluster's ``ObjectStoreReachable`` is False, and a Compaction's job fails with the
@@ -204,7 +221,7 @@ def test_an_object_store_that_is_down_shows_on_the_cluster_and_fails_the_compact
         "metadata": {"name": storage.SECRET},
         "stringData": {"accessKey": "nobody", "secretKey": "nothing-here"},
     }
-    with storage.operator(cluster, namespace, tmp_path / "operator.log"):
+    with storage.operator(cluster, namespace, tmp_path / "operator.log", spark=True):
         body = storage.tiered_cluster(f"127.0.0.1:{dead}", "down", 1)
         cluster.apply([secret, body], namespace)
         storage.wait_ready(cluster, "brokercluster", "down", namespace)

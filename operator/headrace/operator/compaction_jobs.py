@@ -2,7 +2,9 @@
 (pure: manifests and status documents from parsed objects, no I/O; ``compaction_handlers`` is
 the adapter that reads and writes them).
 
-**The run.** One pod runs ``headrace compact NAMESPACE/TOPIC`` (``cli/jobs.py``): the
+**The run.** One pod of the operator's Spark image (``WorkloadSettings.spark_image``: Java
+and headrace's ``jobs`` extra, which the brokers' image has not) runs ``headrace compact
+NAMESPACE/TOPIC`` (``cli/jobs.py``): the
 driver starts pyspark's bundled ``spark-submit`` with ``--master local[*]`` inside the
 pod, so the executors are threads of the pod's JVM. The pod gets the cluster's
 object-store URL (``workloads.object_store_url``) and the credentials as
@@ -12,7 +14,8 @@ reads or copies them. ``--verify`` verifies each partition after compacting.
 **Executors as pods** (``spec.spark.master: kubernetes``): the driver still runs in the
 Job's pod (client deploy mode), with ``--master k8s://https://$(KUBERNETES_SERVICE_HOST):
 $(KUBERNETES_SERVICE_PORT)``, and asks the API server for ``spec.spark.executors``
-executor pods of the operator's Spark image. The pod runs as the Spark service account
+executor pods of the operator's Spark image (the Job's own image: drivers and executors run
+one Spark version). The pod runs as the Spark service account
 (the chart's Role: pods, services and configmaps in its namespace), authenticates with
 its mounted token and CA, names itself (``spark.kubernetes.driver.pod.name``, so the
 executors are owned by it and garbage-collected with it) and its IP
@@ -208,6 +211,7 @@ def kubernetes_conf(
         ("spark.driver.host", f"$({POD_IP_ENV})"),
         ("spark.driver.bindAddress", f"$({POD_IP_ENV})"),
         ("spark.kubernetes.container.image", workload.spark_image),
+        ("spark.kubernetes.container.image.pullPolicy", workload.spark_image_pull_policy),
         ("spark.kubernetes.authenticate.driver.serviceAccountName", workload.spark_service_account),
         # executors need no API access: the namespace's default account, not the driver's
         ("spark.kubernetes.authenticate.executor.serviceAccountName", "default"),
@@ -292,7 +296,10 @@ def job_spec(
     scratch, scratch_mount = workloads.scratch_volume()
     container: dict[str, Any] = {
         "name": "compact",
-        "image": run.cluster.spec.image or workload.default_image,
+        # the driver needs Java and pyspark, which the brokers' image has not; and its
+        # Spark must be the executors' (the same image)
+        "image": workload.spark_image,
+        "imagePullPolicy": workload.spark_image_pull_policy,
         "command": list(workload.broker_command),
         "args": job_args(settings, run, workload),
         "env": [

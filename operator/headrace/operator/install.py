@@ -23,6 +23,7 @@ from headrace.operator.surfaces import DEFAULT_PORT
 from headrace.operator.workloads import (
     DEFAULT_IMAGE,
     DEFAULT_SPARK_IMAGE,
+    DEFAULT_SPARK_IMAGE_PULL_POLICY,
     DEFAULT_SPARK_SERVICE_ACCOUNT,
     container_security_context,
     pod_security_context,
@@ -287,6 +288,10 @@ def manifests(
                                     },
                                     {"name": "HEADRACE_IMAGE", "value": image},
                                     {"name": "HEADRACE_SPARK_IMAGE", "value": spark_image},
+                                    {
+                                        "name": "HEADRACE_SPARK_IMAGE_PULL_POLICY",
+                                        "value": DEFAULT_SPARK_IMAGE_PULL_POLICY,
+                                    },
                                     {
                                         "name": "HEADRACE_SPARK_SERVICE_ACCOUNT",
                                         "value": DEFAULT_SPARK_SERVICE_ACCOUNT,

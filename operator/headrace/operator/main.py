@@ -21,7 +21,9 @@ from headrace.operator.surfaces import DEFAULT_PORT, Surfaces
 from headrace.operator.workloads import (
     DEFAULT_IMAGE,
     DEFAULT_SPARK_IMAGE,
+    DEFAULT_SPARK_IMAGE_PULL_POLICY,
     DEFAULT_SPARK_SERVICE_ACCOUNT,
+    PULL_POLICIES,
     Advertise,
     WorkloadSettings,
 )
@@ -73,7 +75,16 @@ def parse_address(text: str) -> tuple[str, int] | None:
     envvar="HEADRACE_SPARK_IMAGE",
     default=DEFAULT_SPARK_IMAGE,
     show_default=True,
-    help="The image of Spark executor pods (Compactions with spark.master: kubernetes).",
+    help="The Spark image (Java, headrace's jobs extra): every Compaction's Job runs its"
+    " driver from it, and its executor pods (spark.master: kubernetes) too.",
+)
+@click.option(
+    "--spark-image-pull-policy",
+    envvar="HEADRACE_SPARK_IMAGE_PULL_POLICY",
+    type=click.Choice(list(PULL_POLICIES)),
+    default=DEFAULT_SPARK_IMAGE_PULL_POLICY,
+    show_default=True,
+    help="The imagePullPolicy of those drivers' and executors' containers.",
 )
 @click.option(
     "--spark-service-account",
@@ -109,6 +120,7 @@ def operator(
     image: str,
     advertise: str,
     spark_image: str,
+    spark_image_pull_policy: str,
     spark_service_account: str,
     lease_namespace: str,
     lease_name: str,
@@ -169,6 +181,7 @@ def operator(
             broker_command=tuple(shlex.split(broker_command)),
             default_image=image,
             spark_image=spark_image,
+            spark_image_pull_policy=spark_image_pull_policy,
             spark_service_account=spark_service_account,
             advertise=Advertise(advertise),
         ),

@@ -110,13 +110,17 @@ TLS_CA_ENV: Final = "HEADRACE_TLS_CA"
 TLS_SERVER_NAME_ENV: Final = "HEADRACE_TLS_SERVER_NAME"
 #: the image when a BrokerCluster names none (the operator's own, in a real install)
 DEFAULT_IMAGE: Final = "ghcr.io/headrace/headrace:latest"
-#: Spark's executor image (``spark.kubernetes.container.image``): Spark's own
-#: ``entrypoint.sh executor``, with headrace's ``jobs`` extra installed (docs/spark.md);
-#: its Spark must be the driver's (pyspark's) version
-DEFAULT_SPARK_IMAGE: Final = "apache/spark:4.3.0-python3"
-#: the Spark image's user and group (its Dockerfile's ``spark`` user, uid 185); executor
-#: pods run as them
-SPARK_IMAGE_UID: Final = 185
+#: the Spark image (``make image-spark``, Containerfile.spark): a Java runtime and
+#: headrace's ``jobs`` extra. A Compaction's Job runs its driver from it, and its executor
+#: pods (``spark.kubernetes.container.image``: the image's entrypoint runs ``executor``)
+#: too, so the driver's and the executors' Spark are one version (docs/spark.md)
+DEFAULT_SPARK_IMAGE: Final = "ghcr.io/headrace/headrace-spark:latest"
+#: Kubernetes' image pull policies
+PULL_POLICIES: Final = ("Always", "IfNotPresent", "Never")
+#: the Spark image's pull policy unless told otherwise (a ``latest`` tag would mean Always)
+DEFAULT_SPARK_IMAGE_PULL_POLICY: Final = "IfNotPresent"
+#: the Spark image's user and group: the headrace image's; executor pods run as them
+SPARK_IMAGE_UID: Final = IMAGE_UID
 #: the Spark image's working directory: executors fetch the application's files into it
 SPARK_WORK_DIR: Final = "/opt/spark/work-dir"
 #: the service account the chart gives Spark drivers (pods, services, configmaps)
@@ -148,8 +152,11 @@ class WorkloadSettings:
     termination_grace_seconds: int = 30
     #: extra environment for every broker (e.g. PYTHONPATH on the test bed)
     env: Mapping[str, str] = field(default_factory=dict)
-    #: the image of Spark executor pods (Compactions with ``spark.master: kubernetes``)
+    #: the Spark image: every Compaction's driver (the Job's pod) and its executor pods
+    #: (``spark.master: kubernetes``)
     spark_image: str = DEFAULT_SPARK_IMAGE
+    #: their containers' ``imagePullPolicy``
+    spark_image_pull_policy: str = DEFAULT_SPARK_IMAGE_PULL_POLICY
     #: the service account of those Compactions' driver pods, in each watched namespace
     #: (the chart creates it with its Role); executors run as the namespace's `default`
     spark_service_account: str = DEFAULT_SPARK_SERVICE_ACCOUNT

@@ -5,6 +5,7 @@ pods of the operator's Spark image (pure builders; the run itself is in
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pydantic
@@ -19,7 +20,11 @@ from tests.unit.operator.test_operator_compactions import (
 )
 
 SETTINGS = workloads.WorkloadSettings(
-    broker_command=("headrace",), spark_image="spark:4.3.0", spark_service_account="drivers"
+    broker_command=("headrace",),
+    default_image="registry.example/headrace:1.0",
+    spark_image="registry.example/headrace-spark:1.0",
+    spark_image_pull_policy="Always",
+    spark_service_account="drivers",
 )
 
 
@@ -58,7 +63,8 @@ def test_executors_as_pods_make_the_job_pod_a_client_mode_driver() -> None:
     conf = confs(args)
     assert conf["spark.submit.deployMode"] == "client"
     assert conf["spark.kubernetes.namespace"] == "ns"
-    assert conf["spark.kubernetes.container.image"] == "spark:4.3.0"
+    assert conf["spark.kubernetes.container.image"] == "registry.example/headrace-spark:1.0"
+    assert conf["spark.kubernetes.container.image.pullPolicy"] == "Always"
     assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "drivers"
     assert conf["spark.kubernetes.authenticate.executor.serviceAccountName"] == "default"
     # the pod's own name (the executors' owner) and IP (theirs to dial), expanded by the
@@ -85,6 +91,30 @@ def test_executors_as_pods_make_the_job_pod_a_client_mode_driver() -> None:
     # the user's sparkConf comes after ours (spark-submit keeps the last), spark.master never
     assert conf["spark.kubernetes.executor.request.cores"] == "250m"
     assert "spark.master" not in conf
+
+
+@pytest.mark.parametrize("master", ["local", "kubernetes"])
+def test_the_driver_runs_the_spark_image_whatever_image_the_brokers_run(master: str) -> None:
+    """The driver needs Java and pyspark (the brokers' image has neither), and its Spark
+    must be the executors': the Job's pod runs the operator's Spark image, not the
+    cluster's ``spec.image`` nor the operator's default image."""
+    compaction = Compaction.from_manifest(compaction_body(spark={"master": master}))
+    target = run_target()
+    brokers_own = target.cluster.model_copy(
+        update={"spec": target.cluster.spec.model_copy(update={"image": "brokers:custom"})}
+    )
+    for run in (target, dataclasses.replace(target, cluster=brokers_own)):
+        job = compaction_jobs.job_manifest(compaction, "uid-once", run, SETTINGS)
+        (container,) = job["spec"]["template"]["spec"]["containers"]
+        assert container["image"] == "registry.example/headrace-spark:1.0"
+        assert container["imagePullPolicy"] == "Always"
+
+
+def test_the_spark_image_runs_as_the_headrace_user() -> None:
+    template = compaction_jobs.executor_pod_template()
+    security = template["spec"]["securityContext"]
+    assert security["runAsUser"] == security["runAsGroup"] == workloads.IMAGE_UID
+    assert security["runAsNonRoot"] is True
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,8 @@ executor), or gets a clear CreateContainerConfigError."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -136,3 +138,62 @@ def test_podspec_without_an_entrypoint_table_refuses_a_commandless_container() -
     world = podspec.World(pod_ip="127.0.9.9", host_ip="127.0.0.1")
     with pytest.raises(podspec.ConfigError, match="has no command"):
         podspec.process(pod, container(), world, {})
+
+
+#: the Spark image's entrypoint (Containerfile.spark), which the stand-in's adapter mimics
+SPARK_IMAGE_ENTRYPOINT = Path(__file__).resolve().parents[3] / "tools/image/spark-entrypoint.sh"
+
+
+def run_image_entrypoint(
+    tmp_path: Path, env: dict[str, str], *args: str
+) -> subprocess.CompletedProcess[str]:
+    """The Spark image's entrypoint under bash, with a ``java`` that prints its argv."""
+    java = tmp_path / "jdk" / "bin" / "java"
+    java.parent.mkdir(parents=True, exist_ok=True)
+    java.write_text('#!/bin/sh\nfor arg in "$@"; do printf "%s\\n" "$arg"; done\n')
+    java.chmod(0o755)
+    return subprocess.run(
+        ["bash", str(SPARK_IMAGE_ENTRYPOINT), *args],
+        env={
+            **env,
+            "PATH": os.environ["PATH"],
+            "JAVA_HOME": str(tmp_path / "jdk"),
+            "SPARK_HOME": str(SPARK.spark_home),
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "image", ["localhost/headrace-spark:src-0123", "ghcr.io/headrace/headrace-spark:0.1.0"]
+)
+def test_the_spark_image_entrypoint_starts_the_executor_the_stand_in_starts(
+    tmp_path: Path, image: str
+) -> None:
+    env = executor_env(
+        SPARK_JAVA_OPT_10="-Dspark.later=1",
+        SPARK_JAVA_OPT_0="-Dspark.driver.port=7078",
+        SPARK_JAVA_OPT_2="-Dspark.app.name=a name with spaces",
+    )
+    done = run_image_entrypoint(tmp_path, env, "executor")
+    assert done.returncode == 0, done.stderr
+    stand_in, _ = images.entrypoint(KNOWN, container(image), ["executor"], env)
+    assert done.stdout.splitlines() == stand_in[1:]
+
+
+def test_the_spark_image_entrypoint_refuses_an_executor_without_its_contract(
+    tmp_path: Path,
+) -> None:
+    env = executor_env()
+    del env["SPARK_DRIVER_URL"]
+    done = run_image_entrypoint(tmp_path, env, "executor")
+    assert done.returncode == 64 and not done.stdout
+    assert "SPARK_DRIVER_URL is not set" in done.stderr
+
+
+def test_the_spark_image_entrypoint_runs_any_other_command_as_given(tmp_path: Path) -> None:
+    done = run_image_entrypoint(tmp_path, {}, "sh", "-c", "echo driver")
+    assert (done.returncode, done.stdout) == (0, "driver\n")
