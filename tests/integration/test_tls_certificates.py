@@ -25,7 +25,7 @@ from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.protocol.frames import Op
 from headrace.records import batch as rb
 from headrace.security.acl import hash_token
-from headrace.testing.procs import BrokerProcess
+from headrace.testing.procs import BrokerProcess, free_port
 from tests.integration.cluster import Cluster
 
 #: the name a Kubernetes cluster's certificate carries (its client Service), never an IP
@@ -321,3 +321,45 @@ async def test_brokers_replicate_with_client_certificates_required(tmp_path: Pat
         await conn.close()
     finally:
         cluster.stop()
+
+
+async def test_a_named_listener_serves_a_certificate_of_its_own(
+    broker_factory: object, tmp_path: Path, ca: tuple[pki.CA, Path]
+) -> None:
+    """``--listener-tls-cert``: the external listener serves the certificate naming the
+    address outside clients dial; the data port keeps the in-cluster one."""
+    authority, ca_file = ca
+    inside_cert, inside_key = _issue(
+        authority, tmp_path, "inside", server=True, dns=(SERVICE_NAME,)
+    )
+    outside_cert, outside_key = _issue(
+        authority, tmp_path, "outside", server=True, ips=("127.0.0.1",)
+    )
+    port = free_port()
+    broker: BrokerProcess = broker_factory(  # type: ignore[operator]
+        extra_args=[
+            "--tls-cert",
+            str(inside_cert),
+            "--tls-key",
+            str(inside_key),
+            "--listener",
+            f"external=127.0.0.1:{port}",
+            "--listener-tls-cert",
+            f"external={outside_cert}",
+            "--listener-tls-key",
+            f"external={outside_key}",
+        ]
+    )
+    # the external listener's certificate names the dialled address: verified as it is
+    conn = await ClientConnection.open(
+        "127.0.0.1", port, ConnectOptions(ssl=tlsnames.client_context(ca_file))
+    )
+    assert conn.transport is not None
+    der = conn.transport.get_extra_info("ssl_object").getpeercert(binary_form=True)
+    await conn.close()
+    subject = x509.load_der_x509_certificate(der).subject
+    assert subject.get_attributes_for_oid(x509.NameOID.COMMON_NAME)[0].value == "outside"
+    # the data port still serves the in-cluster name only
+    assert await _served_cn(broker, tlsnames.client_context(ca_file, SERVICE_NAME)) == "inside"
+    with pytest.raises(ConnectionClosed, match="certificate"):
+        await _served_cn(broker, tlsnames.client_context(ca_file))

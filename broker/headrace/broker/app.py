@@ -103,6 +103,12 @@ class Broker:
         #: the listeners' TLS contexts, kept so that renewed certificates reload into them
         self.server_ssl = self._serving(settings.tls, "tls")
         self.admin_ssl = self._serving(settings.admin_tls, "admin_tls")
+        #: the named listeners that serve a certificate of their own, by name
+        self.listener_ssl = {
+            listener.name: ctx
+            for listener in settings.listeners
+            if (ctx := self._serving(listener.tls, f"listener_{listener.name}_tls")) is not None
+        }
         #: the issuers whose client certificates name a principal on the data listener
         self.client_issuers = (
             certificates.client_issuers(settings.tls) if settings.tls else frozenset()
@@ -201,7 +207,7 @@ class Broker:
                 functools.partial(Connection, self, listener.name),
                 listener.host,
                 listener.port,
-                ssl=self.server_ssl,
+                ssl=self.listener_ssl.get(listener.name, self.server_ssl),
                 reuse_address=True,
                 backlog=1024,
             )
@@ -361,7 +367,7 @@ class Broker:
             snapshot = msg.TopologySnapshot(
                 0,
                 self.settings.cluster_id,
-                [self.own_endpoint().on(listener)],
+                self._own_on(listener),
                 [
                     msg.TopicRouting(
                         t.name,
@@ -395,7 +401,7 @@ class Broker:
             snapshot = msg.TopologySnapshot(
                 self.registry.generation,
                 self.settings.cluster_id,
-                [self.own_endpoint().on(listener)],
+                self._own_on(listener),
                 routing,
                 self.registry.generation_epoch,
             )
@@ -414,6 +420,11 @@ class Broker:
             ),
         )
         return snapshot, content
+
+    def _own_on(self, listener: str) -> list[BrokerEndpoint]:
+        """This broker as clients of ``listener`` dial it (none while that is pending)."""
+        own = self.own_endpoint().on(listener)
+        return [] if own is None else [own]
 
     @property
     def advertised(self) -> tuple[str, int]:

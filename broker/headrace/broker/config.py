@@ -26,6 +26,10 @@ class ListenerSettings:
     advertised_host: str | None = None
     #: None: the bound port
     advertised_port: int | None = None
+    #: the certificate this listener serves (the names its clients dial, say a load
+    #: balancer's); client certificates are checked as on the data port. None: the data
+    #: port's TLS (``BrokerSettings.tls``), if any
+    tls: TlsSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)

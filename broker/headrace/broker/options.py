@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -180,6 +180,21 @@ BROKER_OPTIONS: tuple[BrokerOption, ...] = (
         help="NAME=HOST[:PORT]: what clients of listener NAME are told to dial (default: its"
         " bind host and bound port). PORT+id: PORT plus --broker-id (one node port per"
         " broker of a StatefulSet).",
+    ),
+    BrokerOption(
+        ("--listener-tls-cert", "listener_tls_certs"),
+        COMMAND,
+        "listener_tls_certs",
+        multiple=True,
+        help="NAME=PATH: the certificate listener NAME serves instead of --tls-cert (with"
+        " --listener-tls-key and --tls-cert: clients are checked as on the data port).",
+    ),
+    BrokerOption(
+        ("--listener-tls-key", "listener_tls_keys"),
+        COMMAND,
+        "listener_tls_keys",
+        multiple=True,
+        help="NAME=PATH: the key of --listener-tls-cert NAME.",
     ),
     BrokerOption(
         ("--rack",),
@@ -437,17 +452,23 @@ def broker_settings(options: Mapping[str, Any]) -> BrokerSettings:
         raise click.UsageError("--tls-cert and --tls-key go together")
     if (admin_tls["cert_file"] is None) != (admin_tls["key_file"] is None):
         raise click.UsageError("--admin-tls-cert and --admin-tls-key go together")
-    settings["listeners"] = listener_settings(
-        values[COMMAND]["listeners"],
-        values[COMMAND]["advertised_listeners"],
-        settings["broker_id"],
+    data_tls = TlsSettings(**tls) if tls["cert_file"] and tls["key_file"] else None
+    settings["listeners"] = listener_tls(
+        listener_settings(
+            values[COMMAND]["listeners"],
+            values[COMMAND]["advertised_listeners"],
+            settings["broker_id"],
+        ),
+        values[COMMAND]["listener_tls_certs"],
+        values[COMMAND]["listener_tls_keys"],
+        data_tls,
     )
     if settings["replication_token_file"]:
         settings["replication_token"] = None  # the file replaces the token
     return BrokerSettings(
         **settings,
         log=LogConfig(**values[LOG]),
-        tls=TlsSettings(**tls) if tls["cert_file"] and tls["key_file"] else None,
+        tls=data_tls,
         admin_tls=TlsSettings(**admin_tls)
         if admin_tls["cert_file"] and admin_tls["key_file"]
         else None,
@@ -485,6 +506,51 @@ def _host_port(
     if not port_text.isdigit() or int(port_text) + offset > 65535:
         raise click.BadParameter(f"{text!r}: the port must be 0..65535", param_hint=flag)
     return host, int(port_text) + offset
+
+
+def listener_tls(
+    listeners: tuple[ListenerSettings, ...],
+    certs: tuple[str, ...],
+    keys: tuple[str, ...],
+    data_tls: TlsSettings | None,
+) -> tuple[ListenerSettings, ...]:
+    """``listeners`` with the certificates ``--listener-tls-cert NAME=PATH`` and
+    ``--listener-tls-key NAME=PATH`` give them: the data port's TLS with that pair (its
+    client CA and checks stay). Refuses, as bad parameters: a name no ``--listener``
+    declares, a name twice, a certificate without its key (or the other way round), and
+    one without the data port's TLS (``--tls-cert``)."""
+    pairs: dict[str, dict[str, Path]] = {}
+    for flag, texts, part in (
+        ("--listener-tls-cert", certs, "cert"),
+        ("--listener-tls-key", keys, "key"),
+    ):
+        for text in texts:
+            name, path = _named(text, flag)
+            if name not in {listener.name for listener in listeners}:
+                raise click.BadParameter(f"{name!r}: no --listener of that name", param_hint=flag)
+            if part in pairs.setdefault(name, {}):
+                raise click.BadParameter(f"listener {name!r} given twice", param_hint=flag)
+            pairs[name][part] = Path(path)
+    if pairs and data_tls is None:
+        raise click.UsageError("--listener-tls-cert needs --tls-cert and --tls-key")
+    for name, pair in pairs.items():
+        if set(pair) != {"cert", "key"}:
+            raise click.UsageError(
+                f"--listener-tls-cert and --listener-tls-key go together (listener {name!r})"
+            )
+    return tuple(
+        listener
+        if listener.name not in pairs or data_tls is None
+        else replace(
+            listener,
+            tls=replace(
+                data_tls,
+                cert_file=pairs[listener.name]["cert"],
+                key_file=pairs[listener.name]["key"],
+            ),
+        )
+        for listener in listeners
+    )
 
 
 def listener_settings(

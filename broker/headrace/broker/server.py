@@ -222,6 +222,7 @@ class Connection(asyncio.BufferedProtocol):
             self.broker.metrics.redirects.inc()
             answer = redirect.redirect
             if answer.owner is not None:
+                # an owner with no address on this listener yet is no owner to its clients
                 answer = dataclasses.replace(answer, owner=answer.owner.on(self.listener))
             self.respond(frame, Op.REDIRECT, answer.encode())
         except HeadraceError as exc:

@@ -811,7 +811,8 @@ class ClusterTopology:
     def client_snapshot(self, listener: str = DEFAULT_LISTENER) -> TopologySnapshot:
         """What clients of ``listener`` route by: each partition's owner is the leader the
         push names (the candidate while one promotes), ``NO_OWNER`` when Offline; each
-        broker's address on that listener (``BrokerEndpoint.on``); the client wire carries
+        broker's address on that listener (``BrokerEndpoint.on``; a broker whose address
+        there is pending is left out, as one not registered yet); the client wire carries
         no admin port."""
         routing = []
         for t in sorted(self.topics, key=lambda t: t.name):
@@ -827,7 +828,7 @@ class ClusterTopology:
                     t.creation_id,
                 )
             )
-        brokers = [b.on(listener) for b in self.brokers]
+        brokers = [e for e in (b.on(listener) for b in self.brokers) if e is not None]
         return TopologySnapshot(self.generation, self.cluster_id, brokers, routing)
 
     def to_json(self) -> dict[str, Any]:

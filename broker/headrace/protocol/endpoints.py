@@ -51,11 +51,21 @@ class KafkaAddress:
 @dataclass(frozen=True, slots=True)
 class ListenerAddress:
     """Where one of a broker's named (non-default) listeners is reached: its advertised
-    host and port."""
+    host and port; ``pending`` while its address is not known yet (a load balancer that
+    has none): the broker is then left out of that listener's topology."""
 
     name: str
     host: str
     port: int
+
+    @classmethod
+    def pending(cls, name: str) -> ListenerAddress:
+        """Listener ``name`` with no address yet (no host, ``UNKNOWN_PORT``)."""
+        return cls(name, "", UNKNOWN_PORT)
+
+    @property
+    def assigned(self) -> bool:
+        return self.port != UNKNOWN_PORT
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "host": self.host, "port": self.port}
@@ -87,14 +97,15 @@ class BrokerEndpoint:
     def admin_url(self) -> str:
         return f"http://{self.host}:{self.admin_port}"
 
-    def on(self, listener: str) -> BrokerEndpoint:
+    def on(self, listener: str) -> BrokerEndpoint | None:
         """The broker as a client that came in through ``listener`` must dial it: that
-        listener's address, with no admin port (the client wire carries none). A broker
+        listener's address, with no admin port (the client wire carries none); None while
+        that address is pending (no address beats one the client cannot reach). A broker
         that does not name ``listener`` (one not upgraded yet, or configured without it)
         is given by its default address: what every client was told before listeners."""
         for named in self.listeners:
             if named.name == listener:
-                return BrokerEndpoint(self.id, named.host, named.port)
+                return BrokerEndpoint(self.id, named.host, named.port) if named.assigned else None
         return BrokerEndpoint(self.id, self.host, self.port)
 
     def to_json(self) -> dict[str, Any]:

@@ -71,3 +71,26 @@ def test_a_smaller_storage_size_is_refused_and_a_larger_one_accepted(
         "-p", json.dumps({"spec": {"storage": {"size": "3Gi"}}}),
     )  # fmt: skip
     assert cluster.get("brokercluster", "demo", namespace)["spec"]["storage"]["size"] == "3Gi"
+
+
+def test_an_external_listener_takes_a_node_port_base_with_node_port_alone(
+    cluster: Cluster, namespace: str, crds: None
+) -> None:
+    refusals = {
+        "nodePortBase is required": {"type": "LoadBalancer", "nodePortBase": 31000},
+        "nodePortBase is required ": {"type": "NodePort"},
+        "needs tls.enabled": {"type": "LoadBalancer", "tls": {"secretName": "outside"}},
+    }
+    for message, external in refusals.items():
+        refused = cluster.kubectl_run(
+            "apply", "-n", namespace, "-f", "-",
+            input=json.dumps(broker_cluster({"listeners": {"external": external}})),
+            check=False,
+        )  # fmt: skip
+        assert refused.returncode != 0, external
+        assert message.strip() in refused.stderr, refused.stderr
+    cluster.apply(
+        [broker_cluster({"listeners": {"external": {"type": "LoadBalancer"}}})], namespace
+    )
+    external = cluster.get("brokercluster", "demo", namespace)["spec"]["listeners"]["external"]
+    assert (external["type"], external["port"]) == ("LoadBalancer", 9094)

@@ -559,6 +559,8 @@ def cluster_status(
                 kafka_port=None if b.kafka is None else b.kafka.port,
                 listeners=[
                     cluster_models.ListenerStatus(name=n.name, host=n.host, port=n.port)
+                    if n.assigned
+                    else cluster_models.ListenerStatus(name=n.name)
                     for n in b.listeners
                 ]
                 or None,
@@ -606,7 +608,12 @@ def _endpoint(broker: cluster_models.BrokerStatus) -> BrokerEndpoint:
         UNKNOWN_PORT if broker.port is None else broker.port,
         UNKNOWN_PORT if broker.admin_port is None else broker.admin_port,
         kafka,
-        tuple(ListenerAddress(n.name, n.host, n.port) for n in broker.listeners or ()),
+        tuple(
+            ListenerAddress(n.name, n.host, n.port)
+            if n.host is not None and n.port is not None
+            else ListenerAddress.pending(n.name)
+            for n in broker.listeners or ()
+        ),
     )
 
 

@@ -235,6 +235,32 @@ def cluster_conditions(
     return {"observedGeneration": observed, "conditions": conditions}
 
 
+#: the condition of a cluster whose external listener is behind load balancers: whether
+#: every broker's has an address (a broker without one is left out of that listener's
+#: topology, so external clients cannot reach the partitions it leads)
+EXTERNAL_ADDRESSES_CONDITION: Final = "ExternalAddressesAssigned"
+EXTERNAL_ADDRESS_PENDING: Final = "ExternalAddressPending"
+
+
+def external_addresses_condition(
+    pending: Iterable[int], generation: int, previous: Mapping[str, Any] | None, now: str
+) -> dict[str, Any]:
+    """``ExternalAddressesAssigned``: False (``ExternalAddressPending``) while some brokers'
+    load balancers have no address, naming them; True once every one has."""
+    waiting = sorted(pending)
+    if waiting:
+        judged = (
+            "False",
+            EXTERNAL_ADDRESS_PENDING,
+            f"brokers {waiting} wait for their load balancer's address"
+            " (status.loadBalancer.ingress of their external Services): external clients"
+            " are not told of them, the internal listener serves as before",
+        )
+    else:
+        judged = ("True", "AllAddressesAssigned", "every broker's load balancer has an address")
+    return condition(EXTERNAL_ADDRESSES_CONDITION, *judged, generation, previous, now)
+
+
 def _rebalancing(summary: moves.Summary) -> tuple[str, str, str]:
     """The ``Rebalancing`` condition's status, reason and message."""
     if summary.rebalancing:

@@ -2,19 +2,22 @@
 
 ``PodFleet`` finds the pods before every poll (from the watch cache when there is one:
 ``caching``) and speaks to their brokers over HTTP on the pod IPs (the local
-controller's ``HttpFleet``).
+controller's ``HttpFleet``). Behind load balancers, it puts each broker's external
+address (its Service's, read by the cluster's loop) in the broker's heartbeats before
+the control loop records them (``workloads.advertise_external``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from headrace.control.looping import Clock, Report
 from headrace.fleet.http import HttpFleet
 from headrace.operator import caching, workloads
 from headrace.operator.kube import KubeApi
-from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.protocol.endpoints import BrokerEndpoint, ListenerAddress
 
 
 def terminating(pod: Mapping[str, Any]) -> bool:
@@ -56,6 +59,9 @@ class PodFleet:
         self.http = HttpFleet([], clock, timeout_ms, auth_token=auth_token)
         #: the cluster's pods as last listed (their waiting reasons: ``objectstores``)
         self.listed: list[dict[str, Any]] = []
+        #: each broker's load-balancer address, by id, as its Service's status last gave
+        #: it (``workloads.load_balancer_addresses``); None: no LoadBalancer listener
+        self.external: Mapping[int, ListenerAddress] | None = None
 
     async def start(self) -> None:
         await self.http.start()
@@ -85,7 +91,22 @@ class PodFleet:
 
     async def poll(self) -> Mapping[int, Report | None]:
         await self.refresh()
-        return await self.http.poll()
+        reports = await self.http.poll()
+        external = self.external
+        if external is None:
+            return reports
+        return {
+            broker_id: None
+            if report is None
+            else replace(
+                report,
+                heartbeat=replace(
+                    report.heartbeat,
+                    broker=workloads.advertise_external(report.heartbeat.broker, external),
+                ),
+            )
+            for broker_id, report in reports.items()
+        }
 
     async def push(self, broker_id: int, topology: Mapping[str, Any]) -> int | None:
         if broker_id not in self.http.brokers:

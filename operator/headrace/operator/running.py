@@ -64,9 +64,11 @@ from headrace.operator import (
     zones,
 )
 from headrace.operator.conditions import (
+    EXTERNAL_ADDRESSES_CONDITION,
     PAUSED_ANNOTATION,
     WorkloadOutcome,
     cluster_conditions,
+    external_addresses_condition,
     paused,
     stalled_condition,
 )
@@ -74,7 +76,8 @@ from headrace.operator.kube import KubeApi
 from headrace.operator.metrics import STEP, OperatorMetrics
 from headrace.operator.pods import PodFleet
 from headrace.operator.statuses import KubeStatusStore, Superseded
-from headrace.resources.clusters import BrokerCluster
+from headrace.protocol.endpoints import ListenerAddress
+from headrace.resources.clusters import BrokerCluster, ExternalListenerType
 from headrace.resources.topics import Topic
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,9 @@ class RuntimeSettings:
     #: the kubelet's volume sync (about a minute), so during a rotation the operator sends
     #: the new first token before the pods have all re-read theirs (docs/security.md §9)
     token_reread_interval_ms: int = 5000
+    #: how often the brokers' LoadBalancer Services are listed for the addresses their
+    #: load balancers got (one LIST by label): a step may come every 100 ms
+    external_reread_interval_ms: int = 2000
     control: ControlSettings = field(default_factory=ControlSettings)
 
 
@@ -178,6 +184,11 @@ class Round:
     pods: list[dict[str, Any]] = field(default_factory=list)
     #: the object store's health (None: the cluster has none)
     store: objectstores.StoreHealth | None = None
+    #: the brokers whose load balancer has no address yet (empty: none, or no
+    #: LoadBalancer listener: ``external`` tells which)
+    pending_external: list[int] = field(default_factory=list)
+    #: whether the cluster has a LoadBalancer external listener
+    external: bool = False
     #: the BrokerCluster's status to write
     status: dict[str, Any] = field(default_factory=dict)
 
@@ -304,6 +315,38 @@ async def check_object_store(runtime: ClusterRuntime, found: Round) -> None:
     found.store = None if store is None else health
 
 
+async def read_external_addresses(runtime: ClusterRuntime, found: Round) -> None:
+    """Each broker's load-balancer address, from its Service's status, handed to the
+    polls (which put it in the brokers' heartbeats, so in the topology the loop pushes):
+    a broker cannot learn it itself, as a load-balancer controller writes it into the
+    Service's status, after the pod started or later again."""
+    model = runtime.model
+    external = None if model is None else model.spec.listeners.external
+    if model is None or external is None or external.type is not ExternalListenerType.LOAD_BALANCER:
+        runtime.external_addresses, runtime.external_read_ms = None, None
+        if runtime.pods is not None:
+            runtime.pods.external = None
+        return
+    now_ms = runtime.clock.now_ms()
+    last = runtime.external_read_ms
+    addresses = runtime.external_addresses
+    if (
+        addresses is None
+        or last is None
+        or now_ms - last >= runtime.settings.external_reread_interval_ms
+    ):
+        selector = f"{workloads.CLUSTER_LABEL}={runtime.name},{workloads.EXTERNAL_SERVICE_LABEL}"
+        services = await runtime.api.list("v1", "Service", runtime.namespace, selector)
+        addresses = workloads.load_balancer_addresses(model, services) or {}
+        runtime.external_addresses, runtime.external_read_ms = addresses, now_ms
+    if runtime.pods is not None:
+        runtime.pods.external = addresses
+    found.external = True
+    found.pending_external = workloads.pending_external_brokers(
+        model, addresses, model.spec.replicas
+    )
+
+
 async def judge_conditions(runtime: ClusterRuntime, found: Round) -> None:
     """The BrokerCluster's conditions and ``observedGeneration`` (``conditions``)."""
     decision = found.decision
@@ -318,6 +361,16 @@ async def judge_conditions(runtime: ClusterRuntime, found: Round) -> None:
         tls=found.tls,
         workload=runtime.workload() if runtime.workload is not None else None,
     )
+    if found.external:
+        previous = {c.get("type"): c for c in runtime.store.workload_conditions()}
+        found.status["conditions"].append(
+            external_addresses_condition(
+                found.pending_external,
+                generation_of(runtime.cluster),
+                previous.get(EXTERNAL_ADDRESSES_CONDITION),
+                found.now,
+            )
+        )
 
 
 async def roll_pods(runtime: ClusterRuntime, found: Round) -> None:
@@ -350,6 +403,7 @@ STEPS: Final[tuple[ClusterStep, ...]] = (
     check_tls,
     set_membership,
     place_racks,
+    read_external_addresses,
     step_loop,
     report_events,
     release_finalizers,
@@ -461,6 +515,10 @@ class ClusterRuntime:
         self._counted = (0, 0)  # store writes and conflicts already in the metrics
         self.auth_token = credentials.token
         self.read_tokens = credentials.read_tokens
+        #: each broker's load-balancer address as last listed, and when (clock ms); None:
+        #: not read (no LoadBalancer listener)
+        self.external_addresses: dict[int, ListenerAddress] | None = None
+        self.external_read_ms: int | None = None
         #: when the tokens were last read (clock ms), and the refusals seen by then
         self._tokens_read_ms: int | None = None
         self._refusals_seen = 0

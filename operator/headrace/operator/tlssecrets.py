@@ -61,6 +61,12 @@ def _needs(cluster: BrokerCluster) -> dict[str, tuple[tuple[str, ...], str]]:
     admin = workloads.admin_tls_secret(cluster)
     if admin is not None:
         needed[admin] = (SERVING_KEYS, "tls.adminTls.secretName")
+    external = workloads.external_tls_secret(cluster)
+    if external is not None:
+        needed[external] = (
+            (workloads.TLS_CERT_KEY, workloads.TLS_KEY_KEY),
+            "listeners.external.tls.secretName",
+        )
     if tls.secret_name is not None:
         needed[tls.secret_name] = (SERVING_KEYS, "tls.secretName")
     return needed
@@ -93,7 +99,9 @@ def check(cluster: BrokerCluster, secrets: Mapping[str, Mapping[str, Any] | None
         absent = [k for k in keys if not (secret.get("data") or {}).get(k)]
         if absent:
             return TlsHealth((TLS_INVALID, f"Secret {name!r} ({field}) lacks {', '.join(absent)}"))
-        if PEM_CERTIFICATE not in (_value(secret, workloads.CA_KEY) or ""):
+        if workloads.CA_KEY in keys and PEM_CERTIFICATE not in (
+            _value(secret, workloads.CA_KEY) or ""
+        ):
             return TlsHealth(
                 (TLS_INVALID, f"Secret {name!r} ({field}): ca.crt holds no PEM certificate")
             )
@@ -115,7 +123,10 @@ class TlsChecks:
 
     async def check(self, api: KubeApi, cluster: BrokerCluster) -> TlsHealth:
         """The health as last found; reads the Secrets when a check is due."""
-        key = cluster.spec.tls.model_dump_json()
+        external = cluster.spec.listeners.external
+        key = cluster.spec.tls.model_dump_json() + (
+            "" if external is None or external.tls is None else external.tls.secret_name
+        )
         now = time.monotonic()
         # while something is wrong, look again sooner: the fix should show within seconds
         every = self.recheck_s / 2 if self.health.problem is not None else self.recheck_s

@@ -15,10 +15,13 @@ server-side applies, with no I/O:
   (``headrace drain``) moves the broker's leadership away before it stops;
 * a **headless Service** (stable pod identities for the StatefulSet) and a
   **client Service**;
-* with ``spec.listeners.external``, a **Service per broker** (``NodePort``: node port
-  ``nodePortBase + id``, selecting that broker's pod) and the broker's external
-  listener, advertised as its node's address and that node port
-  (``external_listener_args``); the operator deletes the Services of brokers a scale
+* with ``spec.listeners.external``, a **Service per broker** selecting that broker's
+  pod (``NodePort``: node port ``nodePortBase + id``; ``LoadBalancer``: the listener's
+  port) and the broker's external listener (``external_listener_args``), advertised as
+  its node's address and that node port, or as its load balancer's address, which only
+  the Service's status tells: the operator reads it (``load_balancer_addresses``) and
+  puts it in the broker's heartbeat before the control loop records it
+  (``headrace.operator.pods``); the operator deletes the Services of brokers a scale
   down removed, or all of them once the listener is (``stale_external_services``);
 * a **PodDisruptionBudget** (``maxUnavailable: 1``);
 * with ``spec.tls``, the TLS Secret(s) mounted as volumes (``tls_volumes``; never
@@ -43,15 +46,17 @@ import enum
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final
 from urllib.parse import quote
 
 from headrace.operator import auth
 from headrace.operator.bodies import Meta
+from headrace.protocol.endpoints import BrokerEndpoint, ListenerAddress
 from headrace.resources.clusters import (
     BrokerCluster,
     ClientAuth,
+    ExternalListenerType,
     ObjectStore,
     offsets_topic_spec,
 )
@@ -100,6 +105,7 @@ CONFIG_HASH_ANNOTATION: Final = "headrace.dev/config-hash"
 TLS_DIR: Final = "/etc/headrace/tls"
 ADMIN_TLS_DIR: Final = "/etc/headrace/admin-tls"
 CLIENT_CA_DIR: Final = "/etc/headrace/client-ca"
+EXTERNAL_TLS_DIR: Final = "/etc/headrace/external-tls"
 #: the keys of a ``kubernetes.io/tls`` Secret as cert-manager writes it
 TLS_CERT_KEY: Final = "tls.crt"
 TLS_KEY_KEY: Final = "tls.key"
@@ -339,16 +345,26 @@ def broker_args(cluster: BrokerCluster, advertise: Advertise = Advertise.DNS) ->
 def external_listener_args(cluster: BrokerCluster) -> list[str]:
     """The external listener's flags: bound on the pod IP (the broker's Service forwards
     to it), advertised as the node the pod runs on and the broker's node port
-    (``nodePortBase`` plus its id: ``+id``)."""
+    (``nodePortBase`` plus its id: ``+id``). Behind a load balancer the broker cannot
+    know its address (a controller writes it into its Service's status, maybe after the
+    pod started, maybe changed later): the operator replaces what the broker's heartbeat
+    says with it (``advertise_external``), so no flag names it. With
+    ``listeners.external.tls``, the listener serves that Secret's certificate."""
     external = cluster.spec.listeners.external
     if external is None:
         return []
-    return [
-        "--listener",
-        f"{EXTERNAL_LISTENER}=$(POD_IP):{external.port}",
-        "--advertised-listener",
-        f"{EXTERNAL_LISTENER}=$(NODE_IP):{external.node_port_base}+id",
-    ]
+    args = ["--listener", f"{EXTERNAL_LISTENER}=$(POD_IP):{external.port}"]
+    if external.node_port_base is not None:
+        args += [
+            "--advertised-listener",
+            f"{EXTERNAL_LISTENER}=$(NODE_IP):{external.node_port_base}+id",
+        ]
+    if external.tls is not None:
+        args += [
+            "--listener-tls-cert", f"{EXTERNAL_LISTENER}={EXTERNAL_TLS_DIR}/{TLS_CERT_KEY}",
+            "--listener-tls-key", f"{EXTERNAL_LISTENER}={EXTERNAL_TLS_DIR}/{TLS_KEY_KEY}",
+        ]  # fmt: skip
+    return args
 
 
 def external_service_name(cluster_name: str, broker: int) -> str:
@@ -360,9 +376,10 @@ def external_services(
     cluster: BrokerCluster, uid: str, namespace: str, replicas: int
 ) -> list[dict[str, Any]]:
     """One Service per broker for ``spec.listeners.external`` (none without it): a
-    NodePort forwarding node port ``nodePortBase + id`` to that broker's pod alone, so
-    a client outside the cluster reaches the broker it was told (a shared Service
-    would spread its connections over every broker)."""
+    NodePort forwarding node port ``nodePortBase + id``, or a LoadBalancer forwarding
+    the listener's port, to that broker's pod alone, so a client outside the cluster
+    reaches the broker it was told (a shared Service would spread its connections over
+    every broker). ``annotations`` go on every one (a cloud's load-balancer settings)."""
     external = cluster.spec.listeners.external
     if external is None:
         return []
@@ -371,6 +388,15 @@ def external_services(
     for broker in range(replicas):
         meta = _meta(external_service_name(name, broker), cluster, uid, namespace)
         meta["labels"] = {**meta["labels"], EXTERNAL_SERVICE_LABEL: str(broker)}
+        if external.annotations:
+            meta["annotations"] = dict(sorted(external.annotations.items()))
+        port: dict[str, Any] = {
+            "name": EXTERNAL_LISTENER,
+            "port": external.port,
+            "targetPort": EXTERNAL_LISTENER,
+        }
+        if external.node_port_base is not None:
+            port["nodePort"] = external.node_port_base + broker
         services.append(
             {
                 "apiVersion": "v1",
@@ -384,18 +410,72 @@ def external_services(
                     },
                     # the pod's broker is the address: ready or not, as the headless one
                     "publishNotReadyAddresses": True,
-                    "ports": [
-                        {
-                            "name": EXTERNAL_LISTENER,
-                            "port": external.port,
-                            "targetPort": EXTERNAL_LISTENER,
-                            "nodePort": external.node_port_base + broker,
-                        }
-                    ],
+                    "ports": [port],
                 },
             }
         )
     return services
+
+
+def load_balancer_address(service: Mapping[str, Any]) -> ListenerAddress | None:
+    """The external listener's address a LoadBalancer Service's status gives (its first
+    ingress: the IP, else the hostname; the Service's port), or None while the
+    load-balancer controller has given it none."""
+    ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    ports = (service.get("spec") or {}).get("ports") or []
+    if not ingress or not ports:
+        return None
+    host = ingress[0].get("ip") or ingress[0].get("hostname")
+    port = next((p.get("port") for p in ports if p.get("name") == EXTERNAL_LISTENER), None)
+    if not host or not isinstance(port, int):
+        return None
+    return ListenerAddress(EXTERNAL_LISTENER, host, port)
+
+
+def load_balancer_addresses(
+    cluster: BrokerCluster, services: Iterable[Mapping[str, Any]]
+) -> dict[int, ListenerAddress] | None:
+    """Each broker's external address behind its load balancer, by broker id, as
+    ``services`` (the cluster's) give them; a broker whose Service has none yet is
+    left out. None when the external listener is not a LoadBalancer one (the brokers'
+    own flags name their addresses)."""
+    external = cluster.spec.listeners.external
+    if external is None or external.type is not ExternalListenerType.LOAD_BALANCER:
+        return None
+    addresses: dict[int, ListenerAddress] = {}
+    for service in services:
+        labels = (service.get("metadata") or {}).get("labels") or {}
+        broker = labels.get(EXTERNAL_SERVICE_LABEL)
+        if broker is None or not broker.isdigit():
+            continue
+        address = load_balancer_address(service)
+        if address is not None:
+            addresses[int(broker)] = address
+    return addresses
+
+
+def advertise_external(
+    endpoint: BrokerEndpoint, addresses: Mapping[int, ListenerAddress]
+) -> BrokerEndpoint:
+    """The broker's endpoint with its external listener's address replaced by its load
+    balancer's (``addresses``, by broker id), or marked pending while it has none: never
+    the pod address the broker bound, which no client outside the cluster reaches. A
+    broker that names no external listener (not restarted with it yet) is left as is."""
+    if not any(n.name == EXTERNAL_LISTENER for n in endpoint.listeners):
+        return endpoint
+    assigned = addresses.get(endpoint.id, ListenerAddress.pending(EXTERNAL_LISTENER))
+    listeners = tuple(assigned if n.name == EXTERNAL_LISTENER else n for n in endpoint.listeners)
+    return replace(endpoint, listeners=listeners)
+
+
+def pending_external_brokers(
+    cluster: BrokerCluster, addresses: Mapping[int, ListenerAddress] | None, replicas: int
+) -> list[int]:
+    """The brokers (of ``replicas``) whose load balancer has no address yet; none when
+    the external listener is not a LoadBalancer one."""
+    if addresses is None:
+        return []
+    return [broker for broker in range(replicas) if broker not in addresses]
 
 
 def stale_external_services(
@@ -466,13 +546,26 @@ def admin_tls_secret(cluster: BrokerCluster) -> str | None:
     return tls.admin_tls.secret_name or tls.secret_name
 
 
+def external_tls_secret(cluster: BrokerCluster) -> str | None:
+    """The Secret the external listener serves from, if it has one of its own."""
+    external = cluster.spec.listeners.external
+    if not cluster.spec.tls.enabled or external is None or external.tls is None:
+        return None
+    return external.tls.secret_name
+
+
 def tls_secrets(cluster: BrokerCluster) -> list[str]:
     """Every Secret ``spec.tls`` names, each once: the serving one, the admin one, the
     client CA's (checked by the operator: ``headrace.operator.certificates``)."""
     tls = cluster.spec.tls
     if not tls.enabled or tls.secret_name is None:
         return []
-    found = [tls.secret_name, admin_tls_secret(cluster), tls.client_ca_secret_name]
+    found = [
+        tls.secret_name,
+        admin_tls_secret(cluster),
+        tls.client_ca_secret_name,
+        external_tls_secret(cluster),
+    ]
     return list(dict.fromkeys(n for n in found if n is not None))
 
 
@@ -520,6 +613,9 @@ def tls_volumes(cluster: BrokerCluster) -> tuple[list[dict[str, Any]], list[dict
         wanted.append(("admin-tls", admin_secret, ADMIN_TLS_DIR))
     if tls.client_auth is not ClientAuth.NONE and tls.client_ca_secret_name:
         wanted.append(("client-ca", tls.client_ca_secret_name, CLIENT_CA_DIR))
+    external_secret = external_tls_secret(cluster)
+    if external_secret is not None:
+        wanted.append(("external-tls", external_secret, EXTERNAL_TLS_DIR))
     volumes = [
         {"name": volume, "secret": {"secretName": secret, "defaultMode": 0o400}}
         for volume, secret, _ in wanted
@@ -604,9 +700,10 @@ def _env(cluster: BrokerCluster, settings: WorkloadSettings) -> list[dict[str, A
 
 
 def _node_ip_env(cluster: BrokerCluster) -> list[dict[str, Any]]:
-    """The node's address, which an external listener advertises (none without one, so
-    a cluster without it keeps its pod template)."""
-    if cluster.spec.listeners.external is None:
+    """The node's address, which a NodePort external listener advertises (none without
+    one, so a cluster without it keeps its pod template)."""
+    external = cluster.spec.listeners.external
+    if external is None or external.node_port_base is None:
         return []
     return [{"name": "NODE_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.hostIP"}}}]
 

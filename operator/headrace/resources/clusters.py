@@ -295,6 +295,22 @@ class ExternalListenerType(enum.StrEnum):
 
     #: a NodePort Service per broker: every node forwards ``nodePortBase + id`` to it
     NODE_PORT = "NodePort"
+    #: a LoadBalancer Service per broker: the load balancer's address, once a
+    #: load-balancer controller (the cloud's, MetalLB) has given it one
+    LOAD_BALANCER = "LoadBalancer"
+
+
+class ExternalListenerTls(Model):
+    """The external listener's own certificate: the names clients outside the cluster
+    dial are not the in-cluster names the data port's certificate carries."""
+
+    secret_name: SubdomainName
+    """A ``kubernetes.io/tls`` Secret (cert-manager's shape: ``tls.crt``, ``tls.key``)
+    whose certificate names every address the external listener advertises (each
+    broker's load-balancer hostname or IP, or the nodes' addresses), or a name a client
+    verifies instead. Served on the external listener only; client certificates are
+    checked as on the data port (``tls.clientAuth``). Mounted as a volume: a renewal
+    reaches running brokers, which reload it."""
 
 
 class ExternalListener(Model):
@@ -303,16 +319,42 @@ class ExternalListener(Model):
     bootstrap through it are told every broker's external address (docs/operations.md,
     *External listener*)."""
 
+    CEL_TWINS: ClassVar[Mapping[str, CelRule]] = {
+        "_node_port_base_with_node_port": CelRule(
+            "self.type == 'NodePort' ? has(self.nodePortBase) : !has(self.nodePortBase)",
+            "nodePortBase is required with type NodePort and refused with LoadBalancer",
+        )
+    }
+
     type: ExternalListenerType = ExternalListenerType.NODE_PORT
     """``NodePort``: broker ``i`` is reached on its node's address and node port
-    ``nodePortBase + i``."""
+    ``nodePortBase + i``. ``LoadBalancer``: broker ``i`` is reached on its own
+    Service's load-balancer address (``status.loadBalancer.ingress[0]``: its IP, else
+    its hostname) and ``port``; until the load balancer has one, the broker is left out
+    of this listener's topology and the BrokerCluster's ``ExternalAddressesAssigned``
+    condition is False."""
     port: int = Field(default=9094, ge=1, le=65535)
-    """The port every broker binds this listener to on its pod IP (the Services' target).
-    Not the data port (9092), the Kafka port (9093) nor the admin port (9644)."""
-    node_port_base: int = Field(ge=30000, le=32767)
-    """Broker ``i``'s node port is ``nodePortBase + i``: a range of ``replicas`` ports
-    inside the API server's NodePort range (30000-32767 by default) no other Service
-    takes."""
+    """The port every broker binds this listener to on its pod IP (the Services' target),
+    and a LoadBalancer Service's port. Not the data port (9092), the Kafka port (9093)
+    nor the admin port (9644)."""
+    node_port_base: int | None = Field(default=None, ge=30000, le=32767)
+    """``NodePort`` only, and required there: broker ``i``'s node port is
+    ``nodePortBase + i``, a range of ``replicas`` ports inside the API server's NodePort
+    range (30000-32767 by default) no other Service takes."""
+    annotations: dict[str, str] = Field(default_factory=dict)
+    """Annotations of every broker's external Service (a cloud's load-balancer
+    settings: internal or external, its class, its addresses)."""
+    tls: ExternalListenerTls | None = None
+    """A certificate of its own for this listener (needs ``tls.enabled``); unset: the
+    data port's certificate (``tls.secretName``), when TLS is on."""
+
+    @model_validator(mode="after")
+    def _node_port_base_with_node_port(self) -> ExternalListener:
+        if (self.type == ExternalListenerType.NODE_PORT) != (self.node_port_base is not None):
+            raise ValueError(
+                "nodePortBase is required with type NodePort and refused with LoadBalancer"
+            )
+        return self
 
 
 class Listeners(Model):
@@ -329,9 +371,16 @@ class BrokerClusterSpec(Model):
     CEL_TWINS: ClassVar[Mapping[str, CelRule]] = {
         "_node_ports_in_range": CelRule(
             "!has(self.listeners) || !has(self.listeners.external)"
+            " || !has(self.listeners.external.nodePortBase)"
             " || self.listeners.external.nodePortBase + self.replicas - 1 <= 32767",
             "listeners.external.nodePortBase + replicas - 1 must be at most 32767",
-        )
+        ),
+        "_external_tls_needs_tls": CelRule(
+            "!has(self.listeners) || !has(self.listeners.external)"
+            " || !has(self.listeners.external.tls)"
+            " || (has(self.tls) && has(self.tls.enabled) && self.tls.enabled)",
+            "listeners.external.tls needs tls.enabled",
+        ),
     }
 
     replicas: int = Field(default=3, ge=1, le=256)
@@ -360,9 +409,16 @@ class BrokerClusterSpec(Model):
 
     @model_validator(mode="after")
     def _node_ports_in_range(self) -> BrokerClusterSpec:
-        external = self.listeners.external
-        if external is not None and external.node_port_base + self.replicas - 1 > 32767:
+        base = None if self.listeners.external is None else self.listeners.external.node_port_base
+        if base is not None and base + self.replicas - 1 > 32767:
             raise ValueError("listeners.external.nodePortBase + replicas - 1 must be at most 32767")
+        return self
+
+    @model_validator(mode="after")
+    def _external_tls_needs_tls(self) -> BrokerClusterSpec:
+        external = self.listeners.external
+        if external is not None and external.tls is not None and not self.tls.enabled:
+            raise ValueError("listeners.external.tls needs tls.enabled")
         return self
 
 
@@ -371,10 +427,11 @@ class ListenerStatus(Model):
 
     name: str = Field(min_length=1, max_length=63)
     """The listener's name, the same on every broker (``external``)."""
-    host: str = Field(min_length=1, max_length=253)
-    """The host it advertises."""
-    port: int = Field(ge=0, le=65535)
-    """The port it advertises."""
+    host: str | None = Field(default=None, min_length=1, max_length=253)
+    """The host it advertises; unset while its address is pending (a load balancer that
+    has none yet: clients of the listener are not told of the broker)."""
+    port: int | None = Field(default=None, ge=0, le=65535)
+    """The port it advertises; unset while its address is pending."""
 
 
 class BrokerStatus(Model):

@@ -37,6 +37,8 @@ OPTIONS_BEFORE = [
     ("--advertised-host", "advertised_host", None, None),
     ("--listener", "listeners", None, None),
     ("--advertised-listener", "advertised_listeners", None, None),
+    ("--listener-tls-cert", "listener_tls_certs", None, None),
+    ("--listener-tls-key", "listener_tls_keys", None, None),
     ("--rack", "rack", None, "HEADRACE_RACK"),
     ("--kafka-port", "kafka_port", -1, None),
     ("--kafka-host", "kafka_host", None, None),
@@ -306,3 +308,49 @@ def test_listeners_take_hosts_with_or_without_an_advertised_address() -> None:
 def test_a_bad_listener_is_a_bad_parameter(argv: list[str], message: str) -> None:
     with pytest.raises(click.BadParameter, match=message):
         _settings(*argv)
+
+
+def test_a_listener_serves_its_own_certificate_with_the_data_ports_checks() -> None:
+    settings = _settings(
+        "--tls-cert", "/tls/tls.crt",
+        "--tls-key", "/tls/tls.key",
+        "--tls-client-ca", "/tls/ca.crt",
+        "--listener", "external=0.0.0.0:9094",
+        "--listener", "other=0.0.0.0:9095",
+        "--listener-tls-cert", "external=/outside/tls.crt",
+        "--listener-tls-key", "external=/outside/tls.key",
+    )  # fmt: skip
+    external, other = settings.listeners
+    assert settings.tls is not None and external.tls is not None
+    assert (external.tls.cert_file, external.tls.key_file) == (
+        Path("/outside/tls.crt"),
+        Path("/outside/tls.key"),
+    )
+    assert external.tls.client_ca_file == settings.tls.client_ca_file == Path("/tls/ca.crt")
+    assert other.tls is None  # the data port's certificate
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--listener-tls-cert", "nope=/c", "--listener-tls-key", "nope=/k"], "no --listener"),
+        (["--listener-tls-cert", "external=/c"], "go together"),
+        (
+            ["--listener-tls-cert", "external=/c", "--listener-tls-cert", "external=/d"],
+            "given twice",
+        ),
+    ],
+)
+def test_a_bad_listener_certificate_is_refused(argv: list[str], message: str) -> None:
+    base = ["--tls-cert", "/t.crt", "--tls-key", "/t.key", "--listener", "external=h:1"]
+    with pytest.raises(click.UsageError, match=message):
+        _settings(*base, *argv)
+    with pytest.raises(click.UsageError, match="needs --tls-cert"):
+        _settings(
+            "--listener",
+            "external=h:1",
+            "--listener-tls-cert",
+            "external=/c",
+            "--listener-tls-key",
+            "external=/k",
+        )

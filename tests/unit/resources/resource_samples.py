@@ -69,7 +69,15 @@ COMPLETE: dict[str, dict[str, Any]] = {
                 "clientCASecretName": "main-client-ca",
                 "adminTls": {"enabled": True, "secretName": "main-admin-tls"},
             },
-            "listeners": {"external": {"type": "NodePort", "port": 9094, "nodePortBase": 31000}},
+            "listeners": {
+                "external": {
+                    "type": "NodePort",
+                    "port": 9094,
+                    "nodePortBase": 31000,
+                    "annotations": {"example.com/lb-class": "internal"},
+                    "tls": {"secretName": "external-tls"},
+                }
+            },
         },
         "status": {
             "observedGeneration": 2,

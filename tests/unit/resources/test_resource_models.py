@@ -99,6 +99,7 @@ def test_the_wire_form_is_camel_case(kind: str) -> None:
     # maps keyed by data, not field names (member ids, label keys, ...)
     free_form = (
         "labels",
+        "annotations",
         "sparkConf",
         "requests",
         "limits",
