@@ -16,8 +16,6 @@ import contextlib
 import json
 from typing import Any
 
-import pytest
-
 from e2e.support import Cluster
 from e2e.tests.operator.fixtures import InstalledOperator, cluster_manifests, wait_ready
 from headrace.client import Consumer, Producer
@@ -52,10 +50,8 @@ def leader_of(cluster: Cluster, namespace: str, partition: int) -> int:
 
 
 def test_a_client_outside_the_cluster_produces_and_consumes_through_node_ports(
-    cluster: Cluster, namespace: str, operator: InstalledOperator
+    real_node_only: None, cluster: Cluster, namespace: str, operator: InstalledOperator
 ) -> None:
-    if not cluster.real_node:
-        pytest.skip("needs the real node (E2E_NODE=real): node ports are kube-proxy's")
     cluster.apply(external_cluster(namespace), namespace)
     wait_ready(cluster, "brokercluster", "demo", namespace, timeout=300)
     wait_ready(cluster, "topic", "outside", namespace, timeout=180)

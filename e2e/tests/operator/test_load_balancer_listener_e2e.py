@@ -25,7 +25,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import pytest
 from cryptography.hazmat.primitives import serialization
 
 from e2e.support import Cluster, wait_for
@@ -101,10 +100,12 @@ def external_listeners(cluster: Cluster, namespace: str) -> dict[int, dict[str, 
 
 
 def test_a_client_outside_the_cluster_produces_and_consumes_through_load_balancers(
-    cluster: Cluster, namespace: str, operator: InstalledOperator, tmp_path: Path
+    real_node_only: None,
+    cluster: Cluster,
+    namespace: str,
+    operator: InstalledOperator,
+    tmp_path: Path,
 ) -> None:
-    if not cluster.real_node:
-        pytest.skip("needs the real node (E2E_NODE=real): Services are kube-proxy's")
     ca = pki.new_ca()
     ca_file = tmp_path / "ca.crt"
     ca_file.write_bytes(ca.cert.public_bytes(serialization.Encoding.PEM))
