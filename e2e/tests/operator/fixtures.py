@@ -32,6 +32,7 @@ bed only.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import sys
@@ -371,3 +372,15 @@ class Load:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=90)
+
+
+def tls_secret(name: str, cert: bytes, key: bytes, ca: bytes) -> dict[str, object]:
+    """A Secret of cert-manager's shape."""
+    data = {"tls.crt": cert, "tls.key": key, "ca.crt": ca}
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "kubernetes.io/tls",
+        "metadata": {"name": name},
+        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
+    }

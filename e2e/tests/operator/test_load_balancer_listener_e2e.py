@@ -18,7 +18,6 @@ Only on the real node (``E2E_NODE=real``): Services are kube-proxy's."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import time
@@ -34,6 +33,7 @@ from e2e.tests.operator.fixtures import (
     cluster_manifests,
     condition,
     figure,
+    tls_secret,
     wait_ready,
 )
 from headrace import tlsnames
@@ -46,17 +46,6 @@ RECORDS = 1_000
 PORT = 9443
 #: broker i's load balancer IP (TEST-NET-3: routed nowhere but by kube-proxy's rules)
 LB_IPS = tuple(f"203.0.113.{10 + broker}" for broker in range(BROKERS))
-
-
-def tls_secret(name: str, cert: bytes, key: bytes, ca: bytes) -> dict[str, Any]:
-    data = {"tls.crt": cert, "tls.key": key, "ca.crt": ca}
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "kubernetes.io/tls",
-        "metadata": {"name": name},
-        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-    }
 
 
 def manifests(namespace: str, ca: pki.CA) -> list[dict[str, Any]]:

@@ -24,7 +24,6 @@ Test bed only: the test reaches the brokers' pod IPs from this host.
 
 from __future__ import annotations
 
-import base64
 import json
 import socket
 import time
@@ -43,22 +42,11 @@ from e2e.tests.operator.fixtures import (
     condition,
     figure,
     pod_ips,
+    tls_secret,
     wait_ready,
 )
 from headrace import tlsnames
 from headrace.testing import procs
-
-
-def tls_secret(name: str, cert: bytes, key: bytes, ca: bytes) -> dict[str, object]:
-    """A Secret of cert-manager's shape."""
-    data = {"tls.crt": cert, "tls.key": key, "ca.crt": ca}
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "type": "kubernetes.io/tls",
-        "metadata": {"name": name},
-        "data": {k: base64.b64encode(v).decode() for k, v in data.items()},
-    }
 
 
 def mint(namespace: str, cluster_name: str = "demo") -> tuple[pki.CA, bytes, bytes, bytes]:
