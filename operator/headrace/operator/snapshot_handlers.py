@@ -408,6 +408,7 @@ async def _restore_step(
                 ),
                 labels={snapshot_jobs.RESTORE_LABEL: name},
                 workload=context.workload,
+                spark=True,
             )
         )
         job, result = await _job_outcome(context, namespace, job_name)

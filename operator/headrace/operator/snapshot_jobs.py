@@ -174,9 +174,12 @@ def job_manifest(
     args: list[str],
     labels: Mapping[str, str],
     workload: workloads.WorkloadSettings,
+    spark: bool = False,
 ) -> dict[str, Any]:
     """A Job running ``headrace <args>`` once (retried up to ``BACKOFF_LIMIT``), owned by
-    ``owner`` (the resource), with the store's credentials as the brokers get them."""
+    ``owner`` (the resource), with the store's credentials as the brokers get them.
+    ``spark``: the work runs a Spark job (a restore's verification), so the Job runs the
+    Spark image (Java, pyspark), which the brokers' image does not carry."""
     scratch, scratch_mount = workloads.scratch_volume()
     all_labels = {
         "app.kubernetes.io/name": "headrace",
@@ -185,9 +188,14 @@ def job_manifest(
         workloads.CLUSTER_LABEL: cluster.metadata.name,
         **labels,
     }
+    image: dict[str, str] = (
+        {"image": workload.spark_image, "imagePullPolicy": workload.spark_image_pull_policy}
+        if spark
+        else {"image": cluster.spec.image or workload.default_image}
+    )
     container = {
         "name": "tier",
-        "image": cluster.spec.image or workload.default_image,
+        **image,
         "command": list(workload.broker_command),
         "args": args,
         "env": [

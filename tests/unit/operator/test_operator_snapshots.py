@@ -28,6 +28,7 @@ from headrace.jobs.topics import TopicRef
 from headrace.operator import snapshot_handlers, snapshot_jobs, snapshot_schedules
 from headrace.operator.handlers import OperatorContext
 from headrace.operator.kube import ClientApi
+from headrace.operator.workloads import WorkloadSettings
 from headrace.protocol.coordination import Heartbeat, PartitionReport
 from headrace.protocol.endpoints import BrokerEndpoint
 from headrace.tiered.manifest import SegmentObject
@@ -363,6 +364,13 @@ async def test_a_restore_creates_a_held_topic_then_its_job_then_releases_it(
     assert args[args.index("--into-creation-id") + 1] == uid
     # its Spark verification logs to the scratch volume (the root filesystem is read-only)
     assert args[args.index("--dir") + 1].startswith("/tmp/")
+    # and needs Java and pyspark: the Spark image, which the broker image has neither of
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    workload = WorkloadSettings()
+    assert (container["image"], container["imagePullPolicy"]) == (
+        workload.spark_image,
+        workload.spark_image_pull_policy,
+    )
 
     # a restarted operator while the Job runs: the same Topic, the same Job
     await snapshot_handlers.reconcile_restore(context_over(api, events), "ns", "back")
