@@ -502,8 +502,11 @@ async def test_the_sweep_removes_orphans_of_every_kind_and_nothing_else_under_lo
         f"objects before the sweep: {len(before)} ({len(planted)} planted orphans);"
         f" after: {len(after)} (uploads went on: {len(after - before)} new)"
     )
+    # every acknowledged record gets uploaded; a produce the cancelled loader had in flight
+    # may have stored some records past ``produced`` too
     wait_for(
-        lambda: manifest(minio, broker).checkpoint == produced - 1, 30, "the last records stored"
+        lambda: manifest(minio, broker).checkpoint >= produced - 1, 30, "the last records stored"
     )
     records = await read_partition(broker.bootstrap, TOPIC, 0)
-    assert [r.offset for r in records] == list(range(produced))
+    assert len(records) >= produced
+    assert [r.offset for r in records] == list(range(len(records)))
