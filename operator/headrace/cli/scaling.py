@@ -57,14 +57,14 @@ def _members(url: str) -> dict[str, Any]:
 
 
 def _wait_settled(url: str, timeout: float, what: str) -> dict[str, Any]:
-    """Until no move is in flight or waiting (after the controller saw the change)."""
+    """Until no move is in flight or waiting, once a controller step has decided on the
+    new membership (``decided``: an answer from before says nothing of it)."""
     deadline = time.monotonic() + timeout
-    time.sleep(0.5)  # one controller step: the first answer may predate the new membership
     while True:
         doc = _members(url)
         if doc.get("blocked"):
             raise click.ClickException(f"{what}: blocked: " + "; ".join(doc["blocked"]))
-        if not doc.get("moving") and not doc.get("waiting"):
+        if doc.get("decided", True) and not doc.get("moving") and not doc.get("waiting"):
             return doc
         if time.monotonic() > deadline:
             raise click.ClickException(
@@ -159,15 +159,18 @@ def remove_broker(
     _set_members(url, staying)
     click.echo(f"broker {broker_id} is leaving: its replicas move off first", err=True)
     deadline = time.monotonic() + timeout
-    time.sleep(0.5)
     while True:
         doc = _members(url)
-        if doc.get("blocked"):
+        if doc.get("decided", True) and doc.get("blocked"):
             _set_members(url, brokers)  # refused: nothing moves, the broker stays
             raise click.ClickException(
                 f"removing broker {broker_id} is refused: " + "; ".join(doc["blocked"])
             )
-        if broker_id in doc.get("released", []) and not doc.get("moving"):
+        if (
+            doc.get("decided", True)
+            and broker_id in doc.get("released", [])
+            and not doc.get("moving")
+        ):
             break
         if time.monotonic() > deadline:
             raise click.ClickException(

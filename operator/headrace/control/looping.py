@@ -293,6 +293,9 @@ class ControlLoop:
         self._unknown_hosted: list[str] = []
         self.observing_since_ms = clock.now_ms()
         self.last_decision: Decision | None = None
+        #: the membership (``members``) the last decision was made with: what its moves
+        #: go towards
+        self.decided_members: frozenset[int] | None = None
         self.steps = 0
         #: "<topic>:<cohort>" -> when (ms) the cohort was first seen with partitions whose
         #: leader none of its members is connected to (``Decision.uncovered``)
@@ -560,6 +563,7 @@ class ControlLoop:
             unreadable = tuple(Problem(n, *invalid[n]) for n in sorted(invalid))
             decision = replace(decision, problems=(*unreadable, *decision.problems))
         self.last_decision = decision
+        self.decided_members = self._members
         self._note_uncovered(decision.uncovered, now)
         problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
         if decision.changed or problems != self._saved_problems or self.unobserved():

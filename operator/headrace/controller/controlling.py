@@ -224,6 +224,9 @@ class Controller:
         members = self._members
         return {
             "members": None if members is None else sorted(members),
+            # the moves below go towards this membership (False: no step has decided on
+            # it yet, so they say nothing of it)
+            "decided": decision is not None and self.loop.decided_members == members,
             **summary.to_json(),
             "live": sorted(decision.liveness.live) if decision is not None else [],
         }

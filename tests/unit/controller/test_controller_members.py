@@ -39,3 +39,19 @@ def test_a_membership_without_brokers_or_with_a_duplicate_is_refused(tmp_path: P
         c.set_members([*endpoints(0, 1), *endpoints(1)])
     assert c.members is None
     assert not (tmp_path / "state" / "members.json").exists()
+
+
+async def test_the_moves_it_reports_are_the_new_memberships_only_once_a_step_decided_on_it(
+    tmp_path: Path,
+) -> None:
+    # ``local add-broker`` waits until nothing moves: an answer given before the loop has
+    # decided on the new membership (a step already under way took the old one) says
+    # nothing moves, and the command returned before any replica had moved
+    c = make(tmp_path)
+    c.set_members(endpoints(0, 1, 2))
+    await settle(c)
+    assert c.members_document()["decided"] is True
+    c.set_members(endpoints(0, 1, 2, 3))
+    assert c.members_document()["decided"] is False
+    await c.step()
+    assert c.members_document()["decided"] is True
