@@ -10,6 +10,7 @@ order and writes them.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -42,7 +43,7 @@ KafkaHandler = Callable[[km.RequestHeader, Any], object]
 KafkaRoutes = Mapping[km.ApiKey, KafkaHandler]
 
 
-class KafkaHandlers:
+class KafkaHandlers(abc.ABC):
     """A connection's handlers of one concern. Each subclass names its APIs in
     ``routes()``; the connection builds one table from them all."""
 
@@ -51,5 +52,6 @@ class KafkaHandlers:
         self.broker = context.broker
         self.access = context.access
 
+    @abc.abstractmethod
     def routes(self) -> KafkaRoutes:
-        raise NotImplementedError
+        """Each API this concern answers, to its handler."""
