@@ -1,16 +1,19 @@
-"""``python -m bench.kafka_peers``: one Kafka client, two servers.
+"""``python -m bench.kafka_peers``: the same Kafka clients, two servers.
 
-Kafka's own Java client, as its perf tools drive it, against (1) a 3-broker
-headrace local cluster through its Kafka listener and (2) Apache Kafka in KRaft
-mode (3 nodes, each broker and controller; the jars of ``bench/peers/build.sh``).
-One server at a time, each in a fresh temp dir on loopback, at matched
-durability: a topic of ``--partitions`` partitions, RF 3 and minInSync 2 on both,
+Two Kafka clients, each held equal across the servers: Kafka's own Java client as
+its perf tools drive it, and librdkafka (confluent-kafka, ``bench.kafka_rdkafka``).
+Against (1) a 3-broker headrace local cluster through its Kafka listener and (2)
+Apache Kafka in KRaft mode (3 nodes, each broker and controller; the jars of
+``bench/peers/build.sh``). One server at a time, each in a fresh temp dir on
+loopback, at matched durability: for each ``--replicas`` (RF 1 and RF 3 by
+default; minInSync 2 at RF 3) a topic of ``--partitions`` partitions per client,
 acks=all, fsync about every second (headrace ``--fsync interval``, Kafka
-``log.flush.interval.ms=1000``); headrace's topic is untiered, as Kafka's.
+``log.flush.interval.ms=1000``); headrace's topics are untiered, as Kafka's.
 
 For each server, first an unmeasured ``ProducerPerformance`` run of
 ``--server-warmup-records`` into another topic: the servers' warm-up (a JVM
-server's JIT would otherwise be most of a short run's cost). Then:
+server's JIT would otherwise be most of a short run's cost). Then, for each
+replication factor and each client (one row each):
 
 ``produce``
     ``ProducerPerformance``: ``--records`` records of ``--record-size`` bytes,
@@ -24,6 +27,12 @@ server's JIT would otherwise be most of a short run's cost). Then:
     ``ConsumerPerformance`` reads them all back in a group from the earliest
     offset. Its fetch-phase rates are the figures (the group join is reported
     apart); it must read every record.
+``rdkafka``
+    the same two steps with librdkafka: idempotent acks=all produce after the
+    same warm-up, latency sampled on every 64th record, then a group read of
+    every record, its rate from the subscribe (librdkafka fetches ahead while
+    the group forms). It is a Python process, so at these rates it can be the
+    bound: then its rows compare the servers' CPU per record more than speed.
 
 Server CPU (every broker and controller process) is metered over each tool's run
 and reported per million records. Before each measurement the bench waits up to
@@ -81,8 +90,9 @@ class Sizes:
     #: records of a first, unmeasured run into another topic: the servers' warm-up
     server_warmup_records: int
     partitions: int
-    replicas: int
-    min_insync: int
+    #: a topic per replication factor and client; minInSync 2 where RF allows
+    replication: tuple[int, ...]
+    clients: tuple[str, ...]
     #: records/s for ProducerPerformance's --throughput; -1: as fast as it goes
     throughput: int
     brokers: int
@@ -99,7 +109,8 @@ class Server:
     version: str
     bootstrap: str
     pids: dict[str, int]
-    create_topic: Callable[[str], None]
+    #: (topic, replicas, minInSync)
+    create_topic: Callable[[str, int, int], None]
     stored_records: Callable[[str], int]
 
 
@@ -120,8 +131,8 @@ def headrace(sizes: Sizes) -> Iterator[Server]:
             bootstrap=cluster.kafka_bootstrap,
             pids=cluster.pids,
             # untiered, like Kafka's: uploading segments is not what is compared
-            create_topic=lambda topic: cluster.create_topic(
-                topic, sizes.partitions, sizes.replicas, sizes.min_insync, tiered=False
+            create_topic=lambda topic, replicas, min_insync: cluster.create_topic(
+                topic, sizes.partitions, replicas, min_insync, tiered=False
             ),
             stored_records=cluster.records,
         )
@@ -143,8 +154,8 @@ def kafka(sizes: Sizes) -> Iterator[Server]:
             version=peerservers.kafka_version(),
             bootstrap=cluster.bootstrap,
             pids={f"server{n.node_id}": n.pid for n in cluster.nodes},
-            create_topic=lambda topic: cluster.create_topic(
-                topic, sizes.partitions, sizes.replicas, sizes.min_insync
+            create_topic=lambda topic, replicas, min_insync: cluster.create_topic(
+                topic, sizes.partitions, replicas, min_insync
             ),
             stored_records=cluster.records,
         )
@@ -154,6 +165,11 @@ def kafka(sizes: Sizes) -> Iterator[Server]:
 
 
 SERVERS = {"headrace": headrace, "kafka": kafka}
+CLIENTS = ("java", "rdkafka")
+
+
+def min_insync_for(replicas: int) -> int:
+    return min(2, replicas)
 
 
 def _headrace_version() -> str:
@@ -258,52 +274,92 @@ def producer_argv(server: Server, sizes: Sizes, topic: str, records: int, warmup
     )  # fmt: skip
 
 
-def measure(server: Server, sizes: Sizes, log: Callable[[str], None]) -> dict[str, Any]:
-    row: dict[str, Any] = {
-        "system": server.system,
-        "version": server.version,
-        "brokers": server.brokers,
-        "mode": server.mode,
-    }
+def rdkafka_argv(mode: str, server: Server, sizes: Sizes, topic: str) -> list[str]:
+    argv = [
+        sys.executable, "-m", "bench.kafka_rdkafka", mode, "--bootstrap", server.bootstrap,
+        "--topic", topic, "--records", str(sizes.records),
+        "--record-size", str(sizes.record_bytes),
+    ]  # fmt: skip
+    return argv + (["--warmup-records", str(sizes.warmup_records)] if mode == "produce" else [])
+
+
+def measure(server: Server, sizes: Sizes, log: Callable[[str], None]) -> list[dict[str, Any]]:
+    """One row per replication factor and client, on one running server."""
     timeout = 120 + sizes.records * max(sizes.record_bytes, 100) / 2e6
     if sizes.server_warmup_records:
         # A JVM server compiles its hot paths during its first seconds of load (on two
         # shared cores, tens of CPU seconds for three Kafka nodes): without this pass a
         # short run would measure that, not the server at work.
-        server.create_topic(WARMUP_TOPIC)
+        top = max(sizes.replication)
+        server.create_topic(WARMUP_TOPIC, top, min_insync_for(top))
         procs.run_tool(
             producer_argv(server, sizes, WARMUP_TOPIC, sizes.server_warmup_records, 0), timeout
         )
-    server.create_topic(TOPIC)
+    rows = []
+    for replicas in sizes.replication:
+        for client in sizes.clients:
+            topic = f"{TOPIC}-rf{replicas}-{client}"
+            server.create_topic(topic, replicas, min_insync_for(replicas))
+            rows.append(measure_one(server, sizes, topic, replicas, client, timeout, log))
+    return rows
+
+
+def measure_one(
+    server: Server,
+    sizes: Sizes,
+    topic: str,
+    replicas: int,
+    client: str,
+    timeout: float,
+    log: Callable[[str], None],
+) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "system": server.system,
+        "version": server.version,
+        "brokers": server.brokers,
+        "mode": server.mode,
+        "client": client,
+        "replicas": replicas,
+        "min_insync": min_insync_for(replicas),
+    }
+    label = f"{server.system} {client} RF {replicas}"
     row["produce_load"] = settle(sizes.settle_s, log)
-    produce_argv = producer_argv(server, sizes, TOPIC, sizes.records, sizes.warmup_records)
-    out, cpu = run_metered(server, produce_argv, timeout)
-    produce = parse_produced(out)
+    if client == "java":
+        argv = producer_argv(server, sizes, topic, sizes.records, sizes.warmup_records)
+        out, cpu = run_metered(server, argv, timeout)
+        produce = parse_produced(out)
+    else:
+        out, cpu = run_metered(server, rdkafka_argv("produce", server, sizes, topic), timeout)
+        produce = json.loads(out.strip().splitlines()[-1])
     _per_million(cpu, sizes.records)
-    stored = server.stored_records(TOPIC)
+    stored = server.stored_records(topic)
     if stored != sizes.records:
-        raise RuntimeError(f"{server.system}: sent {sizes.records} records, the log holds {stored}")
+        raise RuntimeError(f"{label}: sent {sizes.records} records, the log holds {stored}")
     row["produce"] = {**produce, "cpu": cpu}
     lat = produce["latency_ms"]
     log(
-        f"   {server.system} produce: {produce['records_per_s']:,.0f} records/s "
+        f"   {label} produce: {produce['records_per_s']:,.0f} records/s "
         f"{produce['mb_per_s']} MB/s p50 {lat['p50']} ms p99 {lat['p99']} ms; "
         f"server {cpu['server_cpu_s_per_m']} CPU s per M records"
     )
     row["consume_load"] = settle(sizes.settle_s, log)
-    consume_argv = peerservers.java_tool_argv(
-        f"{TOOLS}.ConsumerPerformance",
-        "--bootstrap-server", server.bootstrap, "--topic", TOPIC,
-        "--num-records", str(sizes.records), "--timeout", "30000",
-    )  # fmt: skip
-    out, cpu = run_metered(server, consume_argv, timeout)
-    consume = parse_consumed(out)
+    if client == "java":
+        argv = peerservers.java_tool_argv(
+            f"{TOOLS}.ConsumerPerformance",
+            "--bootstrap-server", server.bootstrap, "--topic", topic,
+            "--num-records", str(sizes.records), "--timeout", "30000",
+        )  # fmt: skip
+        out, cpu = run_metered(server, argv, timeout)
+        consume = parse_consumed(out)
+    else:
+        out, cpu = run_metered(server, rdkafka_argv("consume", server, sizes, topic), timeout)
+        consume = json.loads(out.strip().splitlines()[-1])
     if consume["records"] < sizes.records:
-        raise RuntimeError(f"{server.system}: consumed {consume['records']} of {sizes.records}")
+        raise RuntimeError(f"{label}: consumed {consume['records']} of {sizes.records}")
     _per_million(cpu, sizes.records)
     row["consume"] = {**consume, "cpu": cpu}
     log(
-        f"   {server.system} consume: {consume['records_per_s']:,.0f} records/s "
+        f"   {label} consume: {consume['records_per_s']:,.0f} records/s "
         f"{consume['mb_per_s']} MB/s (group join {consume['group_join_ms']} ms); "
         f"server {cpu['server_cpu_s_per_m']} CPU s per M records"
     )
@@ -313,35 +369,70 @@ def measure(server: Server, sizes: Sizes, log: Callable[[str], None]) -> dict[st
 # ---------------------------------------------------------------------------- report
 
 
+CLIENT_NAMES = {
+    "java": "Kafka's Java perf tools",
+    "rdkafka": "librdkafka (confluent-kafka)",
+}
+
+
 def markdown(doc: dict[str, Any]) -> str:
     s = doc["settings"]
+    c = doc["client"]
     lines = [
-        f"_Same client (Kafka {doc['client']['version']}'s ProducerPerformance and"
-        f" ConsumerPerformance, Java {doc['client']['java']}), {s['records']:,} records of"
-        f" {s['record_bytes']} B ({s['warmup_records']:,} of them the client's warm-up, after"
-        f" {s['server_warmup_records']:,} unmeasured for the servers'), {s['partitions']}"
-        f" partitions, RF {s['replicas']}, minInSync {s['min_insync']}, acks=all, throughput"
+        f"_Same clients on both servers: Kafka {c['version']}'s ProducerPerformance and"
+        f" ConsumerPerformance (Java {c['java']}), and librdkafka {c.get('librdkafka', '?')}"
+        f" (confluent-kafka, one Python process). {s['records']:,} records of"
+        f" {s['record_bytes']} B per row ({s['warmup_records']:,} of them the client's warm-up,"
+        f" after {s['server_warmup_records']:,} unmeasured for the servers'),"
+        f" {s['partitions']} partitions, RF 1, or RF 3 with minInSync 2, acks=all, throughput"
         f" {'unthrottled' if s['throughput'] < 0 else str(s['throughput']) + ' records/s'};"
         f" {s['brokers']} brokers each; run {doc['run_utc']} in {doc['seconds']} s."
         " *busy*: other processes' busy cores before produce / consume._",
         "",
-        "| server | produce records/s | produce MB/s | p50 ms | p99 ms | consume records/s"
-        " | consume MB/s | group join ms | server CPU s / M records (produce, consume) | busy |",
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
+        "| server | client | RF | produce records/s | produce MB/s | p50 ms | p99 ms"
+        " | consume records/s | consume MB/s | group join ms"
+        " | server CPU s / M records (produce, consume) | busy |",
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|",
     ]
     for r in doc["rows"]:
-        p, c = r["produce"], r["consume"]
+        p, q = r["produce"], r["consume"]
         lines.append(
-            f"| {r['system']} {r['version']} | {p['records_per_s']:,.0f} | {p['mb_per_s']:.2f}"
+            f"| {r['system']} {r['version']} | {r['client']} | {r['replicas']}"
+            f" | {p['records_per_s']:,.0f} | {p['mb_per_s']:.2f}"
             f" | {p['latency_ms']['p50']} | {p['latency_ms']['p99']}"
-            f" | {c['records_per_s']:,.0f} | {c['mb_per_s']:.2f} | {c['group_join_ms']}"
-            f" | {p['cpu']['server_cpu_s_per_m']}, {c['cpu']['server_cpu_s_per_m']}"
+            f" | {q['records_per_s']:,.0f} | {q['mb_per_s']:.2f} | {q['group_join_ms']}"
+            f" | {p['cpu']['server_cpu_s_per_m']}, {q['cpu']['server_cpu_s_per_m']}"
             f" | {r['produce_load']['busy_cores_before']}"
             f" / {r['consume_load']['busy_cores_before']} |"
         )
     for system, error in doc["failed"].items():
-        lines.append(f"| {system} | failed: {error.splitlines()[0][:120]} |||||||||")
+        lines.append(f"| {system} | failed: {error.splitlines()[0][:120]} |||||||||||")
+    ratios = ratio_lines(doc["rows"])
+    if ratios:
+        lines += ["", "headrace against Kafka with the same client and RF (produce):", ""]
+        lines += ratios
     return "\n".join(lines)
+
+
+def ratio_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """For each client and RF both servers ran: headrace's throughput and server CPU per
+    record as a fraction of Kafka's."""
+    by_key = {(r["system"], r["client"], r["replicas"]): r for r in rows}
+    out = []
+    for (system, client, replicas), ours in by_key.items():
+        theirs = by_key.get(("kafka", client, replicas))
+        if system != "headrace" or theirs is None:
+            continue
+        speed = ours["produce"]["records_per_s"] / theirs["produce"]["records_per_s"]
+        cpu = (
+            ours["produce"]["cpu"]["server_cpu_s_per_m"]
+            / theirs["produce"]["cpu"]["server_cpu_s_per_m"]
+        )
+        out.append(
+            f"- {CLIENT_NAMES[client]}, RF {replicas}: {speed:.2f}x Kafka's records/s,"
+            f" {cpu:.2f}x its server CPU per record"
+        )
+    return out
 
 
 def plot(doc: dict[str, Any], path: Path) -> None:
@@ -353,36 +444,31 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     rows = doc["rows"]
     if not rows:
         return
-    systems = [r["system"] for r in rows]
+    systems = sorted({r["system"] for r in rows})
+    cases = sorted({(r["client"], r["replicas"]) for r in rows})
+    by_key = {(r["system"], r["client"], r["replicas"]): r for r in rows}
     panels = (
-        ("records / s", [("produce", "records_per_s"), ("consume", "records_per_s")]),
-        ("MB / s", [("produce", "mb_per_s"), ("consume", "mb_per_s")]),
+        ("produce records / s", lambda r: r["produce"]["records_per_s"]),
+        ("consume records / s", lambda r: r["consume"]["records_per_s"]),
+        ("server CPU s / M records, produce", lambda r: r["produce"]["cpu"]["server_cpu_s_per_m"]),
     )
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.8))
+    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
     width = 0.8 / len(systems)
-    for ax, (label, series) in zip(axes, panels, strict=False):
-        for k, r in enumerate(rows):
-            ax.bar(
-                [i + k * width for i in range(len(series))],
-                [r[phase][key] for phase, key in series],
-                width,
-                label=r["system"],
-            )
-        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(series))], [p for p, _ in series])
+    for ax, (label, value) in zip(axes, panels, strict=True):
+        for k, system in enumerate(systems):
+            heights = [
+                value(by_key[(system, *case)]) if (system, *case) in by_key else 0 for case in cases
+            ]
+            ax.bar([i + k * width for i in range(len(cases))], heights, width, label=system)
+        ax.set_xticks(
+            [i + 0.4 - width / 2 for i in range(len(cases))],
+            [f"{client}\nRF {rf}" for client, rf in cases],
+        )
         ax.set_ylabel(label)
         ax.legend(fontsize=8)
-    ax = axes[2]
-    for k, r in enumerate(rows):
-        lat = r["produce"]["latency_ms"]
-        ax.bar(
-            [i + k * width for i in range(2)], [lat["p50"], lat["p99"]], width, label=r["system"]
-        )
-    ax.set_xticks([i + 0.4 - width / 2 for i in range(2)], ["p50", "p99"])
-    ax.set_ylabel("produce latency, ms")
-    ax.legend(fontsize=8)
     s = doc["settings"]
     fig.suptitle(
-        f"Kafka's Java client, acks=all, RF {s['replicas']}: {s['records']:,} x {s['record_bytes']} B",
+        f"The same Kafka clients, acks=all: {s['records']:,} x {s['record_bytes']} B per case",
         fontsize=10,
     )
     fig.tight_layout()
@@ -404,6 +490,12 @@ def _java_version() -> str:
     return found.group(1) if found else "?"
 
 
+def _librdkafka_version() -> str:
+    import confluent_kafka
+
+    return str(confluent_kafka.libversion()[0])
+
+
 # ---------------------------------------------------------------------------- entry
 
 
@@ -423,6 +515,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--throughput", type=int, default=-1, help="records/s; -1: unthrottled")
     parser.add_argument("--brokers", type=int, choices=(1, 3), default=3, help="of each server")
+    parser.add_argument(
+        "--replicas",
+        type=int,
+        action="append",
+        choices=(1, 3),
+        help="a replication factor to run (repeatable; default: 1 and 3, 1 alone on 1 broker)",
+    )
+    parser.add_argument(
+        "--client", action="append", choices=CLIENTS, help="repeatable; default: every client"
+    )
     parser.add_argument("--settle-s", type=float, default=5.0)
     parser.add_argument("--only", action="append", choices=sorted(SERVERS))
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -441,7 +543,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--warmup-records must be below --records")
     if args.server_warmup_records is not None and args.server_warmup_records < 0:
         parser.error("--server-warmup-records must not be negative")
-    replicas = min(3, args.brokers)
+    replication = tuple(sorted(set(args.replicas or (1, 3))))
+    if max(replication) > args.brokers:
+        parser.error(f"--replicas {max(replication)} needs as many --brokers")
     sizes = Sizes(
         records=args.records,
         record_bytes=args.record_size,
@@ -450,8 +554,8 @@ def main(argv: list[str] | None = None) -> int:
             args.records // 3 if args.server_warmup_records is None else args.server_warmup_records
         ),
         partitions=args.partitions,
-        replicas=replicas,
-        min_insync=min(2, replicas),
+        replication=replication,
+        clients=tuple(args.client or CLIENTS),
         throughput=args.throughput,
         brokers=args.brokers,
         settle_s=args.settle_s,
@@ -464,12 +568,13 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     doc: dict[str, Any] = {
         "scenario": "kafka_peers",
-        "schema": 1,
+        "schema": 2,
         "run_utc": _now(),
         "client": {
-            "name": "Kafka Java client: ProducerPerformance, ConsumerPerformance",
+            "name": "Kafka Java client: ProducerPerformance, ConsumerPerformance; librdkafka",
             "version": peerservers.kafka_version(),
             "java": _java_version(),
+            "librdkafka": _librdkafka_version(),
         },
         "settings": asdict(sizes),
         "rows": [],
@@ -480,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"== {name} ({sizes.brokers} brokers)")
             try:
                 with SERVERS[name](sizes) as server:
-                    doc["rows"].append(measure(server, sizes, log))
+                    doc["rows"].extend(measure(server, sizes, log))
             except Exception as exc:
                 doc["failed"][name] = f"{type(exc).__name__}: {exc}"
                 log(f"   {name} FAILED: {doc['failed'][name]}")

@@ -95,6 +95,17 @@ def enforce_restricted(cluster: Cluster, namespace: str) -> None:
     )
 
 
+def job_container(cluster: Cluster, namespace: str, job: str) -> dict[str, Any]:
+    """The status of the one container of ``job``'s one pod: which image ran it, and on a
+    real node its containerd id."""
+    out = cluster.kubectl_run(
+        "get", "pods", "-n", namespace, "-l", f"batch.kubernetes.io/job-name={job}", "-o", "json"
+    ).stdout
+    (pod,) = json.loads(out)["items"]
+    (ran,) = pod["status"]["containerStatuses"]
+    return dict(ran)
+
+
 def credentials_secret(server: MinioServer) -> dict[str, Any]:
     def b64(text: str) -> str:
         return base64.b64encode(text.encode()).decode()

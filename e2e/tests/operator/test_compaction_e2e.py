@@ -142,12 +142,7 @@ def test_a_compaction_job_merges_small_segments_and_loses_nothing(
             assert (owner["kind"], owner["name"]) == ("Compaction", "merge")
             if cluster.real_node:
                 # its pod ran as a container of the Spark image, not the brokers' image
-                out = cluster.kubectl_run(
-                    "get", "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=merge",
-                    "-o", "json",
-                ).stdout  # fmt: skip
-                (pod,) = json.loads(out)["items"]
-                (ran,) = pod["status"]["containerStatuses"]
+                ran = storage.job_container(cluster, namespace, "merge")
                 assert ran["containerID"].startswith("containerd://"), ran
                 assert ran["image"] == spark_image(), ran
                 print(f"\n[e2e figure] Compaction pod: {ran['image']} {ran['imageID']}",

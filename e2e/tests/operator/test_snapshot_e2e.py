@@ -13,7 +13,11 @@ else. Deleting the TopicSnapshot deletes its document from the store (the finali
 A ``TopicSnapshotSchedule`` every minute keeping one (``make e2e-cron``: it waits for two
 minute boundaries) takes a snapshot, then a newer one that replaces it.
 
-Test bed only: the operator and MinIO run on this host; pods run this checkout's Python.
+The test bed, on its stand-in or its real node (``E2E_NODE=real``): MinIO runs on this
+host and the operator is installed with the chart. On the stand-in, pods run this checkout's
+Python; on the real node the namespace enforces Pod Security "restricted", the snapshot and
+restore Jobs' pods are containers of the Spark image (a restore verifies the copy with
+``spark-submit`` before it releases the topic), and the brokers' of the headrace image.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from e2e.support import Cluster, wait_for
+from e2e.support import Cluster, spark_image, wait_for
 from e2e.tests.operator import storage
 
 RECORDS = 600
@@ -60,12 +64,13 @@ def events_of(cluster: Cluster, namespace: str, kind: str, name: str) -> list[st
 
 
 def test_a_snapshot_restores_every_record_at_its_offset_after_the_topic_is_gone(
-    cluster: Cluster, namespace: str, testbed_only: None, tmp_path: Path
+    cluster: Cluster, namespace: str, testbed_provider: None, tmp_path: Path
 ) -> None:
     with (
-        storage.minio(tmp_path) as server,
-        storage.operator(cluster, namespace, tmp_path / "operator.log"),
+        storage.minio(tmp_path, cluster) as server,
+        storage.operator(cluster, namespace, tmp_path / "operator.log", spark=True),
     ):
+        storage.enforce_restricted(cluster, namespace)
         cluster.apply([storage.credentials_secret(server)], namespace)
         cluster.apply([storage.tiered_cluster(server.endpoint, "snap", 1)], namespace)
         storage.wait_ready(cluster, "brokercluster", "snap", namespace)
@@ -135,6 +140,12 @@ def test_a_snapshot_restores_every_record_at_its_offset_after_the_topic_is_gone(
             f"{json.dumps(status)}\n{job_log(cluster, namespace, 'restore-back')}"
         )
         print(f"\n[e2e figure] TopicRestore status: {json.dumps(status)}", file=sys.stderr)
+        assert status["verification"]["outcome"] == "Verified", status
+        if cluster.real_node:
+            ran = storage.job_container(cluster, namespace, "restore-back")
+            assert ran["containerID"].startswith("containerd://"), ran
+            assert ran["image"] == spark_image(), ran
+            print(f"\n[e2e figure] TopicRestore pod: {ran['image']}", file=sys.stderr)
         restored_topic = cluster.get("topic", "restored", namespace)
         assert status["creationId"] == restored_topic["metadata"]["uid"]
         assert restored_topic["metadata"]["annotations"]["headrace.dev/restore"] == "written"
