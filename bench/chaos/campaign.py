@@ -50,10 +50,16 @@ from pathlib import Path
 from typing import Any
 
 from bench.chaos import checking
-from bench.chaos.traffic import KeyedTraffic, Member, read_delivery_log
-from headrace.client import Consumer, Producer
-from headrace.errors import HeadraceError
-from headrace.testing.reading import read_partition
+from bench.chaos.runner import (
+    Cohort,
+    RunSettings,
+    cluster_up,
+    play_rounds,
+    read_back,
+    rounds_by_target,
+)
+from bench.chaos.traffic import KeyedTraffic
+from headrace.client import Producer
 from tests.integration.localcluster import LocalCluster, topic_manifest
 
 log = logging.getLogger("chaos")
@@ -72,15 +78,7 @@ TARGETS = (*CLASSIC_TARGETS, "repartition")
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    rounds: int = 100
-    seed: int = 0
-    partitions: int = 3
-    keys: int = 24
-    #: records sent per tick, and the pause between ticks (about 1000 records/s at the default;
-    #: the machine is shared, so the load is steady rather than maximal)
-    burst: int = 20
-    tick_s: float = 0.02
+class Settings(RunSettings):
     #: the victim stays dead for uniform(min, max) seconds
     restart_delay_s: tuple[float, float] = (0.2, 3.0)
     #: a paused leader stays stopped for uniform(min, max) seconds: around the 3 s liveness
@@ -246,11 +244,8 @@ class Campaign:
         s = self.settings
         self.progress(f"chaos: seed {s.seed}, {s.rounds} rounds, directory {self.dir}")
         started = time.monotonic()
-        await asyncio.to_thread(self.cluster.up)
-        try:
+        async with cluster_up(self.cluster):
             return await self._run_on_cluster(started)
-        finally:
-            await asyncio.to_thread(self.cluster.down)
 
     async def _run_on_cluster(self, started: float) -> dict[str, Any]:
         s = self.settings
@@ -260,34 +255,14 @@ class Campaign:
         if proc.returncode != 0:
             raise RuntimeError(f"apply topic: {proc.stderr.decode()}")
         await asyncio.to_thread(c.wait, lambda: full_lrs(c), 60.0, "topic online")
-        members = [
-            Member(
-                Consumer(c.bootstrap, TOPIC, COHORT, member_id=f"member-{i}", start="earliest"),
-                f"member-{i}",
-                self.dir / f"member-{i}.log",
-            )
-            for i in range(s.members)
-        ]
-        for m in members:
-            await m.consumer.start()
-        consuming = [asyncio.create_task(self.traffic.consume(m)) for m in members]
+        cohort = Cohort(self.traffic, COHORT, s.members, self.dir)
+        members = await cohort.start(c.bootstrap)
         producer = await Producer(
             c.bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=60_000
         ).start()
         loading = asyncio.create_task(self.traffic.load(producer))
         await asyncio.sleep(s.warmup_s)
-        for i in range(s.rounds):
-            r = await self._round(i)
-            self.rounds.append(r)
-            took = "not back" if r.recovery_s is None else f"full LRS {r.recovery_s:.2f}s"
-            self.progress(
-                f"round {i:3d}: {r.target:10s} p{r.partition} victim {r.victim:10s}"
-                f" down {r.down_s:.2f}s{'' if r.left_lrs is not False else ' (stayed in LRS)'}"
-                f"  {took}{'  mid-seal' if r.mid_seal else ''}"
-                f"{f'  mid-cutover ({r.mid_cutover})' if r.mid_cutover else ''}"
-                f"{f'  finalized {r.finalize_s:.2f}s' if r.finalize_s is not None else ''}"
-                f"{'  ' + r.note if r.note else ''}"
-            )
+        await play_rounds(s.rounds, self._round, self.rounds, describe, self.progress)
         self.traffic.stop_load.set()
         await loading
         await producer.flush()
@@ -295,10 +270,7 @@ class Campaign:
         acked, failed = await self.traffic.outcomes()
         self.progress(f"load stopped: {len(acked)} acknowledged, {failed} failed sends")
         await asyncio.to_thread(c.wait, lambda: full_lrs(c), s.recovery_timeout_s, "full LRS")
-        wanted = {(a.partition, a.offset) for a in acked}
-        deadline = time.monotonic() + s.drain_timeout_s
-        while not wanted <= self.traffic.delivered and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
+        await cohort.drain(acked, s.drain_timeout_s)
         self.final_assignments = {m.name: dict(m.consumer.assignment) for m in members}
         self.member_tasks = {
             m.name: [
@@ -307,24 +279,14 @@ class Campaign:
             ]
             for m in members
         }
-        for task in consuming:
-            task.cancel()
-        for task in consuming:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for m in members:
-            await m.consumer.close(grace_s=2.0)
-        stored = {}
-        for p in range(self.partitions_ever):
-            try:
-                records = await read_partition(c.bootstrap, TOPIC, p)
-            except HeadraceError as exc:  # a retired partition dropped: its records are lost
-                self.progress(f"partition {p} unreadable: {exc}")
-                records = []
-            stored[p] = [(r.offset, r.value) for r in records]
-        deliveries = [d for m in members for d in read_delivery_log(m.path, m.name)]
+        await cohort.stop()
+        stored = await read_back(c.bootstrap, TOPIC, self.partitions_ever, self.progress)
         verdict = checking.check(
-            acked, stored, deliveries, failed_sends=failed, in_order=self.traffic.delivery_order
+            acked,
+            stored,
+            cohort.deliveries(),
+            failed_sends=failed,
+            in_order=self.traffic.delivery_order,
         )
         fresh = await self.traffic.fresh_cohort(
             c.bootstrap, acked, stored, s.fresh_cohort_timeout_s
@@ -641,7 +603,7 @@ class Campaign:
     def _report(self, verdict: dict[str, Any], elapsed_s: float) -> dict[str, Any]:
         recoveries = [r.recovery_s for r in self.rounds if r.recovery_s is not None]
         after_drop = [r.recovery_s for r in self.rounds if r.recovery_s is not None and r.left_lrs]
-        by_target = {t: sum(1 for r in self.rounds if r.target == t) for t in TARGETS}
+        by_target = rounds_by_target(self.rounds, TARGETS)
         report = {
             "seed": self.settings.seed,
             "settings": asdict(self.settings),
@@ -696,6 +658,19 @@ class Campaign:
             "round_log": [asdict(r) for r in self.rounds],
         }
         return report
+
+
+def describe(r: Round) -> str:
+    """A round's line in the progress."""
+    took = "not back" if r.recovery_s is None else f"full LRS {r.recovery_s:.2f}s"
+    return (
+        f"{r.target:10s} p{r.partition} victim {r.victim:10s}"
+        f" down {r.down_s:.2f}s{'' if r.left_lrs is not False else ' (stayed in LRS)'}"
+        f"  {took}{'  mid-seal' if r.mid_seal else ''}"
+        f"{f'  mid-cutover ({r.mid_cutover})' if r.mid_cutover else ''}"
+        f"{f'  finalized {r.finalize_s:.2f}s' if r.finalize_s is not None else ''}"
+        f"{'  ' + r.note if r.note else ''}"
+    )
 
 
 def distribution(values: list[float]) -> dict[str, float | int | None]:
@@ -771,8 +746,3 @@ def table(report: dict[str, Any]) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
-
-
-def save(report: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(report, indent=1) + "\n")

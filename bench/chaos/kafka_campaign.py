@@ -32,7 +32,6 @@ import asyncio
 import logging
 import random
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -42,9 +41,9 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer
 
-from bench.chaos import checking
-from bench.chaos.campaign import distribution, save
-from headrace.testing import procs
+from bench.chaos import checking, runner
+from bench.chaos.campaign import distribution
+from bench.chaos.runner import RunSettings, cluster_up
 from headrace.testing.reading import read_partition
 from tests.integration.localcluster import LocalCluster, topic_manifest, until
 
@@ -58,14 +57,8 @@ DEFAULT_ROUNDS = 20
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
+class Settings(RunSettings):
     rounds: int = DEFAULT_ROUNDS
-    seed: int = 0
-    partitions: int = 3
-    keys: int = 24
-    #: records sent per tick, and the pause between ticks (a steady load on a shared machine)
-    burst: int = 20
-    tick_s: float = 0.02
     #: the victim stays dead for uniform(min, max) seconds
     restart_delay_s: tuple[float, float] = (0.2, 3.0)
     #: a round fails if the cluster is not back to a full live replica set within this
@@ -134,36 +127,35 @@ class KafkaCampaign:
         s = self.settings
         started = time.monotonic()
         c = self.cluster
-        c.up()
-        try:
-            manifest = topic_manifest(TOPIC_NAME, s.partitions, replicas=3, min_in_sync=2)
-            assert c.apply(manifest).returncode == 0, "the topic was not applied"
-            await until(lambda: full_lrs(c, TOPIC, s.partitions), "the topic placed", 120)
-            await until(lambda: full_lrs(c, OFFSETS, None), "the offsets topic placed", 120)
-            threads = [threading.Thread(target=self._produce, name="producer", daemon=True)]
-            threads += [
-                threading.Thread(target=self._consume, args=(m,), name=m.name, daemon=True)
-                for m in self.members
-            ]
-            for t in threads:
-                t.start()
-            await asyncio.sleep(s.warmup_s)  # load before the first fault, not a sync point
-            for index in range(s.rounds):
-                await self._round(index)
-            self.stop_producing.set()
-            await asyncio.to_thread(threads[0].join, s.drain_timeout_s + 10)
-            await self._drain()
-            self.stop_consuming.set()
-            for t in threads[1:]:
-                await asyncio.to_thread(t.join, 60)
-            stored = {
-                p: [(r.offset, r.value) for r in await read_partition(c.bootstrap, TOPIC, p)]
-                for p in range(s.partitions)
-            }
-        finally:
-            self.stop_producing.set()
-            self.stop_consuming.set()
-            c.down()
+        async with cluster_up(c):
+            try:
+                manifest = topic_manifest(TOPIC_NAME, s.partitions, replicas=3, min_in_sync=2)
+                assert c.apply(manifest).returncode == 0, "the topic was not applied"
+                await until(lambda: full_lrs(c, TOPIC, s.partitions), "the topic placed", 120)
+                await until(lambda: full_lrs(c, OFFSETS, None), "the offsets topic placed", 120)
+                threads = [threading.Thread(target=self._produce, name="producer", daemon=True)]
+                threads += [
+                    threading.Thread(target=self._consume, args=(m,), name=m.name, daemon=True)
+                    for m in self.members
+                ]
+                for t in threads:
+                    t.start()
+                await asyncio.sleep(s.warmup_s)  # load before the first fault, not a sync point
+                for index in range(s.rounds):
+                    await self._round(index)
+                self.stop_producing.set()
+                await asyncio.to_thread(threads[0].join, s.drain_timeout_s + 10)
+                await self._drain()
+                self.stop_consuming.set()
+                for t in threads[1:]:
+                    await asyncio.to_thread(t.join, 60)
+                stored = {
+                    p: [(r.offset, r.value) for r in await read_partition(c.bootstrap, TOPIC, p)]
+                    for p in range(s.partitions)
+                }
+            finally:
+                self.stop_producing.set()
+                self.stop_consuming.set()
         verdict = checking.check(
             self.traffic.acked,
             stored,
@@ -345,30 +337,18 @@ def table(report: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.chaos.kafka_campaign")
-    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument(
-        "--out", type=Path, default=procs.REPO / "bench" / "results" / "chaos-kafka.json"
+    def settings(args: argparse.Namespace, seed: int) -> Settings:
+        print(f"seed {seed}", flush=True)
+        return Settings(args.rounds, seed)
+
+    return runner.main(
+        argparse.ArgumentParser(prog="python -m bench.chaos.kafka_campaign"),
+        rounds=DEFAULT_ROUNDS,
+        out="chaos-kafka.json",
+        settings=settings,
+        run=lambda chosen, directory: asyncio.run(KafkaCampaign(directory, chosen).run()),
+        table=table,
     )
-    parser.add_argument("--keep", action="store_true", help="keep the cluster directory and logs")
-    args = parser.parse_args()
-    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
-    print(f"seed {seed}", flush=True)
-    logging.basicConfig(level=logging.ERROR)
-    directory = Path(tempfile.mkdtemp(prefix="headrace-chaos-kafka-"))
-    try:
-        report = asyncio.run(KafkaCampaign(directory, Settings(args.rounds, seed)).run())
-    finally:
-        procs.kill_all()
-        if not args.keep:
-            procs.remove_dir(directory)
-    save(report, args.out)
-    print(table(report))
-    print(f"report: {args.out}")
-    if not report["ok"]:
-        print("examples:", report["examples"], file=sys.stderr)
-    return 0 if report["ok"] else 1
 
 
 if __name__ == "__main__":

@@ -48,7 +48,6 @@ import random
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -59,17 +58,17 @@ from typing import Any, TypeVar
 
 import yaml
 
-from bench.chaos import checking
-from bench.chaos.traffic import KeyedTraffic, Member, read_delivery_log
+from bench.chaos import checking, runner
+from bench.chaos.runner import Cohort, play_rounds, read_back, rounds_by_target
+from bench.chaos.traffic import KeyedTraffic
 from e2e.support import Cluster
 from e2e.tests.operator import storage
 from e2e.tests.operator.fixtures import InstalledOperator, release_stuck_topics
 from e2e.tests.operator.test_lease_handover_e2e import process_of
-from headrace.client import Consumer, Producer
+from headrace.client import Producer
 from headrace.errors import HeadraceError
 from headrace.testing import procs, waiting
 from headrace.testing.minio import MinioServer
-from headrace.testing.reading import read_partition
 
 log = logging.getLogger("chaos")
 T = TypeVar("T")
@@ -289,9 +288,8 @@ class OperatorCampaign:
         self.flush_interval_ms = 1000
         self.server: MinioServer | None = None
         self.producer: Producer | None = None
-        self.members: list[Member] = []
+        self.cohort = Cohort(self.traffic, COHORT, settings.members, directory)
         self._loading: asyncio.Task[None] | None = None
-        self._consuming: list[asyncio.Task[None]] = []
         #: whatever a round left running that a later one must stop (a SIGSTOPped process)
         self._stopped: list[int] = []
 
@@ -364,17 +362,7 @@ class OperatorCampaign:
 
     async def _start_clients(self) -> None:
         bootstrap = self.bootstrap()
-        self.members = [
-            Member(
-                Consumer(bootstrap, self.topic, COHORT, member_id=f"member-{i}", start="earliest"),
-                f"member-{i}",
-                self.dir / f"member-{i}.log",
-            )
-            for i in range(self.settings.members)
-        ]
-        for m in self.members:
-            await m.consumer.start()
-        self._consuming = [asyncio.create_task(self.traffic.consume(m)) for m in self.members]
+        await self.cohort.start(bootstrap)
         self.producer = await Producer(
             bootstrap, acks="all", linger_ms=5, delivery_timeout_ms=30_000
         ).start()
@@ -389,13 +377,7 @@ class OperatorCampaign:
             with contextlib.suppress(HeadraceError):
                 await self.producer.flush()
             await self.producer.close()
-        for task in self._consuming:
-            task.cancel()
-        for task in self._consuming:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for m in self.members:
-            await m.consumer.close(grace_s=2.0)
+        await self.cohort.stop()
 
     async def _run_rounds(self, started: float) -> dict[str, Any]:
         s = self.settings
@@ -407,55 +389,23 @@ class OperatorCampaign:
             120,
         )
         try:
-            for i in range(s.rounds):
-                r = await self._round(i)
-                self.rounds.append(r)
-                self.progress(
-                    f"round {i:3d}: {r.target:16s} {r.victim:22s}"
-                    f" mid {r.mid or '-':14s} settled"
-                    f" {'never' if r.settled_s is None else f'{r.settled_s:.1f}s'}"
-                    f"{' edits ' + ','.join(r.edits) if r.edits else ''}"
-                    f"{'  ' + r.note if r.note else ''}"
-                )
+            await play_rounds(s.rounds, self._round, self.rounds, describe, self.progress)
         finally:
             await self._stop_clients()
         acked, failed = await self.traffic.outcomes()
         self.progress(f"load stopped: {len(acked)} acknowledged, {failed} failed sends")
         bootstrap = self.bootstrap()
         # the cohort drains on fresh members (the running ones were closed with the load)
-        drain = [
-            Member(
-                Consumer(bootstrap, self.topic, COHORT, member_id=f"member-{i}", start="earliest"),
-                f"member-{i}",
-                self.dir / f"member-{i}.log",
-            )
-            for i in range(s.members)
-        ]
-        for m in drain:
-            await m.consumer.start()
-        consuming = [asyncio.create_task(self.traffic.consume(m)) for m in drain]
-        wanted = {(a.partition, a.offset) for a in acked}
-        deadline = time.monotonic() + s.drain_timeout_s
-        while not wanted <= self.traffic.delivered and time.monotonic() < deadline:
-            await asyncio.sleep(0.2)
-        for task in consuming:
-            task.cancel()
-        for task in consuming:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        for m in drain:
-            await m.consumer.close(grace_s=2.0)
-        stored = {}
-        for p in range(self.partitions_ever):
-            try:
-                records = await read_partition(bootstrap, self.topic, p)
-            except HeadraceError as exc:
-                self.progress(f"partition {p} unreadable: {exc}")
-                records = []
-            stored[p] = [(r.offset, r.value) for r in records]
-        deliveries = [d for m in drain for d in read_delivery_log(m.path, m.name)]
+        await self.cohort.start(bootstrap)
+        await self.cohort.drain(acked, s.drain_timeout_s)
+        await self.cohort.stop()
+        stored = await read_back(bootstrap, self.topic, self.partitions_ever, self.progress)
         verdict = checking.check(
-            acked, stored, deliveries, failed_sends=failed, in_order=self.traffic.delivery_order
+            acked,
+            stored,
+            self.cohort.deliveries(),
+            failed_sends=failed,
+            in_order=self.traffic.delivery_order,
         )
         fresh = await self.traffic.fresh_cohort(bootstrap, acked, stored, s.fresh_cohort_timeout_s)
         objects = await asyncio.to_thread(self._object_health)
@@ -497,7 +447,7 @@ class OperatorCampaign:
         """Poll ``fn`` (over the observer's snapshot: cheap) until truthy; TimeoutError. A
         traffic task that died ends the campaign with its error."""
         return await waiting.until_async(
-            fn, timeout_s, what, poll_s=0.2, watching=[self._loading, *self._consuming]
+            fn, timeout_s, what, poll_s=0.2, watching=[self._loading, *self.cohort.consuming]
         )
 
     def settled(self) -> bool:
@@ -1015,9 +965,7 @@ class OperatorCampaign:
             "seed": self.settings.seed,
             "settings": asdict(self.settings),
             "rounds": len(self.rounds),
-            "rounds_by_target": {
-                t: sum(1 for r in self.rounds if r.target == t) for t in self.settings.targets
-            },
+            "rounds_by_target": rounds_by_target(self.rounds, self.settings.targets),
             "faults_seen_in_flight": sum(1 for r in self.rounds if r.mid),
             "rounds_not_settled": sum(1 for r in self.rounds if r.settled_s is None),
             "settled_s_max": max((r.settled_s or 0.0 for r in self.rounds), default=0.0),
@@ -1034,6 +982,17 @@ class OperatorCampaign:
             "transitions": [asdict(t) for t in self.transitions],
             "round_log": [asdict(r) for r in self.rounds],
         }
+
+
+def describe(r: Round) -> str:
+    """A round's line in the progress."""
+    return (
+        f"{r.target:16s} {r.victim:22s}"
+        f" mid {r.mid or '-':14s} settled"
+        f" {'never' if r.settled_s is None else f'{r.settled_s:.1f}s'}"
+        f"{' edits ' + ','.join(r.edits) if r.edits else ''}"
+        f"{'  ' + r.note if r.note else ''}"
+    )
 
 
 def broker_process(ip: str) -> int:
@@ -1097,39 +1056,35 @@ def testbed_namespace() -> Iterator[tuple[Cluster, str]]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.chaos.operator")
-    parser.add_argument("--rounds", type=int, default=30)
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument(
-        "--out", type=Path, default=procs.REPO / "bench" / "results" / "chaos-operator.json"
-    )
-    parser.add_argument("--keep", action="store_true", help="keep the directory and logs")
     parser.add_argument(
         "--targets",
         default=",".join(TARGETS),
         help=f"comma-separated targets to draw rounds from (default: {','.join(TARGETS)})",
     )
-    args = parser.parse_args()
-    targets = tuple(t for t in args.targets.split(",") if t)
-    unknown = set(targets) - set(TARGETS)
-    if unknown or not targets:
-        parser.error(f"unknown targets {sorted(unknown)}; choose from {TARGETS}")
-    seed = args.seed if args.seed is not None else random.randrange(1 << 32)
-    logging.basicConfig(level=logging.ERROR)
-    settings = Settings(rounds=args.rounds, seed=seed, targets=targets)
-    directory = Path(tempfile.mkdtemp(prefix="headrace-chaos-operator-"))
-    try:
+
+    def settings(args: argparse.Namespace, seed: int) -> Settings:
+        targets = tuple(t for t in args.targets.split(",") if t)
+        unknown = set(targets) - set(TARGETS)
+        if unknown or not targets:
+            parser.error(f"unknown targets {sorted(unknown)}; choose from {TARGETS}")
+        return Settings(rounds=args.rounds, seed=seed, targets=targets)
+
+    def run(settings: Settings, directory: Path) -> dict[str, Any]:
         with testbed_namespace() as (cluster, namespace):
-            report = asyncio.run(OperatorCampaign(cluster, namespace, directory, settings).run())
-    finally:
-        if not args.keep:
-            procs.remove_dir(directory)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    print(table(report))
-    print(f"report: {args.out}")
-    if not report["ok"]:
-        print("examples:", report["examples"], report["control"]["examples"], file=sys.stderr)
-    return 0 if report["ok"] else 1
+            return asyncio.run(OperatorCampaign(cluster, namespace, directory, settings).run())
+
+    return runner.main(
+        parser,
+        rounds=30,
+        out="chaos-operator.json",
+        settings=settings,
+        run=run,
+        table=table,
+        examples=lambda report: (report["examples"], report["control"]["examples"]),
+        # the test bed's processes are the test bed's to stop
+        kill_processes=False,
+        keep_help="keep the directory and logs",
+    )
 
 
 if __name__ == "__main__":

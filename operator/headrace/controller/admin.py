@@ -26,6 +26,7 @@ from headrace.aio import cancel_and_wait
 from headrace.control import admission
 from headrace.control.documents import full_name, spec_of
 from headrace.controller.controlling import Controller, RepartitionRefused, UnloadConflict
+from headrace.dashboard.observing import observed_of
 from headrace.dashboard.routes import DashboardRoutes
 from headrace.errors import HeadraceError, InvalidRequest
 from headrace.protocol.endpoints import BrokerEndpoint
@@ -129,14 +130,7 @@ def _dashboard(controller: Controller) -> DashboardRoutes:
     """The local controller's dashboard: its view after the last step."""
 
     async def view(request: web.Request) -> dict[str, Any]:
-        now = controller.clock.now_ms()
-        decision = controller.last_decision
-        return controller.dashboard.view(
-            controller.state_document(),
-            controller.loop.heartbeats,
-            decision.liveness if decision is not None else None,
-            now,
-        )
+        return controller.dashboard.view(observed_of(controller.loop, controller.clock.now_ms()))
 
     return DashboardRoutes(view, controller.settings.poll_interval_ms / 1000)
 

@@ -11,12 +11,32 @@ can still say when a dead broker was last heard from and what it last reported.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
-from headrace.control.liveness import Liveness
+from headrace.control.looping import ControlLoop
 from headrace.dashboard.rates import RateHistory
 from headrace.dashboard.views import Observed, dashboard_view
 from headrace.protocol.coordination import Heartbeat
+
+
+def observed_of(loop: ControlLoop, now_ms: int) -> Observed:
+    """What the loop holds now, as the view takes it: its own typed values, never its
+    documents (``Observer.view`` adds the charts and the brokers it stopped hearing from)."""
+    decision = loop.last_decision
+    return Observed(
+        state=loop.state,
+        heartbeats=dict(loop.heartbeats),
+        liveness=None if decision is None else decision.liveness,
+        now_ms=now_ms,
+        problems=() if decision is None else decision.problems,
+        adoption_floor=None if decision is None else decision.adoption_floor,
+        steps=loop.steps,
+        unloads=[(r, loop.progress.get(r.name)) for r in loop.unload_requests()],
+        repartitions=[
+            (r, loop.repartition_progress.get(r.name)) for r in loop.repartition_requests()
+        ],
+    )
 
 
 class Observer:
@@ -31,22 +51,15 @@ class Observer:
         self.last_heard.update(heartbeats)
         self.rates.observe(now_ms, heartbeats.values())
 
-    def view(
-        self,
-        state: Mapping[str, Any],
-        heartbeats: Mapping[int, Heartbeat],
-        liveness: Liveness | None,
-        now_ms: int,
-    ) -> dict[str, Any]:
-        """The view model (``views.dashboard_view``) of the state document and heartbeats."""
+    def view(self, now: Observed) -> dict[str, Any]:
+        """The view model (``views.dashboard_view``) of what the loop holds ``now``
+        (``observed_of``), with this cluster's id and charts."""
         return dashboard_view(
-            Observed(
-                state=state,
+            replace(
+                now,
                 # a dead broker's last word, which the view marks stale
-                heartbeats={**self.last_heard, **heartbeats},
-                liveness=liveness,
-                now_ms=now_ms,
+                heartbeats={**self.last_heard, **now.heartbeats},
                 cluster_id=self.cluster_id,
-                charts=self.rates.charts(now_ms),
+                charts=self.rates.charts(now.now_ms),
             )
         )

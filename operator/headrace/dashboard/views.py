@@ -7,10 +7,13 @@ sentences. The page (``static/dashboard.js``) only lays the result out, so the
 local controller and the kopf operator show the same thing from the same
 documents.
 
-Inputs, all of which both controllers have after a control-loop step:
+Inputs, all of which both controllers have after a control-loop step, as the loop's
+own typed values (``observing.observed`` reads them off the loop):
 
-* the state document (``ControlLoop.state_document()``, also ``GET /v1/state``):
-  the cluster state, the problems, the Unloads with their status;
+* the ``ClusterState``, the step's problems and adoption floor, and every Unload
+  and Repartition the loop serves with its progress (the same values the state
+  document, ``GET /v1/state``, is written from); a repartition in flight is its
+  topic's transition marker;
 * the latest heartbeat of each broker (``ControlLoop.heartbeats``, plus the last
   one of a broker the loop has stopped hearing from): offsets, cursors, cohort
   members; offsets from a broker that is not live are shown as stale;
@@ -27,24 +30,35 @@ its replica set.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from headrace.control.liveness import Liveness
+from headrace.control.model import (
+    ClusterState,
+    PartitionState,
+    RepartitionProgress,
+    RepartitionRequest,
+    TopicStatus,
+    Transition,
+    UnloadPhase,
+    UnloadProgress,
+    UnloadRequest,
+)
+from headrace.control.reconcile import Problem
+from headrace.control.repartitions import phase_of
 from headrace.dashboard.rates import leader_reports
 from headrace.protocol.coordination import Heartbeat, PartitionReport
-
-#: phases after which an unload is no longer in flight
-_FINISHED: Final = frozenset({"Completed", "Failed"})
 
 
 @dataclass(frozen=True, slots=True)
 class Observed:
-    """Everything the view is made of (see the module)."""
+    """Everything the view is made of (see the module): what the control loop holds after
+    a step, with the heartbeats, the time and the charts."""
 
-    #: the state document (``ControlLoop.state_document()``)
-    state: Mapping[str, Any]
+    #: the cluster state the control loop holds (``ControlLoop.state``)
+    state: ClusterState
     #: the latest heartbeat of each broker, by broker id
     heartbeats: Mapping[int, Heartbeat]
     #: the last step's liveness; None before the first step
@@ -53,17 +67,26 @@ class Observed:
     cluster_id: str = "local"
     #: ``RateHistory.charts``; empty: no charts yet
     charts: Mapping[str, Any] = field(default_factory=dict)
+    #: what the last step reported per topic (``Decision.problems``)
+    problems: Sequence[Problem] = ()
+    #: the last step's ``Decision.adoption_floor``; None before the first step
+    adoption_floor: int | None = None
+    #: the control-loop steps run so far
+    steps: int = 0
+    #: each Unload the loop serves and its progress (None: not taken up yet)
+    unloads: Sequence[tuple[UnloadRequest, UnloadProgress | None]] = ()
+    #: each Repartition the loop serves and its progress (None: not taken up yet)
+    repartitions: Sequence[tuple[RepartitionRequest, RepartitionProgress | None]] = ()
 
 
 def dashboard_view(observed: Observed) -> dict[str, Any]:
     """The JSON the page renders (its shape is documented in docs/operations.md)."""
-    cluster = observed.state.get("cluster") or {}
-    topics = list(cluster.get("topics") or [])
+    topics = [observed.state.topics[name] for name in sorted(observed.state.topics)]
     leaders = leader_reports(observed.heartbeats.values())
     brokers = _brokers(observed, topics)
     partitions = _partitions(observed, topics)
     cohorts = _cohorts(observed, topics, leaders)
-    unloads = [_unload(u) for u in observed.state.get("unloads") or []]
+    unloads = [_unload(r, p) for r, p in sorted(observed.unloads, key=lambda u: u[0].name)]
     problems = _problems(observed, brokers, partitions)
     down = [b for b in brokers if b["health"] == "down"]
     offline = [p for p in partitions if p["offline"]]
@@ -71,9 +94,9 @@ def dashboard_view(observed: Observed) -> dict[str, Any]:
     return {
         "cluster": {
             "id": observed.cluster_id,
-            "generation": cluster.get("generation", 0),
-            "steps": observed.state.get("steps", 0),
-            "adoptionFloor": observed.state.get("adoptionFloor"),
+            "generation": observed.state.generation,
+            "steps": observed.steps,
+            "adoptionFloor": observed.adoption_floor,
             "nowMs": observed.now_ms,
         },
         "summary": {
@@ -94,12 +117,14 @@ def dashboard_view(observed: Observed) -> dict[str, Any]:
             "unloads": [u for u in unloads if u["inFlight"]],
             "finishedUnloads": [u for u in unloads if not u["inFlight"]],
             "repartitions": [
-                _transition(t, observed.now_ms) for t in observed.state.get("transitions") or []
+                _transition(t.name, t.transition, observed.now_ms)
+                for t in topics
+                if t.transition is not None
             ],
             "finishedRepartitions": [
-                r
-                for r in (_repartition(d) for d in observed.state.get("repartitions") or [])
-                if r["phase"] in ("Finalized", "Failed")
+                _repartition(request, progress)
+                for request, progress in sorted(observed.repartitions, key=lambda r: r[0].name)
+                if progress is not None and progress.finished
             ],
         },
         "problems": problems,
@@ -119,27 +144,25 @@ def _health(broker: int, liveness: Liveness | None) -> str:
     return "waiting"
 
 
-def _brokers(observed: Observed, topics: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    known: dict[int, Mapping[str, Any]] = {
-        int(b["id"]): b for b in (observed.state.get("cluster") or {}).get("brokers") or []
-    }
+def _brokers(observed: Observed, topics: list[TopicStatus]) -> list[dict[str, Any]]:
+    known = observed.state.brokers
     leads: dict[int, int] = {}
     hosts: dict[int, int] = {}
     for topic in topics:
-        for p in topic.get("partitions") or []:
-            if p.get("leader") is not None:
-                leads[p["leader"]] = leads.get(p["leader"], 0) + 1
-            for r in p.get("replicas") or []:
+        for p in topic.partitions:
+            if p.leader is not None:
+                leads[p.leader] = leads.get(p.leader, 0) + 1
+            for r in p.replicas:
                 hosts[r] = hosts.get(r, 0) + 1
     rows = []
     for broker in sorted(set(known) | set(observed.heartbeats)):
         hb = observed.heartbeats.get(broker)
-        endpoint = known.get(broker) or (hb.broker.to_json() if hb else {})
-        host, port = endpoint.get("host", "?"), endpoint.get("port")
+        endpoint = known.get(broker) or (hb.broker if hb else None)
+        host, port = ("?", None) if endpoint is None else (endpoint.host, endpoint.port)
         rows.append(
             {
                 "id": broker,
-                "address": f"{host}:{port}" if port is not None and port >= 0 else str(host),
+                "address": f"{host}:{port}" if port is not None and port >= 0 else host,
                 "health": _health(broker, observed.liveness),
                 "lastHeartbeatAgoMs": None if hb is None else observed.now_ms - hb.received_ms,
                 "generation": None if hb is None else hb.generation,
@@ -177,29 +200,28 @@ def _best_report(
     return report, broker
 
 
-def _partitions(observed: Observed, topics: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+def _partitions(observed: Observed, topics: list[TopicStatus]) -> list[dict[str, Any]]:
     live = observed.liveness.live if observed.liveness else frozenset()
     reports = _reports(observed.heartbeats)
     rows = []
     for topic in topics:
-        name = topic["name"]
-        for p in topic.get("partitions") or []:
-            replicas = list(p.get("replicas") or [])
-            lrs = list(p.get("liveReplicas") or [])
-            leader, candidate = p.get("leader"), p.get("candidate")
-            offline = p.get("state") == "Offline" or (leader is None and candidate is None)
-            report, source = _best_report(reports.get((name, p["partition"]), []))
+        name = topic.name
+        for p in topic.partitions:
+            replicas, lrs = list(p.replicas), list(p.live_replicas)
+            leader, candidate = p.leader, p.candidate
+            offline = p.state is PartitionState.OFFLINE or (leader is None and candidate is None)
+            report, source = _best_report(reports.get((name, p.partition), []))
             rows.append(
                 {
                     "topic": name,
-                    "partition": p["partition"],
+                    "partition": p.partition,
                     "leader": leader,
                     "candidate": candidate,
                     "replicas": replicas,
                     "lrs": lrs,
-                    "epoch": p.get("leaderEpoch"),
-                    "state": p.get("state"),
-                    "sealed": bool(p.get("seal")),
+                    "epoch": p.leader_epoch,
+                    "state": p.state.value,
+                    "sealed": p.seal,
                     "offline": offline,
                     "underReplicated": not offline and len(lrs) < len(replicas),
                     "highWatermark": None if report is None else report.high_watermark,
@@ -215,7 +237,7 @@ def _partitions(observed: Observed, topics: list[Mapping[str, Any]]) -> list[dic
 
 def _cohorts(
     observed: Observed,
-    topics: list[Mapping[str, Any]],
+    topics: list[TopicStatus],
     leaders: Mapping[tuple[str, int], PartitionReport],
 ) -> list[dict[str, Any]]:
     live = observed.liveness.live if observed.liveness else frozenset()
@@ -225,13 +247,13 @@ def _cohorts(
             group = members.setdefault((c.topic, c.cohort), set())
             if broker in live:
                 group.update(c.members)
-    plans: dict[tuple[str, str], Mapping[str, list[int]]] = {}
+    plans: dict[tuple[str, str], Mapping[str, tuple[int, ...]]] = {}
     counts: dict[str, int] = {}
     for topic in topics:
-        counts[topic["name"]] = len(topic.get("partitions") or [])
-        for plan in topic.get("cohortPlans") or []:
-            plans[(topic["name"], plan["cohort"])] = plan.get("assignment") or {}
-            members.setdefault((topic["name"], plan["cohort"]), set())
+        counts[topic.name] = len(topic.partitions)
+        for plan in topic.cohort_plans.values():
+            plans[(topic.name, plan.cohort)] = plan.assignment
+            members.setdefault((topic.name, plan.cohort), set())
     for (topic_name, _), leading in leaders.items():
         for cohort in leading.cursors:
             members.setdefault((topic_name, cohort), set())
@@ -269,74 +291,70 @@ def _cohorts(
     return rows
 
 
-def _unload(doc: Mapping[str, Any]) -> dict[str, Any]:
-    meta, spec, status = doc.get("metadata") or {}, doc.get("spec") or {}, doc.get("status") or {}
-    phase = str(status.get("phase", "Pending"))
-    ready: Mapping[str, Any] = next(
-        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
-    )
+def _unload(request: UnloadRequest, progress: UnloadProgress | None) -> dict[str, Any]:
+    phase = UnloadPhase.PENDING if progress is None else progress.phase
     return {
-        "name": f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}",
-        "topic": f"{meta.get('namespace', 'default')}/{(spec.get('topicRef') or {}).get('name', '?')}",
-        "phase": phase,
-        "inFlight": phase not in _FINISHED,
-        "deleting": meta.get("deletionTimestamp") is not None,
-        "message": str(ready.get("message") or ""),
+        "name": request.name,
+        "topic": request.topic,
+        "phase": phase.value,
+        "inFlight": progress is None or not progress.finished,
+        "deleting": request.cancelled,
+        "message": "" if progress is None else progress.message,
         "moves": [
             {
-                "partition": m.get("partition"),
-                "phase": m.get("phase"),
-                "from": m.get("fromBroker"),
-                "to": m.get("toBroker"),
-                "sealedOffset": m.get("sealedOffset"),
-                "verification": (m.get("verification") or {}).get("result"),
-                "recovery": (m.get("recovery") or {}).get("source"),
-                "message": str((m.get("recovery") or {}).get("message") or m.get("message") or ""),
+                "partition": m.partition,
+                "phase": m.phase.value,
+                "from": m.from_broker,
+                "to": m.to_broker,
+                "sealedOffset": m.sealed_offset,
+                "verification": None if m.verified is None else _VERIFICATION[m.verified],
+                "recovery": None if m.recovery_source is None else m.recovery_source.value,
+                "message": m.recovery_message or m.message,
             }
-            for m in status.get("moves") or []
+            for m in (() if progress is None else progress.moves)
         ],
     }
 
 
-def _transition(marker: Mapping[str, Any], now_ms: int) -> dict[str, Any]:
-    """A repartition in flight, from the topic's transition marker (``state["transitions"]``)."""
-    to = int(marker.get("toPartitions", 0))
-    released = {
-        str(r.get("cohort")): len(r.get("partitions") or []) for r in marker.get("released") or []
-    }
-    drained = marker.get("drainedMs")
+#: a move's verification as its Unload's status names it
+_VERIFICATION: Final = {True: "Passed", False: "Failed"}
+
+
+def _transition(topic: str, marker: Transition, now_ms: int) -> dict[str, Any]:
+    """A repartition in flight, from its topic's transition marker."""
+    to = marker.to_partitions
+    drained = marker.drained_ms
     return {
-        "topic": marker.get("topic"),
-        "request": marker.get("request"),
-        "kind": marker.get("kind"),
-        "phase": marker.get("phase"),
-        "fromPartitions": marker.get("fromPartitions"),
+        "topic": topic,
+        "request": marker.request,
+        "kind": "Grow" if to > marker.from_partitions else "Shrink",
+        "phase": phase_of(marker).value,
+        "fromPartitions": marker.from_partitions,
         "toPartitions": to,
-        "fromVersion": marker.get("fromVersion"),
-        "toVersion": marker.get("toVersion"),
-        "adoptionGeneration": marker.get("adoptionGeneration"),
-        "cutoverOffsetsKnown": len(marker.get("cutoverOffsets") or []),
+        "fromVersion": marker.from_version,
+        "toVersion": marker.to_version,
+        "adoptionGeneration": marker.adoption_generation,
+        "cutoverOffsetsKnown": len(marker.cutover_offsets),
         # cohort -> "released/to": how many new partitions each cohort may read past cutover
-        "cohortsReleased": {c: f"{n}/{to}" for c, n in sorted(released.items())},
-        "sinceCutoverMs": now_ms - int(marker.get("cutoverMs", now_ms)),
+        "cohortsReleased": {
+            cohort: f"{len(partitions)}/{to}"
+            for cohort, partitions in sorted(marker.released.items())
+        },
+        "sinceCutoverMs": now_ms - marker.cutover_ms,
         "adoptionDeadlineInMs": None
         if drained is None
-        else int(drained) + int(marker.get("adoptionTimeoutMs", 0)) - now_ms,
+        else drained + marker.adoption_timeout_ms - now_ms,
     }
 
 
-def _repartition(doc: Mapping[str, Any]) -> dict[str, Any]:
-    meta, spec, status = doc.get("metadata") or {}, doc.get("spec") or {}, doc.get("status") or {}
-    ready: Mapping[str, Any] = next(
-        (c for c in status.get("conditions") or [] if c.get("type") == "Ready"), {}
-    )
+def _repartition(request: RepartitionRequest, progress: RepartitionProgress) -> dict[str, Any]:
     return {
-        "name": f"{meta.get('namespace', 'default')}/{meta.get('name', '?')}",
-        "topic": f"{meta.get('namespace', 'default')}/{(spec.get('topicRef') or {}).get('name', '?')}",
-        "partitions": spec.get("partitions"),
-        "phase": str(status.get("phase", "Pending")),
-        "finalizedBy": status.get("finalizedBy"),
-        "message": str(ready.get("message") or ""),
+        "name": request.name,
+        "topic": request.topic,
+        "partitions": request.partitions,
+        "phase": progress.phase.value,
+        "finalizedBy": None if progress.finalized_by is None else progress.finalized_by.value,
+        "message": progress.message,
     }
 
 
@@ -363,11 +381,8 @@ def _problems(
                 f"Partition {p['partition']} of {p['topic']} is under-replicated:"
                 f" {len(p['lrs'])} of {len(p['replicas'])} replicas live ({_ids(p['lrs'])})."
             )
-    for problem in observed.state.get("problems") or []:
-        lines.append(
-            f"Topic {problem.get('topic', '?')}: {problem.get('message', '')}"
-            f" ({problem.get('reason', 'Problem')})."
-        )
+    for problem in observed.problems:
+        lines.append(f"Topic {problem.topic}: {problem.message} ({problem.reason}).")
     return lines
 
 

@@ -49,7 +49,7 @@ from headrace.control.documents import condition, condition_time, generation_of
 from headrace.control.looping import BrokerFleet, Clock, ControlLoop, DesiredState, LoopSettings
 from headrace.control.reconcile import Decision, Event
 from headrace.control.settings import ControlSettings
-from headrace.dashboard.observing import Observer
+from headrace.dashboard.observing import Observer, observed_of
 from headrace.errors import HeadraceError
 from headrace.operator import (
     bodies,
@@ -738,13 +738,7 @@ class ClusterRuntime:
 
     def view(self) -> dict[str, Any]:
         """The dashboard's view model of this cluster now (``dashboard.views``)."""
-        decision = self.loop.last_decision
-        return self.dashboard.view(
-            self.loop.state_document(),
-            self.loop.heartbeats,
-            decision.liveness if decision is not None else None,
-            self.clock.now_ms(),
-        )
+        return self.dashboard.view(observed_of(self.loop, self.clock.now_ms()))
 
     async def _step(self) -> Decision | None:
         found = Round(now=condition_time(self.clock.now_ms()))

@@ -2,73 +2,91 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from headrace.control.liveness import Liveness
+from headrace.control.model import (
+    ClusterState,
+    CohortPlan,
+    MoveProgress,
+    PartitionStatus,
+    RepartitionProgress,
+    RepartitionRequest,
+    TopicStatus,
+    Transition,
+    UnloadProgress,
+    UnloadRequest,
+)
+from headrace.control.reconcile import Problem
 from headrace.dashboard.observing import Observer
 from headrace.dashboard.rates import RateHistory
 from headrace.dashboard.views import Observed, dashboard_view
 from headrace.protocol.coordination import CohortReport, Heartbeat, PartitionReport
 from headrace.protocol.endpoints import BrokerEndpoint
+from headrace.resources.operations import FinalizedBy, MovePhase, RepartitionPhase, UnloadPhase
+from headrace.resources.topics import PartitionState
 
 T = "default/orders"
 
 
 def partition(
-    index: int, replicas: list[int], leader: int | None, lrs: list[int], state: str
-) -> dict[str, Any]:
-    return {
-        "partition": index,
-        "replicas": replicas,
-        "leader": leader,
-        "leaderEpoch": 3,
-        "liveReplicas": lrs,
-        "state": state,
-        "candidate": None,
-        "seal": False,
-        "moves": 0,
-    }
+    index: int, replicas: tuple[int, ...], leader: int | None, lrs: tuple[int, ...], state: str
+) -> PartitionStatus:
+    return PartitionStatus(
+        partition=index,
+        replicas=replicas,
+        leader=leader,
+        leader_epoch=3,
+        live_replicas=lrs,
+        state=PartitionState(state),
+    )
 
 
-def state_document() -> dict[str, Any]:
-    return {
-        "cluster": {
-            "generation": 7,
-            "brokers": [
-                {"id": b, "host": f"127.0.0.{b + 2}", "port": 9092, "adminPort": 9644}
-                for b in range(3)
-            ],
-            "topics": [
-                {
-                    "name": T,
-                    "partitioningVersion": 1,
-                    "partitions": [
-                        partition(0, [0, 1, 2], 0, [0, 1, 2], "Online"),
-                        partition(1, [1, 2, 0], 1, [1, 0], "Online"),
-                        partition(2, [2], None, [2], "Offline"),
-                    ],
-                    "cohortPlans": [
-                        {"cohort": "readers", "generation": 1, "assignment": {"m1": [0, 1, 2]}}
-                    ],
-                }
-            ],
+def cluster(transition: Transition | None = None) -> ClusterState:
+    return ClusterState(
+        generation=7,
+        brokers={b: BrokerEndpoint(b, f"127.0.0.{b + 2}", 9092, 9644) for b in range(3)},
+        topics={
+            T: TopicStatus(
+                name=T,
+                partitioning_version=1,
+                partitions=(
+                    partition(0, (0, 1, 2), 0, (0, 1, 2), "Online"),
+                    partition(1, (1, 2, 0), 1, (1, 0), "Online"),
+                    partition(2, (2,), None, (2,), "Offline"),
+                ),
+                cohort_plans={"readers": CohortPlan("readers", 1, {"m1": (0, 1, 2)})},
+                transition=transition,
+            )
         },
-        "live": [0, 1],
-        "adoptionFloor": 7,
-        "problems": [{"topic": T, "reason": "NotEnoughBrokers", "message": "replicas 4 > 3"}],
-        "unloads": [
-            {
-                "metadata": {"name": "move", "namespace": "default"},
-                "spec": {"topicRef": {"name": "orders"}, "partitions": [0]},
-                "status": {
-                    "phase": "Moving",
-                    "conditions": [{"type": "Ready", "message": "sealing partition 0"}],
-                    "moves": [{"partition": 0, "phase": "Sealing", "fromBroker": 0}],
-                },
-            }
-        ],
-        "steps": 42,
-    }
+    )
+
+
+def observed(now: int, liveness: Liveness | None, **changes: Any) -> Observed:
+    """What a control loop holds after a step: the cluster above, a problem, an unload moving."""
+    unload = (
+        UnloadRequest("default/move", T, (0,)),
+        UnloadProgress(
+            "default/move",
+            UnloadPhase.MOVING,
+            (MoveProgress(0, MovePhase.SEALING, from_broker=0),),
+            message="sealing partition 0",
+        ),
+    )
+    return replace(
+        Observed(
+            state=cluster(),
+            heartbeats=heartbeats(now),
+            liveness=liveness,
+            now_ms=now,
+            problems=(Problem(T, "NotEnoughBrokers", "replicas 4 > 3"),),
+            adoption_floor=7,
+            steps=42,
+            unloads=(unload,),
+        ),
+        **changes,
+    )
 
 
 def heartbeats(now: int) -> dict[int, Heartbeat]:
@@ -106,9 +124,7 @@ def heartbeats(now: int) -> dict[int, Heartbeat]:
 def view() -> dict[str, Any]:
     now = 1_000_000
     liveness = Liveness(frozenset({0, 1}), frozenset({2}), frozenset(), frozenset())
-    return dashboard_view(
-        Observed(state_document(), heartbeats(now), liveness, now, "local", {"windowMs": 1})
-    )
+    return dashboard_view(observed(now, liveness, charts={"windowMs": 1}))
 
 
 def test_brokers_show_health_from_liveness() -> None:
@@ -178,7 +194,7 @@ def test_transitions_and_problems_read_as_sentences() -> None:
 
 
 def test_an_empty_controller_shows_an_empty_healthy_view() -> None:
-    v = dashboard_view(Observed({}, {}, None, 0))
+    v = dashboard_view(Observed(ClusterState(), {}, None, 0))
     assert v["brokers"] == [] and v["partitions"] == [] and v["problems"] == []
     assert v["summary"]["healthy"] is True
 
@@ -191,7 +207,7 @@ def test_the_observer_keeps_a_dead_brokers_last_heartbeat_for_the_view() -> None
     alive = {b: hb for b, hb in heartbeats(now).items() if b != 2}
     observer.observe(now, alive)
     liveness = Liveness(frozenset({0, 1}), frozenset({2}), frozenset(), frozenset())
-    v = observer.view(state_document(), alive, liveness, now)
+    v = observer.view(observed(now, liveness, heartbeats=alive))
     broker_2 = next(b for b in v["brokers"] if b["id"] == 2)
     assert (broker_2["health"], broker_2["lastHeartbeatAgoMs"]) == ("down", 9_000)
     assert v["partitions"][2]["highWatermark"] == 30 and v["partitions"][2]["offsetsStale"]
@@ -200,33 +216,31 @@ def test_the_observer_keeps_a_dead_brokers_last_heartbeat_for_the_view() -> None
 
 def test_a_repartition_in_flight_shows_its_phase_versions_and_release_progress() -> None:
     now = 1_000_000
-    marker = {
-        "topic": T,
-        "phase": "Draining",
-        "kind": "Grow",
-        "request": "default/grow",
-        "fromPartitions": 4,
-        "toPartitions": 8,
-        "fromVersion": 1,
-        "toVersion": 2,
-        "cutoverMs": now - 1_500,
-        "adoptionTimeoutMs": 30_000,
-        "adoptionGeneration": 17,
-        "cutoverOffsets": [{"partition": 0, "offset": 5}, {"partition": 1, "offset": 9}],
-        "released": [{"cohort": "billing", "partitions": [0, 4]}],
-        "drainedMs": None,
-    }
-    finished = {
-        "metadata": {"name": "old", "namespace": "default"},
-        "spec": {"topicRef": {"name": "orders"}, "partitions": 4},
-        "status": {"phase": "Finalized", "finalizedBy": "AdoptionTimedOut"},
-    }
-    state = {**state_document(), "transitions": [marker], "repartitions": [finished]}
-    v = dashboard_view(Observed(state, heartbeats(now), None, now))
+    marker = Transition(
+        request="default/grow",
+        from_partitions=4,
+        to_partitions=8,
+        from_version=1,
+        to_version=2,
+        cutover_ms=now - 1_500,
+        adoption_timeout_ms=30_000,
+        adoption_generation=17,
+        cutover_offsets={0: 5, 1: 9},
+        released={"billing": (0, 4)},
+    )
+    finished = (
+        RepartitionRequest("default/old", T, 4),
+        RepartitionProgress(
+            "default/old", RepartitionPhase.FINALIZED, finalized_by=FinalizedBy.ADOPTION_TIMED_OUT
+        ),
+    )
+    waiting = (RepartitionRequest("default/next", T, 2), None)
+    v = dashboard_view(observed(now, None, state=cluster(marker), repartitions=(finished, waiting)))
     (row,) = v["transitions"]["repartitions"]
-    assert (row["topic"], row["phase"], row["fromVersion"], row["toVersion"]) == (
+    assert (row["topic"], row["phase"], row["kind"], row["fromVersion"], row["toVersion"]) == (
         T,
         "Draining",
+        "Grow",
         1,
         2,
     )
