@@ -194,6 +194,11 @@ class KafkaGroups:
             return self.consumer.may_commit(group_id, member_id, generation, version)
         return self.core.may_commit(group_id, generation, member_id)
 
+    def may_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """Whether an OffsetFetch is answered: a consumer-protocol member's (v9) must carry
+        its current epoch; a classic group's and an admin's always are."""
+        return self.consumer.may_fetch(group_id, member_id, member_epoch)
+
     def listed(self) -> list[tuple[str, str]]:
         """ListGroups: (group id, protocol type) of every group, either protocol."""
         found = {g.group_id: g.protocol_type for g in self.core.groups.values()}

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
 
 from headrace.testing.reading import create_topic, read_partition
 from tests.integration.kafka import peer_tools
@@ -275,6 +276,38 @@ def test_java_producer_with_the_default_config_is_idempotent(kafka: KafkaBroker)
     for partition, offsets in acked.items():
         stored = asyncio.run(read_partition(kafka.broker.bootstrap, "java-default", partition))
         assert {r.offset: r.value.decode() for r in stored} == offsets
+
+
+def test_java_admin_lists_groups_offsets_with_offset_fetch_v9(kafka: KafkaBroker) -> None:
+    """Kafka's admin client asks for committed offsets in OffsetFetch's groups form (v8+,
+    KIP-709; v9 with KIP-848's member fields) when the broker serves it. It sends one
+    request per group here: it batches groups only after a batched FindCoordinator (v4+)."""
+    topic = "java-offsets"
+    asyncio.run(create_topic(kafka.broker.bootstrap, topic, 2))
+    for group, offsets in (("offsets-a", (3, 5)), ("offsets-b", (7, 0))):
+        committer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group})
+        try:
+            committer.commit(
+                offsets=[CTopicPartition(topic, p, o) for p, o in enumerate(offsets) if o],
+                asynchronous=False,
+            )
+        finally:
+            committer.close()
+    source = peer_tools.PEERS / "java" / "GroupOffsets.java"
+    done = peer_tools.run(
+        peer_tools.java_command(str(source), kafka.bootstrap, "offsets-a", "offsets-b")
+    )
+    assert sorted(done.stdout.split("\n")[:-1]) == [
+        f"offsets-a {topic} 0 3",
+        f"offsets-a {topic} 1 5",
+        f"offsets-b {topic} 0 7",
+    ], done.stdout
+    sent = [line for line in done.stderr.splitlines() if "Sending OFFSET_FETCH request" in line]
+    assert len(sent) == 2, done.stderr[-3000:]
+    for line in sent:
+        assert "apiVersion=9," in line and "groups=[OffsetFetchRequestGroup(" in line, line
+    assert any("groupId='offsets-a'" in line for line in sent)
+    assert any("groupId='offsets-b'" in line for line in sent)
 
 
 def test_franz_go_produces_acks_all_and_consumes_in_a_group_with_commits(
