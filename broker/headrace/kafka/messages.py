@@ -456,15 +456,31 @@ class HeartbeatResponse:
 
 
 @dataclass(slots=True)
+class LeaveGroupMember:
+    member_id: str = kfield(Kind.STRING, "3+")
+    group_instance_id: str | None = kfield(Kind.STRING, "3+", nullable="3+", default=None)
+
+
+@dataclass(slots=True)
 class LeaveGroupRequest:
     group_id: str = kfield(Kind.STRING)
-    member_id: str = kfield(Kind.STRING)
+    member_id: str = kfield(Kind.STRING, "0-2")
+    #: v3+: the members leaving, each by member id or by instance id (KIP-345)
+    members: list[LeaveGroupMember] = kfield(Array(LeaveGroupMember), "3+")
+
+
+@dataclass(slots=True)
+class LeaveGroupMemberResponse:
+    member_id: str = kfield(Kind.STRING, "3+")
+    group_instance_id: str | None = kfield(Kind.STRING, "3+", nullable="3+", default=None)
+    error_code: int = kfield(Kind.INT16, "3+")
 
 
 @dataclass(slots=True)
 class LeaveGroupResponse:
     throttle_time_ms: int = kfield(Kind.INT32, "1+")
     error_code: int = kfield(Kind.INT16)
+    members: list[LeaveGroupMemberResponse] = kfield(Array(LeaveGroupMemberResponse), "3+")
 
 
 @dataclass(slots=True)
@@ -1171,7 +1187,8 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2, 3),
         Api(ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, 0, 5, 6),
         Api(ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, 0, 3, 4),
-        Api(ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, 0, 2, 4),
+        # v3: members leave by instance id too (static membership)
+        Api(ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, 0, 3, 4),
         Api(ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4, 5),
         Api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 2, 3),

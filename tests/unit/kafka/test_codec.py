@@ -334,6 +334,24 @@ def test_offset_fetch_v7_is_one_group_and_flexible() -> None:
     assert w.getvalue().hex() == "0000000001001000"
 
 
+def test_leave_group_v3_names_members_by_member_or_instance_id() -> None:
+    api = km.SUPPORTED[km.ApiKey.LEAVE_GROUP]
+    raw = bytes.fromhex(
+        "0001 67"  # group "g"
+        "00000002"  # two members
+        "0000 0002 7331"  # by instance id "s1" (no member id)
+        "0002 6d32 ffff"  # by member id "m2" (a null instance id)
+    )
+    assert schema.decode_from(Reader(raw), api.request, 3, False) == km.LeaveGroupRequest(
+        "g", "", [km.LeaveGroupMember("", "s1"), km.LeaveGroupMember("m2", None)]
+    )
+    answer = km.LeaveGroupResponse(0, 0, [km.LeaveGroupMemberResponse("", "s1", 82)])
+    w = Writer()
+    schema.encode_into(w, answer, 3, False)
+    assert w.getvalue() == bytes.fromhex("00000000 0000 00000001 0000 0002 7331 0052")
+    assert api.supports(3) and not api.supports(4)
+
+
 def test_offset_delete_v0_as_kafkas_schema_writes_it() -> None:
     """OffsetDelete v0 (its only version): group, topics, partitions; the response puts the
     error code before the throttle time."""

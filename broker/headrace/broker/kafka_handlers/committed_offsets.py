@@ -45,7 +45,11 @@ class CommittedOffsets(KafkaHandlers):
         allowed = self.groups.owner_error(req.group_id)
         if allowed == ErrorCode.NONE:
             allowed = self.groups.may_commit(
-                req.group_id, req.generation_id, req.member_id, header.api_version
+                req.group_id,
+                req.generation_id,
+                req.member_id,
+                header.api_version,
+                req.group_instance_id,
             )
         accepted: dict[tuple[str, int], groups.Committed] = {}
         topics = []
