@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from headrace.testing.reading import create_topic
 from tests.integration.kafka.conftest import KafkaBroker
@@ -163,7 +163,9 @@ def test_a_static_librdkafka_member_restarts_within_its_session_with_no_rebalanc
 ) -> None:
     """Static membership (``group.instance.id``, KIP-345): a static member closed and
     reopened within its session timeout gets its partitions back, and the other member is
-    not rebalanced (no assignment callback); every record is read once."""
+    not rebalanced (no assignment callback); every record is read once. A second consumer
+    with the same instance id then fences the first (FENCED_INSTANCE_ID: fatal in
+    librdkafka) and takes its partitions, still without a rebalance."""
     asyncio.run(create_topic(kafka.broker.bootstrap, TOPIC, PARTITIONS))
     callbacks: list[tuple[str, list[int]]] = []
 
@@ -222,6 +224,25 @@ def test_a_static_librdkafka_member_restarts_within_its_session_with_no_rebalanc
         asyncio.run(produce(kafka, 40, 40))
         poll_until(both, lambda: len(read["other"]) + len(read["static"]) == 80, "second reads")
         assert callbacks == before, "the other member was rebalanced"
+
+        # a second consumer with the same instance id fences the first, which is told so
+        twin = consumer("s1")
+        try:
+            twin.subscribe([TOPIC])
+            fenced: list[KafkaError] = []
+            deadline = time.monotonic() + 60
+            while not fenced or partitions(twin) != held:
+                assert time.monotonic() < deadline, f"no fencing within 60 s: {fenced}"
+                for c in (twin, other, *(() if fenced else (static,))):
+                    msg = c.poll(0.1)
+                    if msg is not None and msg.error():
+                        assert c is static, msg.error()
+                        fenced.append(msg.error())
+            assert fenced[0].code() == KafkaError._FATAL, fenced
+            assert "fenced by other consumer with same group.instance.id" in fenced[0].str()
+            assert callbacks == before, "the other member was rebalanced"
+        finally:
+            twin.close()
     finally:
         static.close()
         other.close()

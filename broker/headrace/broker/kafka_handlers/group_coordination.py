@@ -74,7 +74,13 @@ class GroupCoordination(KafkaHandlers):
             req.group_instance_id,
         )
         answer = await self.groups.join(ask)
-        members = [km.JoinGroupResponseMember(m, None, meta) for m, meta in answer.members]
+        # the leader's roster names static members' instance ids (assignors order by them)
+        group = self.groups.core.groups.get(req.group_id)
+        known = group.members if group is not None else {}
+        members = [
+            km.JoinGroupResponseMember(m, known[m].instance_id if m in known else None, meta)
+            for m, meta in answer.members
+        ]
         return km.JoinGroupResponse(
             0,
             answer.error,
