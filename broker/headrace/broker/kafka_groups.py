@@ -16,7 +16,7 @@ Where committed offsets are kept, and who coordinates a group:
   meanwhile), and one that stops leading it forgets them (``NOT_COORDINATOR``:
   clients find the new coordinator and rejoin).
 
-Memberships are never kept: members of a restarted or new coordinator get
+Memberships are never kept (static ones neither): members of a restarted or new coordinator get
 ``UNKNOWN_MEMBER_ID`` and rejoin, as Kafka's clients do.
 
 Both group protocols are coordinated here: the classic one (``kafka.groups``) and the
@@ -161,11 +161,18 @@ class KafkaGroups:
         return answer
 
     async def sync(
-        self, group_id: str, generation: int, member_id: str, assignments: dict[str, bytes]
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        assignments: dict[str, bytes],
+        instance_id: str | None = None,
     ) -> SyncAnswer:
         token, fut = self._park(group_id)
         self._deliver(
-            self.core.sync(self._now(), token, group_id, generation, member_id, assignments)
+            self.core.sync(
+                self._now(), token, group_id, generation, member_id, assignments, instance_id
+            )
         )
         try:
             answer = await fut
@@ -187,12 +194,24 @@ class KafkaGroups:
             )
         return self.consumer.heartbeat(self._now(), ask, topics, str(uuid.uuid4()))
 
-    def may_commit(self, group_id: str, generation: int, member_id: str, version: int) -> ErrorCode:
+    def may_commit(
+        self,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        version: int,
+        instance_id: str | None = None,
+    ) -> ErrorCode:
         """Whether an OffsetCommit is accepted: by the consumer protocol's rules (member
         epochs) while it has members, else by the classic ones (generations)."""
         if self.consumer.has_members(group_id):
             return self.consumer.may_commit(group_id, member_id, generation, version)
-        return self.core.may_commit(group_id, generation, member_id)
+        return self.core.may_commit(group_id, generation, member_id, instance_id)
+
+    def may_fetch(self, group_id: str, member_id: str | None, member_epoch: int) -> ErrorCode:
+        """Whether an OffsetFetch is answered: a consumer-protocol member's (v9) must carry
+        its current epoch; a classic group's and an admin's always are."""
+        return self.consumer.may_fetch(group_id, member_id, member_epoch)
 
     def listed(self) -> list[tuple[str, str]]:
         """ListGroups: (group id, protocol type) of every group, either protocol."""
@@ -201,11 +220,13 @@ class KafkaGroups:
             found[group_id] = "consumer"
         return sorted(found.items())
 
-    def heartbeat(self, group_id: str, generation: int, member_id: str) -> int:
-        return self.core.heartbeat(self._now(), group_id, generation, member_id)
+    def heartbeat(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None = None
+    ) -> int:
+        return self.core.heartbeat(self._now(), group_id, generation, member_id, instance_id)
 
-    def leave(self, group_id: str, member_id: str) -> int:
-        code, replies = self.core.leave(self._now(), group_id, member_id)
+    def leave(self, group_id: str, member_id: str, instance_id: str | None = None) -> int:
+        code, replies = self.core.leave(self._now(), group_id, member_id, instance_id)
         self._deliver(replies)
         return code
 

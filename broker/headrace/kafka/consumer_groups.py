@@ -395,6 +395,22 @@ class ConsumerGroups:
             return ErrorCode.STALE_MEMBER_EPOCH
         return ErrorCode.NONE
 
+    def may_fetch(self, group_id: str, member_id: str | None, epoch: int) -> ErrorCode:
+        """Kafka's rule for a consumer group's OffsetFetch (v9+): a request that names a
+        member (a consumer, not an admin: null id, epoch -1) must be from a member at its
+        current epoch."""
+        if member_id is None and epoch < 0:
+            return ErrorCode.NONE
+        group = self.groups.get(group_id)
+        if group is None:
+            return ErrorCode.NONE  # a classic group's, or only committed offsets
+        member = group.members.get(member_id or "")
+        if member is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID
+        if epoch != member.epoch:
+            return ErrorCode.STALE_MEMBER_EPOCH
+        return ErrorCode.NONE
+
     # ------------------------------------------------------------------ assignment
 
     def _remove(self, group: ConsumerGroup, member_id: str) -> None:

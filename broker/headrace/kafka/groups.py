@@ -21,6 +21,13 @@ the leader's) is parked under the caller's token; the calls that complete them
 return ``Reply`` values, which the adapter delivers. ``tick`` expires sessions
 and ends rebalances whose time is up.
 
+Static members (KIP-345) carry a ``group.instance.id``. One that restarts joins with
+no member id and its instance id: it takes its old place under a new member id, with
+its old assignment and in the current generation, and the other members see nothing
+(a rebalance only if its protocols would change the group's). Whoever held the
+instance id before is fenced: its requests get ``FENCED_INSTANCE_ID``. A static member
+leaves by its instance id, or when its session times out.
+
 Committed offsets live here too, per group; the adapter persists them before a
 commit is answered.
 """
@@ -58,6 +65,8 @@ class JoinAsk:
     rebalance_timeout_ms: int
     protocol_type: str
     protocols: tuple[tuple[str, bytes], ...]
+    #: ``group.instance.id``: a static member's (KIP-345), None for a dynamic one
+    group_instance_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +111,7 @@ class Member:
     protocols: tuple[tuple[str, bytes], ...]
     expires_at: float
     assignment: bytes = b""
+    instance_id: str | None = None
     joining: Token | None = None
     syncing: Token | None = None
 
@@ -142,8 +152,13 @@ class Coordinator:
             ask.protocol_type != group.protocol_type or not self._shares_a_protocol(group, ask)
         ):
             return [Reply(token, JoinAnswer(ErrorCode.INCONSISTENT_GROUP_PROTOCOL))]
+        static = _static_member(group, ask.group_instance_id)
+        if ask.member_id and static is not None and static.member_id != ask.member_id:
+            return [Reply(token, JoinAnswer(ErrorCode.FENCED_INSTANCE_ID, member_id=ask.member_id))]
         if ask.member_id and ask.member_id not in group.members:
             return [Reply(token, JoinAnswer(ErrorCode.UNKNOWN_MEMBER_ID, member_id=ask.member_id))]
+        if not ask.member_id and static is not None:
+            return self._rejoin_static(now, token, group, static, ask, new_id)
         replies: list[Reply] = []
         member_id = ask.member_id or new_id
         member = group.members.get(member_id)
@@ -156,6 +171,7 @@ class Coordinator:
                 ask.rebalance_timeout_ms,
                 ask.protocols,
                 now + ask.session_timeout_ms / 1000,
+                instance_id=ask.group_instance_id,
             )
             group.members[member_id] = member
         elif member.joining is not None:
@@ -179,8 +195,11 @@ class Coordinator:
         generation: int,
         member_id: str,
         assignments: dict[str, bytes],
+        instance_id: str | None = None,
     ) -> list[Reply]:
         group = self.groups.get(group_id)
+        if _fenced(group, instance_id, member_id):
+            return [Reply(token, SyncAnswer(ErrorCode.FENCED_INSTANCE_ID))]
         member = group.members.get(member_id) if group else None
         if group is None or member is None:
             return [Reply(token, SyncAnswer(ErrorCode.UNKNOWN_MEMBER_ID))]
@@ -204,8 +223,17 @@ class Coordinator:
                 each.syncing = None
         return replies
 
-    def heartbeat(self, now: float, group_id: str, generation: int, member_id: str) -> ErrorCode:
+    def heartbeat(
+        self,
+        now: float,
+        group_id: str,
+        generation: int,
+        member_id: str,
+        instance_id: str | None = None,
+    ) -> ErrorCode:
         group = self.groups.get(group_id)
+        if _fenced(group, instance_id, member_id):
+            return ErrorCode.FENCED_INSTANCE_ID
         member = group.members.get(member_id) if group else None
         if group is None or member is None:
             return ErrorCode.UNKNOWN_MEMBER_ID
@@ -216,9 +244,22 @@ class Coordinator:
             return ErrorCode.REBALANCE_IN_PROGRESS
         return ErrorCode.NONE
 
-    def leave(self, now: float, group_id: str, member_id: str) -> tuple[ErrorCode, list[Reply]]:
+    def leave(
+        self, now: float, group_id: str, member_id: str, instance_id: str | None = None
+    ) -> tuple[ErrorCode, list[Reply]]:
+        """A LeaveGroup's member: by its member id, or (v3+) by its instance id, where a
+        member id given too must be the instance's."""
         group = self.groups.get(group_id)
-        if group is None or member_id not in group.members:
+        if group is None:
+            return ErrorCode.UNKNOWN_MEMBER_ID, []
+        if instance_id is not None:
+            static = _static_member(group, instance_id)
+            if static is None:
+                return ErrorCode.UNKNOWN_MEMBER_ID, []
+            if member_id and member_id != static.member_id:
+                return ErrorCode.FENCED_INSTANCE_ID, []
+            member_id = static.member_id
+        if member_id not in group.members:
             return ErrorCode.UNKNOWN_MEMBER_ID, []
         return ErrorCode.NONE, self._remove(now, group, member_id)
 
@@ -239,13 +280,17 @@ class Coordinator:
 
     # ------------------------------------------------------------------ offsets
 
-    def may_commit(self, group_id: str, generation: int, member_id: str) -> ErrorCode:
+    def may_commit(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None = None
+    ) -> ErrorCode:
         """Whether a commit is accepted: from a member of the current generation, or from
         a consumer outside any generation (generation -1) while the group has no members.
         As Kafka's coordinator: a rebalance being prepared still takes the current
         generation's commits (what a member processed before it gives its partitions up);
         between the join and the sync the new generation has no assignment to commit."""
         group = self.groups.get(group_id)
+        if _fenced(group, instance_id, member_id):
+            return ErrorCode.FENCED_INSTANCE_ID
         if generation < 0 and not member_id:
             if group is not None and group.members:
                 return ErrorCode.ILLEGAL_GENERATION
@@ -313,6 +358,47 @@ class Coordinator:
         return ErrorCode.NONE, results
 
     # ------------------------------------------------------------------ the rebalance
+
+    def _rejoin_static(
+        self, now: float, token: Token, group: Group, member: Member, ask: JoinAsk, new_id: str
+    ) -> list[Reply]:
+        """A static member joining with no member id (a restart): it takes ``member``'s
+        place under ``new_id``, and the previous holder's parked requests are fenced."""
+        replies: list[Reply] = []
+        if member.joining is not None:
+            replies.append(Reply(member.joining, JoinAnswer(ErrorCode.FENCED_INSTANCE_ID)))
+        if member.syncing is not None:
+            replies.append(Reply(member.syncing, SyncAnswer(ErrorCode.FENCED_INSTANCE_ID)))
+        member.joining = member.syncing = None
+        leader_before = group.leader
+        old_id = member.member_id
+        # same place in the order: the roster and the choice of a leader stay as they were
+        group.members = {(new_id if k == old_id else k): m for k, m in group.members.items()}
+        member.member_id = new_id
+        if group.leader == old_id:
+            group.leader = new_id
+        member.client_id = ask.client_id
+        member.client_host = ask.client_host
+        member.protocols = ask.protocols
+        member.session_timeout_ms = ask.session_timeout_ms
+        member.rebalance_timeout_ms = ask.rebalance_timeout_ms
+        member.expires_at = now + ask.session_timeout_ms / 1000
+        if group.state is GroupState.STABLE and _choose_protocol(group) == group.protocol_name:
+            # As Kafka answers it: the current generation, and the leader id from before,
+            # so that a restarted leader does not compute an assignment the stable group
+            # would never hand out; its sync gets its old assignment.
+            answer = JoinAnswer(
+                ErrorCode.NONE,
+                group.generation,
+                group.protocol_name,
+                leader_before,
+                new_id,
+            )
+            return [*replies, Reply(token, answer)]
+        member.joining = token
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            replies += self._prepare_rebalance(now, group)
+        return replies + self._complete_join_if_ready(group)
 
     @staticmethod
     def _shares_a_protocol(group: Group, ask: JoinAsk) -> bool:
@@ -386,6 +472,19 @@ class Coordinator:
         if group.state is GroupState.PREPARING_REBALANCE:
             return replies + self._complete_join_if_ready(group)
         return replies + self._prepare_rebalance(now, group)
+
+
+def _static_member(group: Group, instance_id: str | None) -> Member | None:
+    if instance_id is None:
+        return None
+    return next((m for m in group.members.values() if m.instance_id == instance_id), None)
+
+
+def _fenced(group: Group | None, instance_id: str | None, member_id: str) -> bool:
+    """Whether a request naming ``instance_id`` comes from a member that no longer holds it
+    (another member joined with that instance id since)."""
+    static = _static_member(group, instance_id) if group is not None else None
+    return static is not None and static.member_id != member_id
 
 
 def _check_join(ask: JoinAsk) -> ErrorCode | None:

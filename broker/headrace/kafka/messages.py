@@ -456,15 +456,31 @@ class HeartbeatResponse:
 
 
 @dataclass(slots=True)
+class LeaveGroupMember:
+    member_id: str = kfield(Kind.STRING, "3+")
+    group_instance_id: str | None = kfield(Kind.STRING, "3+", nullable="3+", default=None)
+
+
+@dataclass(slots=True)
 class LeaveGroupRequest:
     group_id: str = kfield(Kind.STRING)
-    member_id: str = kfield(Kind.STRING)
+    member_id: str = kfield(Kind.STRING, "0-2")
+    #: v3+: the members leaving, each by member id or by instance id (KIP-345)
+    members: list[LeaveGroupMember] = kfield(Array(LeaveGroupMember), "3+")
+
+
+@dataclass(slots=True)
+class LeaveGroupMemberResponse:
+    member_id: str = kfield(Kind.STRING, "3+")
+    group_instance_id: str | None = kfield(Kind.STRING, "3+", nullable="3+", default=None)
+    error_code: int = kfield(Kind.INT16, "3+")
 
 
 @dataclass(slots=True)
 class LeaveGroupResponse:
     throttle_time_ms: int = kfield(Kind.INT32, "1+")
     error_code: int = kfield(Kind.INT16)
+    members: list[LeaveGroupMemberResponse] = kfield(Array(LeaveGroupMemberResponse), "3+")
 
 
 @dataclass(slots=True)
@@ -589,12 +605,29 @@ class OffsetFetchRequestTopic:
 
 
 @dataclass(slots=True)
+class OffsetFetchRequestGroup:
+    group_id: str = kfield(Kind.STRING, "8+")
+    #: v9: a consumer-protocol member's id and epoch (KIP-848); null and -1 from an admin
+    member_id: str | None = kfield(Kind.STRING, "9+", nullable="9+", default=None)
+    member_epoch: int = kfield(Kind.INT32, "9+", default=-1)
+    #: None = every partition the group has committed
+    topics: list[OffsetFetchRequestTopic] | None = kfield(
+        Array(OffsetFetchRequestTopic), "8+", nullable="8+", default=None
+    )
+
+
+@dataclass(slots=True)
 class OffsetFetchRequest:
-    group_id: str = kfield(Kind.STRING)
+    """Up to v7 one group (``group_id``, ``topics``); from v8 several (``groups``, KIP-709)."""
+
+    group_id: str = kfield(Kind.STRING, "0-7")
     #: None (v2+) = every partition the group has committed
     topics: list[OffsetFetchRequestTopic] | None = kfield(
-        Array(OffsetFetchRequestTopic), nullable="2+"
+        Array(OffsetFetchRequestTopic), "0-7", nullable="2-7", default=None
     )
+    groups: list[OffsetFetchRequestGroup] = kfield(Array(OffsetFetchRequestGroup), "8+")
+    #: v7+: transactions' pending offsets; there are none here, so it changes nothing
+    require_stable: bool = kfield(Kind.BOOL, "7+")
 
 
 @dataclass(slots=True)
@@ -613,10 +646,18 @@ class OffsetFetchResponseTopic:
 
 
 @dataclass(slots=True)
+class OffsetFetchResponseGroup:
+    group_id: str = kfield(Kind.STRING, "8+")
+    topics: list[OffsetFetchResponseTopic] = kfield(Array(OffsetFetchResponseTopic), "8+")
+    error_code: int = kfield(Kind.INT16, "8+")
+
+
+@dataclass(slots=True)
 class OffsetFetchResponse:
     throttle_time_ms: int = kfield(Kind.INT32, "3+")
-    topics: list[OffsetFetchResponseTopic] = kfield(Array(OffsetFetchResponseTopic))
-    error_code: int = kfield(Kind.INT16, "2+")
+    topics: list[OffsetFetchResponseTopic] = kfield(Array(OffsetFetchResponseTopic), "0-7")
+    error_code: int = kfield(Kind.INT16, "2-7")
+    groups: list[OffsetFetchResponseGroup] = kfield(Array(OffsetFetchResponseGroup), "8+")
 
 
 @dataclass(slots=True)
@@ -1141,11 +1182,13 @@ SUPPORTED: Final[dict[int, Api]] = {
         Api(ApiKey.API_VERSIONS, ApiVersionsRequest, ApiVersionsResponse, 0, 4, 3),
         # v9 is v8 for the consumer protocol's members (KIP-848): the generation is their epoch
         Api(ApiKey.OFFSET_COMMIT, OffsetCommitRequest, OffsetCommitResponse, 2, 9, 8),
-        Api(ApiKey.OFFSET_FETCH, OffsetFetchRequest, OffsetFetchResponse, 1, 5, 6),
+        # v8 fetches several groups at once; v9 adds a consumer-protocol member's epoch
+        Api(ApiKey.OFFSET_FETCH, OffsetFetchRequest, OffsetFetchResponse, 1, 9, 6),
         Api(ApiKey.FIND_COORDINATOR, FindCoordinatorRequest, FindCoordinatorResponse, 0, 2, 3),
         Api(ApiKey.JOIN_GROUP, JoinGroupRequest, JoinGroupResponse, 0, 5, 6),
         Api(ApiKey.HEARTBEAT, HeartbeatRequest, HeartbeatResponse, 0, 3, 4),
-        Api(ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, 0, 2, 4),
+        # v3: members leave by instance id too (static membership)
+        Api(ApiKey.LEAVE_GROUP, LeaveGroupRequest, LeaveGroupResponse, 0, 3, 4),
         Api(ApiKey.SYNC_GROUP, SyncGroupRequest, SyncGroupResponse, 0, 3, 4),
         Api(ApiKey.DESCRIBE_GROUPS, DescribeGroupsRequest, DescribeGroupsResponse, 0, 4, 5),
         Api(ApiKey.LIST_GROUPS, ListGroupsRequest, ListGroupsResponse, 0, 2, 3),

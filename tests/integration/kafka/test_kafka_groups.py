@@ -5,11 +5,13 @@ the broker restarts."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
+from collections.abc import Callable
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
-from confluent_kafka import Consumer, KafkaException
+from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from headrace.testing.reading import create_topic
 from tests.integration.kafka.conftest import KafkaBroker
@@ -154,3 +156,97 @@ def test_librdkafka_subscribes_commits_and_a_second_group_starts_over(
     # the group resumes from its commits; another group reads from the beginning
     assert sorted(consume("audit", 20)) == sorted(b"e%d" % i for i in range(200, 220))
     assert len(consume("replay", 220)) == 220
+
+
+def test_a_static_librdkafka_member_restarts_within_its_session_with_no_rebalance(
+    kafka: KafkaBroker,
+) -> None:
+    """Static membership (``group.instance.id``, KIP-345): a static member closed and
+    reopened within its session timeout gets its partitions back, and the other member is
+    not rebalanced (no assignment callback); every record is read once. A second consumer
+    with the same instance id then fences the first (FENCED_INSTANCE_ID: fatal in
+    librdkafka) and takes its partitions, still without a rebalance."""
+    asyncio.run(create_topic(kafka.broker.bootstrap, TOPIC, PARTITIONS))
+    callbacks: list[tuple[str, list[int]]] = []
+
+    def consumer(instance: str | None) -> Consumer:
+        config: dict[str, str | int | bool] = {
+            "bootstrap.servers": kafka.bootstrap,
+            "group.id": "static",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 10_000,
+            "heartbeat.interval.ms": 500,
+        }
+        if instance is not None:
+            config["group.instance.id"] = instance
+        return Consumer(config)
+
+    def partitions(c: Consumer) -> list[int]:
+        return sorted(p.partition for p in c.assignment())
+
+    read: dict[str, list[bytes]] = {"other": [], "static": []}
+
+    def poll_until(members: dict[str, Consumer], done: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not done():
+            assert time.monotonic() < deadline, f"{what}: not within 60 s; read {read}"
+            for name, c in members.items():
+                msg = c.poll(0.1)
+                if msg is None:
+                    continue
+                if msg.error():
+                    raise KafkaException(msg.error())
+                read[name].append(msg.value())
+
+    other = consumer(None)
+    static = consumer("s1")
+    try:
+        other.subscribe(
+            [TOPIC],
+            on_assign=lambda _, ps: callbacks.append(("assign", [p.partition for p in ps])),
+            on_revoke=lambda _, ps: callbacks.append(("revoke", [p.partition for p in ps])),
+        )
+        static.subscribe([TOPIC])
+        both = {"other": other, "static": static}
+        poll_until(both, lambda: len(partitions(other)) == len(partitions(static)) == 2, "join")
+        held = partitions(static)
+        asyncio.run(produce(kafka, 0, 40))
+        poll_until(both, lambda: len(read["other"]) + len(read["static"]) == 40, "first reads")
+        static.commit(asynchronous=False)
+        before = list(callbacks)
+
+        static.close()  # a static member does not leave: its place waits for its session
+        static = consumer("s1")
+        static.subscribe([TOPIC])
+        both = {"other": other, "static": static}
+        poll_until(both, lambda: partitions(static) == held, "the static member's return")
+        asyncio.run(produce(kafka, 40, 40))
+        poll_until(both, lambda: len(read["other"]) + len(read["static"]) == 80, "second reads")
+        assert callbacks == before, "the other member was rebalanced"
+
+        # a second consumer with the same instance id fences the first, which is told so
+        twin = consumer("s1")
+        try:
+            twin.subscribe([TOPIC])
+            fenced: list[KafkaError] = []
+            deadline = time.monotonic() + 60
+            while not fenced or partitions(twin) != held:
+                assert time.monotonic() < deadline, f"no fencing within 60 s: {fenced}"
+                for c in (twin, other, *(() if fenced else (static,))):
+                    msg = c.poll(0.1)
+                    if msg is not None and msg.error():
+                        assert c is static, msg.error()
+                        fenced.append(msg.error())
+            assert fenced[0].code() == KafkaError._FATAL, fenced
+            assert "fenced by other consumer with same group.instance.id" in fenced[0].str()
+            assert callbacks == before, "the other member was rebalanced"
+        finally:
+            twin.close()
+    finally:
+        static.close()
+        other.close()
+    everything = read["other"] + read["static"]
+    assert sorted(everything) == sorted(b"e%d" % i for i in range(80))
+    # produce() sends record i to partition i % PARTITIONS
+    assert sorted(read["static"]) == sorted(b"e%d" % i for i in range(80) if i % PARTITIONS in held)

@@ -16,6 +16,7 @@ from collections import defaultdict
 
 import pytest
 from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as CTopicPartition
 
 from headrace.testing.reading import create_topic, read_partition
 from tests.integration.kafka import peer_tools
@@ -275,6 +276,90 @@ def test_java_producer_with_the_default_config_is_idempotent(kafka: KafkaBroker)
     for partition, offsets in acked.items():
         stored = asyncio.run(read_partition(kafka.broker.bootstrap, "java-default", partition))
         assert {r.offset: r.value.decode() for r in stored} == offsets
+
+
+def test_java_admin_lists_groups_offsets_with_offset_fetch_v9(kafka: KafkaBroker) -> None:
+    """Kafka's admin client asks for committed offsets in OffsetFetch's groups form (v8+,
+    KIP-709; v9 with KIP-848's member fields) when the broker serves it. It sends one
+    request per group here: it batches groups only after a batched FindCoordinator (v4+)."""
+    topic = "java-offsets"
+    asyncio.run(create_topic(kafka.broker.bootstrap, topic, 2))
+    for group, offsets in (("offsets-a", (3, 5)), ("offsets-b", (7, 0))):
+        committer = Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group})
+        try:
+            committer.commit(
+                offsets=[CTopicPartition(topic, p, o) for p, o in enumerate(offsets) if o],
+                asynchronous=False,
+            )
+        finally:
+            committer.close()
+    source = peer_tools.PEERS / "java" / "GroupOffsets.java"
+    done = peer_tools.run(
+        peer_tools.java_command(str(source), kafka.bootstrap, "offsets-a", "offsets-b")
+    )
+    assert sorted(done.stdout.split("\n")[:-1]) == [
+        f"offsets-a {topic} 0 3",
+        f"offsets-a {topic} 1 5",
+        f"offsets-b {topic} 0 7",
+    ], done.stdout
+    sent = [line for line in done.stderr.splitlines() if "Sending OFFSET_FETCH request" in line]
+    assert len(sent) == 2, done.stderr[-3000:]
+    for line in sent:
+        assert "apiVersion=9," in line and "groups=[OffsetFetchRequestGroup(" in line, line
+    assert any("groupId='offsets-a'" in line for line in sent)
+    assert any("groupId='offsets-b'" in line for line in sent)
+
+
+def test_java_admin_removes_a_static_member_by_its_instance_id(kafka: KafkaBroker) -> None:
+    """A static librdkafka member that closed keeps its place until its session ends (here
+    5 minutes); Kafka's admin client sees its instance id and removes it by that id
+    (LeaveGroup v3), and the other member takes every partition in the rebalance."""
+    topic, group = "java-static", "static-admin"
+    asyncio.run(create_topic(kafka.broker.bootstrap, topic, 4))
+
+    def member(instance: str | None) -> Consumer:
+        config: dict[str, str | int] = {
+            "bootstrap.servers": kafka.bootstrap,
+            "group.id": group,
+            "session.timeout.ms": 300_000,
+            "heartbeat.interval.ms": 500,
+        }
+        if instance is not None:
+            config["group.instance.id"] = instance
+        return Consumer(config)
+
+    def held(c: Consumer) -> int:
+        return len(c.assignment())
+
+    other, static = member(None), member("static-1")
+    static_open = True
+    try:
+        other.subscribe([topic])
+        static.subscribe([topic])
+        deadline = time.monotonic() + 60
+        while not held(other) == held(static) == 2:
+            assert time.monotonic() < deadline, "the two members never shared the partitions"
+            other.poll(0.1)
+            static.poll(0.1)
+        static.close()  # a static member does not leave when it closes
+        static_open = False
+        source = peer_tools.PEERS / "java" / "RemoveStaticMember.java"
+        done = peer_tools.run(
+            peer_tools.java_command(str(source), kafka.bootstrap, group, "static-1")
+        )
+        members = [
+            line.split()[2] for line in done.stdout.splitlines() if line.startswith("member")
+        ]
+        assert sorted(members) == ["-", "static-1"], done.stdout
+        assert "removed static-1" in done.stdout
+        deadline = time.monotonic() + 60
+        while held(other) != 4:
+            assert time.monotonic() < deadline, "the other member never took every partition"
+            other.poll(0.1)
+    finally:
+        other.close()
+        if static_open:
+            static.close()
 
 
 def test_franz_go_produces_acks_all_and_consumes_in_a_group_with_commits(

@@ -193,11 +193,11 @@ def test_api_versions_advertises_exactly_the_supported_table() -> None:
         (2, 1, 7),
         (3, 0, 12),
         (8, 2, 9),
-        (9, 1, 5),
+        (9, 1, 9),
         (10, 0, 2),
         (11, 0, 5),
         (12, 0, 3),
-        (13, 0, 2),
+        (13, 0, 3),
         (14, 0, 3),
         (15, 0, 4),
         (16, 0, 2),
@@ -275,6 +275,81 @@ def test_group_responses_read_as_aiokafka_reads_them() -> None:
     schema.encode_into(w, fetched, 3, False)
     decoded = OffsetFetchResponse_v3.decode(w.getvalue())
     assert decoded.topics[0][1][0][:2] == (0, 42)
+
+
+OFFSET_FETCH = km.SUPPORTED[km.ApiKey.OFFSET_FETCH]
+
+
+def test_offset_fetch_v8_asks_for_several_groups_as_kafkas_schema_writes_it() -> None:
+    """v8 (KIP-709): a groups array, each with nullable topics, then require_stable;
+    v9 adds each group's member id and epoch (KIP-848). Flexible since v6."""
+    v8 = bytes.fromhex(
+        "03"  # two groups
+        "0261 00 00"  # "a", topics null, tags
+        "0262 02 0274 03 00000000 00000002 00 00"  # "b": topic "t", partitions [0, 2]
+        "01 00"  # require_stable, tags
+    )
+    asked = km.OffsetFetchRequest(
+        groups=[
+            km.OffsetFetchRequestGroup("a", None, -1, None),
+            km.OffsetFetchRequestGroup("b", None, -1, [km.OffsetFetchRequestTopic("t", [0, 2])]),
+        ],
+        require_stable=True,
+    )
+    assert schema.decode_from(Reader(v8), OFFSET_FETCH.request, 8, True) == asked
+    v9 = bytes.fromhex("02 0261 036d31 00000007 00 00 00 00")  # "a", member "m1", epoch 7
+    assert schema.decode_from(Reader(v9), OFFSET_FETCH.request, 9, True) == km.OffsetFetchRequest(
+        groups=[km.OffsetFetchRequestGroup("a", "m1", 7, None)]
+    )
+    answer = km.OffsetFetchResponse(
+        0,
+        groups=[
+            km.OffsetFetchResponseGroup(
+                "a",
+                [km.OffsetFetchResponseTopic("t", [km.OffsetFetchResponsePartition(0, 42, 3, "")])],
+            ),
+            km.OffsetFetchResponseGroup("b", [], 113),
+        ],
+    )
+    w = Writer()
+    schema.encode_into(w, answer, 8, True)
+    assert w.getvalue() == bytes.fromhex(
+        "00000000 03"  # throttle, two groups
+        "0261 02 0274 02 00000000 000000000000002a 00000003 01 0000 00 00 0000 00"
+        "0262 01 0071 00"  # "b": no topics, STALE_MEMBER_EPOCH
+        "00"
+    )
+    assert OFFSET_FETCH.supports(9) and not OFFSET_FETCH.supports(10)
+    assert not OFFSET_FETCH.flexible(5) and OFFSET_FETCH.flexible(6)
+
+
+def test_offset_fetch_v7_is_one_group_and_flexible() -> None:
+    raw = bytes.fromhex("02670202740200000001000000")
+    assert schema.decode_from(Reader(raw), OFFSET_FETCH.request, 7, True) == km.OffsetFetchRequest(
+        "g", [km.OffsetFetchRequestTopic("t", [1])]
+    )
+    answer = km.OffsetFetchResponse(0, [], 16)
+    w = Writer()
+    schema.encode_into(w, answer, 7, True)
+    assert w.getvalue().hex() == "0000000001001000"
+
+
+def test_leave_group_v3_names_members_by_member_or_instance_id() -> None:
+    api = km.SUPPORTED[km.ApiKey.LEAVE_GROUP]
+    raw = bytes.fromhex(
+        "0001 67"  # group "g"
+        "00000002"  # two members
+        "0000 0002 7331"  # by instance id "s1" (no member id)
+        "0002 6d32 ffff"  # by member id "m2" (a null instance id)
+    )
+    assert schema.decode_from(Reader(raw), api.request, 3, False) == km.LeaveGroupRequest(
+        "g", "", [km.LeaveGroupMember("", "s1"), km.LeaveGroupMember("m2", None)]
+    )
+    answer = km.LeaveGroupResponse(0, 0, [km.LeaveGroupMemberResponse("", "s1", 82)])
+    w = Writer()
+    schema.encode_into(w, answer, 3, False)
+    assert w.getvalue() == bytes.fromhex("00000000 0000 00000001 0000 0002 7331 0052")
+    assert api.supports(3) and not api.supports(4)
 
 
 def test_offset_delete_v0_as_kafkas_schema_writes_it() -> None:

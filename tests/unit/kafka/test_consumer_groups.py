@@ -240,6 +240,25 @@ def test_commits_need_the_current_member_epoch(
     assert groups.may_commit("g", member, epoch, version) == expected
 
 
+FETCHES = {
+    # (member id, epoch) of an OffsetFetch v9 -> answer, once TWO_MEMBERS has run
+    ("a", 2): ErrorCode.NONE,
+    ("a", 1): ErrorCode.STALE_MEMBER_EPOCH,
+    ("x", 2): ErrorCode.UNKNOWN_MEMBER_ID,
+    (None, -1): ErrorCode.NONE,  # an admin client's: no member named
+}
+
+
+@pytest.mark.parametrize(("asked", "expected"), FETCHES.items(), ids=str)
+def test_a_member_fetching_offsets_needs_its_current_epoch(
+    asked: tuple[str | None, int], expected: ErrorCode
+) -> None:
+    groups = cg.ConsumerGroups()
+    run(groups, TWO_MEMBERS)
+    assert groups.may_fetch("g", *asked) == expected
+    assert groups.may_fetch("classic-or-unknown", "a", 1) == ErrorCode.NONE
+
+
 def test_a_commit_without_an_epoch_is_taken_once_the_group_is_empty() -> None:
     groups = cg.ConsumerGroups()
     run(groups, [join(0, "a", 1, parts(0, 1, 2, 3)), Beat(1, "a", -1, answer_epoch=-1)])

@@ -16,7 +16,9 @@ from headrace.kafka.groups import (
 SESSION_MS = 10_000
 
 
-def ask(member_id: str = "", *, protocols: tuple[str, ...] = ("range",)) -> JoinAsk:
+def ask(
+    member_id: str = "", *, protocols: tuple[str, ...] = ("range",), instance: str | None = None
+) -> JoinAsk:
     return JoinAsk(
         "g",
         member_id,
@@ -26,6 +28,7 @@ def ask(member_id: str = "", *, protocols: tuple[str, ...] = ("range",)) -> Join
         SESSION_MS,
         "consumer",
         tuple((name, name.encode()) for name in protocols),
+        instance,
     )
 
 
@@ -180,3 +183,104 @@ def test_offsets_of_a_group_with_members_whose_subscriptions_cannot_be_read_stay
     core.join(0, "j2", connect, "m2")
     assert core.delete_offsets("h", [("t", 0)]) == (ErrorCode.NON_EMPTY_GROUP, {})
     assert core.committed("g") and core.committed("h")
+
+
+def stable_with_a_static_leader(core: Coordinator) -> None:
+    """Generation 2: static s1 (member m1, the leader) holds b"a", dynamic m2 holds b"b"."""
+    core.join(0, "j1", ask(instance="s1"), "m1")
+    core.join(0, "j2", ask(), "m2")
+    core.join(0, "j1b", ask("m1", instance="s1"), "unused")
+    core.sync(0, "s2", "g", 2, "m2", {})
+    core.sync(0, "s1", "g", 2, "m1", {"m1": b"a", "m2": b"b"}, "s1")
+    assert core.groups["g"].state is GroupState.STABLE
+
+
+def test_a_static_member_that_rejoins_gets_its_assignment_back_without_a_rebalance() -> None:
+    """KIP-345: a restarted static member joins with no member id; it is given a new one
+    in the current generation, and its old assignment, and the other members see nothing.
+    The answer names the old leader id, so that a restarted leader does not assign."""
+    core = Coordinator()
+    stable_with_a_static_leader(core)
+    (rejoined,) = core.join(3, "j3", ask(instance="s1"), "m3")
+    assert rejoined.answer == JoinAnswer(ErrorCode.NONE, 2, "range", "m1", "m3", ())
+    group = core.groups["g"]
+    assert group.state is GroupState.STABLE and group.generation == 2
+    assert list(group.members) == ["m3", "m2"] and group.leader == "m3"
+    assert core.heartbeat(3, "g", 2, "m2") == ErrorCode.NONE
+    (synced,) = core.sync(3, "s3", "g", 2, "m3", {}, "s1")
+    assert synced.answer == SyncAnswer(ErrorCode.NONE, b"a")
+    assert core.heartbeat(4, "g", 2, "m3", "s1") == ErrorCode.NONE
+    assert core.may_commit("g", 2, "m3", "s1") == ErrorCode.NONE
+
+
+def test_a_second_member_with_the_same_instance_id_fences_the_first() -> None:
+    core = Coordinator()
+    stable_with_a_static_leader(core)
+    core.join(1, "j3", ask(), "m3")  # a rebalance: m1's rejoin is parked
+    assert core.join(1, "j1c", ask("m1", instance="s1"), "unused") == []
+    got = answers(core.join(2, "j4", ask(instance="s1"), "m4"))
+    assert got["j1c"] == JoinAnswer(ErrorCode.FENCED_INSTANCE_ID)
+    assert "m1" not in core.groups["g"].members
+    # the fenced member's every request, with its instance id, is refused as fenced
+    assert core.heartbeat(2, "g", 2, "m1", "s1") == ErrorCode.FENCED_INSTANCE_ID
+    assert core.heartbeat(2, "g", 2, "m1") == ErrorCode.UNKNOWN_MEMBER_ID
+    assert core.may_commit("g", 2, "m1", "s1") == ErrorCode.FENCED_INSTANCE_ID
+    (refused,) = core.sync(2, "s", "g", 2, "m1", {}, "s1")
+    assert refused.answer == SyncAnswer(ErrorCode.FENCED_INSTANCE_ID)
+    (rejoin,) = core.join(2, "j1d", ask("m1", instance="s1"), "unused")
+    assert rejoin.answer == JoinAnswer(ErrorCode.FENCED_INSTANCE_ID, member_id="m1")
+    assert core.leave(2, "g", "m1", "s1")[0] == ErrorCode.FENCED_INSTANCE_ID
+    # the rebalance goes on with the new holder of the instance id
+    got = answers(core.join(3, "j2b", ask("m2"), "unused"))
+    assert {a.member_id for a in got.values() if isinstance(a, JoinAnswer)} == {"m2", "m3", "m4"}
+    assert {a.generation for a in got.values() if isinstance(a, JoinAnswer)} == {3}
+
+
+def test_a_static_member_leaves_by_its_instance_id() -> None:
+    core = Coordinator()
+    stable_with_a_static_leader(core)
+    assert core.leave(1, "g", "", "nobody")[0] == ErrorCode.UNKNOWN_MEMBER_ID
+    assert core.leave(1, "g", "m2", "s1")[0] == ErrorCode.FENCED_INSTANCE_ID
+    assert core.groups["g"].state is GroupState.STABLE
+    code, _ = core.leave(1, "g", "", "s1")
+    assert code == ErrorCode.NONE
+    assert list(core.groups["g"].members) == ["m2"]
+    assert core.groups["g"].state is GroupState.PREPARING_REBALANCE
+    # the instance id is free again: the next member with it is a new member
+    core.join(2, "j2b", ask("m2"), "unused")
+    assert core.join(3, "j5", ask(instance="s1"), "m5") == []  # a rebalance for it
+    assert core.groups["g"].members["m5"].instance_id == "s1"
+
+
+def test_a_static_rejoin_that_changes_the_group_protocol_rebalances() -> None:
+    core = Coordinator()
+    core.join(0, "j1", ask(instance="s1"), "m1")
+    core.sync(0, "s1", "g", 1, "m1", {"m1": b"a"}, "s1")
+    (rejoined,) = core.join(1, "j2", ask(protocols=("sticky", "range"), instance="s1"), "m2")
+    # alone in the group, it completes the rebalance at once, as the new leader
+    assert rejoined.answer == JoinAnswer(
+        ErrorCode.NONE, 2, "sticky", "m2", "m2", (("m2", b"sticky"),)
+    )
+
+
+def test_a_static_member_rejoining_during_a_rebalance_takes_its_place_in_it() -> None:
+    core = Coordinator()
+    stable_with_a_static_leader(core)
+    core.join(1, "j3", ask(), "m3")
+    core.join(1, "j2b", ask("m2"), "unused")
+    got = answers(core.join(2, "j4", ask(instance="s1"), "m4"))
+    joined = {a.member_id: a for a in got.values() if isinstance(a, JoinAnswer)}
+    assert set(joined) == {"m2", "m3", "m4"}
+    assert joined["m4"].leader == "m4" and len(joined["m4"].members) == 3
+
+
+def test_a_static_member_that_misses_its_session_is_removed() -> None:
+    core = Coordinator()
+    stable_with_a_static_leader(core)
+    core.heartbeat(SESSION_MS / 1000, "g", 2, "m2")
+    core.tick(SESSION_MS / 1000 + 1)
+    assert list(core.groups["g"].members) == ["m2"]
+    # its instance id joins again as a new member, through a rebalance
+    assert core.join(11, "j5", ask(instance="s1"), "m5") == []
+    got = answers(core.join(11, "j2b", ask("m2"), "unused"))
+    assert {a.member_id for a in got.values() if isinstance(a, JoinAnswer)} == {"m2", "m5"}

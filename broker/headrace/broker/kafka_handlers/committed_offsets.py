@@ -45,7 +45,11 @@ class CommittedOffsets(KafkaHandlers):
         allowed = self.groups.owner_error(req.group_id)
         if allowed == ErrorCode.NONE:
             allowed = self.groups.may_commit(
-                req.group_id, req.generation_id, req.member_id, header.api_version
+                req.group_id,
+                req.generation_id,
+                req.member_id,
+                header.api_version,
+                req.group_instance_id,
             )
         accepted: dict[tuple[str, int], groups.Committed] = {}
         topics = []
@@ -84,33 +88,57 @@ class CommittedOffsets(KafkaHandlers):
     def offset_fetch(
         self, header: km.RequestHeader, req: km.OffsetFetchRequest
     ) -> km.OffsetFetchResponse:
-        owner = self.groups.owner_error(req.group_id)
-        if owner != ErrorCode.NONE:
+        if header.api_version >= 8:
+            # several groups at once (KIP-709), each with its own error
+            answers = []
+            for group in req.groups:
+                code, topics = self._fetch_group(
+                    group.group_id, group.topics, group.member_id, group.member_epoch
+                )
+                answers.append(km.OffsetFetchResponseGroup(group.group_id, topics, code))
+            return km.OffsetFetchResponse(0, groups=answers)
+        code, topics = self._fetch_group(req.group_id, req.topics, None, -1)
+        if code != ErrorCode.NONE:
             # v1 has no group-level code: every partition carries it too
-            refused = [
+            topics = [
                 km.OffsetFetchResponseTopic(
                     t.name,
                     [
-                        km.OffsetFetchResponsePartition(i, -1, -1, "", owner)
+                        km.OffsetFetchResponsePartition(i, -1, -1, "", code)
                         for i in t.partition_indexes
                     ],
                 )
                 for t in req.topics or []
             ]
-            return km.OffsetFetchResponse(0, refused, owner)
-        committed = self.groups.core.committed(req.group_id)
-        if req.topics is None:
+        return km.OffsetFetchResponse(0, topics, code)
+
+    def _fetch_group(
+        self,
+        group_id: str,
+        asked_topics: list[km.OffsetFetchRequestTopic] | None,
+        member_id: str | None,
+        member_epoch: int,
+    ) -> tuple[ErrorCode, list[km.OffsetFetchResponseTopic]]:
+        """One group's committed offsets of ``asked_topics`` (None: every one it has), or
+        the group's error and nothing."""
+        code = self.groups.owner_error(group_id)
+        if code == ErrorCode.NONE:
+            code = self.groups.may_fetch(group_id, member_id, member_epoch)
+        if code != ErrorCode.NONE:
+            return code, []
+        committed = self.groups.core.committed(group_id)
+        if asked_topics is None:
             asked: dict[str, list[int]] = {}
             for topic, partition in sorted(committed):
                 asked.setdefault(topic, []).append(partition)
         else:
-            asked = {t.name: list(t.partition_indexes) for t in req.topics}
+            asked = {t.name: list(t.partition_indexes) for t in asked_topics}
         topics = []
         for name, partitions in asked.items():
             answer = km.OffsetFetchResponseTopic(name)
             topics.append(answer)
             try:
-                self.access.require_cohort(name, req.group_id)
+                self.access.require_cohort(name, group_id)
                 denied = ErrorCode.NONE
             except HeadraceError as exc:
                 denied = code_of(exc)
@@ -126,7 +154,7 @@ class CommittedOffsets(KafkaHandlers):
                             index, found.offset, found.leader_epoch, found.metadata, ErrorCode.NONE
                         )
                     )
-        return km.OffsetFetchResponse(0, topics, ErrorCode.NONE)
+        return ErrorCode.NONE, topics
 
     async def offset_delete(
         self, header: km.RequestHeader, req: km.OffsetDeleteRequest

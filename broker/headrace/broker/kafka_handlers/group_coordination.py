@@ -71,9 +71,16 @@ class GroupCoordination(KafkaHandlers):
             req.rebalance_timeout_ms if req.rebalance_timeout_ms >= 0 else req.session_timeout_ms,
             req.protocol_type,
             tuple((p.name, p.metadata) for p in req.protocols),
+            req.group_instance_id,
         )
         answer = await self.groups.join(ask)
-        members = [km.JoinGroupResponseMember(m, None, meta) for m, meta in answer.members]
+        # the leader's roster names static members' instance ids (assignors order by them)
+        group = self.groups.core.groups.get(req.group_id)
+        known = group.members if group is not None else {}
+        members = [
+            km.JoinGroupResponseMember(m, known[m].instance_id if m in known else None, meta)
+            for m, meta in answer.members
+        ]
         return km.JoinGroupResponse(
             0,
             answer.error,
@@ -91,22 +98,39 @@ class GroupCoordination(KafkaHandlers):
         if owner != ErrorCode.NONE:
             return km.SyncGroupResponse(0, owner, b"")
         assignments = {a.member_id: a.assignment for a in req.assignments}
-        answer = await self.groups.sync(req.group_id, req.generation_id, req.member_id, assignments)
+        answer = await self.groups.sync(
+            req.group_id, req.generation_id, req.member_id, assignments, req.group_instance_id
+        )
         return km.SyncGroupResponse(0, answer.error, answer.assignment)
 
     def heartbeat(self, header: km.RequestHeader, req: km.HeartbeatRequest) -> km.HeartbeatResponse:
         code: int = self.groups.owner_error(req.group_id)
         if code == ErrorCode.NONE:
-            code = self.groups.heartbeat(req.group_id, req.generation_id, req.member_id)
+            code = self.groups.heartbeat(
+                req.group_id, req.generation_id, req.member_id, req.group_instance_id
+            )
         return km.HeartbeatResponse(0, code)
 
     def leave_group(
         self, header: km.RequestHeader, req: km.LeaveGroupRequest
     ) -> km.LeaveGroupResponse:
         code: int = self.groups.owner_error(req.group_id)
-        if code == ErrorCode.NONE:
-            code = self.groups.leave(req.group_id, req.member_id)
-        return km.LeaveGroupResponse(0, code)
+        if header.api_version < 3:
+            if code == ErrorCode.NONE:
+                code = self.groups.leave(req.group_id, req.member_id)
+            return km.LeaveGroupResponse(0, code)
+        if code != ErrorCode.NONE:
+            return km.LeaveGroupResponse(0, code)
+        # v3+: several members, each by its member id or its instance id (KIP-345)
+        left = [
+            km.LeaveGroupMemberResponse(
+                m.member_id,
+                m.group_instance_id,
+                self.groups.leave(req.group_id, m.member_id, m.group_instance_id),
+            )
+            for m in req.members
+        ]
+        return km.LeaveGroupResponse(0, ErrorCode.NONE, left)
 
     def list_groups(
         self, header: km.RequestHeader, req: km.ListGroupsRequest
@@ -129,7 +153,7 @@ class GroupCoordination(KafkaHandlers):
         members = [
             km.DescribedGroupMember(
                 m.member_id,
-                None,
+                m.instance_id,
                 m.client_id,
                 m.client_host,
                 m.metadata_for(group.protocol_name) if group.protocol_name else b"",
