@@ -59,7 +59,7 @@ integration: setup
 	$(BIN)/pytest -q tests/integration
 
 test: lint typecheck
-	$(BIN)/pytest -q tests $(TEST_E2E_PATHS)
+	$(BIN)/pytest -q --durations=40 tests $(TEST_E2E_PATHS)
 	$(MAKE) --no-print-directory test-real-node
 
 # The fast lane (a few minutes; .ci/check): lint, import contracts, mypy and the unit tests,
