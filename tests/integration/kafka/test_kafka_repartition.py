@@ -15,7 +15,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -70,6 +69,9 @@ class Produced:
     acknowledged: dict[int, tuple[int, int]] = field(default_factory=dict)
     """record number -> (partition, offset)"""
     failed: dict[int, KafkaError] = field(default_factory=dict)
+    switched_at: int = 0
+    """the first record sent after the producer's metadata had the new count"""
+    sent: int = 0
 
 
 @dataclass
@@ -100,7 +102,8 @@ def produce_through(
             "partitioner": "murmur2_random",
             "linger.ms": 5,
             "topic.metadata.refresh.interval.ms": 500,
-            "message.timeout.ms": 60_000,
+            # a record refused for ever (a retired partition) fails within the test's time
+            "message.timeout.ms": 15_000,
         }
     )
 
@@ -133,8 +136,10 @@ def produce_through(
     while partitions_seen() != new_count:
         for _ in range(20):
             send_one()
+    produced.switched_at = number
     for _ in range(after):
         send_one()
+    produced.sent = number
     assert producer.flush(SETTLE_S) == 0, "records neither acknowledged nor failed"
     return produced
 
@@ -204,9 +209,10 @@ def placed(c: LocalCluster, topic: str, count: int) -> bool:
 
 
 def topic_status(c: LocalCluster, topic: str) -> dict[str, Any]:
-    for t in c.state().get("topics", []):
-        if t["metadata"]["name"] == topic:
-            return dict(t.get("status") or {})
+    """The controller's document of ``default/<topic>``."""
+    for t in c.state()["cluster"].get("topics", []):
+        if t["name"] == f"default/{topic}":
+            return dict(t)
     return {}
 
 
@@ -259,3 +265,53 @@ def test_a_grow_under_a_keyed_idempotent_producer_and_a_group(cluster: LocalClus
 
 def assert_applied(proc: Any) -> None:
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_shrink_under_a_keyed_idempotent_producer_and_a_group(cluster: LocalCluster) -> None:
+    """librdkafka (as Kafka's Java client) takes a lower partition count only for a new
+    topic id: a shrink gives the topic one, so the producer routes keys over the active
+    partitions from its next metadata on. Before, it kept hashing over the old count, and
+    every later record of a key of a retired partition was refused until it timed out."""
+    topic = "shrinking"
+    assert cluster.apply(topic_manifest(topic, 4, replicas=3, min_in_sync=2)).returncode == 0
+    cluster.wait(lambda: placed(cluster, f"default/{topic}", 4), 60, "4 partitions placed")
+    reader = GroupReader(cluster, topic, "shrink-group")
+    try:
+        produced = produce_through(
+            cluster,
+            topic,
+            lambda: assert_applied(cluster.apply(repartition(f"{topic}-to-2", topic, 2))),
+            new_count=2,
+        )
+        # records sent once the producer's metadata had 2 partitions: each taken, on them
+        late = range(produced.switched_at, produced.sent)
+        refused = {n: produced.failed[n] for n in late if n in produced.failed}
+        assert not refused, f"{len(refused)} late records refused: {list(refused.items())[:3]}"
+        assert {produced.acknowledged[n][0] for n in late} <= {0, 1}
+        # what failed was on its way to a retired partition at the cutover
+        stranded = {n for n in produced.failed if murmur2(key_of(n)) % 4 >= 2}
+        assert stranded == set(produced.failed), produced.failed
+        active = {n for n, (p, _) in produced.acknowledged.items() if p < 2}
+        reader.wait_for(active)
+    finally:
+        reader.stop()
+    assert_routed_old_then_new(produced, 4, 2)
+    cluster.wait(lambda: shrink_finalized(cluster, topic), 60, "the shrink finalized")
+    cutover = cutover_offsets(cluster, topic)
+    for partition in (2, 3):
+        # nothing stored in a retired partition from its cutover on, and each acknowledged
+        # record there readable (through our protocol: Kafka's Metadata no longer lists it)
+        stored = asyncio.run(read_all(cluster.bootstrap, f"default/{topic}", partition))
+        assert len(stored) == cutover[partition]
+        acknowledged = {o: n for n, (p, o) in produced.acknowledged.items() if p == partition}
+        assert {r.offset: int(r.value) for r in stored} == acknowledged
+
+
+def shrink_finalized(c: LocalCluster, topic: str) -> bool:
+    status = topic_status(c, topic)
+    return status.get("activePartitions") == 2 and status.get("transition") is None
+
+
+def cutover_offsets(c: LocalCluster, topic: str) -> dict[int, int]:
+    (last,) = topic_status(c, topic)["history"]["transitions"][-1:]
+    return {o["partition"]: o["offset"] for o in last["cutoverOffsets"]}
