@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka.admin import TopicMetadata
 
 from headrace.testing.reading import read_all
 from tests.integration.localcluster import LocalCluster, minio_cluster, topic_manifest
@@ -87,12 +88,12 @@ def produce_through(
     cluster: LocalCluster,
     topic: str,
     change: Callable[[], None],
-    new_count: int,
+    seen: Callable[[TopicMetadata], bool],
     before: int = 300,
     after: int = 300,
 ) -> Produced:
     """Keyed records, ``before`` of them acknowledged before ``change`` runs, then on until
-    the producer's metadata has ``new_count`` partitions and ``after`` more were sent."""
+    the producer's metadata of the topic is ``seen`` and ``after`` more were sent."""
     produced = Produced()
     producer = Producer(
         {
@@ -116,8 +117,8 @@ def produce_through(
 
         return delivered
 
-    def partitions_seen() -> int:
-        return len(producer.list_topics(topic, timeout=10).topics[topic].partitions)
+    def metadata() -> TopicMetadata:
+        return producer.list_topics(topic, timeout=10).topics[topic]
 
     number = 0
     deadline = time.monotonic() + SETTLE_S
@@ -133,7 +134,7 @@ def produce_through(
     while len(produced.acknowledged) < before:
         send_one()
     change()
-    while partitions_seen() != new_count:
+    while not seen(metadata()):
         for _ in range(20):
             send_one()
     produced.switched_at = number
@@ -193,6 +194,10 @@ class GroupReader:
         self._thread.join(30)
 
 
+def partitions(count: int) -> Callable[[TopicMetadata], bool]:
+    return lambda topic: len(topic.partitions) == count
+
+
 def repartition(name: str, topic: str, partitions: int) -> str:
     return f"""apiVersion: headrace.dev/v1alpha1
 kind: Repartition
@@ -249,7 +254,7 @@ def test_a_grow_under_a_keyed_idempotent_producer_and_a_group(cluster: LocalClus
             cluster,
             topic,
             lambda: assert_applied(cluster.apply(repartition(f"{topic}-to-6", topic, 6))),
-            new_count=6,
+            seen=partitions(6),
         )
         assert not produced.failed, f"a grow fails no record: {list(produced.failed.items())[:5]}"
         reader.wait_for(set(produced.acknowledged))
@@ -281,7 +286,7 @@ def test_a_shrink_under_a_keyed_idempotent_producer_and_a_group(cluster: LocalCl
             cluster,
             topic,
             lambda: assert_applied(cluster.apply(repartition(f"{topic}-to-2", topic, 2))),
-            new_count=2,
+            seen=partitions(2),
         )
         # records sent once the producer's metadata had 2 partitions: each taken, on them
         late = range(produced.switched_at, produced.sent)
@@ -315,3 +320,63 @@ def shrink_finalized(c: LocalCluster, topic: str) -> bool:
 def cutover_offsets(c: LocalCluster, topic: str) -> dict[int, int]:
     (last,) = topic_status(c, topic)["history"]["transitions"][-1:]
     return {o["partition"]: o["offset"] for o in last["cutoverOffsets"]}
+
+
+def unload(name: str, topic: str, partition: int, target: int) -> str:
+    return f"""apiVersion: headrace.dev/v1alpha1
+kind: Unload
+metadata: {{name: {name}}}
+spec: {{topicRef: {{name: {topic}}}, partitions: [{partition}], targetBroker: {target}}}
+"""
+
+
+def unload_phase(c: LocalCluster, name: str) -> str | None:
+    for u in c.state().get("unloads", []):
+        if u["metadata"]["name"] == name:
+            return (u.get("status") or {}).get("phase")
+    return None
+
+
+def test_an_unload_is_a_leader_change_for_a_kafka_producer_and_group(
+    cluster: LocalCluster,
+) -> None:
+    """An Unload seals partition 0 at its owner and reopens it at another broker, its
+    offsets continuing: librdkafka sees NOT_LEADER_OR_FOLLOWER, then the new leader in
+    Metadata, and goes on where it was; the group reads each acknowledged record once."""
+    topic = "unloading"
+    manifest = topic_manifest(topic, 2, replicas=1, min_in_sync=1, upload_interval_s=1)
+    assert cluster.apply(manifest).returncode == 0
+    cluster.wait(lambda: online(cluster, f"default/{topic}", 2), 60, "2 partitions online")
+    owner = leader_of(cluster, topic, 0)
+    target = next(b["id"] for b in cluster.record["brokers"] if b["id"] != owner)
+    reader = GroupReader(cluster, topic, "unload-group")
+    try:
+        produced = produce_through(
+            cluster,
+            topic,
+            lambda: assert_applied(cluster.apply(unload(f"{topic}-0", topic, 0, target))),
+            seen=lambda md: md.partitions[0].leader == target,
+        )
+        assert not produced.failed, f"an unload fails no record: {produced.failed}"
+        reader.wait_for(set(produced.acknowledged))
+    finally:
+        reader.stop()
+    cluster.wait(lambda: unload_phase(cluster, f"{topic}-0") == "Completed", 60, "unloaded")
+    assert leader_of(cluster, topic, 0) == target
+    for at, number in reader.read.at.items():
+        assert produced.acknowledged.get(number) == at, (at, number)
+    # one offset space: partition 0's offsets run on across the move, each read once
+    offsets = sorted(o for p, o in produced.acknowledged.values() if p == 0)
+    assert offsets == list(range(len(offsets)))
+    assert not reader.read.twice, reader.read.twice[:5]
+    assert_routed_old_then_new(produced, 2, 2)
+
+
+def online(c: LocalCluster, topic: str, count: int) -> bool:
+    parts = c.partitions(topic)
+    return len(parts) == count and all(p["state"] == "Online" for p in parts)
+
+
+def leader_of(c: LocalCluster, topic: str, partition: int) -> int | None:
+    found = next((p for p in c.partitions(f"default/{topic}") if p["partition"] == partition), None)
+    return None if found is None else found.get("leader")
