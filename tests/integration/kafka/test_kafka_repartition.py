@@ -2,7 +2,8 @@
 3-broker local cluster with MinIO (an Unload needs a tiered topic).
 
 A keyed ``acks=all`` idempotent producer, partitioning as Kafka's Java client does
-(``murmur2_random``), and a consumer group run through a grow, a shrink and an unload.
+(``murmur2_random``), and a consumer group (through the shrink, one of each protocol)
+run through a grow, a shrink and an unload.
 Every acknowledged record is read; each key's records are where ``murmur2(key) % N``
 put them, the count ``N`` of the producer's metadata at the time, in the producer's order
 per partition (docs/kafka.md §3, Live repartition and Unload).
@@ -148,7 +149,9 @@ def produce_through(
 class GroupReader:
     """A consumer group member reading ``topic`` in a thread until told to stop."""
 
-    def __init__(self, cluster: LocalCluster, topic: str, group: str) -> None:
+    def __init__(
+        self, cluster: LocalCluster, topic: str, group: str, protocol: str = "classic"
+    ) -> None:
         self.read = Read()
         self._stop = threading.Event()
         self._consumer = Consumer(
@@ -159,6 +162,7 @@ class GroupReader:
                 "topic.metadata.refresh.interval.ms": 500,
                 "enable.auto.commit": True,
                 "auto.commit.interval.ms": 200,
+                "group.protocol": protocol,
             }
         )
         self._consumer.subscribe([topic])
@@ -281,6 +285,7 @@ def test_a_shrink_under_a_keyed_idempotent_producer_and_a_group(cluster: LocalCl
     assert cluster.apply(topic_manifest(topic, 4, replicas=3, min_in_sync=2)).returncode == 0
     cluster.wait(lambda: placed(cluster, f"default/{topic}", 4), 60, "4 partitions placed")
     reader = GroupReader(cluster, topic, "shrink-group")
+    kip848 = GroupReader(cluster, topic, "shrink-kip848", protocol="consumer")
     try:
         produced = produce_through(
             cluster,
@@ -298,8 +303,10 @@ def test_a_shrink_under_a_keyed_idempotent_producer_and_a_group(cluster: LocalCl
         assert stranded == set(produced.failed), produced.failed
         active = {n for n, (p, _) in produced.acknowledged.items() if p < 2}
         reader.wait_for(active)
+        kip848.wait_for(active)
     finally:
         reader.stop()
+        kip848.stop()
     assert_routed_old_then_new(produced, 4, 2)
     cluster.wait(lambda: shrink_finalized(cluster, topic), 60, "the shrink finalized")
     cutover = cutover_offsets(cluster, topic)
