@@ -19,7 +19,7 @@ from headrace.errors import HeadraceError, InvalidTopicSpec
 from headrace.kafka import consumer_groups as cg
 from headrace.kafka import messages as km
 from headrace.kafka.errors import ErrorCode, code_of
-from headrace.kafka.topic_ids import kafka_topic_name, topic_id
+from headrace.kafka.topic_ids import kafka_topic_name, placed_topic_id, topic_id
 from headrace.records.topic_names import canonical_topic_name
 
 if TYPE_CHECKING:
@@ -73,7 +73,11 @@ def lookup_of(broker: ConnectionHost) -> Callable[[str], cg.TopicInfo | None]:
         placement = next((t for t in cluster.topics if t.name == canonical), None)
         if placement is None:
             return None
-        return cg.TopicInfo(shown, topic_id(shown), placement.routing_partitions)
+        return cg.TopicInfo(
+            shown,
+            placed_topic_id(shown, placement.partitions, placement.routing_partitions),
+            placement.routing_partitions,
+        )
 
     return lookup
 

@@ -8,12 +8,14 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
-from headrace.testing.reading import create_topic
+from headrace.client.consumer import Consumer as HeadraceConsumer
+from headrace.testing.reading import cohort_partitions, create_topic
 from tests.integration.kafka.conftest import KafkaBroker
 
 TOPIC = "events"
@@ -250,3 +252,51 @@ def test_a_static_librdkafka_member_restarts_within_its_session_with_no_rebalanc
     assert sorted(everything) == sorted(b"e%d" % i for i in range(80))
     # produce() sends record i to partition i % PARTITIONS
     assert sorted(read["static"]) == sorted(b"e%d" % i for i in range(80) if i % PARTITIONS in held)
+
+
+async def test_a_kafka_group_and_a_cohort_of_the_same_name_are_two_groups(
+    kafka: KafkaBroker,
+) -> None:
+    """The Kafka group ``billing`` commits its offsets, and the cohort ``billing``
+    acknowledges its records: neither moves the other (docs/kafka.md §3, Groups)."""
+    await create_topic(kafka.broker.bootstrap, TOPIC, PARTITIONS)
+    await produce(kafka, 0, 40)  # 10 per partition
+    group = member(kafka, "billing")
+    await group.start()
+    try:
+        await take(group, [], 40)
+        await group.commit({TopicPartition(TOPIC, p): 5 for p in range(PARTITIONS)})
+    finally:
+        await group.stop()
+
+    # the cohort starts at the beginning, not at the group's commits, and acknowledges all
+    cohort = HeadraceConsumer(kafka.broker.bootstrap, TOPIC, "billing", start="earliest")
+    await cohort.start()
+    read: list[bytes] = []
+    try:
+        async with asyncio.timeout(60):
+            while len(read) < 40:
+                for batch in await cohort.getmany(timeout_s=1.0):
+                    read.extend(r.value for r in batch.records())
+                    cohort.ack_batch(batch)
+            while {p: v["cursor"] for p, v in (await cohorts_of(kafka)).items()} != {
+                p: 10 for p in range(PARTITIONS)
+            }:
+                await asyncio.sleep(0.1)  # polling the broker's cursors, within the timeout
+    finally:
+        await cohort.close()
+    assert sorted(read) == sorted(b"e%d" % i for i in range(40))
+
+    # the group resumes at its own commits, the cohort's acknowledgements notwithstanding
+    late = member(kafka, "billing")
+    await late.start()
+    try:
+        resumed: list[bytes] = []
+        await take(late, resumed, 20)
+        assert sorted(resumed) == sorted(b"e%d" % i for i in range(40) if i // PARTITIONS >= 5)
+    finally:
+        await late.stop()
+
+
+async def cohorts_of(kafka: KafkaBroker) -> dict[int, dict[str, Any]]:
+    return await cohort_partitions(kafka.broker.bootstrap, "billing")

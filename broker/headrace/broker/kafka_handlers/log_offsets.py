@@ -116,4 +116,10 @@ class LogOffsets(KafkaHandlers):
         if part.log.epochs is None:  # a standalone log has one epoch, its leader's
             return km.EpochEndOffset(ErrorCode.NONE, asked.partition, current, part.log.next_offset)
         epoch, end = part.log.epochs.end_offset_for(asked.leader_epoch, part.log.next_offset)
+        if epoch < 0:
+            # Older than every epoch this copy knows (a partition an Unload reopened here,
+            # its offsets continuing; or retention took the epoch's records): it ended
+            # where the first known one starts. Kafka answers so; an undefined epoch makes
+            # a consumer reset its position, as if the log had been truncated.
+            epoch = asked.leader_epoch
         return km.EpochEndOffset(ErrorCode.NONE, asked.partition, epoch, end)

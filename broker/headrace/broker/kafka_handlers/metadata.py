@@ -16,7 +16,7 @@ from headrace.errors import HeadraceError
 from headrace.kafka import messages as km
 from headrace.kafka import topic_ids
 from headrace.kafka.errors import ErrorCode, code_of
-from headrace.kafka.topic_ids import kafka_topic_name, topic_id
+from headrace.kafka.topic_ids import kafka_topic_name, placed_topic_id, topic_id
 from headrace.records.topic_names import canonical_topic_name
 from headrace.security.acl import Operation
 
@@ -25,12 +25,12 @@ if TYPE_CHECKING:
 
 
 def _asked_names(
-    header: km.RequestHeader, req: km.MetadataRequest, every: Callable[[], list[str]]
+    header: km.RequestHeader, req: km.MetadataRequest, every: Callable[[], dict[str, bytes]]
 ) -> list[str]:
     """The topics a Metadata request names, by name or (v10+) by id; none (or v0's empty
-    list) means every one."""
+    list) means every one. ``every``: each topic's name, as clients see it, to its id."""
     if req.topics is None or (header.api_version == 0 and not req.topics):
-        return every()
+        return sorted(every())
     known = every()
     return [topic_ids.named(t.name, t.topic_id, known) for t in req.topics]
 
@@ -54,7 +54,9 @@ class Metadata(KafkaHandlers):
         host, port = self.advertised()
         registry = self.broker.registry
         names = _asked_names(
-            header, req, lambda: sorted(kafka_topic_name(n) for n in registry.topics)
+            header,
+            req,
+            lambda: {kafka_topic_name(n): topic_id(kafka_topic_name(n)) for n in registry.topics},
         )
         topics = []
         for name in names:
@@ -105,13 +107,18 @@ class Metadata(KafkaHandlers):
         partition's leader, epoch, replicas and ISR (the controller's live replica set,
         or this leader's own when it leads the partition). A topic lists its active
         partitions only: a shrink's retired partitions take no produce, and a Kafka
-        producer spreads keys over every partition Metadata gives (docs/kafka.md)."""
+        producer spreads keys over every partition Metadata gives; and such a topic has
+        a new id, without which Kafka clients keep the higher count (docs/kafka.md)."""
         me = self.broker.settings.broker_id
         kafka_brokers = {b.id: b.kafka for b in cluster.brokers if b.kafka is not None}
         placements = {kafka_topic_name(t.name): t for t in cluster.topics}
+        ids = {
+            name: placed_topic_id(name, t.partitions, t.routing_partitions)
+            for name, t in placements.items()
+        }
         internal = kafka_topic_name(canonical_topic_name(self.broker.settings.kafka_offsets_topic))
         topics = []
-        for name in _asked_names(header, req, lambda: sorted(placements)):
+        for name in _asked_names(header, req, lambda: ids):
             placement = placements.get(name)
             if placement is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
@@ -150,7 +157,7 @@ class Metadata(KafkaHandlers):
                 )
             topics.append(
                 km.MetadataResponseTopic(
-                    ErrorCode.NONE, name, topic_id(name), name == internal, partitions
+                    ErrorCode.NONE, name, ids[name], name == internal, partitions
                 )
             )
         return km.MetadataResponse(
