@@ -23,6 +23,7 @@ import pytest
 from confluent_kafka import Producer
 
 from headrace.client import Producer as HeadraceProducer
+from headrace.testing.procs import BrokerProcess, free_port
 from headrace.testing.reading import create_topic, read_partition
 from tests.integration.kafka import peer_tools
 from tests.integration.kafka.conftest import KafkaBroker
@@ -53,7 +54,9 @@ class SparkDriver:
         )
         self._answers: queue.Queue[dict[str, Any] | None] = queue.Queue()
         threading.Thread(target=self._read_answers, daemon=True).start()
-        self.version = self._answer()["ready"]
+        # Spark's version, once it is up: the first command waits for it, so that the JVM
+        # starts while the test starts its broker
+        self.version: str | None = None
 
     def _read_answers(self) -> None:
         assert self._proc.stdout is not None
@@ -76,6 +79,8 @@ class SparkDriver:
 
     def call(self, op: str, **args: Any) -> dict[str, Any]:
         assert self._proc.stdin is not None
+        if self.version is None:
+            self.version = self._answer()["ready"]
         self._proc.stdin.write(json.dumps({"op": op, **args}) + "\n")
         self._proc.stdin.flush()
         return self._answer()
@@ -98,6 +103,18 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkDriver]:
     driver = SparkDriver(jars, tmp_path_factory.mktemp("spark-driver") / "driver.log")
     yield driver
     driver.stop()
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBroker]:
+    """One standalone broker for the module (each test has its own topic)."""
+    port = free_port()
+    broker = BrokerProcess(
+        tmp_path_factory.mktemp("broker") / "data", extra_args=["--kafka-port", str(port)]
+    )
+    broker.start()
+    yield KafkaBroker(broker, port)
+    broker.kill9()
 
 
 def _rows(answer: dict[str, Any]) -> list[Row]:
