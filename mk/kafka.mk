@@ -1,7 +1,8 @@
 # Kafka's own tools and clients in other languages against the Kafka listener (docs/kafka.md,
 # "Tested clients and tools"), from tests/integration/kafka/test_kafka_peers.py.
-#   make kafka-peers-build  Kafka's jars (Maven Central), the franz-go program (Go module proxy)
-#                           and kcat (Debian) into ~/.cache/headrace; idempotent
+#   make kafka-peers-build  Kafka's jars (Maven Central), the franz-go program (Go module proxy),
+#                           kcat (Debian) and Spark's Kafka connector (Maven Central, for
+#                           test_kafka_spark.py) into ~/.cache/headrace; idempotent
 #   make kafka-peers        every peer test, Kafka's perf tools included (~1.5 min)
 # `make test` runs them all but the perf tools (~1 min).
 #   make kafka-cluster-kills  test_kafka_cluster.py alone (in `make test` too): a group on a

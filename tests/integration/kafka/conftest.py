@@ -7,10 +7,19 @@ import pytest
 from headrace.testing.procs import BrokerProcess, free_port
 from tests.integration.kafka import peer_tools
 
+HERE = Path(__file__).parent
+
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    # Kafka's jars, the franz-go program and kcat: fetched or built once per machine
-    peer_tools.build_before_tests_in([Path(__file__).parent / "test_kafka_peers.py"], session)
+    # Kafka's jars, the franz-go program, kcat and Spark's Kafka connector: fetched or built
+    # once per machine
+    peer_tools.build_before_tests_in(
+        {
+            HERE / "test_kafka_peers.py": ("java", "franzgo", "kcat"),
+            HERE / "test_kafka_spark.py": ("spark",),
+        },
+        session,
+    )
 
 
 class KafkaBroker:

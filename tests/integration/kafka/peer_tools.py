@@ -1,6 +1,6 @@
 """Building, locating and running the Kafka peers of ``test_kafka_peers.py``: Kafka's own
 Java client and tools (jars from Maven Central), a franz-go program (Go module proxy) and
-kcat (Debian).
+kcat (Debian); and of ``test_kafka_spark.py``: Spark's Kafka connector (Maven Central).
 
 ``peers/build.sh`` builds them into ``~/.cache/headrace`` (idempotent: the first run on a
 machine fetches, later ones find them). A peer that cannot be built fails its tests with the
@@ -30,6 +30,7 @@ REGISTRY = {
     "java": ("repo.maven.apache.org", 443),
     "franzgo": ("proxy.golang.org", 443),
     "kcat": ("deb.debian.org", 80),
+    "spark": ("repo.maven.apache.org", 443),
 }
 
 #: a JVM for a command-line tool: quick start, small heap, one GC thread (two shared cores)
@@ -57,7 +58,7 @@ def _registry_unreachable(peer: str) -> str | None:
 
 
 def build(peer: str) -> Built:
-    """Build ``peer`` (java, franzgo, kcat) once per session; keeps a failure for the tests."""
+    """Build ``peer`` (java, franzgo, kcat, spark) once per session; keeps a failure for the tests."""
     if peer in _built:
         return _built[peer]
     start = time.monotonic()
@@ -92,15 +93,19 @@ def require(peer: str) -> dict[str, str]:
     pytest.fail(built.error)
 
 
-def build_before_tests_in(files: list[Path], session: pytest.Session) -> None:
-    """The body of a ``pytest_collection_finish`` hook: build every peer if the session runs
-    tests from ``files``, with the output shown, before any per-test timeout counts."""
-    wants = any(Path(str(item.path)) in files for item in session.items)
-    if not wants or session.config.option.collectonly:
+def build_before_tests_in(peers_of: dict[Path, tuple[str, ...]], session: pytest.Session) -> None:
+    """The body of a ``pytest_collection_finish`` hook: build the peers of each test file
+    (``peers_of``) the session runs tests from, with the output shown, before any per-test
+    timeout counts."""
+    if session.config.option.collectonly:
+        return
+    files = {Path(str(item.path)) for item in session.items}
+    wanted = [peer for file, peers in peers_of.items() if file in files for peer in peers]
+    if not wanted:
         return
     capture = session.config.pluginmanager.getplugin("capturemanager")
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
-        for peer in REGISTRY:
+        for peer in dict.fromkeys(wanted):
             build(peer)
 
 
