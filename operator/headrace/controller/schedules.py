@@ -30,6 +30,7 @@ import json
 import logging
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -39,6 +40,7 @@ from pydantic import ValidationError
 from headrace.aio import cancel_and_wait
 from headrace.control import snapshot_schedules
 from headrace.control.documents import condition, condition_time, epoch_ms, full_name
+from headrace.control.looping import Clock
 from headrace.controller.store import SCHEDULES, SNAPSHOTS, FileStore, admitted
 from headrace.resources.meta import READY
 from headrace.resources.snapshots import SnapshotPhase, TopicSnapshot, TopicSnapshotSchedule
@@ -52,16 +54,21 @@ TICK_S: Final = 1.0
 LOG_FILE: Final = Path("logs") / "schedules.log"
 
 
+def _wall_ms() -> float:
+    return time.time() * 1000
+
+
 @dataclass(frozen=True, slots=True)
 class ScheduleClock:
-    """Schedule time in ms: the wall clock when ``rate`` is 1, else running ``rate`` times
-    faster from ``started_ms``."""
+    """Schedule time in ms: the wall clock (``wall_ms``) when ``rate`` is 1, else running
+    ``rate`` times faster from ``started_ms``."""
 
     rate: float = 1.0
-    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    wall_ms: Callable[[], float] = _wall_ms
+    started_ms: int = field(default_factory=lambda: int(_wall_ms()))
 
     def now_ms(self) -> int:
-        real = time.time() * 1000
+        real = self.wall_ms()
         return int(self.started_ms + (real - self.started_ms) * self.rate)
 
 
@@ -111,7 +118,7 @@ def _manifest(doc: dict[str, Any]) -> dict[str, Any]:
 class LocalSchedules:
     """Runs the TopicSnapshotSchedules of ``store`` against the cluster in ``local_dir``."""
 
-    def __init__(self, store: FileStore, local_dir: Path, clock: ScheduleClock) -> None:
+    def __init__(self, store: FileStore, local_dir: Path, clock: Clock) -> None:
         self.store = store
         self.local_dir = local_dir
         self.clock = clock
@@ -138,10 +145,20 @@ class LocalSchedules:
     def step(self) -> None:
         """One look at every schedule, then a process for each of their snapshots that
         needs one and has none."""
+        self.decide()
+        self.launch()
+
+    def decide(self) -> None:
+        """Tick every schedule at the clock's time: write the snapshots due, mark the ones
+        to delete, write the schedules' statuses (no process is started)."""
         now_ms = self.clock.now_ms()
         snapshots = self.store.documents(SNAPSHOTS)
         for doc in self.store.documents(SCHEDULES):
             self._tick(doc, [s for s in snapshots if _schedule_of(s) == full_name(doc)], now_ms)
+
+    def launch(self) -> None:
+        """A process for each schedule's snapshot that waits for one: to take it (Pending)
+        or to delete it (marked)."""
         for doc in self.store.documents(SNAPSHOTS):
             name = full_name(doc)
             if _schedule_of(doc) is None or name in self.running:
