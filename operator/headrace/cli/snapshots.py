@@ -795,6 +795,20 @@ def apply_resources(resources: list[Any], directory: Path) -> None:
             None,
         )
         if existing is not None and not restore_pending(existing):
+            from headrace.control.documents import TOPIC_RESTORE_LABEL
+
+            labels = existing.get("metadata", {}).get("labels") or {}
+            if labels.get(TOPIC_RESTORE_LABEL) != name and (doc.get("status") or {}).get(
+                "phase"
+            ) != str(SnapshotPhase.READY):
+                # a topic this restore did not create, as the operator's TopicExists
+                why = f"topic {target} exists and was not created by this restore"
+                _record(
+                    RESTORES,
+                    doc,
+                    directory,
+                    local_status(doc, SnapshotPhase.FAILED, why, _now_ms()),
+                )
             click.echo(f"topicrestore {namespace}/{name} unchanged ({target} exists)")
             continue
         if existing is not None:
