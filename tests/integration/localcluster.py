@@ -202,6 +202,8 @@ class LocalCluster:
             "controller",
             "--state-dir",
             str(self.dir / "controller"),
+            "--local-dir",
+            str(self.dir),
             "--admin-port",
             str(self.controller_port),
             *(["--instance", record["instance"]] if "instance" in record else []),

@@ -52,7 +52,7 @@ def test_apply_of_a_folder_refuses_what_the_cluster_cannot_honour(
     assert code == 1, err
     assert (
         "skipping BrokerCluster default/main: local mode runs Topics, Unloads, Repartitions,"
-        " TopicSnapshots, TopicRestores only" in err
+        " TopicSnapshots, TopicRestores, TopicSnapshotSchedules only" in err
     )
     assert "error: topic default/too-wide: 4 replicas need 4 brokers, the cluster has 3" in err
     assert out == "" and "Traceback" not in err and "422" not in err

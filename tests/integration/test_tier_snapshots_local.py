@@ -1,9 +1,12 @@
-"""TopicSnapshot and TopicRestore through ``headrace apply -f`` on a local cluster with MinIO.
+"""TopicSnapshot, TopicRestore and TopicSnapshotSchedule through ``headrace apply -f`` on
+a local cluster with MinIO.
 
 The snapshot is taken while a keyed producer runs; the restore creates a new topic
 through the controller (held while the restore is written, then placed at incarnation 1):
 a consumer of the new topic reads the same records at the same offsets, on every
-replica's leader, and the cohort resumes at the cursors it had.
+replica's leader, and the cohort resumes at the cursors it had. ``headrace get`` shows
+their statuses. A schedule run by the local controller, on a clock it runs faster than
+real time, takes snapshots and keeps the newest ``keep``.
 """
 
 from __future__ import annotations
@@ -114,9 +117,43 @@ async def test_snapshot_under_load_then_restore_into_a_new_topic(cluster: LocalC
         await load
     snap = pins.read_snapshot(store, source.prefix, "s1")
     assert {p.partition: p.cursors.get("billing") for p in snap.partitions} == acked
+    shown = get(cluster, "topicsnapshot", "s1")
+    assert shown["status"]["phase"] == "Ready"
+    assert ready_of(shown)["status"] == "True"
+    assert (shown["status"]["key"], shown["status"]["objects"]) == (snap.key, snap.objects)
+    assert shown["status"]["creationId"] == source.creation_id
+    assert {p["partition"]: p["cut"] for p in shown["status"]["partitions"]} == {
+        p.partition: p.cut for p in snap.partitions
+    }
 
     done = await asyncio.to_thread(apply, cluster, RESTORE)
     assert b"topicrestore default/copy restored default/orders-restored" in done.stdout
+    shown = get(cluster, "topicrestore", "copy")
+    assert shown["status"]["phase"] == "Ready"
+    assert ready_of(shown)["status"] == "True"
+    verification = shown["status"]["verification"]
+    assert verification["outcome"] == "Verified"
+    assert store.exists(verification["reportKey"])
+    assert shown["status"]["creationId"] == cluster.creation_id(RESTORED)
+    table = cluster.cli("get", "topicrestores", "--dir", str(cluster.dir)).stdout.decode()
+    assert table.split("\n")[0].split() == [
+        "NAME",
+        "SNAPSHOT",
+        "TOPIC",
+        "PHASE",
+        "VERIFIED",
+        "READY",
+        "REASON",
+        "AGE",
+    ]
+    assert table.split("\n")[1].split()[:6] == [
+        "copy",
+        "s1",
+        "orders-restored",
+        "Ready",
+        "Verified",
+        "True",
+    ]
     again = await asyncio.to_thread(apply, cluster, SNAPSHOT + "---\n" + RESTORE)
     assert b"topicsnapshot default/s1 unchanged" in again.stdout
     assert b"topicrestore default/copy unchanged" in again.stdout
@@ -165,6 +202,16 @@ async def test_snapshot_under_load_then_restore_into_a_new_topic(cluster: LocalC
     deleted = await asyncio.to_thread(apply_delete, cluster, SNAPSHOT)
     assert b"topicsnapshot default/s1 deleted" in deleted.stdout
     assert [s.name for s in pins.read_snapshots(store, source.prefix)] == ["s2"]
+
+
+def get(c: LocalCluster, kind: str, name: str) -> dict[str, Any]:
+    """``headrace get KIND NAME -o json``: the resource as local mode keeps it."""
+    out = c.cli("get", kind, name, "-o", "json", "--dir", str(c.dir)).stdout
+    return json.loads(out)  # type: ignore[no-any-return]
+
+
+def ready_of(doc: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in doc["status"]["conditions"] if c["type"] == "Ready")
 
 
 def apply_delete(c: LocalCluster, manifest: str) -> subprocess.CompletedProcess[bytes]:
@@ -234,3 +281,74 @@ async def test_a_restore_that_died_after_writing_a_manifest_is_finished_by_apply
             assert copied == original and len(copied) == part.cut + 1
         again = await asyncio.to_thread(apply, c, COPY)
         assert b"topicrestore default/again unchanged" in again.stdout
+
+
+#: schedule minutes per real second in the schedule test: a minutely schedule fires
+#: about every 2 s instead of every 60 s
+SCHEDULE_CLOCK_RATE = 30
+SCHEDULE = """apiVersion: headrace.dev/v1alpha1
+kind: TopicSnapshotSchedule
+metadata: {name: minutely}
+spec:
+  topicRef: {name: orders}
+  schedule: "* * * * *"
+  keep: 1
+"""
+
+
+async def test_a_schedule_takes_snapshots_on_its_cron_and_keeps_the_newest(
+    tmp_path: Path,
+) -> None:
+    up = ("--schedule-clock-rate", str(SCHEDULE_CLOCK_RATE))
+    with running_cluster(tmp_path / "local", *up, brokers=1, object_store="minio") as c:
+        manifest = topic_manifest(NAME, 1, 1, 1, upload_interval_s=1)
+        assert c.apply(manifest).returncode == 0
+        await until(lambda: online(c, TOPIC, 1), "topic online", 30)
+        async with Producer(c.bootstrap, acks="all") as producer:
+            for n in range(50):
+                await producer.send(TOPIC, b"v%05d" % n)
+        applied = await asyncio.to_thread(apply, c, SCHEDULE)
+        assert b"topicsnapshotschedule default/minutely applied" in applied.stdout
+        store = store_of(c)
+        source = TopicRef("local", TOPIC, c.creation_id(TOPIC))
+
+        def taken() -> list[str]:
+            return sorted(s.name for s in pins.read_snapshots(store, source.prefix))
+
+        def schedule_status() -> dict[str, Any]:
+            return get(c, "topicsnapshotschedule", "minutely").get("status") or {}
+
+        seen: set[str] = set()
+
+        def two_taken() -> bool:
+            seen.update(taken())
+            return len(seen) >= 2
+
+        # each snapshot is a `headrace apply` process: slow on a loaded machine
+        await until(two_taken, "two snapshots taken", 120)
+        # suspended, it takes no more: what it has settles to the newest one kept
+        suspended = SCHEDULE.replace("keep: 1", "keep: 1\n  suspend: true")
+        assert b"minutely configured" in (await asyncio.to_thread(apply, c, suspended)).stdout
+
+        def one_kept() -> bool:
+            seen.update(taken())
+            kept = [k["name"] for k in schedule_status().get("kept", [])]
+            out = c.cli("get", "topicsnapshots", "-o", "json", "--dir", str(c.dir)).stdout
+            resources = sorted(d["metadata"]["name"] for d in json.loads(out)["items"])
+            # none pending, none being deleted: the store and the resources agree
+            return len(kept) == 1 and taken() == kept == resources
+
+        await until(one_kept, "the newest snapshot kept, the older ones deleted", 120)
+        status = schedule_status()
+        kept = [k["name"] for k in status["kept"]]
+        assert all(name.startswith("minutely-") for name in seen)
+        # the ones deleted are the older ones
+        assert all(old < min(kept) for old in seen - set(kept))
+        assert status["lastScheduleTime"]
+        assert ready_of({"status": status})["reason"] == "Suspended"
+        for name in kept:
+            snapshot = get(c, "topicsnapshot", name)
+            assert snapshot["status"]["phase"] == "Ready"
+            assert snapshot["metadata"]["labels"] == {
+                "headrace.dev/topic-snapshot-schedule": "minutely"
+            }

@@ -39,6 +39,8 @@ class ControllerOptions:
     broker_token: str | None
     broker_token_file: Path | None
     broker_admin_ca: Path | None
+    local_dir: Path | None
+    schedule_clock_rate: float
 
     def settings(self) -> ControllerSettings:
         """The controller's settings; a click error naming the option that is wrong."""
@@ -59,6 +61,8 @@ class ControllerOptions:
             raise click.BadParameter(
                 exc.message, param_hint="--unload-recovery-timeout-ms"
             ) from exc
+        if self.schedule_clock_rate <= 0:
+            raise click.BadParameter("must be positive", param_hint="--schedule-clock-rate")
         if (self.admin_tls_cert is None) != (self.admin_tls_key is None):
             raise click.UsageError("--admin-tls-cert and --admin-tls-key go together")
         if self.acl_file is not None and (self.auth_tokens or self.auth_token_file):
@@ -84,6 +88,8 @@ class ControllerOptions:
             broker_token=None if self.broker_token_file else self.broker_token,
             broker_token_file=self.broker_token_file,
             broker_admin_ca=self.broker_admin_ca,
+            local_dir=self.local_dir,
+            schedule_clock_rate=self.schedule_clock_rate,
         )
 
 

@@ -175,6 +175,20 @@ from headrace.control.settings import ControlSettings
     default=None,
     help="Speak HTTPS to the brokers' admin ports, verifying them with this CA.",
 )
+@click.option(
+    "--local-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=None,
+    help="The local cluster's directory (local up passes it): TopicSnapshotSchedules take"
+    " their snapshots with `headrace apply -f --dir` against it. None: schedules do not run.",
+)
+@click.option(
+    "--schedule-clock-rate",
+    type=float,
+    default=1.0,
+    hidden=True,
+    help="Schedule time per real time (tests: a minutely schedule fires every few seconds).",
+)
 def controller(**options: Any) -> None:
     """Run the local-mode controller."""
     from headrace.cli.controller_options import ControllerOptions
@@ -274,6 +288,14 @@ def local() -> None:
     " advertises 127.0.N.(2+i):PORT; clients that bootstrap through it are told every"
     " broker's address on it (docs/operations.md).",
 )
+@click.option(
+    "--schedule-clock-rate",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    hidden=True,
+    help="The controller's schedule time per real time (tests: a minutely"
+    " TopicSnapshotSchedule fires every few seconds).",
+)
 @click.option("--foreground", is_flag=True, help="Stay attached; Ctrl-C brings the cluster down.")
 def local_up(
     count: int,
@@ -289,6 +311,7 @@ def local_up(
     racks: str | None,
     kafka_port: int | None,
     listeners: tuple[str, ...],
+    schedule_clock_rate: float | None,
     foreground: bool,
 ) -> None:
     """Start the controller and COUNT brokers (and MinIO with --object-store minio).
@@ -329,6 +352,7 @@ def local_up(
         acl_file=acl_file,
         racks=tuple(rack_names),
         listeners=tuple(named_listeners),
+        schedule_clock_rate=schedule_clock_rate,
     )
     record = bring_up(plan)
     report_up(record, directory, count, foreground)
@@ -416,8 +440,10 @@ EXIT_NOT_FOUND = 3
 
 #: what ``headrace local`` runs; ``apply -f`` skips other kinds with a note
 LOCAL_KINDS = ("Topic", "Unload", "Repartition")
-#: run by ``apply`` itself, against the local cluster's object store (``cli.snapshots``)
-SNAPSHOT_KINDS = ("TopicSnapshot", "TopicRestore")
+#: run by ``apply`` itself, against the local cluster's object store (``cli.snapshots``),
+#: their statuses kept in the controller's state directory (``headrace get``); the
+#: controller runs the schedules (``controller.schedules``)
+SNAPSHOT_KINDS = ("TopicSnapshot", "TopicRestore", "TopicSnapshotSchedule")
 
 
 class SnapshotKinds(Protocol):
@@ -425,7 +451,7 @@ class SnapshotKinds(Protocol):
 
     def apply(self, resources: list[Any], directory: Path) -> None: ...
 
-    def delete(self, directory: Path, namespace: str, name: str) -> None: ...
+    def delete(self, directory: Path, kind: str, namespace: str, name: str) -> None: ...
 
 
 #: set by ``cli.snapshots.register``: that module imports this one (it registers the
@@ -435,7 +461,7 @@ snapshot_kinds: SnapshotKinds | None = None
 
 def _snapshot_kinds() -> SnapshotKinds:
     if snapshot_kinds is None:
-        raise click.ClickException("TopicSnapshot and TopicRestore are not available here")
+        raise click.ClickException(f"{', '.join(SNAPSHOT_KINDS)} are not available here")
     return snapshot_kinds
 
 
@@ -463,15 +489,17 @@ def _snapshot_kinds() -> SnapshotKinds:
 def apply(
     paths: tuple[str, ...], directory: Path, controller_url: str | None, allow_problems: bool
 ) -> None:
-    """Apply Topic, Unload and Repartition manifests (the same YAML as for kubectl apply).
+    """Apply Topic, Unload, Repartition and snapshot manifests (the same YAML as for
+    kubectl apply).
 
     All or nothing: every manifest is validated, and checked against the cluster (its
     name, its broker count, the topics it has), before any is applied. A problem is
     printed as one line and the exit status is 1, unless --allow-problems makes it a
     warning. A Repartition of a missing topic, to the count it has, or of a topic
     mid-Unload is refused. TopicSnapshots and TopicRestores run in this process, after
-    the rest is applied (their status is printed, not kept). Kinds local mode does not
-    run (BrokerCluster, Compaction, ...) are skipped with a note."""
+    the rest is applied; their statuses are kept (`headrace get`). A
+    TopicSnapshotSchedule is kept for the controller, which takes its snapshots. Kinds
+    local mode does not run (BrokerCluster, Compaction, ...) are skipped with a note."""
     from headrace.cli.manifests import manifests_to_apply
     from headrace.resources import ManifestError
 
@@ -543,7 +571,10 @@ def _sendable(resource: Any) -> dict[str, Any]:
 def delete(
     paths: tuple[str, ...], directory: Path, controller_url: str | None, ignore_not_found: bool
 ) -> None:
-    """Delete the Topics, Unloads and Repartitions the manifests name.
+    """Delete the Topics, Unloads, Repartitions and snapshot kinds the manifests name.
+
+    Deleting a TopicSnapshot deletes its document in the store (its objects are no longer
+    pinned); a TopicRestore's topic and a TopicSnapshotSchedule's snapshots stay.
 
     A Repartition deleted after its cutover rolls forward: the transition finishes
     (the topic's status carries it) and only the record of it goes.
@@ -561,19 +592,19 @@ def delete(
             click.echo(f"error: {line}", err=True)
         raise SystemExit(1) from exc
     for key in keys:
-        if key.kind == "TopicSnapshot":
-            _snapshot_kinds().delete(directory, key.namespace, key.name)
-        elif key.kind == "TopicRestore":
-            click.echo(f"topicrestore {key.namespace}/{key.name} deleted (its topic stays)")
+        if key.kind in SNAPSHOT_KINDS:
+            _snapshot_kinds().delete(directory, key.kind, key.namespace, key.name)
         elif key.kind not in LOCAL_KINDS:
             click.echo(
-                f"skipping {key.kind} {key.namespace}/{key.name}: local mode runs Topics,"
-                " Unloads, Repartitions, TopicSnapshots and TopicRestores only",
+                f"skipping {key.kind} {key.namespace}/{key.name}: local mode runs"
+                f" {', '.join(k + 's' for k in LOCAL_KINDS + SNAPSHOT_KINDS)} only",
                 err=True,
             )
     topics = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Topic"]
     unloads = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Unload"]
     repartitions = [f"{k.namespace}/{k.name}" for k in keys if k.kind == "Repartition"]
+    if not (topics or unloads or repartitions):
+        return  # only snapshot kinds: nothing for the controller
     result = request_json(
         "POST",
         f"{resolve_controller_url(controller_url, directory)}/v1/delete",

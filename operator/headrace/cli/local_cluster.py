@@ -33,6 +33,7 @@ from headrace.cli.local_record import (
     CLUSTER_ID,
     STATE_FILE,
     broker_entry,
+    controller_dir,
     recorded_pids,
     write_state,
 )
@@ -79,6 +80,8 @@ class LocalClusterPlan:
     #: more data listeners, (name, port): broker i's k-th (from 1) binds and advertises
     #: ``listener_host(k, i)`` on that port
     listeners: tuple[tuple[str, int], ...] = ()
+    #: the controller's schedule time per real time (None: the wall clock); tests only
+    schedule_clock_rate: float | None = None
 
 
 def object_store_args(
@@ -205,6 +208,10 @@ def bring_up(plan: LocalClusterPlan) -> dict[str, Any]:
             "--preferred-leader-quiet-ms",
             str(plan.preferred_leader_quiet_ms),
         ]
+    if plan.schedule_clock_rate is not None:
+        record.setdefault("controller_args", []).extend(
+            ["--schedule-clock-rate", str(plan.schedule_clock_rate)]
+        )
     if plan.object_store == "minio":
         record["minio"] = start_minio(directory)
         write_state(state_file, record)  # so `local down` finds MinIO if a later step fails
@@ -258,7 +265,9 @@ def _start(record: dict[str, Any], plan: LocalClusterPlan) -> None:
         [
             "controller",
             "--state-dir",
-            str(directory / "controller"),
+            str(controller_dir(directory)),
+            "--local-dir",
+            str(directory),
             "--admin-port",
             str(plan.controller_port),
             "--cluster-id",

@@ -21,6 +21,14 @@ STATE_FILE = "local.json"
 #: the cluster id brokers and controller share; it prefixes every object-store key and is
 #: the Topic manifests' ``clusterRef`` name, so it is the same for every local cluster
 CLUSTER_ID = "local"
+#: the controller's state directory under a cluster's directory (``controller.store``)
+CONTROLLER_DIR = "controller"
+
+
+def controller_dir(directory: Path) -> Path:
+    """The local controller's state directory: its documents, and the TopicSnapshots,
+    TopicRestores and TopicSnapshotSchedules ``apply -f`` keeps there."""
+    return directory / CONTROLLER_DIR
 
 
 def write_state(state_file: Path, record: Mapping[str, Any]) -> None:

@@ -173,7 +173,17 @@ def bench(
 
 
 def _register_commands() -> None:
-    from headrace.cli import acl, cluster, cohorts, consume, drain, roundtrip, scaling, topics
+    from headrace.cli import (
+        acl,
+        cluster,
+        cohorts,
+        consume,
+        drain,
+        local_get,
+        roundtrip,
+        scaling,
+        topics,
+    )
     from headrace.cli import local as local_mode
 
     main.add_command(acl.acl)
@@ -187,6 +197,7 @@ def _register_commands() -> None:
     assert scaling.add_broker.name in local_mode.local.commands
     main.add_command(local_mode.apply)
     main.add_command(local_mode.delete)
+    main.add_command(local_get.get)
     main.add_command(drain.drain_command)
 
 

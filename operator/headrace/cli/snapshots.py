@@ -17,10 +17,11 @@ id. See docs/tiered-storage.md, *Snapshots*.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,7 @@ from headrace.cli import controller_client, local_record
 from headrace.cli import local as local_mode
 from headrace.cli.jobs import _creation_id, _local_bootstrap, _qualified, _target
 from headrace.errors import HeadraceError
+from headrace.resources.snapshots import SnapshotPhase
 
 if TYPE_CHECKING:
     from headrace.jobs.snapshot import RestoreResult
@@ -641,26 +643,149 @@ def _snapshot_exists(directory: Path, topic: str, name: str) -> bool:
         store.close()
 
 
+def _kept(directory: Path) -> Any:
+    """Where local mode keeps these resources and their statuses: the controller's state
+    directory (``controller.store``), which its schedules read."""
+    from headrace.controller.store import FileStore
+
+    return FileStore(local_record.controller_dir(directory))
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def local_status(
+    doc: dict[str, Any], phase: SnapshotPhase, message: str, now_ms: int, **fields: Any
+) -> dict[str, Any]:
+    """A TopicSnapshot's or TopicRestore's status as the operator writes it (its kind's
+    status model): ``phase``, the Ready condition (its reason the phase) and ``fields``."""
+    from headrace.control.documents import condition, condition_time
+    from headrace.resources.meta import READY
+    from headrace.resources.snapshots import TopicRestoreStatus, TopicSnapshotStatus
+
+    generation = int(doc["metadata"].get("generation", 1))
+    conditions = (doc.get("status") or {}).get("conditions") or []
+    previous = next((c for c in conditions if c.get("type") == READY), None)
+    ready = "True" if phase is SnapshotPhase.READY else "False"
+    now = condition_time(now_ms)
+    status = {
+        "observedGeneration": generation,
+        "phase": str(phase),
+        **{k: v for k, v in fields.items() if v is not None},
+        "conditions": [condition(READY, ready, str(phase), message, generation, previous, now)],
+    }
+    model = TopicSnapshotStatus if doc["kind"] == "TopicSnapshot" else TopicRestoreStatus
+    return model.model_validate(status).model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def snapshot_ready_fields(snap: Any) -> dict[str, Any]:
+    """A Ready TopicSnapshot's status fields from its document (``tiered.snapshots``)."""
+    from headrace.control.documents import rfc3339
+
+    summary = snapshot_summary(snap)
+    return {
+        "creationId": summary["creationId"],
+        "key": summary["key"],
+        "partitions": [
+            {"partition": p.partition, "start": p.start, "cut": p.cut, "objects": len(p.objects)}
+            for p in snap.partitions
+        ],
+        "objects": summary["objects"],
+        "bytes": summary["bytes"],
+        "takenAt": rfc3339(summary["timeMs"]),
+    }
+
+
+def _admit(kind: str, resource: Any, directory: Path) -> dict[str, Any]:
+    """Keep the applied resource (its metadata as the API server would) with its status;
+    the document kept."""
+    from headrace.control.documents import condition_time
+    from headrace.controller.store import admitted
+
+    kept = _kept(directory)
+    name = f"{resource.key.namespace}/{resource.key.name}"
+    manifest = dict(resource.to_manifest())
+    manifest.pop("status", None)
+    previous = kept.document(kind, name)
+    doc = admitted(manifest, previous, condition_time(_now_ms()))
+    kept.put(kind, doc)
+    found: dict[str, Any] = kept.document(kind, name)
+    return found
+
+
+def _record(kind: str, doc: dict[str, Any], directory: Path, status: dict[str, Any]) -> None:
+    meta = doc["metadata"]
+    _kept(directory).write_status(kind, f"{meta['namespace']}/{meta['name']}", status)
+    doc["status"] = status
+
+
+@contextlib.contextmanager
+def _recording_failure(kind: str, doc: dict[str, Any], directory: Path) -> Iterator[None]:
+    """Record an exception leaving the block as the resource's Failed status (with the
+    verify job's verdict for a restore it failed), then let it go on."""
+    try:
+        yield
+    except Exception as exc:
+        verification = None
+        if isinstance(exc, RestoreNotVerified):
+            verification = verification_summary(exc.verification)
+        if isinstance(exc, HeadraceError):
+            why = exc.message
+        elif isinstance(exc, click.ClickException):
+            why = exc.format_message()
+        else:
+            why = f"{type(exc).__name__}: {exc}"
+        status = local_status(doc, SnapshotPhase.FAILED, why, _now_ms(), verification=verification)
+        _record(kind, doc, directory, status)
+        raise
+
+
 def apply_resources(resources: list[Any], directory: Path) -> None:
     """TopicSnapshots and TopicRestores, run in this process against the local cluster's
-    store and controller (``cli.snapshots``); one already done is ``unchanged``."""
+    store and controller (``cli.snapshots``), their statuses kept for ``headrace get``;
+    one already done is ``unchanged``. TopicSnapshotSchedules are kept for the
+    controller, which runs them (``controller.schedules``)."""
+    from headrace.controller.store import RESTORES, SCHEDULES, SNAPSHOTS
+
     for resource in resources:
         namespace, name = resource.key.namespace, resource.key.name
+        if resource.kind == "TopicSnapshotSchedule":
+            before = _kept(directory).document(SCHEDULES, f"{namespace}/{name}")
+            doc = _admit(SCHEDULES, resource, directory)
+            if before is None:
+                result = "applied"
+            else:
+                same = doc["metadata"]["generation"] == before["metadata"]["generation"]
+                result = "unchanged" if same else "configured"
+            click.echo(f"topicsnapshotschedule {namespace}/{name} {result}")
+            continue
         if resource.kind == "TopicSnapshot":
+            doc = _admit(SNAPSHOTS, resource, directory)
             topic = f"{namespace}/{resource.spec.topic_ref.name}"
-            if _snapshot_exists(directory, topic, name):
+            done = (doc.get("status") or {}).get("phase") == str(SnapshotPhase.READY)
+            if done and _snapshot_exists(directory, topic, name):
                 click.echo(f"topicsnapshot {namespace}/{name} unchanged")
                 continue
-            snap = take_local(directory, topic, name)
+            if not done:
+                pending = local_status(doc, SnapshotPhase.PENDING, "taking", _now_ms())
+                _record(SNAPSHOTS, doc, directory, pending)
+            with _recording_failure(SNAPSHOTS, doc, directory):
+                snap = take_local(directory, topic, name)
+            message = f"{snap.objects} objects, {snap.size_bytes} bytes pinned"
+            status = local_status(
+                doc, SnapshotPhase.READY, message, _now_ms(), **snapshot_ready_fields(snap)
+            )
+            _record(SNAPSHOTS, doc, directory, status)
             click.echo(
                 f"topicsnapshot {namespace}/{name} taken: {snap.objects} objects,"
                 f" {snap.size_bytes} bytes"
             )
             continue
+        doc = _admit(RESTORES, resource, directory)
         target = f"{namespace}/{resource.spec.topic}"
-        state = controller_client.request_json(
-            "GET", f"{controller_client.resolve_controller_url(None, directory)}/v1/topics"
-        )
+        controller = controller_client.resolve_controller_url(None, directory)
+        state = controller_client.request_json("GET", f"{controller}/v1/topics")
         existing = next(
             (
                 d
@@ -670,16 +795,51 @@ def apply_resources(resources: list[Any], directory: Path) -> None:
             None,
         )
         if existing is not None and not restore_pending(existing):
+            from headrace.control.documents import TOPIC_RESTORE_LABEL
+
+            labels = existing.get("metadata", {}).get("labels") or {}
+            if labels.get(TOPIC_RESTORE_LABEL) != name and (doc.get("status") or {}).get(
+                "phase"
+            ) != str(SnapshotPhase.READY):
+                # a topic this restore did not create, as the operator's TopicExists
+                why = f"topic {target} exists and was not created by this restore"
+                _record(
+                    RESTORES,
+                    doc,
+                    directory,
+                    local_status(doc, SnapshotPhase.FAILED, why, _now_ms()),
+                )
             click.echo(f"topicrestore {namespace}/{name} unchanged ({target} exists)")
             continue
         if existing is not None:
             click.echo(
                 f"topicrestore {namespace}/{name}: {target} is pending, finishing its restore"
             )
-        topic, creation_id = find_snapshot(directory, namespace, resource.spec.snapshot_ref.name)
-        restored, _ = restore_local(
-            directory, topic, resource.spec.snapshot_ref.name, target, creation_id, restore=name
+        pending = local_status(doc, SnapshotPhase.PENDING, f"restoring {target}", _now_ms())
+        _record(RESTORES, doc, directory, pending)
+        with _recording_failure(RESTORES, doc, directory):
+            topic, creation_id = find_snapshot(
+                directory, namespace, resource.spec.snapshot_ref.name
+            )
+            restored, verification = restore_local(
+                directory, topic, resource.spec.snapshot_ref.name, target, creation_id, restore=name
+            )
+        from headrace.cli.topics import _applied_topics
+        from headrace.control.documents import condition_time
+
+        placed = _applied_topics(controller).get(target, {})
+        status = local_status(
+            doc,
+            SnapshotPhase.READY,
+            f"{target} restored: {restored.objects} objects, {restored.bytes} bytes copied",
+            _now_ms(),
+            creationId=placed.get("metadata", {}).get("uid"),
+            objects=restored.objects,
+            bytes=restored.bytes,
+            verification=verification_summary(verification),
+            completedAt=condition_time(_now_ms()),
         )
+        _record(RESTORES, doc, directory, status)
         click.echo(
             f"topicrestore {namespace}/{name} restored {target}: {restored.objects} objects,"
             f" {restored.bytes} bytes copied"
@@ -688,31 +848,52 @@ def apply_resources(resources: list[Any], directory: Path) -> None:
 
 def delete_resource(directory: Path, namespace: str, name: str) -> None:
     """Delete the snapshot document: its objects are no longer kept (those no manifest
-    lists become orphans for ``tier sweep``)."""
+    lists become orphans for ``tier sweep``); then the resource kept for ``get``."""
+    from headrace.controller.store import SNAPSHOTS
     from headrace.jobs.topics import TopicRef
     from headrace.tiered import pins
 
+    kept = _kept(directory)
     try:
         topic, creation_id = find_snapshot(directory, namespace, name)
     except click.ClickException:
-        click.echo(f"topicsnapshot {namespace}/{name} not found")
+        found = kept.document(SNAPSHOTS, f"{namespace}/{name}") is not None
+        kept.remove(SNAPSHOTS, f"{namespace}/{name}")
+        click.echo(f"topicsnapshot {namespace}/{name} {'deleted' if found else 'not found'}")
         return
     store, cluster_id = _open(directory)
     try:
         pins.delete_snapshot(store, TopicRef(cluster_id, topic, creation_id).prefix, name)
     finally:
         store.close()
+    kept.remove(SNAPSHOTS, f"{namespace}/{name}")
     click.echo(f"topicsnapshot {namespace}/{name} deleted")
 
 
+def delete_kept(directory: Path, kind: str, namespace: str, name: str) -> None:
+    """Forget a TopicRestore (its topic stays) or a TopicSnapshotSchedule (the snapshots
+    it took stay: delete them by name)."""
+    from headrace.controller.store import RESTORES, SCHEDULES
+
+    folder = RESTORES if kind == "TopicRestore" else SCHEDULES
+    kept = _kept(directory)
+    found = kept.document(folder, f"{namespace}/{name}") is not None
+    kept.remove(folder, f"{namespace}/{name}")
+    what = "deleted (its topic stays)" if kind == "TopicRestore" else "deleted"
+    click.echo(f"{kind.lower()} {namespace}/{name} {what if found else 'not found'}")
+
+
 class _Kinds:
-    """``apply -f`` and ``delete -f`` of TopicSnapshot and TopicRestore in local mode."""
+    """``apply -f`` and ``delete -f`` of the snapshot kinds in local mode."""
 
     def apply(self, resources: list[Any], directory: Path) -> None:
         apply_resources(resources, directory)
 
-    def delete(self, directory: Path, namespace: str, name: str) -> None:
-        delete_resource(directory, namespace, name)
+    def delete(self, directory: Path, kind: str, namespace: str, name: str) -> None:
+        if kind == "TopicSnapshot":
+            delete_resource(directory, namespace, name)
+        else:
+            delete_kept(directory, kind, namespace, name)
 
 
 def register() -> None:

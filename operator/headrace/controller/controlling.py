@@ -120,6 +120,13 @@ class ControllerSettings:
     broker_token_file: Path | None = None
     #: speak HTTPS to the brokers' admin ports, verifying them with this CA file
     broker_admin_ca: Path | None = None
+    #: the local cluster's directory (``headrace apply --dir``): TopicSnapshotSchedules run
+    #: their snapshots as ``headrace apply -f`` against it (``controller.schedules``);
+    #: None: schedules are not run
+    local_dir: Path | None = None
+    #: schedule time per real time (1: the wall clock). Only tests run it faster, so that a
+    #: minutely schedule fires within seconds
+    schedule_clock_rate: float = 1.0
 
     def broker_ssl_context(self) -> ssl.SSLContext | None:
         if self.broker_admin_ca is None:

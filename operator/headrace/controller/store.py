@@ -14,6 +14,12 @@ Local mode keeps in a directory what Kubernetes keeps in custom resources:
     <dir>/unloads/<namespace>.<name>.json  an Unload resource: apiVersion, kind, metadata,
                                            spec (as applied) and status (the control core's
                                            UnloadProgress, in the UnloadStatus shape)
+    <dir>/topicsnapshots/<ns>.<name>.json  a TopicSnapshot, TopicRestore or
+    <dir>/topicrestores/...                TopicSnapshotSchedule: metadata, spec as applied
+    <dir>/topicsnapshotschedules/...       and status in the operator's status models
+                                           (``resources.snapshots``); ``apply -f`` writes
+                                           the first two as it runs them, the controller's
+                                           schedules (``controller.schedules``) the third
 
 The directory plays both parts Kubernetes splits: the API server's (``put_*``
 and ``remove_*``: what ``apply`` and ``delete`` change, spec and metadata) and
@@ -77,6 +83,12 @@ def admitted(
     return doc
 
 
+#: the snapshot kinds' folders (their plural names)
+SNAPSHOTS = "topicsnapshots"
+RESTORES = "topicrestores"
+SCHEDULES = "topicsnapshotschedules"
+
+
 def _file(root: Path, kind: str, name: str) -> Path:
     return root / kind / (name.replace("/", ".") + ".json")
 
@@ -120,6 +132,28 @@ class FileStore:
     def remove(self, kind: str, name: str) -> None:
         """Delete a resource (and its status with it)."""
         _file(self.root, kind, name).unlink(missing_ok=True)
+
+    def document(self, kind: str, name: str) -> dict[str, Any] | None:
+        """The resource ``name`` ('namespace/name') of ``kind`` (a folder), None if absent."""
+        try:
+            doc: dict[str, Any] = json.loads(_file(self.root, kind, name).read_text())
+        except FileNotFoundError:
+            return None
+        return doc
+
+    def documents(self, kind: str) -> list[dict[str, Any]]:
+        """Every resource of ``kind``, by name."""
+        found = []
+        for path in sorted((self.root / kind).glob("*.json")):
+            try:
+                found.append(json.loads(path.read_text()))
+            except FileNotFoundError:
+                continue  # deleted between the listing and the read
+        return found
+
+    def write_status(self, kind: str, name: str, status: Mapping[str, Any]) -> None:
+        """Replace a resource's status (none is written for one deleted meanwhile)."""
+        self._write_status(kind, name, status)
 
     # ------------------------------------------------------------------ status (StatusStore)
 

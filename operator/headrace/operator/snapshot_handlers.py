@@ -22,10 +22,10 @@ Jobs (``cli.snapshots``), so both modes take and restore the same snapshot.
   create fails it; one still pending for a restore of another snapshot is named so, with
   both snapshots.
 
-* **TopicSnapshotSchedule**, on a kopf timer (every ``snapshot_schedules.TICK_S``): create
+* **TopicSnapshotSchedule**, on a kopf timer (every ``SCHEDULE_TICK_S``): create
   the TopicSnapshot that is due (named after its time: a restart creates none twice),
-  delete the ones beyond what the schedule keeps, write its status
-  (``snapshot_schedules``).
+  delete the ones beyond what the schedule keeps, write its status, as
+  ``control.snapshot_schedules.tick`` decides (local mode's controller runs the same).
 
 Waiting (for brokers' heartbeats, for the snapshot) is retried by kopf: the create and
 resume handlers raise ``TemporaryError`` until an event will drive the rest. Status writes
@@ -40,6 +40,7 @@ from typing import Any, Final
 
 import kopf
 
+from headrace.control import snapshot_schedules
 from headrace.control.documents import (
     RESTORE_ANNOTATION,
     condition,
@@ -54,7 +55,6 @@ from headrace.operator import (
     compaction_handlers,
     compaction_jobs,
     snapshot_jobs,
-    snapshot_schedules,
 )
 from headrace.operator.bodies import Parsed, ResourceT
 from headrace.operator.compaction_jobs import NotRunnable
@@ -69,6 +69,7 @@ from headrace.resources.snapshots import (
     SnapshotPhase,
     TopicRestore,
     TopicSnapshot,
+    TopicSnapshotStatus,
 )
 from headrace.resources.topics import Topic
 from headrace.tiered.snapshots import (
@@ -85,6 +86,8 @@ API_VERSION: Final = meta.API_VERSION
 RETRY_S: Final = 5
 #: status writes tried before giving up until the next event
 WRITE_ATTEMPTS: Final = 5
+#: seconds between two looks at a schedule (a snapshot is taken at most this late)
+SCHEDULE_TICK_S: Final = 10.0
 
 
 class Waiting(Exception):
@@ -534,8 +537,8 @@ async def restore_progressed(
 
 
 async def reconcile_schedule(context: OperatorContext, namespace: str, name: str) -> None:
-    """One tick of a schedule (``snapshot_schedules``): create the TopicSnapshot that is due,
-    delete the ones beyond what it keeps, write its status."""
+    """One tick of a schedule (``control.snapshot_schedules.tick``): create the TopicSnapshot
+    that is due, delete the ones beyond what it keeps, write its status."""
     api = context.api
     ref = ObjectRef(API_VERSION, "TopicSnapshotSchedule", namespace, name)
     for _ in range(WRITE_ATTEMPTS):
@@ -554,47 +557,55 @@ async def reconcile_schedule(context: OperatorContext, namespace: str, name: str
             except StaleResourceVersion:
                 continue
             return
-        schedule = stored.resource
-        last = None if schedule.status is None else schedule.status.last_schedule_time
+        selector = f"{snapshot_schedules.SCHEDULE_LABEL}={name}"
+        listed = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
         created = stored.meta.creation_timestamp
-        fire_ms = snapshot_schedules.due(
-            schedule,
-            epoch_ms(last.isoformat()) if last else None,
+        decided = snapshot_schedules.tick(
+            stored.resource,
+            stored.meta.generation,
+            bodies.stored_condition(stored, READY),
+            [scheduled(bodies.parse_snapshot(b)) for b in listed],
             epoch_ms(created) if created else now_ms,
             now_ms,
         )
-        selector = f"{snapshot_schedules.SCHEDULE_LABEL}={name}"
-        listed = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
-        snapshots = [bodies.parse_snapshot(b) for b in listed]
-        busy = snapshot_schedules.unfinished(snapshots) if fire_ms is not None else None
-        if fire_ms is not None and busy is None:
-            await api.apply(snapshot_schedules.snapshot_manifest(schedule, fire_ms))
-            listed = await api.list(API_VERSION, "TopicSnapshot", namespace, selector)
-            snapshots = [bodies.parse_snapshot(b) for b in listed]
-        doomed = snapshot_schedules.to_delete(snapshots, schedule.spec.keep)
-        for old in doomed:
+        if decided.create is not None:
+            await api.apply(decided.create)
+        for old in decided.delete:
             await api.delete(ObjectRef(API_VERSION, "TopicSnapshot", namespace, old))
-        kept = [s for s in snapshots if s.meta.name not in doomed]
-        now = condition_time(now_ms)
-        status = snapshot_schedules.schedule_status(stored, schedule, kept, fire_ms, now)
         try:
-            await compaction_handlers.write_status(api, stored, status)
+            await compaction_handlers.write_status(api, stored, decided.status)
         except StaleResourceVersion:
             continue
-        if fire_ms is not None:
-            taken = snapshot_schedules.snapshot_name(name, fire_ms)
-            if busy is None:
+        if decided.fire_ms is not None:
+            taken = snapshot_schedules.snapshot_name(name, decided.fire_ms)
+            if decided.skipped_for is None:
                 context.post_event(
                     body, "Normal", "SnapshotScheduled", f"TopicSnapshot {taken} created"
                 )
             else:
                 context.post_event(
-                    body, "Warning", "SnapshotSkipped", f"{taken} skipped: {busy} is not done"
+                    body,
+                    "Warning",
+                    "SnapshotSkipped",
+                    f"{taken} skipped: {decided.skipped_for} is not done",
                 )
         return
     log.warning("TopicSnapshotSchedule %s/%s: status kept conflicting", namespace, name)
 
 
-@kopf.timer(GROUP, VERSION, "topicsnapshotschedules", interval=snapshot_schedules.TICK_S)
+def scheduled(snapshot: Parsed[TopicSnapshot]) -> snapshot_schedules.ScheduledSnapshot:
+    """A schedule's TopicSnapshot as the schedule's decision reads it."""
+    status = bodies.stored_status(snapshot)
+    phase = status.phase if isinstance(status, TopicSnapshotStatus) else None
+    ready = None if status is None else status.condition(READY)
+    return snapshot_schedules.ScheduledSnapshot(
+        snapshot.meta.name,
+        phase,
+        deleting=snapshot.meta.deleting,
+        why="" if ready is None else ready.message,
+    )
+
+
+@kopf.timer(GROUP, VERSION, "topicsnapshotschedules", interval=SCHEDULE_TICK_S)
 async def schedule_ticked(namespace: str | None, name: str, memo: Any, **_: Any) -> None:
     await reconcile_schedule(_context(memo), namespace or "default", name)

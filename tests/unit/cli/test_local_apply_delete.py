@@ -92,7 +92,7 @@ def test_apply_of_a_directory_skips_other_kinds_and_refuses_what_cannot_run(
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines() == [
         "skipping BrokerCluster default/main: local mode runs Topics, Unloads, Repartitions,"
-        " TopicSnapshots, TopicRestores only",
+        " TopicSnapshots, TopicRestores, TopicSnapshotSchedules only",
         "error: topic default/wide: 5 replicas need 5 brokers, the cluster has 3",
         "error: topic default/wide: cleanupPolicy compact needs scheduled compaction, which"
         " local mode does not run: use delete and run `headrace compact TOPIC"

@@ -23,9 +23,10 @@ from kube_server import ApiServer
 
 from headrace.cli import snapshots as cli_snapshots
 from headrace.cli.snapshots import snapshot_summary
+from headrace.control import snapshot_schedules
 from headrace.control.documents import RESTORE_ANNOTATION, RESTORE_SNAPSHOT_ANNOTATION
 from headrace.jobs.topics import TopicRef
-from headrace.operator import snapshot_handlers, snapshot_jobs, snapshot_schedules
+from headrace.operator import snapshot_handlers, snapshot_jobs
 from headrace.operator.handlers import OperatorContext
 from headrace.operator.kube import ClientApi
 from headrace.operator.workloads import WorkloadSettings
