@@ -13,11 +13,17 @@ it, and must not read the topic from its beginning (which can be large). So:
 4. it reads until it has seen every marked record, ignoring everyone else's, and fails
    with a count of what is missing after ``--timeout``.
 
+``--timeout`` bounds the whole check, and reaching the cluster is part of it: ``helm
+test`` may run it right after an install, before the cluster's Service routes to a
+broker (kube-proxy programs a pod's endpoint a moment after the pod is ready), so a
+bootstrap that refuses connections is tried again until then.
+
 ``MarkedRecords`` is the bookkeeping (no I/O), unit tested on its own.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from collections.abc import Iterable
@@ -28,6 +34,7 @@ import click
 from headrace.aio import run
 from headrace.cli.options import ClientTarget, client_options
 from headrace.commands import one_line_errors
+from headrace.errors import HeadraceError
 
 
 @dataclass
@@ -90,7 +97,7 @@ class RoundTripFailed(click.ClickException):
     type=float,
     default=120.0,
     show_default=True,
-    help="Seconds to wait for every record to come back.",
+    help="Seconds the check may take: reaching the cluster, and every record back.",
 )
 @client_options
 @one_line_errors
@@ -110,9 +117,26 @@ def roundtrip(
         raise click.BadParameter("must be at least 1", param_hint="--records")
     ours = MarkedRecords(marker or uuid.uuid4().hex[:12], records)
 
+    deadline = time.monotonic() + timeout_s
+
+    async def reached_producer() -> Producer:
+        options = client.connect_options()
+        backoff = 0.2
+        while True:
+            producer = Producer(client.bootstrap, acks=acks, options=options)
+            try:
+                return await producer.start()
+            except HeadraceError as exc:
+                await producer.close()
+                if not exc.retriable or time.monotonic() + backoff > deadline:
+                    raise
+                click.echo(f"{client.bootstrap} not reachable yet ({exc}): trying again", err=True)
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
     async def go() -> None:
         options = client.connect_options()
-        producer = await Producer(client.bootstrap, acks=acks, options=options).start()
+        producer = await reached_producer()
         try:
             futures = await producer.send_many(topic, ours.values(), key=ours.marker.encode())
             await producer.flush()
@@ -122,7 +146,6 @@ def roundtrip(
         starts = lowest_offsets((r.partition, r.base_offset) for r in results)
         click.echo(f"produced {records} records marked {ours.marker} (acks={acks})", err=True)
 
-        deadline = time.monotonic() + timeout_s
         consumer = Consumer(
             client.bootstrap, topic, f"roundtrip-{ours.marker}", start="latest", options=options
         )
