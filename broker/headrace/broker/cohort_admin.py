@@ -32,7 +32,7 @@ _SCAN_CHUNK_BYTES = 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class CohortAdminView:
-    """What cohort admin reads of its broker (``app.Broker`` builds one per request)."""
+    """What cohort admin reads of its broker (``cohort_runtimes.CohortRuntimes`` builds one per request)."""
 
     broker_id: int
     registry: TopicRegistry

@@ -53,10 +53,10 @@ class CohortRuntime:
     ) -> None:
         self.topic = topic
         #: partition -> the first offset this cohort may not be delivered yet (a
-        #: repartition's per-key order hold, ``Broker.delivery_hold``); None: no hold
+        #: repartition's per-key order hold, ``RepartitionHolds.delivery_hold``); None: no hold
         self.hold = hold or (lambda partition: None)
         #: partition -> where the post-cutover records of a partition a grow in flight
-        #: routes to anew begin (``Broker.routed_anew_from``); None: not such a partition
+        #: routes to anew begin (``RepartitionHolds.routed_anew_from``); None: not such a partition
         self.routed_anew_from = routed_anew_from or (lambda partition: None)
         #: reads below a partition's local log start go to the object store through it
         self.tiering = tiering

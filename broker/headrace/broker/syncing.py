@@ -45,6 +45,7 @@ class GroupCommitter:
         partitions: Callable[[], list[Partition]],
         *,
         publish: Publish,
+        on_round: Callable[[float], None] | None = None,
     ) -> None:
         self._policy = policy
         self._interval = flush_interval_ms / 1000
@@ -63,7 +64,7 @@ class GroupCommitter:
         self.rounds = 0
         self.last_sync_seconds = 0.0
         #: called with each round's duration in seconds (metrics)
-        self.on_round: Callable[[float], None] | None = None
+        self.on_round = on_round
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
