@@ -234,9 +234,8 @@ class ScramServer:
                 raise _malformed("client-first", "bad extension")
             if key == "tokenauth" and value.lower() == "true":
                 raise AuthenticationFailed("delegation tokens are not supported")
-        if authzid:
-            if not authzid.startswith("a=") or _unescape(authzid[2:]) != user:
-                raise AuthenticationFailed("acting as another user is not supported")
+        if authzid and (not authzid.startswith("a=") or _unescape(authzid[2:]) != user):
+            raise AuthenticationFailed("acting as another user is not supported")
         own = [c for c in self._lookup(user) if c.mechanism is self.mechanism]
         if own:
             first = own[0]
@@ -253,9 +252,7 @@ class ScramServer:
         self._gs2_header = f"{binding},{authzid},".encode()
         self._client_first_bare = bare
         self._nonce = client_nonce + self._server_nonce
-        self._server_first = (
-            f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
-        )
+        self._server_first = f"r={self._nonce},s={base64.b64encode(salt).decode()},i={iterations}"
         self.state = ServerState.AWAITING_CLIENT_FINAL
         return self._server_first.encode()
 
