@@ -2,8 +2,10 @@
 
 The file (YAML or JSON, docs/security.md) names principals. Each is bound to
 token hashes (``sha256:<hex>``: the broker never needs the plain token, so a
-leaked ACL file does not leak credentials) and/or TLS client certificate
-subject common names, and holds grants: operations on topic name patterns.
+leaked ACL file does not leak credentials), SCRAM credentials derived from its
+tokens (``security.scram``: the Kafka listener's SASL/SCRAM, under the principal's
+name) and/or TLS client certificate subject common names, and holds grants:
+operations on topic name patterns.
 
 A pattern is matched against the canonical topic name ``namespace/name``:
 
