@@ -107,6 +107,14 @@ class AuthenticationFailed(HeadraceError):
     CODE = 9
 
 
+class IllegalSaslState(AuthenticationFailed):
+    """A SASL message out of its exchange's order: before the handshake chose a
+    mechanism, or after the exchange ended (a replayed final message). Kafka listener
+    only; the connection is closed."""
+
+    CODE = 19
+
+
 class NotAuthenticated(HeadraceError):
     """A request arrived before a successful handshake."""
 

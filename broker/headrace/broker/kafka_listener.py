@@ -89,7 +89,7 @@ class KafkaConnection(asyncio.Protocol):
         #: until a credential is accepted (SASL, or a client certificate) only
         #: ``_BEFORE_AUTHENTICATION`` is served; without credentials to check, at once
         self.authenticated = not broker.access.asks_credentials
-        self.sasl_mechanism: str | None = None
+        self.sasl = session.SaslSession(self.access, self.peer)
         #: the answer being written ends the connection (a failed authentication)
         self._close_after_answer = False
         #: API key -> its handler; built once the peer is known (``connection_made``)
@@ -126,6 +126,7 @@ class KafkaConnection(asyncio.Protocol):
         self.transport = transports.adopt(transport)
         peer = self.transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.sasl.peer = self.peer
         self._handlers = self._dispatch_table()
         self.connections.add(self)
         certificate = self._client_certificate()
@@ -309,24 +310,15 @@ class KafkaConnection(asyncio.Protocol):
     def _sasl_handshake(
         self, header: km.RequestHeader, req: km.SaslHandshakeRequest
     ) -> km.SaslHandshakeResponse:
-        answer, mechanism = session.sasl_handshake(req)
-        if mechanism is not None:
-            self.sasl_mechanism = mechanism
-        return answer
+        return self.sasl.handshake(req)
 
     def _sasl_authenticate(
         self, header: km.RequestHeader, req: km.SaslAuthenticateRequest
     ) -> km.SaslAuthenticateResponse:
-        answer = session.sasl_authenticate(
-            req,
-            mechanism=self.sasl_mechanism,
-            access=self.access,
-            certificate=self._client_certificate(),
-            peer=self.peer,
-        )
-        if answer.error_code == ErrorCode.NONE:
+        answer, outcome = self.sasl.authenticate(req, self._client_certificate())
+        if outcome is session.Outcome.AUTHENTICATED:
             self.authenticated = True
-        else:
+        elif outcome is session.Outcome.REFUSED:
             self._close_after_answer = True  # as Kafka: a failed authentication ends it
         return answer
 

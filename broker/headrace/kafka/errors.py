@@ -93,6 +93,7 @@ _FROM_HEADRACE: tuple[tuple[type[hr.HeadraceError], ErrorCode], ...] = (
     (hr.ProduceDenied, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
     (hr.ConsumeDenied, ErrorCode.TOPIC_AUTHORIZATION_FAILED),
     (hr.AccessDenied, ErrorCode.CLUSTER_AUTHORIZATION_FAILED),
+    (hr.IllegalSaslState, ErrorCode.ILLEGAL_SASL_STATE),
     (hr.AuthenticationFailed, ErrorCode.SASL_AUTHENTICATION_FAILED),
     (hr.UnsupportedVersion, ErrorCode.UNSUPPORTED_VERSION),
     (hr.MalformedFrame, ErrorCode.INVALID_REQUEST),

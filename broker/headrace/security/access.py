@@ -52,7 +52,7 @@ from headrace.errors import (
     ProduceDenied,
 )
 from headrace.records.topic_names import canonical_topic_name
-from headrace.security import identities, keyrings
+from headrace.security import identities, keyrings, scram
 from headrace.security.acl import AclFile, Authorizer, Operation, Principal, parse_acl
 from headrace.security.reloading import CredentialFiles, ReloadCounter
 from headrace.security.settings import AccessSettings
@@ -183,6 +183,8 @@ class Access:
         self.files = CredentialFiles(reloads, self._reloaded)
         self._now_ms = now_ms
         self._random_hex = random_hex
+        #: makes the salt a SCRAM exchange shows for an unknown user (``security.scram``)
+        self.scram_decoy_key = secrets.token_bytes(32)
         self._acl: AclFile | None = None
         #: the replication tokens in force, the one this broker presents first
         self._broker_tokens: tuple[str, ...] = (
@@ -335,7 +337,7 @@ class Access:
 class ConnectionAccess:
     """One connection's principal and the decisions it has been given."""
 
-    __slots__ = ("_credentials", "_decisions", "_generation", "access", "principal")
+    __slots__ = ("_credentials", "_decisions", "_generation", "_scram", "access", "principal")
 
     def __init__(self, access: Access) -> None:
         self.access = access
@@ -346,6 +348,9 @@ class ConnectionAccess:
         #: the accepted handshake's (token, certificate CN), to authenticate again after a
         #: reload; None before one (and always in the open mode)
         self._credentials: tuple[str | None, str | None] | None = None
+        #: after a SCRAM exchange instead: (principal name, the credential it proved),
+        #: and ``_credentials`` holds the certificate CN only
+        self._scram: tuple[str, scram.ScramCredential] | None = None
         #: the credentials generation ``principal`` (or the shared token) was checked in
         self._generation = access.generation
 
@@ -355,6 +360,7 @@ class ConnectionAccess:
         self.principal = None
         self._decisions.clear()
         self._credentials = None
+        self._scram = None
         self._generation = access.generation
         if access.authorizer is not None:
             common_name = certificate_common_name(peercert)
@@ -372,6 +378,35 @@ class ConnectionAccess:
                 raise AuthenticationFailed("invalid or missing auth token")
             self._credentials = (token, None)
 
+    def scram_credentials(self, name: str) -> tuple[scram.ScramCredential, ...]:
+        """Principal ``name``'s SCRAM credentials in force (none without an ACL file)."""
+        authorizer = self.access.authorizer
+        return () if authorizer is None else authorizer.scram_credentials(name)
+
+    def authenticate_scram(
+        self, name: str, credential: scram.ScramCredential, peercert: object
+    ) -> None:
+        """A SCRAM exchange proved ``credential`` of principal ``name``: the connection is
+        that principal, unless the ACL file no longer says so (``AuthenticationFailed``)."""
+        access = self.access
+        self.principal = None
+        self._decisions.clear()
+        self._credentials = None
+        self._scram = None
+        self._generation = access.generation
+        common_name = certificate_common_name(peercert)
+        principal = (
+            None
+            if access.authorizer is None
+            else access.authorizer.for_scram(name, credential, common_name)
+        )
+        if principal is None:
+            access.deny("authenticate")
+            raise AuthenticationFailed(f"invalid credentials for user {name!r}")
+        self.principal = principal
+        self._credentials = (None, common_name)
+        self._scram = (name, credential)
+
     def _catch_up(self) -> None:
         """After a reload: authenticate again with the handshake's credentials under what
         is in force now (``AuthenticationFailed`` if they are no longer accepted)."""
@@ -381,7 +416,11 @@ class ConnectionAccess:
         if self._credentials is not None:
             token, common_name = self._credentials
             if access.authorizer is not None:
-                principal = access.authorizer.authenticate(token, common_name)
+                if self._scram is not None:
+                    name, credential = self._scram
+                    principal = access.authorizer.for_scram(name, credential, common_name)
+                else:
+                    principal = access.authorizer.authenticate(token, common_name)
                 if principal is None:
                     access.deny("authenticate")
                     name = self.principal.name if self.principal is not None else "?"

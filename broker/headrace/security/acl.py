@@ -2,8 +2,10 @@
 
 The file (YAML or JSON, docs/security.md) names principals. Each is bound to
 token hashes (``sha256:<hex>``: the broker never needs the plain token, so a
-leaked ACL file does not leak credentials) and/or TLS client certificate
-subject common names, and holds grants: operations on topic name patterns.
+leaked ACL file does not leak credentials), SCRAM credentials derived from its
+tokens (``security.scram``: the Kafka listener's SASL/SCRAM, under the principal's
+name) and/or TLS client certificate subject common names, and holds grants:
+operations on topic name patterns.
 
 A pattern is matched against the canonical topic name ``namespace/name``:
 
@@ -42,6 +44,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from headrace.errors import InvalidRequest
+from headrace.security.scram import ScramCredential
 
 #: principal names: what a member id or a log line may carry
 PRINCIPAL_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$")
@@ -123,6 +126,9 @@ class PrincipalSpec(BaseModel):
     tokens: list[str] = Field(default_factory=list)
     #: subject common names of TLS client certificates (mutual TLS) that are this principal
     certificates: list[str] = Field(default_factory=list)
+    #: SCRAM credentials (``ScramCredential.text``) for the Kafka listener's SCRAM-SHA-256/512;
+    #: the user name is the principal's name
+    scram: list[str] = Field(default_factory=list)
     grants: list[GrantSpec] = Field(default_factory=list)
 
     @field_validator("name")
@@ -148,11 +154,26 @@ class PrincipalSpec(BaseModel):
                 )
         return value
 
+    @field_validator("scram")
+    @classmethod
+    def _scram(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ScramCredential.parse(item)
+            except InvalidRequest as exc:
+                raise ValueError(exc.message) from None  # the message never quotes the keys
+        return value
+
     @model_validator(mode="after")
     def _credentials(self) -> PrincipalSpec:
-        if not self.tokens and not self.certificates:
-            raise ValueError(f"principal {self.name!r} has neither tokens nor certificates")
+        if not self.tokens and not self.certificates and not self.scram:
+            raise ValueError(
+                f"principal {self.name!r} has no tokens, certificates or SCRAM credentials"
+            )
         return self
+
+    def scram_credentials(self) -> tuple[ScramCredential, ...]:
+        return tuple(ScramCredential.parse(item) for item in self.scram)
 
 
 class AclFile(BaseModel):
@@ -268,6 +289,7 @@ class Authorizer:
         self._by_certificate = {
             c: self.principals[p.name] for p in acl.principals for c in p.certificates
         }
+        self._scram = {p.name: p.scram_credentials() for p in acl.principals if p.scram}
         for broker_token in broker_tokens:
             if hash_token(broker_token) in self._by_token:
                 # It would silently become (or shadow) a client principal.
@@ -280,6 +302,23 @@ class Authorizer:
 
     def for_certificate(self, common_name: str) -> Principal | None:
         return self._by_certificate.get(common_name)
+
+    def scram_credentials(self, name: str) -> tuple[ScramCredential, ...]:
+        """The SCRAM credentials of principal ``name`` (none: unknown, or it has none)."""
+        return self._scram.get(name, ())
+
+    def for_scram(
+        self, name: str, credential: ScramCredential, common_name: str | None
+    ) -> Principal | None:
+        """The principal a SCRAM exchange proved ``credential`` of, if it is still that
+        principal's; a client certificate naming a principal must name the same one."""
+        if credential not in self._scram.get(name, ()):
+            return None
+        by_cert = self.for_certificate(common_name) if common_name is not None else None
+        principal = self.principals[name]
+        if by_cert is not None and by_cert is not principal:
+            return None
+        return principal
 
     def authenticate(self, token: str | None, common_name: str | None) -> Principal | None:
         """The principal these credentials name, or None (refuse the connection).

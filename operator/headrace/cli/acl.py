@@ -1,10 +1,14 @@
-"""``headrace acl token|hash|check``: make credentials and check an ACL file (docs/security.md).
+"""``headrace acl token|hash|scram|check``: make credentials and check an ACL file
+(docs/security.md).
 
-The ACL file stores only ``sha256:<hex>`` of each token, so ``token`` prints the
-token (give it to the client) and the line for the file (give it to the brokers)."""
+The ACL file stores only ``sha256:<hex>`` of each token and the SCRAM credentials
+derived from it, so ``token`` prints the token (give it to the client) and the lines
+for the file (give them to the brokers)."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import secrets
 import sys
 from pathlib import Path
@@ -27,6 +31,45 @@ def token() -> None:
     fresh = secrets.token_urlsafe(32)
     click.echo(f"token: {fresh}")
     click.echo(f"hash:  {hash_token(fresh)}")
+    _echo_scram(fresh, secrets.token_bytes(_salt_bytes()))
+
+
+def _salt_bytes() -> int:
+    from headrace.security.scram import SALT_BYTES
+
+    return SALT_BYTES
+
+
+def _echo_scram(token: str, salt: bytes) -> None:
+    from headrace.security import scram
+
+    for mechanism in scram.Mechanism:
+        credential = scram.derive(mechanism, token, salt)
+        click.echo(f"{mechanism.value.lower()}: {credential.text()}")
+
+
+@acl.command("scram")
+@click.option(
+    "--salt",
+    help="base64; the salt of the principal's credentials in force, so that during a"
+    " rotation one salt serves the old token and the new (default: a fresh one)",
+)
+@one_line_errors
+def scram_(salt: str | None) -> None:
+    """SCRAM credentials of a token read from stdin, for the ACL file's ``scram`` list."""
+    line = sys.stdin.readline().rstrip("\r\n")
+    if not line:
+        raise click.UsageError("give the token on stdin (not as an argument: ps shows those)")
+    if salt is None:
+        salt_bytes = secrets.token_bytes(_salt_bytes())
+    else:
+        try:
+            salt_bytes = base64.b64decode(salt, validate=True)
+        except (binascii.Error, ValueError):
+            raise click.UsageError("--salt is not base64") from None
+        if not salt_bytes:
+            raise click.UsageError("--salt is empty")
+    _echo_scram(line, salt_bytes)
 
 
 @acl.command("hash")
@@ -52,6 +95,8 @@ def check(path: Path) -> None:
         creds = []
         if principal.tokens:
             creds.append(f"{len(principal.tokens)} token(s)")
+        if principal.scram:
+            creds.append(f"{len(principal.scram)} SCRAM credential(s)")
         creds += [f"certificate CN={c}" for c in principal.certificates]
         click.echo(f"{principal.name} ({', '.join(creds)})")
         for grant in principal.grants:

@@ -71,6 +71,8 @@ TOKEN_GENERATION_ANNOTATION: Final = "headrace.dev/token-generation"
 ROTATE_TOKEN_ANNOTATION: Final = "headrace.dev/rotate-token"
 ROTATED_AT_ANNOTATION: Final = "headrace.dev/rotated-at"
 PREVIOUS_TOKEN_HASH_ANNOTATION: Final = "headrace.dev/previous-token-hash"
+#: the previous token's SCRAM credentials, comma-separated, kept as long as its hash
+PREVIOUS_TOKEN_SCRAM_ANNOTATION: Final = "headrace.dev/previous-token-scram"
 
 
 def auth_secret_name(cluster_name: str) -> str:
@@ -133,6 +135,8 @@ def user_secret(user: Parsed[User], state: tokens.TokenState) -> dict[str, Any]:
         annotations[ROTATED_AT_ANNOTATION] = rfc3339(state.rotated_at_ms)
     if state.previous_token_hash is not None:
         annotations[PREVIOUS_TOKEN_HASH_ANNOTATION] = state.previous_token_hash
+    if state.previous_scram:
+        annotations[PREVIOUS_TOKEN_SCRAM_ANNOTATION] = ",".join(state.previous_scram)
     secret["metadata"]["annotations"] = annotations
     return secret
 
@@ -156,6 +160,11 @@ def token_state(secret: Mapping[str, Any]) -> tokens.TokenState | None:
         rotation=annotations.get(ROTATE_TOKEN_ANNOTATION),
         rotated_at_ms=rotated_at_ms,
         previous_token_hash=annotations.get(PREVIOUS_TOKEN_HASH_ANNOTATION),
+        previous_scram=tuple(
+            text
+            for text in (annotations.get(PREVIOUS_TOKEN_SCRAM_ANNOTATION) or "").split(",")
+            if text
+        ),
     )
 
 
@@ -276,6 +285,9 @@ async def plan_user_token(
         authentication.previous_token_grace_period_seconds * 1000,
         now_ms,
         secrets.token_urlsafe(32),
+        scram_salt=tokens.scram_salt(
+            f"{stored.meta.namespace}/{user.spec.cluster_ref.name}", user.principal_name
+        ),
     )
     if not step.changed:
         return step, None
@@ -292,7 +304,15 @@ async def write_user_token(api: KubeApi, write: TokenWrite) -> None:
         if write.secret is not None:
             await api.apply(write.secret)
         else:
-            await api.patch_metadata(ref, {"annotations": {PREVIOUS_TOKEN_HASH_ANNOTATION: None}})
+            await api.patch_metadata(
+                ref,
+                {
+                    "annotations": {
+                        PREVIOUS_TOKEN_HASH_ANNOTATION: None,
+                        PREVIOUS_TOKEN_SCRAM_ANNOTATION: None,
+                    }
+                },
+            )
     for event in step.events:
         log.info(
             "User %s/%s: %s (token generation %d)",
@@ -369,6 +389,7 @@ async def sync_acl(api: KubeApi, cluster: Parsed[BrokerCluster], now_ms: int) ->
         writes: list[TokenWrite] = []
         for stored, user in users_of(map(parse_user, listed), name):
             hashes: list[str] = []
+            scram_credentials: list[str] = []
             if user.spec.authentication.type is AuthenticationType.TOKEN:
                 try:
                     step, write = await plan_user_token(api, stored, user, now_ms)
@@ -384,9 +405,10 @@ async def sync_acl(api: KubeApi, cluster: Parsed[BrokerCluster], now_ms: int) ->
                 if write is not None:
                     writes.append(write)
                 hashes = list(step.accepted_hashes)
+                scram_credentials = list(step.accepted_scram)
                 synced.secrets[user.metadata.name] = user.metadata.name
                 synced.token_plans[user.metadata.name] = step
-            principals.append(user.acl_principal(hashes))
+            principals.append(user.acl_principal(hashes, scram_credentials))
             synced.principals[user.metadata.name] = user.principal_name
         await api.apply(acl_config(cluster, acl_document(principals)))
         for write in writes:

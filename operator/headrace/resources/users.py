@@ -173,8 +173,11 @@ class User(Resource):
         """The principal in the ACL file: ``<namespace>:<name>`` (unique in a cluster)."""
         return f"{self.metadata.namespace}:{self.metadata.name}"
 
-    def acl_principal(self, token_hashes: list[str] | None = None) -> acl.PrincipalSpec:
-        """This User as an ACL file entry; ``token_hashes``: ``sha256:<hex>`` of its token(s)."""
+    def acl_principal(
+        self, token_hashes: list[str] | None = None, scram: list[str] | None = None
+    ) -> acl.PrincipalSpec:
+        """This User as an ACL file entry; ``token_hashes``: ``sha256:<hex>`` of its token(s),
+        ``scram``: the SCRAM credentials derived from them (``control.tokens``)."""
         auth = self.spec.authentication
         grants = [
             acl.GrantSpec(
@@ -187,6 +190,7 @@ class User(Resource):
         return acl.PrincipalSpec(
             name=self.principal_name,
             tokens=list(token_hashes or []) if auth.type is AuthenticationType.TOKEN else [],
+            scram=list(scram or []) if auth.type is AuthenticationType.TOKEN else [],
             certificates=[auth.common_name or self.metadata.name]
             if auth.type is AuthenticationType.TLS
             else [],

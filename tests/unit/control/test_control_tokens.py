@@ -97,3 +97,34 @@ def test_at_most_two_tokens_and_the_current_is_always_accepted(
         if state is not None:
             assert step.state.generation in (state.generation, state.generation + 1)
         state = step.state
+
+
+def test_scram_credentials_follow_the_tokens_with_one_salt_per_user() -> None:
+    """The brokers never see a token: each accepted token also comes as SCRAM credentials
+    (SHA-256 and SHA-512) under the User's salt, the previous token's kept as credentials
+    only, for its grace."""
+    from headrace.security import scram
+
+    salt = b"salt-of-the-user"
+
+    def credentials(token: str) -> tuple[str, ...]:
+        return tuple(scram.derive(m, token, salt).text() for m in scram.Mechanism)
+
+    made = plan(None, None, GRACE, T0, "t1", scram_salt=salt)
+    assert made.accepted_scram == credentials("t1")
+    rotated = plan(made.state, "r1", GRACE, T0 + 5, "t2", scram_salt=salt)
+    assert rotated.accepted_scram == credentials("t2") + credentials("t1")
+    assert rotated.state.previous_scram == credentials("t1")
+    after = plan(rotated.state, "r1", GRACE, T0 + 5 + GRACE, "unused", scram_salt=salt)
+    assert after.accepted_scram == credentials("t2")
+    assert after.state.previous_scram == ()
+    # without a salt (no SCRAM for this User) the tokens are planned as before
+    assert plan(None, None, GRACE, T0, "t1").accepted_scram == ()
+
+
+def test_a_users_scram_salt_is_its_own_and_stable() -> None:
+    from headrace.control.tokens import scram_salt
+
+    assert scram_salt("ns/demo", "ns:writer") == scram_salt("ns/demo", "ns:writer")
+    assert scram_salt("ns/demo", "ns:writer") != scram_salt("ns/demo", "ns:reader")
+    assert scram_salt("ns/demo", "ns:writer") != scram_salt("ns/other", "ns:writer")

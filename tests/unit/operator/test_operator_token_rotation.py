@@ -19,7 +19,7 @@ from headrace.control.documents import rfc3339
 from headrace.operator import auth, principals
 from headrace.operator.handlers import OperatorContext
 from headrace.operator.kube import ClientApi
-from headrace.security import acl
+from headrace.security import acl, scram
 from tests.unit.controller.controller_fakes import ManualClock
 
 AUTH_CLUSTER = {**CLUSTER, "spec": {"replicas": 3, "auth": {"enabled": True}}}
@@ -69,6 +69,23 @@ def token(server: ApiServer) -> str:
     return base64.b64decode(secret["data"][auth.USER_TOKEN_KEY]).decode()
 
 
+def accepted_scram(server: ApiServer) -> list[scram.ScramCredential]:
+    document = json.loads(server.objects["v1/configmaps", "ns", "demo-acl"].raw["data"]["acl.json"])
+    [principal] = document["principals"]
+    return [scram.ScramCredential.parse(text) for text in principal["scram"]]
+
+
+def scram_accepts(server: ApiServer, password: str) -> bool:
+    """Whether a SCRAM-SHA-512 client with ``password`` gets past the brokers' check of
+    the rendered credentials (the salt the server would answer with: the first's)."""
+    credentials = [
+        c for c in accepted_scram(server) if c.mechanism is scram.Mechanism.SCRAM_SHA_512
+    ]
+    salt, iterations = credentials[0].salt, credentials[0].iterations
+    mine = scram.derive(scram.Mechanism.SCRAM_SHA_512, password, salt, iterations)
+    return mine in credentials
+
+
 def accepted_hashes(server: ApiServer) -> list[str]:
     document = json.loads(server.objects["v1/configmaps", "ns", "demo-acl"].raw["data"]["acl.json"])
     [principal] = document["principals"]
@@ -85,6 +102,7 @@ async def test_rotation_keeps_the_previous_token_for_the_grace_then_drops_it(
     first = token(server)
     assert status["tokenGeneration"] == 1 and "rotatedAt" not in status
     assert accepted_hashes(server) == [acl.hash_token(first)]
+    assert scram_accepts(server, first)
 
     # a new rotateToken value: a new token, both accepted, the status says until when
     clock.advance(1_000)
@@ -99,6 +117,8 @@ async def test_rotation_keeps_the_previous_token_for_the_grace_then_drops_it(
     annotations = server.objects["v1/secrets", "ns", "writer"].raw["metadata"]["annotations"]
     assert annotations[auth.PREVIOUS_TOKEN_HASH_ANNOTATION] == acl.hash_token(first)
     assert first not in json.dumps(server.objects["v1/secrets", "ns", "writer"].raw)
+    assert scram_accepts(server, first) and scram_accepts(server, second)
+    assert len(accepted_scram(server)) == 4  # SHA-256 and SHA-512 of each token
 
     # the same value again (a re-delivered event, an operator restart): no new token
     assert (await changed(server, api, clock))["tokenGeneration"] == 2
@@ -123,8 +143,10 @@ async def test_rotation_keeps_the_previous_token_for_the_grace_then_drops_it(
     status = store_status(server, body, patch)
     assert accepted_hashes(server) == [acl.hash_token(second)]
     assert token(server) == second
+    assert scram_accepts(server, second) and not scram_accepts(server, first)
     annotations = server.objects["v1/secrets", "ns", "writer"].raw["metadata"]["annotations"]
     assert auth.PREVIOUS_TOKEN_HASH_ANNOTATION not in annotations
+    assert auth.PREVIOUS_TOKEN_SCRAM_ANNOTATION not in annotations
     assert annotations[auth.TOKEN_GENERATION_ANNOTATION] == "2"
     assert "previousTokenExpiresAt" not in status and status["tokenGeneration"] == 2
     # the expiry was a metadata merge patch, not a new token

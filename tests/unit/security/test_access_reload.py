@@ -251,3 +251,44 @@ def test_a_session_refused_at_its_catch_up_stays_refused(
     assert access.reload()
     writer.require(Operation.PRODUCE, "orders")
     assert not writer.stale
+
+
+def test_a_scram_session_is_refused_once_its_credential_is_gone(tmp_path: Path) -> None:
+    from headrace.security import scram
+
+    old = scram.derive(scram.Mechanism.SCRAM_SHA_512, "old-token", b"salt")
+    new = scram.derive(scram.Mechanism.SCRAM_SHA_512, "new-token", b"salt")
+
+    def write(*credentials: scram.ScramCredential) -> None:
+        acl_file.write_text(
+            json.dumps(
+                {
+                    "version": 1,
+                    "principals": [
+                        {
+                            "name": "writer",
+                            "scram": [c.text() for c in credentials],
+                            "grants": [{"operations": ["produce"], "topics": ["*"]}],
+                        }
+                    ],
+                }
+            )
+        )
+
+    acl_file = tmp_path / "acl.yaml"
+    write(old, new)
+    access = Access(AccessSettings(acl_file=acl_file), Labels(), reloads=Labels())
+    session = access.session()
+    session.authenticate_scram("writer", old, None)
+    assert session.principal is not None and session.principal.name == "writer"
+    session.require(Operation.PRODUCE, "orders")
+
+    write(new)  # the old token's credential is rotated away
+    assert access.reload()
+    with pytest.raises(AuthenticationFailed):
+        session.require(Operation.PRODUCE, "orders")
+
+    fresh = access.session()
+    with pytest.raises(AuthenticationFailed):
+        fresh.authenticate_scram("writer", old, None)
+    fresh.authenticate_scram("writer", new, None)

@@ -133,7 +133,7 @@ def test_authenticate_by_token_or_certificate() -> None:
     ("principal", "complaint"),
     [
         ({"name": "p", "tokens": ["plain-secret-token"]}, "sha256"),
-        ({"name": "p"}, "neither tokens nor certificates"),
+        ({"name": "p"}, "no tokens, certificates or SCRAM credentials"),
         ({"name": "bad name", "tokens": [hash_token("x")]}, "principal name"),
         ({"name": BROKER_PRINCIPAL, "tokens": [hash_token("x")]}, "reserved"),
         (
@@ -216,3 +216,44 @@ def test_the_compiled_pattern_set_agrees_with_the_one_pattern_rule(
 def test_the_replication_token_may_not_double_as_a_principals_token() -> None:
     with pytest.raises(InvalidRequest, match="replication token"):
         Authorizer(parse_acl(doc(WRITER)), broker_tokens=["writer-secret"])
+
+
+# ------------------------------------------------------------------ SCRAM credentials
+
+
+def test_a_principal_may_authenticate_by_scram_credentials_alone() -> None:
+    from headrace.security import scram
+
+    credential = scram.derive(scram.Mechanism.SCRAM_SHA_512, "app-secret", b"salt-of-app")
+    parsed = parse_acl(
+        doc(
+            {
+                "name": "app",
+                "scram": [credential.text()],
+                "grants": [{"operations": ["produce"], "topics": ["*"]}],
+            }
+        )
+    )
+    authorizer = Authorizer(parsed)
+    assert authorizer.scram_credentials("app") == (credential,)
+    assert authorizer.scram_credentials("nobody") == ()
+    principal = authorizer.for_scram("app", credential, None)
+    assert principal is not None and principal.name == "app"
+    other = scram.derive(scram.Mechanism.SCRAM_SHA_512, "another", b"salt-of-app")
+    assert authorizer.for_scram("app", other, None) is None
+
+
+def test_a_bad_scram_credential_is_refused_without_echoing_it() -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        parse_acl(doc({**WRITER, "scram": ["SCRAM-SHA-512:4096:c2FsdA==:c2VjcmV0:c2VjcmV0"]}))
+    assert "c2VjcmV0" not in refused.value.message
+    assert "principals.0.scram" in refused.value.message
+
+
+def test_scram_and_a_certificate_must_name_the_same_principal() -> None:
+    from headrace.security import scram
+
+    credential = scram.derive(scram.Mechanism.SCRAM_SHA_256, "writer-secret", b"salt")
+    authorizer = Authorizer(parse_acl(doc({**WRITER, "scram": [credential.text()]}, OPS)))
+    assert authorizer.for_scram("writer", credential, "ops.example") is None
+    assert authorizer.for_scram("writer", credential, "unknown.example") is not None

@@ -9,7 +9,7 @@ They see the connection as a ``context.KafkaRequestContext`` (the broker, the
 connection's access, its peer, the advertised address), never its socket, and each
 class names its APIs in ``routes()``:
 
-- ``session``: ApiVersions and SASL PLAIN (the connection keeps the session's state)
+- ``session``: ApiVersions and SASL: PLAIN, SCRAM-SHA-256/512 (one ``SaslSession`` per connection)
 - ``metadata``: Metadata and DescribeCluster, and how topics are named to Kafka clients
 - ``producing``: Produce (the hot write path) and InitProducerId
 - ``fetching``: Fetch, from the local log, a long poll or the object store (the hot read path)
