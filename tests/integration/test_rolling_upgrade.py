@@ -4,12 +4,19 @@ A 3-broker cluster of the previous release (``PREVIOUS_RELEASE``, a commit of th
 repository exported with ``git archive`` and run from its sources on the same Python)
 serves a topic with RF=3 and minInSync 2. A producer of this release writes keyed
 records with acks=all and a cohort consumer of this release reads them, the whole
-time, neither ever restarted. Each broker is then stopped (drained, SIGTERM) and
-started again at this release, one after another; then the controller.
+time, neither ever restarted. Beside them, on a topic of their own, this release's
+blocking client and CLI are kept open throughout (``headrace.testing.kept_open``).
+Each broker is then stopped (drained, SIGTERM) and started again at this release, one
+after another; then the controller.
 
 Afterwards: every acknowledged record is stored exactly once where it was
 acknowledged, each key in order; every acknowledged record reached the consumer,
-each key's first deliveries in order. The figures (acknowledged, lost, redelivered,
+each key's first deliveries in order; no blocking ``send`` or ``poll`` raised,
+``headrace produce`` exited 0 and every record the blocking producer and ``produce``
+had acknowledged reached the ``BlockingConsumer`` and ``headrace consume``. Then the
+other direction of the client skew: the previous release's ``headrace produce`` and
+``headrace consume`` against the upgraded cluster, every line produced consumed. The
+figures (acknowledged, lost, redelivered,
 the longest time without an acknowledgement) are printed and written to
 ``test-artifacts/rolling-upgrade-local.json`` (``upgrading.check_upgrade``; the same
 upgrade on Kubernetes is ``e2e/tests/operator/test_rolling_upgrade_e2e.py``).
@@ -21,6 +28,7 @@ together, which is what a rolling upgrade crosses.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 from collections.abc import Iterator
@@ -30,6 +38,7 @@ import pytest
 
 from headrace.cli.processes import alive
 from headrace.testing import procs
+from headrace.testing.kept_open import MORE, KeptOpenClients
 from headrace.testing.reading import read_partition
 from tests.integration.acked_load import AckedLoad, Stored, keys
 from tests.integration.localcluster import LocalCluster, all_in_sync, topic_manifest, until
@@ -37,6 +46,12 @@ from tests.integration.upgrading import PREVIOUS_RELEASE, Cohort, check_upgrade
 
 TOPIC = "default/upgrade"
 PARTITIONS = 4
+#: the topic of the blocking client and the CLI of this release
+KEPT = "default/upgrade-kept"
+KEPT_PARTITIONS = 1
+#: the previous release's CLI produces and consumes here once the cluster is upgraded
+OLD = "default/old-client"
+OLD_CLIENT_RECORDS = 100
 #: acknowledged records between two steps of the upgrade (a few seconds of load)
 LOAD_PER_STEP = 200
 
@@ -78,52 +93,67 @@ def runs_release(pid: int, src: Path | None) -> bool:
 
 
 async def test_brokers_then_the_controller_upgrade_one_by_one_under_load(
-    cluster: LocalCluster, previous: Path
+    cluster: LocalCluster, previous: Path, tmp_path: Path
 ) -> None:
     assert cluster.apply(topic_manifest("upgrade", PARTITIONS)).returncode == 0
-    await until(lambda: all_in_sync(cluster, TOPIC, PARTITIONS), "topic online and in sync")
+    assert cluster.apply(topic_manifest("upgrade-kept", KEPT_PARTITIONS)).returncode == 0
+
+    def in_sync() -> bool:
+        return all_in_sync(cluster, TOPIC, PARTITIONS) and all_in_sync(
+            cluster, KEPT, KEPT_PARTITIONS
+        )
+
+    await until(in_sync, "topics online and in sync")
     record = cluster.record
     assert runs_release(record["controller_pid"], previous)
     assert all(runs_release(b["pid"], previous) for b in record["brokers"])
 
     load = AckedLoad(cluster.bootstrap, TOPIC, keys(12))
     cohort = Cohort(cluster.bootstrap, TOPIC, "upgrading")
-    await cohort.start()
-    load.start()
-    try:
-        await load.wait_for_more(LOAD_PER_STEP)
-        # this release's CLI from now on: `local stop` drains through the old controller,
-        # `local start` starts this release's broker with the same data and addresses
-        cluster.src = None
-        for broker in (0, 1, 2):
-            cluster.cli("local", "stop", str(broker), "--dir", str(cluster.dir))
-            cluster.cli("local", "start", str(broker), "--dir", str(cluster.dir))
-            pid = next(b["pid"] for b in cluster.record["brokers"] if b["id"] == broker)
-            assert runs_release(pid, None)
-            await until(
-                lambda: all_in_sync(cluster, TOPIC, PARTITIONS),
-                f"broker {broker} upgraded and in sync",
-            )
+    # the blocking client and the CLI of this release, kept open across the upgrade too
+    kept = KeptOpenClients(cluster.bootstrap, KEPT, tmp_path)
+
+    async def going_on(after: str) -> None:
+        """Both loads acknowledged more records after ``after``."""
+        await asyncio.gather(
+            load.wait_for_more(LOAD_PER_STEP),
+            until(kept.more_acked(), f"{MORE} more blocking sends acknowledged after {after}"),
+        )
+
+    with kept:
+        kept.start()
+        await cohort.start()
+        load.start()
+        try:
             await load.wait_for_more(LOAD_PER_STEP)
-        old_controller = cluster.record["controller_pid"]
-        cluster.signal_controller(signal.SIGTERM)
-        await until(lambda: not alive(old_controller), "the old controller stopped")
-        cluster.restart_controller()
-        assert runs_release(cluster.record["controller_pid"], None)
-        await until(
-            lambda: all_in_sync(cluster, TOPIC, PARTITIONS), "the new controller sees every replica"
-        )
-        await load.wait_for_more(LOAD_PER_STEP)
-    finally:
-        await load.stop()
-    try:
-        wanted = {value for _, _, _, value in load.acked}
-        await until(
-            lambda: wanted <= cohort.received(),
-            "every acknowledged record delivered to the consumer",
-        )
-    finally:
-        await cohort.stop()
+            # this release's CLI from now on: `local stop` drains through the old controller,
+            # `local start` starts this release's broker with the same data and addresses
+            cluster.src = None
+            for broker in (0, 1, 2):
+                cluster.cli("local", "stop", str(broker), "--dir", str(cluster.dir))
+                cluster.cli("local", "start", str(broker), "--dir", str(cluster.dir))
+                pid = next(b["pid"] for b in cluster.record["brokers"] if b["id"] == broker)
+                assert runs_release(pid, None)
+                await until(in_sync, f"broker {broker} upgraded and in sync")
+                await going_on(f"broker {broker}'s upgrade")
+            old_controller = cluster.record["controller_pid"]
+            cluster.signal_controller(signal.SIGTERM)
+            await until(lambda: not alive(old_controller), "the old controller stopped")
+            cluster.restart_controller()
+            assert runs_release(cluster.record["controller_pid"], None)
+            await until(in_sync, "the new controller sees every replica")
+            await going_on("the controller's upgrade")
+        finally:
+            await load.stop()
+        try:
+            wanted = {value for _, _, _, value in load.acked}
+            await until(
+                lambda: wanted <= cohort.received(),
+                "every acknowledged record delivered to the consumer",
+            )
+        finally:
+            await cohort.stop()
+        print(f"\n{await asyncio.to_thread(kept.finish)}; across the rolling upgrade")
 
     async def read(partition: int) -> Stored:
         records = await read_partition(cluster.bootstrap, TOPIC, partition)
@@ -138,3 +168,24 @@ async def test_brokers_then_the_controller_upgrade_one_by_one_under_load(
         longest_stall_s=load.longest_stall_s(),
         what_ran={"steps": "brokers 0, 1, 2 (drained, SIGTERM), then the controller"},
     )
+
+    # the other direction of the skew: the previous release's client, upgraded brokers
+    assert cluster.apply(topic_manifest("old-client", 1)).returncode == 0
+    await until(lambda: all_in_sync(cluster, OLD, 1), f"{OLD} online and in sync")
+    lines = [b"old-%d" % i for i in range(OLD_CLIENT_RECORDS)]
+    bootstrap = ("--bootstrap", cluster.bootstrap)
+    produced = await asyncio.to_thread(
+        procs.run_headrace,
+        "produce", OLD, "--acks", "all", *bootstrap,
+        stdin=b"".join(line + b"\n" for line in lines),
+        src=previous,
+    )  # fmt: skip
+    assert produced.returncode == 0, produced.stderr.decode()[-2000:]
+    consumed = await asyncio.to_thread(
+        procs.run_headrace,
+        "consume", OLD, "--cohort", "old", "--from-beginning",
+        "--count", str(OLD_CLIENT_RECORDS), "--idle-timeout", "30", *bootstrap,
+        src=previous,
+    )  # fmt: skip
+    assert consumed.returncode == 0, consumed.stderr.decode()[-2000:]
+    assert sorted(consumed.stdout.split()) == sorted(lines)
