@@ -9,6 +9,8 @@ a ``headrace consume`` printing what it gets. The tables say both clients see wh
 async clients do and that the application does nothing, so ``finish`` asserts that no
 ``send`` or ``poll`` raised, that ``produce`` exits 0 once its input ends (every line
 acknowledged), and that every acknowledged record reached both consumers.
+``KeptOpenCli`` is the two commands alone, of this release or of another (an exported
+release, to keep the previous release's client open across an upgrade).
 """
 
 from __future__ import annotations
@@ -145,6 +147,94 @@ def cli(
         )
 
 
+class KeptOpenCli:
+    """A ``headrace produce --acks all`` fed through a pipe and a ``headrace consume`` on
+    ``topic``, opened by ``start`` and kept open until ``finish``; ``close`` stops them.
+    ``workdir`` holds their output; ``src``: the headrace exported there (the previous
+    release, say), else this checkout's."""
+
+    def __init__(self, bootstrap: str, topic: str, workdir: Path, src: Path | None = None) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.src = src
+        self.printed = workdir / "consume.out"
+        self.produce_out = workdir / "produce.out"
+        self.consume: subprocess.Popen[bytes] | None = None
+        self.produce: subprocess.Popen[bytes] | None = None
+        self.feeds: FeedingThread | None = None
+
+    def start(self, *, consume: bool = True) -> None:
+        """Start ``produce`` (fed from now on) and, unless told, ``consume``."""
+        if consume:
+            self.start_consume()
+        self.produce = cli(
+            ["produce", self.topic, "--acks", "all", "--bootstrap", self.bootstrap],
+            self.produce_out,
+            stdin=subprocess.PIPE,
+            src=self.src,
+        )
+        assert self.produce.stdin is not None
+        self.feeds = FeedingThread(self.produce.stdin)
+        self.feeds.start()
+
+    def start_consume(self) -> None:
+        """Start ``consume`` (a cohort of its own, from the topic's start)."""
+        self.consume = cli(
+            ["consume", self.topic, "--cohort", "cli", "--from-beginning",
+             "--idle-timeout", "600", "--bootstrap", self.bootstrap],
+            self.printed,
+            src=self.src,
+        )  # fmt: skip
+
+    def received(self) -> set[bytes]:
+        return set(self.printed.read_bytes().split())
+
+    def stop_feeding(self) -> list[bytes]:
+        """End ``produce``'s input and assert it exits 0 (every line acknowledged); the
+        lines written."""
+        assert self.produce is not None, "not started"
+        assert self.feeds is not None
+        self.feeds.stop()
+        returncode = self.produce.wait(timeout=180)
+        procs.forget(self.produce)
+        produce_err = self.produce_out.with_suffix(".err").read_text(errors="replace")
+        assert returncode == 0, f"produce exited {returncode}: {produce_err[-2000:]}"
+        return self.feeds.written
+
+    def check_still_consuming(self) -> None:
+        assert self.consume is not None, "not started"
+        assert self.consume.poll() is None, f"consume exited {self.consume.returncode}"
+
+    def finish(self, timeout: float = 60.0) -> str:
+        """``stop_feeding``, then assert every line reached ``consume`` within ``timeout``
+        and it still runs. What ran, as a line for the test's output."""
+        try:
+            wanted = set(self.stop_feeding())
+            try:
+                waiting.until(
+                    lambda: wanted <= self.received(), timeout, "every line received by consume"
+                )
+            except waiting.NotReached:
+                gap = sorted(wanted - self.received())
+                raise AssertionError(
+                    f"{len(gap)} acknowledged lines not consumed: {gap[:5]}"
+                ) from None
+            self.check_still_consuming()
+        finally:
+            self.close()
+        return f"{len(wanted)} produce lines acknowledged, all received by consume"
+
+    def close(self) -> None:
+        """Stop both commands (idempotent)."""
+        try:
+            if self.feeds is not None:
+                self.feeds.stop()
+        finally:
+            for proc in (self.produce, self.consume):
+                if proc is not None:
+                    procs.reap(proc)
+
+
 class KeptOpenClients:
     """A ``BlockingProducer``, a ``BlockingConsumer``, a ``headrace produce`` fed through a
     pipe and a ``headrace consume`` on ``topic`` (``namespace/name``), opened by ``start``
@@ -152,15 +242,10 @@ class KeptOpenClients:
     runs. ``workdir`` holds the commands' output."""
 
     def __init__(self, bootstrap: str, topic: str, workdir: Path) -> None:
-        self.bootstrap = bootstrap
         self.topic = topic
-        self.printed = workdir / "consume.out"
-        self.produce_out = workdir / "produce.out"
         self.sends = SendingThread(bootstrap, topic)
         self.polls = PollingThread(bootstrap, topic)
-        self.consume: subprocess.Popen[bytes] | None = None
-        self.produce: subprocess.Popen[bytes] | None = None
-        self.feeds: FeedingThread | None = None
+        self.commands = KeptOpenCli(bootstrap, topic, workdir)
 
     def __enter__(self) -> KeptOpenClients:
         return self
@@ -169,22 +254,9 @@ class KeptOpenClients:
         self.close()
 
     def start(self) -> None:
-        bootstrap = ["--bootstrap", self.bootstrap]
-        self.consume = cli(
-            ["consume", self.topic, "--cohort", "cli", "--from-beginning",
-             "--idle-timeout", "600", *bootstrap],
-            self.printed,
-        )  # fmt: skip
-        self.produce = cli(
-            ["produce", self.topic, "--acks", "all", *bootstrap],
-            self.produce_out,
-            stdin=subprocess.PIPE,
-        )
-        assert self.produce.stdin is not None
-        self.feeds = FeedingThread(self.produce.stdin)
+        self.commands.start()
         self.polls.start()
         self.sends.start()
-        self.feeds.start()
 
     def more_acked(self, count: int = MORE) -> Callable[[], bool]:
         """A condition: ``count`` more blocking sends acknowledged than now."""
@@ -196,7 +268,7 @@ class KeptOpenClients:
         and how many)."""
         gaps = {
             "BlockingConsumer": wanted - self.polls.received,
-            "consume": wanted - set(self.printed.read_bytes().split()),
+            "consume": wanted - self.commands.received(),
         }
         return {who: [*sorted(gap)[:5], b"(%d)" % len(gap)] for who, gap in gaps.items() if gap}
 
@@ -204,16 +276,10 @@ class KeptOpenClients:
         """Stop writing, then assert: ``produce`` exited 0 (every line acknowledged),
         every acknowledged record reached both consumers within ``timeout``, no ``send``
         or ``poll`` raised. What ran, as a line for the test's output."""
-        assert self.produce is not None, "not started"
-        assert self.feeds is not None
         try:
             self.sends.stop()
-            self.feeds.stop()
-            returncode = self.produce.wait(timeout=180)
-            procs.forget(self.produce)
-            produce_err = self.produce_out.with_suffix(".err").read_text(errors="replace")
-            assert returncode == 0, f"produce exited {returncode}: {produce_err[-2000:]}"
-            wanted = set(self.sends.acked) | set(self.feeds.written)
+            written = self.commands.stop_feeding()
+            wanted = set(self.sends.acked) | set(written)
             try:
                 waiting.until(
                     lambda: not self.missing(wanted),
@@ -224,14 +290,13 @@ class KeptOpenClients:
                 raise AssertionError(
                     f"acknowledged records not received: {self.missing(wanted)}"
                 ) from None
-            assert self.consume is not None
-            assert self.consume.poll() is None, f"consume exited {self.consume.returncode}"
+            self.commands.check_still_consuming()
         finally:
             self.close()
         assert not self.sends.failed, f"sends raised: {self.sends.failed[:3]}"
         assert not self.polls.failed, f"polls raised: {self.polls.failed[:3]}"
         return (
-            f"{len(self.sends.acked)} blocking sends and {len(self.feeds.written)} produce"
+            f"{len(self.sends.acked)} blocking sends and {len(written)} produce"
             " lines acknowledged, all received by the blocking consumer and by consume"
         )
 
@@ -239,10 +304,6 @@ class KeptOpenClients:
         """Stop every client still open (idempotent)."""
         try:
             self.sends.stop()
-            if self.feeds is not None:
-                self.feeds.stop()
             self.polls.stop()
         finally:
-            for proc in (self.produce, self.consume):
-                if proc is not None:
-                    procs.reap(proc)
+            self.commands.close()
