@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -33,6 +31,7 @@ from headrace.cli.processes import alive
 from headrace.client.blocking import BlockingConsumer, BlockingProducer
 from headrace.errors import UnknownTopic
 from headrace.testing import procs, waiting
+from headrace.testing.kept_open import MORE, KeptOpenClients, PollingThread, cli
 from tests.integration.localcluster import (
     LocalCluster,
     all_in_sync,
@@ -45,39 +44,6 @@ TOPIC = "default/blocking"
 PARTITIONS = 6
 GROWN = 8
 SHRUNK = 4
-#: acknowledged sends to wait for after each fault: the load is flowing again
-MORE = 50
-
-
-class SendingThread:
-    """One ``send`` after another until stopped; what was acknowledged, what raised."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.producer = BlockingProducer(bootstrap, acks="all")
-        self.acked: list[bytes] = []
-        self.failed: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="blocking-sends", daemon=True)
-
-    def _run(self) -> None:
-        i = 0
-        while not self._stop.is_set():
-            value = b"v%d" % i
-            try:
-                self.producer.send("blocking", value, key=b"k%d" % (i % 12))
-            except Exception as exc:  # the table says none: collected for the assertion
-                self.failed.append(exc)
-            else:
-                self.acked.append(value)
-            i += 1
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=180)
-        self.producer.close()
 
 
 @pytest.fixture(scope="module")
@@ -85,69 +51,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One three-broker local cluster for the tests here, each on a topic of its own."""
     with running_cluster(tmp_path_factory.mktemp("kept-open") / "local") as c:
         yield c
-
-
-class PollingThread:
-    """``poll`` and ``ack`` until stopped; the values received."""
-
-    def __init__(self, bootstrap: str, topic: str = "blocking") -> None:
-        self.consumer = BlockingConsumer(bootstrap, topic, "blocking", start="earliest")
-        self.received: set[bytes] = set()
-        self.failed: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="blocking-polls", daemon=True)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                for batch in self.consumer.poll(timeout_s=0.2):
-                    self.received.update(batch.values())
-                    self.consumer.ack_batch(batch)
-            except Exception as exc:  # the table says none: collected for the assertion
-                self.failed.append(exc)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-        self.consumer.close()
-
-
-class FeedingThread:
-    """Lines written to a running ``headrace produce`` until stopped; then its input ends."""
-
-    def __init__(self, stdin: IO[bytes]) -> None:
-        self.stdin = stdin
-        self.written: list[bytes] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cli-feed", daemon=True)
-
-    def _run(self) -> None:
-        i = 0
-        # paced, as a script would write: the pipe must not fill up and hold the last
-        # lines back until after the checks
-        while not self._stop.wait(0.005):
-            line = b"c%d" % i
-            self.stdin.write(line + b"\n")
-            self.stdin.flush()
-            self.written.append(line)
-            i += 1
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-        self.stdin.close()
-
-
-def cli(argv: list[str], out: Path, stdin: int = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
-    """The ``headrace`` command, its output in ``out`` and its errors beside it (``.err``)."""
-    with out.open("wb") as stdout, out.with_suffix(".err").open("wb") as stderr:
-        return procs.spawn([*procs.HEADRACE_CLI, *argv], stdout=stdout, stderr=stderr, stdin=stdin)
 
 
 def leaders(c: LocalCluster) -> list[int | None]:
@@ -163,43 +66,21 @@ def test_blocking_clients_and_the_cli_kept_open_across_every_fault_raise_nothing
 ) -> None:
     assert cluster.apply(topic_manifest("blocking", PARTITIONS)).returncode == 0
     cluster.wait(lambda: all_in_sync(cluster, TOPIC, PARTITIONS), 60, "topic online and in sync")
-    bootstrap = ["--bootstrap", cluster.bootstrap]
-    printed = tmp_path / "consume.out"
-    consume = cli(
-        ["consume", TOPIC, "--cohort", "cli", "--from-beginning", "--idle-timeout", "600",
-         *bootstrap],
-        printed,
-    )  # fmt: skip
-    produce = cli(
-        ["produce", TOPIC, "--acks", "all", *bootstrap],
-        tmp_path / "produce.out",
-        stdin=subprocess.PIPE,
-    )
-    assert produce.stdin is not None
-    feeds = FeedingThread(produce.stdin)
-    sends = SendingThread(cluster.bootstrap)
-    polls = PollingThread(cluster.bootstrap)
+    with KeptOpenClients(cluster.bootstrap, TOPIC, tmp_path) as clients:
 
-    def more_acked(count: int = MORE) -> Callable[[], bool]:
-        target = len(sends.acked) + count
-        return lambda: len(sends.acked) >= target
+        def whole_again(what: str, partitions: int = PARTITIONS) -> None:
+            cluster.wait(lambda: all_in_sync(cluster, TOPIC, partitions), 90, what)
+            cluster.wait(clients.more_acked(), 60, f"{MORE} more sends acknowledged after {what}")
 
-    def whole_again(what: str, partitions: int = PARTITIONS) -> None:
-        cluster.wait(lambda: all_in_sync(cluster, TOPIC, partitions), 90, what)
-        cluster.wait(more_acked(), 60, f"{MORE} more sends acknowledged after {what}")
-
-    polls.start()
-    sends.start()
-    feeds.start()
-    try:
-        cluster.wait(more_acked(), 60, "the first sends acknowledged")
+        clients.start()
+        cluster.wait(clients.more_acked(), 60, "the first sends acknowledged")
 
         # a leader's kill -9, then its return and the hand-back of its partitions
         pid = pid_of(cluster, 0)
         cluster.kill_broker(0)
         cluster.wait(lambda: not alive(pid), 30, "broker 0 stopped")
         cluster.wait(lambda: 0 not in leaders(cluster), 30, "broker 0's partitions failed over")
-        cluster.wait(more_acked(), 60, "sends acknowledged by the new leaders")
+        cluster.wait(clients.more_acked(), 60, "sends acknowledged by the new leaders")
         cluster.restart_broker(0)
         whole_again("broker 0's return")
         cluster.wait(lambda: 0 in leaders(cluster), 90, "broker 0 leads again (the hand-back)")
@@ -215,7 +96,7 @@ def test_blocking_clients_and_the_cli_kept_open_across_every_fault_raise_nothing
         cluster.signal_broker(2, signal.SIGSTOP)
         try:
             cluster.wait(lambda: 2 not in leaders(cluster), 30, "the paused broker's failover")
-            cluster.wait(more_acked(), 60, "sends acknowledged while broker 2 is paused")
+            cluster.wait(clients.more_acked(), 60, "sends acknowledged while broker 2 is paused")
         finally:
             cluster.signal_broker(2, signal.SIGCONT)
         whole_again("broker 2's resumption")
@@ -244,39 +125,11 @@ def test_blocking_clients_and_the_cli_kept_open_across_every_fault_raise_nothing
             f"the shrink to {SHRUNK} partitions finalized",
         )
         whole_again("the shrink", GROWN)
-    finally:
-        sends.stop()
-        feeds.stop()
-    # the input ended: produce exits once every line is acknowledged, 0 if all were
-    returncode = produce.wait(timeout=180)
-    produce_err = (tmp_path / "produce.err").read_text(errors="replace")
-    assert returncode == 0, f"produce exited {returncode}: {produce_err[-2000:]}"
-    wanted = set(sends.acked) | set(feeds.written)
-
-    def missing() -> dict[str, list[bytes]]:
-        """What each consumer has not received yet (a few of each, sorted)."""
-        gaps = {
-            "BlockingConsumer": wanted - polls.received,
-            "consume": wanted - set(printed.read_bytes().split()),
-        }
-        return {who: [*sorted(gap)[:5], b"(%d)" % len(gap)] for who, gap in gaps.items() if gap}
-
-    try:
-        waiting.until(
-            lambda: not missing(), 60, "every acknowledged record received by both consumers"
-        )
-    except waiting.NotReached:
-        raise AssertionError(f"acknowledged records not received: {missing()}") from None
-    finally:
-        polls.stop()
-        procs.reap(consume)
+        ran = clients.finish()
     print(
-        f"\n{len(sends.acked)} blocking sends and {len(feeds.written)} produce lines"
-        " acknowledged across kill -9, hand-back, SIGTERM, SIGSTOP and a controller"
-        " kill -9, a grow and a shrink; all received by the blocking consumer and by consume"
+        f"\n{ran}; across kill -9, hand-back, SIGTERM, SIGSTOP and a controller kill -9,"
+        " a grow and a shrink"
     )
-    assert not sends.failed, f"sends raised: {sends.failed[:3]}"
-    assert not polls.failed, f"polls raised: {polls.failed[:3]}"
 
 
 AGAIN = "default/again"

@@ -23,6 +23,7 @@ import pytest
 from headrace.client import Consumer, Producer
 from headrace.client.producer import RecordMetadata
 from headrace.errors import HeadraceError
+from headrace.testing.kept_open import MORE, KeptOpenClients
 from headrace.testing.reading import offsets_and_values, read_all
 from tests.integration.localcluster import (
     LocalCluster,
@@ -245,6 +246,35 @@ async def test_successive_unloads_under_keyed_load_deliver_every_acked_record_on
     assert not twice, (
         f"{len(twice)} records consumed more than once, e.g. {list(twice.items())[:5]}"
     )
+
+
+def test_blocking_clients_and_the_cli_kept_open_across_unloads_lose_nothing(
+    cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """The unload cells of the blocking client and the CLI (``reliability.md`` §8): a
+    ``BlockingProducer``, a ``BlockingConsumer``, a ``headrace produce`` fed through a pipe
+    and a ``headrace consume`` kept open while every partition of their topic is unloaded,
+    then one partition moved back to the broker it started on. No ``send`` or ``poll``
+    raised, ``produce`` exits 0, every acknowledged record reaches both consumers."""
+    topic = "default/kept-open"
+    partitions = 2
+    assert cluster.apply(tiered_topic("kept-open", partitions, 1)).returncode == 0
+    cluster.wait(lambda: online(cluster, topic, partitions), what="topic online")
+    first_owner = cluster.partitions(topic)[0]["leader"]
+    with KeptOpenClients(cluster.bootstrap, topic, tmp_path) as clients:
+        clients.start()
+        cluster.wait(clients.more_acked(), 60, "the first sends acknowledged")
+        for name, parts, target in (
+            ("kept-open-all", [], None),
+            ("kept-open-back", [0], first_owner),
+        ):
+            assert cluster.apply(unload_manifest(name, topic, parts, target)).returncode == 0
+            moves = wait_unload(cluster, name, 90)["moves"]
+            assert all(m["fromBroker"] != m["toBroker"] for m in moves), moves
+            cluster.wait(clients.more_acked(), 60, f"{MORE} more sends acknowledged after {name}")
+        assert cluster.partitions(topic)[0]["leader"] == first_owner
+        ran = clients.finish()
+    print(f"\n{ran}; across an unload of every partition and one moved back")
 
 
 # ----------------------------------------------------------------------------- recovery
