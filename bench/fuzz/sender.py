@@ -26,6 +26,7 @@ inputs (``os._exit``: libFuzzer would otherwise keep going).
 
 from __future__ import annotations
 
+import abc
 import argparse
 import contextlib
 import importlib
@@ -45,7 +46,7 @@ _HANDSHAKE_OP = 2
 _HEADER = struct.Struct("<IHHI")
 
 
-class Sender:
+class Sender(abc.ABC):
     """Delivers inputs, one fresh connection each, keeps the statistics, and ends the
     process at the deadline or after ``count`` inputs."""
 
@@ -92,9 +93,9 @@ class Sender:
             self.write_stats()
             os._exit(0)
 
+    @abc.abstractmethod
     def exchange(self, sock: socket.socket, data: bytes) -> None:
         """Write ``data`` and read what the broker answers."""
-        raise NotImplementedError
 
     def drain(self, sock: socket.socket, done: Callable[[bytes], bool] | None = None) -> bytes:
         """What the broker sends until it is quiet for 20 ms, hangs up, or ``done`` says
