@@ -27,7 +27,7 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from bench.fuzz import kafka_inputs
 from headrace.client import Producer
@@ -43,8 +43,8 @@ from headrace.testing.reading import create_topic, read_partition
 @dataclass(frozen=True, slots=True)
 class Settings:
     seconds: float = 30.0
-    #: the listener fuzzed: "native" or "kafka"
-    protocol: str = "native"
+    #: the listener fuzzed
+    protocol: Literal["native", "kafka"] = "native"
     #: stop after this many inputs (None: at ``seconds``, which always bounds the run)
     count: int | None = None
     engine: str = "auto"
