@@ -1,6 +1,9 @@
-"""``python -m bench.fuzz [--seconds N] [--engine auto|atheris|random] [--out report.json]``.
+"""``python -m bench.fuzz [--protocol native|kafka] [--seconds N] [--count N]
+[--engine auto|atheris|random] [--out report.json]``.
 
-Exits 0 when there was no crash, no hang and nothing acknowledged was lost.
+Exits 0 when there was no crash, no hang, nothing acknowledged was lost and (Kafka)
+no record of a malformed Produce was stored. The report goes to
+``bench/results/fuzz.json`` (native) or ``fuzz-kafka.json``.
 """
 
 from __future__ import annotations
@@ -15,27 +18,49 @@ from pathlib import Path
 from bench.fuzz import running
 from headrace.testing import procs
 
+#: how long a run of ``--count`` inputs may take at most (a busy machine sends slowly)
+_COUNT_BOUND_S = 1800.0
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.fuzz")
-    parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument("--protocol", choices=("native", "kafka"), default="native")
+    parser.add_argument(
+        "--seconds", type=float, default=None, help="300 without --count; with it, a bound"
+    )
+    parser.add_argument("--count", type=int, default=None, help="stop after this many inputs")
     parser.add_argument("--engine", choices=("auto", "atheris", "random"), default="auto")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--out", type=Path, default=procs.REPO / "bench" / "results" / "fuzz.json")
+    parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    settings = running.Settings(seconds=args.seconds, engine=args.engine, seed=args.seed)
+    seconds = args.seconds
+    if seconds is None:
+        seconds = 300.0 if args.count is None else _COUNT_BOUND_S
+    settings = running.Settings(
+        seconds=seconds,
+        protocol=args.protocol,
+        count=args.count,
+        engine=args.engine,
+        seed=args.seed,
+    )
+    name = "fuzz.json" if args.protocol == "native" else f"fuzz-{args.protocol}.json"
+    out: Path = args.out or procs.REPO / "bench" / "results" / name
     with tempfile.TemporaryDirectory(prefix="headrace-fuzz-") as tmp:
         try:
             report = asyncio.run(running.run(Path(tmp), settings))
         finally:
             procs.kill_all()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1) + "\n")
     for key in (
         "engine",
         "inputs",
         "frames",
         "bytes",
+        "answers",
+        "errors_answered",
+        "error_codes",
+        "closed_by_broker",
         "crashes",
         "hangs",
         "slowest_ping_s",
@@ -43,10 +68,14 @@ def main() -> int:
         "acknowledged",
         "lost",
         "duplicated",
+        "well_formed_produce_records",
+        "stored_seed_records",
+        "stored_bad_records",
         "ok",
     ):
-        print(f"{key:26s} {report.get(key)}")
-    print(f"report: {args.out}")
+        if key in report:
+            print(f"{key:26s} {report[key]}")
+    print(f"report: {out}")
     return 0 if report["ok"] else 1
 
 

@@ -93,6 +93,23 @@ def test_transactional_batches_and_producer_id_0_are_refused_as_invalid_records(
         rb.validate_kafka(kafka_batch(producer_id=0))
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the broker checks a Kafka batch's header and CRC-32C, not its record section"
+    " (docs/kafka.md, Validation before anything is written)",
+)
+def test_a_record_section_that_does_not_parse_is_refused_under_a_valid_crc() -> None:
+    # A producer that sends garbled records with a CRC computed over them: stored, no
+    # reader of ours can decode the batch.
+    raw = bytearray(kafka_batch(3))
+    raw[rb.KAFKA_HEADER_SIZE] = 0x7E  # the first record's length: 63 bytes, past the batch
+    struct.pack_into(">I", raw, rb.CRC_START - 4, crc32c(bytes(raw[rb.CRC_START :])))
+    with pytest.raises(CorruptBatch):
+        rb.decode(rb.stamp_prefix(rb.read_kafka_wire_header(raw), 0, 0) + raw[16:]).records()
+    with pytest.raises(CorruptBatch):
+        rb.validate_kafka(bytes(raw))
+
+
 def test_an_idempotent_batch_reads_as_our_producer_and_sequence() -> None:
     header = rb.validate_kafka(kafka_batch(4, producer_id=5))
     assert (header.producer_id, header.base_sequence, header.record_count) == (5, 0, 4)
