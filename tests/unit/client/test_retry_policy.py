@@ -83,6 +83,7 @@ ROWS = [
     refused(errors.InvalidRequest),
     refused(errors.PolicyViolation),
     refused(errors.AuthenticationFailed),
+    refused(errors.IllegalSaslState),
     refused(errors.NotAuthenticated),
     refused(errors.AccessDenied),
     refused(errors.ProduceDenied),
