@@ -73,7 +73,7 @@ from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol
 
-from headrace.control import documents, moves, repartitions, topology
+from headrace.control import documents, moves, repartitions, setting_aside, topology
 from headrace.control.liveness import Liveness
 from headrace.control.model import (
     CLUSTER_STATE_JSON,
@@ -247,6 +247,9 @@ class ControlLoop:
                 " copies aside",
                 sorted(self.set_aside - set(self.state.topics)),
             )
+        #: topics a Retain deletion took out of the state whose copies some broker may still
+        #: hold, by name: retained until every holder moved its copy aside (``setting_aside``)
+        self._setting_aside: dict[str, setting_aside.SettingAside] = {}
         self._cluster_status = dict(stored.cluster) if stored.cluster is not None else None
         #: the generation the next commit must reach: set when the persisted state may hold
         #: content that no generation was pushed with (a torn commit), or a commit failed
@@ -363,7 +366,8 @@ class ControlLoop:
         """The topics whose deletion was asked for explicitly: the only way a topic leaves
         the state (``reconcile``). The operator asks from the Topics being deleted, the
         local controller from ``topics delete``; a name with ``retain`` stays here until
-        every broker has moved its copy aside."""
+        every broker has moved its copy aside (and under ``retained`` until then even if it
+        leaves here: ``setting_aside``)."""
         return self._deletions
 
     @property
@@ -372,17 +376,31 @@ class ControlLoop:
         return self.desired()[0]
 
     def desired(self) -> tuple[list[TopicSpec], dict[str, tuple[str, str]]]:
-        """The specs to reconcile, and the Topics whose spec does not parse (reason, message).
+        """The specs to reconcile, and the Topics left out of them (reason, message): those
+        whose spec does not parse, and those waiting for an older topic's setting aside.
 
         A Topic whose stored spec does not parse (written by hand, or by an older
         version of the models) is that Topic's problem alone (``InvalidSpec``): the
         other topics reconcile as usual. It is not deleted for it: a placed topic keeps
         reconciling under the last spec of it that parsed in this process, or else
         under ``documents.holding_spec``; one not placed yet is not created.
+
+        A new Topic whose name's previous topic is still being set aside (``setting_aside``)
+        waits for it (``PreviousTopicRetained``): placed now, a broker holding the old copy
+        would drop it as a superseded incarnation instead of moving it aside.
         """
         specs: list[TopicSpec] = []
         invalid: dict[str, tuple[str, str]] = {}
         for name, resource in self._topics.items():
+            waiting = self._awaiting_set_aside(name)
+            if waiting and name not in self.state.topics:
+                invalid[name] = (
+                    "PreviousTopicRetained",
+                    f"the topic of this name deleted with deletionPolicy Retain is still on"
+                    f" brokers {sorted(waiting)}, which have not moved it aside yet: this"
+                    " Topic is placed once they have",
+                )
+                continue
             try:
                 spec = documents.spec_of(resource)
             except InvalidTopicSpec as exc:
@@ -411,8 +429,19 @@ class ControlLoop:
     @property
     def retained(self) -> frozenset[str]:
         """The topics not in the state whose copies the brokers keep: deleted ones with
-        ``deletionPolicy: Retain``, and those set aside (the push's ``retained``)."""
-        return frozenset(d.topic for d in self._deletions if d.retain) | self.set_aside
+        ``deletionPolicy: Retain`` (the Topic being deleted, or gone while a broker that
+        holds a copy has not moved it aside yet: ``setting_aside``), and those set aside
+        (the push's ``retained``)."""
+        asked = frozenset(d.topic for d in self._deletions if d.retain)
+        return asked | frozenset(self._setting_aside) | self.set_aside
+
+    def _awaiting_set_aside(self, name: str) -> frozenset[int]:
+        """The brokers still to move aside the copy of the topic ``name`` that a Retain
+        deletion took out of the state (empty: none, or it is not being set aside)."""
+        aside = self._setting_aside.get(name)
+        if aside is None:
+            return frozenset()
+        return aside.waiting_for(self.broker_generations, self.heartbeats)
 
     def unload_requests(self) -> list[UnloadRequest]:
         """The Unloads, oldest first (a partition's moves are served in this order)."""
@@ -547,6 +576,11 @@ class ControlLoop:
             self._committed_retained = self.retained
         # a deletion that does not retain ends the setting aside of its name
         self.set_aside -= {d.topic for d in self._deletions if not d.retain}
+        # a Retain deletion's setting aside ends once every broker that held it confirmed
+        for name in setting_aside.confirmed(
+            self._setting_aside, self.broker_generations, self.heartbeats
+        ):
+            del self._setting_aside[name]
         self.steps += 1
         for event in decision.events:
             log.info("%s %s: %s", event.kind, event.subject, event.message)
@@ -566,6 +600,11 @@ class ControlLoop:
         self.decided_members = self._members
         self._note_uncovered(decision.uncovered, now)
         problems = {p.topic: (p.reason, p.message) for p in reversed(decision.problems)}
+        if decision.changed:
+            # recorded before the commit that persists it: the Topic may go at any moment
+            self._setting_aside.update(
+                setting_aside.started(self.state, decision.state, self._deletions)
+            )
         if decision.changed or problems != self._saved_problems or self.unobserved():
             await self._commit(decision.state, decision.liveness, problems, observed, now)
             self._saved_problems = problems
@@ -691,7 +730,9 @@ class ControlLoop:
                     self._topic_status[name] = status
             for name in set(self._topic_status) - set(self._topics):
                 del self._topic_status[name]  # its resource is gone, and the status with it
-            cluster = documents.cluster_status(state, liveness, self.set_aside)
+            # the topics being set aside too: a restarted loop keeps them aside
+            kept_aside = self.set_aside | frozenset(self._setting_aside)
+            cluster = documents.cluster_status(state, liveness, kept_aside)
             if cluster != self._cluster_status:
                 await self.store.write_cluster_status(cluster)
                 self._cluster_status = cluster

@@ -493,11 +493,14 @@ class BrokerClusterStatus(Status):
     after their statuses: the commit record a restarted controller checks them against."""
     retained_topics: list[str] | None = None
     """Topics (``namespace/name``) whose copies this cluster's brokers keep aside
-    (``retained/`` in their data directories) although no deletion of them was requested:
-    a restarted controller found them committed but could not read their placement (their
-    Topic names another cluster, or is gone without its finalizer). Listed until a
-    deletion of that name with ``deletionPolicy: Delete``, so that a broker that was down
-    moves its copy aside too instead of deleting it."""
+    (``retained/`` in their data directories) although no deletion of them is being
+    requested: a restarted controller found them committed but could not read their
+    placement (their Topic names another cluster, or is gone without its finalizer), or
+    a ``deletionPolicy: Retain`` deletion took them out of the topology while a broker
+    holding a copy had not moved it aside yet. Listed until a deletion of that name with
+    ``deletionPolicy: Delete`` (a Retain deletion's, once every such broker has moved its
+    copy aside, unless the controller restarted meanwhile), so that a broker that was
+    down moves its copy aside too instead of deleting it."""
     deleted_topics: list[DeletedTopic] | None = Field(
         default=None, json_schema_extra=list_map("creationId")
     )

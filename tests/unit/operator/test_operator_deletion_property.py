@@ -65,6 +65,10 @@ class Deletions(RuleBasedStateMachine):
         #: was applied: ending their keeping aside stays allowed (the new Topic's own
         #: deletion is not asked for, and its data is checked as placed once pushed)
         self.aside_of_an_asked_deletion: set[str] = set()
+        #: names some push placed whose Topic was applied anew since, and that no push has
+        #: named as a topic since: that Topic is not placed yet (it may not be while the
+        #: old one's copies are being set aside, or while no broker is up)
+        self.not_placed_anew: set[str] = set()
 
     # ------------------------------------------------------------------ the world
 
@@ -129,6 +133,7 @@ class Deletions(RuleBasedStateMachine):
                 self.aside.discard(name)
                 self.aside_of_an_asked_deletion.discard(name)
             self.placed = (self.placed - retained) | named
+            self.not_placed_anew -= named
             self.aside |= retained - named
         self.checked = len(self.fleet.pushed)
 
@@ -145,6 +150,8 @@ class Deletions(RuleBasedStateMachine):
             body["metadata"]["finalizers"] = [finalizing.TOPIC_FINALIZER]
             self.api.put(body)
             full = f"ns/{name}"
+            if full in self.placed or full in self.aside:
+                self.not_placed_anew.add(full)
             if full in self.aside and full in self.deletion_asked:
                 self.aside_of_an_asked_deletion.add(full)
             self.delete_asked.discard(full)
@@ -210,8 +217,9 @@ class Deletions(RuleBasedStateMachine):
     @invariant()
     def placed_topics_of_this_cluster_stay_placed(self) -> None:
         """A Topic of this cluster that is not being deleted is never out of the state
-        once placed (the loop keeps what it placed until a deletion asks otherwise)."""
-        for name in self.placed:
+        once placed (the loop keeps what it placed until a deletion asks otherwise). The
+        Topic: a new one of a name placed before is not placed until a push names it."""
+        for name in self.placed - self.not_placed_anew:
             body = self._existing(name.partition("/")[2])
             ours = body is not None and body["spec"]["clusterRef"]["name"] == "demo"
             if ours and body is not None and not meta_of(body).deleting:
@@ -231,11 +239,12 @@ TestDeletions.settings = settings(
 # Runs Hypothesis found, replayed step by step (a state machine takes no ``@example``).
 
 
-def replay(*steps: tuple[str, dict[str, Any]]) -> None:
-    machine = Deletions()
+def replay(*steps: tuple[str, dict[str, Any]], machine: Deletions | None = None) -> Deletions:
+    machine = machine or Deletions()
     for rule_name, arguments in steps:
         getattr(machine, rule_name)(**arguments)
         machine.placed_topics_of_this_cluster_stay_placed()
+    return machine
 
 
 def test_ending_a_set_aside_pushes_a_new_generation() -> None:
@@ -296,3 +305,72 @@ def test_a_topic_applied_again_after_its_retain_deletion_lets_the_old_one_go() -
         ("delete", {"name": "a"}),
         ("apply", {"name": "a", "partitions": 1, "policy": "Retain"}),
     )
+
+
+def test_a_retain_deletion_sets_aside_on_brokers_down_while_it_ran() -> None:
+    """``a`` (on broker 1 only: 0 and 2 are down) is deleted with Retain while broker 1 is
+    down too, so no push told a broker to set it aside; its finalizer is then removed by
+    hand. The Topic is gone, but its deletion asked to retain: the loop keeps ``a`` under
+    ``retained`` until broker 1 moved its copy aside (a push naming it nowhere would make
+    broker 1 delete it when it comes back)."""
+    machine = replay(
+        ("restart", {}),
+        ("broker", {"broker": 0, "up": False}),
+        ("broker", {"broker": 2, "up": False}),
+        ("apply", {"name": "a", "partitions": 1, "policy": "Retain"}),
+        ("broker", {"broker": 1, "up": False}),
+        ("delete", {"name": "a"}),
+        ("remove_finalizer_by_hand", {"name": "a"}),
+        ("broker", {"broker": 0, "up": True}),
+    )
+    assert "ns/a" in machine.fleet.pushed[-1]["retained"]
+    replay(("broker", {"broker": 1, "up": True}), ("wait", {"steps": 3}), machine=machine)
+    # broker 2 is one of its replicas too (placed while down): it may hold a copy
+    assert "ns/a" in machine.fleet.pushed[-1]["retained"]
+    replay(("broker", {"broker": 2, "up": True}), ("wait", {"steps": 3}), machine=machine)
+    # every replica moved it aside: the name leaves ``retained``, at a generation of its own
+    last = machine.fleet.pushed[-1]
+    assert "ns/a" not in last.get("retained", [])
+    assert all(machine.fleet.generation(b) == last["generation"] for b in (0, 1, 2))
+
+
+def test_a_new_topic_waits_for_the_old_one_to_be_set_aside() -> None:
+    """``a`` is deleted with Retain while every broker is down, its finalizer removed by
+    hand, and a new Topic ``a`` applied. The new one is not placed while no broker is up
+    (the invariant is about a placed Topic, not about a name placed before), nor later
+    before every broker holding the old copy moved it aside: a broker told of the new
+    ``a`` first would drop the old copy as a superseded incarnation instead."""
+    machine = replay(
+        ("apply", {"name": "a", "partitions": 1, "policy": "Retain"}),
+        ("broker", {"broker": 0, "up": False}),
+        ("broker", {"broker": 1, "up": False}),
+        ("broker", {"broker": 2, "up": False}),
+        ("delete", {"name": "a"}),
+        ("remove_finalizer_by_hand", {"name": "a"}),
+        ("apply", {"name": "a", "partitions": 1, "policy": "Retain"}),
+    )
+    assert "ns/a" not in machine.runtime.loop.state.topics
+    first_told: dict[int, str] = {}
+    push = machine.fleet.push
+
+    async def recording_push(broker_id: int, topology: Any) -> int | None:
+        before = machine.fleet.generation(broker_id)
+        held = await push(broker_id, topology)
+        if held is not None and held > before and broker_id not in first_told:
+            if "ns/a" in topology.get("retained", []):
+                first_told[broker_id] = "retained"
+            elif "ns/a" in {t["name"] for t in topology["topics"]}:
+                first_told[broker_id] = "placed"
+        return held
+
+    machine.fleet.push = recording_push  # type: ignore[method-assign]
+    replay(
+        ("broker", {"broker": 0, "up": True}),
+        ("wait", {"steps": 3}),
+        ("broker", {"broker": 1, "up": True}),
+        ("broker", {"broker": 2, "up": True}),
+        ("wait", {"steps": 5}),
+        machine=machine,
+    )
+    assert first_told == {0: "retained", 1: "retained", 2: "retained"}
+    assert "ns/a" in machine.runtime.loop.state.topics
