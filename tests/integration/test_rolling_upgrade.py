@@ -135,6 +135,10 @@ async def test_brokers_then_the_controller_upgrade_one_by_one_under_load(
         kept.start()
         previous_cli.start(consume=False)
         assert previous_cli.produce is not None
+        # an exited process's environment reads empty: say why it exited instead
+        assert previous_cli.produce.poll() is None, (
+            tmp_path / "previous" / "produce.err"
+        ).read_text()[-2000:]
         assert runs_release(previous_cli.produce.pid, previous)
         await cohort.start()
         load.start()
