@@ -6,6 +6,8 @@
 #   build.sh franzgo  franzgo/ (franz-go from the Go module proxy) into .../kafka-peers/franzgo/<stamp>/
 #   build.sh kcat     Debian's kcat (apt-get, as root, when it is not installed)
 #   build.sh          all three
+#   build.sh kgo-src  franz-go's own source at franzgo/go.mod's version (its pkg/kgo test suite,
+#                     for kgo_suite.py; not in `all`) into .../kafka-peers/franz-go-src/<version>/
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../../../.." && pwd)
@@ -36,6 +38,31 @@ build_franzgo() {
 	echo "franzgo=$dir/franzgo"
 }
 
+build_kgo_src() {
+	# franz-go's module zip from the Go module proxy, at the version our program pins, copied
+	# out of the read-only module cache. One change to its tests (kgo_suite.py says why):
+	# randsha, which names their topics, gives 63 hex digits instead of 64.
+	export GOTOOLCHAIN=local GOFLAGS=-mod=mod
+	local version src dir
+	version=$(awk '$1 == "require" && $2 == "github.com/twmb/franz-go" {print $3}' "$here/franzgo/go.mod")
+	dir=$cache/kafka-peers/franz-go-src/$version
+	mkdir -p "$(dirname "$dir")"
+	exec 8>"$dir.lock"
+	flock 8
+	if [[ ! -f $dir/.patched ]]; then
+		src=$(go mod download -json "github.com/twmb/franz-go@$version" | awk -F'"' '$2 == "Dir" {print $4}')
+		rm -rf "$dir"
+		cp -r "$src" "$dir"
+		chmod -R u+w "$dir"
+		local helpers=$dir/pkg/kgo/helpers_test.go
+		grep -q 'return hex.EncodeToString(sum\[:\])$' "$helpers"
+		sed -i 's/return hex.EncodeToString(sum\[:\])$/return hex.EncodeToString(sum[:])[:63]/' "$helpers"
+		(cd "$dir" && go mod download)
+		touch "$dir/.patched"
+	fi
+	echo "kgosrc=$dir"
+}
+
 build_kcat() {
 	if ! command -v kcat >/dev/null; then
 		if [[ $(id -u) -ne 0 ]]; then
@@ -52,13 +79,14 @@ case ${1:-all} in
 java) build_java ;;
 franzgo) build_franzgo ;;
 kcat) build_kcat ;;
+kgo-src) build_kgo_src ;;
 all)
 	build_java
 	build_franzgo
 	build_kcat
 	;;
 *)
-	echo "usage: $0 [java|franzgo|kcat|all]" >&2
+	echo "usage: $0 [java|franzgo|kcat|kgo-src|all]" >&2
 	exit 2
 	;;
 esac
