@@ -13,7 +13,7 @@
 #   make chaos-kafka CHAOS_KAFKA_ROUNDS=50 CHAOS_SEED=7
 # `make test` runs a 2-round version (tests/integration/kafka/test_kafka_chaos.py).
 #   make kafka-kgo-suite    franz-go's own pkg/kgo test suite against a standalone broker's
-#                           Kafka listener (tests/integration/kafka/kgo_suite.py; ~25 min,
+#                           Kafka listener (tests/integration/kafka/kgo_suite.py; ~3 min,
 #                           not in `make test`); go test -json and a summary in var/kgo-suite/
 #   make kafka-kgo-suite KGO_SERVER=kafka KGO_RUN='TestTxnEtl|TestGroupETL'   the same against
 #                           Kafka (one node, the bench's jars), or only the tests named

@@ -11,10 +11,10 @@ creates (a standalone headrace broker keeps one replica, and the Kafka here is o
 ``KGO_TEST_RECORDS``, the records of its ETL tests (500,000 by default: far more than a
 shared two-core machine gets through in the suite's time). It has no switch for
 transactions, so ``TestTxnEtl`` is left out with ``-skip`` (``--skip``): transactions are
-not served, its transactional producer retries ``InitProducerId`` until the suite's
-timeout, and its consumers hold the ETL slots that ``TestGroupETL`` waits for, so every
-test after it would time out with it. Run it alone to see it fail:
-``--run TestTxnEtl --skip '' --timeout 4m``. TLS, SCRAM
+not served, so its producer fails at once (``TRANSACTIONAL_ID_AUTHORIZATION_FAILED``), but
+its consumers wait for records until the suite's timeout, holding the ETL slots that
+``TestGroupETL`` waits for, so every test after it would time out with it. Run it alone
+to see it fail: ``--run TestTxnEtl --skip '' --timeout 3m``. TLS, SCRAM
 and OAUTHBEARER are left unset: those tests skip. Share groups and static membership are
 turned on only when ApiVersions offers them; headrace does not, so those tests skip.
 
@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -45,6 +46,8 @@ from pathlib import Path
 from headrace.testing.procs import REPO, BrokerProcess, free_port
 
 BUILD = Path(__file__).resolve().parent / "peers" / "build.sh"
+#: a test's own t.Errorf/t.Logf line (``    file_test.go:12: ...``), or the package's panic
+TEST_LOG = re.compile(r"^(\s+\w+_test\.go:\d+: |panic: )")
 
 
 @dataclass
@@ -58,12 +61,9 @@ class TestResult:
     def failure_lines(self) -> list[str]:
         """What the test logged about its failure: its ``file_test.go:N:`` lines and the
         package's panic or timeout, without the client's own log."""
-        keep = [
-            line.rstrip()
-            for line in self.output
-            if "_test.go:" in line or "panic:" in line or "timed out" in line
-        ]
-        return keep[-12:]
+        keep = list(dict.fromkeys(line.rstrip() for line in self.output if TEST_LOG.match(line)))
+        # the first lines say what went wrong, the last how the test ended
+        return keep if len(keep) <= 12 else keep[:6] + keep[-6:]
 
 
 @dataclass
@@ -100,13 +100,17 @@ def summarize(server: str, events: Iterable[dict[str, object]]) -> Summary:
     top = [t for t in tests.values() if "/" not in t.name]
     # a test still running when the package panicked or timed out counts as failed
     failed = sorted(t.name for t in top if t.action in ("fail", "run"))
-    failures = {n: tests[n].failure_lines for n in failed}
+    # a subtest's lines (the timeout's panic among them) belong to its test
+    failures = {
+        n: [line for t in tests.values() if t.name.split("/")[0] == n for line in t.failure_lines]
+        for n in failed
+    }
     if package == "fail" and not failed:
         failures["(package)"] = [line.rstrip() for line in package_output[-12:]]
     subtests = {"pass": 0, "fail": 0, "skip": 0}
     for t in tests.values():
-        if "/" in t.name and t.action in subtests:
-            subtests[t.action] += 1
+        if "/" in t.name:
+            subtests["fail" if t.action == "run" else t.action] += 1
     return Summary(
         server=server,
         passed=sorted(t.name for t in top if t.action == "pass"),

@@ -42,9 +42,11 @@ def test_a_test_cut_off_by_the_timeout_counts_as_failed() -> None:
         "headrace",
         [
             event("run", "TestLong"),
-            event("output", "TestLong", "panic: test timed out after 4m0s\n"),
+            event("run", "TestLong/sub"),
+            event("output", "TestLong/sub", "panic: test timed out after 4m0s\n"),
             event("fail"),
         ],
     )
     assert summary.failed == ["TestLong"]
+    assert summary.subtests == {"pass": 0, "fail": 1, "skip": 0}
     assert summary.failures["TestLong"] == ["panic: test timed out after 4m0s"]
