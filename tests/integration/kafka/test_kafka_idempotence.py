@@ -139,9 +139,9 @@ def test_a_transactional_producer_is_refused_with_a_fatal_error_not_left_retryin
     kafka: KafkaBroker,
 ) -> None:
     """Transactions are not served. A transactional producer first looks up its
-    transaction coordinator; a retriable answer there (COORDINATOR_NOT_AVAILABLE) keeps
-    librdkafka, franz-go and Kafka's Java client asking until their own timeouts, so the
-    answer is one they treat as fatal, as from Kafka when the id may not be used."""
+    transaction coordinator; a retriable answer there (COORDINATOR_NOT_AVAILABLE) kept
+    franz-go asking until its caller gave up, so the answer is one clients treat as
+    fatal, as from Kafka when the id may not be used."""
     found = call(
         kafka.kafka_port,
         km.ApiKey.FIND_COORDINATOR,
