@@ -13,7 +13,14 @@
 #                           killed, 20 rounds; report in bench/results/chaos-kafka.json
 #   make chaos-kafka CHAOS_KAFKA_ROUNDS=50 CHAOS_SEED=7
 # `make test` runs a 2-round version (tests/integration/kafka/test_kafka_chaos.py).
-.PHONY: kafka-peers kafka-peers-build kafka-cluster-kills chaos-kafka
+#   make kafka-kgo-suite    franz-go's own pkg/kgo test suite against a standalone broker's
+#                           Kafka listener (tests/integration/kafka/kgo_suite.py; ~3 min,
+#                           not in `make test`); go test -json and a summary in var/kgo-suite/
+#   make kafka-kgo-suite KGO_SERVER=kafka KGO_RUN='TestTxnEtl|TestGroupETL'   the same against
+#                           Kafka (one node, the bench's jars), or only the tests named
+.PHONY: kafka-peers kafka-peers-build kafka-cluster-kills chaos-kafka kafka-kgo-suite
+KGO_SERVER ?= headrace
+KGO_RUN ?=
 CHAOS_KAFKA_ROUNDS ?= 20
 
 kafka-peers-build:
@@ -27,3 +34,6 @@ kafka-cluster-kills: setup
 
 chaos-kafka: setup
 	$(PY) -m bench.chaos.kafka_campaign --rounds $(CHAOS_KAFKA_ROUNDS) $(if $(CHAOS_SEED),--seed $(CHAOS_SEED))
+
+kafka-kgo-suite: setup
+	$(PY) -m tests.integration.kafka.kgo_suite --server $(KGO_SERVER) $(if $(KGO_RUN),--run '$(KGO_RUN)')

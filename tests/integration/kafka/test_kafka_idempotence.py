@@ -9,7 +9,7 @@ import struct
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
-from confluent_kafka import Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from headrace.kafka import messages as km
 from headrace.kafka.errors import ErrorCode
@@ -133,3 +133,31 @@ async def test_offset_for_leader_epoch_names_where_an_epoch_ends(kafka: KafkaBro
     assert ask(0, current=0) == km.EpochEndOffset(ErrorCode.NONE, 0, 0, 3)
     assert ask(7) == km.EpochEndOffset(ErrorCode.NONE, 0, -1, -1)
     assert ask(0, current=5).error_code == ErrorCode.UNKNOWN_LEADER_EPOCH
+
+
+def test_a_transactional_producer_is_refused_with_a_fatal_error_not_left_retrying(
+    kafka: KafkaBroker,
+) -> None:
+    """Transactions are not served. A transactional producer first looks up its
+    transaction coordinator; a retriable answer there (COORDINATOR_NOT_AVAILABLE) kept
+    franz-go asking until its caller gave up, so the answer is one clients treat as
+    fatal, as from Kafka when the id may not be used."""
+    found = call(
+        kafka.kafka_port,
+        km.ApiKey.FIND_COORDINATOR,
+        2,
+        km.FindCoordinatorRequest("tx-1", 1),
+    )
+    assert isinstance(found, km.FindCoordinatorResponse)
+    assert found.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert found.error_message == "transactions are not supported"
+
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "transactional.id": "tx-1"})
+    try:
+        producer.init_transactions(60)
+    except KafkaException as exc:
+        error = exc.args[0]
+    else:
+        raise AssertionError("init_transactions succeeded")
+    assert error.code() == KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, error
+    assert error.fatal(), error

@@ -45,9 +45,15 @@ class GroupCoordination(KafkaHandlers):
     def find_coordinator(
         self, header: km.RequestHeader, req: km.FindCoordinatorRequest
     ) -> km.FindCoordinatorResponse:
-        if req.key_type != 0:  # transactions have no coordinator here
+        if req.key_type != 0:
+            # Transactions are not served. A retriable COORDINATOR_NOT_AVAILABLE would keep a
+            # transactional producer asking until its own timeout; this is the answer every
+            # client treats as fatal (Kafka's, for an id the principal may not use).
             return km.FindCoordinatorResponse(
-                0, ErrorCode.COORDINATOR_NOT_AVAILABLE, "transactions are not supported", -1
+                0,
+                ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                "transactions are not supported",
+                -1,
             )
         mine = (self.broker.settings.broker_id, KafkaAddress(*self.advertised()))
         found, why, node, address = self.groups.find(req.key, mine)
