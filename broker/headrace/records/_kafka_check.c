@@ -32,7 +32,12 @@ typedef struct {
 
 /* A zigzag varint of at most 10 bytes that does not overflow 64 bits; 0 if it runs past
  * the cursor's end or is malformed. */
-static int read_varint(cursor *c, int64_t *out) {
+static inline int read_varint(cursor *c, int64_t *out) {
+    if (c->pos < c->end && !(c->buf[c->pos] & 0x80)) { /* most fields: one byte */
+        unsigned char byte = c->buf[c->pos++];
+        *out = (int64_t)(byte >> 1) ^ -(int64_t)(byte & 1);
+        return 1;
+    }
     uint64_t raw = 0;
     int shift = 0;
     for (;;) {
@@ -57,7 +62,7 @@ static int read_varint(cursor *c, int64_t *out) {
 
 /* A blob's length and bytes: ``min_length`` -1 allows null (any negative length, as the
  * reader takes it), 0 does not. Sets *start and *length (0 for null). */
-static int read_blob(cursor *c, int64_t min_length, Py_ssize_t *start, Py_ssize_t *length) {
+static inline int read_blob(cursor *c, int64_t min_length, Py_ssize_t *start, Py_ssize_t *length) {
     int64_t n;
     if (!read_varint(c, &n) || (n < 0 && min_length >= 0)) {
         return 0;
@@ -78,7 +83,7 @@ static int read_blob(cursor *c, int64_t min_length, Py_ssize_t *start, Py_ssize_
 
 /* Strict UTF-8, as Python's decoder: no overlong forms, surrogates or code points past
  * U+10FFFF. */
-static int utf8_ok(const unsigned char *s, Py_ssize_t n) {
+static inline int utf8_ok(const unsigned char *s, Py_ssize_t n) {
     Py_ssize_t i = 0;
     while (i < n) {
         unsigned char b = s[i];
