@@ -9,7 +9,8 @@ LOCAL_DIR ?= var/local
 
 .PHONY: setup run run-standalone test check lint typecheck unit integration bench generate clean
 
-$(VENV)/.installed: pyproject.toml
+# hatch_build.py compiles the C extension (broker/headrace/**/*.c) into the source tree
+$(VENV)/.installed: pyproject.toml hatch_build.py $(wildcard broker/headrace/*/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[broker,operator,testbed,tiered,compression,jobs,dev]'

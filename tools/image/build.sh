@@ -17,7 +17,7 @@
 # recipe (this Containerfile) today's, and the tag localhost/headrace:git-<sha12>; an
 # image of that tag already in buildah's store is kept (a commit's code never changes).
 # Without REF the build is keyed on a hash of its inputs (the packages' files as the wheel
-# takes them, pyproject.toml, README.md, the Containerfile, this script, the base and the
+# takes them, pyproject.toml, hatch_build.py, README.md, the Containerfile, this script, the base and the
 # host's Python): the image is also tagged localhost/headrace:src-<hash16>, and when that
 # tag exists the build is skipped and IMAGE is pointed at it. The image's
 # content-addressed reference is written to build/image/ref (spark-ref for the Spark
@@ -88,7 +88,7 @@ fi
 inputs_hash() {
   {
     git ls-files -z -c -o --exclude-standard -- broker/headrace operator/headrace \
-      pyproject.toml README.md "${RECIPE[@]}" tools/image/build.sh |
+      pyproject.toml hatch_build.py README.md "${RECIPE[@]}" tools/image/build.sh |
       sort -z | while IFS= read -r -d '' f; do
         [ -f "$f" ] && printf '%s %s\n' "$(sha256sum <"$f" | cut -c1-64)" "$f"
       done

@@ -33,13 +33,14 @@ Kafka producer sent it, from byte 16 on, behind our little-endian 16-byte prefix
 Kafka laid its batch out like ours up to the magic byte, and the fields the
 broker needs sit at the same offsets after it (``_KAFKA_FIELDS``), so every
 header reader here serves both formats with one byte of dispatch per batch;
-only the record section differs, which the broker never reads.
+only the record section differs, which the broker never decodes (it checks an
+uncompressed Kafka section's structure, in C, before storing it).
 ``docs/storage-format.md`` §1.1 and ``docs/decisions.md`` say why.
 
 Why columnar: the producer builds the length arrays with ``array(map(len, ...))``
 and the blobs with ``bytes.join`` -- loops that run in C, so a Python producer
 encodes millions of records per second; the consumer slices values the same way.
-The broker never looks inside the record section at all: it validates the header
+The broker never looks inside our record section at all: it validates the header
 and CRC, overwrites base_offset and leader_epoch (outside the CRC), and appends.
 """
 
@@ -229,9 +230,11 @@ def validate_kafka(
 ) -> BatchHeader:
     """``validate`` for the records of a Kafka produce: exactly one v2 batch, as sent.
 
-    Header work and one CRC-32C pass, nothing per record. Raises ``BatchTooLarge``,
-    ``CorruptBatch`` (bad size, magic, codec or CRC) or ``InvalidRecordBatch`` (an
-    intact batch this broker will not store)."""
+    Header work, one CRC-32C pass and, for an uncompressed batch, one compiled pass
+    over the record section's structure (``kafka_records.check_structure``); no
+    per-record Python. Raises ``BatchTooLarge``, ``CorruptBatch`` (bad size, magic,
+    codec, CRC or record structure) or ``InvalidRecordBatch`` (an intact batch this
+    broker will not store)."""
     total = len(buf)
     if max_batch_bytes is not None and total > max_batch_bytes:
         raise BatchTooLarge(f"batch of {total} bytes exceeds the limit of {max_batch_bytes}")
@@ -251,6 +254,10 @@ def validate_kafka(
     if producer_id == 0:
         # 0 is our "not idempotent": InitProducerId never hands it out
         raise InvalidRecordBatch("producer id 0 was not issued by this broker")
+    if header.compression == kafka_records.KAFKA_NONE:
+        # our readers decode the records: refuse now what they would refuse later. A
+        # compressed section is checked when read (the broker never inflates: codecs.py)
+        kafka_records.check_structure(memoryview(buf)[KAFKA_HEADER_SIZE:], header.record_count)
     return header
 
 

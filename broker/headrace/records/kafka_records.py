@@ -6,6 +6,10 @@ Spark jobs read them through ``DecodedBatch``, which hands the record section
 here. Kafka's records are varint-framed one after another, so this decoder walks
 them one by one: it runs in the reader, never in the broker.
 
+The broker refuses, before it writes a Kafka batch, an uncompressed record section
+this decoder would refuse: :func:`check_structure` walks the records once in C
+(``_kafka_check.c``, compiled by the project's build), building no objects.
+
 Kafka's codec ids are its own (1 gzip, 2 snappy, 3 lz4, 4 zstd). A Kafka batch
 does not say how large its records inflate to, so inflation is bounded by
 :data:`MAX_INFLATED`: a small batch that inflates past it is refused without
@@ -19,6 +23,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from headrace.errors import CodecUnavailable, CorruptBatch, DecompressionFailed, UnknownCodec
+
+try:
+    from headrace.records._kafka_check import check_records as _check_records
+except ImportError:  # pragma: no cover - a checkout whose editable install predates the C file
+    _check_records = None  # type: ignore[assignment]
 
 KAFKA_NONE: Final = 0
 KAFKA_GZIP: Final = 1
@@ -97,6 +106,20 @@ def _optional(module: str, codec: str) -> Any:
         return __import__(module, fromlist=["_"])
     except ImportError as exc:
         raise CodecUnavailable(f"the {codec} codec needs {module}; {_EXTRA_HINT}") from exc
+
+
+def check_structure(section: bytes | memoryview, count: int) -> None:
+    """Refuse (``CorruptBatch``) an uncompressed record section that does not hold exactly
+    ``count`` records, each well formed and exactly as long as it says, and nothing after
+    them: what :func:`decode_records` would refuse, checked in C without decoding."""
+    if _check_records is None:  # pragma: no cover
+        raise ImportError(
+            "headrace.records._kafka_check is not built: reinstall headrace"
+            " (make setup, or pip install -e .), which compiles it"
+        )
+    problem = _check_records(section, count)
+    if problem is not None:
+        raise CorruptBatch(problem)
 
 
 def decode_records(section: bytes | memoryview, count: int, base_timestamp: int) -> KafkaRecords:

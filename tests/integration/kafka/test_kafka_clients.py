@@ -13,6 +13,7 @@ from aiokafka.record.default_records import DefaultRecordBatchBuilder
 from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 
+from headrace.checksums import crc32c
 from headrace.client import Producer as HeadraceProducer
 from headrace.client.consumer import Consumer as HeadraceConsumer
 from headrace.kafka import messages as km
@@ -180,6 +181,11 @@ async def test_bad_input_gets_error_answers_and_changes_nothing(kafka: KafkaBrok
     bad_crc[-1] ^= 0xFF
     assert _produce(port, bytes(bad_crc)) == 2  # CORRUPT_MESSAGE
     assert _produce(port, good[:-3]) == 2
+    # records that do not parse, under a CRC-32C computed over them: refused, never stored
+    garbled = bytearray(good + b"\x00")  # a stray byte after the last record
+    struct.pack_into(">ii", garbled, 8, len(garbled) - 12, 0)
+    struct.pack_into(">I", garbled, 17, crc32c(bytes(garbled[21:])))
+    assert _produce(port, bytes(garbled)) == 2
     # an unknown API and an unserved version: UNSUPPORTED_VERSION, as header v0 and a code
     for key, version in ((9999, 0), (int(km.ApiKey.PRODUCE), 2)):
         frame = struct.pack(">hhih", key, version, 77, -1)
@@ -215,6 +221,45 @@ async def test_records_produced_through_kafka_are_readable_by_native_consumers(
     assert _produce(kafka.kafka_port, _batch(3)) == 0
     records = await read_partition(kafka.broker.bootstrap, TOPIC, 0)
     assert [r.value for r in records] == [b"x0", b"x1", b"x2"]
+
+
+async def test_both_clients_batches_with_headers_and_null_keys_and_values_are_stored(
+    kafka: KafkaBroker,
+) -> None:
+    """What librdkafka and aiokafka encode passes the broker's record check, headers and
+    tombstones included, and our consumers read it back."""
+    await create_topic(kafka.broker.bootstrap, TOPIC, 3)
+    headers = [("trace", b"t1"), ("h\u00e9", b"")]
+    producer = Producer({"bootstrap.servers": kafka.bootstrap, "acks": "all", "linger.ms": 20})
+    failures: list[object] = []
+    for i in range(30):
+        producer.produce(
+            TOPIC,
+            value=None if i % 10 == 9 else b"r%d" % i,
+            key=None if i % 2 else b"k%d" % i,
+            partition=0,
+            headers=headers if i % 3 == 0 else None,
+            on_delivery=lambda err, _msg: failures.append(err) if err else None,
+        )
+    assert producer.flush(30) == 0
+    assert failures == []
+    aio = AIOKafkaProducer(bootstrap_servers=kafka.bootstrap, acks="all", linger_ms=20)
+    await aio.start()
+    try:
+        sent = [
+            aio.send(TOPIC, b"a%d" % i, key=None, partition=1, headers=headers) for i in range(30)
+        ]
+        await asyncio.gather(*[await fut for fut in sent])
+    finally:
+        await aio.stop()
+    by_rdkafka = await read_partition(kafka.broker.bootstrap, TOPIC, 0)
+    assert [r.value for r in by_rdkafka] == [b"" if i % 10 == 9 else b"r%d" % i for i in range(30)]
+    assert [r.key for r in by_rdkafka][:2] == [b"k0", None]
+    assert by_rdkafka[0].headers == tuple(headers) and by_rdkafka[1].headers == ()
+    by_aiokafka = await read_partition(kafka.broker.bootstrap, TOPIC, 1)
+    assert [(r.value, r.headers) for r in by_aiokafka] == [
+        (b"a%d" % i, tuple(headers)) for i in range(30)
+    ]
 
 
 async def test_records_produced_natively_are_readable_by_kafka_consumers(
