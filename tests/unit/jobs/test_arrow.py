@@ -71,3 +71,28 @@ def test_damage_names_offset_and_byte() -> None:
     assert arrow.to_record_batch(good + bytes(bad), 0, check_crc=False).num_rows == 2
     with pytest.raises(CorruptBatch, match="not a whole batch"):
         arrow.to_record_batch(good + good[:20], 0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=OverflowError,
+    reason="open: our columnar form keeps a batch's timestamps as unsigned 32-bit deltas,"
+    " and a Kafka producer's batch may span more than 49.7 days; the Spark readers (and the"
+    " keyed compaction) read a Kafka batch through that form (docs/spark.md)",
+)
+def test_a_kafka_batch_whose_timestamps_span_fifty_days_reads_into_arrow() -> None:
+    from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(
+        magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20,
+    )  # fmt: skip
+    # a producer's own CreateTime (a replay of old events, say): 50 days apart
+    times = [1_700_000_000_000, 1_700_000_000_000 + 50 * 86_400_000]
+    for i, t in enumerate(times):
+        builder.append(i, timestamp=t, key=b"k", value=b"v%d" % i, headers=[])
+    raw = bytes(builder.build())
+    stored = rb.stamp_prefix(rb.read_kafka_wire_header(raw), 0, 0) + raw[16:]
+    table = arrow.to_record_batch(stored, partition=0)
+    read = [int(t.timestamp() * 1000) for t in table.column("timestamp").to_pylist()]
+    assert read == times
