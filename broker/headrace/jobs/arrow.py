@@ -150,13 +150,17 @@ def _decoded_columns(view: memoryview, lo: int, hi: int, include_headers: bool) 
     section (at batch granularity, whatever the codec or format) and the columns are read
     from the result."""
     decoded = rb.DecodedBatch(view)
-    inflated = decoded.columnar_section()
+    # the decoded timestamps as they are: a Kafka producer's batch may span more than the
+    # columnar form's 32-bit deltas hold (its own CreateTimes, a replay of old events)
+    inflated = decoded.columnar_section(timestamps=False)
     plain = decoded.header._replace(
-        attributes=decoded.header.attributes & ~rb.COMPRESSION_MASK,
+        attributes=decoded.header.attributes & ~rb.COMPRESSION_MASK & ~rb.ATTR_TIMESTAMPS,
         section_length=len(inflated),
     )
     section = np.frombuffer(inflated, dtype=np.uint8)
-    return _section_columns(plain, section, lo, hi, include_headers)
+    columns = _section_columns(plain, section, lo, hi, include_headers)
+    columns.timestamps_ms = np.asarray(decoded.timestamps[lo:hi], dtype=np.int64)
+    return columns
 
 
 def to_record_batch(

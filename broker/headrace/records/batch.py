@@ -665,13 +665,18 @@ class DecodedBatch:
     def base_offset(self) -> int:
         return self.header.base_offset
 
-    def columnar_section(self) -> bytes:
+    def columnar_section(self, *, timestamps: bool = True) -> bytes:
         """The record section in our columnar form (§2), uncompressed, with the columns
         ``self.header``'s attributes name: what a reader of our format takes from a
-        compressed or a Kafka batch. Built with C-level joins over the decoded columns."""
+        compressed or a Kafka batch. Built with C-level joins over the decoded columns.
+
+        ``timestamps=False`` leaves the timestamp column out (read the section as if the
+        header had no ``ATTR_TIMESTAMPS``): a reader that takes ``self.timestamps`` as
+        they are, since a Kafka producer's batch may span more than the column's 32-bit
+        deltas hold."""
         h = self.header
         parts: list[bytes] = []
-        if h.attributes & ATTR_TIMESTAMPS:
+        if timestamps and h.attributes & ATTR_TIMESTAMPS:
             parts.append(_u32_array([t - h.first_timestamp for t in self.timestamps]))
         if h.attributes & ATTR_KEYS:
             assert self.key_lengths is not None
