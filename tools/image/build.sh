@@ -130,6 +130,8 @@ run_in headrace --version
 run_in python -c 'import getpass; getpass.getuser()'
 if [ "$TARGET" = headrace ]; then
   run_in python -c 'import headrace.broker, headrace.operator.main'
+  # the compiled Kafka record-section check the produce path needs (built into the wheel)
+  run_in python -c 'import headrace.records._kafka_check'
   # both entry points answer: the brokers' `headrace broker` and the operator's module
   run_in headrace broker --help >/dev/null
   run_in python -m headrace.operator --help >/dev/null
