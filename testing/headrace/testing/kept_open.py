@@ -15,6 +15,7 @@ release, to keep the previous release's client open across an upgrade).
 
 from __future__ import annotations
 
+import abc
 import subprocess
 import threading
 from collections.abc import Callable
@@ -28,17 +29,46 @@ from headrace.testing import procs, waiting
 MORE = 50
 
 
-class SendingThread:
+class ClientThread(abc.ABC):
+    """A client's loop (``_run``) on a daemon thread of its own until ``stop``, which
+    waits up to ``join_timeout_s`` for it, then closes the client once (``_close``)."""
+
+    join_timeout_s = 60.0
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+        self._closed = False
+
+    @abc.abstractmethod
+    def _run(self) -> None: ...
+
+    @abc.abstractmethod
+    def _close(self) -> None: ...
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=self.join_timeout_s)
+        if not self._closed:
+            self._closed = True
+            self._close()
+
+
+class SendingThread(ClientThread):
     """One ``send`` after another until stopped; what was acknowledged, what raised."""
+
+    join_timeout_s = 180.0
 
     def __init__(self, bootstrap: str, topic: str) -> None:
         self.producer = BlockingProducer(bootstrap, acks="all")
         self.topic = topic
         self.acked: list[bytes] = []
         self.failed: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="blocking-sends", daemon=True)
-        self._closed = False
+        super().__init__("blocking-sends")
 
     def _run(self) -> None:
         i = 0
@@ -52,28 +82,18 @@ class SendingThread:
                 self.acked.append(value)
             i += 1
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=180)
-        if not self._closed:
-            self._closed = True
-            self.producer.close()
+    def _close(self) -> None:
+        self.producer.close()
 
 
-class PollingThread:
+class PollingThread(ClientThread):
     """``poll`` and ``ack`` until stopped; the values received."""
 
     def __init__(self, bootstrap: str, topic: str, cohort: str = "blocking") -> None:
         self.consumer = BlockingConsumer(bootstrap, topic, cohort, start="earliest")
         self.received: set[bytes] = set()
         self.failed: list[BaseException] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="blocking-polls", daemon=True)
-        self._closed = False
+        super().__init__("blocking-polls")
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -84,26 +104,19 @@ class PollingThread:
             except Exception as exc:  # the table says none: collected for the assertion
                 self.failed.append(exc)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=60)
-        if not self._closed:
-            self._closed = True
-            self.consumer.close()
+    def _close(self) -> None:
+        self.consumer.close()
 
 
-class FeedingThread:
+class FeedingThread(ClientThread):
     """Lines written to a running ``headrace produce`` until stopped; then its input ends."""
+
+    join_timeout_s = 30.0
 
     def __init__(self, stdin: IO[bytes]) -> None:
         self.stdin = stdin
         self.written: list[bytes] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="cli-feed", daemon=True)
+        super().__init__("cli-feed")
 
     def _run(self) -> None:
         i = 0
@@ -119,13 +132,7 @@ class FeedingThread:
             self.written.append(line)
             i += 1
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=30)
+    def _close(self) -> None:
         try:
             self.stdin.close()
         except BrokenPipeError:  # produce died: finish says how
