@@ -21,7 +21,7 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from headrace.cli.local_record import DEFAULT_DIR, STATE_FILE
+from headrace.cli.local_record import STATE_FILE, dir_option
 
 #: the CLI's token (as ``--auth-token``), presented to the controller's API as a bearer token
 AUTH_TOKEN_ENV = "HEADRACE_AUTH_TOKEN"
@@ -94,14 +94,7 @@ _CHECKED_DIR_HELP = (
 
 
 #: ``--dir`` of the commands that talk to the recorded controller (status, apply, delete)
-checked_dir_option = click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    default=DEFAULT_DIR,
-    show_default=True,
-    help=_CHECKED_DIR_HELP,
-)
+checked_dir_option = dir_option(_CHECKED_DIR_HELP)
 
 
 def _dir_given() -> bool:

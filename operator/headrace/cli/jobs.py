@@ -272,13 +272,8 @@ def _common(f: Any) -> Any:
     for option in reversed(
         [
             click.argument("topic"),
-            click.option(
-                "--dir",
-                "directory",
-                type=click.Path(path_type=Path),
-                default=local_record.DEFAULT_DIR,
-                show_default=True,
-                help="The local cluster's directory (its local.json names the object store).",
+            local_record.dir_option(
+                "The local cluster's directory (its local.json names the object store)."
             ),
             click.option("--store", default=None, help="Object store URL instead of --dir's."),
             click.option("--cluster", default=None, help="Cluster id (default: local)."),
@@ -437,14 +432,7 @@ def tier() -> None:
 
 @tier.command("sweep")
 @click.argument("topic")
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    default=local_record.DEFAULT_DIR,
-    show_default=True,
-    help="The local cluster's directory (its local.json names the object store).",
-)
+@local_record.dir_option("The local cluster's directory (its local.json names the object store).")
 @click.option("--store", default=None, help="Object store URL instead of --dir's.")
 @click.option("--cluster", default=None, help="Cluster id (default: local).")
 @click.option(

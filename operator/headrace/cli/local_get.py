@@ -110,14 +110,7 @@ def details(doc: dict[str, Any]) -> list[str]:
 @click.argument("name", required=False)
 @click.option("-n", "--namespace", default="default", show_default=True)
 @click.option("-o", "--output", type=click.Choice(["table", "json", "yaml"]), default="table")
-@click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    default=local_record.DEFAULT_DIR,
-    show_default=True,
-    help="The local cluster's directory.",
-)
+@local_record.dir_option("The local cluster's directory.")
 def get(kind_word: str, name: str | None, namespace: str, output: str, directory: Path) -> None:
     """Show TopicSnapshots, TopicRestores or TopicSnapshotSchedules of the local cluster
     with their status (KIND: topicsnapshot, topicrestore, topicsnapshotschedule or a short

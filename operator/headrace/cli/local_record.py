@@ -8,15 +8,33 @@ MinIO's credentials) and the ACL files. It is readable by its owner only.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import click
 
 from headrace import files
 
 DEFAULT_DIR = Path("var/local")
+
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
+
+
+def dir_option(help_text: str) -> Callable[[_Command], _Command]:
+    """``--dir``, the local cluster's directory (``directory`` in the command's arguments):
+    one declaration for every command of a local cluster, each with its own help."""
+    return click.option(
+        "--dir",
+        "directory",
+        type=click.Path(path_type=Path),
+        default=DEFAULT_DIR,
+        show_default=True,
+        help=help_text,
+    )
+
+
 STATE_FILE = "local.json"
 #: the cluster id brokers and controller share; it prefixes every object-store key and is
 #: the Topic manifests' ``clusterRef`` name, so it is the same for every local cluster

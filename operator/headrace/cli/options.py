@@ -243,15 +243,10 @@ _CLIENT_OPTIONS = (
         help="Name every broker's certificate must carry, whatever address is dialled"
         " (implies --tls); on Kubernetes the cluster's Service, NAME.NAMESPACE.svc.",
     ),
-    click.option(
-        "--dir",
-        "directory",
-        type=click.Path(path_type=Path),
-        default=local_record.DEFAULT_DIR,
-        show_default=True,
-        help="A local cluster's directory: its local.json names the brokers (the default"
+    local_record.dir_option(
+        "A local cluster's directory: its local.json names the brokers (the default"
         " bootstrap) and the controller; a controller that does not answer with the instance"
-        " recorded there is refused.",
+        " recorded there is refused."
     ),
 )
 

@@ -38,13 +38,8 @@ if TYPE_CHECKING:
     from headrace.jobs.topics import TopicRef
     from headrace.resources.snapshots import RestoreVerification
 
-_dir_option = click.option(
-    "--dir",
-    "directory",
-    type=click.Path(path_type=Path),
-    default=local_record.DEFAULT_DIR,
-    show_default=True,
-    help="The local cluster's directory (its local.json names the store and controller).",
+_dir_option = local_record.dir_option(
+    "The local cluster's directory (its local.json names the store and controller)."
 )
 _store_option = click.option(
     "--store", default=None, help="Object store URL instead of --dir's (a Job's way)."
