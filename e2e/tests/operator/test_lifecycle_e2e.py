@@ -3,9 +3,9 @@ a Topic runs its finalizer and its data goes as ``deletionPolicy`` says; a broke
 change rolls the broker pods one at a time under acks=all keyed load, each broker's
 leadership moved off before its pod stops, nothing acknowledged lost.
 
-Test bed only: the operator (installed with the chart) and the broker pods run this checkout's
-``headrace`` as host processes, and the brokers' volumes are host directories (the
-PersistentVolumes' ``hostPath``), which the Topic test looks into.
+On the test bed, stand-in or real node: the tests reach the brokers on their pod IPs from
+this host, and the brokers' volumes are directories of this host (the PersistentVolumes'
+``hostPath`` on the stand-in, ``local`` on the real node), which the Topic test looks into.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.support import Cluster, wait_for
+from e2e.testbed.provisioning import volume_path
 from e2e.tests.operator.fixtures import InstalledOperator, pod_ips
 from e2e.tests.operator.test_operator_e2e import server_side_apply
 from headrace.client import Producer
@@ -75,7 +76,9 @@ def heartbeat_topics(ip: str) -> set[str]:
 def volume(cluster: Cluster, namespace: str, broker: int) -> Path:
     claim = cluster.get("pvc", f"data-demo-{broker}", namespace)["spec"]["volumeName"]
     pv = cluster.kubectl_run("get", "pv", claim, "-o", "json")
-    return Path(json.loads(pv.stdout)["spec"]["hostPath"]["path"])
+    path = volume_path(json.loads(pv.stdout))
+    assert path is not None, f"{claim} is not a volume of the test bed's provisioner"
+    return path
 
 
 def events(cluster: Cluster, namespace: str, kind: str, name: str) -> list[dict[str, Any]]:
@@ -94,7 +97,7 @@ def events(cluster: Cluster, namespace: str, kind: str, name: str) -> list[dict[
 
 
 def test_topic_deletion_deletes_or_retains_the_data_as_its_policy_says(
-    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, reaches_pod_ips: None, operator: InstalledOperator
 ) -> None:
     try:
         bootstrap = start_cluster(
@@ -194,7 +197,7 @@ class KeyedLoad:
 
 
 def test_a_broker_config_change_rolls_the_pods_one_at_a_time_with_nothing_lost(
-    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, reaches_pod_ips: None, operator: InstalledOperator
 ) -> None:
     topic = f"{namespace}/rolled"
     try:

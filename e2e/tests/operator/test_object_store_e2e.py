@@ -3,7 +3,8 @@ failing): MinIO answers, but the Secret's secret key is wrong. The brokers keep 
 (acks=all works, the records stay readable), and their heartbeats' ``uploadError``
 becomes the cluster's ``ObjectStoreReachable=False``, reason ``UploadsFailing``.
 
-Test bed only: the operator and MinIO run on this host, the brokers as pods.
+On the test bed, stand-in or real node: MinIO runs on this host (``storage.minio``),
+the operator and the brokers as pods, which this host reaches on their pod IPs.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ from e2e.tests.operator import storage
 
 
 def test_failing_uploads_show_on_the_cluster_and_lose_nothing(
-    cluster: Cluster, namespace: str, testbed_only: None, tmp_path: Path
+    cluster: Cluster, namespace: str, testbed_provider: None, tmp_path: Path
 ) -> None:
     with (
-        storage.minio(tmp_path) as server,
+        storage.minio(tmp_path, cluster) as server,
         storage.operator(cluster, namespace, tmp_path / "operator.log"),
     ):
         secret = storage.credentials_secret(server)

@@ -15,15 +15,13 @@ changes no leader and bumps no generation; scaling 3 -> 4 -> 3 loses nothing, an
 scale down to 2 (which would remove a broker holding replicas) is refused with a
 condition; the pause annotation holds a spec change back until it is removed.
 
-Test bed only: the test reaches the brokers' pod IPs from this host and kills pods'
-processes with kill -9 (the test bed's pods are host processes running this checkout).
+On the test bed, stand-in or real node: the test reaches the brokers' pod IPs from this
+host and kills pods' containers with kill -9 from it (``crash.kill_9``).
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 import urllib.request
@@ -33,6 +31,7 @@ import yaml
 
 from bench.operator_idle import writes
 from e2e.support import Cluster, wait_for
+from e2e.tests.operator import crash
 from e2e.tests.operator.fixtures import (
     QUIET_STEPS,
     InstalledOperator,
@@ -71,19 +70,6 @@ def topic_status(cluster: Cluster, namespace: str) -> dict[str, Any]:
     return cluster.get("topic", "orders", namespace).get("status") or {}
 
 
-def pid_of(pattern: str) -> int:
-    """The one host process whose command line matches ``pattern`` (pgrep -f)."""
-    out = subprocess.run(
-        ["pgrep", "-f", pattern], capture_output=True, text=True, check=False
-    ).stdout.split()
-    assert len(out) == 1, f"expected one process matching {pattern!r}: {out}"
-    return int(out[0])
-
-
-def broker_pid(ip: str) -> int:
-    return pid_of(f"broker --cluster --broker-id [0-9]+ --host {ip} ")
-
-
 def restarts(cluster: Cluster, namespace: str, pod: str) -> int:
     status = cluster.get("pod", pod, namespace)["status"]
     return sum(c.get("restartCount", 0) for c in status.get("containerStatuses", []))
@@ -120,7 +106,7 @@ def check_surfaces(operator: InstalledOperator) -> None:
 
 
 def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
-    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, reaches_pod_ips: None, operator: InstalledOperator
 ) -> None:
     topic = f"{namespace}/orders"
     # 1. apply the cluster, then the Topic, and wait for Ready with kubectl itself
@@ -161,11 +147,10 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
     # back-off then leaves nothing listening for 2 s, which the operator sees.
     old = status["partitions"][0]
     leader_pod = f"demo-{old['leader']}"
-    ip = ips[old["leader"]]
-    os.kill(broker_pid(ip), 9)
+    first_container = crash.kill_9(cluster, namespace, leader_pod)
     wait_for("the broker to restart", lambda: restarts(cluster, namespace, leader_pod) >= 1, 60)
-    wait_for("its process", lambda: broker_pid(ip), 30)
-    os.kill(broker_pid(ip), 9)
+    crash.restarted(cluster, namespace, leader_pod, first_container)
+    crash.kill_9(cluster, namespace, leader_pod)
     killed = time.monotonic()
 
     def new_leader() -> dict[str, Any] | None:
@@ -272,7 +257,7 @@ def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
     with Load(topic, bootstrap) as load:
         wait_for("acknowledged records before the kill", lambda: load.acked, 60)
         # the Lease names the pod (--identity): its restarted container takes it back at once
-        os.kill(pid_of(f"headrace.operator --identity {pod} "), 9)
+        crash.kill_9(cluster, namespace, pod)
         wait_for("the operator's container restarted", lambda: operator.restarts() > restarted)
         wait_for("the restarted operator's loop", operator.loop_started, 60)
         acked_at_restart = len(load.acked)

@@ -7,8 +7,9 @@ Offline, no election is a failover (``LeaderLost``: before the fix the operator 
 polling the pod at its ``deletionTimestamp`` and failed its partitions over after the
 liveness TTL), nothing acknowledged is lost, and the StatefulSet's new pod rejoins.
 
-Test bed only: it reads the test bed's pods and the operator's Events the same way the
-rolling-restart test does (``test_lifecycle_e2e``).
+On the test bed, stand-in or real node: it reaches the brokers on their pod IPs from this
+host and reads the operator's Events the same way the rolling-restart test does
+(``test_lifecycle_e2e``).
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ def take_down_the_busiest(cluster: Cluster, namespace: str, topic: str, how: str
 
 
 def test_deleting_or_evicting_the_busiest_broker_pod_drains_it_first_and_loses_nothing(
-    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, reaches_pod_ips: None, operator: InstalledOperator
 ) -> None:
     topic = f"{namespace}/deleted"
     try:

@@ -22,8 +22,9 @@ saying so; ``partitions: 0`` is refused at admission (the CRD's ``minimum``); on
 the count the topic has fails with a condition (step 1).
 
 Figures (printed, never asserted): apply (or patch) to Finalized of each transition.
-Test bed only: the operator (installed with the chart, the ``operator`` fixture) and the
-brokers run this checkout, and the load reaches the brokers' pod IPs from this host.
+On the test bed, stand-in or real node: the operator (installed with the chart, the
+``operator`` fixture) and the brokers run as pods, and the load reaches the brokers' pod
+IPs from this host.
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ async def until(
 async def test_grow_by_repartition_then_by_spec_edit_keeps_every_key_in_order(
     cluster: Cluster,
     namespace: str,
-    testbed_only: None,
+    reaches_pod_ips: None,
     operator: InstalledOperator,
 ) -> None:
     topic = f"{namespace}/{TOPIC}"

@@ -88,7 +88,7 @@ def balanced(cluster: Cluster, namespace: str, brokers: int) -> bool:
     )
 
 
-@pytest.mark.usefixtures("testbed_only", "operator")
+@pytest.mark.usefixtures("reaches_pod_ips", "operator")
 def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: Cluster, namespace: str) -> None:
     topic = f"{namespace}/orders"
     cluster_doc, topic_doc = manifests(namespace)

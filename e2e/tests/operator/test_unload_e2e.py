@@ -1,7 +1,7 @@
 """Unload through the operator, end to end, with the object store
 the BrokerCluster names.
 
-MinIO on loopback; a 2-broker BrokerCluster whose ``objectStore`` names it, with its
+MinIO on this host; a 2-broker BrokerCluster whose ``objectStore`` names it, with its
 credentials in a Secret; a tiered Topic with one partition; records produced with
 acks=all; an Unload CR moving the partition to the other broker. Its status shows the
 sealed offset and the phase ``Completed``; the sealed state is in the store; and a
@@ -14,7 +14,8 @@ Before the Secret exists the broker pods cannot start (the kubelet's
 ``CredentialsSecretMissing`` (and ``Stalled``); once the Secret exists the pods start
 and the cluster becomes Ready.
 
-Test bed only: the operator and MinIO run on this host, the brokers as pods.
+On the test bed, stand-in or real node: MinIO runs on this host (``storage.minio``),
+the operator and the brokers as pods, which this host reaches on their pod IPs.
 """
 
 from __future__ import annotations
@@ -29,10 +30,10 @@ from headrace.tiered import layout
 
 
 def test_an_unload_seals_through_the_clusters_object_store(
-    cluster: Cluster, namespace: str, testbed_only: None, tmp_path: Path
+    cluster: Cluster, namespace: str, testbed_provider: None, tmp_path: Path
 ) -> None:
     with (
-        storage.minio(tmp_path) as server,
+        storage.minio(tmp_path, cluster) as server,
         storage.operator(cluster, namespace, tmp_path / "operator.log"),
     ):
         # the cluster before its Secret: its pods cannot start, and the cluster says why
