@@ -135,3 +135,12 @@ def real_node_only(cluster: support.Cluster) -> None:
     costs anything on the stand-in."""
     if not cluster.real_node:
         pytest.skip("needs the real node (E2E_NODE=real)")
+
+
+@pytest.fixture
+def host_reaches_pods(cluster: support.Cluster) -> None:
+    """Skips a test that dials the pods' IPs from this host, or signals their processes,
+    where it cannot: the test bed's pods, stand-in or real node, run on this host and it
+    routes their IPs; a kind node's do not."""
+    if not cluster.host_reaches_pod_ips:
+        pytest.skip("dials pod IPs from this host: the test bed only (stand-in or real node)")

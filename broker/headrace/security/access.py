@@ -121,18 +121,22 @@ def make_cluster_key(path: Path) -> None:
 def load_cluster_keys(path: Path) -> tuple[bytes, ...]:
     """The keys in the cluster key file (64 hex digits a line, mode 0600), signing key first.
 
-    A key readable by group or others is refused, as ssh refuses such a private key:
-    whoever reads it can mint any identity."""
+    A key accessible by others, or by a group this process is not in, is refused, as ssh
+    refuses such a private key: whoever reads it can mint any identity. A group this
+    process is in may read it: a Kubernetes Secret volume's files are ``root:<fsGroup>
+    0440`` once the pod has an ``fsGroup``, the only way a non-root broker reads them."""
     try:
-        mode = path.stat().st_mode
+        st = path.stat()
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
         raise InvalidRequest(f"cannot read the cluster key {path}: {reason}") from exc
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+    own_group = st.st_gid == os.getegid() or st.st_gid in os.getgroups()
+    group_access = st.st_mode & (stat.S_IWGRP | stat.S_IXGRP if own_group else stat.S_IRWXG)
+    if group_access or st.st_mode & stat.S_IRWXO:
         raise InvalidRequest(
-            f"the cluster key {path} is accessible by group or others"
-            f" (mode {stat.S_IMODE(mode):04o}); chmod 600 it"
+            f"the cluster key {path} is accessible by others or another group"
+            f" (mode {stat.S_IMODE(st.st_mode):04o}, group {st.st_gid}); chmod 600 it"
         )
     return keyrings.parse_keys(text, f"the cluster key {path}")
 

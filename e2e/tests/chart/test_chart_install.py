@@ -5,13 +5,13 @@ The chart installs the operator (namespaced to the test's namespace, so it leave
 rest of a shared test bed alone) and its example 3-broker BrokerCluster and Topic; the
 operator brings the Topic to Ready. Then, under load (acks=all produces back to back),
 ``helm upgrade`` replaces the operator pod (a pod annotation changes) and points the
-``helm test`` pod at the brokers' pod IPs (the test bed has no cluster DNS): no
+``helm test`` pod at the brokers' pod IPs (the brokers advertise them on the test bed): no
 acknowledged record is lost and no partition changes leader or epoch because of it.
 ``helm test`` produces with acks=all and consumes the records back; ``helm uninstall``
 removes the operator and leaves the CRDs, the BrokerCluster, the Topic and the
 brokers' volumes, as docs/operations.md says.
 
-Test bed only: pods run this checkout's Python (the runner ignores images).
+On the test bed, stand-in or real node: this host's clients reach the brokers' pod IPs.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def all_brokers(cluster: Cluster, namespace: str) -> list[str] | None:
 
 
 def test_helm_install_test_upgrade_uninstall(
-    cluster: Cluster, namespace: str, testbed_only: None
+    cluster: Cluster, namespace: str, host_reaches_pods: None
 ) -> None:
     operator = InstalledOperator(cluster, namespace)
     operator.install(

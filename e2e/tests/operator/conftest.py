@@ -53,11 +53,3 @@ def testbed_provider(cluster: Cluster) -> None:
     MinIO on this host (loopback, or the real node's pod bridge: ``storage.minio``)."""
     if cluster.provider != "testbed":
         pytest.skip("MinIO runs on this host: the test bed's stand-in or real node only")
-
-
-@pytest.fixture
-def reaches_pod_ips(cluster: Cluster) -> None:
-    """The test bed, on its stand-in or its real node: the test dials the brokers' pod IPs
-    from this host and kills their containers from it (``crash.kill_9``)."""
-    if not cluster.host_reaches_pod_ips:
-        pytest.skip("dials pod IPs from this host: the test bed's stand-in or real node only")

@@ -16,7 +16,8 @@ The Users are applied before the cluster, so the ACL file is complete when the p
 start; Users added, changed, deleted and rotated on a running cluster are
 ``test_user_live_e2e.py``'s.
 
-Test bed only: the test reaches the brokers' pod IPs from this host.
+On the test bed, stand-in or real node: the test reaches the brokers' pod IPs from this
+host.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def produce(bootstrap: str, topic: str, values: list[str], token: str | None) ->
 
 
 def test_users_get_token_secrets_and_only_their_grants(
-    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, host_reaches_pods: None, operator: InstalledOperator
 ) -> None:
     started = time.monotonic()
     docs = cluster_manifests(namespace, partitions=1)

@@ -7,7 +7,7 @@ committed offsets with no acknowledged record missing.
 
 Clients reach the brokers as any client outside the cluster's DNS would on the test bed:
 the pod IPs (the chart's ``operator.brokerAdvertise=podIP``, as every e2e test here), on
-the listener's port. Test bed only (it deletes a pod and waits for its new one).
+the listener's port: the test bed's, stand-in or real node, which this host reaches.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def resume(servers: str, topic: str, expected: int) -> tuple[dict[int, int], set
 
 
 def test_kafka_clients_keep_a_groups_offsets_across_a_broker_pod_deletion(
-    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, host_reaches_pods: None, operator: InstalledOperator
 ) -> None:
     try:
         server_side_apply(cluster, [cluster_doc(namespace)], namespace)

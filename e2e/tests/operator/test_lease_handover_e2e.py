@@ -11,7 +11,9 @@ stopped, so it writes nothing (``FencedApi``) and exits once it finds the Lease 
 container restarts as a standby.
 
 Throughout, the Topic's status is polled, and every (partition, epoch) seen must name one
-leader only. Test bed only: the operator pods are host processes it can signal.
+leader only. On the test bed, stand-in or real node: every pod's process is a process of
+this host, which the test signals from outside the pod. A signal through ``kubectl exec``
+cannot do it: a container's PID 1 ignores SIGSTOP sent from inside its PID namespace.
 """
 
 from __future__ import annotations
@@ -42,7 +44,8 @@ def holder(cluster: Cluster, namespace: str) -> str | None:
 
 
 def process_of(pod: str) -> int:
-    """The host process of operator pod ``pod`` (the test bed runs pods as processes)."""
+    """The host process of operator pod ``pod`` (the stand-in's pods are host processes, a
+    real node's containers are too, in their own PID namespaces)."""
     out = subprocess.run(
         ["pgrep", "-f", f"headrace.operator --identity {pod} "],
         capture_output=True,
@@ -80,7 +83,7 @@ class LeaderWatch:
 
 @pytest.mark.parametrize("operator", [TWO_REPLICAS], indirect=True)
 def test_a_frozen_lease_holder_is_replaced_and_acts_no_more_when_it_wakes(
-    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, host_reaches_pods: None, operator: InstalledOperator
 ) -> None:
     topic = f"{namespace}/handover"
     stopped: int | None = None

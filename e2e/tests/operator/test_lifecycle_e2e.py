@@ -97,7 +97,7 @@ def events(cluster: Cluster, namespace: str, kind: str, name: str) -> list[dict[
 
 
 def test_topic_deletion_deletes_or_retains_the_data_as_its_policy_says(
-    cluster: Cluster, namespace: str, reaches_pod_ips: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, host_reaches_pods: None, operator: InstalledOperator
 ) -> None:
     try:
         bootstrap = start_cluster(
@@ -197,7 +197,7 @@ class KeyedLoad:
 
 
 def test_a_broker_config_change_rolls_the_pods_one_at_a_time_with_nothing_lost(
-    cluster: Cluster, namespace: str, reaches_pod_ips: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, host_reaches_pods: None, operator: InstalledOperator
 ) -> None:
     topic = f"{namespace}/rolled"
     try:

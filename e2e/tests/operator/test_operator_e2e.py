@@ -106,7 +106,7 @@ def check_surfaces(operator: InstalledOperator) -> None:
 
 
 def test_operator_runs_a_cluster_and_elects_a_new_leader_after_kill_9(
-    cluster: Cluster, namespace: str, reaches_pod_ips: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, host_reaches_pods: None, operator: InstalledOperator
 ) -> None:
     topic = f"{namespace}/orders"
     # 1. apply the cluster, then the Topic, and wait for Ready with kubectl itself

@@ -108,7 +108,7 @@ def take_down_the_busiest(cluster: Cluster, namespace: str, topic: str, how: str
 
 
 def test_deleting_or_evicting_the_busiest_broker_pod_drains_it_first_and_loses_nothing(
-    cluster: Cluster, namespace: str, reaches_pod_ips: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, host_reaches_pods: None, operator: InstalledOperator
 ) -> None:
     topic = f"{namespace}/deleted"
     try:

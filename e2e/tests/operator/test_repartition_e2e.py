@@ -108,7 +108,7 @@ async def until(
 async def test_grow_by_repartition_then_by_spec_edit_keeps_every_key_in_order(
     cluster: Cluster,
     namespace: str,
-    reaches_pod_ips: None,
+    host_reaches_pods: None,
     operator: InstalledOperator,
 ) -> None:
     topic = f"{namespace}/{TOPIC}"

@@ -24,7 +24,8 @@ broker, and after step 2 for the operator's Event too, before the next. Meanwhil
 * ``headrace drain``, given the token file as the pods' preStop hook is, is refused
   with the old token alone and drains with the new one.
 
-Test bed only: the test reaches the brokers' pod IPs from this host.
+On the test bed, stand-in or real node: the test reaches the brokers' pod IPs from this
+host.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ from e2e.tests.operator.fixtures import (
 )
 from e2e.tests.operator.test_auth_e2e import token_of, user
 from e2e.tests.operator.test_lifecycle_e2e import events
-from e2e.tests.operator.test_user_live_e2e import broker_pods
+from e2e.tests.operator.test_user_live_e2e import VOLUME_REFRESH_S, broker_pods
 from headrace.testing import procs
 from tests.integration.test_credential_reload import metric
 
@@ -127,7 +128,7 @@ def whole(cluster: Cluster, namespace: str, topic: str) -> bool:
 def test_the_replication_token_rotates_in_three_steps_under_load_without_restarts(
     cluster: Cluster,
     namespace: str,
-    testbed_only: None,
+    host_reaches_pods: None,
     crds: None,
     operator: InstalledOperator,
     tmp_path: Path,
@@ -167,7 +168,9 @@ def test_the_replication_token_rotates_in_three_steps_under_load_without_restart
                     assert error is None, f"broker {b} refused the token file: {error}"
                 return all(seen[b][0] == base[b] + step for b in ips)
 
-            wait_for(f"every broker to re-read its token file (step {step})", reread, 60)
+            wait_for(
+                f"every broker to re-read its token file (step {step})", reread, VOLUME_REFRESH_S
+            )
             figure(
                 f"step {step}: Secret patched to every broker re-read", time.monotonic() - started
             )

@@ -3,15 +3,15 @@ stops at the first pod rolled onto it, and once the spec goes back, the operator
 replaces that stuck pod (not Ready at an outdated revision) first, without waiting for
 it. No ``kubectl delete pod``; the other pods are never restarted.
 
-The issue's case is an image that cannot start. The test bed's runner ignores images (it
-runs the container's command as a host process), so the template here cannot start
-another way the runner does reproduce: a ``nodeSelector`` no node matches, so the
-rolled pod stays Pending, never Ready, as a pod in ``ImagePullBackOff`` or
-``CrashLoopBackOff`` does. The operator sees the same thing in both cases: a pod at the
-StatefulSet's revision that is not Ready.
+The issue's case is an image that cannot start. The test bed's stand-in ignores images
+(it runs the container's command as a host process), so the template here cannot start
+another way every node reproduces: a ``nodeSelector`` no node matches, so the rolled pod
+stays Pending, never Ready, as a pod in ``ImagePullBackOff`` or ``CrashLoopBackOff``
+does. The operator sees the same thing in both cases: a pod at the StatefulSet's
+revision that is not Ready.
 
-Test bed only: it reads the pods' uids and the operator's Events as the rolling-restart
-test does (``test_lifecycle_e2e``).
+It reads the pods' uids and the operator's Events through the API only, so it runs on
+any provider.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def patch_spec(cluster: Cluster, namespace: str, spec: dict[str, Any]) -> None:
 
 
 def test_a_template_that_cannot_start_is_rolled_back_by_reverting_the_spec(
-    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, operator: InstalledOperator
 ) -> None:
     start_cluster(cluster, namespace, topic_doc("rollback", namespace, 3))
     before = {name: p["metadata"]["uid"] for name, p in broker_pods(cluster, namespace).items()}

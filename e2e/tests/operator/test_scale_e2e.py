@@ -88,7 +88,7 @@ def balanced(cluster: Cluster, namespace: str, brokers: int) -> bool:
     )
 
 
-@pytest.mark.usefixtures("reaches_pod_ips", "operator")
+@pytest.mark.usefixtures("host_reaches_pods", "operator")
 def test_scale_3_4_3_under_acks_all_load_loses_nothing(cluster: Cluster, namespace: str) -> None:
     topic = f"{namespace}/orders"
     cluster_doc, topic_doc = manifests(namespace)

@@ -19,7 +19,8 @@ does on a real cluster.
   certificate (signed by the CA) produces and consumes, and a client without one is
   refused.
 
-Test bed only: the test reaches the brokers' pod IPs from this host.
+On the test bed, stand-in or real node: the test reaches the brokers' pod IPs from this
+host.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from e2e.tests.operator.fixtures import (
     tls_secret,
     wait_ready,
 )
+from e2e.tests.operator.test_user_live_e2e import VOLUME_REFRESH_S
 from headrace import tlsnames
 from headrace.testing import procs
 
@@ -129,7 +131,7 @@ def brokers(cluster: Cluster, namespace: str, count: int) -> str:
 def test_a_chart_installed_cluster_serves_tls_end_to_end(
     cluster: Cluster,
     namespace: str,
-    testbed_only: None,
+    host_reaches_pods: None,
     operator: InstalledOperator,
     tmp_path: Path,
 ) -> None:
@@ -202,7 +204,7 @@ def test_a_chart_installed_cluster_serves_tls_end_to_end(
     wait_for(
         "every broker serving the renewed certificate",
         lambda: {served_common_name(ip, ca_file, service) for ip in ips} == {"demo-renewed"},
-        60,
+        VOLUME_REFRESH_S,
     )
     figure("TLS Secret renewed to every broker serving it", time.monotonic() - renewed)
     assert pod_incarnations(cluster, namespace) == before
@@ -213,7 +215,7 @@ def test_a_chart_installed_cluster_serves_tls_end_to_end(
 def test_a_missing_secret_then_mutual_tls_with_a_tls_user(
     cluster: Cluster,
     namespace: str,
-    testbed_only: None,
+    host_reaches_pods: None,
     operator: InstalledOperator,
     tmp_path: Path,
 ) -> None:

@@ -40,7 +40,7 @@ def principals(cluster: Cluster, namespace: str) -> set[str]:
 
 
 def test_a_deleted_user_leaves_the_acl_file_before_it_goes(
-    cluster: Cluster, namespace: str, testbed_only: None, operator: InstalledOperator
+    cluster: Cluster, namespace: str, operator: InstalledOperator
 ) -> None:
     (broker_cluster,) = cluster_manifests(namespace, replicas=1, topic=None)
     broker_cluster["spec"]["auth"] = {"enabled": True}

@@ -17,8 +17,8 @@ last.
   shortened to end a few seconds ahead, which applies to the rotation under way: the
   operator's expiry timer drops the previous token and it is refused.
 
-Every wait is a condition with a deadline. Test bed only: the test reaches the brokers'
-pod IPs from this host.
+Every wait is a condition with a deadline. On the test bed, stand-in or real node: the
+test reaches the brokers' pod IPs from this host.
 """
 
 from __future__ import annotations
@@ -42,6 +42,10 @@ from headrace.control.documents import epoch_ms
 #: how far ahead of the shortening the rotation test's grace ends, in s: the expiry is
 #: then the operator's timer's (``principals.previous_token_expiry``), not the update's
 SHORTENED_AHEAD_S = 10
+#: how long a changed ACL ConfigMap or Secret may take to reach a running pod's volume: a
+#: real kubelet rewrites it on its periodic sync of the pod (``syncFrequency``, 1 min by
+#: default), so the waits on it allow two syncs and the propagation
+VOLUME_REFRESH_S = 150
 
 
 def broker_pods(cluster: Cluster, namespace: str) -> dict[str, tuple[str, int]]:
@@ -79,7 +83,11 @@ def accepted(bootstrap: str, topic: str, token: str) -> bool:
 
 
 def test_a_user_created_changed_and_deleted_takes_effect_without_restarts(
-    cluster: Cluster, namespace: str, testbed_only: None, crds: None, operator: InstalledOperator
+    cluster: Cluster,
+    namespace: str,
+    host_reaches_pods: None,
+    crds: None,
+    operator: InstalledOperator,
 ) -> None:
     bootstrap = start_cluster(cluster, namespace)
     topic = f"{namespace}/orders"
@@ -89,7 +97,11 @@ def test_a_user_created_changed_and_deleted_takes_effect_without_restarts(
     cluster.apply([user("late", ["produce", "consume"], [topic])], namespace)
     wait_ready(cluster, "user", "late", namespace, timeout=60)
     token = token_of(cluster, namespace, "late")
-    wait_for("the new User's token to produce", lambda: accepted(bootstrap, topic, token), 60)
+    wait_for(
+        "the new User's token to produce",
+        lambda: accepted(bootstrap, topic, token),
+        VOLUME_REFRESH_S,
+    )
     figure("User applied to its first accepted produce", time.monotonic() - started)
 
     started = time.monotonic()
@@ -97,7 +109,7 @@ def test_a_user_created_changed_and_deleted_takes_effect_without_restarts(
     err = wait_for(
         "a produce without the grant to be refused",
         lambda: refused_with(bootstrap, topic, token, "ProduceDenied"),
-        60,
+        VOLUME_REFRESH_S,
     )
     figure("produce grant removed to the first ProduceDenied", time.monotonic() - started)
     assert token not in err
@@ -107,14 +119,18 @@ def test_a_user_created_changed_and_deleted_takes_effect_without_restarts(
     wait_for(
         "the deleted User's token to be refused",
         lambda: refused_with(bootstrap, topic, token, "AuthenticationFailed"),
-        60,
+        VOLUME_REFRESH_S,
     )
     figure("User deleted to the first AuthenticationFailed", time.monotonic() - started)
     assert broker_pods(cluster, namespace) == pods  # same pods, not restarted
 
 
 def test_a_rotated_token_is_accepted_during_its_grace_and_refused_after(
-    cluster: Cluster, namespace: str, testbed_only: None, crds: None, operator: InstalledOperator
+    cluster: Cluster,
+    namespace: str,
+    host_reaches_pods: None,
+    crds: None,
+    operator: InstalledOperator,
 ) -> None:
     bootstrap = start_cluster(cluster, namespace)
     topic = f"{namespace}/orders"
@@ -122,7 +138,9 @@ def test_a_rotated_token_is_accepted_during_its_grace_and_refused_after(
     cluster.apply([manifest], namespace)
     wait_ready(cluster, "user", "rotating", namespace, timeout=60)
     first = token_of(cluster, namespace, "rotating")
-    wait_for("the first token to produce", lambda: accepted(bootstrap, topic, first), 60)
+    wait_for(
+        "the first token to produce", lambda: accepted(bootstrap, topic, first), VOLUME_REFRESH_S
+    )
     assert cluster.get("user", "rotating", namespace)["status"]["tokenGeneration"] == 1
     pods = broker_pods(cluster, namespace)
 
@@ -139,7 +157,9 @@ def test_a_rotated_token_is_accepted_during_its_grace_and_refused_after(
     assert epoch_ms(status["previousTokenExpiresAt"]) == rotated_at + 600_000  # the default
     second = token_of(cluster, namespace, "rotating")
     assert second != first
-    wait_for("the new token to produce", lambda: accepted(bootstrap, topic, second), 60)
+    wait_for(
+        "the new token to produce", lambda: accepted(bootstrap, topic, second), VOLUME_REFRESH_S
+    )
     figure("rotateToken changed to the new token's first produce", time.monotonic() - started)
     assert accepted(bootstrap, topic, first), "the previous token was refused within its grace"
 
@@ -159,7 +179,7 @@ def test_a_rotated_token_is_accepted_during_its_grace_and_refused_after(
     err = wait_for(
         "the previous token to be refused after its grace",
         lambda: refused_with(bootstrap, topic, first, "AuthenticationFailed"),
-        SHORTENED_AHEAD_S + 60,
+        SHORTENED_AHEAD_S + VOLUME_REFRESH_S,
     )
     figure("grace shortened to the previous token's refusal", time.monotonic() - started)
     assert first not in err and second not in err

@@ -504,8 +504,9 @@ def auth_env(cluster: BrokerCluster) -> list[dict[str, Any]]:
 
 def auth_volumes(cluster: BrokerCluster) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The pod's volumes and the container's mounts for the ACL file, the cluster key and
-    the replication token. The key file is 0400: the broker refuses a key readable by
-    group or others (the token file shares the mode). Each is mounted as a directory,
+    the replication token. The key file is 0400, which the pod's ``fsGroup`` makes
+    ``root:<fsGroup> 0440``: the broker refuses a key others or another group can read
+    (the token file shares the mode). Each is mounted as a directory,
     not with ``subPath``, so the kubelet's updates reach running pods and the broker
     reloads them: that is how the key and the token rotate (docs/security.md §9)."""
     if not cluster.spec.auth.enabled:

@@ -4,14 +4,20 @@ next check; a bad one changes nothing and is counted (headrace.security.access).
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from headrace.errors import AuthenticationFailed, InvalidMemberIdentity, ProduceDenied
-from headrace.security.access import Access
+from headrace.errors import (
+    AuthenticationFailed,
+    InvalidMemberIdentity,
+    InvalidRequest,
+    ProduceDenied,
+)
+from headrace.security.access import Access, load_cluster_keys
 from headrace.security.acl import Operation, hash_token
 from headrace.security.settings import AccessSettings
 
@@ -292,3 +298,24 @@ def test_a_scram_session_is_refused_once_its_credential_is_gone(tmp_path: Path) 
     with pytest.raises(AuthenticationFailed):
         fresh.authenticate_scram("writer", old, None)
     fresh.authenticate_scram("writer", new, None)
+
+
+def test_a_cluster_key_readable_by_this_process_group_only_is_accepted(tmp_path: Path) -> None:
+    """A Kubernetes Secret volume's files are ``root:<fsGroup> 0440`` once the pod has an
+    ``fsGroup``: the broker, in that group, must read its key; another group's or anyone's
+    read access is still refused."""
+    key = "ab" * 32
+    key_file = tmp_path / "cluster.key"
+    key_file.write_text(f"{key}\n")
+    os.chown(key_file, -1, os.getegid())
+    key_file.chmod(0o440)
+    assert load_cluster_keys(key_file) == (bytes.fromhex(key),)
+    for mode in (0o460, 0o444, 0o404):
+        key_file.chmod(mode)
+        with pytest.raises(InvalidRequest, match="chmod 600"):
+            load_cluster_keys(key_file)
+    if os.geteuid() == 0:  # only root can give the file a group this process is not in
+        os.chown(key_file, -1, max([*os.getgroups(), os.getegid()]) + 1)
+        key_file.chmod(0o440)
+        with pytest.raises(InvalidRequest, match="another group"):
+            load_cluster_keys(key_file)
