@@ -196,18 +196,31 @@ class Cohort:
         return [d for m in self.members for d in read_delivery_log(m.path, m.name)]
 
 
+#: how long a partition's read-back goes on through retriable answers (a leadership still
+#: moving after the last fault: ``NotLeader`` from the broker the topology named)
+READ_BACK_WAIT_S = 60.0
+
+
 async def read_back(
     bootstrap: str, topic: str, partitions: int, progress: Callable[[str], None]
 ) -> dict[int, list[tuple[int, bytes]]]:
     """Partitions ``0..partitions-1`` read with plain FETCHes from offset 0: (offset, value)
     of each record. A partition that cannot be read (a retired one dropped: its records are
-    lost) is said, and read as empty."""
+    lost) is said, and read as empty; one that answers a retriable error (its leadership
+    still moving) is read again, for up to ``READ_BACK_WAIT_S``."""
     stored = {}
     for p in range(partitions):
-        try:
-            records = await read_partition(bootstrap, topic, p)
-        except HeadraceError as exc:
-            progress(f"partition {p} unreadable: {exc}")
-            records = []
+        deadline = time.monotonic() + READ_BACK_WAIT_S
+        while True:
+            try:
+                records = await read_partition(bootstrap, topic, p)
+                break
+            except HeadraceError as exc:
+                if exc.retriable and time.monotonic() < deadline:
+                    await asyncio.sleep(0.5)
+                    continue
+                progress(f"partition {p} unreadable: {exc}")
+                records = []
+                break
         stored[p] = [(r.offset, r.value) for r in records]
     return stored
