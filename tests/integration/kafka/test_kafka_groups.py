@@ -15,6 +15,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from confluent_kafka import Consumer, KafkaError, KafkaException
 
 from headrace.client.consumer import Consumer as HeadraceConsumer
+from headrace.testing import waiting
 from headrace.testing.reading import cohort_partitions, create_topic
 from tests.integration.kafka.conftest import KafkaBroker
 
@@ -279,10 +280,14 @@ async def test_a_kafka_group_and_a_cohort_of_the_same_name_are_two_groups(
                 for batch in await cohort.getmany(timeout_s=1.0):
                     read.extend(r.value for r in batch.records())
                     cohort.ack_batch(batch)
-            while {p: v["cursor"] for p, v in (await cohorts_of(kafka)).items()} != {
-                p: 10 for p in range(PARTITIONS)
-            }:
-                await asyncio.sleep(0.1)  # polling the broker's cursors, within the timeout
+
+            async def every_cursor_at_the_end() -> bool:
+                cursors = {p: v["cursor"] for p, v in (await cohorts_of(kafka)).items()}
+                return cursors == {p: 10 for p in range(PARTITIONS)}
+
+            await waiting.until_async(
+                every_cursor_at_the_end, 30, "the cohort's cursors at every partition's end"
+            )
     finally:
         await cohort.close()
     assert sorted(read) == sorted(b"e%d" % i for i in range(40))

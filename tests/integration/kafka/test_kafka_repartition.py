@@ -22,6 +22,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka.admin import TopicMetadata
 
+from headrace.testing import waiting
 from headrace.testing.reading import read_all
 from tests.integration.localcluster import LocalCluster, minio_cluster, topic_manifest
 
@@ -184,14 +185,18 @@ class GroupReader:
         self._consumer.close()
 
     def wait_for(self, numbers: set[int]) -> None:
-        deadline = time.monotonic() + SETTLE_S
-        while not numbers <= set(self.read.at.values()):
+        try:
+            waiting.until(
+                lambda: numbers <= set(self.read.at.values()),
+                SETTLE_S,
+                "every acknowledged record read by the group",
+            )
+        except waiting.NotReached:
             missing = numbers - set(self.read.at.values())
-            assert time.monotonic() < deadline, (
+            raise AssertionError(
                 f"{len(missing)} acknowledged records never read, e.g. {sorted(missing)[:5]};"
                 f" errors: {self.read.errors[:5]}"
-            )
-            time.sleep(0.1)  # polling the reader thread's progress, with a deadline
+            ) from None
 
     def stop(self) -> None:
         self._stop.set()
