@@ -174,14 +174,7 @@ def test_librdkafka_authenticates_with_plain(secured: KafkaBroker) -> None:
     )
     with pytest.raises(KafkaException):
         stranger.list_topics(timeout=5)
-    # librdkafka reports the refusal through its error callback (served by poll), with
-    # our reason
-    deadline = time.monotonic() + 30
-    while not any(e.code() == CKafkaError._AUTHENTICATION for e in failures):
-        assert time.monotonic() < deadline, f"no authentication error reported: {failures}"
-        stranger.poll(0.5)
-    refusal = next(e for e in failures if e.code() == CKafkaError._AUTHENTICATION)
-    assert "invalid or missing credentials" in refusal.str()
+    assert "invalid or missing credentials" in authentication_refusal(stranger, failures)
 
 
 async def test_a_client_certificate_names_the_principal_over_tls(
@@ -384,12 +377,7 @@ def test_librdkafka_with_wrong_scram_credentials_is_refused(
     )
     with pytest.raises(KafkaException):
         stranger.list_topics(timeout=5)
-    deadline = time.monotonic() + 30
-    while not any(e.code() == CKafkaError._AUTHENTICATION for e in failures):
-        assert time.monotonic() < deadline, f"no authentication error reported: {failures}"
-        stranger.poll(0.5)
-    refusal = next(e for e in failures if e.code() == CKafkaError._AUTHENTICATION)
-    assert f"invalid credentials for user {user!r}" in refusal.str()
+    assert f"invalid credentials for user {user!r}" in authentication_refusal(stranger, failures)
 
 
 def test_librdkafka_authenticates_with_scram_sha_256(secured_tls: tuple[KafkaBroker, Path]) -> None:
@@ -496,3 +484,14 @@ def test_kafkas_java_client_produces_and_consumes_with_scram_over_tls(
     )  # fmt: skip
     assert refused.returncode != 0
     assert "invalid credentials for user 'writer'" in refused.stdout + refused.stderr
+
+
+def authentication_refusal(stranger: Producer, failures: list[CKafkaError]) -> str:
+    """The text of the authentication error librdkafka reports through its error callback
+    (served by ``poll``): our reason, within 30 s."""
+    deadline = time.monotonic() + 30
+    while not any(e.code() == CKafkaError._AUTHENTICATION for e in failures):
+        assert time.monotonic() < deadline, f"no authentication error reported: {failures}"
+        stranger.poll(0.5)
+    refusal = next(e for e in failures if e.code() == CKafkaError._AUTHENTICATION)
+    return str(refusal.str())
